@@ -1,0 +1,154 @@
+"""MLflow, and only here: one parent run per study, one child run per trial, batched logging.
+
+Scalar curves go to MLflow in batches (one call per 1,000 values: single calls are ~100×
+slower). Dense curves (norms per layer/head/t/step) go to a Parquet artifact per run, with a
+thinned copy (mean per layer and probe step) as MLflow metrics.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ablate.stores import Stores, redact
+
+BATCH = 1000
+CURVES_ARTIFACT = "curves.parquet"  # step, layer, head, t, value, kind
+METRICS_ARTIFACT = "metrics.parquet"  # step, name, value: every scalar logged, for the results API
+
+
+def client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def experiment_id(stores: Stores, study: str) -> str:
+    mlc = client(stores.tracking)
+    exp = mlc.get_experiment_by_name(study)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return mlc.create_experiment(study, artifact_location=stores.artifacts)
+    except Exception:  # another worker created it between our two calls
+        exp = mlc.get_experiment_by_name(study)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def start_parent_run(stores: Stores, study: str, spec_json: str, spec_hash: str) -> str:
+    mlc = client(stores.tracking)
+    run = mlc.create_run(
+        experiment_id(stores, study),
+        run_name=study,
+        tags={"ablate.role": "study", "ablate.spec_hash": spec_hash, "ablate.storage": redact(stores.storage)},
+    )
+    mlc.log_text(run.info.run_id, spec_json, "spec.json")
+    return run.info.run_id
+
+
+def _flatten(prefix: str, data: Any, out: dict[str, str]) -> None:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), value, out)
+    else:
+        out[prefix] = str(data)[:500]
+
+
+class TrialRun:
+    """The MLflow child run of one trial; implements training's Reporter protocol."""
+
+    def __init__(
+        self,
+        stores: Stores,
+        study: str,
+        parent_run_id: str | None,
+        name: str,
+        config: dict[str, Any],
+        tags: dict[str, str],
+    ) -> None:
+        from mlflow.entities import Param
+
+        self.mlc = client(stores.tracking)
+        all_tags = {"ablate.role": "trial", **tags}
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        run = self.mlc.create_run(experiment_id(stores, study), run_name=name, tags=all_tags)
+        self.run_id = run.info.run_id
+        params: dict[str, str] = {}
+        _flatten("", config, params)
+        items = [Param(k, v) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.mlc.log_batch(self.run_id, params=items[i : i + 100])
+        self._pending: list[Any] = []
+        self._history: list[dict[str, Any]] = []
+        self._curves: list[dict[str, Any]] = []
+
+    def log_metrics(self, step: int, values: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._pending += [Metric(k, float(v), now, step) for k, v in values.items()]
+        self._history += [{"step": step, "name": k, "value": float(v)} for k, v in values.items()]
+        if len(self._pending) >= BATCH:
+            self.flush()
+
+    def log_curves(self, rows: list[dict[str, Any]]) -> None:
+        self._curves += rows
+        sums: dict[tuple[str, int, int], list[float]] = defaultdict(list)
+        for row in rows:
+            sums[(row["kind"], row["step"], row["layer"])].append(row["value"])
+        for (kind, step, layer), values in sorted(sums.items()):
+            name = "state_norm" if kind == "probe" else f"{kind}_state_norm"
+            self.log_metrics(step, {f"{name}/layer{layer}": sum(values) / len(values)})
+
+    def flush(self) -> None:
+        for i in range(0, len(self._pending), BATCH):
+            self.mlc.log_batch(self.run_id, metrics=self._pending[i : i + BATCH])
+        self._pending = []
+
+    def finish(self, status: str, summary: dict[str, float], tags: dict[str, str] | None = None) -> None:
+        """Flush everything, write the curves artifact, and end the run (FINISHED/FAILED/KILLED)."""
+        from mlflow.entities import Metric, RunTag
+
+        self.flush()
+        now = int(time.time() * 1000)
+        self.mlc.log_batch(
+            self.run_id,
+            metrics=[Metric(f"final/{k}", float(v), now, 0) for k, v in summary.items()],
+            tags=[RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()],
+        )
+        import polars as pl
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, rows in ((CURVES_ARTIFACT, self._curves), (METRICS_ARTIFACT, self._history)):
+                if rows:
+                    path = Path(tmp) / name
+                    pl.DataFrame(rows).write_parquet(path)
+                    self.mlc.log_artifact(self.run_id, str(path))
+        self.mlc.set_terminated(self.run_id, status)
+
+
+def terminate(tracking_uri: str, run_id: str, status: str, reason: str = "") -> None:
+    """End a run another process left open (e.g. a killed worker's)."""
+    mlc = client(tracking_uri)
+    run = mlc.get_run(run_id)
+    if run.info.status == "RUNNING":
+        if reason:
+            mlc.set_tag(run_id, "ablate.failure", reason)
+        mlc.set_terminated(run_id, status)
+
+
+def read_parquet_artifact(tracking_uri: str, run_id: str, name: str):
+    """A run's Parquet artifact as a polars frame, or None when the run has none."""
+    import polars as pl
+
+    mlc = client(tracking_uri)
+    if name not in {f.path for f in mlc.list_artifacts(run_id)}:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        return pl.read_parquet(mlc.download_artifacts(run_id, name, tmp))

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up ablate on a fresh Debian machine: system packages, a venv with CPU torch, the package.
+# Idempotent: re-running skips what is there. GPU users: install your torch build first and
+# run with ABLATE_TORCH=skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(poppler-utils fonts-dejavu-core dataset-fashion-mnist espeak-ng postgresql)
+missing=()
+for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+# Pin the CPU build: an unpinned torch pulls a multi-GB CUDA build.
+if [ "${ABLATE_TORCH:-}" != "skip" ]; then .venv/bin/pip install -q "torch==2.13.0"; fi
+.venv/bin/pip install -q -e ".[dev]"
+echo "ablate is set up: .venv/bin/ablate --help"
