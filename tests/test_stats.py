@@ -1,0 +1,499 @@
+"""Statistics on constructed data: planted effects are found, null effects stay near nominal."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from ablate import stats
+from ablate.report import figures
+
+METRIC = "test_accuracy"
+CHANCE = 0.5
+A, B = "model.parameterisation", "model.normalisation"
+
+
+def make_trials(
+    cells: dict[str, float],
+    seeds: int | dict[str, list[int]] = 5,
+    sd: float = 0.01,
+    seed_sd: float = 0.0,
+    rng: np.random.Generator | None = None,
+    factors: dict[str, dict[str, str]] | None = None,
+) -> pd.DataFrame:
+    """A trials frame: cell id -> true mean; noise sd; a shared per-seed offset of ``seed_sd``."""
+    rng = rng or np.random.default_rng(0)
+    per_cell = seeds if isinstance(seeds, dict) else {c: list(range(seeds)) for c in cells}
+    all_seeds = sorted({s for v in per_cell.values() for s in v})
+    seed_effect = dict(zip(all_seeds, rng.normal(0, seed_sd, len(all_seeds)), strict=True))
+    rows = []
+    for cid, mu in cells.items():
+        levels = (factors or {}).get(cid, {})
+        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in levels.items()) or cid
+        for s in per_cell[cid]:
+            rows.append(
+                {
+                    "cell_id": cid,
+                    "cell_label": label,
+                    "seed": s,
+                    "phase": "replicate",
+                    "status": "complete",
+                    "failure_kind": None,
+                    "failure_message": None,
+                    METRIC: mu + seed_effect[s] + rng.normal(0, sd),
+                    **levels,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def factorial(
+    effect_a: float = 0.0,
+    effect_b: float = 0.0,
+    interaction: float = 0.0,
+    seeds: int = 4,
+    sd: float = 0.01,
+    rng: np.random.Generator | None = None,
+) -> pd.DataFrame:
+    """A 2 × 3 full factorial (A: rotation/diagonal, B: xi/none/layer)."""
+    a_levels, b_levels = ["rotation", "diagonal"], ["xi", "none", "layer"]
+    cells, factors = {}, {}
+    for i, a in enumerate(a_levels):
+        for j, b in enumerate(b_levels):
+            cid = f"{a}-{b}"
+            cells[cid] = 0.8 + effect_a * i + effect_b * j + interaction * i * j
+            factors[cid] = {A: a, B: b}
+    return make_trials(cells, seeds, sd=sd, rng=rng, factors=factors)
+
+
+def set_status(trials: pd.DataFrame, cell: str, seeds: list[int], status: str) -> pd.DataFrame:
+    out = trials.copy()
+    mask = (out["cell_id"] == cell) & out["seed"].isin(seeds)
+    out.loc[mask, "status"] = status
+    out.loc[mask, METRIC] = np.nan
+    return out
+
+
+# --- cell_summary ----------------------------------------------------------------------------
+
+
+def test_cell_summary_exact_values_and_t_interval():
+    values = [0.80, 0.82, 0.84, 0.86]
+    trials = make_trials({"c": 0.0}, seeds=4, sd=0.0)
+    trials[METRIC] = values
+    row = stats.cell_summary(trials, METRIC, CHANCE).iloc[0]
+    assert row["n"] == 4 and row["status"] == "complete"
+    assert row["mean"] == pytest.approx(0.83)
+    assert row["median"] == pytest.approx(0.83)
+    assert row["sd"] == pytest.approx(np.std(values, ddof=1))
+    half = sps.t.ppf(0.975, 3) * np.std(values, ddof=1) / 2
+    assert row["ci_low"] == pytest.approx(0.83 - half)
+    assert row["ci_high"] == pytest.approx(0.83 + half)
+    assert (row["min"], row["max"]) == (pytest.approx(0.80), pytest.approx(0.86))
+
+
+def test_t_interval_covers_the_true_mean_at_the_nominal_rate():
+    rng = np.random.default_rng(1)
+    hits = sum(
+        lo <= 0.7 <= hi for _, lo, hi, _ in (stats.t_interval(rng.normal(0.7, 0.02, 5)) for _ in range(1000))
+    )
+    lo, hi = sps.binom.interval(0.999, 1000, 0.95)
+    assert lo <= hits <= hi
+
+
+def test_cell_summary_counts_diverged_never_learned_failed_and_pending_apart():
+    trials = make_trials({"base": 0.85, "odd": 0.85, "waiting": 0.85}, seeds=6, sd=0.001)
+    trials.loc[(trials["cell_id"] == "odd") & (trials["seed"].isin([0, 1])), METRIC] = 0.505  # never learned
+    trials = set_status(trials, "odd", [2], "diverged")
+    trials = set_status(trials, "odd", [3], "failed")
+    trials = set_status(trials, "odd", [5], "pending")
+    trials = set_status(trials, "waiting", list(range(6)), "pending")
+    trials.loc[trials["cell_id"] == "waiting", "status"] = ["pending", "running"] * 3
+    summary = stats.cell_summary(trials, METRIC, CHANCE, margin=0.02).set_index("cell_id")
+
+    odd = summary.loc["odd"]
+    assert odd["status"] == "partial"
+    assert odd["n"] == 3  # seeds 0, 1 (never learned, still complete) and 4
+    assert odd["n_never_learned"] == 2 and odd["n_diverged"] == 1
+    assert odd["n_failed"] == 1 and odd["n_pending"] == 1 and odd["n_trials"] == 6
+    assert odd["n_finished"] == 4  # complete + diverged; failed runs are not outcomes
+    assert odd["never_learned_share"] == pytest.approx(2 / 4)
+    assert odd["diverged_share"] == pytest.approx(1 / 4)
+    learned = trials.loc[(trials["cell_id"] == "odd") & (trials["seed"] == 4), METRIC].iloc[0]
+    assert odd["mean"] == pytest.approx((0.505 * 2 + learned) / 3)  # never-learned runs stay in the mean
+    assert odd["mean_learned"] == pytest.approx(learned)
+
+    waiting = summary.loc["waiting"]
+    assert waiting["status"] == "pending" and waiting["n"] == 0 and waiting["n_pending"] == 6
+    assert np.isnan(waiting["mean"]) and np.isnan(waiting["ci_low"]) and np.isnan(waiting["diverged_share"])
+    assert summary.loc["base", "status"] == "complete"
+    assert list(summary.index) == ["base", "odd", "waiting"]  # order of first appearance
+
+
+def test_cell_summary_ignores_tuning_trials_and_keeps_factor_columns():
+    trials = factorial(seeds=3)
+    tune = trials.assign(phase="tune", **{METRIC: 0.1})
+    summary = stats.cell_summary(pd.concat([trials, tune]), METRIC, CHANCE)
+    assert (summary["n"] == 3).all() and (summary["mean"] > 0.7).all()
+    assert [A, B] == [c for c in summary.columns if "." in c]
+    assert summary.columns[2:4].tolist() == [A, B]
+
+
+def test_cell_summary_without_a_known_chance_level():
+    trials = make_trials({"x": 0.5}, seeds=3)
+    row = stats.cell_summary(trials, METRIC, None).iloc[0]
+    assert np.isnan(row["n_never_learned"]) and np.isnan(row["never_learned_share"])
+    assert row["mean_learned"] == pytest.approx(row["mean"])
+
+
+def test_cell_with_everything_diverged_has_no_results():
+    trials = set_status(make_trials({"x": 0.8}, seeds=3), "x", [0, 1, 2], "diverged")
+    row = stats.cell_summary(trials, METRIC, CHANCE).iloc[0]
+    assert row["status"] == "no_results" and row["diverged_share"] == 1.0 and row["n"] == 0
+
+
+# --- compare_to_reference ---------------------------------------------------------------------
+
+
+def test_planted_effect_is_detected_with_the_right_sign_and_mark():
+    rng = np.random.default_rng(7)
+    trials = make_trials({"base": 0.80, "up": 0.85, "same1": 0.80, "same2": 0.80}, seeds=5, sd=0.01, rng=rng)
+    cmp = stats.compare_to_reference(trials, METRIC, "base").set_index("cell_id")
+    up = cmp.loc["up"]
+    assert up["test"] == "paired t" and up["paired"] and up["n_pairs"] == 5
+    assert up["p_adj"] < 0.05 and up["significant"] and up["mark"] in ("*", "**", "***")
+    assert up["p_adj"] >= up["p"]
+    assert up["mean_diff"] > 0 and up["diff_ci_low"] > 0
+    assert up["mean_diff"] == pytest.approx(0.05, abs=0.015)
+    assert up["effect_size_kind"] == "d_z" and up["effect_size"] > 1
+    assert up["es_ci_low"] <= up["effect_size"] <= up["es_ci_high"]
+    assert up["robust_test"] == "Wilcoxon" and up["robust_p"] == pytest.approx(0.0625)  # 2/2**5: all up
+    assert not cmp.loc[["same1", "same2"], "significant"].any()
+    assert (cmp.loc[["same1", "same2"], "mark"] == "").all()
+    assert "base" not in cmp.index and (cmp["reference_id"] == "base").all()
+
+
+def test_planted_negative_effect_by_label_with_welch():
+    rng = np.random.default_rng(3)
+    seeds = {"base": [0, 1, 2, 3, 4], "down": [10, 11, 12, 13, 14]}
+    trials = make_trials({"base": 0.80, "down": 0.75}, seeds=seeds, rng=rng, factors={"down": {A: "d"}})
+    trials["cell_label"] = trials["cell_label"].where(trials["cell_id"] != "base", "the baseline")
+    row = stats.compare_to_reference(trials, METRIC, "the baseline").iloc[0]
+    assert row["test"] == "Welch t" and not row["paired"] and row["n_pairs"] == 0
+    assert row["mean_diff"] < 0 and row["diff_ci_high"] < 0 and row["significant"]
+    assert row["effect_size_kind"] == "hedges_g" and row["effect_size"] < -1
+    assert row["robust_test"] == "Mann-Whitney" and row["robust_p"] < 0.05
+    direct = sps.ttest_ind(
+        trials.loc[trials["cell_id"] == "down", METRIC],
+        trials.loc[trials["cell_id"] == "base", METRIC],
+        equal_var=False,
+    )
+    assert row["p"] == pytest.approx(direct.pvalue) and row["statistic"] == pytest.approx(direct.statistic)
+
+
+def test_paired_when_two_or_more_seeds_are_shared_else_unpaired():
+    seeds = {"base": [0, 1, 2, 3], "two": [0, 1, 7, 8], "one": [0, 5, 6, 9], "lonely": [3]}
+    trials = make_trials({c: 0.8 for c in seeds}, seeds=seeds)
+    cmp = stats.compare_to_reference(trials, METRIC, "base").set_index("cell_id")
+    assert cmp.loc["two", "test"] == "paired t" and cmp.loc["two", "n_pairs"] == 2
+    assert cmp.loc["one", "test"] == "Welch t" and cmp.loc["one", "n_pairs"] == 1
+    assert cmp.loc["lonely", "test"] == "insufficient data" and np.isnan(cmp.loc["lonely", "p"])
+    assert np.isnan(cmp.loc["lonely", "p_adj"]) and cmp.loc["lonely", "mark"] == ""
+    # Holm over the two comparisons that have a p-value, not three.
+    p = cmp.loc[["two", "one"], "p"].sort_values()
+    assert cmp.loc[p.index[0], "p_adj"] == pytest.approx(min(1, 2 * p.iloc[0]))
+
+
+def test_pairing_gains_power_when_seeds_share_variation():
+    rng = np.random.default_rng(11)
+    trials = make_trials({"base": 0.80, "up": 0.81}, seeds=6, sd=0.003, seed_sd=0.03, rng=rng)
+    paired = stats.compare_to_reference(trials, METRIC, "base", n_resamples=0).iloc[0]
+    unpaired_trials = trials.assign(
+        seed=np.where(trials["cell_id"] == "up", trials["seed"] + 100, trials["seed"])
+    )
+    unpaired = stats.compare_to_reference(unpaired_trials, METRIC, "base", n_resamples=0).iloc[0]
+    assert paired["test"] == "paired t" and unpaired["test"] == "Welch t"
+    assert paired["p"] < 0.01 < unpaired["p"]
+
+
+def test_pending_and_diverged_cells_are_compared_on_what_completed():
+    trials = make_trials({"base": 0.8, "part": 0.8, "none": 0.8}, seeds=5)
+    trials = set_status(trials, "part", [3, 4], "pending")
+    trials = set_status(trials, "none", [0, 1, 2, 3, 4], "pending")
+    cmp = stats.compare_to_reference(trials, METRIC, "base").set_index("cell_id")
+    assert cmp.loc["part", "n_pairs"] == 3 and cmp.loc["part", "n_cell"] == 3
+    assert cmp.loc["none", "test"] == "insufficient data"
+
+
+def test_comparisons_are_deterministic():
+    trials = make_trials({"base": 0.8, "up": 0.82, "down": 0.79}, seeds=6, rng=np.random.default_rng(5))
+    first = stats.compare_to_reference(trials, METRIC, "base", seed=3)
+    again = stats.compare_to_reference(trials, METRIC, "base", seed=3)
+    pd.testing.assert_frame_equal(first, again)
+
+
+def test_unknown_reference_names_the_cells():
+    with pytest.raises(KeyError, match="no cell"):
+        stats.compare_to_reference(make_trials({"base": 0.8}), METRIC, "nope")
+
+
+def _null_study(cells, seeds, paired, alpha, rng):
+    trials = make_trials(cells, seeds=seeds, sd=0.01, seed_sd=0.01 if paired else 0.0, rng=rng)
+    return stats.compare_to_reference(trials, METRIC, "base", alpha=alpha, n_resamples=0)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_false_positive_rate_stays_near_nominal(paired):
+    """400 studies with no effect: reference + 3 cells, 5 seeds each, one fixed RNG."""
+    rng = np.random.default_rng(2024 + paired)
+    studies, k, alpha = 400, 3, 0.05
+    cells = {c: 0.8 for c in ["base", "a", "b", "c"]}
+    seeds = 5 if paired else {c: [10 * i + s for s in range(5)] for i, c in enumerate(cells)}
+    rejections = family_errors = robust_rejections = 0
+    # statsmodels' Holm calls gc.collect() on every call; freezing the (large, long-lived) heap
+    # of the test process keeps each of those collections cheap.
+    gc.freeze()
+    try:
+        outcomes = [_null_study(cells, seeds, paired, alpha, rng) for _ in range(studies)]
+    finally:
+        gc.unfreeze()
+    for cmp in outcomes:
+        assert (cmp["test"] == ("paired t" if paired else "Welch t")).all()
+        rejections += int((cmp["p"] < alpha).sum())
+        robust_rejections += int((cmp["robust_p"] < alpha).sum())
+        family_errors += bool(cmp["significant"].any())
+    # Per-comparison (uncorrected) rate within a 99.9% binomial band around alpha; the three
+    # comparisons of a study share the reference, so the band is a little generous, not tight.
+    lo, hi = sps.binom.interval(0.999, studies * k, alpha)
+    assert lo <= rejections <= hi, rejections / (studies * k)
+    # Family-wise rate after Holm at most alpha (up to binomial noise over 400 studies).
+    assert family_errors <= sps.binom.ppf(0.999, studies, alpha), family_errors / studies
+    # The rank tests are exact or conservative.
+    assert robust_rejections <= hi
+
+
+# --- main effects, interactions, ANOVA ------------------------------------------------------
+
+
+def test_main_effects_are_unweighted_marginal_means_with_ci():
+    trials = factorial(effect_a=0.05, seeds=4, sd=0.01, rng=np.random.default_rng(2))
+    eff = stats.main_effects(trials, METRIC, [A, B])
+    assert eff["factor"].tolist() == [A, A, B, B, B]
+    assert eff["level"].tolist() == ["rotation", "diagonal", "xi", "none", "layer"]
+    cell_means = trials.groupby("cell_id", sort=False)[METRIC].mean()
+    rot = eff.set_index(["factor", "level"]).loc[(A, "rotation")]
+    assert rot["mean"] == pytest.approx(cell_means[["rotation-xi", "rotation-none", "rotation-layer"]].mean())
+    assert rot["n_cells"] == 3 and rot["n"] == 12 and rot["df"] == 24 - 6
+    resid = trials[METRIC] - trials.groupby("cell_id")[METRIC].transform("mean")
+    mse = (resid**2).sum() / 18
+    se = np.sqrt(mse * 3 / 4) / 3
+    assert rot["se"] == pytest.approx(se)
+    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.975, 18) * se)
+    a = eff[eff["factor"] == A].set_index("level")
+    assert a.loc["diagonal", "ci_low"] > a.loc["rotation", "ci_high"]  # the planted effect shows
+
+
+def test_marginal_means_are_not_tilted_by_unbalanced_cells():
+    trials = factorial(effect_b=0.1, seeds=6, sd=0.0)
+    trials = set_status(trials, "rotation-layer", [1, 2, 3, 4, 5], "pending")  # 1 run left there
+    eff = stats.main_effects(trials, METRIC, [A]).set_index("level")
+    assert eff.loc["rotation", "mean"] == pytest.approx(eff.loc["diagonal", "mean"])
+    assert eff.loc["rotation", "mean_runs"] < eff.loc["rotation", "mean"]  # the naive mean is tilted
+
+
+def test_interaction_table_long_and_wide():
+    trials = factorial(effect_a=0.05, effect_b=0.01, seeds=3, sd=0.0)
+    long = stats.interaction_table(trials, METRIC, A, B)
+    assert len(long) == 6 and {A, B, "mean", "ci_low", "ci_high", "n"} <= set(long.columns)
+    wide = stats.interaction_table(trials, METRIC, A, B, wide=True)
+    assert wide.index.tolist() == ["rotation", "diagonal"] and wide.columns.tolist() == [
+        "xi",
+        "none",
+        "layer",
+    ]
+    assert wide.loc["diagonal", "layer"] == pytest.approx(0.8 + 0.05 + 0.02)
+
+
+def test_is_full_factorial():
+    trials = factorial(seeds=2)
+    assert stats.is_full_factorial(trials, [A, B])
+    assert stats.is_full_factorial(trials, [A])
+    partial = trials[trials["cell_id"] != "diagonal-none"]
+    assert not stats.is_full_factorial(partial, [A, B])
+    pending = set_status(trials, "diagonal-none", [0, 1], "pending")
+    assert stats.is_full_factorial(pending, [A, B])
+    assert not stats.is_full_factorial(pending, [A, B], metric=METRIC)
+    assert not stats.is_full_factorial(trials, [])
+
+
+def test_anova_detects_planted_main_effect_and_no_spurious_interaction():
+    trials = factorial(effect_a=0.03, seeds=4, sd=0.01, rng=np.random.default_rng(4))
+    table = stats.anova(trials, METRIC, [A, B]).set_index("term")
+    assert table.index.tolist() == [A, B, f"{A} × {B}", "Residual"]
+    assert table.loc[A, "p"] < 1e-3 and table.loc[A, "mark"] == "***"
+    assert table.loc[B, "p"] > 0.05 and table.loc[f"{A} × {B}", "p"] > 0.05
+    assert table.loc["Residual", "df"] == 24 - 6
+    assert table.loc[A, "eta_sq_partial"] > 0.5
+    # Type II sums of squares in a balanced design equal the classical ones.
+    grand = trials[METRIC].mean()
+    ss_a = sum(12 * (g.mean() - grand) ** 2 for _, g in trials.groupby(A)[METRIC])
+    assert table.loc[A, "sum_sq"] == pytest.approx(ss_a)
+
+
+def test_anova_finds_a_planted_interaction():
+    trials = factorial(interaction=0.03, seeds=4, sd=0.01, rng=np.random.default_rng(8))
+    table = stats.anova(trials, METRIC, [A, B]).set_index("term")
+    assert table.loc[f"{A} × {B}", "p"] < 0.001
+
+
+def test_anova_false_positive_rate_for_the_interaction():
+    rng = np.random.default_rng(99)
+    hits = sum(
+        stats.anova(factorial(effect_a=0.02, seeds=3, rng=rng), METRIC, [A, B])
+        .set_index("term")
+        .loc[f"{A} × {B}", "p"]
+        < 0.05
+        for _ in range(100)
+    )
+    assert hits <= sps.binom.ppf(0.999, 100, 0.05)
+
+
+def test_anova_refuses_designs_it_does_not_fit():
+    trials = factorial(seeds=3)
+    with pytest.raises(stats.AnovaNotApplicable, match="fewer than two levels"):
+        stats.anova(trials[trials[A] == "rotation"], METRIC, [A, B])
+    with pytest.raises(stats.AnovaNotApplicable, match="full factorial"):
+        stats.anova(set_status(trials, "diagonal-xi", [0, 1, 2], "pending"), METRIC, [A, B])
+    with pytest.raises(stats.AnovaNotApplicable, match="replication"):
+        stats.anova(factorial(seeds=1), METRIC, [A, B])
+    ok, why = stats.anova_applicable(trials[trials[A] == "rotation"], METRIC, [A, B])
+    assert not ok and A in why
+
+
+# --- bootstrap and coefficient of variation ---------------------------------------------------
+
+
+def test_bootstrap_ci_is_deterministic_and_sensible():
+    x = np.random.default_rng(0).normal(10, 1, 30)
+    ci = stats.bootstrap_ci(x, seed=1)
+    assert ci == stats.bootstrap_ci(x, seed=1)
+    assert ci[0] < x.mean() < ci[1]
+    assert stats.bootstrap_ci([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    assert all(np.isnan(stats.bootstrap_ci([1.0])))
+
+
+def test_cv_with_ci():
+    x = np.random.default_rng(0).normal(10, 1, 40)
+    est = stats.cv_with_ci(x, seed=0)
+    assert est.value == pytest.approx(np.std(x, ddof=1) / np.mean(x))
+    assert est.ci_low < est.value < est.ci_high and est.n == 40
+    assert est.ci_low < 0.1 < est.ci_high
+    assert np.isnan(stats.cv_with_ci([1.0]).value)
+    frame = pd.DataFrame({"variant": ["a"] * 20 + ["b"] * 20, "norm": np.r_[x[:20], 3 * x[20:]]})
+    by = stats.cv_by(frame, "norm", "variant", n_resamples=500)
+    assert by["variant"].tolist() == ["a", "b"] and (by["n"] == 20).all()
+    assert by["cv"].tolist() == pytest.approx(
+        [stats.cv_with_ci(x[:20]).value, stats.cv_with_ci(x[20:]).value]
+    )
+
+
+def test_marks():
+    assert [stats.mark_for(p) for p in (0.0001, 0.005, 0.02, 0.05, 0.2, np.nan)] == [
+        "***",
+        "**",
+        "*",
+        "",
+        "",
+        "",
+    ]
+
+
+# --- figures on a partial study ---------------------------------------------------------------
+
+
+@pytest.fixture
+def partial_study():
+    trials = factorial(effect_a=0.03, seeds=4, rng=np.random.default_rng(6))
+    trials = set_status(trials, "diagonal-layer", [0, 1, 2, 3], "pending")
+    trials = set_status(trials, "rotation-none", [3], "diverged")
+    trials.loc[(trials["cell_id"] == "rotation-none") & (trials["seed"] == 0), METRIC] = 0.5
+    trials["cell_label"] = (
+        "parameterisation=" + trials[A] + ", normalisation=" + trials[B] + " (a long label)"
+    )
+    steps = np.arange(0, 300, 50)
+    curves = pd.DataFrame(
+        [
+            {
+                "cell_id": cid,
+                "cell_label": lbl,
+                "seed": seed,
+                "step": st,
+                "name": "val_accuracy",
+                "value": 0.5 + 0.3 * (1 - np.exp(-st / (80 + 10 * seed))),
+            }
+            for cid, lbl, seed, status in trials[["cell_id", "cell_label", "seed", "status"]].itertuples(
+                index=False
+            )
+            if status == "complete"
+            for st in steps
+        ]
+    )
+    return trials, curves
+
+
+def test_figures_build_on_a_partial_study(partial_study, tmp_path):
+    trials, curves = partial_study
+    cmp = stats.compare_to_reference(trials, METRIC, "rotation-xi", n_resamples=200)
+    figs = {
+        "cells": figures.accuracy_by_cell(trials, METRIC, CHANCE),
+        "main": figures.main_effects_plot(trials, METRIC, [A, B], chance=CHANCE),
+        "inter": figures.interaction_plot(trials, METRIC, A, B, CHANCE),
+        "curves": figures.learning_curves(curves, "val_accuracy", cells=trials, chance=CHANCE),
+        "compare": figures.comparison_plot(cmp, metric=METRIC),
+    }
+    for name, fig in figs.items():
+        assert fig.get_figwidth() <= 7.0
+        fig.savefig(tmp_path / f"{name}.pdf")
+        fig.savefig(tmp_path / f"{name}.png")
+        assert (tmp_path / f"{name}.pdf").stat().st_size > 1000
+        renderer = fig.canvas.get_renderer()
+        page = fig.bbox
+        for ax in fig.axes:  # nothing drawn outside the figure (labels wrapped, not cut off)
+            box = ax.get_tightbbox(renderer)
+            assert box.x0 >= page.x0 - 1 and box.x1 <= page.x1 + 1, name
+    texts = [t.get_text() for t in figs["curves"].axes[5].texts]
+    assert "pending" in texts
+    right = [t.get_text() for t in figs["cells"].axes[1].get_yticklabels()]
+    assert "pending" in right and any("1 diverged" in t for t in right)
+
+
+def test_figures_survive_an_empty_study(partial_study):
+    trials, curves = partial_study
+    nothing = set_status(trials, "rotation-xi", [0, 1, 2, 3], "pending")
+    for cid in nothing["cell_id"].unique():
+        nothing = set_status(nothing, cid, list(range(4)), "pending")
+    figures.accuracy_by_cell(nothing, METRIC, CHANCE)
+    figures.accuracy_by_cell(trials, METRIC, None)  # chance unknown
+    figures.main_effects_plot(nothing, METRIC, [A, B])
+    figures.interaction_plot(nothing, METRIC, A, B)
+    figures.learning_curves(curves.iloc[0:0], "val_accuracy", cells=nothing)
+
+
+def test_no_torch_needed():
+    code = "import sys, ablate.stats, ablate.report.figures; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+def test_full_grid_levels_iterate_in_spec_order():
+    trials = factorial(seeds=2)
+    combos = list(itertools.product(["rotation", "diagonal"], ["xi", "none", "layer"]))
+    long = stats.interaction_table(trials, METRIC, A, B)
+    assert list(zip(long[A], long[B], strict=True)) == combos
