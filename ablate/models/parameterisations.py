@@ -1,0 +1,323 @@
+"""How the state matrix is built: rotation, complex diagonal, real diagonal, dense.
+
+Every parameterisation hands the layer a ``System`` for one forward pass, in its *scan basis*:
+diagonal eigenvalues ``lam`` plus real input/output matrices. Complex modes are stored as
+interleaved real coordinates (re, im) — the SCIENCE.md §1 bridge — so a rotation head of size n is
+n/2 conjugate-pair complex modes with a shared magnitude γ_h in the basis Pᵀ, and the rotation and
+the complex-diagonal parameterisations share one scan path.
+
+Normalisation acts through "units": the things one input scale applies to (a complex mode, a real
+mode, or a dense head). A parameterisation tells the normalisations each unit's head and eigenvalue
+magnitude, and each head's stationary state power under white unit-variance input (for ξ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ablate.models.inits import InitScheme
+
+
+@dataclass
+class System:
+    """The linear system x_t = A x_{t-1} + B u_t, y_t = C x_t + D ⊙ u_t of one forward pass.
+
+    ``lam``: scan eigenvalues, (K,) complex for N = 2K interleaved (re, im) coordinates, or (N,) real.
+    ``B`` (N, d), ``C`` (d, N): real, in the scan basis, normalisation already applied to B.
+    ``P`` (H, n, n): the natural state of head h is x^h = P_h z^h; None when the bases coincide.
+    ``A`` (N, N): natural-basis matrix, set only by parameterisations that have no scan (dense).
+    """
+
+    lam: torch.Tensor | None
+    B: torch.Tensor
+    C: torch.Tensor
+    D: torch.Tensor
+    P: torch.Tensor | None = None
+    A: torch.Tensor | None = None
+
+    @property
+    def complex_modes(self) -> bool:
+        return self.lam is not None and self.lam.is_complex()
+
+    def natural(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(A, B, C) as real matrices in the natural basis: what a sequential loop iterates."""
+        if self.A is not None:
+            return self.A, self.B, self.C
+        assert self.lam is not None
+        if self.complex_modes:
+            re, im = self.lam.real, self.lam.imag
+            blocks = torch.stack([torch.stack([re, -im], -1), torch.stack([im, re], -1)], -2)  # r·R(θ)
+            A = torch.block_diag(*blocks.unbind(0))
+        else:
+            A = torch.diag(self.lam)
+        B, C = self.B, self.C
+        if self.P is not None:
+            P = torch.block_diag(*self.P.unbind(0))
+            A, B, C = P @ A @ P.T, P @ B, C @ P.T
+        return A, B, C
+
+
+def _check_heads(name: str, units: int, heads: int, what: str) -> int:
+    if heads < 1 or units % heads:
+        valid = [h for h in range(1, units + 1) if units % h == 0]
+        raise ValueError(f"{name}: heads={heads} must divide the {units} {what}; valid heads: {valid}")
+    return units // heads
+
+
+class Parameterisation(nn.Module):
+    """Base: holds D and the shapes; subclasses hold the recurrent parameters."""
+
+    sequential_only = False  # True: no diagonal form, the layer must loop over time
+
+    def __init__(self, d_model: int, state_dim: int, heads: int, init: InitScheme):
+        super().__init__()
+        self.d_model, self.state_dim, self.heads = d_model, state_dim, heads
+        self.D = nn.Parameter(torch.randn(d_model))
+        self.register_buffer("unit_head", torch.zeros(0, dtype=torch.long), persistent=False)
+
+    def recurrent_parameters(self) -> list[nn.Parameter]:
+        """Parameters that take the recurrent learning-rate factor and no weight decay."""
+        raise NotImplementedError
+
+    def unit_log_magnitude(self) -> torch.Tensor:
+        """log |λ| per normalisation unit, from the live parameters."""
+        raise NotImplementedError
+
+    def head_gain(self) -> torch.Tensor:
+        """(H,) stationary E‖x^h‖² under white unit-variance input with no normalisation."""
+        raise NotImplementedError
+
+    def system(self, scale: torch.Tensor | None) -> System:
+        """The system of this pass; ``scale`` (units,) multiplies each unit's rows of B."""
+        raise NotImplementedError
+
+    def eigenvalues(self) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def one_minus_mag_sq(log_mag: torch.Tensor) -> torch.Tensor:
+    """1 − |λ|² from log |λ| without the cancellation of 1 − exp(·) near the unit circle."""
+    return -torch.expm1(2 * log_mag)
+
+
+class Rotation(Parameterisation):
+    """RotRNN: per head A_h = γ_h P_h Θ_h P_hᵀ, P_h = expm(M_h − M_hᵀ), γ_h = exp(−exp(γ_log_h)).
+
+    The scan runs on z = Pᵀ x: block-diagonal rotations are conjugate-pair complex modes
+    λ = γ_h e^{iθ}. The input enters as Pᵀ B u and the state leaves as x = P z (C P on the way
+    out) — P on one side, Pᵀ on the other, never P twice (SCIENCE.md §3).
+    """
+
+    def __init__(self, d_model: int, state_dim: int, heads: int, init: InitScheme):
+        super().__init__(d_model, state_dim, heads, init)
+        n = _check_heads("rotation", state_dim, heads, "state coordinates")
+        if n % 2:
+            raise ValueError(f"rotation: head size state_dim/heads = {n} must be even")
+        self.n = n
+        skew = torch.zeros(heads, n, n) if init.identity_basis else torch.randn(heads, n, n)
+        if init.identity_basis:  # P = I fixed: a buffer, so it neither trains nor decays
+            self.register_buffer("M", skew)
+        else:
+            self.M = nn.Parameter(skew)
+        self.gamma_log = nn.Parameter(torch.log(-torch.log(init.magnitudes(heads))))
+        self.theta = nn.Parameter(init.phases((heads, n // 2)))
+        b_std, c_std = init.io_std(d_model, state_dim)
+        self.B = nn.Parameter(torch.randn(state_dim, d_model) * b_std)
+        self.C = nn.Parameter(torch.randn(d_model, state_dim) * c_std)
+        self.unit_head = torch.arange(state_dim // 2) // (n // 2)
+
+    def recurrent_parameters(self) -> list[nn.Parameter]:
+        return [p for p in (self.M, self.gamma_log, self.theta, self.B) if isinstance(p, nn.Parameter)]
+
+    def log_gamma(self) -> torch.Tensor:
+        return -torch.exp(self.gamma_log)
+
+    def gamma(self) -> torch.Tensor:
+        """(H,) per-head decay γ_h ∈ (0, 1)."""
+        return torch.exp(self.log_gamma())
+
+    def basis(self) -> torch.Tensor:
+        """(H, n, n) P_h = expm(M_h − M_hᵀ): orthogonal with det +1.
+
+        Evaluated in float64 (cheap: H small n×n matrices): a float32 expm of a skew matrix with
+        N(0,1) entries is orthogonal only to ~2e-6, which the modes' 1e-5 agreement cannot afford.
+        """
+        skew = self.M - self.M.transpose(-1, -2)
+        return torch.linalg.matrix_exp(skew.double()).to(self.M.dtype)
+
+    def state_matrices(self) -> torch.Tensor:
+        """(H, n, n) A_h = γ_h P_h Θ_h P_hᵀ (without the ξ input scale)."""
+        c, s = torch.cos(self.theta), torch.sin(self.theta)
+        rot = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)  # (H, n/2, 2, 2)
+        theta = torch.stack([torch.block_diag(*r.unbind(0)) for r in rot.unbind(0)])
+        P = self.basis()
+        return self.gamma()[:, None, None] * P @ theta @ P.transpose(-1, -2)
+
+    def unit_log_magnitude(self) -> torch.Tensor:
+        return self.log_gamma().repeat_interleave(self.n // 2)
+
+    def head_gain(self) -> torch.Tensor:
+        # ξ_h = sqrt(1 − γ_h²) / ‖B_h‖_F is this gain to the power −1/2.
+        b_sq = self.B.view(self.heads, self.n, self.d_model).square().sum((1, 2))
+        return b_sq / one_minus_mag_sq(self.log_gamma())
+
+    def system(self, scale: torch.Tensor | None) -> System:
+        H, n, d = self.heads, self.n, self.d_model
+        P = self.basis()
+        Bz = torch.einsum("hij,hid->hjd", P, self.B.view(H, n, d)).reshape(self.state_dim, d)  # Pᵀ B
+        Cz = torch.einsum("ehi,hij->ehj", self.C.view(d, H, n), P).reshape(d, self.state_dim)  # C P
+        if scale is not None:
+            Bz = Bz * scale.repeat_interleave(2)[:, None]
+        lam = torch.exp(torch.complex(self.unit_log_magnitude(), self.theta.flatten()))
+        return System(lam, Bz, Cz, self.D, P)
+
+    def eigenvalues(self) -> torch.Tensor:
+        lam = torch.exp(torch.complex(self.unit_log_magnitude(), self.theta.flatten()))
+        return torch.cat([lam, lam.conj()])
+
+
+class ComplexDiagonal(Parameterisation):
+    """LRU: λ_j = exp(−exp(ν_log_j) + i·exp(θ_log_j)), complex B and C, y = Re(C x) + D ⊙ u.
+
+    The real form of mode j is the pair (Re x_j, Im x_j); Re(c·x) = [Re c, −Im c]·(Re x, Im x).
+    Heads are consecutive groups of modes (used by ξ and by the norm probes).
+    """
+
+    def __init__(self, d_model: int, state_dim: int, heads: int, init: InitScheme):
+        super().__init__(d_model, state_dim, heads, init)
+        K = state_dim // 2
+        _check_heads("complex_diagonal", K, heads, "complex modes (state_dim/2)")
+        self.K = K
+        self.nu_log = nn.Parameter(torch.log(-torch.log(init.magnitudes(K))))
+        self.theta_log = nn.Parameter(torch.log(init.phases((K,)).clamp_min(1e-12)))
+        b_std, c_std = init.io_std(d_model, state_dim)
+        self.B_re = nn.Parameter(torch.randn(K, d_model) * b_std)
+        self.B_im = nn.Parameter(torch.randn(K, d_model) * b_std)
+        self.C_re = nn.Parameter(torch.randn(d_model, K) * c_std)
+        self.C_im = nn.Parameter(torch.randn(d_model, K) * c_std)
+        self.unit_head = torch.arange(K) // (K // heads)
+
+    def recurrent_parameters(self) -> list[nn.Parameter]:
+        return [self.nu_log, self.theta_log, self.B_re, self.B_im]
+
+    def unit_log_magnitude(self) -> torch.Tensor:
+        return -torch.exp(self.nu_log)
+
+    def lam(self) -> torch.Tensor:
+        return torch.exp(torch.complex(self.unit_log_magnitude(), torch.exp(self.theta_log)))
+
+    def head_gain(self) -> torch.Tensor:
+        # Modes of a group have their own |λ|: sum each mode's stationary power
+        # ‖b_j‖² / (1 − |λ_j|²); for one shared |λ| this is the rotation's ‖B_h‖²/(1 − γ²).
+        power = (self.B_re.square() + self.B_im.square()).sum(1) / one_minus_mag_sq(self.unit_log_magnitude())
+        return power.view(self.heads, -1).sum(1)
+
+    def system(self, scale: torch.Tensor | None) -> System:
+        B = torch.stack([self.B_re, self.B_im], 1).reshape(self.state_dim, self.d_model)
+        if scale is not None:
+            B = B * scale.repeat_interleave(2)[:, None]
+        C = torch.stack([self.C_re, -self.C_im], -1).reshape(self.d_model, self.state_dim)
+        return System(self.lam(), B, C, self.D)
+
+    def eigenvalues(self) -> torch.Tensor:
+        return self.lam()
+
+
+class RealDiagonal(Parameterisation):
+    """Real diagonal: λ_j = exp(−exp(ν_log_j)) ∈ (0, 1); the phase of the init is ignored."""
+
+    def __init__(self, d_model: int, state_dim: int, heads: int, init: InitScheme):
+        super().__init__(d_model, state_dim, heads, init)
+        _check_heads("real_diagonal", state_dim, heads, "state coordinates")
+        self.nu_log = nn.Parameter(torch.log(-torch.log(init.magnitudes(state_dim))))
+        b_std, c_std = init.io_std(d_model, state_dim)
+        self.B = nn.Parameter(torch.randn(state_dim, d_model) * b_std)
+        self.C = nn.Parameter(torch.randn(d_model, state_dim) * c_std)
+        self.unit_head = torch.arange(state_dim) // (state_dim // heads)
+
+    def recurrent_parameters(self) -> list[nn.Parameter]:
+        return [self.nu_log, self.B]
+
+    def unit_log_magnitude(self) -> torch.Tensor:
+        return -torch.exp(self.nu_log)
+
+    def head_gain(self) -> torch.Tensor:
+        power = self.B.square().sum(1) / one_minus_mag_sq(self.unit_log_magnitude())
+        return power.view(self.heads, -1).sum(1)
+
+    def system(self, scale: torch.Tensor | None) -> System:
+        B = self.B if scale is None else self.B * scale[:, None]
+        return System(torch.exp(self.unit_log_magnitude()), B, self.C, self.D)
+
+    def eigenvalues(self) -> torch.Tensor:
+        mag = torch.exp(self.unit_log_magnitude())
+        return torch.complex(mag, torch.zeros_like(mag))
+
+
+class Dense(Parameterisation):
+    """Unconstrained block-diagonal A (one n×n block per head; heads=1 is fully dense); sequential.
+
+    Initialised like a rotation layer in a random basis (A_h = γ_h Q Θ Qᵀ), then free to leave the
+    orthogonal family. A normalisation unit is a head: its "magnitude" is the RMS singular value
+    ‖A_h‖_F/√n (γ_h at init), and ξ uses the stationary power from the discrete Lyapunov sum.
+    """
+
+    sequential_only = True
+    lyapunov_doublings = 16  # the stationary sum over 2^16 steps: γ^(2^17) is negligible for γ ≤ 0.9999
+
+    def __init__(self, d_model: int, state_dim: int, heads: int, init: InitScheme):
+        super().__init__(d_model, state_dim, heads, init)
+        n = _check_heads("dense", state_dim, heads, "state coordinates")
+        self.n = n
+        gamma, theta = init.magnitudes(heads), init.phases((heads, n // 2))
+        blocks = []
+        for h in range(heads):
+            c, s = torch.cos(theta[h]), torch.sin(theta[h])
+            rot = [
+                torch.stack([torch.stack([ci, -si]), torch.stack([si, ci])])
+                for ci, si in zip(c, s, strict=True)
+            ]
+            block = torch.block_diag(*rot, *([torch.ones(1, 1)] if n % 2 else []))
+            q = torch.eye(n) if init.identity_basis else torch.linalg.matrix_exp(_skew(torch.randn(n, n)))
+            blocks.append(gamma[h] * q @ block @ q.T)
+        self.A = nn.Parameter(torch.stack(blocks))
+        b_std, c_std = init.io_std(d_model, state_dim)
+        self.B = nn.Parameter(torch.randn(state_dim, d_model) * b_std)
+        self.C = nn.Parameter(torch.randn(d_model, state_dim) * c_std)
+        self.unit_head = torch.arange(heads)
+
+    def recurrent_parameters(self) -> list[nn.Parameter]:
+        return [self.A, self.B]
+
+    def unit_log_magnitude(self) -> torch.Tensor:
+        return 0.5 * torch.log(self.A.square().sum((1, 2)) / self.n)
+
+    def head_gain(self) -> torch.Tensor:
+        Bh = self.B.view(self.heads, self.n, self.d_model)
+        S, Ak = Bh @ Bh.transpose(1, 2), self.A
+        for _ in range(self.lyapunov_doublings):  # S ← S + A^k S A^kᵀ, A^k ← (A^k)²: Σ_t A^t BBᵀ A^tᵀ
+            S = S + Ak @ S @ Ak.transpose(1, 2)
+            Ak = Ak @ Ak
+        return torch.diagonal(S, dim1=1, dim2=2).sum(1)
+
+    def system(self, scale: torch.Tensor | None) -> System:
+        B = self.B if scale is None else self.B * scale.repeat_interleave(self.n)[:, None]
+        return System(None, B, self.C, self.D, A=torch.block_diag(*self.A.unbind(0)))
+
+    def eigenvalues(self) -> torch.Tensor:
+        return torch.linalg.eigvals(self.A.detach()).flatten()
+
+
+def _skew(m: torch.Tensor) -> torch.Tensor:
+    return m - m.transpose(-1, -2)
+
+
+PARAMETERISATIONS: dict[str, type[Parameterisation]] = {
+    "rotation": Rotation,
+    "complex_diagonal": ComplexDiagonal,
+    "real_diagonal": RealDiagonal,
+    "dense": Dense,
+}

@@ -1,0 +1,265 @@
+"""The composable linear recurrent layer: any parameterisation × normalisation × heads × nonlinearity.
+
+    x_t = σ(A x_{t-1} + B̃ u_t),   y_t = C x_t + D ⊙ u_t      (σ = identity for the linear layer)
+
+Modes (``layer.mode``), which must agree (tests/test_models_modes.py):
+    scan        diagonal modes through ``ablate.ops.scan.linear_scan`` (the training default)
+    conv        the same states by FFT convolution with the kernel λ^k (time-invariant layers)
+    sequential  a loop over t of the real natural-basis system; forced for tanh/relu and dense
+and ``step(u_t, state)`` carries a natural-basis real state for streaming inference.
+
+``RecurrentLayer`` is the interface every family implements (also minGRU/minLSTM and torch's
+GRU/LSTM): ``forward(u, return_states, return_norms, h0)``, ``step``, ``initial_state``,
+``eigenvalues``, ``recurrent_parameters``, ``heads``, ``state_dim``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ablate.models.inits import InitScheme, make_init
+from ablate.models.normalisations import NORMALISATIONS
+from ablate.models.parameterisations import PARAMETERISATIONS, System
+from ablate.ops.scan import linear_scan
+
+NONLINEARITIES: dict[str, Callable[[torch.Tensor], torch.Tensor] | None] = {
+    "none": None,
+    "tanh": torch.tanh,
+    "relu": torch.relu,
+}
+
+MODES = ("scan", "conv", "sequential")
+
+
+class RecurrentLayer(nn.Module):
+    """Interface of a recurrent layer: (B, L, d_model) → (B, L, d_model), with a carried state."""
+
+    heads: int = 1
+    state_dim: int
+
+    def forward(
+        self,
+        u: torch.Tensor,
+        return_states: bool = False,
+        return_norms: bool = False,
+        h0: Any = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """y, then (if asked) states (B, L, N) real, then norms (B, L, heads) of ‖x_t^h‖²."""
+        raise NotImplementedError
+
+    def step(self, u_t: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        raise NotImplementedError
+
+    def initial_state(self, batch: int) -> Any:
+        raise NotImplementedError
+
+    def eigenvalues(self) -> torch.Tensor:
+        """The state matrix spectrum; empty for input-dependent recurrences."""
+        return torch.zeros(0, dtype=torch.complex64)
+
+    def recurrent_parameters(self) -> list[nn.Parameter]:
+        return []
+
+
+def pack(y: torch.Tensor, states: torch.Tensor | None, norms: torch.Tensor | None) -> Any:
+    """The forward return convention: y alone, or y followed by what was asked for."""
+    extra = [t for t in (states, norms) if t is not None]
+    return (y, *extra) if extra else y
+
+
+def head_norms(states: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, L, N) real states → (B, L, heads) squared norms; heads are contiguous coordinate groups."""
+    B, L, N = states.shape
+    return states.view(B, L, heads, N // heads).square().sum(-1)
+
+
+def powers(lam: torch.Tensor, length: int) -> torch.Tensor:
+    """(length, K) table of lam^k, k = 0 … length−1, built by doubling products.
+
+    SCIENCE.md §5: never exp(i·k·θ) with a growing angle — in float32 the angle k·θ carries an
+    absolute error ~k·θ·2^-24 (1e-3 rad at k = 16k). Products are composed instead, in double
+    precision: repeated squaring amplifies rounding like k·eps, negligible at 2^-53, and the table
+    is rounded once to the input's precision at the end.
+    """
+    wide = torch.complex128 if lam.is_complex() else torch.float64
+    step = lam.to(wide)
+    out = torch.ones((1, *lam.shape), dtype=wide, device=lam.device)
+    while out.shape[0] < length:
+        out = torch.cat([out, out * step], 0)  # out[m:2m] = out[:m] · lam^m
+        step = step * step
+    return out[:length].to(lam.dtype)
+
+
+def conv_scan(lam: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+    """Same result as ``linear_scan(lam, b, h0)`` for a time-invariant lam: FFT convolution."""
+    L = b.shape[1]
+    kernel = powers(lam, L + 1)  # (L+1, K)
+    n = 1 << (2 * L - 1).bit_length()
+    if b.is_complex():
+        z = torch.fft.ifft(torch.fft.fft(b, n=n, dim=1) * torch.fft.fft(kernel[:L], n=n, dim=0), dim=1)[:, :L]
+    else:
+        z = torch.fft.irfft(
+            torch.fft.rfft(b, n=n, dim=1) * torch.fft.rfft(kernel[:L], n=n, dim=0), n=n, dim=1
+        )[:, :L]
+    if h0 is not None:
+        z = z + kernel[1:] * h0[:, None]
+    return z
+
+
+def sequential_loop(
+    bu: torch.Tensor, A: torch.Tensor, h0: torch.Tensor | None, act: Callable | None
+) -> torch.Tensor:
+    """x_t = act(A x_{t-1} + bu_t) for t = 1..L; bu (B, L, N) already holds B̃ u."""
+    x = torch.zeros_like(bu[:, 0]) if h0 is None else h0
+    out = []
+    for bu_t in bu.unbind(1):  # unbind keeps the backward linear in L
+        x = x @ A.T + bu_t
+        if act is not None:
+            x = act(x)
+        out.append(x)
+    return torch.stack(out, 1)
+
+
+class LinearRecurrence(RecurrentLayer):
+    """The composed layer: ``PARAMETERISATIONS[p]`` × ``NORMALISATIONS[n]`` × heads × nonlinearity."""
+
+    def __init__(
+        self,
+        d_model: int,
+        state_dim: int,
+        heads: int = 1,
+        parameterisation: str = "rotation",
+        normalisation: str = "xi",
+        nonlinearity: str = "none",
+        init: Any = None,
+    ):
+        super().__init__()
+        for name, reg, what in (
+            (parameterisation, PARAMETERISATIONS, "parameterisation"),
+            (normalisation, NORMALISATIONS, "normalisation"),
+            (nonlinearity, NONLINEARITIES, "nonlinearity"),
+        ):
+            if name not in reg:
+                raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(reg)}")
+        scheme = init if isinstance(init, InitScheme) else make_init(init)
+        self.param = PARAMETERISATIONS[parameterisation](d_model, state_dim, heads, scheme)
+        self.norm = NORMALISATIONS[normalisation](self.param)
+        self.act = NONLINEARITIES[nonlinearity]
+        self.d_model, self.state_dim, self.heads = d_model, state_dim, heads
+        self.mode = "scan"
+
+    @property
+    def parallel(self) -> bool:
+        """Linear and diagonalisable: the scan and conv modes apply."""
+        return self.act is None and not self.param.sequential_only
+
+    def system(self) -> System:
+        """This pass's system, normalisation included (ξ and γ_recomputed from live parameters)."""
+        return self.param.system(self.norm(self.param))
+
+    def forward(
+        self,
+        u: torch.Tensor,
+        return_states: bool = False,
+        return_norms: bool = False,
+        h0: torch.Tensor | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
+        mats = self.system()
+        if self.mode == "sequential" or not self.parallel:
+            A, B, C = mats.natural()
+            s = sequential_loop(u @ B.T, A, h0, self.act)  # natural basis
+            natural = s
+        else:
+            s = self._scan(mats, u, h0)  # scan basis: the norms are the same, C already includes P
+            natural = None
+            C = mats.C
+        y = torch.addcmul(s @ C.T, u, mats.D)  # C x + D ⊙ u in one pass
+        if return_states and natural is None:
+            natural = self._to_natural(s, mats.P)
+        return pack(
+            y, natural if return_states else None, head_norms(s, self.heads) if return_norms else None
+        )
+
+    def _scan(self, mats: System, u: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
+        """Real scan-basis states (B, L, N); complex modes as interleaved (re, im)."""
+        Bn, L, _ = u.shape
+        N = self.state_dim
+        scan = conv_scan if self.mode == "conv" else linear_scan
+        v = u @ mats.B.T
+        z0 = None if h0 is None else self._to_scan(h0, mats.P)
+        assert mats.lam is not None
+        if not mats.complex_modes:
+            return scan(mats.lam, v, z0)
+        b = torch.view_as_complex(v.view(Bn, L, N // 2, 2))
+        c0 = None if z0 is None else torch.view_as_complex(z0.contiguous().view(Bn, N // 2, 2))
+        return torch.view_as_real(scan(mats.lam, b, c0)).reshape(Bn, L, N)
+
+    def _to_scan(self, x: torch.Tensor, P: torch.Tensor | None) -> torch.Tensor:
+        """z = Pᵀ x per head, for x (..., N)."""
+        if P is None:
+            return x
+        H, n = P.shape[0], P.shape[1]
+        return torch.einsum("hij,...hi->...hj", P, x.unflatten(-1, (H, n))).flatten(-2)
+
+    def _to_natural(self, z: torch.Tensor, P: torch.Tensor | None) -> torch.Tensor:
+        """x = P z per head, for z (..., N)."""
+        if P is None:
+            return z
+        H, n = P.shape[0], P.shape[1]
+        return torch.einsum("hij,...hj->...hi", P, z.unflatten(-1, (H, n))).flatten(-2)
+
+    def step(self, u_t: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of streaming inference; ``state`` is the natural-basis real state (B, N)."""
+        mats = self.system()
+        A, B, C = mats.natural()
+        x = state @ A.T + u_t @ B.T
+        if self.act is not None:
+            x = self.act(x)
+        return x @ C.T + u_t * mats.D, x
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        return torch.zeros(batch, self.state_dim, device=self.param.D.device)
+
+    def eigenvalues(self) -> torch.Tensor:
+        return self.param.eigenvalues()
+
+    def head_decay(self) -> torch.Tensor:
+        """(H,) largest |eigenvalue| per head: γ_h for rotation, the slowest mode elsewhere."""
+        mags = self.eigenvalues().detach().abs()
+        if isinstance(self.param, PARAMETERISATIONS["rotation"]):
+            return self.param.gamma().detach()
+        return mags.view(self.heads, -1).amax(1)
+
+    @torch.no_grad()
+    def expected_state_norms(self, length: int) -> torch.Tensor:
+        """(length, H) theory for E‖x_t^h‖², t = 1..length, from x_0 = 0 under white unit input.
+
+        For a ξ rotation layer this is 1 − γ_h^{2t}; generally Σ_j ‖b̃_j‖² (1 − |λ_j|^{2t})/(1 − |λ_j|²).
+        Exact for linear layers only (a tanh/relu recurrence has no closed form).
+        """
+        if self.act is not None:
+            raise ValueError("expected_state_norms: only linear recurrences have a closed form")
+        mats = self.system()
+        if mats.lam is None:  # dense: iterate the covariance S_t = A S_{t-1} Aᵀ + B̃B̃ᵀ
+            A, B, _ = mats.natural()
+            S, Q, out = torch.zeros_like(A), B @ B.T, []
+            for _ in range(length):
+                S = A @ S @ A.T + Q
+                out.append(torch.diagonal(S))
+            return torch.stack(out).view(length, self.heads, -1).sum(-1)
+        power = mats.B.square().sum(1)
+        if mats.complex_modes:
+            power = power.view(-1, 2).sum(1)
+        log_mag = mats.lam.abs().log()
+        t = torch.arange(1, length + 1, dtype=power.dtype, device=power.device)[:, None]
+        e = power * torch.expm1(2 * t * log_mag) / torch.expm1(2 * log_mag)
+        return e.view(length, self.heads, -1).sum(-1)
+
+    def recurrent_parameters(self) -> list[nn.Parameter]:
+        return self.param.recurrent_parameters() + self.norm.recurrent_parameters()
