@@ -117,25 +117,37 @@ def ablate(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, cwd=ROOT)
 
 
-def test_cli_validate_ok_and_error_exit_codes(tmp_path):
-    good = ablate("validate", "studies/quickstart.yaml")
-    assert good.returncode == 0, good.stderr
-    assert good.stdout.startswith("OK quickstart")
+def cli(*args: str):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_cli_validate_ok_and_error_exit_codes(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    good = cli("validate", "studies/quickstart.yaml")
+    assert good.exit_code == 0, good.output
+    assert good.output.startswith("OK quickstart")
     bad = tmp_path / "bad.yaml"
     raw = with_("factors", {"model.normalisation": ["xi", "zeta"]})
     bad.write_text(yaml.safe_dump(raw))
-    res = ablate("validate", str(bad))
+    res = ablate("validate", str(bad))  # a real process: exit code, stderr, no traceback
     assert res.returncode == 2
     assert "factors.model.normalisation[1]: 'zeta' is not one of: xi, gamma" in res.stderr
     assert "Traceback" not in res.stderr
-    missing = ablate("validate", str(tmp_path / "nope.yaml"))
-    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    missing = cli("validate", str(tmp_path / "nope.yaml"))
+    assert missing.exit_code == 2 and "cannot read" in missing.output
 
 
-def test_cli_plan_lists_cells(tmp_path):
-    res = ablate("plan", "studies/quickstart.yaml")
-    assert res.returncode == 0, res.stderr
+def test_cli_plan_lists_cells(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    res = cli("plan", "studies/quickstart.yaml")
+    assert res.exit_code == 0, res.output
     s = spec.load(ROOT / "studies/quickstart.yaml")
     for cell in design.cells(s):
-        assert cell.id in res.stdout
-    assert f"{len(design.cells(s))} cells × 2 seeds = {2 * len(design.cells(s))} trials" in res.stdout
+        assert cell.id in res.output
+    assert f"{len(design.cells(s))} cells × 2 seeds = {2 * len(design.cells(s))} trials" in res.output

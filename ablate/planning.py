@@ -1,0 +1,245 @@
+"""``ablate plan``: the cells of a spec, what is already done, and an estimate of the rest.
+
+Reading progress opens the study's storage only if it exists (nothing is created). The
+estimate (``--estimate``) times a few training steps, one validation pass and one probe per
+distinct model shape on the chosen device, then scales them by each pending trial's steps,
+evaluations and probes, plus a measured-once per-trial overhead for tracking.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ablate.design import Cell, Item, canonical_json, cells, items
+from ablate.spec import Spec
+
+# Seconds a worker spends per trial outside training (MLflow run, artifacts, queue), and once per
+# `ablate run` (imports, stores); measured on the 2-core CPU development machine.
+TRIAL_OVERHEAD_S = 1.5
+RUN_OVERHEAD_S = 8.0
+FINISHED = ("done", "failed")
+
+
+@dataclass
+class CellPlan:
+    cell: Cell
+    items: list[Item]
+    states: dict[str, str] = field(default_factory=dict)  # item key → state
+
+    @property
+    def counts(self) -> Counter:
+        return Counter(self.states.get(i.key, "new") for i in self.items)
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts[s] for s in FINISHED)
+
+    @property
+    def status(self) -> str:
+        if self.finished == len(self.items):
+            return "done"
+        if self.finished or self.counts["running"]:
+            return "partial"
+        return "new"
+
+
+@dataclass
+class Plan:
+    spec: Spec
+    cells: list[CellPlan]
+    stored: bool  # a study of this name exists in the storage
+    note: str = ""
+
+    @property
+    def items(self) -> list[Item]:
+        return [i for c in self.cells for i in c.items]
+
+    def pending(self) -> list[Item]:
+        return [i for c in self.cells for i in c.items if c.states.get(i.key) not in FINISHED]
+
+    def counts(self) -> Counter:
+        total: Counter = Counter()
+        for c in self.cells:
+            total.update(c.counts)
+        return total
+
+
+def build(spec: Spec, storage: str | None = None) -> Plan:
+    """The plan of ``spec``, with each item's state read from the storage when it exists."""
+    grid = cells(spec)
+    work = items(spec)
+    by_cell: dict[str, list[Item]] = {c.id: [] for c in grid}
+    for item in work:
+        by_cell[item.cell.id].append(item)
+    plans = [CellPlan(c, by_cell[c.id]) for c in grid]
+    note = ""
+    states: dict[str, str] | None = None
+    try:
+        from ablate.runner.phases import item_states
+
+        states = item_states(spec.name, [i.key for i in work], storage)
+    except Exception as exc:  # an unreadable store: plan without progress, say why
+        note = f"cannot read progress: {exc}"
+    if states is None and not note:
+        note = "no results stored yet for this study: every cell is new"
+    for plan in plans:
+        plan.states = {i.key: (states or {}).get(i.key, "new") for i in plan.items}
+    return Plan(spec, plans, states is not None, note)
+
+
+def summary_line(spec: Spec, n_cells: int) -> str:
+    seeds = len(spec.seed_list)
+    if spec.tune is None:
+        return f"{n_cells} cells × {seeds} seeds = {n_cells * seeds} trials"
+    per = spec.tune.trials + seeds
+    return (f"{n_cells} cells × ({spec.tune.trials} tuning trials + {seeds} seeds) = {n_cells * per} trials "
+            f"({n_cells * spec.tune.trials} tuning, {n_cells * seeds} replicate)")
+
+
+def render(plan: Plan, console: Any) -> None:
+    from rich.table import Table
+
+    spec = plan.spec
+    table = Table(title=f"{spec.name}: plan ({spec.design})")
+    table.add_column("cell id")
+    for name in spec.factors:
+        table.add_column(name)
+    table.add_column("trials", justify="right")
+    table.add_column("done", justify="right")
+    table.add_column("status")
+    colour = {"done": "green", "partial": "yellow", "new": "cyan"}
+    for c in plan.cells:
+        table.add_row(c.cell.id, *[c.cell.labels[name] for name in spec.factors], str(len(c.items)),
+                      str(c.finished), f"[{colour[c.status]}]{c.status}[/]")
+    console.print(table)
+    console.print(summary_line(spec, len(plan.cells)))
+    counts = plan.counts()
+    pending = len(plan.pending())
+    console.print(f"done {counts['done']}, failed {counts['failed']}, running {counts['running']}, "
+                  f"pending {pending}" + (f"  ({plan.note})" if plan.note else ""))
+
+
+# --- estimate ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ShapeTiming:
+    setup: float  # building the model and optimiser
+    step: float  # one training step
+    val: float  # one pass over the validation split
+    test: float  # one pass over the test split
+    probe: float  # one hidden-state probe
+
+
+@dataclass
+class Estimate:
+    seconds: float  # one worker, every pending trial
+    trials: int
+    shapes: int
+    measured: float  # seconds the dry run took
+    device: str
+
+
+def _shape_key(config: dict[str, Any]) -> str:
+    return canonical_json({"task": config["task"], "model": config["model"],
+                           "batch": config["train"]["batch_size"]})
+
+
+def measure(config: dict[str, Any], probe_batch: int, device: str = "cpu", steps: int = 5) -> ShapeTiming:
+    """Time a few training steps, one evaluation and one probe of ``config`` on ``device``."""
+    import torch
+
+    from ablate.models import build_model
+    from ablate.spec import ModelSpec, TrainSpec
+    from ablate.tasks import load_task
+    from ablate.training import _loss_and_correct, evaluate, probe_norms
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+
+    train = TrainSpec.model_validate(config["train"])
+    data = load_task(config["task"], progress=False)
+    start = time.perf_counter()
+    torch.manual_seed(0)
+    model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
+    optimiser = torch.optim.AdamW(model.param_groups(train.lr, train.recurrent_lr_factor, train.weight_decay))
+    x, y = (t.to(device) for t in data.train)
+    x_val, y_val = (t.to(device) for t in data.val)
+    sync()
+    setup = time.perf_counter() - start
+
+    def step() -> None:
+        idx = torch.randint(len(x), (train.batch_size,))
+        logits, _ = model(x[idx.to(device)], return_norms=True)
+        loss, _, _ = _loss_and_correct(logits, y[idx.to(device)])
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        if train.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
+        optimiser.step()
+
+    step()  # the first step pays for compilation and allocation once per worker, not per step
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    per_step = (time.perf_counter() - start) / steps
+    start = time.perf_counter()
+    evaluate(model, x_val, y_val)
+    sync()
+    val = time.perf_counter() - start
+    start = time.perf_counter()
+    probe_norms(model, x_val[:probe_batch], 0)
+    sync()
+    probe = time.perf_counter() - start
+    test = val * len(data.test[0]) / max(1, len(x_val))
+    return ShapeTiming(setup, per_step, val, test, probe)
+
+
+def trial_seconds(config: dict[str, Any], probes_every: int, t: ShapeTiming) -> float:
+    train = config["train"]
+    steps, every = int(train["steps"]), int(train["eval_every"])
+    evals = (steps - 1) // every
+    probes = 2 + (steps - 1) // probes_every
+    return (t.setup + steps * t.step + (evals + 1) * t.val + t.test + probes * t.probe + TRIAL_OVERHEAD_S)
+
+
+def estimate(plan: Plan, device: str = "cpu", steps: int = 5) -> Estimate:
+    """Wall time of the plan's pending trials on one worker, from a measured dry run."""
+    pending = plan.pending()
+    start = time.perf_counter()
+    timings: dict[str, ShapeTiming] = {}
+    total = 0.0
+    for item in pending:
+        key = _shape_key(item.cell.config)
+        if key not in timings:
+            timings[key] = measure(item.cell.config, plan.spec.probes.batch, device, steps)
+        total += trial_seconds(item.cell.config, plan.spec.probes.every, timings[key])
+    if pending:
+        total += RUN_OVERHEAD_S
+    return Estimate(total, len(pending), len(timings), time.perf_counter() - start, device)
+
+
+def duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, s = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {s:02d} s"
+    hours, m = divmod(minutes, 60)
+    return f"{hours} h {m:02d} min"
+
+
+def render_estimate(est: Estimate, console: Any) -> None:
+    if not est.trials:
+        console.print("estimate: nothing pending")
+        return
+    console.print(f"estimated wall time of the {est.trials} pending trials on {est.device}: "
+                  f"~{duration(est.seconds)} with one worker (≈ that ÷ N with N workers); measured "
+                  f"{est.shapes} model shape{'s' if est.shapes != 1 else ''} in {est.measured:.1f} s")

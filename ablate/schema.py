@@ -1,0 +1,306 @@
+"""The JSON Schema of a study spec and its Markdown reference, both from the pydantic models of
+``ablate.spec`` (and the task registry), so neither can drift from what ``validate`` accepts.
+
+``ablate schema --docs docs/spec.md`` writes both; tests/test_spec_schema.py fails when either
+file in docs/ is stale.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from ablate import choices, spec
+from ablate.tasks.registry import TASK_NAMES, task_params_model
+
+SCHEMA_ID = "https://ablate.dev/spec.schema.json"
+MODELINE = "# yaml-language-server: $schema=../docs/spec.schema.json"
+
+
+def _task_schemas(defs: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for name in TASK_NAMES:
+        model = task_params_model(name)
+        sch = model.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(sch.pop("$defs", {}))
+        props = {"name": {"const": name, "description": f"the {name} task"}, **sch.get("properties", {})}
+        out.append({
+            "title": f"task: {name}",
+            "description": (model.__doc__ or "").strip().split("\n")[0],
+            "type": "object",
+            "properties": props,
+            "required": ["name", *sch.get("required", [])],
+            "additionalProperties": False,
+        })
+    return out
+
+
+def json_schema() -> dict[str, Any]:
+    """The spec's JSON Schema (draft 2020-12) for editors: completion, hover text, checks."""
+    sch = spec.Spec.model_json_schema(ref_template="#/$defs/{model}")
+    defs = sch.setdefault("$defs", {})
+    props = sch["properties"]
+    props["task"] = {"description": props["task"].get("description", ""), "oneOf": _task_schemas(defs)}
+    props["factors"]["propertyNames"] = {
+        "pattern": r"^((task|model|train)(\.[A-Za-z0-9_]+)+|[A-Za-z_][A-Za-z0-9_-]*)$",
+        "description": "a dotted path into the baseline, or a plain name for a named factor",
+    }
+    props["seeds"]["anyOf"] = [
+        {"type": "integer", "minimum": 1, "maximum": spec.MAX_SEEDS},
+        {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": spec.MAX_SEED},
+         "minItems": 1, "maxItems": spec.MAX_SEEDS, "uniqueItems": True},
+    ]
+    defs["TuneSpec"]["properties"]["seeds"]["anyOf"] = props["seeds"]["anyOf"]
+    sch.pop("required", None)  # a spec that extends another may leave name and task to its base
+    sch["anyOf"] = [{"required": ["extends"]}, {"required": ["name", "task"]}]
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **sch}
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+# --- the Markdown reference ---------------------------------------------------------------------
+
+GUIDE = """\
+A study is one YAML file (`studies/*.yaml`). It names a **baseline** (`task`, `model`, `train`),
+the **factors** that move it, which **cells** to run, the **seeds**, optional per-cell
+**tuning**, and the **reports**. `ablate validate FILE` checks it; `ablate plan FILE` lists the
+cells (done / partial / new) and, with `--estimate`, times a dry run. Editors validate and
+complete spec files that start with
+
+    # yaml-language-server: $schema=../docs/spec.schema.json
+
+## Factors
+
+A factor's **name** is either a dotted path into the baseline, which it moves, or a plain name
+(a *named factor*, e.g. `variant`) whose levels each set several paths at once.
+
+```yaml
+factors:
+  model.layers: [1, 2, 4]                  # levels are values of the path
+  model.init:                              # levels may be mappings (defaults fill in)
+    - {scheme: ring, r_min: 0.9}
+    - {label: RotRNN-init, value: {scheme: rotrnn}}   # a labelled level
+  model.normalisation: {ξ: xi, γ: gamma}   # a mapping label → level labels every level
+  variant:                                 # a named factor: label → {dotted path: value}
+    RotRNN: {model.parameterisation: rotation, model.normalisation: xi}
+    LRU: {model.parameterisation: complex_diagonal, model.normalisation: gamma}
+  model.heads:                             # the long form: levels + a condition
+    levels: [1, 2, 4]
+    when: {model.parameterisation: rotation}
+```
+
+Labels are what cell labels, plans and result frames show (one column per factor, named by the
+factor, holding the label). Unlabelled levels are labelled by their value (`4`, `xi`,
+`scheme=ring,r_min=0.9`). A cell's label lists its levels: a labelled level or a named factor's
+level by its label (`RotRNN`), a path factor's unlabelled level as `heads=4`. A mapping
+`{label: …, value: …}` with exactly those two keys is a labelled level. A path belongs to one
+factor, and is either a factor or tuned, not both.
+
+**Conditions.** `when:` (factor name or dotted path → value, or list of values) makes a factor
+vary only in cells that match; elsewhere it stays at the baseline and combinations that then
+coincide are one cell. Conditions are checked after the unconditional factors are applied, in
+declaration order, and may name factors declared before them or dotted paths of the config.
+
+## Designs and constraints
+
+- `design: full` (default) — every combination of levels.
+- `design: one_at_a_time` — the baseline, and each level of each factor moved alone from it.
+- `design: cells` — exactly the cells listed under `cells:` (given `cells:`, the design
+  defaults to `cells`); each entry maps factor names to a level (label or value); factors not
+  named stay at the baseline.
+
+```yaml
+exclude: [{variant: LRU, model.layers: 4}]       # drop cells matching any entry
+include: [{model.layers: [1, 2]}]                # if given, keep only cells matching one entry
+cells: [{variant: RotRNN}, {variant: LRU, model.layers: 4}]
+```
+
+An entry matches a cell when every key matches: a factor by its level's label or value, a
+dotted path by the cell's resolved value (a list means any of; a mapping matches the keys it
+names). Every cell left must be a valid model; an invalid one is an error that names it (exclude
+it, or make a factor conditional). A design with no cell left, a condition that never holds,
+and grids over the limits below are errors.
+
+## Seeds and tuning
+
+`seeds: 3` means seeds 0, 1, 2; `seeds: [7, 11]` lists them. With `tune`, each cell first runs
+`tune.trials` tuning trials, each on one tuning seed (trial i on `tune.seeds[i mod k]`; a count
+k means seeds 10000 … 10000+k−1; they must be disjoint from `seeds`), sampling `tune.space`
+with the sampler; the best finished setting by `tune.objective` (a validation metric) is then
+trained on every replicate seed. Both phases resume; raising `trials` later adds tuning trials
+but does not redo finished replicates.
+
+```yaml
+tune:
+  trials: 16
+  sampler: tpe                       # tpe | random | gp
+  objective: {metric: val_accuracy}  # direction: maximize for accuracy, minimize for loss/bpc
+  space:
+    train.lr: {low: 1.0e-4, high: 1.0e-2, log: true}
+    train.weight_decay: {low: 0.0, high: 0.1}
+    model.layers: {low: 1, high: 4}          # int: the baseline value is an int
+    train.batch_size: [16, 32, 64]           # a list is a set of choices
+```
+
+## Cell identity
+
+A cell's id is the first 12 hex digits of SHA-256 over the canonical JSON (sorted keys) of
+`{config, data, code[, tune]}`: `config` is the resolved `task`/`model`/`train` (defaults
+filled in, so writing a default explicitly changes nothing), `data` the task's data version (a
+hash of its name, parameters and generator version), `code` `ablate.design.CODE_VERSION`, and
+`tune` the tuning protocol (space, sampler, objective, tuning seeds; not the budget). Key order,
+YAML formatting, labels, `probes`, the design and the study's name do not enter it. So
+re-running a spec resumes, adding levels or seeds runs only the new trials, and changing a fixed
+setting makes new cells. A trial is keyed `<cell id>/replicate/<seed>` or
+`<cell id>/tune/<index>`.
+
+## Composition: `extends` and `--set`
+
+`extends: base.yaml` (or a list, merged in order) reads other specs relative to this file,
+chained; a cycle is an error. Mappings merge key by key with this file winning, `null` removes an
+inherited key, lists and scalars replace, and a mapping whose `scheme` (an init) or `name` (the
+task) differs from the inherited one replaces it whole. On the command line
+`--set path=value` (the value is YAML) overrides after merging:
+`--set train.steps=50`, `--set 'factors.model.layers=[1, 2]'`, `--set tune.space.train.lr.high=0.1`.
+
+## Errors
+
+Every error names its key path and, when the spec came from a file, `file:line`; choices list the
+valid names; unknown keys suggest the closest valid one. `ablate validate` and every command that
+reads a spec exit with code 2 on an invalid spec and write nothing to any store. The loader is
+YAML's safe loader, stricter: duplicate keys, non-text keys (`no:` reads as false), tags other
+than plain data (Python objects, `!!binary`, `!!set`, `!!timestamp`, custom), nesting deeper than
+@MAX_DEPTH@, aliases that expand past @MAX_NODES@ values, files over @MAX_BYTES@ bytes and
+non-UTF-8 text are refused.
+"""
+
+
+def _fmt(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return f"`{text}`"
+
+
+def _type(prop: dict[str, Any]) -> str:
+    if "enum" in prop:
+        return " \\| ".join(f"`{v}`" for v in prop["enum"])
+    if "const" in prop:
+        return f"`{prop['const']}`"
+    if "$ref" in prop:
+        name = prop["$ref"].split("/")[-1]
+        return f"[{name}](#{name.lower()})"
+    if "anyOf" in prop or "oneOf" in prop:
+        parts = [_type(p) for p in prop.get("anyOf", prop.get("oneOf", [])) if p.get("type") != "null"]
+        return " \\| ".join(dict.fromkeys(p for p in parts if p)) or "any"
+    kind = prop.get("type")
+    if kind == "array":
+        inner = _type(prop.get("items", {}))
+        if inner == "any":
+            return "list"
+        return f"list of ({inner})" if "\\|" in inner else f"list of {inner}"
+    if kind == "object":
+        extra = prop.get("additionalProperties")
+        if isinstance(extra, dict) and extra:
+            return f"mapping → {_type(extra)}"
+        return "mapping"
+    return {"integer": "int", "number": "float", "string": "text", "boolean": "bool"}.get(kind, "any")
+
+
+def _bounds(prop: dict[str, Any]) -> str:
+    marks = {"minimum": "≥", "exclusiveMinimum": ">", "maximum": "≤", "exclusiveMaximum": "<",
+             "minItems": "items ≥", "minLength": "length ≥"}
+    return ", ".join(f"{sym} {prop[k]:g}" if isinstance(prop[k], float) else f"{sym} {prop[k]}"
+                     for k, sym in marks.items() if k in prop)
+
+
+def _default(model: type[BaseModel], name: str) -> str:
+    field = model.model_fields[name]
+    if field.is_required():
+        return "required"
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return f"{type(value).__name__} defaults"
+    return _fmt(value)
+
+
+def _table(model: type[BaseModel], prop_schemas: dict[str, Any]) -> list[str]:
+    lines = ["| key | type | default | constraints | meaning |", "|---|---|---|---|---|"]
+    for name in model.model_fields:
+        prop = prop_schemas.get(name, {})
+        desc = (prop.get("description") or "").replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{name}` | {_type(prop)} | {_default(model, name)} | {_bounds(prop)} | {desc} |")
+    return lines
+
+
+SECTIONS: list[tuple[str, type[BaseModel]]] = [
+    ("Spec", spec.Spec),
+    ("ModelSpec", spec.ModelSpec),
+    ("RotrnnInit", spec.RotrnnInit),
+    ("RingInit", spec.RingInit),
+    ("TrainSpec", spec.TrainSpec),
+    ("ProbeSpec", spec.ProbeSpec),
+    ("FactorSpec", spec.FactorSpec),
+    ("LabelledLevel", spec.LabelledLevel),
+    ("TuneSpec", spec.TuneSpec),
+    ("TuneParam", spec.TuneParam),
+    ("Objective", spec.Objective),
+]
+
+WHERE = {
+    "Spec": "the top level of a spec file",
+    "ModelSpec": "`model:`",
+    "RotrnnInit": "`model.init` with `scheme: rotrnn`",
+    "RingInit": "`model.init` with `scheme: ring`",
+    "TrainSpec": "`train:`",
+    "ProbeSpec": "`probes:`",
+    "FactorSpec": "the long form of a factor under `factors:`",
+    "LabelledLevel": "a labelled level in a factor's list",
+    "TuneSpec": "`tune:`",
+    "TuneParam": "each entry of `tune.space` (a list is short for `{choices: [...]}`)",
+    "Objective": "`tune.objective`",
+}
+
+
+def reference_markdown() -> str:
+    """docs/spec.md: the guide above, then one table per model and per task, and the limits."""
+    sch = json_schema()
+    defs = sch["$defs"]
+    out = [
+        "# Study spec reference",
+        "",
+        "<!-- Generated by `ablate schema --docs docs/spec.md` from ablate/spec.py, ablate/schema.py and the "
+        "task registry. Do not edit by hand. -->",
+        "",
+        GUIDE.replace("@MAX_DEPTH@", str(spec.MAX_DEPTH)).replace("@MAX_NODES@", f"{spec.MAX_NODES:,}")
+        .replace("@MAX_BYTES@", f"{spec.MAX_BYTES:,}").rstrip(),
+        "",
+        "# Reference",
+        "",
+    ]
+    for name, model in SECTIONS:
+        props = sch["properties"] if model is spec.Spec else defs[name]["properties"]
+        doc = " ".join((model.__doc__ or "").split())
+        out += [f"## {name}", "", f"{WHERE[name]}. {doc}".strip(), "", *_table(model, props), ""]
+    out += ["## Tasks", "", "`task:` is `name:` and that task's parameters (all optional).", ""]
+    for entry in sch["properties"]["task"]["oneOf"]:
+        task = entry["properties"]["name"]["const"]
+        model = task_params_model(task)
+        params = {k: v for k, v in entry["properties"].items() if k != "name"}
+        out += [f"### task: {task}", "", *([entry["description"], ""] if entry["description"] else []),
+                *_table(model, params), ""]
+    out += ["## Valid names", "", "| key | names |", "|---|---|"]
+    for key, names in (("model.family", choices.FAMILIES), ("model.parameterisation", choices.PARAMETERISATIONS),
+                       ("model.normalisation", choices.NORMALISATIONS), ("model.nonlinearity", choices.NONLINEARITIES),
+                       ("model.activation", choices.ACTIVATIONS), ("model.norm", choices.NORMS),
+                       ("model.pooling", choices.POOLINGS), ("model.init.scheme", choices.INIT_SCHEMES),
+                       ("task.name", TASK_NAMES), ("reports", choices.REPORTS),
+                       ("tune.objective.metric", spec.OBJECTIVE_METRICS)):
+        out.append(f"| `{key}` | {', '.join(f'`{n}`' for n in names)} |")
+    out += ["", "## Limits", "", "| limit | value |", "|---|---|"]
+    for key in ("MAX_CELLS", "MAX_SEEDS", "MAX_TUNE_TRIALS", "MAX_ITEMS", "MAX_EXTENDS", "MAX_DEPTH", "MAX_NODES",
+                "MAX_BYTES"):
+        out.append(f"| `{key}` | {getattr(spec, key):,} |")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,164 @@
+"""The YAML loader (safe, bounded, strict), line numbers, extends, and --set overrides."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ablate import design, spec
+
+GOOD = textwrap.dedent("""\
+    name: t
+    task: {name: listops, max_length: 40, train_size: 100, val_size: 50, test_size: 50}
+    model:
+      d_model: 16
+      state_dim: 8
+      layers: 1
+    train: {steps: 5}
+    factors:
+      model.normalisation: [xi, gamma]
+      model.layers: [1, 2]
+    seeds: 2
+""")
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def load_error(path: Path, overrides: list[str] | None = None) -> str:
+    with pytest.raises(spec.SpecError) as info:
+        spec.load(path, overrides)
+    return str(info.value)
+
+
+def test_errors_carry_file_and_line(tmp_path):
+    path = write(tmp_path, "s.yaml", GOOD.replace("[xi, gamma]", "[xi, zeta]").replace("layers: 1", "layer: 1"))
+    msg = load_error(path)
+    assert f"{path}:9: factors.model.normalisation[1]: 'zeta' is not one of: xi, gamma" in msg or \
+        f"{path}:6: model.layer: unknown key; did you mean 'layers'?" in msg
+    path = write(tmp_path, "s.yaml", GOOD.replace("[xi, gamma]", "[xi, zeta]"))
+    assert load_error(path) == (f"{path}:9: factors.model.normalisation[1]: 'zeta' is not one of: "
+                                "xi, gamma, gamma_recomputed, none")
+    path = write(tmp_path, "s.yaml", GOOD.replace("layers: 1", "layer: 1"))
+    assert load_error(path).startswith(f"{path}:6: model.layer: unknown key; did you mean 'layers'?")
+
+
+def test_duplicate_keys_and_non_text_keys_are_errors():
+    with pytest.raises(spec.SpecError, match=r"line 3.*duplicate key 'model' \(first at line 2\)"):
+        spec.parse_yaml("name: a\nmodel: {}\nmodel: {}\n")
+    with pytest.raises(spec.SpecError, match="duplicate key 'layers'"):
+        spec.parse_yaml("model: {layers: 1, layers: 2}\n")
+    with pytest.raises(spec.SpecError, match="mapping keys must be text; 'no' reads as False"):
+        spec.parse_yaml("no: 1\n")
+    # Merge keys are not duplicates: the explicit key wins, as YAML says.
+    assert spec.parse_yaml("a: &a {x: 1, y: 2}\nb: {<<: *a, x: 3}\n")["b"] == {"x": 3, "y": 2}
+
+
+def test_tags_other_than_plain_data_are_refused():
+    for text in ("name: !!python/object/apply:os.system ['true']", "x: !!python/name:os.system",
+                 "x: !!binary aGVsbG8=", "x: !!set {a, b}", "x: !!timestamp 2024-01-01", "x: !custom 3",
+                 "x: !!omap [{a: 1}]"):
+        with pytest.raises(spec.SpecError, match="is not allowed: a spec holds plain data"):
+            spec.parse_yaml(text)
+    assert spec.parse_yaml("d: 2024-01-01\nn: !!str 3\n") == {"d": "2024-01-01", "n": "3"}  # dates stay text
+
+
+def test_alias_bombs_recursion_and_depth_are_bounded():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for i, name in enumerate("bcdefgh"):
+        prev = "abcdefgh"[i]
+        bomb += f"{name}: &{name} [{', '.join(['*' + prev] * 10)}]\n"
+    with pytest.raises(spec.SpecError, match="too large after expanding aliases"):
+        spec.parse_yaml(bomb)
+    with pytest.raises(spec.SpecError, match="an alias refers to itself"):
+        spec.parse_yaml("a: &a [1, *a]\n")
+    with pytest.raises(spec.SpecError, match="nesting deeper than"):
+        spec.parse_yaml("a: " + "[" * 60 + "]" * 60)
+    with pytest.raises(spec.SpecError, match="nesting"):
+        spec.parse_yaml("a: " + "[" * 5000 + "]" * 5000)
+    # Modest aliases are fine.
+    assert spec.parse_yaml("a: &a [1, 2]\nb: *a\n") == {"a": [1, 2], "b": [1, 2]}
+
+
+def test_bytes_limits_and_encodings(tmp_path):
+    with pytest.raises(spec.SpecError, match="not UTF-8"):
+        spec.parse_yaml(b"name: \xff\xfe")
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * (spec.MAX_BYTES + 10))
+    assert "a spec is at most" in load_error(big)
+    assert "cannot read" in load_error(tmp_path / "missing.yaml")
+    empty = write(tmp_path, "empty.yaml", "")
+    assert "task: required key is missing" in load_error(empty)
+    scalar = write(tmp_path, "scalar.yaml", "3\n")
+    assert "must be a mapping" in load_error(scalar)
+
+
+def test_extends_chain_merges_and_locates_errors(tmp_path):
+    write(tmp_path, "base.yaml", GOOD)
+    write(tmp_path, "sub/mid.yaml", "") if False else (tmp_path / "sub").mkdir()
+    write(tmp_path, "sub/mid.yaml", """\
+        extends: ../base.yaml
+        name: mid
+        model: {layers: 2}
+        factors: {model.layers: null}
+    """)
+    child = write(tmp_path, "sub/child.yaml", """\
+        extends: mid.yaml
+        name: child
+        model: {init: {scheme: ring, r_min: 0.5}}
+        train: {steps: 7}
+    """)
+    s = spec.load(child)
+    assert s.name == "child" and s.model.d_model == 16 and s.model.layers == 2 and s.train.steps == 7
+    assert list(s.factors) == ["model.normalisation"]  # null removed the inherited factor
+    assert s.model.init.scheme == "ring" and s.model.init.r_min == 0.5  # a new scheme replaces the mapping
+    assert s.model_dump().get("extends") is None
+    bad = write(tmp_path, "sub/bad.yaml", "extends: mid.yaml\ntrain: {steps: 0}\n")
+    assert load_error(bad) == f"{bad}:2: train.steps: Input should be greater than or equal to 1"
+    # An error written in a base file points at the base file.
+    write(tmp_path, "base2.yaml", GOOD.replace("d_model: 16", "d_model: -1"))
+    child2 = write(tmp_path, "child2.yaml", "extends: base2.yaml\nname: c2\n")
+    assert load_error(child2).startswith(f"{(tmp_path / 'base2.yaml').resolve()}:4: model.d_model:")
+
+
+def test_extends_errors(tmp_path):
+    a = write(tmp_path, "a.yaml", "extends: b.yaml\nname: a\n")
+    write(tmp_path, "b.yaml", "extends: c.yaml\n")
+    write(tmp_path, "c.yaml", "extends: a.yaml\n")
+    msg = load_error(a)
+    assert msg == f"{tmp_path / 'c.yaml'}:1: extends: a cycle: a.yaml → b.yaml → c.yaml → a.yaml"
+    self_ref = write(tmp_path, "self.yaml", "extends: self.yaml\n")
+    assert "a cycle: self.yaml → self.yaml" in load_error(self_ref)
+    missing = write(tmp_path, "m.yaml", "name: m\nextends: nope.yaml\n")
+    assert f"{missing}:2: extends: cannot read 'nope.yaml'" in load_error(missing)
+    typed = write(tmp_path, "t.yaml", "extends: {a: 1}\n")
+    assert "extends: must be a file name or a list of file names" in load_error(typed)
+    with pytest.raises(spec.SpecError, match="only a spec file can extend"):
+        spec.validate({"extends": "x.yaml", "name": "x"})
+
+
+def test_extends_from_text_resolves_against_base_dir(tmp_path):
+    write(tmp_path, "base.yaml", GOOD)
+    s = spec.loads("extends: base.yaml\nname: from-text\n", base_dir=tmp_path)
+    assert s.name == "from-text" and s.seed_list == [0, 1]
+
+
+def test_overrides_reach_dotted_factor_and_space_keys(tmp_path):
+    path = write(tmp_path, "s.yaml", GOOD + "tune: {trials: 2, space: {train.lr: {low: 1.0e-4, high: 1.0e-2}}}\n")
+    s = spec.load(path, ["factors.model.normalisation=[xi, gamma, none]", "train.steps=9",
+                         "tune.space.train.lr.high=0.1", "factors.model.heads.levels=[1, 2]",
+                         "factors.model.heads.when={model.parameterisation: rotation}"])
+    assert s.factors["model.normalisation"] == ["xi", "gamma", "none"]
+    assert s.factors["model.heads"] == {"levels": [1, 2], "when": {"model.parameterisation": "rotation"}}
+    assert s.tune.space["train.lr"].high == 0.1 and s.train.steps == 9
+    assert len(design.cells(s)) == 3 * 2 * 2
+    msg = load_error(path, ["train.steps=0"])
+    assert msg == "--set train.steps: train.steps: Input should be greater than or equal to 1"
+    assert "is not of the form path=value" in load_error(path, ["train.steps"])
+    assert "cannot set inside 'name'" in load_error(path, ["name.x=1"])
+    assert "not valid YAML" in load_error(path, ["train.steps=[1"])

@@ -1,0 +1,75 @@
+"""The JSON Schema and the spec reference are current; the studies/ files validate against both."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from ablate import design, schema, spec
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
+REGENERATE = "stale: run `ablate schema --docs docs/spec.md` and commit docs/"
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft202012Validator:
+    sch = json.loads((ROOT / "docs/spec.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(sch)
+    return jsonschema.Draft202012Validator(sch)
+
+
+def test_schema_file_is_current():
+    assert (ROOT / "docs/spec.schema.json").read_text(encoding="utf-8") == schema.schema_text(), REGENERATE
+
+
+def test_reference_docs_are_current():
+    assert (ROOT / "docs/spec.md").read_text(encoding="utf-8") == schema.reference_markdown(), REGENERATE
+
+
+def test_there_are_studies_and_each_carries_the_modeline():
+    assert len(STUDIES) >= 4
+    for path in STUDIES:
+        assert path.read_text(encoding="utf-8").splitlines()[0] == schema.MODELINE, path.name
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
+def test_studies_validate_against_the_schema_and_load(path, validator):
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    problems = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(raw)]
+    assert not problems, problems
+    s = spec.load(path)
+    assert design.items(s)
+
+
+def test_schema_rejects_what_validation_rejects(validator):
+    base = yaml.safe_load((ROOT / "studies/quickstart.yaml").read_text(encoding="utf-8"))
+    assert validator.is_valid(base)
+    for path, value in (("model.layer", 2), ("model.normalisation", "zeta"), ("task.name", "listopz"),
+                        ("task.max_lenght", 3), ("design", "fractional"), ("seeds", 0), ("tune", {"space": {}}),
+                        ("factors", {"bad name!": [1]})):
+        raw = json.loads(json.dumps(base))
+        *parents, key = path.split(".")
+        node = raw
+        for part in parents:
+            node = node[part]
+        node[key] = value
+        assert not validator.is_valid(raw), path
+    # A spec that extends another may leave name and task to its base.
+    assert validator.is_valid({"extends": "base.yaml", "train": {"steps": 3}})
+    assert not validator.is_valid({"train": {"steps": 3}})
+
+
+def test_cli_schema_check_and_write(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "ablate.cli", "schema", "--check", "--docs", "docs/spec.md"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([sys.executable, "-m", "ablate.cli", "schema", "--out", str(tmp_path / "s.json")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0 and (tmp_path / "s.json").read_text() == schema.schema_text()
