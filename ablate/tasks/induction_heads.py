@@ -1,0 +1,62 @@
+"""Induction heads (Olsson et al. 2022; the H3 / Hyena synthetic): complete a seen bigram.
+
+Random tokens fill the sequence; a trigger token appears once at a random position, followed
+by a target token; the sequence ends with the trigger again, and the target is the token that
+followed it the first time. Only the last position is scored (per-step accuracy).
+
+Tokens: 0 padding, 1 trigger, then ``vocab`` content tokens.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+from pydantic import Field
+
+from ablate.tasks.base import IGNORE, BuildContext, Generated, target_dtype, token_dtype
+from ablate.tasks.registry import register_task
+from ablate.tasks.synthetic import Example, SyntheticParams, disjoint_splits, stack
+
+TRIGGER = 1
+FIRST = 2
+
+
+class InductionHeadsParams(SyntheticParams):
+    seq_len: int = Field(
+        128, ge=4, le=1_000_000, description="tokens per sequence, the final trigger included"
+    )
+    vocab: int = Field(16, ge=2, description="distinct content tokens")
+
+    @property
+    def vocab_size(self) -> int:
+        return FIRST + self.vocab
+
+
+def sample(rng: np.random.Generator, p: InductionHeadsParams, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` inputs (n, seq_len) and targets scored only at the last position."""
+    length = p.seq_len
+    rows = np.arange(n)
+    x = rng.integers(FIRST, p.vocab_size, size=(n, length))
+    where = rng.integers(0, length - 2, size=n)  # the target at where + 1 stays before the end
+    x[rows, where] = TRIGGER
+    x[:, -1] = TRIGGER
+    y = np.full((n, length), IGNORE, dtype=np.int64)
+    y[:, -1] = x[rows, where + 1]
+    return x, y
+
+
+@register_task("induction_heads", InductionHeadsParams, version=1)
+def build(p: InductionHeadsParams, ctx: BuildContext) -> Generated:
+    def draw(rng: np.random.Generator, _py: random.Random, n: int) -> list[Example]:
+        return list(zip(*sample(rng, p, n), strict=True))
+
+    splits = disjoint_splits(p, draw, ctx.reporter, chunk=max(1, min(1_000, 2_000_000 // p.seq_len)))
+    arrays = {s: stack(ex, token_dtype(p.vocab_size), target_dtype(p.vocab_size)) for s, ex in splits.items()}
+    return Generated(
+        splits=arrays,
+        input_kind="tokens",
+        vocab_size=p.vocab_size,
+        num_classes=p.vocab_size,
+        output_kind="per_step",
+    )
