@@ -42,6 +42,7 @@ __all__ = [
     "Estimate",
     "anova",
     "anova_applicable",
+    "anova_on_finished_levels",
     "bootstrap_ci",
     "cell_summary",
     "compare_to_reference",
@@ -871,3 +872,27 @@ def anova(
     out["eta_sq_partial"] = np.where(is_resid, np.nan, out["sum_sq"] / (out["sum_sq"] + ss_resid))
     out["mark"] = [mark_for(p) for p in out["p"]]
     return out
+
+
+def anova_on_finished_levels(
+    trials: pd.DataFrame, metric: str, factors: Sequence[str], phase: str | None = "replicate"
+) -> tuple[pd.DataFrame, dict[str, list[Any]]]:
+    """For a partial study: ``trials`` without the factor levels that have no completed run yet.
+
+    Returns ``(subset, dropped)`` where ``dropped`` maps each factor to the levels left out. When
+    the design is full factorial over the remaining levels, ``anova(subset, ...)`` is the ANOVA
+    of the study *so far*; a report must say which levels it leaves out. ``dropped`` is empty
+    when every level has a completed run (then ``subset`` is ``trials``).
+    """
+    factors = _check_factors(trials, factors)
+    done = completed_runs(trials, metric, phase)
+    rows = _phase_rows(trials, phase)
+    dropped: dict[str, list[Any]] = {}
+    keep = np.ones(len(trials), dtype=bool)
+    for f in factors:
+        have = set(done[f].dropna())
+        gone = [lv for lv in _ordered_unique(rows[f]) if lv not in have]
+        if gone:
+            dropped[f] = gone
+            keep &= ~trials[f].isin(gone).to_numpy()
+    return (trials[keep] if dropped else trials), dropped

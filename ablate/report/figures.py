@@ -83,7 +83,7 @@ def _chance_line(ax: Any, chance: float | None, vertical: bool = False) -> None:
 
 
 def _metric_label(metric: str) -> str:
-    return metric.replace("_", " ")
+    return metric.replace("_", " ").replace("/", " ")
 
 
 # --- accuracy per cell -----------------------------------------------------------------------
@@ -143,6 +143,9 @@ def accuracy_by_cell(
             label=f"mean ± {confidence:.0%} CI",
         )
         _chance_line(ax, chance, vertical=True)
+        if metric.endswith("accuracy"):  # a CI past [0, 1] (few seeds, wide spread) must not squash the points
+            low, high = ax.get_xlim()
+            ax.set_xlim(max(low, -0.02), min(high, 1.02))
         ax.set_yticks(y, labels)
         ax.set_ylim(len(summary) - 0.5, -0.5)
         ax.set_xlabel(_metric_label(metric))
@@ -209,8 +212,16 @@ def main_effects_plot(
             x = np.arange(len(sub))
             err = [(sub["mean"] - sub["ci_low"]).fillna(0), (sub["ci_high"] - sub["mean"]).fillna(0)]
             ax.errorbar(x, sub["mean"], yerr=err, fmt="o-", ms=4, lw=1.2, capsize=3, color=MEAN_COLOR)
+            for xi in x[sub["mean"].isna().to_numpy()]:  # a level whose cells have no results yet
+                ax.annotate("no results", (xi, 0.02), xycoords=("data", "axes fraction"), ha="center",
+                            fontsize=7, color="0.45")
             _chance_line(ax, chance)
-            ax.set_xticks(x, [wrap(lv, tick_width) for lv in sub["level"]])
+            ticks = [str(lv) for lv in sub["level"]]
+            if sum(len(t) for t in ticks) + 2 * len(ticks) > 2 * tick_width:  # crowded: slant, do not wrap
+                ax.set_xticks(x, [wrap(t, 2 * tick_width) for t in ticks], rotation=30, ha="right",
+                              rotation_mode="anchor")
+            else:
+                ax.set_xticks(x, [wrap(t, tick_width) for t in ticks])
             ax.set_xlim(-0.5, len(sub) - 0.5)
             ax.set_title(wrap(factor, 12 * (4 - ncols) + 18))
             ax.grid(axis="x", visible=False)
@@ -255,7 +266,7 @@ def interaction_plot(
             )
         _chance_line(ax, chance)
         ax.set_xticks(
-            range(len(levels1)), [wrap(lv, max(8, int(60 / max(1, len(levels1))))) for lv in levels1]
+            range(len(levels1)), [wrap(lv, max(8, int(80 / max(1, len(levels1))))) for lv in levels1]
         )
         ax.set_xlim(-0.5, len(levels1) - 0.5)
         ax.set_xlabel(wrap(f1, 60))
