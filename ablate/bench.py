@@ -1,0 +1,465 @@
+"""Scan benchmarks, measured side by side in one process on the same inputs (DESIGN §7).
+
+    run_bench()            prints three tables and returns their rows
+    python -m ablate.bench benchmarks/bench_scan.py
+
+1. Scans: ms and effective GB/s per backend for the real, complex and log-space scans at several
+   lengths; the ratio to the bandwidth bound (minimum bytes / the copy bandwidth measured in this
+   process, interleaved with the timings); the speedup over the per-step torch loop.
+2. One recurrent layer, forward+backward, compiled vs reference scan (minGRU, LRU, RotRNN).
+3. A training step of a 4-layer model: the step time split into scan and rest, per backend.
+
+"Rest" is the same step with the scan replaced by ``b + 0*a`` (same shapes, same graph into a and
+b, negligible cost), so scan time = step time - rest; it needs no profiler and is the same for
+every backend.
+
+Allocator: tensors of 32 MB and more are mmap'ed fresh by glibc and pay a page fault per 4 KB
+page on first touch, every call (a 64 MB clone took 64 ms instead of 11 ms here). ``run_bench``
+therefore calls ``mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 TiB)`` in-process, which makes glibc
+serve large blocks from the heap and keep freed ones, so the outputs and gradients each scan
+allocates reuse warm pages. The same effect from the shell: MALLOC_MMAP_MAX_=0
+MALLOC_TRIM_THRESHOLD_=1099511627776. The copy used for the bandwidth reuses its two buffers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from ablate.ops import scan as scan_mod
+
+# Minimum bytes per element: forward reads a, b and writes h; backward reads grad_h, a, h and
+# writes grad_a, grad_b. The log scan's backward also reads log_b. Complex elements are twice
+# the size of real ones.
+BYTES_PER_ELEM = {  # (forward, forward + backward) in units of the real element size
+    "real": (3, 8),
+    "complex": (6, 16),
+    "log": (3, 9),
+}
+
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # from glibc's malloc.h
+
+
+def tune_allocator() -> str:
+    """Keep large freed blocks in glibc's heap (see module docstring); returns what was done."""
+    if os.environ.get("MALLOC_MMAP_MAX_") == "0":
+        return "MALLOC_MMAP_MAX_=0 from the environment"
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        ok = libc.mallopt(_M_MMAP_MAX, 0) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 40) == 1
+    except (OSError, AttributeError):
+        ok = False
+    if ok:
+        return "glibc mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 TiB) set in-process"
+    return "default allocator (mallopt unavailable): large allocations may pay page faults"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_ms(fn: Callable[[], Any], repeats: int, device: torch.device, warmup: int = 1) -> float:
+    """Median wall time of ``fn`` in ms (median: other processes share this machine)."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+class Bandwidth:
+    """Copy bandwidth of this process, sampled between timings; buffers allocated once."""
+
+    def __init__(self, nbytes: int, device: torch.device):
+        self.src = torch.ones(nbytes // 4, device=device)
+        self.dst = torch.empty_like(self.src)
+        self.device = device
+        self.samples: list[float] = []
+
+    def sample(self, repeats: int = 5) -> float:
+        ms = time_ms(lambda: self.dst.copy_(self.src), repeats, self.device)
+        gbs = 2 * self.src.numel() * 4 / ms / 1e6  # read + write
+        self.samples.append(gbs)
+        return gbs
+
+    @property
+    def gbs(self) -> float:
+        return statistics.median(self.samples)
+
+
+# --- 1. scans -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ScanRow:
+    kind: str
+    length: int
+    backend: str
+    fwd_ms: float
+    fb_ms: float
+    fwd_gbs: float
+    fb_gbs: float
+    fwd_x_bound: float  # time / (min bytes / bandwidth): 1.0 is the memory-bandwidth limit
+    fb_x_bound: float
+    fwd_speedup: float  # over the per-step loop (log scan: over torch's cumsum form)
+    fb_speedup: float
+
+
+def _scan_inputs(kind: str, B: int, L: int, D: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    if kind == "log":
+        log_a = torch.nn.functional.logsigmoid(torch.randn(B, L, D, generator=g) + 2)
+        return log_a.to(device), (torch.randn(B, L, D, generator=g) - 1).to(device)
+    r = 0.5 + 0.5 * torch.rand(B, L, D, generator=g)
+    if kind == "complex":
+        a = torch.polar(r, 6.283 * torch.rand(B, L, D, generator=g))
+        return a.to(device), torch.randn(B, L, D, dtype=torch.complex64, generator=g).to(device)
+    return r.to(device), torch.randn(B, L, D, generator=g).to(device)
+
+
+def _scan_fns(
+    kind: str, backend: str, a: torch.Tensor, b: torch.Tensor
+) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    scan = scan_mod.log_scan if kind == "log" else scan_mod.linear_scan
+    leaves = (a.detach().requires_grad_(), b.detach().requires_grad_())
+    grad = torch.ones_like(b)
+
+    def fwd() -> Any:
+        with torch.no_grad():
+            return scan(a, b, backend=backend)
+
+    def fwd_bwd() -> Any:
+        return torch.autograd.grad(scan(*leaves, backend=backend), leaves, grad)
+
+    return fwd, fwd_bwd
+
+
+def bench_scans(
+    lengths: tuple[int, ...],
+    batch: int,
+    channels: int,
+    kinds: tuple[str, ...],
+    device: torch.device,
+    bandwidth: Bandwidth,
+    repeats: int,
+    log: Callable[[str], None],
+) -> list[ScanRow]:
+    backends = [n for n in scan_mod.available_backends(device) if n != "torch"]
+    rows = []
+    for kind in kinds:
+        for L in lengths:
+            a, b = _scan_inputs(kind, batch, L, channels, device)
+            elems = batch * L * channels
+            unit = 4  # fp32 bytes; complex counts double in BYTES_PER_ELEM
+            timings: dict[str, tuple[float, float]] = {}
+            for name in ["torch", *backends]:
+                log(f"  {kind:7s} L={L:<6d} {name}")
+                fwd, fwd_bwd = _scan_fns(kind, name, a, b)
+                # The reference loop is slow at long L; fewer repeats keep the run short.
+                n = max(2, repeats // 2) if name == "torch" and L >= 4096 else repeats
+                bandwidth.sample()
+                timings[name] = (time_ms(fwd, n, device), time_ms(fwd_bwd, n, device))
+            bandwidth.sample()
+            for name, (f_ms, fb_ms) in timings.items():
+                f_bytes, fb_bytes = (unit * k * elems for k in BYTES_PER_ELEM[kind])
+                bound_f, bound_fb = (x / bandwidth.gbs / 1e6 for x in (f_bytes, fb_bytes))
+                ref_f, ref_fb = timings["torch"]
+                rows.append(
+                    ScanRow(
+                        kind, L, _label(kind, name), f_ms, fb_ms,
+                        f_bytes / f_ms / 1e6, fb_bytes / fb_ms / 1e6,
+                        f_ms / bound_f, fb_ms / bound_fb, ref_f / f_ms, ref_fb / fb_ms,
+                    )
+                )  # fmt: skip
+            del a, b
+    return rows
+
+
+def _label(kind: str, backend: str) -> str:
+    if backend == "torch":
+        return "torch cumsum" if kind == "log" else "torch loop"
+    return backend
+
+
+# --- 2. and 3. layers and training steps -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def forced_backend(name: str) -> Iterator[None]:
+    """Every scan in the block runs on ``name`` (the models call the scans without a backend)."""
+    old = os.environ.get(scan_mod.ENV_VAR)
+    os.environ[scan_mod.ENV_VAR] = name
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[scan_mod.ENV_VAR]
+        else:
+            os.environ[scan_mod.ENV_VAR] = old
+
+
+@contextlib.contextmanager
+def scans_stubbed() -> Iterator[None]:
+    """Scans replaced by ``b + 0*a``: the cost of everything but the scan, graph intact."""
+    saved = scan_mod.linear_scan_reference, scan_mod.log_scan_reference
+    scan_mod.linear_scan_reference = lambda a, b, h0=None: b + 0 * a
+    scan_mod.log_scan_reference = lambda la, lb, lh0=None: lb + 0 * la
+    try:
+        with forced_backend("torch"):
+            yield
+    finally:
+        scan_mod.linear_scan_reference, scan_mod.log_scan_reference = saved
+
+
+LAYER_SPECS: dict[str, dict[str, Any]] = {
+    "minGRU": {"family": "mingru"},
+    "LRU": {
+        "family": "linear_rnn",
+        "parameterisation": "complex_diagonal",
+        "normalisation": "gamma",
+        "init": {"scheme": "ring"},
+    },
+    "RotRNN": {"family": "linear_rnn", "parameterisation": "rotation"},
+}
+
+
+@dataclass
+class StepRow:
+    what: str  # "layer" (one recurrent layer fwd+bwd) or "step" (a training step of the model)
+    model: str
+    backend: str
+    ms: float
+    scan_ms: float
+    rest_ms: float
+    scan_share: float
+    speedup: float  # over the reference backend
+
+
+def _build(model: str, d_model: int, state: int, layers: int, L: int, device: torch.device) -> Any:
+    from ablate.models import build_model
+    from ablate.spec import ModelSpec
+    from ablate.tasks.base import TaskInfo
+
+    task = TaskInfo(
+        name="bench", input_kind="tokens", vocab_size=64, input_dim=1, num_classes=64,
+        output_kind="per_step", metric="bpc", chance=6.0, seq_len=L, data_version="bench",
+    )  # fmt: skip
+    spec = ModelSpec(d_model=d_model, state_dim=state, layers=layers, **LAYER_SPECS[model])
+    torch.manual_seed(0)
+    return build_model(spec, task).to(device)
+
+
+def _model_workloads(
+    model_name: str, seq_len: int, batch: int, d_model: int, state: int, layers: int, device: torch.device
+) -> dict[str, Callable[[], None]]:
+    """{"layer": one recurrent layer fwd+bwd, "step": a training step of the whole model}."""
+    import torch.nn.functional as F
+
+    net = _build(model_name, d_model, state, layers, seq_len, device)
+    layer = net.recurrent_layers()[0]
+    u = torch.randn(batch, seq_len, d_model, device=device, requires_grad=True)
+    gy = torch.randn(batch, seq_len, d_model, device=device)
+    x = torch.randint(1, 64, (batch, seq_len), device=device)
+    y = torch.randint(1, 64, (batch, seq_len), device=device)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+
+    def layer_fwd_bwd() -> None:
+        layer(u).backward(gy)
+
+    def train_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        logits = net(x)
+        F.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
+        opt.step()
+
+    return {"layer": layer_fwd_bwd, "step": train_step}
+
+
+def time_interleaved(
+    fn: Callable[[], Any],
+    variants: dict[str, Callable[[], contextlib.AbstractContextManager]],
+    repeats: int,
+    device: torch.device,
+) -> dict[str, float]:
+    """Median ms of ``fn`` under each variant's context, the variants taking turns each round so
+    that a change in machine load hits them all alike."""
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(repeats + 1):  # round 0 warms up
+        for name, ctx in variants.items():
+            with ctx():
+                t0 = time.perf_counter()
+                fn()
+                _sync(device)
+                if r:
+                    times[name].append(1e3 * (time.perf_counter() - t0))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def bench_layers(
+    seq_len: int,
+    batch: int,
+    d_model: int,
+    state: int,
+    layers: int,
+    device: torch.device,
+    repeats: int,
+    log: Callable[[str], None],
+) -> list[StepRow]:
+    compiled = [n for n in scan_mod.available_backends(device) if n != "torch"]
+    variants: dict[str, Callable[[], contextlib.AbstractContextManager]] = {"rest": scans_stubbed}
+    for name in [*compiled, "torch"]:
+        variants[name] = lambda name=name: forced_backend(name)
+    rows = []
+    for model_name in LAYER_SPECS:
+        workloads = _model_workloads(model_name, seq_len, batch, d_model, state, layers, device)
+        for what, fn in workloads.items():
+            log(f"  {what:5s} {model_name}")
+            ms = time_interleaved(fn, variants, repeats, device)
+            rest = ms.pop("rest")
+            for name, t in ms.items():
+                scan_t = max(t - rest, 0.0)
+                rows.append(StepRow(what, model_name, name, t, scan_t, rest, scan_t / t, ms["torch"] / t))
+    return rows
+
+
+# --- printing ------------------------------------------------------------------------------------
+
+
+def _print_tables(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # piped or captured: rich would wrap at 80 columns
+        console = Console(width=170)
+    bw = result["bandwidth_gbs"]
+    t = Table(
+        title=(
+            f"Scans, B={result['batch']} D={result['channels']}, {result['device']}, "
+            f"{result['threads']} threads, load average {result['load_average']:.1f}; copy bandwidth "
+            f"{bw['median']:.1f} GB/s (min {bw['min']:.1f}, max {bw['max']:.1f}); {result['allocator']}"
+        ),
+        title_justify="left",
+    )
+    for col in ("kind", "L", "backend", "fwd ms", "fwd GB/s", "fwd ×bound", "f+b ms", "f+b GB/s",
+                "f+b ×bound", "fwd speedup", "f+b speedup"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("kind", "backend") else "right")
+    for r in result["scans"]:
+        t.add_row(
+            r["kind"], str(r["length"]), r["backend"],
+            f"{r['fwd_ms']:.1f}", f"{r['fwd_gbs']:.1f}", f"{r['fwd_x_bound']:.2f}",
+            f"{r['fb_ms']:.1f}", f"{r['fb_gbs']:.1f}", f"{r['fb_x_bound']:.2f}",
+            f"{r['fwd_speedup']:.1f}×", f"{r['fb_speedup']:.1f}×",
+        )  # fmt: skip
+    console.print(t)
+    console.print(
+        "×bound = time / (minimum bytes / copy bandwidth); minimum bytes per element: "
+        "real 12 fwd, 32 fwd+bwd; complex64 24, 64; log 12, 36."
+    )
+    if result.get("layers"):
+        lc = result["layer_config"]
+        t = Table(
+            title=(
+                f"Layers (one recurrent layer fwd+bwd) and training steps of a {lc['layers']}-layer "
+                f"model, d_model {lc['d_model']}, state {lc['state']}, L={lc['seq_len']}, "
+                f"batch {lc['batch']}"
+            ),
+            title_justify="left",
+        )
+        for col in ("what", "model", "backend", "ms", "scan ms", "rest ms", "scan share", "speedup"):
+            t.add_column(col, justify="left" if col in ("what", "model", "backend") else "right")
+        for r in result["layers"]:
+            t.add_row(
+                r["what"], r["model"], r["backend"], f"{r['ms']:.1f}", f"{r['scan_ms']:.1f}",
+                f"{r['rest_ms']:.1f}", f"{100 * r['scan_share']:.0f}%", f"{r['speedup']:.1f}×",
+            )  # fmt: skip
+        console.print(t)
+        console.print("scan ms = step ms − rest ms, rest = the same step with the scan replaced by b + 0·a.")
+    elif result.get("layers_error"):
+        console.print(f"[yellow]layer benchmark skipped: {result['layers_error']}[/yellow]")
+
+
+def run_bench(
+    lengths: tuple[int, ...] = (256, 1024, 4096, 16384),
+    batch: int = 16,
+    channels: int = 256,
+    kinds: tuple[str, ...] = ("real", "complex", "log"),
+    repeats: int = 5,
+    layers: bool = True,
+    layer_config: dict[str, int] | None = None,
+    device: str = "cpu",
+    tune_alloc: bool = True,
+    copy_bytes: int | None = None,
+    verbose: bool = True,
+    print_tables: bool = True,
+) -> dict[str, Any]:
+    """Run the scan (and, if the model zoo imports, layer and step) benchmarks; print and return.
+
+    ``layer_config`` overrides seq_len=1024, batch=32, d_model=128, state=128, layers=4.
+    ``copy_bytes`` sizes the bandwidth probe (default: one scan input at L=4096, at least 64 MB).
+    """
+    dev = torch.device(device)
+    allocator = tune_allocator() if tune_alloc else "default allocator"
+
+    def log(msg: str) -> None:
+        if verbose:
+            print(msg, flush=True)
+
+    threads = torch.get_num_threads()
+    with contextlib.suppress(ImportError):
+        import numba
+
+        threads = numba.get_num_threads()
+    # Bandwidth buffers as large as one scan input at L=4096: far beyond the caches.
+    bandwidth = Bandwidth(copy_bytes or max(batch * 4096 * channels * 4, 64 << 20), dev)
+    bandwidth.sample()
+    log(f"scan benchmark on {dev} ({allocator})")
+    load_before = os.getloadavg()[0]
+    scans = bench_scans(lengths, batch, channels, kinds, dev, bandwidth, repeats, log)
+    result: dict[str, Any] = {
+        "device": str(dev),
+        # Other processes on this machine skew every timing; the load says how much to trust them.
+        "load_average": max(load_before, os.getloadavg()[0]),
+        "threads": threads,
+        "allocator": allocator,
+        "batch": batch,
+        "channels": channels,
+        "bandwidth_gbs": {
+            "median": bandwidth.gbs,
+            "min": min(bandwidth.samples),
+            "max": max(bandwidth.samples),
+        },
+        "scans": [asdict(r) for r in scans],
+    }
+    del bandwidth
+    if layers:
+        lc = {"seq_len": 1024, "batch": 32, "d_model": 128, "state": 128, "layers": 4}
+        lc.update(layer_config or {})
+        result["layer_config"] = lc
+        try:
+            rows = bench_layers(device=dev, repeats=repeats, log=log, **lc)
+            result["layers"] = [asdict(r) for r in rows]
+        except Exception as exc:  # the model zoo may be mid-change: keep the scan table
+            result["layers_error"] = f"{type(exc).__name__}: {exc}"
+        result["load_average"] = max(result["load_average"], os.getloadavg()[0])
+    if print_tables:
+        _print_tables(result)
+    return result
+
+
+if __name__ == "__main__":
+    run_bench()

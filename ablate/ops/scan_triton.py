@@ -1,0 +1,388 @@
+"""GPU scan kernels in Triton: one program per (sequence, block of channels), walking time in
+chunks; inside a chunk ``tl.associative_scan`` runs the parallel scan, and the chunk's last state
+carries into the next.
+
+Same interface and layouts as ``scan_numba`` (a is (Ba, La, D) with Ba in {1, B}, La in {1, L};
+everything contiguous). Complex tensors travel as interleaved (re, im) float pairs, Triton having
+no complex type. Padding rows past the sequence end hold the scan's identity element, so a chunk's
+last row is always the state to carry.
+
+Importing this module imports triton: ``ablate.ops.scan`` does so only for CUDA tensors or when
+the backend is forced, so CPU-only installs never need it. ``TRITON_INTERPRET=1`` runs these
+kernels on CPU tensors (slowly), which is how they can be checked without a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ablate.ops.scan_buffers import grad_a_buffer, reduce_batch
+
+BLOCK_T = 64  # time steps per chunk
+BLOCK_D = 32  # channels per program
+
+
+# --- combine functions ---------------------------------------------------------------------------
+# An element (a, b) is the map h -> a h + b; (a1, b1) then (a2, b2) is (a2 a1, a2 b1 + b2).
+
+
+@triton.jit
+def _combine(a1, b1, a2, b2):
+    return a2 * a1, a2 * b1 + b2
+
+
+@triton.jit
+def _combine_complex(ar1, ai1, br1, bi1, ar2, ai2, br2, bi2):
+    return (
+        ar2 * ar1 - ai2 * ai1,
+        ar2 * ai1 + ai2 * ar1,
+        ar2 * br1 - ai2 * bi1 + br2,
+        ar2 * bi1 + ai2 * br1 + bi2,
+    )
+
+
+@triton.jit
+def _logaddexp(x, y):
+    m = tl.maximum(x, y)
+    safe = tl.where(m == float("-inf"), 0.0, m)
+    return tl.where(m == float("-inf"), m, safe + tl.log(tl.exp(x - safe) + tl.exp(y - safe)))
+
+
+@triton.jit
+def _combine_log(a1, b1, a2, b2):
+    # (log a, log b) pairs of the positive map h -> a h + b.
+    return a1 + a2, _logaddexp(a2 + b1, b2)
+
+
+@triton.jit
+def _last_row(x, BT: tl.constexpr):
+    return tl.sum(tl.where((tl.arange(0, BT) == BT - 1)[:, None], x, 0.0), axis=0)
+
+
+@triton.jit
+def _exp_or_zero(x, s):
+    # exp(x - s), 0 where s = -inf (the state is still exactly 0).
+    return tl.where(s == float("-inf"), 0.0, tl.exp(x - tl.where(s == float("-inf"), 0.0, s)))
+
+
+# --- real linear scan ----------------------------------------------------------------------------
+
+
+@triton.jit
+def _linear_fwd(
+    a_ptr, b_ptr, h0_ptr, out_ptr, L, D, sa_b, sa_t,
+    HAS_H0: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+):  # fmt: skip
+    pb = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1) * BD + tl.arange(0, BD)
+    md = d < D
+    rows = tl.arange(0, BT)
+    if HAS_H0:
+        h = tl.load(h0_ptr + pb * D + d, mask=md, other=0.0)
+    else:
+        h = tl.zeros([BD], dtype=out_ptr.dtype.element_ty)
+    for t0 in range(0, L, BT):
+        t = t0 + rows
+        m = (t < L)[:, None] & md[None, :]
+        idx = (pb * L + t[:, None]) * D + d[None, :]
+        a = tl.load(a_ptr + pb * sa_b + t[:, None] * sa_t + d[None, :], mask=m, other=1.0)
+        b = tl.load(b_ptr + idx, mask=m, other=0.0)
+        A, H = tl.associative_scan((a, b), 0, _combine)
+        hs = A * h[None, :] + H
+        tl.store(out_ptr + idx, hs, mask=m)
+        h = _last_row(hs, BT)
+
+
+@triton.jit
+def _linear_bwd(
+    a_ptr, h_ptr, h0_ptr, gh_ptr, ga_ptr, gb_ptr, gh0_ptr, L, D, sa_b, sa_t,
+    HAS_H0: tl.constexpr, GA_MODE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+):  # fmt: skip
+    # Reverse scan g_t = gh_t + a_{t+1} g_{t+1}, chunks walked from the end, rows in descending t.
+    pb = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1) * BD + tl.arange(0, BD)
+    md = d < D
+    rows = tl.arange(0, BT)
+    g = tl.zeros([BD], dtype=h_ptr.dtype.element_ty)
+    acc = tl.zeros([BD], dtype=h_ptr.dtype.element_ty)
+    if HAS_H0:
+        h0 = tl.load(h0_ptr + pb * D + d, mask=md, other=0.0)
+    else:
+        h0 = tl.zeros([BD], dtype=h_ptr.dtype.element_ty)
+    for c in range(0, tl.cdiv(L, BT)):
+        t = L - 1 - c * BT - rows
+        valid = (t >= 0)[:, None]
+        m = valid & md[None, :]
+        idx = (pb * L + t[:, None]) * D + d[None, :]
+        an = tl.load(
+            a_ptr + pb * sa_b + (t[:, None] + 1) * sa_t + d[None, :], mask=m & (t < L - 1)[:, None], other=0.0
+        )
+        an = tl.where(valid, an, 1.0)  # identity past the start, so the last row is g_{t_min}
+        gh = tl.load(gh_ptr + idx, mask=m, other=0.0)
+        A, G = tl.associative_scan((an, gh), 0, _combine)
+        gs = A * g[None, :] + G
+        tl.store(gb_ptr + idx, gs, mask=m)
+        if GA_MODE != 0:
+            hp = tl.load(h_ptr + idx - D, mask=m & (t >= 1)[:, None], other=0.0)
+            hp = tl.where((t == 0)[:, None], h0[None, :], hp)
+            ga = tl.where(m, gs * hp, 0.0)
+            if GA_MODE == 1:
+                tl.store(ga_ptr + idx, ga, mask=m)
+            else:
+                acc += tl.sum(ga, axis=0)
+        g = _last_row(gs, BT)
+    a0 = tl.load(a_ptr + pb * sa_b + d, mask=md, other=0.0)
+    tl.store(gh0_ptr + pb * D + d, a0 * g, mask=md)
+    if GA_MODE == 2:
+        tl.store(ga_ptr + pb * D + d, acc, mask=md)
+
+
+# --- complex linear scan (interleaved re, im; element index i at 2i, 2i+1) -----------------------
+
+
+@triton.jit
+def _complex_fwd(
+    a_ptr, b_ptr, h0_ptr, out_ptr, L, D, sa_b, sa_t,
+    HAS_H0: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+):  # fmt: skip
+    pb = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1) * BD + tl.arange(0, BD)
+    md = d < D
+    rows = tl.arange(0, BT)
+    if HAS_H0:
+        hr = tl.load(h0_ptr + 2 * (pb * D + d), mask=md, other=0.0)
+        hi = tl.load(h0_ptr + 2 * (pb * D + d) + 1, mask=md, other=0.0)
+    else:
+        hr = tl.zeros([BD], dtype=out_ptr.dtype.element_ty)
+        hi = tl.zeros([BD], dtype=out_ptr.dtype.element_ty)
+    for t0 in range(0, L, BT):
+        t = t0 + rows
+        m = (t < L)[:, None] & md[None, :]
+        idx = 2 * ((pb * L + t[:, None]) * D + d[None, :])
+        aidx = 2 * (pb * sa_b + t[:, None] * sa_t + d[None, :])
+        ar = tl.load(a_ptr + aidx, mask=m, other=1.0)
+        ai = tl.load(a_ptr + aidx + 1, mask=m, other=0.0)
+        br = tl.load(b_ptr + idx, mask=m, other=0.0)
+        bi = tl.load(b_ptr + idx + 1, mask=m, other=0.0)
+        Ar, Ai, Hr, Hi = tl.associative_scan((ar, ai, br, bi), 0, _combine_complex)
+        sr = Ar * hr[None, :] - Ai * hi[None, :] + Hr
+        si = Ar * hi[None, :] + Ai * hr[None, :] + Hi
+        tl.store(out_ptr + idx, sr, mask=m)
+        tl.store(out_ptr + idx + 1, si, mask=m)
+        hr = _last_row(sr, BT)
+        hi = _last_row(si, BT)
+
+
+@triton.jit
+def _complex_bwd(
+    a_ptr, h_ptr, h0_ptr, gh_ptr, ga_ptr, gb_ptr, gh0_ptr, L, D, sa_b, sa_t,
+    HAS_H0: tl.constexpr, GA_MODE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+):  # fmt: skip
+    # g_t = gh_t + conj(a_{t+1}) g_{t+1}; grad_a_t = g_t conj(h_{t-1}); grad_h0 = conj(a_0) g_0.
+    pb = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1) * BD + tl.arange(0, BD)
+    md = d < D
+    rows = tl.arange(0, BT)
+    gr = tl.zeros([BD], dtype=h_ptr.dtype.element_ty)
+    gi = tl.zeros([BD], dtype=h_ptr.dtype.element_ty)
+    acc_r = tl.zeros([BD], dtype=h_ptr.dtype.element_ty)
+    acc_i = tl.zeros([BD], dtype=h_ptr.dtype.element_ty)
+    if HAS_H0:
+        h0r = tl.load(h0_ptr + 2 * (pb * D + d), mask=md, other=0.0)
+        h0i = tl.load(h0_ptr + 2 * (pb * D + d) + 1, mask=md, other=0.0)
+    else:
+        h0r = tl.zeros([BD], dtype=h_ptr.dtype.element_ty)
+        h0i = tl.zeros([BD], dtype=h_ptr.dtype.element_ty)
+    for c in range(0, tl.cdiv(L, BT)):
+        t = L - 1 - c * BT - rows
+        valid = (t >= 0)[:, None]
+        m = valid & md[None, :]
+        idx = 2 * ((pb * L + t[:, None]) * D + d[None, :])
+        aidx = 2 * (pb * sa_b + (t[:, None] + 1) * sa_t + d[None, :])
+        mn = m & (t < L - 1)[:, None]
+        anr = tl.where(valid, tl.load(a_ptr + aidx, mask=mn, other=0.0), 1.0)
+        ani = tl.where(valid, -tl.load(a_ptr + aidx + 1, mask=mn, other=0.0), 0.0)
+        ghr = tl.load(gh_ptr + idx, mask=m, other=0.0)
+        ghi = tl.load(gh_ptr + idx + 1, mask=m, other=0.0)
+        Ar, Ai, Gr, Gi = tl.associative_scan((anr, ani, ghr, ghi), 0, _combine_complex)
+        sr = Ar * gr[None, :] - Ai * gi[None, :] + Gr
+        si = Ar * gi[None, :] + Ai * gr[None, :] + Gi
+        tl.store(gb_ptr + idx, sr, mask=m)
+        tl.store(gb_ptr + idx + 1, si, mask=m)
+        if GA_MODE != 0:
+            mp = m & (t >= 1)[:, None]
+            hr = tl.where((t == 0)[:, None], h0r[None, :], tl.load(h_ptr + idx - 2 * D, mask=mp, other=0.0))
+            hi = tl.where(
+                (t == 0)[:, None], h0i[None, :], tl.load(h_ptr + idx - 2 * D + 1, mask=mp, other=0.0)
+            )
+            ga_r = tl.where(m, sr * hr + si * hi, 0.0)
+            ga_i = tl.where(m, si * hr - sr * hi, 0.0)
+            if GA_MODE == 1:
+                tl.store(ga_ptr + idx, ga_r, mask=m)
+                tl.store(ga_ptr + idx + 1, ga_i, mask=m)
+            else:
+                acc_r += tl.sum(ga_r, axis=0)
+                acc_i += tl.sum(ga_i, axis=0)
+        gr = _last_row(sr, BT)
+        gi = _last_row(si, BT)
+    a0r = tl.load(a_ptr + 2 * (pb * sa_b + d), mask=md, other=0.0)
+    a0i = tl.load(a_ptr + 2 * (pb * sa_b + d) + 1, mask=md, other=0.0)
+    tl.store(gh0_ptr + 2 * (pb * D + d), a0r * gr + a0i * gi, mask=md)
+    tl.store(gh0_ptr + 2 * (pb * D + d) + 1, a0r * gi - a0i * gr, mask=md)
+    if GA_MODE == 2:
+        tl.store(ga_ptr + 2 * (pb * D + d), acc_r, mask=md)
+        tl.store(ga_ptr + 2 * (pb * D + d) + 1, acc_i, mask=md)
+
+
+# --- log-space scan ------------------------------------------------------------------------------
+
+
+@triton.jit
+def _log_fwd(
+    la_ptr, lb_ptr, lh0_ptr, out_ptr, L, D, sa_b, sa_t,
+    HAS_H0: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+):  # fmt: skip
+    pb = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1) * BD + tl.arange(0, BD)
+    md = d < D
+    rows = tl.arange(0, BT)
+    if HAS_H0:
+        s = tl.load(lh0_ptr + pb * D + d, mask=md, other=float("-inf"))
+    else:
+        s = tl.full([BD], float("-inf"), dtype=out_ptr.dtype.element_ty)
+    for t0 in range(0, L, BT):
+        t = t0 + rows
+        m = (t < L)[:, None] & md[None, :]
+        idx = (pb * L + t[:, None]) * D + d[None, :]
+        la = tl.load(la_ptr + pb * sa_b + t[:, None] * sa_t + d[None, :], mask=m, other=0.0)
+        lb = tl.load(lb_ptr + idx, mask=m, other=float("-inf"))
+        A, H = tl.associative_scan((la, lb), 0, _combine_log)
+        ss = _logaddexp(A + s[None, :], H)
+        tl.store(out_ptr + idx, ss, mask=m)
+        s = _last_row(ss, BT)
+
+
+@triton.jit
+def _log_bwd(
+    la_ptr, lb_ptr, s_ptr, lh0_ptr, gs_ptr, ga_ptr, gb_ptr, gh0_ptr, L, D, sa_b, sa_t,
+    HAS_H0: tl.constexpr, GA_MODE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+):  # fmt: skip
+    # w_t = exp(log a_t + s_{t-1} - s_t): g_t = gs_t + w_{t+1} g_{t+1}; grad log a_t = g_t w_t;
+    # grad log b_t = g_t exp(log b_t - s_t); grad log h0 = w_0 g_0.
+    pb = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1) * BD + tl.arange(0, BD)
+    md = d < D
+    rows = tl.arange(0, BT)
+    g = tl.zeros([BD], dtype=s_ptr.dtype.element_ty)
+    acc = tl.zeros([BD], dtype=s_ptr.dtype.element_ty)
+    if HAS_H0:
+        lh0 = tl.load(lh0_ptr + pb * D + d, mask=md, other=float("-inf"))
+    else:
+        lh0 = tl.full([BD], float("-inf"), dtype=s_ptr.dtype.element_ty)
+    for c in range(0, tl.cdiv(L, BT)):
+        t = L - 1 - c * BT - rows
+        valid = (t >= 0)[:, None]
+        m = valid & md[None, :]
+        idx = (pb * L + t[:, None]) * D + d[None, :]
+        mn = m & (t < L - 1)[:, None]
+        la_next = tl.load(la_ptr + pb * sa_b + (t[:, None] + 1) * sa_t + d[None, :], mask=mn, other=0.0)
+        s_t = tl.load(s_ptr + idx, mask=m, other=0.0)
+        s_next = tl.load(s_ptr + idx + D, mask=mn, other=0.0)
+        w_next = tl.where(mn, _exp_or_zero(la_next + s_t, s_next), 0.0)
+        w_next = tl.where(valid, w_next, 1.0)
+        gs = tl.load(gs_ptr + idx, mask=m, other=0.0)
+        A, G = tl.associative_scan((w_next, gs), 0, _combine)
+        gg = A * g[None, :] + G
+        lb = tl.load(lb_ptr + idx, mask=m, other=0.0)
+        tl.store(gb_ptr + idx, gg * _exp_or_zero(lb, s_t), mask=m)
+        if GA_MODE != 0:
+            la = tl.load(la_ptr + pb * sa_b + t[:, None] * sa_t + d[None, :], mask=m, other=0.0)
+            sp = tl.load(s_ptr + idx - D, mask=m & (t >= 1)[:, None], other=0.0)
+            sp = tl.where((t == 0)[:, None], lh0[None, :], sp)
+            ga = tl.where(m, gg * _exp_or_zero(la + sp, s_t), 0.0)
+            if GA_MODE == 1:
+                tl.store(ga_ptr + idx, ga, mask=m)
+            else:
+                acc += tl.sum(ga, axis=0)
+        g = _last_row(gg, BT)
+    la0 = tl.load(la_ptr + pb * sa_b + d, mask=md, other=0.0)
+    s0 = tl.load(s_ptr + pb * L * D + d, mask=md, other=0.0)
+    tl.store(gh0_ptr + pb * D + d, g * _exp_or_zero(la0 + lh0, s0), mask=md)
+    if GA_MODE == 2:
+        tl.store(ga_ptr + pb * D + d, acc, mask=md)
+
+
+# --- torch-facing wrappers (the same interface as scan_numba) ------------------------------------
+
+
+def _grid(b: torch.Tensor) -> tuple[int, int]:
+    return b.shape[0], triton.cdiv(b.shape[2], BLOCK_D)
+
+
+def _a_strides(a: torch.Tensor) -> tuple[int, int]:
+    """Element strides of a over batch and time, 0 where a is broadcast."""
+    _, La, D = a.shape
+    return (La * D if a.shape[0] > 1 else 0), (D if La > 1 else 0)
+
+
+def _real(x: torch.Tensor | None) -> torch.Tensor | None:
+    """Interleaved float view of a complex tensor (the kernels index re at 2i, im at 2i + 1)."""
+    return torch.view_as_real(x) if x is not None and x.is_complex() else x
+
+
+def linear_forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
+    out = torch.empty_like(b)
+    kernel = _complex_fwd if b.is_complex() else _linear_fwd
+    B, L, D = b.shape
+    kernel[_grid(b)](
+        _real(a), _real(b), _real(h0 if h0 is not None else b), _real(out), L, D, *_a_strides(a),
+        HAS_H0=h0 is not None, BT=BLOCK_T, BD=BLOCK_D,
+    )  # fmt: skip
+    return out
+
+
+def linear_backward(
+    a: torch.Tensor, h: torch.Tensor, h0: torch.Tensor | None, grad_h: torch.Tensor, need_a: bool
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    B, L, D = h.shape
+    ga, mode = grad_a_buffer(a, h, need_a)
+    gb = torch.empty_like(h)
+    gh0 = torch.empty(B, D, device=h.device, dtype=h.dtype)
+    kernel = _complex_bwd if h.is_complex() else _linear_bwd
+    kernel[_grid(h)](
+        _real(a), _real(h), _real(h0 if h0 is not None else h), _real(grad_h), _real(ga), _real(gb),
+        _real(gh0), L, D, *_a_strides(a),
+        HAS_H0=h0 is not None, GA_MODE=mode, BT=BLOCK_T, BD=BLOCK_D,
+    )  # fmt: skip
+    return (reduce_batch(ga, a) if need_a else None), gb, gh0
+
+
+def log_forward(la: torch.Tensor, lb: torch.Tensor, lh0: torch.Tensor | None) -> torch.Tensor:
+    out = torch.empty_like(lb)
+    B, L, D = lb.shape
+    _log_fwd[_grid(lb)](
+        la, lb, lh0 if lh0 is not None else lb, out, L, D, *_a_strides(la),
+        HAS_H0=lh0 is not None, BT=BLOCK_T, BD=BLOCK_D,
+    )  # fmt: skip
+    return out
+
+
+def log_backward(
+    la: torch.Tensor,
+    lb: torch.Tensor,
+    s: torch.Tensor,
+    lh0: torch.Tensor | None,
+    grad_s: torch.Tensor,
+    need_a: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    B, L, D = s.shape
+    ga, mode = grad_a_buffer(la, s, need_a)
+    gb = torch.empty_like(s)
+    gh0 = torch.empty(B, D, device=s.device, dtype=s.dtype)
+    _log_bwd[_grid(s)](
+        la, lb, s, lh0 if lh0 is not None else s, grad_s, ga, gb, gh0, L, D, *_a_strides(la),
+        HAS_H0=lh0 is not None, GA_MODE=mode, BT=BLOCK_T, BD=BLOCK_D,
+    )  # fmt: skip
+    return (reduce_batch(ga, la) if need_a else None), gb, gh0
