@@ -11,12 +11,45 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@]*):(?P<pw>[^@/]*)@")
+_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@")
+# Malformed URLs ("postgresql//u:pw@h", "u:pw@h") and secrets passed as query parameters.
+_BARE_PASSWORD = re.compile(r"(?P<pre>^|[\s/'\"(])(?P<user>[^\s:/@'\"]+):(?P<pw>[^\s:/@'\"]*)@")
+_QUERY_SECRET = re.compile(r"(?P<key>[?&](?:password|passwd|pwd|token|secret)=)[^&\s'\"]*", re.IGNORECASE)
 
 
 def redact(url: str) -> str:
-    """Hide the password of a URL's user info: postgresql://u:secret@h/db -> postgresql://u:***@h/db."""
-    return _PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
+    """Hide the password of a URL's user info: postgresql://u:secret@h/db -> postgresql://u:***@h/db.
+
+    Also hides ``?password=...`` query values and user info in malformed URLs; works on any text
+    (error messages included)."""
+    url = _PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
+    url = _BARE_PASSWORD.sub(lambda m: f"{m['pre']}{m['user']}:***@" if m["pw"] != "***" else m[0], url)
+    return _QUERY_SECRET.sub(lambda m: f"{m['key']}***", url)
+
+
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
+STORAGE_EXAMPLE = "postgresql+psycopg://USER@HOST:5432/DATABASE"
+
+
+def storage_problem(url: str, exc: BaseException) -> str:
+    """One line, without the password, saying why a storage URL could not be opened and where."""
+    safe = redact(url)
+    lines = [s for s in redact(str(exc)).splitlines() if s.strip()]
+    detail = re.sub(r"^\([\w.]+\)\s*", "", lines[0]) if lines else type(exc).__name__
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:
+        return f"malformed storage URL {safe} ({detail}); expected e.g. {STORAGE_EXAMPLE}"
+    backend = parsed.drivername.split("+")[0]
+    if type(exc).__name__ == "NoSuchModuleError":
+        return (f"unknown database kind {parsed.drivername!r} in storage URL {safe}; "
+                f"expected e.g. {STORAGE_EXAMPLE} or sqlite:///PATH")
+    if parsed.host:
+        where = f"{parsed.host}:{parsed.port or _DEFAULT_PORTS.get(backend, '?')}"
+        return f"cannot open storage at {where} ({safe}): {detail}"
+    return f"cannot open storage {safe}: {detail}"
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,17 @@ The loop knows nothing of Optuna or MLflow: it reports through a ``Reporter`` an
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from ablate.models import build_model
+from ablate.probes import Prober, probe_norms, train_summary  # noqa: F401  (probe_norms: planning)
 from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
 from ablate.tasks import TaskData, load_task
 
@@ -24,7 +27,7 @@ IGNORE = -100
 class Reporter(Protocol):
     def log_metrics(self, step: int, values: dict[str, float]) -> None: ...
 
-    def log_curves(self, rows: list[dict[str, Any]]) -> None: ...
+    def log_curves(self, rows: Any) -> None: ...  # a polars frame of ablate.probes.CURVE_SCHEMA
 
 
 class NullReporter:
@@ -69,21 +72,6 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
     return {"loss": loss, "accuracy": correct / max(counted, 1), "bpc": loss / math.log(2)}
 
 
-@torch.no_grad()
-def probe_norms(model: torch.nn.Module, x: torch.Tensor, step: int) -> list[dict[str, Any]]:
-    """Batch mean of ‖x_t^h‖² per layer, head and time step on a fixed probe batch (eval mode)."""
-    model.eval()
-    _, norms = model(x, return_norms=True)
-    model.train()
-    rows = []
-    for layer, sq in enumerate(norms):
-        curve = sq.float().mean(0)  # (L, H)
-        for head in range(curve.shape[1]):
-            for t, value in enumerate(curve[:, head].tolist()):
-                rows.append({"step": step, "layer": layer, "head": head, "t": t, "value": value, "kind": "probe"})
-    return rows
-
-
 def _layer_means(norms: list[torch.Tensor]) -> list[float]:
     # Mean over batch, time and heads: per-head norms are comparable across head counts.
     return [sq.detach().float().mean().item() for sq in norms]
@@ -101,6 +89,44 @@ def _schedule(train: TrainSpec):
     return factor
 
 
+class Recorder:
+    """Passes reports on and keeps them, so a checkpoint can replay them into a resumed run."""
+
+    def __init__(self, inner: Reporter, history: list[tuple[str, Any]] | None = None) -> None:
+        self.inner, self.history = inner, []
+        for kind, payload in history or []:  # replay what the interrupted attempt reported
+            self._emit(kind, payload)
+
+    def _emit(self, kind: str, payload: Any) -> None:
+        self.history.append((kind, payload))
+        if kind == "metrics":
+            self.inner.log_metrics(*payload)
+        else:
+            self.inner.log_curves(payload)
+
+    def log_metrics(self, step: int, values: dict[str, float]) -> None:
+        self._emit("metrics", (step, values))
+
+    def log_curves(self, rows: list[dict[str, Any]]) -> None:
+        self._emit("curves", rows)
+
+
+def _inject_fault(step: int, accumulate: int) -> None:
+    """``ABLATE_FAULT=kind@step`` injects a fault, to test recovery end to end: error (a bug),
+    oom (only without accumulation, so the accumulated retry succeeds), slow (0.2 s per step
+    from that step on: a trial long enough to kill)."""
+    spec = os.environ.get("ABLATE_FAULT", "")
+    kind, _, at = spec.partition("@")
+    if kind == "slow" and step >= int(at or 0):
+        time.sleep(0.2)
+    if not spec or int(at or 0) != step:
+        return
+    if kind == "error":
+        raise RuntimeError(f"injected fault at step {step}")
+    if kind == "oom" and accumulate == 1:
+        raise torch.OutOfMemoryError(f"injected out-of-memory at step {step}")
+
+
 def run_trial(
     config: dict[str, Any],
     seed: int,
@@ -108,9 +134,15 @@ def run_trial(
     reporter: Reporter | None = None,
     device: str = "cpu",
     data: TaskData | None = None,
+    checkpoint: Path | None = None,
+    checkpoint_every: int = 0,
+    accumulate: int = 1,
 ) -> TrialResult:
-    """Train ``config`` ({task, model, train}) on ``seed``; report curves; return final metrics."""
-    reporter = reporter or NullReporter()
+    """Train ``config`` ({task, model, train}) on ``seed``; report curves; return final metrics.
+
+    With ``checkpoint``, state is saved every ``checkpoint_every`` steps and a run that finds a
+    checkpoint resumes from it, reaching the result of an uninterrupted run. ``accumulate``
+    splits each batch into that many micro-batches (same effective batch: used after an OOM)."""
     probes = probes or ProbeSpec()
     train = TrainSpec.model_validate(config["train"])
     start = time.perf_counter()
@@ -126,6 +158,17 @@ def run_trial(
     x_val, y_val = (t.to(device) for t in data.val)
     x_probe = x_val[: probes.batch]  # the same inputs for every cell and seed of a task
     sampler = torch.Generator().manual_seed(seed)
+    prober = Prober(model, probes, x_probe, optimiser.param_groups)  # ablate.probes: what is measured
+    first = 1
+    saved = torch.load(checkpoint, weights_only=False) if checkpoint and checkpoint.exists() else None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimiser.load_state_dict(saved["optimiser"])
+        scheduler.load_state_dict(saved["scheduler"])
+        sampler.set_state(saved["sampler"])
+        torch.set_rng_state(saved["rng"])
+        first = saved["step"] + 1
+    reporter = Recorder(reporter or NullReporter(), saved["history"] if saved else None)
 
     def finish(status: str, step: int, reason: str = "") -> TrialResult:
         metrics: dict[str, float] = {"chance": data.info.chance}
@@ -134,34 +177,78 @@ def run_trial(
                 for name, value in evaluate(model, x.to(device), y.to(device)).items():
                     metrics[f"{split}_{name}"] = value
             reporter.log_metrics(step, {k.replace("_", "/", 1): v for k, v in metrics.items()})
-            reporter.log_curves(probe_norms(model, x_probe, step))
+            reporter.log_curves(prober.probe(step))
         return TrialResult(status, metrics, step, time.perf_counter() - start, reason)
 
-    reporter.log_curves(probe_norms(model, x_probe, 0))
-    for step in range(1, train.steps + 1):
+    if saved is None:
+        reporter.log_metrics(0, prober.fingerprints())
+        reporter.log_curves(prober.probe(0))
+    for step in range(first, train.steps + 1):
+        _inject_fault(step, accumulate)
         idx = torch.randint(len(x_train), (train.batch_size,), generator=sampler)
-        logits, norms = model(x_train[idx], return_norms=True)
-        loss, correct, counted = _loss_and_correct(logits, y_train[idx])
-        layer_norms = _layer_means(norms)
-        if not math.isfinite(loss.item()):
+        optimiser.zero_grad(set_to_none=True)
+        loss, correct, counted, layer_norms, summary = _forward_backward(
+            model, x_train[idx], y_train[idx], accumulate)
+        if not math.isfinite(loss):
             return finish("diverged", step, f"non-finite loss at step {step}")
         if any(not math.isfinite(v) or v > train.divergence_norm for v in layer_norms):
             return finish("diverged", step, f"state norm {max(layer_norms):.3g} past bound at step {step}")
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
+        if prober.due(step, train.steps):
+            reporter.log_curves(prober.grad_rows(step))  # before clipping; at probe steps only
         if train.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
         optimiser.step()
         scheduler.step()
 
         if step % train.log_every == 0 or step == train.steps:
-            values = {"train/loss": loss.item(), "train/accuracy": correct / max(counted, 1)}
+            values = {"train/loss": loss, "train/accuracy": correct / max(counted, 1)}
             values["train/lr"] = scheduler.get_last_lr()[0]
             values.update({f"train_state_norm/layer{i}": v for i, v in enumerate(layer_norms)})
             reporter.log_metrics(step, values)
+            reporter.log_curves(prober.train_rows(summary, step))
         if step % train.eval_every == 0 and step != train.steps:
             val = evaluate(model, x_val, y_val)
             reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
         if step % probes.every == 0 and step != train.steps:
-            reporter.log_curves(probe_norms(model, x_probe, step))
+            reporter.log_curves(prober.probe(step))
+        if checkpoint and checkpoint_every and step % checkpoint_every == 0 and step != train.steps:
+            _save(checkpoint, step, model, optimiser, scheduler, sampler, reporter.history)
     return finish("complete", train.steps)
+
+
+def _forward_backward(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, accumulate: int
+) -> tuple[float, int, int, list[float], torch.Tensor | None]:
+    """Loss, accuracy counts and per-layer state norms of one batch, gradients accumulated over
+    ``accumulate`` micro-batches weighted by their scored targets (the full-batch mean); last, the
+    per-layer and head norm summary of ``ablate.probes.train_summary`` (on the device)."""
+    total = int((y != IGNORE).sum().item())
+    loss_sum, correct, counted, norm_sums, summary = 0.0, 0, 0, None, None
+    for xs, ys in zip(x.chunk(accumulate), y.chunk(accumulate), strict=True):
+        logits, norms = model(xs, return_norms=True)
+        loss, c, n = _loss_and_correct(logits, ys)
+        (loss * (n / max(total, 1))).backward()
+        loss_sum += loss.item() * n
+        correct, counted = correct + c, counted + n
+        means = [m * len(xs) for m in _layer_means(norms)]
+        if norms:
+            part = train_summary(norms) * (len(xs) / len(x))
+            summary = part if summary is None else summary + part
+        norm_sums = means if norm_sums is None else [a + b for a, b in zip(norm_sums, means, strict=True)]
+    return loss_sum / max(counted, 1), correct, counted, [v / len(x) for v in norm_sums or []], summary
+
+
+def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history) -> None:
+    state = {
+        "step": step,
+        "model": model.state_dict(),
+        "optimiser": optimiser.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "sampler": sampler.get_state(),
+        "rng": torch.get_rng_state(),
+        "history": history,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: a kill mid-write leaves the previous checkpoint intact

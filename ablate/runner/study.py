@@ -9,6 +9,8 @@ Heartbeats mark trials of killed workers FAIL and re-enqueue them, up to a retry
 from __future__ import annotations
 
 import json
+import os
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -18,34 +20,60 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate.design import Item, canonical_json, spec_hash
 from ablate.spec import Spec
-from ablate.stores import Stores, redact
+from ablate.stores import Stores, redact, storage_problem
 
-HEARTBEAT_S = 10
-GRACE_S = 30
+# Seconds between a running trial's heartbeats, and of silence before it counts as killed.
+HEARTBEAT_S = int(os.environ.get("ABLATE_HEARTBEAT_S", "10"))
+GRACE_S = int(os.environ.get("ABLATE_GRACE_S", "30"))
 MAX_RETRIES = 2
 # A failed item counts as done when it failed for one of these reasons: re-running gives the same.
 TERMINAL_KINDS = ("diverged", "error")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
 class StorageError(Exception):
     """The study's storage cannot be reached or opened; the message is safe to show."""
 
 
+KILLED_ATTRS = {"status": "killed", "failure_kind": "killed", "failure_message": "worker stopped sending heartbeats"}
+
+
+def recover_stale(study: optuna.Study) -> int:
+    """Fail the trials of workers that stopped sending heartbeats and re-queue their items.
+
+    Unlike ``optuna.storages.fail_stale_trials`` (which fails first, after which a trial's
+    attributes can no longer be set), the reason is recorded while the trial is still RUNNING;
+    the row-locked FAIL flip then picks the one worker that handles it."""
+    store = study._storage
+    recovered = 0
+    for trial_id in store._get_stale_trial_ids(study._study_id):
+        try:
+            for key, value in KILLED_ATTRS.items():
+                store.set_trial_user_attr(trial_id, key, value)
+            if not store.set_trial_state_values(trial_id, state=TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another worker recovered it first, or it has just finished
+        _on_stale(study, store.get_trial(trial_id))
+        recovered += 1
+    return recovered
+
+
 def _on_stale(study: optuna.Study, trial: FrozenTrial) -> None:
-    """A worker died mid-trial: record it, close its MLflow run, re-enqueue within the bound."""
-    storage = study._storage
-    storage.set_trial_user_attr(trial._trial_id, "status", "killed")
-    storage.set_trial_user_attr(trial._trial_id, "failure_kind", "killed")
-    storage.set_trial_user_attr(trial._trial_id, "failure_message", "worker stopped sending heartbeats")
-    run_id = trial.user_attrs.get("mlflow_run_id")
+    """A worker died mid-trial (trial already FAIL): close its MLflow run, re-enqueue within the bound."""
     tracking = study.user_attrs.get("tracking_uri")
-    if run_id and tracking:
+    if tracking:
         from ablate.runner import tracking as tr
 
         try:
-            tr.terminate(tracking, run_id, "KILLED", "worker stopped sending heartbeats")
+            # Its run by tag too: the worker may have died before recording the run id (and a
+            # retried trial inherits its predecessor's id).
+            run_ids = {trial.user_attrs.get("mlflow_run_id")} | set(
+                tr.open_runs(tracking, study.study_name, trial.number))
+            for run_id in run_ids - {None}:
+                tr.terminate(tracking, run_id, "KILLED", "worker stopped sending heartbeats")
         except Exception:  # tracking unreachable: the trial state is what counts
             pass
     optuna.storages.RetryFailedTrialCallback(max_retry=MAX_RETRIES)(study, trial)
@@ -58,8 +86,10 @@ def storage(url: str) -> optuna.storages.RDBStorage:
         engine_kwargs["connect_args"] = {"timeout": 60}
     else:
         engine_kwargs["pool_pre_ping"] = True
+        if url.startswith("postgresql"):  # an unreachable host fails in seconds, not minutes
+            engine_kwargs["connect_args"] = {"connect_timeout": 10}
     try:
-        return optuna.storages.RDBStorage(
+        store = optuna.storages.RDBStorage(
             url,
             engine_kwargs=engine_kwargs,
             heartbeat_interval=HEARTBEAT_S,
@@ -67,8 +97,31 @@ def storage(url: str) -> optuna.storages.RDBStorage:
             heartbeat_stale_trial_callback=_on_stale,
         )
     except Exception as exc:  # sqlalchemy/driver errors carry the URL; never echo the password
-        raise StorageError(f"cannot open storage {redact(url)}: {type(exc).__name__}: "
-                           f"{redact(str(exc)).splitlines()[0]}") from None
+        raise StorageError(storage_problem(url, exc)) from None
+    if url.startswith("sqlite"):
+        _serialise_sqlite(store.engine)
+    return store
+
+
+def _serialise_sqlite(engine: Any) -> None:
+    """Make every SQLite transaction take the write lock at BEGIN.
+
+    pysqlite starts a transaction only at the first write, so Optuna's read-then-update of a
+    trial's state (row-locked on PostgreSQL) is not atomic on SQLite: two workers could both
+    flip the same WAITING trial to RUNNING. BEGIN IMMEDIATE (SQLAlchemy's documented recipe)
+    serialises them; WAL keeps readers unblocked meanwhile."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made before the listeners existed are dropped
 
 
 def open_study(name: str, stores: Stores, create: bool = False) -> optuna.Study:
@@ -90,6 +143,7 @@ def item_attrs(item: Item) -> dict[str, Any]:
         "phase": item.phase,
         "settings": json.loads(canonical_json(item.cell.labels)),
         "config": item.cell.config,
+        **item.extra_attrs(),  # tuned specs: the protocol, and a tuning item's index (runner/phases.py)
     }
 
 
@@ -104,7 +158,9 @@ def item_state(trials: list[FrozenTrial]) -> str:
         return "running"
     if TrialState.WAITING in states:
         return "waiting"
-    if trials and len(trials) > MAX_RETRIES:
+    # Retries are bounded for failures that re-running may fix; a signal's interruption is free.
+    retried = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") != "interrupted"]
+    if len(retried) > MAX_RETRIES:
         return "failed"
     return "new"
 
@@ -121,7 +177,7 @@ def trials_by_item(study: optuna.Study) -> dict[str, list[FrozenTrial]]:
 def prepare(spec: Spec, items: list[Item], stores: Stores) -> tuple[optuna.Study, int]:
     """Create or resume the study; enqueue the items that have no live or finished trial."""
     study = open_study(spec.name, stores, create=True)
-    study.set_user_attr("spec", json.loads(canonical_json(spec.model_dump())))
+    study.set_user_attr("spec", spec.model_dump(mode="json"))  # unsorted: factor and level order are the spec's
     study.set_user_attr("spec_hash", spec_hash(spec))
     study.set_user_attr("tracking_uri", stores.tracking)
     existing = trials_by_item(study)
@@ -135,9 +191,18 @@ def prepare(spec: Spec, items: list[Item], stores: Stores) -> tuple[optuna.Study
 
 def claim(study: optuna.Study) -> optuna.Trial | None:
     """Atomically take one WAITING trial (RUNNING from now on), or None when none is waiting."""
+    from ablate.runner.phases import blocked_cells
+
     store = study._storage
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    blocked = blocked_cells(study, waiting)  # replicates wait for their cell's tuning to finish
+    for trial in waiting:
+        if trial.user_attrs.get("after_tune") and trial.user_attrs.get("cell_id") in blocked:
+            continue
         if store.set_trial_state_values(trial._trial_id, state=TrialState.RUNNING):
+            # Beat at once: Optuna never counts a RUNNING trial without any heartbeat as stale,
+            # so a worker killed before its first beat would otherwise strand the item.
+            store.record_heartbeat(trial._trial_id)
             return optuna.Trial(study, trial._trial_id)
     return None
 

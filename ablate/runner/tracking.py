@@ -7,6 +7,7 @@ thinned copy (mean per layer and probe step) as MLflow metrics.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections import defaultdict
@@ -16,11 +17,20 @@ from typing import Any
 from ablate.stores import Stores, redact
 
 BATCH = 1000
-CURVES_ARTIFACT = "curves.parquet"  # step, layer, head, t, value, kind
+CURVES_ARTIFACT = "curves.parquet"  # step, layer, head, t, value, kind, quantity (ablate.probes)
+# Thinned copy as MLflow metrics: (kind, quantity) of per-layer summary rows → metric prefix.
+THIN = {
+    ("probe", "norm_sq_mean"): "state_norm",
+    ("white_noise", "norm_sq_mean"): "white_noise_state_norm",
+    ("theory", "norm_sq_mean"): "theory_state_norm",
+    ("spectrum", "head_decay"): "head_decay",
+}
 METRICS_ARTIFACT = "metrics.parquet"  # step, name, value: every scalar logged, for the results API
 
 
 def client(tracking_uri: str):
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars in logs and reports
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run (servers)
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri)
@@ -84,27 +94,42 @@ class TrialRun:
         items = [Param(k, v) for k, v in params.items()]
         for i in range(0, len(items), 100):
             self.mlc.log_batch(self.run_id, params=items[i : i + 100])
+        self.last_step = 0
         self._pending: list[Any] = []
         self._history: list[dict[str, Any]] = []
-        self._curves: list[dict[str, Any]] = []
+        self._curves: list[Any] = []  # polars frames of ablate.probes.CURVE_SCHEMA
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
+        self.last_step = max(self.last_step, step)
         self._pending += [Metric(k, float(v), now, step) for k, v in values.items()]
         self._history += [{"step": step, "name": k, "value": float(v)} for k, v in values.items()]
         if len(self._pending) >= BATCH:
             self.flush()
 
-    def log_curves(self, rows: list[dict[str, Any]]) -> None:
-        self._curves += rows
-        sums: dict[tuple[str, int, int], list[float]] = defaultdict(list)
-        for row in rows:
-            sums[(row["kind"], row["step"], row["layer"])].append(row["value"])
-        for (kind, step, layer), values in sorted(sums.items()):
-            name = "state_norm" if kind == "probe" else f"{kind}_state_norm"
-            self.log_metrics(step, {f"{name}/layer{layer}": sum(values) / len(values)})
+    def log_curves(self, rows: Any) -> None:
+        """Keep dense rows (a polars frame, or a list of dicts) for the artifact; log a thinned copy:
+        per layer the head mean of each ``THIN`` summary, and the gradient norm of each group."""
+        import polars as pl
+
+        frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows)
+        if not frame.height:
+            return
+        self._curves.append(frame)
+        if "quantity" not in frame.columns:  # rows of the old schema: every row a probe norm
+            frame = frame.with_columns(pl.lit("norm_sq_mean").alias("quantity"))
+        thin = (frame.filter(pl.struct("kind", "quantity").is_in([{"kind": k, "quantity": q} for k, q in THIN]))
+                .group_by("kind", "quantity", "step", "layer").agg(pl.col("value").mean()))
+        by_step: dict[int, dict[str, float]] = defaultdict(dict)
+        for kind, quantity, step, layer, value in thin.sort("step", "layer").iter_rows():
+            by_step[step][f"{THIN[(kind, quantity)]}/layer{layer}"] = value
+        grads = frame.filter((pl.col("kind") == "grad") & (pl.col("layer") == -1))
+        for step, quantity, value in grads.select("step", "quantity", "value").iter_rows():
+            by_step[step][f"grad_norm/{quantity}"] = value
+        for step, values in sorted(by_step.items()):
+            self.log_metrics(step, values)
 
     def flush(self) -> None:
         for i in range(0, len(self._pending), BATCH):
@@ -125,10 +150,11 @@ class TrialRun:
         import polars as pl
 
         with tempfile.TemporaryDirectory() as tmp:
-            for name, rows in ((CURVES_ARTIFACT, self._curves), (METRICS_ARTIFACT, self._history)):
-                if rows:
+            curves = pl.concat(self._curves, how="diagonal_relaxed") if self._curves else None
+            for name, rows in ((CURVES_ARTIFACT, curves), (METRICS_ARTIFACT, self._history)):
+                if rows is not None and len(rows):
                     path = Path(tmp) / name
-                    pl.DataFrame(rows).write_parquet(path)
+                    (rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows)).write_parquet(path)
                     self.mlc.log_artifact(self.run_id, str(path))
         self.mlc.set_terminated(self.run_id, status)
 
@@ -141,6 +167,19 @@ def terminate(tracking_uri: str, run_id: str, status: str, reason: str = "") -> 
         if reason:
             mlc.set_tag(run_id, "ablate.failure", reason)
         mlc.set_terminated(run_id, status)
+
+
+def open_runs(tracking_uri: str, study: str, trial_number: int) -> list[str]:
+    """Ids of the RUNNING runs of one trial (by its ``ablate.trial_number`` tag)."""
+    mlc = client(tracking_uri)
+    exp = mlc.get_experiment_by_name(study)
+    if exp is None:
+        return []
+    runs = mlc.search_runs(
+        [exp.experiment_id],
+        f"tags.`ablate.trial_number` = '{trial_number}' and attributes.status = 'RUNNING'",
+    )
+    return [r.info.run_id for r in runs]
 
 
 def read_parquet_artifact(tracking_uri: str, run_id: str, name: str):

@@ -7,35 +7,45 @@ traceback is recorded, not retried); ``interrupted`` (SIGINT/SIGTERM: re-queued)
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
+from ablate import provenance
 from ablate.runner import tracking
-from ablate.runner.study import HEARTBEAT_S, claim, open_study
+from ablate.runner.study import HEARTBEAT_S, MAX_RETRIES, claim, open_study, recover_stale
 from ablate.spec import ProbeSpec
 from ablate.stores import Stores
 
 Event = Callable[[str, dict[str, Any]], None]
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+RETRYABLE = ("oom", "infrastructure")
+MAX_ACCUMULATE = 8
 
 
 class Heartbeat:
-    """Records a heartbeat for a running trial every HEARTBEAT_S seconds in a daemon thread."""
+    """Records a heartbeat (and the trial's current step) every HEARTBEAT_S seconds in a thread."""
 
-    def __init__(self, study: optuna.Study, trial_id: int) -> None:
+    def __init__(self, study: optuna.Study, trial_id: int, step: Callable[[], int] | None = None) -> None:
         self._stop = threading.Event()
+        self._step = step
         self._thread = threading.Thread(target=self._beat, args=(study._storage, trial_id), daemon=True)
 
     def _beat(self, store: Any, trial_id: int) -> None:
         while not self._stop.is_set():
             try:
                 store.record_heartbeat(trial_id)
+                if self._step is not None:
+                    store.set_trial_user_attr(trial_id, "step", self._step())
             except Exception:  # a missed beat is tolerated; a long silence is what counts
                 pass
             self._stop.wait(HEARTBEAT_S)
@@ -57,43 +67,62 @@ def _raise_interrupted(signum: int, frame: object) -> None:
     raise Interrupted()
 
 
-def run_item(study: optuna.Study, trial: optuna.Trial, stores: Stores, device: str, emit: Event) -> str:
+def run_item(
+    study: optuna.Study, trial: optuna.Trial, stores: Stores, device: str, emit: Event, checkpoint_every: int = 0
+) -> str:
+    from ablate.runner.phases import prepare_item
     from ablate.training import run_trial
 
-    attrs = trial.user_attrs
+    try:  # tuning: sample the setting; a replicate after tuning: take the cell's best one
+        attrs = prepare_item(study, trial)
+    except Exception as exc:
+        _fail(study, trial, "error", f"choosing the tuned setting: {type(exc).__name__}: {exc}",
+              traceback.format_exc())
+        emit("error", {"cell": trial.user_attrs.get("cell_label"), "seed": trial.user_attrs.get("seed"),
+                       "message": f"{type(exc).__name__}: {exc}"})
+        return "error"
     info = {"cell": attrs["cell_label"], "seed": attrs["seed"], "number": trial.number}
     emit("start", info)
     probes = ProbeSpec.model_validate(study.user_attrs.get("spec", {}).get("probes", {}))
-    run = tracking.TrialRun(
-        stores,
-        study.study_name,
-        study.user_attrs.get("mlflow_parent_run_id"),
-        name=f"{attrs['cell_label']} · seed {attrs['seed']}",
-        config={"settings": attrs["settings"], **attrs["config"]},
-        tags={
-            "ablate.cell_id": attrs["cell_id"],
-            "ablate.seed": str(attrs["seed"]),
-            "ablate.phase": attrs["phase"],
-            "ablate.trial_number": str(trial.number),
-            "ablate.device": device,
-        },
-    )
-    trial.set_user_attr("mlflow_run_id", run.run_id)
-    with Heartbeat(study, trial._trial_id):
-        try:
-            result = run_trial(attrs["config"], attrs["seed"], probes, reporter=run, device=device)
-        except (KeyboardInterrupt, Interrupted):
-            run.finish("KILLED", {}, {"ablate.failure_kind": "interrupted"})
-            _fail(study, trial, "interrupted", "stopped by a signal; re-queued")
-            optuna.storages.RetryFailedTrialCallback(max_retry=None)(study, study._storage.get_trial(trial._trial_id))
-            emit("interrupted", info)
-            raise
-        except Exception as exc:
-            tb = traceback.format_exc()
-            run.finish("FAILED", {}, {"ablate.failure_kind": "error", "ablate.traceback": tb})
-            _fail(study, trial, "error", f"{type(exc).__name__}: {exc}", tb)
-            emit("error", {**info, "message": f"{type(exc).__name__}: {exc}"})
-            return "error"
+    # Named by the item (cell/phase/seed, or cell/tune/index: tuning trials of a cell share seeds).
+    checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}.pt"
+    trial.set_user_attr("worker", WORKER_ID)
+    trial.set_user_attr("provenance", provenance.record(device))
+    accumulate = 1
+    current = {"run": _start_run(study, trial, attrs, stores, device)}
+    with Heartbeat(study, trial._trial_id, lambda: current["run"].last_step):
+        while True:
+            run = current["run"]
+            try:
+                result = run_trial(attrs["config"], attrs["seed"], probes, reporter=run, device=device,
+                                   checkpoint=checkpoint, checkpoint_every=checkpoint_every, accumulate=accumulate)
+                break
+            except (KeyboardInterrupt, Interrupted):
+                _quietly(run.finish, "KILLED", {}, {"ablate.failure_kind": "interrupted"})
+                _fail(study, trial, "interrupted", "stopped by a signal; re-queued")
+                _requeue(study, trial, bounded=False)
+                emit("interrupted", info)
+                raise
+            except Exception as exc:
+                kind, message, tb = classify(exc), f"{type(exc).__name__}: {exc}", traceback.format_exc()
+                _quietly(run.finish, "FAILED", {}, {"ablate.failure_kind": kind, "ablate.traceback": tb})
+                if kind == "oom" and accumulate < MAX_ACCUMULATE:
+                    # Same effective batch in smaller pieces: the result stays comparable.
+                    accumulate *= 2
+                    trial.set_user_attr("accumulate", accumulate)
+                    emit("oom", {**info, "message": f"{message}; retrying with {accumulate} micro-batches"})
+                    current["run"] = _start_run(study, trial, attrs, stores, device)
+                    continue
+                _fail(study, trial, kind, message, tb)
+                if kind in RETRYABLE:
+                    _requeue(study, trial, bounded=True)
+                    time.sleep(min(60.0, 2.0 ** len(trial.system_attrs.get("retry_history", []))))
+                else:
+                    checkpoint.unlink(missing_ok=True)
+                emit(kind, {**info, "message": message})
+                return kind
+    checkpoint.unlink(missing_ok=True)
+    run = current["run"]
     trial.set_user_attr("seconds", result.seconds)
     trial.set_user_attr("steps", result.steps)
     if result.status == "diverged":
@@ -110,6 +139,76 @@ def run_item(study: optuna.Study, trial: optuna.Trial, stores: Stores, device: s
     return "complete"
 
 
+def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], stores: Stores,
+               device: str) -> tracking.TrialRun:
+    run = tracking.TrialRun(
+        stores,
+        study.study_name,
+        study.user_attrs.get("mlflow_parent_run_id"),
+        name=f"{attrs['cell_label']} · seed {attrs['seed']}",
+        config={"settings": attrs["settings"], **attrs["config"]},
+        tags={
+            "ablate.cell_id": attrs["cell_id"],
+            "ablate.seed": str(attrs["seed"]),
+            "ablate.phase": attrs["phase"],
+            "ablate.trial_number": str(trial.number),
+            "ablate.worker": WORKER_ID,
+            **provenance.record(device),
+        },
+    )
+    trial.set_user_attr("mlflow_run_id", run.run_id)
+    return run
+
+
+def classify(exc: BaseException) -> str:
+    """oom (retried with accumulation), infrastructure (stores: retried with back-off), error (a bug)."""
+    import torch
+
+    text = str(exc).lower()
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text or (
+        "can't allocate memory" in text
+    ):
+        return "oom"
+    infrastructure: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+    try:
+        import sqlalchemy.exc
+
+        infrastructure += (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import requests
+
+        infrastructure += (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(exc, infrastructure) or type(exc).__name__ == "MlflowException" and any(
+        word in text for word in ("connection", "timed out", "unavailable", "locked")
+    ):
+        return "infrastructure"
+    return "error"
+
+
+def _requeue(study: optuna.Study, trial: optuna.Trial, bounded: bool) -> None:
+    frozen = study._storage.get_trial(trial._trial_id)
+    optuna.storages.RetryFailedTrialCallback(max_retry=MAX_RETRIES if bounded else None)(study, frozen)
+
+
+def _quietly(fn: Callable[..., Any], *args: Any) -> None:
+    """Record to tracking if it can be reached; the Optuna trial state is what must not be lost."""
+    try:
+        fn(*args)
+    except Exception:
+        pass
+
+
+def checkpoint_dir() -> Path:
+    """Where trials checkpoint; share it between hosts (ABLATE_CHECKPOINT_DIR) to resume anywhere."""
+    from ablate.stores import home
+
+    return Path(os.environ.get("ABLATE_CHECKPOINT_DIR") or home() / "checkpoints").resolve()
+
+
 def _fail(study: optuna.Study, trial: optuna.Trial, kind: str, message: str, tb: str = "") -> None:
     trial.set_user_attr("status", "diverged" if kind == "diverged" else "failed")
     trial.set_user_attr("failure_kind", kind)
@@ -119,30 +218,53 @@ def _fail(study: optuna.Study, trial: optuna.Trial, kind: str, message: str, tb:
     study.tell(trial, state=TrialState.FAIL)
 
 
+def _close_parent_if_done(study: optuna.Study, stores: Stores) -> None:
+    """The study's MLflow parent run ends when nothing is left to run (by whichever worker sees it)."""
+    parent = study.user_attrs.get("mlflow_parent_run_id")
+    if parent and not study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
+        try:
+            tracking.terminate(stores.tracking, parent, "FINISHED")
+        except Exception:  # tracking unreachable: the trials are what counts
+            pass
+
+
 def work(
     study_name: str,
     stores: Stores,
     device: str = "cpu",
     emit: Event | None = None,
     wait_for_running: bool = True,
+    checkpoint_every: int = 100,
+    max_items: int | None = None,
 ) -> dict[str, int]:
     """Run items until none is waiting; with ``wait_for_running``, also outlive other workers'
     running items so that a killed worker's item (re-queued after its grace period) gets run."""
     emit = emit or (lambda event, info: None)
     study = open_study(study_name, stores)
+    # Heavy imports (torch, the models, mlflow: seconds each) before the first claim, not between
+    # it and the start of its heartbeat thread, where a busy machine can outlast the grace period.
+    import mlflow.tracking  # noqa: F401
+
+    import ablate.training  # noqa: F401
     outcomes: dict[str, int] = {}
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         while True:
-            optuna.storages.fail_stale_trials(study)
+            recover_stale(study)
             trial = claim(study)
             if trial is None:
                 running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                 if wait_for_running and running:
                     time.sleep(2.0)
                     continue
+                _close_parent_if_done(study, stores)
                 return outcomes
-            outcome = run_item(study, trial, stores, device, emit)
+            # Beat from the claim on: choosing the setting and opening the MLflow run come before
+            # run_item's own heartbeat (which also records the step) and can take seconds.
+            with Heartbeat(study, trial._trial_id):
+                outcome = run_item(study, trial, stores, device, emit, checkpoint_every)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if max_items is not None and sum(outcomes.values()) >= max_items:
+                return outcomes
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,208 @@
+"""Execution that survives, with real worker processes and real stores (SQLite, MLflow)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+SPEC = {
+    "name": "exec",
+    "task": {"name": "listops", "max_depth": 3, "max_length": 30, "train_size": 200, "val_size": 32,
+             "test_size": 32},
+    "model": {"d_model": 8, "state_dim": 8, "layers": 1, "heads": 2},
+    "train": {"steps": 6, "batch_size": 8, "eval_every": 3, "log_every": 3},
+    "probes": {"every": 3, "batch": 8},
+    "seeds": 1,
+}
+
+
+def env_for(root: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "ABLATE_HOME": str(root / ".ablate"), "ABLATE_CACHE_DIR": str(root / "cache"),
+            "ABLATE_HEARTBEAT_S": "1", "ABLATE_GRACE_S": "4", "OMP_NUM_THREADS": "1", **extra}
+
+
+def cli(root: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    res = subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=root, env=env_for(root, **env),
+                         capture_output=True, text=True, timeout=600)
+    if check:
+        assert res.returncode == 0, f"{args}\n{res.stdout}\n{res.stderr}"
+    return res
+
+
+def spawn(root: Path, *args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ablate.cli", *args], cwd=root, env=env_for(root, **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def write_spec(root: Path, **changes) -> Path:
+    spec = yaml.safe_load(yaml.safe_dump(SPEC))
+    for key, value in changes.items():
+        spec[key] = value
+    path = root / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def load(root: Path, name: str = "exec") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{root / '.ablate' / 'optuna.db'}")
+
+
+def complete_per_item(study: optuna.Study) -> Counter:
+    return Counter(t.user_attrs["item"] for t in study.trials if t.state == TrialState.COMPLETE)
+
+
+def mlflow_runs(root: Path, name: str = "exec"):
+    from mlflow.tracking import MlflowClient
+
+    mlc = MlflowClient(f"sqlite:///{root / '.ablate' / 'mlflow.db'}")
+    exp = mlc.get_experiment_by_name(name)
+    return [r for r in mlc.search_runs([exp.experiment_id]) if r.data.tags.get("ablate.role") == "trial"]
+
+
+def wait_running(root: Path, timeout: float = 120.0) -> optuna.trial.FrozenTrial:
+    """Wait until some trial is RUNNING and has reported a step past 0 (the model is training)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (root / ".ablate" / "optuna.db").exists():
+            try:
+                running = [t for t in load(root).trials if t.state == TrialState.RUNNING and t.user_attrs.get("step")]
+            except KeyError:
+                running = []
+            if running:
+                return running[0]
+        time.sleep(0.5)
+    raise AssertionError("no trial started running in time")
+
+
+def test_four_workers_finish_twelve_items_exactly_once(tmp_path):
+    write_spec(tmp_path, factors={"model.normalisation": ["xi", "gamma", "none"]}, seeds=4)
+    res = cli(tmp_path, "run", "spec.yaml", "--workers", "4", "--checkpoint-every", "0")
+    assert "12 done, 0 failed" in res.stdout
+    study = load(tmp_path)
+    per_item = complete_per_item(study)
+    assert len(per_item) == 12 and set(per_item.values()) == {1}
+    assert len(study.trials) == 12  # nothing ran twice, nothing failed (no "database is locked")
+    assert len({t.user_attrs["worker"] for t in study.trials}) >= 2
+    runs = mlflow_runs(tmp_path)
+    assert len(runs) == 12 and {r.info.status for r in runs} == {"FINISHED"}
+
+
+def test_kill9_mid_trial_is_recovered_by_another_worker(tmp_path):
+    write_spec(tmp_path, train={**SPEC["train"], "steps": 20}, seeds=2)
+    victim = spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT="slow@2")
+    trial = wait_running(tmp_path)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    cli(tmp_path, "worker", "exec")  # waits out the grace period, recovers the item, runs all
+    study = load(tmp_path)
+    per_item = complete_per_item(study)
+    assert len(per_item) == 2 and set(per_item.values()) == {1}
+    killed = study.trials[trial.number]
+    assert killed.state == TrialState.FAIL and killed.user_attrs["failure_kind"] == "killed"
+    statuses = Counter(r.info.status for r in mlflow_runs(tmp_path))
+    assert statuses["RUNNING"] == 0 and statuses["KILLED"] >= 1 and statuses["FINISHED"] == 2
+
+
+def test_sigint_requeues_the_item_and_rerun_finishes_it(tmp_path):
+    write_spec(tmp_path, train={**SPEC["train"], "steps": 20})
+    proc = spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT="slow@2")
+    trial = wait_running(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    study = load(tmp_path)
+    interrupted = study.trials[trial.number]
+    assert interrupted.state == TrialState.FAIL and interrupted.user_attrs["failure_kind"] == "interrupted"
+    assert [t.state for t in study.trials[trial.number + 1 :]] == [TrialState.WAITING]
+    cli(tmp_path, "run", "spec.yaml")
+    study = load(tmp_path)
+    assert set(complete_per_item(study).values()) == {1}
+    cli(tmp_path, "run", "spec.yaml")  # resuming a finished study runs nothing
+    assert len(load(tmp_path).trials) == len(study.trials)
+
+
+def test_divergence_error_and_oom_are_recorded_by_kind(tmp_path):
+    write_spec(tmp_path, train={**SPEC["train"], "divergence_norm": 1e-12})
+    res = cli(tmp_path, "run", "spec.yaml")  # a diverged cell is a result: exit 0
+    assert "diverged" in res.stdout
+    (trial,) = load(tmp_path).trials
+    assert trial.state == TrialState.FAIL and trial.user_attrs["failure_kind"] == "diverged"
+    (run,) = mlflow_runs(tmp_path)
+    assert run.info.status == "FAILED" and run.data.tags["ablate.failure_kind"] == "diverged"
+
+    error_root = tmp_path / "error"
+    error_root.mkdir()
+    write_spec(error_root)
+    res = cli(error_root, "run", "spec.yaml", check=False, ABLATE_FAULT="error@3")
+    assert res.returncode == 1
+    (trial,) = load(error_root).trials
+    assert trial.user_attrs["failure_kind"] == "error"
+    assert "injected fault at step 3" in trial.user_attrs["traceback"]
+    assert "Traceback" in mlflow_runs(error_root)[0].data.tags["ablate.traceback"]
+    cli(error_root, "run", "spec.yaml", check=False)  # an error is not blindly retried
+    assert len(load(error_root).trials) == 1
+
+    oom_root = tmp_path / "oom"
+    oom_root.mkdir()
+    write_spec(oom_root)
+    cli(oom_root, "run", "spec.yaml", ABLATE_FAULT="oom@2")
+    (trial,) = load(oom_root).trials
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs["accumulate"] == 2
+    statuses = sorted(r.info.status for r in mlflow_runs(oom_root))
+    assert statuses == ["FAILED", "FINISHED"]
+
+
+def test_checkpoint_resume_reaches_the_uninterrupted_result(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    from ablate import spec as spec_mod
+    from ablate.training import run_trial
+
+    config = spec_mod.validate({**SPEC, "train": {**SPEC["train"], "steps": 12}}).baseline()
+
+    class Recording:
+        def __init__(self, stop_at: int | None = None):
+            self.metrics, self.curves, self.stop_at = [], [], stop_at
+
+        def log_metrics(self, step, values):
+            if self.stop_at is not None and step >= self.stop_at:
+                raise KeyboardInterrupt  # the worker dies here
+            self.metrics.append((step, values))
+
+        def log_curves(self, rows):
+            self.curves += rows
+
+    whole = Recording()
+    expected = run_trial(config, seed=3, reporter=whole)
+    ckpt = tmp_path / "ckpt.pt"
+    with pytest.raises(KeyboardInterrupt):
+        run_trial(config, seed=3, reporter=Recording(stop_at=9), checkpoint=ckpt, checkpoint_every=4)
+    assert ckpt.exists()
+    resumed_log = Recording()
+    resumed = run_trial(config, seed=3, reporter=resumed_log, checkpoint=ckpt, checkpoint_every=4)
+    assert resumed.metrics == expected.metrics
+    assert resumed_log.metrics == whole.metrics  # the history before the kill is replayed
+    assert resumed_log.curves == whole.curves
+
+
+def test_failures_are_classified():
+    import sqlalchemy.exc
+    import torch
+
+    from ablate.runner.worker import classify
+
+    assert classify(torch.OutOfMemoryError("CUDA out of memory")) == "oom"
+    assert classify(RuntimeError("DefaultCPUAllocator: can't allocate memory")) == "oom"
+    assert classify(sqlalchemy.exc.OperationalError("SELECT", {}, Exception("server closed"))) == "infrastructure"
+    assert classify(ConnectionError("refused")) == "infrastructure"
+    assert classify(ValueError("shape mismatch")) == "error"
