@@ -167,7 +167,7 @@ class ProbeSpec(Strict):
     batch: int = Field(64, ge=1, description="size of the fixed probe batch")
     enabled: bool = Field(True, description="false: no probes (training-batch norms still guard divergence)")
     white_noise: bool = Field(True, description="also probe each recurrent layer with unit-variance Gaussian input")
-    white_noise_batch: int = Field(64, ge=1, description="sequences in the white-noise probe")
+    white_noise_batch: int = Field(32, ge=1, description="sequences in the white-noise probe")
     white_noise_seed: int = Field(0, ge=0, description="seed of the white-noise input (the same in every trial)")
     theory: bool = Field(True, description="record the white-input theory E‖x_t‖² of each linear layer")
     spectrum: bool = Field(True, description="record |λ|, phase, per-head decay and input scale per layer")

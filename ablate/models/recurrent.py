@@ -237,15 +237,16 @@ class LinearRecurrence(RecurrentLayer):
         return mags.view(self.heads, -1).amax(1)
 
     @torch.no_grad()
-    def expected_state_norms(self, length: int) -> torch.Tensor:
+    def expected_state_norms(self, length: int, mats: System | None = None) -> torch.Tensor:
         """(length, H) theory for E‖x_t^h‖², t = 1..length, from x_0 = 0 under white unit input.
 
         For a ξ rotation layer this is 1 − γ_h^{2t}; generally Σ_j ‖b̃_j‖² (1 − |λ_j|^{2t})/(1 − |λ_j|²).
-        Exact for linear layers only (a tanh/relu recurrence has no closed form).
+        Exact for linear layers only (a tanh/relu recurrence has no closed form). ``mats``: this
+        pass's ``system()`` when the caller has it already (the probes reuse one per layer).
         """
         if self.act is not None:
             raise ValueError("expected_state_norms: only linear recurrences have a closed form")
-        mats = self.system()
+        mats = mats if mats is not None else self.system()
         if mats.lam is None:  # dense: iterate the covariance S_t = A S_{t-1} Aᵀ + B̃B̃ᵀ
             A, B, _ = mats.natural()
             S, Q, out = torch.zeros_like(A), B @ B.T, []

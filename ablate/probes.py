@@ -1,0 +1,351 @@
+"""Hidden-state norm stability probes: what a trial measures about its recurrent states (issue 8).
+
+At step 0, every ``probes.every`` steps and at the end, ``Prober.probe`` runs in eval mode and
+returns tidy rows (``CURVE_SCHEMA``: step, layer, head, t, value, kind, quantity):
+
+    kind         quantity                         t        value
+    probe        norm_sq                          0..L-1   batch mean of ‖x_t^h‖² on the fixed probe batch
+                 norm_sq_mean / norm_sq_last      -1       its mean over t / its value at the last t
+    white_noise  (as probe)                                unit-variance Gaussian input straight into
+                                                           each recurrent layer (fixed seed)
+    theory       (as probe) + norm_sq_stationary  -1       E‖x_t^h‖² from x_0 = 0 under white unit input:
+                                                           1 − γ_h^{2t} for ξ; Σ_j |γ_j|²‖B_j‖²(1−|λ_j|^{2t})/(1−|λ_j|²)
+    spectrum     abs / phase                      mode j   |λ_j| and arg λ_j (one per conjugate pair)
+                 head_decay                       -1       γ_h (rotation) or the head's slowest |λ|
+                 input_scale                      unit     what multiplies B: ξ_h, the LRU's γ_j, ...
+    grad         <group> (layer -1),              -1       gradient norm before clipping, at probe steps
+                 <parameter name> (layer i)
+
+``t`` counts from 0 = the state after the first input (x_1); a backward layer's t counts from its
+own start. ``head`` is -1 where a row is not per head. During training ``train_rows`` turns the
+training batch's own norms (from the forward pass that computes the loss, no extra pass) into
+``kind = "train"`` rows (norm_sq_mean, norm_sq_last per layer and head) at logging steps.
+
+The probe batch is the first ``probes.batch`` validation examples, identical for every cell and seed
+of a study whose cells share the task; ``fingerprint`` hashes it so that a study can check this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from torch import nn
+
+from ablate.spec import ProbeSpec
+
+CURVE_SCHEMA: dict[str, Any] = {
+    "step": pl.Int64,
+    "layer": pl.Int32,
+    "head": pl.Int32,
+    "t": pl.Int32,
+    "value": pl.Float64,
+    "kind": pl.Utf8,
+    "quantity": pl.Utf8,
+}
+CURVE_KINDS = ("probe", "white_noise", "theory", "train")
+SUMMARY = -1  # the t of a row that is not a time step
+
+
+def empty() -> pl.DataFrame:
+    return pl.DataFrame(schema=CURVE_SCHEMA)
+
+
+_DTYPES = {"step": np.int64, "layer": np.int32, "head": np.int32, "t": np.int32, "value": np.float64,
+           "kind": object, "quantity": object}
+
+
+def frame(step: int, layer: Any, head: Any, t: Any, value: Any, kind: str, quantity: Any) -> pl.DataFrame:
+    """Rows of ``CURVE_SCHEMA`` from broadcastable columns (scalars or 1-D arrays)."""
+    return _to_frame(_columns(step, layer, head, t, value, kind, quantity))
+
+
+def _columns(step: Any, layer: Any, head: Any, t: Any, value: Any, kind: Any, quantity: Any) -> dict[str, np.ndarray]:
+    value = np.asarray(value, dtype=np.float64).reshape(-1)
+    given = {"step": step, "layer": layer, "head": head, "t": t, "kind": kind, "quantity": quantity}
+    out = {k: np.broadcast_to(np.asarray(v, dtype=_DTYPES[k]), value.shape) for k, v in given.items()}
+    return {**out, "value": value}
+
+
+def _to_frame(cols: dict[str, np.ndarray]) -> pl.DataFrame:
+    data = {k: (cols[k].tolist() if _DTYPES[k] is object else cols[k]) for k in CURVE_SCHEMA}
+    return pl.DataFrame(data, schema=CURVE_SCHEMA)
+
+
+def concat(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    frames = [f for f in frames if f is not None and f.height]
+    if not frames:
+        return empty()
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=True)
+
+
+def fingerprint(x: torch.Tensor) -> float:
+    """A float in [0, 1) that identifies a tensor's shape, dtype and contents (52 bits of SHA-256).
+
+    Logged as a metric, so runs of one study can be checked to have probed identical inputs."""
+    h = hashlib.sha256(f"{tuple(x.shape)}{x.dtype}".encode())
+    h.update(x.detach().cpu().contiguous().numpy().tobytes())
+    return int.from_bytes(h.digest()[:8], "big") % (1 << 52) / float(1 << 52)
+
+
+def white_noise(batch: int, length: int, d_model: int, seed: int) -> torch.Tensor:
+    """(batch, length, d_model) i.i.d. N(0, 1) from its own generator: the same for every trial."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, length, d_model, generator=gen)
+
+
+# --- state norms ------------------------------------------------------------------------------
+
+
+def curve_rows(norms: Sequence[torch.Tensor], step: int, kind: str) -> pl.DataFrame:
+    """Per layer (B, L, H) squared norms → the batch-mean curve over t and its two summaries."""
+    frames = []
+    for layer, sq in enumerate(norms):
+        curve = sq.detach().double().mean(0).cpu().numpy()  # (L, H)
+        frames.append(curve_frame(curve, step, layer, kind))
+    return concat(frames)
+
+
+def curve_frame(curve: np.ndarray, step: int, layer: int, kind: str) -> pl.DataFrame:
+    """(L, H) curve of one layer → norm_sq rows per (head, t) plus norm_sq_mean / norm_sq_last."""
+    L, H = curve.shape
+    heads = np.arange(H)
+    parts = [
+        _columns(step, layer, np.repeat(heads, L), np.tile(np.arange(L), H), curve.T.reshape(-1), kind, "norm_sq"),
+        _columns(step, layer, heads, SUMMARY, curve.mean(0), kind, "norm_sq_mean"),
+        _columns(step, layer, heads, SUMMARY, curve[-1], kind, "norm_sq_last"),
+    ]
+    return _to_frame({k: np.concatenate([p[k] for p in parts]) for k in CURVE_SCHEMA})
+
+
+@torch.no_grad()
+def probe_norms(model: nn.Module, x: torch.Tensor, step: int) -> pl.DataFrame:
+    """``kind = "probe"`` rows: batch mean of ‖x_t^h‖² per layer, head and t on ``x``, in eval mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        _, norms = model(x, return_norms=True)
+    finally:
+        model.train(was_training)
+    return curve_rows(norms, step, "probe")
+
+
+def train_summary(norms: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(layers, H, 2) on the device, no sync: per layer and head the batch mean of ‖x_t^h‖² over t,
+    and at the last t. From the norms the training forward pass returns anyway."""
+    return torch.stack([torch.stack([sq.detach().mean((0, 1)), sq.detach()[:, -1].mean(0)], -1) for sq in norms])
+
+
+def train_rows(summary: torch.Tensor, step: int) -> pl.DataFrame:
+    """``kind = "train"`` rows from ``train_summary`` (possibly averaged over micro-batches)."""
+    values = summary.double().cpu().numpy()
+    frames = []
+    for layer in range(values.shape[0]):
+        heads = np.arange(values.shape[1])
+        frames.append(frame(step, layer, heads, SUMMARY, values[layer, :, 0], "train", "norm_sq_mean"))
+        frames.append(frame(step, layer, heads, SUMMARY, values[layer, :, 1], "train", "norm_sq_last"))
+    return concat(frames)
+
+
+# --- theory and spectra (linear recurrences only) ----------------------------------------------
+
+
+def _linear(layer: nn.Module) -> bool:
+    return hasattr(layer, "expected_state_norms") and getattr(layer, "act", None) is None
+
+
+@torch.no_grad()
+def stationary_norms(layer: nn.Module, mats: Any = None) -> torch.Tensor:
+    """(H,) E‖x_∞^h‖² under white unit-variance input with the normalisation applied (inf past |λ| = 1).
+    ``mats``: the layer's ``system()`` if already computed (a rotation's costs a matrix exponential)."""
+    mats = mats if mats is not None else layer.system()
+    if mats.lam is None:  # dense: the parameterisation's Lyapunov sum, scaled per head
+        scale = layer.norm(layer.param)
+        gain = layer.param.head_gain()
+        return gain if scale is None else gain * scale.square()
+    power = mats.B.double().square().sum(1)
+    if mats.complex_modes:
+        power = power.view(-1, 2).sum(1)
+    mag_sq = mats.lam.abs().double().square()
+    per_unit = torch.where(mag_sq < 1, power / (1 - mag_sq), torch.full_like(power, float("inf")))
+    return per_unit.view(layer.heads, -1).sum(1)
+
+
+def systems(layers: Sequence[nn.Module]) -> list[Any]:
+    """Each layer's ``system()`` of this pass (None where it has none), computed once per probe."""
+    with torch.no_grad():
+        return [layer.system() if hasattr(layer, "system") else None for layer in layers]
+
+
+@torch.no_grad()
+def theory_rows(layers: Sequence[nn.Module], length: int, step: int, mats: Sequence[Any] | None = None
+                ) -> pl.DataFrame:
+    """``kind = "theory"`` rows for every linear layer: the white-input expectation from x_0 = 0."""
+    frames = []
+    mats = mats if mats is not None else systems(layers)
+    for i, (layer, m) in enumerate(zip(layers, mats, strict=True)):
+        if not _linear(layer):
+            continue
+        curve = layer.expected_state_norms(length, m).double().cpu().numpy()  # (L, H), t = 1..L
+        frames.append(curve_frame(curve, step, i, "theory"))
+        stat = stationary_norms(layer, m).cpu().numpy()
+        frames.append(frame(step, i, np.arange(stat.size), SUMMARY, stat, "theory", "norm_sq_stationary"))
+    return concat(frames)
+
+
+@torch.no_grad()
+def modes(layer: nn.Module, mats: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(eigenvalues, head of each): one per conjugate pair for complex modes, all of a dense head."""
+    param = getattr(layer, "param", None)
+    if param is None:
+        lam = layer.eigenvalues().detach()
+        return lam, torch.zeros(lam.numel(), dtype=torch.long)
+    mats = mats if mats is not None else layer.system()
+    if mats.lam is not None:
+        return mats.lam.detach(), param.unit_head.detach()
+    lam = torch.linalg.eigvals(param.A.detach().double())  # (H, n)
+    return lam.flatten(), torch.arange(lam.shape[0]).repeat_interleave(lam.shape[1])
+
+
+@torch.no_grad()
+def spectrum_rows(layers: Sequence[nn.Module], step: int, mats: Sequence[Any] | None = None) -> pl.DataFrame:
+    """``kind = "spectrum"`` rows: |λ|, phase per mode; γ_h per head; the input scale per unit."""
+    frames = []
+    mats = mats if mats is not None else systems(layers)
+    for i, (layer, m) in enumerate(zip(layers, mats, strict=True)):
+        lam, head = modes(layer, m)
+        if lam.numel() == 0:
+            continue  # input-dependent recurrences (minGRU, GRU, ...) have no fixed spectrum
+        lam = lam.to(torch.complex128) if lam.is_complex() else lam.double()
+        head = head.cpu().numpy()
+        j = np.arange(lam.numel())
+        frames.append(frame(step, i, head, j, lam.abs().cpu().numpy(), "spectrum", "abs"))
+        phase = lam.angle() if lam.is_complex() else torch.where(lam < 0, torch.pi, 0.0)
+        frames.append(frame(step, i, head, j, phase.double().cpu().numpy(), "spectrum", "phase"))
+        if hasattr(layer, "head_decay"):
+            decay = layer.head_decay().double().cpu().numpy()
+            frames.append(frame(step, i, np.arange(decay.size), SUMMARY, decay, "spectrum", "head_decay"))
+        scale = layer.norm(layer.param) if hasattr(layer, "norm") and hasattr(layer, "param") else None
+        if scale is not None:
+            scale = scale.detach().double().cpu().numpy()
+            unit_head = layer.param.unit_head.cpu().numpy()
+            if unit_head.size != scale.size:  # dense: one unit per head
+                unit_head = np.arange(scale.size)
+            frames.append(frame(step, i, unit_head, np.arange(scale.size), scale, "spectrum", "input_scale"))
+    return concat(frames)
+
+
+# --- gradients -----------------------------------------------------------------------------------
+
+
+def grad_rows(model: nn.Module, groups: Sequence[dict[str, Any]], step: int) -> pl.DataFrame:
+    """``kind = "grad"`` rows: ‖∇‖ per optimiser group and in total (layer -1), and per named
+    parameter of each recurrent layer (layer i). One device sync. Call before clipping."""
+    named: list[tuple[int, str, torch.Tensor]] = []
+    layers = model.recurrent_layers() if hasattr(model, "recurrent_layers") else []
+    for i, layer in enumerate(layers):
+        for name, p in layer.named_parameters():
+            if p.grad is not None:
+                named.append((i, name, p))
+    grouped: list[tuple[str, torch.Tensor]] = []
+    for g, group in enumerate(groups):
+        for p in group["params"]:
+            if p.grad is not None:
+                grouped.append((str(group.get("name", g)), p))
+    tensors = [p.grad.detach() for _, p in grouped] + [p.grad.detach() for _, _, p in named]
+    if not tensors:
+        return empty()
+    norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in tensors]).double().cpu().numpy()
+    sq: dict[str, float] = {}
+    for (name, _), n in zip(grouped, norms[: len(grouped)], strict=True):
+        sq[name] = sq.get(name, 0.0) + float(n) ** 2
+    names = [*sq, "total"]
+    values = [*(np.sqrt(v) for v in sq.values()), np.sqrt(sum(sq.values()))]
+    rows = [frame(step, -1, -1, SUMMARY, values, "grad", names)]
+    if named:
+        rows.append(frame(step, [i for i, _, _ in named], -1, SUMMARY, norms[len(grouped):], "grad",
+                          [n for _, n, _ in named]))
+    return concat(rows)
+
+
+# --- the per-trial driver --------------------------------------------------------------------------
+
+
+class Prober:
+    """Everything a trial probes, configured by a ``ProbeSpec``; returns frames to ``log_curves``.
+
+    ``x_probe`` is the fixed probe batch (already on the model's device). The white-noise input has
+    the probe's length, ``d_model`` features and ``spec.white_noise_seed``: the same in every trial
+    of a study with one ``d_model``.
+    """
+
+    def __init__(self, model: nn.Module, spec: ProbeSpec, x_probe: torch.Tensor,
+                 groups: Sequence[dict[str, Any]] = ()) -> None:
+        self.model, self.spec, self.x = model, spec, x_probe
+        self.groups = list(groups)
+        self.length = int(x_probe.shape[1])
+        self.layers = model.recurrent_layers() if hasattr(model, "recurrent_layers") else []
+        self.noise: torch.Tensor | None = None
+        if spec.enabled and spec.white_noise and self.layers:
+            d_model = int(getattr(self.layers[0], "d_model", 0) or _d_model(model))
+            self.noise = white_noise(spec.white_noise_batch, self.length, d_model, spec.white_noise_seed)
+            self.noise = self.noise.to(x_probe.device)
+
+    def fingerprints(self) -> dict[str, float]:
+        """Metrics identifying the probe inputs (the same in every trial that shares them)."""
+        if not self.spec.enabled:
+            return {}
+        out = {"probe/batch_fingerprint": fingerprint(self.x)}
+        if self.noise is not None:
+            out["probe/white_noise_fingerprint"] = fingerprint(self.noise)
+        return out
+
+    def due(self, step: int, last: int) -> bool:
+        """Whether ``step`` is a probe step (0, multiples of ``every``, the last)."""
+        return self.spec.enabled and (step == 0 or step == last or step % self.spec.every == 0)
+
+    @torch.no_grad()
+    def probe(self, step: int) -> pl.DataFrame:
+        """Real-data probe, white-noise probe, theory and spectrum at ``step`` (eval mode)."""
+        if not self.spec.enabled:
+            return empty()
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            _, norms = model(self.x, return_norms=True)
+            frames = [curve_rows(norms, step, "probe")]
+            if self.noise is not None:
+                noise_norms = [layer(self.noise, return_norms=True)[-1] for layer in self.layers]
+                frames.append(curve_rows(noise_norms, step, "white_noise"))
+            mats = systems(self.layers) if (self.spec.theory or self.spec.spectrum) else None
+            if self.spec.theory:
+                frames.append(theory_rows(self.layers, self.length, step, mats))
+            if self.spec.spectrum:
+                frames.append(spectrum_rows(self.layers, step, mats))
+        finally:
+            model.train(was_training)
+        return concat(frames)
+
+    def train_rows(self, summary: torch.Tensor | None, step: int) -> pl.DataFrame:
+        if not self.spec.enabled or summary is None:
+            return empty()
+        return train_rows(summary, step)
+
+    def grad_rows(self, step: int) -> pl.DataFrame:
+        if not (self.spec.enabled and self.spec.grads):
+            return empty()
+        return grad_rows(self.model, self.groups, step)
+
+
+def _d_model(model: nn.Module) -> int:
+    enc = getattr(model, "encoder", None)
+    if isinstance(enc, nn.Embedding):
+        return enc.embedding_dim
+    if isinstance(enc, nn.Linear):
+        return enc.out_features
+    raise ValueError("cannot tell the model's d_model for the white-noise probe")
