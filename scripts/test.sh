@@ -1,19 +1,58 @@
 #!/usr/bin/env bash
-# Run the test suite. Starts a throwaway PostgreSQL server on 127.0.0.1 when the Debian
-# packages are present, so the multi-machine tests run against a real database.
+# Run the test suite. When the Debian packages are present, starts a throwaway PostgreSQL server
+# on 127.0.0.1 (as the postgres user when root: initdb refuses root) and, in the background, a
+# real MLflow tracking server (`ablate serve`, its runs in that PostgreSQL) for the multi-machine
+# tests. Both use free ports, so several checkouts can run this at once; both go on exit.
+# Set ABLATE_TEST_POSTGRES / ABLATE_TEST_MLFLOW to use servers of your own instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+free_port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+pg_admin() {  # one SQL statement on $ABLATE_TEST_POSTGRES
+  $PY -c 'import os, sys, psycopg; from sqlalchemy.engine import make_url
+url = make_url(os.environ["ABLATE_TEST_POSTGRES"]).set(drivername="postgresql")
+psycopg.connect(url.render_as_string(hide_password=False), autocommit=True).execute(sys.argv[1])' "$1"
+}
+
+SCRATCH=$(mktemp -d); chmod 755 "$SCRATCH"
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+RUNAS=(); [ "$(id -u)" -eq 0 ] && RUNAS=(runuser -u postgres --)
+PG_DATA=""; MLFLOW_PID=""; MLFLOW_DB=""
+cleanup() {
+  if [ -n "$MLFLOW_PID" ]; then kill "$MLFLOW_PID" 2>/dev/null || true; wait "$MLFLOW_PID" 2>/dev/null || true; fi
+  if [ -n "$PG_DATA" ]; then
+    "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PG_DATA" -m fast stop >/dev/null 2>&1 || true
+  elif [ -n "$MLFLOW_DB" ]; then
+    pg_admin "DROP DATABASE IF EXISTS $MLFLOW_DB WITH (FORCE)" || true
+  fi
+  rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+
 if [ -z "${ABLATE_TEST_POSTGRES:-}" ] && [ -n "$PGBIN" ] && [ -x "$PGBIN/initdb" ]; then
-  PG=$(mktemp -d); chmod 755 "$PG"
-  install -d -o postgres -g postgres -m 700 "$PG/data"
-  chown postgres "$PG"
-  PORT=${ABLATE_TEST_PG_PORT:-5433}
-  runuser -u postgres -- "$PGBIN/initdb" -D "$PG/data" -U postgres --auth=trust --no-instructions >/dev/null
-  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PG/data" -l "$PG/log" -w \
-    -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$PG -c max_connections=200" start >/dev/null
-  trap 'runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PG/data" -m fast stop >/dev/null 2>&1; rm -rf "$PG"' EXIT
+  PG="$SCRATCH/pg"; mkdir -m 700 "$PG" "$PG/data"
+  [ "$(id -u)" -eq 0 ] && chown -R postgres:postgres "$PG"
+  PORT=${ABLATE_TEST_PG_PORT:-$(free_port)}
+  "${RUNAS[@]}" "$PGBIN/initdb" -D "$PG/data" -U postgres --auth=trust --no-instructions >/dev/null
+  "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PG/data" -l "$PG/log" -w \
+    -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$PG -c max_connections=300" start >/dev/null
+  PG_DATA="$PG/data"
   export ABLATE_TEST_POSTGRES="postgresql+psycopg://postgres@127.0.0.1:$PORT/postgres"
 fi
+
+if [ -z "${ABLATE_TEST_MLFLOW:-}" ]; then
+  BACKEND="sqlite:///$SCRATCH/mlflow/mlflow.db"
+  if [ -n "${ABLATE_TEST_POSTGRES:-}" ]; then
+    MLFLOW_DB="ablate_test_mlflow_$$"
+    pg_admin "CREATE DATABASE $MLFLOW_DB"
+    BACKEND="${ABLATE_TEST_POSTGRES%/*}/$MLFLOW_DB"
+  fi
+  MLFLOW_PORT=$(free_port)
+  # The tests wait for it to answer (tests/conftest.py): it starts while the first ones run.
+  $PY -m ablate.cli serve --port "$MLFLOW_PORT" --backend-store-uri "$BACKEND" \
+    --artifacts-destination "$SCRATCH/mlflow/artifacts" >"$SCRATCH/mlflow.log" 2>&1 &
+  MLFLOW_PID=$!
+  export ABLATE_TEST_MLFLOW="http://127.0.0.1:$MLFLOW_PORT" ABLATE_TEST_MLFLOW_LOG="$SCRATCH/mlflow.log"
+fi
+
 $PY -m pytest -q -n 2 "$@"

@@ -1,0 +1,78 @@
+"""Shared fixtures: a fresh PostgreSQL database per test, one real MLflow tracking server per session.
+
+Both are xdist-safe: databases get unique names, and a session's server listens on a free port.
+``scripts/test.sh`` starts PostgreSQL (``$ABLATE_TEST_POSTGRES``) and an MLflow server
+(``$ABLATE_TEST_MLFLOW``); without the latter each test session starts its own ``ablate serve``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """An admin URL of the test PostgreSQL server (skips the test when there is none)."""
+    url = os.environ.get("ABLATE_TEST_POSTGRES")
+    if not url:
+        pytest.skip("ABLATE_TEST_POSTGRES is not set (scripts/test.sh starts a PostgreSQL server and sets it)")
+    return url
+
+
+def _admin(url: str, sql: str) -> None:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(sql)
+
+
+@pytest.fixture
+def postgres_db(postgres_url: str) -> Iterator[str]:
+    """The URL of a new, empty database, dropped after the test."""
+    from sqlalchemy.engine import make_url
+
+    name = f"ablate_test_{uuid.uuid4().hex[:12]}"
+    _admin(postgres_url, f'CREATE DATABASE "{name}"')
+    yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    _admin(postgres_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The http:// URI of a running MLflow tracking server; use a unique experiment (study) name."""
+    from ablate.serve import ServeError, ServerConfig, start, stop, wait_healthy
+
+    given = os.environ.get("ABLATE_TEST_MLFLOW")
+    if given:
+        try:
+            wait_healthy(given, timeout=240)  # scripts/test.sh starts it alongside the tests
+        except ServeError as exc:
+            log = os.environ.get("ABLATE_TEST_MLFLOW_LOG")
+            pytest.fail(f"{exc}\n{open(log).read()[-3000:] if log and os.path.exists(log) else ''}")
+        yield given
+        return
+    root = tmp_path_factory.mktemp("mlflow-server")
+    cfg = ServerConfig(backend=f"sqlite:///{root / 'mlflow.db'}", artifacts=str(root / "artifacts"), port=free_port())
+    log_path = root / "server.log"
+    with open(log_path, "w") as log:
+        proc = start(cfg, log)
+        try:
+            wait_healthy(cfg.url, proc, timeout=240)
+        except ServeError as exc:
+            stop(proc)
+            pytest.fail(f"{exc}\n{log_path.read_text()[-3000:]}")
+        yield cfg.url
+        stop(proc)
