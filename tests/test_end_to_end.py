@@ -71,7 +71,7 @@ def test_run_records_trials_in_optuna_and_mlflow(study_dir, monkeypatch):
         assert len(mlc.get_metric_history(child.info.run_id, "train/loss")) == 4
         assert "final/test_accuracy" in child.data.metrics
     # Dense curves reach the results API as one tidy frame.
-    curves = res.curves
+    curves = res.curves.filter(res.curves["kind"] == "probe")
     assert set(curves["layer"].unique()) == {0, 1}
     assert set(curves["step"].unique()) == {0, 6, 12}
     assert curves.filter(curves["step"] == 0)["t"].max() >= 9  # a value per time step
