@@ -1,21 +1,26 @@
 """Probe overhead: training-step time with the norm probes on and off, side by side in one process.
 
-    python benchmarks/bench_probes.py [--length 256] [--steps 50] [--every 25] [--repeats 3] [--device cpu]
+    python benchmarks/bench_probes.py [--length 128] [--steps 50] [--every 25] [--repeats 3] [--device cpu]
 
 A trial (``ablate.training.run_trial``) of a 4-layer RotRNN (d_model 64, state 64, 8 heads) and of an
 LRU is trained ``--repeats`` times with probes off (``probes.enabled: false``) and on (the defaults:
-probe batch 64 and white-noise batch 64, theory, spectrum and gradient norms every ``--every`` steps,
+probe batch 64, white-noise batch 32, theory, spectrum and gradient norms every ``--every`` steps,
 training-batch rows every ``log_every``), alternating on/off so that machine load hits both alike.
-Reported per variant: the fastest trial of each (the least disturbed), the overhead per training
-step, and the cost of one full probe (``Prober.probe``) measured alone. Curves are kept in memory
-as polars frames, as the MLflow reporter does, so their assembly is in the figure; the upload at
-the end of a run is not.
+Reported per variant, each the fastest of ``--repeats`` (the least disturbed by other processes):
+one training step (forward + backward + AdamW), one full probe (``Prober.probe``), one gradient-norm
+read, one conversion of training-batch norms to rows; the overhead per training step they imply
+(probe + gradients every ``--every`` steps, rows every 10); and, end to end, whole trials with
+probes off and on (fastest of each) and the measured overhead (median over adjacent off/on pairs).
+On a loaded machine whole trials swing by several times between runs, so the component estimate is
+the steadier figure. Curves stay in memory as polars frames, as the MLflow reporter keeps them; the
+upload at the end of a run is not timed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 import torch
@@ -66,23 +71,48 @@ def trial_seconds(config, probes: ProbeSpec, task: TaskData, device: str) -> flo
     return time.perf_counter() - start
 
 
-def probe_seconds(config, probes: ProbeSpec, task: TaskData, device: str, repeats: int) -> float:
-    torch.manual_seed(0)
-    model = build_model(ModelSpec.model_validate(config["model"]), task.info).to(device)
-    prober = Prober(model, probes, task.val[0][: probes.batch].to(device))
+def _best(f, repeats: int, device: str) -> float:
+    """Fastest of ``repeats`` calls after one warm-up (the least disturbed by other processes)."""
     best = float("inf")
-    for _ in range(repeats + 1):  # the first is a warm-up
+    for _ in range(repeats + 1):
         start = time.perf_counter()
-        prober.probe(0)
+        f()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     return best
 
 
+def components(config, probes: ProbeSpec, task: TaskData, device: str, repeats: int) -> dict[str, float]:
+    """Seconds of one training step and of each probe part, timed alone, side by side."""
+    from ablate.probes import train_rows, train_summary
+    from ablate.training import _loss_and_correct
+
+    torch.manual_seed(0)
+    model = build_model(ModelSpec.model_validate(config["model"]), task.info).to(device)
+    opt = torch.optim.AdamW(model.param_groups(3e-3, 0.5, 0.05))
+    x, y = (t[: config["train"]["batch_size"]].to(device) for t in task.train)
+    prober = Prober(model, probes, task.val[0][: probes.batch].to(device), opt.param_groups)
+    state: dict = {}
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        logits, norms = model(x, return_norms=True)
+        _loss_and_correct(logits, y)[0].backward()
+        opt.step()
+        state["norms"] = norms
+
+    out = {"step": _best(step, repeats, device)}
+    out["probe"] = _best(lambda: prober.probe(0), repeats, device)
+    out["grads"] = _best(lambda: prober.grad_rows(1), repeats, device)
+    out["train_summary"] = _best(lambda: train_summary(state["norms"]), repeats, device)
+    out["train_rows"] = _best(lambda: train_rows(train_summary(state["norms"]), 1), repeats, device)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--length", type=int, default=256)
+    ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--every", type=int, default=25)
@@ -95,7 +125,8 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; torch threads {torch.get_num_threads()}; "
           f"device {args.device}; L={args.length}, batch {args.batch}, {args.steps} steps, probes every {args.every} "
           f"(probe batch {on.batch}, white noise {on.white_noise_batch})")
-    print(f"{'variant':28s} {'off s/step':>11s} {'on s/step':>10s} {'overhead':>9s} {'one probe s':>12s}")
+    print(f"{'variant':28s} {'step s':>8s} {'probe s':>8s} {'grads s':>8s} {'rows s':>8s} {'est. overhead':>13s} "
+          f"{'trial off s/step':>16s} {'on s/step':>10s} {'measured':>9s}")
     for name, variant in VARIANTS.items():
         config = {
             "task": {"name": "bench"},
@@ -103,15 +134,19 @@ def main() -> None:
             "train": {"steps": args.steps, "batch_size": args.batch, "eval_every": 10 * args.steps,
                       "log_every": 10},
         }
+        c = components(config, on, task, args.device, args.repeats)
+        # Per training step: a probe and a gradient read every `every` steps, training-batch rows every
+        # log_every (10) steps, the on-device training summary every step.
+        extra = (c["probe"] + c["grads"]) / args.every + c["train_rows"] / 10 + c["train_summary"]
         trial_seconds(config, off, task, args.device)  # warm-up: imports, kernels, allocator
-        times = {"off": [], "on": []}
-        for _ in range(args.repeats):
+        times: dict[str, list[float]] = {"off": [], "on": []}
+        for _ in range(args.repeats):  # adjacent off/on pairs see about the same machine load
             for key, spec in (("off", off), ("on", on)):
                 times[key].append(trial_seconds(config, spec, task, args.device))
         t_off, t_on = min(times["off"]) / args.steps, min(times["on"]) / args.steps
-        one = probe_seconds(config, on, task, args.device, args.repeats)
-        print(f"{name:28s} {t_off:11.4f} {t_on:10.4f} {t_on / t_off - 1:9.1%} {one:12.4f}")
-
+        paired = statistics.median(b / a for a, b in zip(times["off"], times["on"], strict=True)) - 1
+        print(f"{name:28s} {c['step']:8.4f} {c['probe']:8.4f} {c['grads']:8.4f} {c['train_rows']:8.4f} "
+              f"{extra / c['step']:13.1%} {t_off:16.4f} {t_on:10.4f} {paired:9.1%}")
 
 if __name__ == "__main__":
     main()

@@ -52,11 +52,11 @@ def _run_study(root) -> None:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory, worker_id):
+def study(tmp_path_factory, request):
     """The study of SPEC, run once per test session (xdist workers share it); yields the loaded Results."""
     from filelock import FileLock
 
-    shared = worker_id != "master"
+    shared = hasattr(request.config, "workerinput")  # an xdist worker: the session's workers share it
     root = tmp_path_factory.getbasetemp().parent / "norm-study" if shared else tmp_path_factory.mktemp("norm")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ABLATE_HOME", str(root / ".ablate"))

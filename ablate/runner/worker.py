@@ -33,11 +33,18 @@ MAX_ACCUMULATE = 8
 
 
 class Heartbeat:
-    """Records a heartbeat (and the trial's current step) every HEARTBEAT_S seconds in a thread."""
+    """Records a heartbeat (and the trial's current step) every HEARTBEAT_S seconds in a thread.
+
+    Nested for the same trial (work() beats from the claim on, run_item adds the step), the inner
+    one only lends its step to the outer thread: one beat per trial, not two."""
+
+    _active: dict[int, Heartbeat] = {}  # trial id -> the outermost heartbeat of this process
 
     def __init__(self, study: optuna.Study, trial_id: int, step: Callable[[], int] | None = None) -> None:
         self._stop = threading.Event()
         self._step = step
+        self._trial_id = trial_id
+        self._outer = Heartbeat._active.get(trial_id)
         self._thread = threading.Thread(target=self._beat, args=(study._storage, trial_id), daemon=True)
 
     def _beat(self, store: Any, trial_id: int) -> None:
@@ -51,12 +58,20 @@ class Heartbeat:
             self._stop.wait(HEARTBEAT_S)
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        if self._outer is not None:
+            self._outer._step = self._step
+        else:
+            Heartbeat._active[self._trial_id] = self
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._outer is not None:
+            self._outer._step = None
+            return
         self._stop.set()
         self._thread.join()
+        Heartbeat._active.pop(self._trial_id, None)
 
 
 class Interrupted(BaseException):
@@ -260,7 +275,7 @@ def work(
                 _close_parent_if_done(study, stores)
                 return outcomes
             # Beat from the claim on: choosing the setting and opening the MLflow run come before
-            # run_item's own heartbeat (which also records the step) and can take seconds.
+            # run_item's heartbeat (which lends it the step) and can take seconds.
             with Heartbeat(study, trial._trial_id):
                 outcome = run_item(study, trial, stores, device, emit, checkpoint_every)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
