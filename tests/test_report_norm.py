@@ -124,8 +124,7 @@ def test_analysis_of_the_study(study):
     table = norms.stability_table(norms.layer_norms(df), order, n_resamples=200)
     assert table["seeds"].tolist() == [2, 2] and table["steps"].tolist() == [3, 3]
     assert (table["n_training"] == 4).all() and (table["n_depth"] == 6).all() and (table["n_seeds"] == 6).all()
-    by_factor = norms.factor_table(table, res.trials, res.factors)
-    assert by_factor["level"].tolist() == ["RotRNN", "LRU"] and (by_factor["cells"] == 1).all()
+    assert norms.factor_table(table, res.trials, res.factors).empty  # one cell per level: Table 1 says it
     check = norms.theory_check(df, order)
     rot = check[check["variant"] == "RotRNN"]
     assert np.allclose(rot["stationary"], 1.0)
@@ -148,7 +147,7 @@ def test_report_renders_with_its_figures_and_tables(study):
     for title in ("Summary", "State norm vs training step", "Figure 1.", "Figure 2.",
                   "State norm vs time step at initialisation and at the end, with theory", "Figure 3.",
                   "Stability table", "Table 1. Stability of the state norm per variant", "Table 2. Ratio between variants",
-                  "Table 3. Mean CV per factor level", "Table 4. White-noise check", "Spectrum drift over training",
+                  "Table 4. White-noise check", "Spectrum drift over training",
                   "Figure 4.", "Table 5. Spectrum drift",
                   "Gradient norms", "Figure 5.", "Probe batch identical across all 4 runs: yes",
                   "RotRNN", "LRU"):
@@ -199,3 +198,14 @@ def test_text_says_when_variants_cannot_be_told_apart():
     table = norms.stability_table(norms.layer_norms(df), order, n_resamples=300)
     text = norms.summary_text(table, norms.ratio_table(norms.layer_norms(df), table, n_resamples=300))
     assert "not distinguishable" in text
+
+
+def test_factor_table_averages_cells_per_level():
+    cells = {"p=rot, n=xi": 1.0, "p=rot, n=gamma": 2.0, "p=diag, n=xi": 3.0, "p=diag, n=gamma": 6.0}
+    table = pd.DataFrame({"cell_id": [f"c{i}" for i in range(4)], "variant": list(cells),
+                          **{f"cv_{m}": list(cells.values()) for m in norms.MEASURES}})
+    trials = pd.DataFrame({"cell_id": [f"c{i}" for i in range(4)], "p": ["rot", "rot", "diag", "diag"],
+                           "n": ["xi", "gamma", "xi", "gamma"]})
+    out = norms.factor_table(table, trials, ["p", "n"]).set_index(["factor", "level"])["cv_training"]
+    assert out.to_dict() == {("p", "rot"): 1.5, ("p", "diag"): 4.5, ("n", "xi"): 2.0, ("n", "gamma"): 4.0}
+    assert norms.short_order(list(zip(table["cell_id"], table["variant"], strict=True)))[1] == "p · n"

@@ -189,8 +189,8 @@ def factor_table(table: pd.DataFrame, trials: Any, factors: Sequence[str]) -> pd
             continue
         cvs = table[["cell_id", *[f"cv_{m}" for m in MEASURES]]]  # not "variant": a factor may bear that name
         levels = tr[["cell_id", factor]].drop_duplicates("cell_id").merge(cvs, on="cell_id")
-        if levels[factor].nunique() < 2:
-            continue
+        if levels[factor].nunique() < 2 or levels[factor].nunique() == len(levels):
+            continue  # one level, or one cell per level (then Table 1 says it already)
         for level, group in levels.groupby(factor, sort=False):
             row: dict[str, Any] = {"factor": factor, "level": level, "cells": len(group)}
             for m in MEASURES:
