@@ -115,7 +115,8 @@ def _progress_printer(total: int, verbose: bool = False):
             acc = info.get("test_accuracy")
             progress.console.print(f"  done {name}: test accuracy {acc:.3f} ({info['seconds']:.0f} s)")
         elif event in ("diverged", "error", "killed", "oom", "infrastructure"):
-            progress.advance(bar) if event in ("diverged", "error") else None
+            if event in ("diverged", "error"):  # oom/infrastructure/killed are retried: not finished
+                progress.advance(bar)
             progress.console.print(f"  [yellow]{event}[/yellow] {name}: {info.get('message', '')}")
         if verbose and event == "start":
             progress.console.print(f"  start {name}", highlight=False)
@@ -231,10 +232,11 @@ def status(study: str, storage: StorageOpt = None, tracking_uri: TrackingOpt = N
     from ablate import results
     from ablate.runner import progress
     from ablate.runner import study as st
+    from ablate.stores import resolve
 
     try:
         res = results.load(study, storage, tracking_uri, curves=False)
-        snap = progress.snapshot(st.open_study(study, res_stores(storage, tracking_uri)))
+        snap = progress.snapshot(st.open_study(study, resolve(storage, tracking_uri)))
     except st.StorageError as exc:
         raise _store_error(exc) from None
     table = Table(title=f"{study}: status per cell", title_justify="left")
@@ -247,12 +249,6 @@ def status(study: str, storage: StorageOpt = None, tracking_uri: TrackingOpt = N
     out.print(table)
     workers = len({r.worker for r in snap.items}) or 1
     out.print(progress.table(study, snap, workers))
-
-
-def res_stores(storage: str | None, tracking_uri: str | None):
-    from ablate.stores import resolve
-
-    return resolve(storage, tracking_uri)
 
 
 def _render(study: str, reports: list[str], out_dir: Path, formats: tuple[str, ...], storage, tracking_uri,
