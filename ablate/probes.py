@@ -17,9 +17,10 @@ returns tidy rows (``CURVE_SCHEMA``: step, layer, head, t, value, kind, quantity
                  <parameter name> (layer i)
 
 ``t`` counts from 0 = the state after the first input (x_1); a backward layer's t counts from its
-own start. ``head`` is -1 where a row is not per head. During training ``train_rows`` turns the
-training batch's own norms (from the forward pass that computes the loss, no extra pass) into
-``kind = "train"`` rows (norm_sq_mean, norm_sq_last per layer and head) at logging steps.
+own start. ``head`` is -1 where a row is not per head. During training ``Prober.keep_train`` keeps
+the training batch's own norms (from the forward pass that computes the loss, no extra pass) at
+logging steps; ``Prober.train_rows`` turns them into ``kind = "train"`` rows (norm_sq_mean,
+norm_sq_last per layer and head).
 
 The probe batch is the first ``probes.batch`` validation examples, identical for every cell and seed
 of a study whose cells share the task; ``fingerprint`` hashes it so that a study can check this.
@@ -59,28 +60,24 @@ _DTYPES = {"step": np.int64, "layer": np.int32, "head": np.int32, "t": np.int32,
            "kind": object, "quantity": object}
 
 
-def frame(step: int, layer: Any, head: Any, t: Any, value: Any, kind: str, quantity: Any) -> pl.DataFrame:
-    """Rows of ``CURVE_SCHEMA`` from broadcastable columns (scalars or 1-D arrays)."""
-    return _to_frame(_columns(step, layer, head, t, value, kind, quantity))
+Columns = dict[str, np.ndarray]  # one block of rows, column by column: cheap to build and stack
 
 
-def _columns(step: Any, layer: Any, head: Any, t: Any, value: Any, kind: Any, quantity: Any) -> dict[str, np.ndarray]:
+def _columns(step: Any, layer: Any, head: Any, t: Any, value: Any, kind: Any, quantity: Any) -> Columns:
     value = np.asarray(value, dtype=np.float64).reshape(-1)
     given = {"step": step, "layer": layer, "head": head, "t": t, "kind": kind, "quantity": quantity}
     out = {k: np.broadcast_to(np.asarray(v, dtype=_DTYPES[k]), value.shape) for k, v in given.items()}
     return {**out, "value": value}
 
 
-def _to_frame(cols: dict[str, np.ndarray]) -> pl.DataFrame:
+def _to_frame(blocks: Sequence[Columns]) -> pl.DataFrame:
+    """One frame from many blocks: a probe makes dozens, and a polars frame each would cost more
+    than the probe's forward passes on a small model."""
+    if not blocks:
+        return empty()
+    cols = {k: np.concatenate([b[k] for b in blocks]) for k in CURVE_SCHEMA}
     data = {k: (cols[k].tolist() if _DTYPES[k] is object else cols[k]) for k in CURVE_SCHEMA}
     return pl.DataFrame(data, schema=CURVE_SCHEMA)
-
-
-def concat(frames: Sequence[pl.DataFrame]) -> pl.DataFrame:
-    frames = [f for f in frames if f is not None and f.height]
-    if not frames:
-        return empty()
-    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=True)
 
 
 def fingerprint(x: torch.Tensor) -> float:
@@ -103,23 +100,25 @@ def white_noise(batch: int, length: int, d_model: int, seed: int) -> torch.Tenso
 
 def curve_rows(norms: Sequence[torch.Tensor], step: int, kind: str) -> pl.DataFrame:
     """Per layer (B, L, H) squared norms → the batch-mean curve over t and its two summaries."""
-    frames = []
+    return _to_frame(_curve_blocks(norms, step, kind))
+
+
+def _curve_blocks(norms: Sequence[torch.Tensor], step: int, kind: str) -> list[Columns]:
+    blocks: list[Columns] = []
     for layer, sq in enumerate(norms):
-        curve = sq.detach().double().mean(0).cpu().numpy()  # (L, H)
-        frames.append(curve_frame(curve, step, layer, kind))
-    return concat(frames)
+        blocks += _curve_columns(sq.detach().double().mean(0).cpu().numpy(), step, layer, kind)  # (L, H)
+    return blocks
 
 
-def curve_frame(curve: np.ndarray, step: int, layer: int, kind: str) -> pl.DataFrame:
+def _curve_columns(curve: np.ndarray, step: int, layer: int, kind: str) -> list[Columns]:
     """(L, H) curve of one layer → norm_sq rows per (head, t) plus norm_sq_mean / norm_sq_last."""
     L, H = curve.shape
     heads = np.arange(H)
-    parts = [
+    return [
         _columns(step, layer, np.repeat(heads, L), np.tile(np.arange(L), H), curve.T.reshape(-1), kind, "norm_sq"),
         _columns(step, layer, heads, SUMMARY, curve.mean(0), kind, "norm_sq_mean"),
         _columns(step, layer, heads, SUMMARY, curve[-1], kind, "norm_sq_last"),
     ]
-    return _to_frame({k: np.concatenate([p[k] for p in parts]) for k in CURVE_SCHEMA})
 
 
 @torch.no_grad()
@@ -142,13 +141,14 @@ def train_summary(norms: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def train_rows(summary: torch.Tensor, step: int) -> pl.DataFrame:
     """``kind = "train"`` rows from ``train_summary`` (possibly averaged over micro-batches)."""
-    values = summary.double().cpu().numpy()
-    frames = []
-    for layer in range(values.shape[0]):
-        heads = np.arange(values.shape[1])
-        frames.append(frame(step, layer, heads, SUMMARY, values[layer, :, 0], "train", "norm_sq_mean"))
-        frames.append(frame(step, layer, heads, SUMMARY, values[layer, :, 1], "train", "norm_sq_last"))
-    return concat(frames)
+    return _to_frame(_train_blocks(summary.double().cpu().numpy(), step))
+
+
+def _train_blocks(values: np.ndarray, step: int) -> list[Columns]:
+    layers, heads = values.shape[:2]  # (layers, H, 2)
+    layer, head = np.repeat(np.arange(layers), heads), np.tile(np.arange(heads), layers)
+    return [_columns(step, layer, head, SUMMARY, values[..., i].reshape(-1), "train", quantity)
+            for i, quantity in enumerate(("norm_sq_mean", "norm_sq_last"))]
 
 
 # --- theory and spectra (linear recurrences only) ----------------------------------------------
@@ -185,16 +185,21 @@ def systems(layers: Sequence[nn.Module]) -> list[Any]:
 def theory_rows(layers: Sequence[nn.Module], length: int, step: int, mats: Sequence[Any] | None = None
                 ) -> pl.DataFrame:
     """``kind = "theory"`` rows for every linear layer: the white-input expectation from x_0 = 0."""
-    frames = []
+    return _to_frame(_theory_blocks(layers, length, step, mats))
+
+
+def _theory_blocks(layers: Sequence[nn.Module], length: int, step: int, mats: Sequence[Any] | None
+                   ) -> list[Columns]:
+    blocks: list[Columns] = []
     mats = mats if mats is not None else systems(layers)
     for i, (layer, m) in enumerate(zip(layers, mats, strict=True)):
         if not _linear(layer):
             continue
         curve = layer.expected_state_norms(length, m).double().cpu().numpy()  # (L, H), t = 1..L
-        frames.append(curve_frame(curve, step, i, "theory"))
+        blocks += _curve_columns(curve, step, i, "theory")
         stat = stationary_norms(layer, m).cpu().numpy()
-        frames.append(frame(step, i, np.arange(stat.size), SUMMARY, stat, "theory", "norm_sq_stationary"))
-    return concat(frames)
+        blocks.append(_columns(step, i, np.arange(stat.size), SUMMARY, stat, "theory", "norm_sq_stationary"))
+    return blocks
 
 
 @torch.no_grad()
@@ -214,7 +219,12 @@ def modes(layer: nn.Module, mats: Any = None) -> tuple[torch.Tensor, torch.Tenso
 @torch.no_grad()
 def spectrum_rows(layers: Sequence[nn.Module], step: int, mats: Sequence[Any] | None = None) -> pl.DataFrame:
     """``kind = "spectrum"`` rows: |λ|, phase per mode; γ_h per head; the input scale per unit."""
-    frames = []
+    return _to_frame(_spectrum_blocks(layers, step, mats))
+
+
+@torch.no_grad()
+def _spectrum_blocks(layers: Sequence[nn.Module], step: int, mats: Sequence[Any] | None) -> list[Columns]:
+    frames: list[Columns] = []
     mats = mats if mats is not None else systems(layers)
     for i, (layer, m) in enumerate(zip(layers, mats, strict=True)):
         lam, head = modes(layer, m)
@@ -223,20 +233,20 @@ def spectrum_rows(layers: Sequence[nn.Module], step: int, mats: Sequence[Any] | 
         lam = lam.to(torch.complex128) if lam.is_complex() else lam.double()
         head = head.cpu().numpy()
         j = np.arange(lam.numel())
-        frames.append(frame(step, i, head, j, lam.abs().cpu().numpy(), "spectrum", "abs"))
+        frames.append(_columns(step, i, head, j, lam.abs().cpu().numpy(), "spectrum", "abs"))
         phase = lam.angle() if lam.is_complex() else torch.where(lam < 0, torch.pi, 0.0)
-        frames.append(frame(step, i, head, j, phase.double().cpu().numpy(), "spectrum", "phase"))
+        frames.append(_columns(step, i, head, j, phase.double().cpu().numpy(), "spectrum", "phase"))
         if hasattr(layer, "head_decay"):
             decay = layer.head_decay().double().cpu().numpy()
-            frames.append(frame(step, i, np.arange(decay.size), SUMMARY, decay, "spectrum", "head_decay"))
+            frames.append(_columns(step, i, np.arange(decay.size), SUMMARY, decay, "spectrum", "head_decay"))
         scale = layer.norm(layer.param) if hasattr(layer, "norm") and hasattr(layer, "param") else None
         if scale is not None:
             scale = scale.detach().double().cpu().numpy()
             unit_head = layer.param.unit_head.cpu().numpy()
             if unit_head.size != scale.size:  # dense: one unit per head
                 unit_head = np.arange(scale.size)
-            frames.append(frame(step, i, unit_head, np.arange(scale.size), scale, "spectrum", "input_scale"))
-    return concat(frames)
+            frames.append(_columns(step, i, unit_head, np.arange(scale.size), scale, "spectrum", "input_scale"))
+    return frames
 
 
 # --- gradients -----------------------------------------------------------------------------------
@@ -259,17 +269,17 @@ def grad_rows(model: nn.Module, groups: Sequence[dict[str, Any]], step: int) -> 
     tensors = [p.grad.detach() for _, p in grouped] + [p.grad.detach() for _, _, p in named]
     if not tensors:
         return empty()
-    norms = torch.stack([torch.linalg.vector_norm(g.float()) for g in tensors]).double().cpu().numpy()
+    norms = torch.stack(torch._foreach_norm([g.float() for g in tensors])).double().cpu().numpy()  # one kernel
     sq: dict[str, float] = {}
     for (name, _), n in zip(grouped, norms[: len(grouped)], strict=True):
         sq[name] = sq.get(name, 0.0) + float(n) ** 2
     names = [*sq, "total"]
     values = [*(np.sqrt(v) for v in sq.values()), np.sqrt(sum(sq.values()))]
-    rows = [frame(step, -1, -1, SUMMARY, values, "grad", names)]
+    rows = [_columns(step, -1, -1, SUMMARY, values, "grad", names)]
     if named:
-        rows.append(frame(step, [i for i, _, _ in named], -1, SUMMARY, norms[len(grouped):], "grad",
-                          [n for _, n, _ in named]))
-    return concat(rows)
+        rows.append(_columns(step, [i for i, _, _ in named], -1, SUMMARY, norms[len(grouped):], "grad",
+                             [n for _, n, _ in named]))
+    return _to_frame(rows)
 
 
 # --- the per-trial driver --------------------------------------------------------------------------
@@ -290,6 +300,7 @@ class Prober:
         self.length = int(x_probe.shape[1])
         self.layers = model.recurrent_layers() if hasattr(model, "recurrent_layers") else []
         self.noise: torch.Tensor | None = None
+        self.pending_train: list[tuple[int, np.ndarray]] = []  # kept summaries (a checkpoint saves them)
         if spec.enabled and spec.white_noise and self.layers:
             d_model = int(getattr(self.layers[0], "d_model", 0) or _d_model(model))
             self.noise = white_noise(spec.white_noise_batch, self.length, d_model, spec.white_noise_seed)
@@ -318,23 +329,29 @@ class Prober:
         model.eval()
         try:
             _, norms = model(self.x, return_norms=True)
-            frames = [curve_rows(norms, step, "probe")]
+            blocks = _curve_blocks(norms, step, "probe")
             if self.noise is not None:
                 noise_norms = [layer(self.noise, return_norms=True)[-1] for layer in self.layers]
-                frames.append(curve_rows(noise_norms, step, "white_noise"))
+                blocks += _curve_blocks(noise_norms, step, "white_noise")
             mats = systems(self.layers) if (self.spec.theory or self.spec.spectrum) else None
             if self.spec.theory:
-                frames.append(theory_rows(self.layers, self.length, step, mats))
+                blocks += _theory_blocks(self.layers, self.length, step, mats)
             if self.spec.spectrum:
-                frames.append(spectrum_rows(self.layers, step, mats))
+                blocks += _spectrum_blocks(self.layers, step, mats)
         finally:
             model.train(was_training)
-        return concat(frames)
+        return _to_frame(blocks)
 
-    def train_rows(self, summary: torch.Tensor | None, step: int) -> pl.DataFrame:
-        if not self.spec.enabled or summary is None:
-            return empty()
-        return train_rows(summary, step)
+    def keep_train(self, summary: torch.Tensor | None, step: int) -> None:
+        """Keep a logging step's ``train_summary``; ``train_rows`` hands them over in one frame."""
+        if self.spec.enabled and summary is not None:
+            self.pending_train.append((step, summary.double().cpu().numpy()))
+
+    def train_rows(self) -> pl.DataFrame:
+        """The ``kind = "train"`` rows kept since the last call (one frame: cheaper than one per step)."""
+        blocks = [b for step, values in self.pending_train for b in _train_blocks(values, step)]
+        self.pending_train = []
+        return _to_frame(blocks)
 
     def grad_rows(self, step: int) -> pl.DataFrame:
         if not (self.spec.enabled and self.spec.grads):

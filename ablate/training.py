@@ -168,9 +168,11 @@ def run_trial(
         sampler.set_state(saved["sampler"])
         torch.set_rng_state(saved["rng"])
         first = saved["step"] + 1
+        prober.pending_train = saved.get("pending_train", [])
     reporter = Recorder(reporter or NullReporter(), saved["history"] if saved else None)
 
     def finish(status: str, step: int, reason: str = "") -> TrialResult:
+        reporter.log_curves(prober.train_rows())  # also for a diverged trial: its norms show why
         metrics: dict[str, float] = {"chance": data.info.chance}
         if status == "complete":
             for split, (x, y) in (("val", (x_val, y_val)), ("test", data.test)):
@@ -205,14 +207,15 @@ def run_trial(
             values["train/lr"] = scheduler.get_last_lr()[0]
             values.update({f"train_state_norm/layer{i}": v for i, v in enumerate(layer_norms)})
             reporter.log_metrics(step, values)
-            reporter.log_curves(prober.train_rows(summary, step))
+            prober.keep_train(summary, step)
         if step % train.eval_every == 0 and step != train.steps:
             val = evaluate(model, x_val, y_val)
             reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
         if step % probes.every == 0 and step != train.steps:
             reporter.log_curves(prober.probe(step))
+            reporter.log_curves(prober.train_rows())
         if checkpoint and checkpoint_every and step % checkpoint_every == 0 and step != train.steps:
-            _save(checkpoint, step, model, optimiser, scheduler, sampler, reporter.history)
+            _save(checkpoint, step, model, optimiser, scheduler, sampler, reporter.history, prober.pending_train)
     return finish("complete", train.steps)
 
 
@@ -238,8 +241,9 @@ def _forward_backward(
     return loss_sum / max(counted, 1), correct, counted, [v / len(x) for v in norm_sums or []], summary
 
 
-def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history) -> None:
+def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history, pending_train) -> None:
     state = {
+        "pending_train": pending_train,
         "step": step,
         "model": model.state_dict(),
         "optimiser": optimiser.state_dict(),

@@ -246,7 +246,7 @@ def test_estimate_scales_measured_timings_by_each_pending_trial(monkeypatch):
     monkeypatch.setattr(planning, "measure", lambda config, batch, device, steps: calls.append(device) or timing)
     est = planning.estimate(plan, "cuda:0")
     assert calls == ["cuda:0", "cuda:0"] and est.shapes == 2 and est.trials == 4  # one dry run per model shape
-    # 5 steps, eval every 50: 0 periodic evals + final val + test; probes at 0 and the end (+ every 25: 0).
+    # 5 steps, eval every 50: 0 periodic evals + final val + test; probes at 0 and the end (+ every 100: 0).
     per_trial = 0.5 + 5 * 0.01 + 0.2 + 0.1 + 2 * 0.05 + planning.TRIAL_OVERHEAD_S
     assert est.seconds == pytest.approx(4 * per_trial + planning.RUN_OVERHEAD_S)
 

@@ -1,7 +1,7 @@
 """MLflow, and only here: one parent run per study, one child run per trial, batched logging.
 
-Scalar curves go to MLflow in batches (one call per 1,000 values: single calls are ~100×
-slower). Dense curves (norms per layer/head/t/step) go to a Parquet artifact per run, with a
+Scalar curves go to MLflow in batches (one call per 1,000 values or 30 s, whichever comes first:
+single calls are ~100× slower). Dense curves (norms per layer/head/t/step) go to a Parquet artifact per run, with a
 thinned copy (mean per layer and probe step) as MLflow metrics.
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 from ablate.stores import Stores, redact
 
 BATCH = 1000
+FLUSH_S = 30.0  # at most this long between flushes, so the MLflow UI follows a running trial
 CURVES_ARTIFACT = "curves.parquet"  # step, layer, head, t, value, kind, quantity (ablate.probes)
 # Thinned copy as MLflow metrics: (kind, quantity) of per-layer summary rows → metric prefix.
 THIN = {
@@ -95,29 +96,35 @@ class TrialRun:
         for i in range(0, len(items), 100):
             self.mlc.log_batch(self.run_id, params=items[i : i + 100])
         self.last_step = 0
-        self._pending: list[Any] = []
-        self._history: list[dict[str, Any]] = []
+        self._pending: list[tuple[int, str, float, int]] = []  # step, name, value, time (ms)
+        self._history: list[tuple[int, str, float, int]] = []
         self._curves: list[Any] = []  # polars frames of ablate.probes.CURVE_SCHEMA
+        self._thinned = 0  # how many of them have had their thinned copy logged
+        self._flushed = time.monotonic()
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         self.last_step = max(self.last_step, step)
-        self._pending += [Metric(k, float(v), now, step) for k, v in values.items()]
-        self._history += [{"step": step, "name": k, "value": float(v)} for k, v in values.items()]
-        if len(self._pending) >= BATCH:
+        rows = [(step, k, float(v), now) for k, v in values.items()]  # MLflow's Metric objects at flush
+        self._pending += rows
+        self._history += rows
+        if len(self._pending) >= BATCH or time.monotonic() - self._flushed > FLUSH_S:
             self.flush()
 
     def log_curves(self, rows: Any) -> None:
-        """Keep dense rows (a polars frame, or a list of dicts) for the artifact; log a thinned copy:
-        per layer the head mean of each ``THIN`` summary, and the gradient norm of each group."""
+        """Keep dense rows (a polars frame, or a list of dicts) for the artifact; their thinned copy
+        goes to MLflow at the next flush (thinning per call would cost more than the probe)."""
         import polars as pl
 
         frame = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows)
-        if not frame.height:
-            return
-        self._curves.append(frame)
+        if frame.height:
+            self._curves.append(frame)
+
+    def _thin(self, frames: list[Any]) -> None:
+        """Log per layer the head mean of each ``THIN`` summary, and the gradient norm of each group."""
+        import polars as pl
+
+        frame = pl.concat(frames, how="diagonal_relaxed")
         if "quantity" not in frame.columns:  # rows of the old schema: every row a probe norm
             frame = frame.with_columns(pl.lit("norm_sq_mean").alias("quantity"))
         thin = (frame.filter(pl.struct("kind", "quantity").is_in([{"kind": k, "quantity": q} for k, q in THIN]))
@@ -132,8 +139,17 @@ class TrialRun:
             self.log_metrics(step, values)
 
     def flush(self) -> None:
-        for i in range(0, len(self._pending), BATCH):
-            self.mlc.log_batch(self.run_id, metrics=self._pending[i : i + BATCH])
+        self._flushed = time.monotonic()
+        if self._thinned < len(self._curves):
+            frames, self._thinned = self._curves[self._thinned :], len(self._curves)
+            self._thin(frames)
+        from mlflow.entities import Metric
+
+        metrics = [Metric(name, value, now, step) for step, name, value, now in self._pending]
+        for i in range(0, len(metrics), BATCH):
+            # Synchronous: MLflow's background logging saved nothing here (its shutdown at the end of
+            # every run waited about as long as the writes take) and would lose writes on a kill.
+            self.mlc.log_batch(self.run_id, metrics=metrics[i : i + BATCH])
         self._pending = []
 
     def finish(self, status: str, summary: dict[str, float], tags: dict[str, str] | None = None) -> None:
@@ -151,10 +167,11 @@ class TrialRun:
 
         with tempfile.TemporaryDirectory() as tmp:
             curves = pl.concat(self._curves, how="diagonal_relaxed") if self._curves else None
-            for name, rows in ((CURVES_ARTIFACT, curves), (METRICS_ARTIFACT, self._history)):
-                if rows is not None and len(rows):
+            history = pl.DataFrame([r[:3] for r in self._history], schema=["step", "name", "value"], orient="row")
+            for name, rows in ((CURVES_ARTIFACT, curves), (METRICS_ARTIFACT, history)):
+                if rows is not None and rows.height:
                     path = Path(tmp) / name
-                    (rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows)).write_parquet(path)
+                    rows.write_parquet(path)
                     self.mlc.log_artifact(self.run_id, str(path))
         self.mlc.set_terminated(self.run_id, status)
 
