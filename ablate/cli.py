@@ -114,8 +114,8 @@ def _progress_printer(total: int, verbose: bool = False):
             progress.advance(bar)
             acc = info.get("test_accuracy")
             progress.console.print(f"  done {name}: test accuracy {acc:.3f} ({info['seconds']:.0f} s)")
-        elif event in ("diverged", "error", "killed", "oom", "infrastructure"):
-            if event in ("diverged", "error"):  # oom/infrastructure/killed are retried: not finished
+        elif event in ("diverged", "error", "killed", "oom", "infrastructure", "superseded"):
+            if event in ("diverged", "error"):  # the others are retried or re-run: not finished
                 progress.advance(bar)
             progress.console.print(f"  [yellow]{event}[/yellow] {name}: {info.get('message', '')}")
         if verbose and event == "start":
@@ -152,14 +152,13 @@ def run(
 
     stores = resolve(storage, tracking_uri)
     todo = items(spec)
-    try:
-        study, queued = st.prepare(spec, todo, stores)
-        if not study.user_attrs.get("mlflow_parent_run_id"):
-            import json
+    def parent_run() -> str:
+        import json
 
-            parent = tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2),
-                                               spec_hash(spec))
-            study.set_user_attr("mlflow_parent_run_id", parent)
+        return tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2), spec_hash(spec))
+
+    try:
+        study, queued = st.prepare(spec, todo, stores, parent_run)
     except st.StorageError as exc:
         raise _store_error(exc) from None
     before = st.Progress.of(study, todo)

@@ -6,8 +6,11 @@ Defaults need no server: SQLite files under ``.ablate/`` in the working director
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +79,18 @@ def resolve(storage: str | None = None, tracking: str | None = None) -> Stores:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return Stores(storage, tracking, artifacts)
+
+
+@contextmanager
+def sqlite_lock(url: str) -> Iterator[None]:
+    """Hold an exclusive lock file beside a SQLite database (nothing for other URLs).
+
+    Processes starting together on a fresh file would otherwise race to create its tables
+    ("table ... already exists"), and two `ablate run`s would both queue every item."""
+    path = url.removeprefix("sqlite:///").split("?")[0] if url.startswith("sqlite:///") else ""
+    if not path or path == ":memory:":
+        yield
+        return
+    with open(f"{path}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        yield

@@ -54,7 +54,9 @@ def write_spec(root: Path, **changes) -> Path:
 
 
 def load(root: Path, name: str = "exec") -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{root / '.ablate' / 'optuna.db'}")
+    from ablate.runner.study import storage  # takes the lock a fresh file's first process holds
+
+    return optuna.load_study(study_name=name, storage=storage(f"sqlite:///{root / '.ablate' / 'optuna.db'}"))
 
 
 def complete_per_item(study: optuna.Study) -> Counter:
@@ -111,6 +113,43 @@ def test_kill9_mid_trial_is_recovered_by_another_worker(tmp_path):
     assert killed.state == TrialState.FAIL and killed.user_attrs["failure_kind"] == "killed"
     statuses = Counter(r.info.status for r in mlflow_runs(tmp_path))
     assert statuses["RUNNING"] == 0 and statuses["KILLED"] >= 1 and statuses["FINISHED"] == 2
+
+
+def test_worker_declared_dead_while_alive_drops_its_attempt_and_carries_on(tmp_path):
+    """A stalled worker's trial is failed and re-queued by another process; when the worker
+    resumes it must neither crash nor record a second result: it drops the attempt and works on."""
+    from ablate.runner.study import declare_dead, open_study
+    from ablate.stores import Stores
+
+    write_spec(tmp_path, train={**SPEC["train"], "steps": 20})
+    proc = spawn(tmp_path, "run", "spec.yaml", "--checkpoint-every", "0", ABLATE_FAULT="slow@2")
+    trial = wait_running(tmp_path)
+    root = tmp_path / ".ablate"
+    stores = Stores(f"sqlite:///{root / 'optuna.db'}", f"sqlite:///{root / 'mlflow.db'}", (root / "a").as_uri())
+    assert declare_dead(open_study("exec", stores), trial._trial_id)  # the verdict another process makes
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    study = load(tmp_path)
+    assert list(complete_per_item(study).values()) == [1], (out, [(t.state, t.user_attrs) for t in study.trials])
+    assert study.trials[trial.number].user_attrs["failure_kind"] == "killed"
+    runs = mlflow_runs(tmp_path)
+    assert Counter(r.info.status for r in runs) == {"KILLED": 1, "FINISHED": 1}
+    assert [r.data.tags.get("ablate.failure_kind") for r in runs if r.info.status == "KILLED"] == ["superseded"]
+
+
+def test_two_runs_queueing_at_once_queue_each_item_once(tmp_path):
+    write_spec(tmp_path, seeds=40)
+    procs = [spawn(tmp_path, "run", "spec.yaml", "--workers", "0") for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    items = Counter(t.user_attrs["item"] for t in load(tmp_path).trials)
+    assert len(items) == 40 and set(items.values()) == {1}
+    from mlflow.tracking import MlflowClient
+
+    mlc = MlflowClient(f"sqlite:///{tmp_path / '.ablate' / 'mlflow.db'}")
+    runs = mlc.search_runs([mlc.get_experiment_by_name("exec").experiment_id])
+    assert len(runs) == 1 and runs[0].data.tags["ablate.role"] == "study"  # one parent run
 
 
 def test_sigint_requeues_the_item_and_rerun_finishes_it(tmp_path):

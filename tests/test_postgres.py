@@ -168,6 +168,23 @@ def test_six_workers_run_each_item_once_and_reports_render_remotely(tmp_path, po
     assert "postgresql+psycopg://postgres:***@" in stored  # the redacted URL is what is recorded
 
 
+def test_three_hosts_queueing_at_once_queue_each_item_once(tmp_path, postgres_db, mlflow_server):
+    """`ablate run --workers 0` from three places at the same moment: one parent run, each item once."""
+    name = f"pgq-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"name": name, **SPEC}))
+    args = [sys.executable, "-m", "ablate.cli", "run", "spec.yaml", "--workers", "0",
+            "--storage", postgres_db, "--tracking-uri", mlflow_server]
+    procs = [subprocess.Popen(args, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    assert sorted(int(o.split("(")[-1].split()[0]) for o, _ in outs) == [0, 0, ITEMS]  # "(N newly queued)"
+    items = Counter(t.user_attrs["item"] for t in optuna_trials(name, postgres_db))
+    assert len(items) == ITEMS and set(items.values()) == {1}
+    _, _, trials, all_runs = trial_runs(name, mlflow_server)
+    assert not trials and len(all_runs) == 1  # one parent run, no trial run yet
+
+
 @pytest.mark.slow
 def test_killing_two_workers_loses_nothing_and_leaves_no_run_running(tmp_path, postgres_db, mlflow_server):
     from optuna.trial import TrialState

@@ -8,10 +8,13 @@ Heartbeats mark trials of killed workers FAIL and re-enqueue them, up to a retry
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate.design import Item, canonical_json, spec_hash
 from ablate.spec import Spec
-from ablate.stores import Stores, redact, storage_problem
+from ablate.stores import Stores, redact, sqlite_lock, storage_problem
 
 # Seconds between a running trial's heartbeats, and of silence before it counts as killed.
 HEARTBEAT_S = int(os.environ.get("ABLATE_HEARTBEAT_S", "10"))
@@ -46,19 +49,23 @@ def recover_stale(study: optuna.Study) -> int:
     Unlike ``optuna.storages.fail_stale_trials`` (which fails first, after which a trial's
     attributes can no longer be set), the reason is recorded while the trial is still RUNNING;
     the row-locked FAIL flip then picks the one worker that handles it."""
+    return sum(declare_dead(study, trial_id) for trial_id in study._storage._get_stale_trial_ids(study._study_id))
+
+
+def declare_dead(study: optuna.Study, trial_id: int) -> bool:
+    """Fail one RUNNING trial as killed, close its MLflow run and re-queue its item; False when
+    another process got there first or the trial has just finished. Should its worker be alive
+    after all, it finds the trial taken away and drops its attempt (worker.Superseded)."""
     store = study._storage
-    recovered = 0
-    for trial_id in store._get_stale_trial_ids(study._study_id):
-        try:
-            for key, value in KILLED_ATTRS.items():
-                store.set_trial_user_attr(trial_id, key, value)
-            if not store.set_trial_state_values(trial_id, state=TrialState.FAIL):
-                continue
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another worker recovered it first, or it has just finished
-        _on_stale(study, store.get_trial(trial_id))
-        recovered += 1
-    return recovered
+    try:
+        for key, value in KILLED_ATTRS.items():
+            store.set_trial_user_attr(trial_id, key, value)
+        if not store.set_trial_state_values(trial_id, state=TrialState.FAIL):
+            return False
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    _on_stale(study, store.get_trial(trial_id))
+    return True
 
 
 def _on_stale(study: optuna.Study, trial: FrozenTrial) -> None:
@@ -89,18 +96,50 @@ def storage(url: str) -> optuna.storages.RDBStorage:
         if url.startswith("postgresql"):  # an unreachable host fails in seconds, not minutes
             engine_kwargs["connect_args"] = {"connect_timeout": 10}
     try:
-        store = optuna.storages.RDBStorage(
-            url,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=HEARTBEAT_S,
-            grace_period=GRACE_S,
-            heartbeat_stale_trial_callback=_on_stale,
-        )
+        with _schema_lock(url, engine_kwargs):
+            store = optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=GRACE_S,
+                heartbeat_stale_trial_callback=_on_stale,
+            )
     except Exception as exc:  # sqlalchemy/driver errors carry the URL; never echo the password
         raise StorageError(storage_problem(url, exc)) from None
     if url.startswith("sqlite"):
         _serialise_sqlite(store.engine)
     return store
+
+
+@contextmanager
+def _schema_lock(url: str, engine_kwargs: dict[str, Any]) -> Iterator[None]:
+    """The first process on a fresh database creates Optuna's tables alone: processes starting
+    together would race ("table ... already exists", "duplicate key ... pg_type")."""
+    if not url.startswith("postgresql"):
+        with sqlite_lock(url):
+            yield
+        return
+    from sqlalchemy import create_engine
+
+    engine = create_engine(url, **engine_kwargs)
+    try:
+        with engine.connect() as conn, _advisory_lock(conn, "ablate-schema"):
+            yield
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _advisory_lock(conn: Any, name: str) -> Iterator[None]:
+    """A PostgreSQL session-level advisory lock named ``name``, held on ``conn``."""
+    from sqlalchemy import text
+
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+    try:
+        yield
+    finally:
+        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
 
 
 def _serialise_sqlite(engine: Any) -> None:
@@ -174,19 +213,40 @@ def trials_by_item(study: optuna.Study) -> dict[str, list[FrozenTrial]]:
     return out
 
 
-def prepare(spec: Spec, items: list[Item], stores: Stores) -> tuple[optuna.Study, int]:
-    """Create or resume the study; enqueue the items that have no live or finished trial."""
+def prepare(spec: Spec, items: list[Item], stores: Stores,
+            parent_run: Callable[[], str] | None = None) -> tuple[optuna.Study, int]:
+    """Create or resume the study; enqueue the items that have no live or finished trial.
+    ``parent_run`` starts the study's MLflow parent run (returning its id) if it has none yet."""
     study = open_study(spec.name, stores, create=True)
     study.set_user_attr("spec", spec.model_dump(mode="json"))  # unsorted: factor and level order are the spec's
     study.set_user_attr("spec_hash", spec_hash(spec))
     study.set_user_attr("tracking_uri", stores.tracking)
-    existing = trials_by_item(study)
     queued = 0
-    for item in items:
-        if item_state(existing.get(item.key, [])) == "new":
-            study.enqueue_trial(params={}, user_attrs=item_attrs(item), skip_if_exists=False)
-            queued += 1
+    with _queue_lock(study):  # two `ablate run`s at once would otherwise both queue every item
+        if parent_run is not None and not study.user_attrs.get("mlflow_parent_run_id"):
+            study.set_user_attr("mlflow_parent_run_id", parent_run())
+        existing = trials_by_item(study)
+        for item in items:
+            if item_state(existing.get(item.key, [])) == "new":
+                study.enqueue_trial(params={}, user_attrs=item_attrs(item), skip_if_exists=False)
+                queued += 1
     return study, queued
+
+
+@contextmanager
+def _queue_lock(study: optuna.Study) -> Iterator[None]:
+    """Serialise the read-then-enqueue of ``prepare`` between processes: an advisory lock held on
+    its own connection (PostgreSQL), or the lock file beside the database (SQLite: one host)."""
+    engine = _engine(study)
+    url = engine.url
+    if url.get_backend_name() == "postgresql":
+        with engine.connect() as conn, _advisory_lock(conn, f"ablate-queue:{study.study_name}"):
+            yield
+    elif url.get_backend_name() == "sqlite":
+        with sqlite_lock(f"sqlite:///{url.database}"):
+            yield
+    else:  # other databases: queue from one place at a time (docs/multi-host.md)
+        yield
 
 
 def claim(study: optuna.Study) -> optuna.Trial | None:
@@ -194,17 +254,41 @@ def claim(study: optuna.Study) -> optuna.Trial | None:
     from ablate.runner.phases import blocked_cells
 
     store = study._storage
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    blocked = blocked_cells(study, waiting)  # replicates wait for their cell's tuning to finish
-    for trial in waiting:
-        if trial.user_attrs.get("after_tune") and trial.user_attrs.get("cell_id") in blocked:
-            continue
-        if store.set_trial_state_values(trial._trial_id, state=TrialState.RUNNING):
+    blocked: set[str] | None = None  # replicates wait for their cell's tuning to finish
+    for trial_id in _waiting_ids(study):
+        trial = store.get_trial(trial_id)
+        if trial.state != TrialState.WAITING:
+            continue  # claimed by another worker since the ids were read
+        if trial.user_attrs.get("after_tune"):
+            if blocked is None:
+                blocked = blocked_cells(study, study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+            if trial.user_attrs.get("cell_id") in blocked:
+                continue
+        if store.set_trial_state_values(trial_id, state=TrialState.RUNNING):
             # Beat at once: Optuna never counts a RUNNING trial without any heartbeat as stale,
             # so a worker killed before its first beat would otherwise strand the item.
-            store.record_heartbeat(trial._trial_id)
-            return optuna.Trial(study, trial._trial_id)
+            store.record_heartbeat(trial_id)
+            return optuna.Trial(study, trial_id)
     return None
+
+
+def _waiting_ids(study: optuna.Study) -> list[int]:
+    """Ids of the WAITING trials, oldest first, read without their attributes: loading every
+    waiting trial's attributes made a claim cost seconds once thousands were queued."""
+    from optuna.storages._rdb.models import TrialModel
+    from sqlalchemy import select
+
+    query = (select(TrialModel.trial_id)
+             .where(TrialModel.study_id == study._study_id, TrialModel.state == TrialState.WAITING)
+             .order_by(TrialModel.trial_id))
+    with _engine(study).connect() as conn:
+        return list(conn.execute(query).scalars())
+
+
+def _engine(study: optuna.Study) -> Any:
+    """The SQLAlchemy engine under the study's RDB storage (Optuna may wrap it in a cache)."""
+    store = study._storage
+    return getattr(store, "_backend", store).engine
 
 
 def counts(study: optuna.Study, items: list[Item] | None = None) -> Counter:

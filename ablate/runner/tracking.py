@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ablate.stores import Stores, redact
+from ablate.stores import Stores, redact, sqlite_lock
 
 BATCH = 1000
 FLUSH_S = 30.0  # at most this long between flushes, so the MLflow UI follows a running trial
@@ -34,7 +34,8 @@ def client(tracking_uri: str):
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run (servers)
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri)
+    with sqlite_lock(tracking_uri):  # a process's first client creates a fresh SQLite store's tables
+        return MlflowClient(tracking_uri=tracking_uri)
 
 
 def experiment_id(stores: Stores, study: str) -> str:

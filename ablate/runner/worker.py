@@ -2,7 +2,9 @@
 
 Outcomes: complete; ``diverged`` (a result of the cell, not retried); ``error`` (a bug: the
 traceback is recorded, not retried); ``interrupted`` (SIGINT/SIGTERM: re-queued); ``killed``
-(no heartbeat: re-queued by whichever process notices, see study._on_stale).
+(no heartbeat: re-queued by whichever process notices, see study._on_stale); ``superseded``
+(this worker was declared dead while still alive, e.g. stalled past the grace period: its item
+was re-queued, so it drops its own result and moves on).
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ Event = Callable[[str, dict[str, Any]], None]
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
+REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another process has begun
 
 
 class Heartbeat:
     """Records a heartbeat (and the trial's current step) every HEARTBEAT_S seconds in a thread.
 
     Nested for the same trial (work() beats from the claim on, run_item adds the step), the inner
-    one only lends its step to the outer thread: one beat per trial, not two."""
+    one only lends its step to the outer thread: one beat per trial, not two. ``lost`` is set
+    when the trial is found no longer RUNNING: another process declared this worker dead."""
 
     _active: dict[int, Heartbeat] = {}  # trial id -> the outermost heartbeat of this process
 
@@ -45,11 +49,15 @@ class Heartbeat:
         self._step = step
         self._trial_id = trial_id
         self._outer = Heartbeat._active.get(trial_id)
+        self.lost = self._outer.lost if self._outer is not None else threading.Event()
         self._thread = threading.Thread(target=self._beat, args=(study._storage, trial_id), daemon=True)
 
     def _beat(self, store: Any, trial_id: int) -> None:
         while not self._stop.is_set():
             try:
+                if store.get_trial(trial_id).state != TrialState.RUNNING and not self._stop.is_set():
+                    self.lost.set()
+                    return
                 store.record_heartbeat(trial_id)
                 if self._step is not None:
                     store.set_trial_user_attr(trial_id, "step", self._step())
@@ -82,11 +90,29 @@ def _raise_interrupted(signum: int, frame: object) -> None:
     raise Interrupted()
 
 
+class Superseded(Exception):
+    """This worker's trial was declared dead and its item re-queued: the attempt is void."""
+
+
+class _Watched:
+    """A trial's reporter that stops training once the heartbeat finds the trial taken away."""
+
+    def __init__(self, inner: tracking.TrialRun, lost: threading.Event) -> None:
+        self.inner, self.lost = inner, lost
+
+    def log_metrics(self, step: int, values: dict[str, float]) -> None:
+        if self.lost.is_set():
+            raise Superseded()
+        self.inner.log_metrics(step, values)
+
+    def log_curves(self, rows: Any) -> None:
+        self.inner.log_curves(rows)
+
+
 def run_item(
     study: optuna.Study, trial: optuna.Trial, stores: Stores, device: str, emit: Event, checkpoint_every: int = 0
 ) -> str:
     from ablate.runner.phases import prepare_item
-    from ablate.training import run_trial
 
     try:  # tuning: sample the setting; a replicate after tuning: take the cell's best one
         attrs = prepare_item(study, trial)
@@ -97,26 +123,50 @@ def run_item(
                        "message": f"{type(exc).__name__}: {exc}"})
         return "error"
     info = {"cell": attrs["cell_label"], "seed": attrs["seed"], "number": trial.number}
+    current: dict[str, tracking.TrialRun | None] = {"run": None}
+    try:
+        return _train_item(study, trial, attrs, info, current, stores, device, emit, checkpoint_every)
+    except (Superseded, optuna.exceptions.UpdateFinishedTrialError):
+        # Another process failed this trial for lack of heartbeats and re-queued its item, which
+        # may already be running elsewhere: drop this attempt; its checkpoint stays for the re-run.
+        if current["run"] is not None:
+            _quietly(current["run"].finish, "KILLED", {}, {"ablate.failure_kind": "superseded"})
+        emit("superseded", {**info, "message": "declared dead by another worker; the item was re-queued"})
+        return "superseded"
+
+
+def _train_item(
+    study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], info: dict[str, Any],
+    current: dict[str, tracking.TrialRun | None], stores: Stores, device: str, emit: Event,
+    checkpoint_every: int,
+) -> str:
+    from ablate.training import run_trial
+
     emit("start", info)
     probes = ProbeSpec.model_validate(study.user_attrs.get("spec", {}).get("probes", {}))
     # Named by the item (cell/phase/seed, or cell/tune/index: tuning trials of a cell share seeds).
     checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}.pt"
+    for key in ("status", "failure_kind", "failure_message", "traceback"):
+        if trial.user_attrs.get(key) is not None:  # a retry inherits its predecessor's attributes
+            trial.set_user_attr(key, None)
     trial.set_user_attr("worker", WORKER_ID)
     trial.set_user_attr("provenance", provenance.record(device))
     accumulate = 1
-    current = {"run": _start_run(study, trial, attrs, stores, device)}
-    with Heartbeat(study, trial._trial_id, lambda: current["run"].last_step):
+    run = current["run"] = _start_run(study, trial, attrs, stores, device)
+    with Heartbeat(study, trial._trial_id, lambda: run.last_step) as heartbeat:
         while True:
-            run = current["run"]
             try:
-                result = run_trial(attrs["config"], attrs["seed"], probes, reporter=run, device=device,
-                                   checkpoint=checkpoint, checkpoint_every=checkpoint_every, accumulate=accumulate)
+                result = run_trial(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost),
+                                   device=device, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                                   accumulate=accumulate)
                 break
             except (KeyboardInterrupt, Interrupted):
                 _quietly(run.finish, "KILLED", {}, {"ablate.failure_kind": "interrupted"})
                 _fail(study, trial, "interrupted", "stopped by a signal; re-queued")
                 _requeue(study, trial, bounded=False)
                 emit("interrupted", info)
+                raise
+            except Superseded:
                 raise
             except Exception as exc:
                 kind, message, tb = classify(exc), f"{type(exc).__name__}: {exc}", traceback.format_exc()
@@ -126,7 +176,7 @@ def run_item(
                     accumulate *= 2
                     trial.set_user_attr("accumulate", accumulate)
                     emit("oom", {**info, "message": f"{message}; retrying with {accumulate} micro-batches"})
-                    current["run"] = _start_run(study, trial, attrs, stores, device)
+                    run = current["run"] = _start_run(study, trial, attrs, stores, device)
                     continue
                 _fail(study, trial, kind, message, tb)
                 if kind in RETRYABLE:
@@ -136,20 +186,24 @@ def run_item(
                     checkpoint.unlink(missing_ok=True)
                 emit(kind, {**info, "message": message})
                 return kind
+        if heartbeat.lost.is_set():  # taken away after the last report: the re-run's result counts
+            raise Superseded()
+        trial.set_user_attr("seconds", result.seconds)
+        trial.set_user_attr("steps", result.steps)
+        # The run is finished (curves written) before the trial: a kill in between re-runs the item
+        # rather than leaving a COMPLETE trial without its curves.
+        if result.status == "diverged":
+            run.finish("FAILED", {}, {"ablate.failure_kind": "diverged", "ablate.failure": result.reason})
+            _fail(study, trial, "diverged", result.reason)
+            checkpoint.unlink(missing_ok=True)
+            emit("diverged", {**info, "message": result.reason})
+            return "diverged"
+        run.finish("FINISHED", result.metrics)
+        for key, value in result.metrics.items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("status", "complete")
+        study.tell(trial, result.metrics.get("val_accuracy", float("nan")))
     checkpoint.unlink(missing_ok=True)
-    run = current["run"]
-    trial.set_user_attr("seconds", result.seconds)
-    trial.set_user_attr("steps", result.steps)
-    if result.status == "diverged":
-        run.finish("FAILED", {}, {"ablate.failure_kind": "diverged", "ablate.failure": result.reason})
-        _fail(study, trial, "diverged", result.reason)
-        emit("diverged", {**info, "message": result.reason})
-        return "diverged"
-    run.finish("FINISHED", result.metrics)
-    for key, value in result.metrics.items():
-        trial.set_user_attr(key, value)
-    trial.set_user_attr("status", "complete")
-    study.tell(trial, result.metrics.get("val_accuracy", float("nan")))
     emit("complete", {**info, **result.metrics, "seconds": result.seconds})
     return "complete"
 
@@ -233,6 +287,13 @@ def _fail(study: optuna.Study, trial: optuna.Trial, kind: str, message: str, tb:
     study.tell(trial, state=TrialState.FAIL)
 
 
+def _requeue_in_flight(study: optuna.Study) -> bool:
+    """Whether some item's last trial failed in a retryable way and has no successor yet."""
+    from ablate.runner.study import item_state, trials_by_item
+
+    return any(item_state(trials) == "new" for trials in trials_by_item(study).values())
+
+
 def _close_parent_if_done(study: optuna.Study, stores: Stores) -> None:
     """The study's MLflow parent run ends when nothing is left to run (by whichever worker sees it)."""
     parent = study.user_attrs.get("mlflow_parent_run_id")
@@ -262,6 +323,7 @@ def work(
 
     import ablate.training  # noqa: F401
     outcomes: dict[str, int] = {}
+    requeue_deadline = time.monotonic() + REQUEUE_WAIT_S  # also at start: a verdict may be in flight
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         while True:
@@ -272,6 +334,10 @@ def work(
                 if wait_for_running and running:
                     time.sleep(2.0)
                     continue
+                # A trial declared dead is failed first and re-queued a moment later (study.declare_dead).
+                if wait_for_running and time.monotonic() < requeue_deadline and _requeue_in_flight(study):
+                    time.sleep(1.0)
+                    continue
                 _close_parent_if_done(study, stores)
                 return outcomes
             # Beat from the claim on: choosing the setting and opening the MLflow run come before
@@ -279,6 +345,8 @@ def work(
             with Heartbeat(study, trial._trial_id):
                 outcome = run_item(study, trial, stores, device, emit, checkpoint_every)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if outcome == "superseded":
+                requeue_deadline = time.monotonic() + REQUEUE_WAIT_S
             if max_items is not None and sum(outcomes.values()) >= max_items:
                 return outcomes
     finally:
