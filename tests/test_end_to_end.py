@@ -64,6 +64,7 @@ def test_run_records_trials_in_optuna_and_mlflow(study_dir, monkeypatch):
     for child in children:
         assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
         assert child.info.status == "FINISHED"
+        assert child.info.run_name in ("normalisation=xi · seed 0", "normalisation=gamma · seed 0")
         assert child.data.params["settings.model.normalisation"] in ("xi", "gamma")
         assert child.data.params["model.parameterisation"] == "rotation"
         history = mlc.get_metric_history(child.info.run_id, "state_norm/layer1")
@@ -75,6 +76,34 @@ def test_run_records_trials_in_optuna_and_mlflow(study_dir, monkeypatch):
     assert set(curves["layer"].unique()) == {0, 1}
     assert set(curves["step"].unique()) == {0, 6, 12}
     assert curves.filter(curves["step"] == 0)["t"].max() >= 9  # a value per time step
+
+
+def test_optuna_dashboard_shows_cell_seed_and_phase(study_dir, monkeypatch):
+    """optuna-dashboard's own JSON API (what its trial table renders) on the study's storage."""
+    import json
+    from wsgiref.util import setup_testing_defaults
+
+    from optuna_dashboard import wsgi
+
+    monkeypatch.setenv("ABLATE_HOME", str(study_dir / ".ablate"))
+    from ablate.stores import resolve
+
+    app = wsgi(resolve().storage)
+
+    def get(path: str) -> dict:
+        environ: dict = {"PATH_INFO": path}
+        setup_testing_defaults(environ)
+        status: list[str] = []
+        body = b"".join(app(environ, lambda code, headers, exc=None: status.append(code)))
+        assert status == ["200 OK"], (path, status, body[:500])
+        return json.loads(body)
+
+    study_id = next(s["study_id"] for s in get("/api/studies")["study_summaries"] if s["study_name"] == "e2e")
+    detail = get(f"/api/studies/{study_id}")
+    assert {"cell_label", "seed", "phase"} <= {a["key"] for a in detail["union_user_attrs"]}
+    rows = [{a["key"]: a["value"] for a in t["user_attrs"]} for t in detail["trials"]]
+    shown = sorted((r["cell_label"], r["seed"], r["phase"]) for r in rows)
+    assert shown == [("normalisation=gamma", "0", "replicate"), ("normalisation=xi", "0", "replicate")]
 
 
 def test_rerun_resumes_and_runs_nothing_twice(study_dir, monkeypatch):
