@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from ablate import spec as spec_mod
 from ablate.probes import Prober
 from ablate.runner.tracking import TrialRun
@@ -60,7 +62,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=7000, help="training steps (7000 ≈ 60 s of the quickstart)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--every", type=int, default=ProbeSpec().every, help="steps between probes")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads (0: torch's default); 1 is steadier on a shared machine")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     spec = spec_mod.load(args.study, [f"train.steps={args.steps}"])
     config = spec.baseline()
@@ -99,7 +105,8 @@ def main() -> None:
             print(f"{mode:>3}  run {i}: {times[mode][-1]:7.2f} s wall {cpu[mode][-1]:7.2f} s CPU{note}", flush=True)
     off, on = statistics.median(times["off"]), statistics.median(times["on"])
     off_cpu, on_cpu = statistics.median(cpu["off"]), statistics.median(cpu["on"])
-    print(f"\n{args.study.name}, {args.steps} steps, probes every {args.every}, load average {os.getloadavg()[0]:.1f}")
+    print(f"\n{args.study.name}, {args.steps} steps, probes every {args.every}, {torch.get_num_threads()} torch "
+          f"threads, load average {os.getloadavg()[0]:.1f}")
     print(f"median wall off {off:.2f} s · on {on:.2f} s · overhead {100 * (on / off - 1):+.1f}%")
     print(f"median CPU  off {off_cpu:.2f} s · on {on_cpu:.2f} s · overhead {100 * (on_cpu / off_cpu - 1):+.1f}%")
     print(f"time inside probe and tracking calls: {100 * statistics.median(inside):.1f}% of the 'on' trial")
