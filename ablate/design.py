@@ -542,6 +542,8 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
     for key in ("exclude", "include"):
         for i, entry in enumerate(getattr(spec, key)):
             problems += _check_match(entry, f"{key}[{i}]", by_name, base)
+    for i, ref in enumerate(spec.references):  # a typo here would only show as "no matching cell"
+        problems += _check_match(ref.cell, f"references[{i}].cell", by_name, base)
     tune = tune_protocol(spec) if spec.tune is not None else None
     candidates = _candidates(spec, fs, problems)
     if problems:

@@ -247,6 +247,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("TuneSpec", spec.TuneSpec),
     ("TuneParam", spec.TuneParam),
     ("Objective", spec.Objective),
+    ("Reference", spec.Reference),
 ]
 
 WHERE = {
@@ -261,6 +262,7 @@ WHERE = {
     "TuneSpec": "`tune:`",
     "TuneParam": "each entry of `tune.space` (a list is short for `{choices: [...]}`)",
     "Objective": "`tune.objective`",
+    "Reference": "each entry of `references:`",
 }
 
 
@@ -277,7 +279,7 @@ def reference_markdown() -> str:
         GUIDE.replace("@MAX_DEPTH@", str(spec.MAX_DEPTH)).replace("@MAX_NODES@", f"{spec.MAX_NODES:,}")
         .replace("@MAX_BYTES@", f"{spec.MAX_BYTES:,}").rstrip(),
         "",
-        "# Reference",
+        "# Field reference",
         "",
     ]
     for name, model in SECTIONS:

@@ -347,7 +347,8 @@ class Reference(Strict):
     confirmed: bool = Field(False, description="whether the value has been checked against the source")
     cell: Match = Field(
         default_factory=dict,
-        description="the cell it corresponds to: factor or dotted path → level label or value; {} = the baseline")
+        description="the cell it corresponds to: factor or dotted path → level label or value; {} = the "
+        "baseline. Checked like exclude/include: an unknown factor, path or level is an error")
     note: str = Field("", description="anything a reader should know (different setup, seeds, …)")
 
 

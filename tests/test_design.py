@@ -137,6 +137,16 @@ def test_constraint_errors_name_path_and_levels():
     assert "include[1].layers: 'layers' is neither a factor nor a dotted path" in msg
 
 
+def test_reference_cell_selectors_are_checked_like_constraints():
+    factors = {"variant": VARIANT}
+    ref = {"value": 0.9, "source": "a paper"}
+    msg = errors(factors=factors, references=[{**ref, "cell": {"variant": "LRUU"}},
+                                              {**ref, "cell": {"varient": "LRU"}}])
+    assert "references[0].cell.variant: 'LRUU' is not a level of variant; levels: RotRNN, LRU" in msg
+    assert "references[1].cell.varient: 'varient' is neither a factor nor a dotted path; did you mean 'variant'?" in msg
+    assert make(factors=factors, references=[{**ref, "cell": {"variant": "LRU"}}])  # a valid selector passes
+
+
 def test_contradictory_constraints_leave_no_cell():
     msg = errors(factors={"model.layers": [1, 2]}, include=[{"model.layers": 1}], exclude=[{"model.layers": 1}])
     assert "include: no cell is left: exclude/include remove all 2 candidate cells" in msg

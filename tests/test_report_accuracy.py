@@ -94,6 +94,7 @@ def study_root(tmp_path_factory) -> Path:
         stores = resolve()
         first = copy.deepcopy(SPEC)
         first["factors"]["model.normalisation"] = ["xi", "gamma"]
+        first["references"] = first["references"][:2]  # the third names a level this subset lacks
         first_spec = validate(first)
         failing = next(i for i in items(first_spec)
                        if i.phase == "replicate" and i.seed == 1 and i.cell.labels == FAILING)
