@@ -8,7 +8,9 @@ from datetime import datetime
 
 import optuna
 from optuna.trial import TrialState
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from ablate.runner.study import counts
 
@@ -73,15 +75,16 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def table(name: str, snap: Snapshot, workers: int) -> Table:
-    """A rich table: totals and ETA in the title, one row per running item."""
+def table(name: str, snap: Snapshot, workers: int) -> Group:
+    """Totals and ETA on a line of their own (a table title would wrap at the table's width when
+    few items run), then a rich table with one row per running item, if any."""
     title = (f"{name}: {snap.done} done · {snap.running} running · {snap.waiting + snap.new} waiting · "
              f"{snap.failed} failed · ETA {_duration(snap.eta_seconds(workers))}")
-    tab = Table(title=title, title_justify="left")
+    tab = Table()
     for col in ("worker", "cell", "seed", "phase", "step", "elapsed"):
         tab.add_column(col, justify="right" if col in ("seed", "step", "elapsed") else "left")
     now = datetime.now()
     for r in sorted(snap.items, key=lambda r: r.worker):
         elapsed = (now - r.started).total_seconds() if r.started else None
         tab.add_row(r.worker, r.cell, str(r.seed), r.phase, f"{r.step}/{r.steps}", _duration(elapsed))
-    return tab
+    return Group(Text(title), tab) if snap.items else Group(Text(title))
