@@ -115,31 +115,37 @@ def storage(url: str) -> optuna.storages.RDBStorage:
 def _schema_lock(url: str, engine_kwargs: dict[str, Any]) -> Iterator[None]:
     """The first process on a fresh database creates Optuna's tables alone: processes starting
     together would race ("table ... already exists", "duplicate key ... pg_type")."""
-    if not url.startswith("postgresql"):
-        with sqlite_lock(url):
-            yield
-        return
     from sqlalchemy import create_engine
 
-    engine = create_engine(url, **engine_kwargs)
+    engine = create_engine(url, **engine_kwargs)  # its own: the storage's engine does not exist yet
     try:
-        with engine.connect() as conn, _advisory_lock(conn, "ablate-schema"):
+        with _db_lock(engine, "ablate-schema"):
             yield
     finally:
         engine.dispose()
 
 
 @contextmanager
-def _advisory_lock(conn: Any, name: str) -> Iterator[None]:
-    """A PostgreSQL session-level advisory lock named ``name``, held on ``conn``."""
+def _db_lock(engine: Any, name: str) -> Iterator[None]:
+    """An exclusive lock between processes: a PostgreSQL session-level advisory lock named
+    ``name`` on its own connection, or the lock file beside a SQLite database (one host);
+    nothing on other databases."""
+    if engine.url.get_backend_name() == "sqlite":
+        with sqlite_lock(engine.url.render_as_string()):
+            yield
+        return
+    if engine.url.get_backend_name() != "postgresql":
+        yield
+        return
     from sqlalchemy import text
 
     key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-    conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
-    try:
-        yield
-    finally:
-        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+    with engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
 
 
 def _serialise_sqlite(engine: Any) -> None:
@@ -222,7 +228,8 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     study.set_user_attr("spec_hash", spec_hash(spec))
     study.set_user_attr("tracking_uri", stores.tracking)
     queued = 0
-    with _queue_lock(study):  # two `ablate run`s at once would otherwise both queue every item
+    # Two `ablate run`s at once would otherwise both queue every item (docs/multi-host.md).
+    with _db_lock(_engine(study), f"ablate-queue:{study.study_name}"):
         if parent_run is not None and not study.user_attrs.get("mlflow_parent_run_id"):
             study.set_user_attr("mlflow_parent_run_id", parent_run())
         existing = trials_by_item(study)
@@ -231,22 +238,6 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
                 study.enqueue_trial(params={}, user_attrs=item_attrs(item), skip_if_exists=False)
                 queued += 1
     return study, queued
-
-
-@contextmanager
-def _queue_lock(study: optuna.Study) -> Iterator[None]:
-    """Serialise the read-then-enqueue of ``prepare`` between processes: an advisory lock held on
-    its own connection (PostgreSQL), or the lock file beside the database (SQLite: one host)."""
-    engine = _engine(study)
-    url = engine.url
-    if url.get_backend_name() == "postgresql":
-        with engine.connect() as conn, _advisory_lock(conn, f"ablate-queue:{study.study_name}"):
-            yield
-    elif url.get_backend_name() == "sqlite":
-        with sqlite_lock(f"sqlite:///{url.database}"):
-            yield
-    else:  # other databases: queue from one place at a time (docs/multi-host.md)
-        yield
 
 
 def claim(study: optuna.Study) -> optuna.Trial | None:
