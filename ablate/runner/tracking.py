@@ -104,13 +104,16 @@ class TrialRun:
         self._flushed = time.monotonic()
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
-        now = int(time.time() * 1000)
         self.last_step = max(self.last_step, step)
+        self._add(step, values)
+        if len(self._pending) >= BATCH or time.monotonic() - self._flushed > FLUSH_S:
+            self.flush()
+
+    def _add(self, step: int, values: dict[str, float]) -> None:
+        now = int(time.time() * 1000)
         rows = [(step, k, float(v), now) for k, v in values.items()]  # MLflow's Metric objects at flush
         self._pending += rows
         self._history += rows
-        if len(self._pending) >= BATCH or time.monotonic() - self._flushed > FLUSH_S:
-            self.flush()
 
     def log_curves(self, rows: Any) -> None:
         """Keep dense rows (a polars frame, or a list of dicts) for the artifact; their thinned copy
@@ -121,8 +124,8 @@ class TrialRun:
         if frame.height:
             self._curves.append(frame)
 
-    def _thin(self, frames: list[Any]) -> None:
-        """Log per layer the head mean of each ``THIN`` summary, and the gradient norm of each group."""
+    def _thin(self, frames: list[Any]) -> dict[int, dict[str, float]]:
+        """Per step: per layer the head mean of each ``THIN`` summary, and the gradient norm of each group."""
         import polars as pl
 
         frame = pl.concat(frames, how="diagonal_relaxed")
@@ -136,14 +139,14 @@ class TrialRun:
         grads = frame.filter((pl.col("kind") == "grad") & (pl.col("layer") == -1))
         for step, quantity, value in grads.select("step", "quantity", "value").iter_rows():
             by_step[step][f"grad_norm/{quantity}"] = value
-        for step, values in sorted(by_step.items()):
-            self.log_metrics(step, values)
+        return by_step
 
     def flush(self) -> None:
         self._flushed = time.monotonic()
         if self._thinned < len(self._curves):
             frames, self._thinned = self._curves[self._thinned :], len(self._curves)
-            self._thin(frames)
+            for step, values in sorted(self._thin(frames).items()):
+                self._add(step, values)
         from mlflow.entities import Metric
 
         metrics = [Metric(name, value, now, step) for step, name, value, now in self._pending]
