@@ -224,7 +224,7 @@ def spectrum_rows(layers: Sequence[nn.Module], step: int, mats: Sequence[Any] | 
 
 @torch.no_grad()
 def _spectrum_blocks(layers: Sequence[nn.Module], step: int, mats: Sequence[Any] | None) -> list[Columns]:
-    frames: list[Columns] = []
+    blocks: list[Columns] = []
     mats = mats if mats is not None else systems(layers)
     for i, (layer, m) in enumerate(zip(layers, mats, strict=True)):
         lam, head = modes(layer, m)
@@ -233,20 +233,20 @@ def _spectrum_blocks(layers: Sequence[nn.Module], step: int, mats: Sequence[Any]
         lam = lam.to(torch.complex128) if lam.is_complex() else lam.double()
         head = head.cpu().numpy()
         j = np.arange(lam.numel())
-        frames.append(_columns(step, i, head, j, lam.abs().cpu().numpy(), "spectrum", "abs"))
+        blocks.append(_columns(step, i, head, j, lam.abs().cpu().numpy(), "spectrum", "abs"))
         phase = lam.angle() if lam.is_complex() else torch.where(lam < 0, torch.pi, 0.0)
-        frames.append(_columns(step, i, head, j, phase.double().cpu().numpy(), "spectrum", "phase"))
+        blocks.append(_columns(step, i, head, j, phase.double().cpu().numpy(), "spectrum", "phase"))
         if hasattr(layer, "head_decay"):
             decay = layer.head_decay().double().cpu().numpy()
-            frames.append(_columns(step, i, np.arange(decay.size), SUMMARY, decay, "spectrum", "head_decay"))
+            blocks.append(_columns(step, i, np.arange(decay.size), SUMMARY, decay, "spectrum", "head_decay"))
         scale = layer.norm(layer.param) if hasattr(layer, "norm") and hasattr(layer, "param") else None
         if scale is not None:
             scale = scale.detach().double().cpu().numpy()
             unit_head = layer.param.unit_head.cpu().numpy()
             if unit_head.size != scale.size:  # dense: one unit per head
                 unit_head = np.arange(scale.size)
-            frames.append(_columns(step, i, unit_head, np.arange(scale.size), scale, "spectrum", "input_scale"))
-    return frames
+            blocks.append(_columns(step, i, unit_head, np.arange(scale.size), scale, "spectrum", "input_scale"))
+    return blocks
 
 
 # --- gradients -----------------------------------------------------------------------------------
