@@ -11,14 +11,12 @@ Tokens: 0 padding, 1 blank, then keys (the first half of the remaining ids), the
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 from pydantic import Field, model_validator
 
-from ablate.tasks.base import IGNORE, BuildContext, Generated, target_dtype, token_dtype
+from ablate.tasks.base import IGNORE, BuildContext, Generated
 from ablate.tasks.registry import register_task
-from ablate.tasks.synthetic import Example, SyntheticParams, disjoint_splits, stack
+from ablate.tasks.synthetic import SyntheticParams, per_step_token_task
 
 BLANK = 1
 FIRST_KEY = 2
@@ -70,17 +68,4 @@ def sample(rng: np.random.Generator, p: AssociativeRecallParams, n: int) -> tupl
 
 @register_task("associative_recall", AssociativeRecallParams, version=1)
 def build(p: AssociativeRecallParams, ctx: BuildContext) -> Generated:
-    def draw(rng: np.random.Generator, _py: random.Random, n: int) -> list[Example]:
-        return list(zip(*sample(rng, p, n), strict=True))
-
-    splits = disjoint_splits(
-        p, draw, ctx.reporter, chunk=max(1, min(1_000, 2_000_000 // max(p.seq_len, p.num_keys)))
-    )
-    arrays = {s: stack(ex, token_dtype(p.vocab_size), target_dtype(p.vocab_size)) for s, ex in splits.items()}
-    return Generated(
-        splits=arrays,
-        input_kind="tokens",
-        vocab_size=p.vocab_size,
-        num_classes=p.vocab_size,
-        output_kind="per_step",
-    )
+    return per_step_token_task(p, sample, ctx.reporter, width=max(p.seq_len, p.num_keys))

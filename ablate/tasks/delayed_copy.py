@@ -9,14 +9,12 @@ Tokens: 0 padding, 1 blank, 2 delimiter, then ``vocab`` data tokens (the origina
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 from pydantic import Field
 
-from ablate.tasks.base import IGNORE, BuildContext, Generated, target_dtype, token_dtype
+from ablate.tasks.base import IGNORE, BuildContext, Generated
 from ablate.tasks.registry import register_task
-from ablate.tasks.synthetic import Example, SyntheticParams, disjoint_splits, stack
+from ablate.tasks.synthetic import SyntheticParams, per_step_token_task
 
 BLANK = 1
 DELIMITER = 2
@@ -51,15 +49,4 @@ def sample(rng: np.random.Generator, p: DelayedCopyParams, n: int) -> tuple[np.n
 
 @register_task("delayed_copy", DelayedCopyParams, version=1)
 def build(p: DelayedCopyParams, ctx: BuildContext) -> Generated:
-    def draw(rng: np.random.Generator, _py: random.Random, n: int) -> list[Example]:
-        return list(zip(*sample(rng, p, n), strict=True))
-
-    splits = disjoint_splits(p, draw, ctx.reporter, chunk=max(1, min(1_000, 2_000_000 // p.seq_len)))
-    arrays = {s: stack(ex, token_dtype(p.vocab_size), target_dtype(p.vocab_size)) for s, ex in splits.items()}
-    return Generated(
-        splits=arrays,
-        input_kind="tokens",
-        vocab_size=p.vocab_size,
-        num_classes=p.vocab_size,
-        output_kind="per_step",
-    )
+    return per_step_token_task(p, sample, ctx.reporter, width=p.seq_len)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from ablate.tasks.base import SPLITS
+from ablate.tasks.base import SPLITS, Generated, target_dtype, token_dtype
 from ablate.tasks.progress import Reporter
 from ablate.tasks.registry import TaskParams
 
@@ -78,3 +78,22 @@ def stack(examples: list[Example], x_dtype: Any, y_dtype: Any) -> tuple[np.ndarr
     x = np.stack([e[0] for e in examples]).astype(x_dtype, copy=False)
     y = np.stack([e[1] for e in examples]).astype(y_dtype, copy=False)
     return x, y
+
+
+def per_step_token_task(params: Any, sample_arrays: Callable[[np.random.Generator, Any, int], tuple[np.ndarray, np.ndarray]],
+                        reporter: Reporter, width: int) -> Generated:
+    """A per-step token task from a vectorised ``sample_arrays(rng, params, n)`` that returns
+    (x, y) arrays of ``n`` rows: disjoint splits drawn in chunks of about 2M tokens (``width``
+    tokens a row), stacked in the narrowest dtypes for ``params.vocab_size``."""
+    def draw(rng: np.random.Generator, _py: random.Random, n: int) -> list[Example]:
+        return list(zip(*sample_arrays(rng, params, n), strict=True))
+
+    splits = disjoint_splits(params, draw, reporter, chunk=max(1, min(1_000, 2_000_000 // width)))
+    x_dtype, y_dtype = token_dtype(params.vocab_size), target_dtype(params.vocab_size)
+    return Generated(
+        splits={s: stack(ex, x_dtype, y_dtype) for s, ex in splits.items()},
+        input_kind="tokens",
+        vocab_size=params.vocab_size,
+        num_classes=params.vocab_size,
+        output_kind="per_step",
+    )
