@@ -1,0 +1,45 @@
+"""What the tune-then-replicate tests share: a tuned spec and a made-up objective (no torch, no MLflow)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+
+from ablate.stores import Stores
+
+RAW = {
+    "name": "tuned",
+    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
+    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 1},
+    "train": {"steps": 5},
+    "factors": {"variant": {"RotRNN": {"model.parameterisation": "rotation", "model.normalisation": "xi"},
+                            "LRU": {"model.parameterisation": "complex_diagonal", "model.normalisation": "gamma"}}},
+    "seeds": 2,
+    "tune": {"trials": 4, "space": {"train.lr": {"low": 1e-4, "high": 1e-1, "log": True},
+                                    "train.batch_size": [8, 16]}},
+}
+BEST_LR = 10**-2.5
+
+
+def score(config: dict) -> float:
+    """A made-up objective: best at lr = 10^-2.5, better with batch 16, worse for LRU."""
+    lr, batch = config["train"]["lr"], config["train"]["batch_size"]
+    return -abs(math.log10(lr) - math.log10(BEST_LR)) + 0.1 * (batch == 16) - 0.01 * (
+        config["model"]["parameterisation"] != "rotation")
+
+
+def stores(tmp_path: Path) -> Stores:
+    return Stores(f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}", None)
+
+
+def finish(study: optuna.Study, trial: optuna.Trial, attrs: dict) -> None:
+    value = score(attrs["config"])
+    trial.set_user_attr("val_accuracy", value)
+    trial.set_user_attr("status", "complete")
+    study.tell(trial, value)
+
+
+def tune_trials(study: optuna.Study, cell_id: str) -> list:
+    return [t for t in study.get_trials() if t.user_attrs["cell_id"] == cell_id and t.user_attrs["phase"] == "tune"]

@@ -1,0 +1,94 @@
+"""``ablate plan`` (ablate.planning): done / partial / new per cell, the estimate, invalid specs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from support import RAW, finish
+from typer.testing import CliRunner
+
+from ablate import design, planning, spec
+from ablate.cli import app
+from ablate.runner import phases
+from ablate.runner import study as st
+from ablate.stores import Stores
+
+
+@pytest.fixture
+def tmp_path(shm_tmp_path: Path) -> Path:
+    return shm_tmp_path
+
+
+def test_plan_marks_cells_done_partial_new_and_creates_no_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    raw["factors"]["model.layers"] = [1, 2]
+    s = spec.validate(raw)
+    plan = planning.build(s)
+    assert {c.status for c in plan.cells} == {"new"} and "no results stored yet" in plan.note
+    assert not (tmp_path / "home").exists()  # reading progress created nothing
+    where = Stores(f"sqlite:///{tmp_path / 'home' / 'optuna.db'}", "", None)
+    (tmp_path / "home").mkdir()
+    study, _ = st.prepare(s, design.items(s), where)
+    # Finish both seeds of the first cell and one seed of the second.
+    cells = design.cells(s)
+    for _ in range(3):
+        trial = st.claim(study)
+        finish(study, trial, phases.prepare_item(study, trial))
+    plan = planning.build(s)
+    assert [c.status for c in plan.cells] == ["done", "partial", "new", "new"]
+    assert [c.finished for c in plan.cells] == [2, 1, 0, 0]
+    assert len(plan.pending()) == 5 and plan.cells[0].cell.id == cells[0].id
+    # Through the command line, with the same store.
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    res = CliRunner().invoke(app, ["plan", str(path)])
+    assert res.exit_code == 0, res.output
+    lines = {line.split()[1]: line for line in res.output.splitlines() if line.startswith("│")}
+    assert "done" in lines[cells[0].id] and "partial" in lines[cells[1].id] and "new" in lines[cells[3].id]
+    assert "4 cells × 2 seeds = 8 trials" in res.output
+    assert "done 3, failed 0, running 0, pending 5" in res.output
+
+
+def test_invalid_specs_exit_2_and_write_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    for i, bad in enumerate(["not yaml: [", "name: x\ntask: {name: listops}\nmodel: {layers: 0}\n"]):
+        path = tmp_path / f"bad{i}.yaml"
+        path.write_text(bad)
+        for command in ("validate", "plan", "run"):
+            res = CliRunner().invoke(app, [command, str(path)])
+            assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+            assert res.output.startswith("error") and "Traceback" not in res.output
+    assert not (tmp_path / "home").exists()
+
+
+def test_estimate_scales_measured_timings_by_each_pending_trial(monkeypatch):
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    s = spec.validate(raw)
+    plan = planning.build(s, storage="sqlite:////nonexistent/optuna.db")
+    timing = planning.ShapeTiming(setup=0.5, step=0.01, val=0.2, test=0.1, probe=0.05)
+    calls = []
+    monkeypatch.setattr(planning, "measure", lambda config, batch, device, steps: calls.append(device) or timing)
+    est = planning.estimate(plan, "cuda:0")
+    assert calls == ["cuda:0", "cuda:0"] and est.shapes == 2 and est.trials == 4  # one dry run per model shape
+    # 5 steps, eval every 50: 0 periodic evals + final val + test; probes at 0 and the end (+ every 100: 0).
+    per_trial = 0.5 + 5 * 0.01 + 0.2 + 0.1 + 2 * 0.05 + planning.TRIAL_OVERHEAD_S
+    assert est.seconds == pytest.approx(4 * per_trial + planning.RUN_OVERHEAD_S)
+
+
+@pytest.mark.slow  # imports torch and builds a model: seconds, not milliseconds
+def test_measure_runs_a_tiny_model_for_real(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    config = spec.validate({**RAW, "tune": None, "factors": {},
+                            "task": {"name": "listops", "max_depth": 3, "min_length": 5, "max_length": 24,
+                                     "train_size": 64, "val_size": 32, "test_size": 32},
+                            "model": {"d_model": 8, "state_dim": 4, "layers": 1}, "train": {"steps": 3}}).baseline()
+    t = planning.measure(config, probe_batch=8, steps=2)
+    assert all(v > 0 for v in (t.setup, t.step, t.val, t.test, t.probe))
