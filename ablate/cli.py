@@ -370,7 +370,7 @@ def bench(
     repeats: Annotated[int, typer.Option(min=1)] = 5,
 ) -> None:
     """Scan kernels vs the per-step loop and the memory-bandwidth bound, measured side by side."""
-    from ablate.bench import run_bench
+    from ablate.models.bench import run_bench
 
     run_bench(lengths=tuple(int(x) for x in lengths.split(",")), device=device, layers=layers, repeats=repeats)
 

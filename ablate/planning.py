@@ -149,13 +149,15 @@ def _shape_key(config: dict[str, Any]) -> str:
 
 
 def measure(config: dict[str, Any], probe_batch: int, device: str = "cpu", steps: int = 5) -> ShapeTiming:
-    """Time a few training steps, one evaluation and one probe of ``config`` on ``device``."""
+    """Time a few training steps (the trial's own ``train_step``), one evaluation and one probe of
+    ``config`` on ``device``."""
     import torch
 
     from ablate.models import build_model
+    from ablate.probes import probe_norms
     from ablate.spec import ModelSpec, TrainSpec
     from ablate.tasks import load_task
-    from ablate.training import _loss_and_correct, evaluate, probe_norms
+    from ablate.training import evaluate, make_optimiser, train_step
 
     def sync() -> None:
         if device.startswith("cuda"):
@@ -166,21 +168,15 @@ def measure(config: dict[str, Any], probe_batch: int, device: str = "cpu", steps
     start = time.perf_counter()
     torch.manual_seed(0)
     model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
-    optimiser = torch.optim.AdamW(model.param_groups(train.lr, train.recurrent_lr_factor, train.weight_decay))
+    optimiser, scheduler = make_optimiser(model, train)
     x, y = (t.to(device) for t in data.train)
     x_val, y_val = (t.to(device) for t in data.val)
     sync()
     setup = time.perf_counter() - start
 
     def step() -> None:
-        idx = torch.randint(len(x), (train.batch_size,))
-        logits, _ = model(x[idx.to(device)], return_norms=True)
-        loss, _, _ = _loss_and_correct(logits, y[idx.to(device)])
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        if train.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
-        optimiser.step()
+        idx = torch.randint(len(x), (train.batch_size,)).to(device)
+        train_step(model, optimiser, scheduler, x[idx], y[idx], train)
 
     step()  # the first step pays for compilation and allocation once per worker, not per step
     sync()

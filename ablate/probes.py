@@ -16,6 +16,11 @@ returns tidy rows (``CURVE_SCHEMA``: step, layer, head, t, value, kind, quantity
     grad         <group> (layer -1),              -1       gradient norm before clipping, at probe steps
                  <parameter name> (layer i)
 
+The layers report, this module only turns reports into rows: the norms come from the model's
+forward pass (``return_norms``) and ``RecurrentLayer.state_norms``, theory and spectrum from one
+``RecurrentLayer.dynamics()`` per layer and probe (the closed forms live in ``ablate.models``).
+Layers without fixed dynamics (minGRU/minLSTM, GRU/LSTM) report none, nonlinear ones no theory.
+
 ``t`` counts from 0 = the state after the first input (x_1); a backward layer's t counts from its
 own start. ``head`` is -1 where a row is not per head. During training ``Prober.keep_train`` keeps
 the training batch's own norms (from the forward pass that computes the loss, no extra pass) at
@@ -35,8 +40,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 import torch
-from torch import nn
 
+from ablate.models import Network
+from ablate.models.recurrent import Dynamics, RecurrentLayer
 from ablate.spec import ProbeSpec
 
 CURVE_SCHEMA: dict[str, Any] = {
@@ -122,7 +128,7 @@ def _curve_columns(curve: np.ndarray, step: int, layer: int, kind: str) -> list[
 
 
 @torch.no_grad()
-def probe_norms(model: nn.Module, x: torch.Tensor, step: int) -> pl.DataFrame:
+def probe_norms(model: Network, x: torch.Tensor, step: int) -> pl.DataFrame:
     """``kind = "probe"`` rows: batch mean of ‖x_t^h‖² per layer, head and t on ``x``, in eval mode."""
     was_training = model.training
     model.eval()
@@ -151,113 +157,65 @@ def _train_blocks(values: np.ndarray, step: int) -> list[Columns]:
             for i, quantity in enumerate(("norm_sq_mean", "norm_sq_last"))]
 
 
-# --- theory and spectra (linear recurrences only) ----------------------------------------------
+# --- theory and spectra: what each layer reports as its ``dynamics`` ------------------------------
 
 
-def _linear(layer: nn.Module) -> bool:
-    return hasattr(layer, "expected_state_norms") and getattr(layer, "act", None) is None
-
-
-@torch.no_grad()
-def stationary_norms(layer: nn.Module, mats: Any = None) -> torch.Tensor:
-    """(H,) E‖x_∞^h‖² under white unit-variance input with the normalisation applied (inf past |λ| = 1).
-    ``mats``: the layer's ``system()`` if already computed (a rotation's costs a matrix exponential)."""
-    mats = mats if mats is not None else layer.system()
-    if mats.lam is None:  # dense: the parameterisation's Lyapunov sum, scaled per head
-        scale = layer.norm(layer.param)
-        gain = layer.param.head_gain()
-        return gain if scale is None else gain * scale.square()
-    power = mats.B.double().square().sum(1)
-    if mats.complex_modes:
-        power = power.view(-1, 2).sum(1)
-    mag_sq = mats.lam.abs().double().square()
-    per_unit = torch.where(mag_sq < 1, power / (1 - mag_sq), torch.full_like(power, float("inf")))
-    return per_unit.view(layer.heads, -1).sum(1)
-
-
-def systems(layers: Sequence[nn.Module]) -> list[Any]:
-    """Each layer's ``system()`` of this pass (None where it has none), computed once per probe."""
+def dynamics(layers: Sequence[RecurrentLayer], length: int | None, spectrum: bool = True) -> list[Dynamics]:
+    """Each layer's ``Dynamics`` of this pass, computed once per probe (theory over ``length``)."""
     with torch.no_grad():
-        return [layer.system() if hasattr(layer, "system") else None for layer in layers]
+        return [layer.dynamics(length, spectrum) for layer in layers]
 
 
-@torch.no_grad()
-def theory_rows(layers: Sequence[nn.Module], length: int, step: int, mats: Sequence[Any] | None = None
-                ) -> pl.DataFrame:
-    """``kind = "theory"`` rows for every linear layer: the white-input expectation from x_0 = 0."""
-    return _to_frame(_theory_blocks(layers, length, step, mats))
+def theory_rows(layers: Sequence[RecurrentLayer], length: int, step: int) -> pl.DataFrame:
+    """``kind = "theory"`` rows for every layer with a closed form: the white-input expectation from x_0 = 0."""
+    return _to_frame(_theory_blocks(dynamics(layers, length, spectrum=False), step))
 
 
-def _theory_blocks(layers: Sequence[nn.Module], length: int, step: int, mats: Sequence[Any] | None
-                   ) -> list[Columns]:
+def _theory_blocks(reports: Sequence[Dynamics], step: int) -> list[Columns]:
     blocks: list[Columns] = []
-    mats = mats if mats is not None else systems(layers)
-    for i, (layer, m) in enumerate(zip(layers, mats, strict=True)):
-        if not _linear(layer):
-            continue
-        curve = layer.expected_state_norms(length, m).double().cpu().numpy()  # (L, H), t = 1..L
-        blocks += _curve_columns(curve, step, i, "theory")
-        stat = stationary_norms(layer, m).cpu().numpy()
+    for i, d in enumerate(reports):
+        if d.expected_norms is None or d.stationary_norms is None:
+            continue  # no closed form (nonlinear or input-dependent recurrences)
+        blocks += _curve_columns(d.expected_norms.double().cpu().numpy(), step, i, "theory")  # (L, H), t = 1..L
+        stat = d.stationary_norms.cpu().numpy()
         blocks.append(_columns(step, i, np.arange(stat.size), SUMMARY, stat, "theory", "norm_sq_stationary"))
     return blocks
 
 
-@torch.no_grad()
-def modes(layer: nn.Module, mats: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(eigenvalues, head of each): one per conjugate pair for complex modes, all of a dense head."""
-    param = getattr(layer, "param", None)
-    if param is None:
-        lam = layer.eigenvalues().detach()
-        return lam, torch.zeros(lam.numel(), dtype=torch.long)
-    mats = mats if mats is not None else layer.system()
-    if mats.lam is not None:
-        return mats.lam.detach(), param.unit_head.detach()
-    lam = torch.linalg.eigvals(param.A.detach().double())  # (H, n)
-    return lam.flatten(), torch.arange(lam.shape[0]).repeat_interleave(lam.shape[1])
-
-
-@torch.no_grad()
-def spectrum_rows(layers: Sequence[nn.Module], step: int, mats: Sequence[Any] | None = None) -> pl.DataFrame:
+def spectrum_rows(layers: Sequence[RecurrentLayer], step: int) -> pl.DataFrame:
     """``kind = "spectrum"`` rows: |λ|, phase per mode; γ_h per head; the input scale per unit."""
-    return _to_frame(_spectrum_blocks(layers, step, mats))
+    return _to_frame(_spectrum_blocks(dynamics(layers, None), step))
 
 
-@torch.no_grad()
-def _spectrum_blocks(layers: Sequence[nn.Module], step: int, mats: Sequence[Any] | None) -> list[Columns]:
+def _spectrum_blocks(reports: Sequence[Dynamics], step: int) -> list[Columns]:
     blocks: list[Columns] = []
-    mats = mats if mats is not None else systems(layers)
-    for i, (layer, m) in enumerate(zip(layers, mats, strict=True)):
-        lam, head = modes(layer, m)
-        if lam.numel() == 0:
+    for i, d in enumerate(reports):
+        if d.modes.numel() == 0:
             continue  # input-dependent recurrences (minGRU, GRU, ...) have no fixed spectrum
-        lam = lam.to(torch.complex128) if lam.is_complex() else lam.double()
-        head = head.cpu().numpy()
+        lam = d.modes.to(torch.complex128) if d.modes.is_complex() else d.modes.double()
+        head = d.mode_head.cpu().numpy()
         j = np.arange(lam.numel())
         blocks.append(_columns(step, i, head, j, lam.abs().cpu().numpy(), "spectrum", "abs"))
         phase = lam.angle() if lam.is_complex() else torch.where(lam < 0, torch.pi, 0.0)
         blocks.append(_columns(step, i, head, j, phase.double().cpu().numpy(), "spectrum", "phase"))
-        if hasattr(layer, "head_decay"):
-            decay = layer.head_decay().double().cpu().numpy()
+        if d.head_decay is not None:
+            decay = d.head_decay.double().cpu().numpy()
             blocks.append(_columns(step, i, np.arange(decay.size), SUMMARY, decay, "spectrum", "head_decay"))
-        scale = layer.norm(layer.param) if hasattr(layer, "norm") and hasattr(layer, "param") else None
-        if scale is not None:
-            scale = scale.detach().double().cpu().numpy()
-            unit_head = layer.param.unit_head.cpu().numpy()
-            if unit_head.size != scale.size:  # dense: one unit per head
-                unit_head = np.arange(scale.size)
-            blocks.append(_columns(step, i, unit_head, np.arange(scale.size), scale, "spectrum", "input_scale"))
+        if d.input_scale is not None and d.unit_head is not None:
+            scale = d.input_scale.double().cpu().numpy()
+            blocks.append(_columns(step, i, d.unit_head.cpu().numpy(), np.arange(scale.size), scale, "spectrum",
+                                   "input_scale"))
     return blocks
 
 
 # --- gradients -----------------------------------------------------------------------------------
 
 
-def grad_rows(model: nn.Module, groups: Sequence[dict[str, Any]], step: int) -> pl.DataFrame:
+def grad_rows(model: Network, groups: Sequence[dict[str, Any]], step: int) -> pl.DataFrame:
     """``kind = "grad"`` rows: ‖∇‖ per optimiser group and in total (layer -1), and per named
     parameter of each recurrent layer (layer i). One device sync. Call before clipping."""
     named: list[tuple[int, str, torch.Tensor]] = []
-    layers = model.recurrent_layers() if hasattr(model, "recurrent_layers") else []
-    for i, layer in enumerate(layers):
+    for i, layer in enumerate(model.recurrent_layers()):
         for name, p in layer.named_parameters():
             if p.grad is not None:
                 named.append((i, name, p))
@@ -293,16 +251,16 @@ class Prober:
     of a study with one ``d_model``.
     """
 
-    def __init__(self, model: nn.Module, spec: ProbeSpec, x_probe: torch.Tensor,
+    def __init__(self, model: Network, spec: ProbeSpec, x_probe: torch.Tensor,
                  groups: Sequence[dict[str, Any]] = ()) -> None:
         self.model, self.spec, self.x = model, spec, x_probe
         self.groups = list(groups)
         self.length = int(x_probe.shape[1])
-        self.layers = model.recurrent_layers() if hasattr(model, "recurrent_layers") else []
+        self.layers = model.recurrent_layers()
         self.noise: torch.Tensor | None = None
         self.pending_train: list[tuple[int, np.ndarray]] = []  # kept summaries (a checkpoint saves them)
         if spec.enabled and spec.white_noise and self.layers:
-            d_model = int(getattr(self.layers[0], "d_model", 0) or _d_model(model))
+            d_model = self.layers[0].d_model
             self.noise = white_noise(spec.white_noise_batch, self.length, d_model, spec.white_noise_seed)
             self.noise = self.noise.to(x_probe.device)
 
@@ -331,13 +289,14 @@ class Prober:
             _, norms = model(self.x, return_norms=True)
             blocks = _curve_blocks(norms, step, "probe")
             if self.noise is not None:
-                noise_norms = [layer(self.noise, return_norms=True)[-1] for layer in self.layers]
+                noise_norms = [layer.state_norms(self.noise) for layer in self.layers]
                 blocks += _curve_blocks(noise_norms, step, "white_noise")
-            mats = systems(self.layers) if (self.spec.theory or self.spec.spectrum) else None
-            if self.spec.theory:
-                blocks += _theory_blocks(self.layers, self.length, step, mats)
-            if self.spec.spectrum:
-                blocks += _spectrum_blocks(self.layers, step, mats)
+            if self.spec.theory or self.spec.spectrum:
+                reports = dynamics(self.layers, self.length if self.spec.theory else None, self.spec.spectrum)
+                if self.spec.theory:
+                    blocks += _theory_blocks(reports, step)
+                if self.spec.spectrum:
+                    blocks += _spectrum_blocks(reports, step)
         finally:
             model.train(was_training)
         return _to_frame(blocks)
@@ -358,11 +317,3 @@ class Prober:
             return empty()
         return grad_rows(self.model, self.groups, step)
 
-
-def _d_model(model: nn.Module) -> int:
-    enc = getattr(model, "encoder", None)
-    if isinstance(enc, nn.Embedding):
-        return enc.embedding_dim
-    if isinstance(enc, nn.Linear):
-        return enc.out_features
-    raise ValueError("cannot tell the model's d_model for the white-noise probe")

@@ -2,6 +2,12 @@
 
 The loop knows nothing of Optuna or MLflow: it reports through a ``Reporter`` and returns a
 ``TrialResult``. Divergence (non-finite loss, a state norm past the bound) is a result.
+
+    make_optimiser(model, train)  AdamW over the model's parameter groups + the warm-up/cosine schedule
+    train_step(...)               one step: forward, backward (accumulated), divergence check, clip,
+                                  optimiser and scheduler step; ``run_trial`` and ``ablate plan
+                                  --estimate`` (``ablate.planning.measure``) both train through it
+    evaluate(model, x, y)         loss, accuracy and bits per character on a split
 """
 
 from __future__ import annotations
@@ -9,15 +15,16 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
-from ablate.models import build_model
-from ablate.probes import Prober, probe_norms, train_summary  # noqa: F401  (probe_norms: planning)
+from ablate.models import Network, build_model
+from ablate.probes import Prober, train_summary
 from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
 from ablate.tasks import TaskData, load_task
 
@@ -47,7 +54,7 @@ class TrialResult:
     reason: str = ""
 
 
-def _loss_and_correct(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+def loss_and_correct(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     """Mean cross-entropy and (correct, counted) for class or per-step targets."""
     flat_logits = logits.reshape(-1, logits.shape[-1])
     flat_y = y.reshape(-1)
@@ -63,8 +70,9 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
     total_loss, correct, counted = 0.0, 0, 0
     for i in range(0, len(x), batch):
         logits = model(x[i : i + batch])
-        loss, c, n = _loss_and_correct(logits, y[i : i + batch])
-        total_loss += loss.item() * n
+        loss, c, n = loss_and_correct(logits, y[i : i + batch])
+        if n:  # a batch with every target ignored has a 0/0 = NaN mean loss and weighs nothing
+            total_loss += loss.item() * n
         correct += c
         counted += n
     model.train()
@@ -77,7 +85,9 @@ def _layer_means(norms: list[torch.Tensor]) -> list[float]:
     return [sq.detach().float().mean().item() for sq in norms]
 
 
-def _schedule(train: TrainSpec):
+def schedule(train: TrainSpec) -> Callable[[int], float]:
+    """The learning-rate factor of scheduler step ``step``: linear warm-up over ``warmup · steps``
+    steps to 1, then a half cosine to 0 at ``steps``."""
     warm = max(1, int(train.warmup * train.steps))
 
     def factor(step: int) -> float:
@@ -87,6 +97,55 @@ def _schedule(train: TrainSpec):
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
     return factor
+
+
+def make_optimiser(
+    model: Network, train: TrainSpec
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over ``Network.param_groups`` (recurrent lr factor, no decay on vectors) and its schedule."""
+    optimiser = torch.optim.AdamW(model.param_groups(train.lr, train.recurrent_lr_factor, train.weight_decay))
+    return optimiser, torch.optim.lr_scheduler.LambdaLR(optimiser, schedule(train))
+
+
+@dataclass
+class StepResult:
+    """What one training step tells the loop (the batch as it was before the update)."""
+
+    loss: float  # mean cross-entropy over the batch's scored targets
+    correct: int
+    counted: int  # scored targets
+    layer_norms: list[float]  # per recurrent layer: mean ‖x_t^h‖² over batch, time and heads
+    summary: torch.Tensor | None  # ``ablate.probes.train_summary`` of the batch, on the device
+    diverged: str = ""  # why the update was not made (non-finite loss, a norm past the bound); "" if made
+
+
+def train_step(
+    model: Network,
+    optimiser: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    train: TrainSpec,
+    accumulate: int = 1,
+    before_clip: Callable[[], None] | None = None,
+) -> StepResult:
+    """One training step on the batch (x, y): gradients over ``accumulate`` micro-batches (the
+    full-batch mean), then, unless the batch diverged, ``before_clip`` (the gradient probes read the
+    raw gradients there), clipping to ``train.grad_clip``, the optimiser and the scheduler step."""
+    optimiser.zero_grad(set_to_none=True)
+    result = StepResult(*_forward_backward(model, x, y, accumulate))
+    norms = result.layer_norms
+    if not math.isfinite(result.loss):
+        return replace(result, diverged="non-finite loss")
+    if any(not math.isfinite(v) or v > train.divergence_norm for v in norms):
+        return replace(result, diverged=f"state norm {max(norms):.3g} past bound")
+    if before_clip is not None:
+        before_clip()
+    if train.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
+    optimiser.step()
+    scheduler.step()
+    return result
 
 
 class Recorder:
@@ -150,9 +209,7 @@ def run_trial(
     data = data or load_task(config["task"])
     torch.manual_seed(seed)
     model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
-    groups = model.param_groups(train.lr, train.recurrent_lr_factor, train.weight_decay)
-    optimiser = torch.optim.AdamW(groups)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, _schedule(train))
+    optimiser, scheduler = make_optimiser(model, train)
 
     x_train, y_train = (t.to(device) for t in data.train)
     x_val, y_val = (t.to(device) for t in data.val)
@@ -188,26 +245,18 @@ def run_trial(
     for step in range(first, train.steps + 1):
         _inject_fault(step, accumulate)
         idx = torch.randint(len(x_train), (train.batch_size,), generator=sampler)
-        optimiser.zero_grad(set_to_none=True)
-        loss, correct, counted, layer_norms, summary = _forward_backward(
-            model, x_train[idx], y_train[idx], accumulate)
-        if not math.isfinite(loss):
-            return finish("diverged", step, f"non-finite loss at step {step}")
-        if any(not math.isfinite(v) or v > train.divergence_norm for v in layer_norms):
-            return finish("diverged", step, f"state norm {max(layer_norms):.3g} past bound at step {step}")
-        if prober.due(step, train.steps):
-            reporter.log_curves(prober.grad_rows(step))  # before clipping; at probe steps only
-        if train.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
-        optimiser.step()
-        scheduler.step()
+        # Gradient norms at probe steps only, before clipping: train_step calls this between the two.
+        grads = (lambda s=step: reporter.log_curves(prober.grad_rows(s))) if prober.due(step, train.steps) else None
+        done = train_step(model, optimiser, scheduler, x_train[idx], y_train[idx], train, accumulate, grads)
+        if done.diverged:
+            return finish("diverged", step, f"{done.diverged} at step {step}")
 
         if step % train.log_every == 0 or step == train.steps:
-            values = {"train/loss": loss, "train/accuracy": correct / max(counted, 1)}
+            values = {"train/loss": done.loss, "train/accuracy": done.correct / max(done.counted, 1)}
             values["train/lr"] = scheduler.get_last_lr()[0]
-            values.update({f"train_state_norm/layer{i}": v for i, v in enumerate(layer_norms)})
+            values.update({f"train_state_norm/layer{i}": v for i, v in enumerate(done.layer_norms)})
             reporter.log_metrics(step, values)
-            prober.keep_train(summary, step)
+            prober.keep_train(done.summary, step)
         if step % train.eval_every == 0 and step != train.steps:
             val = evaluate(model, x_val, y_val)
             reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
@@ -229,9 +278,10 @@ def _forward_backward(
     loss_sum, correct, counted, norm_sums, summary = 0.0, 0, 0, None, None
     for xs, ys in zip(x.chunk(accumulate), y.chunk(accumulate), strict=True):
         logits, norms = model(xs, return_norms=True)
-        loss, c, n = _loss_and_correct(logits, ys)
-        (loss * (n / max(total, 1))).backward()
-        loss_sum += loss.item() * n
+        loss, c, n = loss_and_correct(logits, ys)
+        if n:  # a micro-batch with every target ignored has a NaN mean loss and adds no gradient
+            (loss * (n / max(total, 1))).backward()
+            loss_sum += loss.item() * n
         correct, counted = correct + c, counted + n
         means = [m * len(xs) for m in _layer_means(norms)]
         if norms:

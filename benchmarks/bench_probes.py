@@ -86,7 +86,7 @@ def _best(f, repeats: int, device: str) -> float:
 def components(config, probes: ProbeSpec, task: TaskData, device: str, repeats: int) -> dict[str, float]:
     """Seconds of one training step and of each probe part, timed alone, side by side."""
     from ablate.probes import train_rows, train_summary
-    from ablate.training import _loss_and_correct
+    from ablate.training import loss_and_correct
 
     torch.manual_seed(0)
     model = build_model(ModelSpec.model_validate(config["model"]), task.info).to(device)
@@ -98,7 +98,7 @@ def components(config, probes: ProbeSpec, task: TaskData, device: str, repeats: 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         logits, norms = model(x, return_norms=True)
-        _loss_and_correct(logits, y)[0].backward()
+        loss_and_correct(logits, y)[0].backward()
         opt.step()
         state["norms"] = norms
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ablate.bench import run_bench
+from ablate.models.bench import run_bench
 
 
 def main() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace as NS
 
+import numpy as np
 import pytest
+import scipy.optimize
 import torch
 
 from ablate.models.minrnn import MinLSTM
@@ -162,3 +164,80 @@ def test_linear_scan_and_conv_scan_agree_with_initial_state() -> None:
     b = torch.randn(2, 100, 6, dtype=torch.complex64)
     h0 = torch.randn(2, 6, dtype=torch.complex64)
     assert (linear_scan(lam, b, h0) - conv_scan(lam, b, h0)).abs().max() < 1e-4
+
+
+# --- the dynamics a layer reports to the probes ------------------------------------------------------
+
+PARAMS = ["rotation", "complex_diagonal", "real_diagonal", "dense"]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("param", PARAMS)
+@pytest.mark.parametrize("norm", ["xi", "gamma", "none"])
+def test_stationary_norms_are_the_limit_of_the_theory_curve(param: str, norm: str) -> None:
+    """E‖x_t^h‖² from x_0 = 0 rises to the stationary value; ξ puts it at 1 in every head."""
+    torch.manual_seed(0)
+    layer = LinearRecurrence(4, 16, 4, param, norm, "none", ROTRNN)
+    report = layer.dynamics(3000)
+    assert report.expected_norms is not None and report.stationary_norms is not None
+    assert torch.equal(report.expected_norms, layer.expected_state_norms(3000))
+    assert torch.equal(report.stationary_norms, layer.stationary_state_norms())
+    curve, stationary = report.expected_norms.double(), report.stationary_norms.double()
+    assert (curve.diff(dim=0) >= -1e-6 * stationary).all()  # white input only adds energy from zero
+    assert torch.allclose(curve[-1], stationary, rtol=1e-4)
+    if norm == "xi":
+        assert torch.allclose(stationary, torch.ones(4, dtype=torch.float64), rtol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("param", PARAMS)
+def test_reported_modes_are_the_spectrum_of_each_heads_state_matrix(param: str) -> None:
+    """With conjugates added (complex modes), each head's modes are the eigenvalues of that head's
+    n×n block of the natural-basis A; its decay is its largest |λ|."""
+    torch.manual_seed(0)
+    heads, n = 2, 4
+    layer = LinearRecurrence(3, heads * n, heads, param, "xi", "none", ROTRNN)
+    report = layer.dynamics()
+    A = layer.system().natural()[0].double()
+    assert report.head_decay is not None and report.head_decay.shape == (heads,)
+    for h in range(heads):
+        want = torch.linalg.eigvals(A[h * n:(h + 1) * n, h * n:(h + 1) * n]).numpy()
+        mine = report.modes[report.mode_head == h].to(torch.complex128)
+        got = (torch.cat([mine, mine.conj()]) if param in ("rotation", "complex_diagonal") else mine).numpy()
+        assert got.shape == want.shape
+        rows, cols = scipy.optimize.linear_sum_assignment(np.abs(got[:, None] - want[None]))
+        assert np.abs(got[rows] - want[cols]).max() < 1e-5
+        assert abs(float(report.head_decay[h]) - np.abs(want).max()) < 1e-5
+
+
+@torch.no_grad()
+def test_input_scale_is_what_multiplies_each_units_rows_of_b() -> None:
+    """For ξ on a rotation head: ξ_h = sqrt(1 − γ_h²)/‖B_h‖_F for each of its n/2 complex modes."""
+    torch.manual_seed(0)
+    layer = LinearRecurrence(3, 8, 2, "rotation", "xi", "none", ROTRNN)
+    report = layer.dynamics()
+    p = layer.param
+    xi = torch.sqrt(1 - p.gamma() ** 2) / p.B.view(2, -1).norm(dim=1)
+    assert report.input_scale is not None and report.unit_head is not None
+    assert torch.allclose(report.input_scale, xi[report.unit_head], rtol=1e-5)
+    assert report.unit_head.tolist() == [0, 0, 1, 1]
+    assert LinearRecurrence(3, 8, 2, "rotation", "none", "none", ROTRNN).dynamics().input_scale is None
+
+
+@torch.no_grad()
+def test_layers_without_fixed_dynamics_report_none() -> None:
+    """Input-dependent recurrences report no spectrum and no theory; a nonlinear one a spectrum only."""
+    from ablate.models.baselines import TorchGRU, TorchLSTM
+    from ablate.models.minrnn import MinGRU
+
+    for layer in (MinGRU(4, 6), MinLSTM(4, 6), TorchGRU(4, 6), TorchLSTM(4, 6)):
+        report = layer.dynamics(10)
+        assert report.modes.numel() == 0 and report.mode_head.numel() == 0
+        assert report.head_decay is report.input_scale is report.expected_norms is report.stationary_norms is None
+        u = torch.randn(2, 5, 4)
+        assert torch.equal(layer.state_norms(u), layer(u, return_norms=True)[-1])
+    tanh = LinearRecurrence(4, 8, 2, "rotation", "xi", "tanh", ROTRNN)
+    report = tanh.dynamics(10)
+    assert report.modes.numel() == 4 and report.expected_norms is None and report.stationary_norms is None
+    with pytest.raises(ValueError, match="only linear recurrences"):
+        tanh.stationary_state_norms()

@@ -288,3 +288,37 @@ def test_every_family_can_be_probed(over):
     assert ("theory" in kinds) == linear
     assert ("spectrum" in kinds) == (over.get("family", "linear_rnn") == "linear_rnn")
     assert rows["value"].is_finite().all()
+
+
+def test_rows_are_what_each_layer_reports():
+    """probes.py asks a layer for its Dynamics and turns them into rows, nothing more: a layer that
+    reports given values gets exactly those rows, in any RecurrentLayer subclass."""
+    from ablate.models.recurrent import Dynamics, RecurrentLayer
+
+    report = Dynamics(
+        modes=torch.tensor([0.5 + 0.5j, -0.25 + 0j, 0.9 + 0j]), mode_head=torch.tensor([0, 1, 1]),
+        head_decay=torch.tensor([0.7, 0.9]), input_scale=torch.tensor([2.0, 3.0]), unit_head=torch.tensor([0, 1]),
+        expected_norms=torch.tensor([[1.0, 2.0], [1.5, 2.5]]), stationary_norms=torch.tensor([2.0, 3.0]),
+    )  # fmt: skip
+
+    class Reporting(RecurrentLayer):
+        def dynamics(self, length=None, spectrum=True):
+            assert length in (None, 2)
+            return report
+
+    layers = [Reporting(), RecurrentLayer()]  # the base class: no fixed dynamics, no rows
+    spectrum = probes.spectrum_rows(layers, 4)
+    assert (spectrum["layer"] == 0).all()
+
+    def values(rows, quantity):
+        sub = rows.filter(pl.col("quantity") == quantity).sort("t", "head")
+        return sub["head"].to_list(), sub["t"].to_list(), sub["value"].to_list()
+
+    assert values(spectrum, "abs") == ([0, 1, 1], [0, 1, 2], pytest.approx([math.sqrt(0.5), 0.25, 0.9]))
+    assert values(spectrum, "phase") == ([0, 1, 1], [0, 1, 2], pytest.approx([math.pi / 4, math.pi, 0.0]))
+    assert values(spectrum, "head_decay") == ([0, 1], [-1, -1], pytest.approx([0.7, 0.9]))
+    assert values(spectrum, "input_scale") == ([0, 1], [0, 1], [2.0, 3.0])
+    theory = probes.theory_rows(layers, 2, 4)
+    np.testing.assert_array_equal(as_array(theory, "theory")[0], report.expected_norms.T.numpy())
+    assert values(theory, "norm_sq_stationary")[2] == [2.0, 3.0]
+    assert values(theory, "norm_sq_last")[2] == [1.5, 2.5]

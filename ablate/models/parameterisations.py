@@ -8,7 +8,9 @@ the complex-diagonal parameterisations share one scan path.
 
 Normalisation acts through "units": the things one input scale applies to (a complex mode, a real
 mode, or a dense head). A parameterisation tells the normalisations each unit's head and eigenvalue
-magnitude, and each head's stationary state power under white unit-variance input (for ξ).
+magnitude, and each head's stationary state power under white unit-variance input (for ξ). For the
+probes (through ``LinearRecurrence.dynamics``) it also gives its modes with their heads and each
+head's decay.
 """
 
 from __future__ import annotations
@@ -97,6 +99,15 @@ class Parameterisation(nn.Module):
     def eigenvalues(self) -> torch.Tensor:
         raise NotImplementedError
 
+    def modes(self, system: System) -> tuple[torch.Tensor, torch.Tensor]:
+        """(eigenvalues, head of each) of ``system``: the scan's modes, one per conjugate pair."""
+        assert system.lam is not None
+        return system.lam.detach(), self.unit_head.detach()
+
+    def head_decay(self) -> torch.Tensor:
+        """(H,) largest |eigenvalue| per head: the slowest mode's decay."""
+        return self.eigenvalues().detach().abs().view(self.heads, -1).amax(1)
+
 
 def one_minus_mag_sq(log_mag: torch.Tensor) -> torch.Tensor:
     """1 − |λ|² from log |λ| without the cancellation of 1 − exp(·) near the unit circle."""
@@ -138,6 +149,9 @@ class Rotation(Parameterisation):
     def gamma(self) -> torch.Tensor:
         """(H,) per-head decay γ_h ∈ (0, 1)."""
         return torch.exp(self.log_gamma())
+
+    def head_decay(self) -> torch.Tensor:
+        return self.gamma().detach()  # every mode of a head decays by γ_h
 
     def basis(self) -> torch.Tensor:
         """(H, n, n) P_h = expm(M_h − M_hᵀ): orthogonal with det +1.
@@ -309,6 +323,11 @@ class Dense(Parameterisation):
 
     def eigenvalues(self) -> torch.Tensor:
         return torch.linalg.eigvals(self.A.detach()).flatten()
+
+    def modes(self, system: System) -> tuple[torch.Tensor, torch.Tensor]:
+        """All n eigenvalues of each head's block (no diagonal form to read them from), in float64."""
+        lam = torch.linalg.eigvals(self.A.detach().double())  # (H, n)
+        return lam.flatten(), torch.arange(lam.shape[0]).repeat_interleave(lam.shape[1])
 
 
 def _skew(m: torch.Tensor) -> torch.Tensor:

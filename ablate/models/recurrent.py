@@ -10,12 +10,17 @@ and ``step(u_t, state)`` carries a natural-basis real state for streaming infere
 
 ``RecurrentLayer`` is the interface every family implements (also minGRU/minLSTM and torch's
 GRU/LSTM): ``forward(u, return_states, return_norms, h0)``, ``step``, ``initial_state``,
-``eigenvalues``, ``recurrent_parameters``, ``heads``, ``state_dim``.
+``eigenvalues``, ``recurrent_parameters``, ``heads``, ``state_dim``, ``d_model``; and for the probes
+(``ablate.probes`` only turns these into rows) ``state_norms(u)`` and ``dynamics(length, spectrum)``,
+a ``Dynamics`` of the modes, per-head decay, input scale and the white-input theory of one pass.
+The base class reports no fixed dynamics (input-dependent recurrences: minGRU/minLSTM, GRU/LSTM);
+``LinearRecurrence`` reports them all, the theory only without a nonlinearity.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,11 +40,42 @@ NONLINEARITIES: dict[str, Callable[[torch.Tensor], torch.Tensor] | None] = {
 MODES = ("scan", "conv", "sequential")
 
 
+def _no_modes() -> torch.Tensor:
+    return torch.zeros(0, dtype=torch.complex64)
+
+
+def _no_heads() -> torch.Tensor:
+    return torch.zeros(0, dtype=torch.long)
+
+
+@dataclass(frozen=True)
+class Dynamics:
+    """A layer's state dynamics in one pass, detached: what the probes record about it.
+
+    ``modes`` (K,) eigenvalues of the state matrix, one per conjugate pair, and ``mode_head`` (K,)
+    the head of each; empty for an input-dependent recurrence. ``head_decay`` (H,) γ_h for a
+    rotation, else the head's slowest |λ|. ``input_scale`` (units,) what multiplies each
+    normalisation unit's rows of B (ξ_h per mode, the LRU's γ_j, ...; None: no normalisation), and
+    ``unit_head`` (units,) the head of each unit. ``expected_norms`` (length, H): E‖x_t^h‖² for
+    t = 1..length from x_0 = 0 under white unit-variance input, and ``stationary_norms`` (H,) its
+    limit (inf past |λ| = 1); None where there is no closed form (nonlinear layers) or none was asked.
+    """
+
+    modes: torch.Tensor = field(default_factory=_no_modes)
+    mode_head: torch.Tensor = field(default_factory=_no_heads)
+    head_decay: torch.Tensor | None = None
+    input_scale: torch.Tensor | None = None
+    unit_head: torch.Tensor | None = None
+    expected_norms: torch.Tensor | None = None
+    stationary_norms: torch.Tensor | None = None
+
+
 class RecurrentLayer(nn.Module):
     """Interface of a recurrent layer: (B, L, d_model) → (B, L, d_model), with a carried state."""
 
     heads: int = 1
     state_dim: int
+    d_model: int
 
     def forward(
         self,
@@ -63,6 +99,15 @@ class RecurrentLayer(nn.Module):
 
     def recurrent_parameters(self) -> list[nn.Parameter]:
         return []
+
+    def state_norms(self, u: torch.Tensor) -> torch.Tensor:
+        """(B, L, heads) ‖x_t^h‖² of the states that ``u`` (B, L, d_model) drives from the zero state."""
+        return self(u, return_norms=True)[-1]
+
+    def dynamics(self, length: int | None = None, spectrum: bool = True) -> Dynamics:
+        """This pass's ``Dynamics``: the theory curve over ``length`` steps (None: no theory) and,
+        with ``spectrum``, the modes, decays and input scales. Here: none (input-dependent)."""
+        return Dynamics()
 
 
 def pack(y: torch.Tensor, states: torch.Tensor | None, norms: torch.Tensor | None) -> Any:
@@ -231,10 +276,24 @@ class LinearRecurrence(RecurrentLayer):
 
     def head_decay(self) -> torch.Tensor:
         """(H,) largest |eigenvalue| per head: γ_h for rotation, the slowest mode elsewhere."""
-        mags = self.eigenvalues().detach().abs()
-        if isinstance(self.param, PARAMETERISATIONS["rotation"]):
-            return self.param.gamma().detach()
-        return mags.view(self.heads, -1).amax(1)
+        return self.param.head_decay()
+
+    @torch.no_grad()
+    def dynamics(self, length: int | None = None, spectrum: bool = True) -> Dynamics:
+        """One ``system()`` (a rotation's costs a matrix exponential) serves everything reported."""
+        scale = self.norm(self.param)
+        mats = self.param.system(scale)
+        expected = stationary = None
+        if length is not None and self.act is None:
+            expected = self.expected_state_norms(length, mats)
+            stationary = self._stationary_norms(mats, scale)
+        if not spectrum:
+            return Dynamics(expected_norms=expected, stationary_norms=stationary)
+        modes, mode_head = self.param.modes(mats)
+        return Dynamics(
+            modes, mode_head, self.head_decay(), None if scale is None else scale.detach(),
+            self.param.unit_head.detach(), expected, stationary,
+        )  # fmt: skip
 
     @torch.no_grad()
     def expected_state_norms(self, length: int, mats: System | None = None) -> torch.Tensor:
@@ -261,6 +320,26 @@ class LinearRecurrence(RecurrentLayer):
         t = torch.arange(1, length + 1, dtype=power.dtype, device=power.device)[:, None]
         e = power * torch.expm1(2 * t * log_mag) / torch.expm1(2 * log_mag)
         return e.view(length, self.heads, -1).sum(-1)
+
+    @torch.no_grad()
+    def stationary_state_norms(self, mats: System | None = None) -> torch.Tensor:
+        """(H,) E‖x_∞^h‖² under white unit-variance input, normalisation applied (inf past |λ| = 1):
+        Σ_j ‖b̃_j‖²/(1 − |λ_j|²); 1 for ξ. Linear layers only, as ``expected_state_norms``."""
+        if self.act is not None:
+            raise ValueError("stationary_state_norms: only linear recurrences have a closed form")
+        scale = self.norm(self.param)
+        return self._stationary_norms(mats if mats is not None else self.param.system(scale), scale)
+
+    def _stationary_norms(self, mats: System, scale: torch.Tensor | None) -> torch.Tensor:
+        if mats.lam is None:  # dense: the parameterisation's Lyapunov sum, scaled per head
+            gain = self.param.head_gain()
+            return gain if scale is None else gain * scale.square()
+        power = mats.B.double().square().sum(1)
+        if mats.complex_modes:
+            power = power.view(-1, 2).sum(1)
+        mag_sq = mats.lam.abs().double().square()
+        per_unit = torch.where(mag_sq < 1, power / (1 - mag_sq), torch.full_like(power, float("inf")))
+        return per_unit.view(self.heads, -1).sum(1)
 
     def recurrent_parameters(self) -> list[nn.Parameter]:
         return self.param.recurrent_parameters() + self.norm.recurrent_parameters()

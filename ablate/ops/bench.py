@@ -1,20 +1,18 @@
-"""Scan benchmarks, measured side by side in one process on the same inputs (DESIGN §7).
+"""Scan benchmarks, measured side by side in one process on the same inputs.
 
-    run_bench()            prints three tables and returns their rows
-    python -m ablate.bench benchmarks/bench_scan.py
+    bench_scans(...)   ms and effective GB/s per backend for the real, complex and log-space scans at
+                       several lengths; the ratio to the bandwidth bound (minimum bytes / the copy
+                       bandwidth measured in this process, interleaved with the timings); the
+                       speedup over the per-step torch loop
+    print_scans(...)   their table
 
-1. Scans: ms and effective GB/s per backend for the real, complex and log-space scans at several
-   lengths; the ratio to the bandwidth bound (minimum bytes / the copy bandwidth measured in this
-   process, interleaved with the timings); the speedup over the per-step torch loop.
-2. One recurrent layer, forward+backward, compiled vs reference scan (minGRU, LRU, RotRNN).
-3. A training step of a 4-layer model: the step time split into scan and rest, per backend.
-
-"Rest" is the same step with the scan replaced by ``b + 0*a`` (same shapes, same graph into a and
-b, negligible cost), so scan time = step time - rest; it needs no profiler and is the same for
-every backend.
+and the timing tools the layer and training-step benchmarks (``ablate.models.bench``, which
+``ablate bench`` runs) share: ``time_ms``, ``time_interleaved``, ``forced_backend`` and
+``scans_stubbed`` (every scan replaced by ``b + 0*a``: same shapes, same graph into a and b,
+negligible cost, so scan time = step time − stubbed time without a profiler).
 
 Allocator: tensors of 32 MB and more are mmap'ed fresh by glibc and pay a page fault per 4 KB
-page on first touch, every call (a 64 MB clone took 64 ms instead of 11 ms here). ``run_bench``
+page on first touch, every call (a 64 MB clone took 64 ms instead of 11 ms here). ``tune_allocator``
 therefore calls ``mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 TiB)`` in-process, which makes glibc
 serve large blocks from the heap and keep freed ones, so the outputs and gradients each scan
 allocates reuse warm pages. The same effect from the shell: MALLOC_MMAP_MAX_=0
@@ -101,7 +99,7 @@ class Bandwidth:
         return statistics.median(self.samples)
 
 
-# --- 1. scans -----------------------------------------------------------------------------------
+# --- scans ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -195,7 +193,7 @@ def _label(kind: str, backend: str) -> str:
     return backend
 
 
-# --- 2. and 3. layers and training steps -------------------------------------------------------
+# --- timing the layers and training steps with and without the scans ---------------------------
 
 
 @contextlib.contextmanager
@@ -225,70 +223,6 @@ def scans_stubbed() -> Iterator[None]:
         scan_mod.linear_scan_reference, scan_mod.log_scan_reference = saved
 
 
-LAYER_SPECS: dict[str, dict[str, Any]] = {
-    "minGRU": {"family": "mingru"},
-    "LRU": {
-        "family": "linear_rnn",
-        "parameterisation": "complex_diagonal",
-        "normalisation": "gamma",
-        "init": {"scheme": "ring"},
-    },
-    "RotRNN": {"family": "linear_rnn", "parameterisation": "rotation"},
-}
-
-
-@dataclass
-class StepRow:
-    what: str  # "layer" (one recurrent layer fwd+bwd) or "step" (a training step of the model)
-    model: str
-    backend: str
-    ms: float
-    scan_ms: float
-    rest_ms: float
-    scan_share: float
-    speedup: float  # over the reference backend
-
-
-def _build(model: str, d_model: int, state: int, layers: int, L: int, device: torch.device) -> Any:
-    from ablate.models import build_model
-    from ablate.spec import ModelSpec
-    from ablate.tasks.base import TaskInfo
-
-    task = TaskInfo(
-        name="bench", input_kind="tokens", vocab_size=64, input_dim=1, num_classes=64,
-        output_kind="per_step", metric="bpc", chance=6.0, seq_len=L, data_version="bench",
-    )  # fmt: skip
-    spec = ModelSpec(d_model=d_model, state_dim=state, layers=layers, **LAYER_SPECS[model])
-    torch.manual_seed(0)
-    return build_model(spec, task).to(device)
-
-
-def _model_workloads(
-    model_name: str, seq_len: int, batch: int, d_model: int, state: int, layers: int, device: torch.device
-) -> dict[str, Callable[[], None]]:
-    """{"layer": one recurrent layer fwd+bwd, "step": a training step of the whole model}."""
-    import torch.nn.functional as F
-
-    net = _build(model_name, d_model, state, layers, seq_len, device)
-    layer = net.recurrent_layers()[0]
-    u = torch.randn(batch, seq_len, d_model, device=device, requires_grad=True)
-    gy = torch.randn(batch, seq_len, d_model, device=device)
-    x = torch.randint(1, 64, (batch, seq_len), device=device)
-    y = torch.randint(1, 64, (batch, seq_len), device=device)
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-
-    def layer_fwd_bwd() -> None:
-        layer(u).backward(gy)
-
-    def train_step() -> None:
-        opt.zero_grad(set_to_none=True)
-        logits = net(x)
-        F.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
-        opt.step()
-
-    return {"layer": layer_fwd_bwd, "step": train_step}
-
-
 def time_interleaved(
     fn: Callable[[], Any],
     variants: dict[str, Callable[[], contextlib.AbstractContextManager]],
@@ -309,43 +243,22 @@ def time_interleaved(
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def bench_layers(
-    seq_len: int,
-    batch: int,
-    d_model: int,
-    state: int,
-    layers: int,
-    device: torch.device,
-    repeats: int,
-    log: Callable[[str], None],
-) -> list[StepRow]:
-    compiled = [n for n in scan_mod.available_backends(device) if n != "torch"]
-    variants: dict[str, Callable[[], contextlib.AbstractContextManager]] = {"rest": scans_stubbed}
-    for name in [*compiled, "torch"]:
-        variants[name] = lambda name=name: forced_backend(name)
-    rows = []
-    for model_name in LAYER_SPECS:
-        workloads = _model_workloads(model_name, seq_len, batch, d_model, state, layers, device)
-        for what, fn in workloads.items():
-            log(f"  {what:5s} {model_name}")
-            ms = time_interleaved(fn, variants, repeats, device)
-            rest = ms.pop("rest")
-            for name, t in ms.items():
-                scan_t = max(t - rest, 0.0)
-                rows.append(StepRow(what, model_name, name, t, scan_t, rest, scan_t / t, ms["torch"] / t))
-    return rows
-
-
 # --- printing ------------------------------------------------------------------------------------
 
 
-def _print_tables(result: dict[str, Any]) -> None:
+def console() -> Any:
+    """A rich console; 170 columns when piped or captured (rich would wrap at 80)."""
     from rich.console import Console
+
+    out = Console()
+    return out if out.is_terminal else Console(width=170)
+
+
+def print_scans(result: dict[str, Any], out: Any) -> None:
+    """The scan table of ``run_bench``'s result (keys: device, threads, load_average, allocator,
+    batch, channels, bandwidth_gbs, scans)."""
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: rich would wrap at 80 columns
-        console = Console(width=170)
     bw = result["bandwidth_gbs"]
     t = Table(
         title=(
@@ -365,60 +278,29 @@ def _print_tables(result: dict[str, Any]) -> None:
             f"{r['fb_ms']:.1f}", f"{r['fb_gbs']:.1f}", f"{r['fb_x_bound']:.2f}",
             f"{r['fwd_speedup']:.1f}×", f"{r['fb_speedup']:.1f}×",
         )  # fmt: skip
-    console.print(t)
-    console.print(
+    out.print(t)
+    out.print(
         "×bound = time / (minimum bytes / copy bandwidth); minimum bytes per element: "
         "real 12 fwd, 32 fwd+bwd; complex64 24, 64; log 12, 36."
     )
-    if result.get("layers"):
-        lc = result["layer_config"]
-        t = Table(
-            title=(
-                f"Layers (one recurrent layer fwd+bwd) and training steps of a {lc['layers']}-layer "
-                f"model, d_model {lc['d_model']}, state {lc['state']}, L={lc['seq_len']}, "
-                f"batch {lc['batch']}"
-            ),
-            title_justify="left",
-        )
-        for col in ("what", "model", "backend", "ms", "scan ms", "rest ms", "scan share", "speedup"):
-            t.add_column(col, justify="left" if col in ("what", "model", "backend") else "right")
-        for r in result["layers"]:
-            t.add_row(
-                r["what"], r["model"], r["backend"], f"{r['ms']:.1f}", f"{r['scan_ms']:.1f}",
-                f"{r['rest_ms']:.1f}", f"{100 * r['scan_share']:.0f}%", f"{r['speedup']:.1f}×",
-            )  # fmt: skip
-        console.print(t)
-        console.print("scan ms = step ms − rest ms, rest = the same step with the scan replaced by b + 0·a.")
-    elif result.get("layers_error"):
-        console.print(f"[yellow]layer benchmark skipped: {result['layers_error']}[/yellow]")
 
 
-def run_bench(
+def run_scans(
     lengths: tuple[int, ...] = (256, 1024, 4096, 16384),
     batch: int = 16,
     channels: int = 256,
     kinds: tuple[str, ...] = ("real", "complex", "log"),
     repeats: int = 5,
-    layers: bool = True,
-    layer_config: dict[str, int] | None = None,
     device: str = "cpu",
     tune_alloc: bool = True,
     copy_bytes: int | None = None,
-    verbose: bool = True,
-    print_tables: bool = True,
+    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run the scan (and, if the model zoo imports, layer and step) benchmarks; print and return.
-
-    ``layer_config`` overrides seq_len=1024, batch=32, d_model=128, state=128, layers=4.
-    ``copy_bytes`` sizes the bandwidth probe (default: one scan input at L=4096, at least 64 MB).
-    """
+    """The scan benchmark with its conditions (device, threads, load, allocator, copy bandwidth),
+    as ``print_scans`` reads it. ``copy_bytes`` sizes the bandwidth probe (default: one scan input
+    at L=4096, at least 64 MB)."""
     dev = torch.device(device)
     allocator = tune_allocator() if tune_alloc else "default allocator"
-
-    def log(msg: str) -> None:
-        if verbose:
-            print(msg, flush=True)
-
     threads = torch.get_num_threads()
     with contextlib.suppress(ImportError):
         import numba
@@ -430,7 +312,7 @@ def run_bench(
     log(f"scan benchmark on {dev} ({allocator})")
     load_before = os.getloadavg()[0]
     scans = bench_scans(lengths, batch, channels, kinds, dev, bandwidth, repeats, log)
-    result: dict[str, Any] = {
+    return {
         "device": str(dev),
         # Other processes on this machine skew every timing; the load says how much to trust them.
         "load_average": max(load_before, os.getloadavg()[0]),
@@ -445,21 +327,3 @@ def run_bench(
         },
         "scans": [asdict(r) for r in scans],
     }
-    del bandwidth
-    if layers:
-        lc = {"seq_len": 1024, "batch": 32, "d_model": 128, "state": 128, "layers": 4}
-        lc.update(layer_config or {})
-        result["layer_config"] = lc
-        try:
-            rows = bench_layers(device=dev, repeats=repeats, log=log, **lc)
-            result["layers"] = [asdict(r) for r in rows]
-        except Exception as exc:  # the model zoo may be mid-change: keep the scan table
-            result["layers_error"] = f"{type(exc).__name__}: {exc}"
-        result["load_average"] = max(result["load_average"], os.getloadavg()[0])
-    if print_tables:
-        _print_tables(result)
-    return result
-
-
-if __name__ == "__main__":
-    run_bench()

@@ -1,0 +1,201 @@
+"""One trial's training (ablate.training): the schedule, the step (accumulation, divergence,
+clipping order), evaluation on a case worked out by hand, and checkpoint/resume of a tiny model."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+from torch import nn
+
+from ablate import training
+from ablate.models import build_model
+from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
+from ablate.tasks.base import TaskData, TaskInfo
+
+CLASSES = TaskInfo("toy", "tokens", 12, 1, 3, "classification", "accuracy", 1 / 3, 10, "v0")
+PER_STEP = TaskInfo("toy", "tokens", 12, 1, 12, "per_step", "bpc", 3.0, 10, "v0")
+MODEL = {"d_model": 8, "state_dim": 8, "layers": 2, "heads": 2}
+
+
+def network(info: TaskInfo = CLASSES, seed: int = 0, **over) -> training.Network:
+    torch.manual_seed(seed)
+    return build_model(ModelSpec.model_validate({**MODEL, **over}), info)
+
+
+def grads(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_schedule_warms_up_linearly_then_decays_by_half_cosine():
+    train = TrainSpec(steps=40, warmup=0.25, lr=0.2, recurrent_lr_factor=0.5)
+    model = network()
+    optimiser, scheduler = training.make_optimiser(model, train)
+    by_group = {g["name"]: g for g in optimiser.param_groups}
+    assert set(by_group) == {"recurrent", "decay", "no_decay"}
+    seen = []
+    for _ in range(train.steps + 1):
+        seen.append({name: g["lr"] for name, g in by_group.items()})
+        optimiser.step()
+        scheduler.step()
+    for k, lrs in enumerate(seen):  # k = scheduler steps taken so far
+        factor = (k + 1) / 10 if k < 10 else 0.5 * (1 + math.cos(math.pi * (k - 10) / 30))
+        assert lrs["decay"] == pytest.approx(0.2 * factor, abs=1e-12), k
+        assert lrs["recurrent"] == pytest.approx(0.1 * factor, abs=1e-12), k
+    assert seen[9]["decay"] == pytest.approx(0.2)  # the peak at the end of the warm-up
+    assert seen[40]["decay"] == pytest.approx(0.0, abs=1e-15)
+    assert all(a["decay"] < b["decay"] for a, b in zip(seen[:9], seen[1:10], strict=True))
+    assert all(a["decay"] > b["decay"] for a, b in zip(seen[10:40], seen[11:41], strict=True))
+
+
+def test_accumulated_step_equals_the_full_batch():
+    """Micro-batches weighted by their scored targets give the full-batch gradient, loss and
+    counts, also when they score different numbers of targets or none at all."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(1, 12, (8, 10), generator=g)
+    y = torch.randint(0, 12, (8, 10), generator=g)
+    y[:2] = training.IGNORE  # the first micro-batch scores nothing (its own mean loss is 0/0)
+    y[2, 3:] = training.IGNORE  # the second scores fewer targets than the others
+    train = TrainSpec(steps=10, grad_clip=0.5)
+    results, raw, after = [], [], []
+    for accumulate in (1, 4):
+        model = network(PER_STEP)
+        optimiser, scheduler = training.make_optimiser(model, train)
+        results.append(training.train_step(model, optimiser, scheduler, x, y, train, accumulate,
+                                           before_clip=lambda m=model: raw.append(grads(m))))
+        after.append(copy.deepcopy(model.state_dict()))
+    full, acc = results
+    assert not full.diverged and not acc.diverged
+    assert (full.correct, full.counted) == (acc.correct, acc.counted) == (full.correct, 80 - 2 * 10 - 7)
+    assert acc.loss == pytest.approx(full.loss, rel=1e-6)
+    assert acc.layer_norms == pytest.approx(full.layer_norms, rel=1e-6)
+    assert torch.allclose(acc.summary, full.summary, rtol=1e-5)
+    assert raw[0].keys() == raw[1].keys() and len(raw[0]) > 10
+    for name in raw[0]:
+        assert torch.allclose(raw[1][name], raw[0][name], rtol=1e-4, atol=1e-7), name
+    # ... so the update (clipped, then AdamW) is the same too.
+    for name in after[0]:
+        assert torch.allclose(after[1][name], after[0][name], rtol=1e-4, atol=1e-6), name
+
+
+def test_step_clips_after_the_gradient_probe_and_steps_the_scheduler():
+    x, y = torch.randint(1, 12, (4, 10)), torch.randint(0, 3, (4,))
+    train = TrainSpec(steps=10, grad_clip=1e-3)
+    model = network()
+    optimiser, scheduler = training.make_optimiser(model, train)
+    seen = []
+    training.train_step(model, optimiser, scheduler, x, y, train, before_clip=lambda: seen.append(grads(model)))
+    raw = math.sqrt(sum(float(g.square().sum()) for g in seen[0].values()))
+    clipped = math.sqrt(sum(float(g.square().sum()) for g in grads(model).values()))
+    assert raw > 1e-2 and clipped == pytest.approx(1e-3, rel=1e-4)
+    assert scheduler.last_epoch == 1
+
+
+def test_divergence_is_a_result_and_no_update():
+    x, y = torch.randint(1, 12, (4, 10)), torch.randint(0, 3, (4,))
+    called = []
+    for reason, train, spoil in [
+        ("non-finite loss", TrainSpec(steps=10), True),
+        ("past bound", TrainSpec(steps=10, divergence_norm=1e-9), False),
+    ]:
+        model = network()
+        if spoil:
+            with torch.no_grad():
+                model.decoder.bias.fill_(float("nan"))
+        optimiser, scheduler = training.make_optimiser(model, train)
+        before = copy.deepcopy(model.state_dict())
+        result = training.train_step(model, optimiser, scheduler, x, y, train, before_clip=lambda: called.append(1))
+        assert reason in result.diverged
+        assert scheduler.last_epoch == 0 and not optimiser.state  # nothing was stepped
+        for name, value in model.state_dict().items():
+            assert torch.equal(value, before[name]) or (value.isnan() == before[name].isnan()).all(), name
+    assert not called
+    # The same through a trial: a result, with the step and the reason.
+    data = toy_data()
+    config = {"task": {}, "model": MODEL, "train": {"steps": 5, "batch_size": 4, "divergence_norm": 1e-9}}
+    result = training.run_trial(config, 0, ProbeSpec(enabled=False), data=data)
+    assert (result.status, result.steps) == ("diverged", 1)
+    assert result.reason.startswith("state norm ") and result.reason.endswith("past bound at step 1")
+
+
+def test_evaluate_on_a_case_worked_out_by_hand():
+    class Logits(nn.Module):  # the input is the logits
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    p = torch.tensor([0.25, 0.75])
+    logits = p.log().repeat(5, 1)  # every example predicts class 1 with probability 3/4
+    y = torch.tensor([1, 0, 1, 1, 0])
+    out = training.evaluate(Logits(), logits, y, batch=2)  # batches of 2, 2, 1
+    loss = -(3 * math.log(0.75) + 2 * math.log(0.25)) / 5
+    assert out["loss"] == pytest.approx(loss, rel=1e-6)
+    assert out["accuracy"] == pytest.approx(3 / 5)
+    assert out["bpc"] == pytest.approx(loss / math.log(2), rel=1e-6)
+    # Per-step targets: ignored positions count for nothing, in any batch.
+    steps = p.log().repeat(3, 4, 1)
+    ys = torch.tensor([[1, 1, training.IGNORE, training.IGNORE], [0, training.IGNORE] * 2, [training.IGNORE] * 4])
+    out = training.evaluate(Logits(), steps, ys, batch=1)
+    assert out["loss"] == pytest.approx(-(2 * math.log(0.75) + 2 * math.log(0.25)) / 4, rel=1e-6)
+    assert out["accuracy"] == pytest.approx(2 / 4)
+
+
+def toy_data(n: int = 48) -> TaskData:
+    g = torch.Generator().manual_seed(0)
+
+    def split(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randint(1, 12, (k, 10), generator=g), torch.randint(0, 3, (k,), generator=g)
+
+    return TaskData(CLASSES, split(n), split(16), split(16))
+
+
+class Recording:
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.metrics: list = []
+        self.curves: list[pl.DataFrame] = []
+        self.stop_at = stop_at
+
+    def log_metrics(self, step: int, values: dict[str, float]) -> None:
+        if self.stop_at is not None and step >= self.stop_at:
+            raise KeyboardInterrupt  # the worker dies here
+        self.metrics.append((step, values))
+
+    def log_curves(self, rows: pl.DataFrame) -> None:
+        self.curves.append(rows)
+
+
+def test_checkpoint_resume_equals_the_uninterrupted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Killed after its step-6 checkpoint, a trial resumes there (it trains only the missing steps)
+    and reaches the uninterrupted run's metrics and curves exactly: dropout and batch sampling
+    draw the same random numbers."""
+    data = toy_data()
+    config = {"task": {}, "model": {**MODEL, "dropout": 0.2},
+              "train": {"steps": 10, "batch_size": 4, "eval_every": 4, "log_every": 2}}
+    probes = ProbeSpec(every=3, batch=4, white_noise_batch=2)
+    whole = Recording()
+    expected = training.run_trial(config, 3, probes, whole, data=data)
+    ckpt = tmp_path / "ckpt.pt"
+    with pytest.raises(KeyboardInterrupt):
+        training.run_trial(config, 3, probes, Recording(stop_at=8), data=data, checkpoint=ckpt, checkpoint_every=3)
+    assert torch.load(ckpt, weights_only=False)["step"] == 6
+
+    steps = []
+    real_step = training.train_step
+
+    def counting(*args, **kwargs):
+        steps.append(1)
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(training, "train_step", counting)
+    resumed_log = Recording()
+    resumed = training.run_trial(config, 3, probes, resumed_log, data=data, checkpoint=ckpt, checkpoint_every=3)
+    assert len(steps) == 4  # steps 7..10
+    assert resumed.status == expected.status == "complete"
+    assert resumed.metrics == expected.metrics
+    assert resumed_log.metrics == whole.metrics  # the history before the kill is replayed
+    assert len(resumed_log.curves) == len(whole.curves)
+    for got, want in zip(resumed_log.curves, whole.curves, strict=True):
+        assert got.equals(want)
