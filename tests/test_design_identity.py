@@ -66,7 +66,8 @@ def test_id_covers_config_data_version_code_and_tuning(monkeypatch):
     from ablate.tasks import registry
 
     entry = registry.task_entry("listops")
-    monkeypatch.setitem(registry._REGISTRY, "listops", dataclasses.replace(entry, version=entry.version + 1))
+    bumped = dataclasses.replace(entry, version=entry.version + 1)
+    monkeypatch.setattr(registry, "task_entry", lambda name: bumped if name == "listops" else entry)
     identity.task_data_version.cache_clear()
     assert design.cell_id(s.baseline()) != cell.id  # a new generator version: new data, new cells
     monkeypatch.undo()

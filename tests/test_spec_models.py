@@ -4,11 +4,15 @@ choices, and that ``parse`` checks the shape only while ``ablate.design.validate
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from ablate import design, spec
 
+ROOT = Path(__file__).resolve().parents[1]
 BASE = {
     "name": "t",
     "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
@@ -93,3 +97,12 @@ def test_not_a_mapping_and_extends_are_refused():
         spec.parse([1, 2])
     with pytest.raises(spec.SpecError, match="only a spec file can extend"):
         spec.parse({"extends": "x.yaml", "name": "x"})
+
+
+def test_spec_and_design_import_no_torch() -> None:
+    """Validation stays torch-free (fast): the registries load implementations only when asked."""
+    code = ("import sys\nfrom ablate import design, spec, tuning, schema\nfrom ablate.models import registry\n"
+            "s = design.load('studies/quickstart.yaml')\nassert design.items(s)\nschema.reference_markdown()\n"
+            "assert registry.PARAMETERISATIONS.names\nassert 'torch' not in sys.modules, 'torch imported'\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
