@@ -35,7 +35,7 @@ def measure(queued: int, storage: str | None) -> tuple[float, float]:
     cells = -(-queued // 1000)  # at most 1,000 seeds per cell: spread larger queues over lr levels
     lrs = [1e-3 * (i + 1) for i in range(cells)]
     spec = design.validate({**SPEC, "name": f"claim-{queued}", "seeds": queued // cells,
-                              **({"factors": {"train.lr": lrs}} if cells > 1 else {})})
+                            **({"factors": {"train.lr": lrs}} if cells > 1 else {})})
     study, _ = prepare(spec, design.items(spec), stores)
     claims, loads = [], []
     for _ in range(20):
