@@ -87,8 +87,8 @@ def test_estimate_scales_measured_timings_by_each_pending_trial(monkeypatch):
 def test_measure_runs_a_tiny_model_for_real(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
     config = design.validate({**RAW, "tune": None, "factors": {},
-                            "task": {"name": "listops", "max_depth": 3, "min_length": 5, "max_length": 24,
-                                     "train_size": 64, "val_size": 32, "test_size": 32},
-                            "model": {"d_model": 8, "state_dim": 4, "layers": 1}, "train": {"steps": 3}}).baseline()
+                              "task": {"name": "listops", "max_depth": 3, "min_length": 5, "max_length": 24,
+                                       "train_size": 64, "val_size": 32, "test_size": 32},
+                              "model": {"d_model": 8, "state_dim": 4, "layers": 1}, "train": {"steps": 3}}).baseline()
     t = planning.measure(config, probe_batch=8, steps=2)
     assert all(v > 0 for v in (t.setup, t.step, t.val, t.test, t.probe))
