@@ -30,10 +30,10 @@ TrackingOpt = Annotated[
 
 
 def _load(path: Path, overrides: list[str] | None) -> Spec:
-    from ablate import spec as spec_mod
+    from ablate import design
 
     try:
-        return spec_mod.load(path, overrides or [])
+        return design.load(path, overrides or [])
     except SpecError as exc:
         for line in str(exc).splitlines():
             err.print(f"[red]error[/red] {line}", highlight=False, markup=True, soft_wrap=True)
@@ -276,7 +276,7 @@ def report(
         "--param", "-p", help="KEY=VALUE for the report notebooks, e.g. -p reference='layers=2' -p alpha=0.01")] = None,
 ) -> None:
     """Render a study's reports (HTML and PDF) with papermill."""
-    from ablate import choices
+    from ablate.report import REPORTS
     from ablate.runner import study as st
     from ablate.stores import resolve
 
@@ -288,15 +288,15 @@ def report(
     if only:
         names = [n.strip() for n in only.split(",") if n.strip()]
         for n in names:
-            if n not in choices.REPORTS:
-                err.print(f"[red]error[/red] --reports: {n!r} is not one of: {', '.join(choices.REPORTS)}")
+            if n not in REPORTS:
+                err.print(f"[red]error[/red] --reports: {n!r} is not one of: {', '.join(REPORTS)}")
                 raise typer.Exit(2)
     else:
         try:
             opt = st.open_study(study, resolve(storage, tracking_uri))
         except st.StorageError as exc:
             raise _store_error(exc) from None
-        names = list(opt.user_attrs.get("spec", {}).get("reports", choices.REPORTS))
+        names = list(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
     parameters = _report_parameters(param or [], names)
     _render(study, names, out_dir or Path("reports") / study, formats, storage, tracking_uri, parameters)
 

@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ablate import design
 from ablate.runner import tracking
 from ablate.runner.study import open_study, trials_by_item
-from ablate.spec import Spec, get_path, validate
+from ablate.spec import Spec
 from ablate.stores import Stores, redact, resolve
 
 SUMMARY = ("val_accuracy", "val_loss", "val_bpc", "test_accuracy", "test_loss", "test_bpc", "chance")
@@ -167,12 +167,11 @@ class Results:
         list; a selector ``{}`` means the baseline cell).
         """
         rows = []
-        grid = design.cells(self.spec)
         for ref in self.spec.references:
             if ref.cell:
-                matched = [c for c in grid if _matches(c, ref.cell)]
+                matched = design.select(self.spec, ref.cell)
             else:
-                matched = [c for c in grid if c.id == self.baseline_cell]
+                matched = [c for c in design.cells(self.spec) if c.id == self.baseline_cell]
             rows.append({
                 "metric": ref.metric, "value": ref.value, "source": ref.source, "confirmed": ref.confirmed,
                 "note": ref.note,
@@ -186,32 +185,6 @@ class Results:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _same(actual: Any, wanted: Any) -> bool:
-    if isinstance(wanted, list):
-        return any(_same(actual, w) for w in wanted)
-    if isinstance(wanted, bool) or isinstance(actual, bool):
-        return type(wanted) is type(actual) and wanted == actual
-    if isinstance(wanted, int | float) and isinstance(actual, int | float):
-        return float(wanted) == float(actual)
-    return wanted == actual
-
-
-def _matches(cell: design.Cell, selector: dict[str, Any]) -> bool:
-    """A cell matches when each key (a factor: its level label or value; a dotted path: the
-    value in the cell's config) matches; a list means any of."""
-    for key, wanted in selector.items():
-        label = cell.labels.get(key)
-        if label is not None and any(str(w) == label for w in (wanted if isinstance(wanted, list) else [wanted])):
-            continue
-        try:
-            actual = get_path(cell.config, key)
-        except (KeyError, TypeError):
-            return False
-        if not _same(actual, wanted):
-            return False
-    return True
 
 
 def _status(trial: FrozenTrial) -> str:
@@ -244,7 +217,7 @@ def load(
     metrics = curves if metrics is None else metrics
     stores: Stores = resolve(storage, tracking_uri)
     opt = open_study(study, stores)
-    spec = validate(opt.user_attrs["spec"], f"study {study}")
+    spec = design.validate(opt.user_attrs["spec"], f"study {study}")
     by_item = trials_by_item(opt)
     rows: list[dict[str, Any]] = []
     run_ids: dict[str, tuple[str, int, str]] = {}

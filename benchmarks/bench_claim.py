@@ -19,7 +19,6 @@ from pathlib import Path
 from optuna.trial import TrialState
 
 from ablate import design
-from ablate import spec as spec_mod
 from ablate.runner.study import claim, prepare
 from ablate.stores import Stores
 
@@ -35,8 +34,8 @@ def measure(queued: int, storage: str | None) -> tuple[float, float]:
     stores = Stores(storage or f"sqlite:///{root}/optuna.db", f"sqlite:///{root}/mlflow.db", (root / "a").as_uri())
     cells = -(-queued // 1000)  # at most 1,000 seeds per cell: spread larger queues over lr levels
     lrs = [1e-3 * (i + 1) for i in range(cells)]
-    spec = spec_mod.validate({**SPEC, "name": f"claim-{queued}", "seeds": queued // cells,
-                              **({"factors": {"train.lr": lrs}} if cells > 1 else {})})
+    spec = design.validate({**SPEC, "name": f"claim-{queued}", "seeds": queued // cells,
+                            **({"factors": {"train.lr": lrs}} if cells > 1 else {})})
     study, _ = prepare(spec, design.items(spec), stores)
     claims, loads = [], []
     for _ in range(20):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ablate import spec as spec_mod
+from ablate import design
 from ablate.probes import Prober
 from ablate.runner.tracking import TrialRun
 from ablate.spec import ProbeSpec
@@ -68,7 +68,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    spec = spec_mod.load(args.study, [f"train.steps={args.steps}"])
+    spec = design.load(args.study, [f"train.steps={args.steps}"])
     config = spec.baseline()
     data = load_task(config["task"])
     root = Path(tempfile.mkdtemp())

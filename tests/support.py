@@ -1,13 +1,45 @@
-"""What the tune-then-replicate tests share: a tuned spec and a made-up objective (no torch, no MLflow)."""
+"""What several test files share: a small design base and its helpers; a tuned spec and a made-up
+objective for the tune-then-replicate tests (no torch, no MLflow)."""
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
 import optuna
+import pytest
 
+from ablate import design, spec
 from ablate.stores import Stores
+
+DESIGN_BASE = {
+    "name": "d",
+    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
+    "model": {"d_model": 16, "state_dim": 16, "layers": 1, "heads": 1},
+    "train": {"steps": 5},
+}
+VARIANT = {
+    "RotRNN": {"model.parameterisation": "rotation", "model.normalisation": "xi"},
+    "LRU": {"model.parameterisation": "complex_diagonal", "model.normalisation": "gamma"},
+}
+
+
+def make(**parts) -> spec.Spec:
+    """DESIGN_BASE with ``parts`` set at the top level, validated whole."""
+    raw = copy.deepcopy(DESIGN_BASE)
+    raw.update(copy.deepcopy(parts))
+    return design.validate(raw)
+
+
+def errors(**parts) -> str:
+    """The SpecError text of DESIGN_BASE with ``parts`` set at the top level."""
+    raw = copy.deepcopy(DESIGN_BASE)
+    raw.update(copy.deepcopy(parts))
+    with pytest.raises(spec.SpecError) as info:
+        design.validate(raw)
+    return str(info.value)
+
 
 RAW = {
     "name": "tuned",

@@ -1,42 +1,38 @@
-"""Designs, factors, conditions and constraints: exact cell sets; labels; identity; items."""
+"""Designs, factors, conditions and constraints (``ablate.design``): exact cell sets, labels,
+items, and the errors that name key paths."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import yaml
+from support import VARIANT, errors, make
 
 from ablate import design, spec
 
-BASE = {
-    "name": "d",
+SPEC_BASE = {
+    "name": "t",
     "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 16, "layers": 1, "heads": 1},
+    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
     "train": {"steps": 5},
-}
-VARIANT = {
-    "RotRNN": {"model.parameterisation": "rotation", "model.normalisation": "xi"},
-    "LRU": {"model.parameterisation": "complex_diagonal", "model.normalisation": "gamma"},
+    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
+    "seeds": 3,
 }
 
 
-def make(**parts) -> spec.Spec:
-    raw = copy.deepcopy(BASE)
-    raw.update(copy.deepcopy(parts))
-    return spec.validate(raw)
+def spec_errors(raw) -> str:
+    with pytest.raises(spec.SpecError) as info:
+        design.validate(raw)
+    return str(info.value)
+
+
+def with_(path: str, value):
+    raw = yaml.safe_load(yaml.safe_dump(SPEC_BASE))
+    spec.set_path(raw, path, value) if "." in path else raw.__setitem__(path, value)
+    return raw
 
 
 def grid(**parts) -> list[dict[str, str]]:
     return [c.labels for c in design.cells(make(**parts))]
-
-
-def errors(**parts) -> str:
-    raw = copy.deepcopy(BASE)
-    raw.update(copy.deepcopy(parts))
-    with pytest.raises(spec.SpecError) as info:
-        spec.validate(raw)
-    return str(info.value)
 
 
 def test_no_factors_is_one_baseline_cell():
@@ -215,107 +211,23 @@ def test_seeds_count_list_and_errors():
     assert "seeds: [1]: -1 is not a seed" in errors(seeds=[0, -1])
 
 
-# --- identity -----------------------------------------------------------------------------------
+def test_bad_factor_level_names_path_and_choices():
+    msg = spec_errors(with_("factors", {"model.normalisation": ["xi", "zeta"]}))
+    assert msg == "factors.model.normalisation[1]: 'zeta' is not one of: xi, gamma, gamma_recomputed, none"
 
 
-def test_ids_stable_under_key_order_formatting_and_labels():
-    factors = {"variant": VARIANT, "model.layers": [1, 2]}
-    a = design.cells(make(factors=factors))
-    reordered = copy.deepcopy(BASE)
-    reordered = {k: reordered[k] for k in reversed(list(reordered))}
-    reordered["model"] = dict(reversed(list(reordered["model"].items())))
-    reordered["factors"] = {"model.layers": [1, 2], "variant": {k: dict(reversed(list(v.items())))
-                                                                for k, v in VARIANT.items()}}
-    text = yaml.safe_dump(reordered, default_flow_style=True, allow_unicode=True)
-    b = design.cells(spec.validate(yaml.safe_load(text)))
-    assert {c.id for c in a} == {c.id for c in b}
-    # The same model reached through a path factor has the same id as through the named one.
-    c = design.cells(make(factors={"model.parameterisation": ["rotation", "complex_diagonal"],
-                                   "model.normalisation": ["xi", "gamma"], "model.layers": [1, 2]}))
-    assert {x.id for x in a} <= {x.id for x in c}
+def test_bad_factor_heads():
+    msg = spec_errors(with_("factors", {"model.heads": [2, 3]}))
+    assert msg.startswith("factors.model.heads[1]: model: Value error") or "heads (3) must divide" in msg
 
 
-def test_id_covers_config_data_version_code_and_tuning(monkeypatch):
-    s = make()
-    (cell,) = design.cells(s)
-    assert cell.id == design.cell_id(s.baseline())
-    assert design.cell_id(s.baseline()) != design.cell_id({**s.baseline(), "train": {**s.baseline()["train"],
-                                                                                      "lr": 1e-3}})
-    monkeypatch.setattr(design, "CODE_VERSION", "999")
-    assert design.cell_id(s.baseline()) != cell.id
-    monkeypatch.undo()
-    import dataclasses
-
-    from ablate.tasks import registry
-
-    entry = registry.task_entry("listops")
-    monkeypatch.setitem(registry._REGISTRY, "listops", dataclasses.replace(entry, version=entry.version + 1))
-    design._data_version.cache_clear()
-    assert design.cell_id(s.baseline()) != cell.id  # a new generator version: new data, new cells
-    monkeypatch.undo()
-    design._data_version.cache_clear()
-    assert design.cell_id(s.baseline()) == cell.id
-    tuned = make(tune={"trials": 2, "space": {"train.lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
-    assert design.cells(tuned)[0].id != cell.id
-    budget = make(tune={"trials": 9, "space": {"train.lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
-    assert design.cells(budget)[0].id == design.cells(tuned)[0].id  # the budget is not identity
+def test_factor_path_must_exist():
+    assert "factors.model.depth: 'depth' is not a key of the baseline" in spec_errors(with_("factors", {"model.depth": [1]}))
 
 
-def test_extending_a_grid_or_seeds_reuses_items_and_a_fixed_change_makes_new_cells():
-    small = design.items(make(factors={"model.layers": [1, 2]}, seeds=2))
-    big = design.items(make(factors={"model.layers": [1, 2, 4], "model.normalisation": ["xi"]}, seeds=3))
-    assert {i.key for i in small} < {i.key for i in big}
-    assert len(big) - len(small) == 3 * 3 - 2 * 2
-    changed = design.items(make(factors={"model.layers": [1, 2]}, seeds=2, train={"steps": 6}))
-    assert not {i.key for i in small} & {i.key for i in changed}
-    # Probes do not change what is trained: same cells.
-    probed = design.items(make(factors={"model.layers": [1, 2]}, seeds=2, probes={"every": 7}))
-    assert [i.key for i in probed] == [i.key for i in small]
-
-
-# --- tuning -----------------------------------------------------------------------------------
-
-TUNE = {"trials": 3, "seeds": 2, "space": {"train.lr": {"low": 1e-4, "high": 1e-2, "log": True},
-                                            "model.layers": {"low": 1, "high": 3},
-                                            "train.batch_size": [16, 32]}}
-
-
-def test_tune_items_come_first_with_disjoint_seeds():
-    s = make(factors={"variant": VARIANT}, seeds=2, tune=TUNE)
-    its = design.items(s)
-    tune = [i for i in its if i.phase == "tune"]
-    reps = [i for i in its if i.phase == "replicate"]
-    assert its[: len(tune)] == tune and len(tune) == 2 * 3 and len(reps) == 2 * 2
-    assert [i.seed for i in tune[:3]] == [10000, 10001, 10000]
-    assert {i.seed for i in tune}.isdisjoint({i.seed for i in reps})
-    assert tune[1].key == f"{tune[1].cell.id}/tune/1" and reps[1].key == f"{reps[1].cell.id}/replicate/1"
-    proto = tune[0].extra_attrs()["tune"]
-    assert proto["space"] == {
-        "train.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True, "step": None},
-        "model.layers": {"type": "int", "low": 1, "high": 3, "log": False, "step": 1},
-        "train.batch_size": {"type": "categorical", "choices": [16, 32]},
-    }
-    assert proto["objective"] == {"metric": "val_accuracy", "direction": "maximize"}
-    assert reps[0].extra_attrs()["after_tune"] is True
-
-
-def test_tune_errors():
-    assert "tune.seeds: shares seeds 10000 with seeds" in errors(seeds=[10000], tune=TUNE)
-    assert "tune.space.model.layers: model.layers is a factor" in errors(
-        factors={"model.layers": [1, 2]}, tune=TUNE)
-    space = {"train.lr": {"low": 1e-2, "high": 1e-4}}
-    assert "tune.space.train.lr: low (0.01) must not exceed high (0.0001)" in errors(tune={"trials": 2,
-                                                                                           "space": space})
-    bad = {"model.dropout": {"low": 0.0, "high": 1.0}, "model.layers": {"low": 1, "high": 2.5},
-           "model.activation": ["gelu", "swish"], "model.width": [1], "train.lr": {"low": 0, "high": 1, "log": True}}
-    msg = errors(tune={"trials": 2, "space": bad})
-    assert "tune.space.train.lr: log needs low > 0" in msg
-    del bad["train.lr"]
-    msg = errors(tune={"trials": 2, "space": bad})
-    assert "tune.space.model.dropout.high: 1.0: Input should be less than 1" in msg
-    assert "tune.space.model.layers.high: 2.5 is not an integer" in msg
-    assert "tune.space.model.activation.choices: 'swish': 'swish' is not one of: gelu, glu, half_glu" in msg
-    assert "tune.space.model.width: 'width' is not a key of the baseline" in msg
-    assert "tune.objective.metric: 'test_accuracy' is not one of: val_accuracy, val_loss, val_bpc" in errors(
-        tune={**TUNE, "objective": {"metric": "test_accuracy"}})
-    assert make(tune={**TUNE, "objective": {"metric": "val_loss"}}).tune.objective.resolved_direction == "minimize"
+def test_grid_counts_and_seeds():
+    s = design.validate(SPEC_BASE)
+    cells = design.cells(s)
+    assert len(cells) == 4
+    assert len(design.items(s)) == 12
+    assert {c.settings["model.parameterisation"] for c in cells} == {"rotation", "complex_diagonal"}

@@ -204,10 +204,10 @@ def test_divergence_error_and_oom_are_recorded_by_kind(tmp_path):
 
 def test_checkpoint_resume_reaches_the_uninterrupted_result(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
-    from ablate import spec as spec_mod
+    from ablate import design
     from ablate.training import run_trial
 
-    config = spec_mod.validate({**SPEC, "train": {**SPEC["train"], "steps": 12}}).baseline()
+    config = design.validate({**SPEC, "train": {**SPEC["train"], "steps": 12}}).baseline()
 
     class Recording:
         def __init__(self, stop_at: int | None = None):

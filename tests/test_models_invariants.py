@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace as NS
 
 import numpy as np
 import pytest
@@ -13,8 +12,9 @@ import torch
 from ablate.models.minrnn import MinLSTM
 from ablate.models.recurrent import LinearRecurrence, conv_scan, powers
 from ablate.ops.scan import linear_scan
+from ablate.spec import RingInit, RotrnnInit
 
-ROTRNN = NS(scheme="rotrnn", gamma_min=0.5, gamma_max=0.99, max_phase=0.5)
+ROTRNN = RotrnnInit(gamma_min=0.5, gamma_max=0.99, max_phase=0.5)
 
 
 def test_rotation_stays_orthogonal_through_training() -> None:
@@ -147,7 +147,7 @@ def test_long_sequences_stay_real_and_finite(param: str, norm: str) -> None:
     torch.manual_seed(0)
     L = 16384
     layer = LinearRecurrence(
-        2, 4, 1, param, norm, "none", NS(scheme="ring", r_min=0.9999, r_max=0.99999, max_phase=0.0314)
+        2, 4, 1, param, norm, "none", RingInit(r_min=0.9999, r_max=0.99999, max_phase=0.0314)
     )
     assert (layer.eigenvalues().abs() > 0.9999).all()
     u = torch.randn(1, L, 2)

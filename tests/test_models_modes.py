@@ -8,8 +8,6 @@ floored at 1).
 
 from __future__ import annotations
 
-from types import SimpleNamespace as NS
-
 import numpy as np
 import pytest
 import scipy.linalg
@@ -17,10 +15,11 @@ import torch
 
 from ablate.models.minrnn import MinGRU, MinLSTM
 from ablate.models.recurrent import LinearRecurrence
+from ablate.spec import RingInit, RotrnnInit
 
 TOL = 1e-5
 B, L, D, N, H = 3, 40, 5, 8, 2
-RING = NS(scheme="ring", r_min=0.7, r_max=0.95, max_phase=3.0)
+RING = RingInit(r_min=0.7, r_max=0.95, max_phase=3.0)
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -256,9 +255,9 @@ def test_lru_with_conjugate_pairs_equals_rotation_with_heads_of_two(norm: str) -
     d, N = 5, 8
     K = N // 2
     lru = LinearRecurrence(
-        d, N, K, "complex_diagonal", norm, "none", NS(scheme="ring", r_min=0.5, r_max=0.99, max_phase=3.0)
+        d, N, K, "complex_diagonal", norm, "none", RingInit(r_min=0.5, r_max=0.99, max_phase=3.0)
     )
-    rot = LinearRecurrence(d, N, K, "rotation", norm, "none", NS(scheme="rotrnn", identity_basis=True))
+    rot = LinearRecurrence(d, N, K, "rotation", norm, "none", RotrnnInit(identity_basis=True))
     with torch.no_grad():
         a, b = lru.param, rot.param
         b.gamma_log.copy_(a.nu_log)  # γ = exp(−exp(γ_log)) and |λ| = exp(−exp(ν_log))

@@ -1,4 +1,4 @@
-"""build_model, Network and the registries: every factor combination builds and trains."""
+"""build_model and Network: every factor combination builds and trains."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from ablate import choices, models
-from ablate.models import build_model
+from ablate import models
+from ablate.models import build_model, registry
 
 TOKENS = NS(input_kind="tokens", vocab_size=12, input_dim=1, num_classes=5, output_kind="classification")
 CONTINUOUS = NS(input_kind="continuous", vocab_size=None, input_dim=3, num_classes=7, output_kind="per_step")
@@ -37,17 +37,6 @@ def spec(**kw: object) -> NS:
     return NS(**base)
 
 
-def test_registries_match_choices() -> None:
-    assert tuple(models.FAMILIES) == choices.FAMILIES
-    assert tuple(models.PARAMETERISATIONS) == choices.PARAMETERISATIONS
-    assert tuple(models.NORMALISATIONS) == choices.NORMALISATIONS
-    assert tuple(models.NONLINEARITIES) == choices.NONLINEARITIES
-    assert tuple(models.ACTIVATIONS) == choices.ACTIVATIONS
-    assert tuple(models.NORMS) == choices.NORMS
-    assert tuple(models.POOLINGS) == choices.POOLINGS
-    assert tuple(models.INIT_SCHEMES) == choices.INIT_SCHEMES
-
-
 def _train_step(net: models.Network, x: torch.Tensor, y: torch.Tensor) -> float:
     opt = torch.optim.AdamW(net.param_groups(1e-2, 0.5, 0.05))
     logits, norms = net(x, return_norms=True)
@@ -60,7 +49,7 @@ def _train_step(net: models.Network, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize(
-    "param,norm", list(itertools.product(choices.PARAMETERISATIONS, choices.NORMALISATIONS))
+    "param,norm", list(itertools.product(registry.PARAMETERISATIONS.names, registry.NORMALISATIONS.names))
 )
 def test_every_parameterisation_and_normalisation_trains(param: str, norm: str) -> None:
     torch.manual_seed(0)
@@ -74,7 +63,7 @@ def test_every_parameterisation_and_normalisation_trains(param: str, norm: str) 
     assert all(n.shape == (4, 10, 2) and (n >= 0).all() for n in norms)
 
 
-@pytest.mark.parametrize("family", choices.FAMILIES)
+@pytest.mark.parametrize("family", registry.FAMILIES.names)
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_every_family_per_step_continuous(family: str, bidirectional: bool) -> None:
     torch.manual_seed(0)
@@ -191,7 +180,7 @@ def test_builds_from_a_model_spec() -> None:
     ms = spec_module.ModelSpec(d_model=8, state_dim=8, heads=2, layers=1)
     net = build_model(ms, TOKENS)
     assert net(torch.randint(1, 12, (2, 5))).shape == (2, 5)
-    for p in choices.PARAMETERISATIONS:
+    for p in registry.PARAMETERISATIONS.names:
         ms = spec_module.ModelSpec(
             d_model=8, state_dim=8, heads=2, layers=1, parameterisation=p, init={"scheme": "ring"}
         )

@@ -10,7 +10,7 @@ import yaml
 from support import RAW, finish
 from typer.testing import CliRunner
 
-from ablate import design, planning, spec
+from ablate import design, planning
 from ablate.cli import app
 from ablate.runner import phases
 from ablate.runner import study as st
@@ -28,7 +28,7 @@ def test_plan_marks_cells_done_partial_new_and_creates_no_store(tmp_path, monkey
     raw = copy.deepcopy(RAW)
     del raw["tune"]
     raw["factors"]["model.layers"] = [1, 2]
-    s = spec.validate(raw)
+    s = design.validate(raw)
     plan = planning.build(s)
     assert {c.status for c in plan.cells} == {"new"} and "no results stored yet" in plan.note
     assert not (tmp_path / "home").exists()  # reading progress created nothing
@@ -71,7 +71,7 @@ def test_invalid_specs_exit_2_and_write_nothing(tmp_path, monkeypatch):
 def test_estimate_scales_measured_timings_by_each_pending_trial(monkeypatch):
     raw = copy.deepcopy(RAW)
     del raw["tune"]
-    s = spec.validate(raw)
+    s = design.validate(raw)
     plan = planning.build(s, storage="sqlite:////nonexistent/optuna.db")
     timing = planning.ShapeTiming(setup=0.5, step=0.01, val=0.2, test=0.1, probe=0.05)
     calls = []
@@ -86,9 +86,9 @@ def test_estimate_scales_measured_timings_by_each_pending_trial(monkeypatch):
 @pytest.mark.slow  # imports torch and builds a model: seconds, not milliseconds
 def test_measure_runs_a_tiny_model_for_real(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
-    config = spec.validate({**RAW, "tune": None, "factors": {},
-                            "task": {"name": "listops", "max_depth": 3, "min_length": 5, "max_length": 24,
-                                     "train_size": 64, "val_size": 32, "test_size": 32},
-                            "model": {"d_model": 8, "state_dim": 4, "layers": 1}, "train": {"steps": 3}}).baseline()
+    config = design.validate({**RAW, "tune": None, "factors": {},
+                              "task": {"name": "listops", "max_depth": 3, "min_length": 5, "max_length": 24,
+                                       "train_size": 64, "val_size": 32, "test_size": 32},
+                              "model": {"d_model": 8, "state_dim": 4, "layers": 1}, "train": {"steps": 3}}).baseline()
     t = planning.measure(config, probe_batch=8, steps=2)
     assert all(v > 0 for v in (t.setup, t.step, t.val, t.test, t.probe))

@@ -227,7 +227,7 @@ def test_disabled_probes_record_nothing():
 def test_probe_batch_is_identical_across_the_trials_of_a_study(monkeypatch):
     """Every (cell, seed) of a study probes the same inputs; the models (hence the values) differ."""
     from ablate import design, training
-    from ablate.spec import validate
+    from ablate.design import validate
 
     g = torch.Generator().manual_seed(0)
 

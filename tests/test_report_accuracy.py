@@ -79,9 +79,8 @@ def _run(spec, stores, fail_key: str | None) -> None:
 
 @pytest.fixture(scope="module")
 def study_root(tmp_path_factory) -> Path:
-    from ablate.design import items
+    from ablate.design import items, validate
     from ablate.runner import study as st
-    from ablate.spec import validate
     from ablate.stores import resolve
 
     root = tmp_path_factory.mktemp("accuracy")

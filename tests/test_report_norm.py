@@ -35,11 +35,10 @@ STEPS = [0, 4, 8]
 
 def _run_study(root) -> None:
     """Run SPEC in-process, as ``ablate run`` does, with stores under ``root``."""
-    from ablate.design import items, spec_hash
+    from ablate.design import items, spec_hash, validate
     from ablate.runner import study as st
     from ablate.runner import tracking
     from ablate.runner.worker import work
-    from ablate.spec import validate
     from ablate.stores import resolve
 
     spec = validate(SPEC)

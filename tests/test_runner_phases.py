@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 from support import RAW, finish, score, stores, tune_trials
 
-from ablate import design, spec
+from ablate import design
 from ablate.runner import phases
 from ablate.runner import study as st
 from ablate.stores import Stores
@@ -25,7 +25,7 @@ def tmp_path(shm_tmp_path: Path) -> Path:
 
 
 def test_replicates_wait_for_their_cells_tuning_then_take_the_best(tmp_path):
-    s = spec.validate(RAW)
+    s = design.validate(RAW)
     items = design.items(s)
     study, queued = st.prepare(s, items, stores(tmp_path))
     assert queued == 2 * 4 + 2 * 2
@@ -61,7 +61,7 @@ def test_replicates_wait_for_their_cells_tuning_then_take_the_best(tmp_path):
 
 
 def test_sampled_settings_lie_in_the_space_and_are_stored(tmp_path):
-    s = spec.validate(RAW)
+    s = design.validate(RAW)
     study, _ = st.prepare(s, design.items(s), stores(tmp_path))
     seen = []
     for _ in range(4):
@@ -79,7 +79,7 @@ def test_sampled_settings_lie_in_the_space_and_are_stored(tmp_path):
 
 
 def test_a_retried_tuning_item_reruns_the_same_setting(tmp_path):
-    s = spec.validate(RAW)
+    s = design.validate(RAW)
     study, _ = st.prepare(s, design.items(s), stores(tmp_path))
     trial = st.claim(study)
     first = phases.prepare_item(study, trial)
@@ -120,7 +120,7 @@ def run_fake_worker(monkeypatch, study_name: str, stores_: Stores) -> dict:
 
 
 def test_both_phases_resume_and_seeds_extend(tmp_path, monkeypatch):
-    s = spec.validate(RAW)
+    s = design.validate(RAW)
     where = stores(tmp_path)
     study, _ = st.prepare(s, design.items(s), where)
     assert run_fake_worker(monkeypatch, s.name, where) == {"complete": 12}
@@ -130,7 +130,7 @@ def test_both_phases_resume_and_seeds_extend(tmp_path, monkeypatch):
     assert queued == 0
     raw = copy.deepcopy(RAW)
     raw["seeds"] = 3
-    more = spec.validate(raw)
+    more = design.validate(raw)
     _, queued = st.prepare(more, design.items(more), where)
     assert queued == 2
     assert run_fake_worker(monkeypatch, s.name, where) == {"complete": 2}

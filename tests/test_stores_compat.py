@@ -63,7 +63,7 @@ def _trials(root: Path, study: str) -> list[tuple[int, str, str | None]]:
 
 def test_cell_ids_are_those_the_earlier_code_computed() -> None:
     from ablate import design
-    from ablate.spec import load
+    from ablate.design import load
 
     expected = json.loads((FIXTURE / "items.json").read_text())
     for name in ("plain", "tuned"):

@@ -2,36 +2,32 @@
 
     build_model(model_spec, task) -> Network
 
-Registries map the names of ``ablate.choices`` to the class or function that implements them.
+``ablate.models.registry`` names every level of every model factor and where it is implemented.
+Attributes load lazily (PEP 562), so importing the registry does not import torch.
 """
 
-from ablate.models.inits import INIT_SCHEMES
-from ablate.models.network import (
-    ACTIVATIONS,
-    FAMILIES,
-    NORMS,
-    POOLINGS,
-    Block,
-    Network,
-    build_model,
-)
-from ablate.models.normalisations import NORMALISATIONS
-from ablate.models.parameterisations import PARAMETERISATIONS, System
-from ablate.models.recurrent import NONLINEARITIES, LinearRecurrence, RecurrentLayer
+from __future__ import annotations
 
-__all__ = [
-    "ACTIVATIONS",
-    "FAMILIES",
-    "INIT_SCHEMES",
-    "NONLINEARITIES",
-    "NORMALISATIONS",
-    "NORMS",
-    "PARAMETERISATIONS",
-    "POOLINGS",
-    "Block",
-    "LinearRecurrence",
-    "Network",
-    "RecurrentLayer",
-    "System",
-    "build_model",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "Block": "ablate.models.network",
+    "Network": "ablate.models.network",
+    "build_model": "ablate.models.network",
+    "LinearRecurrence": "ablate.models.recurrent",
+    "RecurrentLayer": "ablate.models.recurrent",
+    "System": "ablate.models.parameterisations",
+}
+
+__all__ = ["Block", "LinearRecurrence", "Network", "RecurrentLayer", "System", "build_model"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

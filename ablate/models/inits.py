@@ -4,23 +4,32 @@ A scheme draws eigenvalue magnitudes in (0, 1) and phases; each parameterisation
 its own parameters (ν_log, γ_log, θ, ...). One scheme therefore serves every parameterisation, so
 "RotRNN with the LRU's ring initialisation" is a valid cell of a study.
 
-Draws use torch's global generator: the training loop seeds it once per trial.
+A scheme is built from its spec (``ablate.spec.RingInit`` / ``RotrnnInit``), where its
+parameters and their defaults are declared. Draws use torch's global generator: the training
+loop seeds it once per trial.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+from ablate.models import registry
+
+if TYPE_CHECKING:
+    from ablate.spec import InitSpec
+    from ablate.spec import RingInit as RingInitSpec
+    from ablate.spec import RotrnnInit as RotrnnInitSpec
 
 
 class InitScheme:
     """Base: eigenvalue magnitudes, phases, and the standard deviations of B and C entries."""
 
-    def __init__(self, spec: Any):
-        self.max_phase = float(getattr(spec, "max_phase", 0.0314))
-        self.identity_basis = bool(getattr(spec, "identity_basis", False))
+    def __init__(self, spec: InitSpec):
+        self.max_phase = float(spec.max_phase)
+        self.identity_basis = bool(spec.identity_basis)
 
     def magnitudes(self, n: int) -> torch.Tensor:
         raise NotImplementedError
@@ -41,11 +50,10 @@ class RingInit(InitScheme):
     per-entry variances (the real form of a complex mode has two coordinates).
     """
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: RingInitSpec):
         super().__init__(spec)
-        self.r_min = float(getattr(spec, "r_min", 0.9))
-        self.r_max = float(getattr(spec, "r_max", 0.999))
-        self.max_phase = float(getattr(spec, "max_phase", 6.283))
+        self.r_min = float(spec.r_min)
+        self.r_max = float(spec.r_max)
 
     def magnitudes(self, n: int) -> torch.Tensor:
         u = torch.rand(n)
@@ -58,10 +66,10 @@ class RingInit(InitScheme):
 class RotrnnInit(InitScheme):
     """RotRNN: −log γ log-uniform on [−log γ_max, −log γ_min]; B, C ~ N(0, 1/(d + N))."""
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: RotrnnInitSpec):
         super().__init__(spec)
-        self.gamma_min = float(getattr(spec, "gamma_min", 0.5))
-        self.gamma_max = float(getattr(spec, "gamma_max", 0.999))
+        self.gamma_min = float(spec.gamma_min)
+        self.gamma_max = float(spec.gamma_max)
 
     def magnitudes(self, n: int) -> torch.Tensor:
         lo, hi = math.log(-math.log(self.gamma_max)), math.log(-math.log(self.gamma_min))
@@ -73,12 +81,6 @@ class RotrnnInit(InitScheme):
         return std, std
 
 
-INIT_SCHEMES: dict[str, type[InitScheme]] = {"ring": RingInit, "rotrnn": RotrnnInit}
-
-
-def make_init(spec: Any) -> InitScheme:
-    """The scheme named by ``spec.scheme`` (default ``rotrnn``) with the spec's parameters."""
-    name = getattr(spec, "scheme", "rotrnn") if spec is not None else "rotrnn"
-    if name not in INIT_SCHEMES:
-        raise ValueError(f"unknown init scheme {name!r}; valid: {', '.join(INIT_SCHEMES)}")
-    return INIT_SCHEMES[name](spec)
+def make_init(spec: InitSpec) -> InitScheme:
+    """The scheme named by ``spec.scheme`` (``registry.INIT_SCHEMES``) with the spec's parameters."""
+    return registry.INIT_SCHEMES.load(spec.scheme)(spec)

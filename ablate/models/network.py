@@ -2,21 +2,25 @@
 
     block(x) = x + dropout(activation(recurrence(norm(x))))       (pre-norm residual, as the LRU)
 
-Every name in a ``ModelSpec`` is looked up in a registry here or in the layer modules; the keys
-equal the tuples in ``ablate.choices`` (a test checks it), so a new level is one registered entry.
+Every name in a ``ModelSpec`` is looked up in ``ablate.models.registry``, which says where each
+level is implemented (the activations, norms and poolings are here), so a new level is one
+implementation and one registry line. The spec is read as typed: its defaults live in
+``ablate.spec`` only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate.models.baselines import TorchGRU, TorchLSTM
-from ablate.models.minrnn import MinGRU, MinLSTM
+from ablate.models import registry
 from ablate.models.recurrent import LinearRecurrence, RecurrentLayer
+
+if TYPE_CHECKING:
+    from ablate.spec import ModelSpec
 
 PAD = 0  # token id reserved for padding (ablate.tasks.base.PAD); pooling skips it
 
@@ -56,9 +60,6 @@ class HalfGLU(nn.Module):
         return x * torch.sigmoid(self.w(x))
 
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": Gelu, "glu": GLU, "half_glu": HalfGLU}
-
-
 # --- norms over the feature dimension of (B, L, d) ---------------------------------------------
 
 
@@ -83,14 +84,6 @@ class NoNorm(nn.Identity):
         super().__init__()
 
 
-NORMS: dict[str, type[nn.Module]] = {
-    "layer": nn.LayerNorm,
-    "batch": SeqBatchNorm,
-    "rms": RMSNorm,
-    "none": NoNorm,
-}
-
-
 # --- pooling over time for sequence classification --------------------------------------------
 
 
@@ -109,54 +102,30 @@ def last_pool(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return h[torch.arange(h.shape[0], device=h.device), last]
 
 
-POOLINGS = {"mean": mean_pool, "last": last_pool}
-
-
 # --- families: a spec → one recurrent layer ------------------------------------------------------
 
 
-def _linear_rnn(spec: Any) -> RecurrentLayer:
-    return LinearRecurrence(
-        spec.d_model,
-        spec.state_dim,
-        heads=getattr(spec, "heads", 1),
-        parameterisation=getattr(spec, "parameterisation", "rotation"),
-        normalisation=getattr(spec, "normalisation", "xi"),
-        nonlinearity=getattr(spec, "nonlinearity", "none"),
-        init=getattr(spec, "init", None),
-    )
-
-
-FAMILIES = {
-    "linear_rnn": _linear_rnn,
-    "mingru": lambda spec: MinGRU(spec.d_model, spec.state_dim),
-    "minlstm": lambda spec: MinLSTM(spec.d_model, spec.state_dim),
-    "gru": lambda spec: TorchGRU(spec.d_model, spec.state_dim),
-    "lstm": lambda spec: TorchLSTM(spec.d_model, spec.state_dim),
-}
-
-
-def _lookup(registry: dict[str, Any], name: str, what: str) -> Any:
-    if name not in registry:
-        raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(registry)}")
-    return registry[name]
+def recurrent_layer(spec: ModelSpec) -> RecurrentLayer:
+    """One recurrent layer of the spec's family: the composed linear recurrence takes the layer
+    factors; every other family (registry.FAMILIES) is built from the sizes alone."""
+    layer = registry.FAMILIES.load(spec.family)
+    if issubclass(layer, LinearRecurrence):
+        return layer(spec.d_model, spec.state_dim, spec.heads, spec.parameterisation, spec.normalisation,
+                     spec.nonlinearity, spec.init)
+    return layer(spec.d_model, spec.state_dim)
 
 
 class Block(nn.Module):
     """Pre-norm residual block; bidirectional runs a second layer on the reversed sequence and sums."""
 
-    def __init__(self, spec: Any):
+    def __init__(self, spec: ModelSpec):
         super().__init__()
         d = spec.d_model
-        make_layer = _lookup(FAMILIES, getattr(spec, "family", "linear_rnn"), "family")
-        self.norm = _lookup(NORMS, getattr(spec, "norm", "layer"), "norm")(d)
-        self.forward_layer: RecurrentLayer = make_layer(spec)
-        self.backward_layer: RecurrentLayer | None = (
-            make_layer(spec) if getattr(spec, "bidirectional", False) else None
-        )
-        self.activation = _lookup(ACTIVATIONS, getattr(spec, "activation", "gelu"), "activation")(d)
-        p = getattr(spec, "dropout", 0.0)
-        self.dropout = nn.Dropout(p) if p > 0 else nn.Identity()  # p = 0 would still copy in training
+        self.norm = registry.NORMS.load(spec.norm)(d)
+        self.forward_layer: RecurrentLayer = recurrent_layer(spec)
+        self.backward_layer: RecurrentLayer | None = recurrent_layer(spec) if spec.bidirectional else None
+        self.activation = registry.ACTIVATIONS.load(spec.activation)(d)
+        self.dropout = nn.Dropout(spec.dropout) if spec.dropout > 0 else nn.Identity()  # p = 0 still copies
 
     def layers(self) -> list[RecurrentLayer]:
         return [self.forward_layer] + ([self.backward_layer] if self.backward_layer is not None else [])
@@ -183,7 +152,7 @@ class Block(nn.Module):
 class Network(nn.Module):
     """Encoder → ``layers`` blocks → pooled (classification) or per-step decoder."""
 
-    def __init__(self, spec: Any, task: Any):
+    def __init__(self, spec: ModelSpec, task: Any):
         super().__init__()
         d = spec.d_model
         self.input_kind = task.input_kind
@@ -197,7 +166,7 @@ class Network(nn.Module):
         if self.output_kind not in ("classification", "per_step"):
             raise ValueError(f"unknown output_kind {task.output_kind!r}; valid: classification, per_step")
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.layers))
-        self.pool = _lookup(POOLINGS, getattr(spec, "pooling", "mean"), "pooling")
+        self.pool = registry.POOLINGS.load(spec.pooling)
         self.decoder = nn.Linear(d, task.num_classes)
 
     def forward(self, x: torch.Tensor, return_norms: bool = False) -> Any:
@@ -240,6 +209,6 @@ class Network(nn.Module):
         return [{"name": k, "params": v, **settings[k]} for k, v in groups.items() if v]
 
 
-def build_model(model: Any, task: Any) -> Network:
-    """A ``Network`` for ``model`` (an ``ablate.spec.ModelSpec``, or anything with its fields)."""
+def build_model(model: ModelSpec, task: Any) -> Network:
+    """A ``Network`` for ``model`` (an ``ablate.spec.ModelSpec``, or anything with all its fields)."""
     return Network(model, task)

@@ -62,11 +62,3 @@ class GammaRecomputed(Normalisation):
 class NoNormalisation(Normalisation):
     def forward(self, param: Parameterisation) -> None:
         return None
-
-
-NORMALISATIONS: dict[str, type[Normalisation]] = {
-    "xi": Xi,
-    "gamma": Gamma,
-    "gamma_recomputed": GammaRecomputed,
-    "none": NoNormalisation,
-}

@@ -332,11 +332,3 @@ class Dense(Parameterisation):
 
 def _skew(m: torch.Tensor) -> torch.Tensor:
     return m - m.transpose(-1, -2)
-
-
-PARAMETERISATIONS: dict[str, type[Parameterisation]] = {
-    "rotation": Rotation,
-    "complex_diagonal": ComplexDiagonal,
-    "real_diagonal": RealDiagonal,
-    "dense": Dense,
-}

@@ -21,21 +21,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from ablate.models.inits import InitScheme, make_init
-from ablate.models.normalisations import NORMALISATIONS
-from ablate.models.parameterisations import PARAMETERISATIONS, System
+from ablate.models import registry
+from ablate.models.inits import make_init
+from ablate.models.parameterisations import System
 from ablate.ops.scan import linear_scan
 
-NONLINEARITIES: dict[str, Callable[[torch.Tensor], torch.Tensor] | None] = {
-    "none": None,
-    "tanh": torch.tanh,
-    "relu": torch.relu,
-}
+if TYPE_CHECKING:
+    from ablate.spec import InitSpec
 
 MODES = ("scan", "conv", "sequential")
 
@@ -170,30 +167,26 @@ def sequential_loop(
 
 
 class LinearRecurrence(RecurrentLayer):
-    """The composed layer: ``PARAMETERISATIONS[p]`` × ``NORMALISATIONS[n]`` × heads × nonlinearity."""
+    """The composed layer: parameterisation × normalisation × heads × nonlinearity, each a level of
+    ``ablate.models.registry``; ``init`` is the scheme's spec (``ablate.spec.RingInit`` / ``RotrnnInit``)."""
 
     def __init__(
         self,
         d_model: int,
         state_dim: int,
-        heads: int = 1,
-        parameterisation: str = "rotation",
-        normalisation: str = "xi",
-        nonlinearity: str = "none",
-        init: Any = None,
+        heads: int,
+        parameterisation: str,
+        normalisation: str,
+        nonlinearity: str,
+        init: InitSpec,
     ):
         super().__init__()
-        for name, reg, what in (
-            (parameterisation, PARAMETERISATIONS, "parameterisation"),
-            (normalisation, NORMALISATIONS, "normalisation"),
-            (nonlinearity, NONLINEARITIES, "nonlinearity"),
-        ):
-            if name not in reg:
-                raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(reg)}")
-        scheme = init if isinstance(init, InitScheme) else make_init(init)
-        self.param = PARAMETERISATIONS[parameterisation](d_model, state_dim, heads, scheme)
-        self.norm = NORMALISATIONS[normalisation](self.param)
-        self.act = NONLINEARITIES[nonlinearity]
+        param_class = registry.PARAMETERISATIONS.load(parameterisation)
+        norm_class = registry.NORMALISATIONS.load(normalisation)
+        act: Callable[[torch.Tensor], torch.Tensor] | None = registry.NONLINEARITIES.load(nonlinearity)
+        self.param = param_class(d_model, state_dim, heads, make_init(init))
+        self.norm = norm_class(self.param)
+        self.act = act
         self.d_model, self.state_dim, self.heads = d_model, state_dim, heads
         self.mode = "scan"
 

@@ -1,0 +1,12 @@
+"""Reports: one papermill notebook per report in ``notebooks/`` (rendered by ``render.py``).
+
+``REPORTS`` is read from the notebooks shipped with the package, so a new report is one
+notebook file; importing this package stays cheap (no matplotlib, no papermill).
+"""
+
+from importlib import resources
+
+REPORTS: tuple[str, ...] = tuple(sorted(
+    entry.name.removesuffix(".py") for entry in resources.files(__name__).joinpath("notebooks").iterdir()
+    if entry.name.endswith(".py") and not entry.name.startswith("_")
+))

@@ -12,7 +12,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from ablate import choices
+from ablate.report import REPORTS
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
@@ -65,8 +65,8 @@ class ReportError(Exception):
 
 
 def notebook_path(report: str) -> Path:
-    if report not in choices.REPORTS:
-        raise ValueError(f"{report!r} is not one of: {', '.join(choices.REPORTS)}")
+    if report not in REPORTS:
+        raise ValueError(f"{report!r} is not one of: {', '.join(REPORTS)}")
     return Path(str(resources.files("ablate.report") / "notebooks" / f"{report}.py"))
 
 

@@ -1,4 +1,5 @@
-"""The YAML loader (safe, bounded, strict), line numbers, extends, and --set overrides."""
+"""Spec files (``ablate.spec.files``): file:line in errors, ``extends`` chains, ``--set`` overrides,
+and shape-only reading (``spec.read``) beside the whole validation (``design.load``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ GOOD = textwrap.dedent("""\
       model.layers: [1, 2]
     seeds: 2
 """)
+BASE = {
+    "name": "t",
+    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
+    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
+    "train": {"steps": 5},
+    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
+    "seeds": 3,
+}
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -32,7 +41,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def load_error(path: Path, overrides: list[str] | None = None) -> str:
     with pytest.raises(spec.SpecError) as info:
-        spec.load(path, overrides)
+        design.load(path, overrides)
     return str(info.value)
 
 
@@ -48,46 +57,7 @@ def test_errors_carry_file_and_line(tmp_path):
     assert load_error(path).startswith(f"{path}:6: model.layer: unknown key; did you mean 'layers'?")
 
 
-def test_duplicate_keys_and_non_text_keys_are_errors():
-    with pytest.raises(spec.SpecError, match=r"line 3.*duplicate key 'model' \(first at line 2\)"):
-        spec.parse_yaml("name: a\nmodel: {}\nmodel: {}\n")
-    with pytest.raises(spec.SpecError, match="duplicate key 'layers'"):
-        spec.parse_yaml("model: {layers: 1, layers: 2}\n")
-    with pytest.raises(spec.SpecError, match="mapping keys must be text; 'no' reads as False"):
-        spec.parse_yaml("no: 1\n")
-    # Merge keys are not duplicates: the explicit key wins, as YAML says.
-    assert spec.parse_yaml("a: &a {x: 1, y: 2}\nb: {<<: *a, x: 3}\n")["b"] == {"x": 3, "y": 2}
-
-
-def test_tags_other_than_plain_data_are_refused():
-    for text in ("name: !!python/object/apply:os.system ['true']", "x: !!python/name:os.system",
-                 "x: !!binary aGVsbG8=", "x: !!set {a, b}", "x: !!timestamp 2024-01-01", "x: !custom 3",
-                 "x: !!omap [{a: 1}]"):
-        with pytest.raises(spec.SpecError, match="is not allowed: a spec holds plain data"):
-            spec.parse_yaml(text)
-    assert spec.parse_yaml("d: 2024-01-01\nn: !!str 3\n") == {"d": "2024-01-01", "n": "3"}  # dates stay text
-
-
-def test_alias_bombs_recursion_and_depth_are_bounded():
-    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
-    for i, name in enumerate("bcdefgh"):
-        prev = "abcdefgh"[i]
-        bomb += f"{name}: &{name} [{', '.join(['*' + prev] * 10)}]\n"
-    with pytest.raises(spec.SpecError, match="too large after expanding aliases"):
-        spec.parse_yaml(bomb)
-    with pytest.raises(spec.SpecError, match="an alias refers to itself"):
-        spec.parse_yaml("a: &a [1, *a]\n")
-    with pytest.raises(spec.SpecError, match="nesting deeper than"):
-        spec.parse_yaml("a: " + "[" * 60 + "]" * 60)
-    with pytest.raises(spec.SpecError, match="nesting"):
-        spec.parse_yaml("a: " + "[" * 5000 + "]" * 5000)
-    # Modest aliases are fine.
-    assert spec.parse_yaml("a: &a [1, 2]\nb: *a\n") == {"a": [1, 2], "b": [1, 2]}
-
-
-def test_bytes_limits_and_encodings(tmp_path):
-    with pytest.raises(spec.SpecError, match="not UTF-8"):
-        spec.parse_yaml(b"name: \xff\xfe")
+def test_file_limits_and_what_a_file_must_hold(tmp_path):
     big = tmp_path / "big.yaml"
     big.write_text("# " + "x" * (spec.MAX_BYTES + 10))
     assert "a spec is at most" in load_error(big)
@@ -113,7 +83,7 @@ def test_extends_chain_merges_and_locates_errors(tmp_path):
         model: {init: {scheme: ring, r_min: 0.5}}
         train: {steps: 7}
     """)
-    s = spec.load(child)
+    s = design.load(child)
     assert s.name == "child" and s.model.d_model == 16 and s.model.layers == 2 and s.train.steps == 7
     assert list(s.factors) == ["model.normalisation"]  # null removed the inherited factor
     assert s.model.init.scheme == "ring" and s.model.init.r_min == 0.5  # a new scheme replaces the mapping
@@ -139,18 +109,18 @@ def test_extends_errors(tmp_path):
     typed = write(tmp_path, "t.yaml", "extends: {a: 1}\n")
     assert "extends: must be a file name or a list of file names" in load_error(typed)
     with pytest.raises(spec.SpecError, match="only a spec file can extend"):
-        spec.validate({"extends": "x.yaml", "name": "x"})
+        design.validate({"extends": "x.yaml", "name": "x"})
 
 
 def test_extends_from_text_resolves_against_base_dir(tmp_path):
     write(tmp_path, "base.yaml", GOOD)
-    s = spec.loads("extends: base.yaml\nname: from-text\n", base_dir=tmp_path)
+    s = design.loads("extends: base.yaml\nname: from-text\n", base_dir=tmp_path)
     assert s.name == "from-text" and s.seed_list == [0, 1]
 
 
 def test_overrides_reach_dotted_factor_and_space_keys(tmp_path):
     path = write(tmp_path, "s.yaml", GOOD + "tune: {trials: 2, space: {train.lr: {low: 1.0e-4, high: 1.0e-2}}}\n")
-    s = spec.load(path, ["factors.model.normalisation=[xi, gamma, none]", "train.steps=9",
+    s = design.load(path, ["factors.model.normalisation=[xi, gamma, none]", "train.steps=9",
                          "tune.space.train.lr.high=0.1", "factors.model.heads.levels=[1, 2]",
                          "factors.model.heads.when={model.parameterisation: rotation}"])
     assert s.factors["model.normalisation"] == ["xi", "gamma", "none"]
@@ -162,3 +132,25 @@ def test_overrides_reach_dotted_factor_and_space_keys(tmp_path):
     assert "is not of the form path=value" in load_error(path, ["train.steps"])
     assert "cannot set inside 'name'" in load_error(path, ["name.x=1"])
     assert "not valid YAML" in load_error(path, ["train.steps=[1"])
+
+
+
+def test_overrides_apply_and_parse_yaml_values():
+    raw = spec.apply_overrides(BASE, ["train.steps=7", "model.parameterisation=complex_diagonal", "seeds=[4, 5]"])
+    s = design.validate(raw)
+    assert s.train.steps == 7 and s.model.parameterisation == "complex_diagonal" and s.seed_list == [4, 5]
+
+
+def test_read_checks_the_shape_and_load_everything(tmp_path):
+    """spec.read is shape-only; design.load also checks what the design implies; both locate errors."""
+    path = write(tmp_path, "s.yaml", GOOD.replace("[xi, gamma]", "[xi, zeta]"))
+    assert spec.read(path).factors["model.normalisation"] == ["xi", "zeta"]
+    assert load_error(path).startswith(f"{path}:9: factors.model.normalisation[1]: 'zeta'")
+    with pytest.raises(spec.SpecError) as info:
+        spec.read(path, ["train.steps=0"])
+    assert str(info.value) == "--set train.steps: train.steps: Input should be greater than or equal to 1"
+    s = spec.reads(GOOD, "text.yaml", ["model.layers=3"])
+    assert s.model.layers == 3 and list(s.factors) == ["model.normalisation", "model.layers"]
+    raw, origins = spec.read_raw(path, ["train.steps=9"])
+    assert raw["train"] == {"steps": 9} and origins["train.steps"] == "--set train.steps"
+    assert origins["factors.model.normalisation"] == f"{path}:9"

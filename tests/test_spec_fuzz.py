@@ -138,7 +138,7 @@ def test_fuzz_mutated_specs(mutations):
         text = yaml.safe_dump(raw, allow_unicode=True)
     except (yaml.YAMLError, ValueError, OverflowError):
         return
-    _outcome(lambda: spec.loads(text, "fuzz.yaml"))
+    _outcome(lambda: design.loads(text, "fuzz.yaml"))
 
 
 FRAGMENTS = st.sampled_from([
@@ -156,15 +156,15 @@ FRAGMENTS = st.sampled_from([
 @given(st.lists(FRAGMENTS, max_size=25).map("".join))
 def test_fuzz_yaml_text(text):
     RAN["yaml text"] += 1
-    _outcome(lambda: spec.loads(text, "fuzz.yaml", base_dir=ROOT / "tests"))
+    _outcome(lambda: design.loads(text, "fuzz.yaml", base_dir=ROOT / "tests"))
 
 
 @settings(FUZZ, max_examples=200)
 @given(st.binary(max_size=200))
 def test_fuzz_bytes(data):
     RAN["bytes"] += 1
-    _outcome(lambda: spec.loads(data, "fuzz.yaml", base_dir=ROOT / "tests"))
-    _outcome(lambda: spec.loads(b"name: x\ntask: {name: listops}\ndescription: " + data, "fuzz.yaml"))
+    _outcome(lambda: design.loads(data, "fuzz.yaml", base_dir=ROOT / "tests"))
+    _outcome(lambda: design.loads(b"name: x\ntask: {name: listops}\ndescription: " + data, "fuzz.yaml"))
 
 
 @settings(FUZZ, max_examples=200)
@@ -177,7 +177,7 @@ def test_fuzz_bytes(data):
 def test_fuzz_overrides(overrides):
     RAN["overrides"] += 1
     text = yaml.safe_dump(VALID)
-    _outcome(lambda: spec.loads(text, "fuzz.yaml", [f"{p}{eq}{v}" for p, eq, v in overrides]))
+    _outcome(lambda: design.loads(text, "fuzz.yaml", [f"{p}{eq}{v}" for p, eq, v in overrides]))
 
 
 @settings(FUZZ, max_examples=60)
@@ -192,7 +192,7 @@ def test_fuzz_alias_expansion(width, depth):
         with pytest.raises(spec.SpecError, match="too large after expanding aliases"):
             spec.parse_yaml(text)
     else:
-        _outcome(lambda: spec.loads(text, "fuzz.yaml"))
+        _outcome(lambda: design.loads(text, "fuzz.yaml"))
 
 
 CLI_CASES = {

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from ablate import design, schema, spec
+from ablate import design, schema
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
@@ -44,7 +44,7 @@ def test_studies_validate_against_the_schema_and_load(path, validator):
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     problems = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(raw)]
     assert not problems, problems
-    s = spec.load(path)
+    s = design.load(path)
     assert design.items(s)
 
 

@@ -1,0 +1,80 @@
+"""From a spec to the work it implies, and the whole validation of a spec.
+
+    factors.py    factors → levels with labels and the paths they set
+    selectors.py  the one matcher of when / exclude / include / references, and its checks
+    space.py      the search space a tuned spec implies; the tuning protocol
+    cells.py      designs → cells (resolved configs) → items (cell × phase × seed)
+    identity.py   cell ids, task data versions, spec hashes
+
+``load`` / ``loads`` / ``validate`` check everything a spec implies (its shape, every factor
+level, every condition and constraint, every cell of the design, the search space, the seeds,
+the study's size) — what the CLI, the runner and results call. ``ablate.spec`` checks the shape
+only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ablate.design.cells import Cell, Item, cells, cells_and_problems, items, select
+from ablate.design.factors import Factor, Level, level_label, parse_factors
+from ablate.design.identity import CODE_VERSION, canonical_json, cell_id, data_version, spec_hash
+from ablate.design.selectors import matches
+from ablate.design.space import resolve_space, space_problems, tune_protocol
+from ablate.spec import MAX_ITEMS, Problems, Spec, SpecError, located, parse, read_raw, reads_raw
+
+__all__ = [
+    "CODE_VERSION", "Cell", "Factor", "Item", "Level", "canonical_json", "cell_id", "cells", "check",
+    "data_version", "items", "level_label", "load", "loads", "matches", "parse_factors", "resolve_space",
+    "select", "space_problems", "spec_hash", "tune_protocol", "validate",
+]
+
+
+def check(spec: Spec) -> None:
+    """Everything the spec implies is valid: factors, conditions, constraints, every cell, the
+    search space, the seeds, and the study's size. Raises SpecError naming key paths."""
+    problems: Problems = []
+    if spec.design == "cells" and not spec.cells:
+        problems.append(("cells", "design: cells needs a non-empty `cells:` list"))
+    if spec.cells and spec.design != "cells":
+        problems.append(("cells", f"lists cells for design: cells, but design is {spec.design}"))
+    if spec.tune is not None:
+        both = sorted(set(spec.tune.seed_list) & set(spec.seed_list))
+        if both:
+            problems.append(("tune.seeds", f"shares seeds {', '.join(map(str, both[:5]))} with seeds: tuning "
+                                           "seeds must be disjoint from the replicate seeds"))
+        problems += space_problems(spec)
+    if problems:
+        raise SpecError(problems)
+    grid, problems = cells_and_problems(spec)
+    if problems:
+        raise SpecError(problems)
+    per_cell = len(spec.seed_list) + (spec.tune.trials if spec.tune else 0)
+    if len(grid) * per_cell > MAX_ITEMS:
+        raise SpecError([("seeds", f"{len(grid):,} cells × {per_cell:,} trials each = {len(grid) * per_cell:,} "
+                                   f"trials; a study has at most {MAX_ITEMS:,}")])
+
+
+def validate(raw: Any, source: str = "<spec>") -> Spec:
+    """Validate plain data as a spec: its shape, every factor level, every cell of the design,
+    the search space. Raises SpecError (and nothing else) naming key paths."""
+    spec = parse(raw, source)
+    check(spec)
+    return spec
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Spec:
+    """Read, merge (``extends``), override (``--set``) and validate a spec file. Raises SpecError
+    with key paths and file:line locations; nothing else."""
+    raw, origins = read_raw(path, overrides)
+    with located(origins):
+        return validate(raw, str(path))
+
+
+def loads(text: str | bytes, source: str = "<spec>", overrides: list[str] | None = None,
+          base_dir: str | Path | None = None) -> Spec:
+    """Parse and validate spec text (``extends`` resolved against ``base_dir``, default cwd)."""
+    raw, origins = reads_raw(text, source, overrides, base_dir)
+    with located(origins):
+        return validate(raw, source)

@@ -1,0 +1,250 @@
+"""From a spec's factors to the work it implies: cells (resolved configs) and items.
+
+Designs
+    ``full`` (every combination), ``one_at_a_time`` (the baseline, and each level of each factor
+    moved alone from it), ``cells`` (an explicit list). A factor with ``when:`` varies only in
+    cells matching its condition and stays at the baseline elsewhere (combinations that then
+    coincide are one cell). ``exclude`` drops matching cells; ``include`` keeps only matching ones.
+Items
+    One per (cell, phase, seed): ``cell/tune/<i>`` for the i-th tuning trial of a cell (seed
+    ``tune.seeds[i mod k]``), ``cell/replicate/<seed>`` for each replicate seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ablate.design.factors import Factor, Level, parse_factors
+from ablate.design.identity import canonical_json, cell_id, spec_key
+from ablate.design.selectors import condition_problems, matches, selector_problems
+from ablate.design.space import tune_protocol
+from ablate.spec import MAX_CELLS, Problems, Spec, SpecError, get_path, parse, set_path
+
+MAX_INVALID_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    settings: dict[str, Any]  # factor name → level value (a named factor: its path → value mapping)
+    config: dict[str, Any]  # resolved {task, model, train}
+    labels: dict[str, str] = field(default_factory=dict)  # factor name → level label, every factor
+    shown: tuple[str, ...] = ()  # the factors the cell label names
+    parts: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return ", ".join(self.parts) if self.parts else "baseline"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One unit of work: a cell trained once on one seed in one phase."""
+
+    cell: Cell
+    seed: int
+    phase: str = "replicate"  # "tune" or "replicate"
+    index: int | None = None  # tune: the trial's index within its cell
+    tune: dict[str, Any] | None = None  # the tuning protocol, when the spec tunes
+
+    @property
+    def key(self) -> str:
+        return f"{self.cell.id}/{self.phase}/{self.index if self.phase == 'tune' else self.seed}"
+
+    def extra_attrs(self) -> dict[str, Any]:
+        """What a worker needs beyond the cell config: the protocol, and for tune, the index."""
+        if not self.tune:
+            return {}
+        if self.phase == "tune":
+            return {"index": self.index, "tune": self.tune}
+        return {"after_tune": True, "tune": self.tune}
+
+
+def _candidates(spec: Spec, fs: list[Factor], problems: Problems) -> list[tuple[dict[str, Level], str]]:
+    """(factor → chosen level, where) per candidate cell, before conditions and constraints."""
+    if spec.design == "full":
+        total = math.prod(len(f.levels) for f in fs)
+        if total > MAX_CELLS:
+            sizes = " × ".join(str(len(f.levels)) for f in fs)
+            problems.append(("factors", f"the full factorial has {total:,} cells ({sizes}); at most {MAX_CELLS:,}. "
+                                        "Split the study, or use design: one_at_a_time or cells"))
+            return []
+        return [({f.name: lvl for f, lvl in zip(fs, combo, strict=True)}, "factors")
+                for combo in itertools.product(*(f.levels for f in fs))]
+    if spec.design == "one_at_a_time":
+        return [({}, "factors")] + [({f.name: lvl}, f.where) for f in fs for lvl in f.levels]
+    out = []
+    by_name = {f.name: f for f in fs}
+    if len(spec.cells) > MAX_CELLS:
+        problems.append(("cells", f"{len(spec.cells):,} cells listed; at most {MAX_CELLS:,}"))
+        return []
+    for i, entry in enumerate(spec.cells):
+        choice: dict[str, Level] = {}
+        for key, wanted in entry.items():
+            at = f"cells[{i}].{key}"
+            if key not in by_name:
+                close = difflib.get_close_matches(key, list(by_name), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                problems.append((at, f"{key!r} is not a factor{hint} (factors: {', '.join(by_name) or 'none'})"))
+                continue
+            f = by_name[key]
+            lvl = next((lv for lv in f.levels if isinstance(wanted, str) and lv.label == wanted), None)
+            lvl = lvl or next((lv for lv in f.levels if canonical_json(lv.value) == canonical_json(wanted)), None)
+            if lvl is None:
+                problems.append((at, f"{wanted!r} is not a level of {key}; levels: "
+                                     f"{', '.join(lv.label for lv in f.levels)}"))
+                continue
+            choice[key] = lvl
+        out.append((choice, f"cells[{i}]"))
+    return out
+
+
+@dataclass
+class _Built:
+    config: dict[str, Any]
+    labels: dict[str, str]
+    settings: dict[str, Any]
+    active: set[str]
+
+
+def _build(choice: dict[str, Level], fs: list[Factor], base: dict[str, Any],
+           by_name: dict[str, Factor]) -> _Built:
+    config = copy.deepcopy(base)
+    labels: dict[str, str] = {}
+    active: set[str] = set()
+    for f in [f for f in fs if not f.when] + [f for f in fs if f.when]:
+        lvl = choice.get(f.name)
+        if f.when is not None:
+            if not matches(f.when, config, labels, by_name, base):
+                labels[f.name] = f.baseline_label
+                continue
+            active.add(f.name)
+        if lvl is None:
+            labels[f.name] = f.baseline_label
+            continue
+        for path, value in lvl.settings.items():
+            set_path(config, path, copy.deepcopy(value))
+        labels[f.name] = lvl.label
+    settings = {}
+    for f in fs:
+        lvl = f.level(labels[f.name])
+        if lvl is not None:
+            settings[f.name] = lvl.value
+        else:
+            settings[f.name] = {p: get_path(base, p) for p in f.paths} if f.named else get_path(base, f.name)
+    return _Built(config, {f.name: labels[f.name] for f in fs}, settings, active)
+
+
+def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
+    fs, problems = parse_factors(spec)
+    base = spec.baseline()
+    problems += condition_problems(fs, base)
+    if problems:
+        return [], problems
+    by_name = {f.name: f for f in fs}
+    for key in ("exclude", "include"):
+        for i, entry in enumerate(getattr(spec, key)):
+            problems += selector_problems(entry, f"{key}[{i}]", by_name, base)
+    for i, ref in enumerate(spec.references):  # a typo here would only show as "no matching cell"
+        problems += selector_problems(ref.cell, f"references[{i}].cell", by_name, base)
+    tune = tune_protocol(spec) if spec.tune is not None else None
+    candidates = _candidates(spec, fs, problems)
+    if problems:
+        return [], problems
+    out: list[Cell] = []
+    seen: set[str] = set()
+    ever_active: set[str] = set()
+    invalid: list[tuple[str, str, str]] = []
+    dropped = 0
+    for choice, where in candidates:
+        built = _build(choice, fs, base, by_name)
+        ever_active |= built.active
+        if spec.design == "cells":
+            for name in choice:
+                if by_name[name].when is not None and name not in built.active:
+                    problems.append((f"{where}.{name}", f"does not apply to this cell: its condition (when: "
+                                                        f"{by_name[name].when}) does not hold"))
+        try:
+            resolved = parse({"name": spec.name, **built.config}).baseline()
+            error = None
+        except SpecError as exc:
+            resolved, error = built.config, exc.problems[0]
+        if any(matches(e, resolved, built.labels, by_name, base) for e in spec.exclude) or (
+            spec.include and not any(matches(e, resolved, built.labels, by_name, base) for e in spec.include)
+        ):
+            dropped += 1
+            continue
+        if spec.design == "full":
+            shown = [f.name for f in fs if not f.when or f.name in built.active]
+        else:
+            shown = [name for name in choice if name in built.active or by_name[name].when is None]
+        parts = tuple(by_name[n].part(built.labels[n]) for n in shown)
+        if error is not None:
+            invalid.append((where, ", ".join(parts) or "baseline", f"{error[0]}: {error[1]}" if error[0] else error[1]))
+            continue
+        cid = cell_id(resolved, tune)
+        if cid in seen:  # two choices that resolve to the same model: one cell
+            continue
+        seen.add(cid)
+        out.append(Cell(cid, built.settings, resolved, built.labels, tuple(shown), parts))
+    for where, label, error in invalid[:MAX_INVALID_SHOWN]:
+        problems.append((where, f"the cell ({label}) is invalid: {error}. Exclude it (exclude:) or vary the "
+                                "factor only where it applies (when:)"))
+    if len(invalid) > MAX_INVALID_SHOWN:
+        problems.append(("factors", f"… and {len(invalid) - MAX_INVALID_SHOWN} more invalid cells"))
+    if spec.design != "cells":
+        for f in fs:
+            if f.when is not None and f.name not in ever_active:
+                problems.append((f"{f.where}.when", f"never holds in this design ({spec.design}), so {f.name} "
+                                                    "would never vary"))
+    if not out and not problems:
+        key = "include" if spec.include else "exclude"
+        problems.append((key, f"no cell is left: exclude/include remove all {dropped} candidate cells"))
+    return out, problems
+
+
+_CELL_CACHE: dict[str, tuple[list[Cell], Problems]] = {}
+
+
+def cells_and_problems(spec: Spec) -> tuple[list[Cell], Problems]:
+    """The spec's cells, or the problems that keep it from having them (cached per spec)."""
+    key = spec_key(spec)
+    if key not in _CELL_CACHE:
+        if len(_CELL_CACHE) > 16:
+            _CELL_CACHE.clear()
+        _CELL_CACHE[key] = _compute_cells(spec)
+    return _CELL_CACHE[key]
+
+
+def cells(spec: Spec) -> list[Cell]:
+    """The spec's cells, in design order (the first of any that coincide). SpecError if invalid."""
+    out, problems = cells_and_problems(spec)
+    if problems:
+        raise SpecError(problems)
+    return list(out)
+
+
+def items(spec: Spec) -> list[Item]:
+    """Tuning items of every cell first (when the spec tunes), then the replicates."""
+    grid = cells(spec)
+    tune = tune_protocol(spec)
+    out: list[Item] = []
+    if spec.tune is not None:
+        tune = {**(tune or {}), "startup_trials": spec.tune.resolved_startup_trials}
+        seeds = spec.tune.seed_list
+        out += [Item(c, seeds[i % len(seeds)], "tune", i, tune) for c in grid for i in range(spec.tune.trials)]
+    out += [Item(c, seed, "replicate", None, tune) for c in grid for seed in spec.seed_list]
+    return out
+
+
+def select(spec: Spec, selector: dict[str, Any]) -> list[Cell]:
+    """The cells of ``spec`` that ``selector`` matches (``ablate.design.selectors``), in design order."""
+    fs, _ = parse_factors(spec)
+    by_name = {f.name: f for f in fs}
+    base = spec.baseline()
+    return [c for c in cells(spec) if matches(selector, c.config, c.labels, by_name, base)]

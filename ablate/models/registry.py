@@ -1,0 +1,150 @@
+"""The levels of every model factor: its name, where it is implemented, and what it means.
+
+This is the one list of level names. ``ablate.spec`` builds its choices from it (so validation
+names the valid levels), ``ablate.schema`` documents it, and the layer and network code look the
+implementations up through it. It imports nothing heavy: an implementation ("module:attribute")
+is imported on first use, so ``ablate validate`` never imports torch.
+
+Adding a level is one implementation (a class or function with the same signature as the other
+levels of its factor) and one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a factor.
+
+    ``target``: ``"module:attribute"`` of the implementation, or None where the level is the
+    absence of one (no nonlinearity). ``modes``: for a parameterisation, what its state is made
+    of, which decides the state sizes and heads it accepts: ``real`` (one coordinate per mode),
+    ``complex`` (a complex mode is two coordinates, heads group modes) or ``rotation`` (heads of
+    even size made of 2×2 rotation blocks).
+    """
+
+    name: str
+    target: str | None
+    description: str
+    modes: str = ""
+
+    def load(self) -> Any:
+        if self.target is None:
+            return None
+        module, _, attribute = self.target.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+class Registry:
+    """The levels of one factor, in the order specs, errors and docs list them."""
+
+    def __init__(self, factor: str, *levels: Level):
+        names = [lvl.name for lvl in levels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{factor}: a level name appears twice in {names}")
+        self.factor = factor
+        self._levels = {lvl.name: lvl for lvl in levels}
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._levels)
+
+    def __iter__(self) -> Iterator[Level]:
+        return iter(self._levels.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._levels
+
+    def level(self, name: str) -> Level:
+        """The level called ``name``; ValueError naming the valid ones otherwise."""
+        if name not in self._levels:
+            raise ValueError(f"unknown {self.factor} {name!r}; valid: {', '.join(self._levels)}")
+        return self._levels[name]
+
+    def load(self, name: str) -> Any:
+        """The implementation of ``name`` (imported on first use)."""
+        return self.level(name).load()
+
+
+FAMILIES = Registry(
+    "family",
+    Level("linear_rnn", "ablate.models.recurrent:LinearRecurrence",
+          "the composed linear recurrence: parameterisation × normalisation × heads × nonlinearity"),
+    Level("mingru", "ablate.models.minrnn:MinGRU", "minGRU: gates from the input only, log-space scan"),
+    Level("minlstm", "ablate.models.minrnn:MinLSTM", "minLSTM: normalised forget and input gates, log-space scan"),
+    Level("gru", "ablate.models.baselines:TorchGRU", "torch's GRU, a nonlinear baseline"),
+    Level("lstm", "ablate.models.baselines:TorchLSTM", "torch's LSTM, a nonlinear baseline"),
+)
+
+PARAMETERISATIONS = Registry(
+    "parameterisation",
+    Level("rotation", "ablate.models.parameterisations:Rotation",
+          "RotRNN: per head γ_h P_h Θ_h P_hᵀ, one decay per head, a learned orthogonal basis", modes="rotation"),
+    Level("complex_diagonal", "ablate.models.parameterisations:ComplexDiagonal",
+          "LRU: diagonal complex eigenvalues exp(−exp(ν) + i·exp(θ))", modes="complex"),
+    Level("real_diagonal", "ablate.models.parameterisations:RealDiagonal",
+          "diagonal real eigenvalues exp(−exp(ν)) in (0, 1)", modes="real"),
+    Level("dense", "ablate.models.parameterisations:Dense",
+          "an unconstrained block per head (sequential only)", modes="real"),
+)
+
+NORMALISATIONS = Registry(
+    "normalisation",
+    Level("xi", "ablate.models.normalisations:Xi", "RotRNN's ξ: unit stationary state power per head, every pass"),
+    Level("gamma", "ablate.models.normalisations:Gamma", "LRU's learned γ, initialised to sqrt(1 − |λ|²)"),
+    Level("gamma_recomputed", "ablate.models.normalisations:GammaRecomputed",
+          "sqrt(1 − |λ|²) from the live eigenvalues every pass"),
+    Level("none", "ablate.models.normalisations:NoNormalisation", "no input scaling"),
+)
+
+NONLINEARITIES = Registry(
+    "nonlinearity",
+    Level("none", None, "linear: the parallel scan applies"),
+    Level("tanh", "torch:tanh", "tanh inside the recurrence (sequential)"),
+    Level("relu", "torch:relu", "ReLU inside the recurrence (sequential)"),
+)
+
+ACTIVATIONS = Registry(
+    "activation",
+    Level("gelu", "ablate.models.network:Gelu", "GELU"),
+    Level("glu", "ablate.models.network:GLU", "GELU then W₁x ⊙ σ(W₂x): the LRU block's full GLU"),
+    Level("half_glu", "ablate.models.network:HalfGLU", "GELU then x ⊙ σ(Wx): one matrix instead of two"),
+)
+
+NORMS = Registry(
+    "norm",
+    Level("layer", "torch.nn:LayerNorm", "LayerNorm over features"),
+    Level("batch", "ablate.models.network:SeqBatchNorm", "BatchNorm over batch and time"),
+    Level("rms", "ablate.models.network:RMSNorm", "RMSNorm over features"),
+    Level("none", "ablate.models.network:NoNorm", "no pre-norm"),
+)
+
+POOLINGS = Registry(
+    "pooling",
+    Level("mean", "ablate.models.network:mean_pool", "mean over the non-pad positions"),
+    Level("last", "ablate.models.network:last_pool", "the last non-pad position"),
+)
+
+INIT_SCHEMES = Registry(
+    "init scheme",
+    Level("ring", "ablate.models.inits:RingInit", "LRU ring: |λ|² ~ U[r_min², r_max²], phase ~ U[0, max_phase]"),
+    Level("rotrnn", "ablate.models.inits:RotrnnInit",
+          "RotRNN: −log γ log-uniform between −log γ_max and −log γ_min, θ ~ U[0, max_phase]"),
+)
+
+#: spec key → the registry of its levels (``model.init.scheme`` is the init scheme).
+MODEL_FACTORS: dict[str, Registry] = {
+    "model.family": FAMILIES,
+    "model.parameterisation": PARAMETERISATIONS,
+    "model.normalisation": NORMALISATIONS,
+    "model.nonlinearity": NONLINEARITIES,
+    "model.activation": ACTIVATIONS,
+    "model.norm": NORMS,
+    "model.pooling": POOLINGS,
+    "model.init.scheme": INIT_SCHEMES,
+}

@@ -1,0 +1,136 @@
+"""SpecError, and pydantic's validation errors rewritten as (key path, message) pairs a user reads:
+the path as written in the YAML (``model.init.r_min``, ``factors.x[1]``), choices listed, unknown
+keys with the closest valid key."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+import typing
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ValidationError
+
+from ablate.models.registry import INIT_SCHEMES
+
+Problems = list[tuple[str, str]]
+
+
+class SpecError(Exception):
+    """A spec is invalid. ``problems`` holds (key path, message) pairs; ``where`` the matching
+    "file:line" locations (or None) when the spec came from a file."""
+
+    def __init__(self, problems: Problems, where: list[str | None] | None = None):
+        self.problems = problems
+        self.where = where if where is not None else [None] * len(problems)
+        lines = []
+        for (path, msg), at in zip(problems, self.where, strict=True):
+            line = f"{path}: {msg}" if path else msg
+            lines.append(f"{at}: {line}" if at else line)
+        super().__init__("\n".join(lines))
+
+
+_QUOTED = re.compile(r"'([^']*)'")
+_UNION_TAGS = INIT_SCHEMES.names  # the tags of the one discriminated union (model.init)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in _UNION_TAGS and i and loc[i - 1] == "init":
+            continue  # the discriminated union adds the tag to the path; the user never wrote it
+        elif isinstance(part, str) and (part.startswith(("function-", "list[", "dict[")) or part in ("int", "str")):
+            continue  # pydantic names a union member or validator; the user never wrote it
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "literal_error":
+        names = ", ".join(_QUOTED.findall(str(ctx.get("expected", ""))))
+        return f"{_short(value)} is not one of: {names}"
+    if kind == "union_tag_invalid":
+        names = ", ".join(_QUOTED.findall(str(ctx.get("expected_tags", ""))))
+        return f"{_short(ctx.get('tag'))} is not one of: {names}"
+    if kind == "union_tag_not_found":
+        return f"needs a '{ctx.get('discriminator', 'scheme').strip(chr(39))}' key"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "finite_number":
+        return "must be a finite number"
+    msg = err["msg"]
+    return msg.removeprefix("Value error, ")
+
+
+def _short(value: Any, n: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def validation_problems(exc: ValidationError, root: type[BaseModel]) -> Problems:
+    """(key path, message) per error of ``root.model_validate``; unknown keys name the valid ones."""
+    out: Problems = []
+    for err in exc.errors():
+        path = _loc(err["loc"])
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            path += ".scheme" if err["type"] == "union_tag_invalid" else ""
+        if err["type"] == "extra_forbidden":
+            msg = _unknown_key_message(err["loc"], root)
+        else:
+            msg = _message(err)
+        if (path, msg) not in out:
+            out.append((path, msg))
+    return out
+
+
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation may hold (through Optional, unions, Annotated)."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    origin = typing.get_origin(ann)
+    if origin is Annotated:
+        return _models_in(typing.get_args(ann)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(ann) for m in _models_in(arg)]
+    return []
+
+
+def _unknown_key_message(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
+    """'unknown key' with the valid keys of the mapping it is in, and the closest one."""
+    *parents, key = loc
+    candidates: list[type[BaseModel]] = [root]
+    i = 0
+    while i < len(parents):
+        part = parents[i]
+        nxt: list[type[BaseModel]] = []
+        for model in candidates:
+            field = model.model_fields.get(part) if isinstance(part, str) else None
+            if field is None:
+                continue
+            ann = field.annotation
+            origin = typing.get_origin(ann)
+            if origin in (dict, list):  # step over the key/index of a mapping/list of models
+                ann = typing.get_args(ann)[-1]
+                i += 1
+            nxt += _models_in(ann)
+        if len(nxt) > 1 and i + 1 < len(parents):  # a discriminated union: the next part is the tag
+            tagged = [m for m in nxt if getattr(m.model_fields.get("scheme"), "default", None) == parents[i + 1]]
+            if tagged:
+                nxt, i = tagged, i + 1
+        candidates = nxt
+        i += 1
+        if not candidates:
+            return "unknown key"
+    if len(candidates) != 1:
+        return "unknown key"
+    valid = list(candidates[0].model_fields)
+    close = difflib.get_close_matches(str(key), valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key{hint} (valid: {', '.join(valid)})"

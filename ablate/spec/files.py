@@ -1,0 +1,208 @@
+"""Spec files: reading them, ``extends`` chains, ``--set`` overrides, and errors located at file:line.
+
+``read_raw`` / ``reads_raw`` give the merged, overridden plain data of a spec and where each key
+path was written; ``located`` turns a SpecError raised while validating that data into one whose
+problems carry those file:line locations. ``read`` / ``reads`` validate the shape only
+(``ablate.spec.parse``); what a study runs is checked by ``ablate.design.load`` / ``loads``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ablate.spec.errors import SpecError
+from ablate.spec.loader import MAX_BYTES, parse_yaml, parse_yaml_lines
+from ablate.spec.models import Spec, TuneParam, parse
+from ablate.spec.paths import get_path
+
+MAX_EXTENDS = 16  # length of an extends chain
+
+Origins = dict[str, str]  # key path → "file:line" (or "--set path")
+
+# Mappings whose keys are themselves dotted (factor names, search-space paths), with the keys
+# their values may hold, so that `--set factors.model.heads.when=...` finds the factor.
+_DOTTED_KEY_MAPS = {("factors",): {"levels", "when"}, ("tune", "space"): set(TuneParam.model_fields)}
+
+
+def split_override(raw: dict[str, Any], path: str) -> list[str]:
+    """The keys an override ``path`` names in ``raw``, dotted factor names and space paths kept whole."""
+    parts = path.split(".")
+    for prefix, subkeys in _DOTTED_KEY_MAPS.items():
+        n = len(prefix)
+        if tuple(parts[:n]) != prefix or len(parts) <= n:
+            continue
+        rest = parts[n:]
+        try:
+            existing = get_path(raw, ".".join(prefix))
+        except KeyError:
+            existing = {}
+        existing = existing if isinstance(existing, dict) else {}
+        for cut in range(len(rest), 0, -1):  # the longest existing key
+            if ".".join(rest[:cut]) in existing:
+                return [*prefix, ".".join(rest[:cut]), *rest[cut:]]
+        if len(rest) > 1 and rest[-1] in subkeys:
+            return [*prefix, ".".join(rest[:-1]), rest[-1]]
+        return [*prefix, ".".join(rest)]
+    return parts
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``path=value`` overrides from the command line; the value is parsed as YAML.
+
+    Factor names and search-space paths are dotted themselves: ``factors.model.layers=[1, 2]``
+    sets the factor ``model.layers``; ``tune.space.train.lr.high=0.1`` its ``high``."""
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        path, sep, text = item.partition("=")
+        path = path.strip()
+        if not sep or not path:
+            raise SpecError([("--set", f"{item!r} is not of the form path=value")])
+        value = parse_yaml(text, f"--set {path}")
+        *parents, key = split_override(raw, path)
+        node = raw
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise SpecError([(path, f"--set cannot set inside {part!r}: it is not a mapping")])
+        node[key] = value
+    return raw
+
+
+def merge(base: Any, child: Any, key: str = "") -> Any:
+    """``extends``: mappings merge key by key (the child wins), ``null`` removes an inherited key,
+    lists and scalars replace; a mapping whose ``scheme`` (an init) or ``name`` (the task) differs
+    from the inherited one replaces it whole."""
+    if not isinstance(base, dict) or not isinstance(child, dict):
+        return copy.deepcopy(child)
+    tag = "name" if key == "task" else "scheme" if key.endswith("init") else None
+    if tag and tag in child and tag in base and child[tag] != base[tag]:
+        return {k: copy.deepcopy(v) for k, v in child.items() if v is not None}
+    out = copy.deepcopy(base)
+    for sub, value in child.items():
+        if value is None:
+            out.pop(sub, None)
+        elif sub in out:
+            out[sub] = merge(out[sub], value, sub)
+        else:
+            out[sub] = copy.deepcopy(value)
+    return out
+
+
+def _parse(data: str | bytes, display: str, parent: Path, identity: Path | None,
+           chain: tuple[Path, ...]) -> tuple[dict[str, Any], Origins]:
+    """Spec text with its ``extends`` chain merged in; and where each key path was written."""
+    raw, lines = parse_yaml_lines(data, display)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise SpecError([("", f"{display} must be a mapping of keys (name, task, model, ...)")])
+    origins: Origins = {p: f"{display}:{line}" for p, line in lines.items()}
+    ext = raw.pop("extends", None)
+    if ext is None:
+        return raw, origins
+    where = [origins.get("extends")]
+    if isinstance(ext, str):
+        ext = [ext]
+    if not isinstance(ext, list) or not ext or not all(isinstance(e, str) and e for e in ext):
+        raise SpecError([("extends", "must be a file name or a list of file names")], where)
+    here = (*chain, identity) if identity is not None else chain
+    merged: dict[str, Any] = {}
+    base_origins: Origins = {}
+    for name in ext:
+        base = (parent / name).resolve()
+        if base in here:
+            cycle = " → ".join(p.name for p in (*here, base))
+            raise SpecError([("extends", f"a cycle: {cycle}")], where)
+        if len(here) >= MAX_EXTENDS:
+            raise SpecError([("extends", f"more than {MAX_EXTENDS} files deep")], where)
+        if not base.is_file():
+            raise SpecError([("extends", f"cannot read {name!r} (looked for {base})")], where)
+        sub, sub_origins = _read(base, here)
+        merged = merge(merged, sub)
+        base_origins.update(sub_origins)
+    return merge(merged, raw), {**base_origins, **origins}
+
+
+def _read(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], Origins]:
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise SpecError([("", f"{path} is {path.stat().st_size:,} bytes; a spec is at most {MAX_BYTES:,}")])
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SpecError([("", f"cannot read {path}: {exc.strerror or exc}")]) from None
+    return _parse(data, str(path), path.parent, path.resolve(), chain)
+
+
+def _overridden(raw: dict[str, Any], origins: Origins, overrides: list[str] | None) -> tuple[dict[str, Any], Origins]:
+    if not overrides:
+        return raw, origins
+    raw = apply_overrides(raw, overrides)
+    for item in overrides:  # an overridden value was written on the command line, not in a file
+        path = ".".join(split_override(raw, item.partition("=")[0].strip()))
+        origins = {k: v for k, v in origins.items() if not (k == path or k.startswith(path + "."))}
+        origins[path] = f"--set {path}"
+    return raw, origins
+
+
+def read_raw(path: str | Path, overrides: list[str] | None = None) -> tuple[dict[str, Any], Origins]:
+    """A spec file as plain data, ``extends`` merged and ``--set`` applied, with the origin of
+    each key path. SpecError for what cannot be read (missing file, bad YAML, an extends cycle)."""
+    path = Path(path)
+    try:
+        raw, origins = _read(path, ())
+    except RecursionError:
+        raise SpecError([("", f"{path}: nesting too deep")]) from None
+    return _overridden(raw, origins, overrides)
+
+
+def reads_raw(text: str | bytes, source: str = "<spec>", overrides: list[str] | None = None,
+              base_dir: str | Path | None = None) -> tuple[dict[str, Any], Origins]:
+    """Spec text as ``read_raw`` reads a file (``extends`` resolved against ``base_dir``, default cwd)."""
+    try:
+        raw, origins = _parse(text, source, Path(base_dir or "."), None, ())
+    except RecursionError:
+        raise SpecError([("", f"{source}: nesting too deep")]) from None
+    return _overridden(raw, origins, overrides)
+
+
+def locate(exc: SpecError, origins: Origins) -> SpecError:
+    """The same errors, each with the file:line of the longest key path prefix written somewhere."""
+    where = []
+    for (path, _), old in zip(exc.problems, exc.where, strict=True):
+        found = old
+        probe = path
+        while probe and found is None:
+            found = origins.get(probe)
+            cut = max(probe.rfind("."), probe.rfind("["))
+            probe = probe[:cut] if cut > 0 else ""
+        where.append(found)
+    return SpecError(exc.problems, where)
+
+
+@contextmanager
+def located(origins: Origins) -> Iterator[None]:
+    """A SpecError raised inside comes out with the file:line of each problem (``locate``)."""
+    try:
+        yield
+    except SpecError as exc:
+        raise locate(exc, origins) from None
+
+
+def read(path: str | Path, overrides: list[str] | None = None) -> Spec:
+    """A spec file checked for its shape only (``parse``): what its keys and values are, not
+    whether its design holds. To run, plan or report a study use ``ablate.design.load``."""
+    raw, origins = read_raw(path, overrides)
+    with located(origins):
+        return parse(raw, str(path))
+
+
+def reads(text: str | bytes, source: str = "<spec>", overrides: list[str] | None = None,
+          base_dir: str | Path | None = None) -> Spec:
+    """Spec text checked for its shape only; ``ablate.design.loads`` checks everything."""
+    raw, origins = reads_raw(text, source, overrides, base_dir)
+    with located(origins):
+        return parse(raw, source)

@@ -1,0 +1,429 @@
+"""The shape of a study spec: pydantic models of the baseline, factors, tuning and references.
+
+The baseline (``task``, ``model``, ``train``, ``probes``) is one complete configuration;
+``factors`` move dotted paths of it through levels; ``design``, ``exclude``/``include`` and
+``when`` choose the cells; ``tune`` searches some paths per cell before replicating the best.
+This module holds their shape and every default; what factors, designs and constraints mean is
+``ablate.design``'s. The level names come from the registries (``ablate.models.registry``, the
+task registry, the report notebooks), none of which imports torch.
+
+``parse`` checks plain data against these shapes only. To run, plan or report a study, validate
+it whole with ``ablate.design.validate`` / ``load``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ablate.models import registry
+from ablate.report import REPORTS
+from ablate.spec.errors import Problems, SpecError, validation_problems
+from ablate.tasks.registry import task_params_model
+
+# --- limits: a spec is refused, with a message, past these --------------------------------------
+
+MAX_CELLS = 10_000  # cells a design may enumerate (before exclude/include)
+MAX_SEEDS = 1_000
+MAX_TUNE_TRIALS = 1_000
+MAX_ITEMS = 200_000  # trials of a study: cells × (tuning trials + seeds)
+MAX_SEED = 2**31 - 1
+TUNE_SEED_BASE = 10_000  # tune.seeds: k means seeds 10000 … 10000+k−1
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+def _choice(names: tuple[str, ...]) -> Any:
+    return Literal[names]  # type: ignore[valid-type]
+
+
+# --- the baseline -------------------------------------------------------------------------------
+
+
+class RingInit(Strict):
+    """LRU ring initialisation: |λ|² ~ U[r_min², r_max²], phase ~ U[0, max_phase]."""
+
+    scheme: Literal["ring"] = "ring"
+    r_min: float = Field(0.9, ge=0.0, lt=1.0, description="smallest eigenvalue magnitude")
+    r_max: float = Field(0.999, gt=0.0, lt=1.0, description="largest eigenvalue magnitude")
+    max_phase: float = Field(6.283, ge=0.0, description="phases drawn from [0, max_phase]")
+    identity_basis: bool = Field(False, description="rotation only: fix P = I instead of learning it")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RingInit:
+        if self.r_min > self.r_max:
+            raise ValueError(f"r_min ({self.r_min}) must not exceed r_max ({self.r_max})")
+        return self
+
+
+class RotrnnInit(Strict):
+    """RotRNN initialisation: −log γ log-uniform between −log γ_max and −log γ_min, θ ~ U[0, max_phase]."""
+
+    scheme: Literal["rotrnn"] = "rotrnn"
+    gamma_min: float = Field(0.5, gt=0.0, lt=1.0, description="smallest decay γ")
+    gamma_max: float = Field(0.999, gt=0.0, lt=1.0, description="largest decay γ")
+    max_phase: float = Field(0.0314, ge=0.0, description="rotation angles drawn from [0, max_phase]")
+    identity_basis: bool = Field(False, description="fix P = I instead of learning it")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RotrnnInit:
+        if self.gamma_min > self.gamma_max:
+            raise ValueError(f"gamma_min ({self.gamma_min}) must not exceed gamma_max ({self.gamma_max})")
+        return self
+
+
+InitSpec = RingInit | RotrnnInit  # one shape per scheme of registry.INIT_SCHEMES (a test checks it)
+Init = Annotated[InitSpec, Field(discriminator="scheme")]
+
+
+class ModelSpec(Strict):
+    """The network: an encoder, ``layers`` residual blocks around a recurrence, a head."""
+
+    family: _choice(registry.FAMILIES.names) = Field("linear_rnn", description="model family")
+    d_model: int = Field(64, ge=1, le=65_536, description="width of the residual stream")
+    state_dim: int = Field(64, ge=2, le=65_536, description="N: real state size per layer (complex modes count twice)")
+    layers: int = Field(2, ge=1, le=1_024, description="residual blocks")
+    parameterisation: _choice(registry.PARAMETERISATIONS.names) = Field("rotation", description="how the state matrix is built")
+    normalisation: _choice(registry.NORMALISATIONS.names) = Field("xi", description="input scaling of the recurrence")
+    heads: int = Field(1, ge=1, le=65_536, description="groups of state sharing a decay (rotation) / a ξ")
+    nonlinearity: _choice(registry.NONLINEARITIES.names) = Field("none", description="inside the recurrence; none = linear scan")
+    activation: _choice(registry.ACTIVATIONS.names) = Field("gelu", description="between layers")
+    norm: _choice(registry.NORMS.names) = Field("layer", description="pre-norm of each block")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    bidirectional: bool = False
+    pooling: _choice(registry.POOLINGS.names) = Field("mean", description="sequence pooling before a classification head")
+    init: Init = Field(default_factory=RotrnnInit, description="initialisation scheme and its parameters")
+
+    @model_validator(mode="after")
+    def _state_shape(self) -> ModelSpec:
+        if self.family != "linear_rnn":  # the only family with a parameterisation and heads
+            return self
+        modes = registry.PARAMETERISATIONS.level(self.parameterisation).modes
+        if modes in ("rotation", "complex") and self.state_dim % 2:
+            raise ValueError(f"state_dim must be even for {self.parameterisation} (got {self.state_dim})")
+        units = self.state_dim // 2 if modes == "complex" else self.state_dim
+        if units % self.heads:
+            what = "complex modes (state_dim/2)" if modes == "complex" else "state_dim"
+            valid = [h for h in range(1, min(units, 4096) + 1) if units % h == 0]
+            raise ValueError(f"heads ({self.heads}) must divide the {units} {what} for {self.parameterisation}; "
+                             f"valid heads: {', '.join(map(str, valid))}")
+        if modes == "rotation" and (self.state_dim // self.heads) % 2:
+            raise ValueError(
+                f"rotation heads need an even size: state_dim/heads = {self.state_dim}/{self.heads} "
+                f"is odd; valid heads here are 1 … {self.state_dim // 2} dividing {self.state_dim // 2}"
+            )
+        return self
+
+
+class TrainSpec(Strict):
+    """The optimisation of one trial: AdamW, linear warm-up then cosine decay."""
+
+    steps: int = Field(300, ge=1, le=100_000_000, description="optimiser steps")
+    batch_size: int = Field(32, ge=1, le=1_000_000)
+    lr: float = Field(3e-3, gt=0.0, description="peak learning rate")
+    recurrent_lr_factor: float = Field(0.5, gt=0.0, description="learning-rate factor for ν, θ, γ, M, B")
+    weight_decay: float = Field(0.05, ge=0.0)
+    warmup: float = Field(0.1, ge=0.0, lt=1.0, description="fraction of steps of linear warm-up")
+    grad_clip: float = Field(1.0, ge=0.0, description="0 disables clipping")
+    eval_every: int = Field(50, ge=1, description="steps between validation passes")
+    log_every: int = Field(
+        25, ge=1,
+        description="steps between logged training metrics (five per log; each costs about 0.2 ms in a "
+        "SQLite MLflow store: every 25 keeps logging under 1% of a small model's trial)",
+    )
+    divergence_norm: float = Field(1e6, gt=0.0, description="a state norm past this marks the run diverged")
+
+
+class ProbeSpec(Strict):
+    """Hidden-state norm probes on a fixed validation batch (do not change a cell's identity)."""
+
+    every: int = Field(
+        100, ge=1,
+        description="steps between hidden-state norm probes (one probe costs about one training step "
+        "of a small model: every 100 keeps probes near 1% of a trial's time)",
+    )
+    batch: int = Field(64, ge=1, description="size of the fixed probe batch")
+    enabled: bool = Field(True, description="false: no probes (training-batch norms still guard divergence)")
+    white_noise: bool = Field(True, description="also probe each recurrent layer with unit-variance Gaussian input")
+    white_noise_batch: int = Field(32, ge=1, description="sequences in the white-noise probe")
+    white_noise_seed: int = Field(0, ge=0, description="seed of the white-noise input (the same in every trial)")
+    theory: bool = Field(True, description="record the white-input theory E‖x_t‖² of each linear layer")
+    spectrum: bool = Field(True, description="record |λ|, phase, per-head decay and input scale per layer")
+    grads: bool = Field(True, description="record gradient norms per parameter group at probe steps")
+
+
+def resolve_task(raw: Any) -> tuple[dict[str, Any], Problems]:
+    """Validate a task mapping against its registered parameters; defaults filled."""
+    if not isinstance(raw, dict):
+        return {}, [("task", "must be a mapping with a 'name' and that task's parameters")]
+    if "name" not in raw:
+        return {}, [("task.name", "required key is missing")]
+    try:
+        params_model = task_params_model(raw["name"])
+    except ValueError as exc:
+        return {}, [("task.name", str(exc))]
+    except TypeError:  # an unhashable name
+        return {}, [("task.name", f"{raw['name']!r} is not a task name")]
+    try:
+        params = params_model.model_validate({k: v for k, v in raw.items() if k != "name"})
+    except ValidationError as exc:
+        return {}, [(f"task.{p}" if p else "task", m) for p, m in validation_problems(exc, params_model)]
+    return {"name": raw["name"], **params.model_dump()}, []
+
+
+# --- factors, designs, tuning: shapes (their meaning is in ablate.design) -----------------------
+
+
+class LabelledLevel(Strict):
+    """A factor level with a name for reports: ``{label: RotRNN, value: …}``."""
+
+    label: str = Field(description="what reports and frames show for this level")
+    value: Any = Field(description="the level: a value of the factor's path, or for a named factor a "
+                                   "mapping of dotted paths to values")
+
+
+class FactorSpec(Strict):
+    """The long form of a factor: its levels and an optional condition."""
+
+    levels: list[Any] | dict[str, Any] = Field(
+        description="a list of levels (each a value or {label:, value:}), or a mapping label → level")
+    when: dict[str, Any] | None = Field(
+        None, description="vary this factor only in cells matching all of these (factor or dotted path → "
+                          "value or list of values); elsewhere it stays at the baseline")
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+Factor = Annotated[
+    Any,
+    PlainValidator(_identity, json_schema_input_type=list[LabelledLevel | Any] | FactorSpec | dict[str, Any]),
+]
+Match = dict[str, Any]
+
+
+def _check_seeds(value: Any, what: str) -> int | list[int]:
+    if isinstance(value, bool) or not isinstance(value, int | list):
+        raise ValueError(f"must be a count (e.g. 3) or a list of seeds (e.g. [0, 1, 2]); got {value!r}")
+    if isinstance(value, int):
+        if not 1 <= value <= MAX_SEEDS:
+            raise ValueError(f"a count of {what} must be between 1 and {MAX_SEEDS} (got {value})")
+        return value
+    if not value:
+        raise ValueError(f"needs at least one {what[:-1]}")
+    if len(value) > MAX_SEEDS:
+        raise ValueError(f"at most {MAX_SEEDS} {what} (got {len(value)})")
+    for i, seed in enumerate(value):
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise ValueError(f"[{i}]: {seed!r} is not a seed (an integer from 0 to {MAX_SEED})")
+    if len(set(value)) != len(value):
+        dup = sorted({s for s in value if value.count(s) > 1})
+        raise ValueError(f"repeats {', '.join(map(str, dup))}; each seed once")
+    return list(value)
+
+
+Scalar = str | bool | int | float
+
+
+def _choices_short_form(value: Any) -> Any:
+    return {"choices": value} if isinstance(value, list) else value
+
+
+class TuneParam(Strict):
+    """One dimension of a search space: a range (float or int, optionally log) or a list of choices."""
+
+    low: float | None = Field(None, description="lower bound (inclusive)")
+    high: float | None = Field(None, description="upper bound (inclusive)")
+    log: bool = Field(False, description="sample on a log scale (low > 0)")
+    step: float | None = Field(None, gt=0, description="quantisation step (not with log)")
+    type: Literal["float", "int"] | None = Field(
+        None, description="float or int; default: the type of the baseline value at this path")
+    choices: list[Scalar] | None = Field(None, min_length=1, description="categorical: the values to choose from")
+
+    @model_validator(mode="after")
+    def _shape(self) -> TuneParam:
+        if self.choices is not None:
+            if self.low is not None or self.high is not None or self.log or self.step is not None:
+                raise ValueError("give either choices or low/high, not both")
+            if len({repr(c) for c in self.choices}) != len(self.choices):
+                raise ValueError("choices repeat a value")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("needs low and high (a range) or choices (a list)")
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low:g}) must not exceed high ({self.high:g})")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log needs low > 0 (got {self.low:g})")
+        if self.log and self.step is not None:
+            raise ValueError("log and step cannot be combined")
+        return self
+
+
+TuneDim = Annotated[TuneParam, BeforeValidator(_choices_short_form, json_schema_input_type=TuneParam | list[Scalar])]
+
+OBJECTIVE_METRICS = ("val_accuracy", "val_loss", "val_bpc")
+
+
+class Objective(Strict):
+    """What tuning optimises: a validation metric (never a test metric) and its direction."""
+
+    metric: _choice(OBJECTIVE_METRICS) = Field("val_accuracy", description="validation metric of a tuning trial")
+    direction: Literal["maximize", "minimize"] | None = Field(
+        None, description="default: maximize for accuracy, minimize for loss and bpc")
+
+    @property
+    def resolved_direction(self) -> str:
+        return self.direction or ("maximize" if self.metric.endswith("accuracy") else "minimize")
+
+
+class TuneSpec(Strict):
+    """Per cell: ``trials`` settings sampled from ``space`` on the tuning seeds; the best is then
+    replicated on the spec's ``seeds``."""
+
+    trials: int = Field(ge=1, le=MAX_TUNE_TRIALS, description="tuning trials per cell")
+    space: dict[str, TuneDim] = Field(min_length=1, description="dotted path → range or choices")
+    sampler: Literal["tpe", "random", "gp"] = Field("tpe", description="Optuna sampler")
+    startup_trials: int | None = Field(
+        None, ge=0, description="tpe/gp: random trials before modelling; default min(10, max(2, trials // 3))")
+    seeds: int | list[int] = Field(
+        1, description=f"tuning seeds: a count k (seeds {TUNE_SEED_BASE} … {TUNE_SEED_BASE}+k−1) or a list; "
+                       "must be disjoint from the replicate seeds; trial i uses seed i mod k")
+    objective: Objective = Field(default_factory=Objective)
+
+    @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int])
+    @classmethod
+    def _seeds(cls, v: Any) -> int | list[int]:
+        return _check_seeds(v, "tuning seeds")
+
+    @property
+    def seed_list(self) -> list[int]:
+        return [TUNE_SEED_BASE + i for i in range(self.seeds)] if isinstance(self.seeds, int) else list(self.seeds)
+
+    @property
+    def resolved_startup_trials(self) -> int:
+        return self.startup_trials if self.startup_trials is not None else min(10, max(2, self.trials // 3))
+
+
+REFERENCE_METRICS = ("test_accuracy", "val_accuracy", "test_loss", "val_loss", "test_bpc", "val_bpc")
+
+
+class Reference(Strict):
+    """A published number to set the study's results against (the accuracy report's table)."""
+
+    metric: _choice(REFERENCE_METRICS) = Field("test_accuracy", description="the study's metric it compares with")
+    value: float = Field(description="the published value")
+    source: str = Field(min_length=1, description="where it was published, e.g. 'LRU paper, Table 1, ListOps'")
+    confirmed: bool = Field(False, description="whether the value has been checked against the source")
+    cell: Match = Field(
+        default_factory=dict,
+        description="the cell it corresponds to: factor or dotted path → level label or value; {} = the "
+        "baseline. Checked like exclude/include: an unknown factor, path or level is an error")
+    note: str = Field("", description="anything a reader should know (different setup, seeds, …)")
+
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class Spec(Strict):
+    """A study: a baseline, the factors that move it, which cells to run, seeds, tuning, reports."""
+
+    name: str = Field(description="the study's name: its Optuna study and MLflow experiment")
+    description: str = Field("", description="what the study asks")
+    extends: str | list[str] | None = Field(
+        None, exclude=True,
+        description="base spec file(s), relative to this file; mappings merge key by key, this file wins")
+    task: dict[str, Any] = Field(description="the task: `name` and that task's parameters")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="the baseline model")
+    train: TrainSpec = Field(default_factory=TrainSpec, description="the baseline training")
+    probes: ProbeSpec = Field(default_factory=ProbeSpec)
+    factors: dict[str, Factor] = Field(
+        default_factory=dict,
+        description="factor name → levels. A dotted name (model.heads) moves that path; a plain name "
+                    "(variant) is a named factor whose levels set several paths")
+    design: Literal["full", "one_at_a_time", "cells"] = Field(
+        "full", description="full factorial, each factor moved alone from the baseline, or the listed cells")
+    cells: list[Match] = Field(
+        default_factory=list, description="design: cells — one mapping factor → level (label or value) per cell")
+    exclude: list[Match] = Field(default_factory=list, description="drop cells matching any entry")
+    include: list[Match] = Field(
+        default_factory=list, description="if given, keep only cells matching at least one entry")
+    seeds: int | list[int] = Field(1, description="replicate seeds: a count k (0 … k−1) or a list")
+    tune: TuneSpec | None = Field(None, description="per-cell tuning before replication")
+    references: list[Reference] = Field(
+        default_factory=list, description="published values to compare with in the accuracy report")
+    reports: list[_choice(REPORTS)] = Field(default_factory=lambda: list(REPORTS))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cells_imply_design(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("cells") and "design" not in data:
+            data = {**data, "design": "cells"}
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v):
+            raise ValueError("use letters, digits, '_', '.', '-' and start with a letter or digit")
+        return v
+
+    @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int])
+    @classmethod
+    def _seeds(cls, v: Any) -> int | list[int]:
+        return _check_seeds(v, "seeds")
+
+    @field_validator("factors", mode="before")
+    @classmethod
+    def _factor_names(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            for key in v:
+                if not isinstance(key, str) or not key:
+                    raise ValueError(f"factor names are text; got {key!r}")
+        return v
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+    def baseline(self) -> dict[str, Any]:
+        """The resolved baseline configuration (defaults filled) as plain data."""
+        return self.model_dump(include={"task", "model", "train"})
+
+
+# --- shape-only validation --------------------------------------------------------------------
+
+
+def parse(raw: Any, source: str = "<spec>") -> Spec:
+    """Plain data checked against the shapes above (and the task's registered parameters), with
+    every default filled. Nothing the design implies is checked here — not the factor levels, the
+    cells, the constraints or the search space: ``ablate.design.validate`` checks all of it.
+    Raises SpecError (and nothing else) naming key paths."""
+    if not isinstance(raw, dict):
+        raise SpecError([("", f"{source} must be a mapping of keys (name, task, model, ...)")])
+    if raw.get("extends") is not None:
+        raise SpecError([("extends", "only a spec file can extend another (use ablate.design.load)")])
+    task, problems = resolve_task(raw.get("task")) if "task" in raw else ({}, [("task", "required key is missing")])
+    spec = None
+    try:
+        spec = Spec.model_validate({**raw, "task": task} if not problems else {**raw, "task": {"name": "?"}})
+    except ValidationError as exc:
+        problems += [(p, m) for p, m in validation_problems(exc, Spec) if not p.startswith("task")]
+    except (RecursionError, OverflowError, ValueError, TypeError) as exc:  # pathological input
+        problems.append(("", f"cannot read this spec: {type(exc).__name__}"))
+    if problems or spec is None:
+        raise SpecError(problems)
+    return spec

@@ -1,0 +1,109 @@
+"""Cell identity (``ablate.design.identity``): ids stable under formatting and labels, changed by
+what is trained (config, data version, code version, tuning protocol), and reused when a grid grows."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from support import DESIGN_BASE as BASE
+from support import VARIANT, make
+
+from ablate import design, spec
+from ablate.design import identity
+
+SPEC_BASE = {
+    "name": "t",
+    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
+    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
+    "train": {"steps": 5},
+    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
+    "seeds": 3,
+}
+
+
+def spec_errors(raw) -> str:
+    with pytest.raises(spec.SpecError) as info:
+        design.validate(raw)
+    return str(info.value)
+
+
+def with_(path: str, value):
+    raw = yaml.safe_load(yaml.safe_dump(SPEC_BASE))
+    spec.set_path(raw, path, value) if "." in path else raw.__setitem__(path, value)
+    return raw
+
+
+def test_ids_stable_under_key_order_formatting_and_labels():
+    factors = {"variant": VARIANT, "model.layers": [1, 2]}
+    a = design.cells(make(factors=factors))
+    reordered = copy.deepcopy(BASE)
+    reordered = {k: reordered[k] for k in reversed(list(reordered))}
+    reordered["model"] = dict(reversed(list(reordered["model"].items())))
+    reordered["factors"] = {"model.layers": [1, 2], "variant": {k: dict(reversed(list(v.items())))
+                                                                for k, v in VARIANT.items()}}
+    text = yaml.safe_dump(reordered, default_flow_style=True, allow_unicode=True)
+    b = design.cells(design.validate(yaml.safe_load(text)))
+    assert {c.id for c in a} == {c.id for c in b}
+    # The same model reached through a path factor has the same id as through the named one.
+    c = design.cells(make(factors={"model.parameterisation": ["rotation", "complex_diagonal"],
+                                   "model.normalisation": ["xi", "gamma"], "model.layers": [1, 2]}))
+    assert {x.id for x in a} <= {x.id for x in c}
+
+
+def test_id_covers_config_data_version_code_and_tuning(monkeypatch):
+    s = make()
+    (cell,) = design.cells(s)
+    assert cell.id == design.cell_id(s.baseline())
+    assert design.cell_id(s.baseline()) != design.cell_id({**s.baseline(), "train": {**s.baseline()["train"],
+                                                                                      "lr": 1e-3}})
+    monkeypatch.setattr(identity, "CODE_VERSION", "999")
+    assert design.cell_id(s.baseline()) != cell.id
+    monkeypatch.undo()
+    import dataclasses
+
+    from ablate.tasks import registry
+
+    entry = registry.task_entry("listops")
+    bumped = dataclasses.replace(entry, version=entry.version + 1)
+    monkeypatch.setattr(registry, "task_entry", lambda name: bumped if name == "listops" else entry)
+    identity.task_data_version.cache_clear()
+    assert design.cell_id(s.baseline()) != cell.id  # a new generator version: new data, new cells
+    monkeypatch.undo()
+    identity.task_data_version.cache_clear()
+    assert design.cell_id(s.baseline()) == cell.id
+    tuned = make(tune={"trials": 2, "space": {"train.lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
+    assert design.cells(tuned)[0].id != cell.id
+    budget = make(tune={"trials": 9, "space": {"train.lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
+    assert design.cells(budget)[0].id == design.cells(tuned)[0].id  # the budget is not identity
+
+
+def test_extending_a_grid_or_seeds_reuses_items_and_a_fixed_change_makes_new_cells():
+    small = design.items(make(factors={"model.layers": [1, 2]}, seeds=2))
+    big = design.items(make(factors={"model.layers": [1, 2, 4], "model.normalisation": ["xi"]}, seeds=3))
+    assert {i.key for i in small} < {i.key for i in big}
+    assert len(big) - len(small) == 3 * 3 - 2 * 2
+    changed = design.items(make(factors={"model.layers": [1, 2]}, seeds=2, train={"steps": 6}))
+    assert not {i.key for i in small} & {i.key for i in changed}
+    # Probes do not change what is trained: same cells.
+    probed = design.items(make(factors={"model.layers": [1, 2]}, seeds=2, probes={"every": 7}))
+    assert [i.key for i in probed] == [i.key for i in small]
+
+
+def test_cell_id_stable_under_key_order_and_formatting():
+    s1 = design.validate(SPEC_BASE)
+    reordered = {k: SPEC_BASE[k] for k in reversed(list(SPEC_BASE))}
+    reordered["model"] = dict(reversed(list(SPEC_BASE["model"].items())))
+    text = yaml.safe_dump(reordered, default_flow_style=True)
+    s2 = design.validate(yaml.safe_load(text))
+    assert sorted(c.id for c in design.cells(s1)) == sorted(c.id for c in design.cells(s2))
+    # Writing a default explicitly resolves to the same config, hence the same id.
+    explicit = with_("model.dropout", 0.0)
+    assert {c.id for c in design.cells(design.validate(explicit))} == {c.id for c in design.cells(s1)}
+
+
+def test_cell_id_changes_with_a_fixed_setting():
+    ids = {c.id for c in design.cells(design.validate(SPEC_BASE))}
+    other = {c.id for c in design.cells(design.validate(with_("train.lr", 1e-3)))}
+    assert ids.isdisjoint(other)

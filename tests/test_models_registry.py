@@ -1,0 +1,105 @@
+"""The registries are the one list of level names: each level resolves to an implementation that
+builds, and the spec's choices are exactly the registry's names."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+import torch
+from torch import nn
+
+from ablate import spec
+from ablate.models import build_model, registry
+from ablate.models.inits import InitScheme, make_init
+from ablate.models.normalisations import Normalisation
+from ablate.models.parameterisations import Parameterisation
+from ablate.models.recurrent import LinearRecurrence, RecurrentLayer
+
+SPEC_FIELD = {  # registry → the ModelSpec field whose choices it gives
+    "model.family": "family", "model.parameterisation": "parameterisation", "model.normalisation": "normalisation",
+    "model.nonlinearity": "nonlinearity", "model.activation": "activation", "model.norm": "norm",
+    "model.pooling": "pooling",
+}
+TOKENS = type("Task", (), {"input_kind": "tokens", "vocab_size": 12, "input_dim": 1, "num_classes": 3,
+                           "output_kind": "classification"})()
+
+
+def _literal(field: str) -> tuple[str, ...]:
+    return typing.get_args(spec.ModelSpec.model_fields[field].annotation)
+
+
+@pytest.mark.parametrize("key", list(SPEC_FIELD))
+def test_spec_choices_are_exactly_the_registry_names(key: str) -> None:
+    assert _literal(SPEC_FIELD[key]) == registry.MODEL_FACTORS[key].names
+
+
+def test_init_schemes_of_the_spec_are_the_registry_names() -> None:
+    schemes = tuple(m.model_fields["scheme"].default for m in typing.get_args(spec.InitSpec))
+    assert schemes == registry.INIT_SCHEMES.names
+    with pytest.raises(spec.SpecError, match="is not one of: ring, rotrnn"):
+        spec.parse({"name": "x", "task": {"name": "listops"}, "model": {"init": {"scheme": "circle"}}})
+
+
+def test_every_registry_is_listed_and_every_level_documented() -> None:
+    assert set(registry.MODEL_FACTORS) == {*SPEC_FIELD, "model.init.scheme"}
+    for reg in registry.MODEL_FACTORS.values():
+        assert reg.names and all(lvl.description for lvl in reg)
+    # a parameterisation says what its state is made of: the spec's shape check reads it
+    assert {lvl.modes for lvl in registry.PARAMETERISATIONS} <= {"real", "complex", "rotation"}
+
+
+KINDS = {  # what each factor's implementations must be
+    "model.family": lambda impl: issubclass(impl, RecurrentLayer),
+    "model.parameterisation": lambda impl: issubclass(impl, Parameterisation),
+    "model.normalisation": lambda impl: issubclass(impl, Normalisation),
+    "model.nonlinearity": lambda impl: impl is None or callable(impl),
+    "model.activation": lambda impl: issubclass(impl, nn.Module),
+    "model.norm": lambda impl: issubclass(impl, nn.Module),
+    "model.pooling": callable,
+    "model.init.scheme": lambda impl: issubclass(impl, InitScheme),
+}
+
+
+@pytest.mark.parametrize("key,name", [(k, lvl.name) for k, reg in registry.MODEL_FACTORS.items() for lvl in reg])
+def test_every_level_resolves_and_builds_a_model(key: str, name: str) -> None:
+    impl = registry.MODEL_FACTORS[key].load(name)
+    assert KINDS[key](impl), (key, name, impl)
+    field = key.removeprefix("model.")
+    settings: dict = {"d_model": 8, "state_dim": 8, "heads": 2, "layers": 1}
+    if field == "init.scheme":
+        settings["init"] = {"scheme": name}
+    else:
+        settings[field] = name
+    ms = spec.ModelSpec(**settings)
+    torch.manual_seed(0)
+    net = build_model(ms, TOKENS)
+    logits = net(torch.randint(1, 12, (2, 5)))
+    assert logits.shape == (2, 3) and torch.isfinite(logits).all()
+    layer = net.recurrent_layers()[0]
+    if key == "model.family":
+        assert type(layer) is impl
+    elif key == "model.parameterisation":
+        assert type(layer.param) is impl
+    elif key == "model.normalisation":
+        assert type(layer.norm) is impl
+    elif key == "model.nonlinearity":
+        assert layer.act is impl
+    elif key == "model.activation":
+        assert type(net.blocks[0].activation) is impl
+    elif key == "model.norm":
+        assert type(net.blocks[0].norm) is impl
+    elif key == "model.pooling":
+        assert net.pool is impl
+    else:
+        assert type(make_init(ms.init)) is impl
+
+
+def test_unknown_names_are_refused_with_the_valid_ones() -> None:
+    valid = ", ".join(registry.PARAMETERISATIONS.names)
+    with pytest.raises(ValueError, match=f"unknown parameterisation 'nope'; valid: {valid}$"):
+        registry.PARAMETERISATIONS.load("nope")
+    with pytest.raises(ValueError, match="unknown normalisation 'zeta'"):
+        LinearRecurrence(4, 4, 1, "rotation", "zeta", "none", spec.RotrnnInit())
+    with pytest.raises(ValueError, match="a level name appears twice"):
+        registry.Registry("x", registry.Level("a", None, "one"), registry.Level("a", None, "two"))

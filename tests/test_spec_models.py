@@ -1,0 +1,108 @@
+"""The shapes of a spec (``ablate.spec.models``): defaults, error texts with key paths and
+choices, and that ``parse`` checks the shape only while ``ablate.design.validate`` checks all."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ablate import design, spec
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = {
+    "name": "t",
+    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
+    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
+    "train": {"steps": 5},
+    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
+    "seeds": 3,
+}
+
+
+def errors(raw) -> str:
+    """The shape error of ``raw``; the whole validation reports the same."""
+    with pytest.raises(spec.SpecError) as info:
+        spec.parse(raw)
+    with pytest.raises(spec.SpecError) as full:
+        design.validate(raw)
+    assert str(full.value) == str(info.value)
+    return str(info.value)
+
+
+def with_(path: str, value):
+    raw = copy.deepcopy(BASE)
+    spec.set_path(raw, path, value) if "." in path else raw.__setitem__(path, value)
+    return raw
+
+
+def test_valid_spec_resolves_defaults():
+    s = design.validate(BASE)
+    assert s.model.init.scheme == "rotrnn"
+    assert s.baseline()["task"]["min_length"] == 10  # the task's own default filled in
+    assert s.seed_list == [0, 1, 2]
+    assert spec.parse(BASE) == s
+
+
+def test_bad_baseline_choice():
+    msg = errors(with_("model.parameterisation", "diagonal"))
+    assert msg.startswith("model.parameterisation: 'diagonal' is not one of: rotation, complex_diagonal")
+
+
+def test_unknown_keys_are_errors_with_suggestion():
+    assert "model.layer: unknown key; did you mean 'layers'?" in errors(with_("model.layer", 3))
+    assert "trian: unknown key; did you mean 'train'?" in errors(with_("trian", {}))
+    assert "task.max_lenght: unknown key" in errors(with_("task.max_lenght", 3))
+
+
+def test_unknown_task_lists_tasks():
+    msg = errors(with_("task", {"name": "listopz"}))
+    assert msg.startswith("task.name: 'listopz' is not one of: listops")
+
+
+def test_bad_init_scheme():
+    assert "model.init.scheme: 'circle' is not one of: ring, rotrnn" in errors(with_("model.init", {"scheme": "circle"}))
+    msg = errors(with_("model.init", {"scheme": "ring", "r_min": 0.99, "r_max": 0.9}))
+    assert msg == "model.init: r_min (0.99) must not exceed r_max (0.9)"
+
+
+def test_heads_must_fit_the_parameterisations_state():
+    # rotation: heads of even size; complex diagonal: heads group the state_dim/2 complex modes
+    assert "rotation heads need an even size: state_dim/heads = 8/8 is odd" in errors(with_("model.heads", 8))
+    raw = with_("model.parameterisation", "complex_diagonal")
+    raw["model"]["heads"] = 8
+    assert "heads (8) must divide the 4 complex modes (state_dim/2) for complex_diagonal" in errors(raw)
+    raw["model"]["parameterisation"] = "real_diagonal"
+    assert spec.parse({**raw, "factors": {}}).model.heads == 8  # a real mode per coordinate: 8 heads of 1
+    assert "state_dim must be even for rotation (got 7)" in errors(with_("model.state_dim", 7))
+
+
+def test_parse_checks_the_shape_only():
+    """What the design implies is design.validate's: parse accepts a spec whose design fails."""
+    raw = with_("factors", {"model.normalisation": ["xi", "zeta"]})
+    assert spec.parse(raw).factors["model.normalisation"] == ["xi", "zeta"]
+    with pytest.raises(spec.SpecError, match=r"factors.model.normalisation\[1\]: 'zeta' is not one of"):
+        design.validate(raw)
+    cells = {**BASE, "design": "cells"}
+    assert spec.parse(cells).design == "cells"
+    with pytest.raises(spec.SpecError, match="design: cells needs a non-empty `cells:` list"):
+        design.validate(cells)
+
+
+def test_not_a_mapping_and_extends_are_refused():
+    with pytest.raises(spec.SpecError, match="<spec> must be a mapping"):
+        spec.parse([1, 2])
+    with pytest.raises(spec.SpecError, match="only a spec file can extend"):
+        spec.parse({"extends": "x.yaml", "name": "x"})
+
+
+def test_spec_and_design_import_no_torch() -> None:
+    """Validation stays torch-free (fast): the registries load implementations only when asked."""
+    code = ("import sys\nfrom ablate import design, spec, tuning, schema\nfrom ablate.models import registry\n"
+            "s = design.load('studies/quickstart.yaml')\nassert design.items(s)\nschema.reference_markdown()\n"
+            "assert registry.PARAMETERISATIONS.names\nassert 'torch' not in sys.modules, 'torch imported'\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr

@@ -1,0 +1,54 @@
+"""Tune-then-replicate's shared parts (``ablate.tuning``): applying a setting, seeding the sampler,
+choosing the best finished trial."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from ablate import tuning
+
+CONFIG = {"model": {"layers": 1, "init": {"scheme": "ring", "r_min": 0.9}}, "train": {"lr": 1e-3, "steps": 5}}
+
+
+def test_apply_sets_dotted_paths_on_a_copy():
+    before = copy.deepcopy(CONFIG)
+    out = tuning.apply(CONFIG, {"train.lr": 0.01, "model.init.r_min": 0.5, "model.layers": 3})
+    assert out == {"model": {"layers": 3, "init": {"scheme": "ring", "r_min": 0.5}},
+                   "train": {"lr": 0.01, "steps": 5}}
+    assert CONFIG == before  # the config a cell carries is not touched
+    assert tuning.apply(CONFIG, {}) == CONFIG and tuning.apply(CONFIG, {}) is not CONFIG
+
+
+def test_apply_creates_no_paths():
+    with pytest.raises(KeyError):
+        tuning.apply(CONFIG, {"optim.beta": 0.9})  # "optim" is not a mapping of the config
+    with pytest.raises(KeyError):
+        tuning.apply(CONFIG, {"train.lr.value": 0.9})  # lr is a leaf
+
+
+def test_sampler_seed_is_stable_and_differs_across_trials_and_cells():
+    # The seed of a tuning trial must not change between versions: a resumed study re-samples
+    # its unfinished tuning trials and must draw the settings it drew before.
+    assert tuning.sampler_seed("0123456789ab", 0) == 3890799955
+    assert tuning.sampler_seed("0123456789ab", 1) == 515268711
+    assert tuning.sampler_seed("ba9876543210", 0) == 1247754304
+    seeds = {tuning.sampler_seed(cell, i) for cell in ("a", "b", "c") for i in range(50)}
+    assert len(seeds) == 150 and all(0 <= s < 2**32 for s in seeds)
+
+
+def test_best_follows_the_direction_and_breaks_ties_by_index():
+    results = [(0, {"lr": 1}, 0.5), (1, {"lr": 2}, 0.7), (2, {"lr": 3}, 0.2), (3, {"lr": 4}, 0.7)]
+    assert tuning.best(results, "maximize") == (1, {"lr": 2})  # 1 and 3 tie: the lower index
+    assert tuning.best(results, "minimize") == (2, {"lr": 3})
+    assert tuning.best(list(reversed(results)), "maximize") == (1, {"lr": 2})  # order does not matter
+
+
+def test_best_ignores_what_did_not_finish_with_a_number():
+    results = [(0, {"a": 0}, math.nan), (1, {"a": 1}, 0.1), (2, {"a": 2}, math.inf), (3, {"a": 3}, None)]
+    assert tuning.best(results, "maximize") == (1, {"a": 1})
+    assert tuning.best(results, "minimize") == (1, {"a": 1})
+    assert tuning.best([(0, {}, math.nan)], "maximize") is None
+    assert tuning.best([], "minimize") is None
