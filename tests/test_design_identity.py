@@ -107,3 +107,33 @@ def test_cell_id_changes_with_a_fixed_setting():
     ids = {c.id for c in design.cells(design.validate(SPEC_BASE))}
     other = {c.id for c in design.cells(design.validate(with_("train.lr", 1e-3)))}
     assert ids.isdisjoint(other)
+
+
+def test_a_setting_added_later_stays_out_of_the_id_at_its_neutral_value(monkeypatch):
+    s = design.validate(SPEC_BASE)
+    before = [c.id for c in design.cells(s)]
+    config = design.cells(s)[0].config
+    # Pretend train.log_every were new, with its current value as the behaviour from before it existed.
+    monkeypatch.setitem(identity.NEUTRAL, "train.log_every", config["train"]["log_every"])
+    assert [c.id for c in design.cells(s)] == before  # ids hash the config without it...
+    changed = copy.deepcopy(config)
+    changed["train"]["log_every"] += 1
+    assert identity.cell_id(changed) != identity.cell_id(config)  # ...and any other value is a new cell
+    assert "log_every" not in identity.identity_config(config)["train"]
+    assert "log_every" in identity.identity_config(changed)["train"]
+
+
+def test_a_level_version_renews_only_the_cells_that_use_the_level(monkeypatch):
+    from ablate.models import registry
+
+    s = design.validate(SPEC_BASE)
+    before = {c.labels["model.parameterisation"] + "/" + c.labels["model.normalisation"]: c.id for c in design.cells(s)}
+    bumped = [registry.Level(lv.name, lv.target, lv.description, lv.modes,
+                             version=2 if lv.name == "complex_diagonal" else lv.version)
+              for lv in registry.PARAMETERISATIONS]
+    monkeypatch.setitem(registry.MODEL_FACTORS, "model.parameterisation",
+                        registry.Registry("parameterisation", *bumped))
+    after = {c.labels["model.parameterisation"] + "/" + c.labels["model.normalisation"]:
+             identity.cell_id(c.config) for c in design.cells(s)}
+    for label, cid in before.items():
+        assert (after[label] != cid) == label.startswith("complex_diagonal"), label

@@ -4,6 +4,15 @@ A cell's id hashes its resolved configuration (defaults filled), the task's data
 (generator version and parameters) and ``CODE_VERSION`` — plus the tuning protocol (search
 space, sampler, objective, tuning seeds; not the trial budget) when the spec tunes. It does not
 depend on key order, YAML formatting, labels, the design or the study that asked for it.
+
+Two rules keep the ids of cells run by earlier versions valid while the code grows:
+
+- A setting added to the spec later is left out of the id while it holds the value that
+  reproduces the behaviour before it existed (``NEUTRAL``); any other value makes a new cell.
+- A factor level whose implementation changed so that its old results are not comparable gets a
+  ``version`` in ``ablate.models.registry``; versions above 1 enter the id of the cells using it
+  (so only those cells become new), version 1 stays out. ``CODE_VERSION`` is for changes that
+  touch every cell.
 """
 
 from __future__ import annotations
@@ -13,11 +22,16 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from ablate.spec import Spec
+from ablate.models.registry import MODEL_FACTORS
+from ablate.spec import Spec, get_path
 
 # Bump when a change to models or training makes old results incomparable (task generators
 # carry their own version, which enters the id through the data version).
 CODE_VERSION = "1"
+
+#: Settings added after cells were first stored: dotted path → the value that reproduces the
+#: behaviour from before the setting existed. At that value a setting is not part of a cell's id.
+NEUTRAL: dict[str, Any] = {}
 
 
 def canonical_json(data: Any) -> str:
@@ -42,9 +56,39 @@ def data_version(task: dict[str, Any]) -> str:
     return task_data_version(canonical_json(task))
 
 
+def identity_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The resolved config as the id sees it: ``NEUTRAL`` settings at their neutral value removed."""
+    out = json.loads(canonical_json(config))
+    for path, neutral in NEUTRAL.items():
+        *parents, key = path.split(".")
+        node = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node and canonical_json(node[key]) == canonical_json(neutral):
+            del node[key]
+    return out
+
+
+def level_versions(config: dict[str, Any]) -> dict[str, int]:
+    """``factor path`` → version of the level the config uses, for versions above 1."""
+    out = {}
+    for path, levels in MODEL_FACTORS.items():
+        try:
+            name = get_path(config, path)
+        except KeyError:
+            continue
+        if name in levels and levels.level(name).version > 1:
+            out[path] = levels.level(name).version
+    return out
+
+
 def cell_id(config: dict[str, Any], tune: dict[str, Any] | None = None, n: int = 12) -> str:
-    """hash(resolved config + task data version + code version [+ tuning protocol])."""
-    key: dict[str, Any] = {"config": config, "data": data_version(config["task"]), "code": CODE_VERSION}
+    """hash(resolved config + task data version + code version [+ level versions] [+ tuning protocol])."""
+    key: dict[str, Any] = {"config": identity_config(config), "data": data_version(config["task"]),
+                           "code": CODE_VERSION}
+    versions = level_versions(config)
+    if versions:
+        key["levels"] = versions
     if tune:
         key["tune"] = tune
     return hashlib.sha256(canonical_json(key).encode()).hexdigest()[:n]

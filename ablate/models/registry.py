@@ -25,13 +25,16 @@ class Level:
     absence of one (no nonlinearity). ``modes``: for a parameterisation, what its state is made
     of, which decides the state sizes and heads it accepts: ``real`` (one coordinate per mode),
     ``complex`` (a complex mode is two coordinates, heads group modes) or ``rotation`` (heads of
-    even size made of 2×2 rotation blocks).
+    even size made of 2×2 rotation blocks). ``version``: bump it when the implementation changes
+    so that results trained before are not comparable; it then enters the id of every cell that
+    uses the level (``ablate.design.identity``), and only of those.
     """
 
     name: str
     target: str | None
     description: str
     modes: str = ""
+    version: int = 1
 
     def load(self) -> Any:
         if self.target is None:
