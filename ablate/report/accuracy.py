@@ -30,6 +30,7 @@ from ablate.report.format import (
     ci,
     count,
     finite,
+    level,
     metric_name,
     num,
     p_is,
@@ -53,7 +54,7 @@ def cell_table(summary: pd.DataFrame, reference_id: str | None = None, confidenc
                chance_known: bool = True) -> pd.DataFrame:
     """Per cell (``stats.cell_summary``): status, n, mean [CI], median, sd, and the diverged /
     never-learned / failed / pending counts, each in its own column."""
-    level = f"{confidence:.0%}"
+    pct = level(confidence)
     rows = []
     for _, r in summary.iterrows():
         label = str(r["cell_label"]) + (" (reference)" if r["cell_id"] == reference_id else "")
@@ -61,7 +62,7 @@ def cell_table(summary: pd.DataFrame, reference_id: str | None = None, confidenc
             "cell": label,
             "status": str(r["status"]).replace("_", " "),
             "n": int(r["n"]),
-            f"mean [{level} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"]),
+            f"mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"]),
             "median": num(r["median"]),
             "sd": num(r["sd"]),
             "diverged": share(r["n_diverged"], r["n_finished"]),
@@ -69,7 +70,7 @@ def cell_table(summary: pd.DataFrame, reference_id: str | None = None, confidenc
             "failed": count(r["n_failed"]),
             "pending": count(r["n_pending"]),
         })
-    cols = ["cell", "status", "n", f"mean [{level} CI]", "median", "sd", "diverged", "never learned", "failed",
+    cols = ["cell", "status", "n", f"mean [{pct} CI]", "median", "sd", "diverged", "never learned", "failed",
             "pending"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -80,7 +81,7 @@ _ES = {"d_z": "d_z", "hedges_g": "g"}
 def comparison_table(comp: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Per compared cell (``stats.compare_to_reference``): test, n, difference [CI], effect size
     [CI], p, Holm-adjusted p with its mark, and the rank test's adjusted p."""
-    level = f"{confidence:.0%}"
+    pct = level(confidence)
     rows = []
     for _, r in comp.iterrows():
         if r["paired"]:
@@ -99,21 +100,21 @@ def comparison_table(comp: pd.DataFrame, confidence: float = 0.95) -> pd.DataFra
             "test": str(r["test"]).replace(" ", NBSP) if len(str(r["test"])) < 10 else r["test"],
             "n": n,
             "mean": num(r["mean_cell"]),
-            f"Δ vs reference [{level} CI]": with_ci(r["mean_diff"], r["diff_ci_low"], r["diff_ci_high"], sign=True),
-            f"effect size [{level} CI]": es,
+            f"Δ vs reference [{pct} CI]": with_ci(r["mean_diff"], r["diff_ci_low"], r["diff_ci_high"], sign=True),
+            f"effect size [{pct} CI]": es,
             "p": pval(r["p"]),
             "p (Holm)": pval(r["p_adj"]),
             "": r["mark"] if r["mark"] else ("n.s." if finite(r["p_adj"]) else ""),
             "rank test p (Holm)": robust,
         })
-    cols = ["cell", "test", "n", "mean", f"Δ vs reference [{level} CI]", f"effect size [{level} CI]", "p",
+    cols = ["cell", "test", "n", "mean", f"Δ vs reference [{pct} CI]", f"effect size [{pct} CI]", "p",
             "p (Holm)", "", "rank test p (Holm)"]
     return pd.DataFrame(rows, columns=cols)
 
 
 def main_effects_table(effects: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Per factor and level (``stats.main_effects``): cells with results, runs, marginal mean [CI]."""
-    level = f"{confidence:.0%}"
+    pct = level(confidence)
     rows = []
     for _, r in effects.iterrows():
         rows.append({
@@ -121,9 +122,9 @@ def main_effects_table(effects: pd.DataFrame, confidence: float = 0.95) -> pd.Da
             "level": str(r["level"]),
             "cells": f"{int(r['n_cells'])}/{int(r['n_cells_total'])}",
             "runs": int(r["n"]),
-            f"marginal mean [{level} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"]),
+            f"marginal mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"]),
         })
-    return pd.DataFrame(rows, columns=["factor", "level", "cells", "runs", f"marginal mean [{level} CI]"])
+    return pd.DataFrame(rows, columns=["factor", "level", "cells", "runs", f"marginal mean [{pct} CI]"])
 
 
 def interaction_grid(wide: pd.DataFrame, f1: str, f2: str) -> pd.DataFrame:
@@ -142,9 +143,9 @@ def anova_table(table: pd.DataFrame) -> pd.DataFrame:
         resid = r["term"] == "Residual"
         rows.append({
             "term": r["term"],
-            "df": f"{r['df']:.0f}" if finite(r["df"]) else DASH,
-            "sum sq": f"{r['sum_sq']:.4g}",
-            "mean sq": f"{r['mean_sq']:.4g}",
+            "df": num(r["df"], 0),
+            "sum sq": num(r["sum_sq"], 4, sig=True),
+            "mean sq": num(r["mean_sq"], 4, sig=True),
             "F": "" if resid else num(r["F"], 2),
             "p": "" if resid else f"{pval(r['p'])} {r['mark']}".strip(),
             "partial η²": "" if resid else num(r["eta_sq_partial"], 3),
@@ -181,7 +182,7 @@ def _params_text(params: Any, digits: int = 4) -> str:
     data = json.loads(params) if isinstance(params, str) else params
     parts = []
     for k, v in data.items():
-        v = f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+        v = num(v, digits, sig=True) if isinstance(v, float) else str(v)
         parts.append(f"{k}={v}")
     return ", ".join(parts)
 
@@ -219,7 +220,7 @@ def reference_table(refs: pd.DataFrame, trials: pd.DataFrame, summary_by_metric:
     """Published values (``Results.references``) next to this study's mean [CI] for the matching
     cell(s): source, whether confirmed, cell, metric, published, ours, difference, and whether the
     published value lies in our CI."""
-    level = f"{confidence:.0%}"
+    pct = level(confidence)
     rows = []
     for _, r in refs.iterrows():
         summary = summary_by_metric.get(r["metric"])
@@ -246,9 +247,9 @@ def reference_table(refs: pd.DataFrame, trials: pd.DataFrame, summary_by_metric:
                          "n": str(int(m["n"])),
                          "ours − published": signed(m["mean"] - r["value"]) if m["n"] else DASH,
                          "published in our CI": inside})
-    cols = ["source", "confirmed", "cell", "metric", "published", f"ours: mean [{level} CI]", "n",
+    cols = ["source", "confirmed", "cell", "metric", "published", f"ours: mean [{pct} CI]", "n",
             "ours − published", "published in our CI"]
-    out = pd.DataFrame(rows).rename(columns={"ours": f"ours: mean [{level} CI]"})
+    out = pd.DataFrame(rows).rename(columns={"ours": f"ours: mean [{pct} CI]"})
     return out.reindex(columns=cols)
 
 
@@ -409,9 +410,9 @@ def summary_sentences(summary: pd.DataFrame, metric: str, chance: float | None, 
     if len(have) and higher_is_better is not None:
         best = have.loc[have["mean"].idxmax() if higher_is_better else have["mean"].idxmin()]
         out.append(f"Highest mean {name}: {best['cell_label']}, {with_ci(best['mean'], best['ci_low'], best['ci_high'])}"
-                   f" ({confidence:.0%} CI, n = {int(best['n'])})." if higher_is_better else
+                   f" ({level(confidence)} CI, n = {int(best['n'])})." if higher_is_better else
                    f"Lowest mean {name}: {best['cell_label']}, {with_ci(best['mean'], best['ci_low'], best['ci_high'])}"
-                   f" ({confidence:.0%} CI, n = {int(best['n'])}).")
+                   f" ({level(confidence)} CI, n = {int(best['n'])}).")
     never = summary[pd.to_numeric(summary["n_never_learned"], errors="coerce").fillna(0) > 0]
     if chance is not None and len(never):
         total = int(never["n_never_learned"].sum())
@@ -497,7 +498,7 @@ def accuracy_by_cell(
             elinewidth=1.2,
             capsize=2.5,
             zorder=3,
-            label=f"mean ± {confidence:.0%} CI",
+            label=f"mean ± {level(confidence)} CI",
         )
         _chance_line(ax, chance, vertical=True)
         if metric.endswith("accuracy"):  # a CI past [0, 1] (few seeds, wide spread) must not squash the points
@@ -516,7 +517,7 @@ def accuracy_by_cell(
         handles = [
             mpl.lines.Line2D([], [], ls="", marker="o", ms=4, color=SEED_COLOR, label="seed"),
             mpl.lines.Line2D(
-                [], [], ls="", marker="D", ms=4, color=MEAN_COLOR, label=f"mean ± {confidence:.0%} CI"
+                [], [], ls="", marker="D", ms=4, color=MEAN_COLOR, label=f"mean ± {level(confidence)} CI"
             ),
         ]
         if chance is not None:
@@ -585,7 +586,7 @@ def main_effects_plot(
         for ax in axes[len(factors) :]:
             ax.set_axis_off()
         for row in range(nrows):
-            axes[row * ncols].set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {confidence:.0%} CI)")
+            axes[row * ncols].set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
     return fig
 
 
@@ -628,7 +629,7 @@ def interaction_plot(
         )
         ax.set_xlim(-0.5, len(levels1) - 0.5)
         ax.set_xlabel(wrap(f1, 60))
-        ax.set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {confidence:.0%} CI)")
+        ax.set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
         ax.grid(axis="x", visible=False)
         ax.legend(title=wrap(f2, 22), loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     return fig

@@ -67,7 +67,7 @@ for part in chunks(summary.cell_id, cells_per_figure):
 # (BCa) and need at least four seeds; with few seeds they are rough.
 
 # %%
-reference_line = f"Reference: **{ref_label}**. α = {alpha:g}; intervals at {confidence:.0%}."
+reference_line = f"Reference: **{ref_label}**. α = {alpha:g}; intervals at {fmt.level(confidence)}."
 if comparisons.empty:
     say(reference_line, "There is no other cell to compare with.")
 else:
