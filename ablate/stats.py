@@ -23,6 +23,12 @@ Conventions, decided once for every function:
   category order of a categorical column), which is the plan's order when the results API wrote
   it.
 * **Determinism.** Every bootstrap takes a ``seed`` (default 0); equal inputs give equal outputs.
+
+This is the analysis of the ``accuracy`` report and the estimators every analysis shares (``cv``,
+``cv_with_ci``, ``bootstrap_ci``, ``t_interval``); the norm-stability analysis is
+``ablate.stats_norms``. Nothing here formats a number or draws: the accuracy report's tables,
+sentences and figures are ``ablate.report.accuracy``. Adding a section to that report touches a
+function here, its presentation there, and the notebook ``ablate/report/notebooks/accuracy.py``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ __all__ = [
     "cell_summary",
     "compare_to_reference",
     "completed_runs",
+    "cv",
     "cv_by",
     "cv_with_ci",
     "infer_factors",
@@ -213,6 +220,17 @@ def _cv(x: np.ndarray, axis: int = -1, ddof: int = 1) -> np.ndarray:
         return np.std(x, axis=axis, ddof=ddof) / np.abs(np.mean(x, axis=axis))
 
 
+def cv(values: Sequence[float] | np.ndarray, ddof: int = 1) -> float:
+    """Coefficient of variation ``sd / |mean|`` of the finite ``values``.
+
+    NaN for fewer than two values; infinite when the mean is zero and the sd is not (NaN when both
+    are). The point estimate of ``cv_with_ci``.
+    """
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    return float(_cv(x, ddof=ddof)) if x.size >= 2 else np.nan
+
+
 def cv_with_ci(
     values: Sequence[float] | np.ndarray,
     confidence: float = 0.95,
@@ -230,7 +248,7 @@ def cv_with_ci(
     n = int(x.size)
     if n < 2:
         return Estimate(np.nan, np.nan, np.nan, n)
-    value = float(_cv(x, ddof=ddof))
+    value = cv(x, ddof=ddof)
     if n < MIN_N_BOOTSTRAP:
         return Estimate(value, np.nan, np.nan, n)
 

@@ -3,6 +3,8 @@
 Both are xdist-safe: databases get unique names, and a session's server listens on a free port.
 ``scripts/test.sh`` starts PostgreSQL (``$ABLATE_TEST_POSTGRES``) and an MLflow server
 (``$ABLATE_TEST_MLFLOW``); without the latter each test session starts its own ``ablate serve``.
+The small real studies that the results, statistics and report tests read (``tests/real_studies.py``)
+are built once per session, shared by its xdist workers.
 """
 
 from __future__ import annotations
@@ -93,3 +95,19 @@ def shm_tmp_path(tmp_path: Path) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def accuracy_study(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """The root of the partial accuracy study of ``tests/real_studies.py``, built once per session."""
+    import real_studies as studies
+
+    return studies.shared_root(tmp_path_factory, request.config, "accuracy-study", studies.build_accuracy)
+
+
+@pytest.fixture(scope="session")
+def norm_study(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """The root of the norm study of ``tests/real_studies.py``, built once per session."""
+    import real_studies as studies
+
+    return studies.shared_root(tmp_path_factory, request.config, "norm-study", studies.build_norm)

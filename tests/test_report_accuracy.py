@@ -1,49 +1,32 @@
-"""The accuracy report on a real, partial study: results API additions, tables, the rendered HTML/PDF.
+"""The accuracy report's presentation (``ablate.report.accuracy``): its tables on a real partial study,
+its sentences and figures on constructed data, and the report rendered through the CLI (HTML, PDF).
 
-One small study is shared by the module: a 2 × 2 grid (normalisation × layers) that tunes the
-learning rate (one trial per cell) and replicates on two seeds, with one replicate failing by an
-injected fault; then the spec grows a third normalisation level whose cells stay pending.
+The study is the partial accuracy study of ``tests/real_studies.py`` (built once per session): a 2 × 2
+grid that tuned and replicated on two seeds with one injected failure, grown by a third
+normalisation level whose cells stay pending.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
+import real_studies as studies
+from frames import CHANCE, METRIC, A, B, factorial, set_status
 
 from ablate import stats
-from ablate.report import tables as tb
+from ablate.report import accuracy as acc
+from ablate.report import format as fmt
 
-NAME = "accrep"
-SPEC = {
-    "name": NAME,
-    "description": "accuracy report test study",
-    "task": {"name": "listops", "max_depth": 3, "max_length": 20, "train_size": 64, "val_size": 32,
-             "test_size": 32, "seed": 0},
-    "model": {"d_model": 8, "state_dim": 4, "layers": 1, "heads": 1},
-    "train": {"steps": 4, "batch_size": 8, "eval_every": 2, "log_every": 2},
-    "probes": {"enabled": False},  # the accuracy report reads no norm curves
-    "factors": {"model.normalisation": ["xi", "gamma", "none"], "model.layers": [1, 2]},
-    "seeds": 2,
-    "tune": {"trials": 1, "space": {"train.lr": {"low": 1e-3, "high": 1e-2, "log": True}}},
-    "references": [
-        {"value": 0.5, "source": "Made-up et al. 2024, Table 2", "confirmed": True},
-        {"value": 0.3, "source": "Other paper", "cell": {"model.normalisation": "gamma", "model.layers": 2},
-         "note": "longer training"},
-        {"value": 0.4, "source": "Pending paper", "cell": {"model.normalisation": "none"}},
-    ],
-}
-FAILING = {"model.normalisation": "gamma", "model.layers": "2"}  # its replicate on seed 1 fails
+NAME = studies.ACCURACY_NAME
 
 
 def _cli(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -57,184 +40,50 @@ def _cli(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
     return res
 
 
-def _run(spec, stores, fail_key: str | None) -> None:
-    """What `ablate run` does, in process, with a fault injected into one item."""
-    from ablate.design import items, spec_hash
-    from ablate.runner import study as st
-    from ablate.runner import tracking
-    from ablate.runner.worker import run_item
-
-    study, _ = st.prepare(spec, items(spec), stores)
-    parent = tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec))
-    study.set_user_attr("mlflow_parent_run_id", parent)
-    while (trial := st.claim(study)) is not None:
-        fault = trial.user_attrs.get("item") == fail_key
-        if fault:
-            os.environ["ABLATE_FAULT"] = "error@1"
-        try:
-            run_item(study, trial, stores, "cpu", lambda event, info: None)
-        finally:
-            os.environ.pop("ABLATE_FAULT", None)
-
-
 @pytest.fixture(scope="module")
-def study_root(tmp_path_factory) -> Path:
-    from ablate.design import items, validate
-    from ablate.runner import study as st
-    from ablate.stores import resolve
-
-    root = tmp_path_factory.mktemp("accuracy")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ABLATE_HOME", str(root / ".ablate"))
-        mp.setenv("ABLATE_CACHE_DIR", str(root / "cache"))
-        mp.delenv("ABLATE_STORAGE", raising=False)
-        mp.delenv("ABLATE_TRACKING_URI", raising=False)
-        mp.delenv("ABLATE_FAULT", raising=False)
-        stores = resolve()
-        first = copy.deepcopy(SPEC)
-        first["factors"]["model.normalisation"] = ["xi", "gamma"]
-        first["references"] = first["references"][:2]  # the third names a level this subset lacks
-        first_spec = validate(first)
-        failing = next(i for i in items(first_spec)
-                       if i.phase == "replicate" and i.seed == 1 and i.cell.labels == FAILING)
-        _run(first_spec, stores, failing.key)
-        full = validate(SPEC)
-        st.prepare(full, items(full), stores)  # the third level's cells: queued, never run
-    (root / "spec.yaml").write_text(yaml.safe_dump(SPEC, sort_keys=False))
-    return root
+def study_root(accuracy_study) -> Path:
+    return accuracy_study
 
 
 @pytest.fixture(scope="module")
 def res(study_root):
-    from ablate import results
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ABLATE_HOME", str(study_root / ".ablate"))
-        return results.load(NAME, curves=False, metrics=True)
+    return studies.load(study_root, NAME, curves=False, metrics=True)
 
 
 @pytest.fixture(scope="module")
 def rendered(study_root) -> Path:
     """The accuracy report, rendered once through the CLI (HTML and PDF), with a chosen reference."""
-    _cli(study_root, "report", NAME, "--reports", "accuracy", "--format", "html,pdf", "--out", "out",
+    out = f"out-{uuid.uuid4().hex[:8]}"  # the study is shared: each xdist worker renders its own
+    _cli(study_root, "report", NAME, "--reports", "accuracy", "--format", "html,pdf", "--out", out,
          "--param", "reference=normalisation=xi, layers=2", "--param", "alpha=0.05")
-    return study_root / "out"
+    return study_root / out
 
 
-# --- the results API --------------------------------------------------------------------------
-
-
-def test_results_of_a_partial_study(res):
-    t = res.trials
-    reps = t.filter(t["phase"] == "replicate")
-    assert reps.height == 6 * 2 and t.filter(t["phase"] == "tune").height == 6
-    counts = reps["status"].value_counts().sort("status")
-    assert dict(counts.iter_rows()) == {"complete": 7, "failed": 1, "pending": 4}
-    failed = reps.filter(reps["status"] == "failed").row(0, named=True)
-    assert failed["failure_kind"] == "error" and "injected fault" in failed["failure_message"]
-    assert failed["model.normalisation"] == "gamma" and failed["seed"] == 1
-    tune = t.filter((t["phase"] == "tune") & (t["status"] == "complete"))
-    assert tune.height == 4 and tune["tune_index"].to_list() == [0] * 4
-    assert all("train.lr" in json.loads(p) for p in tune["params"])
-    done = reps.filter(reps["status"] == "complete")
-    assert all(s and "/tune/0" in s for s in done["tuned_from"])
-    # Metrics carry the phase, so curves can leave the tuning trials out.
-    assert set(res.metrics["phase"].unique()) == {"tune", "replicate"}
-    assert "val/accuracy" in set(res.metrics["name"].unique())
-
-
-def test_tuning_summary_per_cell(res):
-    tuning = res.tuning().to_pandas()
-    assert len(tuning) == 6
-    ran = tuning[tuning.complete == 1]
-    assert len(ran) == 4 and ran.best_index.eq(0).all() and ran.best_value.between(0, 1).all()
-    assert all(0.001 <= json.loads(p)["train.lr"] <= 0.01 for p in ran.best_params)
-    pending = tuning[tuning.complete == 0]
-    assert len(pending) == 2 and pending.unfinished.eq(1).all() and pending.best_params.isna().all()
-
-
-def test_reference_cell_and_published_references(res):
-    base_id, why = res.reference_cell()
-    assert base_id == res.baseline_cell and "baseline" in why
-    label = "normalisation=gamma, layers=2"
-    cid, why = res.reference_cell(label)
-    assert res.trials.filter(res.trials["cell_id"] == cid)["cell_label"][0] == label and "parameter" in why
-    with pytest.raises(KeyError, match="cells are"):
-        res.reference_cell("no such cell")
-    refs = res.references().to_pandas()
-    assert list(refs.source) == ["Made-up et al. 2024, Table 2", "Other paper", "Pending paper"]
-    assert list(refs.confirmed) == [True, False, False]
-    assert list(refs.cell_ids[0]) == [res.baseline_cell]
-    assert list(refs.cell_labels[1]) == [label]
-    assert sorted(refs.cell_labels[2]) == ["normalisation=none, layers=1", "normalisation=none, layers=2"]
-
-
-def test_provenance_summary(res):
-    prov = res.provenance()
-    assert prov["spec_hash"] == res.spec_hash and prov["spec"]["name"] == NAME
-    assert prov["counts"] == {"complete": 11, "pending": 6, "failed": 1}
-    assert prov["items"] == 18 and prov["cells"] == 6
-    assert sum(prov["git_commits"].values()) == 12  # every trial that ran recorded its commit
-    assert "cpu" in next(iter(prov["devices"]))
-    assert set(prov["versions"]) >= {"python", "torch", "optuna", "mlflow"}
-    assert prov["first_started"] <= prov["last_finished"]
-
-
-def test_provenance_redacts_credentials(res):
-    from ablate.results import Results
-    from ablate.stores import Stores
-
-    stores = Stores("postgresql+psycopg://alice:s3cret-pw@db.example:5432/ablate",
-                    "http://bob:tok3n@mlflow.example:5000", None)
-    fake = Results(study=res.study, spec=res.spec, spec_hash=res.spec_hash, stores=stores.describe(),
-                   factors=res.factors, trials=res.trials, trial_provenance=res.trial_provenance)
-    text = json.dumps(fake.provenance(), default=str)
-    assert "s3cret-pw" not in text and "tok3n" not in text
-    assert "alice:***@db.example" in text and "bob:***@mlflow.example" in text
-    # provenance() redacts again, whatever the caller put into ``stores``.
-    raw = Results(study=res.study, spec=res.spec, spec_hash=res.spec_hash,
-                  stores={"storage": "postgresql://u:pw123@h/db"}, factors=res.factors, trials=res.trials)
-    assert "pw123" not in json.dumps(raw.provenance(), default=str)
-
-
-# --- statistics and tables on the study -------------------------------------------------------
-
-
-def test_anova_on_the_levels_with_results(res):
-    trials = res.trials.to_pandas()
-    factors = ["model.normalisation", "model.layers"]
-    ok, why = stats.anova_applicable(trials, "test_accuracy", factors)
-    assert not ok and "full factorial" in why
-    subset, dropped = stats.anova_on_finished_levels(trials, "test_accuracy", factors)
-    assert dropped == {"model.normalisation": ["none"]}
-    table = stats.anova(subset, "test_accuracy", factors)
-    assert list(table.term) == ["model.normalisation", "model.layers", "model.normalisation × model.layers",
-                                "Residual"]
-    assert table.loc[table.term == "Residual", "df"].item() == 7 - 4
+# --- tables on the study ----------------------------------------------------------------------
 
 
 def test_tables_from_the_study(res):
     trials = res.trials.to_pandas()
     chance = res.chance
     summary = stats.cell_summary(trials, "test_accuracy", chance)
-    cells = tb.cell_table(summary, res.baseline_cell)
+    cells = acc.cell_table(summary, res.baseline_cell)
     assert list(cells.columns) == ["cell", "status", "n", "mean [95% CI]", "median", "sd", "diverged",
                                    "never learned", "failed", "pending"]
     assert cells.cell.iloc[0].endswith("(reference)")
     by = dict(zip(summary.cell_label, cells.to_dict("records"), strict=True))
     assert by["normalisation=gamma, layers=2"]["failed"] == "1" and by["normalisation=gamma, layers=2"]["n"] == 1
     assert by["normalisation=none, layers=1"]["status"] == "pending"
-    assert by["normalisation=none, layers=1"]["mean [95% CI]"] == tb.DASH
-    failures = tb.failure_table(trials)
+    assert by["normalisation=none, layers=1"]["mean [95% CI]"] == fmt.DASH
+    failures = acc.failure_table(trials)
     assert list(failures.columns) == ["cell", "phase", "seed", "kind", "attempts", "message"]
     assert failures.kind.tolist() == ["error"] and "injected fault" in failures.message[0]
-    refs = tb.reference_table(res.references().to_pandas(), trials, {"test_accuracy": summary})
+    refs = acc.reference_table(res.references().to_pandas(), trials, {"test_accuracy": summary})
     assert refs.confirmed.tolist()[0] == "yes" and "no (unconfirmed)" in refs.confirmed.tolist()
     assert refs.source.tolist()[-2:] == ["Pending paper", ""]  # two matching cells, the source named once
     assert refs["ours: mean [95% CI]"].tolist()[-2:] == ["pending", "pending"]
 
-
 # --- the rendered report ----------------------------------------------------------------------
+
 
 HEADERS = [
     "Summary", "Test accuracy per cell", "mean [95% CI]", "median", "diverged", "never learned", "pending",
@@ -289,17 +138,7 @@ def test_report_cli_rejects_bad_options(study_root):
     res = _cli(study_root, "report", NAME, "--reports", "accuracy", "--param", "alpha=lots", check=False)
     assert res.returncode == 2 and "not a float" in res.stderr
 
-
-# --- formatting and sentences on constructed data ---------------------------------------------
-
-
-def test_number_formatting():
-    assert tb.num(np.nan) == tb.DASH and tb.num(None) == tb.DASH and tb.num(-0.5) == "−0.500"
-    assert tb.with_ci(0.5, 0.4, 0.6) == "0.500 [0.400,\u00a00.600]"
-    assert tb.with_ci(0.5, np.nan, np.nan) == "0.500"
-    assert tb.with_ci(0.01, -0.02, 0.04, sign=True).startswith("+0.010")
-    assert tb.pval(0.0001) == "<0.001" and tb.pval(0.0123) == "0.012" and tb.pval(0.5) == "0.50"
-    assert tb.share(0, 4) == "0" and tb.share(1, 4) == "1/4\u00a0(25%)" and tb.share(1, 0) == tb.DASH
+# --- sentences on constructed data -------------------------------------------------------------
 
 
 def _planted(effect: float, seeds: int = 8) -> pd.DataFrame:
@@ -316,25 +155,95 @@ def _planted(effect: float, seeds: int = 8) -> pd.DataFrame:
 def test_sentences_report_only_what_the_numbers_say():
     trials = _planted(0.05)
     comp = stats.compare_to_reference(trials, "test_accuracy", "base")
-    lines = tb.comparison_sentences(comp, "test_accuracy")
+    lines = acc.comparison_sentences(comp, "test_accuracy")
     assert lines[0].startswith("1 of 2 comparisons with the reference (variant=base) is significant")
     better = comp[comp.cell_id == "better"].iloc[0]
-    assert lines[1].startswith(f"variant=better beats the reference on test accuracy by {tb.signed(better.mean_diff)}")
-    assert f"p_adj = {tb.pval(better.p_adj)}" in lines[1] and "paired t, 8 shared seeds" in lines[1]
+    assert lines[1].startswith(f"variant=better beats the reference on test accuracy by {fmt.signed(better.mean_diff)}")
+    assert f"p_adj {fmt.p_is(better.p_adj)}" in lines[1] and "paired t, 8 shared seeds" in lines[1]
     assert "not significant" in lines[2] and "variant=same" in lines[2]
-    table = tb.comparison_table(comp)
+    table = acc.comparison_table(comp)
     assert table[""].tolist() == [better["mark"], "n.s."]
     # A loss: lower is better, so a positive difference trails.
-    worse = tb.comparison_sentences(comp, "test_loss", higher_is_better=False)
+    worse = acc.comparison_sentences(comp, "test_loss", higher_is_better=False)
     assert "variant=better trails the reference" in worse[1]
 
 
 def test_sentences_when_nothing_can_be_tested():
     trials = _planted(0.0, seeds=1)
     comp = stats.compare_to_reference(trials, "test_accuracy", "base")
-    lines = tb.comparison_sentences(comp, "test_accuracy")
+    lines = acc.comparison_sentences(comp, "test_accuracy")
     assert lines == ["0 of 0 comparisons with the reference (variant=base) are significant at α = 0.05 after "
                      "Holm's correction; 2 cells have too few completed seeds to test."]
     summary = stats.cell_summary(trials, "test_accuracy", chance=0.7)
-    text = " ".join(tb.summary_sentences(summary, "test_accuracy", 0.7, 0.02))
+    text = " ".join(acc.summary_sentences(summary, "test_accuracy", 0.7, 0.02))
     assert "3 runs in 3 cells never learned" in text
+
+# --- figures on a partial study ---------------------------------------------------------------
+
+
+@pytest.fixture
+def partial_study():
+    trials = factorial(effect_a=0.03, seeds=4, rng=np.random.default_rng(6))
+    trials = set_status(trials, "diagonal-layer", [0, 1, 2, 3], "pending")
+    trials = set_status(trials, "rotation-none", [3], "diverged")
+    trials.loc[(trials["cell_id"] == "rotation-none") & (trials["seed"] == 0), METRIC] = 0.5
+    trials["cell_label"] = (
+        "parameterisation=" + trials[A] + ", normalisation=" + trials[B] + " (a long label)"
+    )
+    steps = np.arange(0, 300, 50)
+    curves = pd.DataFrame(
+        [
+            {
+                "cell_id": cid,
+                "cell_label": lbl,
+                "seed": seed,
+                "step": st,
+                "name": "val_accuracy",
+                "value": 0.5 + 0.3 * (1 - np.exp(-st / (80 + 10 * seed))),
+            }
+            for cid, lbl, seed, status in trials[["cell_id", "cell_label", "seed", "status"]].itertuples(
+                index=False
+            )
+            if status == "complete"
+            for st in steps
+        ]
+    )
+    return trials, curves
+
+
+def test_figures_build_on_a_partial_study(partial_study, tmp_path):
+    trials, curves = partial_study
+    cmp = stats.compare_to_reference(trials, METRIC, "rotation-xi", n_resamples=200)
+    figs = {
+        "cells": acc.accuracy_by_cell(trials, METRIC, CHANCE),
+        "main": acc.main_effects_plot(trials, METRIC, [A, B], chance=CHANCE),
+        "inter": acc.interaction_plot(trials, METRIC, A, B, CHANCE),
+        "curves": acc.learning_curves(curves, "val_accuracy", cells=trials, chance=CHANCE),
+        "compare": acc.comparison_plot(cmp, metric=METRIC),
+    }
+    for name, fig in figs.items():
+        assert fig.get_figwidth() <= 7.0
+        fig.savefig(tmp_path / f"{name}.pdf")
+        fig.savefig(tmp_path / f"{name}.png")
+        assert (tmp_path / f"{name}.pdf").stat().st_size > 1000
+        renderer = fig.canvas.get_renderer()
+        page = fig.bbox
+        for ax in fig.axes:  # nothing drawn outside the figure (labels wrapped, not cut off)
+            box = ax.get_tightbbox(renderer)
+            assert box.x0 >= page.x0 - 1 and box.x1 <= page.x1 + 1, name
+    texts = [t.get_text() for t in figs["curves"].axes[5].texts]
+    assert "pending" in texts
+    right = [t.get_text() for t in figs["cells"].axes[1].get_yticklabels()]
+    assert "pending" in right and any("1 diverged" in t for t in right)
+
+
+def test_figures_survive_an_empty_study(partial_study):
+    trials, curves = partial_study
+    nothing = set_status(trials, "rotation-xi", [0, 1, 2, 3], "pending")
+    for cid in nothing["cell_id"].unique():
+        nothing = set_status(nothing, cid, list(range(4)), "pending")
+    acc.accuracy_by_cell(nothing, METRIC, CHANCE)
+    acc.accuracy_by_cell(trials, METRIC, None)  # chance unknown
+    acc.main_effects_plot(nothing, METRIC, [A, B])
+    acc.interaction_plot(nothing, METRIC, A, B)
+    acc.learning_curves(curves.iloc[0:0], "val_accuracy", cells=nothing)

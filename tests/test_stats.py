@@ -1,4 +1,5 @@
-"""Statistics on constructed data: planted effects are found, null effects stay near nominal."""
+"""The accuracy statistics (``ablate.stats``) on constructed data — planted effects are found, null
+effects stay near nominal — and on a real partial study."""
 
 from __future__ import annotations
 
@@ -11,76 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from frames import CHANCE, METRIC, A, B, factorial, make_trials, set_status
 from scipy import stats as sps
 
 from ablate import stats
-from ablate.report import figures
-
-METRIC = "test_accuracy"
-CHANCE = 0.5
-A, B = "model.parameterisation", "model.normalisation"
-
-
-def make_trials(
-    cells: dict[str, float],
-    seeds: int | dict[str, list[int]] = 5,
-    sd: float = 0.01,
-    seed_sd: float = 0.0,
-    rng: np.random.Generator | None = None,
-    factors: dict[str, dict[str, str]] | None = None,
-) -> pd.DataFrame:
-    """A trials frame: cell id -> true mean; noise sd; a shared per-seed offset of ``seed_sd``."""
-    rng = rng or np.random.default_rng(0)
-    per_cell = seeds if isinstance(seeds, dict) else {c: list(range(seeds)) for c in cells}
-    all_seeds = sorted({s for v in per_cell.values() for s in v})
-    seed_effect = dict(zip(all_seeds, rng.normal(0, seed_sd, len(all_seeds)), strict=True))
-    rows = []
-    for cid, mu in cells.items():
-        levels = (factors or {}).get(cid, {})
-        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in levels.items()) or cid
-        for s in per_cell[cid]:
-            rows.append(
-                {
-                    "cell_id": cid,
-                    "cell_label": label,
-                    "seed": s,
-                    "phase": "replicate",
-                    "status": "complete",
-                    "failure_kind": None,
-                    "failure_message": None,
-                    METRIC: mu + seed_effect[s] + rng.normal(0, sd),
-                    **levels,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def factorial(
-    effect_a: float = 0.0,
-    effect_b: float = 0.0,
-    interaction: float = 0.0,
-    seeds: int = 4,
-    sd: float = 0.01,
-    rng: np.random.Generator | None = None,
-) -> pd.DataFrame:
-    """A 2 × 3 full factorial (A: rotation/diagonal, B: xi/none/layer)."""
-    a_levels, b_levels = ["rotation", "diagonal"], ["xi", "none", "layer"]
-    cells, factors = {}, {}
-    for i, a in enumerate(a_levels):
-        for j, b in enumerate(b_levels):
-            cid = f"{a}-{b}"
-            cells[cid] = 0.8 + effect_a * i + effect_b * j + interaction * i * j
-            factors[cid] = {A: a, B: b}
-    return make_trials(cells, seeds, sd=sd, rng=rng, factors=factors)
-
-
-def set_status(trials: pd.DataFrame, cell: str, seeds: list[int], status: str) -> pd.DataFrame:
-    out = trials.copy()
-    mask = (out["cell_id"] == cell) & out["seed"].isin(seeds)
-    out.loc[mask, "status"] = status
-    out.loc[mask, METRIC] = np.nan
-    return out
-
 
 # --- cell_summary ----------------------------------------------------------------------------
 
@@ -405,6 +340,15 @@ def test_cv_with_ci():
     )
 
 
+def test_cv_point_estimate():
+    x = np.random.default_rng(3).normal(5, 1, 12)
+    assert stats.cv(x) == np.std(x, ddof=1) / abs(np.mean(x))
+    assert stats.cv(np.r_[x, np.nan, np.inf]) == stats.cv(x)  # non-finite values are dropped
+    assert stats.cv(x) == stats.cv_with_ci(x).value
+    assert np.isnan(stats.cv([2.0])) and np.isnan(stats.cv([]))
+    assert stats.cv([-1.0, 1.0]) == np.inf and np.isnan(stats.cv([0.0, 0.0]))
+
+
 def test_marks():
     assert [stats.mark_for(p) for p in (0.0001, 0.005, 0.02, 0.05, 0.2, np.nan)] == [
         "***",
@@ -416,79 +360,9 @@ def test_marks():
     ]
 
 
-# --- figures on a partial study ---------------------------------------------------------------
-
-
-@pytest.fixture
-def partial_study():
-    trials = factorial(effect_a=0.03, seeds=4, rng=np.random.default_rng(6))
-    trials = set_status(trials, "diagonal-layer", [0, 1, 2, 3], "pending")
-    trials = set_status(trials, "rotation-none", [3], "diverged")
-    trials.loc[(trials["cell_id"] == "rotation-none") & (trials["seed"] == 0), METRIC] = 0.5
-    trials["cell_label"] = (
-        "parameterisation=" + trials[A] + ", normalisation=" + trials[B] + " (a long label)"
-    )
-    steps = np.arange(0, 300, 50)
-    curves = pd.DataFrame(
-        [
-            {
-                "cell_id": cid,
-                "cell_label": lbl,
-                "seed": seed,
-                "step": st,
-                "name": "val_accuracy",
-                "value": 0.5 + 0.3 * (1 - np.exp(-st / (80 + 10 * seed))),
-            }
-            for cid, lbl, seed, status in trials[["cell_id", "cell_label", "seed", "status"]].itertuples(
-                index=False
-            )
-            if status == "complete"
-            for st in steps
-        ]
-    )
-    return trials, curves
-
-
-def test_figures_build_on_a_partial_study(partial_study, tmp_path):
-    trials, curves = partial_study
-    cmp = stats.compare_to_reference(trials, METRIC, "rotation-xi", n_resamples=200)
-    figs = {
-        "cells": figures.accuracy_by_cell(trials, METRIC, CHANCE),
-        "main": figures.main_effects_plot(trials, METRIC, [A, B], chance=CHANCE),
-        "inter": figures.interaction_plot(trials, METRIC, A, B, CHANCE),
-        "curves": figures.learning_curves(curves, "val_accuracy", cells=trials, chance=CHANCE),
-        "compare": figures.comparison_plot(cmp, metric=METRIC),
-    }
-    for name, fig in figs.items():
-        assert fig.get_figwidth() <= 7.0
-        fig.savefig(tmp_path / f"{name}.pdf")
-        fig.savefig(tmp_path / f"{name}.png")
-        assert (tmp_path / f"{name}.pdf").stat().st_size > 1000
-        renderer = fig.canvas.get_renderer()
-        page = fig.bbox
-        for ax in fig.axes:  # nothing drawn outside the figure (labels wrapped, not cut off)
-            box = ax.get_tightbbox(renderer)
-            assert box.x0 >= page.x0 - 1 and box.x1 <= page.x1 + 1, name
-    texts = [t.get_text() for t in figs["curves"].axes[5].texts]
-    assert "pending" in texts
-    right = [t.get_text() for t in figs["cells"].axes[1].get_yticklabels()]
-    assert "pending" in right and any("1 diverged" in t for t in right)
-
-
-def test_figures_survive_an_empty_study(partial_study):
-    trials, curves = partial_study
-    nothing = set_status(trials, "rotation-xi", [0, 1, 2, 3], "pending")
-    for cid in nothing["cell_id"].unique():
-        nothing = set_status(nothing, cid, list(range(4)), "pending")
-    figures.accuracy_by_cell(nothing, METRIC, CHANCE)
-    figures.accuracy_by_cell(trials, METRIC, None)  # chance unknown
-    figures.main_effects_plot(nothing, METRIC, [A, B])
-    figures.interaction_plot(nothing, METRIC, A, B)
-    figures.learning_curves(curves.iloc[0:0], "val_accuracy", cells=nothing)
-
-
 def test_no_torch_needed():
-    code = "import sys, ablate.stats, ablate.report.figures; assert 'torch' not in sys.modules"
+    code = ("import sys, ablate.stats, ablate.stats_norms, ablate.report.accuracy, ablate.report.norm_stability; "
+            "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
 
 
@@ -497,3 +371,26 @@ def test_full_grid_levels_iterate_in_spec_order():
     combos = list(itertools.product(["rotation", "diagonal"], ["xi", "none", "layer"]))
     long = stats.interaction_table(trials, METRIC, A, B)
     assert list(zip(long[A], long[B], strict=True)) == combos
+
+
+# --- on a real partial study (tests/real_studies.py) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def res(accuracy_study):
+    import real_studies as studies
+
+    return studies.load(accuracy_study, studies.ACCURACY_NAME, curves=False, metrics=True)
+
+
+def test_anova_on_the_levels_with_results(res):
+    trials = res.trials.to_pandas()
+    factors = ["model.normalisation", "model.layers"]
+    ok, why = stats.anova_applicable(trials, "test_accuracy", factors)
+    assert not ok and "full factorial" in why
+    subset, dropped = stats.anova_on_finished_levels(trials, "test_accuracy", factors)
+    assert dropped == {"model.normalisation": ["none"]}
+    table = stats.anova(subset, "test_accuracy", factors)
+    assert list(table.term) == ["model.normalisation", "model.layers", "model.normalisation × model.layers",
+                                "Residual"]
+    assert table.loc[table.term == "Residual", "df"].item() == 7 - 4

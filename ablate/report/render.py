@@ -2,6 +2,21 @@
 
 Notebooks live as percent-format scripts in ``notebooks/`` (legible diffs); jupytext turns
 them into notebooks. Every notebook reads results only through ``ablate.results``.
+
+Every report has the same layout, one way from data to page:
+
+    analysis        ablate.stats (accuracy), ablate.stats_norms (norm stability):
+                    pure functions, frames in, numeric frames out; no formatting, no figures
+    presentation    ablate.report.accuracy, ablate.report.norm_stability: that report's
+                    tables (display frames), sentences and figures, from the analysis' frames
+    notebook        ablate/report/notebooks/<report>.py: loads results, calls the two, shows
+                    the output; thin
+    shared          ablate.report.format (numbers, intervals, p-values, dashes, HTML tables),
+                    ablate.report.plotting (figure size, style, palettes, labels, saving),
+                    ablate.report.display (how a notebook puts a block on the page), this module
+
+Adding a section to a report touches its analysis function, its presentation module and its
+notebook; a new report adds one of each (and its name to the registered reports).
 """
 
 from __future__ import annotations
@@ -131,9 +146,6 @@ def to_html(notebook, title: str) -> str:
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     exporter.embed_images = True
     notebook.metadata["title"] = title
-    for cell in notebook.cells:  # warnings and progress bars on stderr are not part of a report
-        if cell.get("outputs"):
-            cell.outputs = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
     html, _ = exporter.from_notebook_node(notebook)
     html = _SCRIPT.sub("", html)
     return html.replace("</head>", _PRINT_CSS + "</head>", 1)

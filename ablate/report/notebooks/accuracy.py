@@ -15,54 +15,17 @@ max_interactions = 6  # two-factor interaction plots shown at most
 cells_per_figure = 16
 
 # %%
-import base64
-import html as html_lib
-import io
 import itertools
 import warnings
 
-import matplotlib
-
-matplotlib.use("Agg")
 import pandas as pd
-import yaml
-from IPython.display import HTML, Markdown, display
 
 from ablate import results, stats
-from ablate.report import figures
-from ablate.report import tables as tb
-from ablate.stores import redact
+from ablate.report import accuracy as acc
+from ablate.report import format as fmt
+from ablate.report.display import chunks, say, show, show_figure, show_text
 
 warnings.filterwarnings("ignore")
-
-
-def show(frame, intro=(), heading=None):
-    """A table with its heading and introduction as one block: the text stays with the table's
-    first rows on the page."""
-    intro = [intro] if isinstance(intro, str) else list(intro)
-    parts = [f"<h2>{html_lib.escape(heading)}</h2>"] if heading else []
-    parts += [f"<p>{tb.inline_markdown(text)}</p>" for text in intro if text]
-    display(HTML('<div class="ablate-block">' + "".join(parts) + tb.html(frame) + "</div>"))
-
-
-def say(*lines):
-    display(Markdown("\n\n".join(line for line in lines if line)))
-
-
-def show_fig(fig, title=None, after=""):
-    """A figure (with its title and an optional table) as one block a page break does not split."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=150)
-    src = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-    head = f"<p><b>{html_lib.escape(title)}</b></p>" if title else ""
-    img = f'<img src="{src}" style="width: {int(fig.get_figwidth() * 96)}px" alt="{html_lib.escape(title or "")}">'
-    display(HTML(f'<div class="ablate-figure">{head}{img}{after}</div>'))
-
-
-def chunks(seq, n):
-    seq = list(seq)
-    return [seq[i : i + n] for i in range(0, len(seq), n)] or [[]]
-
 
 res = results.load(study, storage=storage, tracking_uri=tracking_uri, curves=False, metrics=True)
 trials = res.trials.to_pandas()
@@ -72,25 +35,8 @@ higher_is_better = True if accuracy_like else False
 chance = res.chance if accuracy_like else None
 ref_id, ref_why = res.reference_cell(reference)
 ref_label = trials.loc[trials.cell_id == ref_id, "cell_label"].iloc[0]
-replicates = trials[trials.phase == "replicate"]
-tuning_rows = trials[trials.phase == "tune"]
-status_counts = replicates.status.value_counts()
-n_cells = replicates.cell_id.nunique()
-name = tb.metric_name(metric)
-
-lines = [
-    f"**Study** `{res.study}` · spec hash `{res.spec_hash}`"
-    + (f" — {res.spec.description}" if res.spec.description else ""),
-    f"{n_cells} cell{'s' if n_cells != 1 else ''} × {len(res.spec.seed_list)} "
-    f"seed{'s' if len(res.spec.seed_list) != 1 else ''} = {len(replicates)} replicate run{'s' if len(replicates) != 1 else ''}"
-    + (f", after {len(tuning_rows)} tuning trial{'s' if len(tuning_rows) != 1 else ''}" if len(tuning_rows) else "")
-    + ": " + ", ".join(f"{int(v)} {k}" for k, v in status_counts.items()) + ".",
-    f"Metric: **{name}** over replicate runs (tuning trials never enter an estimate). "
-    + (f"Chance (majority class): {tb.num(chance)}; a run *never learned* when its {name} ≤ chance + {margin:g}."
-       if chance is not None else "Chance: not applicable or unknown; never-learned shares are not computed."),
-    f"Reference cell: **{ref_label}** ({ref_why}).",
-]
-say(*lines)
+name = fmt.metric_name(metric)
+say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
 
 # %% [markdown]
 # ## Summary
@@ -98,18 +44,18 @@ say(*lines)
 # %%
 summary = stats.cell_summary(trials, metric, chance, margin, confidence)
 comparisons = stats.compare_to_reference(trials, metric, ref_id, alpha, confidence=confidence)
-say(*[f"- {s}" for s in tb.summary_sentences(summary, metric, chance, margin, higher_is_better, confidence)
-      + tb.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better)])
+say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, higher_is_better, confidence)
+      + acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better)])
 
 # %%
-show(tb.cell_table(summary, ref_id, confidence, chance is not None), heading=f"{name[:1].upper() + name[1:]} per cell",
+show(acc.cell_table(summary, ref_id, confidence, chance is not None), heading=f"{name[:1].upper() + name[1:]} per cell",
      intro="Mean with its t-based confidence interval over completed replicate runs; *n* counts them. Diverged "
      "runs have no value and are left out of the mean; never-learned runs count in it. Both are shown "
      "apart, as shares of the finished runs. *failed* are infrastructure failures (not a property of the "
      "cell); *pending* are runs not finished yet.")
 for part in chunks(summary.cell_id, cells_per_figure):
-    show_fig(figures.accuracy_by_cell(trials[trials.cell_id.isin(part)], metric, chance, margin=margin,
-                                      confidence=confidence, label_width=46))
+    show_figure(acc.accuracy_by_cell(trials[trials.cell_id.isin(part)], metric, chance, margin=margin,
+                                     confidence=confidence, label_width=46))
 
 # %% [markdown]
 # ## Comparisons with the reference
@@ -121,13 +67,13 @@ for part in chunks(summary.cell_id, cells_per_figure):
 # (BCa) and need at least four seeds; with few seeds they are rough.
 
 # %%
-reference_line = f"Reference: **{ref_label}**. α = {alpha:g}; intervals at {confidence:.0%}."
+reference_line = f"Reference: **{ref_label}**. α = {alpha:g}; intervals at {fmt.level(confidence)}."
 if comparisons.empty:
     say(reference_line, "There is no other cell to compare with.")
 else:
-    show(tb.comparison_table(comparisons, confidence), intro=reference_line)
+    show(acc.comparison_table(comparisons, confidence), intro=reference_line)
     for part in chunks(range(len(comparisons)), cells_per_figure):
-        show_fig(figures.comparison_plot(comparisons.iloc[part], metric=metric, label_width=46))
+        show_figure(acc.comparison_plot(comparisons.iloc[part], metric=metric, label_width=46))
 
 # %% [markdown]
 # ## Main effects
@@ -138,14 +84,14 @@ if not factors:
     say("No factors were varied: there are no main effects.")
 else:
     effects = stats.main_effects(trials, metric, factors, confidence)
-    show(tb.main_effects_table(effects, confidence), intro=[
+    show(acc.main_effects_table(effects, confidence), intro=[
         "The marginal mean of each level: the unweighted mean of the means of the cells at that level, "
         "with a t interval on the pooled within-cell variance. *cells* counts those with results out of "
         "those at the level.",
         "" if full else "**The design is not full factorial**: a level's cells differ in the other factors "
         "too, so these marginal means mix in other factors' effects; the comparisons with the reference "
         "are the cleaner read."])
-    show_fig(figures.main_effects_plot(trials, metric, factors, chance, confidence=confidence))
+    show_figure(acc.main_effects_plot(trials, metric, factors, chance, confidence=confidence))
 
 # %% [markdown]
 # ## Interactions
@@ -163,9 +109,9 @@ else:
             "(report parameter `max_interactions`).")
     for f1, f2 in pairs[:max_interactions]:
         wide = stats.interaction_table(trials, metric, f1, f2, confidence, wide=True)
-        grid = tb.html(tb.interaction_grid(wide, f1, f2)) if wide.size else ""
-        show_fig(figures.interaction_plot(trials, metric, f1, f2, chance, confidence=confidence),
-                 title=f"{f1} × {f2}", after=grid)
+        grid = fmt.table_html(acc.interaction_grid(wide, f1, f2)) if wide.size else ""
+        show_figure(acc.interaction_plot(trials, metric, f1, f2, chance, confidence=confidence),
+                    title=f"{f1} × {f2}", after=grid)
 
 # %% [markdown]
 # ## Analysis of variance
@@ -181,28 +127,9 @@ else:
         if dropped:
             ok = stats.anova_applicable(subset, metric, varied)[0]
     if ok:
-        table = stats.anova(subset, metric, varied)
-        text = ("Type II ANOVA of a full factorial model (every main effect and interaction) fitted by "
-                "least squares (statsmodels). Marks on the uncorrected p: \\* < 0.05, \\*\\* < 0.01, "
-                "\\*\\*\\* < 0.001.")
-        if dropped:
-            left = "; ".join(f"{f}: {', '.join(map(str, lv))}" for f, lv in dropped.items())
-            text += (f" **Partial study:** over the levels with results so far — left out until they have "
-                     f"completed runs: {left}.")
-        show(tb.anova_table(table), intro=text)
+        show(acc.anova_table(stats.anova(subset, metric, varied)), intro=acc.anova_intro(dropped))
     else:
-        empty = summary.loc[summary.n == 0, "cell_label"].tolist()
-        if not full:
-            combos = trials[varied].drop_duplicates()
-            total = 1
-            for f in varied:
-                total *= trials[f].nunique()
-            why = (f"the design ({res.spec.design}) is not a full factorial: it has {len(combos)} of the {total} "
-                   "combinations of the factors' levels. A factorial ANOVA needs them all; read the comparisons "
-                   "with the reference instead")
-        elif empty:
-            why += f"; cells without a completed run: {', '.join(empty[:8])}" + (" …" if len(empty) > 8 else "")
-        say(f"No ANOVA table: {why}.")
+        say(acc.no_anova_text(why, trials, varied, summary, res.spec.design, full))
 
 # %% [markdown]
 # ## Learning curves
@@ -219,8 +146,8 @@ if not len(curves):
 else:
     curve_chance = chance if curve_metric.endswith("accuracy") else None
     for part in chunks(summary.cell_id, 12):
-        show_fig(figures.learning_curves(curves, curve_metric, cells=summary[summary.cell_id.isin(part)],
-                                         chance=curve_chance))
+        show_figure(acc.learning_curves(curves, curve_metric, cells=summary[summary.cell_id.isin(part)],
+                                        chance=curve_chance))
 
 # %% [markdown]
 # ## Tuning
@@ -229,17 +156,8 @@ else:
 if res.spec.tune is None:
     say("The study did not tune: every cell ran its configuration as specified.")
 else:
-    tune = res.spec.tune
-    objective = tune.objective
-    space = "; ".join(
-        f"{path}: " + (f"choices {dim.choices}" if dim.choices is not None
-                       else f"[{dim.low:g}, {dim.high:g}]" + (" log" if dim.log else ""))
-        for path, dim in tune.space.items())
-    verb = "maximising" if objective.resolved_direction == "maximize" else "minimising"
-    show(tb.tuning_table(res.tuning().to_pandas(), objective.metric), intro=(
-        f"Each cell ran {tune.trials} tuning trial{'s' if tune.trials != 1 else ''} ({tune.sampler} sampler) "
-        f"on tuning seeds {', '.join(map(str, tune.seed_list))}, {verb} {tb.metric_name(objective.metric)}; "
-        f"its replicates then ran the best setting. Search space: {space}."))
+    show(acc.tuning_table(res.tuning().to_pandas(), res.spec.tune.objective.metric),
+         intro=acc.tuning_intro(res.spec.tune))
 
 # %% [markdown]
 # ## Against published numbers
@@ -254,7 +172,7 @@ else:
         if m in trials.columns:
             by_metric[m] = stats.cell_summary(trials, m, chance if m.endswith("accuracy") else None, margin,
                                               confidence)
-    show(tb.reference_table(refs, trials, by_metric, confidence), intro=(
+    show(acc.reference_table(refs, trials, by_metric, confidence), intro=(
         "Each published value next to this study's mean for the matching cell. *confirmed* says "
         "whether the value has been checked against its source; unconfirmed values are "
         "provisional."))
@@ -263,7 +181,7 @@ else:
 # ## Failures
 
 # %%
-failures = tb.failure_table(trials)
+failures = acc.failure_table(trials)
 retried = trials[(trials.status == "complete") & (trials.attempts > 1)]
 if failures.empty:
     say("No run diverged or failed.")
@@ -279,33 +197,7 @@ if len(retried):
 
 # %%
 prov = res.provenance()
-
-
-def tally(d):
-    return "; ".join(f"{k} ({v} run{'s' if v != 1 else ''})" for k, v in d.items()) or "—"
-
-
-def when(x):
-    return x.strftime("%Y-%m-%d %H:%M") if x is not None else "—"
-
-
-rows = [
-    ("study", prov["study"]),
-    ("spec hash", prov["spec_hash"]),
-    ("Optuna storage", prov["stores"].get("storage", "—")),
-    ("MLflow tracking", prov["stores"].get("tracking", "—")),
-    ("items", f"{prov['items']} in {prov['cells']} cells: "
-              + ", ".join(f"{v} {k}" for k, v in prov["counts"].items())),
-    ("git commit", tally(prov["git_commits"])),
-    ("devices", tally(prov["devices"])),
-    ("hosts", tally(prov["hosts"])),
-    ("first run started", when(prov["first_started"])),
-    ("last run finished", when(prov["last_finished"])),
-]
-show(pd.DataFrame(rows, columns=["", "value"]))
+show(acc.provenance_table(prov))
 if prov["versions"]:
-    show(pd.DataFrame([(pkg, tally(v)) for pkg, v in prov["versions"].items()], columns=["package", "version"]),
-         intro="**Package versions** (as recorded by each run)")
-spec_text = redact(yaml.safe_dump(prov["spec"], sort_keys=False, allow_unicode=True, width=100))
-display(HTML('<div class="ablate-block"><p><b>The spec as run</b></p><pre class="spec">'
-             + html_lib.escape(spec_text) + "</pre></div>"))
+    show(acc.versions_table(prov), intro="**Package versions** (as recorded by each run)")
+show_text(acc.spec_text(prov), "The spec as run")

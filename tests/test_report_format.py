@@ -1,0 +1,69 @@
+"""The one formatting module of every report (``ablate.report.format``): numbers, intervals, p-values,
+the one dash, the one wording of significance, HTML tables — and both reports using it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from frames import make_trials
+
+from ablate import stats
+from ablate.report import accuracy as acc
+from ablate.report import format as fmt
+
+
+def test_number_formatting():
+    assert fmt.num(np.nan) == fmt.DASH and fmt.num(None) == fmt.DASH and fmt.num(-0.5) == "−0.500"
+    assert fmt.with_ci(0.5, 0.4, 0.6) == "0.500 [0.400,\u00a00.600]"
+    assert fmt.with_ci(0.5, np.nan, np.nan) == "0.500"
+    assert fmt.with_ci(0.01, -0.02, 0.04, sign=True).startswith("+0.010")
+    assert fmt.pval(0.0001) == "<0.001" and fmt.pval(0.0123) == "0.012" and fmt.pval(0.5) == "0.50"
+    assert fmt.share(0, 4) == "0" and fmt.share(1, 4) == "1/4\u00a0(25%)" and fmt.share(1, 0) == fmt.DASH
+
+
+def test_significant_digits_and_units():
+    assert fmt.num(0.004237, 3, sig=True) == "0.00424" and fmt.num(13.52, 3, sig=True) == "13.5"
+    assert fmt.num(-2.5e-5, 2, sig=True) == "−2.5e−05"
+    assert fmt.num(np.inf) == "∞" and fmt.num(-np.inf, sig=True) == "−∞" and fmt.num("abc") == "abc"
+    assert fmt.with_ci(1.7712, 0.488, 6.45, sig=True, unit="×") == "1.77× [0.488,\u00a06.45]"
+    assert fmt.with_ci(1.7712, np.nan, 6.45, sig=True, unit="×") == "1.77×"
+    assert fmt.with_ci(np.nan, 0.1, 0.2, unit="×") == fmt.DASH
+    assert fmt.ci(0.1, None) == fmt.DASH and fmt.signed(np.nan) == fmt.DASH and fmt.signed(0.0) == "+0.000"
+    assert fmt.level(0.95) == "95%" and fmt.level(0.9) == "90%"
+    assert fmt.count(0) == "" and fmt.count(np.nan) == "" and fmt.count(3.0) == "3"
+    assert fmt.metric_name("val/accuracy") == "val accuracy" and fmt.metric_name("test_loss") == "test loss"
+
+
+def test_p_values_in_prose_and_the_one_wording_of_significance():
+    assert fmt.p_is(0.0001) == "< 0.001" and fmt.p_is(0.0123) == "= 0.012" and fmt.p_is(np.nan) == f"= {fmt.DASH}"
+    assert fmt.verdict(True, "95%") == "significant at 95%"
+    assert fmt.verdict(False, "α = 0.05") == "not significant at α = 0.05"
+    assert fmt.verdict(None, "95%", few="too few units to test") == "too few units to test"
+
+
+def test_html_table_escapes_aligns_and_dashes():
+    frame = pd.DataFrame({"cell": ["a<b", "c"], "mean [95% CI]": ["0.5 [0.4,\u00a00.6]", np.nan], "n": [2, 3]})
+    html = fmt.table_html(frame)
+    assert html.startswith('<table class="ablate ">') and "a&lt;b" in html and "<b" not in html.replace("<body", "")
+    assert '<th class="l">cell</th><th>mean [95% CI]</th><th>n</th>' in html
+    assert f"<td>{fmt.DASH}</td>" in html and "nan" not in html
+    wide = fmt.table_html(pd.DataFrame({f"c{i}": ["1"] for i in range(6)}))
+    assert 'class="ablate wide"' in wide and wide.count("<col style=") == 6
+    widths = fmt.column_widths(pd.DataFrame({"cell": ["a long label of a cell"] * 3, "n": ["1"] * 3}), soft=["cell"])
+    assert sum(widths) == pytest.approx(100.0) and widths[0] > widths[1]
+    block = fmt.table_block(frame, intro="**Table 1.** *Mean*", heading="Per cell")
+    assert block.startswith('<div class="ablate-block"><h2>Per cell</h2><p><b>Table 1.</b> <em>Mean</em></p>')
+    assert fmt.inline_markdown("a \\* b `x<y`") == "a * b <code>x&lt;y</code>"
+
+
+def test_both_reports_write_a_missing_value_as_the_one_dash():
+    trials = make_trials({"base": 0.8, "other": 0.8}, seeds=1, sd=0.0)
+    summary = stats.cell_summary(trials, "test_accuracy", chance=None)
+    cells = acc.cell_table(summary, "base", chance_known=False)
+    assert (cells["never learned"] == fmt.DASH).all() and (cells["mean [95% CI]"] == "0.800").all()
+    assert (cells["sd"] == fmt.DASH).all()
+    comp = acc.comparison_table(stats.compare_to_reference(trials, "test_accuracy", "base"))
+    assert comp.loc[0, "p (Holm)"] == fmt.DASH and comp.loc[0, "Δ vs reference [95% CI]"].startswith("+")
+    for frame in (cells, comp):
+        assert not frame.isin(["n/a", "nan", "NaN", "None"]).any().any()

@@ -1,0 +1,156 @@
+"""The results API on real (tiny) studies: the tidy frames, tuning summary, references and
+provenance of a partial study, and the curves a norm study stores for it to read (Parquet
+artifact, thinned MLflow metrics, one probe batch).
+
+The studies are those of ``tests/real_studies.py``, built once per session (fixtures in conftest).
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+import real_studies as studies
+
+NAME = studies.ACCURACY_NAME
+STEPS = studies.NORM_STEPS
+
+
+@pytest.fixture(scope="module")
+def res(accuracy_study):
+    return studies.load(accuracy_study, NAME, curves=False, metrics=True)
+
+
+@pytest.fixture(scope="module")
+def study(norm_study):
+    """The loaded norm study, its stores and its root."""
+    from ablate.stores import resolve
+
+    with pytest.MonkeyPatch.context() as mp:
+        studies.study_env(mp, norm_study)
+        stores = resolve()
+    return studies.load(norm_study, studies.NORM["name"]), stores, norm_study
+
+
+# --- a partial study: trials, tuning, references, provenance --------------------------------------
+
+
+def test_results_of_a_partial_study(res):
+    t = res.trials
+    reps = t.filter(t["phase"] == "replicate")
+    assert reps.height == 6 * 2 and t.filter(t["phase"] == "tune").height == 6
+    counts = reps["status"].value_counts().sort("status")
+    assert dict(counts.iter_rows()) == {"complete": 7, "failed": 1, "pending": 4}
+    failed = reps.filter(reps["status"] == "failed").row(0, named=True)
+    assert failed["failure_kind"] == "error" and "injected fault" in failed["failure_message"]
+    assert failed["model.normalisation"] == "gamma" and failed["seed"] == 1
+    tune = t.filter((t["phase"] == "tune") & (t["status"] == "complete"))
+    assert tune.height == 4 and tune["tune_index"].to_list() == [0] * 4
+    assert all("train.lr" in json.loads(p) for p in tune["params"])
+    done = reps.filter(reps["status"] == "complete")
+    assert all(s and "/tune/0" in s for s in done["tuned_from"])
+    # Metrics carry the phase, so curves can leave the tuning trials out.
+    assert set(res.metrics["phase"].unique()) == {"tune", "replicate"}
+    assert "val/accuracy" in set(res.metrics["name"].unique())
+
+
+def test_tuning_summary_per_cell(res):
+    tuning = res.tuning().to_pandas()
+    assert len(tuning) == 6
+    ran = tuning[tuning.complete == 1]
+    assert len(ran) == 4 and ran.best_index.eq(0).all() and ran.best_value.between(0, 1).all()
+    assert all(0.001 <= json.loads(p)["train.lr"] <= 0.01 for p in ran.best_params)
+    pending = tuning[tuning.complete == 0]
+    assert len(pending) == 2 and pending.unfinished.eq(1).all() and pending.best_params.isna().all()
+
+
+def test_reference_cell_and_published_references(res):
+    base_id, why = res.reference_cell()
+    assert base_id == res.baseline_cell and "baseline" in why
+    label = "normalisation=gamma, layers=2"
+    cid, why = res.reference_cell(label)
+    assert res.trials.filter(res.trials["cell_id"] == cid)["cell_label"][0] == label and "parameter" in why
+    with pytest.raises(KeyError, match="cells are"):
+        res.reference_cell("no such cell")
+    refs = res.references().to_pandas()
+    assert list(refs.source) == ["Made-up et al. 2024, Table 2", "Other paper", "Pending paper"]
+    assert list(refs.confirmed) == [True, False, False]
+    assert list(refs.cell_ids[0]) == [res.baseline_cell]
+    assert list(refs.cell_labels[1]) == [label]
+    assert sorted(refs.cell_labels[2]) == ["normalisation=none, layers=1", "normalisation=none, layers=2"]
+
+
+def test_provenance_summary(res):
+    prov = res.provenance()
+    assert prov["spec_hash"] == res.spec_hash and prov["spec"]["name"] == NAME
+    assert prov["counts"] == {"complete": 11, "pending": 6, "failed": 1}
+    assert prov["items"] == 18 and prov["cells"] == 6
+    assert sum(prov["git_commits"].values()) == 12  # every trial that ran recorded its commit
+    assert "cpu" in next(iter(prov["devices"]))
+    assert set(prov["versions"]) >= {"python", "torch", "optuna", "mlflow"}
+    assert prov["first_started"] <= prov["last_finished"]
+
+
+def test_provenance_redacts_credentials(res):
+    from ablate.results import Results
+    from ablate.stores import Stores
+
+    stores = Stores("postgresql+psycopg://alice:s3cret-pw@db.example:5432/ablate",
+                    "http://bob:tok3n@mlflow.example:5000", None)
+    fake = Results(study=res.study, spec=res.spec, spec_hash=res.spec_hash, stores=stores.describe(),
+                   factors=res.factors, trials=res.trials, trial_provenance=res.trial_provenance)
+    text = json.dumps(fake.provenance(), default=str)
+    assert "s3cret-pw" not in text and "tok3n" not in text
+    assert "alice:***@db.example" in text and "bob:***@mlflow.example" in text
+    # provenance() redacts again, whatever the caller put into ``stores``.
+    raw = Results(study=res.study, spec=res.spec, spec_hash=res.spec_hash,
+                  stores={"storage": "postgresql://u:pw123@h/db"}, factors=res.factors, trials=res.trials)
+    assert "pw123" not in json.dumps(raw.provenance(), default=str)
+
+
+# --- a norm study: what the runs stored for the results API to read ---------------------------------
+
+
+def test_results_give_one_tidy_frame_and_one_probe_batch(study):
+    res, _, _ = study
+    curves = res.curves
+    for col in ("cell_id", "cell_label", "seed", "variant", "step", "layer", "head", "t", "value", "kind", "quantity"):
+        assert col in curves.columns
+    assert curves.select("cell_id", "seed").unique().height == 4
+    fp = res.metrics.filter(pl.col("name") == "probe/batch_fingerprint")
+    assert fp.height == 4 and fp["value"].n_unique() == 1
+    assert res.metrics.filter(pl.col("name") == "probe/white_noise_fingerprint")["value"].n_unique() == 1
+
+
+def test_curves_artifact_has_the_schema(study):
+    from ablate.probes import CURVE_SCHEMA
+    from ablate.runner import tracking
+
+    res, stores, _ = study
+    for run_id in res.trials["mlflow_run_id"]:
+        curves = tracking.read_parquet_artifact(stores.tracking, run_id, tracking.CURVES_ARTIFACT)
+        assert dict(curves.schema) == CURVE_SCHEMA
+        assert set(curves["kind"].unique()) == {"probe", "white_noise", "theory", "spectrum", "grad", "train"}
+        probe = curves.filter(pl.col("kind") == "probe")
+        assert sorted(probe["step"].unique()) == STEPS
+        assert sorted(curves.filter(pl.col("kind") == "grad")["step"].unique()) == STEPS[1:]
+        assert sorted(curves.filter(pl.col("kind") == "train")["step"].unique()) == [2, 4, 6, 8]
+        dense = probe.filter(pl.col("quantity") == "norm_sq")
+        assert dense.height == len(STEPS) * 2 * 2 * dense["t"].n_unique()  # steps × layers × heads × t
+
+
+def test_thinned_copy_in_mlflow(study):
+    from mlflow.tracking import MlflowClient
+
+    res, stores, _ = study
+    mlc = MlflowClient(stores.tracking)
+    run_id = res.trials["mlflow_run_id"][0]
+    for name, steps in (("state_norm/layer1", STEPS), ("white_noise_state_norm/layer0", STEPS),
+                        ("theory_state_norm/layer0", STEPS), ("grad_norm/total", STEPS[1:])):
+        assert [m.step for m in mlc.get_metric_history(run_id, name)] == steps, name
+    curves = res.curves.filter((pl.col("kind") == "probe") & (pl.col("quantity") == "norm_sq_mean")
+                               & (pl.col("layer") == 1) & (pl.col("step") == 8)
+                               & (pl.col("cell_id") == res.trials["cell_id"][0]) & (pl.col("seed") == res.trials["seed"][0]))
+    thinned = mlc.get_metric_history(run_id, "state_norm/layer1")[-1].value
+    assert thinned == pytest.approx(curves["value"].mean())
