@@ -6,7 +6,8 @@ import multiprocessing as mp
 
 import optuna
 
-from ablate.runner.study import claim, storage
+from ablate.runner.queue import claim
+from ablate.runner.study import storage
 
 
 def _claim_all(url: str, queue) -> None:

@@ -126,7 +126,7 @@ def test_worker_declared_dead_while_alive_drops_its_attempt_and_carries_on(tmp_p
     trial = wait_running(tmp_path)
     root = tmp_path / ".ablate"
     stores = Stores(f"sqlite:///{root / 'optuna.db'}", f"sqlite:///{root / 'mlflow.db'}", (root / "a").as_uri())
-    assert declare_dead(open_study("exec", stores), trial._trial_id)  # the verdict another process makes
+    assert declare_dead(open_study("exec", stores), trial.number)  # the verdict another process makes
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0 and "Traceback" not in err, err
     study = load(tmp_path)
