@@ -179,7 +179,8 @@ def _train_item(
                 _fail(study, trial, kind, message, tb)
                 if kind in RETRYABLE:
                     _requeue(study, trial, bounded=True)
-                    time.sleep(min(60.0, 2.0 ** len(trial.system_attrs.get("retry_history", []))))
+                    retries = queue.trial(study, trial.number).system_attrs.get("retry_history", [])
+                    time.sleep(min(60.0, 2.0 ** len(retries)))
                 else:
                     checkpoint.unlink(missing_ok=True)
                 emit(kind, {**info, "message": message})
