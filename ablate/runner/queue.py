@@ -8,7 +8,7 @@ flip fails for every process but one), kept alive by heartbeats, finished COMPLE
 with attributes, re-queued as a fresh WAITING copy within a retry bound. Trials are named by
 their ``number`` (public); the storage's trial ids stay in here.
 
-- ``open_storage(url)``: SQLite serialised (BEGIN IMMEDIATE + WAL), PostgreSQL with timeouts,
+- ``connect(url)``: SQLite serialised (BEGIN IMMEDIATE + WAL), PostgreSQL with timeouts,
   tables and ablate's indexes created by one process at a time;
 - ``lock(study, name)``: an exclusive lock between processes (PostgreSQL advisory lock, a lock
   file beside a SQLite database);
@@ -73,7 +73,7 @@ class StorageError(Exception):
 # --- opening -----------------------------------------------------------------------------------
 
 
-def open_storage(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | None = None,
+def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | None = None,
                  ) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage at ``url``, with heartbeats, ready for several processes at once.
 

@@ -39,7 +39,7 @@ KILLED_ATTRS = {"status": "killed", "failure_kind": "killed", "failure_message":
 
 def storage(url: str) -> optuna.storages.RDBStorage:
     """The Optuna storage at ``url`` as ablate uses it; raises StorageError."""
-    return queue.open_storage(url, INDEXED, on_stale=_on_stale)
+    return queue.connect(url, INDEXED, on_stale=_on_stale)
 
 
 def open_study(name: str, stores: Stores, create: bool = False) -> optuna.Study:
@@ -197,7 +197,7 @@ class Progress:
 # --- read-only progress, for `ablate plan` ---------------------------------------------------
 
 
-def existing_storage(storage_url: str | None) -> str | None:
+def existing_store_url(storage_url: str | None) -> str | None:
     """The storage URL to read, or None when there is no store yet (nothing is created)."""
     from ablate import stores
 
@@ -213,7 +213,7 @@ def existing_storage(storage_url: str | None) -> str | None:
 def item_states(study_name: str, keys: list[str], storage_url: str | None) -> dict[str, str] | None:
     """State per item key (done, failed, running, waiting, new), or None when the study has no
     store or no study of that name. Opens an existing store only; raises StorageError."""
-    url = existing_storage(storage_url)
+    url = existing_store_url(storage_url)
     if url is None:
         return None
     try:
