@@ -154,16 +154,18 @@ def _create_indexes(engine: Any, indexed: Sequence[str]) -> None:
     use them. Adding indexes leaves the stores readable by any Optuna and optuna-dashboard."""
     if engine.url.get_backend_name() not in ("sqlite", "postgresql"):
         return
-    from sqlalchemy import text
+    from sqlalchemy import inspect, text
 
     trial_table, attr_table = _tables()
-    statements = [f"CREATE INDEX IF NOT EXISTS ablate_trials_queue ON {trial_table.name} (study_id, state, trial_id)"]
+    wanted = {"ablate_trials_queue": f"ON {trial_table.name} (study_id, state, trial_id)"}
     for key in indexed:
-        statements.append(f"CREATE INDEX IF NOT EXISTS ablate_attr_{_checked(key)} ON {attr_table.name} "
-                          f"(value_json, trial_id) WHERE key = '{key}'")
+        wanted[f"ablate_attr_{_checked(key)}"] = f"ON {attr_table.name} (value_json, trial_id) WHERE key = '{key}'"
     with engine.begin() as conn:
-        for sql in statements:
-            conn.execute(text(sql))
+        # Only what is missing: creating an index locks its table against writes (PostgreSQL).
+        present = {ix["name"] for table in (trial_table, attr_table) for ix in inspect(conn).get_indexes(table.name)}
+        for name, definition in wanted.items():
+            if name not in present:
+                conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} {definition}"))
 
 
 def _checked(key: str) -> str:
