@@ -27,11 +27,12 @@ On an upgrade, re-check (tests/test_runner_queue.py exercises each):
 - ``optuna.storages._rdb.models``: tables ``trials`` (trial_id, number, study_id, state as the
   enum's name) and ``trial_user_attributes`` (trial_id, key, value_json = ``json.dumps(value)``);
 - ``Study._storage`` (a ``_CachedStorage`` whose ``_backend`` is the ``RDBStorage``),
-  ``Study._study_id``, ``RDBStorage.engine``, ``Trial._trial_id``, ``FrozenTrial._trial_id``;
+  ``Study._study_id``, ``RDBStorage.engine``, ``optuna.Trial(study, trial_id)``,
+  ``get_trial_id_from_study_id_trial_number``;
 - ``RDBStorage.set_trial_state_values(id, RUNNING)`` returning False, under a row lock, when the
   trial is no longer WAITING (the atomic claim); ``record_heartbeat``; ``_get_stale_trial_ids``;
-- ``RetryHeartbeatStaleTrialCallback`` copying user attributes and the ``retry_history``
-  system attribute onto a new WAITING trial;
+- ``RetryHeartbeatStaleTrialCallback`` (``RetryFailedTrialCallback`` before 4.9, removed in 6.0)
+  copying user attributes and the ``retry_history`` system attribute onto a new WAITING trial;
 - that Optuna's migrations (``optuna storage upgrade``) leave the ``ablate_*`` indexes alone
   (they are re-created, if missing, whenever a storage is opened).
 """
@@ -73,8 +74,8 @@ class StorageError(Exception):
 # --- opening -----------------------------------------------------------------------------------
 
 
-def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | None = None,
-                 ) -> optuna.storages.RDBStorage:
+def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | None = None
+            ) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage at ``url``, with heartbeats, ready for several processes at once.
 
     ``indexed`` names user attributes that ``where`` lookups start from: each gets a partial
@@ -301,8 +302,9 @@ def claim(study: optuna.Study, gate: Gate | None = None) -> optuna.Trial | None:
     holds: list[Mapping[str, Any]] = []
     after, page = -1, PAGE
     while True:
-        query = select(trial_table.c.trial_id).where(
-            trial_table.c.study_id == _study_id(study), trial_table.c.state == TrialState.WAITING, trial_table.c.trial_id > after)
+        query = select(trial_table.c.trial_id).where(trial_table.c.study_id == _study_id(study),
+                                                     trial_table.c.state == TrialState.WAITING,
+                                                     trial_table.c.trial_id > after)
         for held in holds:
             query = query.where(trial_table.c.trial_id.not_in(_matching(held)))
         # A short read of its own: the gate and the flip open connections, and on SQLite every
