@@ -78,7 +78,7 @@ def build(spec: Spec, storage: str | None = None) -> Plan:
     note = ""
     states: dict[str, str] | None = None
     try:
-        from ablate.runner.phases import item_states
+        from ablate.runner.study import item_states
 
         states = item_states(spec.name, [i.key for i in work], storage)
     except Exception as exc:  # an unreadable store: plan without progress, say why

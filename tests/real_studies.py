@@ -88,14 +88,14 @@ def shared_root(tmp_path_factory: pytest.TempPathFactory, config: pytest.Config,
 def _run_with_fault(spec, stores, fail_key: str | None) -> None:
     """What `ablate run` does, in process, with a fault injected into one item."""
     from ablate.design import items, spec_hash
+    from ablate.runner import phases, tracking
     from ablate.runner import study as st
-    from ablate.runner import tracking
     from ablate.runner.worker import run_item
 
     study, _ = st.prepare(spec, items(spec), stores)
     parent = tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec))
     study.set_user_attr("mlflow_parent_run_id", parent)
-    while (trial := st.claim(study)) is not None:
+    while (trial := phases.claim(study)) is not None:
         fault = trial.user_attrs.get("item") == fail_key
         if fault:
             os.environ["ABLATE_FAULT"] = "error@1"

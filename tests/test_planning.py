@@ -38,7 +38,7 @@ def test_plan_marks_cells_done_partial_new_and_creates_no_store(tmp_path, monkey
     # Finish both seeds of the first cell and one seed of the second.
     cells = design.cells(s)
     for _ in range(3):
-        trial = st.claim(study)
+        trial = phases.claim(study)
         finish(study, trial, phases.prepare_item(study, trial))
     plan = planning.build(s)
     assert [c.status for c in plan.cells] == ["done", "partial", "new", "new"]

@@ -8,13 +8,12 @@ import sys
 import types
 from pathlib import Path
 
-import optuna
 import pytest
 from optuna.trial import TrialState
 from support import RAW, finish, score, stores, tune_trials
 
 from ablate import design
-from ablate.runner import phases
+from ablate.runner import phases, queue
 from ablate.runner import study as st
 from ablate.stores import Stores
 
@@ -33,7 +32,7 @@ def test_replicates_wait_for_their_cells_tuning_then_take_the_best(tmp_path):
     # Claim every tuning item of both cells; finish RotRNN's, leave one of LRU's running.
     claimed = []
     for _ in range(8):
-        trial = st.claim(study)
+        trial = phases.claim(study)
         attrs = phases.prepare_item(study, trial)
         assert attrs["phase"] == "tune"
         claimed.append((trial, attrs))
@@ -42,12 +41,12 @@ def test_replicates_wait_for_their_cells_tuning_then_take_the_best(tmp_path):
         if trial is not held[0]:
             finish(study, trial, attrs)
     # Only RotRNN's replicates are claimable now.
-    r1 = st.claim(study)
-    r2 = st.claim(study)
+    r1 = phases.claim(study)
+    r2 = phases.claim(study)
     assert {r1.user_attrs["cell_id"], r2.user_attrs["cell_id"]} == {rot.id}
-    assert st.claim(study) is None
+    assert phases.claim(study) is None
     finish(study, held[0], held[1])
-    r3 = st.claim(study)
+    r3 = phases.claim(study)
     assert r3.user_attrs["cell_id"] == lru.id and r3.user_attrs["phase"] == "replicate"
     # The replicate trains the best finished tuning setting of its cell.
     for trial in (r1, r3):
@@ -57,7 +56,7 @@ def test_replicates_wait_for_their_cells_tuning_then_take_the_best(tmp_path):
         assert attrs["params"] == best.user_attrs["params"]
         assert attrs["config"]["train"]["lr"] == best.user_attrs["params"]["train.lr"]
         assert attrs["tuned_from"].startswith(f"{attrs['cell_id']}/tune/{best.user_attrs['index']} (val_accuracy")
-        assert study._storage.get_trial(trial._trial_id).user_attrs["config"] == attrs["config"]
+        assert queue.trial(study, trial.number).user_attrs["config"] == attrs["config"]
 
 
 def test_sampled_settings_lie_in_the_space_and_are_stored(tmp_path):
@@ -65,13 +64,13 @@ def test_sampled_settings_lie_in_the_space_and_are_stored(tmp_path):
     study, _ = st.prepare(s, design.items(s), stores(tmp_path))
     seen = []
     for _ in range(4):
-        trial = st.claim(study)
+        trial = phases.claim(study)
         attrs = phases.prepare_item(study, trial)
         params = attrs["params"]
         assert set(params) == {"train.lr", "train.batch_size"}
         assert 1e-4 <= params["train.lr"] <= 1e-1 and params["train.batch_size"] in (8, 16)
         assert attrs["config"]["train"]["lr"] == params["train.lr"]
-        stored = study._storage.get_trial(trial._trial_id).user_attrs
+        stored = queue.trial(study, trial.number).user_attrs
         assert stored["params"] == params and stored["config"] == attrs["config"]
         seen.append(params["train.lr"])
         finish(study, trial, attrs)
@@ -81,14 +80,14 @@ def test_sampled_settings_lie_in_the_space_and_are_stored(tmp_path):
 def test_a_retried_tuning_item_reruns_the_same_setting(tmp_path):
     s = design.validate(RAW)
     study, _ = st.prepare(s, design.items(s), stores(tmp_path))
-    trial = st.claim(study)
+    trial = phases.claim(study)
     first = phases.prepare_item(study, trial)
     # The worker dies; the stale-trial callback re-enqueues a copy with its user attributes.
     study.tell(trial, state=TrialState.FAIL)
-    optuna.storages.RetryFailedTrialCallback(max_retry=2)(study, study._storage.get_trial(trial._trial_id))
-    while (again := st.claim(study)).user_attrs["item"] != first["item"]:
+    queue.requeue(study, trial.number, max_retry=2)
+    while (again := phases.claim(study)).user_attrs["item"] != first["item"]:
         pass
-    assert again._trial_id != trial._trial_id
+    assert again.number != trial.number
     assert phases.prepare_item(study, again)["params"] == first["params"]
 
 

@@ -1,8 +1,9 @@
-"""Tune-then-replicate on the study queue, with Optuna; and read-only progress for ``ablate plan``.
+"""Tune-then-replicate on the study queue, with Optuna.
 
 Every item of a tuned spec is enqueued up front (``study.prepare``): the tuning items of each
 cell, then its replicate items. Claiming stays the one atomic WAITING → RUNNING flip of
-``study.claim``; what changes is *when* an item's setting is decided:
+``queue.claim`` (``claim`` here adds the rule below); what changes is *when* an item's setting
+is decided:
 
 - a tuning item (``phase="tune"``) gets its setting when claimed: a sampler (TPE by default)
   is built in memory from the cell's finished tuning trials in the study (and its running ones,
@@ -20,8 +21,7 @@ resume with the queue, and nothing here can disagree with what the results API r
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
@@ -29,6 +29,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import tuning
+from ablate.runner import queue
+from ablate.runner import study as st
 
 UNFINISHED = ("waiting", "running", "new")
 
@@ -55,8 +57,7 @@ def make_sampler(protocol: dict[str, Any], startup: int, seed: int) -> optuna.sa
 
 
 def _tune_trials(study: optuna.Study, cell_id: str) -> list[FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("cell_id") == cell_id and t.user_attrs.get("phase") == "tune"]
+    return st.cell_trials(study, cell_id, "tune")
 
 
 def _value(trial: FrozenTrial, metric: str) -> float | None:
@@ -125,48 +126,27 @@ def prepare_item(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
     return attrs
 
 
-def blocked_cells(study: optuna.Study, waiting: list[FrozenTrial]) -> set[str]:
-    """Cells whose replicate items must wait: some tuning item of theirs is not finished."""
-    cells = {t.user_attrs.get("cell_id") for t in waiting if t.user_attrs.get("after_tune")}
-    if not cells:
-        return set()
-    from ablate.runner.study import item_state, trials_by_item
+class _TuningGate:
+    """Holds back the replicates of a tuned cell while some tuning item of theirs is not
+    finished (queue.Gate): one lookup of the cell's tuning items per cell and claim."""
 
-    blocked = set()
-    for key, trials in trials_by_item(study).items():
-        cell, _, phase = key.partition("/")
-        if cell in cells and phase.startswith("tune/") and item_state(trials) in UNFINISHED:
-            blocked.add(cell)
-    return blocked
+    keys = ("cell_id", "after_tune")
 
+    def __init__(self, study: optuna.Study) -> None:
+        self._study = study
+        self._tuning: dict[str, bool] = {}  # cell id -> some tuning item unfinished
 
-# --- read-only progress, for `ablate plan` ---------------------------------------------------
-
-
-def existing_storage(storage: str | None) -> str | None:
-    """The storage URL to read, or None when there is no store yet (nothing is created)."""
-    from ablate import stores
-
-    url = storage or os.environ.get("ABLATE_STORAGE")
-    if url is None:  # the default of ablate.stores.resolve, without its mkdir
-        path = stores.home().resolve() / "optuna.db"
-        return f"sqlite:///{path}" if path.is_file() else None
-    if url.startswith("sqlite:///"):
-        return url if Path(url.removeprefix("sqlite:///")).is_file() else None
-    return url
+    def hold(self, attrs: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        if not attrs.get("after_tune"):
+            return None
+        cell = attrs.get("cell_id")
+        if cell not in self._tuning:
+            states = st.states_by_item(self._study, {"cell_id": cell, "phase": "tune"})
+            self._tuning[cell] = any(s in UNFINISHED for s in states.values())
+        return {"cell_id": cell, "after_tune": True} if self._tuning[cell] else None
 
 
-def item_states(study_name: str, keys: list[str], storage: str | None) -> dict[str, str] | None:
-    """State per item key (done, failed, running, waiting, new), or None when the study has no
-    store or no study of that name. Opens an existing store only; raises StorageError."""
-    from ablate.runner import study as st
-
-    url = existing_storage(storage)
-    if url is None:
-        return None
-    try:
-        opt = optuna.load_study(study_name=study_name, storage=st.storage(url))
-    except KeyError:
-        return None
-    by_item = st.trials_by_item(opt)
-    return {k: st.item_state(by_item.get(k, [])) for k in keys}
+def claim(study: optuna.Study) -> optuna.Trial | None:
+    """Atomically take the oldest claimable WAITING item (RUNNING from now on), or None: a
+    replicate of a tuned cell is claimable once every tuning item of its cell is finished."""
+    return queue.claim(study, _TuningGate(study))

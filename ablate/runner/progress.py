@@ -12,6 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ablate.runner import queue
 from ablate.runner.study import counts
 
 
@@ -47,9 +48,9 @@ class Snapshot:
 
 
 def snapshot(study: optuna.Study) -> Snapshot:
-    trials = study.get_trials(deepcopy=False)
     c = counts(study)
-    seconds = [t.user_attrs["seconds"] for t in trials if t.state == TrialState.COMPLETE and "seconds" in t.user_attrs]
+    seconds = [e.user_attrs["seconds"] for e in queue.entries(study, keys=("seconds",), states=(TrialState.COMPLETE,))
+               if "seconds" in e.user_attrs]
     running = [
         Running(
             worker=str(t.user_attrs.get("worker", "?")),
@@ -60,8 +61,7 @@ def snapshot(study: optuna.Study) -> Snapshot:
             steps=int(t.user_attrs.get("config", {}).get("train", {}).get("steps", 0)),
             started=t.datetime_start,
         )
-        for t in trials
-        if t.state == TrialState.RUNNING
+        for t in queue.trials(study, states=(TrialState.RUNNING,))
     ]
     return Snapshot(c["done"], c["failed"], c["running"], c["waiting"], c["new"],
                     statistics.fmean(seconds) if seconds else None, running)

@@ -2,7 +2,7 @@
 
 Outcomes: complete; ``diverged`` (a result of the cell, not retried); ``error`` (a bug: the
 traceback is recorded, not retried); ``interrupted`` (SIGINT/SIGTERM: re-queued); ``killed``
-(no heartbeat: re-queued by whichever process notices, see study._on_stale); ``superseded``
+(no heartbeat: re-queued by whichever process notices, see study.declare_dead); ``superseded``
 (this worker was declared dead while still alive, e.g. stalled past the grace period: its item
 was re-queued, so it drops its own result and moves on).
 """
@@ -23,8 +23,9 @@ import optuna
 from optuna.trial import TrialState
 
 from ablate import provenance
-from ablate.runner import tracking
-from ablate.runner.study import HEARTBEAT_S, MAX_RETRIES, claim, open_study, recover_stale
+from ablate.runner import phases, queue, tracking
+from ablate.runner.queue import HEARTBEAT_S
+from ablate.runner.study import MAX_RETRIES, open_study, recover_stale, states_by_item
 from ablate.spec import ProbeSpec
 from ablate.stores import Stores
 
@@ -42,25 +43,24 @@ class Heartbeat:
     one only lends its step to the outer thread: one beat per trial, not two. ``lost`` is set
     when the trial is found no longer RUNNING: another process declared this worker dead."""
 
-    _active: dict[int, Heartbeat] = {}  # trial id -> the outermost heartbeat of this process
+    _active: dict[int, Heartbeat] = {}  # trial number -> the outermost heartbeat of this process
 
-    def __init__(self, study: optuna.Study, trial_id: int, step: Callable[[], int] | None = None) -> None:
+    def __init__(self, study: optuna.Study, number: int, step: Callable[[], int] | None = None) -> None:
         self._stop = threading.Event()
         self._step = step
-        self._trial_id = trial_id
-        self._outer = Heartbeat._active.get(trial_id)
+        self._number = number
+        self._outer = Heartbeat._active.get(number)
         self.lost = self._outer.lost if self._outer is not None else threading.Event()
-        self._thread = threading.Thread(target=self._beat, args=(study._storage, trial_id), daemon=True)
+        self._thread = threading.Thread(target=self._beat, args=(study, number), daemon=True)
 
-    def _beat(self, store: Any, trial_id: int) -> None:
+    def _beat(self, study: optuna.Study, number: int) -> None:
         while not self._stop.is_set():
             try:
-                if store.get_trial(trial_id).state != TrialState.RUNNING and not self._stop.is_set():
+                step = self._step
+                if not queue.beat(study, number, {"step": step()} if step is not None else None) \
+                        and not self._stop.is_set():
                     self.lost.set()
                     return
-                store.record_heartbeat(trial_id)
-                if self._step is not None:
-                    store.set_trial_user_attr(trial_id, "step", self._step())
             except Exception:  # a missed beat is tolerated; a long silence is what counts
                 pass
             self._stop.wait(HEARTBEAT_S)
@@ -69,7 +69,7 @@ class Heartbeat:
         if self._outer is not None:
             self._outer._step = self._step
         else:
-            Heartbeat._active[self._trial_id] = self
+            Heartbeat._active[self._number] = self
             self._thread.start()
         return self
 
@@ -79,7 +79,7 @@ class Heartbeat:
             return
         self._stop.set()
         self._thread.join()
-        Heartbeat._active.pop(self._trial_id, None)
+        Heartbeat._active.pop(self._number, None)
 
 
 class Interrupted(BaseException):
@@ -112,10 +112,8 @@ class _Watched:
 def run_item(
     study: optuna.Study, trial: optuna.Trial, stores: Stores, device: str, emit: Event, checkpoint_every: int = 0
 ) -> str:
-    from ablate.runner.phases import prepare_item
-
     try:  # tuning: sample the setting; a replicate after tuning: take the cell's best one
-        attrs = prepare_item(study, trial)
+        attrs = phases.prepare_item(study, trial)
     except Exception as exc:
         _fail(study, trial, "error", f"choosing the tuned setting: {type(exc).__name__}: {exc}",
               traceback.format_exc())
@@ -153,7 +151,7 @@ def _train_item(
     trial.set_user_attr("provenance", provenance.record(device))
     accumulate = 1
     run = current["run"] = _start_run(study, trial, attrs, stores, device)
-    with Heartbeat(study, trial._trial_id, lambda: run.last_step) as heartbeat:
+    with Heartbeat(study, trial.number, lambda: run.last_step) as heartbeat:
         while True:
             try:
                 result = run_trial(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost),
@@ -181,7 +179,8 @@ def _train_item(
                 _fail(study, trial, kind, message, tb)
                 if kind in RETRYABLE:
                     _requeue(study, trial, bounded=True)
-                    time.sleep(min(60.0, 2.0 ** len(trial.system_attrs.get("retry_history", []))))
+                    retries = queue.trial(study, trial.number).system_attrs.get("retry_history", [])
+                    time.sleep(min(60.0, 2.0 ** len(retries)))
                 else:
                     checkpoint.unlink(missing_ok=True)
                 emit(kind, {**info, "message": message})
@@ -199,10 +198,8 @@ def _train_item(
             emit("diverged", {**info, "message": result.reason})
             return "diverged"
         run.finish("FINISHED", result.metrics)
-        for key, value in result.metrics.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("status", "complete")
-        study.tell(trial, result.metrics.get("val_accuracy", float("nan")))
+        queue.finish(study, trial, TrialState.COMPLETE, {**result.metrics, "status": "complete"},
+                     result.metrics.get("val_accuracy", float("nan")))
     checkpoint.unlink(missing_ok=True)
     emit("complete", {**info, **result.metrics, "seconds": result.seconds})
     return "complete"
@@ -259,8 +256,7 @@ def classify(exc: BaseException) -> str:
 
 
 def _requeue(study: optuna.Study, trial: optuna.Trial, bounded: bool) -> None:
-    frozen = study._storage.get_trial(trial._trial_id)
-    optuna.storages.RetryFailedTrialCallback(max_retry=MAX_RETRIES if bounded else None)(study, frozen)
+    queue.requeue(study, trial.number, MAX_RETRIES if bounded else None)
 
 
 def _quietly(fn: Callable[..., Any], *args: Any) -> None:
@@ -279,25 +275,22 @@ def checkpoint_dir() -> Path:
 
 
 def _fail(study: optuna.Study, trial: optuna.Trial, kind: str, message: str, tb: str = "") -> None:
-    trial.set_user_attr("status", "diverged" if kind == "diverged" else "failed")
-    trial.set_user_attr("failure_kind", kind)
-    trial.set_user_attr("failure_message", message[:2000])
+    attrs = {"status": "diverged" if kind == "diverged" else "failed", "failure_kind": kind,
+             "failure_message": message[:2000]}
     if tb:
-        trial.set_user_attr("traceback", tb[-8000:])
-    study.tell(trial, state=TrialState.FAIL)
+        attrs["traceback"] = tb[-8000:]
+    queue.finish(study, trial, TrialState.FAIL, attrs)
 
 
 def _requeue_in_flight(study: optuna.Study) -> bool:
     """Whether some item's last trial failed in a retryable way and has no successor yet."""
-    from ablate.runner.study import item_state, trials_by_item
-
-    return any(item_state(trials) == "new" for trials in trials_by_item(study).values())
+    return "new" in states_by_item(study).values()
 
 
 def _close_parent_if_done(study: optuna.Study, stores: Stores) -> None:
     """The study's MLflow parent run ends when nothing is left to run (by whichever worker sees it)."""
     parent = study.user_attrs.get("mlflow_parent_run_id")
-    if parent and not study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
+    if parent and not queue.count(study, (TrialState.WAITING, TrialState.RUNNING)):
         try:
             tracking.terminate(stores.tracking, parent, "FINISHED")
         except Exception:  # tracking unreachable: the trials are what counts
@@ -328,10 +321,9 @@ def work(
     try:
         while True:
             recover_stale(study)
-            trial = claim(study)
+            trial = phases.claim(study)
             if trial is None:
-                running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                if wait_for_running and running:
+                if wait_for_running and queue.count(study, (TrialState.RUNNING,)):
                     time.sleep(2.0)
                     continue
                 # A trial declared dead is failed first and re-queued a moment later (study.declare_dead).
@@ -342,7 +334,7 @@ def work(
                 return outcomes
             # Beat from the claim on: choosing the setting and opening the MLflow run come before
             # run_item's heartbeat (which lends it the step) and can take seconds.
-            with Heartbeat(study, trial._trial_id):
+            with Heartbeat(study, trial.number):
                 outcome = run_item(study, trial, stores, device, emit, checkpoint_every)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             if outcome == "superseded":

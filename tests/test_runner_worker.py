@@ -1,4 +1,4 @@
-"""Execution that survives, with real worker processes and real stores (SQLite, MLflow)."""
+"""ablate.runner.worker: execution that survives, with real worker processes and real stores (SQLite, MLflow)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_worker_declared_dead_while_alive_drops_its_attempt_and_carries_on(tmp_p
     trial = wait_running(tmp_path)
     root = tmp_path / ".ablate"
     stores = Stores(f"sqlite:///{root / 'optuna.db'}", f"sqlite:///{root / 'mlflow.db'}", (root / "a").as_uri())
-    assert declare_dead(open_study("exec", stores), trial._trial_id)  # the verdict another process makes
+    assert declare_dead(open_study("exec", stores), trial.number)  # the verdict another process makes
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0 and "Traceback" not in err, err
     study = load(tmp_path)
@@ -247,3 +247,45 @@ def test_failures_are_classified():
     assert classify(sqlalchemy.exc.OperationalError("SELECT", {}, Exception("server closed"))) == "infrastructure"
     assert classify(ConnectionError("refused")) == "infrastructure"
     assert classify(ValueError("shape mismatch")) == "error"
+
+
+def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes(tmp_path, monkeypatch):
+    """Stores unreachable mid-trial (``infrastructure``): recorded by kind, re-queued within the
+    bound (the back-off reads the retry history), and the retry is run by the same worker."""
+    import types
+
+    from ablate import design
+    from ablate.runner import study as st
+    from ablate.runner import worker
+    from ablate.stores import Stores
+
+    s = design.validate(SPEC)
+    where = Stores(f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}", None)
+    st.prepare(s, design.items(s), where)
+    calls = []
+
+    def run_trial(config, seed, probes, reporter=None, device="cpu", **options):
+        calls.append(seed)
+        if len(calls) == 1:
+            raise ConnectionError("tracking server unreachable")
+        return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
+                                     reason="")
+
+    class Run:  # no MLflow
+        run_id, last_step = "fake", 0
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def finish(self, *args, **kwargs):
+            pass
+
+    fake = types.ModuleType("ablate.training")
+    fake.run_trial = run_trial
+    monkeypatch.setitem(sys.modules, "ablate.training", fake)
+    monkeypatch.setattr(worker.tracking, "TrialRun", Run)
+    assert worker.work(s.name, where) == {"infrastructure": 1, "complete": 1}
+    failed, retried = st.open_study(s.name, where).trials
+    assert failed.state == TrialState.FAIL and failed.user_attrs["failure_kind"] == "infrastructure"
+    assert retried.state == TrialState.COMPLETE and retried.system_attrs["retry_history"] == [failed.number]
+    assert retried.user_attrs["item"] == failed.user_attrs["item"] and len(calls) == 2

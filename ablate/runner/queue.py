@@ -1,0 +1,470 @@
+"""An Optuna study's RDB storage used as a work queue: the one module that touches Optuna's
+storage internals (private names, the SQLAlchemy engine under the storage, raw SQL).
+
+Every other module of the runner goes through the functions here or Optuna's public API
+(``Study``, ``Trial.set_user_attr``, ``Study.tell``, ``Study.user_attrs``). A queue item is a
+trial: enqueued WAITING with its attributes, claimed by an atomic WAITING → RUNNING flip (the
+flip fails for every process but one), kept alive by heartbeats, finished COMPLETE or FAIL
+with attributes, re-queued as a fresh WAITING copy within a retry bound. Trials are named by
+their ``number`` (public); the storage's trial ids stay in here.
+
+- ``connect(url)``: SQLite serialised (BEGIN IMMEDIATE + WAL), PostgreSQL with timeouts,
+  tables and ablate's indexes created by one process at a time;
+- ``lock(study, name)``: an exclusive lock between processes (PostgreSQL advisory lock, a lock
+  file beside a SQLite database);
+- ``enqueue``, ``claim`` (oldest claimable first, optionally through a ``Gate``), ``beat``,
+  ``finish``, ``fail_running``, ``requeue``, ``stale``;
+- reading: ``entries`` (state and a few attributes per trial, without loading whole trials),
+  ``trials`` / ``trial`` (whole ``FrozenTrial``s of a few), ``count``.
+
+A claim costs O(1) in the number of waiting trials: it reads the oldest WAITING ids a page at a
+time (``LIMIT``) on an index over (study, state, trial id), and only the few attributes its gate
+asks for. Groups of trials a gate holds back are skipped inside the query, and trials are
+looked up by an attribute (``where``) through a partial index over that attribute's values.
+
+Written against Optuna 5.0.0 and SQLAlchemy 2.1 (``pyproject.toml`` bounds Optuna to 5.0.x).
+On an upgrade, re-check (tests/test_runner_queue.py exercises each):
+- ``optuna.storages._rdb.models``: tables ``trials`` (trial_id, number, study_id, state as the
+  enum's name) and ``trial_user_attributes`` (trial_id, key, value_json = ``json.dumps(value)``);
+- ``Study._storage`` (a ``_CachedStorage`` whose ``_backend`` is the ``RDBStorage``),
+  ``Study._study_id``, ``RDBStorage.engine``, ``optuna.Trial(study, trial_id)``,
+  ``get_trial_id_from_study_id_trial_number``;
+- ``RDBStorage.set_trial_state_values(id, RUNNING)`` returning False, under a row lock, when the
+  trial is no longer WAITING (the atomic claim); ``record_heartbeat``; ``_get_stale_trial_ids``;
+- ``RetryHeartbeatStaleTrialCallback`` (``RetryFailedTrialCallback`` before 4.9, removed in 6.0)
+  copying user attributes and the ``retry_history`` system attribute onto a new WAITING trial;
+- that Optuna's migrations (``optuna storage upgrade``) leave the ``ablate_*`` indexes alone
+  (they are re-created, if missing, whenever a storage is opened).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from ablate.stores import sqlite_lock, storage_problem
+
+# Seconds between a running trial's heartbeats, and of silence before it counts as killed.
+HEARTBEAT_S = int(os.environ.get("ABLATE_HEARTBEAT_S", "10"))
+GRACE_S = int(os.environ.get("ABLATE_GRACE_S", "30"))
+# Oldest WAITING ids a claim reads at once; pages grow when a gate holds candidates back.
+PAGE = 16
+MAX_PAGE = 1024
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
+
+
+class StorageError(Exception):
+    """The study's storage cannot be reached or opened; the message is safe to show."""
+
+
+# --- opening -----------------------------------------------------------------------------------
+
+
+def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | None = None
+            ) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage at ``url``, with heartbeats, ready for several processes at once.
+
+    ``indexed`` names user attributes that ``where`` lookups start from: each gets a partial
+    index over its values. ``on_stale`` is Optuna's stale-trial callback (used by
+    ``optuna.storages.fail_stale_trials``). Raises StorageError, its message without the password."""
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        # Several local worker processes share one file: wait for the lock instead of failing.
+        engine_kwargs["connect_args"] = {"timeout": 60}
+    else:
+        engine_kwargs["pool_pre_ping"] = True
+        if url.startswith("postgresql"):  # an unreachable host fails in seconds, not minutes
+            engine_kwargs["connect_args"] = {"connect_timeout": 10}
+    try:
+        with _schema_lock(url, engine_kwargs):
+            store = optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=GRACE_S,
+                heartbeat_stale_trial_callback=on_stale,
+            )
+            _create_indexes(store.engine, indexed)
+    except Exception as exc:  # sqlalchemy/driver errors carry the URL; never echo the password
+        raise StorageError(storage_problem(url, exc)) from None
+    if url.startswith("sqlite"):
+        _serialise_sqlite(store.engine)
+    return store
+
+
+@contextmanager
+def _schema_lock(url: str, engine_kwargs: dict[str, Any]) -> Iterator[None]:
+    """The first process on a fresh database creates Optuna's tables alone: processes starting
+    together would race ("table ... already exists", "duplicate key ... pg_type")."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine(url, **engine_kwargs)  # its own: the storage's engine does not exist yet
+    try:
+        with _db_lock(engine, "ablate-schema"):
+            yield
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _db_lock(engine: Any, name: str) -> Iterator[None]:
+    """An exclusive lock between processes: a PostgreSQL session-level advisory lock named
+    ``name`` on its own connection, or the lock file beside a SQLite database (one host);
+    nothing on other databases."""
+    if engine.url.get_backend_name() == "sqlite":
+        with sqlite_lock(engine.url.render_as_string()):
+            yield
+        return
+    if engine.url.get_backend_name() != "postgresql":
+        yield
+        return
+    from sqlalchemy import text
+
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    with engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+
+
+_KEY = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def _create_indexes(engine: Any, indexed: Sequence[str]) -> None:
+    """ablate's own indexes on Optuna's tables (SQLite and PostgreSQL; other databases go without).
+
+    Optuna indexes trials by study only, so finding the oldest WAITING trial walks every trial
+    before it, and trial attributes by trial only. Partial indexes (``WHERE key = '...'``)
+    keep the large ``config`` values out; queries name the key as a literal so the planner can
+    use them. Adding indexes leaves the stores readable by any Optuna and optuna-dashboard."""
+    if engine.url.get_backend_name() not in ("sqlite", "postgresql"):
+        return
+    from sqlalchemy import inspect, text
+
+    trial_table, attr_table = _tables()
+    wanted = {"ablate_trials_queue": f"ON {trial_table.name} (study_id, state, trial_id)"}
+    for key in indexed:
+        wanted[f"ablate_attr_{_checked(key)}"] = f"ON {attr_table.name} (value_json, trial_id) WHERE key = '{key}'"
+    with engine.begin() as conn:
+        # Only what is missing: creating an index locks its table against writes (PostgreSQL).
+        present = {ix["name"] for table in (trial_table, attr_table) for ix in inspect(conn).get_indexes(table.name)}
+        for name, definition in wanted.items():
+            if name not in present:
+                conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} {definition}"))
+
+
+def _checked(key: str) -> str:
+    """An attribute key that may be written into SQL as a literal (ours, never user input)."""
+    if not _KEY.fullmatch(key):
+        raise ValueError(f"attribute key {key!r} is not a lower-case identifier")
+    return key
+
+
+def _serialise_sqlite(engine: Any) -> None:
+    """Make every SQLite transaction take the write lock at BEGIN.
+
+    pysqlite starts a transaction only at the first write, so Optuna's read-then-update of a
+    trial's state (row-locked on PostgreSQL) is not atomic on SQLite: two workers could both
+    flip the same WAITING trial to RUNNING. BEGIN IMMEDIATE (SQLAlchemy's documented recipe)
+    serialises them; WAL keeps readers unblocked meanwhile."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made before the listeners existed are dropped
+
+
+@contextmanager
+def lock(study: optuna.Study, name: str) -> Iterator[None]:
+    """Hold an exclusive lock named ``name`` between all processes on the study's storage."""
+    with _db_lock(_engine(study), name):
+        yield
+
+
+# --- the internals, in one place ---------------------------------------------------------------
+
+
+def _tables() -> tuple[Any, Any]:
+    from optuna.storages._rdb import models
+
+    return models.TrialModel.__table__, models.TrialUserAttributeModel.__table__
+
+
+def _store(study: optuna.Study) -> Any:
+    return study._storage
+
+
+def _backend(study: optuna.Study) -> optuna.storages.RDBStorage:
+    """The RDB storage under the study's (Optuna wraps it in a cache)."""
+    store = study._storage
+    return getattr(store, "_backend", store)
+
+
+def _engine(study: optuna.Study) -> Any:
+    return _backend(study).engine
+
+
+def _study_id(study: optuna.Study) -> int:
+    return study._study_id
+
+
+def _trial_id(study: optuna.Study, number: int) -> int:
+    return _store(study).get_trial_id_from_study_id_trial_number(_study_id(study), number)
+
+
+def _key_is(column: Any, key: str) -> Any:
+    from sqlalchemy import literal_column
+
+    return column == literal_column(f"'{_checked(key)}'")  # a literal: partial indexes match it
+
+
+def _matching(where: Mapping[str, Any]) -> Any:
+    """The ids of trials whose user attributes equal ``where`` (key → value), as a subquery
+    driven by its first key (give an indexed one)."""
+    from sqlalchemy import exists, select
+
+    _, attr_table = _tables()
+    first, *rest = where
+    a = attr_table.alias("a")
+    query = select(a.c.trial_id).where(_key_is(a.c.key, first), a.c.value_json == json.dumps(where[first]))
+    for key in rest:
+        b = attr_table.alias(f"b_{key}")
+        query = query.where(exists().where(b.c.trial_id == a.c.trial_id, _key_is(b.c.key, key),
+                                           b.c.value_json == json.dumps(where[key])))
+    return query
+
+
+def _attrs_of(conn: Any, ids: Sequence[int], keys: Sequence[str]) -> dict[int, dict[str, Any]]:
+    from sqlalchemy import select
+
+    _, attr_table = _tables()
+    out: dict[int, dict[str, Any]] = {i: {} for i in ids}
+    if not keys or not ids:
+        return out
+    query = select(attr_table.c.trial_id, attr_table.c.key, attr_table.c.value_json).where(
+        attr_table.c.trial_id.in_(list(ids)), attr_table.c.key.in_(list(keys)))
+    for trial_id, key, value in conn.execute(query):
+        out[trial_id][key] = json.loads(value)
+    return out
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+def enqueue(study: optuna.Study, attrs: Mapping[str, Any]) -> None:
+    """Add one WAITING item carrying ``attrs`` as its user attributes."""
+    study.enqueue_trial(params={}, user_attrs=dict(attrs), skip_if_exists=False)
+
+
+class Gate(Protocol):
+    """Which WAITING trials a claim may take.
+
+    ``keys``: the user attributes ``hold`` reads from a candidate. ``hold(attrs)`` returns None
+    when the candidate may be claimed, or the attribute values (key → value, the first key
+    indexed) of the whole group of trials that must wait with it: the claim skips that group
+    from then on. The candidate's own attributes must match the group it returns."""
+
+    keys: tuple[str, ...]
+
+    def hold(self, attrs: Mapping[str, Any]) -> Mapping[str, Any] | None: ...
+
+
+def claim(study: optuna.Study, gate: Gate | None = None) -> optuna.Trial | None:
+    """Atomically take the oldest WAITING trial the gate lets through (RUNNING from now on), or
+    None when there is none. Concurrent claims never take the same trial."""
+    from sqlalchemy import select
+
+    trial_table, _ = _tables()
+    store = _store(study)
+    holds: list[Mapping[str, Any]] = []
+    after, page = -1, PAGE
+    while True:
+        query = select(trial_table.c.trial_id).where(trial_table.c.study_id == _study_id(study),
+                                                     trial_table.c.state == TrialState.WAITING,
+                                                     trial_table.c.trial_id > after)
+        for held in holds:
+            query = query.where(trial_table.c.trial_id.not_in(_matching(held)))
+        # A short read of its own: the gate and the flip open connections, and on SQLite every
+        # transaction holds the write lock.
+        with _engine(study).connect() as conn:
+            ids = list(conn.execute(query.order_by(trial_table.c.trial_id).limit(page)).scalars())
+            attrs = _attrs_of(conn, ids, gate.keys) if gate is not None else {}
+        if not ids:
+            return None
+        for trial_id in ids:
+            after = trial_id
+            if gate is not None:
+                mine = attrs[trial_id]
+                if any(all(mine.get(k) == v for k, v in held.items()) for held in holds):
+                    continue
+                held = gate.hold(mine)
+                if held is not None:
+                    holds.append(held)
+                    continue
+            try:
+                taken = store.set_trial_state_values(trial_id, state=TrialState.RUNNING)
+            except optuna.exceptions.UpdateFinishedTrialError:  # claimed and finished since the read
+                continue
+            if taken:
+                # Beat at once: Optuna never counts a RUNNING trial without any heartbeat as stale,
+                # so a worker killed before its first beat would otherwise strand the item.
+                store.record_heartbeat(trial_id)
+                return optuna.Trial(study, trial_id)
+        page = min(MAX_PAGE, page * 4)
+
+
+def beat(study: optuna.Study, number: int, attrs: Mapping[str, Any] | None = None) -> bool:
+    """Record a heartbeat of a RUNNING trial (and set ``attrs`` on it); False, recording nothing,
+    when the trial is no longer RUNNING (another process declared its worker dead)."""
+    from sqlalchemy import select
+
+    trial_table, _ = _tables()
+    trial_id = _trial_id(study, number)
+    with _engine(study).connect() as conn:
+        state = conn.execute(select(trial_table.c.state).where(trial_table.c.trial_id == trial_id)).scalar_one()
+    if state != TrialState.RUNNING:
+        return False
+    store = _store(study)
+    store.record_heartbeat(trial_id)
+    for key, value in (attrs or {}).items():
+        store.set_trial_user_attr(trial_id, key, value)
+    return True
+
+
+def finish(study: optuna.Study, trial: optuna.Trial, state: TrialState, attrs: Mapping[str, Any],
+           value: float | None = None) -> None:
+    """Set ``attrs`` on this process's RUNNING trial, then finish it COMPLETE (with ``value``)
+    or FAIL. Raises optuna.exceptions.UpdateFinishedTrialError when another process finished
+    it first (declared its worker dead)."""
+    for key, v in attrs.items():
+        trial.set_user_attr(key, v)
+    if state == TrialState.COMPLETE:
+        study.tell(trial, value)
+    else:
+        study.tell(trial, state=state)
+
+
+def fail_running(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> bool:
+    """Fail a RUNNING trial of some other process, its ``attrs`` set while it is still RUNNING
+    (a finished trial's attributes are frozen); False when another process got there first or
+    the trial has just finished. The row-locked FAIL flip picks the one process that wins."""
+    store = _store(study)
+    trial_id = _trial_id(study, number)
+    try:
+        for key, value in attrs.items():
+            store.set_trial_user_attr(trial_id, key, value)
+        return bool(store.set_trial_state_values(trial_id, state=TrialState.FAIL))
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+
+
+def requeue(study: optuna.Study, number: int, max_retry: int | None) -> None:
+    """Enqueue a WAITING copy of a failed trial (its user attributes, its retry history), unless
+    it has already been retried ``max_retry`` times (None: no bound)."""
+    frozen = _store(study).get_trial(_trial_id(study, number))
+    optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, frozen)
+
+
+def stale(study: optuna.Study) -> list[int]:
+    """Numbers of the RUNNING trials whose heartbeat is older than the grace period."""
+    ids = _backend(study)._get_stale_trial_ids(_study_id(study))
+    return [_store(study).get_trial(i).number for i in ids]
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A trial's number and state, and only the user attributes that were asked for."""
+
+    number: int
+    state: TrialState
+    user_attrs: dict[str, Any]
+
+
+def entries(study: optuna.Study, where: Mapping[str, Any] | None = None, keys: Sequence[str] = (),
+            states: Sequence[TrialState] | None = None) -> list[Entry]:
+    """The study's trials (those matching ``where`` and ``states``), oldest first, with the
+    user attributes named in ``keys``: what counting and state rules need, without loading
+    every trial's attributes (configs included) as ``Study.get_trials`` does."""
+    from sqlalchemy import select
+
+    trial_table, attr_table = _tables()
+    chosen = [trial_table.c.study_id == _study_id(study)]
+    if states is not None:
+        chosen.append(trial_table.c.state.in_(list(states)))
+    if where:
+        chosen.append(trial_table.c.trial_id.in_(_matching(where)))
+    found: dict[int, dict[str, Any]] = {}
+    with _engine(study).connect() as conn:
+        rows = list(conn.execute(select(trial_table.c.trial_id, trial_table.c.number, trial_table.c.state)
+                                 .where(*chosen).order_by(trial_table.c.trial_id)))
+        if keys and rows:
+            query = (select(attr_table.c.trial_id, attr_table.c.key, attr_table.c.value_json)
+                     .join(trial_table, trial_table.c.trial_id == attr_table.c.trial_id)
+                     .where(*chosen, attr_table.c.key.in_(list(keys))))
+            for trial_id, key, value in conn.execute(query):
+                found.setdefault(trial_id, {})[key] = json.loads(value)
+    return [Entry(r.number, r.state, found.get(r.trial_id, {})) for r in rows]
+
+
+def trials(study: optuna.Study, where: Mapping[str, Any] | None = None,
+           states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
+    """Whole trials (all attributes), oldest first, of those matching ``where`` and ``states``;
+    for a few trials (a cell's, the running ones), where ``Study.get_trials`` would load every
+    unfinished one."""
+    if where is None:
+        if states is None:
+            return study.get_trials(deepcopy=False)
+        return _backend(study).get_all_trials(_study_id(study), deepcopy=False, states=tuple(states))
+    from sqlalchemy import select
+
+    trial_table, _ = _tables()
+    query = select(trial_table.c.trial_id).where(trial_table.c.study_id == _study_id(study),
+                                           trial_table.c.trial_id.in_(_matching(where)))
+    if states is not None:
+        query = query.where(trial_table.c.state.in_(list(states)))
+    with _engine(study).connect() as conn:
+        ids = list(conn.execute(query.order_by(trial_table.c.trial_id)).scalars())
+    store = _store(study)
+    return [store.get_trial(i) for i in ids]
+
+
+def trial(study: optuna.Study, number: int) -> FrozenTrial:
+    """One trial, as stored now."""
+    return _store(study).get_trial(_trial_id(study, number))
+
+
+def count(study: optuna.Study, states: Sequence[TrialState]) -> int:
+    """How many of the study's trials are in ``states``."""
+    from sqlalchemy import func, select
+
+    trial_table, _ = _tables()
+    query = select(func.count()).select_from(trial_table).where(trial_table.c.study_id == _study_id(study),
+                                                          trial_table.c.state.in_(list(states)))
+    with _engine(study).connect() as conn:
+        return int(conn.execute(query).scalar_one())

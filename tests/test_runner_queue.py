@@ -1,0 +1,206 @@
+"""The study's storage as a work queue (ablate.runner.queue): claiming a queued item is atomic
+(concurrent processes never take the same trial), oldest first, through a gate; heartbeats,
+failing another process's trial, bounded re-queueing, stale trials, light reads."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from ablate.runner import queue
+from ablate.runner.queue import claim
+from ablate.runner.study import storage
+
+
+@pytest.fixture
+def tmp_path(shm_tmp_path: Path) -> Path:
+    return shm_tmp_path
+
+
+def _claim_all(url: str, out) -> None:
+    study = optuna.load_study(study_name="race", storage=storage(url))
+    got = []
+    while (trial := claim(study)) is not None:
+        got.append(trial.number)
+    out.put(got)
+
+
+def _race(url: str, items: int = 40, processes: int = 4) -> list[int]:
+    study = optuna.create_study(study_name="race", storage=storage(url))
+    for i in range(items):
+        queue.enqueue(study, {"item": str(i)})
+    out = mp.get_context("fork").Queue()
+    procs = [mp.get_context("fork").Process(target=_claim_all, args=(url, out)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    claims = [n for _ in procs for n in out.get(timeout=120)]
+    for p in procs:
+        p.join()
+    return claims
+
+
+def test_concurrent_claims_on_sqlite_take_each_trial_once(tmp_path):
+    # Without BEGIN IMMEDIATE, pysqlite lets two processes flip the same WAITING trial (seen:
+    # 53 claims of 40 trials with 4 processes).
+    assert sorted(_race(f"sqlite:///{tmp_path / 'optuna.db'}")) == list(range(40))
+
+
+def test_concurrent_claims_on_postgres_take_each_trial_once(postgres_db):
+    assert sorted(_race(postgres_db, items=60, processes=6)) == list(range(60))
+
+
+class HoldCell:
+    """A gate like the tuning rule's: holds back the flagged items of one cell."""
+
+    keys = ("cell_id", "after")
+
+    def __init__(self, cell: str | None) -> None:
+        self.cell, self.asked = cell, 0
+
+    def hold(self, attrs):
+        self.asked += 1
+        if attrs.get("after") and attrs.get("cell_id") == self.cell:
+            return {"cell_id": self.cell, "after": True}
+        return None
+
+
+def test_a_queue_of_thousands_is_claimed_oldest_first_each_once_past_what_a_gate_holds(tmp_path):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="big", storage=storage(url))
+    n = 2500
+    for i in range(n):  # every sixth item is a held one: cell c0, flagged
+        queue.enqueue(study, {"item": str(i), "cell_id": f"c{i % 3}", "after": i % 2 == 0, "config": {"x": [i] * 50}})
+    held = [i for i in range(n) if i % 6 == 0]
+    gate = HoldCell("c0")
+    first = [claim(study, gate) for _ in range(n - len(held) + 1)]
+    assert first[-1] is None
+    claimed = [t.number for t in first[:-1]]
+    assert claimed == [i for i in range(n) if i % 6]  # oldest first, the held group skipped
+    assert all(t.user_attrs["item"] == str(t.number) and t.user_attrs["config"]["x"][0] == t.number
+               for t in first[:-1])
+    # The held group is skipped inside the query: the gate sees each held item at most once per claim.
+    assert gate.asked < 3 * (n - len(held) + 1)
+    # Released, the held items come in order, then nothing.
+    rest = [claim(study, HoldCell(None)) for _ in range(len(held) + 1)]
+    assert rest[-1] is None and [t.number for t in rest[:-1]] == held
+    states = queue.entries(study)
+    assert len(states) == n and {e.state for e in states} == {TrialState.RUNNING}
+    assert queue.count(study, (TrialState.RUNNING,)) == n and queue.count(study, (TrialState.WAITING,)) == 0
+
+
+def test_claims_and_lookups_use_indexes_not_scans(tmp_path):
+    """On SQLite: every SELECT of a gated claim and of a lookup by attribute searches an index
+    (a claim stays O(1) in the number of waiting trials)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    path = tmp_path / "optuna.db"
+    study = optuna.create_study(study_name="plans", storage=storage(f"sqlite:///{path}"))
+    for i in range(300):
+        queue.enqueue(study, {"item": str(i), "cell_id": f"c{i % 3}", "after": True, "phase": "tune"})
+    seen: list[tuple[str, object]] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append((statement, parameters))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        assert claim(study, HoldCell("c0")).number == 1
+        assert len(queue.entries(study, {"cell_id": "c1", "phase": "tune"}, keys=("item",))) == 100
+        assert len(queue.trials(study, {"cell_id": "c2"})) == 100
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    selects = [(s, p) for s, p in seen if s.lstrip().upper().startswith("SELECT")]
+    assert len(selects) > 5
+    with sqlite3.connect(path) as db:
+        for sql, params in selects:
+            plan = [row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)]
+            assert not [step for step in plan if step.startswith("SCAN")], (sql, plan)
+
+
+def test_beat_fail_and_bounded_requeue(tmp_path):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="life", storage=storage(url))
+    queue.enqueue(study, {"item": "a", "cell_id": "c"})
+    trial = claim(study)
+    assert queue.beat(study, trial.number, {"step": 3})
+    assert queue.trial(study, trial.number).user_attrs["step"] == 3
+    # Another process declares it dead: attributes set while RUNNING, then FAIL; only once.
+    assert queue.fail_running(study, trial.number, {"failure_kind": "killed"})
+    assert not queue.fail_running(study, trial.number, {"failure_kind": "killed"})
+    assert not queue.beat(study, trial.number, {"step": 4})  # the worker finds its trial taken
+    frozen = queue.trial(study, trial.number)
+    assert frozen.state == TrialState.FAIL and frozen.user_attrs == {"item": "a", "cell_id": "c", "step": 3,
+                                                                     "failure_kind": "killed"}
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        queue.finish(study, trial, TrialState.COMPLETE, {"status": "complete"}, 1.0)
+    # Re-queued as a WAITING copy with its attributes and retry history, within the bound.
+    queue.requeue(study, trial.number, max_retry=1)
+    again = claim(study)
+    assert again.number == trial.number + 1 and again.user_attrs["item"] == "a"
+    assert queue.trial(study, again.number).system_attrs["retry_history"] == [trial.number]
+    queue.finish(study, again, TrialState.FAIL, {"failure_kind": "oom"})
+    assert queue.trial(study, again.number).user_attrs["failure_kind"] == "oom"
+    queue.requeue(study, again.number, max_retry=1)  # retried once already: no copy
+    assert claim(study) is None and len(study.trials) == 2
+    queue.requeue(study, again.number, max_retry=None)  # unbounded (an interruption)
+    last = claim(study)
+    queue.finish(study, last, TrialState.COMPLETE, {"status": "complete"}, 0.75)
+    done = queue.trial(study, last.number)
+    assert done.state == TrialState.COMPLETE and done.value == 0.75 and done.user_attrs["status"] == "complete"
+
+
+def test_a_silent_running_trial_is_stale(tmp_path):
+    path = tmp_path / "optuna.db"
+    study = optuna.create_study(study_name="stale", storage=storage(f"sqlite:///{path}"))
+    for i in range(3):
+        queue.enqueue(study, {"item": str(i)})
+    quiet, alive = claim(study), claim(study)
+    assert queue.stale(study) == []
+    with sqlite3.connect(path) as db:  # its worker last beat an hour ago
+        db.execute("UPDATE trial_heartbeats SET heartbeat = datetime('now', '-1 hour') WHERE trial_id = "
+                   "(SELECT trial_id FROM trials WHERE number = ?)", (quiet.number,))
+    assert queue.stale(study) == [quiet.number]
+    assert queue.beat(study, alive.number)
+
+
+def test_light_reads_load_only_what_is_asked(tmp_path):
+    study = optuna.create_study(study_name="reads", storage=storage(f"sqlite:///{tmp_path / 'optuna.db'}"))
+    for i in range(6):
+        queue.enqueue(study, {"item": str(i), "cell_id": f"c{i % 2}", "phase": "tune" if i < 4 else "replicate",
+                              "config": {"big": "x" * 1000}})
+    claim(study)
+    rows = queue.entries(study, keys=("item", "missing"))
+    assert [(e.number, e.state, e.user_attrs) for e in rows] == [
+        (0, TrialState.RUNNING, {"item": "0"}), *[(i, TrialState.WAITING, {"item": str(i)}) for i in range(1, 6)]]
+    assert [e.number for e in queue.entries(study, {"cell_id": "c0", "phase": "tune"})] == [0, 2]
+    assert [e.number for e in queue.entries(study, {"cell_id": "c0"}, states=(TrialState.WAITING,))] == [2, 4]
+    whole = queue.trials(study, {"cell_id": "c1", "phase": "replicate"})
+    assert [t.number for t in whole] == [5] and whole[0].user_attrs["config"] == {"big": "x" * 1000}
+    assert [t.number for t in queue.trials(study, states=(TrialState.RUNNING,))] == [0]
+
+
+def test_an_earlier_store_gets_the_indexes_and_stays_readable_by_plain_optuna(tmp_path):
+    path = tmp_path / "optuna.db"
+    url = f"sqlite:///{path}"
+    plain = optuna.create_study(study_name="old", storage=url)  # Optuna's own schema, no ablate index
+    plain.enqueue_trial({}, user_attrs={"item": "0", "cell_id": "c"})
+    index_names = "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'ablate_%'"
+    with sqlite3.connect(path) as db:
+        assert db.execute(index_names).fetchall() == []
+    study = optuna.load_study(study_name="old", storage=storage(url))
+    with sqlite3.connect(path) as db:
+        assert sorted(r[0] for r in db.execute(index_names)) == ["ablate_attr_cell_id", "ablate_trials_queue"]
+    assert claim(study).user_attrs["item"] == "0"
+    assert [t.state for t in optuna.load_study(study_name="old", storage=url).trials] == [TrialState.RUNNING]
+
+
+def test_a_bad_attribute_key_never_reaches_sql(tmp_path):
+    study = optuna.create_study(study_name="keys", storage=storage(f"sqlite:///{tmp_path / 'optuna.db'}"))
+    with pytest.raises(ValueError, match="not a lower-case identifier"):
+        queue.entries(study, {"cell_id' OR 1=1 --": "x"})
