@@ -1,4 +1,4 @@
-"""The mathematical invariants of SCIENCE.md §1–5, each as a test that a wrong model would fail."""
+"""The mathematical invariants of docs/science.md (§10 lists them), each as a test that a wrong model would fail."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_minlstm_gates_sum_to_one() -> None:
 
 
 def test_powers_compose_by_products_not_growing_angles() -> None:
-    """SCIENCE.md §5: at k ~ 16k the kernel table is exact to float32 rounding; a float32 growing
+    """docs/science.md §9.2: at k ~ 16k the kernel table is exact to float32 rounding; a float32 growing
     angle exp(i·k·θ) is off by ~1e-3."""
     L = 16384
     lam = torch.exp(torch.complex(torch.full((3,), -1e-5), torch.tensor([2.9, 1.3, 0.0314])))

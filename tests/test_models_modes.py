@@ -226,7 +226,7 @@ def test_minrnn_log_space_equals_sequential_reference(cls: type) -> None:
 
 
 def test_applying_p_twice_is_caught() -> None:
-    """The public-listing mistake (P B on the way in and P on the way out, SCIENCE.md §3) fails the
+    """The public-listing mistake (P B on the way in and P on the way out, docs/science.md §2.1) fails the
     comparison with the reference that the correct layer passes."""
     from ablate.models.parameterisations import Rotation, System
 
@@ -250,7 +250,7 @@ def test_applying_p_twice_is_caught() -> None:
 
 @pytest.mark.parametrize("norm", ["none", "gamma", "gamma_recomputed", "xi"])
 def test_lru_with_conjugate_pairs_equals_rotation_with_heads_of_two(norm: str) -> None:
-    """SCIENCE.md §3: LRU with K modes == rotation with K heads of size 2, P = I, γ_h = |λ_h|."""
+    """docs/science.md §2.5: LRU with K modes == rotation with K heads of size 2, P = I, γ_h = |λ_h|."""
     torch.manual_seed(0)
     d, N = 5, 8
     K = N // 2

@@ -1,4 +1,4 @@
-"""Initialisation schemes: where the eigenvalues start, and the scale of B and C (SCIENCE.md §2–3).
+"""Initialisation schemes: where the eigenvalues start, and the scale of B and C (docs/science.md §4).
 
 A scheme draws eigenvalue magnitudes in (0, 1) and phases; each parameterisation converts them into
 its own parameters (ν_log, γ_log, θ, ...). One scheme therefore serves every parameterisation, so

@@ -1,4 +1,4 @@
-"""minGRU and minLSTM (Feng et al. 2024; SCIENCE.md §4): gates see only the input, not h_{t-1}.
+"""minGRU and minLSTM (Feng et al. 2024; docs/science.md §5): gates see only the input, not h_{t-1}.
 
     minGRU   h_t = (1 − z_t) ⊙ h_{t−1} + z_t ⊙ g(h̃_t),        z = σ(W_z u), h̃ = W_h u
     minLSTM  h_t = f'_t ⊙ h_{t−1} + i'_t ⊙ g(h̃_t),            f' = f/(f+i), i' = i/(f+i)

@@ -1,4 +1,4 @@
-"""Input normalisations: the scale applied to each unit's rows of B (SCIENCE.md §2–3).
+"""Input normalisations: the scale applied to each unit's rows of B (docs/science.md §3).
 
 xi                ξ_h = (stationary E‖x^h‖² without scaling)^(−1/2), from the live parameters
                   every pass; for a rotation head this is sqrt(1 − γ_h²) / ‖B_h‖_F

@@ -2,7 +2,7 @@
 
 Every parameterisation hands the layer a ``System`` for one forward pass, in its *scan basis*:
 diagonal eigenvalues ``lam`` plus real input/output matrices. Complex modes are stored as
-interleaved real coordinates (re, im) — the SCIENCE.md §1 bridge — so a rotation head of size n is
+interleaved real coordinates (re, im) — the bridge of docs/science.md §1.3 — so a rotation head of size n is
 n/2 conjugate-pair complex modes with a shared magnitude γ_h in the basis Pᵀ, and the rotation and
 the complex-diagonal parameterisations share one scan path.
 
@@ -119,7 +119,7 @@ class Rotation(Parameterisation):
 
     The scan runs on z = Pᵀ x: block-diagonal rotations are conjugate-pair complex modes
     λ = γ_h e^{iθ}. The input enters as Pᵀ B u and the state leaves as x = P z (C P on the way
-    out) — P on one side, Pᵀ on the other, never P twice (SCIENCE.md §3).
+    out) — P on one side, Pᵀ on the other, never P twice (docs/science.md §2.1).
     """
 
     def __init__(self, d_model: int, state_dim: int, heads: int, init: InitScheme):

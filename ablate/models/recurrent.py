@@ -122,7 +122,7 @@ def head_norms(states: torch.Tensor, heads: int) -> torch.Tensor:
 def powers(lam: torch.Tensor, length: int) -> torch.Tensor:
     """(length, K) table of lam^k, k = 0 … length−1, built by doubling products.
 
-    SCIENCE.md §5: never exp(i·k·θ) with a growing angle — in float32 the angle k·θ carries an
+    docs/science.md §9.2: never exp(i·k·θ) with a growing angle — in float32 the angle k·θ carries an
     absolute error ~k·θ·2^-24 (1e-3 rad at k = 16k). Products are composed instead, in double
     precision: repeated squaring amplifies rounding like k·eps, negligible at 2^-53, and the table
     is rounded once to the input's precision at the end.
