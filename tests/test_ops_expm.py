@@ -17,7 +17,9 @@ SIZES = [2, 4, 16, 64, 128]
 HEADS = [1, 4, 32]
 
 
-def skew(H: int, n: int, dtype: torch.dtype = torch.float64, device: str = "cpu", seed: int = 0) -> torch.Tensor:
+def skew(
+    H: int, n: int, dtype: torch.dtype = torch.float64, device: str = "cpu", seed: int = 0
+) -> torch.Tensor:
     """A = M - Mᵀ with M ~ N(0, 1): RotRNN's parameterisation at initialisation."""
     g = torch.Generator().manual_seed(seed)
     M = torch.randn(H, n, n, generator=g, dtype=torch.float64)

@@ -313,5 +313,7 @@ def test_half_precision_time_invariant_decay(any_backend: tuple[str, str]) -> No
     got, want = linear_scan(a, b, backend=name), linear_scan_reference(a64, b64)
     assert_close(got.double(), want, HALF_TOL[torch.bfloat16])
     g = torch.randn_like(got)
-    for gg, gw in zip(torch.autograd.grad(got, (a, b), g), torch.autograd.grad(want, (a64, b64), g.double()), strict=True):
+    for gg, gw in zip(
+        torch.autograd.grad(got, (a, b), g), torch.autograd.grad(want, (a64, b64), g.double()), strict=True
+    ):
         assert_close(gg.double(), gw, HALF_TOL[torch.bfloat16])
