@@ -317,3 +317,54 @@ def test_half_precision_time_invariant_decay(any_backend: tuple[str, str]) -> No
         torch.autograd.grad(got, (a, b), g), torch.autograd.grad(want, (a64, b64), g.double()), strict=True
     ):
         assert_close(gg.double(), gw, HALF_TOL[torch.bfloat16])
+
+
+# --- special values ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_log_zero_inputs_and_resets(backend: tuple[str, str], dtype: torch.dtype) -> None:
+    """log b = -inf (no input that step), log a = -inf (the state forgotten) and both at once
+    (h = 0 again, log h = -inf): the kernels agree with h_t = a_t h_{t-1} + b_t in float64."""
+    name, dev = backend
+    tol = TOL if dtype == torch.float32 else 1e-12
+    log_a, log_b = log_inputs(2, 40, 8, dev, dtype)
+    log_h0 = torch.randn(2, 8, dtype=dtype, device=dev)
+    log_b[:, 10:13] = -math.inf
+    log_a[:, 20] = -math.inf
+    empty_a, empty_b = log_a.clone(), log_b.clone()
+    empty_a[0, 30, :4] = empty_b[0, 30, :4] = -math.inf  # h_30 = 0 in four channels
+    leaves = [t.requires_grad_() for t in (empty_a, empty_b)]
+    got = log_scan(*leaves, log_h0, backend=name)
+    want = linear_scan_reference(empty_a.double().exp(), empty_b.double().exp(), log_h0.double().exp()).log()
+    assert torch.equal(got.isinf(), want.isinf()) and got[0, 30, :4].eq(-math.inf).all()
+    finite = want.isfinite()
+    assert_close(got[finite], want[finite].to(dtype), tol)
+    g = torch.randn_like(got)
+    assert all(x.isfinite().all() for x in torch.autograd.grad(got, leaves, g))
+    # Gradients where h stays positive: those of the linear-space recurrence, by the chain rule
+    # through exp (a -inf input gets 0).
+    leaves = [t.detach().requires_grad_() for t in (log_a, log_b, log_h0)]
+    leaves64 = [t.detach().double().requires_grad_() for t in leaves]
+    got = log_scan(*leaves, backend=name)
+    want = linear_scan_reference(*(t.exp() for t in leaves64)).log()
+    assert_close(got, want.detach().to(dtype), tol)
+    grads = torch.autograd.grad(got, leaves, g)
+    for gg, gw in zip(grads, torch.autograd.grad(want, leaves64, g.double()), strict=True):
+        assert_close(gg, gw.to(dtype), tol)
+    assert grads[1][:, 10:13].eq(0).all() and grads[0][:, 20].eq(0).all()
+
+
+@pytest.mark.parametrize("kind", ["linear", "log"])
+def test_nan_propagates_forward(any_backend: tuple[str, str], kind: str) -> None:
+    """A NaN input poisons its channel from that step on (so divergence is seen), nothing else."""
+    name, dev = any_backend
+    if kind == "log":
+        a, b = log_inputs(2, 30, 6, dev)
+    else:
+        a, b = decay((2, 30, 6), torch.float32, dev), torch.randn(2, 30, 6, device=dev)
+    b[1, 7, 2] = math.nan
+    out = (log_scan if kind == "log" else linear_scan)(a, b, backend=name)
+    poisoned = torch.zeros_like(out, dtype=torch.bool)
+    poisoned[1, 7:, 2] = True
+    assert torch.equal(out.isnan(), poisoned)
