@@ -56,6 +56,21 @@ SCRIPT = textwrap.dedent(
     la = torch.nn.functional.logsigmoid(torch.randn(B, L, D) + 2)
     check("log", la, torch.randn(B, L, D), torch.randn(B, D))
     check("log", la[0, 0], torch.randn(B, L, D), None)
+    # -inf inputs (b = 0, a = 0, both: h = 0) and a NaN, against the linear-space recurrence.
+    la, lb = la.clone(), torch.randn(B, L, D) - 1
+    lb[:, 3:5] = float("-inf")
+    la[:, 9] = float("-inf")
+    la[0, 12, :2] = lb[0, 12, :2] = float("-inf")
+    lb[1, 15, 3] = float("nan")
+    leaves = [la.requires_grad_(), lb.requires_grad_()]
+    got = run("log", *leaves, None)
+    want = S.linear_scan_reference(la.double().exp(), lb.double().exp()).log()
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    ok = want.isfinite()
+    assert (got[ok].double() - want[ok]).abs().max().item() < 1e-5
+    for x in torch.autograd.grad(got, leaves, torch.randn_like(got)):
+        x[1, :, 3] = 0  # the NaN's channel
+        assert x.isfinite().all()
     # Half precision over 4 chunks of the kernels' own tiles: widened to float32 as on every
     # backend (test_scan.py holds numba and torch to the same tolerances at L = 2048; the
     # interpreter takes ~30 s a check there).
