@@ -51,8 +51,12 @@ def _conj(x):
     return np.conj(x)
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
 def _linear_fwd(a, b, h0, out, blk):
+    # h_{t-1} is read back from the row of out just written (in L1) rather than kept in a
+    # scratch array: one store an element instead of two, 1.3x faster for float32 at L = 4096
+    # here (complex64 the same). The log scan and the backward scans measured no better, or
+    # worse (complex backward 0.8x), that way, so they keep their carry arrays.
     B, L, D = b.shape
     nblk = (D + blk - 1) // blk
     ab = 1 if a.shape[0] > 1 else 0
@@ -62,18 +66,17 @@ def _linear_fwd(a, b, h0, out, blk):
         d0 = (task % nblk) * blk
         n = min(blk, D - d0)
         ia = i * ab
-        h = h0[i, d0 : d0 + n].copy()
+        hp = h0[i, d0 : d0 + n]
         for t in range(L):
             a_t = a[ia, t * at, d0 : d0 + n]
             b_t = b[i, t, d0 : d0 + n]
             o_t = out[i, t, d0 : d0 + n]
             for j in range(n):
-                v = a_t[j] * h[j] + b_t[j]
-                h[j] = v
-                o_t[j] = v
+                o_t[j] = a_t[j] * hp[j] + b_t[j]
+            hp = o_t
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
 def _linear_bwd(a, h, h0, gh, ga, gb, gh0, ga_mode, blk):
     # Reverse scan of the adjoint: g_t = gh_t + conj(a_{t+1}) g_{t+1}; grad_b_t = g_t,
     # grad_a_t = g_t conj(h_{t-1}) (h_{-1} = h0), grad_h0 = conj(a_0) g_0. Conjugates follow
