@@ -48,7 +48,11 @@ BASELINE = "97edae898b580aa83c95e6b91fdb77f5b0230875"  # main before issue 19's 
 def load_baseline(ref: str) -> ModuleType:
     """ablate/ops/scan_numba.py as of ``ref``, imported as a module of its own."""
     src = subprocess.run(
-        ["git", "show", f"{ref}:ablate/ops/scan_numba.py"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "show", f"{ref}:ablate/ops/scan_numba.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     # A stable path, so numba's on-disk cache serves the old kernels from the second run on.
     path = Path(os.environ.get("TMPDIR", "/tmp")) / "ablate-bench-ops" / f"scan_numba_{ref[:12]}.py"
@@ -118,7 +122,9 @@ class Copy:
         return 2 * self.src.numel() * 4 / ms / 1e6
 
 
-def bench_scans(lengths: list[int], B: int, D: int, rounds: int, torch_repeats: int, old: ModuleType) -> list[dict]:
+def bench_scans(
+    lengths: list[int], B: int, D: int, rounds: int, torch_repeats: int, old: ModuleType
+) -> list[dict]:
     rows = []
     versions = {"old": old, "new": scan_numba}
     for kind in ("real", "complex", "log"):
@@ -155,7 +161,9 @@ def bench_scans(lengths: list[int], B: int, D: int, rounds: int, torch_repeats: 
                     t = ref_ms[m] if v == "torch" else statistics.median(ms[(v, m)])
                     row[f"{m}_ms"] = t
                     row[f"{m}_gbs"] = nbytes[m] / t / 1e6
-                    row[f"{m}_xbound"] = t / (nbytes[m] / bw / 1e6) if v == "torch" else statistics.median(xb[(v, m)])
+                    row[f"{m}_xbound"] = (
+                        t / (nbytes[m] / bw / 1e6) if v == "torch" else statistics.median(xb[(v, m)])
+                    )
                     row[f"{m}_xtorch"] = ref_ms[m] / t
                     row[f"{m}_new_over_old"] = statistics.median(ratio[m]) if v == "new" else None
                 rows.append(row)
@@ -180,24 +188,29 @@ def bench_accuracy(lengths: list[int], old: ModuleType) -> list[dict]:
     return rows
 
 
+def expm_fns(M: torch.Tensor, G: torch.Tensor) -> dict[str, Callable[[], Any]]:
+    """Forward+backward of P = expm(M - Mᵀ) from float32 M, three ways."""
+
+    def matrix_exp64() -> Any:  # Rotation.basis today
+        P = torch.linalg.matrix_exp((M - M.mT).double()).float()
+        return torch.autograd.grad(P, M, G)
+
+    def matrix_exp32() -> Any:
+        return torch.autograd.grad(torch.linalg.matrix_exp(M - M.mT), M, G)
+
+    def skew() -> Any:
+        return torch.autograd.grad(skew_expm(M - M.mT), M, G)
+
+    return {"matrix_exp float64": matrix_exp64, "matrix_exp float32": matrix_exp32, "skew_expm": skew}
+
+
 def bench_expm(shapes: list[tuple[int, int]], rounds: int) -> list[dict]:
     rows = []
     for H, n in shapes:
         g = torch.Generator().manual_seed(0)
         M = torch.randn(H, n, n, generator=g).requires_grad_()
         G = torch.randn(H, n, n, generator=g)
-
-        def matrix_exp64() -> Any:
-            P = torch.linalg.matrix_exp((M - M.mT).double()).float()
-            return torch.autograd.grad(P, M, G)
-
-        def matrix_exp32() -> Any:
-            return torch.autograd.grad(torch.linalg.matrix_exp(M - M.mT), M, G)
-
-        def skew() -> Any:
-            return torch.autograd.grad(skew_expm(M - M.mT), M, G)
-
-        fns = {"matrix_exp float64": matrix_exp64, "matrix_exp float32": matrix_exp32, "skew_expm": skew}
+        fns = expm_fns(M, G)
         for f in fns.values():
             f()
         ms: dict[str, list[float]] = {k: [] for k in fns}
@@ -210,7 +223,13 @@ def bench_expm(shapes: list[tuple[int, int]], rounds: int) -> list[dict]:
                 ratios[k].append(t / got["skew_expm"])
         for k in fns:
             rows.append(
-                {"H": H, "n": n, "impl": k, "ms": statistics.median(ms[k]), "x_skew": statistics.median(ratios[k])}
+                {
+                    "H": H,
+                    "n": n,
+                    "impl": k,
+                    "ms": statistics.median(ms[k]),
+                    "x_skew": statistics.median(ratios[k]),
+                }
             )
         print(f"  expm H={H} n={n}", flush=True)
     return rows
@@ -232,7 +251,9 @@ def print_tables(scans: list[dict], accuracy: list[dict], expm: list[dict], head
         print("-" * len(head))
         for r in scans:
             ratio = (
-                f"{r['fwd_new_over_old']:>12.2f}×{r['fb_new_over_old']:>5.2f}×" if r["version"] == "new" else ""
+                f"{r['fwd_new_over_old']:>12.2f}×{r['fb_new_over_old']:>5.2f}×"
+                if r["version"] == "new"
+                else ""
             )
             print(
                 f"{r['kind']:8s}{r['L']:>6d}  {r['version']:8s}{r['fwd_ms']:>9.1f}{r['fwd_gbs']:>7.1f}"
@@ -246,7 +267,9 @@ def print_tables(scans: list[dict], accuracy: list[dict], expm: list[dict], head
         for r in accuracy:
             print(f"  L={r['L']:<6d} {r['impl']:16s} {r['max_abs_err']:.2e}")
     if expm:
-        print("\nRotRNN basis P = expm(M - Mᵀ), forward+backward from float32 M (median ms; ×skew = time / skew_expm's)")
+        print(
+            "\nRotRNN basis P = expm(M - Mᵀ), forward+backward from float32 M (median ms; ×skew = time / skew_expm's)"
+        )
         print(f"{'H':>4s}{'n':>5s}  {'impl':20s}{'ms':>10s}{'×skew':>8s}")
         for r in expm:
             print(f"{r['H']:>4d}{r['n']:>5d}  {r['impl']:20s}{r['ms']:>10.2f}{r['x_skew']:>7.1f}×")
@@ -276,7 +299,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     print(header, flush=True)
     old = load_baseline(args.baseline)
-    scans = [] if args.no_scans else bench_scans(args.lengths, args.batch, args.channels, args.rounds, args.torch_repeats, old)
+    scans = (
+        []
+        if args.no_scans
+        else bench_scans(args.lengths, args.batch, args.channels, args.rounds, args.torch_repeats, old)
+    )
     accuracy = [] if args.no_scans else bench_accuracy([256] if args.quick else [4096, 16384], old)
     shapes = [(2, 4)] if args.quick else [(1, 128), (4, 32), (32, 4)]
     expm = [] if args.no_expm else bench_expm(shapes, 1 if args.quick else max(3, args.rounds))
