@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     accuracy = [] if args.no_scans else bench_accuracy([256] if args.quick else [4096, 16384], old)
     shapes = [(2, 4)] if args.quick else [(1, 128), (4, 32), (32, 4)]
-    expm = [] if args.no_expm else bench_expm(shapes, 1 if args.quick else max(3, args.rounds))
+    expm = [] if args.no_expm else bench_expm(shapes, 1 if args.quick else max(15, args.rounds))
     print_tables(scans, accuracy, expm, header + f" (at the end {os.getloadavg()[0]:.1f})")
     return {"scans": scans, "accuracy": accuracy, "expm": expm}
 
