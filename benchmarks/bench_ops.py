@@ -36,7 +36,10 @@ from typing import Any
 
 import torch
 
-from ablate.bench import BYTES_PER_ELEM, tune_allocator
+try:  # ablate/bench.py is moving to ablate/ops/bench.py
+    from ablate.ops.bench import BYTES_PER_ELEM, tune_allocator
+except ImportError:
+    from ablate.bench import BYTES_PER_ELEM, tune_allocator
 from ablate.ops import scan as scan_mod
 from ablate.ops import scan_numba
 from ablate.ops.expm import skew_expm
