@@ -13,8 +13,10 @@
    and "new/old", the median of the per-round ratios. The machine is shared: read ratios, not
    absolute times.
 2. Accuracy of the float32 log scan at long L against float64: old kernel, new kernel, torch.
-3. skew_expm vs torch.linalg.matrix_exp (float64, as Rotation.basis calls it today, and float32),
-   forward+backward, for (heads, n) = (1, 128), (4, 32), (32, 4); interleaved the same way.
+3. skew_expm vs torch.linalg.matrix_exp (float64, as Rotation.basis calls it today, also on one
+   thread as skew_expm runs on CPU, and float32), forward+backward, for (heads, n) = (1, 128),
+   (4, 32), (32, 4); interleaved the same way. On a busy machine threaded LAPACK/BLAS calls at
+   these sizes wait on descheduled threads: the load average printed says how busy it was.
 
 Bytes per element (the bound): ``ablate.bench.BYTES_PER_ELEM`` (real 12 fwd, 32 f+b; complex 24,
 64; log 12, 36). The allocator is tuned as in ``ablate bench`` so 64 MB outputs reuse warm pages.
@@ -198,13 +200,26 @@ def expm_fns(M: torch.Tensor, G: torch.Tensor) -> dict[str, Callable[[], Any]]:
         P = torch.linalg.matrix_exp((M - M.mT).double()).float()
         return torch.autograd.grad(P, M, G)
 
+    def matrix_exp64_serial() -> Any:  # as skew_expm runs on CPU: is threading the difference?
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return matrix_exp64()
+        finally:
+            torch.set_num_threads(threads)
+
     def matrix_exp32() -> Any:
         return torch.autograd.grad(torch.linalg.matrix_exp(M - M.mT), M, G)
 
     def skew() -> Any:
         return torch.autograd.grad(skew_expm(M - M.mT), M, G)
 
-    return {"matrix_exp float64": matrix_exp64, "matrix_exp float32": matrix_exp32, "skew_expm": skew}
+    return {
+        "matrix_exp float64": matrix_exp64,
+        "matrix_exp f64 1 thr": matrix_exp64_serial,
+        "matrix_exp float32": matrix_exp32,
+        "skew_expm": skew,
+    }
 
 
 def bench_expm(shapes: list[tuple[int, int]], rounds: int) -> list[dict]:

@@ -154,3 +154,18 @@ def test_batch_shapes_and_rounding_level_asymmetry() -> None:
     assert skew_expm(torch.zeros(0, 4, 4)).shape == (0, 4, 4)
     nudged = A + 1e-15 * torch.randn_like(A)  # not exactly skew, within rounding: accepted
     assert (skew_expm(nudged) - skew_expm(A)).abs().max().item() <= 1e-12
+
+
+def test_cpu_thread_count_restored() -> None:
+    """Small CPU matrices run on one thread (see ablate.ops.expm); the caller's count comes back,
+    also when the backward raises."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        M = torch.randn(2, 8, 8, requires_grad=True)
+        P = skew_expm(M - M.mT)
+        assert torch.get_num_threads() == 2
+        torch.autograd.grad(P, M, torch.ones_like(P))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

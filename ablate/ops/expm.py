@@ -25,17 +25,44 @@ matrix_exp's Padé-and-squaring forward and a 2n×2n exponential backward. Every
 complex128 whatever A's dtype: a float32 basis is then orthogonal to rounding (~1e-7), where a
 float32 matrix_exp of a skew matrix with N(0,1) entries reaches only ~2e-6. Device-agnostic
 torch ops only (on CUDA, eigh synchronises anyway, so the skewness check costs no extra wait).
+On CPU, matrices up to n = 256 are computed on one thread (see ``_one_cpu_thread``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 # A = M - Mᵀ is exactly skew in floating point; this leaves room for an A built another way.
 _SKEW_ULPS = 64
+# Up to this n, CPU work runs on one thread (see _one_cpu_thread).
+_SERIAL_MAX_N = 256
+
+
+@contextlib.contextmanager
+def _one_cpu_thread(A: torch.Tensor) -> Iterator[None]:
+    """torch's intra-op threads set to 1 for the block, for small CPU matrices.
+
+    MKL's threaded Hermitian eigensolver gains nothing at these sizes (1.1 vs 1.3 ms at n = 128
+    here) and, when the cores are busy (other workers, numba's scan threads), its threads wait at
+    barriers for descheduled peers: 4-30 ms medians in isolation and 870 ms a call inside a
+    RotRNN training step on this 2-core machine, where one thread took 1.3 ms every time. The
+    setting is process-wide while the block runs (two Python threads computing at once would
+    share it); it costs well under a microsecond.
+    """
+    threads = torch.get_num_threads()
+    if A.device.type != "cpu" or threads == 1 or A.shape[-1] > _SERIAL_MAX_N:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _check_skew(A: torch.Tensor) -> None:
@@ -65,8 +92,9 @@ def _divided_differences(w: torch.Tensor) -> torch.Tensor:
 class SkewExpm(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, A: torch.Tensor) -> torch.Tensor:
-        w, V = torch.linalg.eigh(A.to(torch.complex128) * 1j)
-        P = (V * torch.polar(torch.ones_like(w), -w).unsqueeze(-2)) @ V.mH
+        with _one_cpu_thread(A):
+            w, V = torch.linalg.eigh(A.to(torch.complex128) * 1j)
+            P = (V * torch.polar(torch.ones_like(w), -w).unsqueeze(-2)) @ V.mH
         ctx.save_for_backward(w, V)
         return P.real.to(A.dtype)
 
@@ -74,8 +102,10 @@ class SkewExpm(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_P: torch.Tensor) -> torch.Tensor:
         w, V = ctx.saved_tensors
-        X = V.mH @ grad_P.to(V.dtype) @ V
-        return (V @ (_divided_differences(w).conj() * X) @ V.mH).real.to(grad_P.dtype)
+        with _one_cpu_thread(V):
+            X = V.mH @ grad_P.to(V.dtype) @ V
+            grad = (V @ (_divided_differences(w).conj() * X) @ V.mH).real
+        return grad.to(grad_P.dtype)
 
 
 def skew_expm(A: torch.Tensor) -> torch.Tensor:
