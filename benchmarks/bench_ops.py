@@ -18,7 +18,7 @@
    (4, 32), (32, 4); interleaved the same way. On a busy machine threaded LAPACK/BLAS calls at
    these sizes wait on descheduled threads: the load average printed says how busy it was.
 
-Bytes per element (the bound): ``ablate.bench.BYTES_PER_ELEM`` (real 12 fwd, 32 f+b; complex 24,
+Bytes per element (the bound): ``ablate.ops.bench.BYTES_PER_ELEM`` (real 12 fwd, 32 f+b; complex 24,
 64; log 12, 36). The allocator is tuned as in ``ablate bench`` so 64 MB outputs reuse warm pages.
 """
 
@@ -38,12 +38,9 @@ from typing import Any
 
 import torch
 
-try:  # ablate/bench.py is moving to ablate/ops/bench.py
-    from ablate.ops.bench import BYTES_PER_ELEM, tune_allocator
-except ImportError:
-    from ablate.bench import BYTES_PER_ELEM, tune_allocator
 from ablate.ops import scan as scan_mod
 from ablate.ops import scan_numba
+from ablate.ops.bench import BYTES_PER_ELEM, tune_allocator
 from ablate.ops.expm import skew_expm
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,12 +37,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a bare checkout
 
 from ablate.ops import available_backends, linear_scan, linear_scan_reference, log_scan, skew_expm  # noqa: E402
+from ablate.ops.bench import BYTES_PER_ELEM  # noqa: E402
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 6e-3}
-# Minimum bytes per element in float32 units (ablate.bench.BYTES_PER_ELEM, which this script may
-# not import): forward reads a, b, writes h; backward reads grad_h, a, h (log: and log b), writes
-# grad_a, grad_b.
-BYTES_PER_ELEM = {"real": (3, 8), "complex": (6, 16), "log": (3, 9)}
 
 
 def inputs(kind: str, B: int, L: int, D: int, dtype: torch.dtype, dev: str, a_shape: str = "full") -> list:
