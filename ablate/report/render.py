@@ -21,25 +21,41 @@ notebook; a new report adds one of each (and its name to the registered reports)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from ablate.report import REPORTS
+from ablate.report import REPORTS, fonts
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
 # inline module; reports are static (images and tables) and must open offline: no scripts at all.
 _SCRIPT = re.compile(r"<script\b[^>]*>.*?</script\s*>", re.I | re.S)
+
+
+def _font_css() -> str:
+    """Every element in the reports' two fonts (``ablate.report.fonts``): nbconvert's stylesheet asks
+    for the host's UI fonts (system-ui, Helvetica, Arial: Liberation Sans where it is installed)."""
+    sans = f"'{fonts.FAMILY['sans']}', 'DejaVu Sans', sans-serif"
+    mono = f"'{fonts.FAMILY['mono']}', 'DejaVu Sans Mono', monospace"
+    return f"""
+:root {{ --jp-content-font-family: {sans}; --jp-ui-font-family: {sans}; --jp-code-font-family: {mono}; }}
+html, body, div, p, li, h1, h2, h3, h4, h5, h6, table, th, td, caption, b, em, span {{ font-family: {sans} !important; }}
+code, pre, kbd, samp, .jp-RenderedHTMLCommon code, .jp-RenderedHTMLCommon pre {{ font-family: {mono} !important; }}
+"""
+
+
 _PRINT_CSS = """
-<style>
 @page {
   size: A4; margin: 13mm 11mm 15mm;
   @bottom-center { content: counter(page) " / " counter(pages); font-size: 7.5pt; color: #777; }
 }
-body { font-family: 'DejaVu Sans', sans-serif; font-size: 9.5pt; }
+body { font-size: 9.5pt; }
 body.jp-Notebook, .jp-Notebook { padding: 0 !important; }
 .jp-Cell, .jp-Cell-outputWrapper, .jp-OutputArea-child { padding: 0 !important; }
 .jp-OutputArea-output { overflow: visible !important; padding: 0 !important; }
@@ -62,16 +78,18 @@ th, td { word-break: break-word; }
   max-width: none;
 }
 table.ablate.wide { width: 100%; table-layout: fixed !important; }
+table.ablate caption { caption-side: top; text-align: left; font-size: 7pt; color: #555; padding: 0 0 2pt; }
 table.ablate th { border-bottom: 0.8pt solid #555; font-weight: bold; background: none; }
 table.ablate td.l, table.ablate th.l { text-align: left; }
-table.ablate tbody tr:nth-child(odd) { background: #f5f5f5; }
-table.ablate tr { page-break-inside: avoid; }
+/* a row group (one factor's levels, one source's cells) shares its shade and never splits across pages */
+table.ablate tbody:nth-of-type(odd) td { background: #f5f5f5; }
+table.ablate tbody, table.ablate tr { break-inside: avoid; page-break-inside: avoid; }
+table.ablate tbody.group tr + tr td { border-top: none; }
 table.ablate thead { display: table-header-group; }
 pre, pre.spec { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 7pt; line-height: 1.25; }
 pre.spec { background: #f7f7f7; padding: 4pt; column-count: 2; column-gap: 8mm; column-rule: 0.4pt solid #ddd;
   page-break-inside: auto !important; break-inside: auto !important; }
 .jp-OutputArea-child { break-inside: auto !important; page-break-inside: auto !important; }
-</style>
 """
 
 
@@ -109,26 +127,111 @@ def _declared(report: str, parameters: dict) -> dict:
     return {k: v for k, v in parameters.items() if k in names}
 
 
-def execute(report: str, parameters: dict, workdir: Path):
-    """Run the report notebook with papermill; returns the executed notebook node."""
+class Kernel:
+    """One Python kernel for every report of a render: started once (imports paid once), over IPC
+    (a TCP kernel warns on the terminal that it runs unencrypted), its own output to a log file
+    instead of the terminal. ``warm`` imports what every notebook needs while the caller does
+    other work."""
+
+    def __init__(self, workdir: Path) -> None:
+        from jupyter_client.manager import AsyncKernelManager
+        from nbclient.util import run_sync
+
+        self._run_sync = run_sync
+        self.log_path = workdir / "kernel.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in close())
+        self.km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(workdir / "kernel"))
+        # the notebooks' MLflow reads must not draw progress bars into the report
+        env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONWARNINGS": "ignore"}
+        run_sync(self.km.start_kernel)(stdout=self._log, stderr=self._log, cwd=str(workdir), env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        run_sync(self.kc.wait_for_ready)(timeout=120)
+
+    def warm(self, code: str) -> None:
+        """Run ``code`` in the kernel without waiting for it (the first notebook queues behind it)."""
+        self.kc.execute(code, silent=True, store_history=False)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.kc.stop_channels()
+        with contextlib.suppress(Exception):
+            self._run_sync(self.km.shutdown_kernel)(now=False)
+        self._log.close()
+
+
+@contextlib.contextmanager
+def kernel(workdir: Path) -> Iterator[Kernel]:
+    """A ``Kernel`` for the block, shut down after it."""
+    k = Kernel(workdir)
+    try:
+        yield k
+    finally:
+        k.close()
+
+
+#: What every report notebook imports first: warmed in the kernel while the renderer starts.
+WARM_UP = ("import pandas, polars, numpy, scipy.stats, statsmodels.api, matplotlib, seaborn, IPython.display\n"
+           "import ablate.results, ablate.stats, ablate.stats_norms\n"
+           "import ablate.report.accuracy, ablate.report.norm_stability, ablate.report.display")
+_RESET = "get_ipython().run_line_magic('reset', '-f')  # a shared kernel: no names left by the previous report"
+
+
+def execute(report: str, parameters: dict, workdir: Path, kernel: Kernel | None = None):
+    """Run the report notebook with papermill (in ``kernel`` when given, else a kernel of its own);
+    returns the executed notebook node. A failing cell raises ``ReportError`` naming the report,
+    the cell (its section and first line) and the error."""
     import jupytext
     import nbformat
     import papermill
 
     source = jupytext.read(notebook_path(report))
     source.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # inherited by the kernel
+    if kernel is not None:
+        source.cells.insert(0, nbformat.v4.new_code_cell(_RESET, metadata={"tags": ["ablate-reset"]}))
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # inherited by a kernel of its own
     src, out = workdir / f"{report}.ipynb", workdir / f"{report}.out.ipynb"
     nbformat.write(source, src)
+    extra: dict[str, Any] = {"km": kernel.km, "kc": kernel.kc} if kernel is not None else {}
     try:
         papermill.execute_notebook(
-            str(src), str(out), parameters=parameters, kernel_name="python3", progress_bar=False, cwd=str(workdir)
+            str(src), str(out), parameters=parameters, kernel_name="python3", progress_bar=False, cwd=str(workdir),
+            **extra,
         )
     except papermill.PapermillExecutionError as exc:
-        from ablate.stores import redact
+        raise ReportError(_failure(report, exc, out)) from None
+    nb = nbformat.read(out, as_version=4)
+    nb.cells = [c for c in nb.cells if "ablate-reset" not in c.get("metadata", {}).get("tags", [])]
+    return nb
 
-        raise ReportError(redact(f"report {report!r} failed: {exc.ename}: {exc.evalue}")) from None
-    return nbformat.read(out, as_version=4)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _failure(report: str, exc: Any, out: Path) -> str:
+    """``report 'accuracy' failed in the cell under "Comparisons" (`comparisons = …`): KeyError: …,
+    at ablate/report/accuracy.py:123`` — credentials redacted."""
+    import nbformat
+
+    from ablate.stores import redact
+
+    section, first = "", (exc.source or "").strip().splitlines()[0:1]
+    try:
+        cells = nbformat.read(out, as_version=4).cells[: exc.cell_index]
+        heads = [line.lstrip("# ").strip() for c in cells if c.cell_type == "markdown"
+                 for line in c.source.splitlines() if line.startswith("#")]
+        section = heads[-1] if heads else ""
+    except Exception:  # the notebook could not be written back: name the cell by its code alone
+        pass
+    where = ""
+    frames = re.findall(r'File "?([^",\n]+)"?, line (\d+)', _ANSI.sub("", "\n".join(exc.traceback or [])))
+    frames = [(f, n) for f, n in frames if "/ablate/" in f]
+    if frames:
+        path, line = frames[-1]
+        where = f", at {path[path.rindex('/ablate/') + 1:]}:{line}"
+    cell = f'the cell under "{section}"' if section else f"cell {exc.exec_count or exc.cell_index}"
+    code = f" (`{first[0][:80]}`)" if first else ""
+    return redact(f"report {report!r} failed in {cell}{code}: {exc.ename}: {exc.evalue}{where}")
 
 
 def _drop_stderr(notebook) -> None:
@@ -148,17 +251,21 @@ def to_html(notebook, title: str) -> str:
     notebook.metadata["title"] = title
     html, _ = exporter.from_notebook_node(notebook)
     html = _SCRIPT.sub("", html)
-    return html.replace("</head>", _PRINT_CSS + "</head>", 1)
+    return html.replace("</head>", f"<style>{_font_css()}{_PRINT_CSS}</style></head>", 1)
 
 
 def to_pdf(html: str, path: Path) -> None:
+    """``html`` as an A4 PDF in the reports' fonts (the font files themselves, ``ablate.report.fonts``)."""
     import logging
 
-    from weasyprint import HTML
+    from weasyprint import CSS, HTML
+    from weasyprint.text.fonts import FontConfiguration
 
     logging.getLogger("weasyprint").setLevel(logging.ERROR)
     logging.getLogger("fontTools").setLevel(logging.ERROR)
-    HTML(string=html).write_pdf(str(path))
+    config = FontConfiguration()
+    faces = CSS(string=fonts.font_face_css(), font_config=config)
+    HTML(string=html).write_pdf(str(path), stylesheets=[faces], font_config=config)
 
 
 def render(
@@ -169,27 +276,49 @@ def render(
     storage: str | None = None,
     tracking_uri: str | None = None,
     parameters: dict | None = None,
+    export: bool = False,
 ) -> list[Path]:
     """Render each report of a study into ``out_dir`` as ``<report>.html`` / ``<report>.pdf``.
 
-    ``parameters`` go to every report's notebook, after the study and stores (e.g. the accuracy
-    report's ``reference``, ``metric``, ``alpha``); a report ignores those it does not declare."""
+    Every report runs in one kernel. ``parameters`` go to every report's notebook, after the study
+    and stores (e.g. the accuracy report's ``reference``, ``metric``, ``alpha``); a report ignores
+    those it does not declare. ``export`` also writes each figure alone (PDF, SVG, 300-dpi PNG)
+    into ``out_dir/figures/`` and each table (CSV, LaTeX) into ``out_dir/tables/``."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from ablate.stores import resolve
 
     stores = resolve(storage, tracking_uri)  # absolute: the kernel runs in a scratch directory
     out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    for report in reports:
-        with tempfile.TemporaryDirectory() as tmp:
-            params = {"study": study, "storage": stores.storage, "tracking_uri": stores.tracking}
-            nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp))
+
+    def write(nb, report: str) -> list[Path]:
         html = to_html(nb, f"{study} — {report.replace('_', ' ')}")
+        paths = []
         if "html" in formats:
-            path = out_dir / f"{report}.html"
-            path.write_text(html, encoding="utf-8")
-            written.append(path)
+            paths.append(out_dir / f"{report}.html")
+            paths[-1].write_text(html, encoding="utf-8")
         if "pdf" in formats:
-            path = out_dir / f"{report}.pdf"
-            to_pdf(html, path)
-            written.append(path)
-    return written
+            paths.append(out_dir / f"{report}.pdf")
+            to_pdf(html, paths[-1])
+        return paths
+
+    # The kernel runs the notebooks one after the other while a thread of this process turns each
+    # executed one into HTML and PDF: two cores busy, not one.
+    with tempfile.TemporaryDirectory() as tmp, kernel(Path(tmp)) as k, ThreadPoolExecutor(1) as writer:
+        k.warm(WARM_UP)
+        writer.submit(_preload)
+        done = []
+        for report in reports:
+            work = Path(tmp) / report
+            work.mkdir()
+            params = {"study": study, "storage": stores.storage, "tracking_uri": stores.tracking,
+                      "export_dir": str(out_dir.resolve()) if export else None}
+            nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
+            done.append(writer.submit(write, nb, report))
+        return [path for future in done for path in future.result()]
+
+
+def _preload() -> None:
+    """Import what turns notebooks into pages while the kernel starts on the first one."""
+    import nbconvert  # noqa: F401
+    import weasyprint  # noqa: F401
