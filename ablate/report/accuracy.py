@@ -241,9 +241,10 @@ def power_table(comp: pd.DataFrame, power: float = 0.8) -> pd.DataFrame:
             "sd": spread,
             "power now": f"{r['power_now']:.0%}" if finite(r["power_now"]) else DASH,
             f"seeds for {power:.0%} power": str(int(r["seeds_needed"])) if finite(r["seeds_needed"]) else DASH,
+            "at α/m": pval(r["power_alpha"]),
             "note": "; ".join(filter(None, [note, "" if r["paired"] else "unpaired: pooled sd of the runs"])),
         })
-    cols = ["cell", "n", "sd", "power now", f"seeds for {power:.0%} power", "note"]
+    cols = ["cell", "n", "sd", "power now", f"seeds for {power:.0%} power", "at α/m", "note"]
     return pd.DataFrame(rows, columns=cols).rename(columns={"sd": "sd of Δ"})
 
 
@@ -591,7 +592,7 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
         effect = comp["min_effect"].iloc[0]
         now = sorted({int(v) for v in comp["n"]})
         out.append(f"To detect a difference of {num(effect)} (stats.min_effect) with {power:.0%} power at "
-                   f"{pval(comp['power_alpha'].iloc[0])} (α/{len(comp)}), a comparison needs {span} seeds "
+                   f"α/m = {pw['at α/m'].iloc[0]} (m = {len(comp)} comparisons), a comparison needs {span} seeds "
                    f"(it has {', '.join(map(str, now))}).")
     return out
 
@@ -721,7 +722,7 @@ def accuracy_by_cell(
             jitter = rng.uniform(-0.14, 0.14, x.size)
             never = x <= threshold
             ax.scatter(x[~never], i + 0.18 + jitter[~never] * 0.5, s=14, color=look["color"], marker=look["marker"],
-                       alpha=0.75, lw=0, zorder=2)
+                       alpha=0.75, lw=0, zorder=2, gid=look["gid"])
             ax.scatter(x[never], i + 0.18 + jitter[never] * 0.5, s=16, color=NEVER_COLOR, marker="x", lw=1, zorder=2)
             if row["n"] == 0:
                 continue
@@ -731,7 +732,7 @@ def accuracy_by_cell(
             lo = row["mean"] - row["ci_low"] if finite(row["ci_low"]) else 0.0
             hi = row["ci_high"] - row["mean"] if finite(row["ci_high"]) else 0.0
             ax.errorbar(row["mean"], i, xerr=[[lo], [hi]], fmt=look["marker"], ms=5, color=look["color"],
-                        mec="black", mew=0.6, ecolor=look["color"], elinewidth=1.4, capsize=2.5, zorder=3)
+                        mec="black", mew=0.6, ecolor=look["color"], elinewidth=1.4, capsize=2.5, zorder=3, gid=look["gid"])
         _chance_line(ax, chance, vertical=True)
         if metric.endswith("accuracy"):  # a CI past [0, 1] (few seeds, wide spread) must not squash the points
             low, high = ax.get_xlim()
@@ -779,14 +780,16 @@ def _level_look(channels: Channels, factor: str, lv: Any) -> dict[str, Any]:
     """How a level of ``factor`` is drawn where the factor has its own panel or line: its colour if
     it is the colour factor, its line style and marker if it is the style factor, else black."""
     lv = str(lv)
+    gid = f"level:{factor}={lv}"
     if factor == channels.color_factor:
-        return {"color": channels.color.get(lv, "black"), "linestyle": "-", "marker": "o"}
+        return {"color": channels.color.get(lv, "black"), "linestyle": "-", "marker": "o", "gid": gid}
     if factor == channels.style_factor:
-        return {"color": "0.2", "linestyle": channels.dash.get(lv, "-"), "marker": channels.marker.get(lv, "o")}
+        return {"color": "0.2", "linestyle": channels.dash.get(lv, "-"), "marker": channels.marker.get(lv, "o"),
+                "gid": gid}
     levels = channels.levels.get(factor, (lv,))
     k = levels.index(lv) if lv in levels else 0
     return {"color": "black", "linestyle": plotting.DASHES[k % len(plotting.DASHES)],
-            "marker": plotting.MARKERS[k % len(plotting.MARKERS)]}
+            "marker": plotting.MARKERS[k % len(plotting.MARKERS)], "gid": gid}
 
 
 def main_effects_plot(
@@ -827,7 +830,7 @@ def main_effects_plot(
                 err = [[r["mean"] - r["ci_low"] if finite(r["ci_low"]) else 0.0],
                        [r["ci_high"] - r["mean"] if finite(r["ci_high"]) else 0.0]]
                 ax.errorbar(xi, r["mean"], yerr=err, fmt=look["marker"], ms=5, capsize=3, color=look["color"],
-                            mec="black", mew=0.5, zorder=2)
+                            mec="black", mew=0.5, zorder=2, gid=look["gid"])
             _chance_line(ax, chance)
             ticks = [str(lv) for lv in sub["level"]]
             if sum(len(t) for t in ticks) + 2 * len(ticks) > 2 * tick_width:  # crowded: slant, do not wrap
@@ -878,7 +881,7 @@ def interaction_plot(
             x = np.array([pos[v] for v in sub[f2]], dtype=float) + off
             err = [(sub["mean"] - sub["ci_low"]).fillna(0), (sub["ci_high"] - sub["mean"]).fillna(0)]
             ax.errorbar(x, sub["mean"], yerr=err, fmt=look["marker"], ls=look["linestyle"], ms=4.5, lw=1.3,
-                        capsize=3, color=look["color"], mec="black", mew=0.5, label=wrap(lv, 22))
+                        capsize=3, color=look["color"], mec="black", mew=0.5, label=wrap(lv, 22), gid=look["gid"])
         _chance_line(ax, chance)
         ax.set_xticks(range(len(xs)), [wrap(lv, max(8, int(80 / max(1, len(xs))))) for lv in xs])
         ax.set_xlim(-0.5, len(xs) - 0.5)
@@ -912,13 +915,13 @@ def comparison_plot(comparisons: pd.DataFrame, *, label_width: int = 34, metric:
             look = channels.style(row["cell_id"])
             if not row["testable"]:
                 raw = row["diffs"] if row["paired"] and row["diffs"] else ()
-                ax.scatter(list(raw), [yi] * len(raw), marker="x", s=18, color=look["color"], lw=1, zorder=2)
+                ax.scatter(list(raw), [yi] * len(raw), marker="x", s=18, color=look["color"], lw=1, zorder=2, gid=look["gid"])
                 continue
             e0 = row["mean_diff"] - row["diff_ci_low"] if finite(row["diff_ci_low"]) else 0.0
             e1 = row["diff_ci_high"] - row["mean_diff"] if finite(row["diff_ci_high"]) else 0.0
             face = look["color"] if row["significant"] else "white"
             ax.errorbar(row["mean_diff"], yi, xerr=[[e0], [e1]], fmt=look["marker"], ms=5, color=look["color"],
-                        mfc=face, mec=look["color"], capsize=2.5, lw=1.3, zorder=3)
+                        mfc=face, mec=look["color"], capsize=2.5, lw=1.3, zorder=3, gid=look["gid"])
         ax.axvline(0, color=plotting.GREY["reference"], lw=0.8)
         ax.set_yticks(y, labels)
         ax.set_ylim(len(comparisons) - 0.5, -0.5)
@@ -1018,9 +1021,9 @@ def learning_curves(
                 wide = sub.pivot_table(index="step", columns="seed", values="value").sort_index()
                 if wide.shape[1] > 1:
                     ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=look["color"], alpha=0.13,
-                                    lw=0)
+                                    lw=0, gid=look["gid"])
                 ax.plot(wide.index, wide.mean(axis=1), color=look["color"], ls=look["linestyle"], lw=1.6,
-                        label=wrap(label, 40) if unlabelled else None)
+                        label=wrap(label, 40) if unlabelled else None, gid=look["gid"])
             if waiting:
                 ax.text(0.02, 0.02, "pending: " + wrap(", ".join(waiting), 60), transform=ax.transAxes, fontsize=6.5,
                         color="0.45", va="bottom")
@@ -1064,9 +1067,9 @@ def performance_profile_plot(profile: pd.DataFrame, metric: str = "test_accuracy
                 look = channels.style(cid)
                 if sub["ci_low"].notna().any():
                     ax.fill_between(sub["tau"], sub["ci_low"], sub["ci_high"], step="post", color=look["color"],
-                                    alpha=0.13, lw=0)
+                                    alpha=0.13, lw=0, gid=look["gid"])
                 ax.step(sub["tau"], sub["fraction"], where="post", color=look["color"], ls=look["linestyle"], lw=1.5,
-                        label=wrap(label, 40) if not channels.factors else None)
+                        label=wrap(label, 40) if not channels.factors else None, gid=look["gid"])
             _chance_line(ax, chance, vertical=True)
             ax.set_ylim(-0.03, 1.03)
         for ax in axes[len(panels):]:

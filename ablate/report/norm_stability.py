@@ -340,11 +340,11 @@ def norm_vs_step(norms: pd.DataFrame, order: Order, *, ylabel: str = f"{NORM} (m
                 look = channels.style(cid)
                 wide = v.pivot_table(index="step", columns="seed", values="value").sort_index()
                 for seed in wide.columns:
-                    ax.plot(wide.index, wide[seed], lw=0.5, alpha=0.4, color=look["color"], ls=look["linestyle"])
+                    ax.plot(wide.index, wide[seed], lw=0.5, alpha=0.4, color=look["color"], ls=look["linestyle"], gid=look["gid"])
                 if wide.shape[1] > 1:
                     ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=look["color"], alpha=0.12,
-                                    lw=0)
-                ax.plot(wide.index, wide.mean(axis=1), lw=1.7, color=look["color"], ls=look["linestyle"])
+                                    lw=0, gid=look["gid"])
+                ax.plot(wide.index, wide.mean(axis=1), lw=1.7, color=look["color"], ls=look["linestyle"], gid=look["gid"])
             ax.set_title(wrap(" · ".join(filter(None, [facet, f"layer {layer}"])), 40))
         for ax in axes[len(panels):]:
             ax.set_axis_off()
@@ -387,9 +387,9 @@ def norm_vs_time(df: pd.DataFrame, order: Order, channels: Channels | None = Non
                     if kind == "probe":
                         if by_layer.shape[1] > 1:
                             ax.fill_between(x, by_layer.min(axis=1), by_layer.max(axis=1), color=look["color"],
-                                            alpha=0.18, lw=0)
+                                            alpha=0.18, lw=0, gid=look["gid"])
                             everything.append(by_layer.to_numpy().ravel())
-                        ax.plot(x, mean, color=look["color"], ls=look["linestyle"], lw=1.5)
+                        ax.plot(x, mean, color=look["color"], ls=look["linestyle"], lw=1.5, gid=look["gid"])
                     elif kind == "noise":
                         ax.plot(x, mean, color=NOISE_COLOR, lw=1.1, ls="--")
                     else:
@@ -431,7 +431,7 @@ def theory_ratio(df: pd.DataFrame, order: Order, channels: Channels | None = Non
                 v = v[v["step"] == (first if when == "initialisation" else last)]
                 curve = v.groupby("t")["ratio"].mean()
                 look = channels.style(cid)
-                ax.plot(curve.index + 1, curve.to_numpy(), color=look["color"], ls=look["linestyle"], lw=1.5)
+                ax.plot(curve.index + 1, curve.to_numpy(), color=look["color"], ls=look["linestyle"], lw=1.5, gid=look["gid"])
             ax.axhline(1.0, color=THEORY_COLOR, lw=0.9, ls=":")
             ax.set_title(f"{when} (first probe step)" if when == "initialisation" else "end (last probe step)")
         plotting.log_axis_if_wide(axes, both["ratio"].to_numpy(float))
@@ -466,8 +466,8 @@ def spectrum_figure(df: pd.DataFrame, order: Order, channels: Channels | None = 
                     ax.set_axis_off()
                     continue
                 q = v.groupby("step")["value"].quantile([0.1, 0.5, 0.9]).unstack()
-                ax.fill_between(q.index, q[0.1], q[0.9], color=look["color"], alpha=0.2, lw=0)
-                ax.plot(q.index, q[0.5], color=look["color"], ls=look["linestyle"], lw=1.5)
+                ax.fill_between(q.index, q[0.1], q[0.9], color=look["color"], alpha=0.2, lw=0, gid=look["gid"])
+                ax.plot(q.index, q[0.5], color=look["color"], ls=look["linestyle"], lw=1.5, gid=look["gid"])
                 plotting.readable_limits(ax, q.to_numpy(float))
                 if row == 0:
                     ax.set_title(title)

@@ -245,11 +245,13 @@ class Channels:
         return self.cells.get(str(cell), {})
 
     def style(self, cell: str | Mapping[str, Any]) -> dict[str, Any]:
-        """``color``, ``linestyle`` and ``marker`` of a cell (its id, or its levels)."""
+        """``color``, ``linestyle`` and ``marker`` of a cell (its id, or its levels), and the ``gid``
+        its artists carry into the SVG (``cell:<id>``), so a reader (or a test) can find them."""
         levels = self._levels(cell)
         color = self.color.get(levels.get(self.color_factor or "", ""), "black")
         key = levels.get(self.style_factor or "", "")
-        return {"color": color, "linestyle": self.dash.get(key, "-"), "marker": self.marker.get(key, "o")}
+        gid = f"cell:{cell}" if isinstance(cell, str) else None
+        return {"color": color, "linestyle": self.dash.get(key, "-"), "marker": self.marker.get(key, "o"), "gid": gid}
 
     def facet(self, cell: str | Mapping[str, Any]) -> str:
         """The panel a cell belongs to: ``"factor = level"`` of each facet factor ('' without)."""
