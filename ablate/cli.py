@@ -265,8 +265,11 @@ def _render(study: str, reports: list[str], out_dir: Path, formats: tuple[str, .
                 out.print(f"wrote {len(stems)} {kind} ({exts}) to {out_dir / kind}")
     except st.StorageError as exc:
         raise _store_error(exc) from None
-    except ReportError as exc:
-        raise _store_error(exc) from None
+    except ReportError as exc:  # the report, the cell and the error, not a notebook traceback
+        from rich.markup import escape
+
+        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 @app.command()

@@ -216,16 +216,20 @@ def _failure(report: str, exc: Any, out: Path) -> str:
     from ablate.stores import redact
 
     section, first = "", (exc.source or "").strip().splitlines()[0:1]
-    try:
-        cells = nbformat.read(out, as_version=4).cells[: exc.cell_index]
-        heads = [line.lstrip("# ").strip() for c in cells if c.cell_type == "markdown"
+    try:  # papermill writes the notebook back with a notice cell on top: find the cell by its code
+        cells = nbformat.read(out, as_version=4).cells
+        at = next((i for i, c in enumerate(cells) if c.cell_type == "code" and c.source == exc.source),
+                  exc.cell_index)
+        heads = [line.lstrip("# ").strip() for c in cells[:at] if c.cell_type == "markdown"
                  for line in c.source.splitlines() if line.startswith("#")]
         section = heads[-1] if heads else ""
     except Exception:  # the notebook could not be written back: name the cell by its code alone
         pass
     where = ""
-    frames = re.findall(r'File "?([^",\n]+)"?, line (\d+)', _ANSI.sub("", "\n".join(exc.traceback or [])))
-    frames = [(f, n) for f, n in frames if "/ablate/" in f]
+    # IPython writes "File /path/x.py:12, in f(…)", the standard library 'File "/path/x.py", line 12'
+    frames = re.findall(r'File "?([^\s",]+?\.py)"?(?::(\d+)|, line (\d+))',
+                        _ANSI.sub("", "\n".join(exc.traceback or [])))
+    frames = [(f, a or b) for f, a, b in frames if "/ablate/" in f]
     if frames:
         path, line = frames[-1]
         where = f", at {path[path.rindex('/ablate/') + 1:]}:{line}"
