@@ -192,11 +192,12 @@ def execute(report: str, parameters: dict, workdir: Path, kernel: Kernel | None 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # inherited by a kernel of its own
     src, out = workdir / f"{report}.ipynb", workdir / f"{report}.out.ipynb"
     nbformat.write(source, src)
-    extra: dict[str, Any] = {"km": kernel.km, "kc": kernel.kc} if kernel is not None else {}
+    # A kernel of our own already runs in its scratch directory; papermill's ``cwd`` would chdir this
+    # whole process, under the thread writing the previous report's pages.
+    extra: dict[str, Any] = {"km": kernel.km, "kc": kernel.kc} if kernel is not None else {"cwd": str(workdir)}
     try:
         papermill.execute_notebook(
-            str(src), str(out), parameters=parameters, kernel_name="python3", progress_bar=False, cwd=str(workdir),
-            **extra,
+            str(src), str(out), parameters=parameters, kernel_name="python3", progress_bar=False, **extra,
         )
     except papermill.PapermillExecutionError as exc:
         raise ReportError(_failure(report, exc, out)) from None
@@ -295,15 +296,17 @@ def render(
     stores = resolve(storage, tracking_uri)  # absolute: the kernel runs in a scratch directory
     out_dir.mkdir(parents=True, exist_ok=True)
 
+    target = out_dir.resolve()
+
     def write(nb, report: str) -> list[Path]:
         html = to_html(nb, f"{study} — {report.replace('_', ' ')}")
         paths = []
         if "html" in formats:
+            (target / f"{report}.html").write_text(html, encoding="utf-8")
             paths.append(out_dir / f"{report}.html")
-            paths[-1].write_text(html, encoding="utf-8")
         if "pdf" in formats:
+            to_pdf(html, target / f"{report}.pdf")
             paths.append(out_dir / f"{report}.pdf")
-            to_pdf(html, paths[-1])
         return paths
 
     # The kernel runs the notebooks one after the other while a thread of this process turns each
@@ -316,7 +319,7 @@ def render(
             work = Path(tmp) / report
             work.mkdir()
             params = {"study": study, "storage": stores.storage, "tracking_uri": stores.tracking,
-                      "export_dir": str(out_dir.resolve()) if export else None}
+                      "export_dir": str(target) if export else None}
             nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
             done.append(writer.submit(write, nb, report))
         return [path for future in done for path in future.result()]
