@@ -3,6 +3,12 @@
 Notebooks live as percent-format scripts in ``notebooks/`` (legible diffs); jupytext turns
 them into notebooks. Every notebook reads results only through ``ablate.results``.
 
+One render starts one kernel (IPC, its own output to a log) for all of a study's reports, so the
+imports are paid once; while the kernel runs a report, a thread turns the one before into HTML and
+PDF. The PDF gets the reports' fonts by file (``ablate.report.fonts``), so its layout does not depend
+on the host's. A failing cell raises ``ReportError`` naming the report, the section, the cell's
+first line and the error — not a notebook traceback.
+
 Every report has the same layout, one way from data to page:
 
     analysis        ablate.stats (accuracy), ablate.stats_norms (norm stability):
@@ -11,8 +17,9 @@ Every report has the same layout, one way from data to page:
                     tables (display frames), sentences and figures, from the analysis' frames
     notebook        ablate/report/notebooks/<report>.py: loads results, calls the two, shows
                     the output; thin
-    shared          ablate.report.format (numbers, intervals, p-values, dashes, HTML tables),
-                    ablate.report.plotting (figure size, style, palettes, labels, saving),
+    shared          ablate.report.format (numbers, intervals, p-values, dashes, HTML and LaTeX tables),
+                    ablate.report.plotting (figure size, style, the factor → channel mapping,
+                    palettes, labels, SVG, exports), ablate.report.fonts, ablate.report.provenance,
                     ablate.report.display (how a notebook puts a block on the page), this module
 
 Adding a section to a report touches its analysis function, its presentation module and its
