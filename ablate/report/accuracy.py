@@ -576,8 +576,8 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
     if len(untested) and untested["mean_diff"].notna().any():
         i = untested["mean_diff"].abs().idxmax()
         r, t = comp.loc[i], table.loc[i]
-        out.append(f"Not tested, the largest raw difference is {r['cell_label']}: {t[delta]} "
-                   f"({test_verdict(r)}).")
+        out.append(f"Not tested, the largest raw difference is {r['cell_label']}'s: {t[delta]}; "
+                   f"{test_verdict(r).replace(NBSP, ' ')}.")
     if len(tested):
         floor, holm = tested["p_min"].max(), alpha / max(1, len(comp))
         if floor > holm:

@@ -268,8 +268,8 @@ def check_table(check: pd.DataFrame) -> pd.DataFrame:
     """``stats_norms.theory_check`` for print."""
     return pd.DataFrame({
         "variant": check["variant"], "when": check["when"] + " (step " + check["step"].astype(str) + ")",
-        "probe batch ‖x_L‖²": check["probe_last"].map(_sig), "white noise ‖x_L‖²": check["noise_last"].map(_sig),
-        "theory ‖x_L‖²": check["theory_last"].map(_sig), "noise / theory": check["noise_over_theory"].map(_sig),
+        "probe batch, last t": check["probe_last"].map(_sig), "white noise, last t": check["noise_last"].map(_sig),
+        "theory, last t": check["theory_last"].map(_sig), "noise / theory": check["noise_over_theory"].map(_sig),
         "stationary theory": check["stationary"].map(_sig),
     })
 

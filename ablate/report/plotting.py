@@ -36,7 +36,6 @@ from typing import Any
 
 import matplotlib as mpl
 import numpy as np
-import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -156,6 +155,8 @@ def palette(keys: Sequence[Hashable], ordered: bool | None = None) -> dict[Hasha
     elif n <= len(CATEGORICAL):
         values = list(CATEGORICAL[:n])
     else:
+        import seaborn as sns  # only for more than ten categories: its import costs a report 0.3 s
+
         values = [mpl.colors.to_hex(c) for c in sns.color_palette("husl", n)]
     return dict(zip(keys, values, strict=False))
 

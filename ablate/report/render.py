@@ -46,45 +46,47 @@ _SCRIPT = re.compile(r"<script\b[^>]*>.*?</script\s*>", re.I | re.S)
 
 
 def _font_css() -> str:
-    """Every element in the reports' two fonts (``ablate.report.fonts``): nbconvert's stylesheet asks
-    for the host's UI fonts (system-ui, Helvetica, Arial: Liberation Sans where it is installed)."""
+    """Every element in the reports' two fonts (``ablate.report.fonts``), by their private names in
+    the PDF (the files themselves, see ``to_pdf``) and DejaVu by name in a browser."""
     sans = f"'{fonts.FAMILY['sans']}', 'DejaVu Sans', sans-serif"
     mono = f"'{fonts.FAMILY['mono']}', 'DejaVu Sans Mono', monospace"
     return f"""
-:root {{ --jp-content-font-family: {sans}; --jp-ui-font-family: {sans}; --jp-code-font-family: {mono}; }}
-html, body, div, p, li, h1, h2, h3, h4, h5, h6, table, th, td, caption, b, em, span {{ font-family: {sans} !important; }}
-code, pre, kbd, samp, .jp-RenderedHTMLCommon code, .jp-RenderedHTMLCommon pre {{ font-family: {mono} !important; }}
+html, body, div, p, li, h1, h2, h3, h4, h5, h6, table, th, td, caption, b, em, strong, span {{ font-family: {sans}; }}
+code, pre, kbd, samp {{ font-family: {mono}; }}
 """
 
 
-_PRINT_CSS = """
+# nbconvert's "basic" template: the cells' HTML without JupyterLab's 300 kB stylesheet (which asks
+# for the host's UI fonts and costs WeasyPrint half a second a report); the page's style is ours.
+_PAGE_CSS = """
 @page {
   size: A4; margin: 13mm 11mm 15mm;
   @bottom-center { content: counter(page) " / " counter(pages); font-size: 7.5pt; color: #777; }
 }
-body { font-size: 9.5pt; }
-body.jp-Notebook, .jp-Notebook { padding: 0 !important; }
-.jp-Cell, .jp-Cell-outputWrapper, .jp-OutputArea-child { padding: 0 !important; }
-.jp-OutputArea-output { overflow: visible !important; padding: 0 !important; }
+body { font-size: 9.5pt; line-height: 1.45; color: #111; max-width: 190mm; margin: 0 auto; padding: 0 4mm; }
+@media print { body { max-width: none; padding: 0; } }
+a.anchor-link { display: none; }
+h1 { font-size: 19pt; margin: 4pt 0 10pt; }
+h2 { font-size: 13pt; margin: 14pt 0 6pt; border-bottom: 0.6pt solid #bbb; font-weight: normal; }
+h1, h2, h3 { page-break-after: avoid; break-after: avoid; }
+p { margin: 4pt 0 6pt; }
+ul { margin: 4pt 0 6pt; padding-left: 16pt; }
+li { margin: 2pt 0; }
+code { background: #f2f2f2; padding: 0 2pt; font-size: 88%; }
 img { max-width: 100% !important; height: auto !important; max-height: 250mm; page-break-inside: avoid; }
 .ablate-figure { break-inside: avoid; page-break-inside: avoid; margin: 2pt 0 6pt; }
 .ablate-block > p, .ablate-block > h2 { break-after: avoid; page-break-after: avoid; }
-h1, h2, h3 { page-break-after: avoid; break-after: avoid; }
 /* a markdown cell introduces the output that follows it: keep them on one page */
-.jp-MarkdownCell { page-break-after: avoid; break-after: avoid; }
-h2 { margin-top: 12pt; border-bottom: 0.6pt solid #bbb; }
+.text_cell { page-break-after: avoid; break-after: avoid; }
 table { max-width: 100%; border-collapse: collapse; }
-th, td { word-break: break-word; }
-.jp-RenderedHTMLCommon table.ablate, table.ablate {
-  font-size: 7.5pt; table-layout: auto !important; width: auto; max-width: 100%;
-  margin: 3pt 0 8pt 0 !important; border-collapse: collapse; border: none;
+table.ablate {
+  font-size: 7.5pt; table-layout: auto; width: auto; max-width: 100%; margin: 3pt 0 8pt 0; border: none;
 }
-.jp-RenderedHTMLCommon table.ablate th, .jp-RenderedHTMLCommon table.ablate td, table.ablate th, table.ablate td {
-  padding: 1.5pt 4pt !important; text-align: right; vertical-align: top; white-space: normal !important;
+table.ablate th, table.ablate td {
+  padding: 1.5pt 4pt; text-align: right; vertical-align: top; white-space: normal;
   overflow-wrap: break-word; word-break: normal; hyphens: manual; border: none; border-bottom: 0.4pt solid #ccc;
-  max-width: none;
 }
-table.ablate.wide { width: 100%; table-layout: fixed !important; }
+table.ablate.wide { width: 100%; table-layout: fixed; }
 table.ablate caption { caption-side: top; text-align: left; font-size: 7pt; color: #555; padding: 0 0 2pt; }
 table.ablate th { border-bottom: 0.8pt solid #555; font-weight: bold; background: none; }
 table.ablate td.l, table.ablate th.l { text-align: left; }
@@ -92,11 +94,11 @@ table.ablate td.l, table.ablate th.l { text-align: left; }
 table.ablate tbody:nth-of-type(odd) td { background: #f5f5f5; }
 table.ablate tbody, table.ablate tr { break-inside: avoid; page-break-inside: avoid; }
 table.ablate tbody.group tr + tr td { border-top: none; }
-table.ablate thead { display: table-header-group; }
+/* The header goes with the first group rather than repeating on each page: with a repeating header
+   WeasyPrint breaks inside the first row group when a table starts near the foot of a page. */
+table.ablate thead { display: table-row-group; break-after: avoid; page-break-after: avoid; }
 pre, pre.spec { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 7pt; line-height: 1.25; }
-pre.spec { background: #f7f7f7; padding: 4pt; column-count: 2; column-gap: 8mm; column-rule: 0.4pt solid #ddd;
-  page-break-inside: auto !important; break-inside: auto !important; }
-.jp-OutputArea-child { break-inside: auto !important; page-break-inside: auto !important; }
+pre.spec { background: #f7f7f7; padding: 4pt; column-count: 2; column-gap: 8mm; column-rule: 0.4pt solid #ddd; }
 """
 
 
@@ -178,7 +180,7 @@ def kernel(workdir: Path) -> Iterator[Kernel]:
 
 
 #: What every report notebook imports first: warmed in the kernel while the renderer starts.
-WARM_UP = ("import pandas, polars, numpy, scipy.stats, statsmodels.api, matplotlib, seaborn, IPython.display\n"
+WARM_UP = ("import pandas, polars, numpy, scipy.stats, statsmodels.stats.multitest, matplotlib.figure, IPython.display\n"
            "import ablate.results, ablate.stats, ablate.stats_norms\n"
            "import ablate.report.accuracy, ablate.report.norm_stability, ablate.report.display")
 _RESET = "get_ipython().run_line_magic('reset', '-f')  # a shared kernel: no names left by the previous report"
@@ -255,15 +257,20 @@ def _drop_stderr(notebook) -> None:
 
 
 def to_html(notebook, title: str) -> str:
+    """The executed notebook as one self-contained page: outputs only, no scripts, our stylesheet."""
+    import html as _html
+
     from nbconvert import HTMLExporter
 
     _drop_stderr(notebook)
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    exporter.embed_images = True
-    notebook.metadata["title"] = title
-    html, _ = exporter.from_notebook_node(notebook)
-    html = _SCRIPT.sub("", html)
-    return html.replace("</head>", f"<style>{_font_css()}{_PRINT_CSS}</style></head>", 1)
+    exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(notebook)
+    body = _SCRIPT.sub("", body)
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{_html.escape(title)}</title>\n<style>{_font_css()}{_PAGE_CSS}</style>\n</head>\n"
+            f"<body>\n{body}\n</body>\n</html>\n")
 
 
 def to_pdf(html: str, path: Path) -> None:

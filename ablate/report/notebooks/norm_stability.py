@@ -111,7 +111,7 @@ if len(df):
 # %%
 if len(df) and len(check):
     show(ns.check_table(check), name="white-noise-check", data=check, intro=(
-        "**Table 4. White-noise check of the normalisation argument.** ‖x‖² at the last time step L "
+        "**Table 4. White-noise check of the normalisation argument.** ‖x‖² at the last time step "
         "(mean over heads, layers and seeds) on the probe batch, on white-noise input, the theory for white "
         "input, their ratio, and the stationary theory E‖x∞ʰ‖² per head (1 for ξ by construction)."))
 
