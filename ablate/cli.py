@@ -251,17 +251,25 @@ def status(study: str, storage: StorageOpt = None, tracking_uri: TrackingOpt = N
 
 
 def _render(study: str, reports: list[str], out_dir: Path, formats: tuple[str, ...], storage, tracking_uri,
-            parameters: dict | None = None) -> None:
+            parameters: dict | None = None, export: bool = False) -> None:
     from ablate.report.render import ReportError, render
     from ablate.runner import study as st
 
     try:
-        for path in render(study, reports, out_dir, formats, storage, tracking_uri, parameters):
+        for path in render(study, reports, out_dir, formats, storage, tracking_uri, parameters, export):
             out.print(f"wrote {path}")
+        if export:
+            for kind, exts in (("figures", "PDF, SVG and PNG"), ("tables", "CSV and LaTeX")):
+                files = sorted((out_dir / kind).glob("*")) if (out_dir / kind).is_dir() else []
+                stems = {f.name.split(".")[0] for f in files if not f.name.endswith("-data.csv")}
+                out.print(f"wrote {len(stems)} {kind} ({exts}) to {out_dir / kind}")
     except st.StorageError as exc:
         raise _store_error(exc) from None
-    except ReportError as exc:
-        raise _store_error(exc) from None
+    except ReportError as exc:  # the report, the cell and the error, not a notebook traceback
+        from rich.markup import escape
+
+        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -274,6 +282,9 @@ def report(
     only: Annotated[str | None, typer.Option("--reports", help="comma-separated report names")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="KEY=VALUE for the report notebooks, e.g. -p reference='layers=2' -p alpha=0.01")] = None,
+    export: Annotated[bool, typer.Option(
+        "--export", help="also write every figure (PDF, SVG, 300-dpi PNG) to OUT/figures/ and every table "
+        "(CSV, LaTeX) to OUT/tables/")] = False,
 ) -> None:
     """Render a study's reports (HTML and PDF) with papermill."""
     from ablate.report import REPORTS
@@ -298,7 +309,7 @@ def report(
             raise _store_error(exc) from None
         names = list(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
     parameters = _report_parameters(param or [], names)
-    _render(study, names, out_dir or Path("reports") / study, formats, storage, tracking_uri, parameters)
+    _render(study, names, out_dir or Path("reports") / study, formats, storage, tracking_uri, parameters, export)
 
 
 def _report_parameters(pairs: list[str], reports: list[str]) -> dict:
@@ -310,7 +321,7 @@ def _report_parameters(pairs: list[str], reports: list[str]) -> dict:
     known: dict = {}
     for r in reports:
         known.update(declared_parameters(r))
-    for name in ("study", "storage", "tracking_uri"):
+    for name in ("study", "storage", "tracking_uri", "export_dir"):  # set by the command itself
         known.pop(name, None)
     out = {}
     for pair in pairs:

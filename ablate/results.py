@@ -288,8 +288,9 @@ def load(
 def _artifacts(stores: Stores, run_ids: dict[str, tuple[str, int, str]], name: str,
                trials: pl.DataFrame, factors: list[str] | tuple[str, ...] = ()) -> pl.DataFrame:
     parts = []
+    frames = tracking.read_parquet_artifacts(stores.tracking, list(run_ids), name)
     for run_id, (cell_id, seed, phase) in run_ids.items():
-        part = tracking.read_parquet_artifact(stores.tracking, run_id, name)
+        part = frames[run_id]
         if part is not None:
             parts.append(part.with_columns(pl.lit(cell_id).alias("cell_id"), pl.lit(seed).alias("seed"),
                                            pl.lit(phase).alias("phase")))

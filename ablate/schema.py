@@ -156,7 +156,7 @@ A cell's id is the first 12 hex digits of SHA-256 over the canonical JSON (sorte
 filled in, so writing a default explicitly changes nothing), `data` the task's data version (a
 hash of its name, parameters and generator version), `code` `ablate.design.CODE_VERSION`, and
 `tune` the tuning protocol (space, sampler, objective, tuning seeds; not the budget). Key order,
-YAML formatting, labels, `probes`, the design and the study's name do not enter it. So
+YAML formatting, labels, `probes`, `stats`, the design and the study's name do not enter it. So
 re-running a spec resumes, adding levels or seeds runs only the new trials, and changing a fixed
 setting makes new cells. A trial is keyed `<cell id>/replicate/<seed>` or
 `<cell id>/tune/<index>`.
@@ -251,6 +251,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("TuneParam", spec.TuneParam),
     ("Objective", spec.Objective),
     ("Reference", spec.Reference),
+    ("StatsSpec", spec.StatsSpec),
 ]
 
 WHERE = {
@@ -266,6 +267,7 @@ WHERE = {
     "TuneParam": "each entry of `tune.space` (a list is short for `{choices: [...]}`)",
     "Objective": "`tune.objective`",
     "Reference": "each entry of `references:`",
+    "StatsSpec": "`stats:`",
 }
 
 

@@ -23,6 +23,11 @@ Conventions, decided once for every function:
   category order of a categorical column), which is the plan's order when the results API wrote
   it.
 * **Determinism.** Every bootstrap takes a ``seed`` (default 0); equal inputs give equal outputs.
+* **Few seeds.** Comparisons are tested by exact permutation tests (valid under ties and zero
+  spread, no normality assumed), never on fewer than ``MIN_N_TEST`` values; the t-test sits beside
+  them, rliable's few-run estimates (bootstrap intervals, probability of improvement,
+  performance profiles) beside both, and a power line says how many seeds a difference of
+  ``stats.min_effect`` would need.
 
 This is the analysis of the ``accuracy`` report and the estimators every analysis shares (``cv``,
 ``cv_with_ci``, ``bootstrap_ci``, ``t_interval``); the norm-stability analysis is
@@ -34,6 +39,7 @@ function here, its presentation there, and the notebook ``ablate/report/notebook
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -45,23 +51,38 @@ from statsmodels.stats.multitest import multipletests
 
 __all__ = [
     "AnovaNotApplicable",
+    "COMPARISON_COLUMNS",
+    "CONVERGENCE_COLUMNS",
     "Estimate",
+    "FEW_RUN_COLUMNS",
+    "MIN_N_TEST",
+    "PERMUTATIONS",
+    "PermutationResult",
     "anova",
     "anova_applicable",
     "anova_on_finished_levels",
+    "binomial_se",
     "bootstrap_ci",
     "cell_summary",
     "compare_to_reference",
     "completed_runs",
+    "convergence",
     "cv",
     "cv_by",
     "cv_with_ci",
+    "few_run_estimates",
     "infer_factors",
     "interaction_table",
+    "iqm",
     "is_full_factorial",
     "main_effects",
     "mark_for",
     "marginal_means",
+    "performance_profile",
+    "permutation_test",
+    "power_line",
+    "prob_improvement",
+    "step_budget",
     "t_interval",
 ]
 
@@ -73,8 +94,7 @@ STANDARD_COLUMNS = frozenset(
 UNFINISHED = ("pending", "running")
 #: (threshold, mark) on a corrected p-value; ``*`` uses ``alpha`` (0.05 unless told otherwise).
 MARKS = ((0.001, "***"), (0.01, "**"))
-#: Fewest observations (pairs, or per group) for a rank test's robustness column or a bootstrap CI.
-MIN_N_RANK = 3
+#: Fewest observations for a bootstrap CI of an effect size or a CV.
 MIN_N_BOOTSTRAP = 4
 
 
@@ -414,35 +434,214 @@ def cell_summary(
 
 # --- comparisons with a reference ------------------------------------------------------------
 
+#: Fewest observations (shared seeds, or runs on each side) a comparison is tested on. With two,
+#: the spread rests on one degree of freedom and the exact test cannot go below p = 0.5: the
+#: report says "too few seeds to test (n = 2)" and gives the raw differences instead.
+MIN_N_TEST = 3
+#: A permutation test enumerates every arrangement when there are at most this many (exact);
+#: beyond, it draws this many at random (seeded; p = (k + 1)/(B + 1), still valid).
+PERMUTATIONS = 9999
+
 COMPARISON_COLUMNS = [
     "cell_id",
     "cell_label",
     "reference_id",
     "reference_label",
     "test",
+    "testable",
     "paired",
+    "n",
     "n_ref",
     "n_cell",
     "n_pairs",
     "mean_ref",
     "mean_cell",
     "mean_diff",
+    "diffs",
+    "values_cell",
+    "values_ref",
+    "sd_diff",
     "diff_ci_low",
     "diff_ci_high",
-    "statistic",
-    "df",
     "p",
+    "p_min",
+    "exact",
     "p_adj",
     "mark",
     "significant",
+    "statistic",
+    "df",
+    "t_p",
+    "t_p_adj",
     "effect_size_kind",
     "effect_size",
     "es_ci_low",
     "es_ci_high",
-    "robust_test",
-    "robust_p",
-    "robust_p_adj",
+    "prob_improvement",
+    "pi_ci_low",
+    "pi_ci_high",
+    "min_effect",
+    "power_alpha",
+    "power_now",
+    "seeds_needed",
 ]
+
+
+class PermutationResult(NamedTuple):
+    """A two-sided permutation test: its p, whether every arrangement was enumerated, the smallest
+    p the test can give at these sizes, and how many arrangements there are."""
+
+    p: float
+    exact: bool
+    p_min: float
+    arrangements: float
+
+
+def _mean_of_differences(d: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(d, axis=axis)
+
+
+def _difference_of_means(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+
+
+def permutation_test(
+    x: Sequence[float] | np.ndarray,
+    y: Sequence[float] | np.ndarray,
+    *,
+    paired: bool,
+    n_resamples: int = PERMUTATIONS,
+    seed: int | None = 0,
+) -> PermutationResult:
+    """Two-sided permutation test of a mean difference (``scipy.stats.permutation_test``).
+
+    ``paired``: the sign-flip (Fisher–Pitman) test of mean(x − y) = 0 — under the null each pair's
+    difference is as likely positive as negative. Otherwise the relabelling test of
+    mean(x) − mean(y) = 0 — under the null the runs are exchangeable between the two cells. No
+    normality is assumed and ties, discrete accuracies and zero spread (every difference equal)
+    are fine: the p is exact, not an approximation that divides by the sd. Every arrangement is
+    enumerated when there are at most ``n_resamples`` (``exact``), else ``n_resamples`` are drawn
+    with ``seed`` (then ``p_min`` is 2/(B + 1)). ``p_min`` is the smallest p possible at these sizes — 2/2ᵏ for k non-zero
+    differences (0.0625 for five seeds), 2/C(n_x + n_y, n_x) unpaired — which is why few seeds
+    cannot reach small α however large the effect. Two-sided p is twice the smaller one-sided p
+    (scipy's convention; the same as |statistic| ≥ |observed| when the null distribution is
+    symmetric, as the sign-flip's always is). NaN p for an empty side.
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if paired:
+        if x.shape != y.shape:
+            raise ValueError("a paired test needs one value of each side per seed")
+        d = x - y
+        nonzero = int(np.count_nonzero(d))
+        arrangements = 2.0 ** d.size
+        if d.size == 0:
+            return PermutationResult(np.nan, True, np.nan, 0.0)
+        if nonzero == 0:
+            return PermutationResult(1.0, True, 1.0, arrangements)
+        data: tuple[np.ndarray, ...] = (d,)
+        statistic: Callable[..., Any] = _mean_of_differences
+        kind = "samples"
+        p_min = min(1.0, 2.0 ** (1 - nonzero))
+    else:
+        if x.size == 0 or y.size == 0:
+            return PermutationResult(np.nan, True, np.nan, 0.0)
+        arrangements = float(math.comb(x.size + y.size, x.size))
+        data = (x, y)
+        statistic = _difference_of_means
+        kind = "independent"
+        p_min = min(1.0, 2.0 / arrangements)
+    exact = arrangements <= n_resamples
+    if not exact:
+        p_min = 2.0 / (n_resamples + 1)
+    res = sps.permutation_test(
+        data, statistic, permutation_type=kind, vectorized=True, n_resamples=n_resamples,
+        alternative="two-sided", rng=np.random.default_rng(seed),
+    )
+    return PermutationResult(float(min(1.0, res.pvalue)), exact, float(p_min), arrangements)
+
+
+def prob_improvement(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    """P(X > Y) + ½ P(X = Y) over every pair of a run of ``x`` and a run of ``y`` (rliable's
+    probability of improvement, the normalised Mann–Whitney U); NaN for an empty side."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if not x.size or not y.size:
+        return np.nan
+    return float(_prob_improvement(x, y))
+
+
+def _prob_improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    xa = np.moveaxis(np.asarray(x), axis, -1)[..., :, None]
+    ya = np.moveaxis(np.asarray(y), axis, -1)[..., None, :]
+    return np.mean((xa > ya) + 0.5 * (xa == ya), axis=(-2, -1))
+
+
+def power_line(
+    sd: float,
+    n: int,
+    min_effect: float,
+    alpha: float,
+    power: float = 0.8,
+    paired: bool = True,
+    max_seeds: int = 10_000,
+) -> tuple[float, float]:
+    """(power now, seeds needed): the power of a two-sided t-test with ``n`` seeds (pairs, or
+    runs per cell) to detect a difference of ``min_effect`` given the observed ``sd`` (of the
+    paired differences, or the pooled sd of the runs), and the seeds that reach ``power``
+    (statsmodels ``TTestPower`` / ``TTestIndPower``). The seeds needed are at least what the exact
+    permutation test needs to reach ``alpha`` at all (``p_min ≤ alpha``). NaN when the sd is
+    unknown or zero (fewer than two values, or every value equal); ``max_seeds`` caps the count.
+    """
+    from statsmodels.stats.power import TTestIndPower, TTestPower
+
+    if not (np.isfinite(sd) and sd > 0 and n >= 2 and min_effect > 0):
+        return np.nan, np.nan
+    es = float(min_effect / sd)
+    analysis = TTestPower() if paired else TTestIndPower()
+
+    def at(k: int) -> float:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            value = (analysis.power(effect_size=es, nobs=k, alpha=alpha) if paired
+                     else analysis.power(effect_size=es, nobs1=k, alpha=alpha, ratio=1.0))
+        return float(np.asarray(value).ravel()[0])
+
+    # Power grows with n: the smallest n that reaches it, by doubling then bisection on whole seeds
+    # (statsmodels' root finder fails for large effects, where two seeds already suffice, and its
+    # noncentral t can return NaN far beyond the answer).
+    high = 2
+    while high < max_seeds and not at(high) >= power:
+        high *= 2
+    if high >= max_seeds and not at(max_seeds) >= power:
+        needed = max_seeds
+    else:
+        low, high = max(2, high // 2), min(high, max_seeds)
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (low, mid) if at(mid) >= power else (mid + 1, high)
+        needed = low
+    return at(n), float(max(needed, _exact_floor(alpha, paired)))
+
+
+def _exact_floor(alpha: float, paired: bool) -> int:
+    """Fewest seeds at which the exact test can give p ≤ alpha at all."""
+    for n in range(2, 64):
+        p_min = 2.0 ** (1 - n) if paired else 2.0 / math.comb(2 * n, n)
+        if p_min <= alpha:
+            return n
+    return 64
+
+
+def binomial_se(accuracy: Any, n_test: Any) -> Any:
+    """The test set's own standard error of an accuracy: sqrt(p(1 − p)/N) over its N examples
+    (what a single run's accuracy would vary by on another test set of the same size). NaN when
+    N is unknown."""
+    p = np.asarray(accuracy, dtype=float)
+    n = np.asarray(n_test if n_test is not None else np.nan, dtype=float)
+    with np.errstate(all="ignore"):
+        out = np.sqrt(np.clip(p, 0.0, 1.0) * (1.0 - np.clip(p, 0.0, 1.0)) / n)
+    return float(out) if out.ndim == 0 else out
 
 
 def _dz(d: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -483,76 +682,74 @@ def _by_seed(done: pd.DataFrame, metric: str) -> dict[Any, BySeed]:
 
 
 def _compare_one(
-    ref_by_seed: BySeed, cell_by_seed: BySeed, confidence: float, n_resamples: int, seed: int | None
+    ref_by_seed: BySeed, cell_by_seed: BySeed, confidence: float, n_resamples: int, seed: int | None,
+    permutations: int,
 ) -> dict[str, Any]:
     (ref_seeds, ref), (cell_seeds, cell) = ref_by_seed, cell_by_seed
     shared, in_ref, in_cell = np.intersect1d(ref_seeds, cell_seeds, return_indices=True)
+    paired = shared.size >= 2
     res: dict[str, Any] = {
         "n_ref": int(ref.size),
         "n_cell": int(cell.size),
         "n_pairs": int(shared.size),
         "mean_ref": float(ref.mean()) if ref.size else np.nan,
         "mean_cell": float(cell.mean()) if cell.size else np.nan,
-        "test": "insufficient data",
-        "paired": False,
-        "robust_test": "",
+        "paired": bool(paired),
+        "diffs": None,
+        "values_cell": tuple(float(v) for v in cell),
+        "values_ref": tuple(float(v) for v in ref),
+        "effect_size_kind": "",
+        "exact": False,
     }
-    nan_keys = ("mean_diff", "diff_ci_low", "diff_ci_high", "statistic", "df", "p")
+    nan_keys = ("mean_diff", "sd_diff", "diff_ci_low", "diff_ci_high", "statistic", "df", "t_p", "p", "p_min",
+                "effect_size", "es_ci_low", "es_ci_high", "prob_improvement", "pi_ci_low", "pi_ci_high")
     res.update(dict.fromkeys(nan_keys, np.nan))
-    res.update({"effect_size_kind": "", "effect_size": np.nan, "es_ci_low": np.nan, "es_ci_high": np.nan})
-    res["robust_p"] = np.nan
     if ref.size and cell.size:
         res["mean_diff"] = res["mean_cell"] - res["mean_ref"]
+        res["prob_improvement"] = prob_improvement(cell, ref)
+        if min(ref.size, cell.size) >= MIN_N_TEST and n_resamples > 0:
+            res["pi_ci_low"], res["pi_ci_high"] = bootstrap_ci(
+                cell, ref, stat=_prob_improvement, confidence=confidence, n_resamples=n_resamples,
+                method="percentile", seed=seed)
+    if paired:
+        x, y = cell[in_cell], ref[in_ref]
+        d = x - y
+        n = int(d.size)
+        res.update(mean_ref=float(y.mean()), mean_cell=float(x.mean()), mean_diff=float(d.mean()),
+                   diffs=tuple(float(v) for v in d), sd_diff=float(d.std(ddof=1)))
+    else:
+        x, y = cell, ref
+        n = int(min(x.size, y.size))
+        if n >= 2:  # the pooled sd of the runs: what an unpaired power line needs
+            res["sd_diff"] = float(np.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2.0))
+    res["n"] = n
+    res["testable"] = n >= MIN_N_TEST
+    if not res["testable"]:
+        res["test"] = f"too few seeds (n = {n})" if n else "no results"
+        return res
+    perm = permutation_test(x, y, paired=paired, n_resamples=permutations, seed=seed)
+    kind = "sign-flip" if paired else "permutation"
+    res.update(test=f"{'exact' if perm.exact else 'Monte Carlo'} {kind}", p=perm.p, p_min=perm.p_min,
+               exact=perm.exact)
+    spread = res["sd_diff"] > 0 if paired else (x.std() > 0 or y.std() > 0)
+    if not spread:  # every difference equal: the exact p stands, t-based columns are undefined
+        return res
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        if shared.size >= 2:
-            x, y = cell[in_cell], ref[in_ref]
-            d = x - y
-            t = sps.ttest_rel(x, y)
-            ci = t.confidence_interval(confidence)
-            res.update(
-                test="paired t",
-                paired=True,
-                mean_ref=float(y.mean()),
-                mean_cell=float(x.mean()),
-                mean_diff=float(d.mean()),
-                diff_ci_low=float(ci.low),
-                diff_ci_high=float(ci.high),
-                statistic=float(t.statistic),
-                df=float(t.df),
-                p=float(t.pvalue),
-                effect_size_kind="d_z",
-                effect_size=float(_dz(d)),
-            )
-            if d.size >= MIN_N_BOOTSTRAP:
-                res["es_ci_low"], res["es_ci_high"] = bootstrap_ci(
-                    d, stat=_dz, confidence=confidence, n_resamples=n_resamples, seed=seed
-                )
-            if d.size >= MIN_N_RANK:
-                res["robust_test"] = "Wilcoxon"
-                if np.any(d != 0):
-                    res["robust_p"] = float(sps.wilcoxon(x, y).pvalue)
-        elif ref.size >= 2 and cell.size >= 2:
-            x, y = cell, ref
-            t = sps.ttest_ind(x, y, equal_var=False)
-            ci = t.confidence_interval(confidence)
-            res.update(
-                test="Welch t",
-                diff_ci_low=float(ci.low),
-                diff_ci_high=float(ci.high),
-                statistic=float(t.statistic),
-                df=float(t.df),
-                p=float(t.pvalue),
-                effect_size_kind="hedges_g",
-                effect_size=float(_hedges_g(x, y)),
-            )
-            if min(x.size, y.size) >= MIN_N_BOOTSTRAP:
-                res["es_ci_low"], res["es_ci_high"] = bootstrap_ci(
-                    x, y, stat=_hedges_g, confidence=confidence, n_resamples=n_resamples, seed=seed
-                )
-            if min(x.size, y.size) >= MIN_N_RANK:
-                res["robust_test"] = "Mann-Whitney"
-                res["robust_p"] = float(sps.mannwhitneyu(x, y, alternative="two-sided").pvalue)
+        t = sps.ttest_rel(x, y) if paired else sps.ttest_ind(x, y, equal_var=False)
+        ci = t.confidence_interval(confidence)
+    res.update(diff_ci_low=float(ci.low), diff_ci_high=float(ci.high), statistic=float(t.statistic),
+               df=float(t.df), t_p=float(t.pvalue))
+    if paired:
+        res.update(effect_size_kind="d_z", effect_size=float(_dz(d)))
+        if n >= MIN_N_BOOTSTRAP:
+            res["es_ci_low"], res["es_ci_high"] = bootstrap_ci(
+                d, stat=_dz, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    else:
+        res.update(effect_size_kind="hedges_g", effect_size=float(_hedges_g(x, y)))
+        if n >= MIN_N_BOOTSTRAP:
+            res["es_ci_low"], res["es_ci_high"] = bootstrap_ci(
+                x, y, stat=_hedges_g, confidence=confidence, n_resamples=n_resamples, seed=seed)
     return res
 
 
@@ -575,34 +772,41 @@ def compare_to_reference(
     n_resamples: int = 2000,
     seed: int | None = 0,
     phase: str | None = "replicate",
+    min_effect: float = 0.01,
+    power: float = 0.8,
+    permutations: int = PERMUTATIONS,
 ) -> pd.DataFrame:
     """Compare every other cell with ``reference_cell`` (its id or its label) on ``metric``.
 
     Per cell, over completed runs (one value per seed):
 
-    - **paired** on the seeds both cells share when there are at least two: ``ttest_rel``; the
-      effect size is Cohen's d_z (mean difference / sd of differences); robustness column:
-      Wilcoxon signed-rank (needs ``MIN_N_RANK`` pairs; with n pairs its smallest attainable
-      two-sided p is 2/2ⁿ, e.g. 0.0625 for 5 seeds);
-    - otherwise **unpaired**: Welch's ``ttest_ind(equal_var=False)``; Hedges' g; robustness
-      column: Mann–Whitney U;
-    - fewer than two values on either side: ``test = "insufficient data"``, NaN p.
+    - **paired** on the seeds both cells share when there are at least two, else **unpaired**;
+      ``n`` is the number of pairs (or the smaller cell's runs);
+    - **the test** is the permutation test of the mean difference (``permutation_test``): exact
+      sign-flip when paired, exact relabelling when unpaired (Monte Carlo beyond ``permutations``
+      arrangements). It assumes no normal distribution and stays exact under ties, discrete
+      accuracies and zero spread, which are the rule with a handful of seeds on a finite test set;
+      ``p_min`` says how small its p can get with this ``n``;
+    - **fewer than** ``MIN_N_TEST`` **values**: not tested (``testable`` False, ``test`` =
+      ``"too few seeds (n = 2)"``, NaN p, never significant); ``diffs`` (paired: one per shared
+      seed) or ``values_cell`` / ``values_ref`` carry the raw numbers instead;
+    - beside it, the classical t-test (``ttest_rel`` / Welch's ``ttest_ind``): ``statistic``,
+      ``df``, ``t_p``, ``t_p_adj`` and the t interval of the difference in ``diff_ci_low`` /
+      ``diff_ci_high`` — NaN when every difference is equal (the t statistic divides by a zero sd);
+    - effect size: Cohen's d_z (paired) or Hedges' g, with a BCa bootstrap CI from
+      ``MIN_N_BOOTSTRAP`` values (rough with a handful of seeds: about 86% coverage for a nominal
+      95% at n = 5 in simulation);
+    - rliable's **probability of improvement** P(cell > reference) over all pairs of runs, with a
+      percentile bootstrap CI resampling each cell's runs on their own (stratified by cell);
+    - a **power line**: the power now and the seeds that would detect a difference of
+      ``min_effect`` with probability ``power`` (``power_line``), at ``power_alpha`` = α/m, the
+      threshold of Holm's first step over the m comparisons.
 
-    ``p_adj`` is corrected across the comparisons that have a p-value (statsmodels
-    ``multipletests``, ``correction`` = ``"holm"`` by default); ``robust_p_adj`` likewise across
-    the robustness tests. ``mark``: ``***`` / ``**`` / ``*`` for ``p_adj`` below 0.001 / 0.01 /
-    ``alpha``. Effect-size CIs are bootstrap (BCa, ``n_resamples`` resamples, ``seed``; NaN
-    below ``MIN_N_BOOTSTRAP`` observations or with ``n_resamples=0``); with a handful of seeds
-    they under-cover (about 86% actual coverage for a nominal 95% at n = 5 in simulation), so read
-    them as rough. ``mean_diff`` is cell − reference (over the shared seeds when paired), with the
-    test's t interval (exact under normality) in ``diff_ci_low`` / ``diff_ci_high``.
-
-    Columns: ``cell_id``, ``cell_label``, ``reference_id``, ``reference_label``, ``test``,
-    ``paired``, ``n_ref``, ``n_cell``, ``n_pairs``, ``mean_ref``, ``mean_cell``, ``mean_diff``,
-    ``diff_ci_low``, ``diff_ci_high``, ``statistic``, ``df``, ``p``, ``p_adj``, ``mark``,
-    ``significant`` (``p_adj < alpha``), ``effect_size_kind`` (``d_z`` / ``hedges_g``),
-    ``effect_size``, ``es_ci_low``, ``es_ci_high``, ``robust_test``, ``robust_p``,
-    ``robust_p_adj``; one row per non-reference cell, in cell order.
+    ``p_adj`` (and ``t_p_adj``) are corrected across the tested comparisons (statsmodels
+    ``multipletests``, ``correction`` = ``"holm"``). ``mark``: ``***`` / ``**`` / ``*`` for
+    ``p_adj`` below 0.001 / 0.01 / ``alpha``; ``significant`` is ``p_adj < alpha``. ``mean_diff``
+    is cell − reference (over the shared seeds when paired). One row per non-reference cell, in
+    cell order, with the columns ``COMPARISON_COLUMNS``.
     """
     ref_id = _resolve_cell(trials, reference_cell)
     labels = dict(
@@ -615,25 +819,216 @@ def compare_to_reference(
     for cid, label in labels.items():
         if cid == ref_id:
             continue
-        res = _compare_one(ref, values.get(cid, empty), confidence, n_resamples, seed)
-        rows.append(
-            {
-                "cell_id": cid,
-                "cell_label": label,
-                "reference_id": ref_id,
-                "reference_label": labels[ref_id],
-                **res,
-            }
-        )
-    out = pd.DataFrame(rows, columns=[c for c in COMPARISON_COLUMNS if c not in ("p_adj", "mark")])
-    out["p"] = out["p"].astype(float)
-    out["robust_p"] = out["robust_p"].astype(float)
+        res = _compare_one(ref, values.get(cid, empty), confidence, n_resamples, seed, permutations)
+        rows.append({"cell_id": cid, "cell_label": label, "reference_id": ref_id, "reference_label": labels[ref_id],
+                     **res})
+    out = pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+    for col in ("p", "t_p", "p_min", "sd_diff"):
+        out[col] = out[col].astype(float)
     out["p_adj"] = _adjust(out["p"], correction)
-    out["robust_p_adj"] = _adjust(out["robust_p"], correction)
+    out["t_p_adj"] = _adjust(out["t_p"], correction)
     out["mark"] = [mark_for(p, alpha) for p in out["p_adj"]]
     out["significant"] = (out["p_adj"] < alpha).astype(bool)
+    out["testable"] = out["testable"].fillna(False).astype(bool)
     out["paired"] = out["paired"].astype(bool)
+    out["exact"] = out["exact"].fillna(False).astype(bool)
+    m = max(1, len(out))
+    out["min_effect"] = float(min_effect)
+    out["power_alpha"] = alpha / m
+    lines = [power_line(r.sd_diff, int(r.n), min_effect, alpha / m, power, bool(r.paired))
+             for r in out.itertuples()]
+    out["power_now"] = [now for now, _ in lines]
+    out["seeds_needed"] = [need for _, need in lines]
     return out[COMPARISON_COLUMNS]
+
+
+# --- few-run estimates (rliable's practice) --------------------------------------------------
+
+
+def iqm(values: Sequence[float] | np.ndarray, axis: int = -1) -> Any:
+    """Interquartile mean: the mean of the middle 50% of the values (``scipy.stats.trim_mean``,
+    25% cut from each end), rliable's aggregate for few runs."""
+    return sps.trim_mean(np.asarray(values, dtype=float), 0.25, axis=axis)
+
+
+FEW_RUN_COLUMNS = ["cell_id", "cell_label", "n", "mean", "mean_ci_low", "mean_ci_high", "iqm", "iqm_ci_low",
+                   "iqm_ci_high", "prob_improvement", "pi_ci_low", "pi_ci_high"]
+
+
+def few_run_estimates(
+    trials: pd.DataFrame,
+    metric: str,
+    reference_cell: str | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int | None = 0,
+    phase: str | None = "replicate",
+) -> pd.DataFrame:
+    """Interval estimates for few runs as ``rliable`` (Agarwal et al. 2021) makes them, per cell:
+    the mean and the interquartile mean with percentile bootstrap CIs, and — against
+    ``reference_cell`` — the probability of improvement P(cell > reference) with its CI.
+
+    rliable's stratified bootstrap resamples runs within each task; a study has one task, so the
+    strata are the cells: each cell's runs are resampled on their own (and both cells' runs, on
+    their own, for the probability of improvement). rliable itself is not used: 1.2 needs
+    ``arch < 8``, whose 7.x does not import under pandas 3. CIs need ``MIN_N_TEST`` runs (NaN
+    below). Columns ``FEW_RUN_COLUMNS``, cells in order.
+    """
+    done = completed_runs(trials, metric, phase)
+    ref_id = _resolve_cell(trials, reference_cell) if reference_cell is not None else None
+    ref = done.loc[done["cell_id"] == ref_id, metric].to_numpy(float) if ref_id is not None else np.array([])
+    rows = []
+    for _, cell in _cells(trials).iterrows():
+        x = done.loc[done["cell_id"] == cell["cell_id"], metric].to_numpy(float)
+        row: dict[str, Any] = {"cell_id": cell["cell_id"], "cell_label": cell["cell_label"], "n": int(x.size)}
+        row.update(dict.fromkeys(FEW_RUN_COLUMNS[3:], np.nan))
+        if x.size:
+            row.update(mean=float(x.mean()), iqm=float(iqm(x)))
+        if x.size >= MIN_N_TEST and n_resamples > 0:
+            row["mean_ci_low"], row["mean_ci_high"] = bootstrap_ci(
+                x, stat=np.mean, confidence=confidence, n_resamples=n_resamples, method="percentile", seed=seed)
+            row["iqm_ci_low"], row["iqm_ci_high"] = bootstrap_ci(
+                x, stat=iqm, confidence=confidence, n_resamples=n_resamples, method="percentile", seed=seed)
+        if ref_id is not None and cell["cell_id"] != ref_id and x.size and ref.size:
+            row["prob_improvement"] = prob_improvement(x, ref)
+            if min(x.size, ref.size) >= MIN_N_TEST and n_resamples > 0:
+                row["pi_ci_low"], row["pi_ci_high"] = bootstrap_ci(
+                    x, ref, stat=_prob_improvement, confidence=confidence, n_resamples=n_resamples,
+                    method="percentile", seed=seed)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=FEW_RUN_COLUMNS)
+
+
+def performance_profile(
+    trials: pd.DataFrame,
+    metric: str,
+    taus: Sequence[float] | np.ndarray | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int | None = 0,
+    phase: str | None = "replicate",
+) -> pd.DataFrame:
+    """rliable's performance profile (run-score distribution) per cell: the share of runs whose
+    ``metric`` exceeds τ, for each τ, with a pointwise percentile bootstrap band over the cell's
+    runs (from ``MIN_N_TEST`` runs). ``taus`` default: 101 points spanning every completed value.
+
+    Columns: ``cell_id``, ``cell_label``, ``tau``, ``fraction``, ``ci_low``, ``ci_high``; cells
+    with no completed run are left out."""
+    done = completed_runs(trials, metric, phase)
+    cols = ["cell_id", "cell_label", "tau", "fraction", "ci_low", "ci_high"]
+    if done.empty:
+        return pd.DataFrame(columns=cols)
+    if taus is None:
+        v = done[metric].to_numpy(float)
+        span = max(float(v.max() - v.min()), 1e-9)
+        taus = np.linspace(v.min() - 0.05 * span, v.max() + 0.05 * span, 101)
+    taus = np.asarray(taus, dtype=float)
+    rng = np.random.default_rng(seed)
+    lo_q, hi_q = (1 - confidence) / 2, 1 - (1 - confidence) / 2
+    parts = []
+    for _, cell in _cells(trials).iterrows():
+        x = done.loc[done["cell_id"] == cell["cell_id"], metric].to_numpy(float)
+        if not x.size:
+            continue
+        fraction = (x[:, None] > taus[None, :]).mean(axis=0)
+        low = high = np.full(taus.size, np.nan)
+        if x.size >= MIN_N_TEST and n_resamples > 0:
+            boot = x[rng.integers(0, x.size, size=(n_resamples, x.size))]
+            shares = (boot[:, :, None] > taus[None, None, :]).mean(axis=1)
+            low, high = np.quantile(shares, lo_q, axis=0), np.quantile(shares, hi_q, axis=0)
+        parts.append(pd.DataFrame({"cell_id": cell["cell_id"], "cell_label": cell["cell_label"], "tau": taus,
+                                   "fraction": fraction, "ci_low": low, "ci_high": high}))
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+
+
+# --- convergence -----------------------------------------------------------------------------
+
+#: What a trial records of its convergence (null where a trial predates them): whether it
+#: converged, the gain of the validation metric over the last 20% of the steps it ran, the steps
+#: it ran, whether it stopped early, and the step of its best validation value.
+CONVERGENCE_COLUMNS = ("converged", "val_gain_last", "steps", "stopped_early", "best_step")
+
+
+def step_budget(trials: pd.DataFrame, default: int | None) -> dict[Any, float]:
+    """Cell id → its step budget: the ``train.steps`` factor's level where a factor moves it, else
+    ``default`` (the spec's ``train.steps``)."""
+    out: dict[Any, float] = {}
+    for _, cell in _cells(trials).iterrows():
+        level = cell.get("train.steps") if "train.steps" in trials.columns else None
+        value = pd.to_numeric(pd.Series([level]), errors="coerce").iloc[0] if level is not None else np.nan
+        out[cell["cell_id"]] = float(value) if np.isfinite(value) else (float(default) if default else np.nan)
+    return out
+
+
+def _flag(value: Any) -> bool | None:
+    """A recorded yes/no (bool, 0/1, "true"/"false"), or None where nothing was recorded."""
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return None
+    if isinstance(value, str):
+        return {"true": True, "false": False, "1": True, "0": False}.get(value.strip().lower())
+    return bool(value)
+
+
+def convergence(
+    trials: pd.DataFrame,
+    budget: dict[Any, float] | float | None = None,
+    min_gain: float = 0.01,
+    phase: str | None = "replicate",
+) -> pd.DataFrame:
+    """Per cell, over its completed runs: which were still improving when their budget ran out,
+    and how many steps they used.
+
+    A run is *still improving* when it records ``converged`` False, or — where ``converged`` is
+    null but ``val_gain_last`` is known — when its validation metric gained at least
+    ``min_gain`` over the last 20% of its steps. Columns missing from ``trials`` (studies that
+    predate them) count as unknown, never as converged. ``budget`` is a cell id → steps mapping
+    (``step_budget``) or one number.
+
+    Columns: ``cell_id``, ``cell_label``, ``n`` (completed runs), ``n_known`` (runs with any
+    convergence record), ``n_unconverged``, ``still_improving`` (any run still improving),
+    ``gain_max`` / ``gain_median`` (``val_gain_last`` over the still-improving runs, else over all
+    known), ``budget``, ``steps_min``, ``steps_max``, ``steps_differ`` (some run used a number of
+    steps other than the budget), ``n_stopped_early``, ``best_step_median``."""
+    rows_all = _phase_rows(trials, phase)
+    done = rows_all[rows_all["status"] == "complete"]
+
+    def column(frame: pd.DataFrame, name: str) -> pd.Series:
+        if name in frame.columns:
+            return frame[name]
+        return pd.Series([None] * len(frame), index=frame.index, dtype=object)
+
+    cols = ["cell_id", "cell_label", "n", "n_known", "n_unconverged", "still_improving", "gain_max", "gain_median",
+            "budget", "steps_min", "steps_max", "steps_differ", "n_stopped_early", "best_step_median"]
+    rows = []
+    for _, cell in _cells(trials).iterrows():
+        runs = done[done["cell_id"] == cell["cell_id"]]
+        conv = column(runs, "converged")
+        gain = pd.to_numeric(column(runs, "val_gain_last"), errors="coerce").to_numpy(float)
+        steps = pd.to_numeric(column(runs, "steps"), errors="coerce").to_numpy(float)
+        early = column(runs, "stopped_early")
+        best = pd.to_numeric(column(runs, "best_step"), errors="coerce").to_numpy(float)
+        flags = [_flag(v) for v in conv]
+        conv_known = np.array([f is not None for f in flags], dtype=bool)
+        conv_false = np.array([f is False for f in flags], dtype=bool)
+        by_gain = ~conv_known & np.isfinite(gain) & (gain >= min_gain)
+        unconverged = conv_false | by_gain
+        known = conv_known | np.isfinite(gain)
+        g = gain[unconverged & np.isfinite(gain)] if unconverged.any() else gain[np.isfinite(gain)]
+        cap = budget.get(cell["cell_id"], np.nan) if isinstance(budget, dict) else (
+            float(budget) if budget is not None else np.nan)
+        s = steps[np.isfinite(steps)]
+        rows.append({
+            "cell_id": cell["cell_id"], "cell_label": cell["cell_label"], "n": int(len(runs)),
+            "n_known": int(known.sum()), "n_unconverged": int(unconverged.sum()),
+            "still_improving": bool(unconverged.any()),
+            "gain_max": float(g.max()) if g.size else np.nan, "gain_median": float(np.median(g)) if g.size else np.nan,
+            "budget": cap, "steps_min": float(s.min()) if s.size else np.nan,
+            "steps_max": float(s.max()) if s.size else np.nan,
+            "steps_differ": bool(s.size and np.isfinite(cap) and np.any(s != cap)),
+            "n_stopped_early": sum(_flag(v) is True for v in early),
+            "best_step_median": float(np.median(best[np.isfinite(best)])) if np.isfinite(best).any() else np.nan,
+        })
+    return pd.DataFrame(rows, columns=cols)
 
 
 # --- factorial structure ---------------------------------------------------------------------

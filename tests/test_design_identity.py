@@ -89,6 +89,9 @@ def test_extending_a_grid_or_seeds_reuses_items_and_a_fixed_change_makes_new_cel
     # Probes do not change what is trained: same cells.
     probed = design.items(make(factors={"model.layers": [1, 2]}, seeds=2, probes={"every": 7}))
     assert [i.key for i in probed] == [i.key for i in small]
+    # Nor do the reports' judgements (`stats:`): an old spec and one that sets them share their cells.
+    judged = design.items(make(factors={"model.layers": [1, 2]}, seeds=2, stats={"min_effect": 0.05, "power": 0.9}))
+    assert [i.key for i in judged] == [i.key for i in small]
 
 
 def test_cell_id_stable_under_key_order_and_formatting():

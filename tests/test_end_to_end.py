@@ -130,7 +130,7 @@ def test_reports_render_html_and_pdf(study_dir):
     for name in ("accuracy", "norm_stability"):
         html = (out / f"{name}.html").read_text()
         assert not re.search(r"<script[^>]+src=\"https?://", html), "the HTML must be self-contained"
-        assert "data:image/png;base64" in html
+        assert "data:image/svg+xml;base64" in html  # figures as vector graphics
         text = subprocess.run(["pdftotext", str(out / f"{name}.pdf"), "-"], capture_output=True, text=True).stdout
         if name == "accuracy":
             assert "Test accuracy per cell" in text and "Learning curves" in text

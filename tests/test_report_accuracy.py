@@ -1,5 +1,6 @@
 """The accuracy report's presentation (``ablate.report.accuracy``): its tables on a real partial study,
-its sentences and figures on constructed data, and the report rendered through the CLI (HTML, PDF).
+its sentences (checked against the tables they quote) and figures (one colour per level, read from
+the SVG) on constructed data, and the report rendered through the CLI (HTML, PDF, exports).
 
 The study is the partial accuracy study of ``tests/real_studies.py`` (built once per session): a 2 × 2
 grid that tuned and replicated on two seeds with one injected failure, grown by a third
@@ -14,17 +15,21 @@ import shutil
 import subprocess
 import sys
 import uuid
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import real_studies as studies
-from frames import CHANCE, METRIC, A, B, factorial, set_status
+from frames import CHANCE, METRIC, A, B, factorial, make_trials, set_status
+from pdfs import flat, has, pages, svg_colours, svg_groups
 
 from ablate import stats
 from ablate.report import accuracy as acc
 from ablate.report import format as fmt
+from ablate.report import plotting
+from ablate.report.plotting import Channels
 
 NAME = studies.ACCURACY_NAME
 
@@ -51,12 +56,18 @@ def res(study_root):
 
 
 @pytest.fixture(scope="module")
-def rendered(study_root) -> Path:
-    """The accuracy report, rendered once through the CLI (HTML and PDF), with a chosen reference."""
+def rendering(study_root) -> tuple[Path, subprocess.CompletedProcess]:
+    """The accuracy report, rendered once through the CLI (HTML, PDF and exports), with a chosen
+    reference: its directory and the finished command."""
     out = f"out-{uuid.uuid4().hex[:8]}"  # the study is shared: each xdist worker renders its own
-    _cli(study_root, "report", NAME, "--reports", "accuracy", "--format", "html,pdf", "--out", out,
-         "--param", "reference=normalisation=xi, layers=2", "--param", "alpha=0.05")
-    return study_root / out
+    res = _cli(study_root, "report", NAME, "--reports", "accuracy", "--format", "html,pdf", "--out", out,
+               "--param", "reference=normalisation=xi, layers=2", "--param", "alpha=0.05", "--export")
+    return study_root / out, res
+
+
+@pytest.fixture(scope="module")
+def rendered(rendering) -> Path:
+    return rendering[0]
 
 
 # --- tables on the study ----------------------------------------------------------------------
@@ -67,8 +78,10 @@ def test_tables_from_the_study(res):
     chance = res.chance
     summary = stats.cell_summary(trials, "test_accuracy", chance)
     cells = acc.cell_table(summary, res.baseline_cell)
-    assert list(cells.columns) == ["cell", "status", "n", "mean [95% CI]", "median", "sd", "diverged",
+    assert list(cells.columns) == ["cell", "status", "n", "mean [95% CI]", "sd over seeds", "median", "diverged",
                                    "never learned", "failed", "pending"]
+    with_se = acc.cell_table(summary, res.baseline_cell, n_test=32)
+    assert "test-set SE (N\u00a0=\u00a032)" in with_se.columns
     assert cells.cell.iloc[0].endswith("(reference)")
     by = dict(zip(summary.cell_label, cells.to_dict("records"), strict=True))
     assert by["normalisation=gamma, layers=2"]["failed"] == "1" and by["normalisation=gamma, layers=2"]["n"] == 1
@@ -86,36 +99,55 @@ def test_tables_from_the_study(res):
 
 
 HEADERS = [
-    "Summary", "Test accuracy per cell", "mean [95% CI]", "median", "diverged", "never learned", "pending",
-    "Comparisons with the reference", "effect size", "p (Holm)", "rank test",
-    "Main effects", "marginal mean [95% CI]", "Interactions", "Analysis of variance", "partial η²",
-    "Learning curves", "Tuning", "best setting", "Against published numbers", "published in our CI",
-    "Failures", "message", "Provenance", "Package versions", "The spec as run",
+    "Summary", "Test accuracy per cell", "mean [95% CI]", "sd over seeds", "median", "diverged", "never learned",
+    "pending", "Comparisons with the reference", "exact permutation test", "verdict", "effect size",
+    "p (Holm)", "t-test p (Holm)", "Power line", "seeds for 80% power", "Few-run estimates", "IQM [95% bootstrap CI]",
+    "P(cell > reference)", "Performance profiles", "Main effects", "marginal mean [95% CI]", "Interactions",
+    "Analysis of variance", "partial η²", "Convergence", "Learning curves", "Tuning", "best setting",
+    "Against published numbers", "published in our CI", "Failures", "message", "Provenance", "Package versions",
+    "The spec as run",
 ]
 
 
 @pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) is not installed")
 def test_pdf_has_every_section_and_table_header(rendered):
-    # Reading order, not -layout: a header that wraps inside its cell stays one phrase.
-    text = subprocess.run(["pdftotext", str(rendered / "accuracy.pdf"), "-"], capture_output=True,
-                          text=True, check=True).stdout
-    flat = " ".join(text.split())
-    missing = [h for h in HEADERS if h not in flat]
+    text = "".join(pages(rendered / "accuracy.pdf"))
+    missing = [h for h in HEADERS if not has(text, h)]  # wherever the host's layout wraps a header
     assert not missing, f"not in the PDF text: {missing}"
-    assert "Reference cell: normalisation=xi, layers=2 (chosen with the report parameter" in flat
-    assert "Partial study" in flat and "model.normalisation: none" in flat  # the ANOVA says what it left out
-    assert "injected fault" in flat and "Made-up et al. 2024" in flat and "Other paper" in flat
-    assert "did not tune" not in flat and "train.lr" in flat
-    assert "The study is partial" in flat
+    assert has(text, "Reference cell: normalisation=xi, layers=2 (chosen with the report parameter")
+    assert has(text, "Partial study") and has(text, "model.normalisation: none")  # the ANOVA says what it left out
+    assert has(text, "injected fault") and has(text, "Made-up et al. 2024") and has(text, "Other paper")
+    assert not has(text, "did not tune") and has(text, "train.lr")
+    assert has(text, "The study is partial")
+    # Two seeds per cell: nothing is tested, nothing is significant, and the raw differences are given.
+    assert has(text, "too few seeds to test (n = 2)") and has(text, "Δ per seed")
+    assert not re.search(r"(?<!not)significant\*", flat(text))  # no verdict carries a mark
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) is not installed")
+def test_pdf_is_vector_with_the_reports_fonts_and_keeps_row_groups_on_one_page(rendered):
+    pdf = rendered / "accuracy.pdf"
+    images = subprocess.run(["pdfimages", "-list", str(pdf)], capture_output=True, text=True, check=True).stdout
+    assert len(images.strip().splitlines()) == 2, images  # the header only: every figure is vector graphics
+    fonts = subprocess.run(["pdffonts", str(pdf)], capture_output=True, text=True, check=True).stdout
+    names = [line.split()[0] for line in fonts.strip().splitlines()[2:]]
+    assert names and all(n.split("+")[-1].startswith("ablate-") for n in names), names
+    # The reference "Pending paper" matches two cells: its rows are one group, on one page.
+    text = pages(pdf)
+    start = next(i for i, page in enumerate(text) if has(page, "published in our CI"))
+    page = flat(text[start])
+    group = page[page.index(flat("Pending paper")):]
+    group = group[:group.index("Failures")] if "Failures" in group else group
+    assert group.count(flat("normalisation=none, layers=")) == 2  # both of its rows, on this page
 
 
 @pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) is not installed")
 def test_pdf_text_stays_inside_the_page(rendered):
     bbox = subprocess.run(["pdftotext", "-bbox", str(rendered / "accuracy.pdf"), "-"], capture_output=True,
                           text=True, check=True).stdout
-    pages = re.findall(r'<page width="([\d.]+)" height="([\d.]+)">(.*?)</page>', bbox, re.S)
-    assert len(pages) >= 3
-    for width, height, body in pages:
+    pages_ = re.findall(r'<page width="([\d.]+)" height="([\d.]+)">(.*?)</page>', bbox, re.S)
+    assert len(pages_) >= 3
+    for width, height, body in pages_:
         for x0, _y0, x1, y1 in re.findall(r'xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)"', body):
             assert float(x0) >= 0 and float(x1) <= float(width) and float(y1) <= float(height)
 
@@ -125,10 +157,50 @@ def test_html_is_self_contained(rendered):
     assert "<script" not in html.lower()
     for tag in re.findall(r"<(?:img|link|script|iframe|source|video|audio|embed|object)\b[^>]*>", html, re.I):
         for url in re.findall(r'(?:src|href|data)\s*=\s*["\']([^"\']*)', tag, re.I):
-            assert not re.match(r"(?i)(https?:)?//", url), f"external resource: {tag[:200]}"
+            assert not re.match(r"(?i)(https?:|file:)?//", url), f"external resource: {tag[:200]}"
     assert not re.search(r"@import\s+url\(\s*['\"]?(https?:)?//", html, re.I)
-    assert html.count("data:image/png;base64") >= 5  # per cell, comparisons, effects, interaction, curves
+    assert not re.search(r"url\(\s*['\"]?file:", html)  # the PDF's font files are not the HTML's business
+    # Figures are vector images: per cell, comparisons, profiles, effects, interaction, curves.
+    assert len(re.findall(r'<img[^>]* src="data:image/svg\+xml;base64,', html)) >= 6
+    assert not re.search(r'<img[^>]* src="data:image/png', html)
     assert "<table class=\"ablate" in html
+
+
+def test_report_prints_nothing_but_what_it_wrote(rendering):
+    out, res = rendering
+    assert res.stderr == "", res.stderr  # no kernel, MLflow or library warnings on the terminal
+    lines = res.stdout.strip().splitlines()
+    assert lines[:2] == [f"wrote {out.name}/accuracy.html", f"wrote {out.name}/accuracy.pdf"]
+    assert any(line.startswith("wrote ") and line.endswith(f"{out.name}/figures") for line in lines)
+
+
+def test_exported_figures_and_tables_exist_and_open(rendered):
+    figures, tables = rendered / "figures", rendered / "tables"
+    stems = {p.name.split(".")[0] for p in figures.iterdir()}
+    assert {"accuracy-cells", "accuracy-comparisons", "accuracy-main-effects", "accuracy-interaction",
+            "accuracy-learning-curves", "accuracy-profiles"} <= stems
+    for stem in stems:
+        assert {p.suffix for p in figures.glob(f"{stem}.*")} == {".pdf", ".svg", ".png"}, stem
+        ET.fromstring((figures / f"{stem}.svg").read_bytes())  # parses
+        info = subprocess.run(["pdfinfo", str(figures / f"{stem}.pdf")], capture_output=True, text=True).stdout
+        assert re.search(r"Pages:\s+1", info), stem
+        png = (figures / f"{stem}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        width = int.from_bytes(png[16:20], "big")
+        assert width == round(plotting.WIDTH * plotting.EXPORT_DPI) or width >= 1500, (stem, width)  # 300 dpi
+    names = {p.name for p in tables.iterdir()}
+    for stem in ("accuracy-cells", "accuracy-comparisons", "accuracy-power", "accuracy-few-run",
+                 "accuracy-main-effects", "accuracy-anova", "accuracy-published", "accuracy-failures",
+                 "accuracy-provenance", "accuracy-tuning"):
+        assert {f"{stem}.csv", f"{stem}.tex"} <= names, stem
+        tex = (tables / f"{stem}.tex").read_text()
+        assert r"\toprule" in tex and r"\bottomrule" in tex
+        frame = pd.read_csv(tables / f"{stem}.csv", dtype=str, keep_default_na=False)
+        assert len(frame.columns) >= 2 and len(frame) >= 1
+    cells = pd.read_csv(tables / "accuracy-cells.csv", dtype=str, keep_default_na=False)
+    assert cells.columns[0] == "cell" and "mean [95% CI]" in cells.columns
+    data = pd.read_csv(tables / "accuracy-cells-data.csv")
+    assert {"cell_id", "mean", "ci_low", "ci_high"} <= set(data.columns)
 
 
 def test_report_cli_rejects_bad_options(study_root):
@@ -156,14 +228,16 @@ def _planted(effect: float, seeds: int = 8) -> pd.DataFrame:
 def test_sentences_report_only_what_the_numbers_say():
     trials = _planted(0.05)
     comp = stats.compare_to_reference(trials, "test_accuracy", "base")
-    lines = acc.comparison_sentences(comp, "test_accuracy")
-    assert lines[0].startswith("1 of 2 comparisons with the reference (variant=base) is significant")
-    better = comp[comp.cell_id == "better"].iloc[0]
-    assert lines[1].startswith(f"variant=better beats the reference on test accuracy by {fmt.signed(better.mean_diff)}")
-    assert f"p_adj {fmt.p_is(better.p_adj)}" in lines[1] and "paired t, 8 shared seeds" in lines[1]
-    assert "not significant" in lines[2] and "variant=same" in lines[2]
     table = acc.comparison_table(comp)
-    assert table[""].tolist() == [better["mark"], "n.s."]
+    lines = acc.comparison_sentences(comp, "test_accuracy")
+    assert lines[0].startswith("1 of 2 tested comparisons with the reference (variant=base) is significant at "
+                               "α = 0.05 (exact permutation test, Holm's correction)")
+    better = comp[comp.cell_id == "better"].iloc[0]
+    delta = table.loc[table.cell == "variant=better", "Δ vs reference [95% CI]"].iloc[0]
+    assert lines[1].startswith(f"variant=better beats the reference on test accuracy by {delta}")
+    assert f"p_adj = {fmt.pval(better.p_adj)}" in lines[1] and "exact sign-flip" in lines[1]
+    assert "not significant" in lines[2] and "variant=same" in lines[2]
+    assert table["verdict"].tolist() == [f"significant {better['mark']}", "not significant n.s."]
     # A loss: lower is better, so a positive difference trails.
     worse = acc.comparison_sentences(comp, "test_loss", higher_is_better=False)
     assert "variant=better trails the reference" in worse[1]
@@ -173,11 +247,90 @@ def test_sentences_when_nothing_can_be_tested():
     trials = _planted(0.0, seeds=1)
     comp = stats.compare_to_reference(trials, "test_accuracy", "base")
     lines = acc.comparison_sentences(comp, "test_accuracy")
-    assert lines == ["0 of 0 comparisons with the reference (variant=base) are significant at α = 0.05 after "
-                     "Holm's correction; 2 cells have too few completed seeds to test."]
+    assert lines[0] == ("None of the 2 comparisons with the reference (variant=base) can be tested: every cell has "
+                        "too few seeds (n = 1; the tests need 3). The raw differences are in the table: read them as "
+                        "description, not evidence.")
     summary = stats.cell_summary(trials, "test_accuracy", chance=0.7)
     text = " ".join(acc.summary_sentences(summary, "test_accuracy", 0.7, 0.02))
     assert "3 runs in 3 cells never learned" in text
+
+
+def test_two_seeds_with_equal_differences_say_too_few_seeds_never_a_p_of_zero():
+    """The issue's study: 2 seeds whose differences happen to be equal used to print p_adj < 0.001 ***."""
+    trials = make_trials({"ref": 0.80, "heads1": 0.83}, seeds=2, sd=0.0)
+    comp = stats.compare_to_reference(trials, METRIC, "ref")
+    row = acc.comparison_table(comp).iloc[0]
+    assert row["verdict"] == "too few seeds to test (n\u00a0=\u00a02)" and row["p (Holm)"] == fmt.DASH
+    assert row["Δ vs reference [95% CI]"] == "Δ per seed: +0.030, +0.030"
+    text = " ".join(acc.comparison_sentences(comp, METRIC))
+    assert "can be tested" in text and "too few seeds (n = 2" in text
+    assert "***" not in text and "< 0.001" not in text and "significant at" not in text.replace("not significant", "")
+    power = acc.power_table(comp).iloc[0]
+    assert power["note"] == "no spread in these seeds" and power["seeds for 80% power"] == fmt.DASH
+
+
+NUMBER = re.compile(r"[+−-]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[+−-]?\d+)?%?")
+
+
+def _cells_text(*tables: pd.DataFrame) -> str:
+    return " ".join(str(v) for t in tables for v in t.astype(str).to_numpy().ravel()).replace("\u00a0", " ")
+
+
+def test_every_number_and_verdict_of_the_summary_comes_from_a_table_cell():
+    """The summary (of the accuracy report) made from the tables it sits above: every number it
+    writes is written the same way in a cell of one of them, and each comparison it calls significant
+    or not is called so by its row's verdict."""
+    rng = np.random.default_rng(3)
+    trials = make_trials({"base": 0.70, "up": 0.74, "same": 0.70, "noisy": 0.70}, seeds=8, sd=0.01, rng=rng,
+                         factors={"base": {A: "rot"}, "up": {A: "diag"}, "same": {A: "none"}, "noisy": {A: "x"}})
+    few = make_trials({"two": 0.9}, seeds=2, sd=0.0, factors={"two": {A: "two"}})
+    trials = pd.concat([trials, few], ignore_index=True)
+    trials["val_gain_last"] = np.where(trials["cell_id"] == "up", 0.041, 0.0)
+    trials["converged"] = trials["cell_id"] != "up"
+    summary = stats.cell_summary(trials, METRIC, 0.5)
+    comp = stats.compare_to_reference(trials, METRIC, "base", min_effect=0.01)
+    conv = stats.convergence(trials, 300)
+    sentences = (acc.summary_sentences(summary, METRIC, 0.5, 0.02, conv=conv)
+                 + acc.comparison_sentences(comp, METRIC, conv=conv) + acc.convergence_sentences(conv))
+    tables = [acc.cell_table(summary, "base", conv=conv), acc.comparison_table(comp, conv=conv), acc.power_table(comp),
+              acc.convergence_table(conv)]
+    printed = _cells_text(*tables)
+    allowed = {"0.05", "95%", "80%", "20%", "3", "2", "8", "4"}  # α, levels, counts said in words
+    for sentence in sentences:
+        for token in NUMBER.findall(sentence.replace("\u00a0", " ")):
+            assert token in printed or token.lstrip("+") in allowed or token in allowed, (token, sentence)
+    table = tables[1].set_index("cell")
+    improving = "parameterisation=diag"
+    for sentence in sentences:
+        for label in comp["cell_label"]:
+            name = label + (f" {acc.STILL_IMPROVING}" if label == improving else "")
+            if sentence.startswith(f"{label} beats") or sentence.startswith(f"{label} trails"):
+                assert table.loc[name, "verdict"].startswith("significant"), sentence
+            if f"not significant, the largest is {label}:" in sentence:
+                assert table.loc[name, "verdict"].startswith("not significant"), sentence
+    # The cell still improving is never concluded on without saying so.
+    for sentence in sentences:
+        if sentence.startswith(improving) or f"largest is {improving}" in sentence or f"mean {METRIC}" in sentence:
+            assert improving not in sentence or "still improving" in sentence, sentence
+    assert sum(improving in s for s in sentences) >= 2  # it beats the reference: said, with its caveat
+    assert any("Budget too small for 1 cell" in s and "+4.1 points" in s for s in sentences)
+
+
+def test_convergence_table_flags_budget_too_small_and_steps_used():
+    trials = make_trials({"short": 0.7, "ok": 0.8}, seeds=2)
+    trials["converged"] = [False, False, True, True]
+    trials["val_gain_last"] = [0.041, 0.03, 0.0, 0.001]
+    trials["steps"] = [300, 300, 180, 300]
+    trials["stopped_early"] = [False, False, True, False]
+    conv = stats.convergence(trials, 300)
+    table = acc.convergence_table(conv).set_index("cell")
+    assert table.loc[f"short {acc.STILL_IMPROVING}", "val accuracy gain, last 20% of steps"] == "+4.1 points"
+    assert table.loc["ok", "steps used"] == "180–300 of 300" and table.loc["ok", "stopped early"] == "1"
+    text = " ".join(acc.convergence_sentences(conv))
+    assert "Budget too small for 1 cell" in text and "short (val accuracy +4.1 points)" in text
+    assert "ok 180–300 of 300" in text and "1 run stopped early" in text
+    old = acc.convergence_sentences(stats.convergence(make_trials({"a": 0.7}, seeds=2), 300))
+    assert old and "not recorded" in old[0]
 
 # --- figures on a partial study ---------------------------------------------------------------
 
@@ -212,30 +365,92 @@ def partial_study():
     return trials, curves
 
 
+def _figures(trials: pd.DataFrame, curves: pd.DataFrame, channels: Channels) -> dict:
+    cmp = stats.compare_to_reference(trials, METRIC, "rotation-xi", n_resamples=200)
+    profile = stats.performance_profile(trials, METRIC, n_resamples=100)
+    return {
+        "cells": acc.accuracy_by_cell(trials, METRIC, CHANCE, channels=channels, n_test=1000),
+        "main": acc.main_effects_plot(trials, METRIC, [A, B], chance=CHANCE, channels=channels),
+        "inter": acc.interaction_plot(trials, METRIC, A, B, CHANCE, channels=channels),
+        "curves": acc.learning_curves(curves, "val_accuracy", cells=trials, chance=CHANCE, channels=channels),
+        "compare": acc.comparison_plot(cmp, metric=METRIC, channels=channels),
+        "profiles": acc.performance_profile_plot(profile, METRIC, chance=CHANCE, channels=channels),
+    }
+
+
 def test_figures_build_on_a_partial_study(partial_study, tmp_path):
     trials, curves = partial_study
-    cmp = stats.compare_to_reference(trials, METRIC, "rotation-xi", n_resamples=200)
-    figs = {
-        "cells": acc.accuracy_by_cell(trials, METRIC, CHANCE),
-        "main": acc.main_effects_plot(trials, METRIC, [A, B], chance=CHANCE),
-        "inter": acc.interaction_plot(trials, METRIC, A, B, CHANCE),
-        "curves": acc.learning_curves(curves, "val_accuracy", cells=trials, chance=CHANCE),
-        "compare": acc.comparison_plot(cmp, metric=METRIC),
-    }
+    figs = _figures(trials, curves, Channels.from_trials(trials, [A, B]))
     for name, fig in figs.items():
         assert fig.get_figwidth() <= 7.0
-        fig.savefig(tmp_path / f"{name}.pdf")
-        fig.savefig(tmp_path / f"{name}.png")
-        assert (tmp_path / f"{name}.pdf").stat().st_size > 1000
+        paths = plotting.save_figure(fig, tmp_path, name)
+        assert all(p.stat().st_size > 1000 for p in paths)
+        fig.canvas.draw()  # laid out again at the figure's own resolution (the export drew it at 300 dpi)
         renderer = fig.canvas.get_renderer()
         page = fig.bbox
         for ax in fig.axes:  # nothing drawn outside the figure (labels wrapped, not cut off)
             box = ax.get_tightbbox(renderer)
             assert box.x0 >= page.x0 - 1 and box.x1 <= page.x1 + 1, name
-    texts = [t.get_text() for t in figs["curves"].axes[5].texts]
-    assert "pending" in texts
+    texts = [t.get_text() for ax in figs["curves"].axes for t in ax.texts]
+    assert any(t.startswith("pending:") and "normalisation=layer" in t for t in texts)
     right = [t.get_text() for t in figs["cells"].axes[1].get_yticklabels()]
     assert "pending" in right and any("1 diverged" in t for t in right)
+
+
+def test_one_colour_per_level_in_every_figure(partial_study):
+    """Read from the SVG: a level of the colour factor is drawn in its one colour in every figure
+    that shows it, no figure draws a level's colour for anything else, and the legends name the
+    factors and their levels (not concatenated labels)."""
+    trials, curves = partial_study
+    channels = Channels.from_trials(trials, [A, B])
+    assert channels.color_factor == A and channels.style_factor == B and not channels.facet_factors
+    palette = {c.lower() for c in channels.color.values()}
+    assert len(palette) == 2
+    figs = _figures(trials, curves, channels)
+    for name, fig in figs.items():
+        drawn = svg_colours(plotting.svg(fig))
+        assert palette <= drawn, (name, palette - drawn)  # both parameterisations, each in its colour
+        stray = {c for c in drawn if c in {p.lower() for p in plotting.CATEGORICAL}} - palette
+        assert not stray, (name, stray)  # no other palette colour: one mapping, decided once
+    # Element by element: every artist drawn for a cell (or a level) is in its level's colour.
+    expected = {f"cell:{cid}": channels.style(cid)["color"].lower() for cid in trials["cell_id"].unique()}
+    expected |= {f"level:{A}={lv}": c.lower() for lv, c in channels.color.items()}
+    checked = 0
+    for name, fig in figs.items():
+        groups = {**svg_groups(plotting.svg(fig), "cell:"), **svg_groups(plotting.svg(fig), "level:")}
+        assert groups or name == "inter", name
+        for gid, colours in groups.items():
+            if gid in expected and colours:  # (an empty group: a pending cell's seeds, none drawn)
+                assert expected[gid] in colours, (name, gid, colours)
+                assert not (colours & palette) - {expected[gid]}, (name, gid, colours)
+                checked += 1
+    assert checked >= 20
+    titles = {t.get_text() for fig in figs.values() for leg in fig.legends for t in [leg.get_title()]}
+    assert {"parameterisation", "normalisation"} <= titles
+    labels = {t.get_text() for leg in figs["curves"].legends for t in leg.get_texts()}
+    assert {"rotation", "diagonal", "xi", "none", "layer"} <= labels
+    assert not any("parameterisation=" in lbl for lbl in labels)
+
+
+def test_palettes_are_distinguishable_and_ordered_levels_get_a_ramp():
+    from matplotlib.colors import to_rgb
+
+    categorical = plotting.palette(["rotation", "complex_diagonal", "diagonal", "none", "xi", "gamma"])
+    rgb = [np.array(to_rgb(c)) for c in categorical.values()]
+    closest = min(np.linalg.norm(a - b) for i, a in enumerate(rgb) for b in rgb[i + 1:])
+    assert closest > 0.25, closest  # no three near-identical oranges
+    ramp = plotting.palette(["1", "4", "16", "32"])
+    assert list(ramp.values()) != list(plotting.CATEGORICAL[:4])  # numeric levels: an ordered ramp
+    lightness = [sum(to_rgb(c)) for c in ramp.values()]
+    assert lightness == sorted(lightness)
+    three = Channels.from_factors(["model.heads", "model.normalisation", "train.lr", "task.seed"],
+                                  {"model.heads": [1, 4], "model.normalisation": ["xi", "gamma"],
+                                   "train.lr": [0.1, 0.01], "task.seed": [0]},
+                                  {"c": {"model.heads": 4, "model.normalisation": "gamma", "train.lr": 0.01,
+                                         "task.seed": 0}})
+    assert three.factors == ("model.heads", "model.normalisation", "train.lr")  # one level: no channel
+    assert three.style("c") == {"color": three.color["4"], "linestyle": "--", "marker": "s", "gid": "cell:c"}
+    assert three.facet("c") == "lr = 0.01" and three.facets() == ["lr = 0.01"]
 
 
 def test_figures_survive_an_empty_study(partial_study):
@@ -248,3 +463,5 @@ def test_figures_survive_an_empty_study(partial_study):
     acc.main_effects_plot(nothing, METRIC, [A, B])
     acc.interaction_plot(nothing, METRIC, A, B)
     acc.learning_curves(curves.iloc[0:0], "val_accuracy", cells=nothing)
+    acc.performance_profile_plot(stats.performance_profile(nothing, METRIC), METRIC)
+    acc.comparison_plot(stats.compare_to_reference(nothing, METRIC, "rotation-xi"), metric=METRIC)

@@ -40,6 +40,7 @@ def test_p_values_in_prose_and_the_one_wording_of_significance():
     assert fmt.verdict(True, "95%") == "significant at 95%"
     assert fmt.verdict(False, "α = 0.05") == "not significant at α = 0.05"
     assert fmt.verdict(None, "95%", few="too few units to test") == "too few units to test"
+    assert fmt.verdict(True) == "significant" and fmt.verdict(False) == "not significant"
 
 
 def test_html_table_escapes_aligns_and_dashes():
@@ -62,8 +63,44 @@ def test_both_reports_write_a_missing_value_as_the_one_dash():
     summary = stats.cell_summary(trials, "test_accuracy", chance=None)
     cells = acc.cell_table(summary, "base", chance_known=False)
     assert (cells["never learned"] == fmt.DASH).all() and (cells["mean [95% CI]"] == "0.800").all()
-    assert (cells["sd"] == fmt.DASH).all()
+    assert (cells["sd over seeds"] == fmt.DASH).all()
     comp = acc.comparison_table(stats.compare_to_reference(trials, "test_accuracy", "base"))
-    assert comp.loc[0, "p (Holm)"] == fmt.DASH and comp.loc[0, "Δ vs reference [95% CI]"].startswith("+")
+    assert comp.loc[0, "p (Holm)"] == fmt.DASH and comp.loc[0, "Δ vs reference [95% CI]"] == "0.800 vs 0.800"
+    assert comp.loc[0, "verdict"] == "too few seeds to test (n\u00a0=\u00a01)"
     for frame in (cells, comp):
         assert not frame.isin(["n/a", "nan", "NaN", "None"]).any().any()
+
+
+def test_row_groups_keep_a_factors_levels_and_a_sources_cells_together():
+    frame = pd.DataFrame({"factor": ["a", "a", "b", "", "c"], "level": ["1", "2", "1", "2", "1"]})
+    assert fmt.row_groups(frame) == [[0, 1], [2, 3], [4]]
+    html = fmt.table_html(frame)
+    assert html.count("<tbody") == 3 and html.count('<tbody class="group">') == 2
+
+
+def test_a_table_too_wide_for_the_page_is_split_by_columns_never_squeezed():
+    wide = pd.DataFrame({"cell": ["a cell with a long name"] * 2,
+                         **{f"measure {i} [95% CI]": ["0.123 [0.100,\u00a00.150]"] * 2 for i in range(9)}})
+    parts = fmt.column_parts(wide)
+    assert len(parts) > 1 and all(p[0] == "cell" for p in parts)
+    assert [c for p in parts for c in p[1:]] == list(wide.columns[1:])  # every column once, in order
+    html = fmt.table_html(wide)
+    assert html.count("<table") == len(parts) and "too wide for one page" in html
+    narrow = wide.iloc[:, :5]
+    assert fmt.column_parts(narrow) == [list(narrow.columns)] and "<caption>" not in fmt.table_html(narrow)
+
+
+def test_latex_tables_are_booktabs_and_escaped(tmp_path):
+    frame = pd.DataFrame({"factor": ["model.heads", "model.heads", "train.lr"], "level": ["1", "4", "3e-3"],
+                          "Δ [95% CI]": ["−0.010 [−0.02,\u00a00.00]", "+0.5%", "—"]})
+    tex = fmt.latex_table(frame, caption="Main effects & more")
+    for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\addlinespace", r"\begin{tabular}{llr}"):
+        assert rule in tex, rule
+    assert tex.count(r"\addlinespace") == 1  # between the two row groups, not inside one
+    assert r"model.heads" in tex and r"\$" not in tex and r"$-$0.010" in tex and r"+0.5\%" in tex
+    assert r"$\Delta$" in tex and "---" in tex and r"\caption{Main effects \& more}" in tex
+    assert all(ord(ch) < 128 for ch in tex)  # pdflatex reads it without inputenc tricks
+    paths = fmt.save_table(frame, tmp_path, "effects", data=pd.DataFrame({"x": [1.5]}))
+    assert [p.name for p in paths] == ["effects.csv", "effects.tex", "effects-data.csv"]
+    back = pd.read_csv(paths[0], dtype=str, keep_default_na=False)
+    pd.testing.assert_frame_equal(back, frame.map(lambda v: v.replace("\u00a0", " ")))

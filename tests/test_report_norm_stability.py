@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import uuid
 
 import numpy as np
 import pytest
 from frames import curve_frame, steady_and_wild
+from pdfs import has, pages, svg_groups
 
 from ablate import stats_norms as sn
 from ablate.report import format as fmt
 from ablate.report import norm_stability as ns
 from ablate.report import plotting
+from ablate.report.plotting import Channels
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +39,8 @@ def test_text_comes_from_the_numbers():
     ratios = sn.stability_ratios(sn.layer_norms(df), table, n_resamples=300)
     text = ns.summary_text(table, ratios)
     assert text.startswith("**steady** has the most stable state norm (lowest CV) on every measure")
-    assert "significant at 95% on each" in text
-    assert "as large (significant at 95%)" in text
+    assert "Its lead over every other variant is significant at α = 0.05 on each" in text
+    assert "as large (significant at α = 0.05)" in text
     again = ns.summary_text(sn.stability(sn.layer_norms(df), order, n_resamples=300), ratios)
     assert again == text  # deterministic
     # Every CV and ratio the text gives is written as the tables print it.
@@ -47,8 +48,9 @@ def test_text_comes_from_the_numbers():
     for col in [c for c in printed.columns if c.startswith("CV ")]:
         assert f"steady varies least (CV {printed[col][0]})" in text  # the most stable, with its CI
         assert f"wild: CV {printed[col][1].split(' [')[0]}," in text
-    for cell in ns.ratio_table(ratios)["CV ratio [95% CI]"]:
-        assert f"{cell} as large" in text, cell
+    printed = ns.ratio_table(ratios)
+    for cell, said in zip(printed["CV ratio [95% CI]"], printed["verdict"], strict=True):
+        assert f"{cell} as large ({said} at α = 0.05)" in text, cell
 
 
 def test_text_says_when_variants_cannot_be_told_apart():
@@ -57,8 +59,9 @@ def test_text_says_when_variants_cannot_be_told_apart():
     order = sn.variants(df)
     table = sn.stability(sn.layer_norms(df), order, n_resamples=300)
     text = ns.summary_text(table, sn.stability_ratios(sn.layer_norms(df), table, n_resamples=300))
-    assert "not significant at 95%" in text
-    assert "no difference is significant at 95%" in text
+    assert "as large (not significant at α = 0.05)" in text
+    assert "Its lead over the other variants is not significant at α = 0.05 on any measure" in text
+    assert "significant at α = 0.05 on each" not in text  # the opening line and the bullets agree
 
 
 def test_short_labels_name_the_factors():
@@ -96,17 +99,57 @@ def test_report_renders_with_its_figures_and_tables(study):
     written = render(res.study, ["norm_stability"], out, storage=stores.storage, tracking_uri=stores.tracking)
     html = (out / "norm_stability.html").read_text()
     assert not re.search(r"<script[^>]+src=\"https?://", html)
-    assert html.count("data:image/png;base64") >= 5
+    assert len(re.findall(r'<img[^>]* src="data:image/svg\+xml;base64,', html)) >= 6
     pdf = out / "norm_stability.pdf"
     assert pdf in written
-    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
-    text = " ".join(text.split())
-    for title in ("Summary", "State norm vs training step", "Figure 1.", "Figure 2.",
+    text = " ".join(pages(pdf))
+    for title in ("Summary", "State norm vs training step", "Figure 1.", "Figure 2.", "Figure 6.",
                   "State norm vs time step at initialisation and at the end, with theory", "Figure 3.",
                   "Stability table", "Table 1. Stability of the state norm per variant", "Table 2. Ratio between variants",
                   "Table 4. White-noise check", "Spectrum drift over training",
                   "Figure 4.", "Table 5. Spectrum drift",
                   "Gradient norms", "Figure 5.", "Probe batch identical across all 4 runs: yes",
                   "RotRNN", "LRU"):
-        assert title in text, title
-    assert "most stable" in text or "varies least" in text
+        assert has(text, title), title
+    assert has(text, "most stable") or has(text, "varies least")
+    assert has(text, "curve rows") and "{'" not in text  # provenance as a table, not a Python dict
+
+
+NUMBER = re.compile(r"[+−-]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[+−-]?\d+)?")
+
+
+def test_every_number_of_the_summary_is_a_table_cell():
+    rng = np.random.default_rng(4)
+    df = curve_frame({"p=rot, n=xi": 1 + 0.01 * rng.standard_normal((3, 2, 6)),
+                      "p=rot, n=gamma": np.exp(0.3 * rng.standard_normal((3, 2, 6))),
+                      "p=diag, n=xi": 1 + 0.05 * rng.standard_normal((3, 2, 6))})
+    order = sn.variants(df)
+    norms = sn.layer_norms(df)
+    table = sn.stability(norms, order, n_resamples=300)
+    ratios = sn.stability_ratios(norms, table, n_resamples=300)
+    trials = df.drop_duplicates("cell_id")[["cell_id", "cell_label"]].assign(
+        **{"p": ["rot", "rot", "diag"], "n": ["xi", "gamma", "xi"]})
+    by_factor = sn.stability_by_factor(table, trials, ["p", "n"])
+    text = ns.summary_text(table, ratios, by_factor=by_factor)
+    printed = " ".join(str(v) for t in (ns.stability_table(table), ns.ratio_table(ratios), ns.factor_table(by_factor))
+                       for v in t.astype(str).to_numpy().ravel()).replace("\u00a0", " ")
+    for token in NUMBER.findall(text.replace("\u00a0", " ")):
+        assert token in printed or token in {"0.05", "1", "2", "3", "95"}, token
+    # The opening line counts what the bullets and the ratio table's verdicts say.
+    verdicts = ns.ratio_table(ratios)["verdict"]
+    k = int((verdicts == "significant").sum())
+    assert (k == 0) == ("not significant at α = 0.05 on any measure" in text)
+
+
+def test_norm_figures_use_the_reports_one_mapping():
+    df, _ = steady_and_wild()
+    order = sn.variants(df)
+    channels = Channels.from_factors(["variant"], {"variant": ["steady", "wild"]},
+                                     {"c0": {"variant": "steady"}, "c1": {"variant": "wild"}})
+    fig = ns.norm_vs_step(sn.layer_norms(df), order, channels=channels)
+    groups = svg_groups(plotting.svg(fig), "cell:")
+    assert {g: c & {channels.color["steady"].lower(), channels.color["wild"].lower()} for g, c in groups.items()} == {
+        "cell:c0": {channels.color["steady"].lower()}, "cell:c1": {channels.color["wild"].lower()}}
+    assert [leg.get_title().get_text() for leg in fig.legends][0] == "variant"
+    # The wild variant's norms span far more than 5×: a log axis.
+    assert {ax.get_yscale() for ax in fig.axes if ax.get_title()} == {"log"}

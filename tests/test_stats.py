@@ -100,63 +100,182 @@ def test_cell_with_everything_diverged_has_no_results():
 
 def test_planted_effect_is_detected_with_the_right_sign_and_mark():
     rng = np.random.default_rng(7)
-    trials = make_trials({"base": 0.80, "up": 0.85, "same1": 0.80, "same2": 0.80}, seeds=5, sd=0.01, rng=rng)
+    trials = make_trials({"base": 0.80, "up": 0.85, "same1": 0.80, "same2": 0.80}, seeds=8, sd=0.01, rng=rng)
     cmp = stats.compare_to_reference(trials, METRIC, "base").set_index("cell_id")
     up = cmp.loc["up"]
-    assert up["test"] == "paired t" and up["paired"] and up["n_pairs"] == 5
+    assert up["test"] == "exact sign-flip" and up["paired"] and up["n_pairs"] == 8 and up["exact"]
+    assert up["p"] == pytest.approx(2 / 2**8)  # every one of 8 differences positive: the two extreme flips
     assert up["p_adj"] < 0.05 and up["significant"] and up["mark"] in ("*", "**", "***")
     assert up["p_adj"] >= up["p"]
     assert up["mean_diff"] > 0 and up["diff_ci_low"] > 0
     assert up["mean_diff"] == pytest.approx(0.05, abs=0.015)
     assert up["effect_size_kind"] == "d_z" and up["effect_size"] > 1
     assert up["es_ci_low"] <= up["effect_size"] <= up["es_ci_high"]
-    assert up["robust_test"] == "Wilcoxon" and up["robust_p"] == pytest.approx(0.0625)  # 2/2**5: all up
+    assert up["t_p"] < up["p"]  # the t-test leans on normality; the exact test cannot go below 2/2^8
+    assert up["prob_improvement"] == 1.0 and up["pi_ci_low"] == 1.0
     assert not cmp.loc[["same1", "same2"], "significant"].any()
     assert (cmp.loc[["same1", "same2"], "mark"] == "").all()
     assert "base" not in cmp.index and (cmp["reference_id"] == "base").all()
 
 
-def test_planted_negative_effect_by_label_with_welch():
+def test_planted_negative_effect_by_label_unpaired():
     rng = np.random.default_rng(3)
     seeds = {"base": [0, 1, 2, 3, 4], "down": [10, 11, 12, 13, 14]}
     trials = make_trials({"base": 0.80, "down": 0.75}, seeds=seeds, rng=rng, factors={"down": {A: "d"}})
     trials["cell_label"] = trials["cell_label"].where(trials["cell_id"] != "base", "the baseline")
     row = stats.compare_to_reference(trials, METRIC, "the baseline").iloc[0]
-    assert row["test"] == "Welch t" and not row["paired"] and row["n_pairs"] == 0
+    assert row["test"] == "exact permutation" and not row["paired"] and row["n_pairs"] == 0
+    assert row["p"] == pytest.approx(2 / 252) and row["p_min"] == pytest.approx(2 / 252)  # C(10, 5) = 252
     assert row["mean_diff"] < 0 and row["diff_ci_high"] < 0 and row["significant"]
     assert row["effect_size_kind"] == "hedges_g" and row["effect_size"] < -1
-    assert row["robust_test"] == "Mann-Whitney" and row["robust_p"] < 0.05
+    assert row["prob_improvement"] == 0.0 and row["diffs"] is None and len(row["values_cell"]) == 5
     direct = sps.ttest_ind(
         trials.loc[trials["cell_id"] == "down", METRIC],
         trials.loc[trials["cell_id"] == "base", METRIC],
         equal_var=False,
     )
-    assert row["p"] == pytest.approx(direct.pvalue) and row["statistic"] == pytest.approx(direct.statistic)
+    assert row["t_p"] == pytest.approx(direct.pvalue) and row["statistic"] == pytest.approx(direct.statistic)
 
 
 def test_paired_when_two_or_more_seeds_are_shared_else_unpaired():
-    seeds = {"base": [0, 1, 2, 3], "two": [0, 1, 7, 8], "one": [0, 5, 6, 9], "lonely": [3]}
+    seeds = {"base": [0, 1, 2, 3], "three": [0, 1, 2, 8], "two": [0, 1, 7, 8], "one": [0, 5, 6, 9], "lonely": [3]}
     trials = make_trials({c: 0.8 for c in seeds}, seeds=seeds)
     cmp = stats.compare_to_reference(trials, METRIC, "base").set_index("cell_id")
-    assert cmp.loc["two", "test"] == "paired t" and cmp.loc["two", "n_pairs"] == 2
-    assert cmp.loc["one", "test"] == "Welch t" and cmp.loc["one", "n_pairs"] == 1
-    assert cmp.loc["lonely", "test"] == "insufficient data" and np.isnan(cmp.loc["lonely", "p"])
+    assert cmp.loc["three", "test"] == "exact sign-flip" and cmp.loc["three", "n_pairs"] == 3
+    assert cmp.loc["two", "paired"] and cmp.loc["two", "test"] == "too few seeds (n = 2)"
+    assert cmp.loc["one", "test"] == "exact permutation" and cmp.loc["one", "n_pairs"] == 1
+    assert cmp.loc["lonely", "test"] == "too few seeds (n = 1)" and np.isnan(cmp.loc["lonely", "p"])
     assert np.isnan(cmp.loc["lonely", "p_adj"]) and cmp.loc["lonely", "mark"] == ""
-    # Holm over the two comparisons that have a p-value, not three.
-    p = cmp.loc[["two", "one"], "p"].sort_values()
+    assert not cmp.loc[["two", "lonely"], "testable"].any() and not cmp.loc[["two", "lonely"], "significant"].any()
+    # Holm over the two comparisons that have a p-value, not four.
+    p = cmp.loc[["three", "one"], "p"].sort_values()
     assert cmp.loc[p.index[0], "p_adj"] == pytest.approx(min(1, 2 * p.iloc[0]))
 
 
-def test_pairing_gains_power_when_seeds_share_variation():
-    rng = np.random.default_rng(11)
-    trials = make_trials({"base": 0.80, "up": 0.81}, seeds=6, sd=0.003, seed_sd=0.03, rng=rng)
-    paired = stats.compare_to_reference(trials, METRIC, "base", n_resamples=0).iloc[0]
-    unpaired_trials = trials.assign(
-        seed=np.where(trials["cell_id"] == "up", trials["seed"] + 100, trials["seed"])
-    )
-    unpaired = stats.compare_to_reference(unpaired_trials, METRIC, "base", n_resamples=0).iloc[0]
-    assert paired["test"] == "paired t" and unpaired["test"] == "Welch t"
-    assert paired["p"] < 0.01 < unpaired["p"]
+def test_two_seeds_with_equal_differences_are_not_evidence():
+    """The issue's case: two seeds whose differences happened to be equal. The paired t-test has a
+    zero variance there (p = 0); the comparison must say it cannot be tested and give the raw
+    differences."""
+    trials = make_trials({"base": 0.80, "up": 0.81}, seeds=2, sd=0.0)
+    row = stats.compare_to_reference(trials, METRIC, "base").iloc[0]
+    assert not row["testable"] and row["test"] == "too few seeds (n = 2)"
+    assert np.isnan(row["p"]) and np.isnan(row["p_adj"]) and np.isnan(row["t_p"]) and row["mark"] == ""
+    assert not row["significant"]
+    assert row["diffs"] == pytest.approx((0.01, 0.01)) and row["mean_diff"] == pytest.approx(0.01)
+    assert np.isnan(row["power_now"]) and np.isnan(row["seeds_needed"])  # a zero spread says nothing of power
+
+
+def test_zero_spread_with_enough_seeds_gets_the_exact_p_not_zero():
+    trials = make_trials({"base": 0.80, "up": 0.81, "tie": 0.80}, seeds=5, sd=0.0)
+    cmp = stats.compare_to_reference(trials, METRIC, "base").set_index("cell_id")
+    up = cmp.loc["up"]
+    assert up["testable"] and up["p"] == pytest.approx(2 / 2**5) and up["p"] > 0  # never a p of 0
+    assert np.isnan(up["t_p"]) and np.isnan(up["diff_ci_low"]) and np.isnan(up["effect_size"])
+    assert not up["significant"]  # 0.0625 > 0.05: five seeds cannot reach α with this test
+    tie = cmp.loc["tie"]
+    assert tie["p"] == 1.0 and tie["mean_diff"] == 0.0 and tie["prob_improvement"] == 0.5
+
+
+def test_exact_permutation_p_values_on_known_cases():
+    # Sign-flip, 4 pairs, differences (1, 2, 3, −4): |sum| ≥ 2 in 14 of the 16 flips.
+    d = np.array([1.0, 2.0, 3.0, -4.0])
+    flips = np.array(list(itertools.product([1, -1], repeat=4)))
+    expected = np.mean(np.abs((flips * d).mean(axis=1)) >= abs(d.mean()) - 1e-12)
+    res = stats.permutation_test(d, np.zeros(4), paired=True)
+    assert res.exact and res.p == pytest.approx(expected) and res.p == pytest.approx(14 / 16)
+    assert res.p_min == pytest.approx(2 / 16) and res.arrangements == 16
+    # A zero difference flips onto itself: the smallest p rises to 2/2^(non-zero differences).
+    assert stats.permutation_test([1.0, 1.0, 1.0, 0.0], [0.0] * 4, paired=True).p == pytest.approx(2 / 8)
+    # Relabelling, 3 vs 3 with complete separation: the two extreme of C(6, 3) = 20 splits.
+    res = stats.permutation_test([3.0, 4.0, 5.0], [0.0, 1.0, 2.0], paired=False)
+    assert res.p == pytest.approx(2 / 20) and res.p_min == pytest.approx(2 / 20)
+    # Enumerated by hand for an unbalanced, tied case: twice the smaller one-sided share of the
+    # C(7, 3) = 35 splits (the null distribution is not symmetric when the sizes differ).
+    x, y = np.array([0.5, 0.5, 0.7]), np.array([0.5, 0.4, 0.4, 0.6])
+    pooled = np.concatenate([x, y])
+    splits = [np.isin(np.arange(7), idx) for idx in itertools.combinations(range(7), 3)]
+    obs = x.mean() - y.mean()
+    null = np.array([pooled[m].mean() - pooled[~m].mean() for m in splits])
+    hand = 2 * min(np.mean(null >= obs - 1e-12), np.mean(null <= obs + 1e-12))
+    assert stats.permutation_test(x, y, paired=False).p == pytest.approx(hand) == pytest.approx(16 / 35)
+    # Past the enumeration limit: Monte Carlo, seeded, and its p never below 2/(B + 1).
+    big = stats.permutation_test(np.arange(20.0) + 1, np.zeros(20), paired=True, n_resamples=999, seed=1)
+    assert not big.exact and big.p == pytest.approx(2 / 1000) and big.p_min == pytest.approx(2 / 1000)
+    assert big == stats.permutation_test(np.arange(20.0) + 1, np.zeros(20), paired=True, n_resamples=999, seed=1)
+
+
+def test_probability_of_improvement_counts_ties_half():
+    assert stats.prob_improvement([1, 2], [0, 3]) == pytest.approx(0.5)
+    assert stats.prob_improvement([1, 1], [1, 1]) == 0.5
+    assert stats.prob_improvement([2, 3, 4], [1, 2, 3]) == pytest.approx(7 / 9)  # 6 wins and 2 ties of 9 pairs
+    assert np.isnan(stats.prob_improvement([], [1]))
+
+
+def test_power_line_matches_statsmodels_and_the_exact_floor():
+    from statsmodels.stats.power import TTestPower
+
+    now, needed = stats.power_line(sd=0.02, n=5, min_effect=0.01, alpha=0.05, power=0.8)
+    assert now == pytest.approx(TTestPower().power(effect_size=0.5, nobs=5, alpha=0.05))
+    assert needed == np.ceil(TTestPower().solve_power(effect_size=0.5, alpha=0.05, power=0.8))
+    # A huge effect needs few seeds by the t-test, but the exact test needs 6 to reach p ≤ 0.05 at all.
+    assert stats.power_line(sd=0.001, n=3, min_effect=0.05, alpha=0.05)[1] == 6
+    assert stats.power_line(sd=0.001, n=3, min_effect=0.05, alpha=0.05, paired=False)[1] == 4  # 2/C(8,4) < 0.05
+    assert all(np.isnan(stats.power_line(sd=0.0, n=5, min_effect=0.01, alpha=0.05)))
+    assert all(np.isnan(stats.power_line(sd=0.01, n=1, min_effect=0.01, alpha=0.05)))
+
+
+def test_comparisons_carry_a_power_line_at_holms_first_threshold():
+    rng = np.random.default_rng(2)
+    trials = make_trials({"base": 0.8, "a": 0.8, "b": 0.8, "c": 0.8}, seeds=4, sd=0.01, rng=rng)
+    cmp = stats.compare_to_reference(trials, METRIC, "base", min_effect=0.02, power=0.9)
+    assert cmp["power_alpha"].tolist() == pytest.approx([0.05 / 3] * 3) and (cmp["min_effect"] == 0.02).all()
+    row = cmp.iloc[0]
+    assert (row["power_now"], row["seeds_needed"]) == pytest.approx(
+        stats.power_line(row["sd_diff"], 4, 0.02, 0.05 / 3, 0.9, True))
+
+
+def test_binomial_standard_error_of_the_test_set():
+    assert stats.binomial_se(0.5, 100) == pytest.approx(0.05)
+    assert np.isnan(stats.binomial_se(0.5, None))
+    assert stats.binomial_se(np.array([0.0, 0.9]), 1000) == pytest.approx([0.0, np.sqrt(0.09 / 1000)])
+
+
+def test_few_run_estimates_and_performance_profiles():
+    trials = make_trials({"base": 0.80, "up": 0.85}, seeds=6, sd=0.01, rng=np.random.default_rng(4))
+    trials = pd.concat([trials, make_trials({"two": 0.8}, seeds=2)], ignore_index=True)
+    est = stats.few_run_estimates(trials, METRIC, "base", n_resamples=500).set_index("cell_id")
+    up = trials.loc[trials.cell_id == "up", METRIC].to_numpy()
+    assert est.loc["up", "iqm"] == pytest.approx(sps.trim_mean(up, 0.25))
+    assert est.loc["up", "mean_ci_low"] <= up.mean() <= est.loc["up", "mean_ci_high"]
+    assert est.loc["up", "prob_improvement"] == 1.0 and np.isnan(est.loc["base", "prob_improvement"])
+    assert np.isnan(est.loc["two", "mean_ci_low"]) and est.loc["two", "n"] == 2  # too few runs for an interval
+    again = stats.few_run_estimates(trials, METRIC, "base", n_resamples=500)
+    pd.testing.assert_frame_equal(est.reset_index(), again)
+    prof = stats.performance_profile(trials, METRIC, taus=[0.7, 0.825, 0.9], n_resamples=200)
+    by = prof.set_index(["cell_id", "tau"])["fraction"]
+    assert by[("base", 0.7)] == 1.0 and by[("base", 0.825)] == 0.0 and by[("up", 0.825)] == 1.0
+    assert by[("up", 0.9)] == 0.0
+    band = prof[prof.cell_id == "up"]
+    assert (band.ci_low <= band.fraction).all() and (band.fraction <= band.ci_high).all()
+    assert prof[prof.cell_id == "two"]["ci_low"].isna().all()
+
+
+def test_convergence_from_constructed_frames_and_without_the_columns():
+    trials = make_trials({"short": 0.7, "done": 0.8, "old": 0.8}, seeds=3)
+    assert not stats.convergence(trials, 300)["still_improving"].any()  # columns absent: unknown, not flagged
+    trials["converged"] = [False, True, True, True, True, True, None, None, None]
+    trials["val_gain_last"] = [0.041, 0.002, 0.01, 0.0, 0.001, 0.0, 0.03, np.nan, np.nan]
+    trials["steps"] = [300, 300, 300, 180, 300, 300, np.nan, np.nan, np.nan]
+    trials["stopped_early"] = [False, False, False, True, False, False, None, None, None]
+    trials["best_step"] = [300, 290, 300, 150, 250, 300, None, None, None]
+    conv = stats.convergence(trials, {"short": 300, "done": 300, "old": 300}, min_gain=0.01).set_index("cell_id")
+    assert conv.loc["short", "still_improving"] and conv.loc["short", "n_unconverged"] == 1
+    assert conv.loc["short", "gain_max"] == pytest.approx(0.041)
+    assert not conv.loc["done", "still_improving"] and conv.loc["done", "steps_differ"]
+    assert conv.loc["done", "steps_min"] == 180 and conv.loc["done", "n_stopped_early"] == 1
+    # No converged flag, but a gain of 3 points over the last 20%: still improving.
+    assert conv.loc["old", "still_improving"] and conv.loc["old", "n_known"] == 1
+    assert stats.step_budget(trials.assign(**{"train.steps": "600"}), 300) == {c: 600.0 for c in conv.index}
 
 
 def test_pending_and_diverged_cells_are_compared_on_what_completed():
@@ -165,7 +284,7 @@ def test_pending_and_diverged_cells_are_compared_on_what_completed():
     trials = set_status(trials, "none", [0, 1, 2, 3, 4], "pending")
     cmp = stats.compare_to_reference(trials, METRIC, "base").set_index("cell_id")
     assert cmp.loc["part", "n_pairs"] == 3 and cmp.loc["part", "n_cell"] == 3
-    assert cmp.loc["none", "test"] == "insufficient data"
+    assert cmp.loc["none", "test"] == "no results"
 
 
 def test_comparisons_are_deterministic():
@@ -186,13 +305,15 @@ def _null_study(cells, seeds, paired, alpha, rng):
 
 
 @pytest.mark.parametrize("paired", [True, False])
-def test_false_positive_rate_stays_near_nominal(paired):
-    """400 studies with no effect: reference + 3 cells, 5 seeds each, one fixed RNG."""
+def test_false_positive_rate_stays_at_or_below_nominal(paired):
+    """400 studies with no effect: reference + 3 cells, 8 shared seeds each (paired) or 5 runs on
+    seeds of their own (unpaired), one fixed RNG. The exact tests are valid: their rate may not exceed α beyond
+    binomial noise, and with these sizes they can reach it (p_min well below α)."""
     rng = np.random.default_rng(2024 + paired)
     studies, k, alpha = 400, 3, 0.05
     cells = {c: 0.8 for c in ["base", "a", "b", "c"]}
-    seeds = 5 if paired else {c: [10 * i + s for s in range(5)] for i, c in enumerate(cells)}
-    rejections = family_errors = robust_rejections = 0
+    seeds = 8 if paired else {c: [10 * i + s for s in range(5)] for i, c in enumerate(cells)}
+    rejections = family_errors = t_rejections = 0
     # statsmodels' Holm calls gc.collect() on every call; freezing the (large, long-lived) heap
     # of the test process keeps each of those collections cheap.
     gc.freeze()
@@ -201,18 +322,17 @@ def test_false_positive_rate_stays_near_nominal(paired):
     finally:
         gc.unfreeze()
     for cmp in outcomes:
-        assert (cmp["test"] == ("paired t" if paired else "Welch t")).all()
+        assert (cmp["test"] == ("exact sign-flip" if paired else "exact permutation")).all()
         rejections += int((cmp["p"] < alpha).sum())
-        robust_rejections += int((cmp["robust_p"] < alpha).sum())
+        t_rejections += int((cmp["t_p"] < alpha).sum())
         family_errors += bool(cmp["significant"].any())
-    # Per-comparison (uncorrected) rate within a 99.9% binomial band around alpha; the three
-    # comparisons of a study share the reference, so the band is a little generous, not tight.
     lo, hi = sps.binom.interval(0.999, studies * k, alpha)
-    assert lo <= rejections <= hi, rejections / (studies * k)
+    # Per comparison (uncorrected): at most α up to noise, and not vacuously conservative (the three
+    # comparisons of a study share the reference, so the band is a little generous, not tight).
+    assert sps.binom.ppf(0.001, studies * k, 0.6 * alpha) <= rejections <= hi, rejections / (studies * k)
+    assert lo <= t_rejections <= hi  # the t-test beside it, on normal data, is at its nominal rate
     # Family-wise rate after Holm at most alpha (up to binomial noise over 400 studies).
     assert family_errors <= sps.binom.ppf(0.999, studies, alpha), family_errors / studies
-    # The rank tests are exact or conservative.
-    assert robust_rejections <= hi
 
 
 # --- main effects, interactions, ANOVA ------------------------------------------------------

@@ -11,9 +11,13 @@ One module for both reports, so that a reader meets one convention everywhere:
 * generated sentences say ``significant`` / ``not significant`` and nothing else
   (``verdict``), naming the level they test at.
 
-Everything here is a pure function of its arguments: strings out, no statistics, no figures.
-``table_html`` writes a display frame (strings, one header per column) as the plain HTML table the
-print stylesheet of ``ablate.report.render`` wraps and sizes for A4.
+Everything here is a pure function of its arguments: strings out, no statistics, no figures
+(``save_table`` writes files). ``table_html`` writes a display frame (strings, one header per
+column) as the plain HTML table the print stylesheet of ``ablate.report.render`` wraps and sizes
+for A4: consecutive rows with the same first cell (or a blank one, continuing the row above) are one
+*row group* that a page break never splits, and a table too wide for the page is split by columns,
+its first column repeated. ``latex_table`` writes the same frame as a booktabs table for a paper,
+``save_table`` both it and a CSV.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import html as _html
 import math
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,15 +41,20 @@ __all__ = [
     "count",
     "finite",
     "inline_markdown",
+    "latex_escape",
+    "latex_table",
     "level",
     "metric_name",
     "num",
     "p_is",
     "preformatted_block",
     "pval",
+    "row_groups",
+    "save_table",
     "share",
     "signed",
     "table_block",
+    "column_parts",
     "table_html",
     "text_em",
     "verdict",
@@ -150,13 +160,15 @@ def metric_name(metric: str) -> str:
 # --- words -------------------------------------------------------------------------------------
 
 
-def verdict(significant: bool | None, at: str, few: str = "too few runs to test") -> str:
-    """The one wording of a test's outcome in generated sentences: ``significant at {at}``,
-    ``not significant at {at}``, or ``few`` when there was nothing to test (``significant=None``).
-    ``at`` names the level: ``α = 0.05`` for a test, ``95%`` for an interval excluding no effect."""
+def verdict(significant: bool | None, at: str = "", few: str = "too few runs to test") -> str:
+    """The one wording of a test's outcome, in tables and generated sentences alike: ``significant``
+    or ``not significant`` (``at {at}`` after it when ``at`` names the level, e.g. ``α = 0.05``), or
+    ``few`` when there was nothing to test (``significant=None``), e.g. ``too few seeds to test
+    (n = 2)``. Every report's intervals are at the level matching its α (95% for α = 0.05), so "an
+    interval excluding no effect" is said the same way."""
     if significant is None:
         return few
-    return f"{'' if significant else 'not '}significant at {at}"
+    return f"{'' if significant else 'not '}significant" + (f" at {at}" if at else "")
 
 
 def inline_markdown(text: str) -> str:
@@ -174,37 +186,76 @@ def inline_markdown(text: str) -> str:
 #: Columns of text, left-aligned (numbers are right-aligned).
 LEFT = frozenset({"cell", "variant", "factor", "level", "term", "source", "message", "best setting", "kind", "phase",
                   "value", "package", "version", "confirmed", "metric", "test", "replicates ran", "status", "measure",
-                  "reference (most stable)", "when"})
+                  "reference (most stable)", "when", "verdict", "note", "still improving",
+                  "steps used"})
 
 
 def _cell_text(v: Any) -> str:
     return DASH if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
 
 
-def table_html(frame: pd.DataFrame, *, classes: str = "", align_left: Iterable[str] = (), caption: str = "") -> str:
-    """A display frame as a plain HTML table (escaped); text columns left-aligned, numbers right.
+def row_groups(frame: pd.DataFrame) -> list[list[int]]:
+    """Row positions in groups: a run of rows whose first cell is equal, or blank after the first
+    (a source named once over the cells it matches), is one group."""
+    groups: list[list[int]] = []
+    last = None
+    for i, v in enumerate(frame.iloc[:, 0].tolist() if len(frame.columns) else []):
+        text = _cell_text(v)
+        if groups and (text == last or text == ""):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+            last = text
+    return groups
 
-    Tables of more than five columns get a fixed layout whose column widths come from their
-    content (``column_widths``), so that they fill the page and never overflow it."""
-    left = set(align_left) or {c for c in frame.columns if c in LEFT}
-    classes = " ".join(filter(None, [classes, "wide" if len(frame.columns) > 5 else ""]))
+
+def _table(frame: pd.DataFrame, classes: str, left: set[str], caption: str) -> str:
     lcls = ' class="l"'
     head = "".join(f"<th{lcls if c in left or i == 0 else ''}>{_html.escape(str(c))}</th>"
                    for i, c in enumerate(frame.columns))
     body = []
-    for _, row in frame.iterrows():
-        cells = []
-        for c in frame.columns:
-            cls = ' class="l"' if c in left or c == frame.columns[0] else ""
-            cells.append(f"<td{cls}>{_html.escape(_cell_text(row[c]))}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+    for group in row_groups(frame):
+        rows = []
+        for _, row in frame.iloc[group].iterrows():
+            cells = []
+            for c in frame.columns:
+                cls = ' class="l"' if c in left or c == frame.columns[0] else ""
+                cells.append(f"<td{cls}>{_html.escape(_cell_text(row[c]))}</td>")
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        # one <tbody> per row group: the print stylesheet keeps each on one page
+        opening = '<tbody class="group">' if len(group) > 1 else "<tbody>"
+        body.append(opening + "".join(rows) + "</tbody>")
     cap = f"<caption>{_html.escape(caption)}</caption>" if caption else ""
     cols = ""
     if "wide" in classes.split():  # fixed layout: columns share the page by their content, never overflow it
         widths = column_widths(frame, soft=left | {frame.columns[0]})
         cols = "<colgroup>" + "".join(f'<col style="width: {w:.1f}%">' for w in widths) + "</colgroup>"
-    return (f'<table class="ablate {classes}">{cap}{cols}<thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
+    return f'<table class="ablate {classes}">{cap}{cols}<thead><tr>{head}</tr></thead>{"".join(body)}</table>'
+
+
+def table_html(frame: pd.DataFrame, *, classes: str = "", align_left: Iterable[str] = (), caption: str = "") -> str:
+    """A display frame as a plain HTML table (escaped); text columns left-aligned, numbers right.
+
+    Each row group (``row_groups``) is a ``<tbody>`` the print stylesheet keeps on one page.
+    Tables of more than five columns get a fixed layout whose column widths come from their
+    content (``column_widths``), so that they fill the page and never overflow it; a table whose
+    columns cannot fit the page even at their narrowest is split into several tables by columns
+    (``column_parts``), each repeating the first column, and says so in its caption."""
+    left = set(align_left) or {c for c in frame.columns if c in LEFT}
+    parts = column_parts(frame, soft=left)
+    out = []
+    for k, cols in enumerate(parts):
+        part = frame[cols]
+        cls = " ".join(filter(None, [classes, "wide" if len(part.columns) > 5 else "",
+                                     "split" if len(parts) > 1 else ""]))
+        cap = caption
+        if len(parts) > 1:
+            shown = [frame.columns.get_loc(c) + 1 for c in cols[1:]]
+            cap = (f"{caption} " if caption else "") + (
+                f"(part {k + 1} of {len(parts)}: columns {shown[0]}–{shown[-1]} of {len(frame.columns)}; "
+                "too wide for one page)")
+        out.append(_table(part, cls, left, cap))
+    return "".join(out)
 
 
 def table_block(frame: pd.DataFrame, intro: str | Iterable[str] = (), heading: str | None = None) -> str:
@@ -236,6 +287,50 @@ def text_em(text: str) -> float:
                for ch in text)
 
 
+def _floors(frame: pd.DataFrame, soft: Iterable[str], slack: float, soft_min_em: float,
+            first_min_em: float) -> tuple[list[float], list[float]]:
+    """(floor, wanted width) in em of each column: see ``column_widths``."""
+    soft = set(soft)
+    mins, wants = [], []
+    for i, c in enumerate(frame.columns):
+        texts = [_cell_text(v) for v in frame[c]]
+        tokens = [t for text in texts for t in text.split(" ")]
+        header = 1.12 * max((text_em(w) for w in re.split(r"[ \n]+", str(c))), default=0.0)  # bold; NBSP joins
+        low = slack * max([header, 1.0, *(text_em(t) for t in tokens)])
+        filled = [text_em(t) for t in texts if t]  # blank cells (a repeated source) say nothing of width
+        typical = slack * float(np.percentile(filled, 90)) if filled else 0.0
+        if c in soft or i == 0:  # text may break inside a long word; numbers may not
+            low = max(slack * header, min(low, first_min_em if i == 0 else soft_min_em))
+            want = max(low, min(24.0, typical))
+        else:  # numbers: room to keep "value [low, high]" on one line, no more
+            want = max(low, min(typical, 1.6 * low))
+        mins.append(low)
+        wants.append(want)
+    return mins, wants
+
+
+def column_parts(frame: pd.DataFrame, available_em: float = 68.0, pad_em: float = 1.2, slack: float = 1.08,
+                 soft: Iterable[str] = (), soft_min_em: float = 8.0, first_min_em: float = 13.0) -> list[list[Any]]:
+    """The columns of each table a too-wide ``frame`` is split into: as many columns as fit
+    ``available_em`` at their floors (``column_widths``), the first column repeated in every part;
+    one part holding every column when they fit."""
+    cols = list(frame.columns)
+    if len(cols) <= 2:
+        return [cols]
+    mins, _ = _floors(frame, set(soft) | {cols[0]}, slack, soft_min_em, first_min_em)
+    if sum(m + pad_em for m in mins) <= available_em:
+        return [cols]
+    parts, current, used = [], [cols[0]], mins[0] + pad_em
+    for c, m in zip(cols[1:], mins[1:], strict=True):
+        if used + m + pad_em > available_em and len(current) > 1:
+            parts.append(current)
+            current, used = [cols[0]], mins[0] + pad_em
+        current.append(c)
+        used += m + pad_em
+    parts.append(current)
+    return parts
+
+
 def column_widths(frame: pd.DataFrame, available_em: float = 68.0, cap_em: float = 24.0, pad_em: float = 1.2,
                   slack: float = 1.08, soft: Iterable[str] = (), soft_min_em: float = 8.0,
                   first_min_em: float = 13.0) -> list[float]:
@@ -246,23 +341,11 @@ def column_widths(frame: pd.DataFrame, available_em: float = 68.0, cap_em: float
     a header word in bold); a ``soft`` (text) column may break inside a long word, so its floor is
     at most ``soft_min_em`` (``first_min_em`` for the first column, the row's name). What is left
     goes to the columns whose text is longer than their floor, text columns first (up to the 90th
-    percentile of their length, at most ``cap_em``). ``slack`` covers the estimate's error.
+    percentile of their length, at most ``cap_em``). ``slack`` covers the estimate's error. A table
+    whose floors exceed the page is split first (``column_parts``).
     """
-    mins, wants = [], []
-    for i, c in enumerate(frame.columns):
-        texts = [_cell_text(v) for v in frame[c]]
-        tokens = [t for text in texts for t in text.split(" ")]
-        header = 1.12 * max((text_em(w) for w in str(c).split()), default=0.0)  # bold
-        low = slack * max([header, 1.0, *(text_em(t) for t in tokens)])
-        filled = [text_em(t) for t in texts if t]  # blank cells (a repeated source) say nothing of width
-        typical = slack * float(np.percentile(filled, 90)) if filled else 0.0
-        if c in soft:  # text may break inside a long word; numbers may not
-            low = max(slack * header, min(low, first_min_em if i == 0 else soft_min_em))
-            want = max(low, min(cap_em, typical))
-        else:  # numbers: room to keep "value [low, high]" on one line, no more
-            want = max(low, min(typical, 1.6 * low))
-        mins.append(low)
-        wants.append(want)
+    mins, wants = _floors(frame, soft, slack, soft_min_em, first_min_em)
+    wants = [min(w, max(m, cap_em)) for w, m in zip(wants, mins, strict=True)]
     room = available_em - pad_em * len(mins)
     flex = sum(w - m for w, m in zip(wants, mins, strict=True))
     if sum(wants) <= room:
@@ -271,7 +354,69 @@ def column_widths(frame: pd.DataFrame, available_em: float = 68.0, cap_em: float
         share_ = (room - sum(mins)) / flex
         widths = [m + (w - m) * share_ for w, m in zip(wants, mins, strict=True)]
     else:
-        widths = mins  # too many columns for the page: break inside tokens rather than overflow
+        widths = mins  # more than the page even at their floors: column_parts splits such tables first
     widths = [w + pad_em for w in widths]
     total = sum(widths)
     return [100.0 * w / total for w in widths]
+
+
+# --- tables for papers -------------------------------------------------------------------------
+
+#: Characters LaTeX treats specially, and the Unicode the reports write, as pdflatex reads them.
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_LATEX_UNICODE = {"−": "$-$", "—": "---", "–": "--", "…": r"\ldots{}", NBSP: "~", "×": r"$\times$", "±": r"$\pm$",
+                  "≤": r"$\le$", "≥": r"$\ge$", "→": r"$\to$", "∞": r"$\infty$", "Δ": r"$\Delta$", "α": r"$\alpha$",
+                  "γ": r"$\gamma$", "ξ": r"$\xi$", "λ": r"$\lambda$", "η": r"$\eta$", "θ": r"$\theta$",
+                  "Σ": r"$\Sigma$", "²": r"$^2$", "‖": r"$\|$", "·": r"$\cdot$", "₀": r"$_0$", "ʰ": r"$^h$",
+                  "’": "'", "“": "``", "”": "''"}
+
+
+def latex_escape(text: Any) -> str:
+    """``text`` as LaTeX source for pdflatex: specials escaped, the reports' Unicode as commands."""
+    out = []
+    for ch in _cell_text(text):
+        if ch == "\\":
+            out.append(r"\textbackslash{}")
+        else:
+            out.append(_LATEX_SPECIAL.get(ch) or _LATEX_UNICODE.get(ch) or ch)
+    return "".join(out).replace("$$", "")
+
+
+def latex_table(frame: pd.DataFrame, caption: str = "", label: str = "") -> str:
+    """A display frame as a booktabs table (``\\toprule``/``\\midrule``/``\\bottomrule``; needs
+    ``\\usepackage{booktabs}``): text columns left, numbers right, a little space between row
+    groups, the caption above."""
+    left = {c for c in frame.columns if c in LEFT} | ({frame.columns[0]} if len(frame.columns) else set())
+    spec = "".join("l" if c in left else "r" for c in frame.columns)
+    lines = [r"\begin{table}[ht]", r"\centering"]
+    if caption:
+        lines.append(rf"\caption{{{latex_escape(caption)}}}")
+    if label:
+        lines.append(rf"\label{{{label}}}")
+    lines += [rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+              " & ".join(latex_escape(c) for c in frame.columns) + r" \\", r"\midrule"]
+    for k, group in enumerate(row_groups(frame)):
+        if k:
+            lines.append(r"\addlinespace")
+        for _, row in frame.iloc[group].iterrows():
+            lines.append(" & ".join(latex_escape(row[c]) for c in frame.columns) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def save_table(frame: pd.DataFrame, directory: Path, name: str, caption: str = "",
+               data: pd.DataFrame | None = None) -> list[Path]:
+    """``frame`` as printed into ``directory``: ``name.csv`` (UTF-8; no-break spaces as spaces) and
+    ``name.tex`` (``latex_table``), and the numeric frame behind it as ``name-data.csv`` when given."""
+    directory.mkdir(parents=True, exist_ok=True)
+    csv = directory / f"{name}.csv"
+    frame.map(lambda v: _cell_text(v).replace(NBSP, " ")).to_csv(csv, index=False)
+    tex = directory / f"{name}.tex"
+    tex.write_text(latex_table(frame, caption, label=f"tab:{name}"), encoding="utf-8")
+    out = [csv, tex]
+    if data is not None:
+        path = directory / f"{name}-data.csv"
+        data.to_csv(path, index=False)
+        out.append(path)
+    return out

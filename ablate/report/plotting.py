@@ -1,12 +1,23 @@
-"""What every report figure shares: page size, style, palettes, wrapped labels, empty panels, saving.
+"""What every report figure shares: page size, style, the factor → visual channel mapping,
+palettes, wrapped labels, empty panels, saving and exporting.
 
 Figures are built on ``matplotlib.figure.Figure`` with an Agg canvas (never pyplot), so they
 render headless, touch no global backend state, and display inline in Jupyter. They are sized for
 an A4 page (``WIDTH`` inches wide, height growing with content), drawn under ``STYLE`` (print-
-legible font sizes, embedded fonts), and wrap long labels instead of letting them run off the
-page. A report's own figures live in its presentation module (``ablate.report.accuracy``,
-``ablate.report.norm_stability``) and are built from these helpers; ``figure_html`` is how a
-notebook puts one on the page.
+legible font sizes, the reports' fonts of ``ablate.report.fonts``, mathtext for notation), and wrap
+long labels instead of letting them run off the page.
+
+**One mapping from factors to visual channels** (``Channels``), decided once per report from the
+study's factors and levels and used by every figure: the first factor with two or more levels is
+the colour, the second the line style and marker, the rest the facet. A level has one colour in
+every figure of the report; palettes are the colour-blind-safe Okabe–Ito colours for categories
+and an ordered (viridis) ramp for numeric levels; greys are kept for reference lines (chance, zero,
+theory), never for a level. Legends name the factor and its levels.
+
+Figures go on the page as vector graphics (``figure_html``: an SVG image, text as outlines) and,
+when a report exports, alone into ``figures/`` as PDF, SVG and 300-dpi PNG (``save_figure``). A
+report's own figures live in its presentation module (``ablate.report.accuracy``,
+``ablate.report.norm_stability``) and are built from these helpers.
 """
 
 from __future__ import annotations
@@ -14,38 +25,56 @@ from __future__ import annotations
 import base64
 import html as _html
 import io
+import itertools
+import math
 import textwrap
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import matplotlib as mpl
 import numpy as np
-import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ablate.report import fonts
+
 __all__ = [
+    "CATEGORICAL",
     "DPI",
+    "EXPORT_DPI",
+    "GREY",
     "STYLE",
     "WIDTH",
+    "Channels",
     "empty",
+    "factor_name",
     "figure",
     "figure_html",
     "log_axis_if_wide",
     "no_data",
     "palette",
+    "pdf",
     "png",
     "readable_limits",
+    "save_figure",
     "style",
+    "svg",
     "wrap",
+    "xlabel",
 ]
 
 #: Figure width in inches: fits an A4 page (8.27 in) with margins.
 WIDTH = 6.8
-#: Resolution of the figures as the reports embed them.
+#: Resolution of raster output drawn on screen (figures are embedded as vector graphics).
 DPI = 150
+#: Resolution of the PNG a report exports beside each figure's PDF and SVG.
+EXPORT_DPI = 300
 STYLE = {
+    "font.family": fonts.MATPLOTLIB_FAMILY,
+    "mathtext.fontset": "dejavusans",
     "font.size": 8,
     "axes.titlesize": 8.5,
     "axes.labelsize": 8,
@@ -58,9 +87,18 @@ STYLE = {
     "axes.grid": True,
     "grid.alpha": 0.3,
     "grid.linewidth": 0.5,
-    "pdf.fonttype": 42,
-    "svg.fonttype": "none",
+    "pdf.fonttype": 42,  # exported PDFs: embedded TrueType, selectable text
+    "svg.fonttype": "path",  # SVGs: text as outlines, the same on every viewer
+    "svg.hashsalt": "ablate",  # stable ids: the same figure gives the same SVG
 }
+#: Reference lines (chance, zero, theory, noise) are grey or black: no level is drawn in grey.
+GREY = {"reference": "0.35", "light": "0.6", "theory": "black"}
+#: Okabe–Ito's colour-blind-safe colours (black and yellow left out: black is for means and theory,
+#: yellow is unreadable on white), then Paul Tol's muted colours: ten distinguishable categories.
+CATEGORICAL = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9",
+               "#882255", "#44AA99", "#999933", "#AA4499")
+DASHES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 3)), (0, (3, 1, 3, 1, 1, 1)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def style() -> AbstractContextManager:
@@ -82,6 +120,14 @@ def figure(height: float, width: float = WIDTH) -> Figure:
     return fig
 
 
+def xlabel(axes: Sequence[Any], used: int, ncols: int, text: str) -> None:
+    """``text`` under each of the first ``used`` panels with no panel below it (the figure's legend
+    sits below the panels, where a ``supxlabel`` would collide with it)."""
+    for i, ax in enumerate(list(axes)[:used]):
+        if i + ncols >= used:
+            ax.set_xlabel(text, fontsize=8)
+
+
 def no_data(fig: Figure, message: str) -> Figure:
     """``fig`` as one blank panel saying ``message`` (no runs yet, nothing recorded)."""
     ax = fig.add_subplot()
@@ -96,15 +142,170 @@ def empty(message: str, height: float = 1.2) -> Figure:
         return no_data(figure(height), message)
 
 
-def palette(keys: Sequence[Hashable], colors: str = "colorblind") -> dict[Hashable, Any]:
-    """A colour per key, in order: seaborn's ``colors`` palette for up to ten keys, ``husl`` beyond
-    (a ten-colour palette would repeat)."""
+def palette(keys: Sequence[Hashable], ordered: bool | None = None) -> dict[Hashable, str]:
+    """A colour (hex) per key, in order: ``CATEGORICAL`` for up to ten keys that are not an ordered
+    series, an even viridis ramp (its light end left out) when ``ordered`` — by default when there
+    are three or more keys and all read as numbers — and seaborn's ``husl`` beyond ten."""
+    keys = list(keys)
     n = max(1, len(keys))
-    values = sns.color_palette(colors, n) if n <= 10 else sns.color_palette("husl", n)
+    if ordered is None:
+        ordered = len(keys) >= 3 and all(_number(k) is not None for k in keys)
+    if ordered:
+        values = [mpl.colors.to_hex(mpl.colormaps["viridis"](x)) for x in np.linspace(0.0, 0.82, n)]
+    elif n <= len(CATEGORICAL):
+        values = list(CATEGORICAL[:n])
+    else:
+        import seaborn as sns  # only for more than ten categories: its import costs a report 0.3 s
+
+        values = [mpl.colors.to_hex(c) for c in sns.color_palette("husl", n)]
     return dict(zip(keys, values, strict=False))
 
 
-def log_axis_if_wide(axes: Sequence[Any], values: np.ndarray, ratio: float = 30.0) -> bool:
+def _number(value: Any) -> float | None:
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
+
+
+def factor_name(factor: str, factors: Iterable[str] = ()) -> str:
+    """A factor as a legend or a title names it: the last part of its dotted path
+    (``model.heads`` → ``heads``) unless another factor ends the same way."""
+    short = str(factor).rsplit(".", 1)[-1]
+    clash = [f for f in factors if f != factor and str(f).rsplit(".", 1)[-1] == short]
+    return str(factor) if clash else short
+
+
+@dataclass(frozen=True)
+class Channels:
+    """The report's one mapping from factors to visual channels (see the module's docstring).
+
+    ``color`` maps each level of the colour factor to a hex colour, ``dash`` / ``marker`` each
+    level of the style factor to a line style and a marker, and the facet factors' levels name
+    the panels. ``cells`` maps a cell id to its levels (factor → level), so figures style a cell
+    by its id. A factor with a single level carries no channel; with no factor every cell is
+    black, solid, round."""
+
+    factors: tuple[str, ...]
+    levels: dict[str, tuple[str, ...]]
+    color: dict[str, str] = field(default_factory=dict)
+    dash: dict[str, Any] = field(default_factory=dict)
+    marker: dict[str, str] = field(default_factory=dict)
+    cells: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_factors(cls, factors: Sequence[str], levels: Mapping[str, Sequence[Any]],
+                     cells: Mapping[str, Mapping[str, Any]] | None = None) -> Channels:
+        """The mapping for ``factors`` (in order) with their ``levels`` (in order): colour, then
+        line style and marker, then facets, over the factors with two levels or more."""
+        lv = {f: tuple(str(v) for v in levels.get(f, ())) for f in factors}
+        varied = tuple(f for f in factors if len(lv[f]) >= 2)
+        color = palette(lv[varied[0]]) if varied else {}
+        style = lv[varied[1]] if len(varied) > 1 else ()
+        dash = {v: DASHES[i % len(DASHES)] for i, v in enumerate(style)}
+        marker = {v: MARKERS[i % len(MARKERS)] for i, v in enumerate(style)}
+        known = {str(c): {f: str(v) for f, v in levels_.items()} for c, levels_ in (cells or {}).items()}
+        return cls(varied, {f: lv[f] for f in varied}, color, dash, marker, known)
+
+    @classmethod
+    def from_trials(cls, trials: Any, factors: Sequence[str] | None = None) -> Channels:
+        """The mapping of a trials frame (pandas or polars): its factor columns (``factors``, or the
+        dotted-path columns), their levels in order of first appearance, and every cell's levels."""
+        frame = trials.to_pandas() if hasattr(trials, "to_pandas") else trials
+        if factors is None:
+            factors = [c for c in frame.columns if "." in str(c)]
+        factors = [f for f in factors if f in frame.columns]
+        levels = {f: list(dict.fromkeys(str(v) for v in frame[f].dropna())) for f in factors}
+        first = frame.drop_duplicates("cell_id") if "cell_id" in frame.columns else frame.iloc[0:0]
+        cells = {str(r["cell_id"]): {f: str(r[f]) for f in factors} for _, r in first.iterrows()}
+        return cls.from_factors(factors, levels, cells)
+
+    # --- which factor carries which channel
+
+    @property
+    def color_factor(self) -> str | None:
+        return self.factors[0] if self.factors else None
+
+    @property
+    def style_factor(self) -> str | None:
+        return self.factors[1] if len(self.factors) > 1 else None
+
+    @property
+    def facet_factors(self) -> tuple[str, ...]:
+        return self.factors[2:]
+
+    def name(self, factor: str) -> str:
+        """The factor as legends name it."""
+        return factor_name(factor, self.factors)
+
+    # --- a cell's look
+
+    def _levels(self, cell: str | Mapping[str, Any]) -> dict[str, str]:
+        if isinstance(cell, Mapping):
+            return {f: str(v) for f, v in cell.items()}
+        return self.cells.get(str(cell), {})
+
+    def style(self, cell: str | Mapping[str, Any]) -> dict[str, Any]:
+        """``color``, ``linestyle`` and ``marker`` of a cell (its id, or its levels), and the ``gid``
+        its artists carry into the SVG (``cell:<id>``), so a reader (or a test) can find them."""
+        levels = self._levels(cell)
+        color = self.color.get(levels.get(self.color_factor or "", ""), "black")
+        key = levels.get(self.style_factor or "", "")
+        gid = f"cell:{cell}" if isinstance(cell, str) else None
+        return {"color": color, "linestyle": self.dash.get(key, "-"), "marker": self.marker.get(key, "o"), "gid": gid}
+
+    def facet(self, cell: str | Mapping[str, Any]) -> str:
+        """The panel a cell belongs to: ``"factor = level"`` of each facet factor ('' without)."""
+        levels = self._levels(cell)
+        return " · ".join(f"{self.name(f)} = {levels.get(f, '?')}" for f in self.facet_factors)
+
+    def facets(self, cells: Iterable[str] | None = None) -> list[str]:
+        """The panels, in the order of the facet factors' levels (only those ``cells`` fill)."""
+        present = {self.facet(c) for c in (self.cells if cells is None else cells)}
+        combos = itertools.product(*(self.levels[f] for f in self.facet_factors))
+        ordered = [" · ".join(f"{self.name(f)} = {v}" for f, v in zip(self.facet_factors, combo, strict=True))
+                   for combo in combos]
+        return [f for f in ordered if f in present] or [""]
+
+    def levels_of(self, cell: str) -> str:
+        """The cell's colour and style levels as a compact label (``rotation · xi``), facets apart."""
+        levels = self._levels(cell)
+        return " · ".join(levels.get(f, "?") for f in self.factors[:2])
+
+    # --- legends
+
+    def handles(self, line: bool = True, marker: bool = True) -> list[tuple[str, list[Any]]]:
+        """(title, handles) per channel: the colour factor's levels, then the style factor's."""
+        out = []
+        if self.color_factor:
+            out.append((self.name(self.color_factor), [
+                mpl.lines.Line2D([], [], color=c, lw=2 if line else 0, ls="-" if line else "",
+                                 marker="o" if marker and not line else "", ms=5, label=wrap(v, 28))
+                for v, c in self.color.items()]))
+        if self.style_factor:
+            out.append((self.name(self.style_factor), [
+                mpl.lines.Line2D([], [], color="0.2", lw=1.2 if line else 0, ls=self.dash[v] if line else "",
+                                 marker=self.marker[v] if marker else "", ms=4.5, label=wrap(v, 28))
+                for v in self.dash]))
+        return out
+
+    def legend(self, fig: Figure, *, line: bool = True, marker: bool = True, extra: Sequence[Any] = (),
+               extra_title: str | None = None) -> None:
+        """The figure's legend above its panels: one block per channel, titled by the factor and
+        listing its levels (left: colour, right: style), and ``extra`` handles (seeds, chance, …)
+        below the panels."""
+        blocks = self.handles(line, marker)
+        for (title, handles), loc in zip(blocks, ("outside upper left", "outside upper right"), strict=False):
+            width = sum(len(h.get_label()) + 4 for h in handles)
+            ncols = len(handles) if width <= (80 if len(blocks) == 1 else 40) else max(1, math.ceil(len(handles) / 2))
+            fig.legend(handles=handles, title=title, loc=loc if len(blocks) > 1 else "outside upper center",
+                       ncols=ncols, frameon=False, alignment="left", fontsize=7, title_fontsize=7.5)
+        if extra:
+            fig.legend(handles=list(extra), title=extra_title, loc="outside lower center", ncols=len(extra),
+                       frameon=False, fontsize=7)
+
+
+def log_axis_if_wide(axes: Sequence[Any], values: np.ndarray, ratio: float = 5.0) -> bool:
     """Put ``axes`` on a log y axis (with plain tick labels) when the positive ``values`` span more
     than ``ratio``; returns whether it did."""
     v = values[np.isfinite(values) & (values > 0)]
@@ -136,14 +337,41 @@ def readable_limits(ax: Any, values: np.ndarray) -> None:
 def png(fig: Figure, dpi: int = DPI) -> bytes:
     """``fig`` as PNG bytes."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     return buf.getvalue()
 
 
+def svg(fig: Figure) -> bytes:
+    """``fig`` as SVG bytes: text as outlines (``STYLE``), no date, stable ids."""
+    buf = io.BytesIO()
+    with mpl.rc_context({"svg.fonttype": STYLE["svg.fonttype"], "svg.hashsalt": STYLE["svg.hashsalt"]}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    return buf.getvalue()
+
+
+def pdf(fig: Figure) -> bytes:
+    """``fig`` as a vector PDF with its fonts embedded (selectable text)."""
+    buf = io.BytesIO()
+    with mpl.rc_context({"pdf.fonttype": STYLE["pdf.fonttype"]}):
+        fig.savefig(buf, format="pdf", metadata={"CreationDate": None, "Producer": None})
+    return buf.getvalue()
+
+
+def save_figure(fig: Figure, directory: Path, name: str) -> list[Path]:
+    """``fig`` alone as ``name.pdf``, ``name.svg`` and ``name.png`` (``EXPORT_DPI``) in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for ext, data in (("pdf", pdf(fig)), ("svg", svg(fig)), ("png", png(fig, EXPORT_DPI))):
+        path = directory / f"{name}.{ext}"
+        path.write_bytes(data)
+        out.append(path)
+    return out
+
+
 def figure_html(fig: Figure, title: str | None = None, after: str = "") -> str:
-    """A figure as an embedded image, with its title and ``after`` (HTML, e.g. a table) in one block
-    the print stylesheet does not split across pages; drawn at the figure's size in inches."""
-    src = "data:image/png;base64," + base64.b64encode(png(fig)).decode()
+    """A figure as an embedded vector image (SVG), with its title and ``after`` (HTML, e.g. a table)
+    in one block the print stylesheet does not split across pages; drawn at the figure's size."""
+    src = "data:image/svg+xml;base64," + base64.b64encode(svg(fig)).decode()
     head = f"<p><b>{_html.escape(title)}</b></p>" if title else ""
     img = f'<img src="{src}" style="width: {int(fig.get_figwidth() * 96)}px" alt="{_html.escape(title or "")}">'
     return f'<div class="ablate-figure">{head}{img}{after}</div>'

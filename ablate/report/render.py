@@ -3,6 +3,12 @@
 Notebooks live as percent-format scripts in ``notebooks/`` (legible diffs); jupytext turns
 them into notebooks. Every notebook reads results only through ``ablate.results``.
 
+One render starts one kernel (IPC, its own output to a log) for all of a study's reports, so the
+imports are paid once; while the kernel runs a report, a thread turns the one before into HTML and
+PDF. The PDF gets the reports' fonts by file (``ablate.report.fonts``), so its layout does not depend
+on the host's. A failing cell raises ``ReportError`` naming the report, the section, the cell's
+first line and the error — not a notebook traceback.
+
 Every report has the same layout, one way from data to page:
 
     analysis        ablate.stats (accuracy), ablate.stats_norms (norm stability):
@@ -11,8 +17,9 @@ Every report has the same layout, one way from data to page:
                     tables (display frames), sentences and figures, from the analysis' frames
     notebook        ablate/report/notebooks/<report>.py: loads results, calls the two, shows
                     the output; thin
-    shared          ablate.report.format (numbers, intervals, p-values, dashes, HTML tables),
-                    ablate.report.plotting (figure size, style, palettes, labels, saving),
+    shared          ablate.report.format (numbers, intervals, p-values, dashes, HTML and LaTeX tables),
+                    ablate.report.plotting (figure size, style, the factor → channel mapping,
+                    palettes, labels, SVG, exports), ablate.report.fonts, ablate.report.provenance,
                     ablate.report.display (how a notebook puts a block on the page), this module
 
 Adding a section to a report touches its analysis function, its presentation module and its
@@ -21,57 +28,77 @@ notebook; a new report adds one of each (and its name to the registered reports)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from ablate.report import REPORTS
+from ablate.report import REPORTS, fonts
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
 # inline module; reports are static (images and tables) and must open offline: no scripts at all.
 _SCRIPT = re.compile(r"<script\b[^>]*>.*?</script\s*>", re.I | re.S)
-_PRINT_CSS = """
-<style>
+
+
+def _font_css() -> str:
+    """Every element in the reports' two fonts (``ablate.report.fonts``), by their private names in
+    the PDF (the files themselves, see ``to_pdf``) and DejaVu by name in a browser."""
+    sans = f"'{fonts.FAMILY['sans']}', 'DejaVu Sans', sans-serif"
+    mono = f"'{fonts.FAMILY['mono']}', 'DejaVu Sans Mono', monospace"
+    return f"""
+html, body, div, p, li, h1, h2, h3, h4, h5, h6, table, th, td, caption, b, em, strong, span {{ font-family: {sans}; }}
+code, pre, kbd, samp {{ font-family: {mono}; }}
+"""
+
+
+# nbconvert's "basic" template: the cells' HTML without JupyterLab's 300 kB stylesheet (which asks
+# for the host's UI fonts and costs WeasyPrint half a second a report); the page's style is ours.
+_PAGE_CSS = """
 @page {
   size: A4; margin: 13mm 11mm 15mm;
   @bottom-center { content: counter(page) " / " counter(pages); font-size: 7.5pt; color: #777; }
 }
-body { font-family: 'DejaVu Sans', sans-serif; font-size: 9.5pt; }
-body.jp-Notebook, .jp-Notebook { padding: 0 !important; }
-.jp-Cell, .jp-Cell-outputWrapper, .jp-OutputArea-child { padding: 0 !important; }
-.jp-OutputArea-output { overflow: visible !important; padding: 0 !important; }
+body { font-size: 9.5pt; line-height: 1.45; color: #111; max-width: 190mm; margin: 0 auto; padding: 0 4mm; }
+@media print { body { max-width: none; padding: 0; } }
+a.anchor-link { display: none; }
+h1 { font-size: 19pt; margin: 4pt 0 10pt; }
+h2 { font-size: 13pt; margin: 14pt 0 6pt; border-bottom: 0.6pt solid #bbb; font-weight: normal; }
+h1, h2, h3 { page-break-after: avoid; break-after: avoid; }
+p { margin: 4pt 0 6pt; }
+ul { margin: 4pt 0 6pt; padding-left: 16pt; }
+li { margin: 2pt 0; }
+code { background: #f2f2f2; padding: 0 2pt; font-size: 88%; }
 img { max-width: 100% !important; height: auto !important; max-height: 250mm; page-break-inside: avoid; }
 .ablate-figure { break-inside: avoid; page-break-inside: avoid; margin: 2pt 0 6pt; }
 .ablate-block > p, .ablate-block > h2 { break-after: avoid; page-break-after: avoid; }
-h1, h2, h3 { page-break-after: avoid; break-after: avoid; }
 /* a markdown cell introduces the output that follows it: keep them on one page */
-.jp-MarkdownCell { page-break-after: avoid; break-after: avoid; }
-h2 { margin-top: 12pt; border-bottom: 0.6pt solid #bbb; }
+.text_cell { page-break-after: avoid; break-after: avoid; }
 table { max-width: 100%; border-collapse: collapse; }
-th, td { word-break: break-word; }
-.jp-RenderedHTMLCommon table.ablate, table.ablate {
-  font-size: 7.5pt; table-layout: auto !important; width: auto; max-width: 100%;
-  margin: 3pt 0 8pt 0 !important; border-collapse: collapse; border: none;
+table.ablate {
+  font-size: 7.5pt; table-layout: auto; width: auto; max-width: 100%; margin: 3pt 0 8pt 0; border: none;
 }
-.jp-RenderedHTMLCommon table.ablate th, .jp-RenderedHTMLCommon table.ablate td, table.ablate th, table.ablate td {
-  padding: 1.5pt 4pt !important; text-align: right; vertical-align: top; white-space: normal !important;
+table.ablate th, table.ablate td {
+  padding: 1.5pt 4pt; text-align: right; vertical-align: top; white-space: normal;
   overflow-wrap: break-word; word-break: normal; hyphens: manual; border: none; border-bottom: 0.4pt solid #ccc;
-  max-width: none;
 }
-table.ablate.wide { width: 100%; table-layout: fixed !important; }
+table.ablate.wide { width: 100%; table-layout: fixed; }
+table.ablate caption { caption-side: top; text-align: left; font-size: 7pt; color: #555; padding: 0 0 2pt; }
 table.ablate th { border-bottom: 0.8pt solid #555; font-weight: bold; background: none; }
 table.ablate td.l, table.ablate th.l { text-align: left; }
-table.ablate tbody tr:nth-child(odd) { background: #f5f5f5; }
-table.ablate tr { page-break-inside: avoid; }
-table.ablate thead { display: table-header-group; }
+/* a row group (one factor's levels, one source's cells) shares its shade and never splits across pages */
+table.ablate tbody:nth-of-type(odd) td { background: #f5f5f5; }
+table.ablate tbody, table.ablate tr { break-inside: avoid; page-break-inside: avoid; }
+table.ablate tbody.group tr + tr td { border-top: none; }
+/* The header goes with the first group rather than repeating on each page: with a repeating header
+   WeasyPrint breaks inside the first row group when a table starts near the foot of a page. */
+table.ablate thead { display: table-row-group; break-after: avoid; page-break-after: avoid; }
 pre, pre.spec { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 7pt; line-height: 1.25; }
-pre.spec { background: #f7f7f7; padding: 4pt; column-count: 2; column-gap: 8mm; column-rule: 0.4pt solid #ddd;
-  page-break-inside: auto !important; break-inside: auto !important; }
-.jp-OutputArea-child { break-inside: auto !important; page-break-inside: auto !important; }
-</style>
+pre.spec { background: #f7f7f7; padding: 4pt; column-count: 2; column-gap: 8mm; column-rule: 0.4pt solid #ddd; }
 """
 
 
@@ -109,26 +136,116 @@ def _declared(report: str, parameters: dict) -> dict:
     return {k: v for k, v in parameters.items() if k in names}
 
 
-def execute(report: str, parameters: dict, workdir: Path):
-    """Run the report notebook with papermill; returns the executed notebook node."""
+class Kernel:
+    """One Python kernel for every report of a render: started once (imports paid once), over IPC
+    (a TCP kernel warns on the terminal that it runs unencrypted), its own output to a log file
+    instead of the terminal. ``warm`` imports what every notebook needs while the caller does
+    other work."""
+
+    def __init__(self, workdir: Path) -> None:
+        from jupyter_client.manager import AsyncKernelManager
+        from nbclient.util import run_sync
+
+        self._run_sync = run_sync
+        self.log_path = workdir / "kernel.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in close())
+        self.km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(workdir / "kernel"))
+        # the notebooks' MLflow reads must not draw progress bars into the report
+        env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONWARNINGS": "ignore"}
+        run_sync(self.km.start_kernel)(stdout=self._log, stderr=self._log, cwd=str(workdir), env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        run_sync(self.kc.wait_for_ready)(timeout=120)
+
+    def warm(self, code: str) -> None:
+        """Run ``code`` in the kernel without waiting for it (the first notebook queues behind it)."""
+        self.kc.execute(code, silent=True, store_history=False)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.kc.stop_channels()
+        with contextlib.suppress(Exception):
+            self._run_sync(self.km.shutdown_kernel)(now=False)
+        self._log.close()
+
+
+@contextlib.contextmanager
+def kernel(workdir: Path) -> Iterator[Kernel]:
+    """A ``Kernel`` for the block, shut down after it."""
+    k = Kernel(workdir)
+    try:
+        yield k
+    finally:
+        k.close()
+
+
+#: What every report notebook imports first: warmed in the kernel while the renderer starts.
+WARM_UP = ("import pandas, polars, numpy, scipy.stats, statsmodels.stats.multitest, matplotlib.figure, IPython.display\n"
+           "import ablate.results, ablate.stats, ablate.stats_norms\n"
+           "import ablate.report.accuracy, ablate.report.norm_stability, ablate.report.display")
+_RESET = "get_ipython().run_line_magic('reset', '-f')  # a shared kernel: no names left by the previous report"
+
+
+def execute(report: str, parameters: dict, workdir: Path, kernel: Kernel | None = None):
+    """Run the report notebook with papermill (in ``kernel`` when given, else a kernel of its own);
+    returns the executed notebook node. A failing cell raises ``ReportError`` naming the report,
+    the cell (its section and first line) and the error."""
     import jupytext
     import nbformat
     import papermill
 
     source = jupytext.read(notebook_path(report))
     source.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # inherited by the kernel
+    if kernel is not None:
+        source.cells.insert(0, nbformat.v4.new_code_cell(_RESET, metadata={"tags": ["ablate-reset"]}))
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # inherited by a kernel of its own
     src, out = workdir / f"{report}.ipynb", workdir / f"{report}.out.ipynb"
     nbformat.write(source, src)
+    # A kernel of our own already runs in its scratch directory; papermill's ``cwd`` would chdir this
+    # whole process, under the thread writing the previous report's pages.
+    extra: dict[str, Any] = {"km": kernel.km, "kc": kernel.kc} if kernel is not None else {"cwd": str(workdir)}
     try:
         papermill.execute_notebook(
-            str(src), str(out), parameters=parameters, kernel_name="python3", progress_bar=False, cwd=str(workdir)
+            str(src), str(out), parameters=parameters, kernel_name="python3", progress_bar=False, **extra,
         )
     except papermill.PapermillExecutionError as exc:
-        from ablate.stores import redact
+        raise ReportError(_failure(report, exc, out)) from None
+    nb = nbformat.read(out, as_version=4)
+    nb.cells = [c for c in nb.cells if "ablate-reset" not in c.get("metadata", {}).get("tags", [])]
+    return nb
 
-        raise ReportError(redact(f"report {report!r} failed: {exc.ename}: {exc.evalue}")) from None
-    return nbformat.read(out, as_version=4)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _failure(report: str, exc: Any, out: Path) -> str:
+    """``report 'accuracy' failed in the cell under "Comparisons" (`comparisons = …`): KeyError: …,
+    at ablate/report/accuracy.py:123`` — credentials redacted."""
+    import nbformat
+
+    from ablate.stores import redact
+
+    section, first = "", (exc.source or "").strip().splitlines()[0:1]
+    try:  # papermill writes the notebook back with a notice cell on top: find the cell by its code
+        cells = nbformat.read(out, as_version=4).cells
+        at = next((i for i, c in enumerate(cells) if c.cell_type == "code" and c.source == exc.source),
+                  exc.cell_index)
+        heads = [line.lstrip("# ").strip() for c in cells[:at] if c.cell_type == "markdown"
+                 for line in c.source.splitlines() if line.startswith("#")]
+        section = heads[-1] if heads else ""
+    except Exception:  # the notebook could not be written back: name the cell by its code alone
+        pass
+    where = ""
+    # IPython writes "File /path/x.py:12, in f(…)", the standard library 'File "/path/x.py", line 12'
+    frames = re.findall(r'File "?([^\s",]+?\.py)"?(?::(\d+)|, line (\d+))',
+                        _ANSI.sub("", "\n".join(exc.traceback or [])))
+    frames = [(f, a or b) for f, a, b in frames if "/ablate/" in f]
+    if frames:
+        path, line = frames[-1]
+        where = f", at {path[path.rindex('/ablate/') + 1:]}:{line}"
+    cell = f'the cell under "{section}"' if section else f"cell {exc.exec_count or exc.cell_index}"
+    code = f" (`{first[0][:80]}`)" if first else ""
+    return redact(f"report {report!r} failed in {cell}{code}: {exc.ename}: {exc.evalue}{where}")
 
 
 def _drop_stderr(notebook) -> None:
@@ -140,25 +257,34 @@ def _drop_stderr(notebook) -> None:
 
 
 def to_html(notebook, title: str) -> str:
+    """The executed notebook as one self-contained page: outputs only, no scripts, our stylesheet."""
+    import html as _html
+
     from nbconvert import HTMLExporter
 
     _drop_stderr(notebook)
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    exporter.embed_images = True
-    notebook.metadata["title"] = title
-    html, _ = exporter.from_notebook_node(notebook)
-    html = _SCRIPT.sub("", html)
-    return html.replace("</head>", _PRINT_CSS + "</head>", 1)
+    exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(notebook)
+    body = _SCRIPT.sub("", body)
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{_html.escape(title)}</title>\n<style>{_font_css()}{_PAGE_CSS}</style>\n</head>\n"
+            f"<body>\n{body}\n</body>\n</html>\n")
 
 
 def to_pdf(html: str, path: Path) -> None:
+    """``html`` as an A4 PDF in the reports' fonts (the font files themselves, ``ablate.report.fonts``)."""
     import logging
 
-    from weasyprint import HTML
+    from weasyprint import CSS, HTML
+    from weasyprint.text.fonts import FontConfiguration
 
     logging.getLogger("weasyprint").setLevel(logging.ERROR)
     logging.getLogger("fontTools").setLevel(logging.ERROR)
-    HTML(string=html).write_pdf(str(path))
+    config = FontConfiguration()
+    faces = CSS(string=fonts.font_face_css(), font_config=config)
+    HTML(string=html).write_pdf(str(path), stylesheets=[faces], font_config=config)
 
 
 def render(
@@ -169,27 +295,51 @@ def render(
     storage: str | None = None,
     tracking_uri: str | None = None,
     parameters: dict | None = None,
+    export: bool = False,
 ) -> list[Path]:
     """Render each report of a study into ``out_dir`` as ``<report>.html`` / ``<report>.pdf``.
 
-    ``parameters`` go to every report's notebook, after the study and stores (e.g. the accuracy
-    report's ``reference``, ``metric``, ``alpha``); a report ignores those it does not declare."""
+    Every report runs in one kernel. ``parameters`` go to every report's notebook, after the study
+    and stores (e.g. the accuracy report's ``reference``, ``metric``, ``alpha``); a report ignores
+    those it does not declare. ``export`` also writes each figure alone (PDF, SVG, 300-dpi PNG)
+    into ``out_dir/figures/`` and each table (CSV, LaTeX) into ``out_dir/tables/``."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from ablate.stores import resolve
 
     stores = resolve(storage, tracking_uri)  # absolute: the kernel runs in a scratch directory
     out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    for report in reports:
-        with tempfile.TemporaryDirectory() as tmp:
-            params = {"study": study, "storage": stores.storage, "tracking_uri": stores.tracking}
-            nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp))
+
+    target = out_dir.resolve()
+
+    def write(nb, report: str) -> list[Path]:
         html = to_html(nb, f"{study} — {report.replace('_', ' ')}")
+        paths = []
         if "html" in formats:
-            path = out_dir / f"{report}.html"
-            path.write_text(html, encoding="utf-8")
-            written.append(path)
+            (target / f"{report}.html").write_text(html, encoding="utf-8")
+            paths.append(out_dir / f"{report}.html")
         if "pdf" in formats:
-            path = out_dir / f"{report}.pdf"
-            to_pdf(html, path)
-            written.append(path)
-    return written
+            to_pdf(html, target / f"{report}.pdf")
+            paths.append(out_dir / f"{report}.pdf")
+        return paths
+
+    # The kernel runs the notebooks one after the other while a thread of this process turns each
+    # executed one into HTML and PDF: two cores busy, not one.
+    with tempfile.TemporaryDirectory() as tmp, kernel(Path(tmp)) as k, ThreadPoolExecutor(1) as writer:
+        k.warm(WARM_UP)
+        writer.submit(_preload)
+        done = []
+        for report in reports:
+            work = Path(tmp) / report
+            work.mkdir()
+            params = {"study": study, "storage": stores.storage, "tracking_uri": stores.tracking,
+                      "export_dir": str(target) if export else None}
+            nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
+            done.append(writer.submit(write, nb, report))
+        return [path for future in done for path in future.result()]
+
+
+def _preload() -> None:
+    """Import what turns notebooks into pages while the kernel starts on the first one."""
+    import nbconvert  # noqa: F401
+    import weasyprint  # noqa: F401

@@ -203,12 +203,27 @@ def open_runs(tracking_uri: str, study: str, trial_number: int) -> list[str]:
     return [r.info.run_id for r in runs]
 
 
-def read_parquet_artifact(tracking_uri: str, run_id: str, name: str):
-    """A run's Parquet artifact as a polars frame, or None when the run has none."""
+def read_parquet_artifact(tracking_uri: str, run_id: str, name: str, mlc=None):
+    """A run's Parquet artifact as a polars frame, or None when the run has none (through ``mlc``,
+    a client of ``tracking_uri``, when given)."""
     import polars as pl
 
-    mlc = client(tracking_uri)
+    mlc = mlc or client(tracking_uri)
     if name not in {f.path for f in mlc.list_artifacts(run_id)}:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         return pl.read_parquet(mlc.download_artifacts(run_id, name, tmp))
+
+
+def read_parquet_artifacts(tracking_uri: str, run_ids: list[str], name: str, workers: int = 8) -> dict:
+    """Run id → its Parquet artifact ``name`` (None where it has none), read through one client
+    (a client per run costs a store's set-up each time) and several downloads at a time (a remote
+    server answers them in parallel)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not run_ids:
+        return {}
+    mlc = client(tracking_uri)
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(run_ids)))) as pool:
+        frames = pool.map(lambda run_id: read_parquet_artifact(tracking_uri, run_id, name, mlc), run_ids)
+        return dict(zip(run_ids, frames, strict=True))

@@ -165,6 +165,16 @@ class ProbeSpec(Strict):
     grads: bool = Field(True, description="record gradient norms per parameter group at probe steps")
 
 
+class StatsSpec(Strict):
+    """How the reports judge the results (not a training setting: never part of a cell's identity)."""
+
+    min_effect: float = Field(
+        0.01, gt=0.0,
+        description="the smallest difference in the report's metric worth detecting (0.01 = one accuracy "
+        "point): each comparison's power line says how many seeds would detect it")
+    power: float = Field(0.8, gt=0.0, lt=1.0, description="the power the seed counts of the power line aim at")
+
+
 def resolve_task(raw: Any) -> tuple[dict[str, Any], Problems]:
     """Validate a task mapping against its registered parameters; defaults filled."""
     if not isinstance(raw, dict):
@@ -366,6 +376,7 @@ class Spec(Strict):
     references: list[Reference] = Field(
         default_factory=list, description="published values to compare with in the accuracy report")
     reports: list[_choice(REPORTS)] = Field(default_factory=lambda: list(REPORTS))
+    stats: StatsSpec = Field(default_factory=StatsSpec, description="how the reports judge the results")
 
     @model_validator(mode="before")
     @classmethod

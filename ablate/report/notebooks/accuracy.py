@@ -11,8 +11,10 @@ curve_metric = "val/accuracy"  # a logged metric name for the learning curves
 alpha = 0.05
 confidence = 0.95
 margin = 0.02  # a run with metric ≤ chance + margin never learned
+min_effect = -1.0  # the difference worth detecting for the power line; < 0: the spec's stats.min_effect
 max_interactions = 6  # two-factor interaction plots shown at most
 cells_per_figure = 16
+export_dir = None  # a directory: every table and figure also written to its tables/ and figures/
 
 # %%
 import itertools
@@ -23,16 +25,21 @@ import pandas as pd
 from ablate import results, stats
 from ablate.report import accuracy as acc
 from ablate.report import format as fmt
-from ablate.report.display import chunks, say, show, show_figure, show_text
+from ablate.report.display import chunks, export_table, export_to, say, show, show_figure, show_text
+from ablate.report.plotting import Channels
 
 warnings.filterwarnings("ignore")
+export_to(export_dir, "accuracy")
 
 res = results.load(study, storage=storage, tracking_uri=tracking_uri, curves=False, metrics=True)
 trials = res.trials.to_pandas()
 factors = [f for f in res.factors if f in trials.columns]
+channels = Channels.from_trials(trials, factors)  # one factor → colour / line style / facet mapping for every figure
 accuracy_like = metric.endswith("accuracy")
 higher_is_better = True if accuracy_like else False
 chance = res.chance if accuracy_like else None
+n_test = res.spec.task.get("test_size") if accuracy_like and not any(f.startswith("task.") for f in factors) else None
+effect = min_effect if min_effect >= 0 else res.spec.stats.min_effect
 ref_id, ref_why = res.reference_cell(reference)
 ref_label = trials.loc[trials.cell_id == ref_id, "cell_label"].iloc[0]
 name = fmt.metric_name(metric)
@@ -43,37 +50,69 @@ say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
 
 # %%
 summary = stats.cell_summary(trials, metric, chance, margin, confidence)
-comparisons = stats.compare_to_reference(trials, metric, ref_id, alpha, confidence=confidence)
-say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, higher_is_better, confidence)
-      + acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better)])
+comparisons = stats.compare_to_reference(trials, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
+                                         power=res.spec.stats.power)
+conv = stats.convergence(trials, stats.step_budget(trials, res.spec.train.steps), min_gain=effect)
+say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, higher_is_better, confidence, conv)
+      + acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better, conv,
+                                 res.spec.stats.power)
+      + acc.convergence_sentences(conv)])
 
 # %%
-show(acc.cell_table(summary, ref_id, confidence, chance is not None), heading=f"{name[:1].upper() + name[1:]} per cell",
-     intro="Mean with its t-based confidence interval over completed replicate runs; *n* counts them. Diverged "
-     "runs have no value and are left out of the mean; never-learned runs count in it. Both are shown "
-     "apart, as shares of the finished runs. *failed* are infrastructure failures (not a property of the "
-     "cell); *pending* are runs not finished yet.")
+show(acc.cell_table(summary, ref_id, confidence, chance is not None, n_test=n_test, conv=conv),
+     heading=f"{name[:1].upper() + name[1:]} per cell", name="cells", data=summary,
+     intro=["Mean with its t-based confidence interval over completed replicate runs; *n* counts them. The sd "
+            "over seeds is the seed-to-seed spread"
+            + (f"; the test-set SE is how much one run's accuracy would move on another test set of the same "
+               f"{n_test:,} examples (binomial, sqrt(p(1 − p)/N)): where the two are alike, the seeds differ by "
+               "little more than the test set's own noise" if n_test else "")
+            + ". Diverged runs have no value and are left out of the mean; never-learned runs count in it. Both "
+            "are shown apart, as shares of the finished runs. *failed* are infrastructure failures (not a property "
+            "of the cell); *pending* are runs not finished yet.",
+            f"{acc.STILL_IMPROVING} still improving when its step budget ran out (see Convergence)."
+            if conv.still_improving.any() else ""])
 for part in chunks(summary.cell_id, cells_per_figure):
     show_figure(acc.accuracy_by_cell(trials[trials.cell_id.isin(part)], metric, chance, margin=margin,
-                                     confidence=confidence, label_width=46))
+                                     confidence=confidence, label_width=46, channels=channels, n_test=n_test),
+                name="cells")
 
 # %% [markdown]
 # ## Comparisons with the reference
-#
-# Each cell against the reference on the seeds both ran: a paired t-test where at least two seeds
-# are shared (effect size Cohen's d_z; Wilcoxon signed-rank as a rank test), otherwise Welch's
-# t-test (Hedges' g; Mann–Whitney U). p-values are Holm-corrected across the comparisons. Marks:
-# \* p_adj < α, \*\* < 0.01, \*\*\* < 0.001; n.s. otherwise. Effect-size intervals are bootstrap
-# (BCa) and need at least four seeds; with few seeds they are rough.
 
 # %%
 reference_line = f"Reference: **{ref_label}**. α = {alpha:g}; intervals at {fmt.level(confidence)}."
 if comparisons.empty:
     say(reference_line, "There is no other cell to compare with.")
 else:
-    show(acc.comparison_table(comparisons, confidence), intro=reference_line)
+    show(acc.comparison_table(comparisons, confidence, conv), intro=[*acc.comparison_intro(comparisons, alpha),
+                                                                     reference_line],
+         name="comparisons", data=comparisons)
     for part in chunks(range(len(comparisons)), cells_per_figure):
-        show_figure(acc.comparison_plot(comparisons.iloc[part], metric=metric, label_width=46))
+        show_figure(acc.comparison_plot(comparisons.iloc[part], metric=metric, label_width=46, channels=channels),
+                    name="comparisons")
+    show(acc.power_table(comparisons, res.spec.stats.power), name="power", intro=(
+        f"**Power line.** The power a t-test on this many seeds has to detect a difference of {fmt.num(effect)} "
+        f"(the spec's `stats.min_effect`) given the spread observed, and the seeds that would reach "
+        f"{res.spec.stats.power:.0%} power (statsmodels), at α/{len(comparisons)} = "
+        f"{fmt.pval(comparisons.power_alpha.iloc[0])}, Holm's first threshold; never fewer than the exact test "
+        "needs to reach it at all."))
+
+# %% [markdown]
+# ## Few-run estimates
+#
+# Following rliable (Agarwal et al. 2021, *Deep RL at the edge of the statistical precipice*): interval
+# estimates by bootstrap over each cell's runs (stratified by cell), the interquartile mean (IQM, the
+# mean of the middle half of the runs, robust to one odd seed), and the probability that a run of the cell
+# beats a run of the reference, P(cell > reference), with its interval. Intervals need three runs. Beside
+# the tests above, not instead of them.
+
+# %%
+few = stats.few_run_estimates(trials, metric, ref_id, confidence)
+show(acc.few_run_table(few, ref_id, confidence), name="few-run", data=few)
+profile = stats.performance_profile(trials, metric, confidence=confidence)
+if len(profile):
+    show_figure(acc.performance_profile_plot(profile, metric, chance=chance, channels=channels, confidence=confidence),
+                title="Performance profiles: the share of a cell's runs above each score τ", name="profiles")
 
 # %% [markdown]
 # ## Main effects
@@ -84,14 +123,15 @@ if not factors:
     say("No factors were varied: there are no main effects.")
 else:
     effects = stats.main_effects(trials, metric, factors, confidence)
-    show(acc.main_effects_table(effects, confidence), intro=[
+    show(acc.main_effects_table(effects, confidence), name="main-effects", data=effects, intro=[
         "The marginal mean of each level: the unweighted mean of the means of the cells at that level, "
         "with a t interval on the pooled within-cell variance. *cells* counts those with results out of "
         "those at the level.",
         "" if full else "**The design is not full factorial**: a level's cells differ in the other factors "
         "too, so these marginal means mix in other factors' effects; the comparisons with the reference "
         "are the cleaner read."])
-    show_figure(acc.main_effects_plot(trials, metric, factors, chance, confidence=confidence))
+    show_figure(acc.main_effects_plot(trials, metric, factors, chance, confidence=confidence, channels=channels),
+                name="main-effects")
 
 # %% [markdown]
 # ## Interactions
@@ -109,9 +149,12 @@ else:
             "(report parameter `max_interactions`).")
     for f1, f2 in pairs[:max_interactions]:
         wide = stats.interaction_table(trials, metric, f1, f2, confidence, wide=True)
-        grid = fmt.table_html(acc.interaction_grid(wide, f1, f2)) if wide.size else ""
-        show_figure(acc.interaction_plot(trials, metric, f1, f2, chance, confidence=confidence),
-                    title=f"{f1} × {f2}", after=grid)
+        grid = acc.interaction_grid(wide, f1, f2) if wide.size else None
+        show_figure(acc.interaction_plot(trials, metric, f1, f2, chance, confidence=confidence, channels=channels),
+                    title=f"{f1} × {f2}", after=fmt.table_html(grid) if grid is not None else "",
+                    name="interaction")
+        if grid is not None:
+            export_table(grid, "interaction", f"{f1} × {f2}: marginal means", data=wide.reset_index())
 
 # %% [markdown]
 # ## Analysis of variance
@@ -127,15 +170,29 @@ else:
         if dropped:
             ok = stats.anova_applicable(subset, metric, varied)[0]
     if ok:
-        show(acc.anova_table(stats.anova(subset, metric, varied)), intro=acc.anova_intro(dropped))
+        table = stats.anova(subset, metric, varied)
+        show(acc.anova_table(table), intro=acc.anova_intro(dropped), name="anova", data=table)
     else:
         say(acc.no_anova_text(why, trials, varied, summary, res.spec.design, full))
 
 # %% [markdown]
+# ## Convergence
+
+# %%
+if conv.n_known.any() or conv.steps_differ.any():
+    show(acc.convergence_table(conv), name="convergence", data=conv, intro=(
+        "Per cell: the runs still improving when their step budget ran out (the validation metric still rising "
+        "over the last 20% of the steps they ran), the largest such gain, the steps actually used of the budget, "
+        "early stops and the median step of the best validation value."))
+else:
+    say("No convergence record: the study's trials predate it (or ran no validation). Whether more steps "
+        "would change the results is not known.")
+
+# %% [markdown]
 # ## Learning curves
 #
-# Validation metric against training step for each cell's replicate runs: each seed a thin line,
-# the mean over seeds thick.
+# Validation metric against training step: every cell's mean over its replicate seeds in the cell's
+# colour and line style, the band between its lowest and highest seed.
 
 # %%
 curves = res.metrics.to_pandas() if len(res.metrics) else pd.DataFrame()
@@ -145,9 +202,8 @@ if not len(curves):
     say(f"No `{curve_metric}` curves: no finished replicate run has logged them (yet).")
 else:
     curve_chance = chance if curve_metric.endswith("accuracy") else None
-    for part in chunks(summary.cell_id, 12):
-        show_figure(acc.learning_curves(curves, curve_metric, cells=summary[summary.cell_id.isin(part)],
-                                        chance=curve_chance))
+    show_figure(acc.learning_curves(curves, curve_metric, cells=summary, chance=curve_chance, channels=channels),
+                name="learning-curves")
 
 # %% [markdown]
 # ## Tuning
@@ -157,7 +213,7 @@ if res.spec.tune is None:
     say("The study did not tune: every cell ran its configuration as specified.")
 else:
     show(acc.tuning_table(res.tuning().to_pandas(), res.spec.tune.objective.metric),
-         intro=acc.tuning_intro(res.spec.tune))
+         intro=acc.tuning_intro(res.spec.tune), name="tuning")
 
 # %% [markdown]
 # ## Against published numbers
@@ -172,7 +228,7 @@ else:
         if m in trials.columns:
             by_metric[m] = stats.cell_summary(trials, m, chance if m.endswith("accuracy") else None, margin,
                                               confidence)
-    show(acc.reference_table(refs, trials, by_metric, confidence), intro=(
+    show(acc.reference_table(refs, trials, by_metric, confidence), name="published", intro=(
         "Each published value next to this study's mean for the matching cell. *confirmed* says "
         "whether the value has been checked against its source; unconfirmed values are "
         "provisional."))
@@ -186,8 +242,8 @@ retried = trials[(trials.status == "complete") & (trials.attempts > 1)]
 if failures.empty:
     say("No run diverged or failed.")
 else:
-    show(failures, intro=f"{len(failures)} run{'s' if len(failures) != 1 else ''} did not complete: "
-         + ", ".join(f"{int(v)} {k}" for k, v in failures.kind.value_counts().items()) + ".")
+    show(failures, name="failures", intro=f"{len(failures)} run{'s' if len(failures) != 1 else ''} did not "
+         "complete: " + ", ".join(f"{int(v)} {k}" for k, v in failures.kind.value_counts().items()) + ".")
 if len(retried):
     say(f"{len(retried)} run{'s' if len(retried) != 1 else ''} completed after a retry (a worker was "
         "stopped or lost).")
@@ -197,7 +253,7 @@ if len(retried):
 
 # %%
 prov = res.provenance()
-show(acc.provenance_table(prov))
+show(acc.provenance_table(prov), name="provenance")
 if prov["versions"]:
-    show(acc.versions_table(prov), intro="**Package versions** (as recorded by each run)")
+    show(acc.versions_table(prov), intro="**Package versions** (as recorded by each run)", name="versions")
 show_text(acc.spec_text(prov), "The spec as run")

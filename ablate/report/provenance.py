@@ -1,0 +1,56 @@
+"""What produced a study's results, as tables every report shows the same way (and a comparison
+of studies can reuse): the study and its stores, counts, commits, devices, hosts and dates; the
+package versions each run recorded; the spec as run. Input is ``Results.provenance()`` (stores
+already redacted); output display frames and text, written by ``ablate.report.format``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from ablate.report.format import DASH
+
+__all__ = ["provenance_table", "spec_text", "tally", "versions_table"]
+
+
+def tally(counts: dict[str, int]) -> str:
+    """``value (k runs); …`` — what each run recorded, most common first."""
+    return "; ".join(f"{k} ({v} run{'s' if v != 1 else ''})" for k, v in counts.items()) or DASH
+
+
+def provenance_table(prov: dict[str, Any], extra: list[tuple[str, str]] | None = None) -> pd.DataFrame:
+    """``Results.provenance()`` as rows: study, spec hash, stores, counts, commits, devices, hosts,
+    times, and ``extra`` rows a report adds (what it read)."""
+
+    def when(x: Any) -> str:
+        return x.strftime("%Y-%m-%d %H:%M") if x is not None else DASH
+
+    rows = [
+        ("study", prov["study"]),
+        ("spec hash", prov["spec_hash"]),
+        ("Optuna storage", prov["stores"].get("storage", DASH)),
+        ("MLflow tracking", prov["stores"].get("tracking", DASH)),
+        ("items", f"{prov['items']} in {prov['cells']} cells: "
+                  + ", ".join(f"{v} {k}" for k, v in prov["counts"].items())),
+        ("git commit", tally(prov["git_commits"])),
+        ("devices", tally(prov["devices"])),
+        ("hosts", tally(prov["hosts"])),
+        ("first run started", when(prov["first_started"])),
+        ("last run finished", when(prov["last_finished"])),
+        *(extra or []),
+    ]
+    return pd.DataFrame(rows, columns=["", "value"])
+
+
+def versions_table(prov: dict[str, Any]) -> pd.DataFrame:
+    """Package versions as each run recorded them (``Results.provenance()["versions"]``)."""
+    return pd.DataFrame([(pkg, tally(v)) for pkg, v in prov["versions"].items()], columns=["package", "version"])
+
+
+def spec_text(prov: dict[str, Any]) -> str:
+    """The spec as run, as YAML, credentials redacted."""
+    from ablate.stores import redact
+
+    return redact(yaml.safe_dump(prov["spec"], sort_keys=False, allow_unicode=True, width=100))

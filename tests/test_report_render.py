@@ -1,0 +1,175 @@
+"""Rendering (``ablate.report.render``): pages that do not depend on the host's fonts, row groups
+that never split across pages, and a failing notebook cell reported by name."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from pdfs import flat, pages
+
+from ablate.report import fonts, render
+from ablate.report import format as fmt
+
+needs_poppler = pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils is not installed")
+
+
+def _html(*blocks: str) -> str:
+    """A report page as the renderer writes one: nbconvert's template and stylesheet, our print CSS."""
+    cells = [nbformat.v4.new_markdown_cell("# A report\n\n## A section heading that wraps somewhere")]
+    for block in blocks:
+        cell = nbformat.v4.new_code_cell("")
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": block})]
+        cells.append(cell)
+    return render.to_html(nbformat.v4.new_notebook(cells=cells), "test")
+
+
+def _wide_table() -> str:
+    frame = pd.DataFrame({
+        "source": ["Made-up et al. 2024, Table 2", "Other paper (longer training)", "Pending paper", ""],
+        "confirmed": ["yes", "no (unconfirmed)", "no (unconfirmed)", ""],
+        "cell": ["normalisation=xi, layers=1", "normalisation=gamma, layers=2", "normalisation=none, layers=1",
+                 "normalisation=none, layers=2"],
+        "published": ["0.500", "0.300", "0.400", ""],
+        "ours: mean [95% CI]": ["0.125 [−0.272,\u00a00.522]", "0.031", "pending", "pending"],
+        "ours − published": ["−0.375", "−0.269", "—", "—"],
+        "published in our CI": ["yes", "—", "—", "—"],
+    })
+    return fmt.table_block(frame, intro="**Table 1.** Published values next to ours, in a paragraph long enough "
+                                        "to wrap over several lines of the page at any font width.",
+                           heading="Against published numbers")
+
+
+# --- fonts -------------------------------------------------------------------------------------
+
+
+def _liberation_dirs() -> list[str]:
+    """Directories holding Liberation fonts: ``$ABLATE_TEST_LIBERATION_DIR`` (e.g. ``apt-get download
+    fonts-liberation`` unpacked with ``dpkg -x``), else the system's."""
+    given = os.environ.get("ABLATE_TEST_LIBERATION_DIR")
+    if given:
+        return [given]
+    listed = subprocess.run(["fc-list", "Liberation Sans", "file"], capture_output=True, text=True).stdout \
+        if shutil.which("fc-list") else ""
+    return sorted({str(Path(line.split(":")[0]).parent) for line in listed.splitlines() if line.strip()})
+
+
+def _fontconfig(tmp: Path, name: str, dirs: list[str], system: bool = False) -> Path:
+    """A fontconfig file naming ``dirs`` — and, with ``system``, the host's own configuration (its
+    font directories and its alias rules, which send a stylesheet's Arial or Helvetica to Liberation)."""
+    conf = tmp / f"{name}.conf"
+    body = ('<include ignore_missing="yes">/etc/fonts/fonts.conf</include>' if system else "") + "".join(
+        f"<dir>{d}</dir>" for d in dirs)
+    conf.write_text(f'<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontconfig>{body}'
+                    f"<cachedir>{tmp / (name + '-cache')}</cachedir></fontconfig>")
+    return conf
+
+
+def _pdf_under(conf: Path, html: Path, out: Path) -> None:
+    """``to_pdf`` in a process of its own, with only the fonts ``conf`` names (fontconfig reads
+    FONTCONFIG_FILE once, at start)."""
+    code = ("import sys; from pathlib import Path; from ablate.report.render import to_pdf; "
+            "to_pdf(Path(sys.argv[1]).read_text(), Path(sys.argv[2]))")
+    env = {**os.environ, "FONTCONFIG_FILE": str(conf)}
+    subprocess.run([sys.executable, "-c", code, str(html), str(out)], check=True, env=env, timeout=300,
+                   capture_output=True)
+
+
+def _words(pdf: Path) -> list[tuple[str, str, str]]:
+    bbox = subprocess.run(["pdftotext", "-bbox", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    return re.findall(r'<word xMin="([\d.]+)" yMin="([\d.]+)"[^>]*>([^<]*)</word>', bbox)
+
+
+@needs_poppler
+def test_the_page_is_the_same_whatever_fonts_the_host_has(tmp_path):
+    """On a host with Liberation fonts (any host with Chromium) the headers used to wrap differently
+    and the header text test failed. Rendered once with the host's fonts and alias rules plus
+    Liberation, and once with no font at all, the pages must be identical word for word, in the
+    reports' fonts only. (The renderer before this test picked Liberation Sans for nbconvert's
+    headings here, and its word boxes differed between the two.)"""
+    liberation = _liberation_dirs()
+    if not liberation:
+        pytest.skip("no Liberation fonts here (set ABLATE_TEST_LIBERATION_DIR to an unpacked fonts-liberation)")
+    html = tmp_path / "page.html"
+    html.write_text(_html(_wide_table(), "<p>Code: <code>stats.min_effect</code>, <b>bold</b> and <em>italic</em>.</p>"))
+    with_liberation, without_any = tmp_path / "liberation.pdf", tmp_path / "none.pdf"
+    _pdf_under(_fontconfig(tmp_path, "liberation", liberation, system=True), html, with_liberation)
+    _pdf_under(_fontconfig(tmp_path, "none", []), html, without_any)
+    fonts_used = subprocess.run(["pdffonts", str(with_liberation)], capture_output=True, text=True).stdout
+    names = {line.split()[0].split("+")[-1] for line in fonts_used.strip().splitlines()[2:]}
+    assert names and all(n.startswith("ablate-") for n in names), names
+    assert "Liberation" not in fonts_used
+    assert _words(with_liberation) == _words(without_any)
+    text = flat("".join(pages(with_liberation)))
+    assert flat("published in our CI") in text and flat("ours: mean [95% CI]") in text
+
+
+def test_the_fonts_are_named_files_that_exist():
+    assert all(path.is_file() for path in fonts.files()) and fonts.LICENSE.is_file()
+    css = fonts.font_face_css()
+    assert css.count("@font-face") == len(fonts.FILES) and "url('file://" in css and "http" not in css
+    from matplotlib import font_manager
+
+    from ablate.report import plotting
+
+    with plotting.style():
+        found = Path(font_manager.findfont(font_manager.FontProperties(family=fonts.MATPLOTLIB_FAMILY)))
+    assert found.parent.resolve() == fonts.DIRECTORY.resolve()  # matplotlib draws with the very files WeasyPrint embeds
+
+
+# --- page breaks ---------------------------------------------------------------------------------
+
+
+@needs_poppler
+def test_row_groups_never_split_across_pages(tmp_path):
+    """Tables of row groups starting at many heights of a page: short ones (where WeasyPrint, with
+    a repeating header, broke inside the first group of a table starting near the foot of a page)
+    and a long one that runs over several pages."""
+    def split_groups(frame: pd.DataFrame, above_mm: int, groups: int, per: int) -> list[int]:
+        block = fmt.table_block(frame, intro="The marginal mean of each level: a paragraph kept with its table.",
+                                heading="Main effects")
+        pdf = tmp_path / f"groups-{above_mm}.pdf"
+        render.to_pdf(_html(f'<div style="height: {above_mm}mm"></div>', block), pdf)
+        text = pages(pdf)
+        for r in range(per):  # nothing dropped
+            assert sum(f"g00r{r}" in page for page in text) == 1
+        return [g for g in range(groups) if len({i for i, page in enumerate(text) for r in range(per)
+                                                 if f"g{g:02d}r{r}" in page}) > 1]
+
+    def table(groups: int, per: int) -> pd.DataFrame:
+        return pd.DataFrame([{"factor": f"model.factor{g:02d}", "level": f"g{g:02d}r{r}", "cells": "2/2", "runs": "4",
+                              "marginal mean [95% CI]": "0.512 [0.480,\u00a00.544]"}
+                             for g in range(groups) for r in range(per)])
+
+    short = table(2, 2)
+    for above in range(196, 256, 2):  # every 2 mm through the foot of the page
+        assert not split_groups(short, above, 2, 2), above
+    assert not split_groups(table(30, 3), 120, 30, 3)
+
+
+# --- failures ------------------------------------------------------------------------------------
+
+
+def test_a_failing_cell_is_named_with_its_error_not_a_traceback(accuracy_study):
+    import real_studies as studies
+
+    env = {**os.environ, "ABLATE_HOME": str(accuracy_study / ".ablate"),
+           "ABLATE_CACHE_DIR": str(accuracy_study / "cache")}
+    env.pop("ABLATE_STORAGE", None)
+    env.pop("ABLATE_TRACKING_URI", None)
+    res = subprocess.run([sys.executable, "-m", "ablate.cli", "report", studies.ACCURACY_NAME, "--reports",
+                          "accuracy", "--format", "html", "--out", str(accuracy_study / "broken"), "--param",
+                          "metric=no_such_metric"], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 1
+    message = " ".join(res.stderr.split())
+    assert "report 'accuracy' failed in the cell under \"Summary\"" in message, message
+    assert "KeyError" in message and "no_such_metric" in message and "ablate/stats.py:" in message
+    assert "Traceback" not in res.stderr and "Papermill" not in res.stderr and "----" not in res.stderr
+    assert not (accuracy_study / "broken" / "accuracy.html").exists()  # nothing written
