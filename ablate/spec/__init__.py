@@ -32,9 +32,12 @@ from ablate.spec.models import (
     MAX_SEED,
     MAX_SEEDS,
     MAX_TUNE_TRIALS,
+    NAME,
+    NAME_RULE,
     OBJECTIVE_METRICS,
     REFERENCE_METRICS,
     TUNE_SEED_BASE,
+    CompareEntry,
     FactorSpec,
     InitSpec,
     LabelledLevel,
@@ -55,8 +58,8 @@ from ablate.spec.paths import ROOTS, get_path, leaf_paths, overlap, path_problem
 
 __all__ = [
     "MAX_BYTES", "MAX_CELLS", "MAX_DEPTH", "MAX_EXTENDS", "MAX_ITEMS", "MAX_NODES", "MAX_SEED", "MAX_SEEDS",
-    "MAX_TUNE_TRIALS", "OBJECTIVE_METRICS", "REFERENCE_METRICS", "ROOTS", "TUNE_SEED_BASE",
-    "FactorSpec", "InitSpec", "LabelledLevel", "ModelSpec", "Objective", "Origins", "Problems", "ProbeSpec",
+    "MAX_TUNE_TRIALS", "NAME", "NAME_RULE", "OBJECTIVE_METRICS", "REFERENCE_METRICS", "ROOTS", "TUNE_SEED_BASE",
+    "CompareEntry", "FactorSpec", "InitSpec", "LabelledLevel", "ModelSpec", "Objective", "Origins", "Problems", "ProbeSpec",
     "Reference", "RingInit", "RotrnnInit", "Spec", "SpecError", "TrainSpec", "TuneParam", "TuneSpec",
     "apply_overrides", "get_path", "leaf_paths", "locate", "located", "merge", "overlap", "parse", "parse_yaml",
     "parse_yaml_lines", "path_problem", "read", "read_raw", "reads", "reads_raw", "resolve_task", "set_path",
