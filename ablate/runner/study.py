@@ -352,9 +352,9 @@ def find_reusable(store: optuna.storages.RDBStorage, study_name: str, tracking_u
             if not studies:
                 continue
             if tuned:
-                choice = _tuned_source(cell_items, studies, study_name)
-                if isinstance(choice, str):
-                    out.held.setdefault(cid, choice)
+                choice, why = _tuned_source(cell_items, studies)
+                if choice is None:
+                    out.held.setdefault(cid, why)
                     continue
                 studies = {choice: studies[choice]}
             for item in cell_items:
@@ -364,10 +364,10 @@ def find_reusable(store: optuna.storages.RDBStorage, study_name: str, tracking_u
     return out
 
 
-def _tuned_source(cell_items: list[Item], studies: dict[str, dict[str, list[queue.Found]]],
-                  study_name: str) -> str | tuple[str]:
-    """The study whose tuning of this cell a tuned cell can take whole (its tuning items are
-    exactly those asked for, all finished, none by an error), or why none can be taken."""
+def _tuned_source(cell_items: list[Item], studies: dict[str, dict[str, list[queue.Found]]]
+                  ) -> tuple[str | None, str]:
+    """(the study whose tuning of this cell a tuned cell can take whole — its tuning items are
+    exactly those asked for, all finished, none by an error — or None, why none can be taken)."""
     asked = {_suffix(i.key) for i in cell_items if i.phase == "tune"}
     best, reasons = None, []
     for name, by_suffix in studies.items():
@@ -384,9 +384,9 @@ def _tuned_source(cell_items: list[Item], studies: dict[str, dict[str, list[queu
             if best is None or replicates > best[1]:
                 best = (name, replicates)
     if best is not None:
-        return best[0]
-    return ("not reused: " + "; ".join(reasons) + " (a tuned cell is reused whole: its replicates depend "
-            "on the best of its tuning trials)")
+        return best[0], ""
+    return None, ("not reused: " + "; ".join(reasons) + " (a tuned cell is reused whole: its replicates depend "
+                  "on the best of its tuning trials)")
 
 
 def _linked_attrs(frozen: FrozenTrial, source: Source) -> dict[str, Any]:
