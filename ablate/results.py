@@ -102,7 +102,8 @@ class Results:
         Keys: ``study``, ``spec_hash``, ``spec`` (as run, plain data), ``stores`` (redacted URLs),
         ``counts`` (trials per status, over every item of the spec), ``cells``, ``seeds``,
         ``git_commits`` / ``devices`` / ``hosts`` (value → trials), ``versions`` (package →
-        {version: trials}), ``first_started`` / ``last_finished`` (datetimes or None).
+        {version: trials}), ``first_started`` / ``last_finished`` (datetimes or None),
+        ``reused_from`` (study → items this study linked from it instead of training them).
         """
         ran = list(self.trial_provenance.values())
 
@@ -132,6 +133,8 @@ class Results:
             "versions": {k: dict(v.most_common()) for k, v in sorted(versions.items())},
             "first_started": started.min() if len(started) else None,
             "last_finished": finished.max() if len(finished) else None,
+            "reused_from": dict(Counter(x for x in t["reused_from"].to_list() if x).most_common())
+            if "reused_from" in t.columns else {},
         }
 
     def tuning(self) -> pl.DataFrame:

@@ -180,6 +180,10 @@ def test_load_of_several_studies_gives_one_frame_with_a_study_column(studies_roo
     pick = curves.filter((pl.col("cell_id") == cell["cell_id"]) & (pl.col("seed") == cell["seed"]))
     per_study = {s: sorted(g["value"].to_list()) for (s,), g in pick.group_by(["study"])}
     assert per_study["cmp-a"] == per_study["cmp-b"] and per_study["cmp-a"]
-    assert three["cmp-b"].study == "cmp-b"
+    assert three["cmp-b"].provenance()["reused_from"] == {"cmp-a": 4} and not three["cmp-a"].provenance()["reused_from"]
+    from ablate.report.accuracy import provenance_table
+
+    rows = dict(provenance_table(three["cmp-b"].provenance()).itertuples(index=False, name=None))
+    assert rows["reused"] == "4 items trained by study cmp-a"
     with pytest.raises(KeyError, match="studies: cmp-a, cmp-b, cmp-c"):
         three["nope"]
