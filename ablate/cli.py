@@ -45,7 +45,9 @@ def _load(path: Path, overrides: list[str] | None) -> Spec:
 
 
 def _store_error(exc: Exception) -> typer.Exit:
-    err.print(f"[red]error[/red] {exc}", highlight=False, soft_wrap=True)
+    from ablate.stores import redact
+
+    err.print(f"[red]error[/red] {redact(str(exc))}", highlight=False, soft_wrap=True)
     return typer.Exit(1)
 
 
@@ -191,6 +193,11 @@ def run(
         out.print(f"stale: {len(stale)} trials have results from code version {', '.join(old)} in study "
                   f"{', '.join(sorted({s.study for s in stale.values()}))}: not reused (--reuse-stale reuses them)",
                   highlight=False, soft_wrap=True)
+    held = prepared.reuse.held if prepared.reuse else {}
+    for cell_id, why in list(held.items())[:3]:
+        out.print(f"cell {cell_id}: {why}", highlight=False, soft_wrap=True)
+    if len(held) > 3:
+        out.print(f"… and {len(held) - 3} more tuned cells not reused (see `ablate plan`)")
     for line in planning.orphan_lines(orphans, spec.name):
         out.print(line, highlight=False, soft_wrap=True)
     if workers == 0:  # queue only: workers on other machines run the items
@@ -368,7 +375,9 @@ def rm(
                       + (f"; {dropped.running} running items left alone" if dropped.running else ""))
             return
         plan = st.removal(study, stores)
-    except st.StorageError as exc:
+    except (typer.Exit, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # the stores, MLflow included, unreachable or refusing: nothing was removed
         raise _store_error(exc) from None
     if plan.running and not force:
         err.print(f"[red]error[/red] {study} has {plan.running} running trials (workers at work): stop them first, "
@@ -379,7 +388,7 @@ def rm(
     _confirm(f"remove study {study!r}: {plan.trials} trials, {len(plan.runs)} MLflow runs{kept}?", yes)
     try:
         renamed = st.remove(plan, stores, checkpoint_dir() / study)
-    except st.StorageError as exc:
+    except Exception as exc:  # half done: running the same command again finishes it
         raise _store_error(exc) from None
     out.print(f"removed {study}: {plan.trials} trials, {len(plan.runs)} MLflow runs (deleted: `mlflow gc` purges "
               f"them and their artifacts)" + (f"; kept {len(plan.kept)} runs in experiment {renamed!r}, reused by "
