@@ -27,6 +27,10 @@ StorageOpt = Annotated[str | None, typer.Option("--storage", help="Optuna storag
 TrackingOpt = Annotated[
     str | None, typer.Option("--tracking-uri", help="MLflow tracking URI [env ABLATE_TRACKING_URI]")
 ]
+ReuseOpt = Annotated[bool, typer.Option("--reuse/--no-reuse", help="link items other studies on the stores "
+                                                                  "have finished instead of running them")]
+ReuseStaleOpt = Annotated[bool, typer.Option("--reuse-stale", help="also reuse results of the same configs "
+                                                                   "run by another code version (stale)")]
 
 
 def _load(path: Path, overrides: list[str] | None) -> Spec:
@@ -41,7 +45,9 @@ def _load(path: Path, overrides: list[str] | None) -> Spec:
 
 
 def _store_error(exc: Exception) -> typer.Exit:
-    err.print(f"[red]error[/red] {exc}", highlight=False, soft_wrap=True)
+    from ablate.stores import redact
+
+    err.print(f"[red]error[/red] {redact(str(exc))}", highlight=False, soft_wrap=True)
     return typer.Exit(1)
 
 
@@ -63,13 +69,17 @@ def plan(
     estimate: Annotated[bool, typer.Option("--estimate", help="time a few training steps per model shape "
                                                               "and estimate the wall time of what is pending")] = False,
     device: Annotated[str, typer.Option(help="device of the --estimate dry run: cpu, cuda, cuda:k")] = "cpu",
+    reuse: ReuseOpt = True,
+    reuse_stale: ReuseStaleOpt = False,
 ) -> None:
-    """One row per cell: id, level labels, trials, done / partial / new; totals; --estimate."""
+    """One row per cell: id, level labels, trials, done / partial / reused / stale / new, where
+    results come from; totals; orphaned trials; --estimate."""
     spec = _load(file, set_)
     from ablate import planning
 
-    the_plan = planning.build(spec, storage)  # reads the study's storage only if it exists
-    planning.render(the_plan, out)
+    # Reads the study's storage only if it exists.
+    the_plan = planning.build(spec, storage, tracking_uri, reuse=reuse, reuse_stale=reuse_stale)
+    planning.render(the_plan, out, reuse_stale)
     if estimate:
         planning.render_estimate(planning.estimate(the_plan, device), out)
 
@@ -114,6 +124,9 @@ def _progress_printer(total: int, verbose: bool = False):
             progress.advance(bar)
             acc = info.get("test_accuracy")
             progress.console.print(f"  done {name}: test accuracy {acc:.3f} ({info['seconds']:.0f} s)")
+        elif event == "reused":
+            progress.advance(bar)
+            progress.console.print(f"  reused {name}: {info.get('message', '')}", highlight=False)
         elif event in ("diverged", "error", "killed", "oom", "infrastructure", "superseded"):
             if event in ("diverged", "error"):  # the others are retried or re-run: not finished
                 progress.advance(bar)
@@ -141,8 +154,11 @@ def run(
     checkpoint_every: CheckpointOpt = 100,
     report: Annotated[bool, typer.Option("--report/--no-report", help="render the spec's reports after")] = False,
     verbose: VerboseOpt = False,
+    reuse: ReuseOpt = True,
+    reuse_stale: ReuseStaleOpt = False,
 ) -> None:
-    """Run every (cell, seed) of a study not already finished; resumes where it stopped."""
+    """Run every (cell, seed) of a study not already finished; resumes where it stopped. Items
+    another study on the stores has finished are linked, not run again (--no-reuse runs them)."""
     spec = _load(file, set_)
     from ablate.design import items, spec_hash
     from ablate.runner import pool, tracking
@@ -157,13 +173,33 @@ def run(
 
         return tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2), spec_hash(spec))
 
+    from ablate import planning
+
     try:
-        study, queued = st.prepare(spec, todo, stores, parent_run)
+        prepared = st.prepare(spec, todo, stores, parent_run, reuse=reuse, reuse_stale=reuse_stale)
+        study, queued = prepared
+        before = st.Progress.of(study, todo)
+        orphans = st.orphans(study, todo)
     except st.StorageError as exc:
         raise _store_error(exc) from None
-    before = st.Progress.of(study, todo)
+    linked = "".join(f", {n} reused from {source}" for source, n in prepared.linked.items())
+    if prepared.stale:
+        linked += f" ({prepared.stale} of them stale, by --reuse-stale)"
     out.print(f"{spec.name}: {len(todo)} trials, {before.done} done, {before.failed} failed, "
-              f"{before.waiting + before.running} to run ({queued} newly queued)")
+              f"{before.waiting + before.running} to run ({queued} newly queued{linked})", highlight=False)
+    stale = {k: v for k, v in (prepared.reuse.stale if prepared.reuse else {}).items() if not reuse_stale}
+    if stale:
+        old = sorted({s.code_version for s in stale.values()})
+        out.print(f"stale: {len(stale)} trials have results from code version {', '.join(old)} in study "
+                  f"{', '.join(sorted({s.study for s in stale.values()}))}: not reused (--reuse-stale reuses them)",
+                  highlight=False, soft_wrap=True)
+    held = prepared.reuse.held if prepared.reuse else {}
+    for cell_id, why in list(held.items())[:3]:
+        out.print(f"cell {cell_id}: {why}", highlight=False, soft_wrap=True)
+    if len(held) > 3:
+        out.print(f"… and {len(held) - 3} more tuned cells not reused (see `ablate plan`)")
+    for line in planning.orphan_lines(orphans, spec.name):
+        out.print(line, highlight=False, soft_wrap=True)
     if workers == 0:  # queue only: workers on other machines run the items
         return
     device_list = pool.devices(device, workers)
@@ -250,6 +286,165 @@ def status(study: str, storage: StorageOpt = None, tracking_uri: TrackingOpt = N
     out.print(progress.table(study, snap, workers))
 
 
+def _table(title: str, headers: list[str], rows: list[list[str]], right: set[str] = frozenset()) -> None:
+    """A table: rich's on a terminal; plain aligned columns, never truncated, when piped."""
+    if out.is_terminal:
+        table = Table(title=title, title_justify="left")
+        for h in headers:
+            table.add_column(h, justify="right" if h in right else "left", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if h in right else c.ljust(w)
+                         for c, w, h in zip(cells, widths, headers, strict=True)).rstrip()
+
+    print(title)
+    print(line(headers))
+    for row in rows:
+        print(line(row))
+
+
+@app.command("ls")
+def ls(storage: StorageOpt = None, tracking_uri: TrackingOpt = None) -> None:
+    """List the studies on the stores: cells, items done / failed / running / waiting (and how
+    many were reused from other studies), last activity."""
+    from ablate.runner import study as st
+    from ablate.stores import redact, resolve
+
+    url = st.existing_store_url(storage)
+    if url is None:
+        out.print("no stores yet: no study has run here (see --storage, ABLATE_HOME)")
+        return
+    try:
+        rows = st.overview(resolve(url, tracking_uri, create=False))
+    except st.StorageError as exc:
+        raise _store_error(exc) from None
+    headers = ["study", "cells", "done", "reused", "failed", "running", "waiting", "dropped", "last activity"]
+    table = [[r.name, str(r.cells), str(r.done), str(r.reused), str(r.failed), str(r.running), str(r.waiting),
+              str(r.dropped), r.last.astimezone().strftime("%Y-%m-%d %H:%M:%S") if r.last else "-"] for r in rows]
+    _table(f"studies on {redact(url)}", headers, table, set(headers[1:-1]))
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        err.print("[red]error[/red] not a terminal: nothing removed; pass --yes to remove without a question")
+        raise typer.Exit(1)
+    if not typer.confirm(question, default=False):
+        err.print("nothing removed")
+        raise typer.Exit(1)
+
+
+@app.command("rm")
+def rm(
+    study: str,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    orphans: Annotated[bool, typer.Option("--orphans", help="drop only the study's trials whose items belong to "
+                                                            "no cell of its current spec")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation (scripts)")] = False,
+    force: Annotated[bool, typer.Option("--force", help="remove even while workers run its items")] = False,
+) -> None:
+    """Remove a study: its queue entries (every trial) and its MLflow runs, after confirmation.
+    Runs another study reuses stay (with their parent run); its links to other studies' runs
+    remove nothing of theirs. With --orphans, drop only its orphaned trials."""
+    from ablate import design
+    from ablate.runner import study as st
+    from ablate.runner.worker import checkpoint_dir
+    from ablate.stores import resolve
+
+    stores = resolve(storage, tracking_uri)
+    try:
+        if orphans:
+            opt = st.open_study(study, stores)
+            items = design.items(design.validate(opt.user_attrs["spec"], f"study {study}"))
+            found = st.orphans(opt, items)
+            if not found:
+                out.print(f"{study}: no orphaned trials")
+                return
+            _confirm(f"drop {found.trials} finished trials ({len(found.finished)} items) and "
+                     f"{len(found.unfinished)} queued items of {study!r} that belong to no cell of its spec?", yes)
+            dropped = st.drop_orphans(opt, items, opt.user_attrs.get("tracking_uri") or stores.tracking)
+            out.print(f"{study}: dropped {dropped.trials} trials; deleted {dropped.runs_deleted} MLflow runs"
+                      + (f", kept {len(dropped.runs_kept)} that other studies reuse" if dropped.runs_kept else "")
+                      + (f"; {dropped.running} running items left alone" if dropped.running else ""))
+            return
+        plan = st.removal(study, stores)
+    except (typer.Exit, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # the stores, MLflow included, unreachable or refusing: nothing was removed
+        raise _store_error(exc) from None
+    if plan.running and not force:
+        err.print(f"[red]error[/red] {study} has {plan.running} running trials (workers at work): stop them first, "
+                  "or pass --force")
+        raise typer.Exit(1)
+    users = sorted({s for studies in plan.kept.values() for s in studies})
+    kept = f"; keep {len(plan.kept)} runs that {', '.join(users)} reuse" if plan.kept else ""
+    _confirm(f"remove study {study!r}: {plan.trials} trials, {len(plan.runs)} MLflow runs{kept}?", yes)
+    try:
+        renamed = st.remove(plan, stores, checkpoint_dir() / study)
+    except Exception as exc:  # half done: running the same command again finishes it
+        raise _store_error(exc) from None
+    out.print(f"removed {study}: {plan.trials} trials, {len(plan.runs)} MLflow runs (deleted: `mlflow gc` purges "
+              f"them and their artifacts)" + (f"; kept {len(plan.kept)} runs in experiment {renamed!r}, reused by "
+                                              f"{', '.join(users)}" if plan.kept else ""), highlight=False)
+
+
+@app.command()
+def keep(
+    study: str,
+    new: Annotated[str, typer.Argument(help="the name of the study that keeps them")],
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Keep the orphaned trials of STUDY as study NEW: NEW gets the spec they were queued under
+    (renamed) and links them (nothing runs; the MLflow runs are shared); STUDY drops them."""
+    from ablate import design
+    from ablate.runner import study as st
+    from ablate.spec import NAME, NAME_RULE
+    from ablate.stores import resolve
+
+    if not NAME.match(new):
+        err.print(f"[red]error[/red] NEW: {new!r}: {NAME_RULE}")
+        raise typer.Exit(2)
+    stores = resolve(storage, tracking_uri)
+    try:
+        opt = st.open_study(study, stores)
+        if st.item_states(new, [], stores.storage) is not None:
+            err.print(f"[red]error[/red] a study named {new!r} exists already: choose another name")
+            raise typer.Exit(2)
+        items = design.items(design.validate(opt.user_attrs["spec"], f"study {study}"))
+        found = st.orphans(opt, items)
+        if not found.finished:
+            out.print(f"{study}: no finished orphaned trials to keep")
+            return
+        chosen = st.spec_for(opt, set(found.finished))
+        if chosen is None:
+            err.print(f"[red]error[/red] the spec these trials ran under was not recorded (stores from before ablate "
+                      f"recorded spec history); run that spec under a new name instead: `ablate run OLD.yaml --set "
+                      f"name={new} --workers 0` links them")
+            raise typer.Exit(1)
+        old, covered = chosen
+        spec = design.validate({**old.model_dump(mode="json"), "name": new}, f"study {new}")
+        prepared = st.prepare(spec, design.items(spec), stores, enqueue_new=False)
+        states = st.states_by_item(prepared.study)
+        kept = {k for k in found.finished if states.get(k) in ("done", "failed")}
+        dropped = st.drop_orphans(opt, items, opt.user_attrs.get("tracking_uri") or stores.tracking,
+                                  {"why": f"kept as study {new}", "kept_as": new}, only=kept)
+    except st.StorageError as exc:
+        raise _store_error(exc) from None
+    left = len(found.finished) - len(kept)
+    out.print(f"kept {len(kept)} orphaned items of {study} as study {new} ({covered} of them in the spec they were "
+              f"queued under, spec hash {design.spec_hash(spec)}; nothing was run); {study} dropped "
+              f"{dropped.trials} trials" + (f"; {left} orphaned items are not in that spec and stay" if left else ""),
+              highlight=False)
+
+
 def _render(study: str, reports: list[str], out_dir: Path, formats: tuple[str, ...], storage, tracking_uri,
             parameters: dict | None = None, export: bool = False) -> None:
     from ablate.report.render import ReportError, render
@@ -272,44 +467,163 @@ def _render(study: str, reports: list[str], out_dir: Path, formats: tuple[str, .
         raise typer.Exit(1) from None
 
 
-@app.command()
-def report(
-    study: str,
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="output directory [reports/STUDY]")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="comma-separated: html,pdf")] = "html,pdf",
-    only: Annotated[str | None, typer.Option("--reports", help="comma-separated report names")] = None,
-    param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="KEY=VALUE for the report notebooks, e.g. -p reference='layers=2' -p alpha=0.01")] = None,
-    export: Annotated[bool, typer.Option(
-        "--export", help="also write every figure (PDF, SVG, 300-dpi PNG) to OUT/figures/ and every table "
-        "(CSV, LaTeX) to OUT/tables/")] = False,
-) -> None:
-    """Render a study's reports (HTML and PDF) with papermill."""
-    from ablate.report import REPORTS
-    from ablate.runner import study as st
-    from ablate.stores import resolve
+FormatOpt = Annotated[str, typer.Option("--format", help="comma-separated: html,pdf")]
+ParamOpt = Annotated[list[str] | None, typer.Option(
+    "--param", "-p", help="KEY=VALUE for the report notebooks, e.g. -p reference='layers=2' -p alpha=0.01")]
+CellsOpt = Annotated[list[str] | None, typer.Option(
+    "--cells", help="only cells matching a selector, e.g. 'model.heads=8' or 'model.heads=[4, 8], variant=RotRNN' "
+                    "(the design's selector syntax); repeat for any of several")]
 
+
+def _formats(fmt: str) -> tuple[str, ...]:
     formats = tuple(f.strip() for f in fmt.split(",") if f.strip())
     bad = [f for f in formats if f not in ("html", "pdf")]
     if bad or not formats:
         err.print(f"[red]error[/red] --format: {bad[0] if bad else fmt!r} is not one of: html, pdf")
         raise typer.Exit(2)
+    return formats
+
+
+def _is_spec_file(arg: str) -> bool:
+    return arg.endswith((".yaml", ".yml")) and Path(arg).is_file()
+
+
+@app.command()
+def report(
+    studies: Annotated[list[str], typer.Argument(help="a study name (or several), or a spec file (.yaml)",
+                                                 metavar="STUDY...")],
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="output directory [reports/STUDY, "
+                                                               "reports/compare-NAME]")] = None,
+    fmt: FormatOpt = "html,pdf",
+    only: Annotated[str | None, typer.Option("--reports", help="comma-separated report names")] = None,
+    param: ParamOpt = None,
+    compare_: Annotated[bool, typer.Option("--compare", help="one comparison report over the studies "
+                                                             "(as `ablate compare`)")] = False,
+    cells: CellsOpt = None,
+    export: Annotated[bool, typer.Option(
+        "--export", help="also write every figure (PDF, SVG, 300-dpi PNG) to OUT/figures/ and every table "
+        "(CSV, LaTeX) to OUT/tables/")] = False,
+) -> None:
+    """Render a study's reports (HTML and PDF) with papermill; several studies: each one's, or with
+    --compare one report over all. A spec file renders its study's reports, and its `compare:`
+    comparison if it names one."""
+    from ablate.report import REPORTS
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    formats = _formats(fmt)
+    if compare_ or cells:
+        if any(_is_spec_file(a) for a in studies):
+            err.print("[red]error[/red] --compare takes study names; for a spec's `compare:` use `ablate compare --spec FILE`")
+            raise typer.Exit(2)
+        _compare(studies, cells, None, None, out_dir, formats, storage, tracking_uri, param)
+        return
+    spec = None
+    if len(studies) == 1 and _is_spec_file(studies[0]):
+        spec = _load(Path(studies[0]), None)
+        studies = [spec.name]
     if only:
         names = [n.strip() for n in only.split(",") if n.strip()]
         for n in names:
             if n not in REPORTS:
                 err.print(f"[red]error[/red] --reports: {n!r} is not one of: {', '.join(REPORTS)}")
                 raise typer.Exit(2)
-    else:
-        try:
-            opt = st.open_study(study, resolve(storage, tracking_uri))
-        except st.StorageError as exc:
-            raise _store_error(exc) from None
-        names = list(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
-    parameters = _report_parameters(param or [], names)
-    _render(study, names, out_dir or Path("reports") / study, formats, storage, tracking_uri, parameters, export)
+    for study in studies:
+        if not only:
+            try:
+                opt = st.open_study(study, resolve(storage, tracking_uri))
+            except st.StorageError as exc:
+                raise _store_error(exc) from None
+            names = list(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
+        parameters = _report_parameters(param or [], names)
+        target = out_dir / study if out_dir is not None and len(studies) > 1 else out_dir
+        _render(study, names, target or Path("reports") / study, formats, storage, tracking_uri, parameters,
+                export)
+    if spec is not None and spec.compare:
+        _compare([], None, spec, None, None, formats, storage, tracking_uri, param)
+
+
+@app.command()
+def compare(
+    studies: Annotated[list[str] | None, typer.Argument(help="the studies to compare", metavar="STUDY...")] = None,
+    cells: CellsOpt = None,
+    spec_file: Annotated[Path | None, typer.Option("--spec", help="a spec whose `compare:` section names the "
+                                                                 "studies and their cells")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="the comparison's name [the spec's name, or the "
+                                                            "studies' joined by '-']")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="output directory [reports/compare-NAME]")] = None,
+    fmt: FormatOpt = "html,pdf",
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    param: ParamOpt = None,
+) -> None:
+    """One report over several studies, or some of their cells: the variants' accuracy with CIs,
+    hidden-state norm curves in shared axes, and the statistics where cells are comparable (same
+    task and data version). Writes comparison.{html,pdf} under reports/compare-NAME."""
+    spec = _load(spec_file, None) if spec_file is not None else None
+    if spec is not None and studies:
+        err.print("[red]error[/red] give studies or --spec, not both")
+        raise typer.Exit(2)
+    _compare(studies or [], cells, spec, name, out_dir, _formats(fmt), storage, tracking_uri, param)
+
+
+def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, name: str | None, out_dir: Path | None,
+             formats: tuple[str, ...], storage: str | None, tracking_uri: str | None, param: list[str] | None) -> None:
+    from ablate import design
+    from ablate.report.render import ReportError, render_comparison
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    selectors: dict[str, list[dict]] | list[dict] = []
+    if spec is not None:
+        if not spec.compare:
+            err.print(f"[red]error[/red] {spec.name}: the spec has no `compare:` section (e.g. compare: "
+                      "[studyA, {study: studyB, cells: {model.heads: 8}}])")
+            raise typer.Exit(2)
+        studies = [e.study for e in spec.compare]
+        selectors = {e.study: e.selectors for e in spec.compare if e.selectors}
+        name = name or spec.name
+    if not studies:
+        err.print("[red]error[/red] name the studies to compare (or --spec FILE)")
+        raise typer.Exit(2)
+    try:
+        if cells:
+            selectors = [design.parse_selector(text) for text in cells]
+        stores = resolve(storage, tracking_uri)
+        specs = {s: design.validate(st.open_study(s, stores).user_attrs["spec"], f"study {s}") for s in studies}
+    except SpecError as exc:
+        for line in str(exc).splitlines():
+            err.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except st.StorageError as exc:
+        raise _store_error(exc) from None
+    per = selectors if isinstance(selectors, dict) else {s: selectors for s in studies}
+    for study in per:
+        if study not in specs:
+            err.print(f"[red]error[/red] compare: cells for {study!r}, which is not among the studies")
+            raise typer.Exit(2)
+    for sel in {design.canonical_json(x): x for sels in per.values() for x in sels}.values():
+        used = [s for s, sels in per.items() if sel in sels]
+        problems = [(s, design.selection_problems(specs[s], sel)) for s in used]
+        if all(found for _, found in problems):
+            for s, found in problems:
+                for path, msg in found:
+                    err.print(f"[red]error[/red] --cells (study {s}): {path}: {msg}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+        if not any(design.select(specs[s], sel) for s in used):
+            err.print(f"[red]error[/red] --cells {design.canonical_json(sel)} matches no cell of "
+                      f"{', '.join(used)}", highlight=False)
+            raise typer.Exit(2)
+    name = name or "-".join(studies)
+    parameters = _report_parameters(param or [], ["comparison"])
+    try:
+        for path in render_comparison(studies, out_dir or Path("reports") / f"compare-{name}", selectors, formats,
+                                      storage, tracking_uri, parameters, title=name):
+            out.print(f"wrote {path}")
+    except (st.StorageError, ReportError) as exc:
+        raise _store_error(exc) from None
 
 
 def _report_parameters(pairs: list[str], reports: list[str]) -> dict:
@@ -321,7 +635,7 @@ def _report_parameters(pairs: list[str], reports: list[str]) -> dict:
     known: dict = {}
     for r in reports:
         known.update(declared_parameters(r))
-    for name in ("study", "storage", "tracking_uri", "export_dir"):  # set by the command itself
+    for name in ("study", "studies", "cells", "title", "storage", "tracking_uri", "export_dir"):  # set by the command
         known.pop(name, None)
     out = {}
     for pair in pairs:

@@ -27,7 +27,11 @@ FINISHED = ("done", "failed")
 class CellPlan:
     cell: Cell
     items: list[Item]
-    states: dict[str, str] = field(default_factory=dict)  # item key → state
+    states: dict[str, str] = field(default_factory=dict)  # item key → state in this study
+    reusable: dict[str, Any] = field(default_factory=dict)  # item key → study.Source to be linked
+    stale: dict[str, Any] = field(default_factory=dict)  # item key → study.Source found stale, not reused
+    linked: dict[str, str] = field(default_factory=dict)  # item key → study it was reused from (done)
+    held: str = ""  # why results of this cell elsewhere are not reused
 
     @property
     def counts(self) -> Counter:
@@ -39,11 +43,37 @@ class CellPlan:
 
     @property
     def status(self) -> str:
+        """done / reused (all that is left comes from other studies) / partial / stale / new."""
         if self.finished == len(self.items):
             return "done"
-        if self.finished or self.counts["running"]:
+        if self.reusable and self.finished + len(self.reusable) == len(self.items):
+            return "reused"
+        if self.finished or self.counts["running"] or self.reusable:
             return "partial"
+        if self.stale:
+            return "stale"
         return "new"
+
+    @property
+    def source(self) -> str:
+        """Where its results come from, when not from this study: ``reused from study X``,
+        ``stale (code version 1 → 2)``, or why results found elsewhere are not reused."""
+        parts = []
+        studies = Counter(self.linked.values()) + Counter(s.trained_in for s in self.reusable.values())
+        if studies:
+            n = sum(studies.values())
+            parts.append("reused from study " + ", ".join(studies) + (f" ({n} of {len(self.items)})"
+                                                                       if n < len(self.items) else ""))
+            old = sorted({s.code_version for s in self.reusable.values() if s.stale})
+            if old:
+                parts[-1] += f" (stale: code version {', '.join(old)} → {self.cell.code_version})"
+        if self.stale:
+            old = sorted({s.code_version for s in self.stale.values()})
+            parts.append(f"stale (code version {', '.join(old)} → {self.cell.code_version}): "
+                         f"{len(self.stale)} in study " + ", ".join(sorted({s.study for s in self.stale.values()})))
+        if self.held:
+            parts.append(self.held)
+        return "; ".join(parts)
 
 
 @dataclass
@@ -52,13 +82,16 @@ class Plan:
     cells: list[CellPlan]
     stored: bool  # a study of this name exists in the storage
     note: str = ""
+    orphans: Any = None  # study.Orphans of this study name, when it exists
 
     @property
     def items(self) -> list[Item]:
         return [i for c in self.cells for i in c.items]
 
     def pending(self) -> list[Item]:
-        return [i for c in self.cells for i in c.items if c.states.get(i.key) not in FINISHED]
+        """Items that will run: not finished here, not reused from another study."""
+        return [i for c in self.cells for i in c.items
+                if c.states.get(i.key) not in FINISHED and i.key not in c.reusable]
 
     def counts(self) -> Counter:
         total: Counter = Counter()
@@ -66,9 +99,23 @@ class Plan:
             total.update(c.counts)
         return total
 
+    @property
+    def reused(self) -> Counter:
+        """Source study → items that will be linked from it."""
+        out: Counter = Counter()
+        for c in self.cells:
+            out.update(s.trained_in for s in c.reusable.values())
+        return out
 
-def build(spec: Spec, storage: str | None = None) -> Plan:
-    """The plan of ``spec``, with each item's state read from the storage when it exists."""
+    @property
+    def stale(self) -> list[CellPlan]:
+        return [c for c in self.cells if c.stale]
+
+
+def build(spec: Spec, storage: str | None = None, tracking_uri: str | None = None, reuse: bool = True,
+          reuse_stale: bool = False) -> Plan:
+    """The plan of ``spec``: each item's state read from the storage when it exists, what other
+    studies there hold for the rest (reused; stale ones too with ``reuse_stale``), the orphans."""
     grid = cells(spec)
     work = items(spec)
     by_cell: dict[str, list[Item]] = {c.id: [] for c in grid}
@@ -76,18 +123,31 @@ def build(spec: Spec, storage: str | None = None) -> Plan:
         by_cell[item.cell.id].append(item)
     plans = [CellPlan(c, by_cell[c.id]) for c in grid]
     note = ""
-    states: dict[str, str] | None = None
+    found = None
     try:
-        from ablate.runner.study import item_states
+        from ablate.runner.study import standing
+        from ablate.stores import resolve
 
-        states = item_states(spec.name, [i.key for i in work], storage)
+        tracking = resolve(storage, tracking_uri, create=False).tracking
+        found = standing(spec.name, work, storage, tracking, reuse)
     except Exception as exc:  # an unreadable store: plan without progress, say why
         note = f"cannot read progress: {exc}"
-    if states is None and not note:
-        note = "no results stored yet for this study: every cell is new"
+    if found is None and not note:
+        note = "no results stored yet: every cell is new"
+    elif found is not None and not found.stored and not note:
+        note = "no study of this name yet"
     for plan in plans:
-        plan.states = {i.key: (states or {}).get(i.key, "new") for i in plan.items}
-    return Plan(spec, plans, states is not None, note)
+        if found is None:
+            plan.states = {i.key: "new" for i in plan.items}
+            continue
+        plan.states = {i.key: found.states.get(i.key, "new") for i in plan.items}
+        plan.linked = {i.key: found.linked[i.key] for i in plan.items if i.key in found.linked}
+        chosen = found.reuse.chosen(reuse_stale)
+        plan.reusable = {i.key: chosen[i.key] for i in plan.items if i.key in chosen}
+        plan.stale = {i.key: found.reuse.stale[i.key] for i in plan.items
+                      if i.key in found.reuse.stale and i.key not in plan.reusable}
+        plan.held = found.reuse.held.get(plan.cell.id, "")
+    return Plan(spec, plans, bool(found and found.stored), note, found.orphans if found else None)
 
 
 def summary_line(spec: Spec, n_cells: int) -> str:
@@ -99,7 +159,46 @@ def summary_line(spec: Spec, n_cells: int) -> str:
             f"({n_cells * spec.tune.trials} tuning, {n_cells * seeds} replicate)")
 
 
-def render(plan: Plan, console: Any) -> None:
+def counts_line(plan: Plan) -> str:
+    counts = plan.counts()
+    reused = sum(plan.reused.values())
+    text = f"done {counts['done']}, failed {counts['failed']}, running {counts['running']}"
+    if reused:
+        text += f", reused {reused} ({', '.join(f'{n} from {s}' for s, n in plan.reused.items())})"
+    return text + f", pending {len(plan.pending())}"
+
+
+def stale_lines(plan: Plan, reuse_stale: bool = False) -> list[str]:
+    """What is stale and the choice: ``--reuse-stale`` reuses it."""
+    if reuse_stale or not plan.stale:
+        return []
+    n = sum(len(c.stale) for c in plan.stale)
+    old = sorted({s.code_version for c in plan.stale for s in c.stale.values()})
+    now = sorted({c.cell.code_version for c in plan.stale})
+    return [f"stale: {n} trials of {len(plan.stale)} cells were run by code version {', '.join(old)} (the code "
+            f"is now at {', '.join(now)}): not reused, they will run again; --reuse-stale reuses them"]
+
+
+def orphan_lines(orphans: Any, spec_name: str) -> list[str]:
+    """The orphans of a study, and the commands that keep or drop them."""
+    if not orphans:
+        return []
+    lines = []
+    if orphans.finished:
+        labels = sorted(set(orphans.cells.values()))
+        shown = "; ".join(labels[:3]) + (f"; … {len(labels) - 3} more" if len(labels) > 3 else "")
+        lines.append(f"orphaned: {orphans.trials} finished trials of study {spec_name!r} ({len(orphans.finished)} "
+                     f"items, {len(labels)} cells: {shown}) belong to no cell of this spec")
+    if orphans.unfinished:
+        lines.append(f"orphaned: {len(orphans.unfinished)} queued items of study {spec_name!r} belong to no cell of "
+                     "this spec; workers of this study still run them")
+    lines += [f"  keep them as a study of their own:  ablate keep {spec_name} {spec_name}-old",
+              f"  drop them:                          ablate rm {spec_name} --orphans",
+              "  (until dropped they stay in the store, and any study that asks for their cells reuses them)"]
+    return lines
+
+
+def render(plan: Plan, console: Any, reuse_stale: bool = False) -> None:
     from rich.table import Table
 
     spec = plan.spec
@@ -110,16 +209,19 @@ def render(plan: Plan, console: Any) -> None:
     table.add_column("trials", justify="right")
     table.add_column("done", justify="right")
     table.add_column("status")
-    colour = {"done": "green", "partial": "yellow", "new": "cyan"}
+    sources = any(c.source for c in plan.cells)
+    if sources:
+        table.add_column("source")
+    colour = {"done": "green", "partial": "yellow", "new": "cyan", "reused": "blue", "stale": "magenta"}
     for c in plan.cells:
-        table.add_row(c.cell.id, *[c.cell.labels[name] for name in spec.factors], str(len(c.items)),
-                      str(c.finished), f"[{colour[c.status]}]{c.status}[/]")
+        row = [c.cell.id, *[c.cell.labels[name] for name in spec.factors], str(len(c.items)), str(c.finished),
+               f"[{colour[c.status]}]{c.status}[/]"]
+        table.add_row(*row, *([c.source] if sources else []))
     console.print(table)
     console.print(summary_line(spec, len(plan.cells)))
-    counts = plan.counts()
-    pending = len(plan.pending())
-    console.print(f"done {counts['done']}, failed {counts['failed']}, running {counts['running']}, "
-                  f"pending {pending}" + (f"  ({plan.note})" if plan.note else ""))
+    console.print(counts_line(plan) + (f"  ({plan.note})" if plan.note else ""))
+    for line in stale_lines(plan, reuse_stale) + orphan_lines(plan.orphans, spec.name):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 # --- estimate ---------------------------------------------------------------------------------

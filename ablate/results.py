@@ -9,7 +9,21 @@
 
 Factor settings are columns named by their dotted path, holding the level's label. Tuning items
 (``phase == "tune"``) carry ``tune_index``, ``params`` (the sampled setting, JSON) and, for a
-replicate of a tuned cell, ``tuned_from`` (which tuning trial it took its setting from).
+replicate of a tuned cell, ``tuned_from`` (which tuning trial it took its setting from). An item
+another study trained (linked when this study was prepared, ``ablate.runner.study``) reads as
+this study's own, with ``reused_from`` naming the study that trained it.
+
+Several studies at once:
+
+    both = ablate.results.load(["quickstart", "quickstart-heads"])
+    both.trials     the studies' trials frames, a ``study`` column first, factor columns unioned
+                    (a study that does not vary a dotted-path factor holds its baseline's label)
+    both.metrics, both.curves   likewise
+    both.select([{"model.heads": 8}])   only the cells matching a selector (the design's syntax)
+    both.variants()  one row per distinct cell of the selection: its studies, a label naming what
+                     differs between the cells, its task's data version (what makes cells comparable)
+    both.frames()    trials, metrics and curves with each cell once (a cell several studies hold is
+                     one experiment), labelled by variant: what the comparison report analyses
 """
 
 from __future__ import annotations
@@ -17,8 +31,9 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import polars as pl
 from optuna.trial import FrozenTrial, TrialState
@@ -26,7 +41,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ablate import design
 from ablate.runner import tracking
 from ablate.runner.study import open_study, trials_by_item
-from ablate.spec import Spec
+from ablate.spec import Spec, get_path
 from ablate.stores import Stores, redact, resolve
 
 SUMMARY = ("val_accuracy", "val_loss", "val_bpc", "test_accuracy", "test_loss", "test_bpc", "chance")
@@ -34,7 +49,7 @@ SUMMARY = ("val_accuracy", "val_loss", "val_bpc", "test_accuracy", "test_loss", 
 TEXT_AND_COUNTS = {
     "tune_index": pl.Int64, "trial_number": pl.Int64, "failure_kind": pl.Utf8, "failure_message": pl.Utf8,
     "seconds": pl.Float64, "steps": pl.Int64, "mlflow_run_id": pl.Utf8, "git_commit": pl.Utf8, "device": pl.Utf8,
-    "host": pl.Utf8, "params": pl.Utf8, "tuned_from": pl.Utf8,
+    "host": pl.Utf8, "params": pl.Utf8, "tuned_from": pl.Utf8, "reused_from": pl.Utf8,
 }
 
 
@@ -87,7 +102,8 @@ class Results:
         Keys: ``study``, ``spec_hash``, ``spec`` (as run, plain data), ``stores`` (redacted URLs),
         ``counts`` (trials per status, over every item of the spec), ``cells``, ``seeds``,
         ``git_commits`` / ``devices`` / ``hosts`` (value → trials), ``versions`` (package →
-        {version: trials}), ``first_started`` / ``last_finished`` (datetimes or None).
+        {version: trials}), ``first_started`` / ``last_finished`` (datetimes or None),
+        ``reused_from`` (study → items this study linked from it instead of training them).
         """
         ran = list(self.trial_provenance.values())
 
@@ -117,6 +133,8 @@ class Results:
             "versions": {k: dict(v.most_common()) for k, v in sorted(versions.items())},
             "first_started": started.min() if len(started) else None,
             "last_finished": finished.max() if len(finished) else None,
+            "reused_from": dict(Counter(x for x in t["reused_from"].to_list() if x).most_common())
+            if "reused_from" in t.columns else {},
         }
 
     def tuning(self) -> pl.DataFrame:
@@ -203,17 +221,39 @@ def _representative(trials: list[FrozenTrial]) -> FrozenTrial:
     return min(trials, key=lambda t: (order.get(_status(t), 5), -t.number))
 
 
+@overload
+def load(study: str, storage: str | None = None, tracking_uri: str | None = None, curves: bool = True,
+         metrics: bool | None = None) -> Results: ...
+
+
+@overload
+def load(study: Sequence[str], storage: str | None = None, tracking_uri: str | None = None, curves: bool = True,
+         metrics: bool | None = None) -> Studies: ...
+
+
 def load(
-    study: str,
+    study: str | Sequence[str],
     storage: str | None = None,
     tracking_uri: str | None = None,
     curves: bool = True,
     metrics: bool | None = None,
-) -> Results:
-    """Read a study from its Optuna storage and MLflow tracking store.
+) -> Results | Studies:
+    """Read a study (a name) or several (a list of names: ``Studies``, one frame each with a
+    ``study`` column) from the Optuna storage and MLflow tracking store.
 
     ``curves`` reads the dense hidden-state curves, ``metrics`` the logged scalars (default: as
     ``curves``); both come from MLflow artifacts and cost a download per run."""
+    if not isinstance(study, str):
+        names = list(dict.fromkeys(study))
+        if not names:
+            raise ValueError("load() needs at least one study name")
+        cache: dict[tuple[str, str], Any] = {}  # a run two studies share is downloaded once
+        return Studies.of([_load_one(n, storage, tracking_uri, curves, metrics, cache) for n in names])
+    return _load_one(study, storage, tracking_uri, curves, metrics, None)
+
+
+def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves: bool, metrics: bool | None,
+              cache: dict[tuple[str, str], Any] | None) -> Results:
     metrics = curves if metrics is None else metrics
     stores: Stores = resolve(storage, tracking_uri)
     opt = open_study(study, stores)
@@ -256,8 +296,10 @@ def load(
             if prov:
                 provenance[item.key] = {str(k): str(v) for k, v in prov.items()}
             params = attrs.get("params")
+            origin = attrs.get("reused_from")
             row.update(params=json.dumps(params, sort_keys=True) if isinstance(params, dict) else None,
-                       tuned_from=attrs.get("tuned_from"))
+                       tuned_from=attrs.get("tuned_from"),
+                       reused_from=str(origin.get("study")) if isinstance(origin, dict) else None)
             if attrs.get("mlflow_run_id") and row["status"] in ("complete", "diverged"):
                 run_ids[attrs["mlflow_run_id"]] = (item.cell.id, item.seed, item.phase)
         rows.append(row)
@@ -279,18 +321,24 @@ def load(
         trial_provenance=provenance,
     )
     if metrics:
-        res.metrics = _artifacts(stores, run_ids, tracking.METRICS_ARTIFACT, frame, res.factors)
+        res.metrics = _artifacts(stores, run_ids, tracking.METRICS_ARTIFACT, frame, res.factors, cache)
     if curves:
-        res.curves = _artifacts(stores, run_ids, tracking.CURVES_ARTIFACT, frame, res.factors)
+        res.curves = _artifacts(stores, run_ids, tracking.CURVES_ARTIFACT, frame, res.factors, cache)
     return res
 
 
 def _artifacts(stores: Stores, run_ids: dict[str, tuple[str, int, str]], name: str,
-               trials: pl.DataFrame, factors: list[str] | tuple[str, ...] = ()) -> pl.DataFrame:
+               trials: pl.DataFrame, factors: list[str] | tuple[str, ...] = (),
+               cache: dict[tuple[str, str], Any] | None = None) -> pl.DataFrame:
     parts = []
     frames = tracking.read_parquet_artifacts(stores.tracking, list(run_ids), name)
     for run_id, (cell_id, seed, phase) in run_ids.items():
-        part = frames[run_id]
+        if cache is not None and (run_id, name) in cache:
+            part = cache[(run_id, name)]
+        else:
+            part = frames[run_id]
+            if cache is not None:
+                cache[(run_id, name)] = part
         if part is not None:
             parts.append(part.with_columns(pl.lit(cell_id).alias("cell_id"), pl.lit(seed).alias("seed"),
                                            pl.lit(phase).alias("phase")))
@@ -299,3 +347,216 @@ def _artifacts(stores: Stores, run_ids: dict[str, tuple[str, int, str]], name: s
     factor_cols = [c for c in trials.columns if "." in c or c in factors]  # named factors have no dot
     labels = trials.select(["cell_id", "cell_label", *factor_cols]).unique("cell_id")
     return pl.concat(parts, how="diagonal_relaxed").join(labels, on="cell_id", how="left")
+
+
+# --- several studies ---------------------------------------------------------------------------------
+
+Selectors = Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]]
+
+
+def _baseline_label(spec: Spec, factor: str) -> str | None:
+    """The label a dotted-path factor's column holds in a study that does not vary it."""
+    if "." not in factor:
+        return None
+    try:
+        return design.level_label(get_path(spec.baseline(), factor))
+    except KeyError:
+        return None
+
+
+def _with_study(frame: pl.DataFrame, res: Results, factors: list[str]) -> pl.DataFrame:
+    if frame.is_empty() and not frame.columns:
+        return frame
+    cols = [pl.lit(res.study).alias("study")]
+    for f in factors:
+        if f not in frame.columns:
+            cols.append(pl.lit(_baseline_label(res.spec, f), dtype=pl.Utf8).alias(f))
+    out = frame.with_columns(cols)
+    return out.select(["study", *[c for c in out.columns if c != "study"]])
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    frames = [f for f in frames if f.columns]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: data}
+
+
+def difference_labels(configs: Sequence[dict[str, Any]]) -> list[str]:
+    """A label per config naming its values at the paths where the configs differ
+    (``parameterisation=rotation, heads=8``); a path is shortened to its last key unless two
+    differing paths share it. One config, or none differing: ``baseline``."""
+    flat = [_leaves(c) for c in configs]
+    paths = list(dict.fromkeys(p for f in flat for p in f))
+    differ = [p for p in paths if len({design.canonical_json(f.get(p)) for f in flat}) > 1]
+    last = Counter(p.rsplit(".", 1)[-1] for p in differ)
+    short = {p: p.rsplit(".", 1)[-1] if last[p.rsplit(".", 1)[-1]] == 1 else p for p in differ}
+    return [", ".join(f"{short[p]}={design.level_label(f.get(p)) if p in f else '-'}" for p in differ) or "baseline"
+            for f in flat]
+
+
+@dataclass
+class Studies:
+    """Several studies' results: each one's ``Results`` and their frames stacked with a ``study``
+    column (see the module's docstring)."""
+
+    results: list[Results]
+    trials: pl.DataFrame
+    metrics: pl.DataFrame = field(default_factory=pl.DataFrame)
+    curves: pl.DataFrame = field(default_factory=pl.DataFrame)
+    selectors: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # study → applied (none: every cell)
+
+    @classmethod
+    def of(cls, results: list[Results], selectors: dict[str, list[dict[str, Any]]] | None = None) -> Studies:
+        factors = list(dict.fromkeys(f for r in results for f in r.factors))
+        return cls(results, _concat([_with_study(r.trials, r, factors) for r in results]),
+                   _concat([_with_study(r.metrics, r, factors) for r in results]),
+                   _concat([_with_study(r.curves, r, factors) for r in results]), dict(selectors or {}))
+
+    @property
+    def names(self) -> list[str]:
+        return [r.study for r in self.results]
+
+    @property
+    def factors(self) -> list[str]:
+        """Every study's factors, in order of first appearance."""
+        return list(dict.fromkeys(f for r in self.results for f in r.factors))
+
+    def __getitem__(self, name: str) -> Results:
+        for r in self.results:
+            if r.study == name:
+                return r
+        raise KeyError(f"no study {name!r} here; studies: {', '.join(self.names)}")
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """Per study: ``study``, ``spec_hash``, ``cells`` (of its spec), ``shown`` (selected),
+        ``selectors`` (applied; none: every cell), ``complete`` (completed replicate items shown)
+        and ``reused`` (source study → how many of those it linked from there)."""
+        out = []
+        for res in self.results:
+            t = self.trials.filter(pl.col("study") == res.study) if self.trials.height else self.trials
+            done = t.filter((pl.col("status") == "complete") & (pl.col("phase") == "replicate")) if t.height else t
+            reused = Counter(x for x in done["reused_from"].to_list() if x) if done.height else Counter()
+            out.append({"study": res.study, "spec_hash": res.spec_hash, "cells": len(design.cells(res.spec)),
+                        "shown": t["cell_id"].n_unique() if t.height else 0,
+                        "selectors": self.selectors.get(res.study, []), "complete": done.height,
+                        "reused": dict(reused)})
+        return out
+
+    def select(self, selectors: Selectors) -> Studies:
+        """Only the cells matching any of the selectors (the design's syntax: factor or dotted
+        path → level label or value, lists meaning any of): the same for every study, or per
+        study (name → selectors; a study not named keeps every cell). ValueError when a selector
+        names what no study knows."""
+        per = ({name: [dict(s) for s in sels] for name, sels in selectors.items()} if isinstance(selectors, Mapping)
+               else {name: [dict(s) for s in selectors] for name in self.names})
+        unknown = [n for n in per if n not in self.names]
+        if unknown:
+            raise ValueError(f"selectors for {', '.join(map(repr, unknown))}, which are not among the studies "
+                             f"({', '.join(self.names)})")
+        applied: dict[str, list[str]] = {}  # selector (as text) → studies it applies to
+        problems: dict[str, list[str]] = {}  # selector → its problems, by study
+        for name, sels in per.items():
+            for sel in sels:
+                text = design.canonical_json(sel)
+                applied.setdefault(text, []).append(name)
+                found = design.selection_problems(self[name].spec, sel, "cells")
+                if found:
+                    problems.setdefault(text, []).append(f"in {name}: " + "; ".join(f"{p}: {m}" for p, m in found))
+        for text, studies in applied.items():
+            if len(problems.get(text, [])) == len(studies):  # a typo: no study knows what it names
+                raise ValueError(f"selector {text} names what no study knows: " + " | ".join(problems[text]))
+        keep: dict[str, set[str]] = {}
+        for res in self.results:
+            sels = per.get(res.study)
+            if not sels:
+                keep[res.study] = set(res.trials["cell_id"].to_list())
+                continue
+            keep[res.study] = {c.id for sel in sels for c in design.select(res.spec, sel)}
+        picked = [pl.struct(pl.col("study"), pl.col("cell_id")).is_in(
+            [{"study": s, "cell_id": c} for s, ids in keep.items() for c in ids])]
+
+        def cut(frame: pl.DataFrame) -> pl.DataFrame:
+            return frame.filter(*picked) if "cell_id" in frame.columns and frame.height else frame
+
+        return Studies(self.results, cut(self.trials), cut(self.metrics), cut(self.curves),
+                       {**self.selectors, **{k: v for k, v in per.items() if v}})
+
+    def variants(self) -> pl.DataFrame:
+        """One row per distinct cell of the selection (a cell several studies hold is one), in
+        study then design order: ``cell_id``, ``study`` (the first holding it), ``studies``
+        (all, comma-separated), ``cell_label`` (the first study's), ``label`` (the factor levels
+        that differ between the selected cells, then any other setting that tells two of them
+        apart), ``task`` (JSON), ``data_version``, ``code_version``, ``config`` (JSON)."""
+        configs: dict[str, dict[str, Any]] = {}
+        for res in self.results:
+            for cell in design.cells(res.spec):
+                configs.setdefault(cell.id, cell.config)
+        factors = [f for f in self.factors if f in self.trials.columns]
+        rows: dict[str, dict[str, Any]] = {}
+        for row in self.trials.select("study", "cell_id", "cell_label", *factors).unique(maintain_order=True).iter_rows(named=True):
+            cid, study = row["cell_id"], row["study"]
+            if cid in rows:
+                if study not in rows[cid]["studies"]:
+                    rows[cid]["studies"].append(study)
+                continue
+            config = configs.get(cid, {})
+            task = config.get("task", {})
+            rows[cid] = {"cell_id": cid, "study": study, "studies": [study], "cell_label": row["cell_label"],
+                         "config": config, "levels": {f: row[f] for f in factors},
+                         "task": design.canonical_json(task), "data_version": design.data_version(task) if task else None,
+                         "code_version": design.code_version(config) if config else None}
+        varied = [f for f in factors if len({r["levels"][f] for r in rows.values()}) > 1]
+        for r in rows.values():
+            r["label"] = ", ".join(f"{f.rsplit('.', 1)[-1]}={r['levels'][f] if r['levels'][f] is not None else '-'}"
+                                   for f in varied)
+        by_label: dict[str, list[dict[str, Any]]] = {}
+        for r in rows.values():
+            by_label.setdefault(r["label"], []).append(r)
+        for same in by_label.values():  # cells the factors do not tell apart: say what does
+            if len(same) > 1:
+                for r, extra in zip(same, difference_labels([x["config"] for x in same]), strict=True):
+                    r["label"] = ", ".join(x for x in (r["label"], extra) if x)
+        schema = {"cell_id": pl.Utf8, "study": pl.Utf8, "studies": pl.Utf8, "cell_label": pl.Utf8, "label": pl.Utf8,
+                  "task": pl.Utf8, "data_version": pl.Utf8, "code_version": pl.Utf8, "config": pl.Utf8}
+        return pl.DataFrame([{**{k: v for k, v in r.items() if k != "levels"}, "studies": ", ".join(r["studies"]),
+                              "label": r["label"] or "baseline", "config": design.canonical_json(r["config"])}
+                             for r in rows.values()], schema=schema)
+
+    def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        """(trials, metrics, curves) with each item once — a finished row before an unfinished
+        one, then the first study's — ``cell_label`` the variant's ``label`` and ``study`` the
+        studies holding the cell."""
+        v = self.variants().select("cell_id", "studies", "label")
+        order = {name: i for i, name in enumerate(self.names)}
+        item = ["cell_id", "phase", "seed", "tune_index"]
+        trials = (self.trials.with_row_index("_row")
+                  .with_columns(pl.col("study").replace_strict(order, return_dtype=pl.Int64).alias("_order"),
+                                (pl.col("status") == "pending").alias("_pending"),
+                                pl.col("_row").min().over(item).alias("_first"))
+                  .sort("_pending", "_order").unique(item, keep="first").sort("_first")
+                  .drop("_row", "_order", "_pending", "_first"))
+        # Curves and metrics come from the run of the row kept for (cell, phase, seed).
+        chosen = trials.select("cell_id", "phase", "seed", pl.col("study").alias("_from")).unique(
+            ["cell_id", "phase", "seed"], keep="first")
+
+        def relabel(frame: pl.DataFrame) -> pl.DataFrame:
+            out = frame.join(v, on="cell_id", how="inner")
+            return out.with_columns(pl.col("label").alias("cell_label"), pl.col("studies").alias("study")).drop(
+                "studies", "label")
+
+        def one(frame: pl.DataFrame) -> pl.DataFrame:
+            if "cell_id" not in frame.columns or not frame.height:
+                return frame
+            kept = frame.join(chosen, on=["cell_id", "phase", "seed"], how="inner").filter(pl.col("study") == pl.col("_from"))
+            return relabel(kept.drop("_from"))
+
+        original = self.trials.columns
+        return relabel(trials).select(original), one(self.metrics), one(self.curves)

@@ -161,6 +161,24 @@ re-running a spec resumes, adding levels or seeds runs only the new trials, and 
 setting makes new cells. A trial is keyed `<cell id>/replicate/<seed>` or
 `<cell id>/tune/<index>`.
 
+Results are shared by every study on the same stores: an item another study has finished (same
+key) is linked, not trained again, and `ablate plan` says `reused from study X`; a tuned cell is
+reused only whole (its tuning trials exactly as this spec asks for them, with its replicates).
+A cell's *config key* is its id without `code`: results of the same config under another code
+version are *stale*, listed by `ablate plan` (`stale (code version 1 → 2)`) and reused only with
+`--reuse-stale`. Trials of a study that belong to no cell of its current spec (after
+`--set train.lr=…`, say) are *orphans*: `plan` and `run` list them, `ablate keep STUDY NEW` makes
+them a study of their own, `ablate rm STUDY --orphans` drops them.
+
+## Comparisons: `compare`
+
+`compare: [studyA, {study: studyB, cells: {model.heads: 8}}]` names a comparison report over
+several studies (each study's cells matching its selectors, every cell without): `ablate compare
+--spec FILE` (or `ablate report FILE`, with the spec's own reports) renders it into
+`reports/compare-<name>/comparison.{html,pdf}`. The same from the command line:
+`ablate compare studyA studyB --cells 'model.heads=8'`. Selectors are those of `exclude` and
+`include`: factor names or dotted paths, level labels or values, lists for any of.
+
 ## Composition: `extends` and `--set`
 
 `extends: base.yaml` (or a list, merged in order) reads other specs relative to this file,
@@ -252,6 +270,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("Objective", spec.Objective),
     ("Reference", spec.Reference),
     ("StatsSpec", spec.StatsSpec),
+    ("CompareEntry", spec.CompareEntry),
 ]
 
 WHERE = {
@@ -268,6 +287,7 @@ WHERE = {
     "Objective": "`tune.objective`",
     "Reference": "each entry of `references:`",
     "StatsSpec": "`stats:`",
+    "CompareEntry": "each entry of `compare:` (a study's name alone is short for `{study: NAME}`)",
 }
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "binomial_se",
     "bootstrap_ci",
     "cell_summary",
+    "comparability",
     "compare_to_reference",
     "completed_runs",
     "convergence",
@@ -1309,3 +1310,36 @@ def anova_on_finished_levels(
             dropped[f] = gone
             keep &= ~trials[f].isin(gone).to_numpy()
     return (trials[keep] if dropped else trials), dropped
+
+
+# --- across studies --------------------------------------------------------------------------
+
+
+def comparability(variants: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Which variants can be compared with the ``reference`` variant (its ``cell_id``): those
+    trained and tested on the same data — the same task with the same data version (generator
+    version and parameters). Accuracy on different data, or state norms of different probe
+    batches, are not comparable.
+
+    ``variants`` has ``cell_id``, ``task`` (the resolved task as JSON) and ``data_version``
+    (``ablate.results.Studies.variants``). Columns: ``cell_id``, ``comparable`` (bool),
+    ``same_task`` (the task's name), ``differs`` (the task parameters whose value differs from
+    the reference's, a list; empty when only the generator version differs).
+    """
+    import json
+
+    if reference not in set(variants["cell_id"]):
+        raise KeyError(f"reference {reference!r} is not a variant")
+    ref = variants.loc[variants["cell_id"] == reference].iloc[0]
+    ref_task = json.loads(ref["task"])
+    rows = []
+    for _, v in variants.iterrows():
+        task = json.loads(v["task"])
+        keys = list(dict.fromkeys([*ref_task, *task]))
+        rows.append({
+            "cell_id": v["cell_id"],
+            "comparable": bool(v["data_version"] == ref["data_version"]),
+            "same_task": bool(task.get("name") == ref_task.get("name")),
+            "differs": [k for k in keys if task.get(k) != ref_task.get(k)],
+        })
+    return pd.DataFrame(rows, columns=["cell_id", "comparable", "same_task", "differs"])

@@ -69,13 +69,15 @@ def home() -> Path:
     return Path(os.environ.get("ABLATE_HOME", ".ablate"))
 
 
-def resolve(storage: str | None = None, tracking: str | None = None) -> Stores:
+def resolve(storage: str | None = None, tracking: str | None = None, create: bool = True) -> Stores:
+    """The stores named, else those of the environment, else SQLite files under ``home()``
+    (their folder created unless not ``create``)."""
     root = home().resolve()
     storage = storage or os.environ.get("ABLATE_STORAGE") or f"sqlite:///{root / 'optuna.db'}"
     tracking = tracking or os.environ.get("ABLATE_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
     local = not tracking.startswith(("http://", "https://", "databricks"))
     artifacts = (root / "mlartifacts").as_uri() if local else None
-    for url in (storage, tracking):
+    for url in (storage, tracking) if create else ():
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return Stores(storage, tracking, artifacts)

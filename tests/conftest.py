@@ -111,3 +111,12 @@ def norm_study(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
     import real_studies as studies
 
     return studies.shared_root(tmp_path_factory, request.config, "norm-study", studies.build_norm)
+
+
+@pytest.fixture(scope="session")
+def studies_root(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """The root of the three studies on one store of ``tests/real_studies.py`` (a first grid, a
+    follow-up that reuses half, another task), built once per session."""
+    import real_studies as studies
+
+    return studies.shared_root(tmp_path_factory, request.config, "three-studies", studies.build_studies)

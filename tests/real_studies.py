@@ -148,3 +148,40 @@ def load(root: Path, name: str, **kwargs):
     with pytest.MonkeyPatch.context() as mp:
         study_env(mp, root)
         return results.load(name, **kwargs)
+
+
+# --- several studies on one store: a first grid, a follow-up sharing half its cells, another task ---
+
+FIRST = {
+    "name": "cmp-a",
+    "task": {"name": "listops", "max_depth": 3, "max_length": 24, "train_size": 120, "val_size": 32,
+             "test_size": 32, "seed": 0},
+    "model": {"d_model": 8, "state_dim": 8, "layers": 2, "heads": 2},
+    "train": {"steps": 8, "batch_size": 8, "eval_every": 4, "log_every": 2},
+    "probes": {"every": 4, "batch": 8, "white_noise_batch": 8},
+    "factors": {"model.normalisation": ["xi", "gamma"]},
+    "seeds": 2,
+}
+FOLLOW_UP = {**FIRST, "name": "cmp-b", "factors": {"model.normalisation": ["xi", "gamma"], "model.heads": [2, 4]}}
+OTHER_DATA = {**FIRST, "name": "cmp-c", "task": {**FIRST["task"], "max_length": 20},
+              "factors": {"model.normalisation": ["xi"]}}
+
+
+def build_studies(root: Path) -> None:
+    """``cmp-a``, then ``cmp-b`` (reuses cmp-a's 4 items, runs 4), then ``cmp-c`` (other data, 2
+    items), in-process as ``ablate run`` does; their outcomes in ``root/outcomes.json``."""
+    from ablate.design import items, spec_hash, validate
+    from ablate.runner import study as st
+    from ablate.runner import tracking
+    from ablate.runner.worker import work
+    from ablate.stores import resolve
+
+    stores = resolve()
+    outcomes = {}
+    for raw in (FIRST, FOLLOW_UP, OTHER_DATA):
+        spec = validate(raw)
+        prepared = st.prepare(spec, items(spec), stores, lambda spec=spec: tracking.start_parent_run(
+            stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec)))
+        outcomes[spec.name] = {"queued": prepared.queued, "linked": dict(prepared.linked),
+                               "ran": work(spec.name, stores)}
+    (root / "outcomes.json").write_text(json.dumps(outcomes))

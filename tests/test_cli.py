@@ -73,3 +73,16 @@ def test_cli_plan_lists_cells(tmp_path, monkeypatch):
 def test_cli_report_names_come_from_the_notebooks(tmp_path):
     res = cli("report", "nostudy", "--reports", "accuracy,speed", "--out", str(tmp_path))
     assert res.exit_code == 2 and "--reports: 'speed' is not one of: accuracy, norm_stability" in res.output
+
+
+def test_cli_ls_without_stores_writes_nothing_and_report_takes_a_spec_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    res = cli("ls")
+    assert res.exit_code == 0 and "no stores yet" in res.output
+    assert not (tmp_path / "home").exists()
+    res = cli("report", "studies/quickstart.yaml", "--out", str(tmp_path / "out"))
+    assert res.exit_code == 1 and "no study named 'quickstart'" in res.output  # the spec's study, by its name
+    res = cli("report", "a", "b", "--compare", "--format", "txt")
+    assert res.exit_code == 2 and "--format: 'txt' is not one of: html, pdf" in res.output

@@ -140,3 +140,34 @@ def test_a_level_version_renews_only_the_cells_that_use_the_level(monkeypatch):
              identity.cell_id(c.config) for c in design.cells(s)}
     for label, cid in before.items():
         assert (after[label] != cid) == label.startswith("complex_diagonal"), label
+
+
+def test_config_key_is_the_id_without_the_code_and_old_ids_stay_computable(monkeypatch):
+    s = design.validate(SPEC_BASE)
+    cells = design.cells(s)
+    assert all(c.config_key == identity.config_key(c.config) and c.code_version == "1" for c in cells)
+    assert all(c.original_id == c.id for c in cells)  # at code version 1 they coincide
+    monkeypatch.setattr(identity, "CODE_VERSION", "2")
+    renewed = design.cells(s)  # the design's cache knows the code version
+    assert [c.id for c in renewed] != [c.id for c in cells]
+    assert [c.config_key for c in renewed] == [c.config_key for c in cells]
+    assert [c.original_id for c in renewed] == [c.id for c in cells]
+    assert {c.code_version for c in renewed} == {"2"}
+    from ablate.models import registry
+
+    bumped = [registry.Level(lv.name, lv.target, lv.description, lv.modes, version=3 if lv.name == "rotation" else 1)
+              for lv in registry.PARAMETERISATIONS]
+    monkeypatch.setitem(registry.MODEL_FACTORS, "model.parameterisation", registry.Registry("parameterisation", *bumped))
+    rotation = next(c for c in cells if c.labels["model.parameterisation"] == "rotation")
+    assert identity.code_version(rotation.config) == "2, model.parameterisation v3"
+    assert identity.config_key(rotation.config) == rotation.config_key
+
+
+def test_a_compare_section_leaves_the_spec_hash_of_specs_without_one(monkeypatch):
+    s = design.validate(SPEC_BASE)
+    with_compare = design.validate({**SPEC_BASE, "compare": ["a", {"study": "b", "cells": {"model.heads": 2}}]})
+    assert design.spec_hash(s) == design.spec_hash(design.validate({**SPEC_BASE, "compare": []}))
+    assert design.spec_hash(with_compare) != design.spec_hash(s)
+    assert [c.id for c in design.cells(with_compare)] == [c.id for c in design.cells(s)]
+    assert with_compare.compare[0].study == "a" and with_compare.compare[1].selectors == [{"model.heads": 2}]
+    assert "compare" in spec_errors({**SPEC_BASE, "compare": [{"study": "bad name!"}]})

@@ -9,6 +9,7 @@ from support import VARIANT, make
 
 from ablate import design
 from ablate.design.selectors import same
+from ablate.spec import SpecError
 
 
 def labels(spec, selector) -> list[str]:
@@ -63,3 +64,15 @@ def test_results_references_select_with_the_design_matcher():
     assert refs["cell_labels"].to_list() == [["LRU, layers=2"], ["RotRNN, layers=1", "LRU, layers=1"],
                                              ["RotRNN, layers=1"]]
     assert refs["cell"].to_list()[2] == "baseline"
+
+
+def test_selectors_from_the_command_line():
+    from ablate.design import parse_selector
+
+    assert parse_selector("model.heads=8") == {"model.heads": 8}
+    assert parse_selector("model.heads=[4, 8], variant=RotRNN") == {"model.heads": [4, 8], "variant": "RotRNN"}
+    assert parse_selector("{model.heads: 8, model.normalisation: xi}") == {"model.heads": 8, "model.normalisation": "xi"}
+    assert parse_selector("train.lr=1.0e-3") == {"train.lr": 0.001}  # YAML 1.1, as --set reads values
+    for bad in ("model.heads", "", "=8", "[1, 2]"):
+        with pytest.raises(SpecError, match="--cells"):
+            parse_selector(bad)

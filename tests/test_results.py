@@ -154,3 +154,36 @@ def test_thinned_copy_in_mlflow(study):
                                & (pl.col("cell_id") == res.trials["cell_id"][0]) & (pl.col("seed") == res.trials["seed"][0]))
     thinned = mlc.get_metric_history(run_id, "state_norm/layer1")[-1].value
     assert thinned == pytest.approx(curves["value"].mean())
+
+
+# --- several studies -------------------------------------------------------------------------------
+
+
+def test_load_of_several_studies_gives_one_frame_with_a_study_column(studies_root):
+    three = studies.load(studies_root, ["cmp-a", "cmp-b", "cmp-c"])
+    t = three.trials
+    assert t.columns[0] == "study" and three.names == ["cmp-a", "cmp-b", "cmp-c"]
+    assert dict(t["study"].value_counts().iter_rows()) == {"cmp-a": 4, "cmp-b": 8, "cmp-c": 2}
+    # Factor columns unioned: cmp-a and cmp-c do not vary the heads, so they hold their baseline's level.
+    assert three.factors == ["model.normalisation", "model.heads"]
+    assert set(t.filter(pl.col("study") != "cmp-b")["model.heads"]) == {"2"}
+    b = t.filter(pl.col("study") == "cmp-b")
+    assert b["reused_from"].to_list().count("cmp-a") == 4 and (b["status"] == "complete").all()
+    for frame in (three.metrics, three.curves):
+        assert frame.columns[0] == "study" and set(frame["study"]) == {"cmp-a", "cmp-b", "cmp-c"}
+    # A reused run's curves are cmp-a's own: the same values under both studies.
+    shared = b.filter(pl.col("reused_from") == "cmp-a")["mlflow_run_id"].to_list()
+    a = t.filter(pl.col("study") == "cmp-a")
+    assert set(shared) <= set(a["mlflow_run_id"].to_list())
+    curves = three.curves.filter(pl.col("kind") == "probe")
+    cell = b.filter(pl.col("reused_from") == "cmp-a").row(0, named=True)
+    pick = curves.filter((pl.col("cell_id") == cell["cell_id"]) & (pl.col("seed") == cell["seed"]))
+    per_study = {s: sorted(g["value"].to_list()) for (s,), g in pick.group_by(["study"])}
+    assert per_study["cmp-a"] == per_study["cmp-b"] and per_study["cmp-a"]
+    assert three["cmp-b"].provenance()["reused_from"] == {"cmp-a": 4} and not three["cmp-a"].provenance()["reused_from"]
+    from ablate.report.accuracy import provenance_table
+
+    rows = dict(provenance_table(three["cmp-b"].provenance()).itertuples(index=False, name=None))
+    assert rows["reused"] == "4 items trained by study cmp-a"
+    with pytest.raises(KeyError, match="studies: cmp-a, cmp-b, cmp-c"):
+        three["nope"]

@@ -195,7 +195,8 @@ def test_an_earlier_store_gets_the_indexes_and_stays_readable_by_plain_optuna(tm
         assert db.execute(index_names).fetchall() == []
     study = optuna.load_study(study_name="old", storage=storage(url))
     with sqlite3.connect(path) as db:
-        assert sorted(r[0] for r in db.execute(index_names)) == ["ablate_attr_cell_id", "ablate_trials_queue"]
+        assert sorted(r[0] for r in db.execute(index_names)) == ["ablate_attr_cell_id", "ablate_attr_config_key",
+                                                                  "ablate_trials_queue"]
     assert claim(study).user_attrs["item"] == "0"
     assert [t.state for t in optuna.load_study(study_name="old", storage=url).trials] == [TrialState.RUNNING]
 
@@ -204,3 +205,50 @@ def test_a_bad_attribute_key_never_reaches_sql(tmp_path):
     study = optuna.create_study(study_name="keys", storage=storage(f"sqlite:///{tmp_path / 'optuna.db'}"))
     with pytest.raises(ValueError, match="not a lower-case identifier"):
         queue.entries(study, {"cell_id' OR 1=1 --": "x"})
+
+
+def test_reads_and_writes_across_the_studies_of_a_storage(tmp_path):
+    """find (by an indexed attribute, over every study), activity, add (a finished trial written
+    whole) and set_finished_attrs (marking a finished trial) — what the cell store across studies uses."""
+    import datetime
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    path = tmp_path / "optuna.db"
+    store = storage(f"sqlite:///{path}")
+    a = optuna.create_study(study_name="a", storage=store)
+    b = optuna.create_study(study_name="b", storage=store)
+    for i in range(200):
+        queue.enqueue(a, {"item": f"x/{i}", "cell_id": f"c{i % 50}", "config_key": "k"})
+    queue.enqueue(b, {"item": "y", "cell_id": "c0"})
+    seen: list[tuple[str, object]] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        seen.append((statement, parameters))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        found = queue.find(store, "cell_id", ["c0", "c1"], ("item",))
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    assert [(f.study, f.user_attrs) for f in found][:3] == [("a", {"item": "x/0"}), ("a", {"item": "x/1"}),
+                                                           ("a", {"item": "x/50"})]
+    assert len(found) == 9 and found[-1].study == "b" and all(f.state == TrialState.WAITING for f in found)
+    with sqlite3.connect(path) as db:
+        for sql, params in [(s, p) for s, p in seen if s.lstrip().upper().startswith("SELECT")]:
+            plan = [row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)]
+            assert not [step for step in plan if step.startswith(("SCAN trials", "SCAN trial_user"))], (sql, plan)
+    assert len(queue.find(store, None, (), None)) == 201 and "config_key" in queue.find(store, None, (), None)[0].user_attrs
+    activity = {x.study: x for x in queue.activity(store)}
+    assert activity["a"].states == {TrialState.WAITING: 200} and activity["a"].last is None
+
+    started = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    queue.add(b, TrialState.COMPLETE, {"item": "z", "cell_id": "c9"}, 0.5, started, started + datetime.timedelta(seconds=9))
+    done = optuna.load_study(study_name="b", storage=f"sqlite:///{path}").trials[-1]
+    assert done.state == TrialState.COMPLETE and done.value == 0.5 and done.user_attrs["item"] == "z"
+    assert done.datetime_start == started and (done.datetime_complete - started).total_seconds() == 9
+    assert queue.activity(store)[1].last is not None
+    queue.set_finished_attrs(b, [done.number], {"dropped": {"why": "test"}, "item": "z2"})
+    again = optuna.load_study(study_name="b", storage=f"sqlite:///{path}").trials[-1]
+    assert again.user_attrs == {"item": "z2", "cell_id": "c9", "dropped": {"why": "test"}}

@@ -106,3 +106,29 @@ def test_a_study_run_before_resumes_without_rerunning_anything(old_stores: Path)
         # Curves of the runs finished before the change are read as well as the new ones.
         keys = ["cell_id", "seed", "phase"]
         assert set(res.curves.select(keys).unique().iter_rows()) == set(res.trials.select(keys).iter_rows())
+
+
+def test_results_stored_before_config_keys_are_reused_and_found_stale_after_a_code_change(old_stores, monkeypatch):
+    """The earlier trials carry no config key or code version: a new study of the same cells
+    links them at code version 1, and after a code change finds them (by the id their configs had
+    at version 1) as stale: not reused unless asked."""
+    from ablate import design, planning
+    from ablate.design import identity
+    from ablate.runner import study as st
+    from ablate.stores import Stores
+
+    root = old_stores
+    stores = Stores(f"sqlite:///{root / '.ablate' / 'optuna.db'}", f"sqlite:///{root / '.ablate' / 'mlflow.db'}", None)
+    monkeypatch.chdir(root)
+    raw = design.load(root / "plain.yaml").model_dump(mode="json")
+    copy_ = design.validate({**raw, "name": "compat_copy"})
+    prepared = st.prepare(copy_, design.items(copy_), stores, enqueue_new=False)
+    assert prepared.linked == {"compat_plain": 3}  # the 3 trials that had finished, linked as they are
+    monkeypatch.setattr(identity, "CODE_VERSION", "2")
+    later = design.validate({**raw, "name": "compat_later"})
+    plan = planning.build(later, stores.storage, stores.tracking)
+    stale = [c for c in plan.cells if c.stale]
+    assert sum(len(c.stale) for c in stale) == 3 and not plan.reused
+    assert all("code version 1 → 2" in c.source for c in stale)
+    assert sum(len(c.reusable) for c in planning.build(later, stores.storage, stores.tracking,
+                                                         reuse_stale=True).cells) == 3

@@ -17,17 +17,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ablate.design.cells import Cell, Item, cells, cells_and_problems, items, select
+from ablate.design.cells import Cell, Item, cells, cells_and_problems, items, select, selection_problems
 from ablate.design.factors import Factor, Level, level_label, parse_factors
-from ablate.design.identity import CODE_VERSION, canonical_json, cell_id, data_version, spec_hash
-from ablate.design.selectors import matches
+from ablate.design.identity import (
+    CODE_VERSION,
+    ORIGINAL_CODE_VERSION,
+    canonical_json,
+    cell_id,
+    code_version,
+    config_key,
+    data_version,
+    original_cell_id,
+    spec_hash,
+)
+from ablate.design.selectors import matches, parse_selector
 from ablate.design.space import resolve_space, space_problems, tune_protocol
 from ablate.spec import MAX_ITEMS, Problems, Spec, SpecError, located, parse, read_raw, reads_raw
 
 __all__ = [
-    "CODE_VERSION", "Cell", "Factor", "Item", "Level", "canonical_json", "cell_id", "cells", "check",
-    "data_version", "items", "level_label", "load", "loads", "matches", "parse_factors", "resolve_space",
-    "select", "space_problems", "spec_hash", "tune_protocol", "validate",
+    "CODE_VERSION", "ORIGINAL_CODE_VERSION", "Cell", "Factor", "Item", "Level", "canonical_json", "cell_id",
+    "cells", "check", "code_version", "config_key", "data_version", "items", "level_label", "load", "loads",
+    "matches", "original_cell_id", "parse_factors", "parse_selector", "resolve_space", "select",
+    "selection_problems", "space_problems", "spec_hash", "tune_protocol", "validate",
 ]
 
 

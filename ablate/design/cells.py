@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ablate.design.factors import Factor, Level, parse_factors
-from ablate.design.identity import canonical_json, cell_id, spec_key
+from ablate.design.identity import (
+    canonical_json,
+    cell_id,
+    code_version,
+    config_key,
+    original_cell_id,
+    spec_key,
+)
 from ablate.design.selectors import condition_problems, matches, selector_problems
 from ablate.design.space import tune_protocol
 from ablate.spec import MAX_CELLS, Problems, Spec, SpecError, get_path, parse, set_path
@@ -36,6 +43,9 @@ class Cell:
     labels: dict[str, str] = field(default_factory=dict)  # factor name → level label, every factor
     shown: tuple[str, ...] = ()  # the factors the cell label names
     parts: tuple[str, ...] = ()
+    config_key: str = ""  # the id without the code version (identity.config_key): finds stale results
+    code_version: str = ""  # the code part of the id as text (identity.code_version)
+    original_id: str = ""  # the id at code version 1 without level versions (identity.original_cell_id)
 
     @property
     def label(self) -> str:
@@ -191,7 +201,8 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
         if cid in seen:  # two choices that resolve to the same model: one cell
             continue
         seen.add(cid)
-        out.append(Cell(cid, built.settings, resolved, built.labels, tuple(shown), parts))
+        out.append(Cell(cid, built.settings, resolved, built.labels, tuple(shown), parts,
+                        config_key(resolved, tune), code_version(resolved), original_cell_id(resolved, tune)))
     for where, label, error in invalid[:MAX_INVALID_SHOWN]:
         problems.append((where, f"the cell ({label}) is invalid: {error}. Exclude it (exclude:) or vary the "
                                 "factor only where it applies (when:)"))
@@ -248,3 +259,12 @@ def select(spec: Spec, selector: dict[str, Any]) -> list[Cell]:
     by_name = {f.name: f for f in fs}
     base = spec.baseline()
     return [c for c in cells(spec) if matches(selector, c.config, c.labels, by_name, base)]
+
+
+def selection_problems(spec: Spec, selector: Any, where: str = "cells") -> Problems:
+    """What is wrong with ``selector`` as a selection of ``spec``'s cells (unknown factors, paths,
+    levels), checked like ``exclude``/``include`` entries."""
+    fs, problems = parse_factors(spec)
+    if problems:
+        return problems
+    return selector_problems(selector, where, {f.name: f for f in fs}, spec.baseline())

@@ -13,6 +13,14 @@ Two rules keep the ids of cells run by earlier versions valid while the code gro
   ``version`` in ``ablate.models.registry``; versions above 1 enter the id of the cells using it
   (so only those cells become new), version 1 stays out. ``CODE_VERSION`` is for changes that
   touch every cell.
+
+A cell's *config key* is its id without the code: the same hash of config, data version [and
+tuning protocol] but not ``CODE_VERSION`` or the level versions. Two cells with one config key
+and different ids are the same experiment run by different code: results of the older one are
+*stale* for the newer (``ablate plan`` says so; ``--reuse-stale`` reuses them on purpose).
+``code_version`` is the code part as text, recorded with every trial. Trials stored before
+config keys were recorded were all written at code version ``"1"`` with no level versions, so
+their cell id is ``original_cell_id`` of their config: that is how they are found as stale.
 """
 
 from __future__ import annotations
@@ -82,23 +90,56 @@ def level_versions(config: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def cell_id(config: dict[str, Any], tune: dict[str, Any] | None = None, n: int = 12) -> str:
-    """hash(resolved config + task data version + code version [+ level versions] [+ tuning protocol])."""
-    key: dict[str, Any] = {"config": identity_config(config), "data": data_version(config["task"]),
-                           "code": CODE_VERSION}
-    versions = level_versions(config)
-    if versions:
-        key["levels"] = versions
+def _hash(config: dict[str, Any], tune: dict[str, Any] | None, code: str | None, levels: dict[str, int],
+          n: int) -> str:
+    key: dict[str, Any] = {"config": identity_config(config), "data": data_version(config["task"])}
+    if code is not None:
+        key["code"] = code
+    if levels:
+        key["levels"] = levels
     if tune:
         key["tune"] = tune
     return hashlib.sha256(canonical_json(key).encode()).hexdigest()[:n]
 
 
+def cell_id(config: dict[str, Any], tune: dict[str, Any] | None = None, n: int = 12) -> str:
+    """hash(resolved config + task data version + code version [+ level versions] [+ tuning protocol])."""
+    return _hash(config, tune, CODE_VERSION, level_versions(config), n)
+
+
+def config_key(config: dict[str, Any], tune: dict[str, Any] | None = None, n: int = 12) -> str:
+    """The cell id without the code: hash(resolved config + data version [+ tuning protocol]).
+    Equal keys, different ids: the same experiment run by different code (stale results)."""
+    return _hash(config, tune, None, {}, n)
+
+
+def code_version(config: dict[str, Any]) -> str:
+    """The code part of the config's cell id as text: ``CODE_VERSION``, then each level version
+    above 1 it uses, e.g. ``"2"`` or ``"1, model.parameterisation v2"``."""
+    return CODE_VERSION + "".join(f", {path} v{v}" for path, v in sorted(level_versions(config).items()))
+
+
+#: The code version of every trial stored before trials recorded theirs.
+ORIGINAL_CODE_VERSION = "1"
+
+
+def original_cell_id(config: dict[str, Any], tune: dict[str, Any] | None = None, n: int = 12) -> str:
+    """The id the config had at code version 1 with no level versions: what trials stored
+    before config keys were recorded carry."""
+    return _hash(config, tune, ORIGINAL_CODE_VERSION, {}, n)
+
+
 def spec_hash(spec: Spec) -> str:
-    """A hash of the whole validated spec (every key, defaults filled): recorded with each run."""
-    return hashlib.sha256(canonical_json(spec.model_dump()).encode()).hexdigest()[:12]
+    """A hash of the whole validated spec (every key, defaults filled): recorded with each run.
+    ``compare`` (which studies a report sets side by side) enters only when given, so specs
+    written before it existed keep their hash."""
+    data = spec.model_dump()
+    if not data.get("compare"):
+        data.pop("compare", None)
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:12]
 
 
 def spec_key(spec: Spec) -> str:
-    """The spec as text, factor order kept: what the design's caches are keyed by."""
-    return canonical_json([spec.model_dump(mode="json"), list(spec.factors)])
+    """The spec as text, factor order kept, and the code version: what the design's caches are
+    keyed by (cells carry ids that depend on the code version)."""
+    return canonical_json([spec.model_dump(mode="json"), list(spec.factors), CODE_VERSION])

@@ -6,6 +6,10 @@ A selector maps keys to wanted values; a cell matches when every key matches:
 - a dotted path matches the cell's resolved config value at that path;
 - a list means any of; a mapping matches the keys it names;
 - booleans never equal numbers (``true`` is not ``1``); ``2`` equals ``2.0``.
+
+On the command line (``--cells``) a selector is written ``key=value, key=value`` (values read as
+YAML: ``model.heads=8``, ``model.heads=[4, 8]``, ``variant=RotRNN``) or as a YAML mapping
+(``{model.heads: 8}``): ``parse_selector``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,47 @@ from typing import Any
 
 from ablate.design.factors import Factor
 from ablate.spec import Problems, get_path, path_problem
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` cut at the commas outside brackets and quotes."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_selector(text: str, where: str = "--cells") -> dict[str, Any]:
+    """A selector from text: ``key=value, key=value`` (values as YAML) or a YAML mapping.
+    Raises SpecError naming ``where``."""
+    from ablate.spec import SpecError, parse_yaml
+
+    text = text.strip()
+    if text.startswith("{"):
+        value = parse_yaml(text, where)
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise SpecError([(where, f"{text!r} is not a mapping of factor or dotted path → value")])
+        return value
+    out: dict[str, Any] = {}
+    for part in _split_top(text):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise SpecError([(where, f"{part!r} is not of the form key=value (e.g. model.heads=8)")])
+        out[key.strip()] = parse_yaml(value, f"{where} {key.strip()}") if value.strip() else ""
+    if not out:
+        raise SpecError([(where, "an empty selector; give key=value (e.g. model.heads=8)")])
+    return out
 
 
 def same(actual: Any, wanted: Any) -> bool:

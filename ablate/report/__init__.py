@@ -1,12 +1,17 @@
 """Reports: one papermill notebook per report in ``notebooks/`` (rendered by ``render.py``).
 
-``REPORTS`` is read from the notebooks shipped with the package, so a new report is one
-notebook file; importing this package stays cheap (no matplotlib, no papermill).
+``REPORTS`` (what a spec's ``reports:`` may list: reports of one study) is read from the
+notebooks shipped with the package, so a new report is one notebook file; ``COMPARISONS`` are
+the notebooks that take several studies (``ablate compare``). Importing this package stays cheap
+(no matplotlib, no papermill).
 """
 
 from importlib import resources
 
+#: Reports over several studies at once (parameters ``studies`` and ``cells``), not per study.
+COMPARISONS: tuple[str, ...] = ("comparison",)
+
 REPORTS: tuple[str, ...] = tuple(sorted(
     entry.name.removesuffix(".py") for entry in resources.files(__name__).joinpath("notebooks").iterdir()
-    if entry.name.endswith(".py") and not entry.name.startswith("_")
+    if entry.name.endswith(".py") and not entry.name.startswith("_") and entry.name.removesuffix(".py") not in COMPARISONS
 ))

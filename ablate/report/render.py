@@ -37,7 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ablate.report import REPORTS, fonts
+from ablate.report import COMPARISONS, REPORTS, fonts
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
@@ -107,8 +107,8 @@ class ReportError(Exception):
 
 
 def notebook_path(report: str) -> Path:
-    if report not in REPORTS:
-        raise ValueError(f"{report!r} is not one of: {', '.join(REPORTS)}")
+    if report not in REPORTS + COMPARISONS:
+        raise ValueError(f"{report!r} is not one of: {', '.join(REPORTS + COMPARISONS)}")
     return Path(str(resources.files("ablate.report") / "notebooks" / f"{report}.py"))
 
 
@@ -343,3 +343,38 @@ def _preload() -> None:
     """Import what turns notebooks into pages while the kernel starts on the first one."""
     import nbconvert  # noqa: F401
     import weasyprint  # noqa: F401
+
+
+def render_comparison(
+    studies: list[str],
+    out_dir: Path,
+    cells: dict[str, list[dict]] | list[dict] | None = None,
+    formats: tuple[str, ...] = FORMATS,
+    storage: str | None = None,
+    tracking_uri: str | None = None,
+    parameters: dict | None = None,
+    title: str = "",
+    report: str = "comparison",
+) -> list[Path]:
+    """Render one comparison report over ``studies`` (their cells matching ``cells``: selectors
+    for every study, or per study) into ``out_dir`` as ``<report>.html`` / ``<report>.pdf``."""
+    from ablate.stores import resolve
+
+    stores = resolve(storage, tracking_uri)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    title = title or " vs ".join(studies)
+    params = {"studies": list(studies), "cells": cells or {}, "storage": stores.storage,
+              "tracking_uri": stores.tracking, "title": title}
+    with tempfile.TemporaryDirectory() as tmp:
+        nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp))
+    html = to_html(nb, f"{title} — comparison")
+    written: list[Path] = []
+    if "html" in formats:
+        path = out_dir / f"{report}.html"
+        path.write_text(html, encoding="utf-8")
+        written.append(path)
+    if "pdf" in formats:
+        path = out_dir / f"{report}.pdf"
+        to_pdf(html, path)
+        written.append(path)
+    return written

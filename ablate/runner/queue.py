@@ -15,7 +15,11 @@ their ``number`` (public); the storage's trial ids stay in here.
 - ``enqueue``, ``claim`` (oldest claimable first, optionally through a ``Gate``), ``beat``,
   ``finish``, ``fail_running``, ``requeue``, ``stale``;
 - reading: ``entries`` (state and a few attributes per trial, without loading whole trials),
-  ``trials`` / ``trial`` (whole ``FrozenTrial``s of a few), ``count``.
+  ``trials`` / ``trial`` (whole ``FrozenTrial``s of a few), ``count``;
+- across the studies of one storage: ``find`` (trials of any study by an attribute's values),
+  ``activity`` (trials per state and the last activity of every study); ``add`` (a finished
+  trial written whole: a result linked from another study) and ``set_finished_attrs`` (marking
+  finished trials, which Optuna's API refuses).
 
 A claim costs O(1) in the number of waiting trials: it reads the oldest WAITING ids a page at a
 time (``LIMIT``) on an index over (study, state, trial id), and only the few attributes its gate
@@ -39,14 +43,16 @@ On an upgrade, re-check (tests/test_runner_queue.py exercises each):
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
 import re
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import optuna
@@ -213,6 +219,13 @@ def _tables() -> tuple[Any, Any]:
     return models.TrialModel.__table__, models.TrialUserAttributeModel.__table__
 
 
+def _other_tables() -> tuple[Any, Any]:
+    """The studies and heartbeat tables (reads across studies)."""
+    from optuna.storages._rdb import models
+
+    return models.StudyModel.__table__, models.TrialHeartbeatModel.__table__
+
+
 def _store(study: optuna.Study) -> Any:
     return study._storage
 
@@ -221,6 +234,11 @@ def _backend(study: optuna.Study) -> optuna.storages.RDBStorage:
     """The RDB storage under the study's (Optuna wraps it in a cache)."""
     store = study._storage
     return getattr(store, "_backend", store)
+
+
+def storage_of(study: optuna.Study) -> optuna.storages.RDBStorage:
+    """The RDB storage a study lives in (to open the other studies of the same storage)."""
+    return _backend(study)
 
 
 def _engine(study: optuna.Study) -> Any:
@@ -468,3 +486,127 @@ def count(study: optuna.Study, states: Sequence[TrialState]) -> int:
                                                           trial_table.c.state.in_(list(states)))
     with _engine(study).connect() as conn:
         return int(conn.execute(query).scalar_one())
+
+
+# --- across the studies of one storage ---------------------------------------------------------
+
+CHUNK = 500  # values per IN (...) list: well under every database's limit on bound parameters
+
+
+@dataclass(frozen=True)
+class Found:
+    """A trial of some study on the storage: the study's name, the trial's number and state,
+    and the user attributes that were asked for."""
+
+    study: str
+    number: int
+    state: TrialState
+    user_attrs: dict[str, Any] = field(default_factory=dict)
+
+
+def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
+    """Optuna stores naive UTC datetimes."""
+    return value.replace(tzinfo=datetime.timezone.utc) if value is not None else None
+
+
+def find(storage: optuna.storages.RDBStorage, key: str | None, values: Sequence[Any] = (),
+         keys: Sequence[str] | None = (), states: Sequence[TrialState] | None = None) -> list[Found]:
+    """Trials of every study on ``storage`` whose user attribute ``key`` is one of ``values``
+    (``key`` None: every trial), oldest first, with the user attributes named in ``keys`` (None:
+    all of them). Give an indexed ``key``: the lookup starts from its index."""
+    from sqlalchemy import select
+
+    trial_table, attr_table = _tables()
+    study_table, _ = _other_tables()
+    base = (select(trial_table.c.trial_id, trial_table.c.number, trial_table.c.state, study_table.c.study_name)
+            .join(study_table, study_table.c.study_id == trial_table.c.study_id))
+    if states is not None:
+        base = base.where(trial_table.c.state.in_(list(states)))
+    rows: list[Any] = []
+    with storage.engine.connect() as conn:
+        if key is None:
+            rows = list(conn.execute(base))
+        else:
+            wanted = sorted({json.dumps(v) for v in values})
+            for i in range(0, len(wanted), CHUNK):
+                ids = select(attr_table.c.trial_id).where(_key_is(attr_table.c.key, key),
+                                                          attr_table.c.value_json.in_(wanted[i : i + CHUNK]))
+                rows += list(conn.execute(base.where(trial_table.c.trial_id.in_(ids))))
+        rows.sort(key=lambda r: r.trial_id)
+        attrs: dict[int, dict[str, Any]] = {}
+        if keys is None or keys:
+            all_ids = [r.trial_id for r in rows]
+            for i in range(0, len(all_ids), CHUNK):
+                query = select(attr_table.c.trial_id, attr_table.c.key, attr_table.c.value_json).where(
+                    attr_table.c.trial_id.in_(all_ids[i : i + CHUNK]))
+                if keys is not None:
+                    query = query.where(attr_table.c.key.in_(list(keys)))
+                for trial_id, k, value in conn.execute(query):
+                    attrs.setdefault(trial_id, {})[k] = json.loads(value)
+    return [Found(r.study_name, r.number, r.state, attrs.get(r.trial_id, {})) for r in rows]
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One study on the storage: its trials per state and when it was last active (UTC)."""
+
+    study: str
+    states: Counter
+    last: datetime.datetime | None
+
+
+def activity(storage: optuna.storages.RDBStorage) -> list[Activity]:
+    """Every study on ``storage`` (by name) with its trials per state and its last activity: the
+    latest start, completion or heartbeat of any of its trials."""
+    from sqlalchemy import func, select
+
+    trial_table, _ = _tables()
+    study_table, beat_table = _other_tables()
+    with storage.engine.connect() as conn:
+        names = {r[0]: r[1] for r in conn.execute(select(study_table.c.study_id, study_table.c.study_name))}
+        states: dict[int, Counter] = {i: Counter() for i in names}
+        for study_id, state, n in conn.execute(select(trial_table.c.study_id, trial_table.c.state, func.count())
+                                               .group_by(trial_table.c.study_id, trial_table.c.state)):
+            states[study_id][state] += int(n)
+        times = {r.study_id: r for r in conn.execute(
+            select(trial_table.c.study_id, func.max(trial_table.c.datetime_start).label("started"),
+                   func.max(trial_table.c.datetime_complete).label("completed"))
+            .group_by(trial_table.c.study_id))}
+        beats = {r[0]: r[1] for r in conn.execute(
+            select(trial_table.c.study_id, func.max(beat_table.c.heartbeat))
+            .join(beat_table, beat_table.c.trial_id == trial_table.c.trial_id).group_by(trial_table.c.study_id))}
+    out = []
+    for study_id, name in sorted(names.items(), key=lambda kv: kv[1]):
+        t = times.get(study_id)
+        moments = [m for m in (t.started if t else None, t.completed if t else None, beats.get(study_id)) if m]
+        out.append(Activity(name, states[study_id], _utc(max(moments)) if moments else None))
+    return out
+
+
+def add(study: optuna.Study, state: TrialState, attrs: Mapping[str, Any], value: float | None,
+        started: datetime.datetime | None, completed: datetime.datetime | None) -> None:
+    """Write a finished trial (COMPLETE with ``value``, or FAIL) carrying ``attrs``, with the given
+    start and completion times (local, as Optuna gives them)."""
+    now = datetime.datetime.now()
+    frozen = FrozenTrial(number=-1, state=state, value=value if state == TrialState.COMPLETE else None,
+                         values=None, datetime_start=started or now, datetime_complete=completed or now,
+                         params={}, distributions={}, user_attrs=dict(attrs), system_attrs={},
+                         intermediate_values={}, trial_id=-1)
+    study.add_trial(frozen)
+
+
+def set_finished_attrs(study: optuna.Study, numbers: Sequence[int], attrs: Mapping[str, Any]) -> None:
+    """Set user attributes on trials whether finished or not (Optuna's API refuses finished ones):
+    for marks that leave the result as it is, e.g. ``dropped``. A ``Study`` object that had
+    read these trials before keeps its cached copies; open the study again to see the marks."""
+    from sqlalchemy import delete, insert
+
+    _, attr_table = _tables()
+    ids = [_trial_id(study, n) for n in numbers]
+    with _engine(study).begin() as conn:
+        for i in range(0, len(ids), CHUNK):
+            chunk = ids[i : i + CHUNK]
+            conn.execute(delete(attr_table).where(attr_table.c.trial_id.in_(chunk),
+                                                  attr_table.c.key.in_(list(attrs))))
+            conn.execute(insert(attr_table), [{"trial_id": t, "key": _checked(k), "value_json": json.dumps(v)}
+                                              for t in chunk for k, v in attrs.items()])

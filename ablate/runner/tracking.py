@@ -227,3 +227,47 @@ def read_parquet_artifacts(tracking_uri: str, run_ids: list[str], name: str, wor
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(run_ids)))) as pool:
         frames = pool.map(lambda run_id: read_parquet_artifact(tracking_uri, run_id, name, mlc), run_ids)
         return dict(zip(run_ids, frames, strict=True))
+
+
+def experiment_runs(tracking_uri: str, study: str) -> list[tuple[str, str | None, str]]:
+    """(run id, parent run id, ``ablate.role``) of every active run in the study's experiment."""
+    from mlflow.entities import ViewType
+
+    mlc = client(tracking_uri)
+    exp = mlc.get_experiment_by_name(study)
+    if exp is None or exp.lifecycle_stage != "active":
+        return []
+    runs, token = [], None
+    while True:
+        page = mlc.search_runs([exp.experiment_id], run_view_type=ViewType.ACTIVE_ONLY, max_results=1000,
+                               page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            break
+    return [(r.info.run_id, r.data.tags.get("mlflow.parentRunId"), r.data.tags.get("ablate.role", "")) for r in runs]
+
+
+def delete_runs(tracking_uri: str, run_ids: list[str]) -> None:
+    """Delete runs (MLflow's soft delete: hidden everywhere; ``mlflow gc`` purges them and their artifacts)."""
+    mlc = client(tracking_uri)
+    for run_id in run_ids:
+        mlc.delete_run(run_id)
+
+
+def retire_experiment(tracking_uri: str, study: str, delete: bool, note: str) -> str | None:
+    """Rename the study's experiment ``<study>.removed-<UTC time>`` (its name is then free for a
+    new study), tag it with ``note``, and delete it when ``delete``. Returns the new name, or None
+    when there is no such experiment."""
+    import datetime
+
+    mlc = client(tracking_uri)
+    exp = mlc.get_experiment_by_name(study)
+    if exp is None:
+        return None
+    name = f"{study}.removed-{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%S}"
+    mlc.rename_experiment(exp.experiment_id, name)
+    mlc.set_experiment_tag(exp.experiment_id, "ablate.removed", note[:5000])
+    if delete:
+        mlc.delete_experiment(exp.experiment_id)
+    return name

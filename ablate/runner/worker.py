@@ -1,6 +1,7 @@
 """A worker: claim an item, train it with a heartbeat, record the outcome in Optuna and MLflow.
 
-Outcomes: complete; ``diverged`` (a result of the cell, not retried); ``error`` (a bug: the
+Outcomes: complete; ``reused`` (another study finished the item since it was queued: the trial
+links that result instead of training, study.link_if_done_elsewhere); ``diverged`` (a result of the cell, not retried); ``error`` (a bug: the
 traceback is recorded, not retried); ``interrupted`` (SIGINT/SIGTERM: re-queued); ``killed``
 (no heartbeat: re-queued by whichever process notices, see study.declare_dead); ``superseded``
 (this worker was declared dead while still alive, e.g. stalled past the grace period: its item
@@ -25,7 +26,7 @@ from optuna.trial import TrialState
 from ablate import provenance
 from ablate.runner import phases, queue, tracking
 from ablate.runner.queue import HEARTBEAT_S
-from ablate.runner.study import MAX_RETRIES, open_study, recover_stale, states_by_item
+from ablate.runner.study import MAX_RETRIES, link_if_done_elsewhere, open_study, recover_stale, states_by_item
 from ablate.spec import ProbeSpec
 from ablate.stores import Stores
 
@@ -112,6 +113,17 @@ class _Watched:
 def run_item(
     study: optuna.Study, trial: optuna.Trial, stores: Stores, device: str, emit: Event, checkpoint_every: int = 0
 ) -> str:
+    who = {"cell": trial.user_attrs.get("cell_label"), "seed": trial.user_attrs.get("seed")}
+    try:
+        source = link_if_done_elsewhere(study, trial)
+    except optuna.exceptions.UpdateFinishedTrialError:  # declared dead meanwhile: re-queued already
+        emit("superseded", {**who, "message": "declared dead by another worker; the item was re-queued"})
+        return "superseded"
+    except Exception:  # the lookup only saves work: training the item is always right
+        source = None
+    if source is not None:
+        emit("reused", {**who, "message": f"finished meanwhile in study {source}: linked, not trained"})
+        return "reused"
     try:  # tuning: sample the setting; a replicate after tuning: take the cell's best one
         attrs = phases.prepare_item(study, trial)
     except Exception as exc:

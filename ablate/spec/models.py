@@ -346,6 +346,39 @@ class Reference(Strict):
 
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME_RULE = "use letters, digits, '_', '.', '-' and start with a letter or digit"
+
+
+def _study_name(v: str) -> str:
+    if not NAME.match(v):
+        raise ValueError(NAME_RULE)
+    return v
+
+
+def _entry_short_form(value: Any) -> Any:
+    return {"study": value} if isinstance(value, str) else value
+
+
+class CompareEntry(Strict):
+    """One study of a comparison report, and which of its cells to show."""
+
+    study: str = Field(description="the study's name")
+    cells: Match | list[Match] = Field(
+        default_factory=list,
+        description="selectors of the cells to show (factor or dotted path → level label or value; a list "
+                    "means any of them); none: every cell. Checked against the study's spec when rendering")
+
+    @field_validator("study")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _study_name(v)
+
+    @property
+    def selectors(self) -> list[Match]:
+        return [self.cells] if isinstance(self.cells, dict) else list(self.cells)
+
+
+CompareItem = Annotated[CompareEntry, BeforeValidator(_entry_short_form, json_schema_input_type=CompareEntry | str)]
 
 
 class Spec(Strict):
@@ -377,6 +410,10 @@ class Spec(Strict):
         default_factory=list, description="published values to compare with in the accuracy report")
     reports: list[_choice(REPORTS)] = Field(default_factory=lambda: list(REPORTS))
     stats: StatsSpec = Field(default_factory=StatsSpec, description="how the reports judge the results")
+    compare: list[CompareItem] = Field(
+        default_factory=list,
+        description="a comparison report over several studies (`ablate compare --spec FILE`): study names, "
+                    "or {study:, cells:} to show only some cells of a study")
 
     @model_validator(mode="before")
     @classmethod
@@ -388,9 +425,7 @@ class Spec(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME.match(v):
-            raise ValueError("use letters, digits, '_', '.', '-' and start with a letter or digit")
-        return v
+        return _study_name(v)
 
     @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int])
     @classmethod

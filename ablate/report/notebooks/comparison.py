@@ -1,0 +1,129 @@
+# %% [markdown]
+# # Comparison across studies
+
+# %% tags=["parameters"]
+studies = ["quickstart"]
+cells = {}  # selectors: a list (every study) or study → list; none: every cell
+storage = None
+tracking_uri = None
+title = ""
+reference = None  # a variant label, cell label or cell id; default: the first study's baseline
+metric = "test_accuracy"
+alpha = 0.05
+confidence = 0.95
+margin = 0.02  # a run with metric ≤ chance + margin never learned
+min_effect = -1.0  # the smallest difference that matters; < 0: the first study's stats.min_effect
+export_dir = None  # set by `ablate report --export`
+
+# %%
+import warnings
+
+from ablate import results, stats
+from ablate import stats_norms as sn
+from ablate.report import accuracy as acc
+from ablate.report import comparison as cmp
+from ablate.report import format as fmt
+from ablate.report import norm_stability as ns
+from ablate.report.display import export_to, say, show, show_figure
+from ablate.report.plotting import Channels
+
+warnings.filterwarnings("ignore")
+export_to(export_dir, "comparison")
+
+both = results.load(list(studies), storage=storage, tracking_uri=tracking_uri, curves=True, metrics=True)
+if cells:
+    both = both.select(cells)
+variants = both.variants().to_pandas()
+trials_pl, metrics_pl, curves_pl = both.frames()
+trials = trials_pl.to_pandas()
+ref_id, ref_why = cmp.reference_variant(variants, reference, {r.study: r.baseline_cell for r in both.results})
+ref_label = variants.loc[variants.cell_id == ref_id, "label"].iloc[0]
+comp = stats.comparability(variants, ref_id)
+comparable = set(comp.loc[comp.comparable, "cell_id"])
+same = trials[trials.cell_id.isin(comparable)]
+known = same["chance"].dropna() if "chance" in same.columns else []
+chance = float(known.iloc[0]) if len(known) else None  # one task, one chance level
+factors = [f for f in both.factors if f in trials.columns]
+channels = Channels.from_trials(trials, factors)  # one factor → colour / line style / facet mapping for every figure
+first = both.results[0].spec
+effect = min_effect if min_effect >= 0 else first.stats.min_effect
+say(*cmp.header_lines(title or " vs ".join(studies), both.names, variants, trials, ref_label, ref_why))
+
+# %% [markdown]
+# ## Studies and variants
+
+# %%
+summaries = both.summaries()
+for s in summaries:
+    s["selection"] = cmp.selection_text(s["selectors"])
+show(cmp.studies_table(summaries), intro=(
+    "**Table 1. The studies.** *reused*: completed runs a study linked from another study (the same cell and "
+    "seed, trained once) instead of training them again."))
+show(cmp.variants_table(variants, comp, ref_id), intro=(
+    "**Table 2. The variants** in the order of the figures: each cell once, with the studies that hold it."))
+say(*cmp.comparability_lines(variants, comp, ref_id))
+
+# %% [markdown]
+# ## Accuracy
+
+# %%
+summary = stats.cell_summary(trials, metric, chance, margin, confidence)
+show(acc.cell_table(summary, ref_id, confidence, chance is not None), intro=(
+    f"**Table 3. {fmt.metric_name(metric).capitalize()} per variant.** Mean with its t-based confidence interval over completed replicate "
+    "runs (*n*); diverged runs are counted apart. Variants not on the reference's data are listed but not "
+    "compared."))
+show_figure(acc.accuracy_by_cell(trials, metric, chance, margin=margin, confidence=confidence, label_width=46,
+                                 channels=channels))
+
+# %% [markdown]
+# ## Comparisons with the reference
+# Each variant on the reference's data against the reference, by the accuracy report's tests (exact
+# permutation tests, never on fewer than three seeds, Holm-corrected across the comparisons).
+
+# %%
+comparisons = (stats.compare_to_reference(same, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
+                                          power=first.stats.power) if len(comparable) > 1 else None)
+if comparisons is None or comparisons.empty:
+    say("No other variant is on the reference's data: there is nothing to compare.")
+else:
+    show(acc.comparison_table(comparisons, confidence), name="comparisons", data=comparisons,
+         intro=[*acc.comparison_intro(comparisons, alpha), f"Reference: **{ref_label}**. α = {alpha:g}."])
+    say(*[f"- {s}" for s in acc.comparison_sentences(comparisons, metric, alpha, confidence, True,
+                                                      power=first.stats.power)])
+    show_figure(acc.comparison_plot(comparisons, metric=metric, label_width=46, channels=channels),
+                name="comparisons")
+
+# %% [markdown]
+# ## Hidden-state norms in shared axes
+# **Figure.** Probe-batch ‖x‖² (batch mean, averaged over time steps and heads) against the training step,
+# one panel per recurrent layer, every variant on the same axes: thin lines are seeds, the thick line
+# their mean, the band their min–max.
+
+# %%
+df = sn.prepare(curves_pl, trials_pl)
+order = sn.variants(df, trials_pl) if len(df) else []
+fig_order, key = ns.short_order(order)
+if len(df):
+    per_layer = sn.layer_norms(df, "probe")
+    show_figure(ns.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step")
+    stab = sn.stability(per_layer, order, confidence)
+    show(ns.stability_table(stab, confidence), intro=(
+        "**Table 4. Stability of the state norm per variant.** Coefficient of variation of the probe-batch "
+        "norm over training steps, layers and seeds (as in the norm-stability report)."))
+    near = per_layer[per_layer.cell_id.isin(comparable)]
+    if near.cell_id.nunique() > 1:
+        ratios = sn.stability_ratios(near, stab[stab.cell_id.isin(comparable)], confidence)
+        if len(ratios):
+            show(ns.ratio_table(ratios, confidence), intro=(
+                "**Table 5. Ratios between the variants on the reference's data** (the same probe batch): each "
+                "variant's mean CV over that of the most stable one, with a bootstrap CI."))
+else:
+    say("No completed run of the chosen variants has probe data.")
+
+# %% [markdown]
+# ## Provenance
+
+# %%
+provenances = [r.provenance() for r in both.results]
+show(cmp.provenance_table(provenances), intro="**Table 6. Provenance per study** (as recorded by each run).")
+say(*cmp.stores_lines(provenances))
