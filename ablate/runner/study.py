@@ -5,6 +5,13 @@ Items are enqueued as WAITING trials carrying their cell config in user attribut
 claim them atomically (queue.claim, with the tuning rule of runner/phases.py). Heartbeats mark
 trials of killed workers FAIL and re-enqueue them, up to a retry bound. Nothing here touches
 Optuna's storage internals: that is runner/queue.py's alone.
+
+So that optuna-dashboard shows an ablation rather than an optimisation, ``describe`` names the
+objective (``val_accuracy``), says in the study's ``description`` attribute (and its dashboard
+note, when optuna-dashboard is installed) what the trials are, and keeps the categorical
+distribution of every factor (its level labels, in the spec's order) in ``PARAM_DISTRIBUTIONS``:
+a running trial records its levels (and tuned values, runner/phases.py) as Optuna parameters,
+which the dashboard's importance, parallel-coordinate and slice views read.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.design import Item, canonical_json, spec_hash
+from ablate.design import Item, canonical_json, parse_factors, spec_hash
 from ablate.runner import queue
 from ablate.runner.queue import StorageError
 from ablate.spec import Spec
@@ -35,6 +42,10 @@ INDEXED = ("cell_id",)
 STATE_KEYS = ("item", "failure_kind")
 
 KILLED_ATTRS = {"status": "killed", "failure_kind": "killed", "failure_message": "worker stopped sending heartbeats"}
+# The objective every COMPLETE trial reports (worker.py tells the study this value).
+OBJECTIVE = "val_accuracy"
+# Study user attribute: factor name → Optuna distribution (JSON) of its level labels.
+PARAM_DISTRIBUTIONS = "param_distributions"
 
 
 def storage(url: str) -> optuna.storages.RDBStorage:
@@ -49,7 +60,24 @@ def open_study(name: str, stores: Stores, create: bool = False) -> optuna.Study:
             return optuna.create_study(study_name=name, storage=store, load_if_exists=True, direction="maximize")
         return optuna.load_study(study_name=name, storage=store)
     except KeyError:
-        raise StorageError(f"no study named {name!r} in {redact(stores.storage)}") from None
+        raise StorageError(missing_study(name, optuna.get_all_study_names(store), stores.storage)) from None
+
+
+def missing_study(name: str, known: Sequence[str], url: str) -> str:
+    """The message for a study name that is not in the storage at ``url``: the closest names,
+    or the studies there, and how to point at another store."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if close:
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    elif known:
+        shown = ", ".join(sorted(known)[:10]) + (f", … ({len(known)} in all)" if len(known) > 10 else "")
+        hint = f"; studies there: {shown}"
+    else:
+        hint = "; it holds no study yet"
+    return (f"no study named {name!r} in {redact(url)}{hint} (stores are found through --storage, "
+            "$ABLATE_STORAGE, or $ABLATE_HOME, default ./.ablate)")
 
 
 def recover_stale(study: optuna.Study) -> int:
@@ -101,6 +129,71 @@ def item_attrs(item: Item) -> dict[str, Any]:
         "config": item.cell.config,
         **item.extra_attrs(),  # tuned specs: the protocol, and a tuning item's index (runner/phases.py)
     }
+
+
+def factor_distributions(spec: Spec, known: Mapping[str, Any] | None = None
+                         ) -> dict[str, optuna.distributions.CategoricalDistribution]:
+    """Per factor, a categorical distribution over its level labels in the spec's order (and the
+    label a cell shows where a conditional factor does not apply). ``known`` (name → distribution
+    JSON, as stored) keeps the labels recorded before: those the spec no longer lists follow its
+    own, so that every recorded value stays a choice."""
+    factors, _ = parse_factors(spec)
+    out = {}
+    for f in factors:
+        labels = [lvl.label for lvl in f.levels]
+        if f.baseline_label not in labels:
+            labels.append(f.baseline_label)
+        if known and f.name in known:
+            old = optuna.distributions.json_to_distribution(known[f.name])
+            if isinstance(old, optuna.distributions.CategoricalDistribution):
+                labels += [c for c in old.choices if c not in labels]
+        out[f.name] = optuna.distributions.CategoricalDistribution(labels)
+    return out
+
+
+def describe(study: optuna.Study, spec: Spec) -> None:
+    """What optuna-dashboard needs to show an ablation (see the module docstring): the objective's
+    name, the description, the note, and the factors' distributions; parameters recorded under
+    distributions that changed (a level added) are re-encoded."""
+    study.set_metric_names([OBJECTIVE])
+    text = description(spec)
+    if study.user_attrs.get("description") != text:
+        study.set_user_attr("description", text)
+    known = study.user_attrs.get(PARAM_DISTRIBUTIONS) or {}
+    dists = factor_distributions(spec, known)
+    stored = {name: optuna.distributions.distribution_to_json(d) for name, d in dists.items()}
+    if {k: known.get(k) for k in stored} != stored:
+        for name, dist in dists.items():
+            if name in known and known[name] != stored[name]:
+                queue.recode_params(study, name, dist)
+        study.set_user_attr(PARAM_DISTRIBUTIONS, {**known, **stored})
+    try:
+        import optuna_dashboard
+    except ImportError:  # an optional tool: the description attribute says the same
+        return
+    if optuna_dashboard.get_note(study) != text:
+        optuna_dashboard.save_note(study, text)
+
+
+def description(spec: Spec) -> str:
+    """The study's description for optuna-dashboard (Markdown): an ablation queue, not a search."""
+    factors = ", ".join(f"`{name}`" for name in spec.factors) or "none"
+    lines = [
+        f"**{spec.name}: an ablation study run by ablate** — a work queue, not an optimisation.",
+        "",
+        "Each trial trains one cell (a combination of factor levels) on one seed "
+        "(`phase` replicate, or tune while a cell's tuning runs); trials run in queue order, so the "
+        "best-so-far line and \"best trial\" mean only the highest validation accuracy so far.",
+        f"Parameters are the factor levels ({factors}; categorical, in the spec's order) and, for "
+        "tuned studies, the tuned values: importance, parallel coordinates and slices show how each "
+        f"factor moves `{OBJECTIVE}`, the objective (validation accuracy at the end of training).",
+        "User attributes hold the cell (`cell_label`, `cell_id`), `seed`, `phase`, its config and "
+        "any failure. Test metrics, curves and statistics: `ablate report` or "
+        f"`ablate.results.load({spec.name!r})`.",
+    ]
+    if spec.description:
+        lines += ["", spec.description.strip()]
+    return "\n".join(lines)
 
 
 def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
@@ -158,6 +251,7 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     queued = 0
     # Two `ablate run`s at once would otherwise both queue every item (docs/multi-host.md).
     with queue.lock(study, f"ablate-queue:{study.study_name}"):
+        describe(study, spec)
         if parent_run is not None and not study.user_attrs.get("mlflow_parent_run_id"):
             study.set_user_attr("mlflow_parent_run_id", parent_run())
         existing = states_by_item(study)
