@@ -405,7 +405,7 @@ def spectrum_figure(df: pd.DataFrame, order: Order) -> Figure:
 
 def grad_figure(df: pd.DataFrame, order: Order, ncols: int = 3) -> Figure:
     """A panel per variant: gradient norm per optimiser group against the step (mean over seeds)."""
-    g = df[(df["kind"] == "grad") & (df["layer"] == -1)]
+    g = df[(df["kind"] == "grad") & (df["layer"].isna() | (df["layer"] == -1))]  # group rows: no layer (-1 before)
     shown = [(c, lbl) for c, lbl in order if (g["cell_id"] == c).any()]
     if not shown:
         return plotting.empty("no gradient norms recorded")
