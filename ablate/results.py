@@ -94,6 +94,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ablate import design
 from ablate.runner import tracking
 from ablate.runner.study import (
+    WHERE_STORES_ARE,
     StorageError,
     existing_store_url,
     factor_distributions,
@@ -323,8 +324,7 @@ def locate(study: str, storage_url: str | None = None, tracking_uri: str | None 
         if searched:
             message += f" (searched {', '.join(searched)}" + (f"; did you mean {' or '.join(close)}?)" if close
                                                              else ")")
-    raise StorageError(f"{message}. Point at the stores with home= (the folder holding optuna.db), "
-                       "$ABLATE_HOME, or storage= / $ABLATE_STORAGE")
+    raise StorageError(f"{message}; {WHERE_STORES_ARE}")
 
 
 def load(

@@ -27,7 +27,7 @@ looked up by an attribute (``where``) through a partial index over that attribut
 Written against Optuna 5.0.0 and SQLAlchemy 2.1 (``pyproject.toml`` bounds Optuna to 5.0.x).
 On an upgrade, re-check (tests/test_runner_queue.py exercises each):
 - ``optuna.storages._rdb.models``: tables ``trials`` (trial_id, number, study_id, state as the
-  enum's name) and ``trial_user_attributes`` (trial_id, key, value_json = ``json.dumps(value)``);
+  enum's name, datetime_start, datetime_complete) and ``trial_user_attributes`` (trial_id, key, value_json = ``json.dumps(value)``);
 - ``Study._storage`` (a ``_CachedStorage`` whose ``_backend`` is the ``RDBStorage``),
   ``Study._study_id``, ``RDBStorage.engine``, ``optuna.Trial(study, trial_id)``,
   ``get_trial_id_from_study_id_trial_number``;
@@ -54,6 +54,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 import optuna
@@ -451,18 +452,21 @@ def stale(study: optuna.Study) -> list[int]:
 
 @dataclass(frozen=True)
 class Entry:
-    """A trial's number and state, and only the user attributes that were asked for."""
+    """A trial's number and state, its start and end, and only the user attributes asked for."""
 
     number: int
     state: TrialState
     user_attrs: dict[str, Any]
+    started: datetime | None = None
+    finished: datetime | None = None
 
 
 def entries(study: optuna.Study, where: Mapping[str, Any] | None = None, keys: Sequence[str] = (),
-            states: Sequence[TrialState] | None = None) -> list[Entry]:
-    """The study's trials (those matching ``where`` and ``states``), oldest first, with the
-    user attributes named in ``keys``: what counting and state rules need, without loading
-    every trial's attributes (configs included) as ``Study.get_trials`` does."""
+            states: Sequence[TrialState] | None = None, finished_after: datetime | None = None) -> list[Entry]:
+    """The study's trials (those matching ``where`` and ``states``, and finished at or after
+    ``finished_after`` if given), oldest first, with the user attributes named in ``keys``: what
+    counting, state rules and the live view need, without loading every trial's attributes
+    (configs included) as ``Study.get_trials`` does."""
     from sqlalchemy import select
 
     trial_table, attr_table = _tables()
@@ -471,9 +475,12 @@ def entries(study: optuna.Study, where: Mapping[str, Any] | None = None, keys: S
         chosen.append(trial_table.c.state.in_(list(states)))
     if where:
         chosen.append(trial_table.c.trial_id.in_(_matching(where)))
+    if finished_after is not None:
+        chosen.append(trial_table.c.datetime_complete >= finished_after)
     found: dict[int, dict[str, Any]] = {}
     with _engine(study).connect() as conn:
-        rows = list(conn.execute(select(trial_table.c.trial_id, trial_table.c.number, trial_table.c.state)
+        rows = list(conn.execute(select(trial_table.c.trial_id, trial_table.c.number, trial_table.c.state,
+                                        trial_table.c.datetime_start, trial_table.c.datetime_complete)
                                  .where(*chosen).order_by(trial_table.c.trial_id)))
         if keys and rows:
             query = (select(attr_table.c.trial_id, attr_table.c.key, attr_table.c.value_json)
@@ -481,7 +488,7 @@ def entries(study: optuna.Study, where: Mapping[str, Any] | None = None, keys: S
                      .where(*chosen, attr_table.c.key.in_(list(keys))))
             for trial_id, key, value in conn.execute(query):
                 found.setdefault(trial_id, {})[key] = json.loads(value)
-    return [Entry(r.number, r.state, found.get(r.trial_id, {})) for r in rows]
+    return [Entry(r.number, r.state, found.get(r.trial_id, {}), r.datetime_start, r.datetime_complete) for r in rows]
 
 
 def trials(study: optuna.Study, where: Mapping[str, Any] | None = None,

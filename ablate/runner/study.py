@@ -60,12 +60,17 @@ def open_study(name: str, stores: Stores, create: bool = False) -> optuna.Study:
             return optuna.create_study(study_name=name, storage=store, load_if_exists=True, direction="maximize")
         return optuna.load_study(study_name=name, storage=store)
     except KeyError:
-        raise StorageError(missing_study(name, optuna.get_all_study_names(store), stores.storage)) from None
+        raise StorageError(f"{missing_study(name, optuna.get_all_study_names(store), stores.storage)}; "
+                           f"{WHERE_STORES_ARE}") from None
+
+
+WHERE_STORES_ARE = ("stores are found through --storage / storage=, $ABLATE_STORAGE, or the folder "
+                    "home= / $ABLATE_HOME (default ./.ablate)")
 
 
 def missing_study(name: str, known: Sequence[str], url: str) -> str:
     """The message for a study name that is not in the storage at ``url``: the closest names,
-    or the studies there, and how to point at another store."""
+    or the studies there."""
     import difflib
 
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
@@ -76,8 +81,7 @@ def missing_study(name: str, known: Sequence[str], url: str) -> str:
         hint = f"; studies there: {shown}"
     else:
         hint = "; it holds no study yet"
-    return (f"no study named {name!r} in {redact(url)}{hint} (stores are found through --storage, "
-            "$ABLATE_STORAGE, or $ABLATE_HOME, default ./.ablate)")
+    return f"no study named {name!r} in {redact(url)}{hint}"
 
 
 def recover_stale(study: optuna.Study) -> int:

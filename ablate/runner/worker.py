@@ -30,7 +30,12 @@ from ablate.spec import ProbeSpec
 from ablate.stores import Stores
 
 Event = Callable[[str, dict[str, Any]], None]
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+def worker_id(pid: int | None = None) -> str:
+    """How a worker process names itself on its trials: host:pid."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
+
+
+WORKER_ID = worker_id()
 RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
 REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another process has begun
