@@ -6,10 +6,11 @@ step (recorded by the worker's heartbeat within a few seconds) and last validati
 only thing it adds is the local worker processes the pool started (``Slot``), so that a worker
 shows from its start, before it has claimed anything.
 
-ETA: seconds per training step measured on the finished trials (wall time from claim to finish,
-so per-trial overheads are included), or on the running ones before any finished; times the
-steps left (running items' remaining steps, then the waiting items at the mean steps per item),
-spread over the workers.
+ETA: seconds per training step measured on the latest finished trials (the median of wall time
+from claim to finish over steps, so per-trial overheads are included and one slow warm-up does
+not dominate), or on the running ones before any finished; times the steps left (the running
+items' remaining steps, then the waiting items at the mean steps per item), spread over the
+workers, and never less than the longest running item's remainder.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ablate.runner.study import counts
 # Seconds between two looks at the store, and between status lines in a pipe when nothing happens.
 POLL_S = 1.0
 QUIET_LINE_S = 60.0
+RECENT = 20  # finished trials the seconds per step are measured on
 
 
 @dataclass
@@ -81,13 +83,7 @@ class Snapshot:
             return 0.0
         if self.seconds_per_step is None:
             return None
-        now = self.taken
         running = [max(0, r.steps - r.step) * self.seconds_per_step for r in self.items]
-        # A running item's rate may be its own (step recorded) rather than the study's mean.
-        for i, r in enumerate(self.items):
-            elapsed = r.elapsed(now)
-            if r.step > 0 and elapsed:
-                running[i] = max(0.0, (r.steps - r.step) * elapsed / r.step)
         queued = (self.waiting + self.new) * (self.mean_steps or 0.0) * self.seconds_per_step
         return max(max(running, default=0.0), (sum(running) + queued) / max(1, workers))
 
@@ -109,16 +105,15 @@ def snapshot(study: optuna.Study) -> Snapshot:
         )
         for t in queue.trials(study, states=(TrialState.RUNNING,))
     ]
-    walls = [(e.finished - e.started).total_seconds() for e in finished
-             if e.started and e.finished and isinstance(e.user_attrs.get("steps"), int) and e.user_attrs["steps"] > 0]
-    steps = [e.user_attrs["steps"] for e in finished
-             if e.started and e.finished and isinstance(e.user_attrs.get("steps"), int) and e.user_attrs["steps"] > 0]
+    measured = [((e.finished - e.started).total_seconds(), e.user_attrs["steps"]) for e in finished
+                if e.started and e.finished and isinstance(e.user_attrs.get("steps"), int) and e.user_attrs["steps"] > 0]
+    steps = [n for _, n in measured]
     now = datetime.now()
-    if steps:
-        rate: float | None = sum(walls) / sum(steps)
-    else:
+    if measured:  # the median of the latest: a worker's first trial also pays its warm-up
+        rate: float | None = statistics.median(wall / n for wall, n in measured[-RECENT:])
+    else:  # before any finished: the running items' own pace, start-up included (an overestimate)
         moving = [(r.elapsed(now) or 0.0, r.step) for r in running if r.step > 0]
-        rate = sum(e for e, _ in moving) / sum(s for _, s in moving) if moving else None
+        rate = sum(e for e, _ in moving) / sum(n for _, n in moving) if moving else None
     seen = steps + [r.steps for r in running if r.steps]
     return Snapshot(c["done"], c["failed"], c["running"], c["waiting"], c["new"], rate, running,
                     statistics.fmean(seen) if seen else None, now)
@@ -307,10 +302,11 @@ class View:
             name = f"{a.get('cell_label')} · seed {a.get('seed')}"
             wall = (e.finished - e.started).total_seconds() if e.finished and e.started else None
             if e.state == TrialState.COMPLETE:
-                scores = ", ".join(f"{k.replace('_', ' ')} {a[k]:.3f}" for k in ("val_accuracy", "test_accuracy")
-                                   if isinstance(a.get(k), int | float))
-                lines.append(f"done {name}: {scores} ({duration(wall)}) [{snap.done}/{snap.total} done, "
-                             f"ETA {duration(snap.eta_seconds(workers))}]")
+                scores = "".join(f"{label} {a[k]:.3f} · " for k, label in (("val_accuracy", "val acc"),
+                                                                             ("test_accuracy", "test acc"))
+                                 if isinstance(a.get(k), int | float))
+                lines.append(f"done {name}: {scores}{duration(wall)} · {snap.done}/{snap.total} done · "
+                             f"ETA {duration(snap.eta_seconds(workers))}")
             else:
                 message = " ".join(str(a.get("failure_message") or "").split())
                 lines.append(f"{a.get('failure_kind') or 'failed'} {name}: {message}")
