@@ -27,7 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.design import Item, canonical_json, parse_factors, spec_hash
+from ablate.design import Item, canonical_json, cells, parse_factors, spec_hash
 from ablate.runner import queue
 from ablate.runner.queue import StorageError
 from ablate.spec import Spec
@@ -138,14 +138,16 @@ def item_attrs(item: Item) -> dict[str, Any]:
 def factor_distributions(spec: Spec, known: Mapping[str, Any] | None = None
                          ) -> dict[str, optuna.distributions.CategoricalDistribution]:
     """Per factor, a categorical distribution over its level labels in the spec's order (and the
-    label a cell shows where a conditional factor does not apply). ``known`` (name → distribution
+    baseline's label, where a cell shows it: a conditional factor that does not apply, a factor
+    left at the baseline by a one-at-a-time design). ``known`` (name → distribution
     JSON, as stored) keeps the labels recorded before: those the spec no longer lists follow its
     own, so that every recorded value stays a choice."""
     factors, _ = parse_factors(spec)
+    shown = {f.name: {c.labels[f.name] for c in cells(spec)} for f in factors}
     out = {}
     for f in factors:
         labels = [lvl.label for lvl in f.levels]
-        if f.baseline_label not in labels:
+        if f.baseline_label in shown[f.name] and f.baseline_label not in labels:
             labels.append(f.baseline_label)
         if known and f.name in known:
             old = optuna.distributions.json_to_distribution(known[f.name])

@@ -69,6 +69,9 @@ class Heartbeat:
             try:
                 step = self._step
                 now = step() if step is not None else {}
+            except Exception:  # progress is for the view: never a reason to miss a beat
+                now = {}
+            try:
                 changed = {k: v for k, v in now.items() if sent.get(k) != v}
                 if changed or time.monotonic() - last >= HEARTBEAT_S:
                     if not queue.beat(study, number, changed or None) and not self._stop.is_set():
