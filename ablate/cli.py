@@ -78,6 +78,8 @@ def plan(
     estimate: Annotated[bool, typer.Option("--estimate", help="time a few training steps per model shape "
                                                               "and estimate the wall time of what is pending")] = False,
     device: Annotated[str, typer.Option(help="device of the --estimate dry run: cpu, cuda, cuda:k")] = "cpu",
+    workers: Annotated[int, typer.Option(min=1, help="--estimate for this many local workers (as `ablate run "
+                                                     "--workers`)")] = 1,
 ) -> None:
     """One row per cell: id, level labels, trials, done / partial / new; totals; --estimate."""
     spec = _load(file, set_)
@@ -86,7 +88,12 @@ def plan(
     the_plan = planning.build(spec, storage)  # reads the study's storage only if it exists
     planning.render(the_plan, out)
     if estimate:
-        planning.render_estimate(planning.estimate(the_plan, device), out)
+        threads = None
+        if workers > 1 and device == "cpu":  # each worker of a pool gets its share of the cores
+            from ablate.runner.pool import threads_per_worker
+
+            threads = threads_per_worker(workers)
+        planning.render_estimate(planning.estimate(the_plan, device, workers=workers, threads=threads), out)
 
 
 @app.command()

@@ -8,8 +8,12 @@ evaluations and probes, plus a measured-once per-trial overhead for tracking.
 
 from __future__ import annotations
 
+import heapq
+import statistics
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +24,7 @@ from ablate.spec import Spec
 # `ablate run` (imports, stores); measured on the 2-core CPU development machine.
 TRIAL_OVERHEAD_S = 1.5
 RUN_OVERHEAD_S = 8.0
+WORKER_START_S = 0.0
 FINISHED = ("done", "failed")
 
 
@@ -127,20 +132,24 @@ def render(plan: Plan, console: Any) -> None:
 
 @dataclass
 class ShapeTiming:
-    setup: float  # building the model and optimiser
-    step: float  # one training step
+    setup: float  # per trial: the cached task read, the model and optimiser built, data moved
+    step: float  # one training step (median of several, after a warm-up step)
     val: float  # one pass over the validation split
     test: float  # one pass over the test split
-    probe: float  # one hidden-state probe
+    probe: float  # one hidden-state probe (everything ``probes`` asks for)
+    grads: float = 0.0  # the gradient-norm rows of one probe step
 
 
 @dataclass
 class Estimate:
-    seconds: float  # one worker, every pending trial
+    seconds: float  # wall time of every pending trial with ``workers`` workers, start-up included
     trials: int
     shapes: int
     measured: float  # seconds the dry run took
     device: str
+    workers: int = 1
+    trial_seconds: float = 0.0  # the pending trials' own time, summed (one worker's busy time)
+    start_seconds: float = 0.0  # what a run spends before its workers claim anything
 
 
 def _shape_key(config: dict[str, Any]) -> str:
@@ -148,77 +157,153 @@ def _shape_key(config: dict[str, Any]) -> str:
                            "batch": config["train"]["batch_size"]})
 
 
-def measure(config: dict[str, Any], probe_batch: int, device: str = "cpu", steps: int = 5) -> ShapeTiming:
-    """Time a few training steps (the trial's own ``train_step``), one evaluation and one probe of
-    ``config`` on ``device``."""
+def _timed(fn: Any, sync: Any, repeats: int = 3) -> float:
+    """The median of ``repeats`` timed calls of ``fn`` (after the caller's warm-up call)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", steps: int = 5) -> ShapeTiming:
+    """Time what a trial of ``config`` does, on ``device``, with the trial's own functions: its
+    setup, training steps (``train_step``), an evaluation, a probe (``Prober.probe``) and the
+    gradient rows. Each is called once untimed first: the first call pays for compilation (numba,
+    Triton), lazy imports and allocation, once per worker process, not once per call."""
     import torch
 
     from ablate.models import build_model
-    from ablate.probes import probe_norms
-    from ablate.spec import ModelSpec, TrainSpec
+    from ablate.probes import Prober
+    from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
     from ablate.tasks import load_task
     from ablate.training import evaluate, make_optimiser, train_step
+
+    probes = ProbeSpec.model_validate(probes) if isinstance(probes, dict) else probes or ProbeSpec()
 
     def sync() -> None:
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
 
     train = TrainSpec.model_validate(config["train"])
-    data = load_task(config["task"], progress=False)
+    load_task(config["task"], progress=False)  # a cache miss generates the data: once per study, not per trial
+
+    def setup() -> tuple[Any, ...]:
+        data = load_task(config["task"], progress=False)
+        torch.manual_seed(0)
+        model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
+        optimiser, scheduler = make_optimiser(model, train)
+        moved = [t.to(device) for t in (*data.train, *data.val)]
+        return data, model, optimiser, scheduler, moved
+
+    setup()  # the first build imports what the optimiser loads lazily (seconds, once per process)
     start = time.perf_counter()
-    torch.manual_seed(0)
-    model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
-    optimiser, scheduler = make_optimiser(model, train)
-    x, y = (t.to(device) for t in data.train)
-    x_val, y_val = (t.to(device) for t in data.val)
+    data, model, optimiser, scheduler, (x, y, x_val, y_val) = setup()
     sync()
-    setup = time.perf_counter() - start
+    setup_s = time.perf_counter() - start
+    prober = Prober(model, probes, x_val[: probes.batch], optimiser.param_groups)
 
     def step() -> None:
         idx = torch.randint(len(x), (train.batch_size,)).to(device)
         train_step(model, optimiser, scheduler, x[idx], y[idx], train)
 
-    step()  # the first step pays for compilation and allocation once per worker, not per step
+    def block() -> None:
+        for _ in range(steps):
+            step()
+
+    step()
     sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    per_step = (time.perf_counter() - start) / steps
-    start = time.perf_counter()
+    per_step = _timed(block, sync) / steps
     evaluate(model, x_val, y_val)
-    sync()
-    val = time.perf_counter() - start
-    start = time.perf_counter()
-    probe_norms(model, x_val[:probe_batch], 0)
-    sync()
-    probe = time.perf_counter() - start
+    val = _timed(lambda: evaluate(model, x_val, y_val), sync)
+    probe = 0.0
+    grads = 0.0
+    if probes.enabled:
+        prober.probe(0)
+        probe = _timed(lambda: prober.probe(0), sync)
+        if probes.grads:
+            prober.grad_rows(1)
+            grads = _timed(lambda: prober.grad_rows(1), sync)
     test = val * len(data.test[0]) / max(1, len(x_val))
-    return ShapeTiming(setup, per_step, val, test, probe)
+    return ShapeTiming(setup_s, per_step, val, test, probe, grads)
 
 
-def trial_seconds(config: dict[str, Any], probes_every: int, t: ShapeTiming) -> float:
+def trial_seconds(config: dict[str, Any], probes: Any, t: ShapeTiming) -> float:
+    """One trial's wall time from its timings: the counts of steps, evaluations and probes are the
+    training loop's (``ablate.training.run_trial``), plus ``TRIAL_OVERHEAD_S``."""
     train = config["train"]
     steps, every = int(train["steps"]), int(train["eval_every"])
-    evals = (steps - 1) // every
-    probes = 2 + (steps - 1) // probes_every
-    return (t.setup + steps * t.step + (evals + 1) * t.val + t.test + probes * t.probe + TRIAL_OVERHEAD_S)
+    evals = (steps - 1) // every  # periodic validation passes; the final val + test come after
+    enabled = getattr(probes, "enabled", True)
+    probe_every = int(getattr(probes, "every", probes if isinstance(probes, int) else 100))
+    n_probes = (2 + (steps - 1) // probe_every) if enabled else 0  # step 0, every `every`, the end
+    n_grads = (steps // probe_every + (1 if steps % probe_every else 0)) if enabled else 0
+    return (t.setup + steps * t.step + (evals + 1) * t.val + t.test + n_probes * t.probe + n_grads * t.grads
+            + TRIAL_OVERHEAD_S)
 
 
-def estimate(plan: Plan, device: str = "cpu", steps: int = 5) -> Estimate:
-    """Wall time of the plan's pending trials on one worker, from a measured dry run."""
+def schedule(items: list[Item], seconds: list[float], workers: int) -> float:
+    """The wall time of running ``items`` (``seconds`` each) with ``workers`` workers as the queue
+    does: the oldest claimable item goes to whichever worker is free first, and a tuned cell's
+    replicates are claimable only once all of its tuning items are finished."""
+    free = [0.0] * max(1, workers)
+    tuning_left = Counter(i.cell.id for i in items if i.phase == "tune")
+    tuning_ends: list[tuple[float, str]] = []  # (end, cell id) of tuning items started
+    pending = list(range(len(items)))
+    while pending:
+        w = min(range(len(free)), key=free.__getitem__)
+        now = free[w]
+        while tuning_ends and tuning_ends[0][0] <= now:
+            tuning_left[heapq.heappop(tuning_ends)[1]] -= 1
+        pick = next((k for k in pending if not (items[k].phase == "replicate" and items[k].tune
+                                                 and tuning_left[items[k].cell.id])), None)
+        if pick is None:  # what is left waits for tuning running on other workers
+            free[w] = tuning_ends[0][0]
+            continue
+        pending.remove(pick)
+        free[w] = now + seconds[pick]
+        if items[pick].phase == "tune":
+            heapq.heappush(tuning_ends, (free[w], items[pick].cell.id))
+    return max(free)
+
+
+def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
+             threads: int | None = None) -> Estimate:
+    """Wall time of the plan's pending trials with ``workers`` local workers (``ablate run
+    --workers``), from a measured dry run: each distinct model shape is timed once on ``device``
+    (with ``threads`` CPU threads: what each worker of a pool gets), the trials are scheduled as
+    the queue claims them, and a run's start is added (``RUN_OVERHEAD_S``, ``WORKER_START_S``)."""
     pending = plan.pending()
     start = time.perf_counter()
     timings: dict[str, ShapeTiming] = {}
-    total = 0.0
-    for item in pending:
-        key = _shape_key(item.cell.config)
-        if key not in timings:
-            timings[key] = measure(item.cell.config, plan.spec.probes.batch, device, steps)
-        total += trial_seconds(item.cell.config, plan.spec.probes.every, timings[key])
-    if pending:
-        total += RUN_OVERHEAD_S
-    return Estimate(total, len(pending), len(timings), time.perf_counter() - start, device)
+    per_item: list[float] = []
+    with _threads(threads):
+        for item in pending:
+            key = _shape_key(item.cell.config)
+            if key not in timings:
+                timings[key] = measure(item.cell.config, plan.spec.probes, device, steps)
+            per_item.append(trial_seconds(item.cell.config, plan.spec.probes, timings[key]))
+    begin = RUN_OVERHEAD_S + WORKER_START_S if pending else 0.0
+    total = begin + schedule(pending, per_item, workers) if pending else 0.0
+    return Estimate(total, len(pending), len(timings), time.perf_counter() - start, device, workers,
+                    sum(per_item), begin)
+
+
+@contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    if not threads:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def duration(seconds: float) -> str:
@@ -236,6 +321,8 @@ def render_estimate(est: Estimate, console: Any) -> None:
     if not est.trials:
         console.print("estimate: nothing pending")
         return
-    console.print(f"estimated wall time of the {est.trials} pending trials on {est.device}: "
-                  f"~{duration(est.seconds)} with one worker (≈ that ÷ N with N workers); measured "
-                  f"{est.shapes} model shape{'s' if est.shapes != 1 else ''} in {est.measured:.1f} s")
+    who = "one worker" if est.workers == 1 else f"{est.workers} workers"
+    console.print(f"estimated wall time of the {est.trials} pending trials on {est.device}: ~{duration(est.seconds)} "
+                  f"with {who} (trials {duration(est.trial_seconds)} of one worker's time, start-up "
+                  f"{duration(est.start_seconds)}); measured {est.shapes} model shape{'s' if est.shapes != 1 else ''} "
+                  f"in {est.measured:.1f} s", highlight=False, soft_wrap=True)
