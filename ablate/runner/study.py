@@ -251,13 +251,13 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     """Create or resume the study; enqueue the items that have no live or finished trial.
     ``parent_run`` starts the study's MLflow parent run (returning its id) if it has none yet."""
     study = open_study(spec.name, stores, create=True)
+    describe(study, spec)  # first: the description heads the dashboard's table of study attributes
     study.set_user_attr("spec", spec.model_dump(mode="json"))  # unsorted: factor and level order are the spec's
     study.set_user_attr("spec_hash", spec_hash(spec))
     study.set_user_attr("tracking_uri", stores.tracking)
     queued = 0
     # Two `ablate run`s at once would otherwise both queue every item (docs/multi-host.md).
     with queue.lock(study, f"ablate-queue:{study.study_name}"):
-        describe(study, spec)
         if parent_run is not None and not study.user_attrs.get("mlflow_parent_run_id"):
             study.set_user_attr("mlflow_parent_run_id", parent_run())
         existing = states_by_item(study)
