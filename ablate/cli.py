@@ -296,7 +296,8 @@ def status(
         data["cells"] = per_cell
         sys.stdout.write(json.dumps(data, default=str) + "\n")
         return
-    table = Table(title=f"{study}: status per cell", title_justify="left")
+    out.print(f"{study}: status per cell", highlight=False, soft_wrap=True)  # a title would pad to the table's width
+    table = Table()
     table.add_column("cell")
     for s in STATUSES:
         table.add_column(s, justify="right")

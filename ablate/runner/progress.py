@@ -286,11 +286,7 @@ class View:
         self.last_line = time.monotonic()
 
     def _events(self, snap: Snapshot, workers: int) -> list[str]:
-        lines = []
-        for r in snap.items:
-            if r.number not in self.started:
-                self.started.add(r.number)
-                lines.append(f"start {r.cell} · seed {r.seed} ({r.phase}, trial {r.number}) on {r.worker}")
+        lines = []  # finishes first: within one look, an item usually ended before the next began
         cutoff, self.since = self.since, snap.taken - timedelta(seconds=5)  # overlap: clocks and commits
         keys = ("cell_label", "seed", "phase", "val_accuracy", "test_accuracy", "failure_kind", "failure_message")
         for e in queue.entries(self.study, keys=keys, states=(TrialState.COMPLETE, TrialState.FAIL),
@@ -310,4 +306,8 @@ class View:
             else:
                 message = " ".join(str(a.get("failure_message") or "").split())
                 lines.append(f"{a.get('failure_kind') or 'failed'} {name}: {message}")
+        for r in snap.items:
+            if r.number not in self.started:
+                self.started.add(r.number)
+                lines.append(f"start {r.cell} · seed {r.seed} ({r.phase}, trial {r.number}) on {r.worker}")
         return lines
