@@ -142,10 +142,12 @@ def schema(
 
 
 def _worker_events(verbose: bool):
-    """What an in-process worker prints itself: only with -v (the live view shows the rest)."""
+    """What an in-process worker prints itself: what the store does not show as a finished trial
+    (an out-of-memory retry, a superseded attempt), and with -v every event; the live view shows
+    the rest."""
 
     def emit(event: str, info: dict) -> None:
-        if verbose:
+        if verbose or event in ("oom", "superseded"):
             err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}".rstrip(),
                       highlight=False, markup=False, soft_wrap=True)
 

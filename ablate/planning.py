@@ -1,14 +1,19 @@
 """``ablate plan``: the cells of a spec, what is already done, and an estimate of the rest.
 
 Reading progress opens the study's storage only if it exists (nothing is created). The
-estimate (``--estimate``) times a few training steps, one validation pass and one probe per
-distinct model shape on the chosen device, then scales them by each pending trial's steps,
-evaluations and probes, plus a measured-once per-trial overhead for tracking.
+estimate (``--estimate [--workers K]``) measures, on the chosen device: per distinct model shape,
+a trial's setup, a training step, a validation pass, a probe and the gradient rows — each after
+an untimed first call, which pays for compilation and lazy imports once per worker process —
+then scales them by each pending trial's steps, evaluations and probes (the training loop's
+counts); and once, on throwaway SQLite stores, a run's bookkeeping (queueing, a worker's
+imports, a trial's claim / MLflow run / finish). The trials are then scheduled over K workers
+as the queue claims them (a tuned cell's replicates after its tuning).
 """
 
 from __future__ import annotations
 
 import heapq
+import os
 import statistics
 import time
 from collections import Counter
@@ -20,11 +25,13 @@ from typing import Any
 from ablate.design import Cell, Item, canonical_json, cells, items
 from ablate.spec import Spec
 
-# Seconds a worker spends per trial outside training (MLflow run, artifacts, queue), and once per
-# `ablate run` (imports, stores); measured on the 2-core CPU development machine.
-TRIAL_OVERHEAD_S = 1.5
-RUN_OVERHEAD_S = 8.0
-WORKER_START_S = 0.0
+# A trial's bookkeeping when it is not measured (``measure_overheads`` measures it: ~0.5 s on a
+# local SQLite store of the 2-core development machine), and the seconds `ablate run` takes to
+# start Python, read and validate the spec before it queues anything.
+TRIAL_OVERHEAD_S = 0.5
+CLI_START_S = 1.0
+# Items queued for real when the queueing is measured; the rest are scaled from them.
+QUEUE_SAMPLE = 200
 FINISHED = ("done", "failed")
 
 
@@ -138,6 +145,17 @@ class ShapeTiming:
     test: float  # one pass over the test split
     probe: float  # one hidden-state probe (everything ``probes`` asks for)
     grads: float = 0.0  # the gradient-norm rows of one probe step
+    first_use: float = 0.0  # once per worker process: what the first build loads lazily
+    probe_rows: int = 0  # rows one probe writes (what a trial's curves artifact grows by)
+
+
+@dataclass
+class Overheads:
+    """What a run spends besides training, measured on throwaway SQLite stores (``measure_overheads``)."""
+
+    queue: float  # `ablate run` before any claim: the study created, the items queued, the parent run
+    imports: float  # a worker process's start: Python, torch, MLflow, the training code
+    trial: float  # one trial's bookkeeping: claim, its MLflow run (params, metrics, artifacts), finish
 
 
 @dataclass
@@ -149,7 +167,7 @@ class Estimate:
     device: str
     workers: int = 1
     trial_seconds: float = 0.0  # the pending trials' own time, summed (one worker's busy time)
-    start_seconds: float = 0.0  # what a run spends before its workers claim anything
+    start_seconds: float = 0.0  # what a run spends before its workers train: queueing, imports
 
 
 def _shape_key(config: dict[str, Any]) -> str:
@@ -171,8 +189,9 @@ def _timed(fn: Any, sync: Any, repeats: int = 3) -> float:
 def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", steps: int = 5) -> ShapeTiming:
     """Time what a trial of ``config`` does, on ``device``, with the trial's own functions: its
     setup, training steps (``train_step``), an evaluation, a probe (``Prober.probe``) and the
-    gradient rows. Each is called once untimed first: the first call pays for compilation (numba,
-    Triton), lazy imports and allocation, once per worker process, not once per call."""
+    gradient rows. Each is called once untimed first: the first call pays for compilation (numba
+    and Triton kernels, cached on disk), lazy imports and allocation, once per worker process,
+    not once per call; what the first build costs beyond the second is ``first_use``."""
     import torch
 
     from ablate.models import build_model
@@ -196,12 +215,14 @@ def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", ste
         model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
         optimiser, scheduler = make_optimiser(model, train)
         moved = [t.to(device) for t in (*data.train, *data.val)]
+        sync()
         return data, model, optimiser, scheduler, moved
 
+    start = time.perf_counter()
     setup()  # the first build imports what the optimiser loads lazily (seconds, once per process)
+    first = time.perf_counter() - start
     start = time.perf_counter()
     data, model, optimiser, scheduler, (x, y, x_val, y_val) = setup()
-    sync()
     setup_s = time.perf_counter() - start
     prober = Prober(model, probes, x_val[: probes.batch], optimiser.param_groups)
 
@@ -218,30 +239,101 @@ def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", ste
     per_step = _timed(block, sync) / steps
     evaluate(model, x_val, y_val)
     val = _timed(lambda: evaluate(model, x_val, y_val), sync)
-    probe = 0.0
-    grads = 0.0
+    probe = grads = 0.0
+    rows = 0
     if probes.enabled:
-        prober.probe(0)
+        rows = prober.probe(0).height
         probe = _timed(lambda: prober.probe(0), sync)
         if probes.grads:
             prober.grad_rows(1)
             grads = _timed(lambda: prober.grad_rows(1), sync)
     test = val * len(data.test[0]) / max(1, len(x_val))
-    return ShapeTiming(setup_s, per_step, val, test, probe, grads)
+    return ShapeTiming(setup_s, per_step, val, test, probe, grads, max(0.0, first - setup_s), rows)
 
 
-def trial_seconds(config: dict[str, Any], probes: Any, t: ShapeTiming) -> float:
-    """One trial's wall time from its timings: the counts of steps, evaluations and probes are the
-    training loop's (``ablate.training.run_trial``), plus ``TRIAL_OVERHEAD_S``."""
+def _counts(config: dict[str, Any], probes: Any) -> tuple[int, int, int, int]:
+    """(steps, periodic validations, probes, gradient-row steps) of a trial, as ``run_trial`` does."""
     train = config["train"]
     steps, every = int(train["steps"]), int(train["eval_every"])
-    evals = (steps - 1) // every  # periodic validation passes; the final val + test come after
     enabled = getattr(probes, "enabled", True)
-    probe_every = int(getattr(probes, "every", probes if isinstance(probes, int) else 100))
+    probe_every = int(getattr(probes, "every", 100))
     n_probes = (2 + (steps - 1) // probe_every) if enabled else 0  # step 0, every `every`, the end
-    n_grads = (steps // probe_every + (1 if steps % probe_every else 0)) if enabled else 0
+    n_grads = (steps // probe_every + (1 if steps % probe_every else 0)) if enabled and getattr(
+        probes, "grads", True) else 0
+    return steps, (steps - 1) // every, n_probes, n_grads
+
+
+def trial_seconds(config: dict[str, Any], probes: Any, t: ShapeTiming, overhead: float | None = None) -> float:
+    """One trial's wall time from its timings: the counts of steps, validations (periodic, then
+    the final one and the test split) and probes are the training loop's, plus its bookkeeping
+    (``overhead``, default ``TRIAL_OVERHEAD_S``)."""
+    steps, evals, n_probes, n_grads = _counts(config, probes)
     return (t.setup + steps * t.step + (evals + 1) * t.val + t.test + n_probes * t.probe + n_grads * t.grads
-            + TRIAL_OVERHEAD_S)
+            + (TRIAL_OVERHEAD_S if overhead is None else overhead))
+
+
+def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], probe_rows: int) -> Overheads:
+    """Measure, on throwaway SQLite stores in a temporary folder, what ``ablate run`` spends
+    besides training: queueing the study (``runner.study.prepare`` with the MLflow parent run; up
+    to ``QUEUE_SAMPLE`` items, scaled to all), a worker's start (its imports, timed in a fresh
+    process), and one trial's bookkeeping (claim, its MLflow run with a trial's worth of metrics
+    and curve rows of ``config``, finish; the second of two, the first paying the stores' first
+    use). Local SQLite stores: a remote server or database adds its round trips."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch, mlflow.tracking, ablate.training, ablate.runner.worker"],
+                   check=True, capture_output=True)
+    imports = time.perf_counter() - start
+
+    import json
+
+    import polars as pl
+    from optuna.trial import TrialState
+
+    from ablate.design import spec_hash
+    from ablate.probes import CURVE_SCHEMA
+    from ablate.runner import phases, queue, tracking
+    from ablate.runner import study as st
+    from ablate.stores import Stores
+
+    sample = items[:QUEUE_SAMPLE]
+    steps, evals, n_probes, _ = _counts(config, spec.probes)
+    layers = int(config["model"]["layers"])
+    metrics = [(s, {"train/loss": 1.0, "train/accuracy": 0.5, "train/lr": 1e-3,
+                    **{f"train_state_norm/layer{i}": 1.0 for i in range(layers)}})
+               for s in range(0, steps, int(config["train"]["log_every"]))]
+    metrics += [(s, {"val/loss": 1.0, "val/accuracy": 0.5, "val/bpc": 1.4}) for s in range(evals + 1)]
+    curves = pl.DataFrame({"step": [0] * probe_rows, "layer": [0] * probe_rows, "head": [0] * probe_rows,
+                           "t": [-1] * probe_rows, "value": [1.0] * probe_rows, "kind": ["probe"] * probe_rows,
+                           "quantity": ["norm_sq_mean"] * probe_rows}, schema=CURVE_SCHEMA)
+    with tempfile.TemporaryDirectory(prefix="ablate-estimate-") as tmp:
+        stores = Stores(f"sqlite:///{tmp}/optuna.db", f"sqlite:///{tmp}/mlflow.db", (Path(tmp) / "art").as_uri())
+        start = time.perf_counter()
+        study, _ = st.prepare(spec, sample, stores, lambda: tracking.start_parent_run(
+            stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec)))
+        queued = (time.perf_counter() - start) * max(1.0, len(items) / max(1, len(sample)))
+        cycle = 0.0
+        for _ in range(min(2, len(sample))):
+            start = time.perf_counter()
+            trial = phases.claim(study)
+            if trial is None:
+                break
+            attrs = phases.prepare_item(study, trial)
+            phases.record_params(study, trial, attrs)
+            run = tracking.TrialRun(stores, spec.name, None, "estimate", attrs["config"], {"ablate.role": "trial"},
+                                    levels=attrs.get("settings"))
+            for step, values in metrics:
+                run.log_metrics(step, values)
+            for _ in range(n_probes):
+                run.log_curves(curves)
+            run.finish("FINISHED", {"val_accuracy": 0.5, "test_accuracy": 0.5})
+            queue.finish(study, trial, TrialState.COMPLETE, {"status": "complete"}, 0.5)
+            cycle = time.perf_counter() - start
+    return Overheads(queued, imports, cycle)
 
 
 def schedule(items: list[Item], seconds: list[float], workers: int) -> float:
@@ -270,23 +362,35 @@ def schedule(items: list[Item], seconds: list[float], workers: int) -> float:
 
 
 def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
-             threads: int | None = None) -> Estimate:
+             threads: int | None = None, overheads: Overheads | None = None) -> Estimate:
     """Wall time of the plan's pending trials with ``workers`` local workers (``ablate run
     --workers``), from a measured dry run: each distinct model shape is timed once on ``device``
-    (with ``threads`` CPU threads: what each worker of a pool gets), the trials are scheduled as
-    the queue claims them, and a run's start is added (``RUN_OVERHEAD_S``, ``WORKER_START_S``)."""
+    (with ``threads`` CPU threads: what each worker of a pool gets), a run's bookkeeping is
+    measured (``measure_overheads``; or given), and the trials are scheduled as the queue claims
+    them. A run starts with the queueing, then each worker's start (its imports, in parallel; a
+    worker started in this process, with one worker, imports once too) and first build."""
     pending = plan.pending()
     start = time.perf_counter()
     timings: dict[str, ShapeTiming] = {}
-    per_item: list[float] = []
+    keys: list[str] = []
     with _threads(threads):
         for item in pending:
             key = _shape_key(item.cell.config)
             if key not in timings:
                 timings[key] = measure(item.cell.config, plan.spec.probes, device, steps)
-            per_item.append(trial_seconds(item.cell.config, plan.spec.probes, timings[key]))
-    begin = RUN_OVERHEAD_S + WORKER_START_S if pending else 0.0
-    total = begin + schedule(pending, per_item, workers) if pending else 0.0
+            keys.append(key)
+    if not pending:
+        return Estimate(0.0, 0, 0, time.perf_counter() - start, device, workers)
+    if overheads is None:
+        first = timings[keys[0]]
+        overheads = measure_overheads(plan.spec, pending, pending[0].cell.config, first.probe_rows)
+    per_item = [trial_seconds(i.cell.config, plan.spec.probes, timings[k], overheads.trial)
+                for i, k in zip(pending, keys, strict=True)]
+    cores = os.cpu_count() or 1
+    # Workers import at once; past one per core they share the cores (imports use one each).
+    begin = (CLI_START_S + overheads.queue + overheads.imports * max(1.0, min(workers, len(pending)) / cores)
+             + max(t.first_use for t in timings.values()))
+    total = begin + schedule(pending, per_item, workers)
     return Estimate(total, len(pending), len(timings), time.perf_counter() - start, device, workers,
                     sum(per_item), begin)
 

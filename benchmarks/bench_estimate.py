@@ -16,6 +16,8 @@ estimate misses. Times on a shared machine vary from run to run; the ratio is th
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -34,14 +36,23 @@ STUDIES = {
 }
 
 
-def estimate(overrides: list[str], home: Path, workers: int):
+def estimate(key: str, home: Path, workers: int) -> dict:
+    """The estimate, computed in a fresh process as `ablate plan --estimate` would be (what a
+    first build imports lazily is then measured, not already imported by this one)."""
+    res = subprocess.run([sys.executable, __file__, "--estimate-only", key, "--workers", str(workers),
+                          "--home", str(home)], capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _estimate_here(key: str, home: Path, workers: int) -> None:
     from ablate import design, planning
     from ablate.runner.pool import threads_per_worker
 
-    spec = design.load(QUICKSTART, overrides)
+    spec = design.load(QUICKSTART, STUDIES[key])
     plan = planning.build(spec, f"sqlite:///{home / 'optuna.db'}")
     threads = threads_per_worker(workers) if workers > 1 else None
-    return spec, planning.estimate(plan, "cpu", workers=workers, threads=threads)
+    est = planning.estimate(plan, "cpu", workers=workers, threads=threads)
+    print(json.dumps({"name": spec.name, **dataclasses.asdict(est)}))
 
 
 def run(overrides: list[str], home: Path, workers: int) -> tuple[float, datetime, subprocess.CompletedProcess]:
@@ -73,7 +84,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--only", default=",".join(STUDIES))
+    parser.add_argument("--estimate-only", help=argparse.SUPPRESS)
+    parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.estimate_only:
+        _estimate_here(args.estimate_only, args.home, args.workers)
+        return
     from ablate import design
     from ablate.planning import duration
     from ablate.tasks import load_task
@@ -87,21 +103,21 @@ def main() -> None:
             overrides = STUDIES[key]
             home = Path(tmp) / key / ".ablate"
             home.mkdir(parents=True)
-            spec, est = estimate(overrides, home, args.workers)
+            est = estimate(key, home, args.workers)
             actual, started, res = run(overrides, home, args.workers)
             if res.returncode:
                 sys.exit(f"{key}: ablate run failed\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-            first, walls, inner = breakdown(spec.name, home, started)
-            rows.append((key, est, actual, first, walls, inner))
-            print(f"{key}: {est.trials} trials, {args.workers} worker(s): estimate {duration(est.seconds)} "
-                  f"(trials {est.trial_seconds:.1f} s, start {est.start_seconds:.1f} s; dry run {est.measured:.1f} s), "
-                  f"actual {duration(actual)} (first claim at {first:.1f} s, trials {walls:.1f} s of which "
-                  f"training {inner:.1f} s); ratio {est.seconds / actual:.2f}", flush=True)
+            first, walls, inner = breakdown(est["name"], home, started)
+            rows.append((key, est, actual))
+            print(f"{key}: {est['trials']} trials, {args.workers} worker(s): estimate {duration(est['seconds'])} "
+                  f"(trials {est['trial_seconds']:.1f} s, start {est['start_seconds']:.1f} s; dry run "
+                  f"{est['measured']:.1f} s), actual {duration(actual)} (first claim at {first:.1f} s, trials "
+                  f"{walls:.1f} s of which training {inner:.1f} s); ratio {est['seconds'] / actual:.2f}", flush=True)
     print()
     print(f"{'study':<12} {'trials':>6} {'workers':>7} {'estimate':>10} {'actual':>10} {'ratio':>6}")
-    for key, est, actual, *_ in rows:
-        print(f"{key:<12} {est.trials:>6} {args.workers:>7} {duration(est.seconds):>10} {duration(actual):>10} "
-              f"{est.seconds / actual:>6.2f}")
+    for key, est, actual in rows:
+        print(f"{key:<12} {est['trials']:>6} {args.workers:>7} {duration(est['seconds']):>10} {duration(actual):>10} "
+              f"{est['seconds'] / actual:>6.2f}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"(load average at the end {load:.1f} on {os.cpu_count()} cores)")
 

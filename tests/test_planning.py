@@ -73,19 +73,23 @@ def test_estimate_scales_measured_timings_by_each_pending_trial(monkeypatch):
     del raw["tune"]
     s = design.validate(raw)
     plan = planning.build(s, storage="sqlite:////nonexistent/optuna.db")
-    timing = planning.ShapeTiming(setup=0.5, step=0.01, val=0.2, test=0.1, probe=0.05, grads=0.02)
+    timing = planning.ShapeTiming(setup=0.5, step=0.01, val=0.2, test=0.1, probe=0.05, grads=0.02, first_use=3.0)
     calls = []
     monkeypatch.setattr(planning, "measure", lambda config, probes, device, steps: calls.append(device) or timing)
-    est = planning.estimate(plan, "cuda:0")
+    monkeypatch.setattr(planning.os, "cpu_count", lambda: 2)
+    overheads = planning.Overheads(queue=1.5, imports=4.0, trial=0.25)
+    est = planning.estimate(plan, "cuda:0", overheads=overheads)
     assert calls == ["cuda:0", "cuda:0"] and est.shapes == 2 and est.trials == 4  # one dry run per model shape
     # 5 steps, eval every 50: 0 periodic evals + final val + test; probes at 0 and the end (+ every 100: 0);
     # gradient rows at the last step.
-    per_trial = 0.5 + 5 * 0.01 + 0.2 + 0.1 + 2 * 0.05 + 1 * 0.02 + planning.TRIAL_OVERHEAD_S
-    start = planning.RUN_OVERHEAD_S + planning.WORKER_START_S
+    per_trial = 0.5 + 5 * 0.01 + 0.2 + 0.1 + 2 * 0.05 + 1 * 0.02 + 0.25
+    start = planning.CLI_START_S + 1.5 + 4.0 + 3.0
     assert est.trial_seconds == pytest.approx(4 * per_trial) and est.start_seconds == pytest.approx(start)
     assert est.seconds == pytest.approx(4 * per_trial + start)
-    two = planning.estimate(plan, "cuda:0", workers=2)  # 4 equal trials on 2 workers: 2 each
+    two = planning.estimate(plan, "cuda:0", workers=2, overheads=overheads)  # 2 trials each, imports at once
     assert two.seconds == pytest.approx(2 * per_trial + start)
+    four = planning.estimate(plan, "cuda:0", workers=4, overheads=overheads)  # 4 importing on 2 cores
+    assert four.seconds == pytest.approx(per_trial + start + 4.0)
 
 
 def test_trial_counts_follow_the_training_loop():
@@ -123,4 +127,6 @@ def test_measure_runs_a_tiny_model_for_real(tmp_path, monkeypatch):
                          "model": {"d_model": 8, "state_dim": 4, "layers": 1}, "train": {"steps": 3},
                          "probes": {"batch": 8}})
     t = planning.measure(s.baseline(), s.probes, steps=2)
-    assert all(v > 0 for v in (t.setup, t.step, t.val, t.test, t.probe, t.grads))
+    assert all(v > 0 for v in (t.setup, t.step, t.val, t.test, t.probe, t.grads)) and t.probe_rows > 0
+    o = planning.measure_overheads(s, design.items(s), s.baseline(), t.probe_rows)
+    assert o.queue > 0 and o.imports > 0 and o.trial > 0

@@ -16,6 +16,7 @@ which the dashboard's importance, parallel-coordinate and slice views read.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections import Counter
@@ -71,8 +72,6 @@ WHERE_STORES_ARE = ("stores are found through --storage / storage=, $ABLATE_STOR
 def missing_study(name: str, known: Sequence[str], url: str) -> str:
     """The message for a study name that is not in the storage at ``url``: the closest names,
     or the studies there."""
-    import difflib
-
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     if close:
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?"

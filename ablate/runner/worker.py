@@ -30,6 +30,8 @@ from ablate.spec import ProbeSpec
 from ablate.stores import Stores
 
 Event = Callable[[str, dict[str, Any]], None]
+
+
 def worker_id(pid: int | None = None) -> str:
     """How a worker process names itself on its trials: host:pid."""
     return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
