@@ -274,12 +274,15 @@ class View:
         if self.closed:
             return
         self.closed = True
-        snap = self.poll()
+        try:
+            snap = self.poll()
+        except Exception:  # the store went away: the last state shown stays the last word
+            snap = None
         if self.live is not None:
             self.live.__exit__(None, None, None)
             self.live = None
-            return
-        self._say(summary_line(self.name, snap, self.workers()))
+        elif snap is not None:
+            self._say(summary_line(self.name, snap, self.workers()))
 
     def _say(self, line: str) -> None:
         self.console.print(line, highlight=False, markup=False, soft_wrap=True)
