@@ -12,15 +12,30 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
 from ablate.spec import Spec, SpecError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Systematic ablation studies of linear recurrent sequence models.")
-out = Console()
-err = Console(stderr=True)
+
+# Lines as long as they need in a pipe or log file (SLURM, `tee`): wrapped or truncated at 80
+# columns, a table cell reads "parameterisatio…" and one event spans two lines.
+PIPE_WIDTH = 10_000
+
+
+class _Console(Console):
+    """A rich console that is as wide as its content when it does not write to a terminal."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+
+out = _Console()
+err = _Console(stderr=True)
 
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a spec value: path=value (YAML)")]
 StorageOpt = Annotated[str | None, typer.Option("--storage", help="Optuna storage URL [env ABLATE_STORAGE]")]
@@ -71,6 +86,8 @@ def plan(
     device: Annotated[str, typer.Option(help="device of the --estimate dry run: cpu, cuda, cuda:k")] = "cpu",
     reuse: ReuseOpt = True,
     reuse_stale: ReuseStaleOpt = False,
+    workers: Annotated[int, typer.Option(min=1, help="--estimate for this many local workers (as `ablate run "
+                                                     "--workers`)")] = 1,
 ) -> None:
     """One row per cell: id, level labels, trials, done / partial / reused / stale / new, where
     results come from; totals; orphaned trials; --estimate."""
@@ -81,21 +98,46 @@ def plan(
     the_plan = planning.build(spec, storage, tracking_uri, reuse=reuse, reuse_stale=reuse_stale)
     planning.render(the_plan, out, reuse_stale)
     if estimate:
-        planning.render_estimate(planning.estimate(the_plan, device), out)
+        threads = None
+        if workers > 1 and device == "cpu":  # each worker of a pool gets its share of the cores
+            from ablate.runner.pool import threads_per_worker
+
+            threads = threads_per_worker(workers)
+        planning.render_estimate(planning.estimate(the_plan, device, workers=workers, threads=threads), out)
 
 
 @app.command()
 def schema(
-    out_file: Annotated[Path, typer.Option("--out", help="where to write the JSON Schema")] = Path(
-        "docs/spec.schema.json"),
+    target: Annotated[str | None, typer.Argument(
+        help="where to write the JSON Schema; '-' for standard output [docs/spec.schema.json, or standard "
+             "output when it is not a terminal]", show_default=False)] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="where to write the JSON Schema (as TARGET)")] = None,
     docs: Annotated[Path | None, typer.Option("--docs", help="also write the spec reference (Markdown) here, "
                                                              "e.g. docs/spec.md")] = None,
     check: Annotated[bool, typer.Option("--check", help="write nothing; exit 1 if a file is stale")] = False,
 ) -> None:
-    """Write the JSON Schema of a study spec (and with --docs the Markdown reference)."""
+    """Write the JSON Schema of a study spec (and with --docs the Markdown reference):
+    `ablate schema > spec.schema.json` works as `ablate schema spec.schema.json`."""
     from ablate import schema as schema_mod
 
-    targets = {out_file: schema_mod.schema_text()}
+    if target is not None and out_file is not None:
+        err.print("[red]error[/red] give the schema's destination once: TARGET or --out")
+        raise typer.Exit(2)
+    dest = target if target is not None else (str(out_file) if out_file is not None else None)
+    if dest is None:  # the Unix habit: redirected, it goes where it is sent
+        dest = "docs/spec.schema.json" if sys.stdout.isatty() or docs is not None or check else "-"
+    if dest == "-":
+        if check:
+            err.print("[red]error[/red] --check compares files: give a file, not standard output")
+            raise typer.Exit(2)
+        sys.stdout.write(schema_mod.schema_text())
+        sys.stdout.flush()
+        if docs is not None:
+            docs.parent.mkdir(parents=True, exist_ok=True)
+            docs.write_text(schema_mod.reference_markdown(), encoding="utf-8")
+            err.print(f"wrote {docs}")
+        return
+    targets = {Path(dest): schema_mod.schema_text()}
     if docs is not None:
         targets[docs] = schema_mod.reference_markdown()
     stale = [p for p, text in targets.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
@@ -109,32 +151,17 @@ def schema(
         out.print(f"wrote {p}")
 
 
-def _progress_printer(total: int, verbose: bool = False):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=out, transient=False)
-    bar = progress.add_task("trials", total=total)
+def _worker_events(verbose: bool):
+    """What an in-process worker prints itself: what the store does not show as a finished trial
+    (an out-of-memory retry, a superseded attempt), and with -v every event; the live view shows
+    the rest."""
 
     def emit(event: str, info: dict) -> None:
-        name = f"{info.get('cell')} · seed {info.get('seed')}"
-        if event == "start":
-            progress.update(bar, description=f"running {name}")
-        elif event == "complete":
-            progress.advance(bar)
-            acc = info.get("test_accuracy")
-            progress.console.print(f"  done {name}: test accuracy {acc:.3f} ({info['seconds']:.0f} s)")
-        elif event == "reused":
-            progress.advance(bar)
-            progress.console.print(f"  reused {name}: {info.get('message', '')}", highlight=False)
-        elif event in ("diverged", "error", "killed", "oom", "infrastructure", "superseded"):
-            if event in ("diverged", "error"):  # the others are retried or re-run: not finished
-                progress.advance(bar)
-            progress.console.print(f"  [yellow]{event}[/yellow] {name}: {info.get('message', '')}")
-        if verbose and event == "start":
-            progress.console.print(f"  start {name}", highlight=False)
+        if verbose or event in ("oom", "superseded", "reused"):
+            err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}".rstrip(),
+                      highlight=False, markup=False, soft_wrap=True)
 
-    return progress, emit
+    return emit
 
 
 DeviceOpt = Annotated[str, typer.Option(help="cpu, cuda, cuda:k, or auto (one worker per visible GPU)")]
@@ -204,10 +231,13 @@ def run(
         return
     device_list = pool.devices(device, workers)
     try:
-        if len(device_list) == 1:
-            progress, emit = _progress_printer(before.waiting + before.running, verbose)
-            with progress:
-                work(spec.name, stores, device=device_list[0], emit=emit, checkpoint_every=checkpoint_every)
+        if len(device_list) == 1:  # this process is the worker; the view follows it from a thread
+            from ablate.runner.progress import View
+            from ablate.runner.worker import WORKER_ID
+
+            with View(st.open_study(spec.name, stores), out, [(WORKER_ID, lambda: None)]).following():
+                work(spec.name, stores, device=device_list[0], emit=_worker_events(verbose),
+                     checkpoint_every=checkpoint_every)
         else:
             procs = pool.start(spec.name, stores, device_list, checkpoint_every, verbose)
             pool.watch(spec.name, stores, procs, out)
@@ -261,29 +291,60 @@ def worker(
     out.print(f"worker finished: {outcomes}")
 
 
+STATUSES = ("complete", "running", "pending", "diverged", "failed", "killed")  # results' item statuses
+
+
 @app.command()
-def status(study: str, storage: StorageOpt = None, tracking_uri: TrackingOpt = None) -> None:
+def status(
+    study: str,
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (counts, cells, running "
+                                                         "items, ETA) for scripts")] = False,
+) -> None:
     """Print a study's progress per cell and what is running, then exit."""
+    import json
+
     from ablate import results
     from ablate.runner import progress
     from ablate.runner import study as st
-    from ablate.stores import resolve
 
     try:
-        res = results.load(study, storage, tracking_uri, curves=False)
-        snap = progress.snapshot(st.open_study(study, resolve(storage, tracking_uri)))
+        stores = results.locate(study, storage, tracking_uri)
+        res = results.load(study, stores.storage, stores.tracking, curves=False)
+        snap = progress.snapshot(st.open_study(study, stores))
     except st.StorageError as exc:
         raise _store_error(exc) from None
-    table = Table(title=f"{study}: status per cell", title_justify="left")
-    table.add_column("cell")
-    states = ["complete", "running", "pending", "diverged", "failed", "killed"]
-    for s in states:
-        table.add_column(s, justify="right")
-    for (label,), group in res.trials.group_by(["cell_label"], maintain_order=True):
-        table.add_row(label, *[str((group["status"] == s).sum()) for s in states])
-    out.print(table)
     workers = len({r.worker for r in snap.items}) or 1
-    out.print(progress.table(study, snap, workers))
+    per_cell = []
+    for (cid, label), group in res.trials.group_by(["cell_id", "cell_label"], maintain_order=True):
+        per_cell.append({"cell_id": cid, "cell_label": label, "trials": group.height,
+                         **{s: int((group["status"] == s).sum()) for s in STATUSES}})
+    # One count for the cells and the totals: the items' statuses (results), which follow the
+    # queue's item states; "failed" in the totals is every item finished without a result.
+    totals = {s: sum(c[s] for c in per_cell) for s in STATUSES}
+    if as_json:
+        data = progress.status_json(study, snap, workers)
+        data["counts"] = {"done": totals["complete"], "running": totals["running"], "waiting": totals["pending"],
+                          "failed": totals["diverged"] + totals["failed"] + totals["killed"],
+                          "diverged": totals["diverged"], "total": res.trials.height}
+        data["cells"] = per_cell
+        sys.stdout.write(json.dumps(data, default=str) + "\n")
+        return
+    out.print(f"{study}: status per cell", highlight=False, soft_wrap=True)  # a title would pad to the table's width
+    table = Table()
+    table.add_column("cell")
+    for s in STATUSES:
+        table.add_column(s, justify="right")
+    for c in per_cell:
+        table.add_row(c["cell_label"], *[str(c[s]) for s in STATUSES])
+    out.print(table)
+    failed = totals["diverged"] + totals["failed"] + totals["killed"]
+    out.print(f"{study}: {totals['complete']} done · {totals['running']} running · {totals['pending']} waiting · "
+              f"{failed} failed ({totals['diverged']} diverged) · ETA {progress.duration(snap.eta_seconds(workers))}",
+              highlight=False, soft_wrap=True)
+    if snap.items:
+        out.print(progress.table(study, snap, workers).renderables[-1])
 
 
 def _table(title: str, headers: list[str], rows: list[list[str]], right: set[str] = frozenset()) -> None:
@@ -511,7 +572,6 @@ def report(
     comparison if it names one."""
     from ablate.report import REPORTS
     from ablate.runner import study as st
-    from ablate.stores import resolve
 
     formats = _formats(fmt)
     if compare_ or cells:
@@ -530,17 +590,20 @@ def report(
             if n not in REPORTS:
                 err.print(f"[red]error[/red] --reports: {n!r} is not one of: {', '.join(REPORTS)}")
                 raise typer.Exit(2)
+    from ablate import results
+
     for study in studies:
-        if not only:
-            try:
-                opt = st.open_study(study, resolve(storage, tracking_uri))
-            except st.StorageError as exc:
-                raise _store_error(exc) from None
+        try:  # the stores that hold it (a subfolder of the project finds its .ablate above)
+            stores = results.locate(study, storage, tracking_uri)
+            opt = st.open_study(study, stores) if not only else None
+        except st.StorageError as exc:
+            raise _store_error(exc) from None
+        if opt is not None:
             names = list(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
         parameters = _report_parameters(param or [], names)
         target = out_dir / study if out_dir is not None and len(studies) > 1 else out_dir
-        _render(study, names, target or Path("reports") / study, formats, storage, tracking_uri, parameters,
-                export)
+        _render(study, names, target or Path("reports") / study, formats, stores.storage, stores.tracking,
+                parameters, export)
     if spec is not None and spec.compare:
         _compare([], None, spec, None, None, formats, storage, tracking_uri, param)
 

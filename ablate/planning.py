@@ -1,25 +1,37 @@
 """``ablate plan``: the cells of a spec, what is already done, and an estimate of the rest.
 
 Reading progress opens the study's storage only if it exists (nothing is created). The
-estimate (``--estimate``) times a few training steps, one validation pass and one probe per
-distinct model shape on the chosen device, then scales them by each pending trial's steps,
-evaluations and probes, plus a measured-once per-trial overhead for tracking.
+estimate (``--estimate [--workers K]``) measures, on the chosen device: per distinct model shape,
+a trial's setup, a training step, a validation pass, a probe and the gradient rows — each after
+an untimed first call, which pays for compilation and lazy imports once per worker process —
+then scales them by each pending trial's steps, evaluations and probes (the training loop's
+counts); and once, on throwaway SQLite stores, a run's bookkeeping (queueing, a worker's
+imports, a trial's claim / MLflow run / finish). The trials are then scheduled over K workers
+as the queue claims them (a tuned cell's replicates after its tuning).
 """
 
 from __future__ import annotations
 
+import heapq
+import os
+import statistics
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from ablate.design import Cell, Item, canonical_json, cells, items
 from ablate.spec import Spec
 
-# Seconds a worker spends per trial outside training (MLflow run, artifacts, queue), and once per
-# `ablate run` (imports, stores); measured on the 2-core CPU development machine.
-TRIAL_OVERHEAD_S = 1.5
-RUN_OVERHEAD_S = 8.0
+# A trial's bookkeeping when it is not measured (``measure_overheads`` measures it: ~0.5 s on a
+# local SQLite store of the 2-core development machine), and the seconds `ablate run` takes to
+# start Python, read and validate the spec before it queues anything.
+TRIAL_OVERHEAD_S = 0.5
+CLI_START_S = 1.0
+# Items queued for real when the queueing is measured; the rest are scaled from them.
+QUEUE_SAMPLE = 200
 FINISHED = ("done", "failed")
 
 
@@ -229,20 +241,35 @@ def render(plan: Plan, console: Any, reuse_stale: bool = False) -> None:
 
 @dataclass
 class ShapeTiming:
-    setup: float  # building the model and optimiser
-    step: float  # one training step
+    setup: float  # per trial: the cached task read, the model and optimiser built, data moved
+    step: float  # one training step (median of several, after a warm-up step)
     val: float  # one pass over the validation split
     test: float  # one pass over the test split
-    probe: float  # one hidden-state probe
+    probe: float  # one hidden-state probe (everything ``probes`` asks for)
+    grads: float = 0.0  # the gradient-norm rows of one probe step
+    first_use: float = 0.0  # once per worker process: what the first build loads lazily
+    probe_rows: int = 0  # rows one probe writes (what a trial's curves artifact grows by)
+
+
+@dataclass
+class Overheads:
+    """What a run spends besides training, measured on throwaway SQLite stores (``measure_overheads``)."""
+
+    queue: float  # `ablate run` before any claim: the study created, the items queued, the parent run
+    imports: float  # a worker process's start: Python, torch, MLflow, the training code
+    trial: float  # one trial's bookkeeping: claim, its MLflow run (params, metrics, artifacts), finish
 
 
 @dataclass
 class Estimate:
-    seconds: float  # one worker, every pending trial
+    seconds: float  # wall time of every pending trial with ``workers`` workers, start-up included
     trials: int
     shapes: int
     measured: float  # seconds the dry run took
     device: str
+    workers: int = 1
+    trial_seconds: float = 0.0  # the pending trials' own time, summed (one worker's busy time)
+    start_seconds: float = 0.0  # what a run spends before its workers train: queueing, imports
 
 
 def _shape_key(config: dict[str, Any]) -> str:
@@ -250,77 +277,239 @@ def _shape_key(config: dict[str, Any]) -> str:
                            "batch": config["train"]["batch_size"]})
 
 
-def measure(config: dict[str, Any], probe_batch: int, device: str = "cpu", steps: int = 5) -> ShapeTiming:
-    """Time a few training steps (the trial's own ``train_step``), one evaluation and one probe of
-    ``config`` on ``device``."""
+def _timed(fn: Any, sync: Any, repeats: int = 3) -> float:
+    """The median of ``repeats`` timed calls of ``fn`` (after the caller's warm-up call)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", steps: int = 5) -> ShapeTiming:
+    """Time what a trial of ``config`` does, on ``device``, with the trial's own functions: its
+    setup, training steps (``train_step``), an evaluation, a probe (``Prober.probe``) and the
+    gradient rows. Each is called once untimed first: the first call pays for compilation (numba
+    and Triton kernels, cached on disk), lazy imports and allocation, once per worker process,
+    not once per call; what the first build costs beyond the second is ``first_use``."""
     import torch
 
     from ablate.models import build_model
-    from ablate.probes import probe_norms
-    from ablate.spec import ModelSpec, TrainSpec
+    from ablate.probes import Prober
+    from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
     from ablate.tasks import load_task
     from ablate.training import evaluate, make_optimiser, train_step
+
+    probes = ProbeSpec.model_validate(probes) if isinstance(probes, dict) else probes or ProbeSpec()
 
     def sync() -> None:
         if device.startswith("cuda"):
             torch.cuda.synchronize(device)
 
     train = TrainSpec.model_validate(config["train"])
-    data = load_task(config["task"], progress=False)
+    load_task(config["task"], progress=False)  # a cache miss generates the data: once per study, not per trial
+
+    def setup() -> tuple[Any, ...]:
+        data = load_task(config["task"], progress=False)
+        torch.manual_seed(0)
+        model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
+        optimiser, scheduler = make_optimiser(model, train)
+        moved = [t.to(device) for t in (*data.train, *data.val)]
+        sync()
+        return data, model, optimiser, scheduler, moved
+
     start = time.perf_counter()
-    torch.manual_seed(0)
-    model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
-    optimiser, scheduler = make_optimiser(model, train)
-    x, y = (t.to(device) for t in data.train)
-    x_val, y_val = (t.to(device) for t in data.val)
-    sync()
-    setup = time.perf_counter() - start
+    setup()  # the first build imports what the optimiser loads lazily (seconds, once per process)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    data, model, optimiser, scheduler, (x, y, x_val, y_val) = setup()
+    setup_s = time.perf_counter() - start
+    prober = Prober(model, probes, x_val[: probes.batch], optimiser.param_groups)
 
     def step() -> None:
         idx = torch.randint(len(x), (train.batch_size,)).to(device)
         train_step(model, optimiser, scheduler, x[idx], y[idx], train)
 
-    step()  # the first step pays for compilation and allocation once per worker, not per step
+    def block() -> None:
+        for _ in range(steps):
+            step()
+
+    step()
     sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    per_step = (time.perf_counter() - start) / steps
-    start = time.perf_counter()
+    per_step = _timed(block, sync) / steps
     evaluate(model, x_val, y_val)
-    sync()
-    val = time.perf_counter() - start
-    start = time.perf_counter()
-    probe_norms(model, x_val[:probe_batch], 0)
-    sync()
-    probe = time.perf_counter() - start
+    val = _timed(lambda: evaluate(model, x_val, y_val), sync)
+    probe = grads = 0.0
+    rows = 0
+    if probes.enabled:
+        rows = prober.probe(0).height
+        probe = _timed(lambda: prober.probe(0), sync)
+        if probes.grads:
+            prober.grad_rows(1)
+            grads = _timed(lambda: prober.grad_rows(1), sync)
     test = val * len(data.test[0]) / max(1, len(x_val))
-    return ShapeTiming(setup, per_step, val, test, probe)
+    return ShapeTiming(setup_s, per_step, val, test, probe, grads, max(0.0, first - setup_s), rows)
 
 
-def trial_seconds(config: dict[str, Any], probes_every: int, t: ShapeTiming) -> float:
+def _counts(config: dict[str, Any], probes: Any) -> tuple[int, int, int, int]:
+    """(steps, periodic validations, probes, gradient-row steps) of a trial, as ``run_trial`` does."""
     train = config["train"]
     steps, every = int(train["steps"]), int(train["eval_every"])
-    evals = (steps - 1) // every
-    probes = 2 + (steps - 1) // probes_every
-    return (t.setup + steps * t.step + (evals + 1) * t.val + t.test + probes * t.probe + TRIAL_OVERHEAD_S)
+    enabled = getattr(probes, "enabled", True)
+    probe_every = int(getattr(probes, "every", 100))
+    n_probes = (2 + (steps - 1) // probe_every) if enabled else 0  # step 0, every `every`, the end
+    n_grads = (steps // probe_every + (1 if steps % probe_every else 0)) if enabled and getattr(
+        probes, "grads", True) else 0
+    return steps, (steps - 1) // every, n_probes, n_grads
 
 
-def estimate(plan: Plan, device: str = "cpu", steps: int = 5) -> Estimate:
-    """Wall time of the plan's pending trials on one worker, from a measured dry run."""
+def trial_seconds(config: dict[str, Any], probes: Any, t: ShapeTiming, overhead: float | None = None) -> float:
+    """One trial's wall time from its timings: the counts of steps, validations (periodic, then
+    the final one and the test split) and probes are the training loop's, plus its bookkeeping
+    (``overhead``, default ``TRIAL_OVERHEAD_S``)."""
+    steps, evals, n_probes, n_grads = _counts(config, probes)
+    return (t.setup + steps * t.step + (evals + 1) * t.val + t.test + n_probes * t.probe + n_grads * t.grads
+            + (TRIAL_OVERHEAD_S if overhead is None else overhead))
+
+
+def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], probe_rows: int) -> Overheads:
+    """Measure, on throwaway SQLite stores in a temporary folder, what ``ablate run`` spends
+    besides training: queueing the study (``runner.study.prepare`` with the MLflow parent run; up
+    to ``QUEUE_SAMPLE`` items, scaled to all), a worker's start (its imports, timed in a fresh
+    process), and one trial's bookkeeping (claim, its MLflow run with a trial's worth of metrics
+    and curve rows of ``config``, finish; the second of two, the first paying the stores' first
+    use). Local SQLite stores: a remote server or database adds its round trips."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch, mlflow.tracking, ablate.training, ablate.runner.worker"],
+                   check=True, capture_output=True)
+    imports = time.perf_counter() - start
+
+    import json
+
+    import polars as pl
+    from optuna.trial import TrialState
+
+    from ablate.design import spec_hash
+    from ablate.probes import CURVE_SCHEMA
+    from ablate.runner import phases, queue, tracking
+    from ablate.runner import study as st
+    from ablate.stores import Stores
+
+    sample = items[:QUEUE_SAMPLE]
+    steps, evals, n_probes, _ = _counts(config, spec.probes)
+    layers = int(config["model"]["layers"])
+    metrics = [(s, {"train/loss": 1.0, "train/accuracy": 0.5, "train/lr": 1e-3,
+                    **{f"train_state_norm/layer{i}": 1.0 for i in range(layers)}})
+               for s in range(0, steps, int(config["train"]["log_every"]))]
+    metrics += [(s, {"val/loss": 1.0, "val/accuracy": 0.5, "val/bpc": 1.4}) for s in range(evals + 1)]
+    curves = pl.DataFrame({"step": [0] * probe_rows, "layer": [0] * probe_rows, "head": [0] * probe_rows,
+                           "t": [-1] * probe_rows, "value": [1.0] * probe_rows, "kind": ["probe"] * probe_rows,
+                           "quantity": ["norm_sq_mean"] * probe_rows}, schema=CURVE_SCHEMA)
+    with tempfile.TemporaryDirectory(prefix="ablate-estimate-") as tmp:
+        stores = Stores(f"sqlite:///{tmp}/optuna.db", f"sqlite:///{tmp}/mlflow.db", (Path(tmp) / "art").as_uri())
+        start = time.perf_counter()
+        study, _ = st.prepare(spec, sample, stores, lambda: tracking.start_parent_run(
+            stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec)))
+        queued = (time.perf_counter() - start) * max(1.0, len(items) / max(1, len(sample)))
+        cycle = 0.0
+        for _ in range(min(2, len(sample))):
+            start = time.perf_counter()
+            trial = phases.claim(study)
+            if trial is None:
+                break
+            attrs = phases.prepare_item(study, trial)
+            phases.record_params(study, trial, attrs)
+            run = tracking.TrialRun(stores, spec.name, None, "estimate", attrs["config"], {"ablate.role": "trial"},
+                                    levels=attrs.get("settings"))
+            for step, values in metrics:
+                run.log_metrics(step, values)
+            for _ in range(n_probes):
+                run.log_curves(curves)
+            run.finish("FINISHED", {"val_accuracy": 0.5, "test_accuracy": 0.5})
+            queue.finish(study, trial, TrialState.COMPLETE, {"status": "complete"}, 0.5)
+            cycle = time.perf_counter() - start
+    return Overheads(queued, imports, cycle)
+
+
+def schedule(items: list[Item], seconds: list[float], workers: int) -> float:
+    """The wall time of running ``items`` (``seconds`` each) with ``workers`` workers as the queue
+    does: the oldest claimable item goes to whichever worker is free first, and a tuned cell's
+    replicates are claimable only once all of its tuning items are finished."""
+    free = [0.0] * max(1, workers)
+    tuning_left = Counter(i.cell.id for i in items if i.phase == "tune")
+    tuning_ends: list[tuple[float, str]] = []  # (end, cell id) of tuning items started
+    pending = list(range(len(items)))
+    while pending:
+        w = min(range(len(free)), key=free.__getitem__)
+        now = free[w]
+        while tuning_ends and tuning_ends[0][0] <= now:
+            tuning_left[heapq.heappop(tuning_ends)[1]] -= 1
+        pick = next((k for k in pending if not (items[k].phase == "replicate" and items[k].tune
+                                                 and tuning_left[items[k].cell.id])), None)
+        if pick is None:  # what is left waits for tuning running on other workers
+            free[w] = tuning_ends[0][0]
+            continue
+        pending.remove(pick)
+        free[w] = now + seconds[pick]
+        if items[pick].phase == "tune":
+            heapq.heappush(tuning_ends, (free[w], items[pick].cell.id))
+    return max(free)
+
+
+def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
+             threads: int | None = None, overheads: Overheads | None = None) -> Estimate:
+    """Wall time of the plan's pending trials with ``workers`` local workers (``ablate run
+    --workers``), from a measured dry run: each distinct model shape is timed once on ``device``
+    (with ``threads`` CPU threads: what each worker of a pool gets), a run's bookkeeping is
+    measured (``measure_overheads``; or given), and the trials are scheduled as the queue claims
+    them. A run starts with the queueing, then each worker's start (its imports, in parallel; a
+    worker started in this process, with one worker, imports once too) and first build."""
     pending = plan.pending()
     start = time.perf_counter()
     timings: dict[str, ShapeTiming] = {}
-    total = 0.0
-    for item in pending:
-        key = _shape_key(item.cell.config)
-        if key not in timings:
-            timings[key] = measure(item.cell.config, plan.spec.probes.batch, device, steps)
-        total += trial_seconds(item.cell.config, plan.spec.probes.every, timings[key])
-    if pending:
-        total += RUN_OVERHEAD_S
-    return Estimate(total, len(pending), len(timings), time.perf_counter() - start, device)
+    keys: list[str] = []
+    with _threads(threads):
+        for item in pending:
+            key = _shape_key(item.cell.config)
+            if key not in timings:
+                timings[key] = measure(item.cell.config, plan.spec.probes, device, steps)
+            keys.append(key)
+    if not pending:
+        return Estimate(0.0, 0, 0, time.perf_counter() - start, device, workers)
+    if overheads is None:
+        first = timings[keys[0]]
+        overheads = measure_overheads(plan.spec, pending, pending[0].cell.config, first.probe_rows)
+    per_item = [trial_seconds(i.cell.config, plan.spec.probes, timings[k], overheads.trial)
+                for i, k in zip(pending, keys, strict=True)]
+    cores = os.cpu_count() or 1
+    # Workers import at once; past one per core they share the cores (imports use one each).
+    begin = (CLI_START_S + overheads.queue + overheads.imports * max(1.0, min(workers, len(pending)) / cores)
+             + max(t.first_use for t in timings.values()))
+    total = begin + schedule(pending, per_item, workers)
+    return Estimate(total, len(pending), len(timings), time.perf_counter() - start, device, workers,
+                    sum(per_item), begin)
+
+
+@contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    if not threads:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def duration(seconds: float) -> str:
@@ -338,6 +527,8 @@ def render_estimate(est: Estimate, console: Any) -> None:
     if not est.trials:
         console.print("estimate: nothing pending")
         return
-    console.print(f"estimated wall time of the {est.trials} pending trials on {est.device}: "
-                  f"~{duration(est.seconds)} with one worker (≈ that ÷ N with N workers); measured "
-                  f"{est.shapes} model shape{'s' if est.shapes != 1 else ''} in {est.measured:.1f} s")
+    who = "one worker" if est.workers == 1 else f"{est.workers} workers"
+    console.print(f"estimated wall time of the {est.trials} pending trials on {est.device}: ~{duration(est.seconds)} "
+                  f"with {who} (trials {duration(est.trial_seconds)} of one worker's time, start-up "
+                  f"{duration(est.start_seconds)}); measured {est.shapes} model shape{'s' if est.shapes != 1 else ''} "
+                  f"in {est.measured:.1f} s", highlight=False, soft_wrap=True)

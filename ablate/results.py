@@ -1,49 +1,131 @@
 """A study's results as tidy polars frames: the one way notebooks (and users) read results.
 
-    res = ablate.results.load("quickstart")
+    res = ablate.results.load("quickstart")            # from any directory: see "Where" below
     res.trials      one row per (cell, phase, seed) of the spec, pending ones included
-    res.metrics     every scalar logged: cell, seed, step, name, value
-    res.curves      hidden-state probes (ablate.probes): cell, seed, step, layer, head, t, value, kind, quantity
+    res.metrics     every scalar logged: step, name, value per run
+    res.curves      hidden-state probes (ablate.probes): step, layer, head, t, value, kind, quantity
     res.provenance()  what produced the results: spec, hash, commits, versions, devices, dates, stores
     res.tuning()      per tuned cell: the best setting, its objective value, trials used
+    res.references()  the spec's published values and the cells they match
 
-Factor settings are columns named by their dotted path, holding the level's label. Tuning items
-(``phase == "tune"``) carry ``tune_index``, ``params`` (the sampled setting, JSON) and, for a
-replicate of a tuned cell, ``tuned_from`` (which tuning trial it took its setting from). An item
-another study trained (linked when this study was prepared, ``ablate.runner.study``) reads as
-this study's own, with ``reused_from`` naming the study that trained it.
+Every frame is polars (``.to_pandas()`` for pandas: Enum columns become ``Categorical``). The
+columns and their dtypes (docs/results.md has the same with examples):
+
+``trials``
+    ``cell_id`` (String, 12 hex digits), ``cell_label`` (String), ``seed`` (Int64), ``phase``
+    (String: ``replicate`` or ``tune``), one column per factor named as in the spec (``Enum`` of
+    the level labels in the spec's order, so sorting follows the spec: ``2`` before ``16``; a
+    conditional factor's cells where it does not apply show its baseline label), ``status``
+    (String: complete, running, pending, diverged, failed, killed — the item's state, as
+    ``ablate status`` counts it), ``attempts`` (Int64, trials the item took), ``tune_index``
+    (Int64, null for replicates), ``trial_number`` (Int64, the Optuna trial standing for the
+    item), ``failure_kind`` / ``failure_message`` (String), ``seconds`` (Float64, training wall
+    time), ``steps`` (Int64, steps trained), ``mlflow_run_id`` (String), ``started`` /
+    ``finished`` (Datetime[us]), ``val_accuracy``, ``val_loss``, ``val_bpc``, ``test_accuracy``,
+    ``test_loss``, ``test_bpc``, ``chance`` (Float64, at the end of training; ``chance`` is the
+    majority-class accuracy of the task), ``git_commit``, ``device``, ``host`` (String),
+    ``params`` (String, JSON of a tuned setting), ``tuned_from`` (String). Null where a value does
+    not apply or is not known yet (a pending item has no metrics). Issue 18's convergence columns
+    (``converged``, ``val_gain_last``, ``stopped_early``, ``best_step``), when present, are
+    documented in docs/results.md.
+``metrics``
+    ``step`` (Int64), ``name`` (String: ``train/loss``, ``train/accuracy``, ``train/lr``,
+    ``train_state_norm/layer<i>``, ``val/loss|accuracy|bpc``, ``test/…``, ``chance``, the per-layer
+    probe summaries ``state_norm/layer<i>`` …, ``grad_norm/<group>``, the probe inputs'
+    fingerprints ``probe/batch_fingerprint`` and ``probe/white_noise_fingerprint``), ``value``
+    (Float64), then ``cell_id``, ``seed`` (Int64), ``phase``, ``cell_label`` and the factor
+    columns as in ``trials``. Runs that completed or diverged only.
+``curves``
+    ``step`` (Int64, the training step of the probe), ``layer`` (Int32), ``head`` (Int32), ``t``
+    (Int32), ``value`` (Float64), ``kind`` and ``quantity`` (String), then the run columns as in
+    ``metrics``. ``layer``, ``head`` and ``t`` are null where they do not apply (a summary over t,
+    a row that is not per head, a gradient norm of a whole parameter group); the artifacts store
+    −1 there (``ablate.probes.SUMMARY``) and this reader maps it to null. The (kind, quantity)
+    pairs:
+
+    =========== ==================== ============ ============ ======================================
+    kind        quantity             head         t            value
+    =========== ==================== ============ ============ ======================================
+    probe       norm_sq              head h       0 … L−1      batch mean of ‖x_t^h‖² on the fixed
+                                                               probe batch (t = 0: after one input)
+    probe       norm_sq_mean         head h       null         its mean over t
+    probe       norm_sq_last         head h       null         its value at the last t
+    white_noise norm_sq / _mean /    as probe     as probe     the same with unit Gaussian input fed
+                _last                                          straight into each recurrent layer
+    theory      norm_sq / _mean /    as probe     as probe     E‖x_t^h‖² under white unit input from
+                _last                                          x_0 = 0 (layers with a closed form)
+    theory      norm_sq_stationary   head h       null         its limit t → ∞
+    train       norm_sq_mean /       head h       null         the training batch's own norms at
+                norm_sq_last                                   logging steps
+    spectrum    abs / phase          mode's head  mode j       |λ_j| and arg λ_j, one per conjugate pair
+    spectrum    head_decay           head h       null         γ_h (rotation) or the head's slowest |λ|
+    spectrum    input_scale          unit's head  unit         what multiplies B: ξ_h, the LRU's γ_j, …
+    grad        <group>, total       null         null         ‖∇‖ of an optimiser group (layer null)
+    grad        <parameter name>     null         null         ‖∇‖ of one parameter of layer i
+    =========== ==================== ============ ============ ======================================
+
+Factor settings are columns named by their dotted path (or a named factor's name) holding the
+level's label. Tuning items (``phase == "tune"``) carry ``tune_index``, ``params`` (the sampled
+setting, JSON) and, for a replicate of a tuned cell, ``tuned_from`` (which tuning trial it took
+its setting from). An item another study trained (linked when this study was prepared,
+``ablate.runner.study``) reads as this study's own, with ``reused_from`` (String) naming the
+study that trained it.
 
 Several studies at once:
 
     both = ablate.results.load(["quickstart", "quickstart-heads"])
     both.trials     the studies' trials frames, a ``study`` column first, factor columns unioned
-                    (a study that does not vary a dotted-path factor holds its baseline's label)
+                    (a study that does not vary a dotted-path factor holds its baseline's label;
+                    an Enum of the levels of every study, in order of first appearance)
     both.metrics, both.curves   likewise
     both.select([{"model.heads": 8}])   only the cells matching a selector (the design's syntax)
     both.variants()  one row per distinct cell of the selection: its studies, a label naming what
                      differs between the cells, its task's data version (what makes cells comparable)
     both.frames()    trials, metrics and curves with each cell once (a cell several studies hold is
                      one experiment), labelled by variant: what the comparison report analyses
+
+Where: ``load(name)`` reads the stores given by ``storage=`` / ``tracking_uri=``, else
+``$ABLATE_STORAGE`` / ``$ABLATE_TRACKING_URI``, else the SQLite files in ``home=`` or
+``$ABLATE_HOME`` or ``./.ablate``; when none of these is given and ``./.ablate`` does not hold
+the study, the ``.ablate`` folders of the directories above are tried (a notebook in a
+subfolder of the project). The error names what was searched and the closest study names.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, overload
 
+import optuna
 import polars as pl
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import design
 from ablate.runner import tracking
-from ablate.runner.study import open_study, trials_by_item
+from ablate.runner.study import (
+    WHERE_STORES_ARE,
+    StorageError,
+    existing_store_url,
+    factor_distributions,
+    item_state,
+    missing_study,
+    open_study,
+    trials_by_item,
+)
+from ablate.runner.study import storage as open_storage
 from ablate.spec import Spec, get_path
-from ablate.stores import Stores, redact, resolve
+from ablate.stores import Stores, home_is_default, homes_above, redact, resolve
 
+# The value the curve artifacts store where a coordinate does not apply (ablate.probes.SUMMARY:
+# probes imports torch, which reading results does not need).
+SUMMARY_SENTINEL = -1
 SUMMARY = ("val_accuracy", "val_loss", "val_bpc", "test_accuracy", "test_loss", "test_bpc", "chance")
 # Columns every trials frame has, typed, even before any trial ran.
 TEXT_AND_COUNTS = {
@@ -215,20 +297,63 @@ def _status(trial: FrozenTrial) -> str:
     return str(trial.user_attrs.get("status", "failed"))
 
 
-def _representative(trials: list[FrozenTrial]) -> FrozenTrial:
-    """The trial that stands for an item: its completion, else its terminal failure, else the latest."""
-    order = {"complete": 0, "diverged": 1, "failed": 2, "running": 3, "pending": 4}
-    return min(trials, key=lambda t: (order.get(_status(t), 5), -t.number))
+# An item's state (runner.study.item_state, what `ablate status` and the live view count) → the
+# trial that stands for it; its status is the trial's, except an item waiting for a re-run.
+_STANDS_FOR = {"done": ("complete",), "failed": ("diverged", "failed", "killed"), "running": ("running",),
+               "waiting": ("pending",)}
+
+
+def _representative(trials: list[FrozenTrial]) -> tuple[FrozenTrial, str]:
+    """The trial that stands for an item and the item's status: its completion, else its terminal
+    failure, else its running or waiting trial, else (a failure about to be re-run) the latest."""
+    state = item_state(trials)
+    wanted = _STANDS_FOR.get(state, ())
+    order = {"complete": 0, "diverged": 1, "failed": 2, "killed": 3, "running": 4, "pending": 5}
+    ranked = sorted(trials, key=lambda t: (_status(t) not in wanted, order.get(_status(t), 6), -t.number))
+    trial = ranked[0] if wanted else max(trials, key=lambda t: t.number)
+    return trial, _status(trial) if wanted else "pending"
+
+
+def locate(study: str, storage_url: str | None = None, tracking_uri: str | None = None,
+           home: str | Path | None = None) -> Stores:
+    """The stores that hold ``study``: the given ones, else the environment's, else the home folder
+    (``home``, ``$ABLATE_HOME``, ``./.ablate``), else — when nothing was given — the ``.ablate``
+    folders above the working directory. Creates nothing; raises StorageError naming what was
+    searched and the closest study names."""
+    given = resolve(storage_url, tracking_uri, home, create=False)
+    url = existing_store_url(given.storage)
+    if url is not None:
+        names = optuna.get_all_study_names(open_storage(url))
+        if study in names:
+            return given
+        message = missing_study(study, names, url)
+    else:
+        message = f"no study named {study!r}: there is no store at {redact(given.storage)}"
+    searched, close = [], []
+    if storage_url is None and tracking_uri is None and not os.environ.get("ABLATE_STORAGE") \
+            and not os.environ.get("ABLATE_TRACKING_URI") and home_is_default(home):
+        for folder in homes_above():
+            above = resolve(None, None, folder, create=False)
+            names = optuna.get_all_study_names(open_storage(above.storage))
+            if study in names:
+                return above
+            searched.append(str(folder))
+            close += [f"{c!r} in {folder}" for c in difflib.get_close_matches(study, names, n=2, cutoff=0.6)]
+        message += f"; no .ablate folder above {Path.cwd()} holds it either"
+        if searched:
+            message += f" (searched {', '.join(searched)}" + (f"; did you mean {' or '.join(close)}?)" if close
+                                                             else ")")
+    raise StorageError(f"{message}; {WHERE_STORES_ARE}")
 
 
 @overload
 def load(study: str, storage: str | None = None, tracking_uri: str | None = None, curves: bool = True,
-         metrics: bool | None = None) -> Results: ...
+         metrics: bool | None = None, home: str | Path | None = None) -> Results: ...
 
 
 @overload
 def load(study: Sequence[str], storage: str | None = None, tracking_uri: str | None = None, curves: bool = True,
-         metrics: bool | None = None) -> Studies: ...
+         metrics: bool | None = None, home: str | Path | None = None) -> Studies: ...
 
 
 def load(
@@ -237,9 +362,11 @@ def load(
     tracking_uri: str | None = None,
     curves: bool = True,
     metrics: bool | None = None,
+    home: str | Path | None = None,
 ) -> Results | Studies:
     """Read a study (a name) or several (a list of names: ``Studies``, one frame each with a
-    ``study`` column) from the Optuna storage and MLflow tracking store.
+    ``study`` column) from its Optuna storage and MLflow tracking store, found as ``locate`` says
+    (``home``: the folder holding ``optuna.db`` and ``mlflow.db``, as ``$ABLATE_HOME``).
 
     ``curves`` reads the dense hidden-state curves, ``metrics`` the logged scalars (default: as
     ``curves``); both come from MLflow artifacts and cost a download per run."""
@@ -248,14 +375,14 @@ def load(
         if not names:
             raise ValueError("load() needs at least one study name")
         cache: dict[tuple[str, str], Any] = {}  # a run two studies share is downloaded once
-        return Studies.of([_load_one(n, storage, tracking_uri, curves, metrics, cache) for n in names])
-    return _load_one(study, storage, tracking_uri, curves, metrics, None)
+        return Studies.of([_load_one(n, storage, tracking_uri, curves, metrics, cache, home) for n in names])
+    return _load_one(study, storage, tracking_uri, curves, metrics, None, home)
 
 
 def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves: bool, metrics: bool | None,
-              cache: dict[tuple[str, str], Any] | None) -> Results:
+              cache: dict[tuple[str, str], Any] | None, home: str | Path | None = None) -> Results:
     metrics = curves if metrics is None else metrics
-    stores: Stores = resolve(storage, tracking_uri)
+    stores: Stores = locate(study, storage, tracking_uri, home)
     opt = open_study(study, stores)
     spec = design.validate(opt.user_attrs["spec"], f"study {study}")
     by_item = trials_by_item(opt)
@@ -275,10 +402,10 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
         }
         trials = by_item.get(item.key, [])
         if trials:
-            trial = _representative(trials)
+            trial, status = _representative(trials)
             attrs = trial.user_attrs
             row.update(
-                status=_status(trial),
+                status=status,
                 attempts=len(trials),
                 trial_number=trial.number,
                 failure_kind=attrs.get("failure_kind"),
@@ -311,6 +438,9 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
         if col not in frame.columns or frame[col].dtype == pl.Null:
             frame = frame.with_columns(pl.col(col).cast(dtype) if col in frame.columns
                                        else pl.lit(None, dtype=dtype).alias(col))
+    # Factor columns sort as the spec lists their levels (a polars Enum, pandas Categorical).
+    frame = frame.with_columns(pl.col(name).cast(pl.Enum(list(dist.choices)))
+                               for name, dist in factor_distributions(spec).items() if name in frame.columns)
     res = Results(
         study=study,
         spec=spec,
@@ -340,13 +470,18 @@ def _artifacts(stores: Stores, run_ids: dict[str, tuple[str, int, str]], name: s
             if cache is not None:
                 cache[(run_id, name)] = part
         if part is not None:
-            parts.append(part.with_columns(pl.lit(cell_id).alias("cell_id"), pl.lit(seed).alias("seed"),
+            parts.append(part.with_columns(pl.lit(cell_id).alias("cell_id"), pl.lit(seed, dtype=pl.Int64).alias("seed"),
                                            pl.lit(phase).alias("phase")))
     if not parts:
         return pl.DataFrame()
     factor_cols = [c for c in trials.columns if "." in c or c in factors]  # named factors have no dot
     labels = trials.select(["cell_id", "cell_label", *factor_cols]).unique("cell_id")
-    return pl.concat(parts, how="diagonal_relaxed").join(labels, on="cell_id", how="left")
+    frame = pl.concat(parts, how="diagonal_relaxed")
+    # The artifacts write SUMMARY (-1) where a coordinate does not apply; a frame says null.
+    sentinels = [c for c in ("layer", "head", "t") if c in frame.columns]
+    frame = frame.with_columns(pl.when(pl.col(c) == SUMMARY_SENTINEL).then(None).otherwise(pl.col(c)).alias(c)
+                               for c in sentinels)
+    return frame.join(labels, on="cell_id", how="left", maintain_order="left")
 
 
 # --- several studies ---------------------------------------------------------------------------------
@@ -364,15 +499,33 @@ def _baseline_label(spec: Spec, factor: str) -> str | None:
         return None
 
 
-def _with_study(frame: pl.DataFrame, res: Results, factors: list[str]) -> pl.DataFrame:
+def _with_study(frame: pl.DataFrame, res: Results, levels: dict[str, list[str]]) -> pl.DataFrame:
     if frame.is_empty() and not frame.columns:
         return frame
     cols = [pl.lit(res.study).alias("study")]
-    for f in factors:
-        if f not in frame.columns:
-            cols.append(pl.lit(_baseline_label(res.spec, f), dtype=pl.Utf8).alias(f))
+    for f, names in levels.items():
+        value = pl.col(f).cast(pl.Utf8) if f in frame.columns else pl.lit(_baseline_label(res.spec, f), dtype=pl.Utf8)
+        cols.append(value.cast(pl.Enum(names)).alias(f))
     out = frame.with_columns(cols)
     return out.select(["study", *[c for c in out.columns if c != "study"]])
+
+
+def _factor_levels(results: list[Results]) -> dict[str, list[str]]:
+    """Factor → its levels over every study (each study's order, then first appearance), so the
+    stacked columns stay an Enum that sorts as the specs list their levels."""
+    factors = list(dict.fromkeys(f for r in results for f in r.factors))
+    out: dict[str, list[str]] = {f: [] for f in factors}
+    for f in factors:
+        for r in results:
+            col = r.trials[f] if f in r.trials.columns else None
+            if col is not None and isinstance(col.dtype, pl.Enum):
+                names = list(col.dtype.categories)
+            elif col is not None:
+                names = [str(x) for x in col.unique(maintain_order=True).to_list() if x is not None]
+            else:
+                names = [x for x in [_baseline_label(r.spec, f)] if x is not None]
+            out[f] += [x for x in names if x not in out[f]]
+    return out
 
 
 def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -415,10 +568,10 @@ class Studies:
 
     @classmethod
     def of(cls, results: list[Results], selectors: dict[str, list[dict[str, Any]]] | None = None) -> Studies:
-        factors = list(dict.fromkeys(f for r in results for f in r.factors))
-        return cls(results, _concat([_with_study(r.trials, r, factors) for r in results]),
-                   _concat([_with_study(r.metrics, r, factors) for r in results]),
-                   _concat([_with_study(r.curves, r, factors) for r in results]), dict(selectors or {}))
+        levels = _factor_levels(results)
+        return cls(results, _concat([_with_study(r.trials, r, levels) for r in results]),
+                   _concat([_with_study(r.metrics, r, levels) for r in results]),
+                   _concat([_with_study(r.curves, r, levels) for r in results]), dict(selectors or {}))
 
     @property
     def names(self) -> list[str]:

@@ -1,7 +1,10 @@
 """Where a study's results live: Optuna storage, MLflow tracking, artifacts; credentials redacted.
 
-Defaults need no server: SQLite files under ``.ablate/`` in the working directory (or
-``$ABLATE_HOME``). ``$ABLATE_STORAGE`` and ``$ABLATE_TRACKING_URI`` point at shared stores.
+Defaults need no server: SQLite files under the home folder — ``home=`` where a function takes
+it, else ``$ABLATE_HOME``, else ``.ablate/`` in the working directory (``HOME_DIR``).
+``$ABLATE_STORAGE`` and ``$ABLATE_TRACKING_URI`` (or explicit URLs) point at shared stores
+instead. ``homes_above`` lists the ``.ablate/`` folders of the directories above, for readers
+(``ablate.results.load``) started in a subfolder of a project.
 """
 
 from __future__ import annotations
@@ -65,14 +68,34 @@ class Stores:
         return {"storage": redact(self.storage), "tracking": redact(self.tracking)}
 
 
-def home() -> Path:
-    return Path(os.environ.get("ABLATE_HOME", ".ablate"))
+HOME_DIR = ".ablate"
 
 
-def resolve(storage: str | None = None, tracking: str | None = None, create: bool = True) -> Stores:
-    """The stores named, else those of the environment, else SQLite files under ``home()``
-    (their folder created unless not ``create``)."""
-    root = home().resolve()
+def home(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of the default stores, logs and checkpoints: ``explicit``, else ``$ABLATE_HOME``,
+    else ``.ablate`` in the working directory (relative paths stay relative)."""
+    if explicit is not None:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("ABLATE_HOME") or HOME_DIR).expanduser()
+
+
+def home_is_default(explicit: str | os.PathLike[str] | None = None) -> bool:
+    """Whether the home folder is only the default (no ``home=``, no ``$ABLATE_HOME``)."""
+    return explicit is None and not os.environ.get("ABLATE_HOME")
+
+
+def homes_above(start: Path | None = None) -> list[Path]:
+    """The ``.ablate`` folders holding an Optuna database in the directories above ``start``
+    (default: the working directory), nearest first."""
+    here = (start or Path.cwd()).resolve()
+    return [d / HOME_DIR for d in here.parents if (d / HOME_DIR / "optuna.db").is_file()]
+
+
+def resolve(storage: str | None = None, tracking: str | None = None,
+            home_dir: str | os.PathLike[str] | None = None, create: bool = True) -> Stores:
+    """The stores to use: explicit URLs, else ``$ABLATE_STORAGE`` / ``$ABLATE_TRACKING_URI``, else
+    SQLite files in the home folder (``home``; its folder created unless ``create`` is False)."""
+    root = home(home_dir).resolve()
     storage = storage or os.environ.get("ABLATE_STORAGE") or f"sqlite:///{root / 'optuna.db'}"
     tracking = tracking or os.environ.get("ABLATE_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
     local = not tracking.startswith(("http://", "https://", "databricks"))

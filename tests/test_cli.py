@@ -86,3 +86,73 @@ def test_cli_ls_without_stores_writes_nothing_and_report_takes_a_spec_file(tmp_p
     assert res.exit_code == 1 and "no study named 'quickstart'" in res.output  # the spec's study, by its name
     res = cli("report", "a", "b", "--compare", "--format", "txt")
     assert res.exit_code == 2 and "--format: 'txt' is not one of: html, pdf" in res.output
+
+
+def _partial_study(tmp_path, monkeypatch):
+    """BASE queued in a home under tmp_path: one item complete, one killed and re-queued, one running."""
+    from optuna.trial import TrialState
+
+    from ablate.runner import phases, queue
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    monkeypatch.delenv("ABLATE_TRACKING_URI", raising=False)
+    spec = design.validate(BASE)
+    study, _ = st.prepare(spec, design.items(spec), resolve())
+    done = phases.claim(study)
+    queue.finish(study, done, TrialState.COMPLETE, {"status": "complete", "val_accuracy": 0.5, "steps": 5,
+                                                     "seconds": 1.0}, 0.5)
+    killed = phases.claim(study)
+    assert st.declare_dead(study, killed.number)  # failed as killed, its item re-queued
+    running = phases.claim(study)
+    queue.beat(study, running.number, {"step": 2, "worker": "host:1"})
+    return spec
+
+
+def test_cli_status_json_and_table_agree(tmp_path, monkeypatch):
+    import json
+
+    spec = _partial_study(tmp_path, monkeypatch)
+    total = len(design.items(spec))
+    res = cli("status", "t", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["counts"] == {"done": 1, "running": 1, "waiting": total - 2, "failed": 0, "diverged": 0,
+                              "total": total}
+    for key, status in (("done", "complete"), ("running", "running"), ("waiting", "pending")):
+        assert sum(c[status] for c in data["cells"]) == data["counts"][key]
+    assert [r["step"] for r in data["running"]] == [2] and data["running"][0]["steps"] == 5
+    assert data["eta_seconds"] is not None  # measured from the finished trial
+    text = cli("status", "t")
+    assert text.exit_code == 0, text.output
+    assert f"t: 1 done · 1 running · {total - 2} waiting · 0 failed (0 diverged)" in text.output
+    assert "ETA ?" not in text.output
+
+
+def test_cli_status_suggests_a_misspelt_study(tmp_path, monkeypatch):
+    _partial_study(tmp_path, monkeypatch)
+    # a real process: exit code, stderr (ABLATE_HOME from the environment)
+    res = subprocess.run([sys.executable, "-m", "ablate.cli", "status", "tt"], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert res.returncode == 1 and "no study named 'tt'" in res.stderr and "did you mean 't'?" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_cli_schema_to_standard_output(tmp_path):
+    import json
+
+    from ablate import schema as schema_mod
+
+    expected = schema_mod.schema_text()
+    dash = subprocess.run([sys.executable, "-m", "ablate.cli", "schema", "-"], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert dash.returncode == 0 and dash.stdout == expected
+    piped = subprocess.run([sys.executable, "-m", "ablate.cli", "schema"], capture_output=True, text=True,
+                           cwd=tmp_path)  # stdout is a pipe, not a terminal: the Unix habit
+    assert piped.returncode == 0 and piped.stdout == expected and not (tmp_path / "docs").exists()
+    json.loads(piped.stdout)
+    to_file = subprocess.run([sys.executable, "-m", "ablate.cli", "schema", "s.json"], capture_output=True,
+                             text=True, cwd=tmp_path)
+    assert to_file.returncode == 0 and (tmp_path / "s.json").read_text() == expected

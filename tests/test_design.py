@@ -3,6 +3,8 @@ items, and the errors that name key paths."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from support import VARIANT, errors, make
@@ -231,3 +233,24 @@ def test_grid_counts_and_seeds():
     assert len(cells) == 4
     assert len(design.items(s)) == 12
     assert {c.settings["model.parameterisation"] for c in cells} == {"rotation", "complex_diagonal"}
+
+
+def test_the_baseline_is_validated_only_where_a_cell_uses_it():
+    root = Path(__file__).resolve().parents[1] / "studies"
+    # Every cell sets heads: the baseline's 3 (which does not divide state_dim 64) is never used.
+    heads = design.load(root / "rotation_heads.yaml", ["model.heads=3"])
+    assert {c.config["model"]["heads"] for c in design.cells(heads)} == {1, 4, 16, 32}
+    # No cell sets heads: every cell keeps the baseline's, and the error is the baseline's own, located.
+    with pytest.raises(spec.SpecError) as info:
+        design.load(root / "quickstart.yaml", ["model.heads=3"])
+    assert str(info.value) == (f"{root / 'quickstart.yaml'}:9: model: heads (3) must divide the 32 state_dim for "
+                               "rotation; valid heads: 1, 2, 4, 8, 16, 32")
+    assert "the cell" not in str(info.value)
+    # A baseline value moved by a factor only where it applies is checked in the cells that keep it.
+    msg = errors(model={"d_model": 16, "state_dim": 16, "layers": 1, "heads": 3},
+                 factors={"model.heads": {"levels": [2, 4], "when": {"model.parameterisation": "rotation"}},
+                          "model.parameterisation": ["rotation", "real_diagonal"]})
+    assert "heads (3) must divide the 16 state_dim for real_diagonal" in msg and "for rotation" not in msg
+    ok = make(model={"d_model": 16, "state_dim": 15, "layers": 1, "heads": 3},
+              factors={"model.parameterisation": ["real_diagonal"]})
+    assert design.cells(ok)[0].config["model"]["heads"] == 3  # 15 real modes: 3 heads of 5

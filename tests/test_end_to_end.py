@@ -65,7 +65,10 @@ def test_run_records_trials_in_optuna_and_mlflow(study_dir, monkeypatch):
         assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
         assert child.info.status == "FINISHED"
         assert child.info.run_name in ("normalisation=xi · seed 0", "normalisation=gamma · seed 0")
-        assert child.data.params["settings.model.normalisation"] in ("xi", "gamma")
+        # One name per setting: the factor's path holds its value; the label is a tag.
+        assert child.data.params["model.normalisation"] in ("xi", "gamma")
+        assert not any(k.startswith("settings.") for k in child.data.params)
+        assert child.data.tags["ablate.level.model.normalisation"] == child.data.params["model.normalisation"]
         assert child.data.params["model.parameterisation"] == "rotation"
         history = mlc.get_metric_history(child.info.run_id, "state_norm/layer1")
         assert [m.step for m in history] == [0, 6, 12]
@@ -104,6 +107,14 @@ def test_optuna_dashboard_shows_cell_seed_and_phase(study_dir, monkeypatch):
     rows = [{a["key"]: a["value"] for a in t["user_attrs"]} for t in detail["trials"]]
     shown = sorted((r["cell_label"], r["seed"], r["phase"]) for r in rows)
     assert shown == [("normalisation=gamma", "0", "replicate"), ("normalisation=xi", "0", "replicate")]
+    # The factor is a parameter (categorical over its levels, in the spec's order), so the
+    # importance, parallel-coordinate and slice views have something to show; the objective is named.
+    for t in detail["trials"]:
+        (param,) = t["params"]
+        assert param["name"] == "model.normalisation"
+        assert [c["value"] for c in param["distribution"]["choices"]] == ["xi", "gamma"]
+    assert detail["objective_names"] == ["val_accuracy"]
+    assert detail["note"]["body"].startswith("**e2e: an ablation study run by ablate**")
 
 
 def test_rerun_resumes_and_runs_nothing_twice(study_dir, monkeypatch):
@@ -143,3 +154,36 @@ def test_report_of_unknown_study_is_a_clear_error(study_dir):
     res = ablate(study_dir, "report", "nope", check=False)
     assert res.returncode == 1
     assert "no study named 'nope'" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_run_output_to_a_file_is_one_event_per_line(tmp_path):
+    """`ablate run > log` (SLURM, tee): long cell labels whole (no 80-column table or wrap), one
+    event per line, a final newline; the worker logs hold no warnings and no MLflow INFO lines."""
+    long_labels = {
+        "rotation_with_xi_normalisation_as_in_the_RotRNN_paper": {"model.parameterisation": "rotation",
+                                                                  "model.normalisation": "xi"},
+        "complex_diagonal_with_gamma_normalisation_as_in_the_LRU_paper": {
+            "model.parameterisation": "complex_diagonal", "model.normalisation": "gamma"},
+    }
+    spec = {**SPEC, "name": "piped", "factors": {"variant": long_labels}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "COLUMNS")}
+    env.update(ABLATE_HOME=str(tmp_path / ".ablate"), ABLATE_CACHE_DIR=str(tmp_path / "cache"))
+    with open(tmp_path / "run.log", "w") as log:
+        res = subprocess.run([sys.executable, "-m", "ablate.cli", "run", "spec.yaml", "--workers", "2"], cwd=tmp_path,
+                             env=env, stdout=log, stderr=subprocess.PIPE, text=True, timeout=600)
+    text = (tmp_path / "run.log").read_text()
+    assert res.returncode == 0, text + res.stderr
+    assert text.endswith("\n") and "…" not in text and "\x1b[" not in text
+    lines = text.splitlines()
+    for label in long_labels:
+        done = [line for line in lines if line.startswith(f"done {label} · seed 0: val acc ")]
+        assert len(done) == 1, lines
+        assert " · test acc " in done[0] and " done · ETA " in done[0]
+        assert sum(line.startswith(f"start {label} · seed 0 (replicate, trial ") for line in lines) == 1
+    assert lines[-2] == "piped: 2 done · 0 running · 0 waiting · 0 failed · ETA 0m00s"
+    assert lines[-1] == "piped: 2 done, 0 failed, 0 unfinished"
+    assert "INFO" not in res.stderr and "Warning" not in res.stderr, res.stderr
+    for worker_log in (tmp_path / ".ablate" / "logs").glob("piped-worker*.log"):
+        body = worker_log.read_text()
+        assert "Warning" not in body and "INFO" not in body, body

@@ -73,22 +73,60 @@ def test_estimate_scales_measured_timings_by_each_pending_trial(monkeypatch):
     del raw["tune"]
     s = design.validate(raw)
     plan = planning.build(s, storage="sqlite:////nonexistent/optuna.db")
-    timing = planning.ShapeTiming(setup=0.5, step=0.01, val=0.2, test=0.1, probe=0.05)
+    timing = planning.ShapeTiming(setup=0.5, step=0.01, val=0.2, test=0.1, probe=0.05, grads=0.02, first_use=3.0)
     calls = []
-    monkeypatch.setattr(planning, "measure", lambda config, batch, device, steps: calls.append(device) or timing)
-    est = planning.estimate(plan, "cuda:0")
+    monkeypatch.setattr(planning, "measure", lambda config, probes, device, steps: calls.append(device) or timing)
+    monkeypatch.setattr(planning.os, "cpu_count", lambda: 2)
+    overheads = planning.Overheads(queue=1.5, imports=4.0, trial=0.25)
+    est = planning.estimate(plan, "cuda:0", overheads=overheads)
     assert calls == ["cuda:0", "cuda:0"] and est.shapes == 2 and est.trials == 4  # one dry run per model shape
-    # 5 steps, eval every 50: 0 periodic evals + final val + test; probes at 0 and the end (+ every 100: 0).
-    per_trial = 0.5 + 5 * 0.01 + 0.2 + 0.1 + 2 * 0.05 + planning.TRIAL_OVERHEAD_S
-    assert est.seconds == pytest.approx(4 * per_trial + planning.RUN_OVERHEAD_S)
+    # 5 steps, eval every 50: 0 periodic evals + final val + test; probes at 0 and the end (+ every 100: 0);
+    # gradient rows at the last step.
+    per_trial = 0.5 + 5 * 0.01 + 0.2 + 0.1 + 2 * 0.05 + 1 * 0.02 + 0.25
+    start = planning.CLI_START_S + 1.5 + 4.0 + 3.0
+    assert est.trial_seconds == pytest.approx(4 * per_trial) and est.start_seconds == pytest.approx(start)
+    assert est.seconds == pytest.approx(4 * per_trial + start)
+    two = planning.estimate(plan, "cuda:0", workers=2, overheads=overheads)  # 2 trials each, imports at once
+    assert two.seconds == pytest.approx(2 * per_trial + start)
+    four = planning.estimate(plan, "cuda:0", workers=4, overheads=overheads)  # 4 importing on 2 cores
+    assert four.seconds == pytest.approx(per_trial + start + 4.0)
+
+
+def test_trial_counts_follow_the_training_loop():
+    t = planning.ShapeTiming(setup=0.0, step=0.0, val=1.0, test=0.0, probe=10.0, grads=100.0)
+    config = {"train": {"steps": 1500, "eval_every": 50}}
+    probes = design.validate(RAW).probes.model_copy(update={"every": 50})
+    # 29 periodic validations + the final one; probes at 0, 50, …, 1450 and 1500; gradients at 50 … 1500.
+    assert planning.trial_seconds(config, probes, t) == pytest.approx(
+        30 * 1.0 + 31 * 10.0 + 30 * 100.0 + planning.TRIAL_OVERHEAD_S)
+    off = probes.model_copy(update={"enabled": False})
+    assert planning.trial_seconds(config, off, t) == pytest.approx(30 * 1.0 + planning.TRIAL_OVERHEAD_S)
+
+
+def test_schedule_holds_replicates_until_their_cells_tuning_is_done():
+    s = design.validate(RAW)  # 2 cells × (4 tuning trials + 2 replicates)
+    items = design.items(s)
+    seconds = [1.0] * len(items)
+    assert planning.schedule(items, seconds, 1) == pytest.approx(len(items))
+    # 2 workers: 8 tuning trials in 4 s, then 4 replicates in 2 s — no replicate before its cell's tuning.
+    assert planning.schedule(items, seconds, 2) == pytest.approx(6.0)
+    # 4 workers, a 5-s first tuning trial of the first cell: the other tuning is done by 3, the second
+    # cell's replicates run 3–4, the first cell's wait for its slow trial (5–6); without the rule, 2–3.
+    slow = [5.0 if (i.phase == "tune" and i.index == 0 and i.cell is items[0].cell) else 1.0 for i in items]
+    assert planning.schedule(items, slow, 4) == pytest.approx(6.0)
+    ungated = [design.Item(i.cell, i.seed, i.phase, i.index, None) for i in items]  # as if untuned
+    assert planning.schedule(ungated, slow, 4) == pytest.approx(5.0)
 
 
 @pytest.mark.slow  # imports torch and builds a model: seconds, not milliseconds
 def test_measure_runs_a_tiny_model_for_real(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
-    config = design.validate({**RAW, "tune": None, "factors": {},
-                              "task": {"name": "listops", "max_depth": 3, "min_length": 5, "max_length": 24,
-                                       "train_size": 64, "val_size": 32, "test_size": 32},
-                              "model": {"d_model": 8, "state_dim": 4, "layers": 1}, "train": {"steps": 3}}).baseline()
-    t = planning.measure(config, probe_batch=8, steps=2)
-    assert all(v > 0 for v in (t.setup, t.step, t.val, t.test, t.probe))
+    s = design.validate({**RAW, "tune": None, "factors": {},
+                         "task": {"name": "listops", "max_depth": 3, "min_length": 5, "max_length": 24,
+                                  "train_size": 64, "val_size": 32, "test_size": 32},
+                         "model": {"d_model": 8, "state_dim": 4, "layers": 1}, "train": {"steps": 3},
+                         "probes": {"batch": 8}})
+    t = planning.measure(s.baseline(), s.probes, steps=2)
+    assert all(v > 0 for v in (t.setup, t.step, t.val, t.test, t.probe, t.grads)) and t.probe_rows > 0
+    o = planning.measure_overheads(s, design.items(s), s.baseline(), t.probe_rows)
+    assert o.queue > 0 and o.imports > 0 and o.trial > 0

@@ -181,9 +181,83 @@ def test_load_of_several_studies_gives_one_frame_with_a_study_column(studies_roo
     per_study = {s: sorted(g["value"].to_list()) for (s,), g in pick.group_by(["study"])}
     assert per_study["cmp-a"] == per_study["cmp-b"] and per_study["cmp-a"]
     assert three["cmp-b"].provenance()["reused_from"] == {"cmp-a": 4} and not three["cmp-a"].provenance()["reused_from"]
-    from ablate.report.accuracy import provenance_table
+    from ablate.report.provenance import provenance_table
 
     rows = dict(provenance_table(three["cmp-b"].provenance()).itertuples(index=False, name=None))
     assert rows["reused"] == "4 items trained by study cmp-a"
     with pytest.raises(KeyError, match="studies: cmp-a, cmp-b, cmp-c"):
         three["nope"]
+
+
+# --- dtypes, nulls, where the stores are found -------------------------------------------------------
+
+
+def test_factor_columns_sort_as_the_spec_lists_levels(res):
+    t = res.trials
+    assert t.schema["model.normalisation"] == pl.Enum(["xi", "gamma", "none"])
+    assert t.schema["model.layers"] == pl.Enum(["1", "2"])
+    ordered = t.sort("model.normalisation")["model.normalisation"].unique(maintain_order=True).to_list()
+    assert ordered == ["xi", "gamma", "none"]  # the spec's order, not the alphabet's
+    assert res.metrics.schema["model.normalisation"] == t.schema["model.normalisation"]
+    pandas = t.to_pandas()
+    assert list(pandas["model.normalisation"].cat.categories) == ["xi", "gamma", "none"]
+    assert pandas["model.normalisation"].cat.ordered or list(
+        pandas.sort_values("model.normalisation")["model.normalisation"].drop_duplicates()) == ["xi", "gamma", "none"]
+
+
+def test_numeric_levels_do_not_sort_as_text(tmp_path):
+    """A factor 2 / 16 / 4 sorts 2, 16, 4 as listed (not "16" < "2"), even before anything ran."""
+    from ablate import design, results
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    spec = design.validate({"name": "order", "task": {"name": "listops", "max_length": 20, "train_size": 32},
+                            "model": {"d_model": 8, "state_dim": 32, "layers": 1},
+                            "factors": {"model.heads": [2, 16, 4]}})
+    stores = resolve(home_dir=tmp_path / "h")
+    st.prepare(spec, design.items(spec), stores)
+    t = results.load("order", home=tmp_path / "h", curves=False).trials
+    assert t.sort("model.heads")["model.heads"].to_list() == ["2", "16", "4"]
+    assert t.schema["model.heads"] == pl.Enum(["2", "16", "4"])
+
+
+def test_curves_have_nulls_where_a_coordinate_does_not_apply(study):
+    res, _, _ = study
+    c = res.curves
+    assert c.schema["seed"] == pl.Int64 and c.schema["variant"] == pl.Enum(["RotRNN", "LRU"])
+    summary = c.filter(pl.col("quantity").is_in(["norm_sq_mean", "norm_sq_last", "head_decay"]))
+    assert summary.height and summary["t"].is_null().all() and summary["head"].is_not_null().all()
+    groups = c.filter((pl.col("kind") == "grad") & pl.col("quantity").is_in(["total", "recurrent"]))
+    assert groups.height and groups["layer"].is_null().all() and groups["head"].is_null().all()
+    dense = c.filter(pl.col("quantity") == "norm_sq")
+    assert dense["t"].min() == 0 and dense["t"].null_count() == 0 and dense["layer"].null_count() == 0
+    assert (c.select("layer", "head", "t") == -1).sum().sum_horizontal().item() == 0
+
+
+def test_load_from_another_directory(accuracy_study, tmp_path, monkeypatch):
+    """ABLATE_HOME, home=, and a notebook in a subfolder of the project (the .ablate above it)."""
+    from ablate import results
+    from ablate.runner.study import StorageError
+
+    for key in ("ABLATE_HOME", "ABLATE_STORAGE", "ABLATE_TRACKING_URI"):
+        monkeypatch.delenv(key, raising=False)
+    home = accuracy_study / ".ablate"
+    elsewhere = tmp_path / "notebooks"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(StorageError) as info:
+        results.load(NAME, curves=False)
+    assert f"there is no store at sqlite:///{elsewhere / '.ablate' / 'optuna.db'}" in str(info.value)
+    assert "$ABLATE_HOME" in str(info.value) and "home=" in str(info.value)
+    assert not (elsewhere / ".ablate").exists()  # a failed read creates nothing
+    assert results.load(NAME, curves=False, home=home).trials.height == 18
+    monkeypatch.setenv("ABLATE_HOME", str(home))
+    assert results.load(NAME, curves=False).trials.height == 18
+    with pytest.raises(StorageError, match=r"no study named 'accrp' .*did you mean 'accrep'\?"):
+        results.load("accrp", curves=False)
+    monkeypatch.delenv("ABLATE_HOME")
+    nested = accuracy_study / "analysis" / "nb"
+    nested.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(nested)
+    assert results.locate(NAME).storage == f"sqlite:///{home.resolve() / 'optuna.db'}"
+    assert results.load(NAME, curves=False).trials.height == 18

@@ -252,3 +252,58 @@ def test_reads_and_writes_across_the_studies_of_a_storage(tmp_path):
     queue.set_finished_attrs(b, [done.number], {"dropped": {"why": "test"}, "item": "z2"})
     again = optuna.load_study(study_name="b", storage=f"sqlite:///{path}").trials[-1]
     assert again.user_attrs == {"item": "z2", "cell_id": "c9", "dropped": {"why": "test"}}
+
+
+def test_requeue_copies_parameters_and_warns_nothing(tmp_path):
+    """The re-queue is our own copy through Study.add_trial: no experimental or deprecated Optuna
+    class (its callback is experimental; RetryFailedTrialCallback goes in Optuna 6)."""
+    import warnings
+
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="params", storage=storage(url))
+    queue.enqueue(study, {"item": "a"})
+    queue.enqueue(study, {"item": "b"})
+    trial = claim(study)
+    levels = CategoricalDistribution(["xi", "gamma"])
+    queue.set_params(study, trial.number, {"model.normalisation": ("gamma", levels), "train.lr": (0.01, FloatDistribution(
+        1e-4, 1e-1, log=True))})
+    queue.set_params(study, trial.number, {"model.normalisation": ("gamma", levels)})  # already there: kept
+    other = claim(study)
+    with pytest.raises(ValueError):  # the study's distribution under that name is another kind
+        queue.set_params(study, other.number, {"train.lr": ("big", CategoricalDistribution(["big"]))})
+    assert queue.fail_running(study, trial.number, {"failure_kind": "killed"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        queue.requeue(study, trial.number, max_retry=2)
+    assert [str(w.message) for w in caught] == []
+    again = claim(study)
+    frozen = queue.trial(study, again.number)
+    assert frozen.params == {"model.normalisation": "gamma", "train.lr": 0.01}
+    assert frozen.system_attrs["retry_history"] == [trial.number] and frozen.system_attrs["failed_trial"] == trial.number
+    # A level added in front: every recorded value re-encoded, none misread.
+    grown = CategoricalDistribution(["none", "xi", "gamma"])
+    assert queue.recode_params(study, "model.normalisation", grown) == 2
+    fresh = optuna.load_study(study_name="params", storage=storage(url)).trials
+    assert [t.params.get("model.normalisation") for t in fresh] == ["gamma", None, "gamma"]
+    assert {t.distributions["model.normalisation"] for t in fresh if t.params} == {grown}
+    assert queue.recode_params(study, "model.normalisation", grown) == 0
+
+
+def test_entries_finished_after(tmp_path):
+    import time
+    from datetime import datetime, timedelta
+
+    study = optuna.create_study(study_name="since", storage=storage(f"sqlite:///{tmp_path / 'optuna.db'}"))
+    for i in range(3):
+        queue.enqueue(study, {"item": str(i)})
+    first = claim(study)
+    queue.finish(study, first, TrialState.COMPLETE, {}, 1.0)
+    mark = datetime.now() + timedelta(milliseconds=50)
+    time.sleep(0.1)
+    second = claim(study)
+    queue.finish(study, second, TrialState.FAIL, {"failure_kind": "error"})
+    assert [e.number for e in queue.entries(study, finished_after=mark)] == [second.number]
+    done = queue.entries(study, states=(TrialState.COMPLETE,))[0]
+    assert done.started is not None and done.finished >= done.started

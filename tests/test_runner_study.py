@@ -107,6 +107,9 @@ def test_a_follow_up_links_exactly_the_finished_items_it_shares_and_seeds_extend
     linked = [t for t in trials if t.user_attrs.get("reused_from")]
     assert {t.user_attrs["item"] for t in linked} == shared  # exactly those, each once
     assert all(t.state == TrialState.COMPLETE for t in linked)
+    # optuna-dashboard reads a linked trial's levels as it reads a trained one's: as parameters.
+    for t in linked:
+        assert t.params == t.user_attrs["settings"] and set(t.params) == {*PLAIN["factors"], "model.layers"}, t.params
     source = {t.user_attrs["item"]: t for t in trials_of(stores, "first")}
     labels = {c.id: c.label for c in design.cells(follow)}
     for t in linked:

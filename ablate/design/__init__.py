@@ -69,8 +69,12 @@ def check(spec: Spec) -> None:
 
 def validate(raw: Any, source: str = "<spec>") -> Spec:
     """Validate plain data as a spec: its shape, every factor level, every cell of the design,
-    the search space. Raises SpecError (and nothing else) naming key paths."""
-    spec = parse(raw, source)
+    the search space. Raises SpecError (and nothing else) naming key paths.
+
+    How the baseline's values fit together (``heads`` dividing ``state_dim``, …) is checked on
+    the resolved cells, not on the baseline alone: a baseline value every cell replaces is never
+    used. When some cell keeps an invalid baseline combination, the error is the baseline's own."""
+    spec = parse(raw, source, combinations=False)
     check(spec)
     return spec
 

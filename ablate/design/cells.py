@@ -171,6 +171,8 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
     ever_active: set[str] = set()
     invalid: list[tuple[str, str, str]] = []
     dropped = 0
+    base_problems = _baseline_problems(spec, base)
+    keep_invalid_baseline = False
     for choice, where in candidates:
         built = _build(choice, fs, base, by_name)
         ever_active |= built.active
@@ -195,6 +197,9 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
             shown = [name for name in choice if name in built.active or by_name[name].when is None]
         parts = tuple(by_name[n].part(built.labels[n]) for n in shown)
         if error is not None:
+            if error in base_problems:  # the baseline's own combination, kept by this cell
+                keep_invalid_baseline = True
+                continue
             invalid.append((where, ", ".join(parts) or "baseline", f"{error[0]}: {error[1]}" if error[0] else error[1]))
             continue
         cid = cell_id(resolved, tune)
@@ -203,6 +208,8 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
         seen.add(cid)
         out.append(Cell(cid, built.settings, resolved, built.labels, tuple(shown), parts,
                         config_key(resolved, tune), code_version(resolved), original_cell_id(resolved, tune)))
+    if keep_invalid_baseline:  # fix the baseline first: other cells' errors likely follow from it
+        return [], list(base_problems)
     for where, label, error in invalid[:MAX_INVALID_SHOWN]:
         problems.append((where, f"the cell ({label}) is invalid: {error}. Exclude it (exclude:) or vary the "
                                 "factor only where it applies (when:)"))
@@ -217,6 +224,16 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
         key = "include" if spec.include else "exclude"
         problems.append((key, f"no cell is left: exclude/include remove all {dropped} candidate cells"))
     return out, problems
+
+
+def _baseline_problems(spec: Spec, base: dict[str, Any]) -> Problems:
+    """What is wrong with the baseline as a configuration of its own (its combinations included),
+    as ``ablate.spec.parse`` words it; empty when it is valid."""
+    try:
+        parse({"name": spec.name, **base})
+    except SpecError as exc:
+        return list(exc.problems)
+    return []
 
 
 _CELL_CACHE: dict[str, tuple[list[Cell], Problems]] = {}

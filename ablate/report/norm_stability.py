@@ -484,7 +484,7 @@ GROUP_STYLE = (("0.1", "-"), ("0.45", "-"), ("0.65", "-."), ("0.1", "--"))
 def grad_figure(df: pd.DataFrame, order: Order, ncols: int = 3) -> Figure:
     """A panel per variant: gradient norm per optimiser group against the step (mean over seeds), each
     group in its grey and line style (the total dashed)."""
-    g = df[(df["kind"] == "grad") & (df["layer"] == -1)]
+    g = df[(df["kind"] == "grad") & (df["layer"].isna() | (df["layer"] == -1))]  # group rows: no layer (-1 before)
     shown = [(c, lbl) for c, lbl in order if (g["cell_id"] == c).any()]
     if not shown:
         return plotting.empty("no gradient norms recorded")

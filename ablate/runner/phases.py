@@ -16,6 +16,10 @@ is decided:
 
 No per-cell Optuna study is stored: the main study's trials are the history, so both phases
 resume with the queue, and nothing here can disagree with what the results API reads.
+
+``record_params`` records a claimed item's factor levels (categorical, study.PARAM_DISTRIBUTIONS)
+and its tuned values (the search space's distributions) as the trial's Optuna parameters, for
+optuna-dashboard; the setting the worker runs is the one in the user attributes.
 """
 
 from __future__ import annotations
@@ -124,6 +128,33 @@ def prepare_item(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
     trial.set_user_attr("config", config)
     attrs.update(params=params, config=config)
     return attrs
+
+
+def record_params(study: optuna.Study, trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
+    """The item's factor levels and tuned values as Optuna parameters of its running trial.
+    Display only: a distribution the study's history does not accept (a search space that
+    changed type) is left out rather than failing the trial."""
+    known = study.user_attrs.get(st.PARAM_DISTRIBUTIONS) or {}
+    params: dict[str, tuple[Any, BaseDistribution]] = {}
+    for name, label in (attrs.get("settings") or {}).items():
+        if name in known:
+            dist = optuna.distributions.json_to_distribution(known[name])
+            if isinstance(dist, CategoricalDistribution) and label in dist.choices:
+                params[name] = (label, dist)
+    tuned = attrs.get("params")
+    if attrs.get("tune") and isinstance(tuned, dict):
+        dists = distributions(attrs["tune"]["space"])
+        for name, value in tuned.items():
+            if name in dists:
+                params[name] = (value, dists[name])
+    try:
+        queue.set_params(study, trial.number, params)
+    except ValueError:  # some distribution differs from the study's under its name: the others
+        for name, entry in params.items():
+            try:
+                queue.set_params(study, trial.number, {name: entry})
+            except ValueError:
+                continue
 
 
 class _TuningGate:

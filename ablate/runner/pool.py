@@ -13,10 +13,10 @@ import sys
 import time
 
 from rich.console import Console
-from rich.live import Live
 
 from ablate.runner import progress
 from ablate.runner.study import open_study
+from ablate.runner.worker import worker_id
 from ablate.stores import Stores, home
 
 
@@ -65,14 +65,15 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
 
 
 def watch(study_name: str, stores: Stores, procs: list[subprocess.Popen], console: Console) -> list[int]:
-    """Show the live table until every worker exits; Ctrl-C forwards SIGINT (items re-queue)."""
+    """Show the live view (progress.View) until every worker exits; Ctrl-C forwards SIGINT (items
+    re-queue). Each worker shows from its start: as ``starting`` until it claims an item."""
     study = open_study(study_name, stores)
+    view = progress.View(study, console, [(worker_id(p.pid), p.poll) for p in procs])
     try:
-        with Live(console=console, refresh_per_second=2, transient=False) as live:
+        with view:
             while any(p.poll() is None for p in procs):
-                live.update(progress.table(study_name, progress.snapshot(study), len(procs)))
-                time.sleep(1.0)
-            live.update(progress.table(study_name, progress.snapshot(study), len(procs)))
+                view.poll()
+                time.sleep(progress.POLL_S)
     except KeyboardInterrupt:
         for p in procs:
             if p.poll() is None:

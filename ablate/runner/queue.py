@@ -14,6 +14,8 @@ their ``number`` (public); the storage's trial ids stay in here.
   file beside a SQLite database);
 - ``enqueue``, ``claim`` (oldest claimable first, optionally through a ``Gate``), ``beat``,
   ``finish``, ``fail_running``, ``requeue``, ``stale``;
+- parameters (what optuna-dashboard plots): ``set_params`` on a running trial, ``recode_params``
+  when a categorical parameter's choices change (a grid grows a level);
 - reading: ``entries`` (state and a few attributes per trial, without loading whole trials),
   ``trials`` / ``trial`` (whole ``FrozenTrial``s of a few), ``count``;
 - across the studies of one storage: ``find`` (trials of any study by an attribute's values),
@@ -29,14 +31,19 @@ looked up by an attribute (``where``) through a partial index over that attribut
 Written against Optuna 5.0.0 and SQLAlchemy 2.1 (``pyproject.toml`` bounds Optuna to 5.0.x).
 On an upgrade, re-check (tests/test_runner_queue.py exercises each):
 - ``optuna.storages._rdb.models``: tables ``trials`` (trial_id, number, study_id, state as the
-  enum's name) and ``trial_user_attributes`` (trial_id, key, value_json = ``json.dumps(value)``);
+  enum's name, datetime_start, datetime_complete) and ``trial_user_attributes`` (trial_id, key, value_json = ``json.dumps(value)``);
 - ``Study._storage`` (a ``_CachedStorage`` whose ``_backend`` is the ``RDBStorage``),
   ``Study._study_id``, ``RDBStorage.engine``, ``optuna.Trial(study, trial_id)``,
   ``get_trial_id_from_study_id_trial_number``;
 - ``RDBStorage.set_trial_state_values(id, RUNNING)`` returning False, under a row lock, when the
   trial is no longer WAITING (the atomic claim); ``record_heartbeat``; ``_get_stale_trial_ids``;
-- ``RetryHeartbeatStaleTrialCallback`` (``RetryFailedTrialCallback`` before 4.9, removed in 6.0)
-  copying user attributes and the ``retry_history`` system attribute onto a new WAITING trial;
+- ``optuna.storages._rdb.models.TrialParamModel`` (table ``trial_params``: param_id, trial_id,
+  param_name, param_value = the distribution's internal repr, distribution_json), and
+  ``RDBStorage.set_trial_param`` checking a new distribution against the study's first record;
+- ``requeue`` keeps the system attributes of ``RetryHeartbeatStaleTrialCallback`` (``failed_trial``,
+  ``retry_history``: what ``retried_trial_number`` / ``retry_history`` read) but adds the copy
+  through ``Study.add_trial`` itself: the callback class is experimental and its predecessor
+  ``RetryFailedTrialCallback`` is deprecated for removal in 6.0;
 - that Optuna's migrations (``optuna storage upgrade``) leave the ``ablate_*`` indexes alone
   (they are re-created, if missing, whenever a storage is opened).
 """
@@ -400,10 +407,55 @@ def fail_running(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> 
 
 
 def requeue(study: optuna.Study, number: int, max_retry: int | None) -> None:
-    """Enqueue a WAITING copy of a failed trial (its user attributes, its retry history), unless
-    it has already been retried ``max_retry`` times (None: no bound)."""
+    """Enqueue a WAITING copy of a failed trial (its user attributes, parameters and retry
+    history), unless it has already been retried ``max_retry`` times (None: no bound)."""
     frozen = _store(study).get_trial(_trial_id(study, number))
-    optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, frozen)
+    system_attrs: dict[str, Any] = {"failed_trial": number, **frozen.system_attrs}
+    system_attrs["retry_history"] = [*system_attrs.get("retry_history", []), number]
+    if max_retry is not None and max_retry < len(system_attrs["retry_history"]):
+        return
+    study.add_trial(optuna.create_trial(state=TrialState.WAITING, params=frozen.params,
+                                        distributions=frozen.distributions, user_attrs=frozen.user_attrs,
+                                        system_attrs=system_attrs))
+
+
+def set_params(study: optuna.Study, number: int,
+               params: Mapping[str, tuple[Any, optuna.distributions.BaseDistribution]]) -> None:
+    """Record ``params`` (name → (value, distribution)) on a running trial as Optuna parameters,
+    those it does not have yet (a re-queued copy carries its predecessor's). Raises ValueError
+    when a distribution does not match the one the study already has under that name."""
+    backend = _backend(study)  # the cache in front of it knows only the trials this process made
+    trial_id = _trial_id(study, number)
+    have = backend.get_trial(trial_id).params
+    for name, (value, dist) in params.items():
+        if name not in have:
+            backend.set_trial_param(trial_id, name, dist.to_internal_repr(value), dist)
+
+
+def recode_params(study: optuna.Study, name: str, dist: optuna.distributions.CategoricalDistribution) -> int:
+    """Give every recorded parameter ``name`` of the study the categorical distribution ``dist``,
+    each value re-encoded from its own recorded distribution (categorical values are stored as
+    indices into the choices). ``dist`` must hold every recorded value. Returns the rows changed."""
+    from optuna.storages._rdb import models
+    from sqlalchemy import select, update
+
+    table = models.TrialParamModel.__table__
+    trial_table, _ = _tables()
+    new_json = optuna.distributions.distribution_to_json(dist)
+    changed = 0
+    with _engine(study).begin() as conn:
+        rows = conn.execute(select(table.c.param_id, table.c.param_value, table.c.distribution_json)
+                            .join(trial_table, trial_table.c.trial_id == table.c.trial_id)
+                            .where(trial_table.c.study_id == _study_id(study), table.c.param_name == name))
+        for param_id, value, old_json in list(rows):
+            if old_json == new_json:
+                continue
+            old = optuna.distributions.json_to_distribution(old_json)
+            internal = dist.to_internal_repr(old.to_external_repr(value))
+            conn.execute(update(table).where(table.c.param_id == param_id)
+                         .values(param_value=internal, distribution_json=new_json))
+            changed += 1
+    return changed
 
 
 def stale(study: optuna.Study) -> list[int]:
@@ -417,18 +469,21 @@ def stale(study: optuna.Study) -> list[int]:
 
 @dataclass(frozen=True)
 class Entry:
-    """A trial's number and state, and only the user attributes that were asked for."""
+    """A trial's number and state, its start and end, and only the user attributes asked for."""
 
     number: int
     state: TrialState
     user_attrs: dict[str, Any]
+    started: datetime.datetime | None = None
+    finished: datetime.datetime | None = None
 
 
 def entries(study: optuna.Study, where: Mapping[str, Any] | None = None, keys: Sequence[str] = (),
-            states: Sequence[TrialState] | None = None) -> list[Entry]:
-    """The study's trials (those matching ``where`` and ``states``), oldest first, with the
-    user attributes named in ``keys``: what counting and state rules need, without loading
-    every trial's attributes (configs included) as ``Study.get_trials`` does."""
+            states: Sequence[TrialState] | None = None, finished_after: datetime.datetime | None = None) -> list[Entry]:
+    """The study's trials (those matching ``where`` and ``states``, and finished at or after
+    ``finished_after`` if given), oldest first, with the user attributes named in ``keys``: what
+    counting, state rules and the live view need, without loading every trial's attributes
+    (configs included) as ``Study.get_trials`` does."""
     from sqlalchemy import select
 
     trial_table, attr_table = _tables()
@@ -437,9 +492,12 @@ def entries(study: optuna.Study, where: Mapping[str, Any] | None = None, keys: S
         chosen.append(trial_table.c.state.in_(list(states)))
     if where:
         chosen.append(trial_table.c.trial_id.in_(_matching(where)))
+    if finished_after is not None:
+        chosen.append(trial_table.c.datetime_complete >= finished_after)
     found: dict[int, dict[str, Any]] = {}
     with _engine(study).connect() as conn:
-        rows = list(conn.execute(select(trial_table.c.trial_id, trial_table.c.number, trial_table.c.state)
+        rows = list(conn.execute(select(trial_table.c.trial_id, trial_table.c.number, trial_table.c.state,
+                                        trial_table.c.datetime_start, trial_table.c.datetime_complete)
                                  .where(*chosen).order_by(trial_table.c.trial_id)))
         if keys and rows:
             query = (select(attr_table.c.trial_id, attr_table.c.key, attr_table.c.value_json)
@@ -447,7 +505,7 @@ def entries(study: optuna.Study, where: Mapping[str, Any] | None = None, keys: S
                      .where(*chosen, attr_table.c.key.in_(list(keys))))
             for trial_id, key, value in conn.execute(query):
                 found.setdefault(trial_id, {})[key] = json.loads(value)
-    return [Entry(r.number, r.state, found.get(r.trial_id, {})) for r in rows]
+    return [Entry(r.number, r.state, found.get(r.trial_id, {}), r.datetime_start, r.datetime_complete) for r in rows]
 
 
 def trials(study: optuna.Study, where: Mapping[str, Any] | None = None,
@@ -584,13 +642,17 @@ def activity(storage: optuna.storages.RDBStorage) -> list[Activity]:
 
 
 def add(study: optuna.Study, state: TrialState, attrs: Mapping[str, Any], value: float | None,
-        started: datetime.datetime | None, completed: datetime.datetime | None) -> None:
-    """Write a finished trial (COMPLETE with ``value``, or FAIL) carrying ``attrs``, with the given
-    start and completion times (local, as Optuna gives them)."""
+        started: datetime.datetime | None, completed: datetime.datetime | None,
+        params: Mapping[str, tuple[Any, optuna.distributions.BaseDistribution]] | None = None) -> None:
+    """Write a finished trial (COMPLETE with ``value``, or FAIL) carrying ``attrs`` and ``params``
+    (name → (value, distribution), as ``set_params``), with the given start and completion times
+    (local, as Optuna gives them)."""
     now = datetime.datetime.now()
+    params = dict(params or {})
     frozen = FrozenTrial(number=-1, state=state, value=value if state == TrialState.COMPLETE else None,
                          values=None, datetime_start=started or now, datetime_complete=completed or now,
-                         params={}, distributions={}, user_attrs=dict(attrs), system_attrs={},
+                         params={k: v for k, (v, _) in params.items()},
+                         distributions={k: d for k, (_, d) in params.items()}, user_attrs=dict(attrs), system_attrs={},
                          intermediate_values={}, trial_id=-1)
     study.add_trial(frozen)
 

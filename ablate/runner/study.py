@@ -28,11 +28,19 @@ read it as their own; it survives the source study's removal. What is reused:
 Trials marked ``dropped`` (``ablate rm --orphans``, ``ablate keep``) are left out of every
 state, result and reuse; their study keeps their numbers (Optuna numbers trials by count, so
 trials are never deleted from a study that stays).
+
+So that optuna-dashboard shows an ablation rather than an optimisation, ``describe`` names the
+objective (``val_accuracy``), says in the study's ``description`` attribute (and its dashboard
+note, when optuna-dashboard is installed) what the trials are, and keeps the categorical
+distribution of every factor (its level labels, in the spec's order) in ``PARAM_DISTRIBUTIONS``:
+a running trial records its levels (and tuned values, runner/phases.py) as Optuna parameters,
+which the dashboard's importance, parallel-coordinate and slice views read.
 """
 
 from __future__ import annotations
 
 import datetime
+import difflib
 import json
 import os
 import shutil
@@ -75,6 +83,10 @@ IDENTITY = ("item", "cell_id", "cell_label", "seed", "phase", "settings", "confi
 SOURCE_KEYS = ("item", "cell_id", "config_key", "code_version", "failure_kind", "reused_from", DROPPED)
 
 KILLED_ATTRS = {"status": "killed", "failure_kind": "killed", "failure_message": "worker stopped sending heartbeats"}
+# The objective every COMPLETE trial reports (worker.py tells the study this value).
+OBJECTIVE = "val_accuracy"
+# Study user attribute: factor name → Optuna distribution (JSON) of its level labels.
+PARAM_DISTRIBUTIONS = "param_distributions"
 
 
 def storage(url: str) -> optuna.storages.RDBStorage:
@@ -89,7 +101,26 @@ def open_study(name: str, stores: Stores, create: bool = False) -> optuna.Study:
             return optuna.create_study(study_name=name, storage=store, load_if_exists=True, direction="maximize")
         return optuna.load_study(study_name=name, storage=store)
     except KeyError:
-        raise StorageError(f"no study named {name!r} in {redact(stores.storage)}") from None
+        raise StorageError(f"{missing_study(name, optuna.get_all_study_names(store), stores.storage)}; "
+                           f"{WHERE_STORES_ARE}") from None
+
+
+WHERE_STORES_ARE = ("stores are found through --storage / storage=, $ABLATE_STORAGE, or the folder "
+                    "home= / $ABLATE_HOME (default ./.ablate)")
+
+
+def missing_study(name: str, known: Sequence[str], url: str) -> str:
+    """The message for a study name that is not in the storage at ``url``: the closest names,
+    or the studies there."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if close:
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    elif known:
+        shown = ", ".join(sorted(known)[:10]) + (f", … ({len(known)} in all)" if len(known) > 10 else "")
+        hint = f"; studies there: {shown}"
+    else:
+        hint = "; it holds no study yet"
+    return f"no study named {name!r} in {redact(url)}{hint}"
 
 
 def recover_stale(study: optuna.Study) -> int:
@@ -143,6 +174,73 @@ def item_attrs(item: Item) -> dict[str, Any]:
         "code_version": item.cell.code_version,
         **item.extra_attrs(),  # tuned specs: the protocol, and a tuning item's index (runner/phases.py)
     }
+
+
+def factor_distributions(spec: Spec, known: Mapping[str, Any] | None = None
+                         ) -> dict[str, optuna.distributions.CategoricalDistribution]:
+    """Per factor, a categorical distribution over its level labels in the spec's order (and the
+    baseline's label, where a cell shows it: a conditional factor that does not apply, a factor
+    left at the baseline by a one-at-a-time design). ``known`` (name → distribution
+    JSON, as stored) keeps the labels recorded before: those the spec no longer lists follow its
+    own, so that every recorded value stays a choice."""
+    factors, _ = design.parse_factors(spec)
+    shown = {f.name: {c.labels[f.name] for c in design.cells(spec)} for f in factors}
+    out = {}
+    for f in factors:
+        labels = [lvl.label for lvl in f.levels]
+        if f.baseline_label in shown[f.name] and f.baseline_label not in labels:
+            labels.append(f.baseline_label)
+        if known and f.name in known:
+            old = optuna.distributions.json_to_distribution(known[f.name])
+            if isinstance(old, optuna.distributions.CategoricalDistribution):
+                labels += [c for c in old.choices if c not in labels]
+        out[f.name] = optuna.distributions.CategoricalDistribution(labels)
+    return out
+
+
+def describe(study: optuna.Study, spec: Spec) -> None:
+    """What optuna-dashboard needs to show an ablation (see the module docstring): the objective's
+    name, the description, the note, and the factors' distributions; parameters recorded under
+    distributions that changed (a level added) are re-encoded."""
+    study.set_metric_names([OBJECTIVE])
+    text = description(spec)
+    if study.user_attrs.get("description") != text:
+        study.set_user_attr("description", text)
+    known = study.user_attrs.get(PARAM_DISTRIBUTIONS) or {}
+    dists = factor_distributions(spec, known)
+    stored = {name: optuna.distributions.distribution_to_json(d) for name, d in dists.items()}
+    if {k: known.get(k) for k in stored} != stored:
+        for name, dist in dists.items():
+            if name in known and known[name] != stored[name]:
+                queue.recode_params(study, name, dist)
+        study.set_user_attr(PARAM_DISTRIBUTIONS, {**known, **stored})
+    try:
+        import optuna_dashboard
+    except ImportError:  # an optional tool: the description attribute says the same
+        return
+    if optuna_dashboard.get_note(study) != text:
+        optuna_dashboard.save_note(study, text)
+
+
+def description(spec: Spec) -> str:
+    """The study's description for optuna-dashboard (Markdown): an ablation queue, not a search."""
+    factors = ", ".join(f"`{name}`" for name in spec.factors) or "none"
+    lines = [
+        f"**{spec.name}: an ablation study run by ablate** — a work queue, not an optimisation.",
+        "",
+        "Each trial trains one cell (a combination of factor levels) on one seed "
+        "(`phase` replicate, or tune while a cell's tuning runs); trials run in queue order, so the "
+        "best-so-far line and \"best trial\" mean only the highest validation accuracy so far.",
+        f"Parameters are the factor levels ({factors}; categorical, in the spec's order) and, for "
+        "tuned studies, the tuned values: importance, parallel coordinates and slices show how each "
+        f"factor moves `{OBJECTIVE}`, the objective (validation accuracy at the end of training).",
+        "User attributes hold the cell (`cell_label`, `cell_id`), `seed`, `phase`, its config and "
+        "any failure. Test metrics, curves and statistics: `ablate report` or "
+        f"`ablate.results.load({spec.name!r})`.",
+    ]
+    if spec.description:
+        lines += ["", spec.description.strip()]
+    return "\n".join(lines)
 
 
 def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
@@ -213,6 +311,7 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     finished trial (unless not ``enqueue_new``). ``parent_run`` starts the study's MLflow parent
     run (returning its id) if it has none yet."""
     study = open_study(spec.name, stores, create=True)
+    describe(study, spec)  # first: the description heads the dashboard's table of study attributes
     dump = spec.model_dump(mode="json")  # unsorted: factor and level order are the spec's
     digest = spec_hash(spec)
     study.set_user_attr("spec", dump)
@@ -414,7 +513,26 @@ def link(study: optuna.Study, item: Item, source: Source, opened: dict[str, optu
     attrs = {**own, **_linked_attrs(frozen, source)}
     if digest:
         attrs["spec_hash"] = digest
-    queue.add(study, frozen.state, attrs, frozen.value, frozen.datetime_start, frozen.datetime_complete)
+    queue.add(study, frozen.state, attrs, frozen.value, frozen.datetime_start, frozen.datetime_complete,
+              _linked_params(study, own, frozen))
+
+
+def _linked_params(study: optuna.Study, own: dict[str, Any], frozen: FrozenTrial) -> dict[str, tuple[Any, Any]]:
+    """A linked trial's Optuna parameters, as a trained one records them (runner/phases.py): its
+    levels under this study's distributions, and the tuned values the source trial recorded."""
+    from optuna.distributions import CategoricalDistribution, json_to_distribution
+
+    known = study.user_attrs.get(PARAM_DISTRIBUTIONS) or {}
+    out: dict[str, tuple[Any, Any]] = {}
+    for name, label in (own.get("settings") or {}).items():
+        dist = json_to_distribution(known[name]) if name in known else None
+        if isinstance(dist, CategoricalDistribution) and label in dist.choices:
+            out[name] = (label, dist)
+    tuned = frozen.user_attrs.get("params")
+    for name in tuned if isinstance(tuned, dict) else ():
+        if name in frozen.params and name in frozen.distributions:
+            out[name] = (frozen.params[name], frozen.distributions[name])
+    return out
 
 
 def link_if_done_elsewhere(study: optuna.Study, trial: optuna.Trial) -> str | None:

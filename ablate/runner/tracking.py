@@ -1,12 +1,26 @@
 """MLflow, and only here: one parent run per study, one child run per trial, batched logging.
 
+What a trial's run holds, as the MLflow UI shows it:
+
+- params: the resolved config, one param per setting under its dotted path (``model.heads``);
+  a factor that is not itself a setting (a named factor such as ``variant``, or one setting a
+  whole mapping such as ``model.init``) adds one param under its name holding the level's label;
+- tags: every factor's level label as ``ablate.level.<factor>``, the cell, seed, phase, trial
+  number, worker and provenance, and the values that identify rather than measure (``AS_TAGS``:
+  the probe inputs' fingerprints, the task's chance level);
+- metrics: scalar curves (``train/…``, ``val/…``, ``test/…``), the per-layer summaries of the
+  probes (``THIN``: the head mean of ‖x‖² over the probe batch per layer and probe step, …), and
+  ``final/…`` at the end.
+
 Scalar curves go to MLflow in batches (one call per 1,000 values or 30 s, whichever comes first:
-single calls are ~100× slower). Dense curves (norms per layer/head/t/step) go to a Parquet artifact per run, with a
-thinned copy (mean per layer and probe step) as MLflow metrics.
+single calls are ~100× slower). Dense curves (norms per layer/head/t/step) go to a Parquet
+artifact per run (``CURVES_ARTIFACT``), every scalar logged (tags of ``AS_TAGS`` included) to
+another (``METRICS_ARTIFACT``): what the results API reads.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -27,11 +41,23 @@ THIN = {
     ("spectrum", "head_decay"): "head_decay",
 }
 METRICS_ARTIFACT = "metrics.parquet"  # step, name, value: every scalar logged, for the results API
+# Scalars that identify a run's inputs rather than measure it: MLflow tags (charting a hash, or a
+# constant, as a metric only clutters the compare view), still rows of METRICS_ARTIFACT.
+AS_TAGS = {
+    "probe/batch_fingerprint": "ablate.probe.batch_fingerprint",
+    "probe/white_noise_fingerprint": "ablate.probe.white_noise_fingerprint",
+    "chance": "ablate.chance",
+}
+LEVEL_TAG = "ablate.level."  # + factor name: the level's label
 
 
 def client(tracking_uri: str):
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars in logs and reports
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run (servers)
+    # A fresh SQLite store announces its table creation and migrations at INFO on stderr: noise in
+    # every terminal and worker log, and nothing a user acts on.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     from mlflow.tracking import MlflowClient
 
     with sqlite_lock(tracking_uri):  # a process's first client creates a fresh SQLite store's tables
@@ -71,6 +97,23 @@ def _flatten(prefix: str, data: Any, out: dict[str, str]) -> None:
         out[prefix] = str(data)[:500]
 
 
+def run_params(config: dict[str, Any], levels: dict[str, str] | None = None) -> dict[str, str]:
+    """A trial run's params: one per setting of ``config`` under its dotted path, and one per
+    factor of ``levels`` (factor → label) that is not a setting itself (a named factor, or one
+    that sets a whole mapping), holding the label. No setting appears under two names."""
+    params: dict[str, str] = {}
+    _flatten("", config, params)
+    for name, label in (levels or {}).items():
+        if name not in params:
+            params[name] = str(label)[:500]
+    return params
+
+
+def level_tags(levels: dict[str, str] | None) -> dict[str, str]:
+    """Every factor's level label as a tag (``ablate.level.<factor>``), for search_runs filters."""
+    return {f"{LEVEL_TAG}{name}": str(label)[:5000] for name, label in (levels or {}).items()}
+
+
 class TrialRun:
     """The MLflow child run of one trial; implements training's Reporter protocol."""
 
@@ -82,21 +125,22 @@ class TrialRun:
         name: str,
         config: dict[str, Any],
         tags: dict[str, str],
+        levels: dict[str, str] | None = None,
     ) -> None:
         from mlflow.entities import Param
 
         self.mlc = client(stores.tracking)
-        all_tags = {"ablate.role": "trial", **tags}
+        all_tags = {"ablate.role": "trial", **level_tags(levels), **tags}
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.mlc.create_run(experiment_id(stores, study), run_name=name, tags=all_tags)
         self.run_id = run.info.run_id
-        params: dict[str, str] = {}
-        _flatten("", config, params)
-        items = [Param(k, v) for k, v in params.items()]
+        items = [Param(k, v) for k, v in run_params(config, levels).items()]
         for i in range(0, len(items), 100):
             self.mlc.log_batch(self.run_id, params=items[i : i + 100])
         self.last_step = 0
+        self.last_val: dict[str, float] = {}  # the latest validation metrics, and their step
+        self._tags: dict[str, str] = {}  # AS_TAGS values not yet sent
         self._pending: list[tuple[int, str, float, int]] = []  # step, name, value, time (ms)
         self._history: list[tuple[int, str, float, int]] = []
         self._curves: list[Any] = []  # polars frames of ablate.probes.CURVE_SCHEMA
@@ -105,15 +149,30 @@ class TrialRun:
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
         self.last_step = max(self.last_step, step)
+        val = {k.removeprefix("val/"): float(v) for k, v in values.items() if k.startswith("val/")}
+        if val:
+            self.last_val = {**val, "step": step}
         self._add(step, values)
         if len(self._pending) >= BATCH or time.monotonic() - self._flushed > FLUSH_S:
             self.flush()
 
+    def progress(self) -> dict[str, Any]:
+        """Where training is: the last step reported and the last validation metrics (what a
+        heartbeat records for the live view)."""
+        out: dict[str, Any] = {"step": self.last_step}
+        if self.last_val:
+            out["last_val"] = dict(self.last_val)
+        return out
+
     def _add(self, step: int, values: dict[str, float]) -> None:
         now = int(time.time() * 1000)
         rows = [(step, k, float(v), now) for k, v in values.items()]  # MLflow's Metric objects at flush
-        self._pending += rows
         self._history += rows
+        for row in rows:
+            if row[1] in AS_TAGS:
+                self._tags[AS_TAGS[row[1]]] = repr(row[2])
+            else:
+                self._pending.append(row)
 
     def log_curves(self, rows: Any) -> None:
         """Keep dense rows (a polars frame, or a list of dicts) for the artifact; their thinned copy
@@ -147,14 +206,15 @@ class TrialRun:
             frames, self._thinned = self._curves[self._thinned :], len(self._curves)
             for step, values in sorted(self._thin(frames).items()):
                 self._add(step, values)
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric, RunTag
 
         metrics = [Metric(name, value, now, step) for step, name, value, now in self._pending]
-        for i in range(0, len(metrics), BATCH):
+        tags = [RunTag(k, v) for k, v in self._tags.items()]
+        for i in range(0, max(len(metrics), 1 if tags else 0), BATCH):
             # Synchronous: MLflow's background logging saved nothing here (its shutdown at the end of
             # every run waited about as long as the writes take) and would lose writes on a kill.
-            self.mlc.log_batch(self.run_id, metrics=metrics[i : i + BATCH])
-        self._pending = []
+            self.mlc.log_batch(self.run_id, metrics=metrics[i : i + BATCH], tags=tags if i == 0 else [])
+        self._pending, self._tags = [], {}
 
     def finish(self, status: str, summary: dict[str, float], tags: dict[str, str] | None = None) -> None:
         """Flush everything, write the curves artifact, and end the run (FINISHED/FAILED/KILLED)."""
@@ -164,7 +224,7 @@ class TrialRun:
         now = int(time.time() * 1000)
         self.mlc.log_batch(
             self.run_id,
-            metrics=[Metric(f"final/{k}", float(v), now, 0) for k, v in summary.items()],
+            metrics=[Metric(f"final/{k}", float(v), now, 0) for k, v in summary.items() if k not in AS_TAGS],
             tags=[RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()],
         )
         import polars as pl

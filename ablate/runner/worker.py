@@ -31,22 +31,33 @@ from ablate.spec import ProbeSpec
 from ablate.stores import Stores
 
 Event = Callable[[str, dict[str, Any]], None]
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_id(pid: int | None = None) -> str:
+    """How a worker process names itself on its trials: host:pid."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
+
+
+WORKER_ID = worker_id()
 RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
 REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another process has begun
+# Seconds between progress records of a running trial (a small write, only when the step moved).
+PROGRESS_S = float(os.environ.get("ABLATE_PROGRESS_S", "2"))
 
 
 class Heartbeat:
-    """Records a heartbeat (and the trial's current step) every HEARTBEAT_S seconds in a thread.
+    """Records a heartbeat every HEARTBEAT_S seconds in a thread, and the trial's progress (step,
+    last validation metrics) within PROGRESS_S of its changing, so the live view follows.
 
-    Nested for the same trial (work() beats from the claim on, run_item adds the step), the inner
-    one only lends its step to the outer thread: one beat per trial, not two. ``lost`` is set
-    when the trial is found no longer RUNNING: another process declared this worker dead."""
+    Nested for the same trial (work() beats from the claim on, run_item adds the progress), the
+    inner one only lends its progress to the outer thread: one beat per trial, not two. ``lost``
+    is set when the trial is found no longer RUNNING: another process declared this worker dead."""
 
     _active: dict[int, Heartbeat] = {}  # trial number -> the outermost heartbeat of this process
 
-    def __init__(self, study: optuna.Study, number: int, step: Callable[[], int] | None = None) -> None:
+    def __init__(self, study: optuna.Study, number: int,
+                 step: Callable[[], dict[str, Any]] | None = None) -> None:
         self._stop = threading.Event()
         self._step = step
         self._number = number
@@ -55,16 +66,25 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._beat, args=(study, number), daemon=True)
 
     def _beat(self, study: optuna.Study, number: int) -> None:
+        sent: dict[str, Any] = {}
+        last = -float("inf")
         while not self._stop.is_set():
             try:
                 step = self._step
-                if not queue.beat(study, number, {"step": step()} if step is not None else None) \
-                        and not self._stop.is_set():
-                    self.lost.set()
-                    return
+                now = step() if step is not None else {}
+            except Exception:  # progress is for the view: never a reason to miss a beat
+                now = {}
+            try:
+                changed = {k: v for k, v in now.items() if sent.get(k) != v}
+                if changed or time.monotonic() - last >= HEARTBEAT_S:
+                    if not queue.beat(study, number, changed or None) and not self._stop.is_set():
+                        self.lost.set()
+                        return
+                    sent.update(changed)
+                    last = time.monotonic()
             except Exception:  # a missed beat is tolerated; a long silence is what counts
                 pass
-            self._stop.wait(HEARTBEAT_S)
+            self._stop.wait(min(PROGRESS_S, HEARTBEAT_S))
 
     def __enter__(self) -> Heartbeat:
         if self._outer is not None:
@@ -132,6 +152,10 @@ def run_item(
         emit("error", {"cell": trial.user_attrs.get("cell_label"), "seed": trial.user_attrs.get("seed"),
                        "message": f"{type(exc).__name__}: {exc}"})
         return "error"
+    try:  # levels and tuned values as Optuna parameters, for optuna-dashboard: display only
+        phases.record_params(study, trial, attrs)
+    except Exception:
+        pass
     info = {"cell": attrs["cell_label"], "seed": attrs["seed"], "number": trial.number}
     current: dict[str, tracking.TrialRun | None] = {"run": None}
     try:
@@ -163,7 +187,7 @@ def _train_item(
     trial.set_user_attr("provenance", provenance.record(device))
     accumulate = 1
     run = current["run"] = _start_run(study, trial, attrs, stores, device)
-    with Heartbeat(study, trial.number, lambda: run.last_step) as heartbeat:
+    with Heartbeat(study, trial.number, lambda: run.progress()) as heartbeat:
         while True:
             try:
                 result = run_trial(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost),
@@ -224,7 +248,8 @@ def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], 
         study.study_name,
         study.user_attrs.get("mlflow_parent_run_id"),
         name=f"{attrs['cell_label']} · seed {attrs['seed']}",
-        config={"settings": attrs["settings"], **attrs["config"]},
+        config=attrs["config"],
+        levels=attrs.get("settings"),
         tags={
             "ablate.cell_id": attrs["cell_id"],
             "ablate.seed": str(attrs["seed"]),

@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     PlainValidator,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -50,6 +51,17 @@ def _choice(names: tuple[str, ...]) -> Any:
     return Literal[names]  # type: ignore[valid-type]
 
 
+# Validation context key: leave out the checks of how a model's (or init's) values fit together
+# (heads dividing state_dim, ordered bounds). ``parse(..., combinations=False)`` sets it for the
+# baseline of a spec, whose combinations matter only where a cell keeps them (ablate.design
+# validates every resolved cell in full).
+DEFER_COMBINATIONS = "defer_combinations"
+
+
+def _deferred(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(DEFER_COMBINATIONS))
+
+
 # --- the baseline -------------------------------------------------------------------------------
 
 
@@ -63,8 +75,8 @@ class RingInit(Strict):
     identity_basis: bool = Field(False, description="rotation only: fix P = I instead of learning it")
 
     @model_validator(mode="after")
-    def _ordered(self) -> RingInit:
-        if self.r_min > self.r_max:
+    def _ordered(self, info: ValidationInfo) -> RingInit:
+        if self.r_min > self.r_max and not _deferred(info):
             raise ValueError(f"r_min ({self.r_min}) must not exceed r_max ({self.r_max})")
         return self
 
@@ -79,8 +91,8 @@ class RotrnnInit(Strict):
     identity_basis: bool = Field(False, description="fix P = I instead of learning it")
 
     @model_validator(mode="after")
-    def _ordered(self) -> RotrnnInit:
-        if self.gamma_min > self.gamma_max:
+    def _ordered(self, info: ValidationInfo) -> RotrnnInit:
+        if self.gamma_min > self.gamma_max and not _deferred(info):
             raise ValueError(f"gamma_min ({self.gamma_min}) must not exceed gamma_max ({self.gamma_max})")
         return self
 
@@ -108,8 +120,8 @@ class ModelSpec(Strict):
     init: Init = Field(default_factory=RotrnnInit, description="initialisation scheme and its parameters")
 
     @model_validator(mode="after")
-    def _state_shape(self) -> ModelSpec:
-        if self.family != "linear_rnn":  # the only family with a parameterisation and heads
+    def _state_shape(self, info: ValidationInfo) -> ModelSpec:
+        if self.family != "linear_rnn" or _deferred(info):  # the only family with a parameterisation and heads
             return self
         modes = registry.PARAMETERISATIONS.level(self.parameterisation).modes
         if modes in ("rotation", "complex") and self.state_dim % 2:
@@ -453,10 +465,12 @@ class Spec(Strict):
 # --- shape-only validation --------------------------------------------------------------------
 
 
-def parse(raw: Any, source: str = "<spec>") -> Spec:
+def parse(raw: Any, source: str = "<spec>", combinations: bool = True) -> Spec:
     """Plain data checked against the shapes above (and the task's registered parameters), with
     every default filled. Nothing the design implies is checked here — not the factor levels, the
     cells, the constraints or the search space: ``ablate.design.validate`` checks all of it.
+    ``combinations=False`` leaves out the checks of how the baseline's values fit together
+    (``DEFER_COMBINATIONS``), which ``ablate.design`` makes on each resolved cell instead.
     Raises SpecError (and nothing else) naming key paths."""
     if not isinstance(raw, dict):
         raise SpecError([("", f"{source} must be a mapping of keys (name, task, model, ...)")])
@@ -465,7 +479,8 @@ def parse(raw: Any, source: str = "<spec>") -> Spec:
     task, problems = resolve_task(raw.get("task")) if "task" in raw else ({}, [("task", "required key is missing")])
     spec = None
     try:
-        spec = Spec.model_validate({**raw, "task": task} if not problems else {**raw, "task": {"name": "?"}})
+        spec = Spec.model_validate({**raw, "task": task} if not problems else {**raw, "task": {"name": "?"}},
+                                   context=None if combinations else {DEFER_COMBINATIONS: True})
     except ValidationError as exc:
         problems += [(p, m) for p, m in validation_problems(exc, Spec) if not p.startswith("task")]
     except (RecursionError, OverflowError, ValueError, TypeError) as exc:  # pathological input
