@@ -1,12 +1,15 @@
 """The ``ablate`` command: parse, call the library, print, exit code.
 
-Exit codes: 0 success, 1 a run finished with failed items or a store error, 2 invalid input.
-Heavy imports (torch, mlflow, papermill) happen inside the commands that need them.
+Exit codes: 0 success; 1 a run left items failed with an error or unfinished, a worker failed,
+or a store error; 2 invalid input; 130 / 143 stopped by SIGINT / SIGTERM (running items
+re-queued). Heavy imports (torch, mlflow, papermill) happen inside the commands that need them.
+No traceback reaches the terminal unless ``ABLATE_TRACEBACK=1``: errors are one line each.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -41,7 +44,37 @@ def _load(path: Path, overrides: list[str] | None) -> Spec:
 
 
 def _store_error(exc: Exception) -> typer.Exit:
-    err.print(f"[red]error[/red] {exc}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    from ablate.stores import redact
+
+    err.print(f"[red]error[/red] {escape(redact(str(exc)))}", highlight=False, soft_wrap=True)
+    return typer.Exit(1)
+
+
+def _interrupted(signum: int, requeued: list[str], what: str = "interrupted") -> typer.Exit:
+    """ONE line saying what a signal stopped and what was re-queued; exit 128 + the signal."""
+    for s in (signal.SIGINT, signal.SIGTERM):  # the clean-up is done: a further signal must not cut this line
+        signal.signal(s, signal.SIG_IGN)
+    name = signal.Signals(signum).name
+    items = f"re-queued {len(requeued)} running item(s): {', '.join(requeued)}" if requeued else \
+        "no running item to re-queue"
+    err.print(f"{what} ({name}): {items}; run the same command to resume", highlight=False, markup=False,
+              soft_wrap=True)
+    return typer.Exit(128 + signum)
+
+
+def _unexpected(exc: BaseException) -> typer.Exit:
+    """A bug: one line on the terminal (the traceback with ABLATE_TRACEBACK=1), exit 1."""
+    import traceback
+
+    from ablate.stores import redact
+
+    if os.environ.get("ABLATE_TRACEBACK"):
+        err.print(redact("".join(traceback.format_exception(exc))), highlight=False, markup=False)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    err.print(f"error (internal) {type(exc).__name__}: {redact(first)[:500]}; ABLATE_TRACEBACK=1 shows where",
+              highlight=False, markup=False, soft_wrap=True)
     return typer.Exit(1)
 
 
@@ -110,6 +143,9 @@ def _progress_printer(total: int, verbose: bool = False):
         name = f"{info.get('cell')} · seed {info.get('seed')}"
         if event == "start":
             progress.update(bar, description=f"running {name}")
+        elif event == "warning":
+            progress.console.print(f"  [yellow]warning[/yellow] {name}: {info.get('message', '')}", markup=True,
+                                   highlight=False)
         elif event == "complete":
             progress.advance(bar)
             acc = info.get("test_accuracy")
@@ -144,47 +180,70 @@ def run(
 ) -> None:
     """Run every (cell, seed) of a study not already finished; resumes where it stopped."""
     spec = _load(file, set_)
+    from rich.markup import escape
+
     from ablate.design import items, spec_hash
     from ablate.runner import pool, tracking
     from ablate.runner import study as st
-    from ablate.runner.worker import work
-    from ablate.stores import resolve
+    from ablate.runner.worker import Interrupted, WorkerStopped, work
+    from ablate.stores import redact, resolve, storage_problem
 
     stores = resolve(storage, tracking_uri)
     todo = items(spec)
     def parent_run() -> str:
         import json
 
-        return tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2), spec_hash(spec))
+        try:
+            return tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2),
+                                             spec_hash(spec))
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise st.StorageError(redact(f"cannot write to the tracking store {stores.tracking}: "
+                                         f"{type(exc).__name__}: {first}")) from None
 
     try:
         study, queued = st.prepare(spec, todo, stores, parent_run)
     except st.StorageError as exc:
         raise _store_error(exc) from None
+    except KeyboardInterrupt:
+        raise _interrupted(signal.SIGINT, [], "interrupted while queueing") from None
+    except Exception as exc:  # a store that fails while items are queued (read-only, full, gone)
+        raise _store_error(storage_problem(stores.storage, exc)) from None
     before = st.Progress.of(study, todo)
     out.print(f"{spec.name}: {len(todo)} trials, {before.done} done, {before.failed} failed, "
               f"{before.waiting + before.running} to run ({queued} newly queued)")
     if workers == 0:  # queue only: workers on other machines run the items
         return
     device_list = pool.devices(device, workers)
+    failed: list[str] = []
     try:
         if len(device_list) == 1:
             progress, emit = _progress_printer(before.waiting + before.running, verbose)
             with progress:
                 work(spec.name, stores, device=device_list[0], emit=emit, checkpoint_every=checkpoint_every)
         else:
-            procs = pool.start(spec.name, stores, device_list, checkpoint_every, verbose)
-            pool.watch(spec.name, stores, procs, out)
-    except KeyboardInterrupt:
-        err.print("interrupted: running items were re-queued; run the same command to resume")
-        raise typer.Exit(130) from None
+            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose)
+            if outcome.signum is not None:
+                raise _interrupted(outcome.signum, outcome.requeued)
+            failed = outcome.failed
+    except Interrupted as exc:
+        raise _interrupted(exc.signum, exc.requeued) from None
+    except (WorkerStopped, st.StorageError) as exc:
+        raise _store_error(exc) from None
     after = st.Progress.of(study, todo)
     out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {after.waiting + after.running} unfinished")
+    for line in failed:
+        err.print(f"[red]error[/red] {escape(line)}", highlight=False, soft_wrap=True)
     if report:
         _render(spec.name, spec.reports, Path("reports") / spec.name, ("html", "pdf"), storage, tracking_uri)
     errors = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("failure_kind") == "error"]
     if after.failed and errors:  # a diverged cell is a result; an error is a bug to look at
         err.print(f"{len(errors)} item(s) failed with an error; see `ablate status {spec.name}` and the report")
+        raise typer.Exit(1)
+    if failed or after.waiting + after.running:
+        if after.waiting + after.running:
+            err.print(f"{after.waiting + after.running} item(s) unfinished: run the same command to resume, or "
+                      f"see `ablate status {spec.name}`", highlight=False)
         raise typer.Exit(1)
 
 
@@ -201,7 +260,7 @@ def worker(
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""
     from ablate.runner import study as st
-    from ablate.runner.worker import work
+    from ablate.runner.worker import Interrupted, WorkerStopped, work
     from ablate.stores import resolve
 
     if threads:
@@ -217,11 +276,12 @@ def worker(
     try:
         outcomes = work(study, resolve(storage, tracking_uri), device=device, emit=emit,
                         checkpoint_every=checkpoint_every, max_items=max_items)
-    except st.StorageError as exc:
+    except Interrupted as exc:
+        raise _interrupted(exc.signum, exc.requeued, "worker interrupted") from None
+    except (st.StorageError, WorkerStopped) as exc:
         raise _store_error(exc) from None
-    except KeyboardInterrupt:
-        err.print("worker interrupted: its item was re-queued")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt:  # before the worker installed its handlers: nothing was claimed
+        raise _interrupted(signal.SIGINT, [], "worker interrupted") from None
     out.print(f"worker finished: {outcomes}")
 
 
@@ -235,7 +295,7 @@ def status(study: str, storage: StorageOpt = None, tracking_uri: TrackingOpt = N
 
     try:
         res = results.load(study, storage, tracking_uri, curves=False)
-        snap = progress.snapshot(st.open_study(study, resolve(storage, tracking_uri)))
+        snap = progress.snapshot(st.open_study(study, resolve(storage, tracking_uri), read_only=True))
     except st.StorageError as exc:
         raise _store_error(exc) from None
     table = Table(title=f"{study}: status per cell", title_justify="left")
@@ -293,7 +353,7 @@ def report(
                 raise typer.Exit(2)
     else:
         try:
-            opt = st.open_study(study, resolve(storage, tracking_uri))
+            opt = st.open_study(study, resolve(storage, tracking_uri), read_only=True)
         except st.StorageError as exc:
             raise _store_error(exc) from None
         names = list(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
@@ -377,7 +437,21 @@ def bench(
 
 def main() -> None:  # pragma: no cover
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    sys.exit(app())
+    try:
+        sys.exit(app())  # typer turns a KeyboardInterrupt no command handled into exit 130
+    except SystemExit as exc:
+        if exc.code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+            # Stopped by a signal, clean-up done: skip the interpreter's teardown of torch, MLflow
+            # and Optuna (seconds) that a scheduler's grace period may not leave.
+            import logging
+
+            sys.stdout.flush()
+            sys.stderr.flush()
+            logging.shutdown()
+            os._exit(int(exc.code))
+        raise
+    except Exception as exc:
+        sys.exit(_unexpected(exc).exit_code)
 
 
 if __name__ == "__main__":  # pragma: no cover

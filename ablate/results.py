@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,10 +25,11 @@ import polars as pl
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import design
+from ablate.report import MISSING_NOTES
 from ablate.runner import tracking
-from ablate.runner.study import open_study, trials_by_item
+from ablate.runner.study import TERMINAL_KINDS, item_state, open_study, trials_by_item
 from ablate.spec import Spec
-from ablate.stores import Stores, redact, resolve
+from ablate.stores import Stores, redact, resolve, sqlite_path
 
 SUMMARY = ("val_accuracy", "val_loss", "val_bpc", "test_accuracy", "test_loss", "test_bpc", "chance")
 # Columns every trials frame has, typed, even before any trial ran.
@@ -50,6 +52,9 @@ class Results:
     curves: pl.DataFrame = field(default_factory=pl.DataFrame)
     #: item key → the trial's provenance tags (``ablate.git_commit``, ``ablate.version.*``, …)
     trial_provenance: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: what could not be read (a lost tracking store, runs it no longer has), one sentence each;
+    #: the frames hold what remains
+    missing: list[str] = field(default_factory=list)
 
     @property
     def chance(self) -> float | None:
@@ -197,10 +202,20 @@ def _status(trial: FrozenTrial) -> str:
     return str(trial.user_attrs.get("status", "failed"))
 
 
-def _representative(trials: list[FrozenTrial]) -> FrozenTrial:
-    """The trial that stands for an item: its completion, else its terminal failure, else the latest."""
-    order = {"complete": 0, "diverged": 1, "failed": 2, "running": 3, "pending": 4}
-    return min(trials, key=lambda t: (order.get(_status(t), 5), -t.number))
+def _representative(trials: list[FrozenTrial]) -> tuple[FrozenTrial, str]:
+    """The trial that stands for an item and the item's status, as ``study.item_state`` (what
+    progress counts) has it: its completion; else its terminal failure; else its running or
+    waiting trial; else ("new": a failure that will be retried) its latest trial, pending."""
+    state = item_state(trials)
+    wanted = {"done": lambda t: t.state == TrialState.COMPLETE,
+              "running": lambda t: t.state == TrialState.RUNNING,
+              "waiting": lambda t: t.state == TrialState.WAITING,
+              "failed": lambda t: t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") in TERMINAL_KINDS}
+    chosen = [t for t in trials if wanted.get(state, lambda t: False)(t)]
+    if not chosen and state == "failed":  # out of retries: its last failure
+        chosen = [t for t in trials if t.state == TrialState.FAIL]
+    trial = max(chosen or trials, key=lambda t: t.number)
+    return trial, "pending" if state == "new" else _status(trial)
 
 
 def load(
@@ -216,7 +231,7 @@ def load(
     ``curves``); both come from MLflow artifacts and cost a download per run."""
     metrics = curves if metrics is None else metrics
     stores: Stores = resolve(storage, tracking_uri)
-    opt = open_study(study, stores)
+    opt = open_study(study, stores, read_only=True)
     spec = design.validate(opt.user_attrs["spec"], f"study {study}")
     by_item = trials_by_item(opt)
     rows: list[dict[str, Any]] = []
@@ -235,10 +250,10 @@ def load(
         }
         trials = by_item.get(item.key, [])
         if trials:
-            trial = _representative(trials)
+            trial, status = _representative(trials)
             attrs = trial.user_attrs
             row.update(
-                status=_status(trial),
+                status=status,
                 attempts=len(trials),
                 trial_number=trial.number,
                 failure_kind=attrs.get("failure_kind"),
@@ -278,18 +293,50 @@ def load(
         trials=frame,
         trial_provenance=provenance,
     )
-    if metrics:
-        res.metrics = _artifacts(stores, run_ids, tracking.METRICS_ARTIFACT, frame, res.factors)
-    if curves:
-        res.curves = _artifacts(stores, run_ids, tracking.CURVES_ARTIFACT, frame, res.factors)
+    lost = _lost_tracking(stores)
+    if lost and (metrics or curves) and run_ids:
+        res.missing.append(f"{lost}: the metrics and curves of {len(run_ids)} finished trial(s) are not available; "
+                           "the trials' outcomes (from the Optuna storage) are")
+    elif metrics or curves:
+        unread: dict[str, str] = {}
+        if metrics:
+            res.metrics = _artifacts(stores, run_ids, tracking.METRICS_ARTIFACT, frame, res.factors, unread)
+        if curves:
+            res.curves = _artifacts(stores, run_ids, tracking.CURVES_ARTIFACT, frame, res.factors, unread)
+        if unread:
+            first = next(iter(unread.values()))
+            res.missing.append(f"{len(unread)} of {len(run_ids)} MLflow run(s) could not be read from "
+                               f"{redact(stores.tracking)} ({first}): their metrics and curves are missing")
+    notes = os.environ.get(MISSING_NOTES)  # set by ablate.report.render for its kernel
+    if notes and res.missing:
+        with open(notes, "a", encoding="utf-8") as f:
+            f.writelines(f"{line}\n" for line in res.missing)
     return res
 
 
+def _lost_tracking(stores: Stores) -> str | None:
+    """Why the tracking store cannot be read at all (a SQLite file that is gone), else None."""
+    path = sqlite_path(stores.tracking)
+    if path is not None and not path.is_file():
+        return f"the MLflow tracking store {path} is missing"
+    return None
+
+
 def _artifacts(stores: Stores, run_ids: dict[str, tuple[str, int, str]], name: str,
-               trials: pl.DataFrame, factors: list[str] | tuple[str, ...] = ()) -> pl.DataFrame:
+               trials: pl.DataFrame, factors: list[str] | tuple[str, ...] = (),
+               unread: dict[str, str] | None = None) -> pl.DataFrame:
+    """One artifact of every run as one frame; runs that cannot be read go to ``unread`` (run id →
+    why) instead: a report renders what remains."""
     parts = []
+    unread = unread if unread is not None else {}
     for run_id, (cell_id, seed, phase) in run_ids.items():
-        part = tracking.read_parquet_artifact(stores.tracking, run_id, name)
+        if run_id in unread:
+            continue
+        try:
+            part = tracking.read_parquet_artifact(stores.tracking, run_id, name)
+        except Exception as exc:  # the run, its artifacts or the whole store is gone or unreachable
+            unread[run_id] = redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")[:300]
+            continue
         if part is not None:
             parts.append(part.with_columns(pl.lit(cell_id).alias("cell_id"), pl.lit(seed).alias("seed"),
                                            pl.lit(phase).alias("phase")))

@@ -24,10 +24,12 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
-from ablate.report import REPORTS
+from ablate.report import MISSING_NOTES, REPORTS
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
@@ -139,16 +141,27 @@ def _drop_stderr(notebook) -> None:
                                if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
 
 
-def to_html(notebook, title: str) -> str:
+def to_html(notebook, title: str, missing: list[str] | None = None) -> str:
+    """The executed notebook as a static page; ``missing`` (what the data lack) as a note on top."""
+    import html as html_text
+
     from nbconvert import HTMLExporter
 
     _drop_stderr(notebook)
+    notebook.metadata.pop("papermill", None)  # it holds the parameters the notebook ran with
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     exporter.embed_images = True
     notebook.metadata["title"] = title
     html, _ = exporter.from_notebook_node(notebook)
     html = _SCRIPT.sub("", html)
+    if missing:
+        note = "".join(f"<li>{html_text.escape(line)}</li>" for line in dict.fromkeys(missing))
+        html = re.sub(r"(<body[^>]*>)", lambda m: m[1] + _MISSING.format(note), html, count=1)
     return html.replace("</head>", _PRINT_CSS + "</head>", 1)
+
+
+_MISSING = ('<div class="ablate-missing" style="border:1pt solid #c60;padding:4pt 8pt;margin:4pt 0 8pt">'
+            "<b>Incomplete data.</b> This report shows what the stores still hold:<ul>{}</ul></div>")
 
 
 def to_pdf(html: str, path: Path) -> None:
@@ -159,6 +172,20 @@ def to_pdf(html: str, path: Path) -> None:
     logging.getLogger("weasyprint").setLevel(logging.ERROR)
     logging.getLogger("fontTools").setLevel(logging.ERROR)
     HTML(string=html).write_pdf(str(path))
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def render(
@@ -181,9 +208,14 @@ def render(
     written: list[Path] = []
     for report in reports:
         with tempfile.TemporaryDirectory() as tmp:
-            params = {"study": study, "storage": stores.storage, "tracking_uri": stores.tracking}
-            nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp))
-        html = to_html(nb, f"{study} — {report.replace('_', ' ')}")
+            notes = Path(tmp) / "missing.txt"
+            # The stores go to the kernel by its environment, not as parameters: papermill writes
+            # parameters into the executed notebook, and a URL may carry a password.
+            env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking, MISSING_NOTES: str(notes)}
+            with _environment(env):
+                nb = execute(report, {"study": study, **_declared(report, parameters or {})}, Path(tmp))
+            missing = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
+        html = to_html(nb, f"{study} — {report.replace('_', ' ')}", missing)
         if "html" in formats:
             path = out_dir / f"{report}.html"
             path.write_text(html, encoding="utf-8")
