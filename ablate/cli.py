@@ -183,7 +183,7 @@ def run(
     from rich.markup import escape
 
     from ablate.design import items, spec_hash
-    from ablate.runner import pool, tracking
+    from ablate.runner import pool, queue, tracking
     from ablate.runner import study as st
     from ablate.runner.worker import Interrupted, WorkerStopped, work
     from ablate.stores import redact, resolve, storage_problem
@@ -230,13 +230,17 @@ def run(
         raise _interrupted(exc.signum, exc.requeued) from None
     except (WorkerStopped, st.StorageError) as exc:
         raise _store_error(exc) from None
-    after = st.Progress.of(study, todo)
-    out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {after.waiting + after.running} unfinished")
     for line in failed:
         err.print(f"[red]error[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    try:  # read-only: the storage may have failed for writing (that may be why workers stopped)
+        view = st.open_study(spec.name, stores, read_only=True)
+        after = st.Progress.of(view, todo)
+        errors = [e for e in queue.entries(view, keys=("failure_kind",)) if e.user_attrs.get("failure_kind") == "error"]
+    except Exception as exc:
+        raise _store_error(storage_problem(stores.storage, exc)) from None
+    out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {after.waiting + after.running} unfinished")
     if report:
         _render(spec.name, spec.reports, Path("reports") / spec.name, ("html", "pdf"), storage, tracking_uri)
-    errors = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("failure_kind") == "error"]
     if after.failed and errors:  # a diverged cell is a result; an error is a bug to look at
         err.print(f"{len(errors)} item(s) failed with an error; see `ablate status {spec.name}` and the report")
         raise typer.Exit(1)

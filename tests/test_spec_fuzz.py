@@ -243,3 +243,34 @@ def test_fuzz_case_count():
     print(f"\nfuzz cases: {total} ({', '.join(f'{k}: {v}' for k, v in RAN.items())})")
     if len(RAN) >= 6:  # the whole module ran
         assert total >= 1000
+
+
+def test_malformed_spec_corpus_gets_clean_errors():
+    """Every spec of tests/malformed_specs.py (wrong types where a user would be surprised,
+    out-of-range values, unknown, long, complex and duplicate keys, bad names, tasks too large for
+    this machine, broken factors, designs, tuning, non-YAML) gets a clean SpecError."""
+    import malformed_specs
+
+    cases = malformed_specs.cases()
+    verdicts = {name: malformed_specs.verdict(lambda t=text: design.loads(t, "corpus.yaml"), spec.SpecError)
+                for name, text in cases}
+    bad = {name: v for name, v in verdicts.items() if v[0] != "clean"}
+    print(f"\nmalformed corpus: {len(cases) - len(bad)} of {len(cases)} clean")
+    assert not bad, bad
+    RAN["malformed corpus"] += len(cases)
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "/dev/urandom", "fifo", "folder"])
+def test_validate_reads_a_bounded_number_of_bytes_whatever_the_file(tmp_path, kind):
+    """``ablate validate /dev/zero`` read forever (the size limit looked at the size on disk)."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")  # no writer: it reads as empty instead of blocking
+    if kind == "folder":
+        (tmp_path / "folder").mkdir()
+    path = kind if kind.startswith("/") else str(tmp_path / kind)
+    res = subprocess.run([sys.executable, "-m", "ablate.cli", "validate", path], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "ABLATE_HOME": str(tmp_path / "home")}, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    expected = {"/dev/zero": "more than 1,000,000 bytes", "/dev/urandom": "more than 1,000,000 bytes",
+                "fifo": "required key is missing", "folder": "is a folder, not a spec file"}[kind]
+    assert expected in res.stderr
