@@ -110,7 +110,7 @@ def test_status_and_report_read_a_study_on_a_read_only_filesystem(norm_study, tm
         assert report.returncode == 0, report.stderr
         assert "Incomplete data" not in (tmp_path / "reports" / "norm_stability.html").read_text()
     finally:
-        subprocess.run(["umount", str(mount)])
+        subprocess.run(["umount", "--lazy", str(mount)])
 
 
 def test_report_renders_what_remains_after_the_tracking_store_is_lost(norm_study, tmp_path):

@@ -165,9 +165,11 @@ def copy_study(src, dst):
     import sqlite3
 
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.lock", "cache"))
-    with sqlite3.connect(dst / ".ablate" / "mlflow.db") as db:
+    db = sqlite3.connect(dst / ".ablate" / "mlflow.db")
+    with db:  # commits; the connection is closed below (a file open for writing keeps a mount busy)
         db.execute("UPDATE experiments SET artifact_location = replace(artifact_location, ?, ?)", (str(src), str(dst)))
         db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)", (str(src), str(dst)))
+    db.close()
     return dst
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 
 import processes as procs
@@ -36,7 +37,10 @@ def _alive(pid: int) -> bool:
 
 
 def _both_training(root) -> bool:
-    found = procs.trials(root) if procs.optuna_db(root).exists() else []
+    try:
+        found = procs.trials(root) if procs.optuna_db(root).exists() else []
+    except sqlite3.Error:  # the storage is being created
+        return False
     return len([t for t in found if t["state"] == "RUNNING" and (t.get("step") or 0) >= 2]) == 2
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -364,6 +365,11 @@ def test_a_second_signal_during_clean_up_does_not_cut_it_and_the_study_resumes(t
     assert proc.returncode == 143 and "Traceback" not in err, err
     assert "re-queued 1 running item(s)" in procs.signal_line(err)
     assert sorted(procs.assert_consistent(tmp_path).values()) == ["waiting", "waiting"]
+    # `status`: the cell table agrees with the summary (the interrupted item is pending, not failed).
+    status = procs.ablate(tmp_path, "status", "faults")
+    row = next(line for line in status.stdout.splitlines() if "baseline" in line)
+    assert [int(x) for x in re.findall(r"\d+", row)] == [0, 0, 2, 0, 0, 0], status.stdout
+    assert "0 done · 0 running · 2 waiting · 0 failed" in status.stdout
     res = procs.ablate(tmp_path, "run", "spec.yaml")
     assert res.returncode == 0, res.stderr
     assert sorted(procs.assert_consistent(tmp_path).values()) == ["done", "done"]

@@ -130,8 +130,10 @@ def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int
                 status, tags = "FAILED", {"ablate.committed": "true", "ablate.failure_kind": str(kind)}
             else:
                 why = kind if kind in ("killed", "interrupted") else "superseded"
-                status, tags = "KILLED", {"ablate.failure_kind": why,
-                                          "ablate.failure": str(trial.user_attrs.get("failure_message") or why)}
+                tags = {"ablate.failure": str(trial.user_attrs.get("failure_message") or why)}
+                if why != "killed":  # a worker declared dead may be alive and tag its run superseded itself
+                    tags["ablate.failure_kind"] = why
+                status = "KILLED"
             tr.terminate(tracking, run.run_id, status, tags=tags)
             ended += 1
     except Exception:  # tracking unreachable: the trial state is what counts

@@ -7,6 +7,7 @@ thinned copy (mean per layer and probe step) as MLflow metrics.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -31,6 +32,9 @@ THIN = {
 METRICS_ARTIFACT = "metrics.parquet"  # step, name, value: every scalar logged, for the results API
 # MLflow's usage telemetry calls a server at start-up and waits on it at exit: no network at run time.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# MLflow logs each database error with its traceback before raising it; the worker records the
+# error it raises by kind (infrastructure) and prints one line: no traceback on the terminal.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def client(tracking_uri: str, read_only: bool = False):

@@ -222,18 +222,25 @@ def _tracked(fn: Callable[..., Any], *args: Any) -> Any:
     except (KeyboardInterrupt, Superseded):
         raise
     except Exception as exc:
-        raise TrackingFailure(f"tracking failed: {_text(exc)}") from exc
+        text = _text(exc)
+        if "readonly database" in text:
+            text += " (the MLflow store's file was deleted, moved or made read-only)"
+        raise TrackingFailure(f"tracking failed: {text}") from exc
 
 
 def _text(exc: BaseException) -> str:
-    """One line about an exception, without passwords (its first line; the root cause's too)."""
+    """One line about an exception, without passwords: its type and first line, or, when it wraps
+    another (MLflow and Optuna wrap the database's error), the root cause's."""
     from ablate.stores import root_cause
 
-    first = (str(exc).strip().splitlines() or [""])[0]
+    def first(e: BaseException) -> str:
+        return (str(e).strip().splitlines() or [""])[0]
+
     root = root_cause(exc)
-    text = f"{type(exc).__name__}: {first}"
-    if root is not exc:
-        text += f" ({type(root).__name__}: {(str(root).strip().splitlines() or [''])[0]})"
+    if root is exc or first(root) in first(exc):
+        text = f"{type(exc).__name__}: {first(exc)}"
+    else:
+        text = f"{type(exc).__name__}: {type(root).__name__}: {first(root)}"
     return redact(text)[:2000]
 
 
