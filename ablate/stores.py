@@ -56,11 +56,12 @@ STORAGE_EXAMPLE = "postgresql+psycopg://USER@HOST:5432/DATABASE"
 
 
 def root_cause(exc: BaseException) -> BaseException:
-    """The innermost exception that caused ``exc`` (Optuna wraps a database's own error in a
-    StorageInternalError whose message guesses at "invalid data")."""
+    """The innermost exception that caused ``exc`` (``raise ... from``: Optuna wraps a database's
+    own error in a StorageInternalError whose message guesses at "invalid data"). An exception
+    merely being handled when another was raised (``__context__``) is not its cause."""
     seen = {id(exc)}
-    while (exc.__cause__ or exc.__context__) is not None and id(exc.__cause__ or exc.__context__) not in seen:
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
         seen.add(id(exc))
     return exc
 
@@ -90,6 +91,8 @@ def storage_problem(url: str, exc: BaseException) -> str:
 
 
 _FULL = ("no space left", "database or disk is full", "disk quota exceeded")
+# A write failed without saying why: torch.save's stream writer, its C++ stream, SQLite's I/O.
+_WRITE_FAILED = ("file write failed", "iostream error", "disk i/o error")
 
 
 def _free_bytes(path: Path) -> int | None:
@@ -106,8 +109,8 @@ def no_space(exc: BaseException, paths: Iterable[str | Path]) -> str | None:
     """"no space left on PATH (N bytes free)" when ``exc`` (or what caused it) is a full disk, PATH
     being the one of ``paths`` (folders ablate writes to) with the least space left; else None.
 
-    Python says errno ENOSPC, SQLite "database or disk is full", torch only "file write failed"
-    (then the free space decides)."""
+    Python says errno ENOSPC, SQLite "database or disk is full" (or "disk I/O error"), torch only
+    "file write failed" or "iostream error" (then the free space decides)."""
     verdict: str | None = None  # "full": the error says so; "write": a write failed, cause unsaid
     named, chain, seen = None, [exc], set()
     while chain:
@@ -119,7 +122,7 @@ def no_space(exc: BaseException, paths: Iterable[str | Path]) -> str | None:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or any(t in text for t in _FULL):
             verdict = "full"
             named = named or (e.filename if isinstance(e, OSError) and e.filename else None)
-        elif "file write failed" in text and verdict is None:
+        elif verdict is None and any(t in text for t in _WRITE_FAILED):
             verdict = "write"
         chain += [e.__cause__, e.__context__]
     if verdict is None:

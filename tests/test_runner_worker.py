@@ -425,3 +425,32 @@ def test_a_crash_of_the_worker_itself_requeues_its_item_and_prints_one_line(tmp_
     assert "error (internal) RuntimeError: injected fault at claim" in res.stderr
     (trial, retry) = procs.trials(tmp_path)
     assert trial["failure_kind"] == "killed" and retry["state"] == "WAITING"
+
+
+def test_a_full_disk_stops_the_worker_saying_where(tmp_path):
+    """ABLATE_HOME (stores, checkpoints) on a small tmpfs filled up while a trial trains. Before:
+    the only output was "worker exited with 1"."""
+    home = tmp_path / "small"
+    home.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(home)]).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        procs.write_spec(tmp_path, seeds=1)
+        env = {"ABLATE_HOME": str(home / ".ablate"), "ABLATE_FAULT": "pause@checkpoint", "ABLATE_FAULT_PAUSE_S": "3"}
+        proc = procs.spawn(tmp_path, "run", "spec.yaml", "--checkpoint-every", "2", **env)
+        procs.wait_for((tmp_path / "fault.mark").exists, "the worker checkpointing", proc)
+        with open(home / "filler", "wb") as f:  # the disk fills while the worker waits to checkpoint
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 16))
+                    f.flush()
+            except OSError:
+                pass
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in out + err, out + err
+        assert f"no space left on {home}" in err
+        (home / "filler").unlink()
+        res = procs.ablate(tmp_path, "run", "spec.yaml", ABLATE_HOME=str(home / ".ablate"))
+        assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        subprocess.run(["umount", "--lazy", str(home)])

@@ -274,3 +274,27 @@ def test_validate_reads_a_bounded_number_of_bytes_whatever_the_file(tmp_path, ki
     expected = {"/dev/zero": "more than 1,000,000 bytes", "/dev/urandom": "more than 1,000,000 bytes",
                 "fifo": "required key is missing", "folder": "is a folder, not a spec file"}[kind]
     assert expected in res.stderr
+
+
+TYPED = {"model.d_model": int, "model.layers": int, "model.heads": int, "train.steps": int,
+         "train.batch_size": int, "probes.every": int, "task.train_size": int, "train.lr": float,
+         "train.weight_decay": float, "model.dropout": float, "model.bidirectional": bool, "probes.enabled": bool}
+CONFUSING = st.one_of(st.booleans(), st.integers(-2, 300), st.floats(-2, 300, allow_nan=False),
+                      st.sampled_from(["16", "0.1", "1e-3", "true", "yes", "2.0", " 8", "0x10"]))
+
+
+@settings(FUZZ, max_examples=300)
+@given(st.sampled_from(sorted(TYPED)), CONFUSING, st.booleans())
+def test_fuzz_what_is_accepted_has_its_declared_type(path, value, as_text):
+    """Whatever value lands on a typed path, written as YAML or quoted, a spec that loads holds
+    that path's type: never a boolean for a number, never text, never a float for an integer."""
+    RAN["typed values"] += 1
+    raw = copy.deepcopy(VALID)
+    raw.pop("tune")
+    _set(raw, path, str(value) if as_text else value)
+    s = _outcome(lambda: design.loads(yaml.safe_dump(raw), "fuzz.yaml"))
+    if s is None:
+        return
+    got = spec.get_path(s.baseline() if not path.startswith("probes") else {"probes": s.probes.model_dump()}, path)
+    wanted = TYPED[path]
+    assert type(got) is wanted or (wanted is float and type(got) is int), (path, value, got)
