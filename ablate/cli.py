@@ -1,12 +1,15 @@
 """The ``ablate`` command: parse, call the library, print, exit code.
 
-Exit codes: 0 success, 1 a run finished with failed items or a store error, 2 invalid input.
-Heavy imports (torch, mlflow, papermill) happen inside the commands that need them.
+Exit codes: 0 success; 1 a run left items failed with an error or unfinished, a worker failed,
+or a store error; 2 invalid input; 130 / 143 stopped by SIGINT / SIGTERM (running items
+re-queued). Heavy imports (torch, mlflow, papermill) happen inside the commands that need them.
+No traceback reaches the terminal unless ``ABLATE_TRACEBACK=1``: errors are one line each.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -60,9 +63,37 @@ def _load(path: Path, overrides: list[str] | None) -> Spec:
 
 
 def _store_error(exc: Exception) -> typer.Exit:
+    from rich.markup import escape
+
     from ablate.stores import redact
 
-    err.print(f"[red]error[/red] {redact(str(exc))}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error[/red] {escape(redact(str(exc)))}", highlight=False, soft_wrap=True)
+    return typer.Exit(1)
+
+
+def _interrupted(signum: int, requeued: list[str], what: str = "interrupted") -> typer.Exit:
+    """ONE line saying what a signal stopped and what was re-queued; exit 128 + the signal."""
+    for s in (signal.SIGINT, signal.SIGTERM):  # the clean-up is done: a further signal must not cut this line
+        signal.signal(s, signal.SIG_IGN)
+    name = signal.Signals(signum).name
+    items = f"re-queued {len(requeued)} running item(s): {', '.join(requeued)}" if requeued else \
+        "no running item to re-queue"
+    err.print(f"{what} ({name}): {items}; run the same command to resume", highlight=False, markup=False,
+              soft_wrap=True)
+    return typer.Exit(128 + signum)
+
+
+def _unexpected(exc: BaseException) -> typer.Exit:
+    """A bug: one line on the terminal (the traceback with ABLATE_TRACEBACK=1), exit 1."""
+    import traceback
+
+    from ablate.stores import redact
+
+    if os.environ.get("ABLATE_TRACEBACK"):
+        err.print(redact("".join(traceback.format_exception(exc))), highlight=False, markup=False)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    err.print(f"error (internal) {type(exc).__name__}: {redact(first)[:500]}; ABLATE_TRACEBACK=1 shows where",
+              highlight=False, markup=False, soft_wrap=True)
     return typer.Exit(1)
 
 
@@ -157,7 +188,7 @@ def _worker_events(verbose: bool):
     the rest."""
 
     def emit(event: str, info: dict) -> None:
-        if verbose or event in ("oom", "superseded", "reused"):
+        if verbose or event in ("oom", "superseded", "reused", "warning"):
             err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}".rstrip(),
                       highlight=False, markup=False, soft_wrap=True)
 
@@ -187,18 +218,26 @@ def run(
     """Run every (cell, seed) of a study not already finished; resumes where it stopped. Items
     another study on the stores has finished are linked, not run again (--no-reuse runs them)."""
     spec = _load(file, set_)
+    from rich.markup import escape
+
     from ablate.design import items, spec_hash
-    from ablate.runner import pool, tracking
+    from ablate.runner import pool, queue, tracking
     from ablate.runner import study as st
-    from ablate.runner.worker import work
-    from ablate.stores import resolve
+    from ablate.runner.worker import Interrupted, WorkerStopped, work
+    from ablate.stores import redact, resolve, storage_problem
 
     stores = resolve(storage, tracking_uri)
     todo = items(spec)
     def parent_run() -> str:
         import json
 
-        return tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2), spec_hash(spec))
+        try:
+            return tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2),
+                                             spec_hash(spec))
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise st.StorageError(redact(f"cannot write to the tracking store {stores.tracking}: "
+                                         f"{type(exc).__name__}: {first}")) from None
 
     from ablate import planning
 
@@ -209,6 +248,10 @@ def run(
         orphans = st.orphans(study, todo)
     except st.StorageError as exc:
         raise _store_error(exc) from None
+    except KeyboardInterrupt:
+        raise _interrupted(signal.SIGINT, [], "interrupted while queueing") from None
+    except Exception as exc:  # a store that fails while items are queued (read-only, full, gone)
+        raise _store_error(storage_problem(stores.storage, exc)) from None
     linked = "".join(f", {n} reused from {source}" for source, n in prepared.linked.items())
     if prepared.stale:
         linked += f" ({prepared.stale} of them stale, by --reuse-stale)"
@@ -230,6 +273,7 @@ def run(
     if workers == 0:  # queue only: workers on other machines run the items
         return
     device_list = pool.devices(device, workers)
+    failed: list[str] = []
     try:
         if len(device_list) == 1:  # this process is the worker; the view follows it from a thread
             from ablate.runner.progress import View
@@ -239,18 +283,32 @@ def run(
                 work(spec.name, stores, device=device_list[0], emit=_worker_events(verbose),
                      checkpoint_every=checkpoint_every)
         else:
-            procs = pool.start(spec.name, stores, device_list, checkpoint_every, verbose)
-            pool.watch(spec.name, stores, procs, out)
-    except KeyboardInterrupt:
-        err.print("interrupted: running items were re-queued; run the same command to resume")
-        raise typer.Exit(130) from None
-    after = st.Progress.of(study, todo)
+            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose)
+            if outcome.signum is not None:
+                raise _interrupted(outcome.signum, outcome.requeued)
+            failed = outcome.failed
+    except Interrupted as exc:
+        raise _interrupted(exc.signum, exc.requeued) from None
+    except (WorkerStopped, st.StorageError) as exc:
+        raise _store_error(exc) from None
+    for line in failed:
+        err.print(f"[red]error[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    try:  # read-only: the storage may have failed for writing (that may be why workers stopped)
+        view = st.open_study(spec.name, stores, read_only=True)
+        after = st.Progress.of(view, todo)
+        errors = [e for e in queue.entries(view, keys=("failure_kind",)) if e.user_attrs.get("failure_kind") == "error"]
+    except Exception as exc:
+        raise _store_error(storage_problem(stores.storage, exc)) from None
     out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {after.waiting + after.running} unfinished")
     if report:
         _render(spec.name, spec.reports, Path("reports") / spec.name, ("html", "pdf"), storage, tracking_uri)
-    errors = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("failure_kind") == "error"]
     if after.failed and errors:  # a diverged cell is a result; an error is a bug to look at
         err.print(f"{len(errors)} item(s) failed with an error; see `ablate status {spec.name}` and the report")
+        raise typer.Exit(1)
+    if failed or after.waiting + after.running:
+        if after.waiting + after.running:
+            err.print(f"{after.waiting + after.running} item(s) unfinished: run the same command to resume, or "
+                      f"see `ablate status {spec.name}`", highlight=False)
         raise typer.Exit(1)
 
 
@@ -267,7 +325,7 @@ def worker(
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""
     from ablate.runner import study as st
-    from ablate.runner.worker import work
+    from ablate.runner.worker import Interrupted, WorkerStopped, work
     from ablate.stores import resolve
 
     if threads:
@@ -283,11 +341,12 @@ def worker(
     try:
         outcomes = work(study, resolve(storage, tracking_uri), device=device, emit=emit,
                         checkpoint_every=checkpoint_every, max_items=max_items)
-    except st.StorageError as exc:
+    except Interrupted as exc:
+        raise _interrupted(exc.signum, exc.requeued, "worker interrupted") from None
+    except (st.StorageError, WorkerStopped) as exc:
         raise _store_error(exc) from None
-    except KeyboardInterrupt:
-        err.print("worker interrupted: its item was re-queued")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt:  # before the worker installed its handlers: nothing was claimed
+        raise _interrupted(signal.SIGINT, [], "worker interrupted") from None
     out.print(f"worker finished: {outcomes}")
 
 
@@ -312,7 +371,7 @@ def status(
     try:
         stores = results.locate(study, storage, tracking_uri)
         res = results.load(study, stores.storage, stores.tracking, curves=False)
-        snap = progress.snapshot(st.open_study(study, stores))
+        snap = progress.snapshot(st.open_study(study, stores, read_only=True))
     except st.StorageError as exc:
         raise _store_error(exc) from None
     workers = len({r.worker for r in snap.items}) or 1
@@ -430,7 +489,7 @@ def rm(
                 return
             _confirm(f"drop {found.trials} finished trials ({len(found.finished)} items) and "
                      f"{len(found.unfinished)} queued items of {study!r} that belong to no cell of its spec?", yes)
-            dropped = st.drop_orphans(opt, items, opt.user_attrs.get("tracking_uri") or stores.tracking)
+            dropped = st.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking))
             out.print(f"{study}: dropped {dropped.trials} trials; deleted {dropped.runs_deleted} MLflow runs"
                       + (f", kept {len(dropped.runs_kept)} that other studies reuse" if dropped.runs_kept else "")
                       + (f"; {dropped.running} running items left alone" if dropped.running else ""))
@@ -495,7 +554,7 @@ def keep(
         prepared = st.prepare(spec, design.items(spec), stores, enqueue_new=False)
         states = st.states_by_item(prepared.study)
         kept = {k for k in found.finished if states.get(k) in ("done", "failed")}
-        dropped = st.drop_orphans(opt, items, opt.user_attrs.get("tracking_uri") or stores.tracking,
+        dropped = st.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking),
                                   {"why": f"kept as study {new}", "kept_as": new}, only=kept)
     except st.StorageError as exc:
         raise _store_error(exc) from None
@@ -595,7 +654,7 @@ def report(
     for study in studies:
         try:  # the stores that hold it (a subfolder of the project finds its .ablate above)
             stores = results.locate(study, storage, tracking_uri)
-            opt = st.open_study(study, stores) if not only else None
+            opt = st.open_study(study, stores, read_only=True) if not only else None
         except st.StorageError as exc:
             raise _store_error(exc) from None
         if opt is not None:
@@ -765,7 +824,21 @@ def bench(
 
 def main() -> None:  # pragma: no cover
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    sys.exit(app())
+    try:
+        sys.exit(app())  # typer turns a KeyboardInterrupt no command handled into exit 130
+    except SystemExit as exc:
+        if exc.code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+            # Stopped by a signal, clean-up done: skip the interpreter's teardown of torch, MLflow
+            # and Optuna (seconds) that a scheduler's grace period may not leave.
+            import logging
+
+            sys.stdout.flush()
+            sys.stderr.flush()
+            logging.shutdown()
+            os._exit(int(exc.code))
+        raise
+    except Exception as exc:
+        sys.exit(_unexpected(exc).exit_code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -108,6 +108,7 @@ import polars as pl
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import design
+from ablate.report import MISSING_NOTES
 from ablate.runner import tracking
 from ablate.runner.study import (
     WHERE_STORES_ARE,
@@ -121,7 +122,7 @@ from ablate.runner.study import (
 )
 from ablate.runner.study import storage as open_storage
 from ablate.spec import Spec, get_path
-from ablate.stores import Stores, home_is_default, homes_above, redact, resolve
+from ablate.stores import Stores, home_is_default, homes_above, redact, resolve, sqlite_path
 
 # The value the curve artifacts store where a coordinate does not apply (ablate.probes.SUMMARY:
 # probes imports torch, which reading results does not need).
@@ -147,6 +148,9 @@ class Results:
     curves: pl.DataFrame = field(default_factory=pl.DataFrame)
     #: item key → the trial's provenance tags (``ablate.git_commit``, ``ablate.version.*``, …)
     trial_provenance: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: what could not be read (a lost tracking store, runs it no longer has), one sentence each;
+    #: the frames hold what remains
+    missing: list[str] = field(default_factory=list)
 
     @property
     def chance(self) -> float | None:
@@ -383,7 +387,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
               cache: dict[tuple[str, str], Any] | None, home: str | Path | None = None) -> Results:
     metrics = curves if metrics is None else metrics
     stores: Stores = locate(study, storage, tracking_uri, home)
-    opt = open_study(study, stores)
+    opt = open_study(study, stores, read_only=True)
     spec = design.validate(opt.user_attrs["spec"], f"study {study}")
     by_item = trials_by_item(opt)
     rows: list[dict[str, Any]] = []
@@ -450,25 +454,54 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
         trials=frame,
         trial_provenance=provenance,
     )
-    if metrics:
-        res.metrics = _artifacts(stores, run_ids, tracking.METRICS_ARTIFACT, frame, res.factors, cache)
-    if curves:
-        res.curves = _artifacts(stores, run_ids, tracking.CURVES_ARTIFACT, frame, res.factors, cache)
+    lost = _lost_tracking(stores)
+    if lost and (metrics or curves) and run_ids:
+        res.missing.append(f"{lost}: the metrics and curves of {len(run_ids)} finished trial(s) are not available; "
+                           "the trials' outcomes (from the Optuna storage) are")
+    elif metrics or curves:
+        unread: dict[str, str] = {}
+        if metrics:
+            res.metrics = _artifacts(stores, run_ids, tracking.METRICS_ARTIFACT, frame, res.factors, cache, unread)
+        if curves:
+            res.curves = _artifacts(stores, run_ids, tracking.CURVES_ARTIFACT, frame, res.factors, cache, unread)
+        if unread:
+            first = next(iter(unread.values()))
+            res.missing.append(f"{len(unread)} of {len(run_ids)} MLflow run(s) could not be read from "
+                               f"{redact(stores.tracking)} ({first}): their metrics and curves are missing")
+    notes = os.environ.get(MISSING_NOTES)  # set by ablate.report.render for its kernel
+    if notes and res.missing:
+        with open(notes, "a", encoding="utf-8") as f:
+            f.writelines(f"{line}\n" for line in res.missing)
     return res
+
+
+def _lost_tracking(stores: Stores) -> str | None:
+    """Why the tracking store cannot be read at all (a SQLite file that is gone), else None."""
+    path = sqlite_path(stores.tracking)
+    if path is not None and not path.is_file():
+        return f"the MLflow tracking store {path} is missing"
+    return None
 
 
 def _artifacts(stores: Stores, run_ids: dict[str, tuple[str, int, str]], name: str,
                trials: pl.DataFrame, factors: list[str] | tuple[str, ...] = (),
-               cache: dict[tuple[str, str], Any] | None = None) -> pl.DataFrame:
+               cache: dict[tuple[str, str], Any] | None = None,
+               unread: dict[str, str] | None = None) -> pl.DataFrame:
+    """One artifact of every run as one frame (``cache``: frames already read, by run and name);
+    runs that cannot be read go to ``unread`` (run id → why) instead: a report renders what remains."""
     parts = []
-    frames = tracking.read_parquet_artifacts(stores.tracking, list(run_ids), name)
+    unread = unread if unread is not None else {}
+    todo = [r for r in run_ids if r not in unread and (cache is None or (r, name) not in cache)]
+    frames = tracking.read_parquet_artifacts(stores.tracking, todo, name)
     for run_id, (cell_id, seed, phase) in run_ids.items():
-        if cache is not None and (run_id, name) in cache:
-            part = cache[(run_id, name)]
-        else:
-            part = frames[run_id]
-            if cache is not None:
-                cache[(run_id, name)] = part
+        if run_id in unread:
+            continue
+        part = cache[(run_id, name)] if cache is not None and (run_id, name) in cache else frames[run_id]
+        if isinstance(part, Exception):  # the run, its artifacts or the whole store is gone or unreachable
+            unread[run_id] = redact(f"{type(part).__name__}: {(str(part).strip().splitlines() or [''])[0]}")[:300]
+            continue
+        if cache is not None:
+            cache[(run_id, name)] = part
         if part is not None:
             parts.append(part.with_columns(pl.lit(cell_id).alias("cell_id"), pl.lit(seed, dtype=pl.Int64).alias("seed"),
                                            pl.lit(phase).alias("phase")))

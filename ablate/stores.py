@@ -9,10 +9,11 @@ instead. ``homes_above`` lists the ``.ablate/`` folders of the directories above
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,27 @@ from pathlib import Path
 _PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@")
 # Malformed URLs ("postgresql//u:pw@h", "u:pw@h") and secrets passed as query parameters.
 _BARE_PASSWORD = re.compile(r"(?P<pre>^|[\s/'\"(])(?P<user>[^\s:/@'\"]+):(?P<pw>[^\s:/@'\"]*)@")
-_QUERY_SECRET = re.compile(r"(?P<key>[?&](?:password|passwd|pwd|token|secret)=)[^&\s'\"]*", re.IGNORECASE)
+# Query parameters (?password=) and libpq key/value connection strings ("host=h password=pw").
+_QUERY_SECRET = re.compile(r"(?P<key>(?:[?&\s]|^)(?:password|passwd|pwd|token|secret)=)[^&\s'\"]*", re.IGNORECASE)
+
+# --- limits the stores impose on what ablate writes (checked when a spec is validated) -----------
+# Optuna (optuna/storages/_rdb/models.py): StudyModel.study_name is String(MAX_INDEXED_STRING_LENGTH).
+MAX_STUDY_NAME = 512
+# MLflow (mlflow/store/tracking/dbmodels/models.py): SqlExperiment.name String(256), SqlRun.name
+# String(250) (PostgreSQL and MySQL enforce them; mlflow/utils/validation.py allows 500 for an
+# experiment name), and mlflow/utils/validation.py: MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH,
+# MAX_TAG_VAL_LENGTH.
+MAX_EXPERIMENT_NAME = 256
+MAX_RUN_NAME = 250
+MAX_PARAM_KEY = 250
+MAX_PARAM_VALUE = 6000
+MAX_TAG_VALUE = 8000
+# Files are named after the study (checkpoints/<study>/, logs/<study>-worker<k>.log): 255 bytes
+# per name on ext4, XFS, tmpfs and NFS, less what ablate appends.
+MAX_FILE_NAME = 255
+FILE_SUFFIX = len("-worker9999.log")
+# A trial's MLflow run is named "<cell label> · seed <seed>".
+RUN_NAME_SUFFIX = len(" · seed 2147483647")
 
 
 def redact(url: str) -> str:
@@ -37,9 +58,21 @@ _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
 STORAGE_EXAMPLE = "postgresql+psycopg://USER@HOST:5432/DATABASE"
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception that caused ``exc`` (``raise ... from``: Optuna wraps a database's
+    own error in a StorageInternalError whose message guesses at "invalid data"). An exception
+    merely being handled when another was raised (``__context__``) is not its cause."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
+
+
 def storage_problem(url: str, exc: BaseException) -> str:
     """One line, without the password, saying why a storage URL could not be opened and where."""
     safe = redact(url)
+    exc = root_cause(exc)
     lines = [s for s in redact(str(exc)).splitlines() if s.strip()]
     detail = re.sub(r"^\([\w.]+\)\s*", "", lines[0]) if lines else type(exc).__name__
     try:
@@ -55,7 +88,56 @@ def storage_problem(url: str, exc: BaseException) -> str:
     if parsed.host:
         where = f"{parsed.host}:{parsed.port or _DEFAULT_PORTS.get(backend, '?')}"
         return f"cannot open storage at {where} ({safe}): {detail}"
+    if "readonly" in detail.replace(" ", "").lower() or "read-only" in detail.lower():
+        detail += " (the file, or the filesystem it is on, is read-only)"
     return f"cannot open storage {safe}: {detail}"
+
+
+_FULL = ("no space left", "database or disk is full", "disk quota exceeded")
+# A write failed without saying why: torch.save's stream writer, its C++ stream, SQLite's I/O.
+_WRITE_FAILED = ("file write failed", "iostream error", "disk i/o error")
+
+
+def _free_bytes(path: Path) -> int | None:
+    for p in (path, *path.parents):  # the nearest folder that exists
+        try:
+            st = os.statvfs(p)
+        except OSError:
+            continue
+        return st.f_bavail * st.f_frsize
+    return None
+
+
+def no_space(exc: BaseException, paths: Iterable[str | Path]) -> str | None:
+    """"no space left on PATH (N bytes free)" when ``exc`` (or what caused it) is a full disk, PATH
+    being the one of ``paths`` (folders ablate writes to) with the least space left; else None.
+
+    Python says errno ENOSPC, SQLite "database or disk is full" (or "disk I/O error"), torch only
+    "file write failed" or "iostream error" (then the free space decides)."""
+    verdict: str | None = None  # "full": the error says so; "write": a write failed, cause unsaid
+    named, chain, seen = None, [exc], set()
+    while chain:
+        e = chain.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        text = str(e).lower()
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or any(t in text for t in _FULL):
+            verdict = "full"
+            named = named or (e.filename if isinstance(e, OSError) and e.filename else None)
+        elif verdict is None and any(t in text for t in _WRITE_FAILED):
+            verdict = "write"
+        chain += [e.__cause__, e.__context__]
+    if verdict is None:
+        return None
+    candidates = [Path(p) for p in paths] + ([Path(str(named))] if named else [])
+    spaces = [(free, p) for p in candidates if (free := _free_bytes(p)) is not None]
+    if not spaces:
+        return "no space left on device" if verdict == "full" else None
+    free, where = min(spaces, key=lambda fp: fp[0])
+    if verdict == "write" and free > 1 << 20:
+        return None
+    return f"no space left on {where} ({free:,} bytes free)"
 
 
 @dataclass(frozen=True)
@@ -106,14 +188,20 @@ def resolve(storage: str | None = None, tracking: str | None = None,
     return Stores(storage, tracking, artifacts)
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///PATH`` URL (None for other URLs and in-memory databases)."""
+    path = url.removeprefix("sqlite:///").split("?")[0] if url.startswith("sqlite:///") else ""
+    return Path(path) if path and path != ":memory:" else None
+
+
 @contextmanager
 def sqlite_lock(url: str) -> Iterator[None]:
     """Hold an exclusive lock file beside a SQLite database (nothing for other URLs).
 
     Processes starting together on a fresh file would otherwise race to create its tables
     ("table ... already exists"), and two `ablate run`s would both queue every item."""
-    path = url.removeprefix("sqlite:///").split("?")[0] if url.startswith("sqlite:///") else ""
-    if not path or path == ":memory:":
+    path = sqlite_path(url)
+    if path is None:
         yield
         return
     with open(f"{path}.lock", "a") as handle:

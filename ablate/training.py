@@ -13,7 +13,6 @@ The loop knows nothing of Optuna or MLflow: it reports through a ``Reporter`` an
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -23,6 +22,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from ablate import faults
 from ablate.models import Network, build_model
 from ablate.probes import Prober, train_summary
 from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
@@ -170,22 +170,6 @@ class Recorder:
         self._emit("curves", rows)
 
 
-def _inject_fault(step: int, accumulate: int) -> None:
-    """``ABLATE_FAULT=kind@step`` injects a fault, to test recovery end to end: error (a bug),
-    oom (only without accumulation, so the accumulated retry succeeds), slow (0.2 s per step
-    from that step on: a trial long enough to kill)."""
-    spec = os.environ.get("ABLATE_FAULT", "")
-    kind, _, at = spec.partition("@")
-    if kind == "slow" and step >= int(at or 0):
-        time.sleep(0.2)
-    if not spec or int(at or 0) != step:
-        return
-    if kind == "error":
-        raise RuntimeError(f"injected fault at step {step}")
-    if kind == "oom" and accumulate == 1:
-        raise torch.OutOfMemoryError(f"injected out-of-memory at step {step}")
-
-
 def run_trial(
     config: dict[str, Any],
     seed: int,
@@ -243,7 +227,7 @@ def run_trial(
         reporter.log_metrics(0, prober.fingerprints())
         reporter.log_curves(prober.probe(0))
     for step in range(first, train.steps + 1):
-        _inject_fault(step, accumulate)
+        faults.inject(step, accumulate)  # ABLATE_FAULT: recovery tests end to end
         idx = torch.randint(len(x_train), (train.batch_size,), generator=sampler)
         # Gradient norms at probe steps only, before clipping: train_step calls this between the two.
         grads = (lambda s=step: reporter.log_curves(prober.grad_rows(s))) if prober.due(step, train.steps) else None
@@ -264,6 +248,7 @@ def run_trial(
             reporter.log_curves(prober.probe(step))
             reporter.log_curves(prober.train_rows())
         if checkpoint and checkpoint_every and step % checkpoint_every == 0 and step != train.steps:
+            faults.inject("checkpoint")
             _save(checkpoint, step, model, optimiser, scheduler, sampler, reporter.history, prober.pending_train)
     return finish("complete", train.steps)
 

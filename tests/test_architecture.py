@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 # the order is the flow of one item: queue ← tracking ← study ← phases ← progress ← worker ← pool.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
-    ("ablate.stores", "ablate.provenance", "ablate.ops", "ablate.tasks", "ablate.models.registry",
+    ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.ops", "ablate.tasks", "ablate.models.registry",
      "ablate.report.__init__", "ablate.runner.__init__", "ablate.stats", "ablate.stats_norms", "ablate.__init__"),
     ("ablate.spec",),
     ("ablate.design", "ablate.tuning", "ablate.models", "ablate.schema"),

@@ -156,3 +156,54 @@ def test_cli_schema_to_standard_output(tmp_path):
     to_file = subprocess.run([sys.executable, "-m", "ablate.cli", "schema", "s.json"], capture_output=True,
                              text=True, cwd=tmp_path)
     assert to_file.returncode == 0 and (tmp_path / "s.json").read_text() == expected
+
+
+# --- reading a study whatever became of its stores ------------------------------------------------
+
+
+def _run_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("ABLATE_STORAGE", "ABLATE_TRACKING_URI")}
+    env.update(ABLATE_HOME=str(root / ".ablate"), ABLATE_CACHE_DIR=str(root.parent / "cache"))
+    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, cwd=root.parent,
+                          env=env, timeout=600)
+
+
+def test_status_and_report_read_a_study_on_a_read_only_filesystem(norm_study, tmp_path):
+    """Before: both opened optuna.db.lock for writing and failed."""
+    import os
+
+    import pytest
+    from test_results import copy_study
+
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", str(mount)]).returncode:
+        pytest.skip("mounting a tmpfs read-only needs root")
+    try:
+        root = copy_study(norm_study, mount / "study")
+        for lock in (root / ".ablate").glob("*.lock"):
+            lock.unlink()
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        status = _run_cli(root, "status", "norm-e2e")
+        assert status.returncode == 0, status.stderr
+        assert "4 done · 0 running" in status.stdout
+        report = _run_cli(root, "report", "norm-e2e", "--format", "html", "--out", str(tmp_path / "reports"))
+        assert report.returncode == 0, report.stderr
+        assert "Incomplete data" not in (tmp_path / "reports" / "norm_stability.html").read_text()
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)])
+
+
+def test_report_renders_what_remains_after_the_tracking_store_is_lost(norm_study, tmp_path):
+    from test_results import copy_study
+
+    root = copy_study(norm_study, tmp_path / "study")
+    (root / ".ablate" / "mlflow.db").unlink()
+    res = _run_cli(root, "report", "norm-e2e", "--format", "html", "--out", str(tmp_path / "reports"))
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    for name in ("accuracy", "norm_stability"):
+        html = (tmp_path / "reports" / f"{name}.html").read_text()
+        assert "Incomplete data" in html and "mlflow.db is missing" in html
+    assert not (root / ".ablate" / "mlflow.db").exists()

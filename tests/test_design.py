@@ -254,3 +254,36 @@ def test_the_baseline_is_validated_only_where_a_cell_uses_it():
     ok = make(model={"d_model": 16, "state_dim": 15, "layers": 1, "heads": 3},
               factors={"model.parameterisation": ["real_diagonal"]})
     assert design.cells(ok)[0].config["model"]["heads"] == 3  # 15 real modes: 3 heads of 5
+
+
+def _load_errors(raw) -> str:
+    with pytest.raises(spec.SpecError) as info:
+        design.loads(yaml.safe_dump(raw), "t.yaml")
+    return str(info.value)
+
+
+def test_store_limits_are_checked_before_a_spec_runs_with_the_limit_in_the_message():
+    """Before: a 600-character study name passed validate, then run crashed in MLflow after
+    writing the Optuna study."""
+    assert "name: 600 characters; at most 240" in _load_errors(with_("name", "a" * 600))
+    design.loads(yaml.safe_dump(with_("name", "a" * 240)), "t.yaml")
+    long_label = {"levels": {"x" * 300: 1, "y": 2}}
+    text = _load_errors(with_("factors", {"model.layers": long_label}))
+    assert "the cell label" in text and "at most 232" in text and "x" * 300 not in text
+    named = {"v" * 300: {"A": {"model.layers": 1}, "B": {"model.layers": 2}}}
+    assert "MLflow keys hold at most 250" in _load_errors(with_("factors", named))
+    # A stored spec is read whatever the limits: results of a study that ran stay readable.
+    assert design.validate(with_("name", "a" * 600)).name == "a" * 600
+
+
+def test_a_task_too_large_for_this_machine_is_refused_with_the_bound():
+    """Before: task.train_size: 1e12 validated and `run` generated data forever."""
+    from ablate.tasks.registry import memory_limit
+
+    text = _load_errors(with_("task.train_size", 10**12))
+    assert "task.train_size: its data would take about" in text and "training examples of this length fit" in text
+    most = int(text.split("at most about ")[1].split(" ")[0].replace(",", ""))
+    assert 0 < most < memory_limit()
+    design.loads(yaml.safe_dump(with_("task.train_size", most)), "t.yaml")  # the bound given is one that fits
+    factor = {"task.train_size": [100, 10**12]}
+    assert "factors: the cell " in _load_errors(with_("factors", factor))

@@ -56,12 +56,12 @@ def test_tune_errors():
 def test_resolve_space_types_come_from_the_baseline_unless_given():
     s = make(tune={"trials": 2, "space": {
         "model.layers": {"low": 1, "high": 4, "step": 1},          # int: the baseline value is an int
-        "model.d_model": {"low": 8, "high": 32, "type": "float"},  # an explicit type wins
+        "train.grad_clip": {"low": 1, "high": 4, "type": "int"},  # an explicit type wins
         "train.lr": {"low": 1e-4, "high": 1e-2, "step": 1e-4},     # float with a step
         "model.normalisation": ["xi", "gamma"]}})
     assert design.resolve_space(s) == {
         "model.layers": {"type": "int", "low": 1, "high": 4, "log": False, "step": 1},
-        "model.d_model": {"type": "float", "low": 8.0, "high": 32.0, "log": False, "step": None},
+        "train.grad_clip": {"type": "int", "low": 1, "high": 4, "log": False, "step": 1},
         "train.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": False, "step": 1e-4},
         "model.normalisation": {"type": "categorical", "choices": ["xi", "gamma"]},
     }

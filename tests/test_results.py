@@ -261,3 +261,70 @@ def test_load_from_another_directory(accuracy_study, tmp_path, monkeypatch):
     monkeypatch.chdir(nested)
     assert results.locate(NAME).storage == f"sqlite:///{home.resolve() / 'optuna.db'}"
     assert results.load(NAME, curves=False).trials.height == 18
+
+
+# --- whatever the stores hold: duplicate runs, a lost tracking store --------------------------------
+
+
+def copy_study(src, dst):
+    """A copy of a study's folder, its stores pointed at the copy (as moving stores by hand needs)."""
+    import shutil
+    import sqlite3
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.lock", "cache"))
+    db = sqlite3.connect(dst / ".ablate" / "mlflow.db")
+    with db:  # commits; the connection is closed below (a file open for writing keeps a mount busy)
+        db.execute("UPDATE experiments SET artifact_location = replace(artifact_location, ?, ?)", (str(src), str(dst)))
+        db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)", (str(src), str(dst)))
+    db.close()
+    return dst
+
+
+def test_results_read_one_run_per_item_whatever_mlflow_holds(norm_study, tmp_path, monkeypatch):
+    """A second FINISHED run for an item (what a kill between MLflow and Optuna left before the
+    Optuna record became the commit point) is not read: the run Optuna recorded is."""
+    from mlflow.tracking import MlflowClient
+
+    from ablate import results
+    from ablate.stores import resolve
+
+    root = copy_study(norm_study, tmp_path / "study")
+    studies.study_env(monkeypatch, root)
+    before = results.load(studies.NORM["name"])
+    mlc = MlflowClient(resolve().tracking)
+    recorded = mlc.get_run(before.trials["mlflow_run_id"][0])
+    orphan = mlc.create_run(recorded.info.experiment_id, run_name=recorded.info.run_name,
+                            tags={k: v for k, v in recorded.data.tags.items() if k.startswith("ablate.")})
+    history = pl.DataFrame({"step": [0], "name": ["train/loss"], "value": [999.0]})
+    history.write_parquet(tmp_path / "metrics.parquet")
+    mlc.log_artifact(orphan.info.run_id, str(tmp_path / "metrics.parquet"))
+    mlc.set_terminated(orphan.info.run_id, "FINISHED")
+    after = results.load(studies.NORM["name"])
+    assert after.trials.height == before.trials.height
+    assert after.metrics.sort(after.metrics.columns).equals(before.metrics.sort(before.metrics.columns))
+    assert 999.0 not in after.metrics["value"].to_list()
+
+
+def test_results_say_what_is_missing_when_the_tracking_store_is_lost(norm_study, tmp_path, monkeypatch):
+    """Before: results (and reports) failed outright once mlflow.db was gone."""
+    import sqlite3
+
+    from ablate import results
+
+    root = copy_study(norm_study, tmp_path / "study")
+    studies.study_env(monkeypatch, root)
+    full = results.load(studies.NORM["name"])
+    gone = full.trials["mlflow_run_id"][1]
+    with sqlite3.connect(root / ".ablate" / "mlflow.db") as db:
+        db.execute("DELETE FROM runs WHERE run_uuid = ?", (gone,))
+    partial = results.load(studies.NORM["name"])
+    assert len(partial.missing) == 1 and partial.missing[0].startswith("1 of 4 MLflow run(s) could not be read")
+    assert partial.curves["seed"].len() < full.curves["seed"].len()
+    (root / ".ablate" / "mlflow.db").unlink()
+    lost = results.load(studies.NORM["name"])
+    assert lost.trials["status"].to_list() == full.trials["status"].to_list()
+    assert lost.metrics.is_empty() and lost.curves.is_empty()
+    assert lost.missing == [f"the MLflow tracking store {root / '.ablate' / 'mlflow.db'} is missing: the metrics and "
+                            "curves of 4 finished trial(s) are not available; the trials' outcomes (from the Optuna "
+                            "storage) are"]
+    assert not (root / ".ablate" / "mlflow.db").exists()  # reading created no new, empty store

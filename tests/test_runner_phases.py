@@ -113,6 +113,12 @@ def run_fake_worker(monkeypatch, study_name: str, stores_: Stores) -> dict:
         def finish(self, *args, **kwargs):
             pass
 
+        def write(self, *args, **kwargs):  # the results, before the Optuna record
+            pass
+
+        def end(self, *args, **kwargs):  # after it
+            pass
+
     monkeypatch.setitem(sys.modules, "ablate.training", fake)
     monkeypatch.setattr(worker.tracking, "TrialRun", Run)
     return worker.work(study_name, stores_)

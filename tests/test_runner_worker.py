@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -280,6 +281,12 @@ def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes
         def finish(self, *args, **kwargs):
             pass
 
+        def write(self, *args, **kwargs):  # the results, before the Optuna record
+            pass
+
+        def end(self, *args, **kwargs):  # after it
+            pass
+
     fake = types.ModuleType("ablate.training")
     fake.run_trial = run_trial
     monkeypatch.setitem(sys.modules, "ablate.training", fake)
@@ -289,3 +296,161 @@ def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes
     assert failed.state == TrialState.FAIL and failed.user_attrs["failure_kind"] == "infrastructure"
     assert retried.state == TrialState.COMPLETE and retried.system_attrs["retry_history"] == [failed.number]
     assert retried.user_attrs["item"] == failed.user_attrs["item"] and len(calls) == 2
+
+
+# --- signals, kills and store faults at every point of an item's life (tests/processes.py) --------
+
+import processes as procs  # noqa: E402
+
+# (command, signal, fault, the item afterwards). A pause at "claim" or "commit" lies inside a
+# critical section: the signal takes effect at its end (the claim is then re-queued, the record
+# completes); elsewhere the signal interrupts at once.
+SIGNAL_CASES = [
+    ("worker", signal.SIGTERM, "pause@claim", "waiting"),
+    ("worker", signal.SIGINT, "pause@open_run", "waiting"),
+    ("run", signal.SIGTERM, "slow@2", "waiting"),  # mid-step
+    ("run", signal.SIGINT, "pause@checkpoint", "waiting"),
+    ("run", signal.SIGTERM, "pause@record", "waiting"),
+    ("run", signal.SIGINT, "pause@commit", "done"),
+    ("worker", signal.SIGTERM, "pause@committed", "done"),
+]
+
+
+@pytest.mark.parametrize(("command", "sig", "fault", "after"), SIGNAL_CASES,
+                         ids=[f"{c[0]}-{signal.Signals(c[1]).name}-{c[2]}" for c in SIGNAL_CASES])
+def test_a_signal_at_any_point_leaves_nothing_running_and_says_what_was_requeued(tmp_path, command, sig, fault,
+                                                                                 after):
+    procs.write_spec(tmp_path, train={**procs.SPEC["train"], "steps": 40} if fault == "slow@2" else
+                     procs.SPEC["train"])
+    pause = "2" if fault.endswith(("claim", "commit")) else "120"  # critical sections end by themselves
+    env = {"ABLATE_FAULT": fault, "ABLATE_FAULT_PAUSE_S": pause}
+    if command == "worker":
+        assert procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "0").returncode == 0
+        proc = procs.spawn(tmp_path, "worker", "faults", "--checkpoint-every", "2", **env)
+    else:
+        proc = procs.spawn(tmp_path, "run", "spec.yaml", "--checkpoint-every", "2", **env)
+    mark = tmp_path / "fault.mark"
+    if fault == "slow@2":
+        procs.wait_for(lambda: procs.training_step(tmp_path) >= 2, "a trial training", proc)
+    else:
+        procs.wait_for(mark.exists, f"the worker at {fault}", proc)
+    out, err, seconds = procs.stop(proc, sig)
+    print(f"{command} {signal.Signals(sig).name} at {fault}: exit after {seconds:.1f} s")
+    assert proc.returncode == procs.SIGNAL_EXIT[sig], (out, err)
+    assert "Traceback" not in err + out
+    line = procs.signal_line(err)
+    states = procs.assert_consistent(tmp_path)
+    first = procs.trials(tmp_path)[0]["item"]
+    assert states[first] == after, procs.trials(tmp_path)
+    assert sorted(states.values()) == sorted([after, "waiting"])  # the other item was never claimed
+    if after == "waiting":
+        assert "re-queued 1 running item(s): baseline · seed 0" in line
+        interrupted = procs.trials(tmp_path)[0]
+        assert interrupted["failure_kind"] == "interrupted"
+        assert [r["ablate.failure_kind"] for r in procs.runs(tmp_path)] in ([], ["interrupted"])
+    else:
+        assert "no running item to re-queue" in line
+        assert [r["status"] for r in procs.runs(tmp_path)] == ["FINISHED"]
+
+
+def test_a_second_signal_during_clean_up_does_not_cut_it_and_the_study_resumes(tmp_path):
+    procs.write_spec(tmp_path)
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT="pause@record", ABLATE_FAULT_PAUSE_S="120")
+    procs.wait_for((tmp_path / "fault.mark").exists, "the worker recording", proc)
+    proc.send_signal(signal.SIGTERM)
+    for _ in range(5):  # a scheduler's repeated SIGTERM, an impatient Ctrl-C
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert "re-queued 1 running item(s)" in procs.signal_line(err)
+    assert sorted(procs.assert_consistent(tmp_path).values()) == ["waiting", "waiting"]
+    # `status`: the cell table agrees with the summary (the interrupted item is pending, not failed).
+    status = procs.ablate(tmp_path, "status", "faults")
+    row = next(line for line in status.stdout.splitlines() if "baseline" in line)
+    assert [int(x) for x in re.findall(r"\d+", row)] == [0, 0, 2, 0, 0, 0], status.stdout
+    assert "0 done · 0 running · 2 waiting · 0 failed" in status.stdout
+    res = procs.ablate(tmp_path, "run", "spec.yaml")
+    assert res.returncode == 0, res.stderr
+    assert sorted(procs.assert_consistent(tmp_path).values()) == ["done", "done"]
+
+
+@pytest.mark.parametrize("point", ["commit", "committed"])
+def test_kill9_around_the_optuna_record_leaves_one_finished_run_per_item(tmp_path, point):
+    """kill -9 after the MLflow run holds the results but before (commit) or after (committed)
+    Optuna recorded the trial: the Optuna record is the commit point, so the item has exactly one
+    FINISHED run, the one Optuna recorded; the other attempt's run is KILLED."""
+    from ablate import results
+
+    procs.write_spec(tmp_path, seeds=1)
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT=f"kill@{point}")
+    proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    res = procs.ablate(tmp_path, "run", "spec.yaml")  # recovers the killed worker's item (or its run)
+    assert res.returncode == 0, res.stderr
+    assert procs.assert_consistent(tmp_path) == {procs.trials(tmp_path)[0]["item"]: "done"}
+    statuses = sorted(r["status"] for r in procs.runs(tmp_path))
+    assert statuses == (["FINISHED", "KILLED"] if point == "commit" else ["FINISHED"])
+    os.environ["ABLATE_HOME"] = str(tmp_path / ".ablate")
+    try:
+        loaded = results.load("faults")
+    finally:
+        del os.environ["ABLATE_HOME"]
+    assert loaded.trials["status"].to_list() == ["complete"]
+    assert loaded.metrics["step"].max() == 8 and loaded.missing == []
+
+
+def test_an_mlflow_store_lost_at_the_end_of_a_trial_is_an_infrastructure_failure_not_a_crash(tmp_path):
+    """mlflow.db deleted while a trial records its results: retried with back-off, the worker
+    stops after repeated failures with the reason (exit 1, no traceback), nothing is left
+    RUNNING, and the next run (a fresh MLflow store) finishes the study."""
+    procs.write_spec(tmp_path, seeds=1)
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT="pause@record", ABLATE_FAULT_PAUSE_S="3")
+    procs.wait_for((tmp_path / "fault.mark").exists, "the worker recording", proc)
+    (tmp_path / ".ablate" / "mlflow.db").unlink()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in out + err, out + err
+    assert "infrastructure failures in a row" in err and "tracking failed" in err
+    found = procs.trials(tmp_path)
+    assert found[0]["failure_kind"] == "infrastructure" and not [t for t in found if t["state"] == "RUNNING"]
+    assert procs.ablate(tmp_path, "run", "spec.yaml").returncode == 0
+    assert procs.assert_consistent(tmp_path) == {found[0]["item"]: "done"}
+
+
+def test_a_crash_of_the_worker_itself_requeues_its_item_and_prints_one_line(tmp_path):
+    procs.write_spec(tmp_path, seeds=1)
+    assert procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "0").returncode == 0
+    res = procs.ablate(tmp_path, "worker", "faults", ABLATE_FAULT="error@claim")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "error (internal) RuntimeError: injected fault at claim" in res.stderr
+    (trial, retry) = procs.trials(tmp_path)
+    assert trial["failure_kind"] == "killed" and retry["state"] == "WAITING"
+
+
+def test_a_full_disk_stops_the_worker_saying_where(tmp_path):
+    """ABLATE_HOME (stores, checkpoints) on a small tmpfs filled up while a trial trains. Before:
+    the only output was "worker exited with 1"."""
+    home = tmp_path / "small"
+    home.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(home)]).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        procs.write_spec(tmp_path, seeds=1)
+        env = {"ABLATE_HOME": str(home / ".ablate"), "ABLATE_FAULT": "pause@checkpoint", "ABLATE_FAULT_PAUSE_S": "3"}
+        proc = procs.spawn(tmp_path, "run", "spec.yaml", "--checkpoint-every", "2", **env)
+        procs.wait_for((tmp_path / "fault.mark").exists, "the worker checkpointing", proc)
+        with open(home / "filler", "wb") as f:  # the disk fills while the worker waits to checkpoint
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 16))
+                    f.flush()
+            except OSError:
+                pass
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in out + err, out + err
+        assert f"no space left on {home}" in err
+        (home / "filler").unlink()
+        res = procs.ablate(tmp_path, "run", "spec.yaml", ABLATE_HOME=str(home / ".ablate"))
+        assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        subprocess.run(["umount", "--lazy", str(home)])

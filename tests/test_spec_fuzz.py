@@ -243,3 +243,58 @@ def test_fuzz_case_count():
     print(f"\nfuzz cases: {total} ({', '.join(f'{k}: {v}' for k, v in RAN.items())})")
     if len(RAN) >= 6:  # the whole module ran
         assert total >= 1000
+
+
+def test_malformed_spec_corpus_gets_clean_errors():
+    """Every spec of tests/malformed_specs.py (wrong types where a user would be surprised,
+    out-of-range values, unknown, long, complex and duplicate keys, bad names, tasks too large for
+    this machine, broken factors, designs, tuning, non-YAML) gets a clean SpecError."""
+    import malformed_specs
+
+    cases = malformed_specs.cases()
+    verdicts = {name: malformed_specs.verdict(lambda t=text: design.loads(t, "corpus.yaml"), spec.SpecError)
+                for name, text in cases}
+    bad = {name: v for name, v in verdicts.items() if v[0] != "clean"}
+    print(f"\nmalformed corpus: {len(cases) - len(bad)} of {len(cases)} clean")
+    assert not bad, bad
+    RAN["malformed corpus"] += len(cases)
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "/dev/urandom", "fifo", "folder"])
+def test_validate_reads_a_bounded_number_of_bytes_whatever_the_file(tmp_path, kind):
+    """``ablate validate /dev/zero`` read forever (the size limit looked at the size on disk)."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")  # no writer: it reads as empty instead of blocking
+    if kind == "folder":
+        (tmp_path / "folder").mkdir()
+    path = kind if kind.startswith("/") else str(tmp_path / kind)
+    res = subprocess.run([sys.executable, "-m", "ablate.cli", "validate", path], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "ABLATE_HOME": str(tmp_path / "home")}, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    expected = {"/dev/zero": "more than 1,000,000 bytes", "/dev/urandom": "more than 1,000,000 bytes",
+                "fifo": "required key is missing", "folder": "is a folder, not a spec file"}[kind]
+    assert expected in res.stderr
+
+
+TYPED = {"model.d_model": int, "model.layers": int, "model.heads": int, "train.steps": int,
+         "train.batch_size": int, "probes.every": int, "task.train_size": int, "train.lr": float,
+         "train.weight_decay": float, "model.dropout": float, "model.bidirectional": bool, "probes.enabled": bool}
+CONFUSING = st.one_of(st.booleans(), st.integers(-2, 300), st.floats(-2, 300, allow_nan=False),
+                      st.sampled_from(["16", "0.1", "1e-3", "true", "yes", "2.0", " 8", "0x10"]))
+
+
+@settings(FUZZ, max_examples=300)
+@given(st.sampled_from(sorted(TYPED)), CONFUSING, st.booleans())
+def test_fuzz_what_is_accepted_has_its_declared_type(path, value, as_text):
+    """Whatever value lands on a typed path, written as YAML or quoted, a spec that loads holds
+    that path's type: never a boolean for a number, never text, never a float for an integer."""
+    RAN["typed values"] += 1
+    raw = copy.deepcopy(VALID)
+    raw.pop("tune")
+    _set(raw, path, str(value) if as_text else value)
+    s = _outcome(lambda: design.loads(yaml.safe_dump(raw), "fuzz.yaml"))
+    if s is None:
+        return
+    got = spec.get_path(s.baseline() if not path.startswith("probes") else {"probes": s.probes.model_dump()}, path)
+    wanted = TYPED[path]
+    assert type(got) is wanted or (wanted is float and type(got) is int), (path, value, got)

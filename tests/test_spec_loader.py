@@ -65,3 +65,25 @@ def test_line_numbers_follow_key_paths():
                      "factors.model.heads[0]": 5, "factors.model.heads[1]": 5}
     with pytest.raises(spec.SpecError, match="is 1,000,001 bytes; a spec is at most 1,000,000"):
         spec.parse_yaml("#" * (spec.MAX_BYTES + 1))
+
+
+def test_yaml_12_floats_without_a_dot_are_numbers():
+    """PyYAML (YAML 1.1) reads ``lr: 3e-3`` as text; users write it: it is a float here."""
+    data = spec.parse_yaml("a: 3e-3\nb: 1E5\nc: -2e+3\nd: .5e-2\ne: 3.0e-3\nf: 12\ng: 1e3x\nh: '1e-3'\ni: 1_0e2\n")
+    assert data == {"a": 3e-3, "b": 1e5, "c": -2e3, "d": 0.5e-2, "e": 3e-3, "f": 12, "g": "1e3x", "h": "1e-3",
+                    "i": 1e3}
+    assert isinstance(data["b"], float) and isinstance(data["f"], int)
+
+
+def test_keys_in_messages_are_described_and_shortened():
+    with pytest.raises(spec.SpecError) as info:
+        spec.parse_yaml("model: {? {a: 1}: 2}\n")
+    assert "this key is a mapping" in str(info.value) and "Node" not in str(info.value)
+    with pytest.raises(spec.SpecError, match="this key is a list"):
+        spec.parse_yaml("? [a, b]\n: 1\n")
+    key = "k" * 100_000
+    with pytest.raises(spec.SpecError) as info:
+        spec.parse_yaml(f"? {key}\n: 1\n? {key}\n: 2\n")
+    assert "duplicate key" in str(info.value) and len(str(info.value)) < 300
+    with pytest.raises(spec.SpecError, match=r"at most 1024 characters"):
+        spec.parse_yaml("model: {" + key + ": 1}\n")

@@ -106,3 +106,27 @@ def test_spec_and_design_import_no_torch() -> None:
             "assert registry.PARAMETERISATIONS.names\nassert 'torch' not in sys.modules, 'torch imported'\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(("yaml_text", "message"), [
+    ("model: {d_model: true}", "model.d_model: must be an integer; true is a boolean, not a number"),
+    ("train: {lr: true}", "train.lr: must be a number; true is a boolean, not a number"),
+    ("model: {d_model: '16'}", "model.d_model: must be an integer, not text: write 16 without quotes"),
+    ("train: {steps: 2.0}", "train.steps: must be an integer; 2.0 is written as a float: write 2"),
+    ("task: {name: listops, train_size: 1e4}", "task.train_size: must be an integer; 10000.0 is written as a float"),
+    ("model: {bidirectional: 1}", "model.bidirectional: must be true or false; got an integer 1"),
+    ("probes: {every: [5]}", "probes.every: must be an integer; got a list"),
+])
+def test_types_are_strict_where_a_user_would_be_surprised(yaml_text, message):
+    """Before: d_model: true became 1, lr: true 1.0, '16' and steps: 2.0 were accepted."""
+    text = "name: x\ntask: {name: listops}\n" + yaml_text + "\n"
+    if "task:" in yaml_text:
+        text = "name: x\n" + yaml_text + "\n"
+    with pytest.raises(spec.SpecError) as info:
+        spec.reads(text)
+    assert message in str(info.value)
+
+
+def test_an_integer_is_a_number_and_an_exponent_is_a_float():
+    s = spec.reads("name: x\ntask: {name: listops}\ntrain: {lr: 1e-3, grad_clip: 2, divergence_norm: 1E6}\n")
+    assert (s.train.lr, s.train.grad_clip, s.train.divergence_norm) == (1e-3, 2.0, 1e6)

@@ -8,8 +8,9 @@
 
 ``load`` / ``loads`` / ``validate`` check everything a spec implies (its shape, every factor
 level, every condition and constraint, every cell of the design, the search space, the seeds,
-the study's size) — what the CLI, the runner and results call. ``ablate.spec`` checks the shape
-only.
+the study's size) — what the CLI, the runner and results call; ``load`` / ``loads`` (a spec
+about to run) also what the stores and this machine can hold (``check_limits``). ``ablate.spec``
+checks the shape only.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ablate import stores
 from ablate.design.cells import Cell, Item, cells, cells_and_problems, items, select, selection_problems
 from ablate.design.factors import Factor, Level, level_label, parse_factors
 from ablate.design.identity import (
@@ -32,12 +34,14 @@ from ablate.design.identity import (
 )
 from ablate.design.selectors import matches, parse_selector
 from ablate.design.space import resolve_space, space_problems, tune_protocol
-from ablate.spec import MAX_ITEMS, Problems, Spec, SpecError, located, parse, read_raw, reads_raw
+from ablate.spec import MAX_ITEMS, MAX_NAME, Problems, Spec, SpecError, located, parse, read_raw, reads_raw
+from ablate.spec.errors import short
+from ablate.tasks.registry import memory_problem
 
 __all__ = [
     "CODE_VERSION", "ORIGINAL_CODE_VERSION", "Cell", "Factor", "Item", "Level", "canonical_json", "cell_id",
-    "cells", "check", "code_version", "config_key", "data_version", "items", "level_label", "load", "loads",
-    "matches", "original_cell_id", "parse_factors", "parse_selector", "resolve_space", "select",
+    "cells", "check", "check_limits", "code_version", "config_key", "data_version", "items", "level_label", "load",
+    "loads", "matches", "original_cell_id", "parse_factors", "parse_selector", "resolve_space", "select",
     "selection_problems", "space_problems", "spec_hash", "tune_protocol", "validate",
 ]
 
@@ -67,6 +71,51 @@ def check(spec: Spec) -> None:
                                    f"trials; a study has at most {MAX_ITEMS:,}")])
 
 
+def _keys(prefix: str, value: Any) -> list[str]:
+    """The MLflow param keys a value becomes (mappings are flattened with dots, as tracking does)."""
+    if isinstance(value, dict):
+        return [k for sub, v in value.items() for k in _keys(f"{prefix}.{sub}", v)]
+    return [prefix]
+
+
+def check_limits(spec: Spec) -> None:
+    """What the stores and this machine can hold, checked before a spec read from a file runs:
+    the lengths the stores impose on names and keys (``ablate.stores``), and the task's data in
+    this machine's memory. A study's stored spec is not checked again: its results are read
+    whatever the machine. Raises SpecError naming key paths, with each limit."""
+    problems: Problems = []
+    if len(spec.name) > MAX_NAME:
+        problems.append(("name", f"{len(spec.name):,} characters; at most {MAX_NAME}: the study names an MLflow "
+                                 f"run (at most {stores.MAX_RUN_NAME} characters) and files (at most "
+                                 f"{stores.MAX_FILE_NAME} bytes, with what ablate appends)"))
+    grid = cells(spec)
+    most = stores.MAX_RUN_NAME - stores.RUN_NAME_SUFFIX
+    for cell in grid:
+        if len(cell.label) > most:
+            problems.append(("factors", f"the cell label {short(cell.label)} has {len(cell.label):,} characters; at "
+                                        f"most {most}: MLflow names a trial's run '<cell label> · seed N' in at most "
+                                        f"{stores.MAX_RUN_NAME} (shorten the level labels: {{label: ..., value: ...}})"))
+            break
+    for cell in grid:
+        long_keys = [k for k in _keys("settings", cell.settings) if len(k) > stores.MAX_PARAM_KEY]
+        if long_keys:
+            problems.append(("factors", f"the MLflow param {short(long_keys[0])} has {len(long_keys[0]):,} characters; "
+                                        f"MLflow keys hold at most {stores.MAX_PARAM_KEY} (shorten the factor's name)"))
+            break
+    base = spec.baseline()["task"]
+    for cell in {canonical_json(c.config["task"]): c for c in grid}.values():
+        found = memory_problem(cell.config["task"])
+        if found is not None:
+            key, message = found
+            if cell.config["task"] == base:
+                problems.append((f"task.{key}" if key else "task", message))
+            else:
+                problems.append(("factors", f"the cell {cell.label}: task {message}"))
+            break
+    if problems:
+        raise SpecError(problems)
+
+
 def validate(raw: Any, source: str = "<spec>") -> Spec:
     """Validate plain data as a spec: its shape, every factor level, every cell of the design,
     the search space. Raises SpecError (and nothing else) naming key paths.
@@ -84,7 +133,9 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Spec:
     with key paths and file:line locations; nothing else."""
     raw, origins = read_raw(path, overrides)
     with located(origins):
-        return validate(raw, str(path))
+        spec = validate(raw, str(path))
+        check_limits(spec)
+        return spec
 
 
 def loads(text: str | bytes, source: str = "<spec>", overrides: list[str] | None = None,
@@ -92,4 +143,6 @@ def loads(text: str | bytes, source: str = "<spec>", overrides: list[str] | None
     """Parse and validate spec text (``extends`` resolved against ``base_dir``, default cwd)."""
     raw, origins = reads_raw(text, source, overrides, base_dir)
     with located(origins):
-        return validate(raw, source)
+        spec = validate(raw, source)
+        check_limits(spec)
+        return spec

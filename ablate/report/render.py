@@ -33,11 +33,12 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ablate.report import COMPARISONS, REPORTS, fonts
+from ablate.report import COMPARISONS, MISSING_NOTES, REPORTS, fonts
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
@@ -256,21 +257,29 @@ def _drop_stderr(notebook) -> None:
                                if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
 
 
-def to_html(notebook, title: str) -> str:
-    """The executed notebook as one self-contained page: outputs only, no scripts, our stylesheet."""
+def to_html(notebook, title: str, missing: list[str] | None = None) -> str:
+    """The executed notebook as one self-contained page: outputs only, no scripts, our stylesheet;
+    ``missing`` (what the data lack) as a note on top."""
     import html as _html
 
     from nbconvert import HTMLExporter
 
     _drop_stderr(notebook)
+    notebook.metadata.pop("papermill", None)  # it holds the parameters the notebook ran with
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(notebook)
     body = _SCRIPT.sub("", body)
+    if missing:
+        body = _MISSING.format("".join(f"<li>{_html.escape(line)}</li>" for line in dict.fromkeys(missing))) + body
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{_html.escape(title)}</title>\n<style>{_font_css()}{_PAGE_CSS}</style>\n</head>\n"
             f"<body>\n{body}\n</body>\n</html>\n")
+
+
+_MISSING = ('<div class="ablate-missing" style="border:1pt solid #c60;padding:4pt 8pt;margin:4pt 0 8pt">'
+            "<b>Incomplete data.</b> This report shows what the stores still hold:<ul>{}</ul></div>")
 
 
 def to_pdf(html: str, path: Path) -> None:
@@ -285,6 +294,20 @@ def to_pdf(html: str, path: Path) -> None:
     config = FontConfiguration()
     faces = CSS(string=fonts.font_face_css(), font_config=config)
     HTML(string=html).write_pdf(str(path), stylesheets=[faces], font_config=config)
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def render(
@@ -312,8 +335,8 @@ def render(
 
     target = out_dir.resolve()
 
-    def write(nb, report: str) -> list[Path]:
-        html = to_html(nb, f"{study} — {report.replace('_', ' ')}")
+    def write(nb, report: str, missing: list[str]) -> list[Path]:
+        html = to_html(nb, f"{study} — {report.replace('_', ' ')}", missing)
         paths = []
         if "html" in formats:
             (target / f"{report}.html").write_text(html, encoding="utf-8")
@@ -325,18 +348,24 @@ def render(
 
     # The kernel runs the notebooks one after the other while a thread of this process turns each
     # executed one into HTML and PDF: two cores busy, not one.
-    with tempfile.TemporaryDirectory() as tmp, kernel(Path(tmp)) as k, ThreadPoolExecutor(1) as writer:
-        k.warm(WARM_UP)
-        writer.submit(_preload)
-        done = []
-        for report in reports:
-            work = Path(tmp) / report
-            work.mkdir()
-            params = {"study": study, "storage": stores.storage, "tracking_uri": stores.tracking,
-                      "export_dir": str(target) if export else None}
-            nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
-            done.append(writer.submit(write, nb, report))
-        return [path for future in done for path in future.result()]
+    # The stores go to the kernel by its environment, not as parameters: papermill writes
+    # parameters into the executed notebook, and a URL may carry a password.
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(1) as writer:
+        notes = Path(tmp) / "missing.txt"
+        env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking, MISSING_NOTES: str(notes)}
+        with _environment(env), kernel(Path(tmp)) as k:
+            k.warm(WARM_UP)
+            writer.submit(_preload)
+            done = []
+            for report in reports:
+                work = Path(tmp) / report
+                work.mkdir()
+                params = {"study": study, "export_dir": str(target) if export else None}
+                nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
+                missing = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
+                notes.unlink(missing_ok=True)
+                done.append(writer.submit(write, nb, report, missing))
+            return [path for future in done for path in future.result()]
 
 
 def _preload() -> None:
@@ -363,11 +392,14 @@ def render_comparison(
     stores = resolve(storage, tracking_uri)
     out_dir.mkdir(parents=True, exist_ok=True)
     title = title or " vs ".join(studies)
-    params = {"studies": list(studies), "cells": cells or {}, "storage": stores.storage,
-              "tracking_uri": stores.tracking, "title": title}
+    params = {"studies": list(studies), "cells": cells or {}, "title": title}
     with tempfile.TemporaryDirectory() as tmp:
-        nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp))
-    html = to_html(nb, f"{title} — comparison")
+        notes = Path(tmp) / "missing.txt"
+        env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking, MISSING_NOTES: str(notes)}
+        with _environment(env):  # as render: no URL among the parameters the notebook keeps
+            nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp))
+        missing = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
+    html = to_html(nb, f"{title} — comparison", missing)
     written: list[Path] = []
     if "html" in formats:
         path = out_dir / f"{report}.html"

@@ -2,22 +2,31 @@
 
 Each worker is an ``ablate worker`` process on the shared study, exactly as on a cluster; this
 module only starts them with sensible devices and thread counts and watches the storage.
+
+``run`` forwards the first SIGINT or SIGTERM it gets to its workers (a scheduler's SIGTERM stops
+the whole group cleanly: each worker re-queues its item) and waits for them; workers ignore a
+second signal, so a Ctrl-C that reached them directly as well does no harm.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 
+from optuna.trial import TrialState
 from rich.console import Console
 
-from ablate.runner import progress
+from ablate.runner import progress, queue
 from ablate.runner.study import open_study
 from ablate.runner.worker import worker_id
-from ablate.stores import Stores, home
+from ablate.stores import Stores, home, redact
+
+STOP_WAIT_S = 60.0  # after a signal, how long workers get to re-queue their items before SIGKILL
 
 
 def devices(device: str, workers: int) -> list[str]:
@@ -48,7 +57,7 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
         # Stores go by environment, not argv: a URL's password would show in `ps`.
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
                "NUMBA_NUM_THREADS": str(threads), "ABLATE_STORAGE": stores.storage,
-               "ABLATE_TRACKING_URI": stores.tracking}
+               "ABLATE_TRACKING_URI": stores.tracking, "ABLATE_TRACEBACK": "1"}  # tracebacks to its log
         cmd = [sys.executable, "-m", "ablate.cli", "worker", study, "--device", device, "--threads", str(threads),
                "--checkpoint-every", str(checkpoint_every)]
         if verbose:
@@ -60,35 +69,117 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
         proc = subprocess.Popen(cmd, env=env, stdout=None if verbose else subprocess.DEVNULL,
                                 stderr=None if verbose else log)
         proc.log_path = log.name  # type: ignore[attr-defined]
+        proc.log_start = log.tell()  # type: ignore[attr-defined]  # this run's lines start here
         procs.append(proc)
     return procs
 
 
-def watch(study_name: str, stores: Stores, procs: list[subprocess.Popen], console: Console) -> list[int]:
-    """Show the live view (progress.View) until every worker exits; Ctrl-C forwards SIGINT (items
-    re-queue). Each worker shows from its start: as ``starting`` until it claims an item."""
-    study = open_study(study_name, stores)
-    view = progress.View(study, console, [(worker_id(p.pid), p.poll) for p in procs])
-    try:
-        with view:
-            while any(p.poll() is None for p in procs):
-                view.poll()
-                time.sleep(progress.POLL_S)
-    except KeyboardInterrupt:
+@dataclass
+class Outcome:
+    """How the local workers ended: ``signum`` the signal forwarded to them (None: none came),
+    ``failed`` one line per worker that failed (not counting one stopped by that signal),
+    ``requeued`` the labels of the items the workers re-queued when signalled."""
+
+    signum: int | None = None
+    failed: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+
+
+def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: int, console: Console,
+        verbose: bool = False) -> Outcome:
+    """Start the workers, show the live view until they all exit, forwarding SIGINT/SIGTERM."""
+    received: list[int] = []
+    procs: list[subprocess.Popen] = []
+
+    def forward(signum: int, frame: object) -> None:
+        if received:
+            return
+        received.append(signum)
         for p in procs:
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs:
-            p.wait()
-        raise
-    codes = []
-    for p in procs:
-        codes.append(p.wait())
-        log = getattr(p, "log_path", None)
-        if p.returncode and log:
-            with open(log, errors="replace") as f:
-                tail = f.read().strip().splitlines()[-5:]
-            console.print(f"[red]worker exited with {p.returncode}[/red]; last lines of {log}:")
-            for line in tail:
-                console.print(f"  {line}", highlight=False, markup=False)
-    return codes
+                p.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        procs += start(study, stores, device_list, checkpoint_every, verbose)
+        if received:  # a signal while they were starting
+            for p in procs:
+                p.send_signal(received[0])
+        watch(study, stores, procs, console, received)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    outcome = Outcome(received[0] if received else None)
+    stopped_by = {128 + received[0], -received[0]} if received else set()
+    for i, p in enumerate(procs):
+        if p.returncode and p.returncode not in stopped_by:
+            outcome.failed.append(f"worker {i} (pid {p.pid}) {_exit(p.returncode)}: {last_error(p)}")
+    if received:
+        outcome.requeued = requeued_by(study, stores, [p.pid for p in procs])
+    return outcome
+
+
+def _exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with {code}"
+
+
+def last_error(proc: subprocess.Popen) -> str:
+    """The last error a worker wrote to its log in this run (else its last line), and the log."""
+    path = getattr(proc, "log_path", None)
+    if not path:
+        return "no log"
+    try:
+        with open(path, "rb") as f:
+            f.seek(getattr(proc, "log_start", 0))
+            lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError as exc:
+        return f"its log {path} cannot be read ({exc.strerror})"
+    errors = [line for line in lines if line.lower().startswith(("error", "stopped"))]
+    shown = errors[-1] if errors else lines[-1] if lines else "it wrote nothing"
+    return f"{redact(shown)[:500]} (log: {path})"
+
+
+def requeued_by(study: str, stores: Stores, pids: list[int]) -> list[str]:
+    """Labels of the items the given local worker processes failed ``interrupted`` (re-queued)."""
+    workers = {f"{socket.gethostname()}:{pid}" for pid in pids}
+    try:
+        entries = queue.entries(open_study(study, stores, read_only=True),
+                                keys=("worker", "failure_kind", "cell_label", "seed"), states=(TrialState.FAIL,))
+    except Exception:
+        return []
+    return [f"{e.user_attrs.get('cell_label')} · seed {e.user_attrs.get('seed')}" for e in entries
+            if e.user_attrs.get("failure_kind") == "interrupted" and e.user_attrs.get("worker") in workers]
+
+
+def watch(study_name: str, stores: Stores, procs: list[subprocess.Popen], console: Console,
+          signalled: list[int] | None = None) -> list[int]:
+    """Show the live view (progress.View) until every worker exits (read-only: the parent writes
+    nothing to the storage). Each worker shows from its start, as ``starting`` until it claims an
+    item. Once ``signalled`` holds a signal, workers get STOP_WAIT_S to stop, then SIGKILL."""
+    signalled = signalled if signalled is not None else []
+    study = open_study(study_name, stores, read_only=True)
+    view = progress.View(study, console, [(worker_id(p.pid), p.poll) for p in procs])
+    stop_by: float | None = None
+    with view:
+        while any(p.poll() is None for p in procs):
+            try:
+                view.poll()
+            except Exception:  # a storage that cannot be read now: the next look tries again
+                pass
+            if signalled and stop_by is None:
+                stop_by = time.monotonic() + STOP_WAIT_S
+            if stop_by is not None and time.monotonic() > stop_by:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+            time.sleep(min(progress.POLL_S, 0.5) if signalled else progress.POLL_S)
+        try:
+            view.poll()  # the last look: what the workers left (nothing RUNNING after a clean stop)
+        except Exception:
+            pass
+    return [p.wait() for p in procs]

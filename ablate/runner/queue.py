@@ -60,12 +60,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate.stores import sqlite_lock, storage_problem
+from ablate.stores import sqlite_lock, sqlite_path, storage_problem
 
 # Seconds between a running trial's heartbeats, and of silence before it counts as killed.
 HEARTBEAT_S = int(os.environ.get("ABLATE_HEARTBEAT_S", "10"))
@@ -87,36 +88,69 @@ class StorageError(Exception):
 # --- opening -----------------------------------------------------------------------------------
 
 
-def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | None = None
-            ) -> optuna.storages.RDBStorage:
+def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | None = None,
+            read_only: bool = False) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage at ``url``, with heartbeats, ready for several processes at once.
 
     ``indexed`` names user attributes that ``where`` lookups start from: each gets a partial
     index over its values. ``on_stale`` is Optuna's stale-trial callback (used by
-    ``optuna.storages.fail_stale_trials``). Raises StorageError, its message without the password."""
+    ``optuna.storages.fail_stale_trials``). ``read_only`` opens an existing store for reading
+    only (status, results, reports), writing nothing, not even a lock file: it works on a
+    read-only filesystem. Raises StorageError, its message without the password."""
     engine_kwargs: dict[str, Any] = {}
+    engine_url = url
     if url.startswith("sqlite"):
+        from sqlalchemy.pool import NullPool
+
         # Several local worker processes share one file: wait for the lock instead of failing.
         engine_kwargs["connect_args"] = {"timeout": 60}
+        # No connection outlives an operation: SQLite maps the WAL index (-shm) into memory, and a
+        # mapping still open when the file or its filesystem turns read-only kills the process with
+        # SIGBUS at its next write; a fresh connection finds the file read-only and gets an error.
+        engine_kwargs["poolclass"] = NullPool
+        if read_only:
+            engine_url = _read_only_sqlite(url)
     else:
         engine_kwargs["pool_pre_ping"] = True
         if url.startswith("postgresql"):  # an unreachable host fails in seconds, not minutes
             engine_kwargs["connect_args"] = {"connect_timeout": 10}
+            if read_only:
+                engine_kwargs["connect_args"]["options"] = "-c default_transaction_read_only=on"
     try:
-        with _schema_lock(url, engine_kwargs):
-            store = optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=HEARTBEAT_S,
-                grace_period=GRACE_S,
-                heartbeat_stale_trial_callback=on_stale,
-            )
-            _create_indexes(store.engine, indexed)
+        if read_only:
+            store = optuna.storages.RDBStorage(engine_url, engine_kwargs=engine_kwargs, skip_table_creation=True)
+        else:
+            with _schema_lock(url, engine_kwargs):
+                store = optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=GRACE_S,
+                    heartbeat_stale_trial_callback=on_stale,
+                )
+                _create_indexes(store.engine, indexed)
     except Exception as exc:  # sqlalchemy/driver errors carry the URL; never echo the password
         raise StorageError(storage_problem(url, exc)) from None
-    if url.startswith("sqlite"):
+    if url.startswith("sqlite") and not read_only:
         _serialise_sqlite(store.engine)
     return store
+
+
+def _read_only_sqlite(url: str) -> str:
+    """A URL that opens a SQLite file for reading only. Where the folder is read-only too, SQLite
+    cannot create the WAL index it reads through: then the file is opened as immutable, which is
+    right only when no write-ahead log is left beside it (a log is read through ``mode=ro``)."""
+    from urllib.parse import quote
+
+    path = sqlite_path(url)
+    if path is None:
+        return url
+    if not path.is_file():
+        raise StorageError(f"no study storage at {path}")
+    options = "mode=ro"
+    if not os.access(path.parent, os.W_OK) and not Path(f"{path}-wal").exists():
+        options += "&immutable=1"
+    return f"sqlite:///file:{quote(str(path.resolve()))}?{options}&uri=true"
 
 
 @contextmanager

@@ -82,6 +82,11 @@ IDENTITY = ("item", "cell_id", "cell_label", "seed", "phase", "settings", "confi
 # The user attributes reuse reads of another study's trials.
 SOURCE_KEYS = ("item", "cell_id", "config_key", "code_version", "failure_kind", "reused_from", DROPPED)
 
+# Failures that are not the item's: re-queued without a bound.
+UNBOUNDED = ("interrupted", "infrastructure")
+# Failures whose attempt's run is the trial's result (its run ends FAILED, not KILLED).
+RECORDED_KINDS = ("diverged", "error", "oom", "infrastructure")
+
 KILLED_ATTRS = {"status": "killed", "failure_kind": "killed", "failure_message": "worker stopped sending heartbeats"}
 # The objective every COMPLETE trial reports (worker.py tells the study this value).
 OBJECTIVE = "val_accuracy"
@@ -89,13 +94,20 @@ OBJECTIVE = "val_accuracy"
 PARAM_DISTRIBUTIONS = "param_distributions"
 
 
-def storage(url: str) -> optuna.storages.RDBStorage:
-    """The Optuna storage at ``url`` as ablate uses it; raises StorageError."""
-    return queue.connect(url, INDEXED, on_stale=_on_stale)
+# The tracking URI each study of this process reports to (the study's attribute holds it with the
+# password redacted): where a killed worker's MLflow run is closed.
+_TRACKING: dict[str, str] = {}
 
 
-def open_study(name: str, stores: Stores, create: bool = False) -> optuna.Study:
-    store = storage(stores.storage)
+def storage(url: str, read_only: bool = False) -> optuna.storages.RDBStorage:
+    """The Optuna storage at ``url`` as ablate uses it (``read_only``: an existing store, for
+    reading only, writing nothing at all); raises StorageError."""
+    return queue.connect(url, INDEXED, on_stale=_on_stale, read_only=read_only)
+
+
+def open_study(name: str, stores: Stores, create: bool = False, read_only: bool = False) -> optuna.Study:
+    store = storage(stores.storage, read_only=read_only and not create)
+    _TRACKING[name] = stores.tracking
     try:
         if create:
             return optuna.create_study(study_name=name, storage=store, load_if_exists=True, direction="maximize")
@@ -123,42 +135,88 @@ def missing_study(name: str, known: Sequence[str], url: str) -> str:
     return f"no study named {name!r} in {redact(url)}{hint}"
 
 
-def recover_stale(study: optuna.Study) -> int:
-    """Fail the trials of workers that stopped sending heartbeats and re-queue their items.
+def recover_stale(study: optuna.Study) -> list[int]:
+    """Fail the trials of workers that stopped sending heartbeats and re-queue their items; the
+    numbers of the trials this process declared dead (their MLflow runs: ``settle_runs``).
 
     Unlike ``optuna.storages.fail_stale_trials`` (which fails first, after which a trial's
     attributes can no longer be set), the reason is recorded while the trial is still RUNNING;
     the row-locked FAIL flip then picks the one worker that handles it."""
-    return sum(declare_dead(study, number) for number in queue.stale(study))
+    return [number for number in queue.stale(study) if declare_dead(study, number, tracking=None)]
 
 
-def declare_dead(study: optuna.Study, number: int) -> bool:
-    """Fail trial ``number`` (RUNNING) as killed, close its MLflow run and re-queue its item;
-    False when another process got there first or the trial has just finished. Should its
-    worker be alive after all, it finds the trial taken away and drops its attempt
-    (worker.Superseded)."""
+def declare_dead(study: optuna.Study, number: int, tracking: str | None = "") -> bool:
+    """Fail trial ``number`` (RUNNING) as killed, re-queue its item and close its MLflow run
+    (through ``tracking``: by default the process's tracking URI for the study; None: leave the
+    run to ``settle_runs``); False when another process got there first or the trial has just
+    finished. Should its worker be alive after all, it finds the trial taken away and drops
+    its attempt (worker.Superseded)."""
     if not queue.fail_running(study, number, KILLED_ATTRS):
         return False
-    _on_stale(study, queue.trial(study, number))
+    queue.requeue(study, number, MAX_RETRIES)
+    if tracking is not None:
+        settle_runs(study, tracking or tracking_uri(study), [number])
     return True
 
 
-def _on_stale(study: optuna.Study, trial: FrozenTrial) -> None:
-    """A worker died mid-trial (trial already FAIL): close its MLflow run, re-enqueue within the bound."""
-    tracking = study.user_attrs.get("tracking_uri")
-    if tracking:
-        from ablate.runner import tracking as tr
+def tracking_uri(study: optuna.Study) -> str | None:
+    """The tracking URI this process uses for the study, else the study's own unless redacted."""
+    uri = _TRACKING.get(study.study_name) or study.user_attrs.get("tracking_uri")
+    return uri if uri and "***" not in uri else None
 
-        try:
-            # Its run by tag too: the worker may have died before recording the run id (and a
-            # retried trial inherits its predecessor's id).
-            run_ids = {trial.user_attrs.get("mlflow_run_id")} | set(
-                tr.open_runs(tracking, study.study_name, trial.number))
-            for run_id in run_ids - {None}:
-                tr.terminate(tracking, run_id, "KILLED", "worker stopped sending heartbeats")
-        except Exception:  # tracking unreachable: the trial state is what counts
-            pass
+
+def recorded_tracking(study: optuna.Study, fallback: str) -> str:
+    """The tracking URI the study recorded, or ``fallback`` where it recorded none or a redacted one
+    (a password is never written to a store: then the caller's own URI is the one to use)."""
+    uri = study.user_attrs.get("tracking_uri")
+    return uri if uri and "***" not in uri else fallback
+
+
+def _on_stale(study: optuna.Study, trial: FrozenTrial) -> None:
+    """A worker died mid-trial (trial already FAIL): re-enqueue within the bound, close its MLflow run."""
     queue.requeue(study, trial.number, MAX_RETRIES)
+    settle_runs(study, tracking_uri(study), [trial.number])
+
+
+def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int] | None = None) -> int:
+    """End the RUNNING MLflow runs of finished trials (of ``numbers``, or all) as Optuna recorded
+    them: the run a COMPLETE trial recorded FINISHED, a failed trial's recorded run FAILED, any
+    other run KILLED (a killed or interrupted attempt, or one superseded by a retry). How many
+    runs it ended; tracking failures are swallowed (the Optuna record is what counts).
+
+    The Optuna record is the commit point of a trial: its run stays RUNNING until then, so a
+    kill between the two leaves no second FINISHED run for an item."""
+    if not tracking:
+        return 0
+    from ablate.runner import tracking as tr
+
+    ended = 0
+    try:
+        for run in tr.running_runs(tracking, study.study_name, numbers):
+            try:
+                trial = queue.trial(study, run.trial_number)
+            except KeyError:
+                continue
+            if trial.state in (TrialState.RUNNING, TrialState.WAITING) or \
+                    trial.user_attrs.get("cell_id") != run.cell_id:  # alive, or not this study's trial
+                continue
+            kind = trial.user_attrs.get("failure_kind")
+            recorded = trial.user_attrs.get("mlflow_run_id") == run.run_id
+            if trial.state == TrialState.COMPLETE and recorded:
+                status, tags = "FINISHED", {"ablate.committed": "true"}
+            elif trial.state == TrialState.FAIL and recorded and kind in RECORDED_KINDS:
+                status, tags = "FAILED", {"ablate.committed": "true", "ablate.failure_kind": str(kind)}
+            else:
+                why = kind if kind in ("killed", "interrupted") else "superseded"
+                tags = {"ablate.failure": str(trial.user_attrs.get("failure_message") or why)}
+                if why != "killed":  # a worker declared dead may be alive and tag its run superseded itself
+                    tags["ablate.failure_kind"] = why
+                status = "KILLED"
+            tr.terminate(tracking, run.run_id, status, tags=tags)
+            ended += 1
+    except Exception:  # tracking unreachable: the trial state is what counts
+        pass
+    return ended
 
 
 def item_attrs(item: Item) -> dict[str, Any]:
@@ -256,8 +314,9 @@ def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
         return "running"
     if TrialState.WAITING in states:
         return "waiting"
-    # Retries are bounded for failures that re-running may fix; a signal's interruption is free.
-    retried = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") != "interrupted"]
+    # Retries are bounded for failures that re-running may fix; a signal's interruption and a
+    # store's outage are not the item's (a worker stops after a few outages in a row instead).
+    retried = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") not in UNBOUNDED]
     if len(retried) > MAX_RETRIES:
         return "failed"
     return "new"
@@ -316,7 +375,7 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     digest = spec_hash(spec)
     study.set_user_attr("spec", dump)
     study.set_user_attr("spec_hash", digest)
-    study.set_user_attr("tracking_uri", stores.tracking)
+    study.set_user_attr("tracking_uri", redact(stores.tracking))  # never a password in a store
     study.set_user_attr("reuse", reuse)
     history = dict(study.user_attrs.get("specs") or {})
     history[digest] = {"spec": dump, "at": datetime.datetime.now(datetime.timezone.utc).isoformat()}
@@ -428,7 +487,7 @@ def find_reusable(store: optuna.storages.RDBStorage, study_name: str, tracking_u
     groups: dict[tuple[str, bool, str], dict[str, list[queue.Found]]] = {}
     for entry in sorted(found.values(), key=lambda e: (e.study, e.number)):
         attrs = entry.user_attrs
-        if attrs.get(DROPPED) or not attrs.get("item") or trackings.get(entry.study) != tracking_uri:
+        if attrs.get(DROPPED) or not attrs.get("item") or redact(trackings.get(entry.study) or "") != redact(tracking_uri):
             continue
         version = str(attrs.get("code_version") or design.ORIGINAL_CODE_VERSION)
         cid = attrs.get("cell_id")
@@ -703,7 +762,7 @@ def removal(name: str, stores: Stores) -> Removal:
     """What removing study ``name`` would remove, read-only; StorageError when there is no such study."""
     study = open_study(name, stores)
     entries = queue.entries(study)
-    tracking_uri = study.user_attrs.get("tracking_uri") or stores.tracking
+    tracking_uri = recorded_tracking(study, stores.tracking)
     runs: list[tuple[str, str | None, str]] = []
     if tracking_uri:
         from ablate.runner import tracking
@@ -822,7 +881,7 @@ def item_states(study_name: str, keys: list[str], storage_url: str | None) -> di
     if url is None:
         return None
     try:
-        opt = optuna.load_study(study_name=study_name, storage=storage(url))
+        opt = optuna.load_study(study_name=study_name, storage=storage(url, read_only=True))
     except KeyError:
         return None
     states = states_by_item(opt)
@@ -854,7 +913,7 @@ def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
         opt = None
     out = Standing(opt is not None)
     if opt is not None:
-        tracking_uri = opt.user_attrs.get("tracking_uri") or tracking_uri
+        tracking_uri = recorded_tracking(opt, tracking_uri)
         states = states_by_item(opt)
         out.states = {i.key: states.get(i.key, "new") for i in items}
         for entry in queue.entries(opt, None, ("item", "reused_from", DROPPED)):

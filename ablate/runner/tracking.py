@@ -25,10 +25,12 @@ import os
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.stores import Stores, redact, sqlite_lock
+from ablate.stores import Stores, redact, sqlite_lock, sqlite_path
 
 BATCH = 1000
 FLUSH_S = 30.0  # at most this long between flushes, so the MLflow UI follows a running trial
@@ -49,9 +51,17 @@ AS_TAGS = {
     "chance": "ablate.chance",
 }
 LEVEL_TAG = "ablate.level."  # + factor name: the level's label
+# MLflow's usage telemetry calls a server at start-up and waits on it at exit: no network at run time.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# MLflow logs each database error with its traceback before raising it; the worker records the
+# error it raises by kind (infrastructure) and prints one line: no traceback on the terminal.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
-def client(tracking_uri: str):
+def client(tracking_uri: str, read_only: bool = False):
+    """An MlflowClient. ``read_only``: for reading an existing store (results, reports): no lock
+    file is written, and a missing SQLite store is an error (FileNotFoundError) instead of a new,
+    empty one."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars in logs and reports
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run (servers)
     # A fresh SQLite store announces its table creation and migrations at INFO on stderr: noise in
@@ -60,6 +70,11 @@ def client(tracking_uri: str):
     logging.getLogger("alembic").setLevel(logging.WARNING)
     from mlflow.tracking import MlflowClient
 
+    if read_only:
+        path = sqlite_path(tracking_uri)
+        if path is not None and not path.is_file():
+            raise FileNotFoundError(f"the tracking store {path} is missing")
+        return MlflowClient(tracking_uri=tracking_uri)
     with sqlite_lock(tracking_uri):  # a process's first client creates a fresh SQLite store's tables
         return MlflowClient(tracking_uri=tracking_uri)
 
@@ -218,6 +233,20 @@ class TrialRun:
 
     def finish(self, status: str, summary: dict[str, float], tags: dict[str, str] | None = None) -> None:
         """Flush everything, write the curves artifact, and end the run (FINISHED/FAILED/KILLED)."""
+        self.write(summary, tags)
+        self.end(status)
+
+    def end(self, status: str, tags: dict[str, str] | None = None) -> None:
+        """End the run (FINISHED/FAILED/KILLED), setting ``tags`` first."""
+        if tags:
+            from mlflow.entities import RunTag
+
+            self.mlc.log_batch(self.run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+        self.mlc.set_terminated(self.run_id, status)
+
+    def write(self, summary: dict[str, float], tags: dict[str, str] | None = None) -> None:
+        """Flush everything, log the ``final/`` metrics and ``tags``, write the curves and metrics
+        artifacts; the run stays RUNNING (``end``) until the trial is recorded in Optuna."""
         from mlflow.entities import Metric, RunTag
 
         self.flush()
@@ -237,17 +266,46 @@ class TrialRun:
                     path = Path(tmp) / name
                     rows.write_parquet(path)
                     self.mlc.log_artifact(self.run_id, str(path))
-        self.mlc.set_terminated(self.run_id, status)
 
 
-def terminate(tracking_uri: str, run_id: str, status: str, reason: str = "") -> None:
-    """End a run another process left open (e.g. a killed worker's)."""
+def terminate(tracking_uri: str, run_id: str, status: str, reason: str = "",
+              tags: dict[str, str] | None = None) -> None:
+    """End a run another process left open (e.g. a killed worker's), if it is still RUNNING."""
+    from mlflow.entities import RunTag
+
     mlc = client(tracking_uri)
     run = mlc.get_run(run_id)
     if run.info.status == "RUNNING":
-        if reason:
-            mlc.set_tag(run_id, "ablate.failure", reason)
+        tags = {**({"ablate.failure": reason} if reason else {}), **(tags or {})}
+        if tags:
+            mlc.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
         mlc.set_terminated(run_id, status)
+
+
+@dataclass(frozen=True)
+class OpenRun:
+    """A RUNNING trial run, with the tags that name its trial."""
+
+    run_id: str
+    trial_number: int
+    cell_id: str
+
+
+def running_runs(tracking_uri: str, study: str, trial_numbers: Sequence[int] | None = None) -> list[OpenRun]:
+    """The study's RUNNING trial runs (of ``trial_numbers`` only, if given)."""
+    mlc = client(tracking_uri)
+    exp = mlc.get_experiment_by_name(study)
+    if exp is None:
+        return []
+    query = "tags.`ablate.role` = 'trial' and attributes.status = 'RUNNING'"
+    if trial_numbers is not None and len(trial_numbers) == 1:
+        query += f" and tags.`ablate.trial_number` = '{int(trial_numbers[0])}'"
+    out = []
+    for run in mlc.search_runs([exp.experiment_id], query, max_results=50_000):
+        number = run.data.tags.get("ablate.trial_number", "")
+        if number.isdigit() and (trial_numbers is None or int(number) in trial_numbers):
+            out.append(OpenRun(run.info.run_id, int(number), run.data.tags.get("ablate.cell_id", "")))
+    return out
 
 
 def open_runs(tracking_uri: str, study: str, trial_number: int) -> list[str]:
@@ -268,7 +326,7 @@ def read_parquet_artifact(tracking_uri: str, run_id: str, name: str, mlc=None):
     a client of ``tracking_uri``, when given)."""
     import polars as pl
 
-    mlc = mlc or client(tracking_uri)
+    mlc = mlc or client(tracking_uri, read_only=True)
     if name not in {f.path for f in mlc.list_artifacts(run_id)}:
         return None
     with tempfile.TemporaryDirectory() as tmp:
@@ -276,17 +334,27 @@ def read_parquet_artifact(tracking_uri: str, run_id: str, name: str, mlc=None):
 
 
 def read_parquet_artifacts(tracking_uri: str, run_ids: list[str], name: str, workers: int = 8) -> dict:
-    """Run id → its Parquet artifact ``name`` (None where it has none), read through one client
-    (a client per run costs a store's set-up each time) and several downloads at a time (a remote
+    """Run id → its Parquet artifact ``name`` (None where it has none; the exception where the run
+    cannot be read, so that one lost run does not hide the others), read through one client (a
+    client per run costs a store's set-up each time) and several downloads at a time (a remote
     server answers them in parallel)."""
     from concurrent.futures import ThreadPoolExecutor
 
     if not run_ids:
         return {}
-    mlc = client(tracking_uri)
+    try:
+        mlc = client(tracking_uri, read_only=True)
+    except Exception as exc:  # the whole store: every run unread, for the same reason
+        return {run_id: exc for run_id in run_ids}
+
+    def one(run_id: str) -> Any:
+        try:
+            return read_parquet_artifact(tracking_uri, run_id, name, mlc)
+        except Exception as exc:
+            return exc
+
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(run_ids)))) as pool:
-        frames = pool.map(lambda run_id: read_parquet_artifact(tracking_uri, run_id, name, mlc), run_ids)
-        return dict(zip(run_ids, frames, strict=True))
+        return dict(zip(run_ids, pool.map(one, run_ids), strict=True))
 
 
 def experiment_runs(tracking_uri: str, study: str) -> list[tuple[str, str | None, str]]:

@@ -2,10 +2,26 @@
 
 Outcomes: complete; ``reused`` (another study finished the item since it was queued: the trial
 links that result instead of training, study.link_if_done_elsewhere); ``diverged`` (a result of the cell, not retried); ``error`` (a bug: the
-traceback is recorded, not retried); ``interrupted`` (SIGINT/SIGTERM: re-queued); ``killed``
-(no heartbeat: re-queued by whichever process notices, see study.declare_dead); ``superseded``
-(this worker was declared dead while still alive, e.g. stalled past the grace period: its item
-was re-queued, so it drops its own result and moves on).
+traceback is recorded, not retried); ``oom`` (retried with gradient accumulation);
+``infrastructure`` (MLflow or a disk failed: re-queued with back-off, without a bound, for it is
+not the item's fault; after ``MAX_INFRASTRUCTURE_IN_A_ROW`` in a row, or a full disk, the worker
+stops with the reason);
+``interrupted`` (SIGINT/SIGTERM: re-queued, the worker stops); ``killed`` (no heartbeat:
+re-queued by whichever process notices, see study.declare_dead); ``superseded`` (this worker
+was declared dead while still alive, e.g. stalled past the grace period: its item was re-queued,
+so it drops its own result and moves on). A study storage that cannot be written stops the
+worker (``WorkerStopped``): its item is re-queued by the heartbeat's silence.
+
+Signals: the first SIGINT or SIGTERM interrupts the worker (``Interrupted``) at once while it
+trains, opens a run or waits, and at the end of a claim or of an Optuna record (short critical
+sections that a signal must not cut in two). Its item is failed ``interrupted`` and re-queued,
+its MLflow run ended KILLED; further signals are ignored, so that this clean-up completes.
+
+Exactly once in both stores: the Optuna record is the commit point. A trial's run gets its
+results (tag ``ablate.committed=false``) and stays RUNNING until Optuna recorded the trial; only
+then is it ended FINISHED (``ablate.committed=true``). A kill in between leaves a RUNNING run,
+which ``study.settle_runs`` ends as Optuna recorded: FINISHED only if it is the run the
+trial recorded, KILLED otherwise; results read only the recorded run of each item.
 """
 
 from __future__ import annotations
@@ -16,19 +32,29 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from ablate import provenance
+from ablate import faults, provenance
 from ablate.runner import phases, queue, tracking
-from ablate.runner.queue import HEARTBEAT_S
-from ablate.runner.study import MAX_RETRIES, link_if_done_elsewhere, open_study, recover_stale, states_by_item
+from ablate.runner.queue import HEARTBEAT_S, StorageError
+from ablate.runner.study import (
+    MAX_RETRIES,
+    UNBOUNDED,
+    link_if_done_elsewhere,
+    open_study,
+    recover_stale,
+    settle_runs,
+    states_by_item,
+)
 from ablate.spec import ProbeSpec
-from ablate.stores import Stores
+from ablate.stores import Stores, no_space, redact, sqlite_path, storage_problem
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -41,9 +67,11 @@ def worker_id(pid: int | None = None) -> str:
 WORKER_ID = worker_id()
 RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
+MAX_INFRASTRUCTURE_IN_A_ROW = 3  # then the stores are down, not flaky: stop rather than fail every item
 REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another process has begun
 # Seconds between progress records of a running trial (a small write, only when the step moved).
 PROGRESS_S = float(os.environ.get("ABLATE_PROGRESS_S", "2"))
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Heartbeat:
@@ -103,39 +131,160 @@ class Heartbeat:
         Heartbeat._active.pop(self._number, None)
 
 
-class Interrupted(BaseException):
-    """SIGTERM arrived: stop the current item and re-queue it."""
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived: the worker stops. ``signum`` is the signal, ``requeued`` the
+    labels of the items it re-queued. A KeyboardInterrupt, so that libraries treat it as one
+    (SQLAlchemy, for one, then drops the connection it was using)."""
+
+    def __init__(self, signum: int, requeued: list[str] | None = None) -> None:
+        super().__init__(signum)
+        self.signum, self.requeued = signum, list(requeued or [])
 
 
-def _raise_interrupted(signum: int, frame: object) -> None:
-    raise Interrupted()
+class WorkerStopped(Exception):
+    """The stores failed so that this worker cannot go on (a full disk, a study storage that
+    cannot be written, MLflow down); the message is safe to show (no password)."""
+
+
+class TrackingFailure(Exception):
+    """MLflow failed (unreachable, its store deleted or read-only): an ``infrastructure`` failure."""
 
 
 class Superseded(Exception):
     """This worker's trial was declared dead and its item re-queued: the attempt is void."""
 
 
-class _Watched:
-    """A trial's reporter that stops training once the heartbeat finds the trial taken away."""
+class _Signals:
+    """SIGINT/SIGTERM → Interrupted in the main thread: at once outside critical sections, at
+    their end inside one. Python drops an exception raised while it runs a ``__del__`` or a
+    weakref callback, so ``check`` raises it again at the worker's safe points until the worker
+    has caught it (``delivered``); later signals add nothing, so clean-up survives a second
+    Ctrl-C or a scheduler's repeated SIGTERM. Outside the main thread (no signals) it does nothing."""
 
-    def __init__(self, inner: tracking.TrialRun, lost: threading.Event) -> None:
-        self.inner, self.lost = inner, lost
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.delivered = False
+        self._critical = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if not self._critical:
+                raise Interrupted(signum)
+
+    def check(self) -> None:
+        """Raise Interrupted if a signal came and the worker has not caught its Interrupted."""
+        if self.signum is not None and not self.delivered and not self._critical:
+            raise Interrupted(self.signum)
+
+    def sleep(self, seconds: float) -> None:
+        """time.sleep that a signal ends at once, even one whose Interrupted was dropped."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.check()
+            time.sleep(min(0.25, left))
+        self.check()
+
+    @contextmanager
+    def critical(self) -> Iterator[None]:
+        """A section a signal must not cut in two (a claim, an Optuna record): its Interrupted
+        comes at the end, if the section itself ended normally."""
+        self._critical += 1
+        try:
+            yield
+        finally:
+            self._critical -= 1
+        self.check()
+
+
+@dataclass
+class _Current:
+    """What this worker holds now: the claimed trial (RUNNING, its item's label) and its checkpoint."""
+
+    study: optuna.Study | None = None
+    trial: optuna.Trial | None = None
+    label: str = ""
+    checkpoint: Path | None = None
+    runs: list[tracking.TrialRun] = field(default_factory=list)
+    message: str = ""  # the last failure's, for a worker that stops
+
+    def take(self, trial: optuna.Trial | None) -> None:
+        """Hold ``trial`` (None: nothing) from now on."""
+        self.trial, self.checkpoint, self.runs = trial, None, []
+        if trial is not None:
+            attrs = trial.user_attrs
+            self.label = f"{attrs.get('cell_label', '?')} · seed {attrs.get('seed', '?')}"
+
+
+class _Watched:
+    """A trial's reporter that stops training once the heartbeat finds the trial taken away (or
+    a signal's Interrupted was dropped)."""
+
+    def __init__(self, inner: tracking.TrialRun, lost: threading.Event, signals: _Signals | None = None) -> None:
+        self.inner, self.lost, self.signals = inner, lost, signals
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
+        if self.signals is not None:
+            self.signals.check()
         if self.lost.is_set():
             raise Superseded()
-        self.inner.log_metrics(step, values)
+        _tracked(self.inner.log_metrics, step, values)
 
     def log_curves(self, rows: Any) -> None:
-        self.inner.log_curves(rows)
+        _tracked(self.inner.log_curves, rows)
+
+
+def _tracked(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call into MLflow; whatever it raises is a TrackingFailure (an infrastructure failure)."""
+    try:
+        return fn(*args)
+    except (KeyboardInterrupt, Superseded):
+        raise
+    except Exception as exc:
+        text = _text(exc)
+        if "readonly database" in text:
+            text += " (the MLflow store's file was deleted, moved or made read-only)"
+        raise TrackingFailure(f"tracking failed: {text}") from exc
+
+
+def _text(exc: BaseException) -> str:
+    """One line about an exception, without passwords: its type and first line, or, when it wraps
+    another (MLflow and Optuna wrap the database's error), the root cause's."""
+    from ablate.stores import root_cause
+
+    def first(e: BaseException) -> str:
+        return (str(e).strip().splitlines() or [""])[0]
+
+    root = root_cause(exc)
+    if root is exc or first(root) in first(exc):
+        text = f"{type(exc).__name__}: {first(exc)}"
+    else:
+        text = f"{type(exc).__name__}: {type(root).__name__}: {first(root)}"
+    return redact(text)[:2000]
 
 
 def run_item(
-    study: optuna.Study, trial: optuna.Trial, stores: Stores, device: str, emit: Event, checkpoint_every: int = 0
+    study: optuna.Study, trial: optuna.Trial, stores: Stores, device: str, emit: Event, checkpoint_every: int = 0,
+    current: _Current | None = None, signals: _Signals | None = None,
 ) -> str:
+    """Train one claimed trial and record its outcome; returns the outcome's kind. ``current``
+    follows what is held (for the clean-up after a signal), ``signals`` guards the record."""
+    current = current if current is not None else _Current(trial=trial)
+    signals = signals if signals is not None else _Signals()
     who = {"cell": trial.user_attrs.get("cell_label"), "seed": trial.user_attrs.get("seed")}
-    try:
-        source = link_if_done_elsewhere(study, trial)
+    try:  # finished meanwhile by another study: link it, do not train it again
+        with signals.critical():  # the link finishes the trial: a signal must not cut it in two
+            source = link_if_done_elsewhere(study, trial)
     except optuna.exceptions.UpdateFinishedTrialError:  # declared dead meanwhile: re-queued already
         emit("superseded", {**who, "message": "declared dead by another worker; the item was re-queued"})
         return "superseded"
@@ -147,110 +296,131 @@ def run_item(
     try:  # tuning: sample the setting; a replicate after tuning: take the cell's best one
         attrs = phases.prepare_item(study, trial)
     except Exception as exc:
-        _fail(study, trial, "error", f"choosing the tuned setting: {type(exc).__name__}: {exc}",
-              traceback.format_exc())
+        if _storage_failure(exc):
+            raise
+        with signals.critical():
+            _fail(study, trial, "error", f"choosing the tuned setting: {_text(exc)}", redact(traceback.format_exc()))
         emit("error", {"cell": trial.user_attrs.get("cell_label"), "seed": trial.user_attrs.get("seed"),
-                       "message": f"{type(exc).__name__}: {exc}"})
+                       "message": _text(exc)})
         return "error"
     try:  # levels and tuned values as Optuna parameters, for optuna-dashboard: display only
         phases.record_params(study, trial, attrs)
     except Exception:
         pass
     info = {"cell": attrs["cell_label"], "seed": attrs["seed"], "number": trial.number}
-    current: dict[str, tracking.TrialRun | None] = {"run": None}
     try:
-        return _train_item(study, trial, attrs, info, current, stores, device, emit, checkpoint_every)
+        return _train_item(study, trial, attrs, info, current, stores, device, emit, checkpoint_every, signals)
     except (Superseded, optuna.exceptions.UpdateFinishedTrialError):
         # Another process failed this trial for lack of heartbeats and re-queued its item, which
         # may already be running elsewhere: drop this attempt; its checkpoint stays for the re-run.
-        if current["run"] is not None:
-            _quietly(current["run"].finish, "KILLED", {}, {"ablate.failure_kind": "superseded"})
+        for run in current.runs:
+            _quietly(run.end, "KILLED", {"ablate.failure_kind": "superseded"})
+        current.take(None)
         emit("superseded", {**info, "message": "declared dead by another worker; the item was re-queued"})
         return "superseded"
 
 
 def _train_item(
-    study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], info: dict[str, Any],
-    current: dict[str, tracking.TrialRun | None], stores: Stores, device: str, emit: Event,
-    checkpoint_every: int,
+    study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], info: dict[str, Any], current: _Current,
+    stores: Stores, device: str, emit: Event, checkpoint_every: int, signals: _Signals,
 ) -> str:
     from ablate.training import run_trial
 
     emit("start", info)
     probes = ProbeSpec.model_validate(study.user_attrs.get("spec", {}).get("probes", {}))
     # Named by the item (cell/phase/seed, or cell/tune/index: tuning trials of a cell share seeds).
-    checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}.pt"
+    checkpoint = current.checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}.pt"
     for key in ("status", "failure_kind", "failure_message", "traceback"):
         if trial.user_attrs.get(key) is not None:  # a retry inherits its predecessor's attributes
             trial.set_user_attr(key, None)
     trial.set_user_attr("worker", WORKER_ID)
     trial.set_user_attr("provenance", provenance.record(device))
     accumulate = 1
-    run = current["run"] = _start_run(study, trial, attrs, stores, device)
-    with Heartbeat(study, trial.number, lambda: run.progress()) as heartbeat:
+    with Heartbeat(study, trial.number, lambda: current.runs[-1].progress() if current.runs else {}) as heartbeat:
         while True:
+            run = None
             try:
-                result = run_trial(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost),
+                run = _start_run(study, trial, attrs, stores, device, current)
+                result = run_trial(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost, signals),
                                    device=device, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                                    accumulate=accumulate)
-                break
-            except (KeyboardInterrupt, Interrupted):
-                _quietly(run.finish, "KILLED", {}, {"ablate.failure_kind": "interrupted"})
-                _fail(study, trial, "interrupted", "stopped by a signal; re-queued")
-                _requeue(study, trial, bounded=False)
-                emit("interrupted", info)
-                raise
-            except Superseded:
+                if heartbeat.lost.is_set():  # taken away after the last report: the re-run's result counts
+                    raise Superseded()
+                return _record(study, trial, run, result, info, current, emit, signals)
+            except (KeyboardInterrupt, Superseded, optuna.exceptions.UpdateFinishedTrialError):
                 raise
             except Exception as exc:
-                kind, message, tb = classify(exc), f"{type(exc).__name__}: {exc}", traceback.format_exc()
-                _quietly(run.finish, "FAILED", {}, {"ablate.failure_kind": kind, "ablate.traceback": tb})
+                if _storage_failure(exc):
+                    raise
+                kind, message, tb = classify(exc), _text(exc), redact(traceback.format_exc())
+                full = no_space(exc, _written_paths(stores))
+                if full is not None:
+                    kind, message = "infrastructure", full
+                elif isinstance(exc, TrackingFailure):
+                    kind = "infrastructure"
+                if run is not None:
+                    _quietly(run.finish, "FAILED", {}, {"ablate.failure_kind": kind, "ablate.traceback": tb})
                 if kind == "oom" and accumulate < MAX_ACCUMULATE:
                     # Same effective batch in smaller pieces: the result stays comparable.
                     accumulate *= 2
                     trial.set_user_attr("accumulate", accumulate)
                     emit("oom", {**info, "message": f"{message}; retrying with {accumulate} micro-batches"})
-                    run = current["run"] = _start_run(study, trial, attrs, stores, device)
                     continue
-                _fail(study, trial, kind, message, tb)
-                if kind in RETRYABLE:
-                    _requeue(study, trial, bounded=True)
-                    retries = queue.trial(study, trial.number).system_attrs.get("retry_history", [])
-                    time.sleep(min(60.0, 2.0 ** len(retries)))
-                else:
+                with signals.critical():
+                    _fail(study, trial, kind, message, tb)
+                    if kind in RETRYABLE:
+                        _requeue(study, trial, bounded=kind not in UNBOUNDED)
+                current.take(None)
+                if kind not in RETRYABLE:
                     checkpoint.unlink(missing_ok=True)
+                current.message = message
                 emit(kind, {**info, "message": message})
+                if full is not None:
+                    raise WorkerStopped(full) from None
                 return kind
-        if heartbeat.lost.is_set():  # taken away after the last report: the re-run's result counts
-            raise Superseded()
+
+
+def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, result: Any, info: dict[str, Any],
+            current: _Current, emit: Event, signals: _Signals) -> str:
+    """The outcome of a finished training, in the order that keeps the two stores consistent:
+    the run's results (the run stays RUNNING), the Optuna record (the commit point), the run's end."""
+    faults.inject("record")
+    diverged = result.status == "diverged"
+    tags = {"ablate.failure_kind": "diverged", "ablate.failure": result.reason} if diverged else {}
+    _tracked(run.write, {} if diverged else result.metrics, {**tags, "ablate.committed": "false"})
+    with signals.critical():
+        faults.inject("commit")
         trial.set_user_attr("seconds", result.seconds)
         trial.set_user_attr("steps", result.steps)
-        # The run is finished (curves written) before the trial: a kill in between re-runs the item
-        # rather than leaving a COMPLETE trial without its curves.
-        if result.status == "diverged":
-            run.finish("FAILED", {}, {"ablate.failure_kind": "diverged", "ablate.failure": result.reason})
+        if diverged:
             _fail(study, trial, "diverged", result.reason)
-            checkpoint.unlink(missing_ok=True)
-            emit("diverged", {**info, "message": result.reason})
-            return "diverged"
-        run.finish("FINISHED", result.metrics)
-        queue.finish(study, trial, TrialState.COMPLETE, {**result.metrics, "status": "complete"},
-                     result.metrics.get("val_accuracy", float("nan")))
-    checkpoint.unlink(missing_ok=True)
+        else:
+            queue.finish(study, trial, TrialState.COMPLETE, {**result.metrics, "status": "complete"},
+                         result.metrics.get("val_accuracy", float("nan")))
+    try:
+        faults.inject("committed")
+        run.end("FAILED" if diverged else "FINISHED", {"ablate.committed": "true"})
+    except Exception as exc:  # the trial counts; its run is ended by the next settle_runs
+        emit("warning", {**info, "message": f"MLflow run {run.run_id} left RUNNING: {_text(exc)}"})
+    if current.checkpoint is not None:
+        current.checkpoint.unlink(missing_ok=True)
+    if diverged:
+        emit("diverged", {**info, "message": result.reason})
+        return "diverged"
     emit("complete", {**info, **result.metrics, "seconds": result.seconds})
     return "complete"
 
 
 def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], stores: Stores,
-               device: str) -> tracking.TrialRun:
-    run = tracking.TrialRun(
+               device: str, current: _Current | None = None) -> tracking.TrialRun:
+    run = _tracked(
+        tracking.TrialRun,
         stores,
         study.study_name,
         study.user_attrs.get("mlflow_parent_run_id"),
-        name=f"{attrs['cell_label']} · seed {attrs['seed']}",
-        config=attrs["config"],
-        levels=attrs.get("settings"),
-        tags={
+        f"{attrs['cell_label']} · seed {attrs['seed']}",
+        attrs["config"],
+        {
             "ablate.cell_id": attrs["cell_id"],
             "ablate.seed": str(attrs["seed"]),
             "ablate.phase": attrs["phase"],
@@ -258,9 +428,44 @@ def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], 
             "ablate.worker": WORKER_ID,
             **provenance.record(device),
         },
+        attrs.get("settings"),
     )
+    if current is not None:
+        current.runs.append(run)
+    faults.inject("open_run")
     trial.set_user_attr("mlflow_run_id", run.run_id)
     return run
+
+
+def _storage_failure(exc: BaseException) -> bool:
+    """Whether the study storage itself failed (then nothing can be recorded: the worker stops)."""
+    if isinstance(exc, StorageError | optuna.exceptions.StorageInternalError):
+        return True
+    try:
+        import sqlalchemy.exc
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, sqlalchemy.exc.SQLAlchemyError) and not isinstance(exc, TrackingFailure)
+
+
+def _written_paths(stores: Stores) -> list[Path]:
+    """The folders a worker writes to: where a full disk is looked for."""
+    import tempfile
+
+    from ablate.stores import home
+
+    paths = [home().resolve(), checkpoint_dir(), Path(tempfile.gettempdir())]
+    cache = os.environ.get("ABLATE_CACHE_DIR")
+    paths.append(Path(cache).expanduser() if cache else Path.home() / ".cache" / "ablate" / "tasks")
+    for url in (stores.storage, stores.tracking):
+        path = sqlite_path(url)
+        if path is not None:
+            paths.append(path.parent)
+    if stores.artifacts and stores.artifacts.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        paths.append(Path(unquote(urlparse(stores.artifacts).path)))
+    return paths
 
 
 def classify(exc: BaseException) -> str:
@@ -313,9 +518,9 @@ def checkpoint_dir() -> Path:
 
 def _fail(study: optuna.Study, trial: optuna.Trial, kind: str, message: str, tb: str = "") -> None:
     attrs = {"status": "diverged" if kind == "diverged" else "failed", "failure_kind": kind,
-             "failure_message": message[:2000]}
+             "failure_message": redact(message)[:2000], "worker": WORKER_ID}
     if tb:
-        attrs["traceback"] = tb[-8000:]
+        attrs["traceback"] = redact(tb)[-8000:]
     queue.finish(study, trial, TrialState.FAIL, attrs)
 
 
@@ -327,11 +532,44 @@ def _requeue_in_flight(study: optuna.Study) -> bool:
 def _close_parent_if_done(study: optuna.Study, stores: Stores) -> None:
     """The study's MLflow parent run ends when nothing is left to run (by whichever worker sees it)."""
     parent = study.user_attrs.get("mlflow_parent_run_id")
+    settle_runs(study, stores.tracking)  # runs a kill left RUNNING after (or before) their record
     if parent and not queue.count(study, (TrialState.WAITING, TrialState.RUNNING)):
         try:
             tracking.terminate(stores.tracking, parent, "FINISHED")
         except Exception:  # tracking unreachable: the trials are what counts
             pass
+
+
+def _abandon(stores: Stores, current: _Current, crash: BaseException | None = None) -> list[str]:
+    """After a signal: fail the held trial ``interrupted`` and re-queue its item (unless it was
+    recorded meanwhile), and end its MLflow runs as Optuna now has it. The labels re-queued.
+    After a ``crash`` of the worker itself: as a killed worker's (re-queued within the bound)."""
+    trial, study = current.trial, current.study
+    if trial is None or study is None:
+        return []
+    # A tracking server that does not answer must not hold the exit up for MLflow's retries.
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "5"
+    requeued = []
+    try:
+        state = queue.trial(study, trial.number).state
+        if state == TrialState.RUNNING and crash is not None:
+            _fail(study, trial, "killed", f"the worker crashed: {_text(crash)}", redact(traceback.format_exc()))
+            queue.requeue(study, trial.number, MAX_RETRIES)
+            requeued.append(current.label)
+        elif state == TrialState.RUNNING:
+            _fail(study, trial, "interrupted", "stopped by a signal; re-queued")
+            queue.requeue(study, trial.number, None)
+            requeued.append(current.label)
+        elif state == TrialState.COMPLETE and current.checkpoint is not None:  # recorded just before the signal
+            current.checkpoint.unlink(missing_ok=True)
+    except optuna.exceptions.UpdateFinishedTrialError:  # declared dead meanwhile: re-queued by another
+        pass
+    except Exception:  # the storage failed: the heartbeat's silence re-queues it after the grace period
+        requeued.append(f"{current.label} (after the grace period: the study storage failed)")
+    settle_runs(study, stores.tracking, [trial.number])
+    current.take(None)
+    return requeued
 
 
 def work(
@@ -344,39 +582,81 @@ def work(
     max_items: int | None = None,
 ) -> dict[str, int]:
     """Run items until none is waiting; with ``wait_for_running``, also outlive other workers'
-    running items so that a killed worker's item (re-queued after its grace period) gets run."""
+    running items so that a killed worker's item (re-queued after its grace period) gets run.
+
+    Raises Interrupted (SIGINT/SIGTERM, after re-queueing what it held), WorkerStopped (the stores
+    failed: a full disk, MLflow down, a study storage that cannot be written) and StorageError
+    (the study cannot be opened)."""
     emit = emit or (lambda event, info: None)
-    study = open_study(study_name, stores)
+    with _Signals() as signals:
+        current = _Current()
+        try:
+            return _work(study_name, stores, device, emit, wait_for_running, checkpoint_every, max_items,
+                         signals, current)
+        except Interrupted as exc:
+            signals.delivered = True  # from here on signals are ignored: the clean-up completes
+            raise Interrupted(exc.signum, _abandon(stores, current)) from None
+        except (WorkerStopped, StorageError):
+            raise
+        except Exception as exc:
+            if not _storage_failure(exc):  # a bug of the worker's own: its item goes back as a killed one's
+                signals.delivered = True
+                _abandon(stores, current, crash=exc)
+                raise
+            if current.trial is not None:  # nothing can be recorded: let the heartbeat's silence re-queue it
+                for run in current.runs:
+                    _quietly(run.end, "KILLED", {"ablate.failure_kind": "interrupted"})
+            problem = no_space(exc, _written_paths(stores)) or (
+                str(exc) if isinstance(exc, StorageError) else storage_problem(stores.storage, exc))
+            raise WorkerStopped(f"the study storage failed: {problem}") from None
+
+
+def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_running: bool, checkpoint_every: int,
+          max_items: int | None, signals: _Signals, current: _Current) -> dict[str, int]:
+    study = current.study = open_study(study_name, stores)
     # Heavy imports (torch, the models, mlflow: seconds each) before the first claim, not between
     # it and the start of its heartbeat thread, where a busy machine can outlast the grace period.
     import mlflow.tracking  # noqa: F401
 
     import ablate.training  # noqa: F401
+    settle_runs(study, stores.tracking)  # what a kill left between a run's results and its record
     outcomes: dict[str, int] = {}
+    in_a_row = 0  # infrastructure failures
     requeue_deadline = time.monotonic() + REQUEUE_WAIT_S  # also at start: a verdict may be in flight
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
-    try:
-        while True:
-            recover_stale(study)
+    while True:
+        signals.check()
+        with signals.critical():  # a claim, or a re-queue, is not cut in two
+            dead = recover_stale(study)
             trial = phases.claim(study)
-            if trial is None:
-                if wait_for_running and queue.count(study, (TrialState.RUNNING,)):
-                    time.sleep(2.0)
-                    continue
-                # A trial declared dead is failed first and re-queued a moment later (study.declare_dead).
-                if wait_for_running and time.monotonic() < requeue_deadline and _requeue_in_flight(study):
-                    time.sleep(1.0)
-                    continue
-                _close_parent_if_done(study, stores)
-                return outcomes
-            # Beat from the claim on: choosing the setting and opening the MLflow run come before
-            # run_item's heartbeat (which lends it the step) and can take seconds.
-            with Heartbeat(study, trial.number):
-                outcome = run_item(study, trial, stores, device, emit, checkpoint_every)
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            if outcome == "superseded":
-                requeue_deadline = time.monotonic() + REQUEUE_WAIT_S
-            if max_items is not None and sum(outcomes.values()) >= max_items:
-                return outcomes
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+            current.take(trial)
+            if trial is not None:
+                faults.inject("claim")
+        if dead:
+            settle_runs(study, stores.tracking, dead)
+        if trial is None:
+            if wait_for_running and queue.count(study, (TrialState.RUNNING,)):
+                signals.sleep(2.0)
+                continue
+            # A trial declared dead is failed first and re-queued a moment later (study.declare_dead).
+            if wait_for_running and time.monotonic() < requeue_deadline and _requeue_in_flight(study):
+                signals.sleep(1.0)
+                continue
+            _close_parent_if_done(study, stores)
+            return outcomes
+        # Beat from the claim on: choosing the setting and opening the MLflow run come before
+        # run_item's heartbeat (which lends it the step) and can take seconds.
+        with Heartbeat(study, trial.number):
+            outcome = run_item(study, trial, stores, device, emit, checkpoint_every, current, signals)
+        current.take(None)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        in_a_row = in_a_row + 1 if outcome == "infrastructure" else 0
+        if in_a_row >= MAX_INFRASTRUCTURE_IN_A_ROW:
+            raise WorkerStopped(f"stopped after {in_a_row} infrastructure failures in a row (items re-queued); "
+                                f"the last: {current.message}")
+        if outcome in RETRYABLE:  # back off before the next claim (it may be the same item)
+            retries = queue.trial(study, trial.number).system_attrs.get("retry_history", [])
+            signals.sleep(min(60.0, 2.0 ** len(retries)))
+        if outcome == "superseded":
+            requeue_deadline = time.monotonic() + REQUEUE_WAIT_S
+        if max_items is not None and sum(outcomes.values()) >= max_items:
+            return outcomes

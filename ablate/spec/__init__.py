@@ -29,6 +29,7 @@ from ablate.spec.loader import MAX_BYTES, MAX_DEPTH, MAX_NODES, parse_yaml, pars
 from ablate.spec.models import (
     MAX_CELLS,
     MAX_ITEMS,
+    MAX_NAME,
     MAX_SEED,
     MAX_SEEDS,
     MAX_TUNE_TRIALS,
@@ -58,7 +59,7 @@ from ablate.spec.models import (
 from ablate.spec.paths import ROOTS, get_path, leaf_paths, overlap, path_problem, set_path
 
 __all__ = [
-    "MAX_BYTES", "MAX_CELLS", "MAX_DEPTH", "MAX_EXTENDS", "MAX_ITEMS", "MAX_NODES", "MAX_SEED", "MAX_SEEDS",
+    "MAX_BYTES", "MAX_CELLS", "MAX_DEPTH", "MAX_EXTENDS", "MAX_ITEMS", "MAX_NAME", "MAX_NODES", "MAX_SEED", "MAX_SEEDS",
     "MAX_TUNE_TRIALS", "NAME", "NAME_RULE", "OBJECTIVE_METRICS", "REFERENCE_METRICS", "ROOTS", "TUNE_SEED_BASE",
     "CompareEntry", "FactorSpec", "InitSpec", "LabelledLevel", "ModelSpec", "Objective", "Origins", "Problems",
     "ProbeSpec", "Reference", "RingInit", "RotrnnInit", "Spec", "SpecError", "StatsSpec", "TrainSpec", "TuneParam",

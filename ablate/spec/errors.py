@@ -17,11 +17,31 @@ from ablate.models.registry import INIT_SCHEMES
 Problems = list[tuple[str, str]]
 
 
+MAX_WORD = 120  # a key or value longer than this is shortened wherever a message shows it
+MAX_LINE = 2_000  # characters of one problem's message
+
+
+def clip(text: str) -> str:
+    """``text`` with every run of more than MAX_WORD non-blank characters shortened (a
+    100,000-character key stays readable) and at most MAX_LINE characters long."""
+    def cut(m: re.Match[str]) -> str:
+        word = m[0]
+        return f"{word[:60]}…({len(word):,} characters)…{word[-20:]}"
+
+    text = _LONG_WORD.sub(cut, text)
+    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 1] + "…"
+
+
+_LONG_WORD = re.compile(rf"\S{{{MAX_WORD + 1},}}")
+
+
 class SpecError(Exception):
     """A spec is invalid. ``problems`` holds (key path, message) pairs; ``where`` the matching
-    "file:line" locations (or None) when the spec came from a file."""
+    "file:line" locations (or None) when the spec came from a file. Long keys and values are
+    shortened (``clip``) wherever they appear."""
 
     def __init__(self, problems: Problems, where: list[str | None] | None = None):
+        problems = [(clip(path), clip(msg)) for path, msg in problems]
         self.problems = problems
         self.where = where if where is not None else [None] * len(problems)
         lines = []
@@ -49,14 +69,44 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
+_WANTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
+           "string_type": "text", "int_parsing": "an integer", "float_parsing": "a number"}
+_KIND = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "text", list: "a list",
+         dict: "a mapping", type(None): "null"}
+
+
+def _type_message(kind: str, value: Any) -> str:
+    """Why ``value`` is not of the wanted type, in the terms of YAML: strict types, so a boolean
+    is never a number, quoted text never a number, 2.0 never an integer."""
+    wanted = _WANTED[kind]
+    got = _KIND.get(type(value), type(value).__name__)
+    if isinstance(value, bool):
+        return f"must be {wanted}; {str(value).lower()} is a boolean, not a number" if kind != "bool_type" else \
+            f"must be true or false; got {got} {short(value)}"
+    if isinstance(value, float) and kind == "int_type":
+        if value.is_integer():
+            return f"must be an integer; {value!r} is written as a float: write {int(value)}"
+        return f"must be an integer; got {value!r}"
+    if isinstance(value, str) and kind in ("int_type", "float_type"):
+        try:
+            float(value)
+            return f"must be {wanted}, not text: write {value} without quotes"
+        except ValueError:
+            return f"must be {wanted}; got text {short(value)}"
+    return f"must be {wanted}; got {got} {short(value)}" if got not in ("a list", "a mapping") else \
+        f"must be {wanted}; got {got}"
+
+
 def _message(err: dict[str, Any]) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind in _WANTED:
+        return _type_message(kind, value)
     if kind == "literal_error":
         names = ", ".join(_QUOTED.findall(str(ctx.get("expected", ""))))
-        return f"{_short(value)} is not one of: {names}"
+        return f"{short(value)} is not one of: {names}"
     if kind == "union_tag_invalid":
         names = ", ".join(_QUOTED.findall(str(ctx.get("expected_tags", ""))))
-        return f"{_short(ctx.get('tag'))} is not one of: {names}"
+        return f"{short(ctx.get('tag'))} is not one of: {names}"
     if kind == "union_tag_not_found":
         return f"needs a '{ctx.get('discriminator', 'scheme').strip(chr(39))}' key"
     if kind == "extra_forbidden":
@@ -69,7 +119,8 @@ def _message(err: dict[str, Any]) -> str:
     return msg.removeprefix("Value error, ")
 
 
-def _short(value: Any, n: int = 60) -> str:
+def short(value: Any, n: int = 60) -> str:
+    """``repr(value)``, at most ``n`` characters (what a message shows of a value or a key)."""
     text = repr(value)
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -131,6 +182,6 @@ def _unknown_key_message(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
     if len(candidates) != 1:
         return "unknown key"
     valid = list(candidates[0].model_fields)
-    close = difflib.get_close_matches(str(key), valid, n=1)
+    close = difflib.get_close_matches(str(key), valid, n=1) if len(str(key)) <= 100 else []
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"unknown key{hint} (valid: {', '.join(valid)})"

@@ -9,6 +9,8 @@ problems carry those file:line locations. ``read`` / ``reads`` validate the shap
 from __future__ import annotations
 
 import copy
+import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -127,14 +129,37 @@ def _parse(data: str | bytes, display: str, parent: Path, identity: Path | None,
     return merge(merged, raw), {**base_origins, **origins}
 
 
-def _read(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], Origins]:
+def read_bounded(path: Path) -> bytes:
+    """The bytes of a spec file, reading at most MAX_BYTES + 1 of them whatever ``path`` is: a
+    device (/dev/zero, /dev/urandom) or a growing file is refused once past the limit, a FIFO
+    without a writer reads as empty (its open does not wait for one), a folder is an error."""
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise SpecError([("", f"{path} is {path.stat().st_size:,} bytes; a spec is at most {MAX_BYTES:,}")])
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise SpecError([("", f"cannot read {path}: {exc.strerror or exc}")]) from None
-    return _parse(data, str(path), path.parent, path.resolve(), chain)
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise SpecError([("", f"{path} is a folder, not a spec file")])
+        os.set_blocking(fd, True)  # a FIFO with a writer: wait for its data, as any reader would
+        chunks, total = [], 0
+        while total <= MAX_BYTES:
+            chunk = os.read(fd, min(1 << 16, MAX_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:
+        raise SpecError([("", f"cannot read {path}: {exc.strerror or exc}")]) from None
+    finally:
+        os.close(fd)
+    if total > MAX_BYTES:
+        raise SpecError([("", f"{path} has more than {MAX_BYTES:,} bytes (reading stopped there); a spec is at most "
+                              f"{MAX_BYTES:,}")])
+    return b"".join(chunks)
+
+
+def _read(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], Origins]:
+    return _parse(read_bounded(path), str(path), path.parent, path.resolve(), chain)
 
 
 def _overridden(raw: dict[str, Any], origins: Origins, overrides: list[str] | None) -> tuple[dict[str, Any], Origins]:

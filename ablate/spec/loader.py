@@ -3,15 +3,18 @@
 YAML's safe loader, stricter: duplicate keys and non-text keys are errors, dates stay text, only
 plain-data tags are accepted, and nesting, alias expansion and size are bounded (a spec is
 refused, with a message, past the limits below). Line numbers are kept for error messages.
+Numbers as YAML 1.2 reads them: ``1e-3`` and ``1E5`` are floats (YAML 1.1, PyYAML's, needs a dot,
+``1.0e-3``, and reads ``1e-3`` as text).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
-from ablate.spec.errors import SpecError
+from ablate.spec.errors import SpecError, short
 
 MAX_BYTES = 1_000_000  # a spec file
 MAX_NODES = 100_000  # YAML nodes after expanding aliases (bounds "billion laughs")
@@ -32,14 +35,18 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parse
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                what = "a mapping" if isinstance(key_node, yaml.MappingNode) else "a list"
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"mapping keys must be text; this key is {what}", key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, str):
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"mapping keys must be text; {getattr(key_node, 'value', key)!r} reads as {key!r} "
-                             "(quote it)", key_node.start_mark)
+                    None, None, f"mapping keys must be text; {short(key_node.value)} reads as {short(key)} "
+                                "(quote it)", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark)
+                    None, None, f"duplicate key {short(key)} (first at line {seen[key] + 1})", key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
@@ -49,6 +56,13 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parse
             None, None, f"tag {tag} is not allowed: a spec holds plain data (text, numbers, true/false, "
                         "lists, mappings)", node.start_mark)
 
+
+# YAML 1.2 floats that YAML 1.1 reads as text: an exponent without a dot (1e-3, 1E5, .5e-2).
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 for _tag in ("binary", "set", "omap", "pairs", "timestamp"):
     _Loader.add_constructor(f"tag:yaml.org,2002:{_tag}", _Loader.construct_undefined)
@@ -138,6 +152,8 @@ def parse_yaml_lines(text: str | bytes, source: str = "<spec>") -> tuple[Any, di
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if mark is not None and mark.column > 1024 and "expected" in problem:
+            problem += " (a key written without '? ' is at most 1024 characters)"
         raise SpecError([("", f"{source} is not valid YAML{where}: {problem}")]) from None
     except RecursionError:
         raise SpecError([("", f"{source}: nesting too deep")]) from None

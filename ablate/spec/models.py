@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from ablate import stores
 from ablate.models import registry
 from ablate.report import REPORTS
 from ablate.spec.errors import Problems, SpecError, validation_problems
@@ -40,11 +41,18 @@ MAX_SEEDS = 1_000
 MAX_TUNE_TRIALS = 1_000
 MAX_ITEMS = 200_000  # trials of a study: cells × (tuning trials + seeds)
 MAX_SEED = 2**31 - 1
+# The study names an Optuna study, an MLflow experiment and its parent run, and files (checked by
+# ablate.design.check_limits with the other limits of the stores).
+MAX_NAME = min(stores.MAX_STUDY_NAME, stores.MAX_EXPERIMENT_NAME, stores.MAX_RUN_NAME,
+               stores.MAX_FILE_NAME - stores.FILE_SUFFIX)
 TUNE_SEED_BASE = 10_000  # tune.seeds: k means seeds 10000 … 10000+k−1
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    """Unknown keys are errors, and types are strict where a user would be surprised: a boolean is
+    never a number, quoted text never a number, 2.0 never an integer (an integer is a number)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
 def _choice(names: tuple[str, ...]) -> Any:

@@ -24,6 +24,12 @@ class AddingParams(SyntheticParams):
     seq_len: int = Field(100, ge=2, le=1_000_000, description="steps per sequence (Le et al.: 100 … 1000)")
     num_bins: int = Field(10, ge=2, le=1000, description="equally likely classes of the sum")
 
+    def sequence_length(self) -> int:
+        return self.seq_len
+
+    def data_shape(self) -> tuple[int, int, int]:
+        return self.train_size + self.val_size + self.test_size, self.seq_len, 2  # value and marker
+
 
 def bin_edges(num_bins: int) -> np.ndarray:
     """Inner edges splitting the sum of two U[0, 1] into ``num_bins`` equally likely bins."""

@@ -27,6 +27,9 @@ class AssociativeRecallParams(SyntheticParams):
     num_kv_pairs: int = Field(8, ge=1, description="key–value pairs, each queried once")
     vocab_size: int = Field(256, ge=6, le=1_000_000, description="all token ids, padding and blank included")
 
+    def sequence_length(self) -> int:
+        return max(self.seq_len, self.num_keys)
+
     @model_validator(mode="after")
     def _fits(self) -> AssociativeRecallParams:
         if 3 * self.num_kv_pairs > self.seq_len:

@@ -26,6 +26,9 @@ class DelayedCopyParams(SyntheticParams):
     delay: int = Field(100, ge=1, le=1_000_000, description="steps from the last data token to the delimiter")
     vocab: int = Field(8, ge=2, description="distinct data tokens")
 
+    def sequence_length(self) -> int:
+        return self.seq_len
+
     @property
     def vocab_size(self) -> int:
         return FIRST + self.vocab

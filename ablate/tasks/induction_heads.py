@@ -26,6 +26,9 @@ class InductionHeadsParams(SyntheticParams):
     )
     vocab: int = Field(16, ge=2, description="distinct content tokens")
 
+    def sequence_length(self) -> int:
+        return self.seq_len
+
     @property
     def vocab_size(self) -> int:
         return FIRST + self.vocab

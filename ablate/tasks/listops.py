@@ -36,6 +36,9 @@ class ListOpsParams(SyntheticParams):
     max_length: int = Field(100, ge=3, le=20_000, description="most tokens (LRA: 2000)")
     op_prob: float = Field(0.25, gt=0.0, lt=1.0, description="chance that a non-root node is an operator")
 
+    def sequence_length(self) -> int:
+        return self.max_length
+
     @model_validator(mode="after")
     def _lengths(self) -> ListOpsParams:
         if self.min_length > self.max_length:

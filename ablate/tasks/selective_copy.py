@@ -27,6 +27,9 @@ class SelectiveCopyParams(SyntheticParams):
     data_vocab: int = Field(16, ge=2, description="distinct data tokens")
     noise_vocab: int = Field(1, ge=1, description="distinct noise tokens (1: a single blank, as Mamba)")
 
+    def sequence_length(self) -> int:
+        return self.seq_len + self.num_tokens
+
     @model_validator(mode="after")
     def _fits(self) -> SelectiveCopyParams:
         if self.num_tokens > self.seq_len:

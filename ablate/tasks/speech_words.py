@@ -48,6 +48,9 @@ class SpeechWordsParams(TaskParams):
     snr_min: float = Field(5.0, description="lowest signal-to-noise ratio, dB")
     snr_max: float = Field(30.0, description="highest signal-to-noise ratio, dB")
 
+    def data_shape(self) -> tuple[int, int, int]:
+        return self.train_size + self.val_size + self.test_size, int(self.sample_rate * self.duration), 1
+
     @field_validator("words")
     @classmethod
     def _words(cls, v: list[str]) -> list[str]:

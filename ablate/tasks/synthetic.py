@@ -31,6 +31,13 @@ class SyntheticParams(TaskParams):
     val_size: int = Field(1_000, ge=1, description="validation examples")
     test_size: int = Field(1_000, ge=1, description="test examples")
 
+    def sequence_length(self) -> int:
+        """Time steps of the longest example this generates (each task says)."""
+        raise NotImplementedError
+
+    def data_shape(self) -> tuple[int, int, int]:
+        return self.train_size + self.val_size + self.test_size, self.sequence_length(), 1
+
 
 def split_rngs(seed: int, split: str) -> tuple[np.random.Generator, random.Random]:
     """Independent numpy and Python generators for one split of one seed."""
