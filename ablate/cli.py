@@ -114,8 +114,8 @@ def _progress_printer(total: int, verbose: bool = False):
             progress.advance(bar)
             acc = info.get("test_accuracy")
             progress.console.print(f"  done {name}: test accuracy {acc:.3f} ({info['seconds']:.0f} s)")
-        elif event in ("diverged", "error", "killed", "oom", "infrastructure", "superseded"):
-            if event in ("diverged", "error"):  # the others are retried or re-run: not finished
+        elif event in ("diverged", "error", "killed", "oom", "infrastructure", "superseded", "pruned"):
+            if event in ("diverged", "error", "pruned"):  # the others are retried or re-run: not finished
                 progress.advance(bar)
             progress.console.print(f"  [yellow]{event}[/yellow] {name}: {info.get('message', '')}")
         if verbose and event == "start":
@@ -240,7 +240,7 @@ def status(study: str, storage: StorageOpt = None, tracking_uri: TrackingOpt = N
         raise _store_error(exc) from None
     table = Table(title=f"{study}: status per cell", title_justify="left")
     table.add_column("cell")
-    states = ["complete", "running", "pending", "diverged", "failed", "killed"]
+    states = ["complete", "pruned", "running", "pending", "diverged", "failed", "killed"]
     for s in states:
         table.add_column(s, justify="right")
     for (label,), group in res.trials.group_by(["cell_label"], maintain_order=True):

@@ -10,6 +10,12 @@
 Factor settings are columns named by their dotted path, holding the level's label. Tuning items
 (``phase == "tune"``) carry ``tune_index``, ``params`` (the sampled setting, JSON) and, for a
 replicate of a tuned cell, ``tuned_from`` (which tuning trial it took its setting from).
+
+Convergence (``ablate.training.convergence``; null for trials recorded before it): ``steps``
+(steps actually run), ``converged`` (the best validation metric gained at most
+``train.converged_tol`` over the last fifth of them), ``val_gain_last`` (that gain, in metric
+units), ``stopped_early`` (patience, or a pruned tuning trial), ``best_step``. A tuning trial its
+pruner stopped has status ``pruned``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,9 @@ TEXT_AND_COUNTS = {
     "tune_index": pl.Int64, "trial_number": pl.Int64, "failure_kind": pl.Utf8, "failure_message": pl.Utf8,
     "seconds": pl.Float64, "steps": pl.Int64, "mlflow_run_id": pl.Utf8, "git_commit": pl.Utf8, "device": pl.Utf8,
     "host": pl.Utf8, "params": pl.Utf8, "tuned_from": pl.Utf8,
+    "converged": pl.Boolean, "val_gain_last": pl.Float64, "stopped_early": pl.Boolean, "best_step": pl.Int64,
 }
+CONVERGENCE = ("converged", "val_gain_last", "stopped_early", "best_step")
 
 
 @dataclass
@@ -124,13 +132,13 @@ class Results:
         best finished trial (index, objective value, setting) — the one its replicates take —
         and what the replicates record they ran (``tuned_from``). Empty when the study did not tune.
 
-        Columns: ``cell_id``, ``cell_label``, ``planned``, ``complete``, ``failed``, ``unfinished``,
+        Columns: ``cell_id``, ``cell_label``, ``planned``, ``complete``, ``pruned``, ``failed``, ``unfinished``,
         ``best_index``, ``best_value``, ``best_params`` (JSON), ``tuned_from``.
         """
         from ablate import tuning
 
         cols = {"cell_id": pl.Utf8, "cell_label": pl.Utf8, "planned": pl.Int64, "complete": pl.Int64,
-                "failed": pl.Int64, "unfinished": pl.Int64, "best_index": pl.Int64, "best_value": pl.Float64,
+                "pruned": pl.Int64, "failed": pl.Int64, "unfinished": pl.Int64, "best_index": pl.Int64, "best_value": pl.Float64,
                 "best_params": pl.Utf8, "tuned_from": pl.Utf8}
         if self.spec.tune is None or "phase" not in self.trials.columns:
             return pl.DataFrame(schema=cols)
@@ -149,7 +157,7 @@ class Results:
             sources = sorted({s for s in reps["tuned_from"].to_list() if s}) if "tuned_from" in reps.columns else []
             rows.append({
                 "cell_id": cid, "cell_label": label, "planned": tune.height,
-                "complete": status.count("complete"),
+                "complete": status.count("complete"), "pruned": status.count("pruned"),
                 "failed": sum(s in ("failed", "diverged", "killed") for s in status),
                 "unfinished": sum(s in ("pending", "running") for s in status),
                 "best_index": best[0] if best else None,
@@ -199,7 +207,7 @@ def _status(trial: FrozenTrial) -> str:
 
 def _representative(trials: list[FrozenTrial]) -> FrozenTrial:
     """The trial that stands for an item: its completion, else its terminal failure, else the latest."""
-    order = {"complete": 0, "diverged": 1, "failed": 2, "running": 3, "pending": 4}
+    order = {"complete": 0, "pruned": 0, "diverged": 1, "failed": 2, "running": 3, "pending": 4}
     return min(trials, key=lambda t: (order.get(_status(t), 5), -t.number))
 
 
@@ -250,6 +258,7 @@ def load(
                 finished=trial.datetime_complete,
             )
             row.update({k: attrs.get(k) for k in SUMMARY})
+            row.update({k: attrs.get(k) for k in CONVERGENCE})
             prov = attrs.get("provenance") or {}
             row.update(git_commit=prov.get("ablate.git_commit"), device=prov.get("ablate.device"),
                        host=prov.get("ablate.host"))

@@ -269,7 +269,7 @@ def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes
         if len(calls) == 1:
             raise ConnectionError("tracking server unreachable")
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
-                                     reason="")
+                                     reason="", convergence={})
 
     class Run:  # no MLflow
         run_id, last_step = "fake", 0
@@ -278,6 +278,9 @@ def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes
             pass
 
         def finish(self, *args, **kwargs):
+            pass
+
+        def log_params(self, *args, **kwargs):
             pass
 
     fake = types.ModuleType("ablate.training")

@@ -106,7 +106,7 @@ def item_attrs(item: Item) -> dict[str, Any]:
 def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
     """The state of one item from all its trials: done, failed, running, waiting or new."""
     states = [t.state for t in trials]
-    if TrialState.COMPLETE in states:
+    if TrialState.COMPLETE in states or TrialState.PRUNED in states:  # a pruned tuning trial is a result
         return "done"
     if any(t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") in TERMINAL_KINDS for t in trials):
         return "failed"

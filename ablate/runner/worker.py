@@ -1,6 +1,7 @@
 """A worker: claim an item, train it with a heartbeat, record the outcome in Optuna and MLflow.
 
-Outcomes: complete; ``diverged`` (a result of the cell, not retried); ``error`` (a bug: the
+Outcomes: complete; ``pruned`` (a tuning trial its protocol's pruner stopped: a result, not
+retried); ``diverged`` (a result of the cell, not retried); ``error`` (a bug: the
 traceback is recorded, not retried); ``interrupted`` (SIGINT/SIGTERM: re-queued); ``killed``
 (no heartbeat: re-queued by whichever process notices, see study.declare_dead); ``superseded``
 (this worker was declared dead while still alive, e.g. stalled past the grace period: its item
@@ -150,14 +151,29 @@ def _train_item(
     trial.set_user_attr("worker", WORKER_ID)
     trial.set_user_attr("provenance", provenance.record(device))
     accumulate = 1
+    on_eval = phases.pruning(study, trial, attrs)  # tuning items of a pruning protocol only
+    started = time.perf_counter()
     run = current["run"] = _start_run(study, trial, attrs, stores, device)
     with Heartbeat(study, trial.number, lambda: run.last_step) as heartbeat:
         while True:
             try:
                 result = run_trial(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost),
                                    device=device, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                                   accumulate=accumulate)
+                                   accumulate=accumulate, on_eval=on_eval)
                 break
+            except optuna.TrialPruned as exc:
+                assert on_eval is not None
+                if heartbeat.lost.is_set():
+                    raise Superseded() from None
+                seconds = time.perf_counter() - started
+                run.finish("FINISHED", {"steps": on_eval.step, "seconds": seconds},
+                           {"ablate.status": "pruned", "ablate.pruned": str(exc)})
+                queue.finish(study, trial, TrialState.PRUNED,
+                             {"status": "pruned", "steps": on_eval.step, "seconds": seconds,
+                              "stopped_early": True, "failure_message": str(exc)})
+                checkpoint.unlink(missing_ok=True)
+                emit("pruned", {**info, "message": str(exc)})
+                return "pruned"
             except (KeyboardInterrupt, Interrupted):
                 _quietly(run.finish, "KILLED", {}, {"ablate.failure_kind": "interrupted"})
                 _fail(study, trial, "interrupted", "stopped by a signal; re-queued")
@@ -188,6 +204,10 @@ def _train_item(
         if heartbeat.lost.is_set():  # taken away after the last report: the re-run's result counts
             raise Superseded()
         trial.set_user_attr("seconds", result.seconds)
+        # steps actually run, converged, val_gain_last, stopped_early, best_step (the contract
+        # with the reports: results' trials frame has these columns)
+        for key, value in result.convergence.items():
+            trial.set_user_attr(key, value)
         trial.set_user_attr("steps", result.steps)
         # The run is finished (curves written) before the trial: a kill in between re-runs the item
         # rather than leaving a COMPLETE trial without its curves.
@@ -197,12 +217,18 @@ def _train_item(
             checkpoint.unlink(missing_ok=True)
             emit("diverged", {**info, "message": result.reason})
             return "diverged"
-        run.finish("FINISHED", result.metrics)
+        run.log_params({k: v for k, v in result.convergence.items() if v is not None})
+        run.finish("FINISHED", {**result.metrics, **_numbers(result.convergence)})
         queue.finish(study, trial, TrialState.COMPLETE, {**result.metrics, "status": "complete"},
                      result.metrics.get("val_accuracy", float("nan")))
     checkpoint.unlink(missing_ok=True)
     emit("complete", {**info, **result.metrics, "seconds": result.seconds})
     return "complete"
+
+
+def _numbers(values: dict[str, Any]) -> dict[str, float]:
+    """The numeric (and boolean, as 0/1) entries: what MLflow takes as metrics."""
+    return {k: float(v) for k, v in values.items() if isinstance(v, int | float)}
 
 
 def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], stores: Stores,
