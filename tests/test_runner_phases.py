@@ -214,7 +214,7 @@ def test_successive_halving_keeps_its_rungs_on_the_trials_and_prunes_the_worst_t
     live on the queue's trials (``pruner_attrs``), as the in-memory study is rebuilt each pass."""
     raw = copy.deepcopy(RAW)
     raw["train"] = {"steps": 90, "eval_every": 10}
-    raw["tune"] = {**raw["tune"], "trials": 3, "pruner": "successive_halving"}
+    raw["tune"] = {**raw["tune"], "trials": 4, "pruner": "successive_halving"}
     s = design.validate(raw)
     study, _ = st.prepare(s, design.items(s), stores(tmp_path))
     verdicts = []
@@ -225,8 +225,12 @@ def test_successive_halving_keeps_its_rungs_on_the_trials_and_prunes_the_worst_t
         try:
             report(10, {"accuracy": accuracy, "loss": 1.0})
             verdicts.append("kept")
+            finish(study, trial, attrs)
         except optuna.TrialPruned:
             verdicts.append("pruned")
+            queue.finish(study, trial, TrialState.PRUNED, {"status": "pruned"})
         assert queue.trial(study, trial.number).user_attrs["pruner_attrs"] == {"completed_rung_0": accuracy}
-        finish(study, trial, attrs)
     assert verdicts == ["kept", "kept", "pruned"]
+    # The next trial's setting is sampled with the pruned one in its history (TPE ranks it by its values).
+    attrs = phases.prepare_item(study, phases.claim(study))
+    assert attrs["phase"] == "tune" and 1e-4 <= attrs["params"]["train.lr"] <= 1e-1
