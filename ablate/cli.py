@@ -188,7 +188,7 @@ def _worker_events(verbose: bool):
     the rest."""
 
     def emit(event: str, info: dict) -> None:
-        if verbose or event in ("oom", "superseded", "reused", "warning"):
+        if verbose or event in ("oom", "superseded", "reused", "warning", "pruned"):
             err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}".rstrip(),
                       highlight=False, markup=False, soft_wrap=True)
 
@@ -350,7 +350,7 @@ def worker(
     out.print(f"worker finished: {outcomes}")
 
 
-STATUSES = ("complete", "running", "pending", "diverged", "failed", "killed")  # results' item statuses
+STATUSES = ("complete", "pruned", "running", "pending", "diverged", "failed", "killed")  # results' item statuses
 
 
 @app.command()
@@ -384,7 +384,7 @@ def status(
     totals = {s: sum(c[s] for c in per_cell) for s in STATUSES}
     if as_json:
         data = progress.status_json(study, snap, workers)
-        data["counts"] = {"done": totals["complete"], "running": totals["running"], "waiting": totals["pending"],
+        data["counts"] = {"done": totals["complete"] + totals["pruned"], "running": totals["running"], "waiting": totals["pending"],
                           "failed": totals["diverged"] + totals["failed"] + totals["killed"],
                           "diverged": totals["diverged"], "total": res.trials.height}
         data["cells"] = per_cell
@@ -399,7 +399,7 @@ def status(
         table.add_row(c["cell_label"], *[str(c[s]) for s in STATUSES])
     out.print(table)
     failed = totals["diverged"] + totals["failed"] + totals["killed"]
-    out.print(f"{study}: {totals['complete']} done · {totals['running']} running · {totals['pending']} waiting · "
+    out.print(f"{study}: {totals['complete'] + totals['pruned']} done · {totals['running']} running · {totals['pending']} waiting · "
               f"{failed} failed ({totals['diverged']} diverged) · ETA {progress.duration(snap.eta_seconds(workers))}",
               highlight=False, soft_wrap=True)
     if snap.items:

@@ -16,8 +16,8 @@ columns and their dtypes (docs/results.md has the same with examples):
     (String: ``replicate`` or ``tune``), one column per factor named as in the spec (``Enum`` of
     the level labels in the spec's order, so sorting follows the spec: ``2`` before ``16``; a
     conditional factor's cells where it does not apply show its baseline label), ``status``
-    (String: complete, running, pending, diverged, failed, killed — the item's state, as
-    ``ablate status`` counts it), ``attempts`` (Int64, trials the item took), ``tune_index``
+    (String: complete, pruned, running, pending, diverged, failed, killed — the item's state,
+    as ``ablate status`` counts it), ``attempts`` (Int64, trials the item took), ``tune_index``
     (Int64, null for replicates), ``trial_number`` (Int64, the Optuna trial standing for the
     item), ``failure_kind`` / ``failure_message`` (String), ``seconds`` (Float64, training wall
     time), ``steps`` (Int64, steps trained), ``mlflow_run_id`` (String), ``started`` /
@@ -25,9 +25,11 @@ columns and their dtypes (docs/results.md has the same with examples):
     ``test_loss``, ``test_bpc``, ``chance`` (Float64, at the end of training; ``chance`` is the
     majority-class accuracy of the task), ``git_commit``, ``device``, ``host`` (String),
     ``params`` (String, JSON of a tuned setting), ``tuned_from`` (String). Null where a value does
-    not apply or is not known yet (a pending item has no metrics). Issue 18's convergence columns
-    (``converged``, ``val_gain_last``, ``stopped_early``, ``best_step``), when present, are
-    documented in docs/results.md.
+    not apply or is not known yet (a pending item has no metrics). Convergence
+    (``ablate.training.convergence``; null for trials recorded before it): ``converged``
+    (Boolean: the best validation metric gained at most ``train.converged_tol`` over the last
+    fifth of the steps run), ``val_gain_last`` (Float64, that gain in metric units),
+    ``stopped_early`` (Boolean: patience, or a pruned tuning trial), ``best_step`` (Int64).
 ``metrics``
     ``step`` (Int64), ``name`` (String: ``train/loss``, ``train/accuracy``, ``train/lr``,
     ``train_state_norm/layer<i>``, ``val/loss|accuracy|bpc``, ``test/…``, ``chance``, the per-layer
@@ -43,53 +45,7 @@ columns and their dtypes (docs/results.md has the same with examples):
     −1 there (``ablate.probes.SUMMARY``) and this reader maps it to null. The (kind, quantity)
     pairs:
 
-    =========== ==================== ============ ============ ======================================
-    kind        quantity             head         t            value
-    =========== ==================== ============ ============ ======================================
-    probe       norm_sq              head h       0 … L−1      batch mean of ‖x_t^h‖² on the fixed
-                                                               probe batch (t = 0: after one input)
-    probe       norm_sq_mean         head h       null         its mean over t
-    probe       norm_sq_last         head h       null         its value at the last t
-    white_noise norm_sq / _mean /    as probe     as probe     the same with unit Gaussian input fed
-                _last                                          straight into each recurrent layer
-    theory      norm_sq / _mean /    as probe     as probe     E‖x_t^h‖² under white unit input from
-                _last                                          x_0 = 0 (layers with a closed form)
-    theory      norm_sq_stationary   head h       null         its limit t → ∞
-    train       norm_sq_mean /       head h       null         the training batch's own norms at
-                norm_sq_last                                   logging steps
-    spectrum    abs / phase          mode's head  mode j       |λ_j| and arg λ_j, one per conjugate pair
-    spectrum    head_decay           head h       null         γ_h (rotation) or the head's slowest |λ|
-    spectrum    input_scale          unit's head  unit         what multiplies B: ξ_h, the LRU's γ_j, …
-    grad        <group>, total       null         null         ‖∇‖ of an optimiser group (layer null)
-    grad        <parameter name>     null         null         ‖∇‖ of one parameter of layer i
-    =========== ==================== ============ ============ ======================================
-
-Factor settings are columns named by their dotted path (or a named factor's name) holding the
-level's label. Tuning items (``phase == "tune"``) carry ``tune_index``, ``params`` (the sampled
-setting, JSON) and, for a replicate of a tuned cell, ``tuned_from`` (which tuning trial it took
-its setting from). An item another study trained (linked when this study was prepared,
-``ablate.runner.study``) reads as this study's own, with ``reused_from`` (String) naming the
-study that trained it.
-
-Several studies at once:
-
-    both = ablate.results.load(["quickstart", "quickstart-heads"])
-    both.trials     the studies' trials frames, a ``study`` column first, factor columns unioned
-                    (a study that does not vary a dotted-path factor holds its baseline's label;
-                    an Enum of the levels of every study, in order of first appearance)
-    both.metrics, both.curves   likewise
-    both.select([{"model.heads": 8}])   only the cells matching a selector (the design's syntax)
-    both.variants()  one row per distinct cell of the selection: its studies, a label naming what
-                     differs between the cells, its task's data version (what makes cells comparable)
-    both.frames()    trials, metrics and curves with each cell once (a cell several studies hold is
-                     one experiment), labelled by variant: what the comparison report analyses
-
-Where: ``load(name)`` reads the stores given by ``storage=`` / ``tracking_uri=``, else
-``$ABLATE_STORAGE`` / ``$ABLATE_TRACKING_URI``, else the SQLite files in ``home=`` or
-``$ABLATE_HOME`` or ``./.ablate``; when none of these is given and ``./.ablate`` does not hold
-the study, the ``.ablate`` folders of the directories above are tried (a notebook in a
-subfolder of the project). The error names what was searched and the closest study names.
-"""
+    =========== ==================== ============ ============ ==============================="""
 
 from __future__ import annotations
 
@@ -133,7 +89,9 @@ TEXT_AND_COUNTS = {
     "tune_index": pl.Int64, "trial_number": pl.Int64, "failure_kind": pl.Utf8, "failure_message": pl.Utf8,
     "seconds": pl.Float64, "steps": pl.Int64, "mlflow_run_id": pl.Utf8, "git_commit": pl.Utf8, "device": pl.Utf8,
     "host": pl.Utf8, "params": pl.Utf8, "tuned_from": pl.Utf8, "reused_from": pl.Utf8,
+    "converged": pl.Boolean, "val_gain_last": pl.Float64, "stopped_early": pl.Boolean, "best_step": pl.Int64,
 }
+CONVERGENCE = ("converged", "val_gain_last", "stopped_early", "best_step")
 
 
 @dataclass
@@ -228,13 +186,13 @@ class Results:
         best finished trial (index, objective value, setting) — the one its replicates take —
         and what the replicates record they ran (``tuned_from``). Empty when the study did not tune.
 
-        Columns: ``cell_id``, ``cell_label``, ``planned``, ``complete``, ``failed``, ``unfinished``,
+        Columns: ``cell_id``, ``cell_label``, ``planned``, ``complete``, ``pruned``, ``failed``, ``unfinished``,
         ``best_index``, ``best_value``, ``best_params`` (JSON), ``tuned_from``.
         """
         from ablate import tuning
 
         cols = {"cell_id": pl.Utf8, "cell_label": pl.Utf8, "planned": pl.Int64, "complete": pl.Int64,
-                "failed": pl.Int64, "unfinished": pl.Int64, "best_index": pl.Int64, "best_value": pl.Float64,
+                "pruned": pl.Int64, "failed": pl.Int64, "unfinished": pl.Int64, "best_index": pl.Int64, "best_value": pl.Float64,
                 "best_params": pl.Utf8, "tuned_from": pl.Utf8}
         if self.spec.tune is None or "phase" not in self.trials.columns:
             return pl.DataFrame(schema=cols)
@@ -253,7 +211,7 @@ class Results:
             sources = sorted({s for s in reps["tuned_from"].to_list() if s}) if "tuned_from" in reps.columns else []
             rows.append({
                 "cell_id": cid, "cell_label": label, "planned": tune.height,
-                "complete": status.count("complete"),
+                "complete": status.count("complete"), "pruned": status.count("pruned"),
                 "failed": sum(s in ("failed", "diverged", "killed") for s in status),
                 "unfinished": sum(s in ("pending", "running") for s in status),
                 "best_index": best[0] if best else None,
@@ -303,7 +261,7 @@ def _status(trial: FrozenTrial) -> str:
 
 # An item's state (runner.study.item_state, what `ablate status` and the live view count) → the
 # trial that stands for it; its status is the trial's, except an item waiting for a re-run.
-_STANDS_FOR = {"done": ("complete",), "failed": ("diverged", "failed", "killed"), "running": ("running",),
+_STANDS_FOR = {"done": ("complete", "pruned"), "failed": ("diverged", "failed", "killed"), "running": ("running",),
                "waiting": ("pending",)}
 
 
@@ -312,7 +270,7 @@ def _representative(trials: list[FrozenTrial]) -> tuple[FrozenTrial, str]:
     failure, else its running or waiting trial, else (a failure about to be re-run) the latest."""
     state = item_state(trials)
     wanted = _STANDS_FOR.get(state, ())
-    order = {"complete": 0, "diverged": 1, "failed": 2, "killed": 3, "running": 4, "pending": 5}
+    order = {"complete": 0, "pruned": 0, "diverged": 1, "failed": 2, "killed": 3, "running": 4, "pending": 5}
     ranked = sorted(trials, key=lambda t: (_status(t) not in wanted, order.get(_status(t), 6), -t.number))
     trial = ranked[0] if wanted else max(trials, key=lambda t: t.number)
     return trial, _status(trial) if wanted else "pending"
@@ -421,6 +379,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
                 finished=trial.datetime_complete,
             )
             row.update({k: attrs.get(k) for k in SUMMARY})
+            row.update({k: attrs.get(k) for k in CONVERGENCE})
             prov = attrs.get("provenance") or {}
             row.update(git_commit=prov.get("ablate.git_commit"), device=prov.get("ablate.device"),
                        host=prov.get("ablate.host"))

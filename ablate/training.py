@@ -3,11 +3,13 @@
 The loop knows nothing of Optuna or MLflow: it reports through a ``Reporter`` and returns a
 ``TrialResult``. Divergence (non-finite loss, a state norm past the bound) is a result.
 
-    make_optimiser(model, train)  AdamW over the model's parameter groups + the warm-up/cosine schedule
+    make_optimiser(model, train)  AdamW over the model's parameter groups + the schedule (``schedule``)
     train_step(...)               one step: forward, backward (accumulated), divergence check, clip,
                                   optimiser and scheduler step; ``run_trial`` and ``ablate plan
                                   --estimate`` (``ablate.planning.measure``) both train through it
     evaluate(model, x, y)         loss, accuracy and bits per character on a split
+    Plateau, convergence          the monitored validation metric: best value and step, early
+                                  stopping (``train.patience``), whether the trial converged
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class TrialResult:
     steps: int = 0
     seconds: float = 0.0
     reason: str = ""
+    #: ``converged`` (bool, None when unknown), ``val_gain_last`` (metric units), ``steps`` (run),
+    #: ``stopped_early`` (bool), ``best_step`` (int): see ``convergence`` and ``Plateau``
+    convergence: dict[str, Any] = field(default_factory=dict)
 
 
 def loss_and_correct(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int, int]:
@@ -85,18 +90,97 @@ def _layer_means(norms: list[torch.Tensor]) -> list[float]:
     return [sq.detach().float().mean().item() for sq in norms]
 
 
+def warmup_steps(train: TrainSpec) -> int:
+    """Steps of linear warm-up: ``warmup_steps`` when set, else ``warmup · steps``; at least 1
+    (a warm-up of one step is none: its factor is 1 from the first step)."""
+    return max(1, train.warmup_steps if train.warmup_steps is not None else int(train.warmup * train.steps))
+
+
 def schedule(train: TrainSpec) -> Callable[[int], float]:
-    """The learning-rate factor of scheduler step ``step``: linear warm-up over ``warmup · steps``
-    steps to 1, then a half cosine to 0 at ``steps``."""
-    warm = max(1, int(train.warmup * train.steps))
+    """The learning-rate factor of scheduler step ``k``: (k + 1) / W during the W warm-up steps,
+    then with p = (k − W) / (steps − W) capped at 1:
+
+        cosine    ½ (1 + cos π p)              (to 0 at ``steps``; the default)
+        linear    1 − p                        (to 0 at ``steps``)
+        constant  1
+        step      step_gamma ** #{m ∈ step_milestones : k ≥ m · steps}
+    """
+    warm = warmup_steps(train)
+    kind, milestones = train.schedule, [m * train.steps for m in train.step_milestones]
 
     def factor(step: int) -> float:
         if step < warm:
             return (step + 1) / warm
-        progress = (step - warm) / max(1, train.steps - warm)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        progress = min(1.0, (step - warm) / max(1, train.steps - warm))
+        if kind == "linear":
+            return 1.0 - progress
+        if kind == "constant":
+            return 1.0
+        if kind == "step":
+            return train.step_gamma ** sum(step >= m for m in milestones)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
+
+
+def monitored(metric: str) -> tuple[str, bool]:
+    """(validation key, maximise) of the metric early stopping and convergence watch: accuracy
+    for accuracy tasks, the loss for bits-per-character tasks (bpc is the loss over ln 2)."""
+    return ("accuracy", True) if metric == "accuracy" else ("loss", False)
+
+
+def convergence(history: list[tuple[int, float]], steps: int, maximize: bool, tol: float) -> dict[str, Any]:
+    """Whether a trial converged, from its validation passes ``history`` ((step, value), in order)
+    over the ``steps`` it ran: ``val_gain_last`` is how much the best value so far improved over
+    the last fifth of those steps (best over all passes against best over the passes at or before
+    0.8 · steps; in metric units, ≥ 0), and ``converged`` whether that is at most ``tol`` (for a
+    loss, ``tol`` times the earlier best: a relative tolerance). The running best, not the last
+    value, so that a noisy flat curve or one past its peak counts as converged while a curve
+    still climbing does not. Both None when no pass came at or before 0.8 · steps."""
+    values = [(s, v) for s, v in history if math.isfinite(v)]
+    before = [v for s, v in values if s <= 0.8 * steps]
+    if not before:
+        return {"converged": None, "val_gain_last": None}
+    pick = max if maximize else min
+    early, overall = pick(before), pick(v for _, v in values)
+    gain = overall - early if maximize else early - overall
+    limit = tol if maximize else tol * abs(early)
+    return {"converged": bool(gain <= limit), "val_gain_last": float(gain)}
+
+
+@dataclass
+class Plateau:
+    """The monitored validation metric through a trial: every pass, the best value and its step,
+    the passes since an improvement of more than ``min_delta`` (early stopping's counter) and,
+    when ``keep`` (patience set), a copy of the best weights to restore."""
+
+    maximize: bool
+    min_delta: float = 0.0
+    keep: bool = False
+    history: list[tuple[int, float]] = field(default_factory=list)
+    best_value: float | None = None
+    best_step: int = 0
+    bad: int = 0
+    best_state: dict[str, torch.Tensor] | None = None
+
+    def update(self, step: int, value: float, model: torch.nn.Module) -> None:
+        self.history.append((step, value))
+        better = self.best_value is None or (
+            value > self.best_value + self.min_delta if self.maximize else value < self.best_value - self.min_delta)
+        if better and math.isfinite(value):
+            self.best_value, self.best_step, self.bad = value, step, 0
+            if self.keep:
+                self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            self.bad += 1
+
+    def state(self) -> dict[str, Any]:
+        return {"history": self.history, "best_value": self.best_value, "best_step": self.best_step,
+                "bad": self.bad, "best_state": self.best_state}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        self.history, self.best_value = list(saved["history"]), saved["best_value"]
+        self.best_step, self.bad, self.best_state = saved["best_step"], saved["bad"], saved["best_state"]
 
 
 def make_optimiser(
@@ -180,12 +264,17 @@ def run_trial(
     checkpoint: Path | None = None,
     checkpoint_every: int = 0,
     accumulate: int = 1,
+    on_eval: Callable[[int, dict[str, float]], None] | None = None,
 ) -> TrialResult:
     """Train ``config`` ({task, model, train}) on ``seed``; report curves; return final metrics.
 
     With ``checkpoint``, state is saved every ``checkpoint_every`` steps and a run that finds a
     checkpoint resumes from it, reaching the result of an uninterrupted run. ``accumulate``
-    splits each batch into that many micro-batches (same effective batch: used after an OOM)."""
+    splits each batch into that many micro-batches (same effective batch: used after an OOM).
+    ``on_eval(step, val)`` is called after each intermediate validation pass; it may raise to
+    stop the trial (the runner prunes tuning trials that way). With ``train.patience``, training
+    stops once that many passes in a row have not improved the monitored metric (``monitored``)
+    and the best weights are restored before the final validation and test evaluation."""
     probes = probes or ProbeSpec()
     train = TrainSpec.model_validate(config["train"])
     start = time.perf_counter()
@@ -201,6 +290,8 @@ def run_trial(
     sampler = torch.Generator().manual_seed(seed)
     prober = Prober(model, probes, x_probe, optimiser.param_groups)  # ablate.probes: what is measured
     first = 1
+    key, maximize = monitored(data.info.metric)
+    plateau = Plateau(maximize, train.min_delta, keep=train.patience is not None)
     saved = torch.load(checkpoint, weights_only=False) if checkpoint and checkpoint.exists() else None
     if saved is not None:
         model.load_state_dict(saved["model"])
@@ -210,18 +301,32 @@ def run_trial(
         torch.set_rng_state(saved["rng"])
         first = saved["step"] + 1
         prober.pending_train = saved.get("pending_train", [])
+        if saved.get("plateau") is not None:
+            plateau.restore(saved["plateau"])
     reporter = Recorder(reporter or NullReporter(), saved["history"] if saved else None)
 
-    def finish(status: str, step: int, reason: str = "") -> TrialResult:
+    def finish(status: str, step: int, reason: str = "", stopped: bool = False) -> TrialResult:
         reporter.log_curves(prober.train_rows())  # also for a diverged trial: its norms show why
         metrics: dict[str, float] = {"chance": data.info.chance}
+        done: dict[str, Any] = {"converged": None, "val_gain_last": None}
         if status == "complete":
-            for split, (x, y) in (("val", (x_val, y_val)), ("test", data.test)):
-                for name, value in evaluate(model, x.to(device), y.to(device)).items():
+            val = None
+            if not stopped:  # the last step's validation pass (an early stop's was made in the loop)
+                val = evaluate(model, x_val, y_val)
+                plateau.update(step, val[key], model)
+            done = convergence(plateau.history, step, maximize, train.converged_tol)
+            if plateau.best_state is not None and plateau.best_step != step:
+                model.load_state_dict(plateau.best_state)  # patience: the final metrics are the best step's
+                val = None
+            splits = (("val", (x_val, y_val)), ("test", data.test))
+            for split, (x, y) in splits:
+                measured = val if split == "val" and val is not None else evaluate(model, x.to(device), y.to(device))
+                for name, value in measured.items():
                     metrics[f"{split}_{name}"] = value
             reporter.log_metrics(step, {k.replace("_", "/", 1): v for k, v in metrics.items()})
             reporter.log_curves(prober.probe(step))
-        return TrialResult(status, metrics, step, time.perf_counter() - start, reason)
+        done.update(steps=step, stopped_early=stopped, best_step=plateau.best_step)
+        return TrialResult(status, metrics, step, time.perf_counter() - start, reason, done)
 
     if saved is None:
         reporter.log_metrics(0, prober.fingerprints())
@@ -244,12 +349,18 @@ def run_trial(
         if step % train.eval_every == 0 and step != train.steps:
             val = evaluate(model, x_val, y_val)
             reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
+            plateau.update(step, val[key], model)
+            if on_eval is not None:
+                on_eval(step, val)
+            if train.patience is not None and plateau.bad >= train.patience:
+                return finish("complete", step, stopped=True)
         if step % probes.every == 0 and step != train.steps:
             reporter.log_curves(prober.probe(step))
             reporter.log_curves(prober.train_rows())
         if checkpoint and checkpoint_every and step % checkpoint_every == 0 and step != train.steps:
             faults.inject("checkpoint")
-            _save(checkpoint, step, model, optimiser, scheduler, sampler, reporter.history, prober.pending_train)
+            _save(checkpoint, step, model, optimiser, scheduler, sampler, reporter.history, prober.pending_train,
+                  plateau.state())
     return finish("complete", train.steps)
 
 
@@ -276,8 +387,9 @@ def _forward_backward(
     return loss_sum / max(counted, 1), correct, counted, [v / len(x) for v in norm_sums or []], summary
 
 
-def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history, pending_train) -> None:
+def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history, pending_train, plateau) -> None:
     state = {
+        "plateau": plateau,  # the passes so far, the best value, step and weights, the plateau counter
         "pending_train": pending_train,
         "step": step,
         "model": model.state_dict(),

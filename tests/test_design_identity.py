@@ -171,3 +171,36 @@ def test_a_compare_section_leaves_the_spec_hash_of_specs_without_one(monkeypatch
     assert [c.id for c in design.cells(with_compare)] == [c.id for c in design.cells(s)]
     assert with_compare.compare[0].study == "a" and with_compare.compare[1].selectors == [{"model.heads": 2}]
     assert "compare" in spec_errors({**SPEC_BASE, "compare": [{"study": "bad name!"}]})
+
+
+# Issue 18's settings: (path, a value that trains differently). At their defaults they stay out.
+TRAINING_SETTINGS = [("train.schedule", "linear"), ("train.warmup_steps", 2), ("train.step_milestones", [0.3]),
+                     ("train.step_gamma", 0.5), ("train.patience", 3), ("train.min_delta", 0.01),
+                     ("train.converged_tol", 0.01)]
+
+
+def test_schedule_patience_and_convergence_settings_keep_old_ids_at_their_defaults():
+    config = design.cells(design.validate(SPEC_BASE))[0].config
+    seen = identity.identity_config(config)["train"]
+    for path, _ in TRAINING_SETTINGS:
+        assert path.split(".")[1] in config["train"] and path.split(".")[1] not in seen
+        assert path in identity.NEUTRAL
+    # The id of a config without the new keys at all (as an earlier version resolved it) is unchanged.
+    old = copy.deepcopy(config)
+    for path, _ in TRAINING_SETTINGS:
+        del old["train"][path.split(".")[1]]
+    assert identity.cell_id(old) == identity.cell_id(config)
+    ids = {c.id for c in design.cells(design.validate(SPEC_BASE))}
+    for path, value in TRAINING_SETTINGS:
+        assert ids.isdisjoint(c.id for c in design.cells(design.validate(with_(path, value)))), path
+
+
+def test_a_pruner_enters_the_tuning_protocol_only_when_set():
+    tuned = with_("tune", {"trials": 2, "space": {"train.lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
+    ids = [c.id for c in design.cells(design.validate(tuned))]
+    tuned["tune"]["pruner"] = "none"
+    assert [c.id for c in design.cells(design.validate(tuned))] == ids
+    assert "pruner" not in design.tune_protocol(design.validate(tuned))
+    tuned["tune"]["pruner"] = "median"
+    assert design.tune_protocol(design.validate(tuned))["pruner"] == "median"
+    assert set(ids).isdisjoint(c.id for c in design.cells(design.validate(tuned)))

@@ -1,13 +1,17 @@
 """Tune-then-replicate on the Optuna queue (ablate.runner.phases), resume and extension — with a fake
-training function (no torch, no MLflow) so it runs in seconds."""
+training function (no torch, no MLflow) so it runs in seconds; pruning of tuning trials, once with
+real training and MLflow."""
 
 from __future__ import annotations
 
 import copy
+import json
 import sys
 import types
 from pathlib import Path
 
+import optuna
+import polars as pl
 import pytest
 from optuna.trial import TrialState
 from support import RAW, finish, score, stores, tune_trials
@@ -99,7 +103,7 @@ def run_fake_worker(monkeypatch, study_name: str, stores_: Stores) -> dict:
 
     def run_trial(config, seed, probes, reporter=None, device="cpu", **options):
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": score(config), "test_accuracy": 0.5},
-                                     steps=1, seconds=0.0, reason="")
+                                     steps=1, seconds=0.0, reason="", convergence={})
 
     fake.run_trial = run_trial
 
@@ -114,6 +118,9 @@ def run_fake_worker(monkeypatch, study_name: str, stores_: Stores) -> dict:
             pass
 
         def write(self, *args, **kwargs):  # the results, before the Optuna record
+            pass
+
+        def log_params(self, *args, **kwargs):
             pass
 
         def end(self, *args, **kwargs):  # after it
@@ -143,3 +150,93 @@ def test_both_phases_resume_and_seeds_extend(tmp_path, monkeypatch):
     for cell in design.cells(more):
         params = {repr(t.user_attrs["params"]) for t in reps if t.user_attrs["cell_id"] == cell.id}
         assert len(params) == 1  # every replicate seed of a cell trains the same tuned setting
+
+
+PRUNED_SPEC = {
+    "name": "pruned",
+    "task": {"name": "listops", "max_depth": 3, "max_length": 30, "train_size": 200, "val_size": 64, "test_size": 32},
+    "model": {"d_model": 8, "state_dim": 8, "layers": 1, "heads": 1},
+    "train": {"steps": 40, "batch_size": 16, "eval_every": 5, "log_every": 5},
+    "probes": {"enabled": False},
+    "factors": {"variant": {"RotRNN": {"model.parameterisation": "rotation", "model.normalisation": "xi"},
+                            "LRU": {"model.parameterisation": "complex_diagonal", "model.normalisation": "gamma"}}},
+    "seeds": 1,
+    "tune": {"trials": 3, "pruner": "median", "objective": {"metric": "val_loss"},
+             "space": {"train.lr": {"low": 1e-7, "high": 1e-1, "log": True}}},
+}
+GOOD, BAD = 3e-2, 1e-7  # a learning rate that lowers the validation loss within 10 steps, and one that cannot
+
+
+def test_the_median_pruner_stops_a_bad_tuning_trial_against_its_own_cell_only(tmp_path):
+    """Real training, one worker in process: in the first cell, two good settings finish and a bad
+    one is pruned once its validation loss lies above their median past a quarter of the steps;
+    in the second cell the same bad setting, first of its cell, runs to the end (the first cell's
+    trials are not its history); a replicate given the bad setting is never pruned."""
+    from ablate import results
+    from ablate.runner import worker
+
+    s = design.validate(PRUNED_SPEC)
+    st_ = stores(tmp_path)
+    study, _ = st.prepare(s, design.items(s), st_)
+    rot, lru = design.cells(s)
+    plan = {rot.id: [GOOD, GOOD, BAD], lru.id: [BAD, GOOD, GOOD]}
+    outcomes: dict[str, list[str]] = {rot.id: [], lru.id: []}
+    replicate = None
+    while (trial := phases.claim(study)) is not None:
+        cell, phase = trial.user_attrs["cell_id"], trial.user_attrs["phase"]
+        if phase == "replicate":
+            replicate = replicate or trial
+            if trial.user_attrs["cell_id"] == rot.id:
+                trial.set_user_attr("params", {"train.lr": BAD})  # as if tuning had chosen it
+        else:
+            trial.set_user_attr("params", {"train.lr": plan[cell][trial.user_attrs["index"]]})
+        outcome = worker.run_item(study, trial, st_, "cpu", lambda event, info: None)
+        outcomes[cell].append(f"{phase}:{outcome}")
+    assert outcomes[rot.id] == ["tune:complete", "tune:complete", "tune:pruned", "replicate:complete"]
+    assert outcomes[lru.id] == ["tune:complete", "tune:complete", "tune:complete", "replicate:complete"]
+
+    pruned = next(t for t in study.get_trials() if t.state == TrialState.PRUNED)
+    assert pruned.user_attrs["status"] == "pruned" and pruned.user_attrs["cell_id"] == rot.id
+    steps = pruned.user_attrs["steps"]
+    assert 10 <= steps < 40  # not before a quarter of the steps, and before the end
+    assert sorted(int(k) for k in pruned.user_attrs["intermediate"]) == list(range(5, steps + 1, 5))
+    res = results.load("pruned", st_.storage, st_.tracking, curves=False)
+    assert res.trials.filter(pl.col("status") == "pruned").height == 1
+    tuning_rows = {r["cell_id"]: r for r in res.tuning().iter_rows(named=True)}
+    assert (tuning_rows[rot.id]["pruned"], tuning_rows[rot.id]["complete"]) == (1, 2)
+    assert tuning_rows[lru.id]["pruned"] == 0
+    done = res.trials.filter(pl.col("status") == "complete")
+    assert done["steps"].to_list() == [40] * done.height and done["stopped_early"].to_list() == [False] * done.height
+    assert done["converged"].null_count() == 0 and done["best_step"].min() >= 5
+    # The replicate trained the bad setting to the end: below its cell's median, never asked.
+    rep = res.trials.filter((pl.col("cell_id") == rot.id) & (pl.col("phase") == "replicate")).row(0, named=True)
+    assert json.loads(rep["params"]) == {"train.lr": BAD} and rep["steps"] == 40
+    assert phases.pruning(study, replicate, dict(replicate.user_attrs)) is None
+
+
+def test_successive_halving_keeps_its_rungs_on_the_trials_and_prunes_the_worst_third(tmp_path):
+    """Rungs at steps/9 = 10 and 30 (reduction 3): the first two trials pass the first rung
+    (fewer than three to compare), the third, worst of three there, is pruned; the rung values
+    live on the queue's trials (``pruner_attrs``), as the in-memory study is rebuilt each pass."""
+    raw = copy.deepcopy(RAW)
+    raw["train"] = {"steps": 90, "eval_every": 10}
+    raw["tune"] = {**raw["tune"], "trials": 4, "pruner": "successive_halving"}
+    s = design.validate(raw)
+    study, _ = st.prepare(s, design.items(s), stores(tmp_path))
+    verdicts = []
+    for accuracy in (0.5, 0.6, 0.4):
+        trial = phases.claim(study)
+        attrs = phases.prepare_item(study, trial)
+        report = phases.pruning(study, trial, attrs)
+        try:
+            report(10, {"accuracy": accuracy, "loss": 1.0})
+            verdicts.append("kept")
+            finish(study, trial, attrs)
+        except optuna.TrialPruned:
+            verdicts.append("pruned")
+            queue.finish(study, trial, TrialState.PRUNED, {"status": "pruned"})
+        assert queue.trial(study, trial.number).user_attrs["pruner_attrs"] == {"completed_rung_0": accuracy}
+    assert verdicts == ["kept", "kept", "pruned"]
+    # The next trial's setting is sampled with the pruned one in its history (TPE ranks it by its values).
+    attrs = phases.prepare_item(study, phases.claim(study))
+    assert attrs["phase"] == "tune" and 1e-4 <= attrs["params"]["train.lr"] <= 1e-1

@@ -270,7 +270,7 @@ def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes
         if len(calls) == 1:
             raise ConnectionError("tracking server unreachable")
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
-                                     reason="")
+                                     reason="", convergence={})
 
     class Run:  # no MLflow
         run_id, last_step = "fake", 0
@@ -282,6 +282,9 @@ def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes
             pass
 
         def write(self, *args, **kwargs):  # the results, before the Optuna record
+            pass
+
+        def log_params(self, *args, **kwargs):
             pass
 
         def end(self, *args, **kwargs):  # after it

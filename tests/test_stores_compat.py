@@ -103,6 +103,11 @@ def test_a_study_run_before_resumes_without_rerunning_anything(old_stores: Path)
         res = results.load(study, storage=f"sqlite:///{root / '.ablate' / 'optuna.db'}",
                            tracking_uri=f"sqlite:///{root / '.ablate' / 'mlflow.db'}")
         assert res.trials["status"].to_list() == ["complete"] * items
+        # Convergence columns: null for the trials of before (they did not record it), set for the new.
+        old = {n for n, _ in finished_before[study]}
+        for row in res.trials.iter_rows(named=True):
+            recorded = [row[k] is not None for k in ("stopped_early", "best_step")]
+            assert recorded == [row["trial_number"] not in old] * 2, row
         # Curves of the runs finished before the change are read as well as the new ones.
         keys = ["cell_id", "seed", "phase"]
         assert set(res.curves.select(keys).unique().iter_rows()) == set(res.trials.select(keys).iter_rows())

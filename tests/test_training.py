@@ -199,3 +199,123 @@ def test_checkpoint_resume_equals_the_uninterrupted_run(tmp_path: Path, monkeypa
     assert len(resumed_log.curves) == len(whole.curves)
     for got, want in zip(resumed_log.curves, whole.curves, strict=True):
         assert got.equals(want)
+
+
+def lrs_over(train: TrainSpec) -> list[float]:
+    """The decay group's learning rate before each of the ``steps`` + 1 scheduler steps."""
+    optimiser, scheduler = training.make_optimiser(network(), train)
+    group = next(g for g in optimiser.param_groups if g["name"] == "decay")
+    seen = []
+    for _ in range(train.steps + 1):
+        seen.append(group["lr"])
+        optimiser.step()
+        scheduler.step()
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["cosine", "linear", "constant", "step"])
+def test_each_schedule_follows_its_closed_form_after_a_warm_up_in_steps(kind: str):
+    train = TrainSpec(steps=50, warmup_steps=5, lr=0.2, schedule=kind, step_milestones=[0.4, 0.8], step_gamma=0.5)
+    for k, lr in enumerate(lrs_over(train)):
+        p = min(1.0, (k - 5) / 45)
+        factor = (k + 1) / 5 if k < 5 else {
+            "cosine": 0.5 * (1 + math.cos(math.pi * p)),
+            "linear": 1 - p,
+            "constant": 1.0,
+            "step": 1.0 if k < 20 else 0.5 if k < 40 else 0.25,
+        }[kind]
+        assert lr == pytest.approx(0.2 * factor, abs=1e-12), (kind, k)
+
+
+def test_the_default_schedule_is_the_warm_up_fraction_and_cosine_of_before():
+    default = TrainSpec(steps=40, warmup=0.25, lr=0.2)
+    assert (default.schedule, default.warmup_steps) == ("cosine", None)
+    assert lrs_over(default) == lrs_over(TrainSpec(steps=40, warmup_steps=10, lr=0.2, schedule="cosine"))
+
+
+def test_bad_schedule_settings_are_refused_with_their_key():
+    from pydantic import ValidationError
+
+    for bad in ({"warmup_steps": 40}, {"step_milestones": [0.8, 0.4]}, {"step_milestones": [1.5]},
+                {"schedule": "exponential"}, {"patience": 0}):
+        with pytest.raises(ValidationError):
+            TrainSpec(steps=40, **bad)
+
+
+def test_convergence_flags_a_rising_curve_and_passes_a_flat_one():
+    rising = [(s, 0.3 + 0.005 * s / 10) for s in range(10, 101, 10)]  # +0.5 points per 10 steps
+    flag = training.convergence(rising, 100, maximize=True, tol=0.005)
+    assert flag == {"converged": False, "val_gain_last": pytest.approx(0.01)}  # best at 80 vs best at 100
+    flat = [(s, 0.6 + (0.003 if s % 20 else -0.003)) for s in range(10, 101, 10)]  # noise, no trend
+    assert training.convergence(flat, 100, True, 0.005) == {"converged": True, "val_gain_last": 0.0}
+    peaked = [(10, 0.5), (50, 0.7), (90, 0.65), (100, 0.6)]  # past its best: nothing left to gain
+    assert training.convergence(peaked, 100, True, 0.005)["converged"] is True
+    # A loss: the tolerance is relative to the loss.
+    loss = [(50, 2.0), (80, 1.0), (100, 0.996)]
+    assert training.convergence(loss, 100, False, 0.005) == {"converged": True, "val_gain_last": pytest.approx(0.004)}
+    assert training.convergence(loss, 100, False, 0.001)["converged"] is False
+    assert training.convergence([(100, 0.5)], 100, True, 0.005) == {"converged": None, "val_gain_last": None}
+
+
+def test_patience_stops_on_a_plateau_and_restores_the_best_weights(monkeypatch: pytest.MonkeyPatch):
+    """Validation accuracies scripted to peak at the second pass (step 4) and then stay below:
+    with patience 3 the trial stops at the fifth pass (step 10), and its final metrics are those
+    of the weights at step 4 — not of the weights it had when it stopped."""
+    data = toy_data()
+    real = training.evaluate
+    calls: list[tuple[dict, dict]] = []
+    script = iter([0.40, 0.60, 0.55, 0.58, 0.59])
+
+    def scripted(model, x, y, batch=256):
+        out = real(model, x, y, batch)
+        calls.append((copy.deepcopy(model.state_dict()), out))
+        value = next(script, None)
+        return out if value is None else {**out, "accuracy": value}
+
+    monkeypatch.setattr(training, "evaluate", scripted)
+    config = {"task": {}, "model": MODEL,
+              "train": {"steps": 30, "batch_size": 8, "eval_every": 2, "log_every": 2, "lr": 1e-2, "patience": 3}}
+    log = Recording()
+    result = training.run_trial(config, 0, ProbeSpec(enabled=False), log, data=data)
+    assert result.status == "complete" and result.steps == 10
+    assert result.convergence == {"converged": True, "val_gain_last": 0.0, "steps": 10, "stopped_early": True,
+                                  "best_step": 4}
+    best_weights, at_best = calls[1]  # the pass at step 4 (real metrics)
+    stopped_weights = calls[4][0]
+    assert any(not torch.equal(best_weights[k], stopped_weights[k]) for k in best_weights)  # it did move on
+    assert result.metrics["val_loss"] == at_best["loss"]
+    model = network()
+    model.load_state_dict(best_weights)
+    test = real(model, *data.test)
+    assert (result.metrics["test_loss"], result.metrics["test_accuracy"]) == (test["loss"], test["accuracy"])
+    assert max(step for step, _ in log.metrics) == 10  # nothing trained or logged past the stop
+
+
+def test_without_patience_the_last_weights_are_kept_and_every_step_runs():
+    data = toy_data()
+    config = {"task": {}, "model": MODEL, "train": {"steps": 12, "batch_size": 8, "eval_every": 3, "log_every": 3}}
+    result = training.run_trial(config, 0, ProbeSpec(enabled=False), data=data)
+    assert result.steps == 12 and result.convergence["stopped_early"] is False
+    assert result.convergence["converged"] in (True, False)  # passes at 3, 6, 9 ≤ 0.8 · 12 and 12
+    assert 3 <= result.convergence["best_step"] <= 12
+
+
+def test_checkpoint_resume_with_patience_equals_the_uninterrupted_run(tmp_path: Path):
+    """The plateau counter, the best value and weights go into the checkpoint: a trial killed
+    while on a plateau stops at the same step with the same restored metrics after resuming."""
+    data = toy_data()
+    config = {"task": {}, "model": MODEL,
+              "train": {"steps": 200, "batch_size": 8, "eval_every": 2, "log_every": 2, "lr": 3e-2, "patience": 4}}
+    probes = ProbeSpec(enabled=False)
+    expected = training.run_trial(config, 1, probes, Recording(), data=data)
+    assert expected.convergence["stopped_early"] and expected.steps < 200
+    assert expected.steps - expected.convergence["best_step"] >= 8  # 4 passes of 2 steps
+    kill = expected.steps - 1  # on the plateau, after the checkpoint of the step before
+    ckpt = tmp_path / "ckpt.pt"
+    with pytest.raises(KeyboardInterrupt):
+        training.run_trial(config, 1, probes, Recording(stop_at=kill), data=data, checkpoint=ckpt, checkpoint_every=1)
+    saved = torch.load(ckpt, weights_only=False)
+    assert saved["plateau"]["bad"] > 0 and saved["plateau"]["best_state"] is not None
+    resumed = training.run_trial(config, 1, probes, Recording(), data=data, checkpoint=ckpt, checkpoint_every=1)
+    assert (resumed.steps, resumed.metrics, resumed.convergence) == (expected.steps, expected.metrics,
+                                                                     expected.convergence)

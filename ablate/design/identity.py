@@ -39,7 +39,16 @@ CODE_VERSION = "1"
 
 #: Settings added after cells were first stored: dotted path → the value that reproduces the
 #: behaviour from before the setting existed. At that value a setting is not part of a cell's id.
-NEUTRAL: dict[str, Any] = {}
+NEUTRAL: dict[str, Any] = {
+    # issue 18: schedules, early stopping, the convergence flag (cosine, all steps: as before)
+    "train.schedule": "cosine",
+    "train.warmup_steps": None,
+    "train.step_milestones": [0.5, 0.75],
+    "train.step_gamma": 0.1,
+    "train.patience": None,
+    "train.min_delta": 0.0,
+    "train.converged_tol": 0.005,
+}
 
 
 def canonical_json(data: Any) -> str:

@@ -2,7 +2,8 @@
 
 The protocol (``tune_protocol``) enters every tuned cell's id and goes to the worker with each
 item: ``space`` (dotted path → ``{type, low, high, log, step}`` or ``{type: categorical,
-choices}``), ``sampler``, ``seeds``, ``objective`` (and, on items, ``startup_trials``).
+choices}``), ``sampler``, ``seeds``, ``objective``, ``pruner`` (only when not none) (and, on
+items, ``startup_trials``).
 """
 
 from __future__ import annotations
@@ -43,12 +44,15 @@ def tune_protocol(spec: Spec) -> dict[str, Any] | None:
     """The tuning protocol as plain data: enters the cell id (without ``startup_trials``)."""
     if spec.tune is None:
         return None
-    return {
+    protocol: dict[str, Any] = {
         "space": resolve_space(spec),
         "sampler": spec.tune.sampler,
         "seeds": spec.tune.seed_list,
         "objective": {"metric": spec.tune.objective.metric, "direction": spec.tune.objective.resolved_direction},
     }
+    if spec.tune.pruner != "none":  # added later: without a pruner the protocol (and the ids) stay as before
+        protocol["pruner"] = spec.tune.pruner
+    return protocol
 
 
 def _factor_paths(spec: Spec) -> list[str]:

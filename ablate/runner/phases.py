@@ -14,6 +14,11 @@ is decided:
   (objective and direction of ``tune.objective``; ties to the lowest index; the baseline if
   none finished, recorded in ``tuned_from``).
 
+- a tuning item of a protocol with a ``pruner`` reports its validation passes (``Pruning``):
+  after each one the pruner is asked about it in an in-memory study of its cell's tuning trials
+  only (their intermediate values, stored on them as ``intermediate``, and the pruner's own
+  bookkeeping, ``pruner_attrs``); a pruned trial ends PRUNED, a result. Replicates never prune.
+
 No per-cell Optuna study is stored: the main study's trials are the history, so both phases
 resume with the queue, and nothing here can disagree with what the results API reads.
 
@@ -64,6 +69,92 @@ def _tune_trials(study: optuna.Study, cell_id: str) -> list[FrozenTrial]:
     return st.cell_trials(study, cell_id, "tune")
 
 
+def intermediate(trial: FrozenTrial) -> dict[int, float]:
+    """A tuning trial's reported validation values by step (kept as a user attribute, which a
+    re-queued copy inherits, unlike Optuna's own intermediate values)."""
+    raw = trial.user_attrs.get("intermediate")
+    return {int(k): float(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
+def make_pruner(name: str, steps: int, eval_every: int) -> optuna.pruners.BasePruner:
+    """The pruner of a protocol, sized to the trial's budget (tune.pruner documents the settings):
+    median waits for 2 finished trials and a quarter of the steps, so an early noisy pass cannot
+    stop a trial; successive halving keeps the best third at steps/9 and steps/3."""
+    if name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=steps // 4)
+    if name == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(eval_every, steps // 9), reduction_factor=3)
+    raise ValueError(f"unknown pruner {name!r}; valid: median, successive_halving")
+
+
+class Pruning:
+    """``run_trial``'s ``on_eval`` for a tuning item whose protocol prunes: records each pass's
+    objective value on the trial and raises ``optuna.TrialPruned`` when the pruner, asked in an
+    in-memory study of the cell's other tuning trials (finished, pruned and running) plus this
+    one, says stop. ``step`` is the last pass reported."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+        protocol, train = attrs["tune"], attrs["config"]["train"]
+        self.study, self.trial, self.attrs = study, trial, attrs
+        self.metric = protocol["objective"]["metric"]
+        self.direction = protocol["objective"]["direction"]
+        self.pruner = make_pruner(protocol["pruner"], int(train["steps"]), int(train["eval_every"]))
+        own = queue.trial(study, trial.number)  # a re-queued copy carries what its predecessor reported
+        self.values = intermediate(own)
+        raw = own.user_attrs.get("pruner_attrs")
+        self.pruner_attrs: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+        self.step = max(self.values, default=0)
+
+    def __call__(self, step: int, val: dict[str, float]) -> None:
+        value = float(val[self.metric.removeprefix("val_")])
+        self.values[step], self.step = value, step
+        self.trial.set_user_attr("intermediate", {str(s): v for s, v in sorted(self.values.items())})
+        if self.should_prune():
+            raise optuna.TrialPruned(f"pruned at step {step}: {self.metric} {value:.4g}")
+
+    def should_prune(self) -> bool:
+        dists = distributions(self.attrs["tune"]["space"])
+        memory = optuna.create_study(direction=self.direction)
+        for t in _tune_trials(self.study, self.attrs["cell_id"]):
+            params, value = t.user_attrs.get("params"), _value(t, self.metric)
+            if t.number == self.trial.number or not isinstance(params, dict) or t.state not in (
+                    TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING):
+                continue
+            if t.state == TrialState.COMPLETE and value is None:
+                continue
+            _add(memory, t.state, params, dists, intermediate(t), value if t.state == TrialState.COMPLETE else None,
+                 t.user_attrs.get("pruner_attrs"))
+        if not _add(memory, TrialState.RUNNING, self.attrs["params"], dists, self.values, None, self.pruner_attrs):
+            return False  # this trial's own setting is outside the space: nothing to compare it with
+        current = memory.get_trials(deepcopy=False)[-1]
+        prune = self.pruner.prune(memory, current)
+        # The pruner's bookkeeping (successive halving's rungs) lives on the trial it concerns.
+        kept = dict(memory.get_trials(deepcopy=False)[-1].system_attrs)
+        if kept != self.pruner_attrs:
+            self.pruner_attrs = kept
+            self.trial.set_user_attr("pruner_attrs", kept)
+        return prune
+
+
+def _add(memory: optuna.Study, state: TrialState, params: dict[str, Any], dists: dict[str, BaseDistribution],
+         values: dict[int, float], value: float | None, system_attrs: Any) -> bool:
+    try:
+        memory.add_trial(optuna.create_trial(
+            state=state, params=params, distributions=dists, intermediate_values=values, value=value,
+            system_attrs=dict(system_attrs) if isinstance(system_attrs, dict) else {}))
+    except ValueError:  # a setting outside today's space: not this protocol's history
+        return False
+    return True
+
+
+def pruning(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any]) -> Pruning | None:
+    """The ``on_eval`` of a tuning item whose protocol has a pruner; None for every other item."""
+    protocol = attrs.get("tune") or {}
+    if attrs.get("phase") != "tune" or protocol.get("pruner", "none") == "none":
+        return None
+    return Pruning(study, trial, attrs)
+
+
 def _value(trial: FrozenTrial, metric: str) -> float | None:
     v = trial.user_attrs.get(metric)
     return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
@@ -86,6 +177,9 @@ def sample(study: optuna.Study, number: int, attrs: dict[str, Any]) -> dict[str,
         try:
             if t.state == TrialState.COMPLETE and value is not None:
                 memory.add_trial(optuna.create_trial(params=params, distributions=dists, value=value))
+            elif t.state == TrialState.PRUNED:  # TPE ranks a pruned trial by how far it got
+                memory.add_trial(optuna.create_trial(state=TrialState.PRUNED, params=params, distributions=dists,
+                                                     intermediate_values=intermediate(t)))
             elif t.state == TrialState.RUNNING:
                 memory.add_trial(optuna.create_trial(state=TrialState.RUNNING, params=params, distributions=dists))
         except ValueError:  # a setting outside today's space: not this protocol's history

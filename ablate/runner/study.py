@@ -202,7 +202,7 @@ def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int
                 continue
             kind = trial.user_attrs.get("failure_kind")
             recorded = trial.user_attrs.get("mlflow_run_id") == run.run_id
-            if trial.state == TrialState.COMPLETE and recorded:
+            if trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and recorded:  # pruned: a result too
                 status, tags = "FINISHED", {"ablate.committed": "true"}
             elif trial.state == TrialState.FAIL and recorded and kind in RECORDED_KINDS:
                 status, tags = "FAILED", {"ablate.committed": "true", "ablate.failure_kind": str(kind)}
@@ -306,7 +306,7 @@ def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
     (trials marked ``dropped`` are not the study's any more)."""
     trials = [t for t in trials if not t.user_attrs.get(DROPPED)]
     states = [t.state for t in trials]
-    if TrialState.COMPLETE in states:
+    if TrialState.COMPLETE in states or TrialState.PRUNED in states:  # a pruned tuning trial is a result
         return "done"
     if any(t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") in TERMINAL_KINDS for t in trials):
         return "failed"

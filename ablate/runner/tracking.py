@@ -231,6 +231,13 @@ class TrialRun:
             self.mlc.log_batch(self.run_id, metrics=metrics[i : i + BATCH], tags=tags if i == 0 else [])
         self._pending, self._tags = [], {}
 
+    def log_params(self, values: dict[str, Any]) -> None:
+        """Log a few parameters known only at the end (e.g. whether the trial converged)."""
+        from mlflow.entities import Param
+
+        if values:
+            self.mlc.log_batch(self.run_id, params=[Param(k, str(v)[:500]) for k, v in values.items()])
+
     def finish(self, status: str, summary: dict[str, float], tags: dict[str, str] | None = None) -> None:
         """Flush everything, write the curves artifact, and end the run (FINISHED/FAILED/KILLED)."""
         self.write(summary, tags)

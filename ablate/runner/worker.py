@@ -1,6 +1,7 @@
 """A worker: claim an item, train it with a heartbeat, record the outcome in Optuna and MLflow.
 
-Outcomes: complete; ``reused`` (another study finished the item since it was queued: the trial
+Outcomes: complete; ``pruned`` (a tuning trial its protocol's pruner stopped: a result, not
+retried); ``reused`` (another study finished the item since it was queued: the trial
 links that result instead of training, study.link_if_done_elsewhere); ``diverged`` (a result of the cell, not retried); ``error`` (a bug: the
 traceback is recorded, not retried); ``oom`` (retried with gradient accumulation);
 ``infrastructure`` (MLflow or a disk failed: re-queued with back-off, without a bound, for it is
@@ -336,6 +337,8 @@ def _train_item(
     trial.set_user_attr("worker", WORKER_ID)
     trial.set_user_attr("provenance", provenance.record(device))
     accumulate = 1
+    on_eval = phases.pruning(study, trial, attrs)  # tuning items of a pruning protocol only
+    started = time.perf_counter()
     with Heartbeat(study, trial.number, lambda: current.runs[-1].progress() if current.runs else {}) as heartbeat:
         while True:
             run = None
@@ -343,10 +346,16 @@ def _train_item(
                 run = _start_run(study, trial, attrs, stores, device, current)
                 result = run_trial(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost, signals),
                                    device=device, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                                   accumulate=accumulate)
+                                   accumulate=accumulate, on_eval=on_eval)
                 if heartbeat.lost.is_set():  # taken away after the last report: the re-run's result counts
                     raise Superseded()
                 return _record(study, trial, run, result, info, current, emit, signals)
+            except optuna.TrialPruned as exc:
+                if heartbeat.lost.is_set():
+                    raise Superseded() from None
+                steps = on_eval.step if on_eval is not None else run.last_step
+                return _record_pruned(study, trial, run, str(exc), steps, time.perf_counter() - started, info,
+                                      current, emit, signals)
             except (KeyboardInterrupt, Superseded, optuna.exceptions.UpdateFinishedTrialError):
                 raise
             except Exception as exc:
@@ -387,10 +396,15 @@ def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, re
     faults.inject("record")
     diverged = result.status == "diverged"
     tags = {"ablate.failure_kind": "diverged", "ablate.failure": result.reason} if diverged else {}
-    _tracked(run.write, {} if diverged else result.metrics, {**tags, "ablate.committed": "false"})
+    _tracked(run.write, {} if diverged else {**result.metrics, **_numbers(result.convergence)},
+             {**tags, "ablate.committed": "false"})
     with signals.critical():
         faults.inject("commit")
         trial.set_user_attr("seconds", result.seconds)
+        # steps actually run, converged, val_gain_last, stopped_early, best_step (the contract
+        # with the reports: results' trials frame has these columns)
+        for key, value in result.convergence.items():
+            trial.set_user_attr(key, value)
         trial.set_user_attr("steps", result.steps)
         if diverged:
             _fail(study, trial, "diverged", result.reason)
@@ -399,6 +413,8 @@ def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, re
                          result.metrics.get("val_accuracy", float("nan")))
     try:
         faults.inject("committed")
+        if not diverged:
+            run.log_params({k: v for k, v in result.convergence.items() if v is not None})
         run.end("FAILED" if diverged else "FINISHED", {"ablate.committed": "true"})
     except Exception as exc:  # the trial counts; its run is ended by the next settle_runs
         emit("warning", {**info, "message": f"MLflow run {run.run_id} left RUNNING: {_text(exc)}"})
@@ -409,6 +425,30 @@ def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, re
         return "diverged"
     emit("complete", {**info, **result.metrics, "seconds": result.seconds})
     return "complete"
+
+
+def _record_pruned(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, why: str, steps: int,
+                   seconds: float, info: dict[str, Any], current: _Current, emit: Event, signals: _Signals) -> str:
+    """A tuning trial its pruner stopped: a result (PRUNED), recorded in the order of ``_record``."""
+    _tracked(run.write, {"steps": steps, "seconds": seconds},
+             {"ablate.status": "pruned", "ablate.pruned": why[:5000], "ablate.committed": "false"})
+    with signals.critical():
+        faults.inject("commit")
+        queue.finish(study, trial, TrialState.PRUNED, {"status": "pruned", "steps": steps, "seconds": seconds,
+                                                        "stopped_early": True, "failure_message": why})
+    try:
+        run.end("FINISHED", {"ablate.committed": "true"})
+    except Exception as exc:  # the trial counts; its run is ended by the next settle_runs
+        emit("warning", {**info, "message": f"MLflow run {run.run_id} left RUNNING: {_text(exc)}"})
+    if current.checkpoint is not None:
+        current.checkpoint.unlink(missing_ok=True)
+    emit("pruned", {**info, "message": why})
+    return "pruned"
+
+
+def _numbers(values: dict[str, Any]) -> dict[str, float]:
+    """The numeric (and boolean, as 0/1) entries: what MLflow takes as metrics."""
+    return {k: float(v) for k, v in values.items() if isinstance(v, int | float)}
 
 
 def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], stores: Stores,

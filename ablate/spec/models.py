@@ -148,8 +148,12 @@ class ModelSpec(Strict):
         return self
 
 
+SCHEDULES = ("cosine", "constant", "linear", "step")
+
+
 class TrainSpec(Strict):
-    """The optimisation of one trial: AdamW, linear warm-up then cosine decay."""
+    """The optimisation of one trial: AdamW, linear warm-up, then a decay schedule; optionally
+    stopped early on a plateau of the validation metric (``ablate.training``)."""
 
     steps: int = Field(300, ge=1, le=100_000_000, description="optimiser steps")
     batch_size: int = Field(32, ge=1, le=1_000_000)
@@ -157,6 +161,26 @@ class TrainSpec(Strict):
     recurrent_lr_factor: float = Field(0.5, gt=0.0, description="learning-rate factor for ν, θ, γ, M, B")
     weight_decay: float = Field(0.05, ge=0.0)
     warmup: float = Field(0.1, ge=0.0, lt=1.0, description="fraction of steps of linear warm-up")
+    warmup_steps: int | None = Field(
+        None, ge=0, description="linear warm-up in steps (must be below `steps`); replaces `warmup` when set")
+    schedule: _choice(SCHEDULES) = Field(
+        "cosine", description="after the warm-up: cosine (half cosine to 0), linear (to 0), constant, or step "
+        "(× step_gamma at each of step_milestones)")
+    step_milestones: list[float] = Field(
+        default_factory=lambda: [0.5, 0.75],
+        description="schedule: step — fractions of `steps` at which the learning rate is multiplied by step_gamma")
+    step_gamma: float = Field(0.1, gt=0.0, le=1.0, description="schedule: step — the factor at each milestone")
+    patience: int | None = Field(
+        None, ge=1,
+        description="stop after this many validation passes (every eval_every steps) without an improvement "
+        "of more than min_delta, and restore the best weights before the final evaluation; none: train all steps")
+    min_delta: float = Field(0.0, ge=0.0, description="patience: the smallest change that counts as an improvement "
+                                                     "(metric units: accuracy, or loss for bpc tasks)")
+    converged_tol: float = Field(
+        0.005, ge=0.0,
+        description="a trial counts as converged when its best validation metric improved over the last fifth "
+        "of the steps run by at most this: accuracy points as a fraction (0.005 = 0.5 points), or for bpc "
+        "tasks the loss's relative decrease (0.005 = 0.5%)")
     grad_clip: float = Field(1.0, ge=0.0, description="0 disables clipping")
     eval_every: int = Field(50, ge=1, description="steps between validation passes")
     log_every: int = Field(
@@ -165,6 +189,21 @@ class TrainSpec(Strict):
         "SQLite MLflow store: every 25 keeps logging under 1% of a small model's trial)",
     )
     divergence_norm: float = Field(1e6, gt=0.0, description="a state norm past this marks the run diverged")
+
+    @field_validator("step_milestones")
+    @classmethod
+    def _milestones(cls, v: list[float]) -> list[float]:
+        if any(not 0.0 < m < 1.0 for m in v):
+            raise ValueError(f"milestones are fractions of the steps, each between 0 and 1 (got {v})")
+        if sorted(v) != v or len(set(v)) != len(v):
+            raise ValueError(f"milestones must increase (got {v})")
+        return v
+
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> TrainSpec:
+        if self.warmup_steps is not None and self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
+        return self
 
 
 class ProbeSpec(Strict):
@@ -306,6 +345,7 @@ class TuneParam(Strict):
 TuneDim = Annotated[TuneParam, BeforeValidator(_choices_short_form, json_schema_input_type=TuneParam | list[Scalar])]
 
 OBJECTIVE_METRICS = ("val_accuracy", "val_loss", "val_bpc")
+PRUNERS = ("none", "median", "successive_halving")
 
 
 class Objective(Strict):
@@ -333,6 +373,11 @@ class TuneSpec(Strict):
         1, description=f"tuning seeds: a count k (seeds {TUNE_SEED_BASE} … {TUNE_SEED_BASE}+k−1) or a list; "
                        "must be disjoint from the replicate seeds; trial i uses seed i mod k")
     objective: Objective = Field(default_factory=Objective)
+    pruner: _choice(PRUNERS) = Field(
+        "none", description="stop unpromising tuning trials on their intermediate validation values, compared "
+        "with the tuning trials of their cell only: median (below the median of finished trials at the same "
+        "step, after 2 finished trials and a quarter of the steps) or successive_halving (rungs at steps/9, "
+        "steps/3; reduction factor 3). Replicates are never pruned")
 
     @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int])
     @classmethod
