@@ -23,6 +23,7 @@ from torch import nn
 from ablate.models.inits import InitScheme
 from ablate.ops.expm import skew_expm
 from ablate.ops.scan import widened
+from ablate.ops.serial import serial
 
 
 @dataclass
@@ -216,11 +217,25 @@ class Rotation(Parameterisation):
         b_sq = self.B.view(self.heads, self.n, self.d_model).square().sum((1, 2))
         return b_sq / one_minus_mag_sq(self.log_gamma())
 
-    def system(self, scale: torch.Tensor | None) -> System:
+    def _rotate(self, B: torch.Tensor, C: torch.Tensor, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Pᵀ B, C P) in the scan basis, head by head."""
         H, n, d = self.heads, self.n, self.d_model
-        P = self.basis()
-        Bz = torch.einsum("hij,hid->hjd", P, self.B.view(H, n, d)).reshape(self.state_dim, d)  # Pᵀ B
-        Cz = torch.einsum("ehi,hij->ehj", self.C.view(d, H, n), P).reshape(d, self.state_dim)  # C P
+        Bz = torch.einsum("hij,hid->hjd", P, B.view(H, n, d)).reshape(self.state_dim, d)
+        Cz = torch.einsum("ehi,hij->ehj", C.view(d, H, n), P).reshape(d, self.state_dim)
+        return Bz, Cz
+
+    def system(self, scale: torch.Tensor | None) -> System:
+        # P, Pᵀ B and C P are a few small products: on one CPU thread, backward included
+        # (ops.serial), where a busy machine made torch's thread pool wait 18 ms a product.
+        if torch.is_grad_enabled() and self.M.requires_grad:
+            def basis_io(M: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                P = skew_expm(_skew(M))
+                return (P, *self._rotate(B, C, P))
+
+            P, Bz, Cz = serial(basis_io, self.M, self.B, self.C)
+        else:
+            P = self.basis()
+            Bz, Cz = serial(lambda B, C: self._rotate(B, C, P), self.B, self.C)
         if scale is not None:
             Bz = Bz * scale.repeat_interleave(2)[:, None]
         log_mag = self.unit_log_magnitude()
