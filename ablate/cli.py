@@ -205,9 +205,13 @@ def worker(
     from ablate.stores import resolve
 
     if threads:
-        import torch
+        # Read by torch, MKL and numba when they load, which the worker does in the background
+        # after opening the study (importing torch here would delay the first claim by seconds).
+        from ablate.runner.pool import thread_env
 
-        torch.set_num_threads(threads)
+        os.environ.update(thread_env(threads))
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
 
     def emit(event: str, info: dict) -> None:
         if verbose or event not in ("start", "complete"):

@@ -34,6 +34,7 @@ WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
 REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another process has begun
+PRELOAD_WAIT_S = 60.0  # how long a finishing worker lets the background imports complete
 
 
 class Heartbeat:
@@ -297,6 +298,50 @@ def _close_parent_if_done(study: optuna.Study, stores: Stores) -> None:
             pass
 
 
+def _preload() -> threading.Thread:
+    """Import torch, the models and MLflow in a daemon thread; an import error is left for the
+    item that needs the module to raise (and record) when it imports it itself."""
+
+    def load() -> None:
+        try:
+            import mlflow.tracking  # noqa: F401
+
+            import ablate.training  # noqa: F401
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=load, name="ablate-preload", daemon=True)
+    thread.start()
+    return thread
+
+
+def select_device(device: str) -> None:
+    """Make ``cuda:k`` this process's current CUDA device, so that work launched without a device
+    of its own (Triton's kernels, cuBLAS and cuDNN handles) runs on the worker's GPU: several
+    workers can share one GPU, or each take its own, with no CUDA_VISIBLE_DEVICES."""
+    if device.startswith("cuda"):
+        import torch
+
+        index = torch.device(device).index
+        if index is not None:
+            torch.cuda.set_device(index)
+
+
+def _await_preload(study: optuna.Study, trial: optuna.Trial, preload: threading.Thread, emit: Event,
+                   device: str) -> None:
+    """Wait for the preload with the item claimed (then select the device): a signal meanwhile
+    re-queues the item."""
+    try:
+        preload.join()
+        select_device(device)
+    except (KeyboardInterrupt, Interrupted):
+        _fail(study, trial, "interrupted", "stopped by a signal before training; re-queued")
+        _requeue(study, trial, bounded=False)
+        emit("interrupted", {"cell": trial.user_attrs.get("cell_label"), "seed": trial.user_attrs.get("seed"),
+                             "number": trial.number})
+        raise
+
+
 def work(
     study_name: str,
     stores: Stores,
@@ -310,11 +355,9 @@ def work(
     running items so that a killed worker's item (re-queued after its grace period) gets run."""
     emit = emit or (lambda event, info: None)
     study = open_study(study_name, stores)
-    # Heavy imports (torch, the models, mlflow: seconds each) before the first claim, not between
-    # it and the start of its heartbeat thread, where a busy machine can outlast the grace period.
-    import mlflow.tracking  # noqa: F401
-
-    import ablate.training  # noqa: F401
+    # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here,
+    # so the first claim does not wait for it; the item's heartbeat runs from the claim on.
+    preload = _preload()
     outcomes: dict[str, int] = {}
     requeue_deadline = time.monotonic() + REQUEUE_WAIT_S  # also at start: a verdict may be in flight
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
@@ -332,9 +375,10 @@ def work(
                     continue
                 _close_parent_if_done(study, stores)
                 return outcomes
-            # Beat from the claim on: choosing the setting and opening the MLflow run come before
-            # run_item's heartbeat (which lends it the step) and can take seconds.
+            # Beat from the claim on: finishing the preload, choosing the setting and opening the
+            # MLflow run come before run_item's heartbeat (which lends it the step) and take seconds.
             with Heartbeat(study, trial.number):
+                _await_preload(study, trial, preload, emit, device)
                 outcome = run_item(study, trial, stores, device, emit, checkpoint_every)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             if outcome == "superseded":
@@ -343,3 +387,4 @@ def work(
                 return outcomes
     finally:
         signal.signal(signal.SIGTERM, previous)
+        preload.join(PRELOAD_WAIT_S)  # not exiting mid-import (a daemon thread inside torch's init)
