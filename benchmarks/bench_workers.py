@@ -1,6 +1,7 @@
 """Local worker scaling: ``ablate worker`` processes on one SQLite study, real ~10-second trials.
 
     python benchmarks/bench_workers.py [--trials 8] [--trial-s 10] [--workers 1 2] [--rounds 1]
+    python benchmarks/bench_workers.py --device cuda:0 --workers 1 2 4    # workers sharing one GPU
 
 One cell of a small ListOps model with ``--trials`` seeds; its training steps are calibrated (in
 this process, on one thread) so that a trial takes about ``--trial-s`` seconds. For each worker
@@ -33,8 +34,9 @@ TASK = {"name": "listops", "max_depth": 3, "max_args": 5, "min_length": 10, "max
 MODEL = {"d_model": 32, "state_dim": 32, "layers": 2, "heads": 4}
 
 
-def calibrate(trial_s: float) -> int:
-    """Training steps for a trial of about ``trial_s`` seconds on one thread (setup excluded)."""
+def calibrate(trial_s: float, device: str) -> int:
+    """Training steps for a trial of about ``trial_s`` seconds alone on ``device`` (one CPU
+    thread on a CPU; setup excluded)."""
     import torch
 
     from ablate.spec import ProbeSpec
@@ -42,19 +44,19 @@ def calibrate(trial_s: float) -> int:
 
     torch.set_num_threads(1)
     config = {"task": TASK, "model": MODEL, "train": {"steps": 10, "batch_size": 32, "eval_every": 1000}}
-    run_trial(config, 0, ProbeSpec(enabled=False))  # builds and caches the task
+    run_trial(config, 0, ProbeSpec(enabled=False), device=device)  # builds and caches the task, warms up
     times = {}
     for steps in (10, 60):
         config["train"]["steps"] = steps
         t0 = time.perf_counter()
-        run_trial(config, 0, ProbeSpec(enabled=False))
+        run_trial(config, 0, ProbeSpec(enabled=False), device=device)
         times[steps] = time.perf_counter() - t0
     per_step = (times[60] - times[10]) / 50
     setup = max(0.0, times[10] - 10 * per_step)
     return max(20, round((trial_s - setup) / per_step))
 
 
-def run_config(workers: int, trials: int, steps: int, root: Path) -> dict[str, float]:
+def run_config(workers: int, trials: int, steps: int, root: Path, device: str = "cpu") -> dict[str, float]:
     from optuna.trial import TrialState
 
     from ablate.runner import pool
@@ -78,7 +80,7 @@ def run_config(workers: int, trials: int, steps: int, root: Path) -> dict[str, f
     cwd = os.getcwd()
     os.chdir(work_dir)
     try:
-        procs = pool.start(name, stores, pool.devices("cpu", workers), checkpoint_every=0)
+        procs = pool.start(name, stores, pool.devices(device, workers), checkpoint_every=0)
         started = {p.pid: start for p in procs}
         codes = [p.wait() for p in procs]
     finally:
@@ -96,6 +98,7 @@ def run_config(workers: int, trials: int, steps: int, root: Path) -> dict[str, f
     seconds = [float(t.user_attrs.get("seconds", 0.0)) for t in trials_done]
     return {"workers": workers, "items": len(trials_done), "wall_s": wall, "exit_s": exited,
             "first_claim_s": max(first.values()) if first else float("nan"),
+            "trials_per_hour": 3600 * len(trials_done) / wall,
             "trial_s": statistics.median(seconds) if seconds else float("nan"),
             "threads": pool.threads_per_worker(workers)}
 
@@ -107,25 +110,27 @@ def main() -> None:
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=1, help="repeat the worker counts, alternating")
     p.add_argument("--steps", type=int, default=0, help="training steps per trial (0: calibrate)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda:k: every worker on that GPU")
     args = p.parse_args()
     load0 = os.getloadavg()
-    steps = args.steps or calibrate(args.trial_s)
-    print(f"{steps} training steps per trial (about {args.trial_s:g} s on one thread)", file=sys.stderr)
+    steps = args.steps or calibrate(args.trial_s, args.device)
+    print(f"{steps} training steps per trial (about {args.trial_s:g} s alone on {args.device})", file=sys.stderr)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
         for r in range(args.rounds):
             for k in args.workers:
-                rows.append(run_config(k, args.trials, steps, Path(tmp)))
+                rows.append(run_config(k, args.trials, steps, Path(tmp), args.device))
                 print(f"  round {r + 1}: {k} workers {rows[-1]['wall_s']:.1f} s", file=sys.stderr)
     load1 = os.getloadavg()
-    print(f"\n{args.trials} trials of {steps} steps, SQLite stores, {os.cpu_count()} CPU cores; load average "
+    print(f"\n{args.trials} trials of {steps} steps on {args.device}, SQLite stores, {os.cpu_count()} CPU cores; "
+          f"load average "
           f"{load0[0]:.1f} / {load0[1]:.1f} / {load0[2]:.1f} before, {load1[0]:.1f} / {load1[1]:.1f} / "
           f"{load1[2]:.1f} after\n")
-    print("| workers | threads each | trials | median trial s | wall s | exit s | first claim s (slowest) |")
-    print("|--------:|-------------:|-------:|---------------:|-------:|-------:|------------------------:|")
+    print("| workers | threads each | trials | median trial s | wall s | trials/hour | exit s | first claim s (slowest) |")
+    print("|--------:|-------------:|-------:|---------------:|-------:|------------:|-------:|------------------------:|")
     for r in rows:
         print(f"| {r['workers']} | {r['threads']} | {r['items']} | {r['trial_s']:.1f} | {r['wall_s']:.1f} | "
-              f"{r['exit_s']:.1f} | {r['first_claim_s']:.2f} |")
+              f"{r['trials_per_hour']:.0f} | {r['exit_s']:.1f} | {r['first_claim_s']:.2f} |")
     by_k: dict[int, list[float]] = {}
     for r in rows:
         by_k.setdefault(r["workers"], []).append(r["wall_s"])
