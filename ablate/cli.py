@@ -329,9 +329,13 @@ def worker(
     from ablate.stores import resolve
 
     if threads:
-        import torch
+        # Read by torch, MKL and numba when they load, which the worker does in the background
+        # after opening the study (importing torch here would delay the first claim by seconds).
+        from ablate.runner.pool import thread_env
 
-        torch.set_num_threads(threads)
+        os.environ.update(thread_env(threads))
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
 
     def emit(event: str, info: dict) -> None:
         if verbose or event not in ("start", "complete"):
@@ -810,16 +814,25 @@ def serve(
 
 @app.command()
 def bench(
-    lengths: Annotated[str, typer.Option(help="comma-separated sequence lengths")] = "256,1024,4096,16384",
-    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    lengths: Annotated[str | None, typer.Option(help="comma-separated sequence lengths [1024,4096; "
+                                                     "--full: 256,1024,4096,16384]")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:k")] = "cpu",
     layers: Annotated[bool, typer.Option("--layers/--no-layers", help="also time whole layers and a training step")]
     = True,
-    repeats: Annotated[int, typer.Option(min=1)] = 5,
+    repeats: Annotated[int | None, typer.Option(min=1, help="timed rounds [3; --full: 5]")] = None,
+    full: Annotated[bool, typer.Option("--full", help="the long sweep: 4 lengths, 5 rounds, the torch "
+                                                      "reference in the layer table (minutes)")] = False,
 ) -> None:
-    """Scan kernels vs the per-step loop and the memory-bandwidth bound, measured side by side."""
+    """Scan kernels vs the per-step loop and the memory-bandwidth bound, then layers and training
+    steps with their scan share, measured side by side (under a minute by default)."""
     from ablate.models.bench import run_bench
 
-    run_bench(lengths=tuple(int(x) for x in lengths.split(",")), device=device, layers=layers, repeats=repeats)
+    try:
+        sizes = tuple(int(x) for x in lengths.split(",")) if lengths else None
+    except ValueError:
+        err.print(f"[red]error[/red] --lengths: comma-separated integers, got {lengths!r}")
+        raise typer.Exit(2) from None
+    run_bench(lengths=sizes, device=device, layers=layers, repeats=repeats, full=full)
 
 
 def main() -> None:  # pragma: no cover

@@ -51,7 +51,7 @@ ROWS: list[tuple[str, dict]] = [
 ]
 
 
-def make(overrides: dict) -> tuple[torch.nn.Module, str]:
+def make(overrides: dict, length: int) -> tuple[torch.nn.Module, str]:
     mode = overrides.pop("mode", "scan")
     spec = dict(
         family="linear_rnn",
@@ -70,7 +70,8 @@ def make(overrides: dict) -> tuple[torch.nn.Module, str]:
         init=NS(scheme="rotrnn"),
     )
     spec.update(overrides)
-    task = NS(input_kind="tokens", vocab_size=16, input_dim=1, num_classes=10, output_kind="classification")
+    task = NS(input_kind="tokens", vocab_size=16, input_dim=1, num_classes=10, output_kind="classification",
+              seq_len=length)
     net = build_model(NS(**spec), task)
     net.set_mode(mode)
     return net, mode
@@ -122,7 +123,7 @@ def main() -> None:
     for name, overrides in ROWS:
         if args.skip_baselines and overrides.get("family") in ("gru", "lstm"):
             continue
-        net, _ = make(dict(overrides))
+        net, _ = make(dict(overrides), args.length)
         results.append((name, *step_time(net, x, y, args.repeats)))
     ref = results[0][1]
     copy = copy_yardstick(args.batch, args.length, 64, 4)

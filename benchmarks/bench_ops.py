@@ -13,7 +13,7 @@
    and "new/old", the median of the per-round ratios. The machine is shared: read ratios, not
    absolute times.
 2. Accuracy of the float32 log scan at long L against float64: old kernel, new kernel, torch.
-3. skew_expm vs torch.linalg.matrix_exp (float64, as Rotation.basis calls it today, also on one
+3. skew_expm vs torch.linalg.matrix_exp (float64, as Rotation.basis called it before skew_expm, also on one
    thread as skew_expm runs on CPU, and float32), forward+backward, for (heads, n) = (1, 128),
    (4, 32), (32, 4); interleaved the same way. On a busy machine threaded LAPACK/BLAS calls at
    these sizes wait on descheduled threads: the load average printed says how busy it was.
@@ -196,7 +196,7 @@ def bench_accuracy(lengths: list[int], old: ModuleType) -> list[dict]:
 def expm_fns(M: torch.Tensor, G: torch.Tensor) -> dict[str, Callable[[], Any]]:
     """Forward+backward of P = expm(M - Mᵀ) from float32 M, three ways."""
 
-    def matrix_exp64() -> Any:  # Rotation.basis today
+    def matrix_exp64() -> Any:  # Rotation.basis before skew_expm
         P = torch.linalg.matrix_exp((M - M.mT).double()).float()
         return torch.autograd.grad(P, M, G)
 

@@ -128,7 +128,7 @@ def time_ms(fn: Callable[[], Any], dev: str, repeats: int) -> float:
 
 def expm_workloads(M: torch.Tensor, G: torch.Tensor) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """Forward+backward of P = expm(M - Mᵀ) from float32 M: skew_expm, and matrix_exp in float64
-    as Rotation.basis calls it today."""
+    as Rotation.basis called it before skew_expm."""
 
     def ours() -> Any:
         return torch.autograd.grad(skew_expm(M - M.mT), M, G)

@@ -15,12 +15,13 @@ from ablate.ops.scan import linear_scan
 from ablate.spec import RingInit, RotrnnInit
 
 ROTRNN = RotrnnInit(gamma_min=0.5, gamma_max=0.99, max_phase=0.5)
+HORIZON = 64  # the sequence length a layer is built for: enters only a dense head's ξ
 
 
 def test_rotation_stays_orthogonal_through_training() -> None:
     """P_h orthogonal with det +1 and A_hᵀA_h = γ_h² I, at init and after AdamW steps that move M."""
     torch.manual_seed(0)
-    layer = LinearRecurrence(6, 12, 2, "rotation", "xi", "none", ROTRNN)
+    layer = LinearRecurrence(6, 12, 2, "rotation", "xi", "none", ROTRNN, horizon=HORIZON)
     M0 = layer.param.M.detach().clone()
     opt = torch.optim.AdamW(layer.parameters(), lr=0.05)
     u, target = torch.randn(4, 20, 6), torch.randn(4, 20, 6)
@@ -61,7 +62,7 @@ def test_xi_keeps_unit_state_norm_from_a_stationary_start() -> None:
     (ξ is recomputed from the live γ and B) — and the same check rejects the unnormalised layer."""
     torch.manual_seed(0)
     d, N, H = 4, 16, 4
-    layer = LinearRecurrence(d, N, H, "rotation", "xi", "none", ROTRNN)
+    layer = LinearRecurrence(d, N, H, "rotation", "xi", "none", ROTRNN, horizon=HORIZON)
     u = _white(S_SEQ, L_XI, d, seed=1)
     x0 = torch.randn(S_SEQ, N, generator=torch.Generator().manual_seed(2)) / math.sqrt(N // H)
 
@@ -73,7 +74,7 @@ def test_xi_keeps_unit_state_norm_from_a_stationary_start() -> None:
     layer.param.B.mul_(3.0)  # a cached ξ would now give E‖x‖² → 9
     layer.param.gamma_log.sub_(1.0)  # and longer memories
     assert check(layer)
-    assert not check(LinearRecurrence(d, N, H, "rotation", "none", "none", ROTRNN))
+    assert not check(LinearRecurrence(d, N, H, "rotation", "none", "none", ROTRNN, horizon=HORIZON))
 
 
 @torch.no_grad()
@@ -82,7 +83,7 @@ def test_xi_groups_of_complex_modes_keep_unit_norm() -> None:
     variance (computed here from ν_log, B), the group's E‖x_t‖² is 1 at every t."""
     torch.manual_seed(0)
     d, N, H = 4, 16, 2
-    layer = LinearRecurrence(d, N, H, "complex_diagonal", "xi", "none", ROTRNN)
+    layer = LinearRecurrence(d, N, H, "complex_diagonal", "xi", "none", ROTRNN, horizon=HORIZON)
     p = layer.param
     mag_sq = torch.exp(-2 * torch.exp(p.nu_log))
     v = (p.B_re.square() + p.B_im.square()).sum(1) / (1 - mag_sq)  # unnormalised stationary power
@@ -100,7 +101,7 @@ def test_xi_from_zero_start_follows_theory(param: str) -> None:
     """From x_0 = 0 the mean state norm follows the theory curve (1 − γ_h^{2t} for rotation)."""
     torch.manual_seed(0)
     d, N, H = 4, 16, 4
-    layer = LinearRecurrence(d, N, H, param, "xi", "none", ROTRNN)
+    layer = LinearRecurrence(d, N, H, param, "xi", "none", ROTRNN, horizon=HORIZON)
     theory = layer.expected_state_norms(L_XI)
     if param == "rotation":
         t = torch.arange(1, L_XI + 1)[:, None]
@@ -147,7 +148,7 @@ def test_long_sequences_stay_real_and_finite(param: str, norm: str) -> None:
     torch.manual_seed(0)
     L = 16384
     layer = LinearRecurrence(
-        2, 4, 1, param, norm, "none", RingInit(r_min=0.9999, r_max=0.99999, max_phase=0.0314)
+        2, 4, 1, param, norm, "none", RingInit(r_min=0.9999, r_max=0.99999, max_phase=0.0314), horizon=L
     )
     assert (layer.eigenvalues().abs() > 0.9999).all()
     u = torch.randn(1, L, 2)
@@ -175,9 +176,10 @@ PARAMS = ["rotation", "complex_diagonal", "real_diagonal", "dense"]
 @pytest.mark.parametrize("param", PARAMS)
 @pytest.mark.parametrize("norm", ["xi", "gamma", "none"])
 def test_stationary_norms_are_the_limit_of_the_theory_curve(param: str, norm: str) -> None:
-    """E‖x_t^h‖² from x_0 = 0 rises to the stationary value; ξ puts it at 1 in every head."""
+    """E‖x_t^h‖² from x_0 = 0 rises to the stationary value; ξ puts it at 1 in every head (a dense
+    head's ξ at its horizon, here the curve's 3000 steps: 1 + O(γ^6000) of the stationary one)."""
     torch.manual_seed(0)
-    layer = LinearRecurrence(4, 16, 4, param, norm, "none", ROTRNN)
+    layer = LinearRecurrence(4, 16, 4, param, norm, "none", ROTRNN, horizon=3000)
     report = layer.dynamics(3000)
     assert report.expected_norms is not None and report.stationary_norms is not None
     assert torch.equal(report.expected_norms, layer.expected_state_norms(3000))
@@ -196,7 +198,7 @@ def test_reported_modes_are_the_spectrum_of_each_heads_state_matrix(param: str) 
     n×n block of the natural-basis A; its decay is its largest |λ|."""
     torch.manual_seed(0)
     heads, n = 2, 4
-    layer = LinearRecurrence(3, heads * n, heads, param, "xi", "none", ROTRNN)
+    layer = LinearRecurrence(3, heads * n, heads, param, "xi", "none", ROTRNN, horizon=HORIZON)
     report = layer.dynamics()
     A = layer.system().natural()[0].double()
     assert report.head_decay is not None and report.head_decay.shape == (heads,)
@@ -214,14 +216,15 @@ def test_reported_modes_are_the_spectrum_of_each_heads_state_matrix(param: str) 
 def test_input_scale_is_what_multiplies_each_units_rows_of_b() -> None:
     """For ξ on a rotation head: ξ_h = sqrt(1 − γ_h²)/‖B_h‖_F for each of its n/2 complex modes."""
     torch.manual_seed(0)
-    layer = LinearRecurrence(3, 8, 2, "rotation", "xi", "none", ROTRNN)
+    layer = LinearRecurrence(3, 8, 2, "rotation", "xi", "none", ROTRNN, horizon=HORIZON)
     report = layer.dynamics()
     p = layer.param
     xi = torch.sqrt(1 - p.gamma() ** 2) / p.B.view(2, -1).norm(dim=1)
     assert report.input_scale is not None and report.unit_head is not None
     assert torch.allclose(report.input_scale, xi[report.unit_head], rtol=1e-5)
     assert report.unit_head.tolist() == [0, 0, 1, 1]
-    assert LinearRecurrence(3, 8, 2, "rotation", "none", "none", ROTRNN).dynamics().input_scale is None
+    plain = LinearRecurrence(3, 8, 2, "rotation", "none", "none", ROTRNN, horizon=HORIZON)
+    assert plain.dynamics().input_scale is None
 
 
 @torch.no_grad()
@@ -236,7 +239,7 @@ def test_layers_without_fixed_dynamics_report_none() -> None:
         assert report.head_decay is report.input_scale is report.expected_norms is report.stationary_norms is None
         u = torch.randn(2, 5, 4)
         assert torch.equal(layer.state_norms(u), layer(u, return_norms=True)[-1])
-    tanh = LinearRecurrence(4, 8, 2, "rotation", "xi", "tanh", ROTRNN)
+    tanh = LinearRecurrence(4, 8, 2, "rotation", "xi", "tanh", ROTRNN, horizon=HORIZON)
     report = tanh.dynamics(10)
     assert report.modes.numel() == 4 and report.expected_norms is None and report.stationary_norms is None
     with pytest.raises(ValueError, match="only linear recurrences"):

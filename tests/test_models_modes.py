@@ -1,9 +1,12 @@
-"""Every mode of every layer equals a plain float64 reference loop written here from the raw parameters.
+"""Every mode of every layer equals a plain float64 reference loop written here from the raw parameters,
+in every dtype the layers accept (float32, float64, bfloat16, float16).
 
 The reference does not use ``System`` or the scan basis: rotation builds A_h = γ_h P_h Θ_h P_hᵀ,
-the complex diagonal runs a complex loop, dense solves its Lyapunov equation with scipy. Outputs and
-gradients of the float32 modes must agree to 1e-5 (relative to the size of the compared tensor,
-floored at 1).
+the complex diagonal runs a complex loop, dense ξ sums its state power over the horizon by a loop
+(its stationary form is checked against scipy's Lyapunov solver). Outputs and gradients must agree
+to ``TOLS[dtype]`` relative to the size of the compared tensor (floored at 1): 1e-5 in float32;
+in half precision the layer's inputs, weights and matrix products are rounded to 8 (bf16) or 11
+(fp16) bits, while the recurrences are carried in float32 as the scans carry them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ from ablate.spec import RingInit, RotrnnInit
 TOL = 1e-5
 B, L, D, N, H = 3, 40, 5, 8, 2
 RING = RingInit(r_min=0.7, r_max=0.95, max_phase=3.0)
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+# (outputs and states, gradients). float64: the reference's arithmetic in another order (5e-14
+# seen). Half: in units u of the format's rounding (2^-8 bf16, 2^-11 fp16), 8u for outputs (3.4u
+# seen) and 16u for gradients, whose backward matmuls round again (12u seen, at a relu's kinks).
+TOLS = {torch.float32: (TOL, TOL), torch.float64: (1e-12, 1e-12), torch.bfloat16: (8 * 2**-8, 16 * 2**-8),
+        torch.float16: (8 * 2**-11, 16 * 2**-11)}
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -100,13 +109,15 @@ def reference(
     elif kind == "Dense":
         n = n_state // heads
         A = torch.block_diag(*p.A.double())
-        if norm == "Xi":  # stationary covariance from scipy's Lyapunov solver (no grad: checked by value)
+        if norm == "Xi":  # E‖x_L‖² = 1 at the horizon L: (tr Σ_{t<L} A^t B Bᵀ A^tᵀ)^(−1/2), a loop
             scale = []
             for h in range(heads):
-                Ah, Bh = p.A[h].detach().double().numpy(), Bm[h * n : (h + 1) * n].detach().numpy()
-                S = scipy.linalg.solve_discrete_lyapunov(Ah, Bh @ Bh.T)
-                scale.append(1 / np.sqrt(np.trace(S)))
-            Bm = torch.tensor(scale, dtype=torch.float64).repeat_interleave(n)[:, None] * Bm
+                Ah, Bh = p.A[h].double(), Bm[h * n : (h + 1) * n]
+                S, Ak = torch.zeros(n, n, dtype=torch.float64), torch.eye(n, dtype=torch.float64)
+                for _ in range(layer.horizon):
+                    S, Ak = S + Ak @ Bh @ Bh.T @ Ak.T, Ak @ Ah
+                scale.append(S.trace().rsqrt())
+            Bm = torch.stack(scale).repeat_interleave(n)[:, None] * Bm
         elif norm in ("Gamma", "GammaRecomputed"):
             g = (
                 torch.exp(layer.norm.gamma_log.double())
@@ -135,41 +146,46 @@ CASES = [
 CASES += [(p, "xi", a) for p in ("rotation", "complex_diagonal") for a in ("tanh", "relu")]
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("param,norm,nonlin", CASES)
-def test_modes_match_reference(param: str, norm: str, nonlin: str) -> None:
+def test_modes_match_reference(param: str, norm: str, nonlin: str, dtype: torch.dtype) -> None:
     torch.manual_seed(0)
-    layer = LinearRecurrence(D, N, H, param, norm, nonlin, RING)
-    u, h0, w = torch.randn(B, L, D), 0.5 * torch.randn(B, N), torch.randn(B, L, D)
+    tol, gtol = TOLS[dtype]
+    layer = LinearRecurrence(D, N, H, param, norm, nonlin, RING, horizon=L).to(dtype)
+    u, h0, w = (t.to(dtype) for t in (torch.randn(B, L, D), 0.5 * torch.randn(B, N), torch.randn(B, L, D)))
     y_ref, x_ref = reference(layer, u, h0)
-    # dense + ξ: the reference scale comes from scipy (no gradient), so compare its gradient by value
-    # only through the other parameters; every other case checks every parameter's gradient.
-    g_ref = None if (param == "dense" and norm == "xi") else _grads(layer, y_ref, w.double())
+    g_ref = _grads(layer, y_ref, w.double())
     modes = ("scan", "conv", "sequential") if layer.parallel else ("sequential",)
     for mode in modes:
         layer.mode = mode
         y, x = layer(u, return_states=True, h0=h0)
-        assert y.dtype == torch.float32
-        assert close(y, y_ref) < TOL, (mode, close(y, y_ref))
-        assert close(x, x_ref) < TOL, (mode, close(x, x_ref))
-        if g_ref is not None:
-            for g, gr in zip(_grads(layer, y, w), g_ref, strict=True):
-                assert close(g, gr) < TOL, (mode, close(g, gr))
-    # streaming: step() with a carried state, and forward() in two chunks handing the state over
-    state, ys = h0, []
-    for t in range(L):
-        y_t, state = layer.step(u[:, t], state)
-        ys.append(y_t)
-    assert close(torch.stack(ys, 1), y_ref) < TOL
+        assert y.dtype == x.dtype == dtype
+        assert close(y, y_ref) < tol, (mode, close(y, y_ref))
+        assert close(x, x_ref) < tol, (mode, close(x, x_ref))
+        for g, gr in zip(_grads(layer, y, w), g_ref, strict=True):
+            assert g.dtype == dtype
+            assert close(g, gr) < gtol, (mode, close(g, gr))
+    # streaming: step() from the layer's own zero state and from a given one, and forward() in
+    # two chunks handing the state over
+    zero = layer.initial_state(B)
+    assert zero.dtype == dtype and zero.device == u.device and not zero.any()
+    for start, want in ((zero, reference(layer, u, None)[0]), (h0, y_ref)):
+        state, ys = start, []
+        for t in range(L):
+            y_t, state = layer.step(u[:, t], state)
+            ys.append(y_t)
+        assert state.dtype == y_t.dtype == dtype
+        assert close(torch.stack(ys, 1), want) < tol, close(torch.stack(ys, 1), want)
     layer.mode = "scan"
     y1, x1 = layer(u[:, : L // 2], return_states=True, h0=h0)
     y2 = layer(u[:, L // 2 :], h0=x1[:, -1])
-    assert close(torch.cat([y1, y2], 1), y_ref) < TOL
+    assert close(torch.cat([y1, y2], 1), y_ref) < tol
 
 
-def test_dense_xi_scale_matches_lyapunov() -> None:
-    """The doubling sum behind dense ξ equals scipy's Lyapunov solution (the gradient case above skips it)."""
+def test_dense_stationary_gain_matches_lyapunov() -> None:
+    """The doubling sum behind a dense head's stationary power equals scipy's Lyapunov solution."""
     torch.manual_seed(1)
-    layer = LinearRecurrence(D, N, H, "dense", "xi", "none", RING)
+    layer = LinearRecurrence(D, N, H, "dense", "xi", "none", RING, horizon=L)
     gain = layer.param.head_gain().double()
     n = N // H
     for h in range(H):
@@ -181,13 +197,15 @@ def test_dense_xi_scale_matches_lyapunov() -> None:
         assert abs(gain[h].item() - np.trace(S)) < 1e-4 * np.trace(S)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("cls", [MinGRU, MinLSTM])
-def test_minrnn_log_space_equals_sequential_reference(cls: type) -> None:
+def test_minrnn_log_space_equals_sequential_reference(cls: type, dtype: torch.dtype) -> None:
     """Log-space scan, sequential mode and step() all equal a float64 loop of the paper's equations."""
     torch.manual_seed(0)
-    layer = cls(D, N)
-    u, w = torch.randn(B, L, D), torch.randn(B, L, D)
-    h0 = torch.rand(B, N) + 0.1  # states of this recurrence are positive
+    tol, gtol = TOLS[dtype]
+    layer = cls(D, N).to(dtype)
+    u, w = torch.randn(B, L, D).to(dtype), torch.randn(B, L, D).to(dtype)
+    h0 = (torch.rand(B, N) + 0.1).to(dtype)  # states of this recurrence are positive
 
     def ref(h0: torch.Tensor | None) -> torch.Tensor:
         Wt, bias = layer.proj.weight.double(), layer.proj.bias.double()
@@ -204,7 +222,7 @@ def test_minrnn_log_space_equals_sequential_reference(cls: type) -> None:
                 f, i = torch.sigmoid(k[:, 0]), torch.sigmoid(k[:, 1])
                 h = f / (f + i) * h + i / (f + i) * gc
             out.append(h)
-        return layer.out(torch.stack(out, 1).float()) if N != D else torch.stack(out, 1)
+        return layer.out(torch.stack(out, 1).to(dtype)) if N != D else torch.stack(out, 1)
 
     for start in (None, h0):
         y_ref = ref(start)
@@ -212,17 +230,78 @@ def test_minrnn_log_space_equals_sequential_reference(cls: type) -> None:
         for mode in ("scan", "sequential"):
             layer.mode = mode
             y = layer(u, h0=start)
-            assert close(y, y_ref) < TOL, (mode, close(y, y_ref))
+            assert y.dtype == dtype
+            assert close(y, y_ref) < tol, (mode, close(y, y_ref))
             # The torch backend's Heinsen form subtracts cumulative sums |Σ log a| ≈ 30 here, so its
             # float32 gradients carry ~30·eps more error than a direct loop (1.4e-5 seen): 3e-5.
             for g, gr in zip(_grads(layer, y, w), g_ref, strict=True):
-                assert close(g, gr) < (TOL if mode == "sequential" else 3 * TOL)
+                assert close(g, gr) < (gtol if mode == "sequential" else 3 * gtol)
         state = layer.initial_state(B) if start is None else start
+        assert state.dtype == dtype
         ys = []
         for t in range(L):
             y_t, state = layer.step(u[:, t], state)
             ys.append(y_t)
-        assert close(torch.stack(ys, 1), y_ref) < TOL
+        assert state.dtype == y_t.dtype == dtype
+        assert close(torch.stack(ys, 1), y_ref) < tol
+
+
+@pytest.mark.parametrize("cls", [MinGRU, MinLSTM])
+def test_minrnn_refuses_modes_it_does_not_have(cls: type) -> None:
+    """conv has no meaning for an input-dependent recurrence: an error naming the layer's modes,
+    not a silent log-space scan; the same through Network.set_mode."""
+    from types import SimpleNamespace as NS
+
+    from ablate.models import build_model
+
+    layer = cls(D, N)
+    assert layer.modes == ("scan", "sequential") and layer.mode == "scan"
+    with pytest.raises(ValueError, match=f"{cls.__name__} has no mode 'conv'; its modes: scan, sequential"):
+        layer.mode = "conv"
+    assert layer.mode == "scan"
+    task = NS(input_kind="tokens", vocab_size=5, input_dim=1, num_classes=2, output_kind="classification", seq_len=L)
+    spec = NS(family=cls.__name__.lower(), d_model=D, state_dim=N, layers=1, norm="layer", activation="gelu",
+              dropout=0.0, bidirectional=False, pooling="mean")
+    net = build_model(spec, task)
+    net.set_mode("sequential")
+    assert all(layer.mode == "sequential" for layer in net.recurrent_layers())
+    with pytest.raises(ValueError, match="has no mode 'conv'"):
+        net.set_mode("conv")
+
+
+def test_every_recurrent_layer_declares_its_modes() -> None:
+    """The composed layer has all three modes; torch's GRU/LSTM have one fixed computation and
+    refuse any; an unknown mode names the valid ones."""
+    from ablate.models.baselines import TorchGRU, TorchLSTM
+
+    layer = LinearRecurrence(D, N, H, "rotation", "xi", "none", RING, horizon=L)
+    assert layer.modes == ("scan", "conv", "sequential") and layer.mode == "scan"
+    with pytest.raises(ValueError, match="LinearRecurrence has no mode 'fft'; its modes: scan, conv, sequential"):
+        layer.mode = "fft"
+    for cls in (TorchGRU, TorchLSTM):
+        base = cls(D, N)
+        assert base.modes == ()
+        with pytest.raises(ValueError, match="one fixed computation"):
+            base.mode = "scan"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["gru", "lstm"])
+def test_torch_baselines_step_in_their_dtype(name: str, dtype: torch.dtype) -> None:
+    """initial_state follows the layer's dtype, and stepping from it reproduces the forward pass."""
+    from ablate.models.baselines import TorchGRU, TorchLSTM
+
+    torch.manual_seed(0)
+    layer = {"gru": TorchGRU, "lstm": TorchLSTM}[name](D, N).to(dtype)
+    u = torch.randn(B, L, D).to(dtype)
+    state = layer.initial_state(B)
+    for s in state if isinstance(state, tuple) else (state,):
+        assert s.dtype == dtype and not s.any()
+    ys = []
+    for t in range(L):
+        y_t, state = layer.step(u[:, t], state)
+        ys.append(y_t)
+    assert close(torch.stack(ys, 1), layer(u)) < TOLS[dtype][0]
 
 
 def test_applying_p_twice_is_caught() -> None:
@@ -240,7 +319,7 @@ def test_applying_p_twice_is_caught() -> None:
             return System(right.lam, wrong_B, right.C, right.D, right.P)
 
     torch.manual_seed(0)
-    layer = LinearRecurrence(D, N, H, "rotation", "xi", "none", RING)
+    layer = LinearRecurrence(D, N, H, "rotation", "xi", "none", RING, horizon=L)
     u = torch.randn(B, L, D)
     y_ref, _ = reference(layer, u, None)
     assert close(layer(u), y_ref) < TOL
@@ -255,9 +334,9 @@ def test_lru_with_conjugate_pairs_equals_rotation_with_heads_of_two(norm: str) -
     d, N = 5, 8
     K = N // 2
     lru = LinearRecurrence(
-        d, N, K, "complex_diagonal", norm, "none", RingInit(r_min=0.5, r_max=0.99, max_phase=3.0)
+        d, N, K, "complex_diagonal", norm, "none", RingInit(r_min=0.5, r_max=0.99, max_phase=3.0), horizon=L
     )
-    rot = LinearRecurrence(d, N, K, "rotation", norm, "none", RotrnnInit(identity_basis=True))
+    rot = LinearRecurrence(d, N, K, "rotation", norm, "none", RotrnnInit(identity_basis=True), horizon=L)
     with torch.no_grad():
         a, b = lru.param, rot.param
         b.gamma_log.copy_(a.nu_log)  # γ = exp(−exp(γ_log)) and |λ| = exp(−exp(ν_log))

@@ -11,8 +11,9 @@ import torch
 from ablate import models
 from ablate.models import build_model, registry
 
-TOKENS = NS(input_kind="tokens", vocab_size=12, input_dim=1, num_classes=5, output_kind="classification")
-CONTINUOUS = NS(input_kind="continuous", vocab_size=None, input_dim=3, num_classes=7, output_kind="per_step")
+TOKENS = NS(input_kind="tokens", vocab_size=12, input_dim=1, num_classes=5, output_kind="classification", seq_len=5)
+CONTINUOUS = NS(input_kind="continuous", vocab_size=None, input_dim=3, num_classes=7, output_kind="per_step",
+                seq_len=5)
 
 
 def spec(**kw: object) -> NS:

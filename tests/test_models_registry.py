@@ -22,7 +22,7 @@ SPEC_FIELD = {  # registry → the ModelSpec field whose choices it gives
     "model.pooling": "pooling",
 }
 TOKENS = type("Task", (), {"input_kind": "tokens", "vocab_size": 12, "input_dim": 1, "num_classes": 3,
-                           "output_kind": "classification"})()
+                           "output_kind": "classification", "seq_len": 5})()
 
 
 def _literal(field: str) -> tuple[str, ...]:
@@ -100,6 +100,6 @@ def test_unknown_names_are_refused_with_the_valid_ones() -> None:
     with pytest.raises(ValueError, match=f"unknown parameterisation 'nope'; valid: {valid}$"):
         registry.PARAMETERISATIONS.load("nope")
     with pytest.raises(ValueError, match="unknown normalisation 'zeta'"):
-        LinearRecurrence(4, 4, 1, "rotation", "zeta", "none", spec.RotrnnInit())
+        LinearRecurrence(4, 4, 1, "rotation", "zeta", "none", spec.RotrnnInit(), horizon=16)
     with pytest.raises(ValueError, match="a level name appears twice"):
         registry.Registry("x", registry.Level("a", None, "one"), registry.Level("a", None, "two"))

@@ -38,6 +38,27 @@ def test_stubbed_scans_are_b_plus_zero_a_and_come_back() -> None:
     assert torch.equal(scan_mod.linear_scan(a, b), real) and not torch.equal(real, b)
 
 
+def test_scans_timed_clocks_every_kernel_call_and_restores_them() -> None:
+    """The clock sees the forward and the backward kernel of each compiled scan in the block and
+    nothing outside it; the modules get their own functions back."""
+    compiled = [n for n in scan_mod.available_backends("cpu") if n != "torch"]
+    if not compiled:
+        pytest.skip("no compiled CPU backend (numba) here")
+    module = __import__(f"ablate.ops.scan_{compiled[0]}", fromlist=["x"])
+    originals = {e: getattr(module, e) for e in bench.KERNEL_ENTRIES}
+    a, b = torch.rand(4, 512, 64, requires_grad=True), torch.randn(4, 512, 64, requires_grad=True)
+    clock = bench.ScanClock(torch.device("cpu"))
+    with bench.forced_backend(compiled[0]), bench.scans_timed(clock):
+        h = scan_mod.linear_scan(a, b)
+        forward = clock.take_ms()
+        h.sum().backward()
+        backward = clock.take_ms()
+        torch.randn(256, 256) @ torch.randn(256, 256)  # not a scan: not counted
+        assert clock.take_ms() == 0.0
+    assert forward > 0 and backward > 0
+    assert {e: getattr(module, e) for e in bench.KERNEL_ENTRIES} == originals
+
+
 def test_forced_backend_is_restored() -> None:
     before = os.environ.get(scan_mod.ENV_VAR)
     with bench.forced_backend("torch"):

@@ -457,3 +457,57 @@ def test_a_full_disk_stops_the_worker_saying_where(tmp_path):
         assert res.returncode == 0, res.stdout + res.stderr
     finally:
         subprocess.run(["umount", "--lazy", str(home)])
+
+
+def test_the_first_claim_does_not_wait_for_the_heavy_imports(tmp_path, monkeypatch):
+    """The worker claims while torch, the models and MLflow are still loading in the background
+    (here: held back until the claim has happened), then trains once they are loaded."""
+    import threading
+    import types
+
+    from ablate import design
+    from ablate.runner import study as st
+    from ablate.runner import worker
+    from ablate.stores import Stores
+
+    s = design.validate(SPEC)
+    where = Stores(f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}", None)
+    st.prepare(s, design.items(s), where)
+    release, loading, seen = threading.Event(), [], []
+
+    def held_preload():
+        thread = threading.Thread(target=release.wait, daemon=True)
+        thread.start()
+        loading.append(thread)
+        return thread
+
+    real_claim = worker.phases.claim
+
+    def claim(study):
+        seen.append(("claim", loading[0].is_alive()))
+        trial = real_claim(study)
+        release.set()
+        return trial
+
+    def run_trial(config, seed, probes, reporter=None, device="cpu", **options):
+        seen.append(("train", loading[0].is_alive()))
+        return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
+                                     reason="")
+
+    class Run:  # no MLflow
+        run_id, last_step = "fake", 0
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def finish(self, *args, **kwargs):
+            pass
+
+    fake = types.ModuleType("ablate.training")
+    fake.run_trial = run_trial
+    monkeypatch.setitem(sys.modules, "ablate.training", fake)
+    monkeypatch.setattr(worker.tracking, "TrialRun", Run)
+    monkeypatch.setattr(worker, "_preload", held_preload)
+    monkeypatch.setattr(worker.phases, "claim", claim)
+    assert worker.work(s.name, where, max_items=1) == {"complete": 1}
+    assert seen == [("claim", True), ("train", False)]

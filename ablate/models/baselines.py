@@ -39,7 +39,8 @@ class TorchRNN(RecurrentLayer):
         return self.out(h[:, 0]), state
 
     def initial_state(self, batch: int) -> Any:
-        return torch.zeros(1, batch, self.state_dim, device=self.out.weight.device)
+        W = self.out.weight
+        return torch.zeros(1, batch, self.state_dim, dtype=W.dtype, device=W.device)
 
 
 class TorchGRU(TorchRNN):
@@ -50,5 +51,5 @@ class TorchLSTM(TorchRNN):
     rnn_class = nn.LSTM
 
     def initial_state(self, batch: int) -> Any:
-        h = torch.zeros(1, batch, self.state_dim, device=self.out.weight.device)
+        h = super().initial_state(batch)
         return h, torch.zeros_like(h)

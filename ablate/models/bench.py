@@ -1,22 +1,29 @@
 """``ablate bench``: the scan benchmark of ``ablate.ops.bench``, then whole layers and training steps.
 
-    run_bench()               prints the tables and returns their rows
-    python -m ablate.models.bench
+    run_bench()               prints the tables and returns their rows (under a minute here)
+    run_bench(full=True)      the longer sweep: four lengths, more rounds, the torch reference
+    python -m ablate.models.bench [--full]
 
 1. Scans (``ablate.ops.bench``): kernels vs the per-step loop and the memory-bandwidth bound.
-2. One recurrent layer, forward+backward, compiled vs reference scan (minGRU, LRU, RotRNN).
-3. A training step of a 4-layer model: the step time split into scan and rest, per backend.
+2. One recurrent layer, forward+backward, per model (minGRU, LRU, RotRNN at heads 1, 4 and 32).
+3. A training step of a 4-layer model of each.
 
-"Rest" is the same step with the scan replaced by ``b + 0*a`` (``ablate.ops.bench.scans_stubbed``),
-so scan time = step time - rest; it needs no profiler and is the same for every backend. Every
-variant of a workload is timed in turn within each round, so machine load hits them alike.
+The scan time of a layer or step is the compiled kernels' own time inside it
+(``ablate.ops.bench.scans_timed``: every forward and backward kernel call timed), so scan share =
+kernel time / step time and rest = step − kernel time, with no profiler. The torch reference's
+scan time (``full``) is its step time minus that rest. Without a compiled backend the rest is the
+step with the scans stubbed (``b + 0*a``). Every model and variant is timed in turn within each
+round, so machine load hits them alike and the ×LRU ratios are side by side.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
-from collections.abc import Callable
+import statistics
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,10 +32,19 @@ import torch.nn.functional as F
 
 from ablate.models.network import Network, build_model
 from ablate.ops import scan as scan_mod
-from ablate.ops.bench import console, forced_backend, print_scans, run_scans, scans_stubbed, time_interleaved
+from ablate.ops.bench import (
+    ScanClock,
+    console,
+    forced_backend,
+    print_scans,
+    run_scans,
+    scans_stubbed,
+    scans_timed,
+)
 from ablate.spec import ModelSpec
 from ablate.tasks.base import TaskInfo
 
+ROTRNN = {"family": "linear_rnn", "parameterisation": "rotation"}
 LAYER_SPECS: dict[str, dict[str, Any]] = {
     "minGRU": {"family": "mingru"},
     "LRU": {
@@ -37,8 +53,13 @@ LAYER_SPECS: dict[str, dict[str, Any]] = {
         "normalisation": "gamma",
         "init": {"scheme": "ring"},
     },
-    "RotRNN": {"family": "linear_rnn", "parameterisation": "rotation"},
+    "RotRNN": ROTRNN,  # heads = 1: one 128 × 128 basis per layer
+    "RotRNN h=4": {**ROTRNN, "heads": 4},
+    "RotRNN h=32": {**ROTRNN, "heads": 32},
 }
+DEFAULT_LENGTHS = (1024, 4096)
+FULL_LENGTHS = (256, 1024, 4096, 16384)
+LAYER_CONFIG = {"seq_len": 1024, "batch": 32, "d_model": 128, "state": 128, "layers": 4}
 
 
 @dataclass
@@ -50,7 +71,8 @@ class StepRow:
     scan_ms: float
     rest_ms: float
     scan_share: float
-    speedup: float  # over the reference backend
+    speedup: float  # over the torch reference backend; nan where it was not run
+    vs_lru: float  # ms / the LRU's ms for the same what and backend
 
 
 def _build(model: str, d_model: int, state: int, layers: int, L: int, device: torch.device) -> Network:
@@ -87,6 +109,12 @@ def _model_workloads(
     return {"layer": layer_fwd_bwd, "step": train_step}
 
 
+@contextlib.contextmanager
+def _timed_backend(name: str, clock: ScanClock) -> Iterator[None]:
+    with forced_backend(name), scans_timed(clock):
+        yield
+
+
 def bench_layers(
     seq_len: int,
     batch: int,
@@ -96,22 +124,61 @@ def bench_layers(
     device: torch.device,
     repeats: int,
     log: Callable[[str], None],
+    reference: bool = False,
+    models: tuple[str, ...] = tuple(LAYER_SPECS),
 ) -> list[StepRow]:
+    """Layer and step rows for every model; ``reference`` adds the torch backend (slow on CPU)."""
     compiled = [n for n in scan_mod.available_backends(device) if n != "torch"]
-    variants: dict[str, Callable[[], contextlib.AbstractContextManager]] = {"rest": scans_stubbed}
-    for name in [*compiled, "torch"]:
-        variants[name] = lambda name=name: forced_backend(name)
+    clock = ScanClock(device)
+    variants: dict[str, Callable[[], contextlib.AbstractContextManager]] = {}
+    for name in compiled:
+        variants[name] = lambda name=name: _timed_backend(name, clock)
+    if reference or not compiled:
+        variants["torch"] = lambda: forced_backend("torch")
+    if not compiled:  # nothing to time the kernels of: the rest is the stubbed step
+        variants["rest"] = scans_stubbed
+    log(f"  building {len(models)} models")
+    workloads = {(what, m): fn for m in models
+                 for what, fn in _model_workloads(m, seq_len, batch, d_model, state, layers, device).items()}
+    totals: dict[tuple[str, str, str], list[float]] = {}
+    scans: dict[tuple[str, str, str], list[float]] = {}
+    for r in range(repeats + 1):  # round 0 warms up (numba dispatch, allocator, caches)
+        log(f"  round {r}/{repeats}" + (" (warm-up)" if r == 0 else ""))
+        for (what, model), fn in workloads.items():
+            for name, ctx in variants.items():
+                with ctx():
+                    clock.take_ms()
+                    t0 = time.perf_counter()
+                    fn()
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    ms = 1e3 * (time.perf_counter() - t0)
+                    kernel = clock.take_ms()
+                if r:
+                    totals.setdefault((what, model, name), []).append(ms)
+                    scans.setdefault((what, model, name), []).append(kernel)
     rows = []
-    for model_name in LAYER_SPECS:
-        workloads = _model_workloads(model_name, seq_len, batch, d_model, state, layers, device)
-        for what, fn in workloads.items():
-            log(f"  {what:5s} {model_name}")
-            ms = time_interleaved(fn, variants, repeats, device)
-            rest = ms.pop("rest")
-            for name, t in ms.items():
-                scan_t = max(t - rest, 0.0)
-                rows.append(StepRow(what, model_name, name, t, scan_t, rest, scan_t / t, ms["torch"] / t))
+    for (what, model) in workloads:
+        med = {name: statistics.median(totals[(what, model, name)]) for name in variants}
+        if compiled:
+            first = compiled[0]
+            rest = statistics.median(t - k for t, k in zip(totals[(what, model, first)],
+                                                            scans[(what, model, first)], strict=True))
+        else:
+            rest = med.pop("rest")
+        for name, t in med.items():
+            scan_t = statistics.median(scans[(what, model, name)]) if name in compiled else max(t - rest, 0.0)
+            row_rest = t - scan_t if name in compiled else rest
+            speedup = med["torch"] / t if "torch" in med else math.nan
+            rows.append(StepRow(what, model, name, t, scan_t, row_rest, scan_t / t, speedup, math.nan))
+    lru = {(r.what, r.backend): r.ms for r in rows if r.model == "LRU"}
+    for row in rows:
+        row.vs_lru = row.ms / lru[(row.what, row.backend)] if (row.what, row.backend) in lru else math.nan
     return rows
+
+
+def _fmt(x: float, spec: str, unit: str = "") -> str:
+    return "–" if math.isnan(x) else f"{x:{spec}}{unit}"
 
 
 def print_layers(result: dict[str, Any], out: Any) -> None:
@@ -124,29 +191,51 @@ def print_layers(result: dict[str, Any], out: Any) -> None:
             title=(
                 f"Layers (one recurrent layer fwd+bwd) and training steps of a {lc['layers']}-layer "
                 f"model, d_model {lc['d_model']}, state {lc['state']}, L={lc['seq_len']}, "
-                f"batch {lc['batch']}"
+                f"batch {lc['batch']}; load average {result['load_average']:.1f}"
             ),
             title_justify="left",
         )
-        for col in ("what", "model", "backend", "ms", "scan ms", "rest ms", "scan share", "speedup"):
+        for col in ("what", "model", "backend", "ms", "scan ms", "rest ms", "scan share", "×LRU", "speedup"):
             t.add_column(col, justify="left" if col in ("what", "model", "backend") else "right")
         for r in result["layers"]:
             t.add_row(
                 r["what"], r["model"], r["backend"], f"{r['ms']:.1f}", f"{r['scan_ms']:.1f}",
-                f"{r['rest_ms']:.1f}", f"{100 * r['scan_share']:.0f}%", f"{r['speedup']:.1f}×",
+                f"{r['rest_ms']:.1f}", f"{100 * r['scan_share']:.0f}%", _fmt(r["vs_lru"], ".2f", "×"),
+                _fmt(r["speedup"], ".1f", "×"),
             )  # fmt: skip
         out.print(t)
-        out.print("scan ms = step ms − rest ms, rest = the same step with the scan replaced by b + 0·a.")
+        out.print(
+            "scan ms = the scan kernels' own time inside the layer or step (every forward and backward "
+            "call timed); rest ms = ms − scan ms; ×LRU = ms / the LRU's, measured in the same rounds; "
+            "speedup = over the torch reference backend (--full)."
+        )
+        for line in _targets(result["layers"]):
+            out.print(line)
     elif result.get("layers_error"):
         out.print(f"[yellow]layer benchmark skipped: {result['layers_error']}[/yellow]")
 
 
+def _targets(rows: list[dict[str, Any]]) -> list[str]:
+    """Issue 19's targets, read off the rows of the first compiled backend."""
+    backend = rows[0]["backend"]
+    mine = [r for r in rows if r["backend"] == backend]
+    steps = [f"{r['model'].removeprefix('RotRNN').strip() or 'h=1'} {r['vs_lru']:.2f}×"
+             for r in mine if r["what"] == "step" and r["model"].startswith("RotRNN")]
+    share = [f"{100 * r['scan_share']:.0f}%" for r in mine if r["what"] == "layer" and r["model"] == "minGRU"]
+    lines = []
+    if steps:
+        lines.append(f"RotRNN step / LRU step ({backend}; target ≤ 1.3×): " + ", ".join(steps))
+    if share:
+        lines.append(f"minGRU layer scan share ({backend}; target ≤ 20%): {share[0]}")
+    return lines
+
+
 def run_bench(
-    lengths: tuple[int, ...] = (256, 1024, 4096, 16384),
+    lengths: tuple[int, ...] | None = None,
     batch: int = 16,
     channels: int = 256,
     kinds: tuple[str, ...] = ("real", "complex", "log"),
-    repeats: int = 5,
+    repeats: int | None = None,
     layers: bool = True,
     layer_config: dict[str, int] | None = None,
     device: str = "cpu",
@@ -154,35 +243,45 @@ def run_bench(
     copy_bytes: int | None = None,
     verbose: bool = True,
     print_tables: bool = True,
+    full: bool = False,
 ) -> dict[str, Any]:
     """Run the scan, layer and step benchmarks; print and return.
 
-    ``layer_config`` overrides seq_len=1024, batch=32, d_model=128, state=128, layers=4.
-    ``copy_bytes`` sizes the bandwidth probe (default: one scan input at L=4096, at least 64 MB).
+    Default: lengths 1024 and 4096, 3 rounds, compiled backends only in the layer table (under a
+    minute on 2 CPU cores). ``full``: lengths 256 … 16384, 5 rounds, and the torch reference
+    backend in the layer table too. ``layer_config`` overrides seq_len=1024, batch=32,
+    d_model=128, state=128, layers=4. ``copy_bytes`` sizes the bandwidth probe (default: one scan
+    input at L=4096, at least 64 MB).
     """
     dev = torch.device(device)
+    lengths = lengths or (FULL_LENGTHS if full else DEFAULT_LENGTHS)
+    repeats = repeats or (5 if full else 3)
 
     def log(msg: str) -> None:
         if verbose:
             print(msg, flush=True)
 
+    started = time.perf_counter()
     result = run_scans(lengths, batch, channels, kinds, repeats, device, tune_alloc, copy_bytes, log)
     if layers:
-        lc = {"seq_len": 1024, "batch": 32, "d_model": 128, "state": 128, "layers": 4}
-        lc.update(layer_config or {})
+        lc = {**LAYER_CONFIG, **(layer_config or {})}
         result["layer_config"] = lc
         try:
-            rows = bench_layers(device=dev, repeats=repeats, log=log, **lc)
+            rows = bench_layers(device=dev, repeats=repeats, log=log, reference=full, **lc)
             result["layers"] = [asdict(r) for r in rows]
         except Exception as exc:  # a layer that fails to build or run: keep the scan table
             result["layers_error"] = f"{type(exc).__name__}: {exc}"
         result["load_average"] = max(result["load_average"], os.getloadavg()[0])
+    result["seconds"] = time.perf_counter() - started
     if print_tables:
         out = console()
         print_scans(result, out)
         print_layers(result, out)
+        out.print(f"ablate bench took {result['seconds']:.0f} s" + ("" if full else " (--full: the longer sweep)"))
     return result
 
 
 if __name__ == "__main__":
-    run_bench()
+    import sys
+
+    run_bench(full="--full" in sys.argv[1:])

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate.models.recurrent import MODES, RecurrentLayer, head_norms, pack
-from ablate.ops.scan import log_scan
+from ablate.models.recurrent import RecurrentLayer, head_norms, pack
+from ablate.ops.scan import log_scan, widened
 
 
 def g(x: torch.Tensor) -> torch.Tensor:
@@ -32,6 +32,7 @@ class MinRNN(RecurrentLayer):
     """Shared body: subclasses give the log-space and the direct gates (a_t, b_t-weight)."""
 
     n_gates = 1
+    modes = ("scan", "sequential")  # the log-space scan, or the recurrence stepped directly
 
     def __init__(self, d_model: int, state_dim: int):
         super().__init__()
@@ -39,7 +40,6 @@ class MinRNN(RecurrentLayer):
         # One matmul for the gates and the candidate: [k_1 … k_g, h̃].
         self.proj = nn.Linear(d_model, (self.n_gates + 1) * state_dim)
         self.out = nn.Identity() if state_dim == d_model else nn.Linear(state_dim, d_model, bias=False)
-        self.mode = "scan"
 
     def log_coefficients(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log a, log of the candidate's weight) from the gate pre-activations k (..., gates, N)."""
@@ -61,17 +61,17 @@ class MinRNN(RecurrentLayer):
         h0: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """h0, if given, must be positive (as every state of this recurrence is)."""
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
         k, cand = self._split(u)
         if self.mode == "sequential":
-            a, w = self.coefficients(k)
-            h = torch.zeros_like(cand[:, 0]) if h0 is None else h0
+            # carried in float32 for half precision, as the log scan computes (``widened``)
+            wide = widened(cand.dtype)
+            a, w = (c.to(wide) for c in self.coefficients(k))
+            h = torch.zeros_like(cand[:, 0], dtype=wide) if h0 is None else h0.to(wide)
             out = []
-            for a_t, w_t, c_t in zip(a.unbind(1), w.unbind(1), g(cand).unbind(1), strict=True):
+            for a_t, w_t, c_t in zip(a.unbind(1), w.unbind(1), g(cand).to(wide).unbind(1), strict=True):
                 h = a_t * h + w_t * c_t
                 out.append(h)
-            h = torch.stack(out, 1)
+            h = torch.stack(out, 1).to(cand.dtype)
         else:
             log_a, log_w = self.log_coefficients(k)
             # A zero h0 (initial_state) contributes exp(−69) ≈ 0: the clamp keeps log and grad finite.
@@ -82,12 +82,14 @@ class MinRNN(RecurrentLayer):
 
     def step(self, u_t: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k, cand = self._split(u_t)
+        wide = widened(state.dtype)
         a, w = self.coefficients(k)
-        h = a * state + w * g(cand)
-        return self.out(h), h
+        h = (a.to(wide) * state.to(wide) + w.to(wide) * g(cand).to(wide)).to(state.dtype)
+        return self.out(h.to(cand.dtype)), h
 
     def initial_state(self, batch: int) -> torch.Tensor:
-        return torch.zeros(batch, self.state_dim, device=self.proj.weight.device)
+        W = self.proj.weight
+        return torch.zeros(batch, self.state_dim, dtype=W.dtype, device=W.device)
 
 
 class MinGRU(MinRNN):

@@ -21,6 +21,7 @@ from ablate.models.recurrent import LinearRecurrence, RecurrentLayer
 
 if TYPE_CHECKING:
     from ablate.spec import ModelSpec
+    from ablate.tasks.base import TaskInfo
 
 PAD = 0  # token id reserved for padding (ablate.tasks.base.PAD); pooling skips it
 
@@ -105,25 +106,26 @@ def last_pool(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 # --- families: a spec → one recurrent layer ------------------------------------------------------
 
 
-def recurrent_layer(spec: ModelSpec) -> RecurrentLayer:
+def recurrent_layer(spec: ModelSpec, horizon: int) -> RecurrentLayer:
     """One recurrent layer of the spec's family: the composed linear recurrence takes the layer
-    factors; every other family (registry.FAMILIES) is built from the sizes alone."""
+    factors and the ``horizon`` (the task's sequence length); every other family
+    (registry.FAMILIES) is built from the sizes alone."""
     layer = registry.FAMILIES.load(spec.family)
     if issubclass(layer, LinearRecurrence):
         return layer(spec.d_model, spec.state_dim, spec.heads, spec.parameterisation, spec.normalisation,
-                     spec.nonlinearity, spec.init)
+                     spec.nonlinearity, spec.init, horizon)
     return layer(spec.d_model, spec.state_dim)
 
 
 class Block(nn.Module):
     """Pre-norm residual block; bidirectional runs a second layer on the reversed sequence and sums."""
 
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, horizon: int):
         super().__init__()
         d = spec.d_model
         self.norm = registry.NORMS.load(spec.norm)(d)
-        self.forward_layer: RecurrentLayer = recurrent_layer(spec)
-        self.backward_layer: RecurrentLayer | None = recurrent_layer(spec) if spec.bidirectional else None
+        self.forward_layer: RecurrentLayer = recurrent_layer(spec, horizon)
+        self.backward_layer: RecurrentLayer | None = recurrent_layer(spec, horizon) if spec.bidirectional else None
         self.activation = registry.ACTIVATIONS.load(spec.activation)(d)
         self.dropout = nn.Dropout(spec.dropout) if spec.dropout > 0 else nn.Identity()  # p = 0 still copies
 
@@ -152,7 +154,7 @@ class Block(nn.Module):
 class Network(nn.Module):
     """Encoder → ``layers`` blocks → pooled (classification) or per-step decoder."""
 
-    def __init__(self, spec: ModelSpec, task: Any):
+    def __init__(self, spec: ModelSpec, task: TaskInfo):
         super().__init__()
         d = spec.d_model
         self.input_kind = task.input_kind
@@ -165,7 +167,7 @@ class Network(nn.Module):
             raise ValueError(f"unknown input_kind {task.input_kind!r}; valid: tokens, continuous")
         if self.output_kind not in ("classification", "per_step"):
             raise ValueError(f"unknown output_kind {task.output_kind!r}; valid: classification, per_step")
-        self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.layers))
+        self.blocks = nn.ModuleList(Block(spec, task.seq_len) for _ in range(spec.layers))
         self.pool = registry.POOLINGS.load(spec.pooling)
         self.decoder = nn.Linear(d, task.num_classes)
 
@@ -187,9 +189,10 @@ class Network(nn.Module):
         return [layer for block in self.blocks for layer in block.layers()]
 
     def set_mode(self, mode: str) -> None:
-        """'scan' (default), 'conv' or 'sequential' for every recurrent layer that has modes."""
+        """'scan' (default), 'conv' or 'sequential' for every recurrent layer that has modes; a
+        layer with modes but not this one raises (ValueError naming its modes)."""
         for layer in self.recurrent_layers():
-            if hasattr(layer, "mode"):
+            if layer.modes:
                 layer.mode = mode
 
     def param_groups(self, lr: float, recurrent_lr_factor: float, weight_decay: float) -> list[dict]:
@@ -209,6 +212,8 @@ class Network(nn.Module):
         return [{"name": k, "params": v, **settings[k]} for k, v in groups.items() if v]
 
 
-def build_model(model: ModelSpec, task: Any) -> Network:
-    """A ``Network`` for ``model`` (an ``ablate.spec.ModelSpec``, or anything with all its fields)."""
+def build_model(model: ModelSpec, task: TaskInfo) -> Network:
+    """A ``Network`` for ``model`` (an ``ablate.spec.ModelSpec``, or anything with all its fields)
+    and ``task`` (an ``ablate.tasks.base.TaskInfo``, or anything with the fields the network reads:
+    input_kind, vocab_size, input_dim, num_classes, output_kind, seq_len)."""
     return Network(model, task)

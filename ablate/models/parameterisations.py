@@ -21,6 +21,9 @@ import torch
 from torch import nn
 
 from ablate.models.inits import InitScheme
+from ablate.ops.expm import skew_expm
+from ablate.ops.scan import widened
+from ablate.ops.serial import serial
 
 
 @dataclass
@@ -31,6 +34,8 @@ class System:
     ``B`` (N, d), ``C`` (d, N): real, in the scan basis, normalisation already applied to B.
     ``P`` (H, n, n): the natural state of head h is x^h = P_h z^h; None when the bases coincide.
     ``A`` (N, N): natural-basis matrix, set only by parameterisations that have no scan (dense).
+    ``log_mag``: log |λ| per entry of ``lam`` from the stored parameters (log γ_h, −exp(ν)), for
+    the closed forms near |λ| = 1, where |λ| read back from a complex64 λ is off by ~1e-7.
     """
 
     lam: torch.Tensor | None
@@ -39,26 +44,32 @@ class System:
     D: torch.Tensor
     P: torch.Tensor | None = None
     A: torch.Tensor | None = None
+    log_mag: torch.Tensor | None = None
 
     @property
     def complex_modes(self) -> bool:
         return self.lam is not None and self.lam.is_complex()
 
     def natural(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(A, B, C) as real matrices in the natural basis: what a sequential loop iterates."""
+        """(A, B, C) as real matrices in the natural basis: what a sequential loop iterates.
+
+        A is in the dtype the recurrence is carried in (``widened``: float32 for a half-precision
+        layer, whose bf16 A would round γ = 0.999 to 1), B and C in the layer's dtype."""
+        wide = widened(self.B.dtype)
         if self.A is not None:
-            return self.A, self.B, self.C
+            return self.A.to(wide), self.B, self.C
         assert self.lam is not None
         if self.complex_modes:
             re, im = self.lam.real, self.lam.imag
             blocks = torch.stack([torch.stack([re, -im], -1), torch.stack([im, re], -1)], -2)  # r·R(θ)
-            A = torch.block_diag(*blocks.unbind(0))
+            A = torch.block_diag(*blocks.unbind(0)).to(wide)
         else:
-            A = torch.diag(self.lam)
+            A = torch.diag(self.lam.to(wide))
         B, C = self.B, self.C
         if self.P is not None:
             P = torch.block_diag(*self.P.unbind(0))
-            A, B, C = P @ A @ P.T, P @ B, C @ P.T
+            Pw = P.to(wide)
+            A, B, C = Pw @ A @ Pw.T, P @ B, C @ P.T
         return A, B, C
 
 
@@ -92,6 +103,12 @@ class Parameterisation(nn.Module):
         """(H,) stationary E‖x^h‖² under white unit-variance input with no normalisation."""
         raise NotImplementedError
 
+    def head_xi(self, horizon: int) -> torch.Tensor:
+        """(H,) ξ_h: the input scale that makes head h's state power under white unit-variance
+        input 1 (docs/science.md §3.1). Here the stationary power's −1/2: for a rotation head
+        the power is then 1 at every step from a stationary start, whatever the horizon."""
+        return torch.rsqrt(self.head_gain())
+
     def system(self, scale: torch.Tensor | None) -> System:
         """The system of this pass; ``scale`` (units,) multiplies each unit's rows of B."""
         raise NotImplementedError
@@ -107,6 +124,12 @@ class Parameterisation(nn.Module):
     def head_decay(self) -> torch.Tensor:
         """(H,) largest |eigenvalue| per head: the slowest mode's decay."""
         return self.eigenvalues().detach().abs().view(self.heads, -1).amax(1)
+
+
+def polar_modes(log_mag: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
+    """λ = exp(log|λ| + i·phase); from half-precision parameters in complex64 (torch has no
+    bf16 complex dtype, and no exp for complex32)."""
+    return torch.exp(torch.complex(log_mag.to(widened(log_mag.dtype)), phase.to(widened(phase.dtype))))
 
 
 def one_minus_mag_sq(log_mag: torch.Tensor) -> torch.Tensor:
@@ -156,11 +179,27 @@ class Rotation(Parameterisation):
     def basis(self) -> torch.Tensor:
         """(H, n, n) P_h = expm(M_h − M_hᵀ): orthogonal with det +1.
 
-        Evaluated in float64 (cheap: H small n×n matrices): a float32 expm of a skew matrix with
-        N(0,1) entries is orthogonal only to ~2e-6, which the modes' 1e-5 agreement cannot afford.
+        ``skew_expm`` computes it in complex128 from one Hermitian eigendecomposition, with the
+        exact Daleckii–Krein backward: orthogonal to float32 rounding, where a float32 matrix_exp
+        of a skew matrix with N(0,1) entries reaches only ~2e-6 (the modes' 1e-5 agreement cannot
+        afford that), and at a fraction of a float64 matrix_exp's cost.
+
+        Where no graph is recorded (probes, evaluation, ``step``, a fixed identity basis) P is
+        computed once for as long as M is unchanged and shared by every call; with autograd on,
+        each forward builds its own, once, in ``system``.
         """
-        skew = self.M - self.M.transpose(-1, -2)
-        return torch.linalg.matrix_exp(skew.double()).to(self.M.dtype)
+        M = self.M
+        if torch.is_grad_enabled() and M.requires_grad:
+            return skew_expm(_skew(M))
+        # Same tensor object, same storage, not modified in place since (optimiser steps,
+        # load_state_dict and copy_ all bump _version): the cached P is still this M's.
+        key = (M.data_ptr(), M._version, M.dtype, M.device, M.shape)
+        cached = self.__dict__.get("_basis_cache")
+        if cached is None or cached[0] is not M or cached[1] != key:
+            with torch.no_grad():
+                cached = (M, key, skew_expm(_skew(M)))
+            self.__dict__["_basis_cache"] = cached
+        return cached[2]
 
     def state_matrices(self) -> torch.Tensor:
         """(H, n, n) A_h = γ_h P_h Θ_h P_hᵀ (without the ξ input scale)."""
@@ -178,18 +217,32 @@ class Rotation(Parameterisation):
         b_sq = self.B.view(self.heads, self.n, self.d_model).square().sum((1, 2))
         return b_sq / one_minus_mag_sq(self.log_gamma())
 
-    def system(self, scale: torch.Tensor | None) -> System:
+    def _rotate(self, B: torch.Tensor, C: torch.Tensor, P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Pᵀ B, C P) in the scan basis, head by head."""
         H, n, d = self.heads, self.n, self.d_model
-        P = self.basis()
-        Bz = torch.einsum("hij,hid->hjd", P, self.B.view(H, n, d)).reshape(self.state_dim, d)  # Pᵀ B
-        Cz = torch.einsum("ehi,hij->ehj", self.C.view(d, H, n), P).reshape(d, self.state_dim)  # C P
+        Bz = torch.einsum("hij,hid->hjd", P, B.view(H, n, d)).reshape(self.state_dim, d)
+        Cz = torch.einsum("ehi,hij->ehj", C.view(d, H, n), P).reshape(d, self.state_dim)
+        return Bz, Cz
+
+    def system(self, scale: torch.Tensor | None) -> System:
+        # P, Pᵀ B and C P are a few small products: on one CPU thread, backward included
+        # (ops.serial), where a busy machine made torch's thread pool wait 18 ms a product.
+        if torch.is_grad_enabled() and self.M.requires_grad:
+            def basis_io(M: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                P = skew_expm(_skew(M))
+                return (P, *self._rotate(B, C, P))
+
+            P, Bz, Cz = serial(basis_io, self.M, self.B, self.C)
+        else:
+            P = self.basis()
+            Bz, Cz = serial(lambda B, C: self._rotate(B, C, P), self.B, self.C)
         if scale is not None:
             Bz = Bz * scale.repeat_interleave(2)[:, None]
-        lam = torch.exp(torch.complex(self.unit_log_magnitude(), self.theta.flatten()))
-        return System(lam, Bz, Cz, self.D, P)
+        log_mag = self.unit_log_magnitude()
+        return System(polar_modes(log_mag, self.theta.flatten()), Bz, Cz, self.D, P, log_mag=log_mag)
 
     def eigenvalues(self) -> torch.Tensor:
-        lam = torch.exp(torch.complex(self.unit_log_magnitude(), self.theta.flatten()))
+        lam = polar_modes(self.unit_log_magnitude(), self.theta.flatten())
         return torch.cat([lam, lam.conj()])
 
 
@@ -221,7 +274,7 @@ class ComplexDiagonal(Parameterisation):
         return -torch.exp(self.nu_log)
 
     def lam(self) -> torch.Tensor:
-        return torch.exp(torch.complex(self.unit_log_magnitude(), torch.exp(self.theta_log)))
+        return polar_modes(self.unit_log_magnitude(), torch.exp(self.theta_log))
 
     def head_gain(self) -> torch.Tensor:
         # Modes of a group have their own |λ|: sum each mode's stationary power
@@ -234,7 +287,8 @@ class ComplexDiagonal(Parameterisation):
         if scale is not None:
             B = B * scale.repeat_interleave(2)[:, None]
         C = torch.stack([self.C_re, -self.C_im], -1).reshape(self.d_model, self.state_dim)
-        return System(self.lam(), B, C, self.D)
+        log_mag = self.unit_log_magnitude()
+        return System(polar_modes(log_mag, torch.exp(self.theta_log)), B, C, self.D, log_mag=log_mag)
 
     def eigenvalues(self) -> torch.Tensor:
         return self.lam()
@@ -264,10 +318,12 @@ class RealDiagonal(Parameterisation):
 
     def system(self, scale: torch.Tensor | None) -> System:
         B = self.B if scale is None else self.B * scale[:, None]
-        return System(torch.exp(self.unit_log_magnitude()), B, self.C, self.D)
+        log_mag = self.unit_log_magnitude()
+        return System(torch.exp(log_mag), B, self.C, self.D, log_mag=log_mag)
 
     def eigenvalues(self) -> torch.Tensor:
         mag = torch.exp(self.unit_log_magnitude())
+        mag = mag.to(widened(mag.dtype))
         return torch.complex(mag, torch.zeros_like(mag))
 
 
@@ -276,7 +332,9 @@ class Dense(Parameterisation):
 
     Initialised like a rotation layer in a random basis (A_h = γ_h Q Θ Qᵀ), then free to leave the
     orthogonal family. A normalisation unit is a head: its "magnitude" is the RMS singular value
-    ‖A_h‖_F/√n (γ_h at init), and ξ uses the stationary power from the discrete Lyapunov sum.
+    ‖A_h‖_F/√n (γ_h at init). ξ normalises the state power at the task's sequence length (the
+    horizon), which stays finite when A_h leaves the unit disc; the stationary power (probes) is
+    the discrete Lyapunov sum, infinite past spectral radius 1.
     """
 
     sequential_only = True
@@ -295,7 +353,7 @@ class Dense(Parameterisation):
                 for ci, si in zip(c, s, strict=True)
             ]
             block = torch.block_diag(*rot, *([torch.ones(1, 1)] if n % 2 else []))
-            q = torch.eye(n) if init.identity_basis else torch.linalg.matrix_exp(_skew(torch.randn(n, n)))
+            q = torch.eye(n) if init.identity_basis else skew_expm(_skew(torch.randn(n, n)))
             blocks.append(gamma[h] * q @ block @ q.T)
         self.A = nn.Parameter(torch.stack(blocks))
         b_std, c_std = init.io_std(d_model, state_dim)
@@ -309,20 +367,27 @@ class Dense(Parameterisation):
     def unit_log_magnitude(self) -> torch.Tensor:
         return 0.5 * torch.log(self.A.square().sum((1, 2)) / self.n)
 
-    def head_gain(self) -> torch.Tensor:
+    def _input_covariance(self) -> torch.Tensor:
         Bh = self.B.view(self.heads, self.n, self.d_model)
-        S, Ak = Bh @ Bh.transpose(1, 2), self.A
-        for _ in range(self.lyapunov_doublings):  # S ← S + A^k S A^kᵀ, A^k ← (A^k)²: Σ_t A^t BBᵀ A^tᵀ
-            S = S + Ak @ S @ Ak.transpose(1, 2)
-            Ak = Ak @ Ak
-        return torch.diagonal(S, dim1=1, dim2=2).sum(1)
+        return Bh @ Bh.transpose(1, 2)
+
+    def head_gain(self) -> torch.Tensor:
+        """Σ_{t<2^16} tr A^t BBᵀ A^tᵀ per head where the spectral radius is below 1, else inf."""
+        gain = torch.exp(log_state_power(self.A, self._input_covariance(), 1 << self.lyapunov_doublings))
+        radius = torch.linalg.eigvals(self.A.detach().double()).abs().amax(-1)
+        return torch.where(radius.to(gain.device) < 1, gain, torch.full_like(gain, float("inf")))
+
+    def head_xi(self, horizon: int) -> torch.Tensor:
+        """(E‖x_L^h‖² from x_0 = 0 at L = horizon)^(−1/2): finite for every A. It equals the
+        stationary ξ up to a factor 1 + O(ρ^{2L}) where that exists (docs/science.md §3.1)."""
+        return torch.exp(-0.5 * log_state_power(self.A, self._input_covariance(), horizon))
 
     def system(self, scale: torch.Tensor | None) -> System:
         B = self.B if scale is None else self.B * scale.repeat_interleave(self.n)[:, None]
         return System(None, B, self.C, self.D, A=torch.block_diag(*self.A.unbind(0)))
 
     def eigenvalues(self) -> torch.Tensor:
-        return torch.linalg.eigvals(self.A.detach()).flatten()
+        return torch.linalg.eigvals(self.A.detach().to(widened(self.A.dtype))).flatten()
 
     def modes(self, system: System) -> tuple[torch.Tensor, torch.Tensor]:
         """All n eigenvalues of each head's block (no diagonal form to read them from), in float64."""
@@ -332,3 +397,45 @@ class Dense(Parameterisation):
 
 def _skew(m: torch.Tensor) -> torch.Tensor:
     return m - m.transpose(-1, -2)
+
+
+def log_state_power(A: torch.Tensor, Q: torch.Tensor, horizon: int) -> torch.Tensor:
+    """(H,) log tr Σ_{t<horizon} A_h^t Q_h A_h^tᵀ for A, Q (H, n, n), Q symmetric PSD: E‖x_L‖²
+    at L = horizon from x_0 = 0 when x_t = A x_{t−1} + w_t, Cov w_t = Q (a Lyapunov sum).
+
+    Binary powering: ⌈log₂ L⌉ rounds of a few n×n products. Every matrix is held as
+    exp(scale) · (a matrix of largest entry 1) with its log scale apart, so a head past the unit
+    circle, whose sum grows like ρ^{2L}, gives a large finite log and never inf or NaN. The scales
+    are constants to autograd (the value represented is the same function), so gradients are exact.
+    """
+    if horizon < 1:
+        raise ValueError(f"log_state_power: horizon must be at least 1, got {horizon}")
+    tiny = torch.finfo(A.dtype).tiny
+
+    def unit(X: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        m = X.detach().abs().amax((-2, -1)).clamp_min(tiny)
+        return X / m[:, None, None], scale + m.log()
+
+    def add(X: torch.Tensor, x: torch.Tensor, Y: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = torch.maximum(x, y)  # exp(x) X + exp(y) Y = exp(c) (X e^{x−c} + Y e^{y−c})
+        return unit(X * (x - c).exp()[:, None, None] + Y * (y - c).exp()[:, None, None], c)
+
+    zero = A.new_zeros(A.shape[0])
+    S, s = unit(Q, zero)  # Σ_{t<m} A^t Q A^tᵀ for m = 2^k
+    Am, a = unit(A, zero)  # A^m
+    total: tuple[torch.Tensor, torch.Tensor] | None = None
+    offset: tuple[torch.Tensor, torch.Tensor] | None = None  # A^(the lower set bits of L)
+    k = horizon
+    while True:
+        if k & 1:  # the block of terms [offset, offset + m): A^offset S_m A^offsetᵀ
+            term = (S, s) if offset is None else unit(offset[0] @ S @ offset[0].mT, s + 2 * offset[1])
+            total = term if total is None else add(*total, *term)
+            offset = (Am, a) if offset is None else unit(offset[0] @ Am, offset[1] + a)
+        k >>= 1
+        if not k:
+            break
+        S, s = add(S, s, *unit(Am @ S @ Am.mT, s + 2 * a))
+        Am, a = unit(Am @ Am, 2 * a)
+    assert total is not None
+    T, t = total
+    return t + torch.diagonal(T, dim1=-2, dim2=-1).sum(-1).log()

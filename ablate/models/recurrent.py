@@ -28,13 +28,13 @@ from torch import nn
 
 from ablate.models import registry
 from ablate.models.inits import make_init
-from ablate.models.parameterisations import System
-from ablate.ops.scan import linear_scan
+from ablate.models.parameterisations import System, one_minus_mag_sq
+from ablate.ops.scan import linear_scan, widened
 
 if TYPE_CHECKING:
     from ablate.spec import InitSpec
 
-MODES = ("scan", "conv", "sequential")
+MODES = ("scan", "conv", "sequential")  # every mode any layer has; each layer declares its own
 
 
 def _no_modes() -> torch.Tensor:
@@ -68,11 +68,27 @@ class Dynamics:
 
 
 class RecurrentLayer(nn.Module):
-    """Interface of a recurrent layer: (B, L, d_model) → (B, L, d_model), with a carried state."""
+    """Interface of a recurrent layer: (B, L, d_model) → (B, L, d_model), with a carried state.
+
+    ``modes``: the ways this layer can compute its forward pass, the first being the default;
+    setting ``mode`` to anything else raises. Empty for a layer with one fixed computation.
+    """
 
     heads: int = 1
     state_dim: int
     d_model: int
+    modes: tuple[str, ...] = ()
+
+    @property
+    def mode(self) -> str:
+        return self.__dict__.get("_mode") or (self.modes[0] if self.modes else "")
+
+    @mode.setter
+    def mode(self, mode: str) -> None:
+        if mode not in self.modes:
+            valid = ", ".join(self.modes) if self.modes else "none (one fixed computation)"
+            raise ValueError(f"{type(self).__name__} has no mode {mode!r}; its modes: {valid}")
+        self.__dict__["_mode"] = mode
 
     def forward(
         self,
@@ -88,6 +104,7 @@ class RecurrentLayer(nn.Module):
         raise NotImplementedError
 
     def initial_state(self, batch: int) -> Any:
+        """The zero state for ``batch`` sequences, in the layer's dtype and on its device."""
         raise NotImplementedError
 
     def eigenvalues(self) -> torch.Tensor:
@@ -105,6 +122,13 @@ class RecurrentLayer(nn.Module):
         """This pass's ``Dynamics``: the theory curve over ``length`` steps (None: no theory) and,
         with ``spectrum``, the modes, decays and input scales. Here: none (input-dependent)."""
         return Dynamics()
+
+
+def _log_magnitude(mats: System) -> torch.Tensor:
+    """log |λ| of the system's scan modes: from the stored parameters where the parameterisation
+    gives them (exact near |λ| = 1), else read back from λ."""
+    assert mats.lam is not None
+    return mats.log_mag if mats.log_mag is not None else mats.lam.abs().log()
 
 
 def pack(y: torch.Tensor, states: torch.Tensor | None, norms: torch.Tensor | None) -> Any:
@@ -137,7 +161,13 @@ def powers(lam: torch.Tensor, length: int) -> torch.Tensor:
 
 
 def conv_scan(lam: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
-    """Same result as ``linear_scan(lam, b, h0)`` for a time-invariant lam: FFT convolution."""
+    """Same result as ``linear_scan(lam, b, h0)`` for a time-invariant lam: FFT convolution
+    (half precision computed in float32 and returned in b's dtype, as the scans do)."""
+    dtype = b.dtype
+    if widened(dtype) != dtype:
+        lam, b = lam.to(widened(lam.dtype)), b.to(widened(dtype))
+        h0 = None if h0 is None else h0.to(b.dtype)
+        return conv_scan(lam, b, h0).to(dtype)
     L = b.shape[1]
     kernel = powers(lam, L + 1)  # (L+1, K)
     n = 1 << (2 * L - 1).bit_length()
@@ -155,20 +185,27 @@ def conv_scan(lam: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None = None
 def sequential_loop(
     bu: torch.Tensor, A: torch.Tensor, h0: torch.Tensor | None, act: Callable | None
 ) -> torch.Tensor:
-    """x_t = act(A x_{t-1} + bu_t) for t = 1..L; bu (B, L, N) already holds B̃ u."""
-    x = torch.zeros_like(bu[:, 0]) if h0 is None else h0
+    """x_t = act(A x_{t-1} + bu_t) for t = 1..L; bu (B, L, N) already holds B̃ u.
+
+    The state is carried in A's dtype (``System.natural`` gives half-precision layers a float32
+    A, as the scans compute) and returned in bu's."""
+    dtype = bu.dtype
+    bu = bu.to(A.dtype)
+    x = torch.zeros_like(bu[:, 0]) if h0 is None else h0.to(A.dtype)
     out = []
     for bu_t in bu.unbind(1):  # unbind keeps the backward linear in L
         x = x @ A.T + bu_t
         if act is not None:
             x = act(x)
         out.append(x)
-    return torch.stack(out, 1)
+    return torch.stack(out, 1).to(dtype)
 
 
 class LinearRecurrence(RecurrentLayer):
     """The composed layer: parameterisation × normalisation × heads × nonlinearity, each a level of
-    ``ablate.models.registry``; ``init`` is the scheme's spec (``ablate.spec.RingInit`` / ``RotrnnInit``)."""
+    ``ablate.models.registry``; ``init`` is the scheme's spec (``ablate.spec.RingInit`` / ``RotrnnInit``).
+    ``horizon``: the sequence length it is built for (``TaskInfo.seq_len``), over which ξ normalises
+    a dense head's state power (docs/science.md §3.1)."""
 
     def __init__(
         self,
@@ -179,16 +216,19 @@ class LinearRecurrence(RecurrentLayer):
         normalisation: str,
         nonlinearity: str,
         init: InitSpec,
+        horizon: int,
     ):
         super().__init__()
         param_class = registry.PARAMETERISATIONS.load(parameterisation)
         norm_class = registry.NORMALISATIONS.load(normalisation)
         act: Callable[[torch.Tensor], torch.Tensor] | None = registry.NONLINEARITIES.load(nonlinearity)
         self.param = param_class(d_model, state_dim, heads, make_init(init))
-        self.norm = norm_class(self.param)
+        self.norm = norm_class(self.param, horizon)
+        self.horizon = horizon
         self.act = act
         self.d_model, self.state_dim, self.heads = d_model, state_dim, heads
-        self.mode = "scan"
+
+    modes = MODES  # dense and nonlinear layers run every mode by the sequential loop (``parallel``)
 
     @property
     def parallel(self) -> bool:
@@ -206,8 +246,6 @@ class LinearRecurrence(RecurrentLayer):
         return_norms: bool = False,
         h0: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
         mats = self.system()
         if self.mode == "sequential" or not self.parallel:
             A, B, C = mats.natural()
@@ -234,9 +272,12 @@ class LinearRecurrence(RecurrentLayer):
         assert mats.lam is not None
         if not mats.complex_modes:
             return scan(mats.lam, v, z0)
-        b = torch.view_as_complex(v.view(Bn, L, N // 2, 2))
-        c0 = None if z0 is None else torch.view_as_complex(z0.contiguous().view(Bn, N // 2, 2))
-        return torch.view_as_real(scan(mats.lam, b, c0)).reshape(Bn, L, N)
+        # half precision has no complex dtype here: complex modes run in complex64 (as the scans
+        # would compute them anyway) and the states return in the input's dtype
+        wide = widened(v.dtype)
+        b = torch.view_as_complex(v.to(wide).view(Bn, L, N // 2, 2))
+        c0 = None if z0 is None else torch.view_as_complex(z0.to(wide).contiguous().view(Bn, N // 2, 2))
+        return torch.view_as_real(scan(mats.lam, b, c0)).reshape(Bn, L, N).to(v.dtype)
 
     def _to_scan(self, x: torch.Tensor, P: torch.Tensor | None) -> torch.Tensor:
         """z = Pᵀ x per head, for x (..., N)."""
@@ -256,13 +297,15 @@ class LinearRecurrence(RecurrentLayer):
         """One step of streaming inference; ``state`` is the natural-basis real state (B, N)."""
         mats = self.system()
         A, B, C = mats.natural()
-        x = state @ A.T + u_t @ B.T
+        x = state.to(A.dtype) @ A.T + (u_t @ B.T).to(A.dtype)  # carried as the loop carries it
         if self.act is not None:
             x = self.act(x)
-        return x @ C.T + u_t * mats.D, x
+        x = x.to(state.dtype)
+        return x.to(C.dtype) @ C.T + u_t * mats.D, x
 
     def initial_state(self, batch: int) -> torch.Tensor:
-        return torch.zeros(batch, self.state_dim, device=self.param.D.device)
+        D = self.param.D
+        return torch.zeros(batch, self.state_dim, dtype=D.dtype, device=D.device)
 
     def eigenvalues(self) -> torch.Tensor:
         return self.param.eigenvalues()
@@ -309,7 +352,7 @@ class LinearRecurrence(RecurrentLayer):
         power = mats.B.square().sum(1)
         if mats.complex_modes:
             power = power.view(-1, 2).sum(1)
-        log_mag = mats.lam.abs().log()
+        log_mag = _log_magnitude(mats).to(power.dtype)
         t = torch.arange(1, length + 1, dtype=power.dtype, device=power.device)[:, None]
         e = power * torch.expm1(2 * t * log_mag) / torch.expm1(2 * log_mag)
         return e.view(length, self.heads, -1).sum(-1)
@@ -326,12 +369,14 @@ class LinearRecurrence(RecurrentLayer):
     def _stationary_norms(self, mats: System, scale: torch.Tensor | None) -> torch.Tensor:
         if mats.lam is None:  # dense: the parameterisation's Lyapunov sum, scaled per head
             gain = self.param.head_gain()
-            return gain if scale is None else gain * scale.square()
+            if scale is None:
+                return gain
+            return torch.where(gain.isinf(), gain, gain * scale.square())  # inf, not inf·0 = NaN
         power = mats.B.double().square().sum(1)
         if mats.complex_modes:
             power = power.view(-1, 2).sum(1)
-        mag_sq = mats.lam.abs().double().square()
-        per_unit = torch.where(mag_sq < 1, power / (1 - mag_sq), torch.full_like(power, float("inf")))
+        log_mag = _log_magnitude(mats).double()
+        per_unit = torch.where(log_mag < 0, power / one_minus_mag_sq(log_mag), torch.full_like(power, float("inf")))
         return per_unit.view(self.heads, -1).sum(1)
 
     def recurrent_parameters(self) -> list[nn.Parameter]:

@@ -92,8 +92,10 @@ PARAMETERISATIONS = Registry(
           "LRU: diagonal complex eigenvalues exp(−exp(ν) + i·exp(θ))", modes="complex"),
     Level("real_diagonal", "ablate.models.parameterisations:RealDiagonal",
           "diagonal real eigenvalues exp(−exp(ν)) in (0, 1)", modes="real"),
+    # version 2: ξ normalises the state power at the task's sequence length (finite past the
+    # unit circle, where the stationary ξ went 0·∞); the init's basis by skew_expm
     Level("dense", "ablate.models.parameterisations:Dense",
-          "an unconstrained block per head (sequential only)", modes="real"),
+          "an unconstrained block per head (sequential only)", modes="real", version=2),
 )
 
 NORMALISATIONS = Registry(

@@ -13,6 +13,7 @@ from ablate.ops.scan import (
     log_scan,
     log_scan_reference,
     resolve_backend,
+    widened,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "log_scan_reference",
     "resolve_backend",
     "skew_expm",
+    "widened",
 ]

@@ -12,6 +12,9 @@ Backends (see ``resolve_backend``):
     torch   the reference below: a per-step loop (linear) and Heinsen's cumsum form (log);
             the fallback everywhere, and the yardstick the tests compare the others against
 ``ABLATE_SCAN_BACKEND=torch|numba|triton`` forces one; ``backend=`` forces one per call.
+
+Half precision (bf16, fp16) is computed in float32 on every backend and returned in the caller's
+dtype; ``widened`` says which dtype a recurrence in a given dtype is carried in.
 """
 
 from __future__ import annotations
@@ -36,6 +39,13 @@ _COMPUTE = {
     torch.complex32: torch.complex64,
 }
 _KERNEL_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def widened(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a recurrence in ``dtype`` is carried in: float32 (complex64) for half precision,
+    else ``dtype`` itself. The layers use it for everything the scans do not cover (eigenvalues,
+    the sequential loop), so every mode of a half-precision layer computes the same recurrence."""
+    return _COMPUTE.get(dtype, dtype)
 
 
 # --- references ------------------------------------------------------------------------------

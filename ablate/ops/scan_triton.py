@@ -14,6 +14,11 @@ kernels on CPU tensors (slowly), which is how they can be checked without a GPU.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -322,6 +327,20 @@ def _log_bwd(
 # --- torch-facing wrappers (the same interface as scan_numba) ------------------------------------
 
 
+def _on_its_device(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Launch on the GPU that holds the tensors: Triton launches on the current CUDA device, not
+    the tensors' (a layer on cuda:1 in a process whose current device is cuda:0). CPU tensors
+    (Triton's interpreter) need no guard."""
+
+    @functools.wraps(fn)
+    def launch(first: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        guard = torch.cuda.device(first.device) if first.is_cuda else contextlib.nullcontext()
+        with guard:
+            return fn(first, *args, **kwargs)
+
+    return launch
+
+
 def _grid(b: torch.Tensor) -> tuple[int, int]:
     return b.shape[0], triton.cdiv(b.shape[2], BLOCK_D)
 
@@ -337,6 +356,7 @@ def _real(x: torch.Tensor | None) -> torch.Tensor | None:
     return torch.view_as_real(x) if x is not None and x.is_complex() else x
 
 
+@_on_its_device
 def linear_forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
     out = torch.empty_like(b)
     kernel = _complex_fwd if b.is_complex() else _linear_fwd
@@ -348,6 +368,7 @@ def linear_forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) ->
     return out
 
 
+@_on_its_device
 def linear_backward(
     a: torch.Tensor, h: torch.Tensor, h0: torch.Tensor | None, grad_h: torch.Tensor, need_a: bool
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
@@ -364,6 +385,7 @@ def linear_backward(
     return (reduce_batch(ga, a) if need_a else None), gb, gh0
 
 
+@_on_its_device
 def log_forward(la: torch.Tensor, lb: torch.Tensor, lh0: torch.Tensor | None) -> torch.Tensor:
     out = torch.empty_like(lb)
     B, L, D = lb.shape
@@ -374,6 +396,7 @@ def log_forward(la: torch.Tensor, lb: torch.Tensor, lh0: torch.Tensor | None) ->
     return out
 
 
+@_on_its_device
 def log_backward(
     la: torch.Tensor,
     lb: torch.Tensor,

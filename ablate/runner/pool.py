@@ -44,6 +44,11 @@ def devices(device: str, workers: int) -> list[str]:
     return [device] * workers
 
 
+def thread_env(threads: int) -> dict[str, str]:
+    """The variables torch (OpenMP), MKL and numba read their thread counts from when they load."""
+    return {var: str(threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")}
+
+
 def threads_per_worker(workers: int) -> int:
     """CPU workers share the cores: oversubscribed BLAS/OpenMP threads make everyone slower."""
     return max(1, (os.cpu_count() or 1) // max(1, workers))
@@ -55,8 +60,7 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
     threads = threads_per_worker(len(device_list))
     for device in device_list:
         # Stores go by environment, not argv: a URL's password would show in `ps`.
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-               "NUMBA_NUM_THREADS": str(threads), "ABLATE_STORAGE": stores.storage,
+        env = {**os.environ, **thread_env(threads), "ABLATE_STORAGE": stores.storage,
                "ABLATE_TRACKING_URI": stores.tracking, "ABLATE_TRACEBACK": "1"}  # tracebacks to its log
         cmd = [sys.executable, "-m", "ablate.cli", "worker", study, "--device", device, "--threads", str(threads),
                "--checkpoint-every", str(checkpoint_every)]

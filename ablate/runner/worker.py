@@ -73,6 +73,7 @@ REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another pr
 # Seconds between progress records of a running trial (a small write, only when the step moved).
 PROGRESS_S = float(os.environ.get("ABLATE_PROGRESS_S", "2"))
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+PRELOAD_WAIT_S = 60.0  # how long a finishing worker lets the background imports complete
 
 
 class Heartbeat:
@@ -612,6 +613,47 @@ def _abandon(stores: Stores, current: _Current, crash: BaseException | None = No
     return requeued
 
 
+def _preload(then: Callable[[], Any] | None = None) -> threading.Thread:
+    """Import torch, the models and MLflow in a daemon thread, then call ``then``; an import error
+    is left for the item that needs the module to raise (and record) when it imports it itself."""
+
+    def load() -> None:
+        try:
+            import mlflow.tracking  # noqa: F401
+
+            import ablate.training  # noqa: F401
+        except Exception:
+            return
+        try:
+            if then is not None:
+                then()
+        except Exception:  # best effort: the next worker to start (or a recovery) does it again
+            pass
+
+    thread = threading.Thread(target=load, name="ablate-preload", daemon=True)
+    thread.start()
+    return thread
+
+
+def select_device(device: str) -> None:
+    """Make ``cuda:k`` this process's current CUDA device, so that work launched without a device
+    of its own (Triton's kernels, cuBLAS and cuDNN handles) runs on the worker's GPU: several
+    workers can share one GPU, or each take its own, with no CUDA_VISIBLE_DEVICES."""
+    if device.startswith("cuda"):
+        import torch
+
+        index = torch.device(device).index
+        if index is not None:
+            torch.cuda.set_device(index)
+
+
+def _await_preload(preload: threading.Thread, device: str) -> None:
+    """Wait for the preload with the item claimed (its heartbeat beating), then select the device;
+    a signal meanwhile re-queues the item as at any other moment (``work``)."""
+    preload.join()
+    select_device(device)
+
+
 def work(
     study_name: str,
     stores: Stores,
@@ -654,12 +696,21 @@ def work(
 def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_running: bool, checkpoint_every: int,
           max_items: int | None, signals: _Signals, current: _Current) -> dict[str, int]:
     study = current.study = open_study(study_name, stores)
-    # Heavy imports (torch, the models, mlflow: seconds each) before the first claim, not between
-    # it and the start of its heartbeat thread, where a busy machine can outlast the grace period.
-    import mlflow.tracking  # noqa: F401
+    # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here,
+    # so the first claim does not wait for it; the item's heartbeat runs from the claim on. The
+    # same thread then ends what a kill left between a run's results and its record.
+    preload = _preload(lambda: settle_runs(study, stores.tracking))
+    try:
+        return _serve(study, stores, device, emit, wait_for_running, checkpoint_every, max_items, signals, current,
+                      preload)
+    finally:
+        preload.join(PRELOAD_WAIT_S)  # not exiting mid-import (a daemon thread inside torch's init)
 
-    import ablate.training  # noqa: F401
-    settle_runs(study, stores.tracking)  # what a kill left between a run's results and its record
+
+def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_for_running: bool,
+           checkpoint_every: int, max_items: int | None, signals: _Signals, current: _Current,
+           preload: threading.Thread) -> dict[str, int]:
+    """Claim and run items until none is left (what ``work`` documents)."""
     outcomes: dict[str, int] = {}
     in_a_row = 0  # infrastructure failures
     requeue_deadline = time.monotonic() + REQUEUE_WAIT_S  # also at start: a verdict may be in flight
@@ -686,6 +737,7 @@ def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_ru
         # Beat from the claim on: choosing the setting and opening the MLflow run come before
         # run_item's heartbeat (which lends it the step) and can take seconds.
         with Heartbeat(study, trial.number):
+            _await_preload(preload, device)
             outcome = run_item(study, trial, stores, device, emit, checkpoint_every, current, signals)
         current.take(None)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
