@@ -64,11 +64,13 @@ def client(tracking_uri: str, read_only: bool = False):
     empty one."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars in logs and reports
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run (servers)
-    # A fresh SQLite store announces its table creation and migrations at INFO on stderr: noise in
-    # every terminal and worker log, and nothing a user acts on.
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     from mlflow.tracking import MlflowClient
+
+    # A fresh SQLite store announces its table creation and migrations at INFO on stderr: noise in
+    # every terminal and worker log, and nothing a user acts on. Its database errors are raised
+    # to us too, and reported by kind (above): CRITICAL keeps both off the terminal.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
     if read_only:
         path = sqlite_path(tracking_uri)
