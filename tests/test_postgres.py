@@ -157,7 +157,7 @@ def test_six_workers_run_each_item_once_and_reports_render_remotely(tmp_path, po
                     "--format", "html", "--out", "out")
     html = {p.name: p.read_text() for p in (tmp_path / "out").glob("*.html")}
     assert set(html) == {"accuracy.html", "norm_stability.html"}
-    assert "data:image/png;base64" in html["norm_stability.html"], "curves read back from the server's artifacts"
+    assert "data:image/svg+xml;base64" in html["norm_stability.html"], "curves read back from the server's artifacts"
 
     # Credentials reach neither MLflow (params, tags, artifacts) nor logs nor reports.
     stored = stored_text(mlc, exp, all_runs, tmp_path)

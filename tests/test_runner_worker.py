@@ -371,7 +371,7 @@ def test_a_second_signal_during_clean_up_does_not_cut_it_and_the_study_resumes(t
     # `status`: the cell table agrees with the summary (the interrupted item is pending, not failed).
     status = procs.ablate(tmp_path, "status", "faults")
     row = next(line for line in status.stdout.splitlines() if "baseline" in line)
-    assert [int(x) for x in re.findall(r"\d+", row)] == [0, 0, 2, 0, 0, 0], status.stdout
+    assert [int(x) for x in re.findall(r"\d+", row)] == [0, 0, 0, 2, 0, 0, 0], status.stdout  # pending
     assert "0 done · 0 running · 2 waiting · 0 failed" in status.stdout
     res = procs.ablate(tmp_path, "run", "spec.yaml")
     assert res.returncode == 0, res.stderr
@@ -475,7 +475,7 @@ def test_the_first_claim_does_not_wait_for_the_heavy_imports(tmp_path, monkeypat
     st.prepare(s, design.items(s), where)
     release, loading, seen = threading.Event(), [], []
 
-    def held_preload():
+    def held_preload(then=None):
         thread = threading.Thread(target=release.wait, daemon=True)
         thread.start()
         loading.append(thread)
@@ -492,7 +492,7 @@ def test_the_first_claim_does_not_wait_for_the_heavy_imports(tmp_path, monkeypat
     def run_trial(config, seed, probes, reporter=None, device="cpu", **options):
         seen.append(("train", loading[0].is_alive()))
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
-                                     reason="")
+                                     reason="", convergence={})
 
     class Run:  # no MLflow
         run_id, last_step = "fake", 0
@@ -500,8 +500,13 @@ def test_the_first_claim_does_not_wait_for_the_heavy_imports(tmp_path, monkeypat
         def __init__(self, *args, **kwargs):
             pass
 
+        def progress(self):
+            return {"step": 0}
+
         def finish(self, *args, **kwargs):
             pass
+
+        write = end = log_params = finish
 
     fake = types.ModuleType("ablate.training")
     fake.run_trial = run_trial
