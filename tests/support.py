@@ -75,3 +75,21 @@ def finish(study: optuna.Study, trial: optuna.Trial, attrs: dict) -> None:
 
 def tune_trials(study: optuna.Study, cell_id: str) -> list:
     return [t for t in study.get_trials() if t.user_attrs["cell_id"] == cell_id and t.user_attrs["phase"] == "tune"]
+
+
+class FakeRun:
+    """A stand-in for ``tracking.TrialRun`` (no MLflow) with the worker's whole protocol: the
+    results written before the Optuna record, the run ended after it."""
+
+    run_id, last_step = "fake", 0
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def progress(self) -> dict:
+        return {"step": self.last_step}
+
+    def finish(self, *args, **kwargs) -> None:
+        pass
+
+    write = end = log_params = finish

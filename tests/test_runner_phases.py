@@ -14,7 +14,7 @@ import optuna
 import polars as pl
 import pytest
 from optuna.trial import TrialState
-from support import RAW, finish, score, stores, tune_trials
+from support import RAW, FakeRun, finish, score, stores, tune_trials
 
 from ablate import design
 from ablate.runner import phases, queue
@@ -107,24 +107,7 @@ def run_fake_worker(monkeypatch, study_name: str, stores_: Stores) -> dict:
 
     fake.run_trial = run_trial
 
-    class Run:
-        run_id = "fake"
-        last_step = 0
-
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def finish(self, *args, **kwargs):
-            pass
-
-        def write(self, *args, **kwargs):  # the results, before the Optuna record
-            pass
-
-        def log_params(self, *args, **kwargs):
-            pass
-
-        def end(self, *args, **kwargs):  # after it
-            pass
+    Run = FakeRun
 
     monkeypatch.setitem(sys.modules, "ablate.training", fake)
     monkeypatch.setattr(worker.tracking, "TrialRun", Run)

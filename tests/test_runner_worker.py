@@ -15,6 +15,7 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
+from support import FakeRun
 
 SPEC = {
     "name": "exec",
@@ -272,23 +273,7 @@ def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
                                      reason="", convergence={})
 
-    class Run:  # no MLflow
-        run_id, last_step = "fake", 0
-
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def finish(self, *args, **kwargs):
-            pass
-
-        def write(self, *args, **kwargs):  # the results, before the Optuna record
-            pass
-
-        def log_params(self, *args, **kwargs):
-            pass
-
-        def end(self, *args, **kwargs):  # after it
-            pass
+    Run = FakeRun
 
     fake = types.ModuleType("ablate.training")
     fake.run_trial = run_trial
@@ -494,19 +479,7 @@ def test_the_first_claim_does_not_wait_for_the_heavy_imports(tmp_path, monkeypat
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
                                      reason="", convergence={})
 
-    class Run:  # no MLflow
-        run_id, last_step = "fake", 0
-
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def progress(self):
-            return {"step": 0}
-
-        def finish(self, *args, **kwargs):
-            pass
-
-        write = end = log_params = finish
+    Run = FakeRun
 
     fake = types.ModuleType("ablate.training")
     fake.run_trial = run_trial

@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from ablate.ops.serial import one_cpu_thread
+
 # A = M - Mᵀ is exactly skew in floating point; this leaves room for an A built another way.
 _SKEW_ULPS = 64
 # Up to this n, CPU work runs on one thread (see _one_cpu_thread).
@@ -54,15 +56,11 @@ def _one_cpu_thread(A: torch.Tensor) -> Iterator[None]:
     setting is process-wide while the block runs (two Python threads computing at once would
     share it); it costs well under a microsecond.
     """
-    threads = torch.get_num_threads()
-    if A.device.type != "cpu" or threads == 1 or A.shape[-1] > _SERIAL_MAX_N:
+    if A.device.type != "cpu" or A.shape[-1] > _SERIAL_MAX_N:
         yield
         return
-    torch.set_num_threads(1)
-    try:
+    with one_cpu_thread():
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _check_skew(A: torch.Tensor) -> None:
