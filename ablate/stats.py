@@ -167,6 +167,11 @@ def _resolve_cell(trials: pd.DataFrame, cell: str) -> str:
 # --- small estimators ------------------------------------------------------------------------
 
 
+def metric_range(metric: str) -> tuple[float, float]:
+    """The values a metric can take: [0, 1] for an accuracy (a proportion), else unbounded."""
+    return (0.0, 1.0) if metric.endswith("accuracy") else (-np.inf, np.inf)
+
+
 def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> Estimate:
     """Mean with the t-based interval ``mean ± t_{n-1} · sd/√n`` (scipy.stats.t).
 
@@ -367,7 +372,7 @@ def cell_summary(
       coming), ``pending`` (no completed run yet and some pending/running, or no rows at all),
       ``no_results`` (nothing left to run and no completed run: all diverged or failed);
     - ``n``: completed runs with a finite metric; ``mean``, ``ci_low``, ``ci_high`` (t interval at
-      ``confidence``), ``sd`` (ddof 1), ``sem``, ``median``, ``min``, ``max`` over them — NaN when
+      ``confidence``, clipped to the metric's range: an accuracy's interval stays in [0, 1]), ``sd`` (ddof 1), ``sem``, ``median``, ``min``, ``max`` over them — NaN when
       ``n`` is 0 (and CI/sd/sem when ``n`` is 1);
     - ``mean_learned``: mean over completed runs with ``metric > chance + margin``;
     - ``n_finished`` = complete + diverged; ``n_diverged``, ``diverged_share``;
@@ -394,6 +399,8 @@ def cell_summary(
         n_never = int((x <= threshold).sum()) if known else np.nan
         n_finished = n + n_div
         est = t_interval(x, confidence)
+        low, high = metric_range(metric)
+        est = Estimate(est.value, float(np.clip(est.ci_low, low, high)), float(np.clip(est.ci_high, low, high)), est.n)
         if n_pending and n_finished:
             cell_status = "partial"
         elif n_pending or len(rows) == 0:

@@ -35,6 +35,17 @@ def test_cell_summary_exact_values_and_t_interval():
     assert (row["min"], row["max"]) == (pytest.approx(0.80), pytest.approx(0.86))
 
 
+def test_an_accuracy_interval_stays_inside_zero_and_one():
+    """Three seeds near 0.99 (as the 3-layer minGRU): the t interval 0.990 ± 0.013 would pass 1."""
+    values = [0.985, 0.987, 0.998]
+    trials = make_trials({"c": 0.0}, seeds=3, sd=0.0)
+    trials[METRIC] = values
+    row = stats.cell_summary(trials, METRIC, CHANCE).iloc[0]
+    assert METRIC.endswith("accuracy") and stats.t_interval(values).ci_high > 1.0
+    assert row["ci_high"] == 1.0 and row["ci_low"] == pytest.approx(stats.t_interval(values).ci_low)
+    assert stats.metric_range("test_loss") == (-np.inf, np.inf)
+
+
 def test_t_interval_covers_the_true_mean_at_the_nominal_rate():
     rng = np.random.default_rng(1)
     hits = sum(
