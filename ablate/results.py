@@ -481,25 +481,33 @@ def _artifacts(stores: Stores, run_ids: dict[str, tuple[str, int, str]], name: s
 Selectors = Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]]
 
 
-def _baseline_label(spec: Spec, factor: str) -> str | None:
-    """The label a dotted-path factor's column holds in a study that does not vary it."""
-    if "." not in factor:
-        return None
-    try:
-        return design.level_label(get_path(spec.baseline(), factor))
-    except KeyError:
-        return None
-
-
 def _with_study(frame: pl.DataFrame, res: Results, levels: dict[str, list[str]]) -> pl.DataFrame:
     if frame.is_empty() and not frame.columns:
         return frame
     cols = [pl.lit(res.study).alias("study")]
     for f, names in levels.items():
-        value = pl.col(f).cast(pl.Utf8) if f in frame.columns else pl.lit(_baseline_label(res.spec, f), dtype=pl.Utf8)
+        if f in frame.columns:
+            value = pl.col(f).cast(pl.Utf8)
+        else:  # each cell's own setting (a named factor of this study may set it), else null
+            own = _cell_labels(res, f)
+            value = pl.col("cell_id").replace_strict(own, default=None, return_dtype=pl.Utf8) if own else \
+                pl.lit(None, dtype=pl.Utf8)
         cols.append(value.cast(pl.Enum(names)).alias(f))
     out = frame.with_columns(cols)
     return out.select(["study", *[c for c in out.columns if c != "study"]])
+
+
+def _cell_labels(res: Results, factor: str) -> dict[str, str]:
+    """Cell id → the label of the cell's value at the dotted path ``factor`` (none for a named factor)."""
+    if "." not in factor:
+        return {}
+    out = {}
+    for cell in design.cells(res.spec):
+        try:
+            out[cell.id] = design.level_label(get_path(cell.config, factor))
+        except KeyError:
+            continue
+    return out
 
 
 def _factor_levels(results: list[Results]) -> dict[str, list[str]]:
@@ -515,7 +523,7 @@ def _factor_levels(results: list[Results]) -> dict[str, list[str]]:
             elif col is not None:
                 names = [str(x) for x in col.unique(maintain_order=True).to_list() if x is not None]
             else:
-                names = [x for x in [_baseline_label(r.spec, f)] if x is not None]
+                names = list(dict.fromkeys(_cell_labels(r, f).values()))
             out[f] += [x for x in names if x not in out[f]]
     return out
 
@@ -660,8 +668,8 @@ class Studies:
                          "code_version": design.code_version(config) if config else None}
         varied = [f for f in factors if len({r["levels"][f] for r in rows.values()}) > 1]
         for r in rows.values():
-            r["label"] = ", ".join(f"{f.rsplit('.', 1)[-1]}={r['levels'][f] if r['levels'][f] is not None else '-'}"
-                                   for f in varied)
+            r["label"] = ", ".join(f"{f.rsplit('.', 1)[-1]}={r['levels'][f]}" for f in varied
+                                   if r["levels"][f] is not None)  # a named factor of another study: not this cell's
         by_label: dict[str, list[dict[str, Any]]] = {}
         for r in rows.values():
             by_label.setdefault(r["label"], []).append(r)

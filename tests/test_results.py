@@ -328,3 +328,31 @@ def test_results_say_what_is_missing_when_the_tracking_store_is_lost(norm_study,
                             "curves of 4 finished trial(s) are not available; the trials' outcomes (from the Optuna "
                             "storage) are"]
     assert not (root / ".ablate" / "mlflow.db").exists()  # reading created no new, empty store
+
+
+def test_several_studies_hold_each_cells_own_setting_where_another_study_varies_it(tmp_path):
+    """A study that sets a dotted path through a named factor holds each cell's own value in the
+    stacked column, not its baseline's (an LRU variant must not read as rotation); the other
+    study's rows have no level of that named factor."""
+    from ablate import design, results
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    base = {"task": {"name": "listops", "max_length": 20, "train_size": 32},
+            "model": {"d_model": 8, "state_dim": 32, "layers": 1, "heads": 2}}
+    a = design.validate({**base, "name": "by-path", "factors": {"model.heads": [2, 4]}})
+    b = design.validate({**base, "name": "by-name",
+                         "factors": {"variant": {"X": {"model.heads": 8}, "Y": {"model.heads": 4}}}})
+    stores = resolve(home_dir=tmp_path / "h")
+    for s in (a, b):
+        st.prepare(s, design.items(s), stores)
+    both = results.load(["by-path", "by-name"], home=tmp_path / "h", curves=False)
+    t = both.trials
+    named = t.filter(pl.col("study") == "by-name")
+    assert dict(named.select("variant", "model.heads").unique().iter_rows()) == {"X": "8", "Y": "4"}
+    assert t.filter(pl.col("study") == "by-path")["variant"].null_count() == t.filter(pl.col("study") == "by-path").height
+    assert t.schema["model.heads"] == pl.Enum(["2", "4", "8"])
+    # variant Y is the cell heads=4 of the other study (the same config): one variant, held by both.
+    v = both.variants()
+    assert set(v["label"]) == {"heads=2", "heads=4", "heads=8, variant=X"}
+    assert v.filter(pl.col("label") == "heads=4")["studies"].to_list() == ["by-path, by-name"]

@@ -345,7 +345,9 @@ def norm_vs_step(norms: pd.DataFrame, order: Order, *, ylabel: str = f"{NORM} (m
                     ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=look["color"], alpha=0.12,
                                     lw=0, gid=look["gid"])
                 ax.plot(wide.index, wide.mean(axis=1), lw=1.7, color=look["color"], ls=look["linestyle"], gid=look["gid"])
-            ax.set_title(wrap(" · ".join(filter(None, [facet, f"layer {layer}"])), 40))
+            # The layer column is nullable (float in pandas): name it as the integer it is.
+            name = f"layer {int(layer)}" if layer == layer else ""
+            ax.set_title(wrap(" · ".join(filter(None, [facet, name])), max(18, 100 // ncols)), fontsize=7.5)
         for ax in axes[len(panels):]:
             ax.set_axis_off()
         plotting.log_axis_if_wide(axes[: len(panels)], norms["value"].to_numpy(float))

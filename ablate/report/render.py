@@ -396,8 +396,9 @@ def render_comparison(
     with tempfile.TemporaryDirectory() as tmp:
         notes = Path(tmp) / "missing.txt"
         env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking, MISSING_NOTES: str(notes)}
-        with _environment(env):  # as render: no URL among the parameters the notebook keeps
-            nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp))
+        # As render: no URL among the parameters the notebook keeps, and our kernel (IPC, quiet).
+        with _environment(env), kernel(Path(tmp)) as k:
+            nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp), k)
         missing = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
     html = to_html(nb, f"{title} — comparison", missing)
     written: list[Path] = []

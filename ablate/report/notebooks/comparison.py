@@ -43,7 +43,8 @@ comparable = set(comp.loc[comp.comparable, "cell_id"])
 same = trials[trials.cell_id.isin(comparable)]
 known = same["chance"].dropna() if "chance" in same.columns else []
 chance = float(known.iloc[0]) if len(known) else None  # one task, one chance level
-factors = [f for f in both.factors if f in trials.columns]
+# Factors every variant has a level of (not another study's named factor): the channels' factors.
+factors = [f for f in both.factors if f in trials.columns and trials[f].notna().all()]
 channels = Channels.from_trials(trials, factors)  # one factor → colour / line style / facet mapping for every figure
 first = both.results[0].spec
 effect = min_effect if min_effect >= 0 else first.stats.min_effect
