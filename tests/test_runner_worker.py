@@ -350,7 +350,9 @@ def test_a_second_signal_during_clean_up_does_not_cut_it_and_the_study_resumes(t
         time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143 and "Traceback" not in err, err
+    # 143 (SIGTERM's) as a rule; 130 when the main thread was inside one C call while both signals
+    # arrived, since Python then runs the pending handlers in signal-number order (SIGINT first).
+    assert proc.returncode in (143, 130) and "Traceback" not in err, err
     assert "re-queued 1 running item(s)" in procs.signal_line(err)
     assert sorted(procs.assert_consistent(tmp_path).values()) == ["waiting", "waiting"]
     # `status`: the cell table agrees with the summary (the interrupted item is pending, not failed).
