@@ -16,6 +16,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import optuna
 import pytest
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compat_v1"
@@ -108,6 +109,9 @@ def test_a_study_run_before_resumes_without_rerunning_anything(old_stores: Path)
         for row in res.trials.iter_rows(named=True):
             recorded = [row[k] is not None for k in ("stopped_early", "best_step")]
             assert recorded == [row["trial_number"] not in old] * 2, row
+        # optuna-dashboard reads the trials of before as the new ones: their levels are parameters now.
+        frozen = optuna.load_study(study_name=study, storage=f"sqlite:///{root / '.ablate' / 'optuna.db'}").trials
+        assert all(t.params and set(t.params) >= set(t.user_attrs["settings"]) for t in frozen), study
         # Curves of the runs finished before the change are read as well as the new ones.
         keys = ["cell_id", "seed", "phase"]
         assert set(res.curves.select(keys).unique().iter_rows()) == set(res.trials.select(keys).iter_rows())

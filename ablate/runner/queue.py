@@ -466,6 +466,35 @@ def set_params(study: optuna.Study, number: int,
             backend.set_trial_param(trial_id, name, dist.to_internal_repr(value), dist)
 
 
+def backfill_params(study: optuna.Study, dists: Mapping[str, optuna.distributions.CategoricalDistribution]) -> int:
+    """Give every trial of the study that has no parameters at all (recorded before ablate wrote
+    them; finished trials cannot take them through Optuna's API) its factor levels, read from its
+    ``settings`` attribute, under ``dists``. Returns the trials changed."""
+    from optuna.storages._rdb import models
+    from sqlalchemy import insert, select
+
+    params = models.TrialParamModel.__table__
+    trial_table, attr_table = _tables()
+    as_json = {name: optuna.distributions.distribution_to_json(d) for name, d in dists.items()}
+    with _engine(study).begin() as conn:
+        bare = select(trial_table.c.trial_id).where(
+            trial_table.c.study_id == _study_id(study),
+            trial_table.c.trial_id.not_in(select(params.c.trial_id).distinct()))
+        rows = conn.execute(select(attr_table.c.trial_id, attr_table.c.value_json)
+                            .where(attr_table.c.trial_id.in_(bare), _key_is(attr_table.c.key, "settings")))
+        out = []
+        for trial_id, value_json in rows:
+            settings = json.loads(value_json) or {}
+            for name, label in settings.items():
+                dist = dists.get(name)
+                if dist is not None and label in dist.choices:
+                    out.append({"trial_id": trial_id, "param_name": name, "param_value": dist.to_internal_repr(label),
+                                "distribution_json": as_json[name]})
+        for i in range(0, len(out), CHUNK):
+            conn.execute(insert(params), out[i : i + CHUNK])
+    return len({row["trial_id"] for row in out})
+
+
 def recode_params(study: optuna.Study, name: str, dist: optuna.distributions.CategoricalDistribution) -> int:
     """Give every recorded parameter ``name`` of the study the categorical distribution ``dist``,
     each value re-encoded from its own recorded distribution (categorical values are stored as

@@ -272,6 +272,9 @@ def describe(study: optuna.Study, spec: Spec) -> None:
             if name in known and known[name] != stored[name]:
                 queue.recode_params(study, name, dist)
         study.set_user_attr(PARAM_DISTRIBUTIONS, {**known, **stored})
+    # Trials recorded before levels were parameters (older stores) get them now, so the
+    # dashboard's importance and slice views read the whole study.
+    queue.backfill_params(study, dists)
     try:
         import optuna_dashboard
     except ImportError:  # an optional tool: the description attribute says the same
