@@ -71,6 +71,8 @@ def test_trial_run_in_mlflow(stores):
     assert data.tags["ablate.chance"] == "0.125"
     assert not {"probe/batch_fingerprint", "probe/white_noise_fingerprint", "chance", "final/chance"} & set(data.metrics)
     assert sorted(data.metrics)[0] == "final/test_accuracy"
+    # MLflow 3's UI opens the experiment in its model-training view (runs, params, charts).
+    assert mlc.get_experiment_by_name("trk").tags["mlflow.experimentKind"] == "custom_model_development"
     # Per layer, per probe step: the head mean of mean-over-t ‖x‖² on the probe batch, charted by MLflow.
     for layer in (0, 1):
         history = mlc.get_metric_history(run.run_id, f"state_norm/layer{layer}")

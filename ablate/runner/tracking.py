@@ -81,13 +81,21 @@ def client(tracking_uri: str, read_only: bool = False):
         return MlflowClient(tracking_uri=tracking_uri)
 
 
+# MLflow 3's UI opens an experiment in its GenAI view unless the experiment says it holds model
+# training: runs, params and metric charts are what a study's experiment has.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def experiment_id(stores: Stores, study: str) -> str:
     mlc = client(stores.tracking)
     exp = mlc.get_experiment_by_name(study)
     if exp is not None:
+        if not all(exp.tags.get(k) == v for k, v in EXPERIMENT_KIND.items()):  # made by an earlier version
+            for key, value in EXPERIMENT_KIND.items():
+                mlc.set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
     try:
-        return mlc.create_experiment(study, artifact_location=stores.artifacts)
+        return mlc.create_experiment(study, artifact_location=stores.artifacts, tags=EXPERIMENT_KIND)
     except Exception:  # another worker created it between our two calls
         exp = mlc.get_experiment_by_name(study)
         if exp is None:
