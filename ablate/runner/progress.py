@@ -310,7 +310,7 @@ class View:
                 message = " ".join(str(a.get("failure_message") or "").split())
                 lines.append(f"{a.get('failure_kind') or 'failed'} {name}: {message}")
         for r in snap.items:
-            if r.number not in self.started:
+            if r.number not in self.started and r.worker != "?":  # "on ?" until the worker records itself
                 self.started.add(r.number)
                 lines.append(f"start {r.cell} · seed {r.seed} ({r.phase}, trial {r.number}) on {r.worker}")
         return lines
