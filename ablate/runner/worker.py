@@ -176,7 +176,10 @@ class _Signals:
 
     def __exit__(self, *exc: object) -> None:
         for s, handler in self._previous.items():
-            signal.signal(s, handler)
+            # After a signal the process is stopping: a later one (a burst of Ctrl-C, a scheduler's
+            # repeated SIGTERM) must not land in a default handler before the caller says what was
+            # re-queued and exits.
+            signal.signal(s, signal.SIG_IGN if self.signum is not None else handler)
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.signum is None:
