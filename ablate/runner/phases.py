@@ -228,13 +228,7 @@ def record_params(study: optuna.Study, trial: optuna.Trial, attrs: Mapping[str, 
     """The item's factor levels and tuned values as Optuna parameters of its running trial.
     Display only: a distribution the study's history does not accept (a search space that
     changed type) is left out rather than failing the trial."""
-    known = study.user_attrs.get(st.PARAM_DISTRIBUTIONS) or {}
-    params: dict[str, tuple[Any, BaseDistribution]] = {}
-    for name, label in (attrs.get("settings") or {}).items():
-        if name in known:
-            dist = optuna.distributions.json_to_distribution(known[name])
-            if isinstance(dist, CategoricalDistribution) and label in dist.choices:
-                params[name] = (label, dist)
+    params: dict[str, tuple[Any, BaseDistribution]] = st.level_params(study, attrs.get("settings"))
     tuned = attrs.get("params")
     if attrs.get("tune") and isinstance(tuned, dict):
         dists = distributions(attrs["tune"]["space"])

@@ -579,17 +579,24 @@ def link(study: optuna.Study, item: Item, source: Source, opened: dict[str, optu
               _linked_params(study, own, frozen))
 
 
-def _linked_params(study: optuna.Study, own: dict[str, Any], frozen: FrozenTrial) -> dict[str, tuple[Any, Any]]:
-    """A linked trial's Optuna parameters, as a trained one records them (runner/phases.py): its
-    levels under this study's distributions, and the tuned values the source trial recorded."""
+def level_params(study: optuna.Study, settings: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
+    """An item's factor levels as Optuna parameters (name → (label, distribution)) under the
+    study's categorical distributions (``PARAM_DISTRIBUTIONS``); levels it does not list are left out."""
     from optuna.distributions import CategoricalDistribution, json_to_distribution
 
     known = study.user_attrs.get(PARAM_DISTRIBUTIONS) or {}
     out: dict[str, tuple[Any, Any]] = {}
-    for name, label in (own.get("settings") or {}).items():
+    for name, label in (settings or {}).items():
         dist = json_to_distribution(known[name]) if name in known else None
         if isinstance(dist, CategoricalDistribution) and label in dist.choices:
             out[name] = (label, dist)
+    return out
+
+
+def _linked_params(study: optuna.Study, own: dict[str, Any], frozen: FrozenTrial) -> dict[str, tuple[Any, Any]]:
+    """A linked trial's Optuna parameters, as a trained one records them (phases.record_params):
+    its levels, and the tuned values the source trial recorded."""
+    out = level_params(study, own.get("settings"))
     tuned = frozen.user_attrs.get("params")
     for name in tuned if isinstance(tuned, dict) else ():
         if name in frozen.params and name in frozen.distributions:
