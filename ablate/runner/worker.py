@@ -415,20 +415,27 @@ def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, re
         else:
             queue.finish(study, trial, TrialState.COMPLETE, {**result.metrics, "status": "complete"},
                          result.metrics.get("val_accuracy", float("nan")))
-    try:
-        faults.inject("committed")
-        if not diverged:
-            run.log_params({k: v for k, v in result.convergence.items() if v is not None})
-        run.end("FAILED" if diverged else "FINISHED", {"ablate.committed": "true"})
-    except Exception as exc:  # the trial counts; its run is ended by the next settle_runs
-        emit("warning", {**info, "message": f"MLflow run {run.run_id} left RUNNING: {_text(exc)}"})
-    if current.checkpoint is not None:
-        current.checkpoint.unlink(missing_ok=True)
+    params = {} if diverged else {k: v for k, v in result.convergence.items() if v is not None}
+    _end_committed(run, "FAILED" if diverged else "FINISHED", params, info, current, emit)
     if diverged:
         emit("diverged", {**info, "message": result.reason})
         return "diverged"
     emit("complete", {**info, **result.metrics, "seconds": result.seconds})
     return "complete"
+
+
+def _end_committed(run: tracking.TrialRun, status: str, params: dict[str, Any], info: dict[str, Any],
+                   current: _Current, emit: Event) -> None:
+    """After the Optuna record: end the run (with ``params`` known only now) and drop the checkpoint."""
+    try:
+        faults.inject("committed")
+        if params:
+            run.log_params(params)
+        run.end(status, {"ablate.committed": "true"})
+    except Exception as exc:  # the trial counts; its run is ended by the next settle_runs
+        emit("warning", {**info, "message": f"MLflow run {run.run_id} left RUNNING: {_text(exc)}"})
+    if current.checkpoint is not None:
+        current.checkpoint.unlink(missing_ok=True)
 
 
 def _record_pruned(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, why: str, steps: int,
@@ -440,12 +447,7 @@ def _record_pruned(study: optuna.Study, trial: optuna.Trial, run: tracking.Trial
         faults.inject("commit")
         queue.finish(study, trial, TrialState.PRUNED, {"status": "pruned", "steps": steps, "seconds": seconds,
                                                         "stopped_early": True, "failure_message": why})
-    try:
-        run.end("FINISHED", {"ablate.committed": "true"})
-    except Exception as exc:  # the trial counts; its run is ended by the next settle_runs
-        emit("warning", {**info, "message": f"MLflow run {run.run_id} left RUNNING: {_text(exc)}"})
-    if current.checkpoint is not None:
-        current.checkpoint.unlink(missing_ok=True)
+    _end_committed(run, "FINISHED", {}, info, current, emit)
     emit("pruned", {**info, "message": why})
     return "pruned"
 
