@@ -53,6 +53,7 @@ import difflib
 import json
 import math
 import os
+import pickle
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -339,6 +340,21 @@ def load(
         cache: dict[tuple[str, str], Any] = {}  # a run two studies share is downloaded once
         return Studies.of([_load_one(n, storage, tracking_uri, curves, metrics, cache, home) for n in names])
     return _load_one(study, storage, tracking_uri, curves, metrics, None, home)
+
+
+def save(res: Results | Studies, path: str | Path) -> None:
+    """``res`` as one file that ``read`` returns as it was (frames, spec, what could not be read):
+    the report renderer reads the stores once, in its own process while the notebook kernel starts,
+    and every report of the render reads this file instead of the stores."""
+    Path(path).write_bytes(pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def read(path: str | Path) -> Results | Studies:
+    """What ``save`` wrote. A pickle: only for files this package wrote itself."""
+    res = pickle.loads(Path(path).read_bytes())
+    if not isinstance(res, (Results, Studies)):
+        raise TypeError(f"{path} holds a {type(res).__name__}, not results saved by ablate.results.save")
+    return res
 
 
 def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves: bool, metrics: bool | None,

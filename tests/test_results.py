@@ -330,6 +330,28 @@ def test_results_say_what_is_missing_when_the_tracking_store_is_lost(norm_study,
     assert not (root / ".ablate" / "mlflow.db").exists()  # reading created no new, empty store
 
 
+def test_saved_results_read_back_as_they_were(study, tmp_path):
+    """The renderer reads the stores once and every report notebook reads that file: it must hold
+    the same frames (dtypes, the factors' level order), spec and notes as the load."""
+    from ablate import results
+
+    res = study[0]
+    res.missing.append("a note the reports must repeat")
+    try:
+        results.save(res, tmp_path / "r.pickle")
+        back = results.read(tmp_path / "r.pickle")
+    finally:
+        res.missing.pop()
+    for name in ("trials", "metrics", "curves"):
+        assert getattr(back, name).equals(getattr(res, name)) and getattr(back, name).schema == getattr(res, name).schema
+    assert back.spec == res.spec and back.factors == res.factors and back.stores == res.stores
+    assert back.missing == [*res.missing, "a note the reports must repeat"]
+    assert back.provenance() == res.provenance()
+    (tmp_path / "other.pickle").write_bytes(__import__("pickle").dumps({"not": "results"}))
+    with pytest.raises(TypeError, match="not results saved by ablate.results.save"):
+        results.read(tmp_path / "other.pickle")
+
+
 def test_several_studies_hold_each_cells_own_setting_where_another_study_varies_it(tmp_path):
     """A study that sets a dotted path through a named factor holds each cell's own value in the
     stacked column, not its baseline's (an LRU variant must not read as rotation); the other

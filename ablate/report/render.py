@@ -166,7 +166,7 @@ class Kernel:
         with contextlib.suppress(Exception):
             self.kc.stop_channels()
         with contextlib.suppress(Exception):
-            self._run_sync(self.km.shutdown_kernel)(now=False)
+            self._run_sync(self.km.shutdown_kernel)(now=True)  # its work is done: no graceful wait
         self._log.close()
 
 
@@ -206,12 +206,14 @@ def execute(report: str, parameters: dict, workdir: Path, kernel: Kernel | None 
     # whole process, under the thread writing the previous report's pages.
     extra: dict[str, Any] = {"km": kernel.km, "kc": kernel.kc} if kernel is not None else {"cwd": str(workdir)}
     try:
-        papermill.execute_notebook(
-            str(src), str(out), parameters=parameters, kernel_name="python3", progress_bar=False, **extra,
+        # Saved once at the end (or on a failure), not after every cell: a notebook of SVG figures
+        # written ~50 times costs seconds of this process's CPU beside the kernel's.
+        nb = papermill.execute_notebook(
+            str(src), str(out), parameters=parameters, kernel_name="python3", progress_bar=False,
+            request_save_on_cell_execute=False, **extra,
         )
     except papermill.PapermillExecutionError as exc:
         raise ReportError(_failure(report, exc, out)) from None
-    nb = nbformat.read(out, as_version=4)
     nb.cells = [c for c in nb.cells if "ablate-reset" not in c.get("metadata", {}).get("tags", [])]
     return nb
 
@@ -328,6 +330,7 @@ def render(
     into ``out_dir/figures/`` and each table (CSV, LaTeX) into ``out_dir/tables/``."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from ablate import results
     from ablate.stores import resolve
 
     stores = resolve(storage, tracking_uri)  # absolute: the kernel runs in a scratch directory
@@ -355,17 +358,32 @@ def render(
         env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking, MISSING_NOTES: str(notes)}
         with _environment(env), kernel(Path(tmp)) as k:
             k.warm(WARM_UP)
+            # While the kernel imports, this process reads the stores, once for every report: the
+            # notebooks read that file (their ``results_file``), not the stores.
+            snapshot = Path(tmp) / "results.pickle"
+            results.save(results.load(study, stores.storage, stores.tracking, metrics=True,
+                                      curves=any(r not in _NO_CURVES for r in reports)), snapshot)
+            read_missing = _take(notes)
             writer.submit(_preload)
             done = []
             for report in reports:
                 work = Path(tmp) / report
                 work.mkdir()
-                params = {"study": study, "export_dir": str(target) if export else None}
+                params = {"study": study, "export_dir": str(target) if export else None, "results_file": str(snapshot)}
                 nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
-                missing = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
-                notes.unlink(missing_ok=True)
-                done.append(writer.submit(write, nb, report, missing))
+                done.append(writer.submit(write, nb, report, read_missing + _take(notes)))
             return [path for future in done for path in future.result()]
+
+
+#: Reports whose notebook reads no curves (the dense, costly part of ``results.load``).
+_NO_CURVES = frozenset({"accuracy"})
+
+
+def _take(notes: Path) -> list[str]:
+    """The lines ``results.load`` appended to ``notes`` (what it could not read), emptying it."""
+    lines = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
+    notes.unlink(missing_ok=True)
+    return lines
 
 
 def _preload() -> None:

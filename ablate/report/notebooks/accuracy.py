@@ -15,6 +15,7 @@ min_effect = -1.0  # the difference worth detecting for the power line; < 0: the
 max_interactions = 6  # two-factor interaction plots shown at most
 cells_per_figure = 16
 export_dir = None  # a directory: every table and figure also written to its tables/ and figures/
+results_file = None  # a file of ablate.results.save (the renderer's one read of the stores), read instead
 
 # %%
 import itertools
@@ -31,7 +32,8 @@ from ablate.report.plotting import Channels
 warnings.filterwarnings("ignore")
 export_to(export_dir, "accuracy")
 
-res = results.load(study, storage=storage, tracking_uri=tracking_uri, curves=False, metrics=True)
+res = (results.read(results_file) if results_file else
+       results.load(study, storage=storage, tracking_uri=tracking_uri, curves=False, metrics=True))
 trials = res.trials.to_pandas()
 factors = [f for f in res.factors if f in trials.columns]
 channels = Channels.from_trials(trials, factors)  # one factor → colour / line style / facet mapping for every figure

@@ -6,6 +6,7 @@ study = "quickstart"
 storage = None
 tracking_uri = None
 export_dir = None  # a directory: every table and figure also written to its tables/ and figures/
+results_file = None  # a file of ablate.results.save (the renderer's one read of the stores), read instead
 
 # %%
 from ablate import results
@@ -16,7 +17,7 @@ from ablate.report.display import chunks, export_to, say, show, show_figure
 from ablate.report.plotting import Channels
 
 export_to(export_dir, "norm_stability")
-res = results.load(study, storage=storage, tracking_uri=tracking_uri)
+res = results.read(results_file) if results_file else results.load(study, storage=storage, tracking_uri=tracking_uri)
 trials = res.trials.to_pandas()
 channels = Channels.from_trials(trials, res.factors)  # one factor → colour / line style / facet mapping
 df = sn.prepare(res.curves, res.trials)
