@@ -988,7 +988,9 @@ def convergence(
 
     A run is *still improving* when it records ``converged`` False, or — where ``converged`` is
     null but ``val_gain_last`` is known — when its validation metric gained at least
-    ``min_gain`` over the last 20% of its steps. Columns missing from ``trials`` (studies that
+    ``min_gain`` over the last 20% of its steps; never when it stopped early (its plateau ended
+    it, not the budget; trials recorded before ``training.convergence`` said so hold False
+    there). Columns missing from ``trials`` (studies that
     predate them) count as unknown, never as converged. ``budget`` is a cell id → steps mapping
     (``step_budget``) or one number.
 
@@ -1019,7 +1021,8 @@ def convergence(
         conv_known = np.array([f is not None for f in flags], dtype=bool)
         conv_false = np.array([f is False for f in flags], dtype=bool)
         by_gain = ~conv_known & np.isfinite(gain) & (gain >= min_gain)
-        unconverged = conv_false | by_gain
+        stopped = np.array([_flag(v) is True for v in early], dtype=bool)
+        unconverged = (conv_false | by_gain) & ~stopped
         known = conv_known | np.isfinite(gain)
         g = gain[unconverged & np.isfinite(gain)] if unconverged.any() else gain[np.isfinite(gain)]
         cap = budget.get(cell["cell_id"], np.nan) if isinstance(budget, dict) else (
@@ -1033,7 +1036,7 @@ def convergence(
             "budget": cap, "steps_min": float(s.min()) if s.size else np.nan,
             "steps_max": float(s.max()) if s.size else np.nan,
             "steps_differ": bool(s.size and np.isfinite(cap) and np.any(s != cap)),
-            "n_stopped_early": sum(_flag(v) is True for v in early),
+            "n_stopped_early": int(stopped.sum()),
             "best_step_median": float(np.median(best[np.isfinite(best)])) if np.isfinite(best).any() else np.nan,
         })
     return pd.DataFrame(rows, columns=cols)

@@ -129,14 +129,19 @@ def monitored(metric: str) -> tuple[str, bool]:
     return ("accuracy", True) if metric == "accuracy" else ("loss", False)
 
 
-def convergence(history: list[tuple[int, float]], steps: int, maximize: bool, tol: float) -> dict[str, Any]:
+def convergence(history: list[tuple[int, float]], steps: int, maximize: bool, tol: float,
+                stopped: bool = False) -> dict[str, Any]:
     """Whether a trial converged, from its validation passes ``history`` ((step, value), in order)
     over the ``steps`` it ran: ``val_gain_last`` is how much the best value so far improved over
     the last fifth of those steps (best over all passes against best over the passes at or before
     0.8 · steps; in metric units, ≥ 0), and ``converged`` whether that is at most ``tol`` (for a
     loss, ``tol`` times the earlier best: a relative tolerance). The running best, not the last
     value, so that a noisy flat curve or one past its peak counts as converged while a curve
-    still climbing does not. Both None when no pass came at or before 0.8 · steps."""
+    still climbing does not. Both None when no pass came at or before 0.8 · steps.
+
+    A trial ``stopped`` early converged whatever its gain: it ended because its last ``patience``
+    passes did not improve, not because the budget ran out (a fifth of a long run can hold both
+    its last gain and the whole patience window)."""
     values = [(s, v) for s, v in history if math.isfinite(v)]
     before = [v for s, v in values if s <= 0.8 * steps]
     if not before:
@@ -145,7 +150,7 @@ def convergence(history: list[tuple[int, float]], steps: int, maximize: bool, to
     early, overall = pick(before), pick(v for _, v in values)
     gain = overall - early if maximize else early - overall
     limit = tol if maximize else tol * abs(early)
-    return {"converged": bool(gain <= limit), "val_gain_last": float(gain)}
+    return {"converged": bool(stopped or gain <= limit), "val_gain_last": float(gain)}
 
 
 @dataclass
@@ -314,7 +319,7 @@ def run_trial(
             if not stopped:  # the last step's validation pass (an early stop's was made in the loop)
                 val = evaluate(model, x_val, y_val)
                 plateau.update(step, val[key], model)
-            done = convergence(plateau.history, step, maximize, train.converged_tol)
+            done = convergence(plateau.history, step, maximize, train.converged_tol, stopped)
             if plateau.best_state is not None and plateau.best_step != step:
                 model.load_state_dict(plateau.best_state)  # patience: the final metrics are the best step's
                 val = None

@@ -287,6 +287,11 @@ def test_convergence_from_constructed_frames_and_without_the_columns():
     # No converged flag, but a gain of 3 points over the last 20%: still improving.
     assert conv.loc["old", "still_improving"] and conv.loc["old", "n_known"] == 1
     assert stats.step_budget(trials.assign(**{"train.steps": "600"}), 300) == {c: 600.0 for c in conv.index}
+    # A run stopped early ended on its plateau: not still improving, even where a record from
+    # before that rule says converged False.
+    trials.loc[0, "stopped_early"] = True
+    again = stats.convergence(trials, {"short": 300, "done": 300, "old": 300}, min_gain=0.01).set_index("cell_id")
+    assert not again.loc["short", "still_improving"] and again.loc["short", "n_stopped_early"] == 1
 
 
 def test_pending_and_diverged_cells_are_compared_on_what_completed():

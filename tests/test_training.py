@@ -257,6 +257,15 @@ def test_convergence_flags_a_rising_curve_and_passes_a_flat_one():
     assert training.convergence([(100, 0.5)], 100, True, 0.005) == {"converged": None, "val_gain_last": None}
 
 
+def test_a_run_stopped_early_on_its_plateau_converged_whatever_its_last_fifth_gained():
+    """5,800 steps, patience 10 × 100: the last gain came at 4,800, inside the last fifth (from
+    4,640), then 1,000 steps without one ended the run — a plateau, not a budget too small."""
+    history = [(s, 0.30 + min(s, 4800) * 0.2 / 4800) for s in range(100, 5801, 100)]
+    assert training.convergence(history, 5800, True, 0.005)["converged"] is False  # the last-fifth rule alone
+    stopped = training.convergence(history, 5800, True, 0.005, stopped=True)
+    assert stopped["converged"] is True and stopped["val_gain_last"] == pytest.approx(0.2 * 200 / 4800)
+
+
 def test_patience_stops_on_a_plateau_and_restores_the_best_weights(monkeypatch: pytest.MonkeyPatch):
     """Validation accuracies scripted to peak at the second pass (step 4) and then stay below:
     with patience 3 the trial stops at the fifth pass (step 10), and its final metrics are those

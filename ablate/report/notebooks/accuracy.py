@@ -185,8 +185,9 @@ else:
 if conv.n_known.any() or conv.steps_differ.any():
     show(acc.convergence_table(conv), name="convergence", data=conv, intro=(
         "Per cell: the runs still improving when their step budget ran out (the validation metric still rising "
-        "over the last 20% of the steps they ran), the largest such gain, the steps actually used of the budget, "
-        "early stops and the median step of the best validation value."))
+        "over the last 20% of the steps they ran; a run stopped early ended on its plateau and never counts), the "
+        "largest such gain, the steps actually used of the budget, early stops and the median step of the best "
+        "validation value."))
 else:
     say("No convergence record: the study's trials predate it (or ran no validation). Whether more steps "
         "would change the results is not known.")
