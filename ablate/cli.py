@@ -558,6 +558,12 @@ def keep(
         prepared = st.prepare(spec, design.items(spec), stores, enqueue_new=False)
         states = st.states_by_item(prepared.study)
         kept = {k for k in found.finished if states.get(k) in ("done", "failed")}
+        if not kept:  # nothing could be linked: leave no empty study behind under that name
+            st.remove(st.removal(new, stores), stores)
+            why = "; ".join(dict.fromkeys(prepared.reuse.held.values())) or "none of them is a finished result"
+            err.print(f"[red]error[/red] none of the {len(found.finished)} orphaned items of {study} could be kept "
+                      f"as {new}: {why}", highlight=False)
+            raise typer.Exit(1)
         dropped = st.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking),
                                   {"why": f"kept as study {new}", "kept_as": new}, only=kept)
     except st.StorageError as exc:

@@ -223,6 +223,57 @@ def test_a_tuned_cell_is_reused_whole_or_not_at_all(tmp_path):
     assert attrs["phase"] == "replicate" and attrs["seed"] == 2 and attrs["params"] == best[attrs["cell_id"]]
 
 
+def test_a_tuned_cell_with_a_pruned_tuning_trial_is_reused_whole_and_kept(tmp_path, monkeypatch):
+    """A pruner's stop is a tuning result: before, one pruned tuning trial made a cell look
+    "failed with an error", so neither another study nor `ablate keep` could take it."""
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    monkeypatch.delenv("ABLATE_TRACKING_URI", raising=False)
+    from ablate.stores import resolve
+
+    stores = resolve()
+    tuned = design.validate({**RAW, "name": "p1"})
+    st.prepare(tuned, design.items(tuned), stores)
+    study = st.open_study("p1", stores)
+    while (trial := phases.claim(study)) is not None:
+        attrs = phases.prepare_item(study, trial)
+        if attrs["phase"] == "tune" and attrs["index"] == 3:
+            queue.finish(study, trial, TrialState.PRUNED, {"status": "pruned", "stopped_early": True})
+        else:
+            value = score(attrs["config"])
+            queue.finish(study, trial, TrialState.COMPLETE, {"val_accuracy": value, "status": "complete"}, value)
+    assert sum(t.state == TrialState.PRUNED for t in trials_of(stores, "p1")) == 2  # one per cell
+    same = design.validate({**RAW, "name": "p2"})
+    prepared = st.prepare(same, design.items(same), stores)
+    assert prepared.linked == {"p1": 2 * (4 + 2)} and prepared.queued == 0 and not prepared.reuse.held
+    assert sum(t.state == TrialState.PRUNED for t in trials_of(stores, "p2")) == 2
+    # The same cells orphaned by a change, then kept as a study of their own: all of them.
+    changed = design.validate({**RAW, "name": "p1", "train": {**RAW["train"], "lr": 0.001}})
+    st.prepare(changed, design.items(changed), stores)
+    res = CliRunner().invoke(app, ["keep", "p1", "p1-old"])
+    assert res.exit_code == 0, res.output
+    assert "kept 12 orphaned items of p1 as study p1-old" in res.output and "stay" not in res.output
+    # Orphans no study can take whole (a tuning trial that failed with an error): a clear error,
+    # and no empty study left under the name. Other stores: p1 and p2 hold these cells whole.
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "other"))
+    stores = resolve()
+    again = design.validate({**RAW, "name": "p3"})
+    st.prepare(again, design.items(again), stores)
+    study = st.open_study("p3", stores)
+    while (trial := phases.claim(study)) is not None:
+        attrs = phases.prepare_item(study, trial)
+        if attrs["phase"] == "tune" and attrs["index"] == 0:
+            queue.finish(study, trial, TrialState.FAIL, {"status": "failed", "failure_kind": "error"})
+        else:
+            value = score(attrs["config"])
+            queue.finish(study, trial, TrialState.COMPLETE, {"val_accuracy": value, "status": "complete"}, value)
+    changed = design.validate({**RAW, "name": "p3", "train": {**RAW["train"], "lr": 0.001}})
+    st.prepare(changed, design.items(changed), stores)
+    res = CliRunner().invoke(app, ["keep", "p3", "p3-old"])
+    assert res.exit_code == 1 and "could be kept as p3-old" in res.output and "failed with an error" in res.output
+    assert "p3-old" not in {r.name for r in st.overview(stores)}
+
+
 def test_an_item_finished_elsewhere_after_it_was_queued_is_linked_when_claimed(tmp_path):
     from ablate.runner.worker import run_item
 

@@ -450,7 +450,9 @@ def _suffix(item_key: str) -> str:
 
 
 def _finished_ok(entry: queue.Found) -> bool:
-    return entry.state == TrialState.COMPLETE or (
+    """A result another study can link: completed, pruned (a tuning trial its pruner stopped, as
+    ``item_state`` counts it) or failed in a way that is the cell's own (a divergence)."""
+    return entry.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
         entry.state == TrialState.FAIL and entry.user_attrs.get("failure_kind") in REUSABLE_FAILURES)
 
 
