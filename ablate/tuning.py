@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import math
 from typing import Any
 
@@ -22,6 +23,18 @@ def apply(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     for path, value in params.items():
         set_path(out, path, value)
     return out
+
+
+def grid_point(space: dict[str, dict[str, Any]], index: int) -> dict[str, Any]:
+    """The ``index``-th combination of the space's choices (the first dimension varies slowest),
+    the setting of tuning trial ``index`` under the grid sampler. By index rather than Optuna's
+    GridSampler, which picks an unvisited point at random from the history it sees: two workers
+    sampling one cell at once see the same history, and a point could run twice, another never."""
+    choices = [dim["choices"] for dim in space.values()]
+    combos = list(itertools.product(*choices))
+    if not 0 <= index < len(combos):
+        raise IndexError(f"grid trial {index} of {len(combos)} combinations")
+    return dict(zip(space, combos[index], strict=True))
 
 
 def sampler_seed(cell_id: str, index: int) -> int:

@@ -81,6 +81,38 @@ def test_sampled_settings_lie_in_the_space_and_are_stored(tmp_path):
     assert len(set(seen)) == 4
 
 
+def test_the_grid_sampler_runs_every_combination_once_per_cell_claimed_at_once(tmp_path):
+    """Every cell tries the same settings (so no cell wins by a luckier draw of the sampler), each
+    once, even when all of a cell's tuning items are claimed before any finishes."""
+    raw = copy.deepcopy(RAW)
+    raw["tune"] = {**raw["tune"], "sampler": "grid", "trials": 4,
+                   "space": {"train.lr": [1e-3, 3e-3], "train.batch_size": [8, 16]}}
+    s = design.validate(raw)
+    study, _ = st.prepare(s, design.items(s), stores(tmp_path))
+    claimed = []
+    while (trial := phases.claim(study)) is not None and len(claimed) < 8:
+        claimed.append((trial, phases.prepare_item(study, trial)))
+    assert all(a["phase"] == "tune" for _, a in claimed) and len(claimed) == 8
+    grid = {(0.001, 8), (0.001, 16), (0.003, 8), (0.003, 16)}
+    for cell in design.cells(s):
+        tried = [(a["params"]["train.lr"], a["params"]["train.batch_size"]) for _, a in claimed if a["cell_id"] == cell.id]
+        assert sorted(tried) == sorted(grid)
+    for trial, attrs in claimed:
+        finish(study, trial, attrs)
+    rep = phases.claim(study)
+    assert phases.prepare_item(study, rep)["phase"] == "replicate"
+
+
+def test_a_grid_names_what_it_needs():
+    raw = copy.deepcopy(RAW)
+    raw["tune"] = {**raw["tune"], "sampler": "grid", "trials": 3, "space": {"train.lr": [1e-3, 3e-3]}}
+    with pytest.raises(Exception, match="tune.trials must be 2"):
+        design.validate(raw)
+    raw["tune"] = {**raw["tune"], "trials": 2, "space": {"train.lr": {"low": 1e-3, "high": 1e-2}}}
+    with pytest.raises(Exception, match="tune.space.train.lr is a range"):
+        design.validate(raw)
+
+
 def test_a_retried_tuning_item_reruns_the_same_setting(tmp_path):
     s = design.validate(RAW)
     study, _ = st.prepare(s, design.items(s), stores(tmp_path))

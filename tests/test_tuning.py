@@ -52,3 +52,12 @@ def test_best_ignores_what_did_not_finish_with_a_number():
     assert tuning.best(results, "minimize") == (1, {"a": 1})
     assert tuning.best([(0, {}, math.nan)], "maximize") is None
     assert tuning.best([], "minimize") is None
+
+
+def test_grid_point_enumerates_the_product_first_dimension_slowest():
+    space = {"a": {"type": "categorical", "choices": [1, 2]}, "b": {"type": "categorical", "choices": ["x", "y", "z"]}}
+    points = [tuning.grid_point(space, i) for i in range(6)]
+    assert points[0] == {"a": 1, "b": "x"} and points[1] == {"a": 1, "b": "y"} and points[3] == {"a": 2, "b": "x"}
+    assert len({tuple(p.values()) for p in points}) == 6
+    with pytest.raises(IndexError, match="grid trial 6 of 6"):
+        tuning.grid_point(space, 6)

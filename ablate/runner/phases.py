@@ -163,6 +163,8 @@ def _value(trial: FrozenTrial, metric: str) -> float | None:
 def sample(study: optuna.Study, number: int, attrs: dict[str, Any]) -> dict[str, Any]:
     """A setting for tuning item ``attrs`` (trial ``number``) given its cell's history."""
     protocol = attrs["tune"]
+    if protocol.get("sampler") == "grid":
+        return tuning.grid_point(protocol["space"], int(attrs["index"]))
     dists = distributions(protocol["space"])
     objective = protocol["objective"]
     startup = int(protocol.get("startup_trials", 10))

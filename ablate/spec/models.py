@@ -13,6 +13,7 @@ it whole with ``ablate.design.validate`` / ``load``.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -366,7 +367,9 @@ class TuneSpec(Strict):
 
     trials: int = Field(ge=1, le=MAX_TUNE_TRIALS, description="tuning trials per cell")
     space: dict[str, TuneDim] = Field(min_length=1, description="dotted path → range or choices")
-    sampler: Literal["tpe", "random", "gp"] = Field("tpe", description="Optuna sampler")
+    sampler: Literal["tpe", "random", "gp", "grid"] = Field(
+        "tpe", description="Optuna sampler, or grid: every combination of the space's choices once, the same for "
+        "every cell (trial i takes the i-th; trials must equal the number of combinations)")
     startup_trials: int | None = Field(
         None, ge=0, description="tpe/gp: random trials before modelling; default min(10, max(2, trials // 3))")
     seeds: int | list[int] = Field(
@@ -383,6 +386,20 @@ class TuneSpec(Strict):
     @classmethod
     def _seeds(cls, v: Any) -> int | list[int]:
         return _check_seeds(v, "tuning seeds")
+
+    @model_validator(mode="after")
+    def _grid(self) -> TuneSpec:
+        if self.sampler != "grid":
+            return self
+        ranges = [path for path, dim in self.space.items() if dim.choices is None]
+        if ranges:
+            raise ValueError(f"sampler grid needs choices (a list) for every dimension; tune.space.{ranges[0]} is "
+                             "a range")
+        combinations = math.prod(len(dim.choices or ()) for dim in self.space.values())
+        if self.trials != combinations:
+            raise ValueError(f"sampler grid runs every combination once: tune.trials must be {combinations} "
+                             f"(the product of the choices' lengths), not {self.trials}")
+        return self
 
     @property
     def seed_list(self) -> list[int]:
