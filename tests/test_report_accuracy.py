@@ -465,3 +465,23 @@ def test_figures_survive_an_empty_study(partial_study):
     acc.learning_curves(curves.iloc[0:0], "val_accuracy", cells=nothing)
     acc.performance_profile_plot(stats.performance_profile(nothing, METRIC), METRIC)
     acc.comparison_plot(stats.compare_to_reference(nothing, METRIC, "rotation-xi"), metric=METRIC)
+
+
+def test_tuning_sentences_name_a_spread_of_tuned_settings_the_table_shows():
+    """The rotation-heads case: cells tuned by separate draws trained at learning rates 3× apart,
+    and the ranking followed them. The sentence quotes the tuning table's values."""
+    import json as _json
+
+    tuning = pd.DataFrame({
+        "cell_id": ["a", "b", "c"], "cell_label": ["heads=1", "heads=4", "heads=16"],
+        "planned": 3, "complete": 3, "pruned": 0, "failed": 0, "unfinished": 0, "best_index": [2, 1, 1],
+        "best_value": [0.49, 0.46, 0.52], "tuned_from": None,
+        "best_params": [_json.dumps({"train.lr": v, "train.batch_size": 32}) for v in (0.00626, 0.00273, 0.00845)]})
+    [line] = acc.tuning_sentences(tuning, "tpe")
+    assert line.startswith("The cells' best train.lr spans 0.00273 (heads=4) to 0.00845 (heads=16), 3.1×")
+    assert "(tpe sampler)" in line and "tune.sampler: grid" in line
+    shown = acc.tuning_table(tuning, "val_accuracy")["best setting"].tolist()
+    assert "train.lr=0.00273" in shown[1] and "train.lr=0.00845" in shown[2]
+    assert "tune.sampler" not in acc.tuning_sentences(tuning, "grid")[0]
+    close = tuning.assign(best_params=[_json.dumps({"train.lr": v}) for v in (0.004, 0.005, 0.006)])
+    assert acc.tuning_sentences(close, "tpe") == []

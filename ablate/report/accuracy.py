@@ -71,6 +71,7 @@ __all__ = [
     "spec_text",
     "summary_sentences",
     "tuning_intro",
+    "tuning_sentences",
     "tuning_table",
     "versions_table",
 ]
@@ -391,6 +392,37 @@ def tuning_table(tuning: pd.DataFrame, objective: str) -> pd.DataFrame:
         })
     return pd.DataFrame(rows, columns=["cell", "trials complete", "best trial", f"best {metric_name(objective)}",
                                        "best setting", "replicates ran"])
+
+
+#: Tuned values further apart than this factor across cells earn a sentence (``tuning_sentences``).
+SPREAD = 2.0
+
+
+def tuning_sentences(tuning: pd.DataFrame, sampler: str) -> list[str]:
+    """Where the cells' best settings (``tuning_table``'s "best setting") differ by more than
+    ``SPREAD``× in a numeric dimension: which cells hold the extremes — a difference between cells
+    can be one of those settings. With a sampler that draws per cell (not ``grid``), the draws
+    themselves differ between cells, and the sentence says so."""
+    best = {str(r["cell_label"]): json.loads(r["best_params"]) for _, r in tuning.iterrows()
+            if isinstance(r["best_params"], str) and r["best_params"]}
+    out = []
+    for path in dict.fromkeys(k for params in best.values() for k in params):
+        values = {cell: v for cell, params in best.items() if isinstance(v := params.get(path), int | float)
+                  and not isinstance(v, bool) and v > 0}
+        if len(values) < 2:
+            continue
+        low, high = min(values, key=values.get), max(values, key=values.get)
+        ratio = values[high] / values[low]
+        if ratio <= SPREAD:
+            continue
+        text = (f"The cells' best {path} spans {num(values[low], 4, sig=True)} ({low}) to "
+                f"{num(values[high], 4, sig=True)} ({high}), {ratio:.1f}×: a difference between cells can be one "
+                f"of {path}.")
+        if sampler != "grid":
+            text += (f" Each cell drew its own {path} values ({sampler} sampler); `tune.sampler: grid` tries the "
+                     "same values in every cell.")
+        out.append(text)
+    return out
 
 
 def _replicated(source: Any) -> str:

@@ -55,10 +55,12 @@ summary = stats.cell_summary(trials, metric, chance, margin, confidence)
 comparisons = stats.compare_to_reference(trials, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
                                          power=res.spec.stats.power)
 conv = stats.convergence(trials, stats.step_budget(trials, res.spec.train.steps), min_gain=effect)
+tuned = res.tuning().to_pandas()
 say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, higher_is_better, confidence, conv)
       + acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better, conv,
                                  res.spec.stats.power)
-      + acc.convergence_sentences(conv)])
+      + acc.convergence_sentences(conv)
+      + (acc.tuning_sentences(tuned, res.spec.tune.sampler) if res.spec.tune is not None else [])])
 
 # %%
 show(acc.cell_table(summary, ref_id, confidence, chance is not None, n_test=n_test, conv=conv),
@@ -216,8 +218,7 @@ else:
 if res.spec.tune is None:
     say("The study did not tune: every cell ran its configuration as specified.")
 else:
-    show(acc.tuning_table(res.tuning().to_pandas(), res.spec.tune.objective.metric),
-         intro=acc.tuning_intro(res.spec.tune), name="tuning")
+    show(acc.tuning_table(tuned, res.spec.tune.objective.metric), intro=acc.tuning_intro(res.spec.tune), name="tuning")
 
 # %% [markdown]
 # ## Against published numbers
