@@ -223,6 +223,18 @@ def test_a_tuned_cell_is_reused_whole_or_not_at_all(tmp_path):
     assert attrs["phase"] == "replicate" and attrs["seed"] == 2 and attrs["params"] == best[attrs["cell_id"]]
 
 
+def finish_but_one_tuning_trial(study: optuna.Study, index: int, state: TrialState, attrs: dict) -> None:
+    """Finish every claimable item with a made-up score, except each cell's tuning trial ``index``:
+    ``state`` with ``attrs`` (every time it is claimed again)."""
+    while (trial := phases.claim(study)) is not None:
+        item = phases.prepare_item(study, trial)
+        if item["phase"] == "tune" and item["index"] == index:
+            queue.finish(study, trial, state, attrs)
+        else:
+            value = score(item["config"])
+            queue.finish(study, trial, TrialState.COMPLETE, {"val_accuracy": value, "status": "complete"}, value)
+
+
 def test_a_tuned_cell_with_a_pruned_tuning_trial_is_reused_whole_and_kept(tmp_path, monkeypatch):
     """A pruner's stop is a tuning result: before, one pruned tuning trial made a cell look
     "failed with an error", so neither another study nor `ablate keep` could take it."""
@@ -234,14 +246,7 @@ def test_a_tuned_cell_with_a_pruned_tuning_trial_is_reused_whole_and_kept(tmp_pa
     stores = resolve()
     tuned = design.validate({**RAW, "name": "p1"})
     st.prepare(tuned, design.items(tuned), stores)
-    study = st.open_study("p1", stores)
-    while (trial := phases.claim(study)) is not None:
-        attrs = phases.prepare_item(study, trial)
-        if attrs["phase"] == "tune" and attrs["index"] == 3:
-            queue.finish(study, trial, TrialState.PRUNED, {"status": "pruned", "stopped_early": True})
-        else:
-            value = score(attrs["config"])
-            queue.finish(study, trial, TrialState.COMPLETE, {"val_accuracy": value, "status": "complete"}, value)
+    finish_but_one_tuning_trial(st.open_study("p1", stores), 3, TrialState.PRUNED, {"status": "pruned"})
     assert sum(t.state == TrialState.PRUNED for t in trials_of(stores, "p1")) == 2  # one per cell
     same = design.validate({**RAW, "name": "p2"})
     prepared = st.prepare(same, design.items(same), stores)
@@ -259,14 +264,8 @@ def test_a_tuned_cell_with_a_pruned_tuning_trial_is_reused_whole_and_kept(tmp_pa
     stores = resolve()
     again = design.validate({**RAW, "name": "p3"})
     st.prepare(again, design.items(again), stores)
-    study = st.open_study("p3", stores)
-    while (trial := phases.claim(study)) is not None:
-        attrs = phases.prepare_item(study, trial)
-        if attrs["phase"] == "tune" and attrs["index"] == 0:
-            queue.finish(study, trial, TrialState.FAIL, {"status": "failed", "failure_kind": "error"})
-        else:
-            value = score(attrs["config"])
-            queue.finish(study, trial, TrialState.COMPLETE, {"val_accuracy": value, "status": "complete"}, value)
+    finish_but_one_tuning_trial(st.open_study("p3", stores), 0, TrialState.FAIL,
+                                {"status": "failed", "failure_kind": "error"})
     changed = design.validate({**RAW, "name": "p3", "train": {**RAW["train"], "lr": 0.001}})
     st.prepare(changed, design.items(changed), stores)
     res = CliRunner().invoke(app, ["keep", "p3", "p3-old"])
