@@ -156,11 +156,19 @@ class Kernel:
         run_sync(self.km.start_kernel)(stdout=self._log, stderr=self._log, cwd=str(workdir), env=env)
         self.kc = self.km.client()
         self.kc.start_channels()
-        run_sync(self.kc.wait_for_ready)(timeout=120)
+        self._ready = False
 
     def warm(self, code: str) -> None:
-        """Run ``code`` in the kernel without waiting for it (the first notebook queues behind it)."""
+        """Run ``code`` in the kernel without waiting for it, even before the kernel is up (ZeroMQ
+        holds the request until it connects; the first notebook queues behind it), so that the
+        kernel boots and imports while the caller does other work."""
         self.kc.execute(code, silent=True, store_history=False)
+
+    def ready(self) -> None:
+        """Wait until the kernel answers (after what ``warm`` queued)."""
+        if not self._ready:
+            self._run_sync(self.kc.wait_for_ready)(timeout=120)
+            self._ready = True
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -204,6 +212,8 @@ def execute(report: str, parameters: dict, workdir: Path, kernel: Kernel | None 
     nbformat.write(source, src)
     # A kernel of our own already runs in its scratch directory; papermill's ``cwd`` would chdir this
     # whole process, under the thread writing the previous report's pages.
+    if kernel is not None:
+        kernel.ready()
     extra: dict[str, Any] = {"km": kernel.km, "kc": kernel.kc} if kernel is not None else {"cwd": str(workdir)}
     try:
         # Saved once at the end (or on a failure), not after every cell: a notebook of SVG figures
