@@ -996,8 +996,8 @@ def convergence(
 
     Columns: ``cell_id``, ``cell_label``, ``n`` (completed runs), ``n_known`` (runs with any
     convergence record), ``n_unconverged``, ``still_improving`` (any run still improving),
-    ``gain_max`` / ``gain_median`` (``val_gain_last`` over the still-improving runs, else over all
-    known), ``budget``, ``steps_min``, ``steps_max``, ``steps_differ`` (some run used a number of
+    ``gain_max`` / ``gain_median`` (``val_gain_last`` over the still-improving runs, else over the
+    runs that did not stop early; NaN when every run stopped early), ``budget``, ``steps_min``, ``steps_max``, ``steps_differ`` (some run used a number of
     steps other than the budget), ``n_stopped_early``, ``best_step_median``."""
     rows_all = _phase_rows(trials, phase)
     done = rows_all[rows_all["status"] == "complete"]
@@ -1024,7 +1024,9 @@ def convergence(
         stopped = np.array([_flag(v) is True for v in early], dtype=bool)
         unconverged = (conv_false | by_gain) & ~stopped
         known = conv_known | np.isfinite(gain)
-        g = gain[unconverged & np.isfinite(gain)] if unconverged.any() else gain[np.isfinite(gain)]
+        # The gains of the runs still improving, else of those that ran their whole budget: an early
+        # stop's gain over its last fifth came before its plateau and says nothing about the budget.
+        g = gain[(unconverged if unconverged.any() else ~stopped) & np.isfinite(gain)]
         cap = budget.get(cell["cell_id"], np.nan) if isinstance(budget, dict) else (
             float(budget) if budget is not None else np.nan)
         s = steps[np.isfinite(steps)]

@@ -292,6 +292,7 @@ def test_convergence_from_constructed_frames_and_without_the_columns():
     trials.loc[0, "stopped_early"] = True
     again = stats.convergence(trials, {"short": 300, "done": 300, "old": 300}, min_gain=0.01).set_index("cell_id")
     assert not again.loc["short", "still_improving"] and again.loc["short", "n_stopped_early"] == 1
+    assert again.loc["short", "gain_max"] == pytest.approx(0.01)  # the runs that used the budget, not the stop's
 
 
 def test_pending_and_diverged_cells_are_compared_on_what_completed():
