@@ -692,7 +692,13 @@ class Studies:
         for same in by_label.values():  # cells the factors do not tell apart: say what does
             if len(same) > 1:
                 for r, extra in zip(same, difference_labels([x["config"] for x in same]), strict=True):
-                    r["label"] = ", ".join(x for x in (r["label"], extra) if x)
+                    r["label"] = ", ".join(x for x in (r["label"], extra) if x and x != "baseline")
+        # Cells whose configurations are equal differ where no setting shows (their tuning protocol,
+        # their code): the study that holds each tells them apart.
+        counts = Counter(r["label"] for r in rows.values())
+        for r in rows.values():
+            if counts[r["label"]] > 1:
+                r["label"] = f"{r['label'] or 'baseline'} [{r['study']}]"
         schema = {"cell_id": pl.Utf8, "study": pl.Utf8, "studies": pl.Utf8, "cell_label": pl.Utf8, "label": pl.Utf8,
                   "task": pl.Utf8, "data_version": pl.Utf8, "code_version": pl.Utf8, "config": pl.Utf8}
         return pl.DataFrame([{**{k: v for k, v in r.items() if k != "levels"}, "studies": ", ".join(r["studies"]),

@@ -467,21 +467,32 @@ def test_figures_survive_an_empty_study(partial_study):
     acc.comparison_plot(stats.compare_to_reference(nothing, METRIC, "rotation-xi"), metric=METRIC)
 
 
-def test_tuning_sentences_name_a_spread_of_tuned_settings_the_table_shows():
-    """The rotation-heads case: cells tuned by separate draws trained at learning rates 3× apart,
-    and the ranking followed them. The sentence quotes the tuning table's values."""
+def test_tuning_sentences_name_a_spread_and_an_edge_of_the_tuned_settings_the_table_shows():
+    """The rotation-heads cases: cells tuned by separate draws trained at learning rates 3× apart
+    (and the ranking followed them); on a grid, every cell chose its largest value. The sentences
+    quote the tuning table's values."""
     import json as _json
+
+    from ablate.spec.models import TuneSpec
 
     tuning = pd.DataFrame({
         "cell_id": ["a", "b", "c"], "cell_label": ["heads=1", "heads=4", "heads=16"],
         "planned": 3, "complete": 3, "pruned": 0, "failed": 0, "unfinished": 0, "best_index": [2, 1, 1],
         "best_value": [0.49, 0.46, 0.52], "tuned_from": None,
         "best_params": [_json.dumps({"train.lr": v, "train.batch_size": 32}) for v in (0.00626, 0.00273, 0.00845)]})
-    [line] = acc.tuning_sentences(tuning, "tpe")
+    tpe = TuneSpec(trials=3, space={"train.lr": {"low": 1e-3, "high": 1e-2, "log": True}})
+    [line] = acc.tuning_sentences(tuning, tpe)
     assert line.startswith("The cells' best train.lr spans 0.00273 (heads=4) to 0.00845 (heads=16), 3.1×")
     assert "(tpe sampler)" in line and "tune.sampler: grid" in line
     shown = acc.tuning_table(tuning, "val_accuracy")["best setting"].tolist()
     assert "train.lr=0.00273" in shown[1] and "train.lr=0.00845" in shown[2]
-    assert "tune.sampler" not in acc.tuning_sentences(tuning, "grid")[0]
     close = tuning.assign(best_params=[_json.dumps({"train.lr": v}) for v in (0.004, 0.005, 0.006)])
-    assert acc.tuning_sentences(close, "tpe") == []
+    assert acc.tuning_sentences(close, tpe) == []
+    # A grid whose largest value every cell chose; one cell at the lower edge of a log range.
+    grid = TuneSpec(trials=3, sampler="grid", space={"train.lr": [2.5e-3, 5e-3, 1e-2]})
+    top = tuning.assign(best_params=[_json.dumps({"train.lr": 0.01})] * 3)
+    assert acc.tuning_sentences(top, grid) == [
+        "The best train.lr of every cell is at the largest end of the search space (choices 0.0025, 0.005, 0.01): "
+        "the best setting may lie beyond it."]
+    low = tuning.assign(best_params=[_json.dumps({"train.lr": v}) for v in (0.00105, 0.004, 0.005)])
+    assert acc.tuning_sentences(low, tpe)[0].startswith("The best train.lr of heads=1 is at the smallest end")

@@ -378,3 +378,22 @@ def test_several_studies_hold_each_cells_own_setting_where_another_study_varies_
     v = both.variants()
     assert set(v["label"]) == {"heads=2", "heads=4", "heads=8, variant=X"}
     assert v.filter(pl.col("label") == "heads=4")["studies"].to_list() == ["by-path, by-name"]
+
+
+def test_variants_with_equal_settings_and_other_tuning_are_told_apart_by_their_study(tmp_path):
+    """Cells whose configurations are equal but whose tuning differs (rotation_heads tuned by TPE
+    draws, then on a grid): the same factor levels and settings, two cells — labelled by study."""
+    from ablate import design, results
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    base = {"task": {"name": "listops", "max_length": 20, "train_size": 32},
+            "model": {"d_model": 8, "state_dim": 32, "layers": 1, "heads": 2}, "factors": {"model.heads": [2, 4]}}
+    tpe = design.validate({**base, "name": "tpe", "tune": {"trials": 2, "space": {"train.lr": {"low": 1e-3, "high": 1e-2}}}})
+    grid = design.validate({**base, "name": "grid",
+                            "tune": {"trials": 2, "sampler": "grid", "space": {"train.lr": [1e-3, 1e-2]}}})
+    stores = resolve(home_dir=tmp_path / "h")
+    for s in (tpe, grid):
+        st.prepare(s, design.items(s), stores)
+    v = results.load(["tpe", "grid"], home=tmp_path / "h", curves=False).variants()
+    assert v.height == 4 and sorted(v["label"]) == ["heads=2 [grid]", "heads=2 [tpe]", "heads=4 [grid]", "heads=4 [tpe]"]

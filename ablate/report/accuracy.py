@@ -398,31 +398,64 @@ def tuning_table(tuning: pd.DataFrame, objective: str) -> pd.DataFrame:
 SPREAD = 2.0
 
 
-def tuning_sentences(tuning: pd.DataFrame, sampler: str) -> list[str]:
-    """Where the cells' best settings (``tuning_table``'s "best setting") differ by more than
-    ``SPREAD``× in a numeric dimension: which cells hold the extremes — a difference between cells
-    can be one of those settings. With a sampler that draws per cell (not ``grid``), the draws
-    themselves differ between cells, and the sentence says so."""
+def _at_edge(value: float, dim: Any) -> str | None:
+    """"largest" / "smallest" when ``value`` is the space's largest or smallest choice, or lies in
+    the outer 5% of its range (on the log scale when the range is); else None."""
+    if dim.choices is not None:
+        numbers = [c for c in dim.choices if isinstance(c, int | float) and not isinstance(c, bool)]
+        if len(numbers) < 2:
+            return None
+        return "largest" if value == max(numbers) else "smallest" if value == min(numbers) else None
+    lo, hi, v = float(dim.low), float(dim.high), float(value)
+    if dim.log:
+        lo, hi, v = math.log(lo), math.log(hi), math.log(v)
+    if hi <= lo:
+        return None
+    return "largest" if v >= hi - 0.05 * (hi - lo) else "smallest" if v <= lo + 0.05 * (hi - lo) else None
+
+
+def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
+    """What the tuning table's "best setting" column says beyond its rows, per numeric dimension of
+    the spec's ``tune``: cells whose best value is at the edge of the search space (the best may lie
+    beyond it), and best values more than ``SPREAD``× apart across cells (a difference between cells
+    can be one of that setting; when each cell drew its own values, the draws differ too)."""
     best = {str(r["cell_label"]): json.loads(r["best_params"]) for _, r in tuning.iterrows()
             if isinstance(r["best_params"], str) and r["best_params"]}
     out = []
-    for path in dict.fromkeys(k for params in best.values() for k in params):
+    for path, dim in tune.space.items():
         values = {cell: v for cell, params in best.items() if isinstance(v := params.get(path), int | float)
-                  and not isinstance(v, bool) and v > 0}
-        if len(values) < 2:
+                  and not isinstance(v, bool)}
+        if not values:
             continue
-        low, high = min(values, key=values.get), max(values, key=values.get)
-        ratio = values[high] / values[low]
+        edges: dict[str, list[str]] = {}
+        for cell, v in values.items():
+            if (edge := _at_edge(v, dim)) is not None:
+                edges.setdefault(edge, []).append(cell)
+        for edge, cells in edges.items():
+            every = len(cells) == len(values)
+            out.append(f"The best {path} of {'every cell' if every else ', '.join(cells)} is at the {edge} end of the "
+                       f"search space ({_space_text(dim)}): the best setting may lie beyond it.")
+        positive = {c: v for c, v in values.items() if v > 0}
+        if len(positive) < 2:
+            continue
+        low, high = min(positive, key=positive.get), max(positive, key=positive.get)
+        ratio = positive[high] / positive[low]
         if ratio <= SPREAD:
             continue
-        text = (f"The cells' best {path} spans {num(values[low], 4, sig=True)} ({low}) to "
-                f"{num(values[high], 4, sig=True)} ({high}), {ratio:.1f}×: a difference between cells can be one "
+        text = (f"The cells' best {path} spans {num(positive[low], 4, sig=True)} ({low}) to "
+                f"{num(positive[high], 4, sig=True)} ({high}), {ratio:.1f}×: a difference between cells can be one "
                 f"of {path}.")
-        if sampler != "grid":
-            text += (f" Each cell drew its own {path} values ({sampler} sampler); `tune.sampler: grid` tries the "
-                     "same values in every cell.")
+        if tune.sampler != "grid":
+            text += (f" Each cell drew its own {path} values ({tune.sampler} sampler); `tune.sampler: grid` tries "
+                     "the same values in every cell.")
         out.append(text)
     return out
+
+
+def _space_text(dim: Any) -> str:
+    if dim.choices is not None:
+        return "choices " + ", ".join(num(c, 4, sig=True) if isinstance(c, float) else str(c) for c in dim.choices)
+    return f"[{dim.low:g}, {dim.high:g}]" + (" log" if dim.log else "")
 
 
 def _replicated(source: Any) -> str:

@@ -60,7 +60,7 @@ say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, h
       + acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better, conv,
                                  res.spec.stats.power)
       + acc.convergence_sentences(conv)
-      + (acc.tuning_sentences(tuned, res.spec.tune.sampler) if res.spec.tune is not None else [])])
+      + (acc.tuning_sentences(tuned, res.spec.tune) if res.spec.tune is not None else [])])
 
 # %%
 show(acc.cell_table(summary, ref_id, confidence, chance is not None, n_test=n_test, conv=conv),
