@@ -990,15 +990,15 @@ def convergence(
     null but ``val_gain_last`` is known — when its validation metric gained at least
     ``min_gain`` over the last 20% of its steps; never when it stopped early (its plateau ended
     it, not the budget; trials recorded before ``training.convergence`` said so hold False
-    there). Columns missing from ``trials`` (studies that
-    predate them) count as unknown, never as converged. ``budget`` is a cell id → steps mapping
-    (``step_budget``) or one number.
+    there). Columns missing from ``trials`` (studies that predate them) count as unknown, never
+    as converged. ``budget`` is a cell id → steps mapping (``step_budget``) or one number.
 
     Columns: ``cell_id``, ``cell_label``, ``n`` (completed runs), ``n_known`` (runs with any
     convergence record), ``n_unconverged``, ``still_improving`` (any run still improving),
     ``gain_max`` / ``gain_median`` (``val_gain_last`` over the still-improving runs, else over the
-    runs that did not stop early; NaN when every run stopped early), ``budget``, ``steps_min``, ``steps_max``, ``steps_differ`` (some run used a number of
-    steps other than the budget), ``n_stopped_early``, ``best_step_median``."""
+    runs that did not stop early; NaN when every run stopped early), ``budget``, ``steps_min``,
+    ``steps_max``, ``steps_differ`` (some run used a number of steps other than the budget),
+    ``n_stopped_early``, ``best_step_median``."""
     rows_all = _phase_rows(trials, phase)
     done = rows_all[rows_all["status"] == "complete"]
 

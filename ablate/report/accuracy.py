@@ -453,6 +453,7 @@ def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
 
 
 def _space_text(dim: Any) -> str:
+    """One dimension of a search space as the reports write it: ``choices 0.0025, 0.005`` or ``[0.001, 0.01] log``."""
     if dim.choices is not None:
         return "choices " + ", ".join(num(c, 4, sig=True) if isinstance(c, float) else str(c) for c in dim.choices)
     return f"[{dim.low:g}, {dim.high:g}]" + (" log" if dim.log else "")
@@ -533,10 +534,7 @@ def header_lines(res: Any, trials: pd.DataFrame, metric: str, chance: float | No
 
 def tuning_intro(tune: Any) -> str:
     """How the study tuned (the spec's ``tune``): trials, sampler, seeds, objective, search space."""
-    space = "; ".join(
-        f"{path}: " + (f"choices {dim.choices}" if dim.choices is not None
-                       else f"[{dim.low:g}, {dim.high:g}]" + (" log" if dim.log else ""))
-        for path, dim in tune.space.items())
+    space = "; ".join(f"{path}: {_space_text(dim)}" for path, dim in tune.space.items())
     verb = "maximising" if tune.objective.resolved_direction == "maximize" else "minimising"
     return (f"Each cell ran {tune.trials} tuning trial{'s' if tune.trials != 1 else ''} ({tune.sampler} sampler) "
             f"on tuning seeds {', '.join(map(str, tune.seed_list))}, {verb} {metric_name(tune.objective.metric)}; "
