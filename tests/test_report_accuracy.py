@@ -496,3 +496,11 @@ def test_tuning_sentences_name_a_spread_and_an_edge_of_the_tuned_settings_the_ta
         "the best setting may lie beyond it."]
     low = tuning.assign(best_params=[_json.dumps({"train.lr": v}) for v in (0.00105, 0.004, 0.005)])
     assert acc.tuning_sentences(low, tpe)[0].startswith("The best train.lr of heads=1 is at the smallest end")
+    # Most cells at an edge: the few that are not are named, between semicolons (labels have commas).
+    labels = ["p=rotation, n=xi", "p=rotation, n=gamma", "p=complex, n=xi"]
+    most = tuning.assign(cell_label=labels, best_params=[_json.dumps({"train.lr": v}) for v in (0.01, 0.01, 0.005)])
+    assert acc.tuning_sentences(most, grid)[0].startswith(
+        "The best train.lr of 2 of 3 cells (all but p=complex, n=xi) is at the largest end")
+    four = pd.concat([tuning, tuning.iloc[[0]].assign(cell_id="d", cell_label="heads=32")], ignore_index=True)
+    two = four.assign(best_params=[_json.dumps({"train.lr": v}) for v in (0.01, 0.005, 0.01, 0.005)])
+    assert acc.tuning_sentences(two, grid)[0].startswith("The best train.lr of 2 of 4 cells (heads=1; heads=16) is at")

@@ -432,8 +432,7 @@ def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
             if (edge := _at_edge(v, dim)) is not None:
                 edges.setdefault(edge, []).append(cell)
         for edge, cells in edges.items():
-            every = len(cells) == len(values)
-            out.append(f"The best {path} of {'every cell' if every else ', '.join(cells)} is at the {edge} end of the "
+            out.append(f"The best {path} of {_which_cells(cells, list(values))} is at the {edge} end of the "
                        f"search space ({_space_text(dim)}): the best setting may lie beyond it.")
         positive = {c: v for c, v in values.items() if v > 0}
         if len(positive) < 2:
@@ -450,6 +449,18 @@ def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
                      "the same values in every cell.")
         out.append(text)
     return out
+
+
+def _which_cells(cells: list[str], every: list[str]) -> str:
+    """``cells`` among ``every`` in few words: "every cell", one label, "2 of 8 cells (a; b)" or, for
+    most of them, "6 of 8 cells (all but a; b)". Semicolons, because a cell's label has commas."""
+    if len(cells) == len(every):
+        return "every cell"
+    if len(cells) == 1:
+        return cells[0]
+    if len(cells) > len(every) / 2:
+        return f"{len(cells)} of {len(every)} cells (all but {'; '.join(c for c in every if c not in cells)})"
+    return f"{len(cells)} of {len(every)} cells ({'; '.join(cells)})"
 
 
 def _space_text(dim: Any) -> str:
