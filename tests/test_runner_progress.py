@@ -96,3 +96,27 @@ def test_eta_from_measured_seconds_per_step():
     assert snap.eta_seconds(2) == pytest.approx((60 + 300) * 0.5 / 2)
     assert snap.eta_seconds(100) == pytest.approx(60 * 0.5)
     assert progress.Snapshot(1, 0, 0, 0, 0, None).eta_seconds(1) == 0.0
+
+
+def test_eta_prices_each_cell_at_its_own_rate():
+    """A sequential tanh cell at 1 s a step beside linear ones at 0.25 s: the study's median rate
+    alone would put the ETA at half of what is left."""
+    snap = progress.Snapshot(done=2, failed=0, running=1, waiting=2, new=1, seconds_per_step=0.25,
+                             items=[progress.Running("w", "tanh", 0, "replicate", 50, 100, None, cell_id="slow")],
+                             mean_steps=100, cell_rates={"slow": 1.0, "fast": 0.25}, waiting_cells=["slow", "fast"])
+    # running 50 × 1.0, waiting 100 × 1.0 and 100 × 0.25, new (no trial, no cell) 100 × the study's 0.25
+    assert snap.eta_seconds(2) == pytest.approx((50 + 100 + 25 + 25) / 2)
+    assert snap.eta_seconds(2) > progress.Snapshot(2, 0, 1, 2, 1, 0.25, snap.items, 100).eta_seconds(2)
+
+
+def test_snapshot_measures_each_cell_and_knows_the_cells_still_waiting(study):
+    trial = phases.claim(study)
+    cell = queue.trial(study, trial.number).user_attrs["cell_id"]
+    queue.beat(study, trial.number, {"worker": "host:1", "step": 2})
+    snap = progress.snapshot(study)
+    assert [r.cell_id for r in snap.items] == [cell] and cell in snap.cell_rates  # its own pace while running
+    finish(study, trial)
+    snap = progress.snapshot(study)
+    cells = {t.user_attrs["cell_id"] for t in queue.trials(study, states=(TrialState.WAITING,))}
+    assert len(cells) == 2 and set(snap.cell_rates) == {cell}
+    assert len(snap.waiting_cells) == snap.waiting == 3 and set(snap.waiting_cells) == cells

@@ -10,7 +10,9 @@ ETA: seconds per training step measured on the latest finished trials (the media
 from claim to finish over steps, so per-trial overheads are included and one slow warm-up does
 not dominate), or on the running ones before any finished; times the steps left (the running
 items' remaining steps, then the waiting items at the mean steps per item), spread over the
-workers, and never less than the longest running item's remainder.
+workers, and never less than the longest running item's remainder. Each cell's steps are
+priced at that cell's own rate once one of its trials finished or runs, the study's otherwise:
+cells of one study can differ twofold per step (a sequential tanh recurrence, four layers).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ablate.runner import queue
-from ablate.runner.study import counts
+from ablate.runner.study import DROPPED, counts
 
 # Seconds between two looks at the store, and between status lines in a pipe when nothing happens.
 POLL_S = 1.0
@@ -51,6 +53,7 @@ class Running:
     started: datetime | None
     number: int = -1
     last_val: dict[str, float] = field(default_factory=dict)  # accuracy, loss, bpc, … and their step
+    cell_id: str = ""
 
     def elapsed(self, now: datetime | None = None) -> float | None:
         return ((now or datetime.now()) - self.started).total_seconds() if self.started else None
@@ -67,6 +70,8 @@ class Snapshot:
     items: list[Running] = field(default_factory=list)
     mean_steps: float | None = None  # steps per item, over the items seen (finished and running)
     taken: datetime = field(default_factory=datetime.now)
+    cell_rates: dict[str, float] = field(default_factory=dict)  # cell id → its own seconds per step
+    waiting_cells: list[str] = field(default_factory=list)  # the cell id of each waiting item
 
     @property
     def remaining(self) -> int:
@@ -83,14 +88,24 @@ class Snapshot:
             return 0.0
         if self.seconds_per_step is None:
             return None
-        running = [max(0, r.steps - r.step) * self.seconds_per_step for r in self.items]
-        queued = (self.waiting + self.new) * (self.mean_steps or 0.0) * self.seconds_per_step
+        def rate(cell: str) -> float:
+            return self.cell_rates.get(cell, self.seconds_per_step)
+
+        running = [max(0, r.steps - r.step) * rate(r.cell_id) for r in self.items]
+        left = self.waiting + self.new  # items not claimed yet; "new" ones have no trial, so no cell
+        known = self.waiting_cells[:left]
+        per_step = sum(rate(c) for c in known) + (left - len(known)) * self.seconds_per_step
+        queued = (self.mean_steps or 0.0) * per_step
         return max(max(running, default=0.0), (sum(running) + queued) / max(1, workers))
+
+
+def _rate(measured: Sequence[tuple[float, int]]) -> float:
+    return statistics.median(wall / n for wall, n in measured[-RECENT:])
 
 
 def snapshot(study: optuna.Study) -> Snapshot:
     c = counts(study)
-    finished = queue.entries(study, keys=("steps",), states=(TrialState.COMPLETE,))
+    finished = queue.entries(study, keys=("steps", "cell_id"), states=(TrialState.COMPLETE,))
     running = [
         Running(
             worker=str(t.user_attrs.get("worker", "?")),
@@ -102,21 +117,37 @@ def snapshot(study: optuna.Study) -> Snapshot:
             started=t.datetime_start,
             number=t.number,
             last_val=dict(t.user_attrs.get("last_val") or {}),
+            cell_id=str(t.user_attrs.get("cell_id", "")),
         )
         for t in queue.trials(study, states=(TrialState.RUNNING,))
     ]
-    measured = [((e.finished - e.started).total_seconds(), e.user_attrs["steps"]) for e in finished
-                if e.started and e.finished and isinstance(e.user_attrs.get("steps"), int) and e.user_attrs["steps"] > 0]
-    steps = [n for _, n in measured]
+    timed = [(str(e.user_attrs.get("cell_id", "")), (e.finished - e.started).total_seconds(), e.user_attrs["steps"])
+             for e in finished
+             if e.started and e.finished and isinstance(e.user_attrs.get("steps"), int) and e.user_attrs["steps"] > 0]
+    measured = [(wall, n) for _, wall, n in timed]
+    by_cell: dict[str, list[tuple[float, int]]] = {}
+    for cell, wall, n in timed:
+        by_cell.setdefault(cell, []).append((wall, n))
     now = datetime.now()
+    # Before a trial finished: the running items' own pace, start-up included (an overestimate).
+    moving: dict[str, list[tuple[float, int]]] = {}
+    for r in running:
+        if r.step > 0:
+            moving.setdefault(r.cell_id, []).append((r.elapsed(now) or 0.0, r.step))
+    pace = {cell: sum(e for e, _ in m) / sum(n for _, n in m) for cell, m in moving.items()}
     if measured:  # the median of the latest: a worker's first trial also pays its warm-up
-        rate: float | None = statistics.median(wall / n for wall, n in measured[-RECENT:])
-    else:  # before any finished: the running items' own pace, start-up included (an overestimate)
-        moving = [(r.elapsed(now) or 0.0, r.step) for r in running if r.step > 0]
-        rate = sum(e for e, _ in moving) / sum(n for _, n in moving) if moving else None
-    seen = steps + [r.steps for r in running if r.steps]
+        rate: float | None = _rate(measured)
+    else:
+        everything = [m for ms in moving.values() for m in ms]
+        rate = sum(e for e, _ in everything) / sum(n for _, n in everything) if everything else None
+    cell_rates = pace | {cell: _rate(ms) for cell, ms in by_cell.items()}
+    waiting: dict[str, str] = {}
+    for e in queue.entries(study, keys=("item", "cell_id", DROPPED), states=(TrialState.WAITING,)):
+        if e.user_attrs.get("item") and not e.user_attrs.get(DROPPED):
+            waiting.setdefault(e.user_attrs["item"], str(e.user_attrs.get("cell_id", "")))
+    seen = [n for _, n in measured] + [r.steps for r in running if r.steps]
     return Snapshot(c["done"], c["failed"], c["running"], c["waiting"], c["new"], rate, running,
-                    statistics.fmean(seen) if seen else None, now)
+                    statistics.fmean(seen) if seen else None, now, cell_rates, list(waiting.values()))
 
 
 def duration(seconds: float | None) -> str:
