@@ -279,11 +279,11 @@ def run(
             from ablate.runner.progress import View
             from ablate.runner.worker import WORKER_ID
 
-            with View(st.open_study(spec.name, stores), out, [(WORKER_ID, lambda: None)]).following():
+            with View(st.open_study(spec.name, stores), out, [(WORKER_ID, lambda: None)], todo).following():
                 work(spec.name, stores, device=device_list[0], emit=_worker_events(verbose),
                      checkpoint_every=checkpoint_every)
         else:
-            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose)
+            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, todo)
             if outcome.signum is not None:
                 raise _interrupted(outcome.signum, outcome.requeued)
             failed = outcome.failed

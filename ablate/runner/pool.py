@@ -16,11 +16,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optuna.trial import TrialState
 from rich.console import Console
 
+from ablate.design import Item
 from ablate.runner import progress, queue
 from ablate.runner.study import open_study
 from ablate.runner.worker import worker_id
@@ -90,7 +92,7 @@ class Outcome:
 
 
 def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: int, console: Console,
-        verbose: bool = False) -> Outcome:
+        verbose: bool = False, items: Sequence[Item] | None = None) -> Outcome:
     """Start the workers, show the live view until they all exit, forwarding SIGINT/SIGTERM."""
     received: list[int] = []
     procs: list[subprocess.Popen] = []
@@ -109,7 +111,7 @@ def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: in
         if received:  # a signal while they were starting
             for p in procs:
                 p.send_signal(received[0])
-        watch(study, stores, procs, console, received)
+        watch(study, stores, procs, console, received, items)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -161,13 +163,13 @@ def requeued_by(study: str, stores: Stores, pids: list[int]) -> list[str]:
 
 
 def watch(study_name: str, stores: Stores, procs: list[subprocess.Popen], console: Console,
-          signalled: list[int] | None = None) -> list[int]:
+          signalled: list[int] | None = None, items: Sequence[Item] | None = None) -> list[int]:
     """Show the live view (progress.View) until every worker exits (read-only: the parent writes
     nothing to the storage). Each worker shows from its start, as ``starting`` until it claims an
     item. Once ``signalled`` holds a signal, workers get STOP_WAIT_S to stop, then SIGKILL."""
     signalled = signalled if signalled is not None else []
     study = open_study(study_name, stores, read_only=True)
-    view = progress.View(study, console, [(worker_id(p.pid), p.poll) for p in procs])
+    view = progress.View(study, console, [(worker_id(p.pid), p.poll) for p in procs], items)
     stop_by: float | None = None
     with view:
         while any(p.poll() is None for p in procs):

@@ -33,6 +33,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ablate.design import Item
 from ablate.runner import queue
 from ablate.runner.study import DROPPED, counts
 
@@ -103,8 +104,11 @@ def _rate(measured: Sequence[tuple[float, int]]) -> float:
     return statistics.median(wall / n for wall, n in measured[-RECENT:])
 
 
-def snapshot(study: optuna.Study) -> Snapshot:
-    c = counts(study)
+def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapshot:
+    """The study now; with ``items`` (the spec's) counted over those alone, so that the trials of
+    cells the spec no longer has (orphans of an earlier version) are neither done nor waiting."""
+    c = counts(study, list(items) if items is not None else None)
+    keys = {i.key for i in items} if items is not None else None
     finished = queue.entries(study, keys=("steps", "cell_id"), states=(TrialState.COMPLETE,))
     running = [
         Running(
@@ -143,7 +147,7 @@ def snapshot(study: optuna.Study) -> Snapshot:
     cell_rates = pace | {cell: _rate(ms) for cell, ms in by_cell.items()}
     waiting: dict[str, str] = {}
     for e in queue.entries(study, keys=("item", "cell_id", DROPPED), states=(TrialState.WAITING,)):
-        if e.user_attrs.get("item") and not e.user_attrs.get(DROPPED):
+        if e.user_attrs.get("item") and not e.user_attrs.get(DROPPED) and (keys is None or e.user_attrs["item"] in keys):
             waiting.setdefault(e.user_attrs["item"], str(e.user_attrs.get("cell_id", "")))
     seen = [n for _, n in measured] + [r.steps for r in running if r.steps]
     return Snapshot(c["done"], c["failed"], c["running"], c["waiting"], c["new"], rate, running,
@@ -223,11 +227,12 @@ class View:
     the last state and ends with a newline.
 
     ``workers``: the local worker processes as (worker id, a callable giving its exit code or
-    None while it runs), shown from their start."""
+    None while it runs), shown from their start; ``items``: the spec's, what the totals count."""
 
     def __init__(self, study: optuna.Study, console: Console,
-                 workers: Sequence[tuple[str, Callable[[], int | None]]] = ()) -> None:
-        self.study, self.console = study, console
+                 workers: Sequence[tuple[str, Callable[[], int | None]]] = (),
+                 items: Sequence[Item] | None = None) -> None:
+        self.study, self.console, self.items = study, console, items
         self.name = study.study_name
         self.procs = list(workers)
         self.slots = [Slot(worker, "starting") for worker, _ in self.procs]
@@ -268,7 +273,7 @@ class View:
 
     def poll(self) -> Snapshot:
         with self._lock:
-            snap = self.snap = snapshot(self.study)
+            snap = self.snap = snapshot(self.study, self.items)
             self._update_slots(snap)
             workers = self.workers()
             for line in self._events(snap, workers):
