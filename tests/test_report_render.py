@@ -173,3 +173,10 @@ def test_a_failing_cell_is_named_with_its_error_not_a_traceback(accuracy_study):
     assert "KeyError" in message and "no_such_metric" in message and "ablate/stats.py:" in message
     assert "Traceback" not in res.stderr and "Papermill" not in res.stderr and "----" not in res.stderr
     assert not (accuracy_study / "broken" / "accuracy.html").exists()  # nothing written
+
+
+def test_the_same_notebook_gives_the_same_page():
+    """A re-render of a committed report changes only what the data changed: nbformat gives new
+    notebooks' cells random ids, which the page would otherwise carry into its HTML."""
+    first, second = _html("<p>one</p>"), _html("<p>one</p>")
+    assert first == second and 'id="cell-id=cell-1"' in first

@@ -278,6 +278,8 @@ def to_html(notebook, title: str, missing: list[str] | None = None) -> str:
 
     _drop_stderr(notebook)
     notebook.metadata.pop("papermill", None)  # it holds the parameters the notebook ran with
+    for i, cell in enumerate(notebook.cells):  # papermill's random ids would change every re-render
+        cell["id"] = f"cell-{i}"
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(notebook)
