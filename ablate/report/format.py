@@ -233,6 +233,11 @@ def _table(frame: pd.DataFrame, classes: str, left: set[str], caption: str) -> s
     return f'<table class="ablate {classes}">{cap}{cols}<thead><tr>{head}</tr></thead>{"".join(body)}</table>'
 
 
+#: Tables of at most this many rows are kept on one page: their header does not repeat on the next
+#: (see ``render._PAGE_CSS``), so the rows a page break carried over would stand unlabelled.
+WHOLE_ROWS = 12
+
+
 def table_html(frame: pd.DataFrame, *, classes: str = "", align_left: Iterable[str] = (), caption: str = "") -> str:
     """A display frame as a plain HTML table (escaped); text columns left-aligned, numbers right.
 
@@ -247,7 +252,7 @@ def table_html(frame: pd.DataFrame, *, classes: str = "", align_left: Iterable[s
     for k, cols in enumerate(parts):
         part = frame[cols]
         cls = " ".join(filter(None, [classes, "wide" if len(part.columns) > 5 else "",
-                                     "split" if len(parts) > 1 else ""]))
+                                     "split" if len(parts) > 1 else "", "whole" if len(part) <= WHOLE_ROWS else ""]))
         cap = caption
         if len(parts) > 1:
             shown = [frame.columns.get_loc(c) + 1 for c in cols[1:]]
@@ -264,7 +269,8 @@ def table_block(frame: pd.DataFrame, intro: str | Iterable[str] = (), heading: s
     intro = [intro] if isinstance(intro, str) else list(intro)
     parts = [f"<h2>{_html.escape(heading)}</h2>"] if heading else []
     parts += [f"<p>{inline_markdown(text)}</p>" for text in intro if text]
-    return '<div class="ablate-block">' + "".join(parts) + table_html(frame) + "</div>"
+    whole = " whole" if len(frame) <= WHOLE_ROWS else ""  # a short table stays on one page with its text
+    return f'<div class="ablate-block{whole}">' + "".join(parts) + table_html(frame) + "</div>"
 
 
 def preformatted_block(text: str, title: str | None = None) -> str:
