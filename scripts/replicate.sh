@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the replication studies (CPU scale) one after another with 2 workers, then render each
 # study's reports into $REPORTS/<study>/ (default reports/; NO_REPORTS=1 skips them).
-# Resumable: re-running skips finished trials. About 2.5 hours on 2 cores (README: the replications).
+# Resumable: re-running skips finished trials. About 3.5 hours on 2 cores (README: the replications).
 # The stores are $ABLATE_HOME (default .ablate/); each study's wall time is appended to $WALL_LOG.
 #   ABLATE_HOME=/work/replications/.ablate ABLATE_CACHE_DIR=/work/replications/cache \
 #     WALL_LOG=/work/replications/logs/wall.txt NO_REPORTS=1 scripts/replicate.sh [study ...]
