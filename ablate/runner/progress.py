@@ -101,7 +101,13 @@ class Snapshot:
 
 
 def _rate(measured: Sequence[tuple[float, int]]) -> float:
+    """Seconds per step of finished trials: the median over the latest."""
     return statistics.median(wall / n for wall, n in measured[-RECENT:])
+
+
+def _pace(moving: Sequence[tuple[float, int]]) -> float:
+    """Seconds per step of running trials: their time so far over their steps so far."""
+    return sum(e for e, _ in moving) / sum(n for _, n in moving)
 
 
 def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapshot:
@@ -138,13 +144,11 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
     for r in running:
         if r.step > 0:
             moving.setdefault(r.cell_id, []).append((r.elapsed(now) or 0.0, r.step))
-    pace = {cell: sum(e for e, _ in m) / sum(n for _, n in m) for cell, m in moving.items()}
     if measured:  # the median of the latest: a worker's first trial also pays its warm-up
         rate: float | None = _rate(measured)
     else:
-        everything = [m for ms in moving.values() for m in ms]
-        rate = sum(e for e, _ in everything) / sum(n for _, n in everything) if everything else None
-    cell_rates = pace | {cell: _rate(ms) for cell, ms in by_cell.items()}
+        rate = _pace([m for ms in moving.values() for m in ms]) if moving else None
+    cell_rates = {cell: _pace(ms) for cell, ms in moving.items()} | {cell: _rate(ms) for cell, ms in by_cell.items()}
     waiting: dict[str, str] = {}
     for e in queue.entries(study, keys=("item", "cell_id", DROPPED), states=(TrialState.WAITING,)):
         if e.user_attrs.get("item") and not e.user_attrs.get(DROPPED) and (keys is None or e.user_attrs["item"] in keys):
