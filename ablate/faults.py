@@ -4,6 +4,8 @@
 
 ``where`` is a training step (an integer) or a named point of an item's life, in this order:
 
+    flip        the item's trial was just flipped RUNNING; its heartbeat thread has not started
+                (a kill there must not strand it: see queue.claim)
     claim       the item was just claimed (RUNNING), inside the claim's critical section (a
                 signal there takes effect when the section ends); nothing else is done yet
     open_run    its MLflow run was just created; the trial has not yet recorded the run's id
@@ -36,7 +38,7 @@ import signal
 import time
 from functools import lru_cache
 
-POINTS = ("claim", "open_run", "checkpoint", "record", "commit", "committed")
+POINTS = ("flip", "claim", "open_run", "checkpoint", "record", "commit", "committed")
 KINDS = ("error", "oom", "slow", "pause", "kill", "enospc")
 _fired: set[tuple[str, str]] = set()
 

@@ -78,21 +78,41 @@ def start_workers(root: Path, name: str, storage: str, tracking: str, n: int) ->
     for i in range(n):
         with open(root / "logs" / f"worker{i}.log", "w") as log:  # the child keeps its own handle
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "ablate.cli", "worker", name, "--storage", storage, "--tracking-uri", tracking],
+                [sys.executable, "-m", "ablate.cli", "worker", name, "--storage", storage, "--tracking-uri", tracking,
+                 "--verbose"],  # each item's start and end in its log, for a failure's message
                 cwd=root, env=env_for(root), stdout=log, stderr=subprocess.STDOUT))
     return procs
 
 
-def wait_all(procs: list[subprocess.Popen], root: Path, timeout: float = 600) -> list[int]:
+def wait_all(procs: list[subprocess.Popen], root: Path, storage: str, timeout: float = 600) -> list[int]:
     """Exit codes, in order; a generous bound (2-core CI machines are often shared)."""
     deadline = time.monotonic() + timeout
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
         time.sleep(0.5)
     if any(p.poll() is None for p in procs):
+        queue = queue_state(storage)  # before the kill: what the waiting workers were waiting for
         for p in procs:
             p.kill()
-        pytest.fail(f"workers did not finish within {timeout:.0f} s\n{worker_logs(root)[-4000:]}")
+        pytest.fail(f"workers {[p.returncode for p in procs]} did not finish within {timeout:.0f} s\n"
+                    f"{queue}\n{worker_logs(root)[-4000:]}")
     return [p.returncode for p in procs]
+
+
+def queue_state(storage: str) -> str:
+    """Each unfinished trial of the test's database: number, state, item, heartbeat age."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(storage)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text(
+                "SELECT t.number, t.state, a.value_json, now() - h.heartbeat FROM trials t "
+                "LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
+                "LEFT JOIN trial_user_attributes a ON a.trial_id = t.trial_id AND a.key = 'item' "
+                "WHERE t.state IN ('RUNNING', 'WAITING') ORDER BY t.number")).all()
+    finally:
+        engine.dispose()
+    return "unfinished trials (number, state, item, heartbeat age):\n" + "\n".join(map(str, rows))
 
 
 def worker_logs(root: Path) -> str:
@@ -139,7 +159,7 @@ def test_six_workers_run_each_item_once_and_reports_render_remotely(tmp_path, po
     queued = enqueue(tmp_path, name, storage, mlflow_server)
 
     workers = start_workers(tmp_path, name, storage, mlflow_server, 6)
-    assert wait_all(workers, tmp_path) == [0] * 6, worker_logs(tmp_path)
+    assert wait_all(workers, tmp_path, postgres_db) == [0] * 6, worker_logs(tmp_path)
 
     trials = optuna_trials(name, postgres_db)
     assert len(trials) == ITEMS, "no item may be run twice"
@@ -207,7 +227,7 @@ def test_killing_two_workers_loses_nothing_and_leaves_no_run_running(tmp_path, p
         time.sleep(rng.uniform(0.0, 2.5))
         workers[victim].send_signal(signal.SIGKILL)
 
-    codes = wait_all(workers, tmp_path)
+    codes = wait_all(workers, tmp_path, postgres_db)
     assert [codes[v] for v in victims] == [-signal.SIGKILL] * 2, f"seed {seed}"
     assert [c for i, c in enumerate(codes) if i not in victims] == [0] * 4, worker_logs(tmp_path)
 

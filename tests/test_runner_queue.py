@@ -169,6 +169,31 @@ def test_a_silent_running_trial_is_stale(tmp_path):
     assert queue.beat(study, alive.number)
 
 
+def _claim_killed_at_the_flip(url: str) -> None:
+    import os
+
+    os.environ["ABLATE_FAULT"] = "kill@flip"  # SIGKILL right after the trial turned RUNNING
+    claim(optuna.load_study(study_name="flip", storage=storage(url)))
+
+
+def test_a_worker_killed_the_moment_it_claims_leaves_a_trial_that_goes_stale(tmp_path):
+    """Optuna never counts a RUNNING trial without a heartbeat as stale: a worker killed between
+    the flip to RUNNING and its first beat would strand the item, and every other worker would
+    wait for it for ever. The claim beats before the flip, so the trial has a heartbeat to age."""
+    path = tmp_path / "optuna.db"
+    url = f"sqlite:///{path}"
+    study = optuna.create_study(study_name="flip", storage=storage(url))
+    queue.enqueue(study, {"item": "a"})
+    child = mp.get_context("fork").Process(target=_claim_killed_at_the_flip, args=(url,))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == -9
+    [stranded] = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    with sqlite3.connect(path) as db:  # its grace period has passed
+        db.execute("UPDATE trial_heartbeats SET heartbeat = datetime('now', '-1 hour')")
+    assert queue.stale(study) == [stranded.number]
+
+
 def test_light_reads_load_only_what_is_asked(tmp_path):
     study = optuna.create_study(study_name="reads", storage=storage(f"sqlite:///{tmp_path / 'optuna.db'}"))
     for i in range(6):

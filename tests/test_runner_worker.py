@@ -365,6 +365,21 @@ def test_a_second_signal_during_clean_up_does_not_cut_it_and_the_study_resumes(t
     assert sorted(procs.assert_consistent(tmp_path).values()) == ["done", "done"]
 
 
+def test_kill9_the_moment_a_worker_claims_is_recovered_not_waited_for(tmp_path):
+    """kill -9 right after the claim flipped the trial RUNNING, before any heartbeat thread: the
+    next run finds the trial silent past its grace period and re-runs the item, where waiting for
+    a running trial that never beats would hang every worker."""
+    procs.write_spec(tmp_path, seeds=1)
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT="kill@flip")
+    proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    assert [t["state"] for t in procs.trials(tmp_path)] == ["RUNNING"]
+    res = procs.ablate(tmp_path, "run", "spec.yaml")
+    assert res.returncode == 0, res.stderr
+    assert procs.assert_consistent(tmp_path) == {procs.trials(tmp_path)[0]["item"]: "done"}
+    assert [t["state"] for t in procs.trials(tmp_path)] == ["FAIL", "COMPLETE"]
+
+
 @pytest.mark.parametrize("point", ["commit", "committed"])
 def test_kill9_around_the_optuna_record_leaves_one_finished_run_per_item(tmp_path, point):
     """kill -9 after the MLflow run holds the results but before (commit) or after (committed)

@@ -66,6 +66,7 @@ from typing import Any, Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from ablate import faults
 from ablate.stores import sqlite_lock, sqlite_path, storage_problem
 
 # Seconds between a running trial's heartbeats, and of silence before it counts as killed.
@@ -383,14 +384,17 @@ def claim(study: optuna.Study, gate: Gate | None = None) -> optuna.Trial | None:
                 if held is not None:
                     holds.append(held)
                     continue
+            # Beat before the flip, not after: Optuna never counts a RUNNING trial without a
+            # heartbeat as stale, so a worker killed between the flip and a first beat would strand
+            # the item (and every worker waiting for running items would wait for ever). A beat on
+            # a WAITING trial means nothing, and a claimant that loses the flip leaves a fresh one.
+            store.record_heartbeat(trial_id)
             try:
                 taken = store.set_trial_state_values(trial_id, state=TrialState.RUNNING)
             except optuna.exceptions.UpdateFinishedTrialError:  # claimed and finished since the read
                 continue
             if taken:
-                # Beat at once: Optuna never counts a RUNNING trial without any heartbeat as stale,
-                # so a worker killed before its first beat would otherwise strand the item.
-                store.record_heartbeat(trial_id)
+                faults.inject("flip")
                 return optuna.Trial(study, trial_id)
         page = min(MAX_PAGE, page * 4)
 
