@@ -5,6 +5,7 @@ failing another process's trial, bounded re-queueing, stale trials, light reads.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sqlite3
 from pathlib import Path
 
@@ -170,8 +171,6 @@ def test_a_silent_running_trial_is_stale(tmp_path):
 
 
 def _claim_killed_at_the_flip(url: str) -> None:
-    import os
-
     os.environ["ABLATE_FAULT"] = "kill@flip"  # SIGKILL right after the trial turned RUNNING
     claim(optuna.load_study(study_name="flip", storage=storage(url)))
 
