@@ -289,7 +289,7 @@ def test_every_number_and_verdict_of_the_summary_comes_from_a_table_cell():
     trials["converged"] = trials["cell_id"] != "up"
     summary = stats.cell_summary(trials, METRIC, 0.5)
     comp = stats.compare_to_reference(trials, METRIC, "base", min_effect=0.01)
-    conv = stats.convergence(trials, 300)
+    conv = stats.cell_convergence(trials, 300)
     sentences = (acc.summary_sentences(summary, METRIC, 0.5, 0.02, conv=conv)
                  + acc.comparison_sentences(comp, METRIC, conv=conv) + acc.convergence_sentences(conv))
     tables = [acc.cell_table(summary, "base", conv=conv), acc.comparison_table(comp, conv=conv), acc.power_table(comp),
@@ -322,14 +322,14 @@ def test_convergence_table_flags_budget_too_small_and_steps_used():
     trials["val_gain_last"] = [0.041, 0.03, 0.0, 0.001]
     trials["steps"] = [300, 300, 180, 300]
     trials["stopped_early"] = [False, False, True, False]
-    conv = stats.convergence(trials, 300)
+    conv = stats.cell_convergence(trials, 300)
     table = acc.convergence_table(conv).set_index("cell")
     assert table.loc[f"short {acc.STILL_IMPROVING}", "val accuracy gain, last 20% of steps"] == "+4.1 points"
     assert table.loc["ok", "steps used"] == "180–300 of 300" and table.loc["ok", "stopped early"] == "1"
     text = " ".join(acc.convergence_sentences(conv))
     assert "Budget too small for 1 cell" in text and "short (val accuracy +4.1 points)" in text
     assert "ok 180–300 of 300" in text and "1 run stopped early" in text
-    old = acc.convergence_sentences(stats.convergence(make_trials({"a": 0.7}, seeds=2), 300))
+    old = acc.convergence_sentences(stats.cell_convergence(make_trials({"a": 0.7}, seeds=2), 300))
     assert old and "not recorded" in old[0]
 
 # --- figures on a partial study ---------------------------------------------------------------

@@ -14,7 +14,7 @@ import real_studies as studies
 from typer.testing import CliRunner
 
 from ablate import stats
-from ablate import stats_norms as sn
+from ablate.stats import norms as sn
 from ablate.report import comparison as cmp
 
 NAMES = [studies.FIRST["name"], studies.FOLLOW_UP["name"], studies.OTHER_DATA["name"]]

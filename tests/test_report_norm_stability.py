@@ -12,7 +12,7 @@ import pytest
 from frames import curve_frame, steady_and_wild
 from pdfs import has, pages, svg_groups
 
-from ablate import stats_norms as sn
+from ablate.stats import norms as sn
 from ablate.report import format as fmt
 from ablate.report import norm_stability as ns
 from ablate.report import plotting

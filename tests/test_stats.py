@@ -273,13 +273,13 @@ def test_few_run_estimates_and_performance_profiles():
 
 def test_convergence_from_constructed_frames_and_without_the_columns():
     trials = make_trials({"short": 0.7, "done": 0.8, "old": 0.8}, seeds=3)
-    assert not stats.convergence(trials, 300)["still_improving"].any()  # columns absent: unknown, not flagged
+    assert not stats.cell_convergence(trials, 300)["still_improving"].any()  # columns absent: unknown, not flagged
     trials["converged"] = [False, True, True, True, True, True, None, None, None]
     trials["val_gain_last"] = [0.041, 0.002, 0.01, 0.0, 0.001, 0.0, 0.03, np.nan, np.nan]
     trials["steps"] = [300, 300, 300, 180, 300, 300, np.nan, np.nan, np.nan]
     trials["stopped_early"] = [False, False, False, True, False, False, None, None, None]
     trials["best_step"] = [300, 290, 300, 150, 250, 300, None, None, None]
-    conv = stats.convergence(trials, {"short": 300, "done": 300, "old": 300}, min_gain=0.01).set_index("cell_id")
+    conv = stats.cell_convergence(trials, {"short": 300, "done": 300, "old": 300}, min_gain=0.01).set_index("cell_id")
     assert conv.loc["short", "still_improving"] and conv.loc["short", "n_unconverged"] == 1
     assert conv.loc["short", "gain_max"] == pytest.approx(0.041)
     assert not conv.loc["done", "still_improving"] and conv.loc["done", "steps_differ"]
@@ -290,7 +290,7 @@ def test_convergence_from_constructed_frames_and_without_the_columns():
     # A run stopped early ended on its plateau: not still improving, even where a record from
     # before that rule says converged False.
     trials.loc[0, "stopped_early"] = True
-    again = stats.convergence(trials, {"short": 300, "done": 300, "old": 300}, min_gain=0.01).set_index("cell_id")
+    again = stats.cell_convergence(trials, {"short": 300, "done": 300, "old": 300}, min_gain=0.01).set_index("cell_id")
     assert not again.loc["short", "still_improving"] and again.loc["short", "n_stopped_early"] == 1
     assert again.loc["short", "gain_max"] == pytest.approx(0.01)  # the runs that used the budget, not the stop's
 
@@ -498,7 +498,7 @@ def test_marks():
 
 
 def test_no_torch_needed():
-    code = ("import sys, ablate.stats, ablate.stats_norms, ablate.report.accuracy, ablate.report.norm_stability; "
+    code = ("import sys, ablate.stats, ablate.stats.norms, ablate.report.accuracy, ablate.report.norm_stability; "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
 

@@ -8,7 +8,7 @@ import pytest
 from frames import curve_frame, steady_and_wild
 
 from ablate import stats
-from ablate import stats_norms as sn
+from ablate.stats import norms as sn
 
 
 def test_stability_comes_from_the_numbers():

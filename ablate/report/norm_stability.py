@@ -1,10 +1,10 @@
 """The ``norm_stability`` report's presentation: its tables, its sentences and its figures.
 
-Every function takes the frames of ``ablate.stats_norms`` (the analysis) and returns a display
+Every function takes the frames of ``ablate.stats.norms`` (the analysis) and returns a display
 frame (strings, one header per column), markdown text, or a matplotlib Figure; nothing here
 computes a statistic, and the sentences use only the numbers the tables print, formatted by
 ``ablate.report.format``. Adding a section to the report touches its analysis function in
-``ablate.stats_norms``, its table / text / figure here, and the notebook
+``ablate.stats.norms``, its table / text / figure here, and the notebook
 ``ablate/report/notebooks/norm_stability.py`` that shows them.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ablate import stats_norms as sn
+from ablate.stats import norms as sn
 from ablate.report import format as fmt
 from ablate.report import plotting
 from ablate.report.plotting import Channels, wrap
@@ -42,7 +42,7 @@ __all__ = [
     "theory_ratio",
 ]
 
-#: Each measure of ``stats_norms.MEASURES`` in words.
+#: Each measure of ``stats.norms.MEASURES`` in words.
 MEASURE_WORDS = {"training": "over training steps", "depth": "over layers", "seeds": "over seeds"}
 THEORY_COLOR, NOISE_COLOR = "black", "0.45"
 
@@ -225,7 +225,7 @@ def provenance_rows(df: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def stability_table(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """``stats_norms.stability`` for print: counts, mean norm, and each measure's CV [CI]."""
+    """``stats.norms.stability`` for print: counts, mean norm, and each measure's CV [CI]."""
     out = pd.DataFrame({
         "variant": table["variant"],
         "seeds": table["seeds"],
@@ -242,7 +242,7 @@ def stability_table(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFra
 
 
 def ratio_table(ratios: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """``stats_norms.stability_ratios`` for print, without each reference's own 1×."""
+    """``stats.norms.stability_ratios`` for print, without each reference's own 1×."""
     ratios = ratios[ratios["cell_id"] != ratios["reference_id"]]
     return pd.DataFrame({
         "measure": ratios["measure"].map(MEASURE_WORDS),
@@ -257,7 +257,7 @@ def ratio_table(ratios: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
 
 
 def factor_table(by_factor: pd.DataFrame) -> pd.DataFrame:
-    """``stats_norms.stability_by_factor`` for print: each level's mean CV per measure."""
+    """``stats.norms.stability_by_factor`` for print: each level's mean CV per measure."""
     out = by_factor[["factor", "level", "cells"]].copy()
     for m, words in MEASURE_WORDS.items():
         out[f"mean CV {words}"] = by_factor[f"cv_{m}"].map(_sig)
@@ -265,7 +265,7 @@ def factor_table(by_factor: pd.DataFrame) -> pd.DataFrame:
 
 
 def check_table(check: pd.DataFrame) -> pd.DataFrame:
-    """``stats_norms.theory_check`` for print."""
+    """``stats.norms.theory_check`` for print."""
     return pd.DataFrame({
         "variant": check["variant"], "when": check["when"] + " (step " + check["step"].astype(str) + ")",
         "probe batch, last t": check["probe_last"].map(_sig), "white noise, last t": check["noise_last"].map(_sig),
@@ -275,7 +275,7 @@ def check_table(check: pd.DataFrame) -> pd.DataFrame:
 
 
 def drift_table(drift: pd.DataFrame) -> pd.DataFrame:
-    """``stats_norms.spectrum_drift`` for print."""
+    """``stats.norms.spectrum_drift`` for print."""
     return pd.DataFrame({
         "variant": drift["variant"], "steps": drift["first"].astype(str) + " → " + drift["last"].astype(str),
         "median |λ| (init → end)": [f"{_sig(a, 4)} → {_sig(b, 4)}"
@@ -315,7 +315,7 @@ def _legend(fig: Figure, order: Order, channels: Channels, extra: Sequence[Any] 
 
 def norm_vs_step(norms: pd.DataFrame, order: Order, *, ylabel: str = f"{NORM} (mean over t, heads)",
                  ncols: int = 4, key: str = "", channels: Channels | None = None) -> Figure:
-    """A panel per layer (``stats_norms.layer_norms``) — and per facet level when the study has a
+    """A panel per layer (``stats.norms.layer_norms``) — and per facet level when the study has a
     third factor — with every variant in its colour and line style: each seed a thin line, the
     mean over seeds thick, the min–max band. A log axis when the norms span more than 5×."""
     if norms.empty:

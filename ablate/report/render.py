@@ -11,7 +11,7 @@ first line and the error — not a notebook traceback.
 
 Every report has the same layout, one way from data to page:
 
-    analysis        ablate.stats (accuracy), ablate.stats_norms (norm stability):
+    analysis        ablate.stats (accuracy), ablate.stats.norms (norm stability):
                     pure functions, frames in, numeric frames out; no formatting, no figures
     presentation    ablate.report.accuracy, ablate.report.norm_stability: that report's
                     tables (display frames), sentences and figures, from the analysis' frames
@@ -191,7 +191,8 @@ def kernel(workdir: Path) -> Iterator[Kernel]:
 
 #: What every report notebook imports first: warmed in the kernel while the renderer starts.
 WARM_UP = ("import pandas, polars, numpy, scipy.stats, statsmodels.stats.multitest, matplotlib.figure, IPython.display\n"
-           "import ablate.results, ablate.stats, ablate.stats_norms\n"
+           "import ablate.results, ablate.stats.comparisons, ablate.stats.few_run, ablate.stats.factorial, "
+           "ablate.stats.convergence, ablate.stats.norms\n"
            "import ablate.report.accuracy, ablate.report.norm_stability, ablate.report.display")
 _RESET = "get_ipython().run_line_magic('reset', '-f')  # a shared kernel: no names left by the previous report"
 

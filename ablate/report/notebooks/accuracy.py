@@ -54,7 +54,7 @@ say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
 summary = stats.cell_summary(trials, metric, chance, margin, confidence)
 comparisons = stats.compare_to_reference(trials, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
                                          power=res.spec.stats.power)
-conv = stats.convergence(trials, stats.step_budget(trials, res.spec.train.steps), min_gain=effect)
+conv = stats.cell_convergence(trials, stats.step_budget(trials, res.spec.train.steps), min_gain=effect)
 tuned = res.tuning().to_pandas()
 say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, higher_is_better, confidence, conv)
       + acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better, conv,

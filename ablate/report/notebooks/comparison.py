@@ -19,7 +19,7 @@ export_dir = None  # set by `ablate report --export`
 import warnings
 
 from ablate import results, stats
-from ablate import stats_norms as sn
+from ablate.stats import norms as sn
 from ablate.report import accuracy as acc
 from ablate.report import comparison as cmp
 from ablate.report import format as fmt

@@ -10,7 +10,7 @@ results_file = None  # a file of ablate.results.save (the renderer's one read of
 
 # %%
 from ablate import results
-from ablate import stats_norms as sn
+from ablate.stats import norms as sn
 from ablate.report import norm_stability as ns
 from ablate.report import provenance
 from ablate.report.display import chunks, export_to, say, show, show_figure

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate import stats
+from ablate.stats.estimators import bootstrap_ci, cv
 
 __all__ = [
     "ACROSS",
@@ -134,7 +134,7 @@ def stability_units(norms: pd.DataFrame, measure: str) -> pd.DataFrame:
     """The units of one measure: cell_id, the unit's keys, and its CV ``cv`` (undefined ones dropped)."""
     keys = ["cell_id", *UNITS[measure]]
     rows = [
-        {**dict(zip(keys, key, strict=True)), "cv": stats.cv(g["value"].to_numpy(float))}
+        {**dict(zip(keys, key, strict=True)), "cv": cv(g["value"].to_numpy(float))}
         for key, g in norms.groupby(keys, sort=False)
     ]
     out = pd.DataFrame(rows, columns=[*keys, "cv"])
@@ -157,7 +157,7 @@ def stability(norms: pd.DataFrame, order: Order, confidence: float = 0.95, n_res
         }
         for m in MEASURES:
             x = units[m].loc[units[m]["cell_id"] == cid, "cv"].to_numpy(float)
-            low, high = stats.bootstrap_ci(x, stat=np.mean, confidence=confidence, n_resamples=n_resamples, seed=seed)
+            low, high = bootstrap_ci(x, stat=np.mean, confidence=confidence, n_resamples=n_resamples, seed=seed)
             row.update({f"cv_{m}": float(x.mean()) if x.size else np.nan, f"cv_{m}_low": low,
                         f"cv_{m}_high": high, f"n_{m}": int(x.size)})
         rows.append(row)
@@ -191,7 +191,7 @@ def stability_ratios(norms: pd.DataFrame, table: pd.DataFrame, confidence: float
             if row["cell_id"] == ref["cell_id"]:
                 low = high = 1.0
             else:
-                low, high = stats.bootstrap_ci(a, b, stat=_ratio_of_means, confidence=confidence,
+                low, high = bootstrap_ci(a, b, stat=_ratio_of_means, confidence=confidence,
                                                n_resamples=n_resamples, seed=seed)
             rows.append({"measure": m, "cell_id": row["cell_id"], "variant": row["variant"],
                          "reference_id": ref["cell_id"], "reference": ref["variant"], "ratio": ratio,

@@ -1,0 +1,109 @@
+"""Whether trials converged: the per-cell table of the reports from what each trial recorded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ablate.stats.selection import cell_rows, phase_rows
+
+__all__ = [
+    "CONVERGENCE_COLUMNS",
+    "cell_convergence",
+    "step_budget",
+]
+
+
+#: What a trial records of its convergence (null where a trial predates them): whether it
+#: converged, the gain of the validation metric over the last 20% of the steps it ran, the steps
+#: it ran, whether it stopped early, and the step of its best validation value.
+CONVERGENCE_COLUMNS = ("converged", "val_gain_last", "steps", "stopped_early", "best_step")
+
+
+def step_budget(trials: pd.DataFrame, default: int | None) -> dict[Any, float]:
+    """Cell id → its step budget: the ``train.steps`` factor's level where a factor moves it, else
+    ``default`` (the spec's ``train.steps``)."""
+    out: dict[Any, float] = {}
+    for _, cell in cell_rows(trials).iterrows():
+        level = cell.get("train.steps") if "train.steps" in trials.columns else None
+        value = pd.to_numeric(pd.Series([level]), errors="coerce").iloc[0] if level is not None else np.nan
+        out[cell["cell_id"]] = float(value) if np.isfinite(value) else (float(default) if default else np.nan)
+    return out
+
+
+def _flag(value: Any) -> bool | None:
+    """A recorded yes/no (bool, 0/1, "true"/"false"), or None where nothing was recorded."""
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return None
+    if isinstance(value, str):
+        return {"true": True, "false": False, "1": True, "0": False}.get(value.strip().lower())
+    return bool(value)
+
+
+def cell_convergence(
+    trials: pd.DataFrame,
+    budget: dict[Any, float] | float | None = None,
+    min_gain: float = 0.01,
+    phase: str | None = "replicate",
+) -> pd.DataFrame:
+    """Per cell, over its completed runs: which were still improving when their budget ran out,
+    and how many steps they used.
+
+    A run is *still improving* when it records ``converged`` False, or — where ``converged`` is
+    null but ``val_gain_last`` is known — when its validation metric gained at least
+    ``min_gain`` over the last 20% of its steps; never when it stopped early (its plateau ended
+    it, not the budget; trials recorded before ``training.convergence`` said so hold False
+    there). Columns missing from ``trials`` (studies that predate them) count as unknown, never
+    as converged. ``budget`` is a cell id → steps mapping (``step_budget``) or one number.
+
+    Columns: ``cell_id``, ``cell_label``, ``n`` (completed runs), ``n_known`` (runs with any
+    convergence record), ``n_unconverged``, ``still_improving`` (any run still improving),
+    ``gain_max`` / ``gain_median`` (``val_gain_last`` over the still-improving runs, else over the
+    runs that did not stop early; NaN when every run stopped early), ``budget``, ``steps_min``,
+    ``steps_max``, ``steps_differ`` (some run used a number of steps other than the budget),
+    ``n_stopped_early``, ``best_step_median``."""
+    rows_all = phase_rows(trials, phase)
+    done = rows_all[rows_all["status"] == "complete"]
+
+    def column(frame: pd.DataFrame, name: str) -> pd.Series:
+        if name in frame.columns:
+            return frame[name]
+        return pd.Series([None] * len(frame), index=frame.index, dtype=object)
+
+    cols = ["cell_id", "cell_label", "n", "n_known", "n_unconverged", "still_improving", "gain_max", "gain_median",
+            "budget", "steps_min", "steps_max", "steps_differ", "n_stopped_early", "best_step_median"]
+    rows = []
+    for _, cell in cell_rows(trials).iterrows():
+        runs = done[done["cell_id"] == cell["cell_id"]]
+        conv = column(runs, "converged")
+        gain = pd.to_numeric(column(runs, "val_gain_last"), errors="coerce").to_numpy(float)
+        steps = pd.to_numeric(column(runs, "steps"), errors="coerce").to_numpy(float)
+        early = column(runs, "stopped_early")
+        best = pd.to_numeric(column(runs, "best_step"), errors="coerce").to_numpy(float)
+        flags = [_flag(v) for v in conv]
+        conv_known = np.array([f is not None for f in flags], dtype=bool)
+        conv_false = np.array([f is False for f in flags], dtype=bool)
+        by_gain = ~conv_known & np.isfinite(gain) & (gain >= min_gain)
+        stopped = np.array([_flag(v) is True for v in early], dtype=bool)
+        unconverged = (conv_false | by_gain) & ~stopped
+        known = conv_known | np.isfinite(gain)
+        # The gains of the runs still improving, else of those that ran their whole budget: an early
+        # stop's gain over its last fifth came before its plateau and says nothing about the budget.
+        g = gain[(unconverged if unconverged.any() else ~stopped) & np.isfinite(gain)]
+        cap = budget.get(cell["cell_id"], np.nan) if isinstance(budget, dict) else (
+            float(budget) if budget is not None else np.nan)
+        s = steps[np.isfinite(steps)]
+        rows.append({
+            "cell_id": cell["cell_id"], "cell_label": cell["cell_label"], "n": int(len(runs)),
+            "n_known": int(known.sum()), "n_unconverged": int(unconverged.sum()),
+            "still_improving": bool(unconverged.any()),
+            "gain_max": float(g.max()) if g.size else np.nan, "gain_median": float(np.median(g)) if g.size else np.nan,
+            "budget": cap, "steps_min": float(s.min()) if s.size else np.nan,
+            "steps_max": float(s.max()) if s.size else np.nan,
+            "steps_differ": bool(s.size and np.isfinite(cap) and np.any(s != cap)),
+            "n_stopped_early": int(stopped.sum()),
+            "best_step_median": float(np.median(best[np.isfinite(best)])) if np.isfinite(best).any() else np.nan,
+        })
+    return pd.DataFrame(rows, columns=cols)

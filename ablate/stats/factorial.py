@@ -1,0 +1,305 @@
+"""The factorial structure of a study: marginal means, main effects, interaction tables and the
+factorial ANOVA with seeds as replicates."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from ablate.stats.estimators import mark_for
+from ablate.stats.selection import completed_runs, infer_factors, ordered_unique, phase_rows
+
+__all__ = [
+    "AnovaNotApplicable",
+    "anova",
+    "anova_applicable",
+    "anova_on_finished_levels",
+    "interaction_table",
+    "is_full_factorial",
+    "main_effects",
+    "marginal_means",
+]
+
+
+class AnovaNotApplicable(ValueError):
+    """The design does not support the requested ANOVA; the message says why."""
+
+
+def _check_factors(trials: pd.DataFrame, factors: str | Sequence[str]) -> list[str]:
+    factors = [factors] if isinstance(factors, str) else list(factors)
+    missing = [f for f in factors if f not in trials.columns]
+    if missing:
+        raise KeyError(
+            f"factor column(s) {missing} not in the trials frame; factors: {infer_factors(trials)}"
+        )
+    return factors
+
+
+def is_full_factorial(
+    trials: pd.DataFrame,
+    factors: Sequence[str],
+    metric: str | None = None,
+    phase: str | None = "replicate",
+) -> bool:
+    """Whether every combination of the factors' levels is a cell of ``trials``.
+
+    Levels are those appearing in ``trials``. With ``metric`` given, every combination must also
+    have at least one completed run (what an ANOVA on a partial study needs). False for no factors.
+    """
+    factors = _check_factors(trials, factors)
+    if not factors:
+        return False
+    rows = phase_rows(trials, phase)
+    levels = [ordered_unique(rows[f]) for f in factors]
+    have = rows if metric is None else completed_runs(trials, metric, phase)
+    present = set(map(tuple, have[factors].drop_duplicates().itertuples(index=False)))
+    return all(combo in present for combo in itertools.product(*levels))
+
+
+def _cell_stats(done: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
+    """Per cell with completed runs: the ``by`` levels, n, mean, sum of squared deviations."""
+    g = done.groupby("cell_id", sort=False)[metric]
+    cells = done.drop_duplicates("cell_id").set_index("cell_id")[by]
+    out = cells.assign(
+        n=g.size(),
+        mean=g.mean(),
+        ss=g.apply(lambda s: float(((s - s.mean()) ** 2).sum())),
+    )
+    return out.reset_index()
+
+
+def marginal_means(
+    trials: pd.DataFrame,
+    metric: str,
+    by: str | Sequence[str],
+    confidence: float = 0.95,
+    phase: str | None = "replicate",
+) -> pd.DataFrame:
+    """Marginal means of ``metric`` for each combination of the ``by`` factors' levels.
+
+    A marginal mean is the *unweighted* mean of the means of the cells at that combination (the
+    estimated marginal mean of the full-interaction cell-means model), so an unbalanced or partial
+    study does not tilt it towards the cells that happen to have more runs. Its standard error
+    uses the within-cell variance pooled over all cells (the model's residual mean square):
+    ``se = sqrt(MSE · Σ 1/n_i) / k`` over the ``k`` cells averaged, with ``N − C`` degrees of
+    freedom (N runs, C cells); the CI is t-based. Cells with no completed run are left out
+    (``n_cells`` says how many went in, ``n_cells_total`` how many exist).
+
+    Columns: the ``by`` columns, ``n_cells``, ``n_cells_total``, ``n`` (runs), ``mean``, ``se``,
+    ``ci_low``, ``ci_high``, ``df``, ``mean_runs`` (plain mean over the runs, for reference).
+    """
+    by = _check_factors(trials, by)
+    done = completed_runs(trials, metric, phase)
+    all_cells = phase_rows(trials, phase).drop_duplicates("cell_id")
+    cols = [*by, "n_cells", "n_cells_total", "n", "mean", "se", "ci_low", "ci_high", "df", "mean_runs"]
+    if done.empty:
+        return pd.DataFrame(columns=cols)
+    cs = _cell_stats(done, metric, by)
+    df_resid = int(cs["n"].sum() - len(cs))
+    mse = float(cs["ss"].sum() / df_resid) if df_resid > 0 else np.nan
+    tq = float(sps.t.ppf(0.5 + confidence / 2, df_resid)) if df_resid > 0 else np.nan
+    levels = [ordered_unique(phase_rows(trials, phase)[f]) for f in by]
+    rows = []
+    for combo in itertools.product(*levels):
+        mask = np.logical_and.reduce([cs[f] == lv for f, lv in zip(by, combo, strict=True)])
+        sub = cs[mask]
+        total = int(
+            np.logical_and.reduce([all_cells[f] == lv for f, lv in zip(by, combo, strict=True)]).sum()
+        )
+        if total == 0:
+            continue  # a combination that is not a cell of this design
+        k = len(sub)
+        mean = float(sub["mean"].mean()) if k else np.nan
+        se = float(np.sqrt(mse * (1.0 / sub["n"]).sum()) / k) if k else np.nan
+        runs = done[np.logical_and.reduce([done[f] == lv for f, lv in zip(by, combo, strict=True)])]
+        rows.append(
+            {
+                **dict(zip(by, combo, strict=True)),
+                "n_cells": k,
+                "n_cells_total": total,
+                "n": int(sub["n"].sum()) if k else 0,
+                "mean": mean,
+                "se": se,
+                "ci_low": mean - tq * se,
+                "ci_high": mean + tq * se,
+                "df": df_resid if df_resid > 0 else np.nan,
+                "mean_runs": float(runs[metric].mean()) if len(runs) else np.nan,
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def main_effects(
+    trials: pd.DataFrame,
+    metric: str,
+    factors: Sequence[str] | None = None,
+    confidence: float = 0.95,
+    phase: str | None = "replicate",
+) -> pd.DataFrame:
+    """Marginal mean of ``metric`` at each level of each factor, with its CI.
+
+    See ``marginal_means`` for the estimator. ``factors`` defaults to ``infer_factors(trials)``.
+    Columns: ``factor``, ``level``, ``n_cells``, ``n_cells_total``, ``n``, ``mean``, ``se``,
+    ``ci_low``, ``ci_high``, ``df``, ``mean_runs``; factors in the order given, levels in order.
+    """
+    factors = infer_factors(trials) if factors is None else _check_factors(trials, factors)
+    parts = []
+    for f in factors:
+        mm = marginal_means(trials, metric, [f], confidence, phase)
+        parts.append(mm.rename(columns={f: "level"}).assign(factor=f))
+    cols = [
+        "factor",
+        "level",
+        "n_cells",
+        "n_cells_total",
+        "n",
+        "mean",
+        "se",
+        "ci_low",
+        "ci_high",
+        "df",
+        "mean_runs",
+    ]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(parts, ignore_index=True)[cols]
+
+
+def interaction_table(
+    trials: pd.DataFrame,
+    metric: str,
+    f1: str,
+    f2: str,
+    confidence: float = 0.95,
+    wide: bool = False,
+    phase: str | None = "replicate",
+) -> pd.DataFrame:
+    """Two-factor marginal means (``marginal_means(by=[f1, f2])``).
+
+    Long form (default) has the columns of ``marginal_means``; ``wide=True`` returns the means
+    pivoted to ``f1`` levels × ``f2`` levels (for a table in a report).
+    """
+    if f1 == f2:
+        raise ValueError("an interaction needs two different factors")
+    long = marginal_means(trials, metric, [f1, f2], confidence, phase)
+    if not wide:
+        return long
+    table = long.pivot(index=f1, columns=f2, values="mean")
+    order1 = [lv for lv in ordered_unique(trials[f1]) if lv in table.index]
+    order2 = [lv for lv in ordered_unique(trials[f2]) if lv in table.columns]
+    return table.loc[order1, order2]
+
+
+def anova_applicable(
+    trials: pd.DataFrame, metric: str, factors: Sequence[str], phase: str | None = "replicate"
+) -> tuple[bool, str]:
+    """Whether ``anova`` applies, and if not, why (a sentence for the report)."""
+    try:
+        factors = _check_factors(trials, factors)
+    except KeyError as exc:
+        return False, str(exc.args[0])
+    if not factors:
+        return False, "no factors were varied"
+    done = completed_runs(trials, metric, phase)
+    if done.empty:
+        return False, "no completed runs yet"
+    single = [f for f in factors if done[f].nunique() < 2]
+    if single:
+        return False, f"factor(s) {', '.join(single)} have fewer than two levels with completed runs"
+    if not is_full_factorial(trials, factors, metric, phase):
+        return False, "not a full factorial design with completed runs in every cell (yet)"
+    n_cells = done.groupby(factors, observed=True).ngroups
+    if len(done) <= n_cells:
+        return False, "no replication: a cell needs at least two completed seeds"
+    return True, ""
+
+
+def anova(
+    trials: pd.DataFrame,
+    metric: str,
+    factors: Sequence[str] | None = None,
+    typ: int = 2,
+    max_order: int | None = None,
+    phase: str | None = "replicate",
+) -> pd.DataFrame:
+    """Factorial ANOVA table (statsmodels ``ols`` + ``anova_lm``, type II by default).
+
+    The model has every main effect and every interaction up to ``max_order`` factors (default:
+    all). Raises ``AnovaNotApplicable`` unless the design is full factorial with ≥ 2 levels per
+    factor, every cell has a completed run, and some cell is replicated (see
+    ``anova_applicable``). Columns: ``term`` (``a``, ``a × b``, …, ``Residual``), ``df``,
+    ``sum_sq``, ``mean_sq``, ``F``, ``p``, ``eta_sq_partial`` (SS_term / (SS_term + SS_resid)),
+    ``mark`` (on the uncorrected p, alpha 0.05).
+    """
+    from statsmodels.formula.api import ols
+    from statsmodels.stats.anova import anova_lm
+
+    factors = infer_factors(trials) if factors is None else _check_factors(trials, factors)
+    ok, why = anova_applicable(trials, metric, factors, phase)
+    if not ok:
+        raise AnovaNotApplicable(f"ANOVA not applicable: {why}")
+    done = completed_runs(trials, metric, phase)
+    # Formula-safe names: dotted paths are not valid identifiers.
+    alias = {f: f"f{i}" for i, f in enumerate(factors)}
+    data = pd.DataFrame({alias[f]: done[f].astype(str).to_numpy() for f in factors})
+    data["y"] = done[metric].to_numpy(float)
+    order = len(factors) if max_order is None else max(1, min(max_order, len(factors)))
+    terms = [
+        ":".join(f"C({alias[f]})" for f in combo)
+        for k in range(1, order + 1)
+        for combo in itertools.combinations(factors, k)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = ols("y ~ " + " + ".join(terms), data=data).fit()
+        table = anova_lm(fit, typ=typ)
+    back = {f"C({a})": f for f, a in alias.items()}
+    names = [
+        "Residual" if t == "Residual" else " × ".join(back.get(p, p) for p in t.split(":"))
+        for t in table.index
+    ]
+    ss_resid = float(table.loc["Residual", "sum_sq"])
+    out = pd.DataFrame(
+        {
+            "term": names,
+            "df": table["df"].to_numpy(float),
+            "sum_sq": table["sum_sq"].to_numpy(float),
+        }
+    )
+    out["mean_sq"] = out["sum_sq"] / out["df"]
+    out["F"] = table["F"].to_numpy(float)
+    out["p"] = table["PR(>F)"].to_numpy(float)
+    is_resid = out["term"] == "Residual"
+    out["eta_sq_partial"] = np.where(is_resid, np.nan, out["sum_sq"] / (out["sum_sq"] + ss_resid))
+    out["mark"] = [mark_for(p) for p in out["p"]]
+    return out
+
+
+def anova_on_finished_levels(
+    trials: pd.DataFrame, metric: str, factors: Sequence[str], phase: str | None = "replicate"
+) -> tuple[pd.DataFrame, dict[str, list[Any]]]:
+    """For a partial study: ``trials`` without the factor levels that have no completed run yet.
+
+    Returns ``(subset, dropped)`` where ``dropped`` maps each factor to the levels left out. When
+    the design is full factorial over the remaining levels, ``anova(subset, ...)`` is the ANOVA
+    of the study *so far*; a report must say which levels it leaves out. ``dropped`` is empty
+    when every level has a completed run (then ``subset`` is ``trials``).
+    """
+    factors = _check_factors(trials, factors)
+    done = completed_runs(trials, metric, phase)
+    rows = phase_rows(trials, phase)
+    dropped: dict[str, list[Any]] = {}
+    keep = np.ones(len(trials), dtype=bool)
+    for f in factors:
+        have = set(done[f].dropna())
+        gone = [lv for lv in ordered_unique(rows[f]) if lv not in have]
+        if gone:
+            dropped[f] = gone
+            keep &= ~trials[f].isin(gone).to_numpy()
+    return (trials[keep] if dropped else trials), dropped
