@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ablate.design import Cell, Item, canonical_json, cells, items
+from ablate.schedule import Schedule
 from ablate.spec import Spec
 
 # A trial's bookkeeping when it is not measured (``measure_overheads`` measures it: ~0.5 s on a
@@ -354,15 +355,11 @@ def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", ste
 
 
 def _counts(config: dict[str, Any], probes: Any) -> tuple[int, int, int, int]:
-    """(steps, periodic validations, probes, gradient-row steps) of a trial, as ``run_trial`` does."""
-    train = config["train"]
-    steps, every = int(train["steps"]), int(train["eval_every"])
-    enabled = getattr(probes, "enabled", True)
-    probe_every = int(getattr(probes, "every", 100))
-    n_probes = (2 + (steps - 1) // probe_every) if enabled else 0  # step 0, every `every`, the end
-    n_grads = (steps // probe_every + (1 if steps % probe_every else 0)) if enabled and getattr(
-        probes, "grads", True) else 0
-    return steps, (steps - 1) // every, n_probes, n_grads
+    """(steps, validations before the last step, probes, gradient-row steps) of a trial: the
+    counts of ``ablate.schedule.Schedule``, which the training loop follows."""
+    when = Schedule.of(config["train"], probes)
+    return (when.steps, when.count("validates") + when.count("checks"), when.count("probes"),
+            when.count("measures_grads"))
 
 
 def trial_seconds(config: dict[str, Any], probes: Any, t: ShapeTiming, overhead: float | None = None) -> float:

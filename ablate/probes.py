@@ -273,10 +273,6 @@ class Prober:
             out["probe/white_noise_fingerprint"] = fingerprint(self.noise)
         return out
 
-    def due(self, step: int, last: int) -> bool:
-        """Whether ``step`` is a probe step (0, multiples of ``every``, the last)."""
-        return self.spec.enabled and (step == 0 or step == last or step % self.spec.every == 0)
-
     @torch.no_grad()
     def probe(self, step: int) -> pl.DataFrame:
         """Real-data probe, white-noise probe, theory and spectrum at ``step`` (eval mode)."""

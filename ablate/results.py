@@ -26,9 +26,11 @@ columns and their dtypes (docs/results.md has the same with examples):
     majority-class accuracy of the task), ``git_commit``, ``device``, ``host`` (String),
     ``params`` (String, JSON of a tuned setting), ``tuned_from`` (String). Null where a value does
     not apply or is not known yet (a pending item has no metrics). Convergence
-    (``ablate.training.convergence``; null for trials recorded before it): ``converged``
-    (Boolean: the best validation metric gained at most ``train.converged_tol`` over the last
-    fifth of the steps run), ``val_gain_last`` (Float64, that gain in metric units),
+    (``ablate.stats.convergence.last_fifth``; null for trials recorded before it): ``converged``
+    (Boolean: the trial stopped early, or its validation metric did not rise over the last fifth
+    of the steps run by more than ``train.converged_tol`` and its pass-to-pass noise),
+    ``val_gain_last`` (Float64, the fitted gain over that fifth in metric units), ``val_gain_se``
+    (Float64, its standard error; null for trials recorded before the trend test),
     ``stopped_early`` (Boolean: patience, or a pruned tuning trial), ``best_step`` (Int64).
 ``metrics``
     ``step`` (Int64), ``name`` (String: ``train/loss``, ``train/accuracy``, ``train/lr``,
@@ -90,9 +92,10 @@ TEXT_AND_COUNTS = {
     "tune_index": pl.Int64, "trial_number": pl.Int64, "failure_kind": pl.Utf8, "failure_message": pl.Utf8,
     "seconds": pl.Float64, "steps": pl.Int64, "mlflow_run_id": pl.Utf8, "git_commit": pl.Utf8, "device": pl.Utf8,
     "host": pl.Utf8, "params": pl.Utf8, "tuned_from": pl.Utf8, "reused_from": pl.Utf8,
-    "converged": pl.Boolean, "val_gain_last": pl.Float64, "stopped_early": pl.Boolean, "best_step": pl.Int64,
+    "converged": pl.Boolean, "val_gain_last": pl.Float64, "val_gain_se": pl.Float64, "stopped_early": pl.Boolean,
+    "best_step": pl.Int64,
 }
-CONVERGENCE = ("converged", "val_gain_last", "stopped_early", "best_step")
+CONVERGENCE = ("converged", "val_gain_last", "val_gain_se", "stopped_early", "best_step")
 
 
 @dataclass

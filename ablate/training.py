@@ -8,8 +8,12 @@ The loop knows nothing of Optuna or MLflow: it reports through a ``Reporter`` an
                                   optimiser and scheduler step; ``run_trial`` and ``ablate plan
                                   --estimate`` (``ablate.planning.measure``) both train through it
     evaluate(model, x, y)         loss, accuracy and bits per character on a split
-    Plateau, convergence          the monitored validation metric: best value and step, early
-                                  stopping (``train.patience``), whether the trial converged
+    Plateau                       the monitored validation metric: best value and step, early
+                                  stopping (``train.patience``), the passes the convergence flag
+                                  reads (``ablate.stats.convergence.last_fifth``)
+
+When each of those happens is ``ablate.schedule.Schedule``'s, which ``ablate plan --estimate``
+prices with the same counts.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import torch.nn.functional as F
 from ablate import faults
 from ablate.models import Network, build_model
 from ablate.probes import Prober, train_summary
+from ablate.schedule import Schedule
+from ablate.stats.convergence import last_fifth
 from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
 from ablate.tasks import TaskData, load_task
 
@@ -54,8 +60,9 @@ class TrialResult:
     steps: int = 0
     seconds: float = 0.0
     reason: str = ""
-    #: ``converged`` (bool, None when unknown), ``val_gain_last`` (metric units), ``steps`` (run),
-    #: ``stopped_early`` (bool), ``best_step`` (int): see ``convergence`` and ``Plateau``
+    #: ``converged`` (bool, None when unknown), ``val_gain_last`` and ``val_gain_se`` (metric
+    #: units), ``steps`` (run), ``stopped_early`` (bool), ``best_step`` (int): see
+    #: ``ablate.stats.convergence.last_fifth`` and ``Plateau``
     convergence: dict[str, Any] = field(default_factory=dict)
 
 
@@ -129,35 +136,12 @@ def monitored(metric: str) -> tuple[str, bool]:
     return ("accuracy", True) if metric == "accuracy" else ("loss", False)
 
 
-def convergence(history: list[tuple[int, float]], steps: int, maximize: bool, tol: float,
-                stopped: bool = False) -> dict[str, Any]:
-    """Whether a trial converged, from its validation passes ``history`` ((step, value), in order)
-    over the ``steps`` it ran: ``val_gain_last`` is how much the best value so far improved over
-    the last fifth of those steps (best over all passes against best over the passes at or before
-    0.8 · steps; in metric units, ≥ 0), and ``converged`` whether that is at most ``tol`` (for a
-    loss, ``tol`` times the earlier best: a relative tolerance). The running best, not the last
-    value, so that a noisy flat curve or one past its peak counts as converged while a curve
-    still climbing does not. Both None when no pass came at or before 0.8 · steps.
-
-    A trial ``stopped`` early converged whatever its gain: it ended because its last ``patience``
-    passes did not improve, not because the budget ran out (a fifth of a long run can hold both
-    its last gain and the whole patience window)."""
-    values = [(s, v) for s, v in history if math.isfinite(v)]
-    before = [v for s, v in values if s <= 0.8 * steps]
-    if not before:
-        return {"converged": None, "val_gain_last": None}
-    pick = max if maximize else min
-    early, overall = pick(before), pick(v for _, v in values)
-    gain = overall - early if maximize else early - overall
-    limit = tol if maximize else tol * abs(early)
-    return {"converged": bool(stopped or gain <= limit), "val_gain_last": float(gain)}
-
-
 @dataclass
 class Plateau:
-    """The monitored validation metric through a trial: every pass, the best value and its step,
-    the passes since an improvement of more than ``min_delta`` (early stopping's counter) and,
-    when ``keep`` (patience set), a copy of the best weights to restore."""
+    """The monitored validation metric through a trial: every periodic pass, the best value and
+    its step, the passes since an improvement of more than ``min_delta`` (early stopping's
+    counter), when ``keep`` (patience set) a copy of the best weights to restore, and the passes
+    made for the convergence flag only (``checks``: they move neither the best nor the counter)."""
 
     maximize: bool
     min_delta: float = 0.0
@@ -167,6 +151,11 @@ class Plateau:
     best_step: int = 0
     bad: int = 0
     best_state: dict[str, torch.Tensor] | None = None
+    checks: list[tuple[int, float]] = field(default_factory=list)
+
+    def passes(self) -> list[tuple[int, float]]:
+        """Every validation pass, periodic and convergence-only, in step order."""
+        return sorted(self.history + self.checks)
 
     def update(self, step: int, value: float, model: torch.nn.Module) -> None:
         self.history.append((step, value))
@@ -181,11 +170,12 @@ class Plateau:
 
     def state(self) -> dict[str, Any]:
         return {"history": self.history, "best_value": self.best_value, "best_step": self.best_step,
-                "bad": self.bad, "best_state": self.best_state}
+                "bad": self.bad, "best_state": self.best_state, "checks": self.checks}
 
     def restore(self, saved: dict[str, Any]) -> None:
         self.history, self.best_value = list(saved["history"]), saved["best_value"]
         self.best_step, self.bad, self.best_state = saved["best_step"], saved["bad"], saved["best_state"]
+        self.checks = list(saved.get("checks", []))  # a checkpoint written before the checks: none
 
 
 def make_optimiser(
@@ -282,6 +272,7 @@ def run_trial(
     and the best weights are restored before the final validation and test evaluation."""
     probes = probes or ProbeSpec()
     train = TrainSpec.model_validate(config["train"])
+    when = Schedule.of(train, probes)
     start = time.perf_counter()
 
     data = data or load_task(config["task"])
@@ -313,13 +304,13 @@ def run_trial(
     def finish(status: str, step: int, reason: str = "", stopped: bool = False) -> TrialResult:
         reporter.log_curves(prober.train_rows())  # also for a diverged trial: its norms show why
         metrics: dict[str, float] = {"chance": data.info.chance}
-        done: dict[str, Any] = {"converged": None, "val_gain_last": None}
+        done: dict[str, Any] = {"converged": None, "val_gain_last": None, "val_gain_se": None}
         if status == "complete":
             val = None
             if not stopped:  # the last step's validation pass (an early stop's was made in the loop)
                 val = evaluate(model, x_val, y_val)
                 plateau.update(step, val[key], model)
-            done = convergence(plateau.history, step, maximize, train.converged_tol, stopped)
+            done = last_fifth(plateau.passes(), step, maximize, train.converged_tol, stopped)
             if plateau.best_state is not None and plateau.best_step != step:
                 model.load_state_dict(plateau.best_state)  # patience: the final metrics are the best step's
                 val = None
@@ -340,18 +331,22 @@ def run_trial(
         faults.inject(step, accumulate)  # ABLATE_FAULT: recovery tests end to end
         idx = torch.randint(len(x_train), (train.batch_size,), generator=sampler)
         # Gradient norms at probe steps only, before clipping: train_step calls this between the two.
-        grads = (lambda s=step: reporter.log_curves(prober.grad_rows(s))) if prober.due(step, train.steps) else None
+        grads = (lambda s=step: reporter.log_curves(prober.grad_rows(s))) if when.measures_grads(step) else None
         done = train_step(model, optimiser, scheduler, x_train[idx], y_train[idx], train, accumulate, grads)
         if done.diverged:
             return finish("diverged", step, f"{done.diverged} at step {step}")
 
-        if step % train.log_every == 0 or step == train.steps:
+        if when.logs(step):
             values = {"train/loss": done.loss, "train/accuracy": done.correct / max(done.counted, 1)}
             values["train/lr"] = scheduler.get_last_lr()[0]
             values.update({f"train_state_norm/layer{i}": v for i, v in enumerate(done.layer_norms)})
             reporter.log_metrics(step, values)
             prober.keep_train(done.summary, step)
-        if step % train.eval_every == 0 and step != train.steps:
+        if when.checks(step):  # for the convergence flag only: early stopping and pruning do not see it
+            val = evaluate(model, x_val, y_val)
+            reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
+            plateau.checks.append((step, val[key]))
+        if when.validates(step):
             val = evaluate(model, x_val, y_val)
             reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
             plateau.update(step, val[key], model)
@@ -359,7 +354,7 @@ def run_trial(
                 on_eval(step, val)
             if train.patience is not None and plateau.bad >= train.patience:
                 return finish("complete", step, stopped=True)
-        if step % probes.every == 0 and step != train.steps:
+        if when.probes(step) and step != train.steps:
             reporter.log_curves(prober.probe(step))
             reporter.log_curves(prober.train_rows())
         if checkpoint and checkpoint_every and step % checkpoint_every == 0 and step != train.steps:

@@ -236,7 +236,7 @@ def test_train_summary_is_the_batch_mean():
 
 def test_disabled_probes_record_nothing():
     prober = probes.Prober(network(ROTRNN), ProbeSpec(enabled=False), tokens())
-    assert prober.probe(0).height == 0 and prober.fingerprints() == {} and not prober.due(0, 10)
+    assert prober.probe(0).height == 0 and prober.fingerprints() == {}
 
 
 def test_probe_batch_is_identical_across_the_trials_of_a_study(monkeypatch):

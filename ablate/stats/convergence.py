@@ -1,25 +1,83 @@
-"""Whether trials converged: the per-cell table of the reports from what each trial recorded."""
+"""Whether trials converged: the rule a trial applies to its validation passes (``last_fifth``), and
+the per-cell table of the reports from what each trial recorded (``cell_convergence``).
+
+A run is *still improving* when its validation metric rose over the last fifth of its steps by
+more than its own pass-to-pass noise explains and by more than a tolerance worth a longer run:
+
+    window    the passes at steps in [s − ⌊s/5⌋, s] of a run of s steps (``ablate.schedule``
+              puts one at the boundary and at least ``CONVERGENCE_PASSES`` in the window)
+    gain      the least-squares slope of value against step over the window's passes, times the
+              window's length: what the metric gained across the last fifth, in metric units (a
+              loss: its decrease, relative to the fitted value at the boundary)
+    noise     the slope's standard error from the residuals of that fit (n − 2 degrees of freedom)
+    flag      gain > tol and gain / se > t₍₁₋α, n−2₎ (one-sided, α = ``ALPHA``)
+
+A flat run with independent noise is flagged with probability at most α whatever its noise; a
+rising one is flagged once its rise stands out of its noise (``benchmarks/bench_stats_calibration.py``
+measures both). The earlier rule — the running best against the best at 0.8 · steps — rose on a
+noisy plateau by the noise alone and read a window that began at the last pass before 0.8 · steps.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.special import stdtrit
 
 from ablate.stats.selection import cell_rows, phase_rows
 
 __all__ = [
+    "ALPHA",
     "CONVERGENCE_COLUMNS",
+    "last_fifth",
     "cell_convergence",
     "step_budget",
 ]
 
 
 #: What a trial records of its convergence (null where a trial predates them): whether it
-#: converged, the gain of the validation metric over the last 20% of the steps it ran, the steps
-#: it ran, whether it stopped early, and the step of its best validation value.
-CONVERGENCE_COLUMNS = ("converged", "val_gain_last", "steps", "stopped_early", "best_step")
+#: converged, the gain of the validation metric over the last fifth of the steps it ran and that
+#: gain's standard error, the steps it ran, whether it stopped early, and the step of its best
+#: validation value.
+CONVERGENCE_COLUMNS = ("converged", "val_gain_last", "val_gain_se", "steps", "stopped_early", "best_step")
+#: The one-sided level of the trend test: a flat run is flagged "still improving" this often at most.
+ALPHA = 0.05
+
+
+def last_fifth(history: Sequence[tuple[int, float]], steps: int, maximize: bool, tol: float,
+               stopped: bool = False, alpha: float = ALPHA) -> dict[str, Any]:
+    """The convergence record of one run from its validation passes ``history`` ((step, value))
+    over the ``steps`` it ran: ``converged`` (None when the window holds fewer than three finite
+    passes and the run did not stop early), ``val_gain_last`` and ``val_gain_se`` (the gain over
+    the last fifth and its standard error, None where not measured). ``tol`` is in metric units,
+    for a loss a relative decrease. A run ``stopped`` early converged whatever its gain: patience
+    ended it, not the budget. The rule is the module's."""
+    start = steps - steps // 5
+    window = sorted((s, v) for s, v in history if start <= s <= steps and math.isfinite(v))
+    out: dict[str, Any] = {"converged": True if stopped else None, "val_gain_last": None, "val_gain_se": None}
+    if len(window) < 3 or window[-1][0] == window[0][0]:
+        return out
+    x = np.array([s for s, _ in window], dtype=float)
+    y = np.array([v for _, v in window], dtype=float)
+    x_c = x - x.mean()
+    sxx = float((x_c**2).sum())
+    slope = float((x_c * y).sum() / sxx)
+    resid = y - (y.mean() + slope * x_c)
+    df = len(window) - 2
+    se_slope = math.sqrt(max(float((resid**2).sum()), 0.0) / df / sxx) if df > 0 else math.inf
+    span = float(steps - start)
+    gain, se = slope * span, se_slope * span
+    if not maximize:  # a loss falls when it improves, and its tolerance is relative to its level
+        level = abs(float(y.mean() + slope * (start - x.mean()))) or 1.0
+        gain, se = -gain / level, se / level
+    beyond_noise = gain > 0 if se == 0 else gain / se > float(stdtrit(df, 1.0 - alpha))
+    improving = gain > tol and beyond_noise
+    out.update(converged=bool(stopped or not improving), val_gain_last=gain, val_gain_se=se)
+    return out
 
 
 def step_budget(trials: pd.DataFrame, default: int | None) -> dict[Any, float]:
@@ -54,7 +112,7 @@ def cell_convergence(
     A run is *still improving* when it records ``converged`` False, or — where ``converged`` is
     null but ``val_gain_last`` is known — when its validation metric gained at least
     ``min_gain`` over the last 20% of its steps; never when it stopped early (its plateau ended
-    it, not the budget; trials recorded before ``training.convergence`` said so hold False
+    it, not the budget; trials recorded before ``last_fifth`` said so hold False
     there). Columns missing from ``trials`` (studies that predate them) count as unknown, never
     as converged. ``budget`` is a cell id → steps mapping (``step_budget``) or one number.
 

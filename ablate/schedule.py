@@ -1,0 +1,92 @@
+"""When a trial evaluates, checks convergence, logs, probes and measures gradients.
+
+One object answers for every step of a trial, so the training loop (``ablate.training``), the
+prober (``ablate.probes``) and the cost estimate (``ablate.planning``) cannot count differently.
+
+    validation   every ``train.eval_every`` steps before the last (the passes early stopping and
+                 the tuning pruner watch), then the final pass at the last step
+    convergence  extra passes inside the last fifth of the steps, so that the window the
+                 convergence flag reads (``ablate.stats.convergence``) starts exactly at its
+                 boundary and holds at least ``CONVERGENCE_PASSES`` passes whatever
+                 ``eval_every`` is. They feed the convergence flag only: early stopping, best
+                 weights and pruning see the periodic passes, so training is what it was
+    logging      every ``train.log_every`` steps and the last
+    probes       step 0, every ``probes.every`` steps, the last (when probes are enabled)
+    gradients    the probe steps from 1 on (when probes record gradients)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+#: Fewest validation passes the last fifth holds (its boundary and its last step included): the
+#: trend test of the convergence flag fits a line through them and needs residual degrees of freedom.
+CONVERGENCE_PASSES = 6
+
+
+def window_start(steps: int) -> int:
+    """The first step of the last fifth of ``steps`` (the convergence window ``[start, steps]``)."""
+    return steps - steps // 5
+
+
+@dataclass(frozen=True)
+class Schedule:
+    steps: int
+    eval_every: int
+    log_every: int
+    probe_every: int | None = None  # None: probes disabled
+    grads: bool = False
+
+    @classmethod
+    def of(cls, train: Any, probes: Any = None) -> Schedule:
+        """From a ``TrainSpec`` (or its dict) and a ``ProbeSpec`` (or None: probes as by default)."""
+        def get(obj: Any, key: str, default: Any) -> Any:
+            return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
+
+        enabled = bool(get(probes, "enabled", True)) if probes is not None else True
+        every = int(get(probes, "every", 100)) if probes is not None else 100
+        return cls(int(get(train, "steps", 0)), int(get(train, "eval_every", 50)), int(get(train, "log_every", 25)),
+                   every if enabled else None, enabled and bool(get(probes, "grads", True) if probes is not None else True))
+
+    # --- per step ----------------------------------------------------------------------------
+
+    def validates(self, step: int) -> bool:
+        """A periodic validation pass (early stopping and pruning watch these; not the last step's)."""
+        return step >= 1 and step % self.eval_every == 0 and step != self.steps
+
+    def checks(self, step: int) -> bool:
+        """A validation pass for the convergence flag only (in the last fifth, not periodic, not last)."""
+        return step in self._checks and not self.validates(step)
+
+    def logs(self, step: int) -> bool:
+        return step % self.log_every == 0 or step == self.steps
+
+    def probes(self, step: int) -> bool:
+        """A probe step: 0, every ``probe_every``, the last."""
+        return self.probe_every is not None and (step == 0 or step == self.steps or step % self.probe_every == 0)
+
+    def measures_grads(self, step: int) -> bool:
+        return self.grads and step >= 1 and self.probes(step)
+
+    # --- counts (what ``ablate plan --estimate`` prices) -------------------------------------
+
+    def count(self, what: str) -> int:
+        """Steps of 0..steps at which ``what`` (``validates``, ``checks``, ``logs``, ``probes``,
+        ``measures_grads``) holds."""
+        test = getattr(self, what)
+        return sum(1 for s in range(self.steps + 1) if test(s))
+
+    @cached_property
+    def _checks(self) -> frozenset[int]:
+        start, end = window_start(self.steps), self.steps
+        periodic = {s for s in range(start, end) if self.validates(s)} | {end}
+        if len(periodic | {start}) >= CONVERGENCE_PASSES:
+            extra = {start}
+        elif end - start < CONVERGENCE_PASSES - 1:  # a tiny run: every step of its window
+            extra = set(range(start, end))
+        else:  # evenly from the boundary to the end (the final pass is the last of them)
+            k = CONVERGENCE_PASSES - 1
+            extra = {start + round(i * (end - start) / k) for i in range(k)}
+        return frozenset(s for s in extra if 0 < s < end)

@@ -1,0 +1,73 @@
+"""One schedule for the training loop, the probes and the estimate (ablate.schedule): what a real
+trial does at each step is what ``Schedule`` says and what ``ablate plan --estimate`` prices."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+import torch
+
+from ablate import planning, training
+from ablate.schedule import CONVERGENCE_PASSES, Schedule, window_start
+from ablate.spec import ProbeSpec
+from ablate.tasks.base import TaskData, TaskInfo
+
+INFO = TaskInfo("toy", "tokens", 12, 1, 3, "classification", "accuracy", 1 / 3, 10, "v0")
+MODEL = {"d_model": 8, "state_dim": 8, "layers": 1, "heads": 2}
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.metrics: list[tuple[int, dict]] = []
+        self.curves: list[pl.DataFrame] = []
+
+    def log_metrics(self, step: int, values: dict[str, float]) -> None:
+        self.metrics.append((step, values))
+
+    def log_curves(self, rows: pl.DataFrame) -> None:
+        self.curves.append(rows)
+
+
+def data() -> TaskData:
+    g = torch.Generator().manual_seed(0)
+
+    def split(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randint(1, 12, (k, 10), generator=g), torch.randint(0, 3, (k,), generator=g)
+
+    return TaskData(INFO, split(32), split(8), split(8))
+
+
+@pytest.mark.parametrize(("steps", "eval_every", "probe_every"), [(37, 7, 4), (40, 5, 10), (9, 50, 3)])
+def test_a_real_trial_validates_logs_and_probes_where_the_schedule_says(steps, eval_every, probe_every):
+    train = {"steps": steps, "batch_size": 4, "eval_every": eval_every, "log_every": 3, "lr": 1e-3}
+    probes = ProbeSpec(every=probe_every, batch=4, white_noise=False)
+    log = Counting()
+    training.run_trial({"task": {}, "model": MODEL, "train": train}, 0, probes, log, data=data())
+    when = Schedule.of(train, probes)
+    val = sorted(s for s, v in log.metrics if "val/accuracy" in v)
+    assert val == [s for s in range(1, steps + 1) if when.validates(s) or when.checks(s) or s == steps]
+    logged = sorted(s for s, v in log.metrics if "train/loss" in v)
+    assert logged == [s for s in range(1, steps + 1) if when.logs(s)]
+    curves = pl.concat([c for c in log.curves if c.height])
+    assert sorted(curves.filter(pl.col("kind") == "probe")["step"].unique()) == [
+        s for s in range(steps + 1) if when.probes(s)]
+    assert sorted(curves.filter(pl.col("kind") == "grad")["step"].unique()) == [
+        s for s in range(steps + 1) if when.measures_grads(s)]
+    # The estimate prices exactly those counts: a validation, a probe and a gradient pass at 1 s each.
+    t = planning.ShapeTiming(setup=0.0, step=0.0, val=1.0, test=0.0, probe=10.0, grads=100.0)
+    priced = planning.trial_seconds({"train": train}, probes, t, overhead=0.0)
+    grad_steps = len([s for s in range(steps + 1) if when.measures_grads(s)])
+    probe_steps = len([s for s in range(steps + 1) if when.probes(s)])
+    assert priced == pytest.approx(len(val) + 10.0 * probe_steps + 100.0 * grad_steps)
+
+
+@pytest.mark.parametrize(("steps", "eval_every"), [(300, 50), (8000, 100), (1000, 300), (100, 7), (4000, 200)])
+def test_the_last_fifth_starts_with_a_pass_and_holds_enough_of_them(steps, eval_every):
+    when = Schedule(steps, eval_every, 25)
+    start = window_start(steps)
+    assert start == steps - steps // 5
+    passes = [s for s in range(start, steps + 1) if when.validates(s) or when.checks(s) or s == steps]
+    assert passes[0] == start and passes[-1] == steps
+    assert len(passes) >= CONVERGENCE_PASSES
+    periodic = [s for s in range(1, steps) if s % eval_every == 0]
+    assert [s for s in range(1, steps) if when.validates(s)] == periodic  # early stopping sees these only
