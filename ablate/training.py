@@ -32,8 +32,8 @@ from ablate import faults
 from ablate.models import Network, build_model
 from ablate.probes import Prober, train_summary
 from ablate.schedule import Schedule
-from ablate.stats.convergence import last_fifth
 from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
+from ablate.stats.convergence import last_fifth
 from ablate.tasks import TaskData, load_task
 
 IGNORE = -100

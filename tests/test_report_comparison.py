@@ -14,8 +14,8 @@ import real_studies as studies
 from typer.testing import CliRunner
 
 from ablate import stats
-from ablate.stats import norms as sn
 from ablate.report import comparison as cmp
+from ablate.stats import norms as sn
 
 NAMES = [studies.FIRST["name"], studies.FOLLOW_UP["name"], studies.OTHER_DATA["name"]]
 

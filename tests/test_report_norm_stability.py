@@ -12,11 +12,11 @@ import pytest
 from frames import curve_frame, steady_and_wild
 from pdfs import has, pages, svg_groups
 
-from ablate.stats import norms as sn
 from ablate.report import format as fmt
 from ablate.report import norm_stability as ns
 from ablate.report import plotting
 from ablate.report.plotting import Channels
+from ablate.stats import norms as sn
 
 
 @pytest.fixture(scope="module")

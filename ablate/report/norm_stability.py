@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ablate.stats import norms as sn
 from ablate.report import format as fmt
 from ablate.report import plotting
 from ablate.report.plotting import Channels, wrap
+from ablate.stats import norms as sn
 
 __all__ = [
     "MEASURE_WORDS",

@@ -19,13 +19,13 @@ export_dir = None  # set by `ablate report --export`
 import warnings
 
 from ablate import results, stats
-from ablate.stats import norms as sn
 from ablate.report import accuracy as acc
 from ablate.report import comparison as cmp
 from ablate.report import format as fmt
 from ablate.report import norm_stability as ns
 from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
+from ablate.stats import norms as sn
 
 warnings.filterwarnings("ignore")
 export_to(export_dir, "comparison")

@@ -10,11 +10,11 @@ results_file = None  # a file of ablate.results.save (the renderer's one read of
 
 # %%
 from ablate import results
-from ablate.stats import norms as sn
 from ablate.report import norm_stability as ns
 from ablate.report import provenance
 from ablate.report.display import chunks, export_to, say, show, show_figure
 from ablate.report.plotting import Channels
+from ablate.stats import norms as sn
 
 export_to(export_dir, "norm_stability")
 res = results.read(results_file) if results_file else results.load(study, storage=storage, tracking_uri=tracking_uri)
