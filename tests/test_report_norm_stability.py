@@ -8,6 +8,7 @@ import shutil
 import uuid
 
 import numpy as np
+import pandas as pd
 import pytest
 from frames import curve_frame, steady_and_wild
 from pdfs import has, pages, svg_groups
@@ -32,36 +33,58 @@ def study(norm_study):
     return studies.load(norm_study, studies.NORM["name"]), stores, norm_study
 
 
+def analysis(values: dict, factors: dict | None = None, reference: str = "c0"):
+    """(table, comparisons, anova, effects) of constructed curves, as the notebook computes them."""
+    df = curve_frame(values)
+    norms, order = sn.layer_norms(df), sn.variants(df)
+    trials = None
+    if factors:
+        trials = pd.DataFrame([{"cell_id": f"c{i}", **factors[label]} for i, label in enumerate(values)])
+    ps = sn.per_seed(norms, trials)
+    names = list(factors[next(iter(factors))]) if factors else []
+    anova, _ = sn.factor_anova(ps, names)
+    return (sn.stability(ps, norms, order), sn.compare(ps, norms, reference, order), anova,
+            sn.main_effects(ps, names))
+
+
 def test_text_comes_from_the_numbers():
-    df, _ = steady_and_wild()
-    order = sn.variants(df)
-    table = sn.stability(sn.layer_norms(df), order, n_resamples=300)
-    ratios = sn.stability_ratios(sn.layer_norms(df), table, n_resamples=300)
-    text = ns.summary_text(table, ratios)
-    assert text.startswith("**steady** has the most stable state norm (lowest CV) on every measure")
-    assert "Its lead over every other variant is significant at α = 0.05 on each" in text
-    assert "as large (significant at α = 0.05)" in text
-    again = ns.summary_text(sn.stability(sn.layer_norms(df), order, n_resamples=300), ratios)
+    rng = np.random.default_rng(0)
+    table, comp, anova, effects = analysis({"ref": np.exp(0.3 * rng.standard_normal((8, 3, 6))),
+                                            "calm": 1 + 0.01 * rng.standard_normal((8, 3, 6))})
+    text = ns.summary_text(table, comp, ("c0", "the spec's baseline"))
+    assert text.startswith("Every variant is compared with the reference **ref** (the spec's baseline)")
+    printed = ns.ratio_table(comp)
+    for m in ("training", "depth"):
+        row = printed[printed["measure"] == ns.MEASURE_WORDS[m]].iloc[0]
+        assert f"{row['ratio to the reference [95% CI]']} the reference's (significant)" in text
+    values = ns.stability_table(table)
+    assert f"ref {values['CV over training steps [95% CI]'][0]}" in text  # the reference with its interval
+    assert "Lowest" not in text  # two variants: nothing to rank beyond the comparison itself
+    again = ns.summary_text(table, comp, ("c0", "the spec's baseline"))
     assert again == text  # deterministic
-    # Every CV and ratio the text gives is written as the tables print it.
-    printed = ns.stability_table(table)
-    for col in [c for c in printed.columns if c.startswith("CV ")]:
-        assert f"steady varies least (CV {printed[col][0]})" in text  # the most stable, with its CI
-        assert f"wild: CV {printed[col][1].split(' [')[0]}," in text
-    printed = ns.ratio_table(ratios)
-    for cell, said in zip(printed["CV ratio [95% CI]"], printed["verdict"], strict=True):
-        assert f"{cell} as large ({said} at α = 0.05)" in text, cell
 
 
-def test_text_says_when_variants_cannot_be_told_apart():
+def test_a_two_seed_study_tests_nothing_and_says_why():
     rng = np.random.default_rng(1)
-    df = curve_frame({"a": 1 + 0.1 * rng.standard_normal((3, 2, 5)), "b": 1 + 0.1 * rng.standard_normal((3, 2, 5))})
-    order = sn.variants(df)
-    table = sn.stability(sn.layer_norms(df), order, n_resamples=300)
-    text = ns.summary_text(table, sn.stability_ratios(sn.layer_norms(df), table, n_resamples=300))
-    assert "as large (not significant at α = 0.05)" in text
-    assert "Its lead over the other variants is not significant at α = 0.05 on any measure" in text
-    assert "significant at α = 0.05 on each" not in text  # the opening line and the bullets agree
+    table, comp, anova, _ = analysis({"a": np.exp(rng.standard_normal((2, 2, 5))),
+                                      "b": 1 + 0.01 * rng.standard_normal((2, 2, 5))},
+                                     {"a": {"m.p": "x"}, "b": {"m.p": "y"}})
+    text = ns.summary_text(table, comp, ("c0", "the spec's baseline"), anova)
+    assert "**Nothing is tested: 2 seeds per variant.** A test needs at least 3" in text
+    assert "significant" not in text and "not tested" in text
+    printed = ns.ratio_table(comp)
+    assert set(printed["verdict"]) == {"too few seeds to test (n\u00a0=\u00a02)"}
+    assert set(printed["p"]) == {fmt.DASH}
+
+
+def test_text_says_when_a_comparison_cannot_reach_alpha():
+    rng = np.random.default_rng(2)
+    values = {k: np.exp(0.2 * rng.standard_normal((5, 2, 5))) for k in ("a", "b", "c", "d")}
+    table, comp, _, _ = analysis(values)
+    text = ns.summary_text(table, comp, ("c0", "the spec's baseline"))
+    assert re.search(r"with 5 seeds the exact test cannot give a p below 0\.06(25|3)\b", text.lower()), text
+    assert text.count("cannot give a p below") == 1  # the same on every measure: said once
+    assert "(significant)" not in text
 
 
 def test_short_labels_name_the_factors():
@@ -73,10 +96,12 @@ def test_short_labels_name_the_factors():
 
 def test_tables_write_missing_values_as_the_one_dash():
     df, _ = steady_and_wild()
-    table = sn.stability(sn.layer_norms(df[df["seed"] == 0]), sn.variants(df), n_resamples=0)
+    one = df[df["seed"] == 0]
+    norms = sn.layer_norms(one)
+    table = sn.stability(sn.per_seed(norms), norms, sn.variants(df))
     printed = ns.stability_table(table)
-    assert (printed["CV over seeds [95% CI]"] == fmt.DASH).all()  # one seed: no spread over seeds
-    assert printed["CV over training steps [95% CI]"].str.fullmatch(r"[\d.]+").all()  # no resamples: no CI
+    assert (printed["sd of log ‖x‖² over seeds [95% CI]"] == fmt.DASH).all()  # one seed: no spread over seeds
+    assert printed["CV over training steps [95% CI]"].str.fullmatch(r"[\d.]+").all()  # one seed: no interval
     assert not printed.isin(["n/a", "nan"]).any().any()
 
 
@@ -103,15 +128,16 @@ def test_report_renders_with_its_figures_and_tables(study):
     pdf = out / "norm_stability.pdf"
     assert pdf in written
     text = " ".join(pages(pdf))
-    for title in ("Summary", "State norm vs training step", "Figure 1.", "Figure 2.", "Figure 6.",
+    for title in ("Summary", "State norm vs training step", "Figure 1.", "Figure 2.", "Figure 7.",
                   "State norm vs time step at initialisation and at the end, with theory", "Figure 3.",
-                  "Stability table", "Table 1. Stability of the state norm per variant", "Table 2. Ratio between variants",
-                  "Table 4. White-noise check", "Spectrum drift over training",
-                  "Figure 4.", "Table 5. Spectrum drift",
-                  "Gradient norms", "Figure 5.", "Probe batch identical across all 4 runs: yes",
+                  "Stability per variant", "Table 1. The state norm's stability per variant",
+                  "Table 2. Each variant against the reference", "Table 5. White-noise check",
+                  "Spectrum drift over training", "Figure 4.", "Table 6. Spectrum drift",
+                  "Gradient norms", "Figure 6.", "Probe batch identical across all 4 runs: yes",
                   "RotRNN", "LRU"):
         assert has(text, title), title
-    assert has(text, "most stable") or has(text, "varies least")
+    # Two seeds per variant: the report tests nothing, and says so before anything else.
+    assert has(text, "Nothing is tested: 2 seeds per variant") and not has(text, "(significant)")
     assert has(text, "curve rows") and "{'" not in text  # provenance as a table, not a Python dict
 
 
@@ -120,25 +146,39 @@ NUMBER = re.compile(r"[+−-]?\d+(?:,\d{3})*(?:\.\d+)?(?:e[+−-]?\d+)?")
 
 def test_every_number_of_the_summary_is_a_table_cell():
     rng = np.random.default_rng(4)
-    df = curve_frame({"p=rot, n=xi": 1 + 0.01 * rng.standard_normal((3, 2, 6)),
-                      "p=rot, n=gamma": np.exp(0.3 * rng.standard_normal((3, 2, 6))),
-                      "p=diag, n=xi": 1 + 0.05 * rng.standard_normal((3, 2, 6))})
-    order = sn.variants(df)
-    norms = sn.layer_norms(df)
-    table = sn.stability(norms, order, n_resamples=300)
-    ratios = sn.stability_ratios(norms, table, n_resamples=300)
-    trials = df.drop_duplicates("cell_id")[["cell_id", "cell_label"]].assign(
-        **{"p": ["rot", "rot", "diag"], "n": ["xi", "gamma", "xi"]})
-    by_factor = sn.stability_by_factor(table, trials, ["p", "n"])
-    text = ns.summary_text(table, ratios, by_factor=by_factor)
-    printed = " ".join(str(v) for t in (ns.stability_table(table), ns.ratio_table(ratios), ns.factor_table(by_factor))
+    values, factors = {}, {}
+    for p in ("rot", "diag"):
+        for n in ("xi", "gamma"):
+            spread = 0.01 if (p, n) == ("rot", "xi") else 0.3
+            values[f"p={p}, n={n}"] = np.exp(spread * rng.standard_normal((6, 2, 6)))
+            factors[f"p={p}, n={n}"] = {"m.p": p, "m.n": n}
+    table, comp, anova, effects = analysis(values, factors)
+    assert anova["significant"].any()  # the text below has factor sentences to check
+    text = ns.summary_text(table, comp, ("c0", "the spec's baseline"), anova, effects)
+    printed = " ".join(str(v) for t in (ns.stability_table(table), ns.ratio_table(comp), ns.anova_table(anova),
+                                        ns.effects_table(effects))
                        for v in t.astype(str).to_numpy().ravel()).replace("\u00a0", " ")
     for token in NUMBER.findall(text.replace("\u00a0", " ")):
         assert token in printed or token in {"0.05", "1", "2", "3", "95"}, token
-    # The opening line counts what the bullets and the ratio table's verdicts say.
-    verdicts = ns.ratio_table(ratios)["verdict"]
-    k = int((verdicts == "significant").sum())
-    assert (k == 0) == ("not significant at α = 0.05 on any measure" in text)
+    # One sentence per term the ANOVA table calls significant.
+    k = int((ns.anova_table(anova)["verdict"].str.startswith("significant")).sum())
+    assert text.count(" changes ") + text.count(" depends on ") == k
+
+
+def test_an_interaction_figure_draws_each_level_in_its_channel():
+    rng = np.random.default_rng(5)
+    values = {f"{p}-{h}": np.exp(0.1 * rng.standard_normal((3, 2, 5))) for p in ("rot", "diag") for h in ("1", "4")}
+    factors = {k: {"m.p": k.split("-")[0], "m.h": k.split("-")[1]} for k in values}
+    df = curve_frame(values)
+    trials = pd.DataFrame([{"cell_id": f"c{i}", **factors[k]} for i, k in enumerate(values)])
+    ps = sn.per_seed(sn.layer_norms(df), trials)
+    channels = Channels.from_trials(ps, ["m.p", "m.h"])
+    fig = ns.interaction_figure(ps, "m.p", "m.h", channels)
+    groups = svg_groups(plotting.svg(fig), "level:")
+    for lv in ("rot", "diag"):
+        assert channels.color[lv].lower() in groups[f"level:m.p={lv}"]
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [ns.COLUMN_WORDS[m] for m in sn.MEASURES]
+    assert {ax.get_yscale() for ax in fig.axes if ax.get_title()} == {"log"}
 
 
 def test_norm_figures_use_the_reports_one_mapping():

@@ -1,4 +1,5 @@
-"""The norm-stability analysis (``ablate.stats_norms``) on constructed frames and on a real study."""
+"""The norm-stability analysis (``ablate.stats.norms``): the seed as the unit, a declared reference,
+log-scale ratios, factor effects — on constructed frames and on a real study."""
 
 from __future__ import annotations
 
@@ -11,45 +12,113 @@ from ablate import stats
 from ablate.stats import norms as sn
 
 
-def test_stability_comes_from_the_numbers():
-    df, steady = steady_and_wild()
-    order = sn.variants(df)
-    table = sn.stability(sn.layer_norms(df), order, n_resamples=300)
-    ratios = sn.stability_ratios(sn.layer_norms(df), table, n_resamples=300)
-    # The per-unit CVs equal a direct computation.
-    direct = np.mean([np.std(steady[s, l_], ddof=1) / steady[s, l_].mean() for s in range(4) for l_ in range(3)])
-    assert table.loc[0, "cv_training"] == pytest.approx(direct)
-    assert (table.loc[0, [f"cv_{m}" for m in sn.MEASURES]].to_numpy() <
-            table.loc[1, [f"cv_{m}" for m in sn.MEASURES]].to_numpy()).all()
-    wild_rows = ratios[ratios["variant"] == "wild"]
-    assert (wild_rows["reference"] == "steady").all() and (wild_rows["ratio_low"] > 10).all()
-    again = sn.stability(sn.layer_norms(df), order, n_resamples=300)
-    pd.testing.assert_frame_equal(again, table)  # deterministic
-
-
-def test_units_use_the_statistics_coefficient_of_variation():
-    rng = np.random.default_rng(2)
-    df = curve_frame({"a": np.exp(rng.standard_normal((3, 2, 5)))})
+def seeded(values: dict[str, np.ndarray], factors: dict[str, dict[str, str]] | None = None
+           ) -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, str]]]:
+    """(layer norms, per-seed frame, order) of ``curve_frame(values)``, with factor columns."""
+    df = curve_frame(values)
     norms = sn.layer_norms(df)
-    for measure, keys in sn.UNITS.items():
-        units = sn.stability_units(norms, measure)
-        assert len(units) == norms.groupby(list(keys)).ngroups
-        for _, unit in units.iterrows():
-            mask = np.logical_and.reduce([norms[k] == unit[k] for k in keys])
-            assert unit["cv"] == stats.cv_with_ci(norms.loc[mask, "value"], n_resamples=0).value
-    # A unit whose CV is undefined (one value, or a zero mean) is dropped, not counted.
-    flat = curve_frame({"a": np.zeros((2, 1, 3))})
-    assert sn.stability_units(sn.layer_norms(flat), "training").empty
+    trials = None
+    if factors:
+        trials = pd.DataFrame([{"cell_id": f"c{i}", **factors[label]} for i, label in enumerate(values)])
+    return norms, sn.per_seed(norms, trials), sn.variants(df)
 
 
-def test_factor_table_averages_cells_per_level():
-    cells = {"p=rot, n=xi": 1.0, "p=rot, n=gamma": 2.0, "p=diag, n=xi": 3.0, "p=diag, n=gamma": 6.0}
-    table = pd.DataFrame({"cell_id": [f"c{i}" for i in range(4)], "variant": list(cells),
-                          **{f"cv_{m}": list(cells.values()) for m in sn.MEASURES}})
-    trials = pd.DataFrame({"cell_id": [f"c{i}" for i in range(4)], "p": ["rot", "rot", "diag", "diag"],
-                           "n": ["xi", "gamma", "xi", "gamma"]})
-    out = sn.stability_by_factor(table, trials, ["p", "n"]).set_index(["factor", "level"])["cv_training"]
-    assert out.to_dict() == {("p", "rot"): 1.5, ("p", "diag"): 4.5, ("n", "xi"): 2.0, ("n", "gamma"): 4.0}
+def test_each_run_is_one_value_per_measure_computed_from_its_own_curves():
+    df, steady = steady_and_wild()
+    norms = sn.layer_norms(df)
+    ps = sn.per_seed(norms)
+    assert len(ps) == 8 and ps.groupby("cell_id").size().tolist() == [4, 4]  # 2 variants × 4 seeds
+    run = ps[(ps["cell_id"] == "c0") & (ps["seed"] == 2)].iloc[0]
+    assert run["cv_training"] == pytest.approx(np.mean([stats.cv(steady[2, layer]) for layer in range(3)]))
+    assert run["cv_depth"] == pytest.approx(np.mean([stats.cv(steady[2, :, k]) for k in range(6)]))
+    assert run["final_norm"] == pytest.approx(np.exp(np.log(steady[2, :, -1]).mean()))
+    logs = np.log(steady[:, :, :])  # seeds × layers × steps
+    dev = np.sqrt(np.mean((logs[2] - logs.mean(axis=0)) ** 2 * 4 / 3))
+    assert run["dev_seeds"] == pytest.approx(dev)
+    assert run["log_cv_training"] == pytest.approx(np.log(run["cv_training"]))
+
+
+def test_the_spread_over_seeds_does_not_depend_on_how_many_seeds():
+    """The mean unbiased seed variance: on average the same with 3 seeds as with 12 (a CV across n
+    seeds shrinks with n — the comparison report once compared 2 seeds with 3)."""
+    rng = np.random.default_rng(0)
+    few, many = [], []
+    for _ in range(300):
+        values = np.exp(rng.normal(0, 0.3, (12, 1, 1)) + rng.normal(0, 0.05, (12, 2, 4)))
+        norms = sn.layer_norms(curve_frame({"a": values}))
+        few.append(sn.sd_over_seeds(norms, seeds=[0, 1, 2])[0] ** 2)
+        many.append(sn.sd_over_seeds(norms)[0] ** 2)
+    assert np.mean(few) == pytest.approx(np.mean(many), rel=0.08)
+    direct = np.sqrt(np.mean(np.var(np.log(values), axis=0, ddof=1)))
+    assert sn.sd_over_seeds(norms)[0] == pytest.approx(direct)
+
+
+def test_variants_are_compared_with_the_declared_reference_not_the_most_stable():
+    norms, ps, order = seeded({"ref": np.exp(0.2 * np.random.default_rng(1).standard_normal((8, 2, 6))),
+                               "calm": 1 + 0.01 * np.random.default_rng(2).standard_normal((8, 2, 6))})
+    comp = sn.compare(ps, norms, "c0", order)
+    assert set(comp["reference_id"]) == {"c0"} and set(comp["cell_id"]) == {"c1"}
+    assert list(comp["measure"]) == ["training", "depth", "seeds", "final"]
+    training = comp[comp["measure"] == "training"].iloc[0]
+    # The ratio is exp(mean log difference) with the t interval of the paired differences.
+    d = ps[ps.cell_id == "c1"]["log_cv_training"].to_numpy() - ps[ps.cell_id == "c0"]["log_cv_training"].to_numpy()
+    assert training["ratio"] == pytest.approx(np.exp(d.mean()))
+    low, high = stats.t_interval(d)[1:3]
+    assert (training["ratio_low"], training["ratio_high"]) == pytest.approx((np.exp(low), np.exp(high)))
+    assert training["paired"] and training["test"] == "exact sign-flip" and training["significant"]
+    assert training["ratio_high"] < 0.2  # "calm" varies far less over training than the reference
+
+
+def test_nothing_is_tested_below_three_seeds():
+    norms, ps, order = seeded({"a": np.exp(np.random.default_rng(3).standard_normal((2, 2, 5))),
+                               "b": 1 + 0.01 * np.random.default_rng(4).standard_normal((2, 2, 5))},
+                              {"a": {"m.p": "x"}, "b": {"m.p": "y"}})
+    comp = sn.compare(ps, norms, "c0", order)
+    assert not comp["testable"].any() and comp["p"].isna().all() and not comp["significant"].any()
+    anova, why = sn.factor_anova(ps, ["m.p"])
+    assert anova.empty and all("too few seeds" in w for w in why.values())
+
+
+def test_over_seeds_both_sides_use_the_same_seeds():
+    rng = np.random.default_rng(5)
+    norms, ps, order = seeded({"five": np.exp(rng.normal(0, 0.3, (5, 1, 1)) + rng.normal(0, 0.02, (5, 2, 4))),
+                               "three": np.exp(rng.normal(0, 0.3, (3, 1, 1)) + rng.normal(0, 0.02, (3, 2, 4)))})
+    row = sn.compare(ps, norms, "c0", order).set_index("measure").loc["seeds"]
+    assert row["n"] == 3 and row["n_cell"] == 3 and row["n_ref"] == 3  # the shared seeds 0, 1, 2
+    expected = sn.sd_over_seeds(norms[norms.cell_id == "c1"])[0] / sn.sd_over_seeds(
+        norms[norms.cell_id == "c0"], seeds=[0, 1, 2])[0]
+    assert row["ratio"] == pytest.approx(expected)
+
+
+def test_a_factor_and_its_interaction_are_found_and_a_null_factor_is_not():
+    """CV over training: heads matter only for the rotation parameterisation; noise is a seed-level
+    random effect. The ANOVA of per-seed logs finds the main effect and the interaction."""
+    rng = np.random.default_rng(6)
+    values, factors = {}, {}
+    for p in ("rotation", "complex"):
+        for h in ("1", "8"):
+            scale = 0.05 if (p, h) != ("rotation", "8") else 0.2  # one cell drifts more over training
+            drift = np.linspace(0, 1, 6)[None, None, :] * rng.lognormal(np.log(scale), 0.1, (6, 1, 1))
+            values[f"{p}-{h}"] = np.exp(drift + rng.normal(0, 0.005, (6, 2, 6)))
+            factors[f"{p}-{h}"] = {"model.parameterisation": p, "model.heads": h}
+    _, ps, _ = seeded(values, factors)
+    anova, _ = sn.factor_anova(ps, ["model.parameterisation", "model.heads"])
+    training = anova[anova["measure"] == "training"].set_index("term")
+    assert training.loc["model.parameterisation × model.heads", "significant"]
+    assert training.loc["model.heads", "significant"]
+    effects = sn.main_effects(ps, ["model.parameterisation", "model.heads"])
+    heads = effects[(effects["measure"] == "training") & (effects["factor"] == "model.heads")].set_index("level")
+    assert heads.loc["8", "value"] > heads.loc["1", "value"]
+    # Holm across every term of every measure: the adjusted p is never below the raw one.
+    assert (anova["p_adj"] >= anova["p"] - 1e-12).all()
+
+
+def test_per_seed_carries_the_factor_levels_and_is_deterministic():
+    norms, ps, _ = seeded({"a": np.exp(np.random.default_rng(7).standard_normal((3, 2, 4))),
+                           "b": np.exp(np.random.default_rng(8).standard_normal((3, 2, 4)))},
+                          {"a": {"m.p": "x"}, "b": {"m.p": "y"}})
+    assert ps.groupby("cell_id")["m.p"].first().to_dict() == {"c0": "x", "c1": "y"}
+    pd.testing.assert_frame_equal(ps, sn.per_seed(norms, ps[["cell_id", "m.p"]]))
 
 
 # --- on a real study (tests/real_studies.py) ---------------------------------------------------------
@@ -66,10 +135,14 @@ def test_analysis_of_the_study(res):
     df = sn.prepare(res.curves, res.trials)
     order = sn.variants(df, res.trials)
     assert [label for _, label in order] == ["RotRNN", "LRU"]
-    table = sn.stability(sn.layer_norms(df), order, n_resamples=200)
+    norms = sn.layer_norms(df)
+    ps = sn.per_seed(norms, res.trials)
+    assert len(ps) == 4 and (ps["steps"] == 3).all() and (ps["layers"] == 2).all()
+    table = sn.stability(ps, norms, order)
     assert table["seeds"].tolist() == [2, 2] and table["steps"].tolist() == [3, 3]
-    assert (table["n_training"] == 4).all() and (table["n_depth"] == 6).all() and (table["n_seeds"] == 6).all()
-    assert sn.stability_by_factor(table, res.trials, res.factors).empty  # one cell per level: Table 1 says it
+    assert (table["n_training"] == 2).all() and (table["n_seeds"] == 2).all()
+    comp = sn.compare(ps, norms, res.reference_cell()[0], order)
+    assert not comp["testable"].any()  # two seeds: nothing tested
     check = sn.theory_check(df, order)
     rot = check[check["variant"] == "RotRNN"]
     assert np.allclose(rot["stationary"], 1.0)

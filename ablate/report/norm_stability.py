@@ -19,16 +19,22 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ablate import stats
 from ablate.report import format as fmt
 from ablate.report import plotting
 from ablate.report.plotting import Channels, wrap
 from ablate.stats import norms as sn
 
 __all__ = [
+    "COLUMN_WORDS",
     "MEASURE_WORDS",
+    "VALUE_WORDS",
+    "anova_table",
     "check_table",
     "drift_table",
-    "factor_table",
+    "effects_table",
+    "factor_sentences",
+    "interaction_figure",
     "grad_figure",
     "header_lines",
     "norm_vs_step",
@@ -42,8 +48,12 @@ __all__ = [
     "theory_ratio",
 ]
 
-#: Each measure of ``stats.norms.MEASURES`` in words.
-MEASURE_WORDS = {"training": "over training steps", "depth": "over layers", "seeds": "over seeds"}
+#: Each measure of ``stats.norms.MEASURES`` in words: where it varies, what varies, and as a column heading.
+MEASURE_WORDS = {"training": "over training steps", "depth": "over layers", "seeds": "over seeds",
+                 "final": "at the end of training"}
+VALUE_WORDS = {"training": "CV of ‖x‖²", "depth": "CV of ‖x‖²", "seeds": "sd of log ‖x‖²", "final": "‖x‖²"}
+COLUMN_WORDS = {"training": "CV over training steps", "depth": "CV over layers", "seeds": "sd of log ‖x‖² over seeds",
+                "final": "final ‖x‖²"}
 THEORY_COLOR, NOISE_COLOR = "black", "0.45"
 
 Order = Sequence[tuple[str, str]]
@@ -102,96 +112,103 @@ def _alpha(confidence: float) -> str:
     return f"α = {1 - confidence:.2g}"
 
 
-def _ratio_verdict(o: pd.Series, at: str = "") -> str:
-    tested = bool(np.isfinite(o["ratio_low"]))
-    return fmt.verdict(bool(o["ratio_low"] > 1.0) if tested else None, at, few="too few units to test")
+def _value_cells(table: pd.DataFrame, confidence: float = 0.95) -> dict[str, list[str]]:
+    """Each measure's column of ``stability_table`` as it prints: value [CI] per variant."""
+    out = {}
+    for m in sn.MEASURES:
+        if m == "seeds":
+            v, lo, hi = table["sd_seeds"], table["sd_seeds_low"], table["sd_seeds_high"]
+        else:
+            v, lo, hi = table[f"gm_{m}"], table[f"gm_{m}_low"], table[f"gm_{m}_high"]
+        out[m] = [fmt.with_ci(a, b, c, sig=True) for a, b, c in zip(v, lo, hi, strict=True)]
+    return out
 
 
-def _measure_line(m: str, table: pd.DataFrame, ratios: pd.DataFrame, at: str
-                  ) -> tuple[str | None, str | None, int, int]:
-    """The bullet of one measure, the most stable variant's label (None without ratios), and of the
-    other variants how many it is significantly more stable than, out of how many."""
-    words = MEASURE_WORDS[m].capitalize()
-    r = ratios[ratios["measure"] == m]
-    if r.empty:
-        valid = table[np.isfinite(table[f"cv_{m}"].to_numpy(float))]
-        line = None
-        if len(valid) == 1:
-            row = valid.iloc[0]
-            line = (f"- **{words}**: only {row['variant']} can be measured "
-                    f"(CV {fmt.with_ci(row[f'cv_{m}'], row[f'cv_{m}_low'], row[f'cv_{m}_high'], sig=True)}).")
-        elif m == "seeds" and table["seeds"].max() < 2:
-            line = f"- **{words}**: one seed per variant, no spread to measure."
-        elif m == "depth" and table["layers"].max() < 2:
-            line = f"- **{words}**: one layer, no spread to measure."
-        return line, None, 0, 0
-    ref_id, ref_label = r["reference_id"].iloc[0], r["reference"].iloc[0]
-    ref_row = table[table["cell_id"] == ref_id].iloc[0]
-    parts = [f"- **{words}**: {ref_label} varies least "
-             f"(CV {fmt.with_ci(ref_row[f'cv_{m}'], ref_row[f'cv_{m}_low'], ref_row[f'cv_{m}_high'], sig=True)})"]
-    others = r[r["cell_id"] != ref_id].sort_values("ratio")
-    n_sig = int((others["ratio_low"] > 1.0).sum())
-    for _, o in others.iterrows():
-        trow = table[table["cell_id"] == o["cell_id"]].iloc[0]
-        ratio = fmt.with_ci(o["ratio"], o["ratio_low"], o["ratio_high"], sig=True, unit="×")
-        parts.append(f"{o['variant']}: CV {_sig(trow[f'cv_{m}'])}, {ratio} as large ({_ratio_verdict(o, at)})")
-    return "; ".join(parts) + ".", ref_label, n_sig, len(others)
+def _ratio_cell(r: pd.Series) -> str:
+    """A comparison's ratio as its table prints it: ratio [CI], or the raw values when untested."""
+    if not r["testable"] and r["measure"] == "seeds":  # one spread per side: no per-seed values to show
+        return f"{_sig(r['ratio'])}×" if fmt.finite(r["ratio"]) else fmt.DASH
+    if not r["testable"]:
+        cell = ", ".join(_sig(np.exp(v)) for v in r["values_cell"] or ())
+        ref = ", ".join(_sig(np.exp(v)) for v in r["values_ref"] or ())
+        return f"{_sig(r['ratio'])}× (per seed {cell or fmt.DASH} vs {ref or fmt.DASH})" if fmt.finite(r["ratio"]) else fmt.DASH
+    return fmt.with_ci(r["ratio"], r["ratio_low"], r["ratio_high"], sig=True, unit="×")
 
 
-def summary_text(table: pd.DataFrame, ratios: pd.DataFrame, check: pd.DataFrame | None = None,
-                 drift: pd.DataFrame | None = None, by_factor: pd.DataFrame | None = None,
-                 confidence: float = 0.95) -> str:
-    """Markdown stating which variant is more stable and by how much — every number as the tables
-    print it (``stability_table``, ``ratio_table``, ``factor_table``, ``check_table``,
-    ``drift_table``), significance in the one wording (``format.verdict``) of the ratio table's
-    verdict column, so the opening line and the bullets cannot disagree."""
+def _verdict(r: pd.Series) -> str:
+    if not r["testable"]:
+        return fmt.verdict(None, few=f"too few seeds to test (n{fmt.NBSP}={fmt.NBSP}{int(r['n'])})")
+    return fmt.verdict(bool(r["significant"]))
+
+
+def _unreachable(comp: pd.DataFrame, alpha: float) -> dict[str, str]:
+    """Per measure where no comparison can be significant: why (the exact test's floor against
+    Holm's first threshold), in the accuracy report's words."""
+    out = {}
+    for m, group in comp.groupby("measure", sort=False):
+        tested = group[group["testable"]]
+        if tested.empty:
+            continue
+        floor, holm = float(tested["p_min"].min()), alpha / max(1, len(tested))
+        if floor > holm:
+            out[str(m)] = (f"with {int(tested['n'].max())} seeds the exact test cannot give a p below {fmt.pval(floor)}, "
+                           f"and Holm's first threshold over {len(tested)} comparisons is {fmt.pval(holm)}: "
+                           "no comparison can be significant")
+    return out
+
+
+def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, str],
+                 anova: pd.DataFrame | None = None, effects: pd.DataFrame | None = None,
+                 check: pd.DataFrame | None = None, alpha: float = 0.05, confidence: float = 0.95) -> str:
+    """Markdown: how each variant's norm compares with the declared ``reference`` (cell id, why)
+    on each measure, which factor effects the ANOVA finds, and the white-noise check — every number
+    as the tables print it (``stability_table``, ``ratio_table``, ``anova_table``, ``effects_table``,
+    ``check_table``), the verdicts in the one wording (``format.verdict``)."""
     if table.empty:
         return "No probe data yet."
-    at = _alpha(confidence)
+    ref_id, why = reference
+    labels = dict(zip(table["cell_id"], table["variant"], strict=True))
+    ref_label = labels.get(ref_id, ref_id)
+    cells = _value_cells(table, confidence)
+    head = [f"Every variant is compared with the reference **{ref_label}** ({why}), declared before the "
+            "results were seen, on one value per seed and measure."]
+    n_max = int(table["seeds"].max()) if len(table) else 0
+    if n_max < stats.MIN_N_TEST:
+        head.append(f"**Nothing is tested: {n_max} seed{'s' if n_max != 1 else ''} per variant.** A test needs at "
+                    f"least {stats.MIN_N_TEST} (the seed is the unit: with two, a spread rests on one degree of "
+                    "freedom); the values and ratios below are descriptive.")
     lines: list[str] = []
-    best: dict[str, str] = {}
-    wins: dict[str, tuple[int, int]] = {}
+    floors = _unreachable(comp, alpha) if len(comp) else {}
+    if floors and len(set(floors.values())) == 1 and len(floors) == comp["measure"].nunique():
+        said = next(iter(floors.values()))  # the same on every measure: said once
+        head.append(f"**{said[:1].upper() + said[1:]}** on any measure; the intervals and the factor "
+                    "analysis below still apply.")
+        floors = {}
     for m in sn.MEASURES:
-        line, winner, n_sig, n_other = _measure_line(m, table, ratios, at)
-        if line:
-            lines.append(line)
-        if winner is not None:
-            best[m], wins[m] = winner, (n_sig, n_other)
-    head = []
-    if best:
-        winners = set(best.values())
-        counts = "; ".join(f"{MEASURE_WORDS[m]} against {k} of {n}" for m, (k, n) in wins.items())
-        if len(winners) == 1:
-            (winner,) = winners
-            n = len(best)
-            text = (f"**{winner}** has the most stable state norm (lowest CV) on {'every' if n > 1 else 'the one'} "
-                    f"measure available ({', '.join(MEASURE_WORDS[m] for m in best)}). ")
-            if all(k == n_ for k, n_ in wins.values()):
-                text += f"Its lead over every other variant is {fmt.verdict(True, at)} on each ({counts})."
-            elif not any(k for k, _ in wins.values()):
-                text += f"Its lead over the other variants is {fmt.verdict(False, at)} on any measure ({counts})."
-            else:
-                text += f"Its lead is {fmt.verdict(True, at)} {counts} other variants."
-            head.append(text)
-        else:
-            head.append("No variant is the most stable on every measure: "
-                        + "; ".join(f"{MEASURE_WORDS[m]}: {v} (its lead {fmt.verdict(True, at)} against {k} of {n_})"
-                                    for m, v in best.items() for k, n_ in [wins[m]]) + ".")
-    if by_factor is not None and not by_factor.empty and len(table) > 2:
-        printed = factor_table(by_factor)
-        for factor, group in by_factor.groupby("factor", sort=False):
-            parts = []
-            for m in sn.MEASURES:
-                g = group[np.isfinite(group[f"cv_{m}"].to_numpy(float))]
-                if len(g) < 2:
-                    continue
-                lo, hi = g[f"cv_{m}"].idxmin(), g[f"cv_{m}"].idxmax()
-                col = f"mean CV {MEASURE_WORDS[m]}"
-                parts.append(f"{MEASURE_WORDS[m]} {g.loc[lo, 'level']} {printed.loc[lo, col]} vs {g.loc[hi, 'level']} "
-                             f"{printed.loc[hi, col]}")
-            if parts:
-                lines.append(f"- **By {factor}** (mean CV over the variants at each level, lowest vs highest): "
-                             + "; ".join(parts) + ".")
+        rows = comp[comp["measure"] == m] if len(comp) else comp
+        have = [i for i, c in enumerate(cells[m]) if c != fmt.DASH]
+        if not have:
+            continue
+        words = MEASURE_WORDS[m]
+        ref_row = table.index[table["cell_id"] == ref_id]
+        ref_cell = cells[m][table.index.get_loc(ref_row[0])] if len(ref_row) else fmt.DASH
+        parts = [f"- **{words[:1].upper() + words[1:]}** ({VALUE_WORDS[m]}): {ref_label} {ref_cell}"]
+        for _, r in rows.iterrows():
+            i = table.index.get_loc(table.index[table["cell_id"] == r["cell_id"]][0])
+            value = cells[m][i].split(" [")[0]
+            if r["testable"]:
+                parts.append(f"{labels[r['cell_id']]} {value}, {_ratio_cell(r)} the reference's ({_verdict(r)})")
+            elif fmt.finite(r["ratio"]):  # the head or Table 2 says why it is not tested
+                parts.append(f"{labels[r['cell_id']]} {value} ({_sig(r['ratio'])}×, not tested)")
+        text = "; ".join(parts) + "."
+        values = table[f"gm_{m}" if m != "seeds" else "sd_seeds"].to_numpy(float)
+        if m != "final" and np.isfinite(values).sum() > 2:
+            low = table.iloc[int(np.nanargmin(values))]
+            text += f" Lowest: {low['variant']} (descriptive, not a test)."
+        if m in floors:
+            text += f" ({floors[m][:1].upper() + floors[m][1:]}.)"
+        lines.append(text)
+    lines += factor_sentences(anova, effects, alpha)
     if check is not None and not check.empty:
         printed = check_table(check)
         init = check.index[(check["when"] == "init") & check["noise_over_theory"].notna()]
@@ -200,19 +217,42 @@ def summary_text(table: pd.DataFrame, ratios: pd.DataFrame, check: pd.DataFrame 
             lo, hi = printed.loc[ratio.idxmin(), "noise / theory"], printed.loc[ratio.idxmax(), "noise / theory"]
             span = lo if lo == hi else f"{lo} to {hi}"
             lines.append(f"- **White-noise check**: at initialisation the measured ‖x<sub>L</sub>‖² on white-noise "
-                         f"input is {span} times the theory across the variants (1 would be exact).")
-        end = check.index[(check["when"] == "end") & check["stationary"].notna()]
-        stat = [f"{check.loc[i, 'variant']} {printed.loc[i, 'stationary theory']}" for i in end]
-        if stat:
-            lines.append("- **Stationary theory** E‖x<sub>∞</sub><sup>h</sup>‖² per head at the end of training "
-                         "(1 by construction for ξ): " + "; ".join(stat) + ".")
-    if drift is not None and not drift.empty:
-        printed = drift_table(drift)
-        parts = [f"{drift.loc[i, 'variant']} {printed.loc[i, 'median |Δ|λ||']} (largest {printed.loc[i, 'largest |Δ|λ||']})"
-                 for i in drift.index]
-        lines.append("- **Spectrum drift**: median change of |λ| per mode from the first to the last probe: "
-                     + "; ".join(parts) + ".")
-    return "\n".join(head + [""] + lines)
+                         f"input is {span} times the theory across the variants (1 would be exact; Table 5).")
+    return "\n".join([" ".join(head), "", *lines])
+
+
+def _term_words(term: str, measure: str) -> str:
+    parts = term.split(" × ")
+    what = "the final ‖x‖²" if measure == "final" else f"the {VALUE_WORDS[measure]} {MEASURE_WORDS[measure]}"
+    if len(parts) == 1:
+        return f"**{parts[0]}** changes {what}"
+    return f"**the effect of {parts[0]} on {what} depends on {parts[1]}**"
+
+
+def factor_sentences(anova: pd.DataFrame | None, effects: pd.DataFrame | None, alpha: float = 0.05) -> list[str]:
+    """One sentence per ANOVA term that passes (Holm across the screen), with its F, p and the
+    geometric marginal means of a main effect as ``effects_table`` prints them; one sentence
+    when none passes."""
+    if anova is None or anova.empty:
+        return []
+    printed = anova_table(anova)
+    out = []
+    for i, r in anova.iterrows():
+        if not r["significant"]:
+            continue
+        stat = f"F({printed.loc[i, 'df']}) = {printed.loc[i, 'F']}, p (Holm) = {printed.loc[i, 'p (Holm)']}"
+        text = f"- {_term_words(r['term'], r['measure'])} ({stat}; partial η² {printed.loc[i, 'partial η²']})"
+        if effects is not None and len(effects) and " × " not in r["term"]:
+            shown = effects_table(effects)
+            sub = effects[(effects["measure"] == r["measure"]) & (effects["factor"] == r["term"])]
+            if len(sub):
+                col = shown.columns[-1]
+                text += ": " + ", ".join(f"{sub.loc[j, 'level']} {shown.loc[j, col].split(' [')[0]}" for j in sub.index)
+        out.append(text + ".")
+    if not out:
+        out.append(f"- **Factor effects**: no factor or two-factor interaction changes any measure significantly "
+                   f"(ANOVA of the per-seed values, {len(anova)} terms, Holm across them, α = {alpha:g}; Table 3).")
+    return out
 
 
 def provenance_rows(df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -225,7 +265,7 @@ def provenance_rows(df: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def stability_table(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """``stats.norms.stability`` for print: counts, mean norm, and each measure's CV [CI]."""
+    """``stats.norms.stability`` for print: counts, mean norm, and each measure's value [CI]."""
     out = pd.DataFrame({
         "variant": table["variant"],
         "seeds": table["seeds"],
@@ -233,35 +273,58 @@ def stability_table(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFra
         "probe steps": table["steps"],
         "mean ‖x‖²": table["mean_norm"].map(_sig),
     })
-    for m, words in MEASURE_WORDS.items():
-        out[f"CV {words} [{fmt.level(confidence)} CI]"] = [
-            fmt.with_ci(v, lo, hi, sig=True)
-            for v, lo, hi in zip(table[f"cv_{m}"], table[f"cv_{m}_low"], table[f"cv_{m}_high"], strict=True)
-        ]
+    pct = fmt.level(confidence)
+    for m, cells in _value_cells(table, confidence).items():
+        out[f"{COLUMN_WORDS[m]} [{pct} CI]"] = cells
     return out
 
 
-def ratio_table(ratios: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """``stats.norms.stability_ratios`` for print, without each reference's own 1×."""
-    ratios = ratios[ratios["cell_id"] != ratios["reference_id"]]
+def ratio_table(comp: pd.DataFrame, confidence: float = 0.95, min_ratio: float | None = None) -> pd.DataFrame:
+    """``stats.norms.compare`` for print: per measure and variant, the seeds, the ratio to the
+    reference [CI] (or the per-seed values when untested), the exact test, p, Holm's p, verdict,
+    and — with ``min_ratio`` — the seeds a ratio of ``min_ratio`` would need (the power line)."""
+    pct = fmt.level(confidence)
+    rows = []
+    for _, r in comp.iterrows():
+        n = f"{int(r['n_pairs'])}{fmt.NBSP}pairs" if r["paired"] else f"{int(r['n_cell'])}{fmt.NBSP}vs{fmt.NBSP}{int(r['n_ref'])}"
+        rows.append({"measure": MEASURE_WORDS[r["measure"]], "variant": r["cell_label"], "seeds": n,
+                     f"ratio to the reference [{pct} CI]": _ratio_cell(r),
+                     "test": str(r["test"]) if r["testable"] else fmt.DASH, "p": fmt.pval(r["p"]),
+                     "p (Holm)": fmt.pval(r["p_adj"]), "verdict": f"{_verdict(r)} {r['mark']}".strip(),
+                     "power": fmt.count(r["seeds_needed"]) if fmt.finite(r["seeds_needed"]) else fmt.DASH})
+    cols = ["measure", "variant", "seeds", f"ratio to the reference [{pct} CI]", "test", "p", "p (Holm)", "verdict"]
+    out = pd.DataFrame(rows, columns=[*cols, "power"])
+    if min_ratio is None:
+        return out[cols]
+    return out.rename(columns={"power": f"seeds for {fmt.num(min_ratio, 3, sig=True)}×"})
+
+
+def effects_table(effects: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """``stats.norms.main_effects`` for print: the geometric marginal mean [CI] of each level."""
+    pct = fmt.level(confidence)
     return pd.DataFrame({
-        "measure": ratios["measure"].map(MEASURE_WORDS),
-        "variant": ratios["variant"],
-        "reference (most stable)": ratios["reference"],
-        f"CV ratio [{fmt.level(confidence)} CI]": [
-            fmt.with_ci(r, lo, hi, sig=True, unit="×")
-            for r, lo, hi in zip(ratios["ratio"], ratios["ratio_low"], ratios["ratio_high"], strict=True)
-        ],
-        "verdict": [_ratio_verdict(o) for _, o in ratios.iterrows()],
-    })
+        "measure": effects["measure"].map(lambda m: f"{COLUMN_WORDS[m]}"),
+        "factor": effects["factor"], "level": effects["level"].astype(str),
+        "cells": effects["n_cells"].astype(int).astype(str), "runs": effects["n"].astype(int).astype(str),
+        f"geometric marginal mean [{pct} CI]": [fmt.with_ci(v, lo, hi, sig=True) for v, lo, hi in
+                                               zip(effects["value"], effects["low"], effects["high"], strict=True)],
+    }, index=effects.index)
 
 
-def factor_table(by_factor: pd.DataFrame) -> pd.DataFrame:
-    """``stats.norms.stability_by_factor`` for print: each level's mean CV per measure."""
-    out = by_factor[["factor", "level", "cells"]].copy()
-    for m, words in MEASURE_WORDS.items():
-        out[f"mean CV {words}"] = by_factor[f"cv_{m}"].map(_sig)
-    return out
+def anova_table(anova: pd.DataFrame) -> pd.DataFrame:
+    """``stats.norms.factor_anova`` for print: measure, term, df (term, residual), F, p, Holm's p,
+    partial η², verdict."""
+    return pd.DataFrame({
+        "measure": anova["measure"].map(lambda m: COLUMN_WORDS[m]),
+        "term": anova["term"],
+        "df": [f"{int(a)}, {int(b)}" for a, b in zip(anova["df"], anova["df_resid"], strict=True)],
+        "F": anova["F"].map(lambda x: fmt.num(x, 2)),
+        "p": anova["p"].map(fmt.pval),
+        "p (Holm)": anova["p_adj"].map(fmt.pval),
+        "partial η²": anova["eta_sq_partial"].map(lambda x: fmt.num(x, 3)),
+        "verdict": [f"{fmt.verdict(bool(s))} {mk}".strip() for s, mk in zip(anova["significant"], anova["mark"],
+                                                                            strict=True)],
+    }, index=anova.index)
 
 
 def check_table(check: pd.DataFrame) -> pd.DataFrame:
@@ -476,6 +539,50 @@ def spectrum_figure(df: pd.DataFrame, order: Order, channels: Channels | None = 
                 if col == 0:
                     ax.set_ylabel(wrap(label, 26), fontsize=7)
         fig.supxlabel("training step (median over modes of all layers and seeds; band 10–90%)", fontsize=8)
+    return fig
+
+
+def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels | None = None,
+                       confidence: float = 0.95, measures: Sequence[str] = sn.MEASURES) -> Figure:
+    """A panel per measure: its geometric marginal means (``stats.norms.per_seed``'s log values, as
+    the ANOVA fits them) over ``f2``'s levels on the x axis, one line per level of ``f1`` in that
+    level's channel, with CIs, on log axes. Parallel lines mean no interaction."""
+    shown = [m for m in measures if np.isfinite(seeds[sn.COLUMN[m]].to_numpy(float)).any()]
+    tables = {m: stats.interaction_table(seeds, sn.COLUMN[m], f1, f2, confidence) for m in shown}
+    tables = {m: t for m, t in tables.items() if not t.empty and t["mean"].notna().any()}
+    with plotting.style():
+        ncols = max(1, min(2, len(tables)))
+        nrows = max(1, math.ceil(len(tables) / ncols))
+        fig = plotting.figure(0.9 + 2.1 * nrows)
+        if not tables:
+            return plotting.no_data(fig, "no per-seed values yet")
+        channels = channels or Channels.from_trials(seeds, [f1, f2])
+        axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+        for ax, (m, table) in zip(axes, tables.items(), strict=False):
+            lines, xs = list(dict.fromkeys(table[f1])), list(dict.fromkeys(table[f2]))
+            offsets = np.linspace(-0.08, 0.08, len(lines)) if len(lines) > 1 else [0.0]
+            pos = {lv: i for i, lv in enumerate(xs)}
+            for off, lv in zip(offsets, lines, strict=True):
+                look = channels.level_look(f1, lv)
+                sub = table[table[f1] == lv]
+                x = np.array([pos[v] for v in sub[f2]], dtype=float) + off
+                mean, low, high = (np.exp(sub[c].to_numpy(float)) for c in ("mean", "ci_low", "ci_high"))
+                err = [np.nan_to_num(mean - low), np.nan_to_num(high - mean)]
+                ax.errorbar(x, mean, yerr=err, fmt=look["marker"], ls=look["linestyle"], ms=4.5, lw=1.3, capsize=3,
+                            color=look["color"], mec="black", mew=0.5, label=wrap(lv, 22), gid=look["gid"])
+            ax.set_yscale("log")
+            ax.set_xticks(range(len(xs)), [wrap(lv, max(8, int(40 / max(1, len(xs))))) for lv in xs])
+            ax.set_xlim(-0.5, len(xs) - 0.5)
+            ax.set_title(COLUMN_WORDS[m], fontsize=8)
+            ax.grid(axis="x", visible=False)
+        for ax in axes[len(tables):]:
+            ax.set_axis_off()
+        names = channels.factors or (f1, f2)
+        fig.supxlabel(wrap(plotting.factor_name(f2, names), 60), fontsize=8)
+        fig.supylabel(f"geometric marginal mean ± {fmt.level(confidence)} CI", fontsize=8)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, title=wrap(plotting.factor_name(f1, names), 40), loc="outside upper center",
+                   ncols=min(len(labels), 6), frameon=False, fontsize=7, title_fontsize=7.5)
     return fig
 
 

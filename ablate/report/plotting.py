@@ -254,6 +254,23 @@ class Channels:
         gid = f"cell:{cell}" if isinstance(cell, str) else None
         return {"color": color, "linestyle": self.dash.get(key, "-"), "marker": self.marker.get(key, "o"), "gid": gid}
 
+    def level_look(self, factor: str, level: Any) -> dict[str, Any]:
+        """How a level of ``factor`` is drawn where the factor has its own line or point (main
+        effects, interactions): its colour if it is the colour factor, its line style and marker if
+        it is the style factor, else black with the level's own dash and marker; ``gid``
+        ``level:<factor>=<level>``."""
+        lv = str(level)
+        gid = f"level:{factor}={lv}"
+        if factor == self.color_factor:
+            return {"color": self.color.get(lv, "black"), "linestyle": "-", "marker": "o", "gid": gid}
+        if factor == self.style_factor:
+            return {"color": "0.2", "linestyle": self.dash.get(lv, "-"), "marker": self.marker.get(lv, "o"),
+                    "gid": gid}
+        levels = self.levels.get(factor, (lv,))
+        k = levels.index(lv) if lv in levels else 0
+        return {"color": "black", "linestyle": DASHES[k % len(DASHES)], "marker": MARKERS[k % len(MARKERS)],
+                "gid": gid}
+
     def facet(self, cell: str | Mapping[str, Any]) -> str:
         """The panel a cell belongs to: ``"factor = level"`` of each facet factor ('' without)."""
         levels = self._levels(cell)

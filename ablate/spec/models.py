@@ -234,6 +234,11 @@ class StatsSpec(Strict):
         description="the smallest difference in the report's metric worth detecting (0.01 = one accuracy "
         "point): each comparison's power line says how many seeds would detect it")
     power: float = Field(0.8, gt=0.0, lt=1.0, description="the power the seed counts of the power line aim at")
+    min_ratio: float = Field(
+        1.25, gt=1.0,
+        description="the smallest ratio of a norm measure (a CV, the seed spread, the final norm) worth detecting "
+        "in the norm-stability report (1.25 = a quarter larger): each comparison's power line says how many seeds "
+        "would detect it")
 
 
 def resolve_task(raw: Any) -> tuple[dict[str, Any], Problems]:

@@ -2,23 +2,34 @@
 
 Input is ``Results.curves`` (``ablate.probes.CURVE_SCHEMA`` plus ``cell_id``, ``cell_label``,
 ``seed`` and the factor columns) as pandas. A *variant* is a cell of the study. Nothing here
-formats, draws, reads storage or imports torch; every function is deterministic (bootstraps are
-seeded). The coefficient of variation and the bootstraps are ``ablate.stats``' (``stats.cv``,
-``stats.bootstrap_ci``). How the numbers are shown — tables, sentences, figures — is
-``ablate.report.norm_stability``; adding a section to the report touches a function here, its
-presentation there, and the notebook ``ablate/report/notebooks/norm_stability.py``.
+formats, draws, reads storage or imports torch; every function is deterministic. How the numbers
+are shown — tables, sentences, figures — is ``ablate.report.norm_stability``.
 
 The norm of a run at a probe step and layer is the probe batch's ‖x_t^h‖² averaged over t and heads
-(``norm_sq_mean`` rows of kind ``probe``). Stability is its coefficient of variation (sd / mean):
+(``norm_sq_mean`` rows of kind ``probe``). **The seed is the unit of replication**: the probe steps
+and layers of one run share that run's initialisation, data order and drift, so they are never
+resampled or tested as if independent. Each run is reduced to one value per measure, on the log
+scale (norms and CVs are close to log-normal), and variants are compared on those values with
+the accuracy report's machinery (``stats.compare_to_reference``: exact permutation tests, paired
+on shared seeds, never below three seeds, Holm within each measure's family):
 
-    over training   per (seed, layer): CV across probe steps      → one unit per (seed, layer)
-    over depth      per (seed, step):  CV across layers           → one unit per (seed, step)
-    over seeds      per (layer, step): CV across seeds            → one unit per (layer, step)
+    training   the run's CV of ‖x‖² across its probe steps, per layer, averaged over layers
+    depth      the run's CV across layers at each probe step, averaged over probe steps
+    final      the run's ‖x‖² at its last probe step (geometric mean over layers)
+    seeds      how far the run's log ‖x‖² lies from its variant's mean over seeds, as the root mean
+               square over (layer, step) with the n/(n − 1) correction — a Levene-type deviation
+               whose mean square over seeds is the unbiased seed variance of log ‖x‖², so a
+               variant's value does not depend on how many seeds it has
 
-A variant's value is the mean of its units and its CI a bootstrap of that mean over the units
-(units of one run are not independent, so the intervals are optimistic when seeds are few).
-Ratios compare each variant with the most stable one: mean CV / mean CV of the reference, with a
-bootstrap CI resampling both variants' units independently.
+A variant's value is the geometric mean over its seeds (``exp`` of the mean log) with a t interval
+on the logs; over seeds, ``sd_seeds`` = sqrt(mean over (layer, step) of the seed variance of
+log ‖x‖²) (≈ the CV across seeds for small spreads) with a chi-square interval on n − 1 degrees of
+freedom (conservative: the (layer, step) units of one seed are not independent). A comparison's
+ratio is exp(mean log difference) with the t interval of that difference; over seeds both sides
+use the same seeds (the first common ones, else the first k of each) and the ratio of their
+``sd_seeds`` has an F interval on (k − 1, k − 1) degrees of freedom. Factor effects are ANOVAs of
+the per-seed log values with seeds as replicates (``stats.anova``), Holm-corrected across every
+term and measure of the report.
 """
 
 from __future__ import annotations
@@ -28,32 +39,41 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
 
-from ablate.stats.estimators import bootstrap_ci, cv
+from ablate.stats.comparisons import COMPARISON_COLUMNS, MIN_N_TEST, compare_to_reference, power_line
+from ablate.stats.estimators import cv, mark_for, t_interval
+from ablate.stats.factorial import AnovaNotApplicable, anova, anova_applicable
+from ablate.stats.factorial import main_effects as factor_means
+from ablate.stats.selection import STANDARD_COLUMNS, infer_factors
 
 __all__ = [
-    "ACROSS",
+    "ANOVA_COLUMNS",
+    "COLUMN",
+    "COMPARE_COLUMNS",
     "MEASURES",
-    "UNITS",
+    "compare",
     "edge_steps",
+    "factor_anova",
     "layer_norms",
+    "main_effects",
+    "per_seed",
     "prepare",
     "probe_batch_check",
+    "sd_over_seeds",
     "spectrum_drift",
     "stability",
-    "stability_by_factor",
-    "stability_ratios",
-    "stability_units",
     "theory_check",
     "time_curves",
     "variants",
 ]
 
-#: The three stability measures, in the order every table and sentence gives them.
-MEASURES = ("training", "depth", "seeds")
-#: The keys of one unit of each measure, and what its CV runs across.
-UNITS = {"training": ("seed", "layer"), "depth": ("seed", "step"), "seeds": ("layer", "step")}
-ACROSS = {"training": "step", "depth": "layer", "seeds": "seed"}
+#: The measures, in the order every table and sentence gives them.
+MEASURES = ("training", "depth", "seeds", "final")
+#: The per-seed column each measure is analysed on (log scale).
+COLUMN = {"training": "log_cv_training", "depth": "log_cv_depth", "seeds": "log_dev_seeds",
+          "final": "log_final_norm"}
 
 Order = Sequence[tuple[str, str]]  # (cell_id, cell_label) of the variants, in the plan's order
 
@@ -127,103 +147,291 @@ def edge_steps(df: pd.DataFrame) -> tuple[int, int]:
     return int(steps.min()), int(steps.max())
 
 
-# --- stability ------------------------------------------------------------------------------------
+# --- the seed as the unit ---------------------------------------------------------------------------
 
 
-def stability_units(norms: pd.DataFrame, measure: str) -> pd.DataFrame:
-    """The units of one measure: cell_id, the unit's keys, and its CV ``cv`` (undefined ones dropped)."""
-    keys = ["cell_id", *UNITS[measure]]
-    rows = [
-        {**dict(zip(keys, key, strict=True)), "cv": cv(g["value"].to_numpy(float))}
-        for key, g in norms.groupby(keys, sort=False)
-    ]
-    out = pd.DataFrame(rows, columns=[*keys, "cv"])
-    return out[np.isfinite(out["cv"].to_numpy(float))]
+def _log(x: Any) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    with np.errstate(all="ignore"):
+        return np.where(a > 0, np.log(np.where(a > 0, a, 1.0)), np.nan)
 
 
-def stability(norms: pd.DataFrame, order: Order, confidence: float = 0.95, n_resamples: int = 2000,
-              seed: int = 0) -> pd.DataFrame:
-    """Per variant: counts, the mean norm, and per measure the mean CV with its bootstrap CI.
+def _seed_deviation(cell: pd.DataFrame) -> pd.Series:
+    """Seed → the run's Levene-type deviation over seeds (module docstring): sqrt of the mean over
+    (layer, step) of n/(n − 1) · (log ‖x‖² − its mean over the cell's seeds)², over the units
+    that two or more seeds measured. NaN for a cell with one seed."""
+    wide = cell.pivot_table(index=["layer", "step"], columns="seed", values="value", aggfunc="mean")
+    logs = _log(wide.to_numpy())
+    n = np.isfinite(logs).sum(axis=1, keepdims=True)
+    keep = (n >= 2).ravel()
+    if not keep.any():
+        return pd.Series(np.nan, index=wide.columns, dtype=float)
+    logs, n = logs[keep], n[keep]
+    with np.errstate(all="ignore"):
+        sq = (logs - np.nanmean(logs, axis=1, keepdims=True)) ** 2 * n / (n - 1)
+        return pd.Series(np.sqrt(np.nanmean(sq, axis=0)), index=wide.columns, dtype=float)
 
-    Columns: ``cell_id``, ``variant``, ``seeds``, ``layers``, ``steps``, ``mean_norm``, and per
-    measure ``m``: ``cv_m``, ``cv_m_low``, ``cv_m_high``, ``n_m`` (units)."""
-    units = {m: stability_units(norms, m) for m in MEASURES}
+
+def per_seed(norms: pd.DataFrame, trials: Any = None) -> pd.DataFrame:
+    """One row per run (cell, seed) with its value of every measure (module docstring) — the frame
+    every test, interval and ANOVA of the norm report is computed from, and what a notebook fits
+    its own model to (``ablate.results`` exposes it as ``Results.stability()``).
+
+    ``norms`` is ``layer_norms`` (one row per cell, seed, layer, step). Columns: ``cell_id``,
+    ``cell_label``, ``seed``, ``phase`` ("replicate"), ``status`` ("complete"), the factor columns
+    of ``trials`` (when given), ``layers``, ``steps`` (probe steps of the run), ``cv_training``,
+    ``cv_depth`` (NaN with one layer), ``final_norm``, ``dev_seeds`` (NaN for a cell with one seed),
+    and their logs ``log_cv_training``, ``log_cv_depth``, ``log_final_norm``, ``log_dev_seeds``."""
+    cols = ["cell_id", "cell_label", "seed", "layers", "steps", "cv_training", "cv_depth", "final_norm", "dev_seeds"]
+    rows = []
+    for (cid, label), cell in norms.groupby(["cell_id", "cell_label"], sort=False):
+        dev = _seed_deviation(cell)
+        for seed, run in cell.groupby("seed", sort=False):
+            by_layer = [cv(g.sort_values("step")["value"].to_numpy(float)) for _, g in run.groupby("layer")]
+            by_step = [cv(g["value"].to_numpy(float)) for _, g in run.groupby("step")]
+            last = run[run["step"] == run["step"].max()]["value"].to_numpy(float)
+            rows.append({"cell_id": cid, "cell_label": label, "seed": seed, "layers": run["layer"].nunique(),
+                         "steps": run["step"].nunique(), "cv_training": _finite_mean(by_layer),
+                         "cv_depth": _finite_mean(by_step) if run["layer"].nunique() > 1 else np.nan,
+                         "final_norm": float(np.exp(np.nanmean(_log(last)))) if np.isfinite(_log(last)).any() else np.nan,
+                         "dev_seeds": float(dev.get(seed, np.nan))})
+    out = pd.DataFrame(rows, columns=cols)
+    for name in ("cv_training", "cv_depth", "final_norm", "dev_seeds"):
+        out[f"log_{name}"] = _log(out[name])
+    out.insert(3, "phase", "replicate")
+    out.insert(4, "status", "complete")
+    if trials is not None and len(out):
+        tr = _pandas(trials)
+        factors = [c for c in infer_factors(tr) if c not in out.columns and c not in STANDARD_COLUMNS]
+        if factors:
+            levels = tr[["cell_id", *factors]].drop_duplicates("cell_id")
+            out = out.merge(levels, on="cell_id", how="left")
+    return out
+
+
+def _finite_mean(values: Sequence[float]) -> float:
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else np.nan
+
+
+def sd_over_seeds(norms: pd.DataFrame, seeds: Sequence[Any] | None = None) -> tuple[float, int]:
+    """(sd of log ‖x‖² across seeds, seeds used) of one cell's ``layer_norms``: the square root of
+    the mean over (layer, step) of the unbiased seed variance (``ddof = 1``), so it does not depend on
+    the number of seeds; only ``seeds`` when given. NaN below two seeds."""
+    if seeds is not None:
+        norms = norms[norms["seed"].isin(list(seeds))]
+    dev = _seed_deviation(norms) if len(norms) else pd.Series(dtype=float)
+    n = int(norms["seed"].nunique()) if len(norms) else 0
+    if n < 2 or not np.isfinite(dev).any():
+        return np.nan, n
+    return float(np.sqrt(np.nanmean(dev.to_numpy(float) ** 2))), n
+
+
+def _chi2_interval(sd: float, n: int, confidence: float) -> tuple[float, float]:
+    """The interval of an sd on n − 1 degrees of freedom (normal theory; conservative when the
+    averaged units are correlated, which they are within a seed)."""
+    if not (np.isfinite(sd) and n >= 2):
+        return np.nan, np.nan
+    q = (1 - confidence) / 2
+    df = n - 1
+    return float(sd * np.sqrt(df / sps.chi2.ppf(1 - q, df))), float(sd * np.sqrt(df / sps.chi2.ppf(q, df)))
+
+
+def stability(seeds: pd.DataFrame, norms: pd.DataFrame, order: Order, confidence: float = 0.95) -> pd.DataFrame:
+    """Per variant: counts, the mean norm, and per measure its value with its interval.
+
+    ``seeds`` is ``per_seed``. Columns: ``cell_id``, ``variant``, ``seeds``, ``layers``, ``steps``,
+    ``mean_norm``; for ``training``, ``depth`` and ``final``: ``gm_m`` (geometric mean over seeds),
+    ``gm_m_low``, ``gm_m_high`` (t interval of the mean log, exponentiated; from two seeds) and
+    ``n_m`` (seeds with a value); for ``seeds``: ``sd_seeds``, ``sd_seeds_low``, ``sd_seeds_high``
+    (chi-square, from two seeds) and ``n_seeds``."""
     rows = []
     for cid, label in order:
         sub = norms[norms["cell_id"] == cid]
+        runs = seeds[seeds["cell_id"] == cid]
         row: dict[str, Any] = {
             "cell_id": cid, "variant": label, "seeds": sub["seed"].nunique(), "layers": sub["layer"].nunique(),
             "steps": sub["step"].nunique(), "mean_norm": float(sub["value"].mean()) if len(sub) else np.nan,
         }
-        for m in MEASURES:
-            x = units[m].loc[units[m]["cell_id"] == cid, "cv"].to_numpy(float)
-            low, high = bootstrap_ci(x, stat=np.mean, confidence=confidence, n_resamples=n_resamples, seed=seed)
-            row.update({f"cv_{m}": float(x.mean()) if x.size else np.nan, f"cv_{m}_low": low,
-                        f"cv_{m}_high": high, f"n_{m}": int(x.size)})
+        for m in ("training", "depth", "final"):
+            est = t_interval(runs[COLUMN[m]].to_numpy(float), confidence)
+            row.update({f"gm_{m}": float(np.exp(est.value)), f"gm_{m}_low": float(np.exp(est.ci_low)),
+                        f"gm_{m}_high": float(np.exp(est.ci_high)), f"n_{m}": est.n})
+        sd, n = sd_over_seeds(sub)
+        low, high = _chi2_interval(sd, n, confidence)
+        row.update({"sd_seeds": sd, "sd_seeds_low": low, "sd_seeds_high": high, "n_seeds": n})
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _ratio_of_means(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return np.mean(a, axis=axis) / np.mean(b, axis=axis)
+#: Columns of ``compare``: the measure, ``stats.compare_to_reference``'s, and the ratio on the
+#: measure's own scale with its interval.
+COMPARE_COLUMNS = ["measure", *COMPARISON_COLUMNS, "ratio", "ratio_low", "ratio_high"]
 
 
-def stability_ratios(norms: pd.DataFrame, table: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 2000,
-                     seed: int = 0) -> pd.DataFrame:
-    """Per measure and variant of ``table`` (``stability``): mean CV / the most stable variant's,
-    with a bootstrap CI (1 for the reference itself). Measures with fewer than two variants
-    measured are left out.
+def _common_seeds(a: pd.Series, b: pd.Series) -> tuple[list[Any], list[Any]]:
+    """The seeds both sides of an over-seeds comparison use, as many on each side: the shared ones
+    when two or more are shared, else the first k of each (k the smaller count)."""
+    sa, sb = sorted(pd.unique(a)), sorted(pd.unique(b))
+    shared = sorted(set(sa) & set(sb))
+    if len(shared) >= 2:
+        return shared, shared
+    k = min(len(sa), len(sb))
+    return sa[:k], sb[:k]
 
-    Columns: ``measure``, ``cell_id``, ``variant``, ``reference_id``, ``reference``, ``ratio``,
-    ``ratio_low``, ``ratio_high``."""
+
+def _seeds_comparisons(norms: pd.DataFrame, ref: str, order: Order, alpha: float, confidence: float,
+                       min_ratio: float, power: float) -> pd.DataFrame:
+    """The over-seeds family: per variant, both sides on the same seeds (``_common_seeds``), the
+    permutation test of the per-seed log deviations, the ratio of the sds with its F interval."""
+    labels = dict(order)
+    ref_norms = norms[norms["cell_id"] == ref]
     rows = []
+    for cid, _ in order:
+        if cid == ref:
+            continue
+        cell_norms = norms[norms["cell_id"] == cid]
+        use_cell, use_ref = _common_seeds(cell_norms["seed"], ref_norms["seed"])
+        parts = []
+        for c, sub, use in ((cid, cell_norms, use_cell), (ref, ref_norms, use_ref)):
+            sub = sub[sub["seed"].isin(use)]
+            dev = _seed_deviation(sub) if len(sub) else pd.Series(dtype=float)
+            parts += [{"cell_id": c, "cell_label": labels[c], "seed": s, "phase": "replicate", "status": "complete",
+                       "log_dev_seeds": float(_log(v))} for s, v in dev.items()]
+        frame = pd.DataFrame(parts, columns=["cell_id", "cell_label", "seed", "phase", "status", "log_dev_seeds"])
+        if frame.empty or not (frame["cell_id"] == ref).any():
+            frame = pd.concat([frame, pd.DataFrame([{"cell_id": ref, "cell_label": labels[ref], "seed": -1,
+                                                     "phase": "replicate", "status": "failed"}])])
+        one = compare_to_reference(frame, "log_dev_seeds", ref, alpha, confidence=confidence,
+                                   min_effect=float(np.log(min_ratio)), power=power)
+        one = one[one["cell_id"] == cid]
+        sd_c, k_c = sd_over_seeds(cell_norms, use_cell)
+        sd_r, k_r = sd_over_seeds(ref_norms, use_ref)
+        ratio = sd_c / sd_r if np.isfinite(sd_c) and np.isfinite(sd_r) and sd_r > 0 else np.nan
+        k = min(k_c, k_r)
+        low = high = np.nan
+        if np.isfinite(ratio) and k >= 2:
+            f = float(sps.f.ppf(1 - (1 - confidence) / 2, k - 1, k - 1))
+            low, high = ratio / np.sqrt(f), ratio * np.sqrt(f)
+        rows.append(one.assign(ratio=ratio, ratio_low=low, ratio_high=high))
+    if not rows:
+        return pd.DataFrame(columns=COMPARE_COLUMNS)
+    out = _holm(pd.concat(rows, ignore_index=True), alpha)
+    # Each row was tested alone: the power line's α is Holm's first threshold over the family's tests.
+    out["power_alpha"] = alpha / max(1, int(out["p"].notna().sum()))
+    lines = [power_line(r.sd_diff, int(r.n), float(np.log(min_ratio)), r.power_alpha, power, bool(r.paired))
+             for r in out.itertuples()]
+    out["power_now"] = [now for now, _ in lines]
+    out["seeds_needed"] = [need for _, need in lines]
+    return out
+
+
+def _holm(out: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """Holm across the family ``out`` (its tested rows), with the marks and power's α from it."""
+    tested = out["p"].notna()
+    out["p_adj"] = np.nan
+    if tested.any():
+        out.loc[tested, "p_adj"] = multipletests(out.loc[tested, "p"].to_numpy(float), method="holm")[1]
+    out["mark"] = [mark_for(p, alpha) for p in out["p_adj"]]
+    out["significant"] = (out["p_adj"] < alpha).astype(bool)
+    return out
+
+
+def compare(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order: Order, alpha: float = 0.05,
+            confidence: float = 0.95, min_ratio: float = 1.25, power: float = 0.8) -> pd.DataFrame:
+    """Every variant against the declared ``reference`` cell, per measure (module docstring): the
+    rows of ``stats.compare_to_reference`` on the per-seed log values (one family per measure,
+    Holm within it; nothing tested below three seeds), with ``measure`` and ``ratio`` (exp of the
+    mean log difference; over seeds, the ratio of the sds on common seeds), ``ratio_low``,
+    ``ratio_high``. The power line asks for a ratio of ``min_ratio``. Columns ``COMPARE_COLUMNS``;
+    a measure no variant has a value of is left out."""
+    parts = []
+    for m in ("training", "depth", "final"):
+        if not np.isfinite(seeds[COLUMN[m]].to_numpy(float)).any():
+            continue
+        comp = compare_to_reference(seeds, COLUMN[m], reference, alpha, confidence=confidence,
+                                    min_effect=float(np.log(min_ratio)), power=power)
+        with np.errstate(all="ignore"):
+            comp = comp.assign(ratio=np.exp(comp["mean_diff"].astype(float)),
+                               ratio_low=np.exp(comp["diff_ci_low"].astype(float)),
+                               ratio_high=np.exp(comp["diff_ci_high"].astype(float)))
+        parts.append(comp.assign(measure=m))
+    if seeds["seed"].nunique() >= 2 and np.isfinite(seeds["log_dev_seeds"].to_numpy(float)).any():
+        parts.append(_seeds_comparisons(norms, reference, order, alpha, confidence, min_ratio, power)
+                     .assign(measure="seeds"))
+    if not parts:
+        return pd.DataFrame(columns=COMPARE_COLUMNS)
+    out = pd.concat(parts, ignore_index=True)
+    names = dict(order)  # the variants' labels as the caller names them (a report's short ones)
+    out["cell_label"] = [names.get(c, lbl) for c, lbl in zip(out["cell_id"], out["cell_label"], strict=True)]
+    out["reference_label"] = names.get(reference, out["reference_label"].iloc[0] if len(out) else reference)
+    out["measure"] = pd.Categorical(out["measure"], categories=list(MEASURES))
+    out = out.sort_values("measure", kind="stable").reset_index(drop=True)
+    out["measure"] = out["measure"].astype(str)
+    return out[COMPARE_COLUMNS]
+
+
+# --- factor effects ------------------------------------------------------------------------------------
+
+ANOVA_COLUMNS = ["measure", "term", "df", "df_resid", "F", "p", "p_adj", "eta_sq_partial", "mark", "significant"]
+
+
+def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.05
+                 ) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Main effects and two-way interactions of ``factors`` on every measure's per-seed log value:
+    ``stats.anova`` (type II, seeds as replicates) per measure, the p-values Holm-corrected across
+    every term of every measure (the report's factor screen is one family). Returns the terms
+    (``ANOVA_COLUMNS``, residual rows left out) and, per measure not analysed, why."""
+    varied = [f for f in factors if f in seeds.columns and seeds[f].nunique() > 1]
+    rows, why = [], {}
     for m in MEASURES:
-        units = stability_units(norms, m)
-        valid = table[np.isfinite(table[f"cv_{m}"].to_numpy(float))]
-        if len(valid) < 2:
+        col = COLUMN[m]
+        if not varied:
+            why[m] = "no factor was varied"
             continue
-        ref = valid.loc[valid[f"cv_{m}"].idxmin()]
-        b = units.loc[units["cell_id"] == ref["cell_id"], "cv"].to_numpy(float)
-        for _, row in valid.iterrows():
-            a = units.loc[units["cell_id"] == row["cell_id"], "cv"].to_numpy(float)
-            ratio = float(a.mean() / b.mean()) if b.mean() > 0 else np.inf
-            if row["cell_id"] == ref["cell_id"]:
-                low = high = 1.0
-            else:
-                low, high = bootstrap_ci(a, b, stat=_ratio_of_means, confidence=confidence,
-                                               n_resamples=n_resamples, seed=seed)
-            rows.append({"measure": m, "cell_id": row["cell_id"], "variant": row["variant"],
-                         "reference_id": ref["cell_id"], "reference": ref["variant"], "ratio": ratio,
-                         "ratio_low": low, "ratio_high": high})
-    return pd.DataFrame(rows, columns=["measure", "cell_id", "variant", "reference_id", "reference", "ratio",
-                                       "ratio_low", "ratio_high"])
-
-
-def stability_by_factor(table: pd.DataFrame, trials: Any, factors: Sequence[str]) -> pd.DataFrame:
-    """Per factor with two or more levels and per level: the mean over cells at that level of each
-    measure's CV (which factor carries the stability). Cells without a value on a measure are
-    skipped; a factor with one cell per level is left out (``stability`` says it already).
-
-    Columns: ``factor``, ``level``, ``cells``, ``cv_m`` per measure ``m``."""
-    tr = _pandas(trials)
-    rows = []
-    for factor in factors:
-        if factor not in tr.columns:
+        ok, reason = anova_applicable(seeds, col, varied)
+        counts = seeds[np.isfinite(seeds[col].to_numpy(float))].groupby("cell_id").size()
+        if ok and (counts.empty or int(counts.min()) < MIN_N_TEST):
+            ok, reason = False, (f"too few seeds to test (a cell has {int(counts.min()) if len(counts) else 0}; "
+                                 f"at least {MIN_N_TEST} are needed)")
+        if not ok:
+            why[m] = reason
             continue
-        cvs = table[["cell_id", *[f"cv_{m}" for m in MEASURES]]]  # not "variant": a factor may bear that name
-        levels = tr[["cell_id", factor]].drop_duplicates("cell_id").merge(cvs, on="cell_id")
-        if levels[factor].nunique() < 2 or levels[factor].nunique() == len(levels):
+        try:
+            table = anova(seeds, col, varied, max_order=2)
+        except AnovaNotApplicable as exc:  # pragma: no cover - anova_applicable said yes
+            why[m] = str(exc)
             continue
-        for lv, group in levels.groupby(factor, sort=False):
-            row: dict[str, Any] = {"factor": factor, "level": lv, "cells": len(group)}
-            for m in MEASURES:
-                v = group[f"cv_{m}"].to_numpy(float)
-                v = v[np.isfinite(v)]
-                row[f"cv_{m}"] = float(v.mean()) if v.size else np.nan
-            rows.append(row)
-    return pd.DataFrame(rows, columns=["factor", "level", "cells", *[f"cv_{m}" for m in MEASURES]])
+        resid = float(table.loc[table["term"] == "Residual", "df"].iloc[0])
+        for r in table[table["term"] != "Residual"].itertuples():
+            rows.append({"measure": m, "term": r.term, "df": float(r.df), "df_resid": resid, "F": float(r.F),
+                         "p": float(r.p), "eta_sq_partial": float(r.eta_sq_partial)})
+    out = pd.DataFrame(rows, columns=[c for c in ANOVA_COLUMNS if c not in ("p_adj", "mark", "significant")])
+    out = _holm(out, alpha) if len(out) else out.assign(p_adj=np.nan, mark="", significant=False)
+    return out[ANOVA_COLUMNS], why
 
+
+def main_effects(seeds: pd.DataFrame, factors: Sequence[str], confidence: float = 0.95) -> pd.DataFrame:
+    """Per measure, factor and level: the geometric marginal mean over the cells at that level
+    (``stats.main_effects`` of the per-seed log values, exponentiated) with its interval.
+
+    Columns: ``measure``, ``factor``, ``level``, ``n_cells``, ``n``, ``value``, ``low``, ``high``."""
+    varied = [f for f in factors if f in seeds.columns and seeds[f].nunique() > 1]
+    parts = []
+    for m in MEASURES:
+        col = COLUMN[m]
+        if not varied or not np.isfinite(seeds[col].to_numpy(float)).any():
+            continue
+        eff = factor_means(seeds, col, varied, confidence)
+        with np.errstate(all="ignore"):
+            parts.append(pd.DataFrame({"measure": m, "factor": eff["factor"], "level": eff["level"].astype(str),
+                                       "n_cells": eff["n_cells"], "n": eff["n"],
+                                       "value": np.exp(eff["mean"].astype(float)),
+                                       "low": np.exp(eff["ci_low"].astype(float)),
+                                       "high": np.exp(eff["ci_high"].astype(float))}))
+    cols = ["measure", "factor", "level", "n_cells", "n", "value", "low", "high"]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 # --- theory check and spectrum drift ----------------------------------------------------------------
 

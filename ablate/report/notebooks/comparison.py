@@ -107,17 +107,23 @@ fig_order, key = ns.short_order(order)
 if len(df):
     per_layer = sn.layer_norms(df, "probe")
     show_figure(ns.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step")
-    stab = sn.stability(per_layer, order, confidence)
+    seeds = sn.per_seed(per_layer, trials_pl)  # one row per run: the unit of every test
+    stab = sn.stability(seeds, per_layer, fig_order, confidence)
     show(ns.stability_table(stab, confidence), intro=(
-        "**Table 4. Stability of the state norm per variant.** Coefficient of variation of the probe-batch "
-        "norm over training steps, layers and seeds (as in the norm-stability report)."))
+        "**Table 4. Stability of the state norm per variant** (as in the norm-stability report): per run its CV "
+        "over training steps, over layers and its final ‖x‖², geometric means over the seeds with t intervals; "
+        "over seeds the sd of log ‖x‖² across seeds, which does not depend on how many seeds a variant has."))
     near = per_layer[per_layer.cell_id.isin(comparable)]
-    if near.cell_id.nunique() > 1:
-        ratios = sn.stability_ratios(near, stab[stab.cell_id.isin(comparable)], confidence)
-        if len(ratios):
-            show(ns.ratio_table(ratios, confidence), intro=(
-                "**Table 5. Ratios between the variants on the reference's data** (the same probe batch): each "
-                "variant's mean CV over that of the most stable one, with a bootstrap CI."))
+    if near.cell_id.nunique() > 1 and ref_id in set(near.cell_id):
+        comp_norms = sn.compare(seeds[seeds.cell_id.isin(comparable)], near, ref_id,
+                                [(c, lbl) for c, lbl in fig_order if c in comparable], alpha, confidence,
+                                first.stats.min_ratio, first.stats.power)
+        if len(comp_norms):
+            show(ns.ratio_table(comp_norms, confidence), intro=(
+                "**Table 5. Each variant on the reference's data against the reference** (the same probe batch), "
+                "on one value per seed: exact permutation tests of the per-seed log values, Holm within each "
+                "measure, nothing tested below three seeds; over seeds both sides use the same number of seeds "
+                "(the shared ones, else the first of each)."))
 else:
     say("No completed run of the chosen variants has probe data.")
 

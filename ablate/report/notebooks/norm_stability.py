@@ -7,8 +7,14 @@ storage = None
 tracking_uri = None
 export_dir = None  # a directory: every table and figure also written to its tables/ and figures/
 results_file = None  # a file of ablate.results.save (the renderer's one read of the stores), read instead
+reference = None  # a cell id or label every variant is compared with; default: the baseline cell
+alpha = 0.05
+confidence = 0.95
+max_interactions = 6  # two-factor interaction figures shown at most
 
 # %%
+import itertools
+
 from ablate import results
 from ablate.report import norm_stability as ns
 from ablate.report import provenance
@@ -26,22 +32,29 @@ fig_order, key = ns.short_order(order)  # compact labels for figures: "rotation 
 CHUNK = 4  # variants per figure in the per-variant figures (one A4 page)
 say(*ns.header_lines(res, trials, order, key))
 
+ref = res.reference_cell(reference)  # declared before the results: the parameter, else the spec's baseline
+factors = [f for f in res.factors if f in trials.columns]
 if len(df):
     per_layer = sn.layer_norms(df, "probe")
-    stab = sn.stability(per_layer, order)
-    ratios = sn.stability_ratios(per_layer, stab)
+    seeds = sn.per_seed(per_layer, trials)  # one row per run: the unit of every test below
+    stab = sn.stability(seeds, per_layer, fig_order, confidence)  # tables name variants as the figures do
+    comp = sn.compare(seeds, per_layer, ref[0], fig_order, alpha, confidence, res.spec.stats.min_ratio,
+                      res.spec.stats.power)
+    anova, anova_why = sn.factor_anova(seeds, factors, alpha)
+    effects = sn.main_effects(seeds, factors, confidence)
     check = sn.theory_check(df, order)
     drift = sn.spectrum_drift(df, order)
-    by_factor = sn.stability_by_factor(stab, trials, res.factors)
 
 # %% [markdown]
 # ## Summary
-# Generated from the numbers of the tables below; intervals are bootstrap 95% CIs, a ratio's lead
-# *significant at α = 0.05* when its interval excludes 1×.
+# Generated from the numbers of the tables below. Each run (cell × seed) gives one value per measure;
+# variants are compared with the declared reference on those values by exact permutation tests (paired
+# on shared seeds, Holm within each measure, never below three seeds), factors by an ANOVA with seeds
+# as replicates (Holm across its terms).
 
 # %%
 if len(df):
-    say(ns.summary_text(stab, ratios, check, drift, by_factor))
+    say(ns.summary_text(stab, comp, ref, anova, effects, check, alpha, confidence))
 else:
     say("No completed runs with probe data yet.")
 
@@ -89,22 +102,57 @@ if order:
     show_figure(ns.theory_ratio(df, fig_order, channels=channels), name="noise-over-theory")
 
 # %% [markdown]
-# ## Stability table
+# ## Stability per variant
 
 # %%
 if len(df):
-    show(ns.stability_table(stab), name="stability", data=stab, intro=(
-        "**Table 1. Stability of the state norm per variant.** Coefficient of variation (sd / mean) of the "
-        "probe-batch norm over training steps (per seed and layer), over layers (per seed and step) and over "
-        "seeds (per layer and step), averaged; bootstrap 95% CI over those units."))
-    if len(ratios):
-        show(ns.ratio_table(ratios), name="ratios", data=ratios, intro=(
-            "**Table 2. Ratio between variants.** Each variant's mean CV divided by that of the most stable "
-            "variant on the same measure; bootstrap 95% CI resampling both variants' units."))
-    if len(by_factor):
-        show(ns.factor_table(by_factor), name="by-factor", data=by_factor, intro=(
-            "**Table 3. Mean CV per factor level.** The CVs of Table 1 averaged over the variants at each "
-            "level of a factor: which factor carries the stability."))
+    show(ns.stability_table(stab, confidence), name="stability", data=stab, intro=(
+        "**Table 1. The state norm's stability per variant, over its seeds.** Each run gives one value per "
+        "measure: its CV of the probe-batch ‖x‖² across probe steps (per layer, averaged over layers), its CV "
+        "across layers (per probe step, averaged over steps), its ‖x‖² at its last probe step (geometric mean "
+        "over layers). A variant's value is the geometric mean over its seeds with a t interval on the logs. "
+        "Over seeds: the sd of log ‖x‖² across seeds (per layer and step, as the root of the mean unbiased "
+        "variance: it does not depend on the number of seeds; about the CV across seeds when small), with a "
+        "chi-square interval on seeds − 1 degrees of freedom."))
+    if len(comp):
+        show(ns.ratio_table(comp, confidence, res.spec.stats.min_ratio), name="ratios", data=comp, intro=(
+            f"**Table 2. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** "
+            f"({ref[1]}). The ratio is exp(mean log difference) over the seeds, with the t interval of that "
+            "difference; over seeds, the ratio of the two sds on the same seeds with an F interval. The test is the "
+            "exact permutation test of the per-seed log values — sign-flip on shared seeds, relabelling otherwise "
+            "(over seeds: of the runs' log deviations from their variant's mean, a Levene-type test) — Holm-corrected "
+            "within each measure; fewer than three seeds are not tested and their per-seed values are shown. "
+            f"The last column: the seeds a ratio of {res.spec.stats.min_ratio:g}× would need (power "
+            f"{res.spec.stats.power:g}, t-test at Holm's first threshold)."))
+
+# %% [markdown]
+# ## Factor effects
+# Which factor carries the stability, and whether one factor's effect depends on another: an ANOVA of every
+# run's log value per measure (main effects and two-way interactions, seeds as replicates), its p-values
+# Holm-corrected across every term and measure.
+
+# %%
+varied = [f for f in factors if trials[f].nunique() > 1] if len(df) else []
+if not len(df) or not varied:
+    say("No factor was varied: there are no factor effects." if len(df) else "No probe data yet.")
+else:
+    if len(anova):
+        show(ns.anova_table(anova), name="anova", data=anova, intro=(
+            "**Table 3. ANOVA of the per-seed log values** (type II; F on the term's and the residual degrees "
+            "of freedom)."))
+    for m, why in anova_why.items():
+        say(f"- {ns.COLUMN_WORDS[m]}: no ANOVA — {why}.")
+    if len(effects):
+        show(ns.effects_table(effects, confidence), name="main-effects", data=effects, intro=(
+            "**Table 4. Geometric marginal means per factor level**: exp of the unweighted mean of the cells' "
+            "mean log values at that level, with a t interval on the pooled within-cell variance."))
+    pairs = list(itertools.combinations(varied, 2))
+    if len(pairs) > max_interactions:
+        say(f"{len(pairs)} factor pairs; the first {max_interactions} are shown (report parameter `max_interactions`).")
+    for i, (f1, f2) in enumerate(pairs[:max_interactions]):
+        show_figure(ns.interaction_figure(seeds, f1, f2, channels, confidence), name="interaction",
+                    title=f"Figure 5{'abcdefgh'[i] if len(pairs) > 1 else ''}. {f1} × {f2}: geometric marginal "
+                          "means per measure; parallel lines mean the two factors act independently.")
 
 # %% [markdown]
 # ## Normalisation check on white-noise input
@@ -112,13 +160,13 @@ if len(df):
 # %%
 if len(df) and len(check):
     show(ns.check_table(check), name="white-noise-check", data=check, intro=(
-        "**Table 4. White-noise check of the normalisation argument.** ‖x‖² at the last time step "
+        "**Table 5. White-noise check of the normalisation argument.** ‖x‖² at the last time step "
         "(mean over heads, layers and seeds) on the probe batch, on white-noise input, the theory for white "
         "input, their ratio, and the stationary theory E‖x∞ʰ‖² per head (1 for ξ by construction)."))
 
 # %% [markdown]
 # ## Spectrum drift over training
-# **Figure 5.** Eigenvalue magnitudes |λ| (γ<sub>h</sub> for rotation heads), phases (θ) and the
+# **Figure 6.** Eigenvalue magnitudes |λ| (γ<sub>h</sub> for rotation heads), phases (θ) and the
 # stationary theory norm E‖x<sub>∞</sub><sup>h</sup>‖² per head over training.
 
 # %%
@@ -126,12 +174,12 @@ for part in chunks(fig_order, CHUNK) if order else []:
     show_figure(ns.spectrum_figure(df, part, channels=channels), name="spectrum")
 if len(df) and len(drift):
     show(ns.drift_table(drift), name="spectrum-drift", data=drift, intro=(
-        "**Table 5. Spectrum drift from the first to the last probe step.** Per mode (all layers and seeds); "
+        "**Table 6. Spectrum drift from the first to the last probe step.** Per mode (all layers and seeds); "
         "the input scale is what multiplies B: ξ_h, the LRU's learned γ_j, or sqrt(1 − |λ|²)."))
 
 # %% [markdown]
 # ## Gradient norms
-# **Figure 6.** Gradient norm per optimiser group (recurrent parameters, decayed matrices, the rest) and
+# **Figure 7.** Gradient norm per optimiser group (recurrent parameters, decayed matrices, the rest) and
 # in total, before clipping, at the probe steps (mean over seeds).
 
 # %%
@@ -144,7 +192,9 @@ if len(df):
 #   A backward layer's t counts from its own start. Padding positions are included.
 # - Probe batch: the first `probes.batch` validation examples, identical for every variant and seed
 #   whose task is the same (checked above by a fingerprint logged by every run); eval mode.
-# - Units of a CV are not independent (one run gives several), so the CIs are optimistic with few seeds.
+# - The seed is the unit of replication: the probe steps and layers of one run share its initialisation, data
+#   order and drift, so a run is reduced to one value per measure before anything is tested or resampled.
+# - Norms and CVs are close to log-normal: ratios and means are taken on the log scale and shown exponentiated.
 
 # %% [markdown]
 # ## Provenance
