@@ -43,7 +43,7 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 from ablate.stats.comparisons import COMPARISON_COLUMNS, MIN_N_TEST, compare_to_reference, power_line
-from ablate.stats.estimators import cv, mark_for, t_interval
+from ablate.stats.estimators import mark_for, t_interval
 from ablate.stats.factorial import AnovaNotApplicable, anova, anova_applicable
 from ablate.stats.factorial import main_effects as factor_means
 from ablate.stats.selection import STANDARD_COLUMNS, infer_factors
@@ -156,20 +156,26 @@ def _log(x: Any) -> np.ndarray:
         return np.where(a > 0, np.log(np.where(a > 0, a, 1.0)), np.nan)
 
 
-def _seed_deviation(cell: pd.DataFrame) -> pd.Series:
-    """Seed → the run's Levene-type deviation over seeds (module docstring): sqrt of the mean over
-    (layer, step) of n/(n − 1) · (log ‖x‖² − its mean over the cell's seeds)², over the units
-    that two or more seeds measured. NaN for a cell with one seed."""
-    wide = cell.pivot_table(index=["layer", "step"], columns="seed", values="value", aggfunc="mean")
-    logs = _log(wide.to_numpy())
-    n = np.isfinite(logs).sum(axis=1, keepdims=True)
-    keep = (n >= 2).ravel()
-    if not keep.any():
-        return pd.Series(np.nan, index=wide.columns, dtype=float)
-    logs, n = logs[keep], n[keep]
+def _deviations(norms: pd.DataFrame) -> pd.Series:
+    """(cell_id, seed) → the run's Levene-type deviation over its cell's seeds (module docstring):
+    sqrt of the mean over (layer, step) of n/(n − 1) · (log ‖x‖² − its mean over the cell's seeds)²,
+    over the units two or more seeds measured; NaN for a cell with one seed."""
+    logs = norms.assign(log=_log(norms["value"]))
+    logs = logs[np.isfinite(logs["log"])]
+    unit = logs.groupby(["cell_id", "layer", "step"], sort=False)["log"]
+    n = unit.transform("count")
     with np.errstate(all="ignore"):
-        sq = (logs - np.nanmean(logs, axis=1, keepdims=True)) ** 2 * n / (n - 1)
-        return pd.Series(np.sqrt(np.nanmean(sq, axis=0)), index=wide.columns, dtype=float)
+        sq = ((logs["log"] - unit.transform("mean")) ** 2 * n / (n - 1)).where(n >= 2)
+    dev = np.sqrt(sq.groupby([logs["cell_id"], logs["seed"]], sort=False).mean())
+    return dev.rename("dev_seeds")
+
+
+def _cv_over(norms: pd.DataFrame, within: list[str]) -> pd.Series:
+    """``stats.cv`` of ``value`` within each group of ``within``: sd (ddof 1) over |mean|, NaN
+    below two values."""
+    g = norms.groupby(within, sort=False)["value"].agg(["std", "mean", "count"])
+    with np.errstate(all="ignore"):
+        return (g["std"] / g["mean"].abs()).where(g["count"] >= 2)
 
 
 def per_seed(norms: pd.DataFrame, trials: Any = None) -> pd.DataFrame:
@@ -178,26 +184,27 @@ def per_seed(norms: pd.DataFrame, trials: Any = None) -> pd.DataFrame:
     its own model to (``ablate.results`` exposes it as ``Results.stability()``).
 
     ``norms`` is ``layer_norms`` (one row per cell, seed, layer, step). Columns: ``cell_id``,
-    ``cell_label``, ``seed``, ``phase`` ("replicate"), ``status`` ("complete"), the factor columns
-    of ``trials`` (when given), ``layers``, ``steps`` (probe steps of the run), ``cv_training``,
-    ``cv_depth`` (NaN with one layer), ``final_norm``, ``dev_seeds`` (NaN for a cell with one seed),
-    and their logs ``log_cv_training``, ``log_cv_depth``, ``log_final_norm``, ``log_dev_seeds``."""
+    ``cell_label``, ``seed``, ``phase`` ("replicate"), ``status`` ("complete"), ``layers``,
+    ``steps`` (probe steps of the run), ``cv_training``, ``cv_depth`` (NaN with one layer),
+    ``final_norm``, ``dev_seeds`` (NaN for a cell with one seed), their logs ``log_cv_training``,
+    ``log_cv_depth``, ``log_final_norm``, ``log_dev_seeds``, and the factor columns of ``trials``
+    (when given)."""
     cols = ["cell_id", "cell_label", "seed", "layers", "steps", "cv_training", "cv_depth", "final_norm", "dev_seeds"]
-    rows = []
-    for (cid, label), cell in norms.groupby(["cell_id", "cell_label"], sort=False):
-        dev = _seed_deviation(cell)
-        for seed, run in cell.groupby("seed", sort=False):
-            by_layer = [cv(g.sort_values("step")["value"].to_numpy(float)) for _, g in run.groupby("layer")]
-            by_step = [cv(g["value"].to_numpy(float)) for _, g in run.groupby("step")]
-            last = run[run["step"] == run["step"].max()]["value"].to_numpy(float)
-            rows.append({"cell_id": cid, "cell_label": label, "seed": seed, "layers": run["layer"].nunique(),
-                         "steps": run["step"].nunique(), "cv_training": _finite_mean(by_layer),
-                         "cv_depth": _finite_mean(by_step) if run["layer"].nunique() > 1 else np.nan,
-                         "final_norm": float(np.exp(np.nanmean(_log(last)))) if np.isfinite(_log(last)).any() else np.nan,
-                         "dev_seeds": float(dev.get(seed, np.nan))})
-    out = pd.DataFrame(rows, columns=cols)
+    norms = norms[np.isfinite(norms["value"].to_numpy(float))]
+    if norms.empty:
+        out = pd.DataFrame(columns=cols)
+    else:
+        run = ["cell_id", "seed"]
+        base = norms.groupby(run, sort=False).agg(cell_label=("cell_label", "first"), layers=("layer", "nunique"),
+                                                  steps=("step", "nunique"))
+        training = _cv_over(norms, [*run, "layer"]).groupby(level=[0, 1], sort=False).mean()
+        depth = _cv_over(norms, [*run, "step"]).groupby(level=[0, 1], sort=False).mean()
+        last = norms[norms["step"] == norms.groupby(run, sort=False)["step"].transform("max")]
+        final = np.exp(last.assign(log=_log(last["value"])).groupby(run, sort=False)["log"].mean())
+        out = base.assign(cv_training=training, cv_depth=depth.where(base["layers"] > 1), final_norm=final,
+                          dev_seeds=_deviations(norms)).reset_index()[cols]
     for name in ("cv_training", "cv_depth", "final_norm", "dev_seeds"):
-        out[f"log_{name}"] = _log(out[name])
+        out[f"log_{name}"] = _log(out[name].to_numpy(float))
     out.insert(3, "phase", "replicate")
     out.insert(4, "status", "complete")
     if trials is not None and len(out):
@@ -209,19 +216,13 @@ def per_seed(norms: pd.DataFrame, trials: Any = None) -> pd.DataFrame:
     return out
 
 
-def _finite_mean(values: Sequence[float]) -> float:
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    return float(v.mean()) if v.size else np.nan
-
-
 def sd_over_seeds(norms: pd.DataFrame, seeds: Sequence[Any] | None = None) -> tuple[float, int]:
     """(sd of log ‖x‖² across seeds, seeds used) of one cell's ``layer_norms``: the square root of
     the mean over (layer, step) of the unbiased seed variance (``ddof = 1``), so it does not depend on
     the number of seeds; only ``seeds`` when given. NaN below two seeds."""
     if seeds is not None:
         norms = norms[norms["seed"].isin(list(seeds))]
-    dev = _seed_deviation(norms) if len(norms) else pd.Series(dtype=float)
+    dev = _deviations(norms) if len(norms) else pd.Series(dtype=float)
     n = int(norms["seed"].nunique()) if len(norms) else 0
     if n < 2 or not np.isfinite(dev).any():
         return np.nan, n
@@ -296,9 +297,9 @@ def _seeds_comparisons(norms: pd.DataFrame, ref: str, order: Order, alpha: float
         parts = []
         for c, sub, use in ((cid, cell_norms, use_cell), (ref, ref_norms, use_ref)):
             sub = sub[sub["seed"].isin(use)]
-            dev = _seed_deviation(sub) if len(sub) else pd.Series(dtype=float)
+            dev = _deviations(sub) if len(sub) else pd.Series(dtype=float)
             parts += [{"cell_id": c, "cell_label": labels[c], "seed": s, "phase": "replicate", "status": "complete",
-                       "log_dev_seeds": float(_log(v))} for s, v in dev.items()]
+                       "log_dev_seeds": float(_log(v))} for (_, s), v in dev.items()]
         frame = pd.DataFrame(parts, columns=["cell_id", "cell_label", "seed", "phase", "status", "log_dev_seeds"])
         if frame.empty or not (frame["cell_id"] == ref).any():
             frame = pd.concat([frame, pd.DataFrame([{"cell_id": ref, "cell_label": labels[ref], "seed": -1,
