@@ -1,10 +1,15 @@
-"""The package's layering (docs/architecture.md): every import, lazy ones included, goes to the
-same layer or a lower one, and no private name is imported across files."""
+"""The package's layering (docs/architecture.md): every import — lazy, relative or by
+``importlib`` string — goes to the same layer or a lower one, no import circle (across or inside
+a layer), and no private name is imported or reached across files. Each check is also run on a
+planted violation, so that a check that could not fail would fail here."""
 
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
@@ -31,8 +36,8 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     return ".".join(parts)
 
 
@@ -46,38 +51,158 @@ def layer_of(module: str) -> int:
     return layer
 
 
-def imports(path: Path) -> list[tuple[int, str, list[str]]]:
-    """(line, module imported, names) for every ``ablate`` import in the file, at any depth."""
+def _absolute(here: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The module a (possibly relative) ``from … import`` names."""
+    if not node.level:
+        return node.module or ""
+    parts = here.split(".")
+    parts = parts if is_package else parts[:-1]
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _string_imports(node: ast.Call, root: Path) -> list[str]:
+    """``importlib.import_module("ablate.x")`` / ``__import__("ablate.x")``: the module; for an
+    f-string, every module of the package its constant prefix can name (``f"ablate.ops.scan_{k}"``
+    → ``ablate.ops.scan_numba``, ``ablate.ops.scan_triton``, …)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name not in ("import_module", "__import__") or not node.args:
+        return []
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        prefix = str(arg.values[0].value)
+        named = [m.removesuffix(".__init__") for m in map(lambda p: module_name(p, root), sources(root))]
+        return [m for m in named if m.startswith(prefix) and m != prefix.rstrip(".")] or [prefix.rpartition(".")[0]]
+    return []
+
+
+def imports(path: Path, root: Path = PACKAGE) -> list[tuple[int, str, list[str]]]:
+    """(line, module imported, names) for every import of the package in the file, at any depth:
+    absolute, relative, and by ``importlib`` string."""
+    here = module_name(path, root)
+    pkg = root.name
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "ablate":
-            out.append((node.lineno, node.module, [a.name for a in node.names]))
+        if isinstance(node, ast.ImportFrom):
+            module = _absolute(here.removesuffix(".__init__"), path.name == "__init__.py", node)
+            if module.split(".")[0] == pkg:
+                out.append((node.lineno, module, [a.name for a in node.names]))
         elif isinstance(node, ast.Import):
-            out += [(node.lineno, a.name, []) for a in node.names if a.name.split(".")[0] == "ablate"]
+            out += [(node.lineno, a.name, []) for a in node.names if a.name.split(".")[0] == pkg]
+        elif isinstance(node, ast.Call):
+            out += [(node.lineno, m, []) for m in _string_imports(node, root) if m.split(".")[0] == pkg]
     return out
 
 
-def target(module: str, name: str) -> str:
+def target(module: str, name: str, root: Path = PACKAGE) -> str:
     """``from module import name``: the submodule when ``name`` is one, else the module."""
-    sub = PACKAGE.parent / (module + "." + name).replace(".", "/")
+    sub = root.parent / (module + "." + name).replace(".", "/")
     return f"{module}.{name}" if sub.with_suffix(".py").is_file() or sub.is_dir() else module
 
 
-def sources() -> list[Path]:
-    return [p for p in sorted(PACKAGE.rglob("*.py")) if "notebooks" not in p.parts]
+def sources(root: Path = PACKAGE) -> list[Path]:
+    return [p for p in sorted(root.rglob("*.py")) if "notebooks" not in p.parts]
+
+
+def _resolve(dest: str, root: Path) -> str:
+    """A module or package as a file's module name (a package is its ``__init__``)."""
+    return f"{dest}.__init__" if (root.parent / dest.replace(".", "/")).is_dir() else dest
+
+
+def upward_imports(root: Path = PACKAGE) -> list[str]:
+    wrong = []
+    for path in sources(root):
+        mine = layer_of(module_name(path, root))
+        for line, module, names in imports(path, root):
+            for dest in {target(module, n, root) for n in names} or {module}:
+                if layer_of(_resolve(dest, root)) > mine:
+                    wrong.append(f"{path.relative_to(root.parent)}:{line} imports {dest} (a higher layer)")
+    return wrong
+
+
+def circles(root: Path = PACKAGE) -> list[list[str]]:
+    """The import circles among the package's modules (strongly connected components of more than
+    one module, Tarjan), wherever they lie — inside one layer too."""
+    mods = {module_name(p, root).removesuffix(".__init__"): p for p in sources(root)}
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, path in mods.items():
+        for _, module, names in imports(path, root):
+            for dest in {target(module, n, root) for n in names} or {module}:
+                while dest and dest not in mods:
+                    dest = dest.rpartition(".")[0]
+                if dest and dest != m and dest != root.name:
+                    edges[m].add(dest)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def private_uses(root: Path = PACKAGE, extra: list[Path] | None = None) -> list[str]:
+    """Private names imported from another file, or reached as ``module._name`` on a module of the
+    package imported under a name."""
+    wrong = []
+    for path in sources(root) + (extra or []):
+        where = path.relative_to(root.parent) if path.is_relative_to(root.parent) else path
+        aliases: set[str] = set()
+        for line, module, names in imports(path, root):
+            wrong += [f"{where}:{line} imports {module}.{n}" for n in names
+                      if n.startswith("_") and not n.startswith("__")]
+            wrong += [f"{where}:{line} imports {module}" for part in module.split(".")
+                      if part.startswith("_") and not part.startswith("__")]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == root.name:
+                aliases |= {a.asname or a.name for a in node.names
+                            if (root.parent / f"{node.module}.{a.name}".replace(".", "/")).with_suffix(".py").is_file()
+                            or (root.parent / f"{node.module}.{a.name}".replace(".", "/")).is_dir()}
+            elif isinstance(node, ast.Import):
+                aliases |= {a.asname for a in node.names if a.asname and a.name.split(".")[0] == root.name}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                wrong.append(f"{where}:{node.lineno} reaches {node.value.id}.{node.attr}")
+    return wrong
 
 
 def test_every_import_goes_to_the_same_layer_or_below() -> None:
-    wrong = []
-    for path in sources():
-        here = module_name(path)
-        mine = layer_of(here)
-        for line, module, names in imports(path):
-            for dest in {target(module, n) for n in names} or {module}:
-                package = (PACKAGE.parent / dest.replace(".", "/")).is_dir()
-                if layer_of(f"{dest}.__init__" if package else dest) > mine:
-                    wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {dest} (a higher layer)")
+    wrong = upward_imports()
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_circle_even_inside_a_layer() -> None:
+    found = circles()
+    assert not found, "\n".join(" <-> ".join(c) for c in found)
 
 
 def test_notebooks_read_through_the_results_api_and_the_report_modules() -> None:
@@ -89,17 +214,51 @@ def test_notebooks_read_through_the_results_api_and_the_report_modules() -> None
                     f"{path.name}:{line} imports {dest}: notebooks read results only through ablate.results")
 
 
-def test_no_private_name_is_imported_across_files() -> None:
-    wrong = []
-    for path in sources() + sorted((PACKAGE / "report" / "notebooks").glob("*.py")):
-        for line, module, names in imports(path):
-            wrong += [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}.{n}" for n in names
-                      if n.startswith("_") and not n.startswith("__")]
-            wrong += [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}" for part in module.split(".")
-                      if part.startswith("_") and not part.startswith("__")]
+def test_no_private_name_is_imported_or_reached_across_files() -> None:
+    wrong = private_uses(extra=sorted((PACKAGE / "report" / "notebooks").glob("*.py")))
     assert not wrong, "\n".join(wrong)
 
 
 def test_every_module_is_in_a_layer() -> None:
     for path in sources():
         layer_of(module_name(path))
+
+
+# --- the checks fail on planted violations ------------------------------------------------------------
+
+
+def plant(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A throwaway package named ``ablate`` (so the layers apply) holding ``files``."""
+    root = tmp_path / "ablate"
+    for rel, text in {"__init__.py": "", **files}.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.mark.parametrize("how", [
+    "from ablate import results\n",                          # absolute
+    "def f():\n    from ablate.results import load\n",       # lazy
+    "from .. import results\n",                               # relative, two levels up
+    "import importlib\nimportlib.import_module('ablate.results')\n",  # by string
+    "import importlib\ndef f(m):\n    return importlib.import_module(f'ablate.results.{m}')\n",
+])
+def test_an_upward_import_is_caught_however_it_is_written(tmp_path: Path, how: str) -> None:
+    root = plant(tmp_path, {"stats/__init__.py": "", "stats/x.py": how, "results/__init__.py": ""})
+    assert upward_imports(root), how
+
+
+def test_a_circle_inside_one_layer_is_caught(tmp_path: Path) -> None:
+    root = plant(tmp_path, {"design/__init__.py": "", "design/a.py": "from ablate.design import b\n",
+                            "design/b.py": "def f():\n    from ablate.design import a\n"})
+    assert circles(root) == [["ablate.design.a", "ablate.design.b"]]
+    assert not upward_imports(root)  # the layers alone do not see it
+
+
+def test_a_private_name_reached_through_a_module_is_caught(tmp_path: Path) -> None:
+    root = plant(tmp_path, {"stats/__init__.py": "", "stats/a.py": "def _helper():\n    pass\n",
+                            "stats/b.py": "from ablate.stats import a\n\ndef f():\n    return a._helper()\n",
+                            "stats/c.py": "from ablate.stats.a import _helper\n"})
+    found = private_uses(root)
+    assert any("reaches a._helper" in w for w in found) and any("imports ablate.stats.a._helper" in w for w in found)

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import Field
 
 from ablate.tasks.base import BuildContext, Generated
-from ablate.tasks.registry import register_task
+from ablate.tasks.registration import register_task
 from ablate.tasks.synthetic import Example, SyntheticParams, disjoint_splits, stack
 
 

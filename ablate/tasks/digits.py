@@ -10,7 +10,7 @@ import numpy as np
 
 from ablate.tasks.base import BuildContext, Generated
 from ablate.tasks.realdata import FractionSplitParams, fraction_split, scalar_stats
-from ablate.tasks.registry import register_task
+from ablate.tasks.registration import register_task
 
 
 class DigitsParams(FractionSplitParams):

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from ablate.tasks.base import BuildContext, Generated
 from ablate.tasks.realdata import scalar_stats
-from ablate.tasks.registry import TaskParams, register_task
+from ablate.tasks.registration import TaskParams, register_task
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 ENV_VAR = "ABLATE_FASHION_MNIST_DIR"

@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field
 
 from ablate.tasks.base import IGNORE, BuildContext, Generated
-from ablate.tasks.registry import register_task
+from ablate.tasks.registration import register_task
 from ablate.tasks.synthetic import SyntheticParams, per_step_token_task
 
 TRIGGER = 1

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from ablate.tasks.base import BuildContext, Generated, pad_sequences
-from ablate.tasks.registry import register_task
+from ablate.tasks.registration import register_task
 from ablate.tasks.synthetic import Example, SyntheticParams, disjoint_splits
 
 VOCAB = ("<pad>", *"0123456789", "[MIN", "[MAX", "[MED", "[SM", "]")

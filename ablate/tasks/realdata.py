@@ -7,7 +7,7 @@ import math
 import numpy as np
 from pydantic import Field
 
-from ablate.tasks.registry import TaskParams
+from ablate.tasks.registration import TaskParams
 
 
 class FractionSplitParams(TaskParams):

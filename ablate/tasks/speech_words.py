@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ablate.tasks.base import BuildContext, Generated
-from ablate.tasks.registry import TaskParams, register_task
+from ablate.tasks.registration import TaskParams, register_task
 
 WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 VOICES = ("en-us", "en-gb", "en-gb-scotland", "en-029", "en-us+f2", "en-gb+f4", "en-us+m3", "en-gb-x-rp+f3")

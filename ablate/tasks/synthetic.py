@@ -16,7 +16,7 @@ from pydantic import Field
 
 from ablate.tasks.base import SPLITS, Generated, target_dtype, token_dtype
 from ablate.tasks.progress import Reporter
-from ablate.tasks.registry import TaskParams
+from ablate.tasks.registration import TaskParams
 
 Example = tuple[np.ndarray, Any]
 Sampler = Callable[[np.random.Generator, random.Random, int], list[Example]]
