@@ -178,7 +178,7 @@ def _cv_over(norms: pd.DataFrame, within: list[str]) -> pd.Series:
         return (g["std"] / g["mean"].abs()).where(g["count"] >= 2)
 
 
-def per_seed(norms: pd.DataFrame, trials: Any = None) -> pd.DataFrame:
+def per_seed(norms: pd.DataFrame, trials: Any = None, factors: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per run (cell, seed) with its value of every measure (module docstring) — the frame
     every test, interval and ANOVA of the norm report is computed from, and what a notebook fits
     its own model to (``ablate.results`` exposes it as ``Results.stability()``).
@@ -187,8 +187,8 @@ def per_seed(norms: pd.DataFrame, trials: Any = None) -> pd.DataFrame:
     ``cell_label``, ``seed``, ``phase`` ("replicate"), ``status`` ("complete"), ``layers``,
     ``steps`` (probe steps of the run), ``cv_training``, ``cv_depth`` (NaN with one layer),
     ``final_norm``, ``dev_seeds`` (NaN for a cell with one seed), their logs ``log_cv_training``,
-    ``log_cv_depth``, ``log_final_norm``, ``log_dev_seeds``, and the factor columns of ``trials``
-    (when given)."""
+    ``log_cv_depth``, ``log_final_norm``, ``log_dev_seeds``, and the columns ``factors`` of
+    ``trials`` (when given; default its dotted-path columns — a named factor has no dot: name it)."""
     cols = ["cell_id", "cell_label", "seed", "layers", "steps", "cv_training", "cv_depth", "final_norm", "dev_seeds"]
     norms = norms[np.isfinite(norms["value"].to_numpy(float))]
     if norms.empty:
@@ -209,7 +209,8 @@ def per_seed(norms: pd.DataFrame, trials: Any = None) -> pd.DataFrame:
     out.insert(4, "status", "complete")
     if trials is not None and len(out):
         tr = _pandas(trials)
-        factors = [c for c in infer_factors(tr) if c not in out.columns and c not in STANDARD_COLUMNS]
+        factors = infer_factors(tr) if factors is None else list(factors)
+        factors = [c for c in factors if c in tr.columns and c not in out.columns and c not in STANDARD_COLUMNS]
         if factors:
             levels = tr[["cell_id", *factors]].drop_duplicates("cell_id")
             out = out.merge(levels, on="cell_id", how="left")

@@ -36,7 +36,7 @@ ref = res.reference_cell(reference)  # declared before the results: the paramete
 factors = [f for f in res.factors if f in trials.columns]
 if len(df):
     per_layer = sn.layer_norms(df, "probe")
-    seeds = sn.per_seed(per_layer, trials)  # one row per run: the unit of every test below
+    seeds = sn.per_seed(per_layer, trials, factors)  # one row per run: the unit of every test below
     stab = sn.stability(seeds, per_layer, fig_order, confidence)  # tables name variants as the figures do
     comp = sn.compare(seeds, per_layer, ref[0], fig_order, alpha, confidence, res.spec.stats.min_ratio,
                       res.spec.stats.power)
