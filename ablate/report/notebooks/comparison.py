@@ -107,7 +107,7 @@ fig_order, key = ns.short_order(order)
 if len(df):
     per_layer = sn.layer_norms(df, "probe")
     show_figure(ns.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step")
-    seeds = sn.per_seed(per_layer, trials_pl)  # one row per run: the unit of every test
+    seeds = sn.per_seed(per_layer, trials_pl, factors)  # one row per run: the unit of every test
     stab = sn.stability(seeds, per_layer, fig_order, confidence)
     show(ns.stability_table(stab, confidence), intro=(
         "**Table 4. Stability of the state norm per variant** (as in the norm-stability report): per run its CV "
