@@ -576,12 +576,12 @@ def keep(
 
 
 def _render(study: str, reports: list[str], out_dir: Path, formats: tuple[str, ...], storage, tracking_uri,
-            parameters: dict | None = None, export: bool = False) -> None:
+            parameters: dict | None = None, export: bool = False, data=None) -> None:
     from ablate.report.render import ReportError, render
     from ablate.runner import study as st
 
     try:
-        for path in render(study, reports, out_dir, formats, storage, tracking_uri, parameters, export):
+        for path in render(study, reports, out_dir, formats, storage, tracking_uri, parameters, export, data):
             out.print(f"wrote {path}")
         if export:
             for kind, exts in (("figures", "PDF, SVG and PNG"), ("tables", "CSV and LaTeX")):
@@ -618,10 +618,78 @@ def _is_spec_file(arg: str) -> bool:
     return arg.endswith((".yaml", ".yml")) and Path(arg).is_file()
 
 
+def _export_error(exc: Exception) -> typer.Exit:
+    """An export that cannot be written or read: one line, exit 2 (invalid input)."""
+    from rich.markup import escape
+
+    err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+@app.command("export")
+def export_(
+    args: Annotated[list[str], typer.Argument(
+        help="the study (or several, or a spec file), then the directory to write", metavar="STUDY... DIR")],
+    storage: StorageOpt = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Write a study's tidy data into DIR: trials, metrics, curves and per-trial provenance as
+    Parquet, the spec as it ran (spec.yaml), its hash, stores, factors and notes (study.json) and a
+    manifest of sha256s. `ablate report --data DIR` renders from it with no store; pandas, polars or
+    DuckDB read it without ablate. Several studies: DIR/STUDY each. DIR must be new, empty or an
+    export of the same study (replaced)."""
+    from ablate import results
+    from ablate.runner import study as st
+
+    if len(args) < 2:
+        err.print("[red]error[/red] give a study and a directory: ablate export STUDY... DIR")
+        raise typer.Exit(2)
+    names, dest = list(dict.fromkeys(args[:-1])), Path(args[-1])
+    if len(names) == 1 and _is_spec_file(names[0]):
+        names = [_load(Path(names[0]), None).name]
+    targets = {name: dest if len(names) == 1 else dest / name for name in names}
+    try:  # every directory checked before any study is read or any file written
+        if len(names) > 1 and os.path.lexists(dest) and not dest.is_dir():
+            raise results.ExportError(f"{dest} exists and is not a directory")
+        for name, target in targets.items():
+            results.check_export_dir(target, name)
+    except (results.ExportError, OSError) as exc:
+        raise _export_error(exc) from None
+    try:
+        read = {name: results.load(name, storage, tracking_uri) for name in names}
+    except st.StorageError as exc:
+        raise _store_error(exc) from None
+    for name, res in read.items():
+        try:
+            manifest = results.export(res, targets[name])
+        except results.ExportError as exc:
+            raise _export_error(exc) from None
+        rows, files = manifest["rows"], manifest["files"]
+        size = sum(f["bytes"] for f in files.values())
+        out.print(f"wrote {targets[name]}: {rows['trials']:,} trials, {rows['metrics']:,} metric rows, "
+                  f"{rows['curves']:,} curve rows ({len(files) + 1} files, {size / 1e6:.2f} MB)", highlight=False)
+        for line in res.missing:
+            err.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _exports(folder: Path) -> list[Path]:
+    """The exports ``--data`` names: the folder itself, else its subfolders that are exports (what
+    `ablate export A B DIR` writes); ExportError when there are none."""
+    from ablate import results
+
+    try:
+        if os.path.lexists(folder / results.MANIFEST) or not folder.is_dir():
+            return [folder]
+        found = sorted(d for d in folder.iterdir() if d.is_dir() and os.path.lexists(d / results.MANIFEST))
+    except OSError as exc:
+        raise results.ExportError(f"cannot read {folder}: {exc.strerror or type(exc).__name__}") from None
+    return found or [folder]  # none: reading the folder says why it is not an export
+
+
 @app.command()
 def report(
-    studies: Annotated[list[str], typer.Argument(help="a study name (or several), or a spec file (.yaml)",
-                                                 metavar="STUDY...")],
+    studies: Annotated[list[str] | None, typer.Argument(help="a study name (or several), or a spec file (.yaml)",
+                                                        metavar="STUDY...")] = None,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="output directory [reports/STUDY, "
@@ -635,14 +703,28 @@ def report(
     export: Annotated[bool, typer.Option(
         "--export", help="also write every figure (PDF, SVG, 300-dpi PNG) to OUT/figures/ and every table "
         "(CSV, LaTeX) to OUT/tables/")] = False,
+    data: Annotated[Path | None, typer.Option(
+        "--data", help="render from an export (`ablate export STUDY DIR`) instead of the stores; a folder "
+        "of exports: each", metavar="DIR")] = None,
 ) -> None:
     """Render a study's reports (HTML and PDF) with papermill; several studies: each one's, or with
     --compare one report over all. A spec file renders its study's reports, and its `compare:`
-    comparison if it names one."""
+    comparison if it names one. --data DIR renders from an export, with no store."""
     from ablate.report import REPORTS
     from ablate.runner import study as st
 
     formats = _formats(fmt)
+    studies = studies or []
+    if data is not None:
+        if studies or compare_ or cells:
+            err.print("[red]error[/red] --data renders the studies of its exports: give no study, --compare "
+                      "or --cells with it")
+            raise typer.Exit(2)
+        _report_from_exports(data, out_dir, formats, only, param, export)
+        return
+    if not studies:
+        err.print("[red]error[/red] name a study (or a spec file), or give --data DIR")
+        raise typer.Exit(2)
     if compare_ or cells:
         if any(_is_spec_file(a) for a in studies):
             err.print("[red]error[/red] --compare takes study names; for a spec's `compare:` use `ablate compare --spec FILE`")
@@ -654,11 +736,7 @@ def report(
         spec = _load(Path(studies[0]), None)
         studies = [spec.name]
     if only:
-        names = [n.strip() for n in only.split(",") if n.strip()]
-        for n in names:
-            if n not in REPORTS:
-                err.print(f"[red]error[/red] --reports: {n!r} is not one of: {', '.join(REPORTS)}")
-                raise typer.Exit(2)
+        names = _only(only)
     from ablate import results
 
     for study in studies:
@@ -675,6 +753,33 @@ def report(
                 parameters, export)
     if spec is not None and spec.compare:
         _compare([], None, spec, None, None, formats, storage, tracking_uri, param)
+
+
+def _only(only: str) -> list[str]:
+    from ablate.report import REPORTS
+
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    for n in names:
+        if n not in REPORTS:
+            err.print(f"[red]error[/red] --reports: {n!r} is not one of: {', '.join(REPORTS)}")
+            raise typer.Exit(2)
+    return names
+
+
+def _report_from_exports(data: Path, out_dir: Path | None, formats: tuple[str, ...], only: str | None,
+                         param: list[str] | None, export: bool) -> None:
+    from ablate import results
+
+    try:  # every export verified before any report is rendered
+        read = [results.read_export(folder) for folder in _exports(data)]
+    except results.ExportError as exc:
+        raise _export_error(exc) from None
+    for res in read:
+        names = _only(only) if only else list(res.spec_data.get("reports", res.spec.reports))
+        parameters = _report_parameters(param or [], names)
+        target = out_dir / res.study if out_dir is not None and len(read) > 1 else out_dir
+        _render(res.study, names, target or Path("reports") / res.study, formats, None, None, parameters, export,
+                data=res)
 
 
 @app.command()

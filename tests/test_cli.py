@@ -207,3 +207,60 @@ def test_report_renders_what_remains_after_the_tracking_store_is_lost(norm_study
         html = (tmp_path / "reports" / f"{name}.html").read_text()
         assert "Incomplete data" in html and "mlflow.db is missing" in html
     assert not (root / ".ablate" / "mlflow.db").exists()
+
+
+# --- exports -----------------------------------------------------------------------------------
+
+
+def test_cli_export_writes_each_study_and_refuses_on_one_line(tmp_path, monkeypatch):
+    """Two studies into DIR/STUDY each; then what `export` and `report --data` refuse: exit 2, one
+    line on stderr, no traceback, nothing written."""
+    import json
+
+    from ablate import results
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    _partial_study(tmp_path, monkeypatch)
+    other = design.validate({**BASE, "name": "u"})
+    st.prepare(other, design.items(other), resolve())
+    res = cli("export", "t", "u", str(tmp_path / "data"))
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["t", "u"]
+    for name in ("t", "u"):
+        manifest = json.loads((tmp_path / "data" / name / "manifest.json").read_text())
+        assert manifest["study"] == name and manifest["rows"]["trials"] == len(design.items(other))
+        assert f"wrote {tmp_path / 'data' / name}: {manifest['rows']['trials']} trials" in res.output
+        assert results.read_export(tmp_path / "data" / name).study == name
+    assert "complete" in results.read_export(tmp_path / "data" / "t").trials["status"].to_list()
+    again = cli("export", "t", str(tmp_path / "data" / "t"))  # a previous export of the same study: replaced
+    assert again.exit_code == 0, again.output
+
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x.txt").write_text("mine")
+    (tmp_path / "file").write_text("x")
+    listing = sorted(str(p) for p in tmp_path.rglob("*"))
+    refused = {
+        ("export", "t", str(tmp_path / "busy")): "is not empty and is not an export of study 't'",
+        ("export", "t", str(tmp_path / "file")): "exists and is not a directory",
+        ("export", "t", "u", str(tmp_path / "file")): "exists and is not a directory",
+        ("export", "u", str(tmp_path / "data" / "t")): "(it holds study 't')",
+        ("export", "t", "/dev/null"): "/dev/null exists and is not a directory",
+        ("export", "t", str(tmp_path / ("n" * 4000))): "File name too long",
+        ("export", "t"): "give a study and a directory",
+        ("report", "--data", str(tmp_path / "busy")): "has no manifest.json",
+        ("report", "--data", "/dev/null"): "is not a directory",
+        ("report", "t", "--data", str(tmp_path / "data")): "give no study",
+    }
+    for args, message in refused.items():
+        out = subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True,
+                             cwd=tmp_path)
+        assert out.returncode == 2, (args[:3], out.stderr)
+        assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, (args[:3], out.stderr)
+        assert "Traceback" not in out.stderr and len(out.stderr) < 800
+    missing = cli("export", "nope", str(tmp_path / "n"))
+    assert missing.exit_code == 1 and "no study named 'nope'" in missing.output
+    (tmp_path / "data" / "u" / "spec.yaml").write_text("name: u\n")
+    tampered = cli("report", "--data", str(tmp_path / "data"), "--format", "html")
+    assert tampered.exit_code == 2 and "spec.yaml does not match the sha256" in tampered.output
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == listing

@@ -8,6 +8,7 @@ The studies are those of ``tests/real_studies.py``, built once per session (fixt
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -397,3 +398,161 @@ def test_variants_with_equal_settings_and_other_tuning_are_told_apart_by_their_s
         st.prepare(s, design.items(s), stores)
     v = results.load(["tpe", "grid"], home=tmp_path / "h", curves=False).variants()
     assert v.height == 4 and sorted(v["label"]) == ["heads=2 [grid]", "heads=2 [tpe]", "heads=4 [grid]", "heads=4 [tpe]"]
+
+
+# --- exports: the results as plain files, read back without a store -----------------------------------
+
+
+def _same_results(back, res) -> None:
+    from polars.testing import assert_frame_equal
+
+    for name in ("trials", "metrics", "curves"):
+        assert_frame_equal(getattr(back, name), getattr(res, name))  # dtypes, Enum levels and their order
+    assert back.spec == res.spec and back.spec_data == res.spec_data and back.spec_hash == res.spec_hash
+    assert back.stores == res.stores and back.factors == res.factors and back.missing == res.missing
+    assert back.trial_provenance == res.trial_provenance and back.provenance() == res.provenance()
+    assert_frame_equal(back.tuning(), res.tuning())
+    assert_frame_equal(back.references(), res.references())
+
+
+def test_an_export_reads_back_as_the_load_frame_for_frame(study, tmp_path, monkeypatch):
+    """With curves and metrics (the norm study), then the stores pointed at nothing: the export is
+    all a reader needs, and every file is what the manifest says."""
+    import hashlib
+
+    import pandas as pd
+
+    from ablate import results
+
+    res = study[0]
+    res.missing.append("a note the export must keep")
+    try:
+        manifest = results.export(res, tmp_path / "export")
+        for key in ("ABLATE_STORAGE", "ABLATE_TRACKING_URI"):
+            monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "no-store"))
+        back = results.read_export(tmp_path / "export")
+        _same_results(back, res)
+        # Written again over itself: the same bytes (a committed export changes only with its data).
+        assert results.export(res, tmp_path / "export") == manifest
+    finally:
+        res.missing.pop()
+    assert not (tmp_path / "no-store").exists()
+    files = sorted(p.name for p in (tmp_path / "export").iterdir())
+    assert files == sorted([*results.EXPORT_FILES, results.MANIFEST])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no scratch folder left beside it
+    for name, entry in manifest["files"].items():
+        data = (tmp_path / "export" / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"] and len(data) == entry["bytes"]
+        assert not data.startswith(b"\x80")  # no pickle
+    assert manifest["rows"] == {"trials": res.trials.height, "metrics": res.metrics.height,
+                                "curves": res.curves.height, "provenance": sum(map(len, res.trial_provenance.values()))}
+    assert manifest["study"] == res.study and manifest["format_version"] == results.EXPORT_VERSION
+    # Without ablate: pandas sees the factor as a categorical in the spec's level order.
+    trials = pd.read_parquet(tmp_path / "export" / "trials.parquet")
+    assert list(trials["variant"].cat.categories) == ["RotRNN", "LRU"]
+    assert len(pd.read_parquet(tmp_path / "export" / "curves.parquet")) == res.curves.height
+
+
+def test_an_export_of_a_partial_study_and_of_one_that_never_ran(res, tmp_path):
+    """Pending and failed items, tuning, no curves read (an empty frame); then a study only queued:
+    columns of nulls, no metrics at all."""
+    from ablate import design, results
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    results.export(res, tmp_path / "partial")
+    _same_results(results.read_export(tmp_path / "partial"), res)
+    spec = design.validate({"name": "queued", "task": {"name": "listops", "max_length": 20, "train_size": 32},
+                            "model": {"d_model": 8, "state_dim": 32, "layers": 1}, "factors": {"model.heads": [2, 16, 4]}})
+    st.prepare(spec, design.items(spec), resolve(home_dir=tmp_path / "h"))
+    queued = results.load("queued", home=tmp_path / "h")
+    assert queued.metrics.is_empty() and queued.trials["started"].dtype == pl.Null
+    results.export(queued, tmp_path / "queued")
+    back = results.read_export(tmp_path / "queued")
+    _same_results(back, queued)
+    assert back.trials.schema["model.heads"] == pl.Enum(["2", "16", "4"])
+
+
+def _listing(folder):
+    return sorted((str(p.relative_to(folder)), p.stat().st_size if p.is_file() else -1) for p in folder.rglob("*"))
+
+
+def test_an_export_writes_only_where_it_wrote_before(res, tmp_path):
+    """A folder holding anything else, a file, a device, another study's export, a name too
+    long: refused on one line, before anything is written."""
+    from ablate import results
+
+    results.export(res, tmp_path / "mine")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    (tmp_path / "a-file").write_text("x")
+    other = results.Results(study="other", spec=res.spec, spec_hash=res.spec_hash, stores=res.stores,
+                            factors=res.factors, trials=res.trials)
+    results.export(other, tmp_path / "theirs")
+    (tmp_path / "mine-plus").mkdir()
+    results.export(res, tmp_path / "mine-plus")
+    (tmp_path / "mine-plus" / "extra.csv").write_text("1")
+    before = _listing(tmp_path)
+    cases = {
+        tmp_path / "notes": "is not empty and is not an export of study 'accrep' (",
+        tmp_path / "a-file": "exists and is not a directory",
+        Path("/dev/null"): "/dev/null exists and is not a directory",
+        tmp_path / "theirs": "(it holds study 'other')",
+        tmp_path / "mine-plus": "and also 'extra.csv', which an export did not write",
+        tmp_path / "a-file" / "under": "Not a directory",
+        tmp_path / ("x" * 5000): "characters)",
+    }
+    for target, message in cases.items():
+        with pytest.raises(results.ExportError) as info:
+            results.export(res, target)
+        text = str(info.value)
+        assert message in text and "\n" not in text and len(text) < 700, text
+    assert _listing(tmp_path) == before
+
+
+def test_a_damaged_export_is_refused_on_one_line(res, tmp_path):
+    import shutil
+
+    from ablate import results
+
+    good = tmp_path / "good"
+    results.export(res, good)
+
+    def damaged(name: str, change) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(good, folder)
+        change(folder)
+        return folder
+
+    def manifest(folder: Path, **edit) -> None:
+        data = json.loads((folder / "manifest.json").read_text())
+        data.update(edit)
+        (folder / "manifest.json").write_text(json.dumps(data))
+
+    def relink(folder: Path) -> None:
+        (folder / "study.json").unlink()
+        (folder / "study.json").symlink_to("/dev/zero")
+
+    files = json.loads((good / "manifest.json").read_text())["files"]
+    cases = {
+        tmp_path / "none": "does not exist",
+        good / "spec.yaml": "is not a directory",
+        damaged("empty", lambda f: [p.unlink() for p in f.iterdir()]): "has no manifest.json: it is not an ablate export",
+        damaged("tampered", lambda f: (f / "trials.parquet").write_bytes((f / "trials.parquet").read_bytes()[:-9] + b"123456789")):
+            "trials.parquet does not match the sha256 in its manifest",
+        damaged("gone", lambda f: (f / "curves.parquet").unlink()): "curves.parquet is missing",
+        damaged("linked", relink): "study.json is not a regular file",
+        damaged("newer", lambda f: manifest(f, format_version=99)): "format version 99 is newer",
+        damaged("escape", lambda f: manifest(f, files={**files, "../../etc/passwd": files["spec.yaml"]})):
+            "which is not a file of an export",
+        damaged("not-json", lambda f: (f / "manifest.json").write_text("{")): "is not valid JSON",
+        damaged("huge", lambda f: (f / "manifest.json").write_bytes(b" " * (results.MAX_JSON_BYTES + 1))):
+            "is larger than",
+        tmp_path / ("y" * 5000): "characters)",
+    }
+    for folder, message in cases.items():
+        with pytest.raises(results.ExportError) as info:
+            results.read_export(folder)
+        text = str(info.value)
+        assert message in text and "\n" not in text and len(text) < 700, (folder.name[:20], text)

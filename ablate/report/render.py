@@ -29,6 +29,7 @@ notebook; a new report adds one of each (and its name to the registered reports)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import tempfile
@@ -36,9 +37,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.report import COMPARISONS, MISSING_NOTES, REPORTS, fonts
+
+if TYPE_CHECKING:
+    from ablate.results import Results
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
@@ -335,19 +339,25 @@ def render(
     tracking_uri: str | None = None,
     parameters: dict | None = None,
     export: bool = False,
+    data: Results | None = None,
 ) -> list[Path]:
     """Render each report of a study into ``out_dir`` as ``<report>.html`` / ``<report>.pdf``.
 
     Every report runs in one kernel. ``parameters`` go to every report's notebook, after the study
     and stores (e.g. the accuracy report's ``reference``, ``metric``, ``alpha``); a report ignores
     those it does not declare. ``export`` also writes each figure alone (PDF, SVG, 300-dpi PNG)
-    into ``out_dir/figures/`` and each table (CSV, LaTeX) into ``out_dir/tables/``."""
+    into ``out_dir/figures/`` and each table (CSV, LaTeX) into ``out_dir/tables/``. ``data``: the
+    study's ``ablate.results.Results`` already read (``read_export``: ``ablate report --data``);
+    then no store is opened, or even looked for."""
     from concurrent.futures import ThreadPoolExecutor
+
+    import polars as pl
 
     from ablate import results
     from ablate.stores import resolve
 
-    stores = resolve(storage, tracking_uri)  # absolute: the kernel runs in a scratch directory
+    # absolute: the kernel runs in a scratch directory
+    stores = resolve(storage, tracking_uri) if data is None else None
     out_dir.mkdir(parents=True, exist_ok=True)
 
     target = out_dir.resolve()
@@ -369,15 +379,24 @@ def render(
     # parameters into the executed notebook, and a URL may carry a password.
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(1) as writer:
         notes = Path(tmp) / "missing.txt"
-        env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking, MISSING_NOTES: str(notes)}
+        env = {MISSING_NOTES: str(notes)}
+        if stores is not None:
+            env.update({"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking})
         with _environment(env), kernel(Path(tmp)) as k:
             k.warm(WARM_UP)
             # While the kernel imports, this process reads the stores, once for every report: the
             # notebooks read that file (their ``results_file``), not the stores.
             snapshot = Path(tmp) / "results.pickle"
-            results.save(results.load(study, stores.storage, stores.tracking, metrics=True,
-                                      curves=any(r not in _NO_CURVES for r in reports)), snapshot)
-            read_missing = _take(notes)
+            curves = any(r not in _NO_CURVES for r in reports)
+            if data is None:
+                results.save(results.load(study, stores.storage, stores.tracking, metrics=True, curves=curves),
+                             snapshot)
+                read_missing = _take(notes)
+            else:
+                # What the load above would have given: no curves where no report reads them, so that
+                # a page rendered from an export is the page rendered from the stores.
+                results.save(data if curves else dataclasses.replace(data, curves=pl.DataFrame()), snapshot)
+                read_missing = list(data.missing)
             writer.submit(_preload)
             done = []
             for report in reports:
