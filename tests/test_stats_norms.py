@@ -147,3 +147,12 @@ def test_analysis_of_the_study(res):
     rot = check[check["variant"] == "RotRNN"]
     assert np.allclose(rot["stationary"], 1.0)
     assert sn.probe_batch_check(res.metrics) == (4, True)
+
+
+def test_the_final_norm_is_the_whole_states_whatever_its_heads():
+    """One state of norm 4 read as one head (4) or as four heads of 1 each: the same final ‖x‖²
+    (a per-head norm would differ fourfold and make the head count look like an effect)."""
+    one = curve_frame({"one": np.full((3, 1, 2), 4.0)})
+    four = pd.concat([curve_frame({"four": np.full((3, 1, 2), 1.0)}).assign(head=h) for h in range(4)])
+    for df in (one, four):
+        assert sn.per_seed(sn.layer_norms(df))["final_norm"].tolist() == pytest.approx([4.0] * 3)

@@ -15,7 +15,8 @@ on shared seeds, never below three seeds, Holm within each measure's family):
 
     training   the run's CV of ‖x‖² across its probe steps, per layer, averaged over layers
     depth      the run's CV across layers at each probe step, averaged over probe steps
-    final      the run's ‖x‖² at its last probe step (geometric mean over layers)
+    final      the run's whole-state ‖x‖² (summed over heads) at its last probe step (geometric
+               mean over layers)
     seeds      how far the run's log ‖x‖² lies from its variant's mean over seeds, as the root mean
                square over (layer, step) with the n/(n − 1) correction — a Levene-type deviation
                whose mean square over seeds is the unbiased seed variance of log ‖x‖², so a
@@ -116,10 +117,11 @@ def variants(df: pd.DataFrame, trials: Any = None) -> list[tuple[str, str]]:
 
 
 def layer_norms(df: pd.DataFrame, kind: str = "probe", quantity: str = "norm_sq_mean") -> pd.DataFrame:
-    """One row per (cell, seed, layer, step): the head mean of ``quantity`` rows of ``kind``."""
+    """One row per (cell, seed, layer, step): the head mean of ``quantity`` rows of ``kind``
+    (``value``; per head, so that head counts compare) and the number of heads (``heads``)."""
     sub = df[(df["kind"] == kind) & (df["quantity"] == quantity)]
     cols = ["cell_id", "cell_label", "seed", "layer", "step"]
-    return sub.groupby(cols, as_index=False, sort=False)["value"].mean()
+    return sub.groupby(cols, as_index=False, sort=False).agg(value=("value", "mean"), heads=("value", "size"))
 
 
 def time_curves(df: pd.DataFrame, kind: str) -> pd.DataFrame:
@@ -200,7 +202,10 @@ def per_seed(norms: pd.DataFrame, trials: Any = None, factors: Sequence[str] | N
         training = _cv_over(norms, [*run, "layer"]).groupby(level=[0, 1], sort=False).mean()
         depth = _cv_over(norms, [*run, "step"]).groupby(level=[0, 1], sort=False).mean()
         last = norms[norms["step"] == norms.groupby(run, sort=False)["step"].transform("max")]
-        final = np.exp(last.assign(log=_log(last["value"])).groupby(run, sort=False)["log"].mean())
+        # The whole state's ‖x‖² (the head mean times the heads): a per-head norm of the same state
+        # shrinks as its heads get smaller, which would make the head count look like an effect.
+        whole = last["value"] * (last["heads"] if "heads" in last.columns else 1)
+        final = np.exp(last.assign(log=_log(whole)).groupby(run, sort=False)["log"].mean())
         out = base.assign(cv_training=training, cv_depth=depth.where(base["layers"] > 1), final_norm=final,
                           dev_seeds=_deviations(norms)).reset_index()[cols]
     for name in ("cv_training", "cv_depth", "final_norm", "dev_seeds"):

@@ -109,7 +109,8 @@ if len(df):
     show(ns.stability_table(stab, confidence), name="stability", data=stab, intro=(
         "**Table 1. The state norm's stability per variant, over its seeds.** Each run gives one value per "
         "measure: its CV of the probe-batch ‖x‖² across probe steps (per layer, averaged over layers), its CV "
-        "across layers (per probe step, averaged over steps), its ‖x‖² at its last probe step (geometric mean "
+        "across layers (per probe step, averaged over steps), its whole state's ‖x‖² (summed over heads) at its "
+        "last probe step (geometric mean "
         "over layers). A variant's value is the geometric mean over its seeds with a t interval on the logs. "
         "Over seeds: the sd of log ‖x‖² across seeds (per layer and step, as the root of the mean unbiased "
         "variance: it does not depend on the number of seeds; about the CV across seeds when small), with a "
