@@ -197,6 +197,20 @@ class Results:
             if "reused_from" in t.columns else {},
         }
 
+    def stability(self) -> pl.DataFrame:
+        """One row per replicate run with probe data: its hidden-state norm measures, the unit of
+        every test of the norm-stability report (``ablate.stats.norms.per_seed``: the CV over
+        training steps and over layers, the final whole-state ‖x‖², the deviation over seeds, and
+        their logs), with the factor columns — to fit a model of one's own, e.g.
+        ``smf.ols("log_cv_training ~ C(Q('model.heads')) * C(variant)", res.stability().to_pandas())``."""
+        from ablate.stats import norms
+
+        df = norms.prepare(self.curves, self.trials)
+        if df.empty:
+            return pl.DataFrame()
+        seeds = norms.per_seed(norms.layer_norms(df, "probe"), self.trials.to_pandas(), self.factors)
+        return pl.from_pandas(seeds)
+
     def tuning(self) -> pl.DataFrame:
         """Per cell of a tuned study: tuning trials planned / complete / failed / unfinished, the
         best finished trial (index, objective value, setting) — the one its replicates take —

@@ -556,3 +556,15 @@ def test_a_damaged_export_is_refused_on_one_line(res, tmp_path):
             results.read_export(folder)
         text = str(info.value)
         assert message in text and "\n" not in text and len(text) < 700, (folder.name[:20], text)
+
+
+def test_the_stability_frame_is_one_row_per_run_with_the_reports_measures(norm_study):
+    from ablate.stats import norms
+
+    res = studies.load(norm_study, studies.NORM["name"])
+    frame = res.stability()
+    assert frame.height == 4 and set(frame["cell_label"]) == {"RotRNN", "LRU"}
+    assert {"log_cv_training", "log_cv_depth", "log_final_norm", "log_dev_seeds", "variant"} <= set(frame.columns)
+    direct = norms.per_seed(norms.layer_norms(norms.prepare(res.curves, res.trials)), res.trials, res.factors)
+    assert frame.sort(["cell_id", "seed"])["cv_training"].to_list() == pytest.approx(
+        direct.sort_values(["cell_id", "seed"])["cv_training"].to_list())

@@ -240,7 +240,8 @@ def factor_sentences(anova: pd.DataFrame | None, effects: pd.DataFrame | None, a
     for i, r in anova.iterrows():
         if not r["significant"]:
             continue
-        stat = f"F({printed.loc[i, 'df']}) = {printed.loc[i, 'F']}, p (Holm) = {printed.loc[i, 'p (Holm)']}"
+        p_text = printed.loc[i, "p (Holm)"]
+        stat = f"F({printed.loc[i, 'df']}) = {printed.loc[i, 'F']}, p (Holm) {'< ' + p_text[1:] if p_text.startswith('<') else '= ' + p_text}"
         text = f"- {_term_words(r['term'], r['measure'])} ({stat}; partial η² {printed.loc[i, 'partial η²']})"
         if effects is not None and len(effects) and " × " not in r["term"]:
             shown = effects_table(effects)
