@@ -8,12 +8,12 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import yaml
+from support import ABLATE
 
 SPEC = {
     "name": "faults",
@@ -45,12 +45,12 @@ def spawn(root: Path, *args: str, group: bool = False, **env: str) -> subprocess
     """``ablate ARGS`` in ``root``; ``group``: in a process group of its own, as a shell's job is
     (a terminal's Ctrl-C goes to the whole group)."""
     (root / "fault.mark").unlink(missing_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "ablate.cli", *args], cwd=root, env=env_for(root, **env),
+    return subprocess.Popen([*ABLATE, *args], cwd=root, env=env_for(root, **env),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=group)
 
 
 def ablate(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=root, env=env_for(root, **env),
+    return subprocess.run([*ABLATE, *args], cwd=root, env=env_for(root, **env),
                           capture_output=True, text=True, timeout=600)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 from pathlib import Path
 
 import optuna
@@ -12,6 +13,9 @@ import pytest
 
 from ablate import design, spec
 from ablate.stores import Stores
+
+#: The installed console script (``pyproject.toml``'s ``[project.scripts]``), run as users run it.
+ABLATE = [str(Path(sys.executable).with_name("ablate"))]
 
 DESIGN_BASE = {
     "name": "d",

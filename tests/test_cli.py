@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from support import ABLATE
 
 from ablate import design
 
@@ -23,7 +23,7 @@ BASE = {
 
 
 def ablate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([*ABLATE, *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def cli(*args: str):
@@ -134,7 +134,7 @@ def test_cli_status_json_and_table_agree(tmp_path, monkeypatch):
 def test_cli_status_suggests_a_misspelt_study(tmp_path, monkeypatch):
     _partial_study(tmp_path, monkeypatch)
     # a real process: exit code, stderr (ABLATE_HOME from the environment)
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", "status", "tt"], capture_output=True, text=True,
+    res = subprocess.run([*ABLATE, "status", "tt"], capture_output=True, text=True,
                          cwd=tmp_path)
     assert res.returncode == 1 and "no study named 'tt'" in res.stderr and "did you mean 't'?" in res.stderr
     assert "Traceback" not in res.stderr
@@ -146,14 +146,14 @@ def test_cli_schema_to_standard_output(tmp_path):
     from ablate import schema as schema_mod
 
     expected = schema_mod.schema_text()
-    dash = subprocess.run([sys.executable, "-m", "ablate.cli", "schema", "-"], capture_output=True, text=True,
+    dash = subprocess.run([*ABLATE, "schema", "-"], capture_output=True, text=True,
                           cwd=tmp_path)
     assert dash.returncode == 0 and dash.stdout == expected
-    piped = subprocess.run([sys.executable, "-m", "ablate.cli", "schema"], capture_output=True, text=True,
+    piped = subprocess.run([*ABLATE, "schema"], capture_output=True, text=True,
                            cwd=tmp_path)  # stdout is a pipe, not a terminal: the Unix habit
     assert piped.returncode == 0 and piped.stdout == expected and not (tmp_path / "docs").exists()
     json.loads(piped.stdout)
-    to_file = subprocess.run([sys.executable, "-m", "ablate.cli", "schema", "s.json"], capture_output=True,
+    to_file = subprocess.run([*ABLATE, "schema", "s.json"], capture_output=True,
                              text=True, cwd=tmp_path)
     assert to_file.returncode == 0 and (tmp_path / "s.json").read_text() == expected
 
@@ -166,7 +166,7 @@ def _run_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
 
     env = {k: v for k, v in os.environ.items() if k not in ("ABLATE_STORAGE", "ABLATE_TRACKING_URI")}
     env.update(ABLATE_HOME=str(root / ".ablate"), ABLATE_CACHE_DIR=str(root.parent / "cache"))
-    return subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, cwd=root.parent,
+    return subprocess.run([*ABLATE, *args], capture_output=True, text=True, cwd=root.parent,
                           env=env, timeout=600)
 
 
@@ -253,7 +253,7 @@ def test_cli_export_writes_each_study_and_refuses_on_one_line(tmp_path, monkeypa
         ("report", "t", "--data", str(tmp_path / "data")): "give no study",
     }
     for args, message in refused.items():
-        out = subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True,
+        out = subprocess.run([*ABLATE, *args], capture_output=True, text=True,
                              cwd=tmp_path)
         assert out.returncode == 2, (args[:3], out.stderr)
         assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, (args[:3], out.stderr)
@@ -264,3 +264,15 @@ def test_cli_export_writes_each_study_and_refuses_on_one_line(tmp_path, monkeypa
     tampered = cli("report", "--data", str(tmp_path / "data"), "--format", "html")
     assert tampered.exit_code == 2 and "spec.yaml does not match the sha256" in tampered.output
     assert sorted(str(p) for p in tmp_path.rglob("*")) == listing
+
+
+def test_the_installed_command_runs_main_and_is_what_these_tests_run():
+    """``ablate`` on the PATH enters ``cli.main`` (the one-line error, the quick exit after a
+    signal, the warning filters), not the typer app bare; the tests run that script."""
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "ablate"]
+    assert script.value == "ablate.cli:main"
+    assert Path(ABLATE[0]).is_file() and "from ablate.cli import main" in Path(ABLATE[0]).read_text()
+    res = subprocess.run([*ABLATE, "validate", "/nonexistent.yaml"], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.startswith("error") and "Traceback" not in res.stderr

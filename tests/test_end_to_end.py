@@ -6,11 +6,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support import ABLATE
 
 SPEC = {
     "name": "e2e",
@@ -26,7 +26,7 @@ SPEC = {
 
 def ablate(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "ABLATE_HOME": str(cwd / ".ablate"), "ABLATE_CACHE_DIR": str(cwd / "cache")}
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, cwd=cwd,
+    res = subprocess.run([*ABLATE, *args], capture_output=True, text=True, cwd=cwd,
                          env=env, timeout=600)
     if check:
         assert res.returncode == 0, f"{args}: {res.stdout}\n{res.stderr}"
@@ -170,7 +170,7 @@ def test_run_output_to_a_file_is_one_event_per_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "COLUMNS")}
     env.update(ABLATE_HOME=str(tmp_path / ".ablate"), ABLATE_CACHE_DIR=str(tmp_path / "cache"))
     with open(tmp_path / "run.log", "w") as log:
-        res = subprocess.run([sys.executable, "-m", "ablate.cli", "run", "spec.yaml", "--workers", "2"], cwd=tmp_path,
+        res = subprocess.run([*ABLATE, "run", "spec.yaml", "--workers", "2"], cwd=tmp_path,
                              env=env, stdout=log, stderr=subprocess.PIPE, text=True, timeout=600)
     text = (tmp_path / "run.log").read_text()
     assert res.returncode == 0, text + res.stderr

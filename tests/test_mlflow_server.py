@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from support import ABLATE
 
 from ablate.serve import ServerConfig, describe
 from ablate.stores import Stores
@@ -70,7 +70,7 @@ def test_artifacts_and_runs_go_through_the_server(mlflow_server):
 
 def test_serve_refuses_a_busy_port_clearly(mlflow_server, tmp_path):
     port = urlparse(mlflow_server).port
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", "serve", "--port", str(port)], capture_output=True,
+    res = subprocess.run([*ABLATE, "serve", "--port", str(port)], capture_output=True,
                          text=True, cwd=tmp_path, env={**os.environ, "ABLATE_HOME": str(tmp_path)}, timeout=60)
     assert res.returncode == 1
     assert f"port {port} on 127.0.0.1 is in use" in res.stderr and "Traceback" not in res.stderr

@@ -12,7 +12,6 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import ABLATE
 
 SECRET = "pw-s3cr3t-Zq9"  # the test server trusts every connection, so any password "works"
 SEEDS = 8
@@ -57,7 +57,7 @@ def env_for(root: Path) -> dict[str, str]:
 
 def ablate(root: Path, *args: str, check: bool = True, timeout: float = 300,
            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, cwd=root,
+    res = subprocess.run([*ABLATE, *args], capture_output=True, text=True, cwd=root,
                          env={**env_for(root), **(env or {})}, timeout=timeout)
     if check:
         assert res.returncode == 0, f"{args}: {res.stdout}\n{res.stderr}"
@@ -78,7 +78,7 @@ def start_workers(root: Path, name: str, storage: str, tracking: str, n: int) ->
     for i in range(n):
         with open(root / "logs" / f"worker{i}.log", "w") as log:  # the child keeps its own handle
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "ablate.cli", "worker", name, "--storage", storage, "--tracking-uri", tracking,
+                [*ABLATE, "worker", name, "--storage", storage, "--tracking-uri", tracking,
                  "--verbose"],  # each item's start and end in its log, for a failure's message
                 cwd=root, env=env_for(root), stdout=log, stderr=subprocess.STDOUT))
     return procs
@@ -192,7 +192,7 @@ def test_three_hosts_queueing_at_once_queue_each_item_once(tmp_path, postgres_db
     """`ablate run --workers 0` from three places at the same moment: one parent run, each item once."""
     name = f"pgq-{uuid.uuid4().hex[:8]}"
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"name": name, **SPEC}))
-    args = [sys.executable, "-m", "ablate.cli", "run", "spec.yaml", "--workers", "0",
+    args = [*ABLATE, "run", "spec.yaml", "--workers", "0",
             "--storage", postgres_db, "--tracking-uri", mlflow_server]
     procs = [subprocess.Popen(args, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]

@@ -14,6 +14,7 @@ import nbformat
 import pandas as pd
 import pytest
 from pdfs import flat, pages
+from support import ABLATE
 
 from ablate.report import fonts, render
 from ablate.report import format as fmt
@@ -164,7 +165,7 @@ def test_a_failing_cell_is_named_with_its_error_not_a_traceback(accuracy_study):
            "ABLATE_CACHE_DIR": str(accuracy_study / "cache")}
     env.pop("ABLATE_STORAGE", None)
     env.pop("ABLATE_TRACKING_URI", None)
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", "report", studies.ACCURACY_NAME, "--reports",
+    res = subprocess.run([*ABLATE, "report", studies.ACCURACY_NAME, "--reports",
                           "accuracy", "--format", "html", "--out", str(accuracy_study / "broken"), "--param",
                           "metric=no_such_metric"], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 1
@@ -193,7 +194,7 @@ def test_a_report_rendered_from_an_export_is_the_one_rendered_from_the_stores(no
     def ablate(home: Path, *args: str) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if k not in ("ABLATE_STORAGE", "ABLATE_TRACKING_URI")}
         env.update(ABLATE_HOME=str(home), ABLATE_CACHE_DIR=str(tmp_path / "cache"))
-        res = subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, env=env,
+        res = subprocess.run([*ABLATE, *args], capture_output=True, text=True, env=env,
                              cwd=tmp_path, timeout=600)
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
         return res

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
-from support import RAW, score
+from support import ABLATE, RAW, score
 from typer.testing import CliRunner
 
 from ablate import design, planning
@@ -425,7 +424,7 @@ def ablate(root: Path, *args: str) -> subprocess.CompletedProcess:
            "COLUMNS": "200"}
     env.pop("ABLATE_STORAGE", None)
     env.pop("ABLATE_TRACKING_URI", None)
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, cwd=root,
+    res = subprocess.run([*ABLATE, *args], capture_output=True, text=True, cwd=root,
                          env=env, timeout=600)
     assert res.returncode == 0, f"{args}: {res.stdout}\n{res.stderr}"
     return res

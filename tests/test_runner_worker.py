@@ -15,7 +15,7 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
-from support import FakeRun
+from support import ABLATE, FakeRun
 
 SPEC = {
     "name": "exec",
@@ -34,7 +34,7 @@ def env_for(root: Path, **extra: str) -> dict[str, str]:
 
 
 def cli(root: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=root, env=env_for(root, **env),
+    res = subprocess.run([*ABLATE, *args], cwd=root, env=env_for(root, **env),
                          capture_output=True, text=True, timeout=600)
     if check:
         assert res.returncode == 0, f"{args}\n{res.stdout}\n{res.stderr}"
@@ -42,7 +42,7 @@ def cli(root: Path, *args: str, check: bool = True, **env: str) -> subprocess.Co
 
 
 def spawn(root: Path, *args: str, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ablate.cli", *args], cwd=root, env=env_for(root, **env),
+    return subprocess.Popen([*ABLATE, *args], cwd=root, env=env_for(root, **env),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+from support import ABLATE
 
 from ablate import design, schema
 
@@ -67,9 +67,9 @@ def test_schema_rejects_what_validation_rejects(validator):
 
 
 def test_cli_schema_check_and_write(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", "schema", "--check", "--docs", "docs/spec.md"],
+    res = subprocess.run([*ABLATE, "schema", "--check", "--docs", "docs/spec.md"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", "schema", "--out", str(tmp_path / "s.json")],
+    res = subprocess.run([*ABLATE, "schema", "--out", str(tmp_path / "s.json")],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0 and (tmp_path / "s.json").read_text() == schema.schema_text()

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import ABLATE
 
 from ablate import design, spec
 from ablate.spec import ModelSpec, TrainSpec
@@ -230,7 +231,7 @@ def test_fuzz_cli_cases(tmp_path):
     assert res.stdout.strip() == str([2] * 3 * len(CLI_CASES))
     # And one real process per kind of failure: the message, exit code 2, nothing else.
     for name in ("python_tag.yaml",):
-        out = subprocess.run([sys.executable, "-m", "ablate.cli", "validate", name], capture_output=True,
+        out = subprocess.run([*ABLATE, "validate", name], capture_output=True,
                              text=True, env=env, cwd=tmp_path, timeout=60)
         assert out.returncode == 2 and out.stderr.startswith("error") and "Traceback" not in out.stderr
     assert not (tmp_path / "home").exists()  # nothing was written to any store
@@ -268,7 +269,7 @@ def test_validate_reads_a_bounded_number_of_bytes_whatever_the_file(tmp_path, ki
     if kind == "folder":
         (tmp_path / "folder").mkdir()
     path = kind if kind.startswith("/") else str(tmp_path / kind)
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", "validate", path], capture_output=True, text=True,
+    res = subprocess.run([*ABLATE, "validate", path], capture_output=True, text=True,
                          cwd=tmp_path, env={**os.environ, "ABLATE_HOME": str(tmp_path / "home")}, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     expected = {"/dev/zero": "more than 1,000,000 bytes", "/dev/urandom": "more than 1,000,000 bytes",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import ABLATE
 
 from ablate import stores
 
@@ -149,13 +149,13 @@ def test_no_password_given_in_the_urls_is_written_anywhere(tmp_path, postgres_ur
                "ABLATE_STORAGE": storage, "ABLATE_TRACKING_URI": tracking}
 
         def ablate(*args: str) -> subprocess.CompletedProcess:
-            res = subprocess.run([sys.executable, "-m", "ablate.cli", *args], cwd=tmp_path, env=env,
+            res = subprocess.run([*ABLATE, *args], cwd=tmp_path, env=env,
                                  capture_output=True, text=True, timeout=900)
             assert res.returncode == 0, res.stdout + res.stderr
             assert PASSWORD not in res.stdout + res.stderr
             return res
 
-        run = subprocess.Popen([sys.executable, "-m", "ablate.cli", "run", "spec.yaml", "--workers", "2"],
+        run = subprocess.Popen([*ABLATE, "run", "spec.yaml", "--workers", "2"],
                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         command_lines = set()
         while run.poll() is None:  # the workers' command lines, as `ps` shows them

@@ -12,12 +12,12 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import optuna
 import pytest
+from support import ABLATE
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compat_v1"
 WRITTEN_AT = "/tmp/compat"  # where the fixture's stores were written (absolute paths inside them)
@@ -48,7 +48,7 @@ def _ablate(root: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ABLATE_HOME": str(root / ".ablate"), "ABLATE_CACHE_DIR": str(root / "cache")}
     env.pop("ABLATE_STORAGE", None)
     env.pop("ABLATE_TRACKING_URI", None)
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, cwd=root,
+    res = subprocess.run([*ABLATE, *args], capture_output=True, text=True, cwd=root,
                          env=env, timeout=600)
     assert res.returncode == 0, f"{args}: {res.stdout}\n{res.stderr}"
     return res
