@@ -92,6 +92,8 @@ def test_short_labels_name_the_factors():
     assert ns.short_order(order)[1] == "p · n"
     assert ns.short_order(order)[0][1] == ("c1", "rot · gamma")
     assert ns.short_order([("c0", "RotRNN"), ("c1", "p=rot")]) == ([("c0", "RotRNN"), ("c1", "p=rot")], "")
+    one = [("c0", "task.seed=0"), ("c1", "task.seed=1")]  # one factor: "0" alone would not say of what
+    assert ns.short_order(one) == (one, "")
 
 
 def test_tables_write_missing_values_as_the_one_dash():

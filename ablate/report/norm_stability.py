@@ -88,8 +88,9 @@ def header_lines(res: Any, trials: pd.DataFrame, order: Order, key: str = "") ->
 
 
 def short_order(order: Order) -> tuple[list[tuple[str, str]], str]:
-    """Compact labels for figures: when every label reads ``k1=v1, k2=v2, …`` with the same keys,
-    ("v1 · v2 · …", "k1 · k2 · …" as the key); otherwise the labels unchanged and no key."""
+    """Compact labels for figures and tables: when every label reads ``k1=v1, k2=v2, …`` with the
+    same two or more keys, ("v1 · v2 · …", "k1 · k2 · …" as the key); otherwise (one factor: a bare
+    level such as "0" would not say of what) the labels unchanged and no key."""
     parsed = []
     for cid, label in order:
         parts = [p.split("=", 1) for p in str(label).split(", ")]
@@ -100,6 +101,8 @@ def short_order(order: Order) -> tuple[list[tuple[str, str]], str]:
     if len(keys) != 1:
         return list(order), ""
     (names,) = keys
+    if len(names) < 2:
+        return list(order), ""
     short = [n.rsplit(".", 1)[-1] for n in names]
     return [(cid, " · ".join(v)) for cid, _, v in parsed], " · ".join(short)
 
