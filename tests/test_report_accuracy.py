@@ -101,7 +101,7 @@ def test_tables_from_the_study(res):
 HEADERS = [
     "Summary", "Test accuracy per cell", "mean [95% CI]", "sd over seeds", "median", "diverged", "never learned",
     "pending", "Comparisons with the reference", "exact permutation test", "verdict", "effect size",
-    "p (Holm)", "t-test p (Holm)", "Power line", "seeds for 80% power", "Few-run estimates", "IQM [95% bootstrap CI]",
+    "p (Holm)", "t-test p (Holm)", "Power line", "seeds for 80% power", "Few-run estimates", "IQM [95% trimmed-t CI]",
     "P(cell > reference)", "Performance profiles", "Main effects", "marginal mean [95% CI]", "Interactions",
     "Analysis of variance", "partial η²", "Convergence", "Learning curves", "Tuning", "best setting",
     "Against published numbers", "published in our CI", "Failures", "message", "Provenance", "Package versions",
@@ -366,8 +366,8 @@ def partial_study():
 
 
 def _figures(trials: pd.DataFrame, curves: pd.DataFrame, channels: Channels) -> dict:
-    cmp = stats.compare_to_reference(trials, METRIC, "rotation-xi", n_resamples=200)
-    profile = stats.performance_profile(trials, METRIC, n_resamples=100)
+    cmp = stats.compare_to_reference(trials, METRIC, "rotation-xi")
+    profile = stats.performance_profile(trials, METRIC)
     return {
         "cells": acc.accuracy_by_cell(trials, METRIC, CHANCE, channels=channels, n_test=1000),
         "main": acc.main_effects_plot(trials, METRIC, [A, B], chance=CHANCE, channels=channels),
@@ -504,3 +504,37 @@ def test_tuning_sentences_name_a_spread_and_an_edge_of_the_tuned_settings_the_ta
     four = pd.concat([tuning, tuning.iloc[[0]].assign(cell_id="d", cell_label="heads=32")], ignore_index=True)
     two = four.assign(best_params=[_json.dumps({"train.lr": v}) for v in (0.01, 0.005, 0.01, 0.005)])
     assert acc.tuning_sentences(two, grid)[0].startswith("The best train.lr of 2 of 4 cells (heads=1; heads=16) is at")
+
+
+def test_few_run_table_names_each_interval_and_says_when_the_iqm_is_the_mean():
+    trials = make_trials({"base": 0.80, "up": 0.82}, seeds=5, sd=0.01, rng=np.random.default_rng(8))
+    trials = pd.concat([trials, make_trials({"three": 0.81}, seeds=3, sd=0.01)], ignore_index=True)
+    few = stats.few_run_estimates(trials, METRIC, "base")
+    table = acc.few_run_table(few, "base").set_index("cell")
+    assert list(table.columns) == ["n", "mean [95% t CI]", "IQM [95% trimmed-t CI]",
+                                   "P(cell > reference) [95% Newcombe CI]"]
+    assert table.loc["three", "IQM [95% trimmed-t CI]"] == "= mean (n\u00a0<\u00a04: nothing trimmed)"
+    up = few.set_index("cell_id").loc["up"]
+    assert table.loc["up", "IQM [95% trimmed-t CI]"] == fmt.with_ci(up["iqm"], up["iqm_ci_low"], up["iqm_ci_high"])
+    assert table.loc["up", "P(cell > reference) [95% Newcombe CI]"] == fmt.with_ci(
+        up["prob_improvement"], up["pi_ci_low"], up["pi_ci_high"], digits=2)
+    assert table.loc["base (reference)", "P(cell > reference) [95% Newcombe CI]"] == fmt.DASH
+
+
+def test_holms_threshold_and_the_power_line_count_only_the_tested_comparisons():
+    seeds = {"base": list(range(5)), "a": list(range(5)), "b": list(range(5)), "two": [0, 1]}
+    trials = make_trials({c: 0.8 for c in seeds}, seeds=seeds, sd=0.01, rng=np.random.default_rng(9))
+    comp = stats.compare_to_reference(trials, METRIC, "base")
+    intro = " ".join(acc.comparison_intro(comp))
+    assert "over the 2 tested comparisons is α/2 = 0.025" in intro and "α/3" not in intro
+    text = " ".join(acc.comparison_sentences(comp, METRIC))
+    assert "above Holm's first threshold 0.025" in text and "(m = 2 tested comparisons)" in text
+    assert (acc.power_table(comp)["at α/m"] == "0.025").all()
+
+
+def test_profile_band_is_labelled_by_what_it_is():
+    trials = make_trials({"base": 0.80, "up": 0.82}, seeds=4, sd=0.01)
+    fig = acc.performance_profile_plot(stats.performance_profile(trials, METRIC), METRIC)
+    labels = [t.get_text() for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+              for t in legend.get_texts()]
+    assert "95% Clopper–Pearson band (pointwise)" in labels

@@ -35,6 +35,33 @@ def test_significant_digits_and_units():
     assert fmt.metric_name("val/accuracy") == "val accuracy" and fmt.metric_name("test_loss") == "test loss"
 
 
+@pytest.mark.parametrize("threshold", [0.05, 0.01, 0.001])
+@pytest.mark.parametrize("offset", [-0.02, -0.002, -1e-4, 0.0, 1e-4, 0.002, 0.02])
+def test_a_printed_p_never_rounds_across_a_threshold(threshold, offset):
+    """Just below α (or a mark's threshold) reads below it, just above reads above, beside a star or
+    not; the printed value is the p rounded half up, with digits added only where rounding would cross."""
+    p = threshold * (1 + offset)
+    text = fmt.pval(p)
+    if text.startswith("<"):
+        assert p < 0.001 and text == "<0.001"
+        return
+    shown = float(text)
+    assert (shown < threshold) == (p < threshold) and (shown > threshold) == (p > threshold), (p, text)
+    assert abs(shown - p) <= 0.0005 + 1e-12  # three decimals below 0.1, or more: never a coarser rounding
+    for t in (0.05, 0.01, 0.001):
+        assert (shown < t) == (p < t), (p, text, t)
+
+
+def test_p_values_on_the_examples_of_the_issue():
+    assert fmt.pval(0.0499) == "0.0499" and fmt.pval(0.0501) == "0.0501" and fmt.pval(0.05) == "0.050"
+    assert fmt.pval(0.0625) == "0.063"  # half up, as by hand (Python's half-to-even gives 0.062)
+    assert fmt.pval(0.00999) == "0.00999" and fmt.pval(0.0101) == "0.0101" and fmt.pval(0.001) == "0.001"
+    assert fmt.pval(0.125) == "0.13" and fmt.pval(0.0123) == "0.012" and fmt.pval(0.3333) == "0.33"
+    assert fmt.pval(0.0995) == "0.100" and fmt.pval(0.0995, alpha=0.1) == "0.0995"  # the report's own α
+    assert fmt.pval(0.0499, alpha=0.1) == "0.050"  # 0.05 is no threshold at α = 0.1 (0.01 still is)
+    assert fmt.p_is(0.0499) == "= 0.0499"
+
+
 def test_p_values_in_prose_and_the_one_wording_of_significance():
     assert fmt.p_is(0.0001) == "< 0.001" and fmt.p_is(0.0123) == "= 0.012" and fmt.p_is(np.nan) == f"= {fmt.DASH}"
     assert fmt.verdict(True, "95%") == "significant at 95%"

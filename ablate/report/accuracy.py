@@ -157,11 +157,12 @@ def test_verdict(r: pd.Series) -> str:
     return verdict(bool(r["significant"]), "")
 
 
-def comparison_table(comp: pd.DataFrame, confidence: float = 0.95, conv: pd.DataFrame | None = None
-                     ) -> pd.DataFrame:
-    """Per compared cell (``stats.compare_to_reference``): n, difference [CI] (or the raw differences
-    when there are too few seeds to test), the exact test, its p and Holm-adjusted p, the verdict
-    with its mark, the t-test's Holm-adjusted p beside it, and the effect size [CI]."""
+def comparison_table(comp: pd.DataFrame, confidence: float = 0.95, conv: pd.DataFrame | None = None,
+                     alpha: float | None = None) -> pd.DataFrame:
+    """Per compared cell (``stats.compare_to_reference``): n, difference [t CI] (or the raw
+    differences when there are too few seeds to test), the exact test, its p and Holm-adjusted p
+    (printed on the side of ``alpha`` they fall: ``format.pval``), the verdict with its mark, the
+    t-test's Holm-adjusted p beside it, and the effect size [noncentral-t CI]."""
     pct = level(confidence)
     improving = _improving(conv)
     rows = []
@@ -187,10 +188,10 @@ def comparison_table(comp: pd.DataFrame, confidence: float = 0.95, conv: pd.Data
             "mean": num(r["mean_cell"]),
             f"Δ vs reference [{pct} CI]": diff,
             "test": str(r["test"]) if r["testable"] else DASH,
-            "p": pval(r["p"]),
-            "p (Holm)": pval(r["p_adj"]),
+            "p": pval(r["p"], alpha),
+            "p (Holm)": pval(r["p_adj"], alpha),
             "verdict": f"{test_verdict(r)} {mark}".strip(),
-            "t-test p (Holm)": pval(r["t_p_adj"]),
+            "t-test p (Holm)": pval(r["t_p_adj"], alpha),
             f"effect size [{pct} CI]": es,
         })
     cols = ["cell", "n", "mean", f"Δ vs reference [{pct} CI]", "test", "p", "p (Holm)", "verdict",
@@ -209,24 +210,25 @@ def comparison_intro(comp: pd.DataFrame, alpha: float = 0.05) -> list[str]:
         "t-test divides by a zero spread). Its p-values are Holm-corrected across the comparisons; the t-test's "
         "are shown beside them for reference. A comparison on fewer than three seeds is not tested: its raw "
         "differences are shown instead. Marks: \\* p_adj < α, \\*\\* < 0.01, \\*\\*\\* < 0.001; n.s. otherwise. "
-        "Effect sizes: Cohen's d_z (paired) or Hedges' g, with bootstrap intervals from four seeds (rough with "
-        "few seeds).",
+        "Intervals: the difference's is the t interval (paired t, or Welch's); the effect size is Cohen's d_z "
+        "(paired) or Hedges' g, its interval the exact one for the standardised difference (noncentral t).",
     ]
     if len(tested):
         floor = tested["p_min"].max()
-        holm = alpha / max(1, len(comp))
+        holm = alpha / len(tested)
         n = int(tested["n"].min())
         if floor > holm:
             text.append(f"**With {n} seeds no comparison can be significant here:** the exact test cannot give a "
-                        f"p below {pval(floor)}, and Holm's first threshold over {len(comp)} comparisons is "
-                        f"α/{len(comp)} = {pval(holm)}. The power table says how many seeds would.")
+                        f"p below {pval(floor, alpha)}, and Holm's first threshold over the {len(tested)} tested "
+                        f"comparisons is α/{len(tested)} = {pval(holm, alpha)}. The power table says how many "
+                        "seeds would.")
     return text
 
 
 def power_table(comp: pd.DataFrame, power: float = 0.8) -> pd.DataFrame:
     """The power line of each comparison (``stats.compare_to_reference``): the observed spread, the
     power now to detect a difference of ``stats.min_effect`` and the seeds that would reach
-    ``power``, at Holm's first threshold α/m."""
+    ``power``, at Holm's first threshold α/m over the m comparisons tested."""
     rows = []
     for _, r in comp.iterrows():
         spread = num(r["sd_diff"])
@@ -250,20 +252,29 @@ def power_table(comp: pd.DataFrame, power: float = 0.8) -> pd.DataFrame:
 
 
 def few_run_table(few: pd.DataFrame, reference_id: str | None, confidence: float = 0.95) -> pd.DataFrame:
-    """``stats.few_run_estimates`` for print: per cell n, mean and interquartile mean with their
-    bootstrap CIs, and the probability of beating the reference with its CI."""
+    """``stats.few_run_estimates`` for print: per cell n, the mean with its t interval, the
+    interquartile mean with its trimmed-t interval — or, below ``stats.IQM_MIN_N`` runs, where it
+    trims nothing, that it is the mean — and the probability of beating the reference with
+    Newcombe's interval. Each header names its interval."""
     pct = level(confidence)
+    iqm_col = f"IQM [{pct} trimmed-t CI]"
     rows = []
     for _, r in few.iterrows():
+        n = int(r["n"])
+        if 0 < n < stats.IQM_MIN_N:
+            middle = f"= mean (n{NBSP}<{NBSP}{stats.IQM_MIN_N}: nothing trimmed)"
+        else:
+            middle = with_ci(r["iqm"], r["iqm_ci_low"], r["iqm_ci_high"])
         rows.append({
             "cell": str(r["cell_label"]) + (" (reference)" if r["cell_id"] == reference_id else ""),
-            "n": int(r["n"]),
-            f"mean [{pct} bootstrap CI]": with_ci(r["mean"], r["mean_ci_low"], r["mean_ci_high"]),
-            f"IQM [{pct} bootstrap CI]": with_ci(r["iqm"], r["iqm_ci_low"], r["iqm_ci_high"]),
-            f"P(cell > reference) [{pct} CI]": (with_ci(r["prob_improvement"], r["pi_ci_low"], r["pi_ci_high"],
-                                                        digits=2) if r["cell_id"] != reference_id else DASH),
+            "n": n,
+            f"mean [{pct} t CI]": with_ci(r["mean"], r["mean_ci_low"], r["mean_ci_high"]),
+            iqm_col: middle,
+            f"P(cell > reference) [{pct} Newcombe CI]": (
+                with_ci(r["prob_improvement"], r["pi_ci_low"], r["pi_ci_high"], digits=2)
+                if r["cell_id"] != reference_id else DASH),
         })
-    cols = ["cell", "n", f"mean [{pct} bootstrap CI]", f"IQM [{pct} bootstrap CI]", f"P(cell > reference) [{pct} CI]"]
+    cols = ["cell", "n", f"mean [{pct} t CI]", iqm_col, f"P(cell > reference) [{pct} Newcombe CI]"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -613,7 +624,7 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
     of the rest, what could not be tested, and what the seeds allow."""
     if comp.empty:
         return ["There is no other cell to compare with the reference."]
-    table = comparison_table(comp, confidence, conv)
+    table = comparison_table(comp, confidence, conv, alpha)
     pct = level(confidence)
     delta = f"Δ vs reference [{pct} CI]"
     ref = comp["reference_label"].iloc[0]
@@ -653,10 +664,11 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
         out.append(f"Not tested, the largest raw difference is {r['cell_label']}'s: {t[delta]}; "
                    f"{test_verdict(r).replace(NBSP, ' ')}.")
     if len(tested):
-        floor, holm = tested["p_min"].max(), alpha / max(1, len(comp))
+        floor, holm = tested["p_min"].max(), alpha / len(tested)
         if floor > holm:
             out.append(f"With {int(tested['n'].min())} seeds no comparison can be {verdict(True, at)} here: the exact "
-                       f"test cannot give a p below {pval(floor)}, above Holm's first threshold {pval(holm)}.")
+                       f"test cannot give a p below {pval(floor, alpha)}, above Holm's first threshold "
+                       f"{pval(holm, alpha)}.")
     pw = power_table(comp, power)
     need = f"seeds for {power:.0%} power"
     have = pw[pw[need] != DASH]
@@ -665,9 +677,10 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
         span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
         effect = comp["min_effect"].iloc[0]
         now = sorted({int(v) for v in comp["n"]})
+        m = max(1, len(tested))
         out.append(f"To detect a difference of {num(effect)} (stats.min_effect) with {power:.0%} power at "
-                   f"α/m = {pw['at α/m'].iloc[0]} (m = {len(comp)} comparisons), a comparison needs {span} seeds "
-                   f"(it has {', '.join(map(str, now))}).")
+                   f"α/m = {pw['at α/m'].iloc[0]} (m = {_plural(m, 'tested comparison')}), a comparison needs "
+                   f"{span} seeds (it has {', '.join(map(str, now))}).")
     return out
 
 
@@ -1122,7 +1135,7 @@ def performance_profile_plot(profile: pd.DataFrame, metric: str = "test_accuracy
                              channels: Channels | None = None, ncols: int = 2, confidence: float = 0.95) -> Figure:
     """rliable's performance profiles (``stats.performance_profile``): per cell the share of runs
     scoring above τ against τ, as a step line in the cell's colour and line style with its
-    bootstrap band; one panel per facet."""
+    pointwise exact (Clopper–Pearson) band; one panel per facet."""
     channels = channels if channels is not None else Channels((), {})
     order = list(profile.drop_duplicates("cell_id")[["cell_id", "cell_label"]].itertuples(index=False, name=None))
     panels = _panels(order, channels)
@@ -1152,7 +1165,8 @@ def performance_profile_plot(profile: pd.DataFrame, metric: str = "test_accuracy
             ax.tick_params(labelbottom=True)
         plotting.xlabel(axes, len(panels), ncols, f"τ ({metric_name(metric)})")
         fig.supylabel(f"share of runs with {metric_name(metric)} > τ", fontsize=8)
-        extra = [mpl.patches.Patch(color="0.5", alpha=0.25, label=f"{level(confidence)} bootstrap band")]
+        extra = [mpl.patches.Patch(color="0.5", alpha=0.25,
+                                   label=f"{level(confidence)} Clopper–Pearson band (pointwise)")]
         if chance is not None:
             extra.append(_chance_handle())
         if not channels.factors:

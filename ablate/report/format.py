@@ -26,6 +26,7 @@ import html as _html
 import math
 import re
 from collections.abc import Iterable
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "DASH",
     "LEFT",
     "NBSP",
+    "P_THRESHOLDS",
     "ci",
     "column_widths",
     "count",
@@ -118,14 +120,35 @@ def with_ci(value: Any, low: Any, high: Any, digits: int = 3, sign: bool = False
     return text if bounds == DASH else f"{text} {bounds}"
 
 
-def pval(p: Any) -> str:
-    """A p-value: ``<0.001``, else three significant digits; ``—`` when missing."""
+#: The thresholds a printed p is read against: α as the reports use it by default and the marks'
+#: (``stats.MARKS``: ``**`` below 0.01, ``***`` below 0.001). ``pval`` never rounds across one.
+P_THRESHOLDS = (0.05, 0.01, 0.001)
+
+
+def _half_up(p: float, decimals: int) -> Decimal:
+    # Half up on the shortest decimal that reads back as p (0.0625 → 0.063), not on its binary
+    # expansion with Python's half-to-even (0.062): what a reader rounding by hand would write.
+    return Decimal(repr(p)).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+
+
+def pval(p: Any, alpha: float | None = None) -> str:
+    """A p-value: ``<0.001``; else three decimals below 0.1 and two above (rounded half up), with
+    as many more as it takes for the printed value to sit on the same side of every threshold as
+    p itself — ``alpha`` (default 0.05) and the marks' 0.01 and 0.001: 0.0499 is ``0.0499``, not
+    ``0.050`` beside a star, and 0.0501 is ``0.0501``, not ``0.050``. ``—`` when missing."""
     if not finite(p):
         return DASH
     p = float(p)
-    if p < 0.001:
-        return "<0.001"
-    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
+    if p < P_THRESHOLDS[-1]:
+        return "<" + str(P_THRESHOLDS[-1])
+    thresholds = {*P_THRESHOLDS[1:], P_THRESHOLDS[0] if alpha is None else float(alpha)}
+    decimals = 3 if p < 0.1 else 2
+    while True:
+        shown = _half_up(p, decimals)
+        if decimals >= 17 or all((shown > Decimal(repr(t))) == (p > t) and (shown < Decimal(repr(t))) == (p < t)
+                                 for t in thresholds):
+            return f"{shown:f}"
+        decimals += 1
 
 
 def p_is(p: Any) -> str:

@@ -12,9 +12,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from scipy.optimize import brentq
+from scipy.special import nctdtr
 from statsmodels.stats.multitest import multipletests
 
-from ablate.stats.estimators import MIN_N_BOOTSTRAP, bootstrap_ci, mark_for
+from ablate.stats.estimators import mark_for
 from ablate.stats.selection import completed_runs, resolve_cell
 
 __all__ = [
@@ -24,10 +26,12 @@ __all__ = [
     "PermutationResult",
     "comparability",
     "compare_to_reference",
+    "effect_size_ci",
     "permutation_test",
     "pi_statistic",
     "power_line",
     "prob_improvement",
+    "prob_improvement_ci",
 ]
 
 
@@ -126,9 +130,21 @@ def permutation_test(
     cannot reach small α however large the effect. Two-sided p is twice the smaller one-sided p
     (scipy's convention; the same as |statistic| ≥ |observed| when the null distribution is
     symmetric, as the sign-flip's always is). NaN p for an empty side.
+
+    A non-finite value (NaN, ±inf) is refused with a ``ValueError`` naming the side and the count:
+    a run without a value is not an observation to permute, and arithmetic on it would make every
+    arrangement's statistic NaN (scipy then reports p = 0). Drop such runs first — for a paired test
+    the whole pair — as ``compare_to_reference`` does (it only sees completed runs).
     """
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
+    for side, values in (("x", x), ("y", y)):
+        bad = int(np.count_nonzero(~np.isfinite(values)))
+        if bad:
+            raise ValueError(
+                f"permutation_test: {side} has {bad} non-finite value{'s' if bad != 1 else ''} (NaN or ±inf) "
+                f"of {values.size}; drop the runs without a value first"
+                + (" (a paired test: drop the whole pair)" if paired else ""))
     if paired:
         if x.shape != y.shape:
             raise ValueError("a paired test needs one value of each side per seed")
@@ -172,9 +188,116 @@ def prob_improvement(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.nd
 
 
 def pi_statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``prob_improvement`` along ``axis`` of arrays (vectorised over the other axes)."""
     xa = np.moveaxis(np.asarray(x), axis, -1)[..., :, None]
     ya = np.moveaxis(np.asarray(y), axis, -1)[..., None, :]
     return np.mean((xa > ya) + 0.5 * (xa == ya), axis=(-2, -1))
+
+
+def prob_improvement_ci(
+    x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Confidence interval of the probability of improvement θ = P(X > Y) + ½ P(X = Y) from runs
+    ``x`` and ``y``: Newcombe's score interval for the Mann–Whitney AUC (Newcombe 2006, *Statistics
+    in Medicine* 25:543, method 5), with a continuity correction of 1/(2 m n).
+
+    The interval is every θ with ``|θ̂ − θ| − 1/(2mn) ≤ z · sqrt(V(θ))``, where V is Hanley and
+    McNeil's variance of the AUC at θ with n* = (m + n)/2 runs a side:
+    ``V(θ) = θ(1 − θ)[1 + (n* − 1)(1 − θ)/(2 − θ) + (n* − 1)θ/(1 + θ)] / (m n)``. Because the variance
+    is taken at θ, not at θ̂, the interval is never [1, 1] when every run of ``x`` beats every run of
+    ``y`` (the percentile bootstrap's answer at any n) and stays inside [0, 1]. Without the
+    correction it covers 90% at three runs a side when there is no effect (complete separation,
+    which has probability 1/10 there, excludes ½); ``benchmarks/bench_stats_calibration.py``
+    measures it with the correction at the sizes the reports show. Non-finite values are dropped;
+    NaN for an empty side."""
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray(y, dtype=float)
+    xa, ya = xa[np.isfinite(xa)], ya[np.isfinite(ya)]
+    m, n = xa.size, ya.size
+    if not m or not n:
+        return (np.nan, np.nan)
+    theta = float(pi_statistic(xa, ya))
+    z2 = float(sps.norm.ppf(0.5 + confidence / 2)) ** 2
+    half = (m + n) / 2.0 - 1.0
+    correction = 0.5 / (m * n)
+
+    def var(t: float) -> float:
+        return t * (1.0 - t) * (1.0 + half * (1.0 - t) / (2.0 - t) + half * t / (1.0 + t)) / (m * n)
+
+    # With the correction 0 < θ̂ + c and θ̂ − c < 1, so each bound has a sign change to bracket.
+    below, above = theta - correction, theta + correction
+    low = 0.0 if below <= 0 else float(brentq(lambda t: (below - t) ** 2 - z2 * var(t), 0.0, below))
+    high = 1.0 if above >= 1 else float(brentq(lambda t: (t - above) ** 2 - z2 * var(t), above, 1.0))
+    return (low, high)
+
+
+def _noncentrality_bounds(t: float, df: float, confidence: float) -> tuple[float, float]:
+    """The noncentrality parameters δ whose noncentral t(df, δ) puts ``t`` at its upper and lower
+    (1 − confidence)/2 tails: the exact interval for δ given an observed t (Steiger and Fouladi 1997)."""
+    if t < 0:  # by symmetry; scipy's noncentral t is also steadiest for t ≥ 0
+        low, high = _noncentrality_bounds(-t, df, confidence)
+        return (-high, -low)
+    tail = (1.0 - confidence) / 2.0
+
+    def cdf(nc: float) -> float:
+        value = float(nctdtr(df, nc, t))  # scipy.stats.nct.cdf without its per-call argument checks
+        # scipy returns NaN far in a tail (nc far above t: the cdf is 0; far below: 1), never near a root
+        return value if math.isfinite(value) else (0.0 if nc > t else 1.0)
+
+    spread = math.sqrt(1.0 + t * t / (2.0 * df))  # the large-sample sd of t about δ
+
+    def solve(q: float, guess: float) -> float:
+        low, high = guess - spread, guess + spread
+        while cdf(low) < q:  # the cdf falls as δ rises: widen until the root is bracketed
+            low -= 2.0 * spread
+        while cdf(high) > q:
+            high += 2.0 * spread
+        return float(brentq(lambda nc: cdf(nc) - q, low, high, xtol=1e-8))
+
+    z = float(sps.norm.ppf(1.0 - tail))
+    return (solve(1.0 - tail, t - z * spread), solve(tail, t + z * spread))
+
+
+def effect_size_ci(
+    x: Sequence[float] | np.ndarray,
+    y: Sequence[float] | np.ndarray,
+    *,
+    paired: bool,
+    confidence: float = 0.95,
+) -> tuple[float, float]:
+    """The exact confidence interval of a standardised mean difference under normal runs, by
+    inverting the noncentral t distribution of the t statistic.
+
+    ``paired``: δ_z = E(x − y)/sd(x − y), whose estimate is Cohen's d_z; ``t = d_z √n`` is noncentral t
+    with n − 1 degrees of freedom and noncentrality δ_z √n. Unpaired: δ = (μ_x − μ_y)/σ with a
+    common σ, estimated by Hedges' g; the pooled t statistic is noncentral t with n_x + n_y − 2
+    degrees of freedom and noncentrality δ / sqrt(1/n_x + 1/n_y). A bootstrap of d or g falls well
+    short of its level with a handful of seeds; this is exact at every n for normal runs, and
+    ``benchmarks/bench_stats_calibration.py`` measures it on simulated accuracies. NaN
+    when there is no spread (t is infinite) or fewer than two values a side (pairs)."""
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray(y, dtype=float)
+    with np.errstate(all="ignore"):
+        if paired:
+            d = xa - ya
+            n = int(d.size)
+            if n < 2:
+                return (np.nan, np.nan)
+            scale = 1.0 / math.sqrt(n)
+            t = float(d.mean() / (d.std(ddof=1) * scale))
+            df = n - 1
+        else:
+            nx, ny = int(xa.size), int(ya.size)
+            if min(nx, ny) < 2:
+                return (np.nan, np.nan)
+            pooled = math.sqrt(((nx - 1) * xa.var(ddof=1) + (ny - 1) * ya.var(ddof=1)) / (nx + ny - 2))
+            scale = math.sqrt(1.0 / nx + 1.0 / ny)
+            t = float((xa.mean() - ya.mean()) / (pooled * scale))
+            df = nx + ny - 2
+    if not math.isfinite(t):
+        return (np.nan, np.nan)
+    low, high = _noncentrality_bounds(t, df, confidence)
+    return (low * scale, high * scale)
 
 
 def power_line(
@@ -271,8 +394,7 @@ def _by_seed(done: pd.DataFrame, metric: str) -> dict[Any, BySeed]:
 
 
 def _compare_one(
-    ref_by_seed: BySeed, cell_by_seed: BySeed, confidence: float, n_resamples: int, seed: int | None,
-    permutations: int,
+    ref_by_seed: BySeed, cell_by_seed: BySeed, confidence: float, seed: int | None, permutations: int,
 ) -> dict[str, Any]:
     (ref_seeds, ref), (cell_seeds, cell) = ref_by_seed, cell_by_seed
     shared, in_ref, in_cell = np.intersect1d(ref_seeds, cell_seeds, return_indices=True)
@@ -296,10 +418,8 @@ def _compare_one(
     if ref.size and cell.size:
         res["mean_diff"] = res["mean_cell"] - res["mean_ref"]
         res["prob_improvement"] = prob_improvement(cell, ref)
-        if min(ref.size, cell.size) >= MIN_N_TEST and n_resamples > 0:
-            res["pi_ci_low"], res["pi_ci_high"] = bootstrap_ci(
-                cell, ref, stat=pi_statistic, confidence=confidence, n_resamples=n_resamples,
-                method="percentile", seed=seed)
+        if min(ref.size, cell.size) >= MIN_N_TEST:
+            res["pi_ci_low"], res["pi_ci_high"] = prob_improvement_ci(cell, ref, confidence)
     if paired:
         x, y = cell[in_cell], ref[in_ref]
         d = x - y
@@ -329,16 +449,9 @@ def _compare_one(
         ci = t.confidence_interval(confidence)
     res.update(diff_ci_low=float(ci.low), diff_ci_high=float(ci.high), statistic=float(t.statistic),
                df=float(t.df), t_p=float(t.pvalue))
-    if paired:
-        res.update(effect_size_kind="d_z", effect_size=float(_dz(d)))
-        if n >= MIN_N_BOOTSTRAP:
-            res["es_ci_low"], res["es_ci_high"] = bootstrap_ci(
-                d, stat=_dz, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    else:
-        res.update(effect_size_kind="hedges_g", effect_size=float(_hedges_g(x, y)))
-        if n >= MIN_N_BOOTSTRAP:
-            res["es_ci_low"], res["es_ci_high"] = bootstrap_ci(
-                x, y, stat=_hedges_g, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    res.update(effect_size_kind="d_z" if paired else "hedges_g",
+               effect_size=float(_dz(d) if paired else _hedges_g(x, y)))
+    res["es_ci_low"], res["es_ci_high"] = effect_size_ci(x, y, paired=paired, confidence=confidence)
     return res
 
 
@@ -358,7 +471,6 @@ def compare_to_reference(
     *,
     correction: str = "holm",
     confidence: float = 0.95,
-    n_resamples: int = 2000,
     seed: int | None = 0,
     phase: str | None = "replicate",
     min_effect: float = 0.01,
@@ -382,14 +494,19 @@ def compare_to_reference(
     - beside it, the classical t-test (``ttest_rel`` / Welch's ``ttest_ind``): ``statistic``,
       ``df``, ``t_p``, ``t_p_adj`` and the t interval of the difference in ``diff_ci_low`` /
       ``diff_ci_high`` — NaN when every difference is equal (the t statistic divides by a zero sd);
-    - effect size: Cohen's d_z (paired) or Hedges' g, with a BCa bootstrap CI from
-      ``MIN_N_BOOTSTRAP`` values (rough with a handful of seeds: about 86% coverage for a nominal
-      95% at n = 5 in simulation);
-    - rliable's **probability of improvement** P(cell > reference) over all pairs of runs, with a
-      percentile bootstrap CI resampling each cell's runs on their own (stratified by cell);
+    - effect size: Cohen's d_z (paired) or Hedges' g, with the exact noncentral-t interval of the
+      standardised difference (``effect_size_ci``) wherever the comparison is tested and has spread;
+    - rliable's **probability of improvement** P(cell > reference) over all pairs of runs, with
+      Newcombe's continuity-corrected score interval (``prob_improvement_ci``) from ``MIN_N_TEST``
+      runs a side;
     - a **power line**: the power now and the seeds that would detect a difference of
       ``min_effect`` with probability ``power`` (``power_line``), at ``power_alpha`` = α/m, the
-      threshold of Holm's first step over the m comparisons.
+      threshold of Holm's first step over the m comparisons that are tested (a comparison with too
+      few seeds has no p and takes no share of α).
+
+    ``seed`` seeds the Monte Carlo permutations (beyond ``permutations`` arrangements); every
+    interval is analytic. Coverage of each interval at the seed counts the report shows is measured
+    by ``benchmarks/bench_stats_calibration.py``.
 
     ``p_adj`` (and ``t_p_adj``) are corrected across the tested comparisons (statsmodels
     ``multipletests``, ``correction`` = ``"holm"``). ``mark``: ``***`` / ``**`` / ``*`` for
@@ -408,7 +525,7 @@ def compare_to_reference(
     for cid, label in labels.items():
         if cid == ref_id:
             continue
-        res = _compare_one(ref, values.get(cid, empty), confidence, n_resamples, seed, permutations)
+        res = _compare_one(ref, values.get(cid, empty), confidence, seed, permutations)
         rows.append({"cell_id": cid, "cell_label": label, "reference_id": ref_id, "reference_label": labels[ref_id],
                      **res})
     out = pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
@@ -421,7 +538,7 @@ def compare_to_reference(
     out["testable"] = out["testable"].fillna(False).astype(bool)
     out["paired"] = out["paired"].astype(bool)
     out["exact"] = out["exact"].fillna(False).astype(bool)
-    m = max(1, len(out))
+    m = max(1, int((out["testable"] & out["p"].notna()).sum()))  # Holm's m: the comparisons tested
     out["min_effect"] = float(min_effect)
     out["power_alpha"] = alpha / m
     lines = [power_line(r.sd_diff, int(r.n), min_effect, alpha / m, power, bool(r.paired))

@@ -34,7 +34,8 @@ __all__ = [
 MARKS = ((0.001, "***"), (0.01, "**"))
 
 
-#: Fewest observations for a bootstrap CI of an effect size or a CV.
+#: Fewest observations for a bootstrap CI of a CV (effect sizes have an exact interval from three:
+#: ``comparisons.effect_size_ci``).
 MIN_N_BOOTSTRAP = 4
 
 

@@ -89,27 +89,32 @@ reference_line = f"Reference: **{ref_label}**. α = {alpha:g}; intervals at {fmt
 if comparisons.empty:
     say(reference_line, "There is no other cell to compare with.")
 else:
-    show(acc.comparison_table(comparisons, confidence, conv), intro=[*acc.comparison_intro(comparisons, alpha),
+    show(acc.comparison_table(comparisons, confidence, conv, alpha), intro=[*acc.comparison_intro(comparisons, alpha),
                                                                      reference_line],
          name="comparisons", data=comparisons)
     for part in chunks(range(len(comparisons)), cells_per_figure):
         show_figure(acc.comparison_plot(comparisons.iloc[part], metric=metric, label_width=46, channels=channels),
                     name="comparisons")
+    tested = max(1, int(comparisons.testable.sum()))
     show(acc.power_table(comparisons, res.spec.stats.power), name="power", intro=(
         f"**Power line.** The power a t-test on this many seeds has to detect a difference of {fmt.num(effect)} "
         f"(the spec's `stats.min_effect`) given the spread observed, and the seeds that would reach "
-        f"{res.spec.stats.power:.0%} power (statsmodels), at α/{len(comparisons)} = "
-        f"{fmt.pval(comparisons.power_alpha.iloc[0])}, Holm's first threshold; never fewer than the exact test "
-        "needs to reach it at all."))
+        f"{res.spec.stats.power:.0%} power (statsmodels), at α/{tested} = "
+        f"{fmt.pval(comparisons.power_alpha.iloc[0], alpha)}, Holm's first threshold over the comparisons tested; "
+        "never fewer than the exact test needs to reach it at all."))
 
 # %% [markdown]
 # ## Few-run estimates
 #
-# Following rliable (Agarwal et al. 2021, *Deep RL at the edge of the statistical precipice*): interval
-# estimates by bootstrap over each cell's runs (stratified by cell), the interquartile mean (IQM, the
-# mean of the middle half of the runs, robust to one odd seed), and the probability that a run of the cell
-# beats a run of the reference, P(cell > reference), with its interval. Intervals need three runs. Beside
-# the tests above, not instead of them.
+# Following rliable (Agarwal et al. 2021, *Deep RL at the edge of the statistical precipice*): the mean,
+# the interquartile mean (IQM: the mean of the middle half of the runs, a quarter cut from each end) and
+# the probability that a run of the cell beats a run of the reference, P(cell > reference), each with an
+# interval that covers at a handful of seeds (rliable's percentile bootstrap does not): the t interval of
+# the mean, a trimmed-t interval of the IQM, and Newcombe's score interval of P(cell > reference). From
+# four runs the IQM drops the highest and the lowest, so one odd seed moves it little; below four it trims
+# nothing and is the mean, which the table says. The band of the performance profiles is an exact
+# (Clopper–Pearson) interval at each τ. Intervals need three runs. Beside the tests above, not instead of
+# them.
 
 # %%
 few = stats.few_run_estimates(trials, metric, ref_id, confidence)

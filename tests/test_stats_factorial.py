@@ -1,0 +1,138 @@
+"""Marginal means, main effects, interactions and the factorial ANOVA (``ablate.stats.factorial``) on
+constructed data and on a real partial study."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from frames import METRIC, A, B, factorial, set_status
+from scipy import stats as sps
+
+from ablate import stats
+
+
+def test_main_effects_are_unweighted_marginal_means_with_ci():
+    trials = factorial(effect_a=0.05, seeds=4, sd=0.01, rng=np.random.default_rng(2))
+    eff = stats.main_effects(trials, METRIC, [A, B])
+    assert eff["factor"].tolist() == [A, A, B, B, B]
+    assert eff["level"].tolist() == ["rotation", "diagonal", "xi", "none", "layer"]
+    cell_means = trials.groupby("cell_id", sort=False)[METRIC].mean()
+    rot = eff.set_index(["factor", "level"]).loc[(A, "rotation")]
+    assert rot["mean"] == pytest.approx(cell_means[["rotation-xi", "rotation-none", "rotation-layer"]].mean())
+    assert rot["n_cells"] == 3 and rot["n"] == 12 and rot["df"] == 24 - 6
+    resid = trials[METRIC] - trials.groupby("cell_id")[METRIC].transform("mean")
+    mse = (resid**2).sum() / 18
+    se = np.sqrt(mse * 3 / 4) / 3
+    assert rot["se"] == pytest.approx(se)
+    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.975, 18) * se)
+    a = eff[eff["factor"] == A].set_index("level")
+    assert a.loc["diagonal", "ci_low"] > a.loc["rotation", "ci_high"]  # the planted effect shows
+
+
+def test_marginal_means_are_not_tilted_by_unbalanced_cells():
+    trials = factorial(effect_b=0.1, seeds=6, sd=0.0)
+    trials = set_status(trials, "rotation-layer", [1, 2, 3, 4, 5], "pending")  # 1 run left there
+    eff = stats.main_effects(trials, METRIC, [A]).set_index("level")
+    assert eff.loc["rotation", "mean"] == pytest.approx(eff.loc["diagonal", "mean"])
+    assert eff.loc["rotation", "mean_runs"] < eff.loc["rotation", "mean"]  # the naive mean is tilted
+
+
+def test_interaction_table_long_and_wide():
+    trials = factorial(effect_a=0.05, effect_b=0.01, seeds=3, sd=0.0)
+    long = stats.interaction_table(trials, METRIC, A, B)
+    assert len(long) == 6 and {A, B, "mean", "ci_low", "ci_high", "n"} <= set(long.columns)
+    wide = stats.interaction_table(trials, METRIC, A, B, wide=True)
+    assert wide.index.tolist() == ["rotation", "diagonal"] and wide.columns.tolist() == [
+        "xi",
+        "none",
+        "layer",
+    ]
+    assert wide.loc["diagonal", "layer"] == pytest.approx(0.8 + 0.05 + 0.02)
+
+
+def test_is_full_factorial():
+    trials = factorial(seeds=2)
+    assert stats.is_full_factorial(trials, [A, B])
+    assert stats.is_full_factorial(trials, [A])
+    partial = trials[trials["cell_id"] != "diagonal-none"]
+    assert not stats.is_full_factorial(partial, [A, B])
+    pending = set_status(trials, "diagonal-none", [0, 1], "pending")
+    assert stats.is_full_factorial(pending, [A, B])
+    assert not stats.is_full_factorial(pending, [A, B], metric=METRIC)
+    assert not stats.is_full_factorial(trials, [])
+
+
+def test_anova_detects_planted_main_effect_and_no_spurious_interaction():
+    trials = factorial(effect_a=0.03, seeds=4, sd=0.01, rng=np.random.default_rng(4))
+    table = stats.anova(trials, METRIC, [A, B]).set_index("term")
+    assert table.index.tolist() == [A, B, f"{A} × {B}", "Residual"]
+    assert table.loc[A, "p"] < 1e-3 and table.loc[A, "mark"] == "***"
+    assert table.loc[B, "p"] > 0.05 and table.loc[f"{A} × {B}", "p"] > 0.05
+    assert table.loc["Residual", "df"] == 24 - 6
+    assert table.loc[A, "eta_sq_partial"] > 0.5
+    # Type II sums of squares in a balanced design equal the classical ones.
+    grand = trials[METRIC].mean()
+    ss_a = sum(12 * (g.mean() - grand) ** 2 for _, g in trials.groupby(A)[METRIC])
+    assert table.loc[A, "sum_sq"] == pytest.approx(ss_a)
+
+
+def test_anova_finds_a_planted_interaction():
+    trials = factorial(interaction=0.03, seeds=4, sd=0.01, rng=np.random.default_rng(8))
+    table = stats.anova(trials, METRIC, [A, B]).set_index("term")
+    assert table.loc[f"{A} × {B}", "p"] < 0.001
+
+
+def test_anova_false_positive_rate_for_the_interaction():
+    rng = np.random.default_rng(99)
+    hits = sum(
+        stats.anova(factorial(effect_a=0.02, seeds=3, rng=rng), METRIC, [A, B])
+        .set_index("term")
+        .loc[f"{A} × {B}", "p"]
+        < 0.05
+        for _ in range(100)
+    )
+    assert hits <= sps.binom.ppf(0.999, 100, 0.05)
+
+
+def test_anova_refuses_designs_it_does_not_fit():
+    trials = factorial(seeds=3)
+    with pytest.raises(stats.AnovaNotApplicable, match="fewer than two levels"):
+        stats.anova(trials[trials[A] == "rotation"], METRIC, [A, B])
+    with pytest.raises(stats.AnovaNotApplicable, match="full factorial"):
+        stats.anova(set_status(trials, "diagonal-xi", [0, 1, 2], "pending"), METRIC, [A, B])
+    with pytest.raises(stats.AnovaNotApplicable, match="replication"):
+        stats.anova(factorial(seeds=1), METRIC, [A, B])
+    ok, why = stats.anova_applicable(trials[trials[A] == "rotation"], METRIC, [A, B])
+    assert not ok and A in why
+
+
+def test_full_grid_levels_iterate_in_spec_order():
+    trials = factorial(seeds=2)
+    combos = list(itertools.product(["rotation", "diagonal"], ["xi", "none", "layer"]))
+    long = stats.interaction_table(trials, METRIC, A, B)
+    assert list(zip(long[A], long[B], strict=True)) == combos
+
+
+# --- on a real partial study (tests/real_studies.py) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def res(accuracy_study):
+    import real_studies as studies
+
+    return studies.load(accuracy_study, studies.ACCURACY_NAME, curves=False, metrics=True)
+
+
+def test_anova_on_the_levels_with_results(res):
+    trials = res.trials.to_pandas()
+    factors = ["model.normalisation", "model.layers"]
+    ok, why = stats.anova_applicable(trials, "test_accuracy", factors)
+    assert not ok and "full factorial" in why
+    subset, dropped = stats.anova_on_finished_levels(trials, "test_accuracy", factors)
+    assert dropped == {"model.normalisation": ["none"]}
+    table = stats.anova(subset, "test_accuracy", factors)
+    assert list(table.term) == ["model.normalisation", "model.layers", "model.normalisation × model.layers",
+                                "Residual"]
+    assert table.loc[table.term == "Residual", "df"].item() == 7 - 4
