@@ -1,28 +1,55 @@
-"""Calibration of the accuracy report's comparisons on null studies (no effect anywhere).
+"""Calibration of the accuracy report's statistics, printed: the tests under the null, the coverage of
+every interval the report labels 95%, and the convergence flag.
 
-    python benchmarks/bench_stats_calibration.py [--studies 400] [--alpha 0.05] [--seed 2024]
+    python benchmarks/bench_stats_calibration.py [--studies 200] [--coverage-studies 40] [--runs 2000]
+        [--alpha 0.05] [--seed 2024] [--parts null,coverage,convergence] [--noise-from HOME] [--before]
 
-Each null study is a reference and three other cells with the same true accuracy, compared by
-``ablate.stats.compare_to_reference`` exactly as the report does. Per setting it prints the
-false-positive rate per comparison (uncorrected p < α, over 3 × studies comparisons) and
-family-wise (any comparison significant after Holm, over the studies), for the report's test
-(the exact permutation test), for the t-test it prints beside it, and for the t-test the report
-used before (from two seeds on, zero spread giving p = 0), with the share of comparisons that
-were not tested (too few seeds), and a 99.9% binomial band around α for the reader.
+**Null false-positive rates.** Each null study is a reference and three other cells with the same
+true accuracy, compared by ``ablate.stats.compare_to_reference`` exactly as the report does. Per
+setting it prints the false-positive rate per comparison (uncorrected p < α, over 3 × studies
+comparisons) and family-wise (any comparison significant after Holm, over the studies), for the
+report's test (the exact permutation test), for the t-test it prints beside it, and for the t-test
+the report used before (from two seeds on, zero spread giving p = 0), with the share of comparisons
+that were not tested (too few seeds), and a 99.9% binomial band around α. Settings: paired seeds
+(each seed shifts every cell alike, as a shared data order does) with 2, 3, 5 and 8 seeds; unpaired
+5 vs 5 runs; and *discrete* accuracies — each run's accuracy is the share of a 200-example test set
+it gets right, so ties between runs are common. A valid test stays at or below α; one far below α
+cannot detect anything there (its smallest p is above α).
 
-Settings: paired seeds (each seed shifts every cell alike, as a shared data order does) with 2, 3,
-5 and 8 seeds; unpaired 5 vs 5 runs; and *discrete* accuracies — each run's accuracy is the share
-of a 200-example test set it gets right, so ties between runs are common — with 2 and 5 seeds,
-where the t-test's zero-variance p of 0 used to appear. A valid test stays at or below α; one
-that is far below α at a setting cannot detect anything there (its smallest p is above α).
+**Coverage.** Simulated studies of realistic seed-to-seed spread — a 2 × 2 × 2 factorial of eight
+cells around accuracies 0.6–0.8, run-to-run sd 0.01–0.03, in three settings: paired seeds with a
+shared seed effect; the same with each run's accuracy a binomial share of a 1,000-example test set;
+unpaired runs — analysed by the functions the report's notebook calls (``cell_summary``,
+``compare_to_reference``, ``few_run_estimates``, ``performance_profile``, ``main_effects``). Each
+interval's coverage is the share of the intervals the report would print that contain the true
+value (from the simulation's parameters, or from a million draws of it where no closed form
+exists), at every seed count the report shows it for, with the 99.9% binomial band around 95% for
+that many intervals. The report's rule: at least 0.93 at 5 and 8 seeds, never below 0.90. An
+entry in parentheses is the share of intervals the report prints at all (the rest are ``—``, e.g.
+an IQM whose middle runs tie). ``--before`` adds the intervals the report printed before
+(percentile bootstrap of the mean, the IQM and P(improvement); BCa bootstrap of the effect sizes).
+
+**Convergence flag.** ``ablate.stats.convergence.last_fifth`` on simulated validation curves at
+the passes a real trial makes (``ablate.schedule.Schedule``: one at the last fifth's boundary and
+at least six in the window), for three budgets: a flat run (flagged "still improving" at most 5% of
+the time, the test's level) and a run still gaining one point (0.01) over the last fifth (flagged
+at least 90% of the time where its noise allows), with independent and AR(1)-correlated
+pass-to-pass noise at several sizes, among them the residual sd measured on a finished quickstart
+study's last fifths (``--noise-from`` its home, default the quickstart store found from here). The
+last column is the most any 5%-level test of a rise could flag with that noise: the one-sided z
+test on the fitted slope with the noise known. Rates only: no timings.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import time
+import itertools
+import math
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -32,6 +59,12 @@ from ablate import stats
 
 CELLS = ("base", "a", "b", "c")
 METRIC = "test_accuracy"
+LEVEL = 0.95
+#: The report's coverage rule: at least this at 5 and 8 seeds, and never below the floor.
+REQUIRED, REQUIRED_AT, FLOOR = 0.93, (5, 8), 0.90
+
+
+# --- null false-positive rates ------------------------------------------------------------------
 
 
 def null_trials(rng: np.random.Generator, seeds: int, paired: bool, test_size: int | None) -> pd.DataFrame:
@@ -72,8 +105,7 @@ def calibrate(studies: int, seeds: int, paired: bool, test_size: int | None, alp
     per = per_t = family = family_t = per_old = family_old = untested = 0
     p_min = np.nan
     for _ in range(studies):
-        cmp = stats.compare_to_reference(null_trials(rng, seeds, paired, test_size), METRIC, "base", alpha=alpha,
-                                         n_resamples=0)
+        cmp = stats.compare_to_reference(null_trials(rng, seeds, paired, test_size), METRIC, "base", alpha=alpha)
         per += int((cmp["p"] < alpha).sum())
         per_t += int((cmp["t_p"] < alpha).sum())
         family += bool(cmp["significant"].any())
@@ -89,40 +121,437 @@ def calibrate(studies: int, seeds: int, paired: bool, test_size: int | None, alp
             "untested": untested / (k * studies), "p_min": p_min}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--studies", type=int, default=400)
-    parser.add_argument("--alpha", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=2024)
-    args = parser.parse_args()
+def null_tables(studies: int, alpha: float, rng: np.random.Generator) -> None:
     settings = [("paired", 2, None), ("paired", 3, None), ("paired", 5, None), ("paired", 8, None),
                 ("unpaired", 5, None), ("paired, 200-example test set", 2, 200),
                 ("paired, 200-example test set", 5, 200), ("paired, 200-example test set", 8, 200)]
     k = len(CELLS) - 1
-    lo, hi = sps.binom.interval(0.999, k * args.studies, args.alpha)
-    flo, fhi = sps.binom.interval(0.999, args.studies, args.alpha)
-    print(f"{args.studies} null studies per setting (reference + {k} cells, no effect), α = {args.alpha:g}; "
-          f"99.9% band around α: per comparison [{lo / (k * args.studies):.3f}, {hi / (k * args.studies):.3f}], "
-          f"family-wise [{flo / args.studies:.3f}, {fhi / args.studies:.3f}]")
+    lo, hi = sps.binom.interval(0.999, k * studies, alpha)
+    flo, fhi = sps.binom.interval(0.999, studies, alpha)
+    print(f"NULL FALSE-POSITIVE RATES: {studies} null studies per setting (reference + {k} cells, no effect), "
+          f"α = {alpha:g}; 99.9% band around α: per comparison [{lo / (k * studies):.3f}, {hi / (k * studies):.3f}], "
+          f"family-wise [{flo / studies:.3f}, {fhi / studies:.3f}]")
     print()
     header = (f"{'setting':<32}{'seeds':>6}{'untested':>10}{'smallest p':>12}{'exact: per':>12}{'family':>8}"
-              f"{'t beside: per':>15}{'family':>8}{'t before: per':>15}{'family':>8}{'s':>6}")
+              f"{'t beside: per':>15}{'family':>8}{'t before: per':>15}{'family':>8}")
     print(header)
     print("-" * len(header))
-    rng = np.random.default_rng(args.seed)
-    gc.freeze()  # statsmodels' Holm runs gc.collect() on each call: keep the long-lived heap out of it
     for name, seeds, test_size in settings:
-        start = time.perf_counter()
-        r = calibrate(args.studies, seeds, name.startswith("paired"), test_size, args.alpha, rng)
+        r = calibrate(studies, seeds, name.startswith("paired"), test_size, alpha, rng)
         p_min = "—" if np.isnan(r["p_min"]) else f"{r['p_min']:.4f}"
         print(f"{name:<32}{seeds:>6}{r['untested']:>10.0%}{p_min:>12}{r['per']:>12.3f}{r['family']:>8.3f}"
-              f"{r['per_t']:>15.3f}{r['family_t']:>8.3f}{r['per_old']:>15.3f}{r['family_old']:>8.3f}"
-              f"{time.perf_counter() - start:>6.1f}")
+              f"{r['per_t']:>15.3f}{r['family_t']:>8.3f}{r['per_old']:>15.3f}{r['family_old']:>8.3f}")
     print()
     print("per: share of comparisons with uncorrected p < α; family: share of studies with any comparison "
           "significant after Holm. exact: the report's test; t beside: the t-test the report prints beside it "
           "(from 3 seeds); t before: the t-test the report used before, from 2 seeds, a zero spread giving p = 0. "
           "Untested comparisons (fewer than 3 seeds) count as not significant.")
+
+
+# --- coverage of the report's 95% intervals -----------------------------------------------------
+
+FACTORS = ("model.a", "model.b", "model.c")
+#: True effects of the factorial's factors (accuracy points as fractions) and of a × b: differences
+#: from none to about two run-to-run sds, so the intervals are checked away from zero too.
+EFFECTS = {"model.a": 0.01, "model.b": -0.02, "model.c": 0.0}
+INTERACTION = 0.01
+SEED_COUNTS = (3, 4, 5, 6, 8)
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    base: float  # the reference cell's accuracy
+    sd: float  # run-to-run sd within a cell (beyond the shared seed effect)
+    seed_sd: float  # sd of the effect a seed has on every cell alike (0: unpaired, no shared seeds)
+    test_size: int | None  # each accuracy a binomial share of this many examples, or exact
+    paired: bool
+
+
+SETTINGS = (
+    Setting("paired, sd 0.02 + seed 0.01", 0.70, 0.02, 0.01, None, True),
+    Setting("paired, sd 0.01 + seed 0.01, 1,000-example test set", 0.80, 0.01, 0.01, 1000, True),
+    Setting("unpaired, sd 0.03", 0.60, 0.03, 0.0, None, False),
+)
+
+
+def _cells() -> list[tuple[str, dict[str, str], float]]:
+    """(cell id, levels, true probability of a correct answer before noise) of the 2 × 2 × 2 factorial."""
+    out = []
+    for levels in itertools.product((0, 1), repeat=len(FACTORS)):
+        mu = sum(EFFECTS[f] * lv for f, lv in zip(FACTORS, levels, strict=True)) + INTERACTION * levels[0] * levels[1]
+        cid = "".join(map(str, levels))
+        out.append((cid, {f: f"l{lv}" for f, lv in zip(FACTORS, levels, strict=True)}, mu))
+    return out
+
+
+def _draw(setting: Setting, mu: float, shared: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    p = setting.base + mu + shared + rng.normal(0.0, setting.sd, shared.shape)
+    if setting.test_size:
+        return rng.binomial(setting.test_size, np.clip(p, 0.0, 1.0)) / setting.test_size
+    return p
+
+
+def study_trials(setting: Setting, seeds: int, rng: np.random.Generator) -> pd.DataFrame:
+    """One simulated study of the factorial: ``seeds`` runs per cell (shared seeds when paired)."""
+    cells = _cells()
+    seed_effect = rng.normal(0.0, setting.seed_sd, seeds) if setting.paired else np.zeros(seeds)
+    rows = []
+    for k, (cid, levels, mu) in enumerate(cells):
+        values = _draw(setting, mu, seed_effect if setting.paired else np.zeros(seeds), rng)
+        label = ", ".join(f"{f.split('.')[-1]}={lv}" for f, lv in levels.items())
+        for s, v in enumerate(values):
+            rows.append({"cell_id": cid, "cell_label": label, "seed": s if setting.paired else 100 * k + s,
+                         "phase": "replicate", "status": "complete", METRIC: float(v), **levels})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class Truth:
+    """What each interval estimates, for one setting: per cell the mean, the IQM, the share of runs
+    above the profile's τ; per comparison the difference, the standardised difference and P(improvement);
+    per factor level the marginal mean."""
+
+    mean: dict[str, float]
+    iqm: dict[str, float]
+    above: dict[str, np.ndarray]
+    taus: np.ndarray
+    diff: dict[str, float]
+    std_diff: dict[str, float]
+    pi: dict[str, float]
+    marginal: dict[tuple[str, str], float]
+
+
+def truth_of(setting: Setting, draws: int, rng: np.random.Generator) -> Truth:
+    """The true values: in closed form where they are exact — means, differences, marginal means and
+    standardised differences, from the run variance σ² + τ² + E[p(1 − p)]/N (a paired difference's
+    from 2σ² and both cells' binomial terms, the seed effect τ cancelling) — and from ``draws``
+    independent runs per cell where not (the IQM, P(improvement) and the profile's shares of
+    binomial shares); their Monte Carlo error is far below any interval's width."""
+    cells = _cells()
+    ref, (_, _, mu_ref) = cells[0][0], cells[0]
+    v_seed = setting.sd**2 + setting.seed_sd**2
+
+    def binomial(m: float) -> float:  # E[p(1 − p)]/N: the test set's own variance of one run
+        return (m * (1 - m) - v_seed) / setting.test_size if setting.test_size else 0.0
+
+    mean = {cid: setting.base + mu for cid, _, mu in cells}
+    big = {cid: _draw(setting, mu, rng.normal(0.0, setting.seed_sd, draws), rng) for cid, _, mu in cells}
+    taus = np.quantile(big[ref], [0.25, 0.5, 0.75])
+    diff, std_diff, pi = {}, {}, {}
+    for cid, _, mu in cells[1:]:
+        diff[cid] = mu - mu_ref
+        if setting.paired:
+            var = 2 * setting.sd**2 + binomial(mean[cid]) + binomial(mean[ref])
+        else:
+            var = v_seed + (binomial(mean[cid]) + binomial(mean[ref])) / 2
+        std_diff[cid] = diff[cid] / math.sqrt(var)
+        x, y = big[cid], big[ref]  # drawn with their own seed effects: runs of different seeds
+        pi[cid] = float(np.mean(x > y) + 0.5 * np.mean(x == y))
+    marginal = {(f, lv): float(np.mean([mean[cid] for cid, levels, _ in cells if levels[f] == lv]))
+                for f in FACTORS for lv in ("l0", "l1")}
+    return Truth(mean=mean, iqm={cid: float(stats.iqm(v)) for cid, v in big.items()},
+                 above={cid: (v[:, None] > taus[None, :]).mean(axis=0) for cid, v in big.items()}, taus=taus,
+                 diff=diff, std_diff=std_diff, pi=pi, marginal=marginal)
+
+
+class Tally:
+    """Per (interval, seed count): intervals the report would print, and how many covered."""
+
+    def __init__(self) -> None:
+        self.shown: dict[tuple[str, int], int] = {}
+        self.hit: dict[tuple[str, int], int] = {}
+        self.asked: dict[tuple[str, int], int] = {}
+
+    def add(self, name: str, n: int, low: Any, high: Any, truth: Any) -> None:
+        low, high, truth = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (low, high, truth))
+        shown = np.isfinite(low) & np.isfinite(high)
+        key = (name, n)
+        self.asked[key] = self.asked.get(key, 0) + int(low.size)
+        self.shown[key] = self.shown.get(key, 0) + int(shown.sum())
+        self.hit[key] = self.hit.get(key, 0) + int((shown & (low <= truth) & (truth <= high)).sum())
+
+
+INTERVALS = (
+    # name, what the report prints it as, from how many seeds
+    ("cell mean: t", "per-cell table and figure: mean [95% CI]", 2),
+    ("Δ vs reference: t", "comparisons: Δ [95% CI], paired t or Welch", 3),
+    ("effect size: noncentral t", "comparisons: d_z or g [95% CI]", 3),
+    ("few-run mean: t", "few-run: mean [95% t CI]", 3),
+    ("few-run IQM: trimmed t", "few-run: IQM [95% trimmed-t CI]", 4),
+    ("P(improvement): Newcombe", "few-run: P(cell > reference) [95% Newcombe CI]", 3),
+    ("profile band: Clopper–Pearson", "profiles: 95% band at τ = reference quartiles", 3),
+    ("marginal mean: t (pooled)", "main effects: marginal mean [95% CI]", 2),
+)
+BEFORE = (
+    ("before: mean, percentile bootstrap", 3),
+    ("before: IQM, percentile bootstrap", 3),
+    ("before: P(improvement), percentile", 3),
+    ("before: effect size, BCa bootstrap", 4),
+)
+
+
+def score_study(trials: pd.DataFrame, truth: Truth, n: int, tally: Tally, before: bool) -> None:
+    """The report's intervals of one study, against the truth (the calls of the accuracy notebook)."""
+    ref = _cells()[0][0]
+    summary = stats.cell_summary(trials, METRIC, None, confidence=LEVEL)
+    tally.add("cell mean: t", n, summary["ci_low"], summary["ci_high"], summary["cell_id"].map(truth.mean))
+    comp = stats.compare_to_reference(trials, METRIC, ref, confidence=LEVEL)
+    tested = comp[comp["testable"]]
+    tally.add("Δ vs reference: t", n, tested["diff_ci_low"], tested["diff_ci_high"],
+              tested["cell_id"].map(truth.diff))
+    tally.add("effect size: noncentral t", n, tested["es_ci_low"], tested["es_ci_high"],
+              tested["cell_id"].map(truth.std_diff))
+    few = stats.few_run_estimates(trials, METRIC, ref, LEVEL)
+    tally.add("few-run mean: t", n, few["mean_ci_low"], few["mean_ci_high"], few["cell_id"].map(truth.mean))
+    if n >= stats.IQM_MIN_N:
+        tally.add("few-run IQM: trimmed t", n, few["iqm_ci_low"], few["iqm_ci_high"], few["cell_id"].map(truth.iqm))
+    others = few[few["cell_id"] != ref]
+    tally.add("P(improvement): Newcombe", n, others["pi_ci_low"], others["pi_ci_high"], others["cell_id"].map(truth.pi))
+    prof = stats.performance_profile(trials, METRIC, taus=truth.taus, confidence=LEVEL)
+    for cid, part in prof.groupby("cell_id", sort=False):
+        tally.add("profile band: Clopper–Pearson", n, part["ci_low"], part["ci_high"], truth.above[cid])
+    effects = stats.main_effects(trials, METRIC, list(FACTORS), LEVEL)
+    tally.add("marginal mean: t (pooled)", n, effects["ci_low"], effects["ci_high"],
+              [truth.marginal[(f, lv)] for f, lv in zip(effects["factor"], effects["level"], strict=True)])
+    if before:
+        score_before(trials, comp, truth, n, tally, ref)
+
+
+def score_before(trials: pd.DataFrame, comp: pd.DataFrame, truth: Truth, n: int, tally: Tally, ref: str) -> None:
+    """The intervals the report printed before: rliable's percentile bootstrap (2,000 resamples) of
+    the mean, the IQM and P(improvement), and the BCa bootstrap of d_z / g from four seeds."""
+    from ablate.stats.comparisons import pi_statistic
+
+    values = {cid: g[METRIC].to_numpy(float) for cid, g in trials.groupby("cell_id", sort=False)}
+    for cid, x in values.items():
+        tally.add("before: mean, percentile bootstrap", n,
+                  *stats.bootstrap_ci(x, stat=np.mean, method="percentile"), truth.mean[cid])
+        tally.add("before: IQM, percentile bootstrap", n,
+                  *stats.bootstrap_ci(x, stat=stats.iqm, method="percentile"), truth.iqm[cid])
+        if cid != ref:
+            tally.add("before: P(improvement), percentile", n,
+                      *stats.bootstrap_ci(x, values[ref], stat=pi_statistic, method="percentile"), truth.pi[cid])
+    if n < stats.MIN_N_BOOTSTRAP:
+        return
+    for r in comp[comp["testable"]].itertuples():
+        x, y = values[r.cell_id], values[ref]
+        if r.paired:
+            def dz(d: np.ndarray, axis: int = -1) -> np.ndarray:
+                return np.mean(d, axis=axis) / np.std(d, axis=axis, ddof=1)
+            low, high = stats.bootstrap_ci(x - y, stat=dz)
+        else:
+            def g(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+                na, nb = a.shape[axis], b.shape[axis]
+                pooled = np.sqrt(((na - 1) * np.var(a, axis=axis, ddof=1) + (nb - 1) * np.var(b, axis=axis, ddof=1))
+                                 / (na + nb - 2))
+                return (np.mean(a, axis=axis) - np.mean(b, axis=axis)) / pooled * (1 - 3 / (4 * (na + nb) - 9))
+            low, high = stats.bootstrap_ci(x, y, stat=g)
+        tally.add("before: effect size, BCa bootstrap", n, low, high, truth.std_diff[r.cell_id])
+
+
+def coverage_tables(studies: int, rng: np.random.Generator, before: bool) -> list[str]:
+    """Print one coverage table per setting; return the entries that miss the report's rule."""
+    misses = []
+    rows = [(name, what, first) for name, what, first in INTERVALS]
+    if before:
+        rows += [(name, "(no longer printed)", first) for name, first in BEFORE]
+    print(f"COVERAGE of every interval the accuracy report labels 95%: {studies} simulated studies per setting and "
+          f"seed count, each a 2 × 2 × 2 factorial of 8 cells (factor effects {', '.join(f'{v:+g}' for v in EFFECTS.values())}"
+          f", a × b {INTERACTION:+g}). Rule: ≥ {REQUIRED} at {' and '.join(map(str, REQUIRED_AT))} seeds, never below "
+          f"{FLOOR}. Band: the 99.9% binomial band around 0.95 for that row's intervals at 5 seeds.")
+    for setting in SETTINGS:
+        truth = truth_of(setting, 1_000_000, rng)
+        tally = Tally()
+        for n in SEED_COUNTS:
+            for _ in range(studies):
+                score_study(study_trials(setting, n, rng), truth, n, tally, before)
+        print()
+        print(f"{setting.name} (reference accuracy {setting.base:g})")
+        head = f"{'interval':<38}" + "".join(f"{f'{n} seeds':>14}" for n in SEED_COUNTS) + f"{'band':>16}  printed as"
+        print(head)
+        print("-" * (len(head) + 40))
+        for name, what, first in rows:
+            cells = []
+            for n in SEED_COUNTS:
+                key = (name, n)
+                if n < first or not tally.shown.get(key):
+                    cells.append(f"{'—':>14}")
+                    continue
+                rate = tally.hit[key] / tally.shown[key]
+                printed = tally.shown[key] / tally.asked[key]
+                text = f"{rate:.3f}" + ("" if printed > 0.995 else f" ({printed:.0%})")
+                cells.append(f"{text:>14}")
+                if not name.startswith("before") and (rate < FLOOR or (n in REQUIRED_AT and rate < REQUIRED)):
+                    misses.append(f"{setting.name}: {name} at {n} seeds covers {rate:.3f}")
+            k = tally.shown.get((name, 5), 0)
+            band = sps.binom.interval(0.999, k, LEVEL) if k else (np.nan, np.nan)
+            band_text = f"[{band[0] / k:.3f}, {band[1] / k:.3f}]" if k else "—"
+            print(f"{name:<38}" + "".join(cells) + f"{band_text:>16}  {what}")
+    print()
+    print("Each entry: the share of printed intervals that contain the true value; in parentheses, where not every "
+          "interval is printed, the share that is (— in the report otherwise). — in a column: the report does not "
+          "show that interval at that seed count (the IQM trims nothing below 4 runs and is the mean there).")
+    return misses
+
+
+# --- the convergence flag ------------------------------------------------------------------------
+
+#: (steps, eval_every) of the budgets simulated: the quickstart's, and two longer runs.
+BUDGETS = ((300, 50), (4000, 200), (8000, 100))
+GAIN = 0.01  # a run still gaining one point over the last fifth
+AR_PHI = 0.5
+
+
+def window_passes(steps: int, eval_every: int) -> np.ndarray:
+    """The steps of a trial's validation passes inside its last fifth, as ``Schedule`` places them."""
+    from ablate.schedule import Schedule, window_start
+
+    sched = Schedule(steps, eval_every, log_every=25)
+    start = window_start(steps)
+    return np.array([s for s in range(start, steps + 1) if sched.validates(s) or sched.checks(s) or s == steps],
+                    dtype=float)
+
+
+def measured_noise(home: str | None) -> tuple[float, float, float, int] | None:
+    """(median residual sd, median lag-1 autocorrelation of the residuals, sd implied by the median
+    recorded ``val_gain_se``, runs) of the last fifths of a finished quickstart study's replicate runs:
+    the residuals of its validation accuracy around a line through the window's passes."""
+    from ablate import results
+    from ablate.schedule import window_start
+
+    try:
+        res = results.load("quickstart", home=home, curves=False, metrics=True)
+    except Exception as exc:  # a machine without the study: say so, simulate the fixed levels only
+        print(f"(no quickstart study to measure the noise from: {type(exc).__name__}: {exc})")
+        return None
+    trials = res.trials.to_pandas()
+    metrics = res.metrics.to_pandas()
+    curves = metrics[(metrics["name"] == "val/accuracy") & (metrics["phase"] == "replicate")]
+    sds, phis, implied = [], [], []
+    for (cid, seed), run in curves.groupby(["cell_id", "seed"]):
+        steps = int(trials.loc[(trials.cell_id == cid) & (trials.seed == seed), "steps"].iloc[0])
+        window = run[run["step"] >= window_start(steps)].sort_values("step")
+        x, y = window["step"].to_numpy(float), window["value"].to_numpy(float)
+        if x.size < 4:
+            continue
+        fit = np.polyfit(x, y, 1)
+        resid = y - np.polyval(fit, x)
+        sds.append(math.sqrt(float((resid**2).sum()) / (x.size - 2)))
+        phis.append(float(np.corrcoef(resid[:-1], resid[1:])[0, 1]) if resid.std() > 0 else 0.0)
+        se = trials.loc[(trials.cell_id == cid) & (trials.seed == seed), "val_gain_se"].iloc[0]
+        sxx = float(((x - x.mean()) ** 2).sum())
+        if np.isfinite(se):
+            implied.append(float(se) * math.sqrt(sxx) / (steps - window_start(steps)))
+    if not sds:
+        return None
+    return float(np.median(sds)), float(np.median(phis)), float(np.median(implied)), len(sds)
+
+
+def flag_rates(steps: int, eval_every: int, sd: float, phi: float, runs: int, rng: np.random.Generator
+               ) -> tuple[float, float, float, float]:
+    """(flat flagged, flat cell of 8 runs with any flagged, rising flagged, best 5%-level test's
+    power) for one budget and noise."""
+    from ablate.spec.models import TrainSpec
+    from ablate.stats.convergence import ALPHA, last_fifth
+
+    tol = TrainSpec.model_fields["converged_tol"].default
+    x = window_passes(steps, eval_every)
+    start = float(steps - steps // 5)
+    rise = GAIN * (x - start) / (steps - start)
+    noise = rng.normal(0.0, sd, (runs, x.size))
+    if phi:  # AR(1) across successive passes, stationary with the same marginal sd
+        for j in range(1, x.size):
+            noise[:, j] = phi * noise[:, j - 1] + math.sqrt(1 - phi**2) * noise[:, j]
+
+    def flagged(curve: np.ndarray) -> bool:
+        return last_fifth(list(zip(x.astype(int).tolist(), curve.tolist(), strict=True)), steps, True, tol)[
+            "converged"] is False
+
+    flat = np.array([flagged(0.7 + e) for e in noise])
+    rising = np.array([flagged(0.7 + rise + e) for e in noise])
+    cells = flat[: runs // 8 * 8].reshape(-1, 8).any(axis=1)
+    se_gain = sd * (steps - start) / math.sqrt(float(((x - x.mean()) ** 2).sum()))
+    best = float(sps.norm.cdf(GAIN / se_gain - sps.norm.ppf(1 - ALPHA)))
+    return float(flat.mean()), float(cells.mean()), float(rising.mean()), best
+
+
+def convergence_tables(runs: int, home: str | None, rng: np.random.Generator) -> list[str]:
+    print("CONVERGENCE FLAG (ablate.stats.convergence.last_fifth, tol = train.converged_tol's default): "
+          f"{runs} simulated runs per entry; a flat run, and one still gaining {GAIN:g} over the last fifth.")
+    for steps, every in BUDGETS:
+        passes = window_passes(steps, every)
+        print(f"  steps {steps}, eval_every {every}: {passes.size} passes in the last fifth "
+              f"({', '.join(str(int(s)) for s in passes[:8])}{' …' if passes.size > 8 else ''})")
+    noise = measured_noise(home)
+    sizes = [(f"{sd * 100:g} pt", sd) for sd in (0.001, 0.0025, 0.005, 0.01)]
+    if noise is not None:
+        sd, phi, implied, n_runs = noise
+        print(f"  measured on the quickstart's {n_runs} replicate runs: residual sd of the last fifth's passes around "
+              f"a line {sd:.4f} (median; {implied:.4f} from the recorded val_gain_se), lag-1 autocorrelation "
+              f"of the residuals {phi:+.2f}")
+        sizes.insert(0, (f"measured {sd * 100:.2f} pt", sd))
+    # Independent noise is what the trend test assumes (the rule); AR(1) noise is the robustness check.
+    levels = [(name, sd, 0.0) for name, sd in sizes]
+    levels += [(f"{name}, AR(1) φ {AR_PHI}", sd, AR_PHI) for name, sd in sizes if sd in (sizes[0][1], 0.0025, 0.01)]
+    lo, hi = sps.binom.interval(0.999, runs, 0.05)
+    print(f"  99.9% band around 5% for {runs} runs: [{lo / runs:.3f}, {hi / runs:.3f}]")
+    print()
+    head = f"{'pass-to-pass noise':<30}" + "".join(
+        f"{f'{s}/{e}: flat':>17}{'cell of 8':>10}{'rising':>8}{'best':>7}" for s, e in BUDGETS)
+    print(head)
+    print("-" * len(head))
+    misses = []
+    for name, sd, phi in levels:
+        text = f"{name:<30}"
+        for steps, every in BUDGETS:
+            flat, cell, rising, best = flag_rates(steps, every, sd, phi, runs, rng)
+            text += f"{flat:>17.3f}{cell:>10.3f}{rising:>8.3f}{best:>7.2f}"
+            if flat > hi / runs:
+                misses.append(f"{name}, {steps}/{every}: a flat run is flagged {flat:.3f}"
+                              + (" (robustness row: the test assumes independent noise)" if phi else ""))
+            if rising < 0.9 and best >= 0.9:
+                misses.append(f"{name}, {steps}/{every}: a rising run is flagged {rising:.3f} where a test could "
+                              f"reach {best:.2f}")
+        print(text)
+    print()
+    print("flat: share of flat runs flagged still improving (the test's level is 5%); cell of 8: share of 8-run cells "
+          "with any run flagged (what marks a cell †); rising: share of runs gaining one point over the last fifth "
+          "flagged; best: the power of the best 5%-level test of a rise with the noise known (one-sided z on the "
+          "fitted slope) — where it is below 0.90, no test can flag 90% of such runs from these passes.")
+    return misses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--studies", type=int, default=200, help="null studies per setting")
+    parser.add_argument("--coverage-studies", type=int, default=40, help="studies per setting and seed count")
+    parser.add_argument("--runs", type=int, default=2000, help="simulated runs per convergence entry")
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--parts", default="null,coverage,convergence")
+    parser.add_argument("--noise-from", default=None, help="home of a finished quickstart study (its .ablate)")
+    parser.add_argument("--before", action="store_true", help="also the intervals the report printed before")
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    rng = np.random.default_rng(args.seed)
+    gc.freeze()  # statsmodels' Holm runs gc.collect() on each call: keep the long-lived heap out of it
+    misses: list[str] = []
+    sections: list[tuple[str, Callable[[], Any]]] = [
+        ("null", lambda: null_tables(args.studies, args.alpha, rng)),
+        ("coverage", lambda: misses.extend(coverage_tables(args.coverage_studies, rng, args.before))),
+        ("convergence", lambda: misses.extend(convergence_tables(args.runs, args.noise_from, rng))),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, run in sections:
+            if name in parts:
+                run()
+                print()
+    if {"coverage", "convergence"} & parts:
+        print("Misses of the rules above:" if misses else "Every entry meets its rule.")
+        for m in misses:
+            print(f"  {m}")
 
 
 if __name__ == "__main__":
