@@ -76,7 +76,7 @@ def test_nothing_is_tested_below_three_seeds():
     comp = sn.compare(ps, norms, "c0", order)
     assert not comp["testable"].any() and comp["p"].isna().all() and not comp["significant"].any()
     anova, why = sn.factor_anova(ps, ["m.p"])
-    assert anova.empty and all("too few seeds" in w for w in why.values())
+    assert anova.empty and all(w.startswith("no ANOVA: too few seeds") for w in why.values())
 
 
 def test_over_seeds_both_sides_use_the_same_seeds():
@@ -156,3 +156,18 @@ def test_the_final_norm_is_the_whole_states_whatever_its_heads():
     four = pd.concat([curve_frame({"four": np.full((3, 1, 2), 1.0)}).assign(head=h) for h in range(4)])
     for df in (one, four):
         assert sn.per_seed(sn.layer_norms(df))["final_norm"].tolist() == pytest.approx([4.0] * 3)
+
+
+def test_a_measure_some_levels_cannot_have_is_analysed_on_the_levels_that_have_it():
+    """Over layers at one layer there is nothing: the depth ANOVA runs on the four-layer cells."""
+    rng = np.random.default_rng(9)
+    values, factors = {}, {}
+    for p in ("rotation", "complex"):
+        for layers in (1, 4):
+            values[f"{p}-{layers}"] = np.exp(0.2 * rng.standard_normal((4, layers, 5)))
+            factors[f"{p}-{layers}"] = {"model.parameterisation": p, "model.layers": str(layers)}
+    _, ps, _ = seeded(values, factors)
+    anova, why = sn.factor_anova(ps, ["model.parameterisation", "model.layers"])
+    assert set(anova.loc[anova["measure"] == "depth", "term"]) == {"model.parameterisation"}
+    assert why["depth"] == "ANOVA on the cells that have the measure only (model.layers = 4)"
+    assert "model.layers" in set(anova.loc[anova["measure"] == "training", "term"])

@@ -138,6 +138,11 @@ def _ratio_cell(r: pd.Series) -> str:
     return fmt.with_ci(r["ratio"], r["ratio_low"], r["ratio_high"], sig=True, unit="×")
 
 
+#: Why a variant can lack a measure.
+_NO_VALUE = {"training": "fewer than two probe steps", "depth": "one layer", "seeds": "one seed",
+             "final": "no probe"}
+
+
 def _verdict(r: pd.Series) -> str:
     if not r["testable"]:
         return fmt.verdict(None, few=f"too few seeds to test (n{fmt.NBSP}={fmt.NBSP}{int(r['n'])})")
@@ -195,7 +200,14 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
         words = MEASURE_WORDS[m]
         ref_row = table.index[table["cell_id"] == ref_id]
         ref_cell = cells[m][table.index.get_loc(ref_row[0])] if len(ref_row) else fmt.DASH
-        parts = [f"- **{words[:1].upper() + words[1:]}** ({VALUE_WORDS[m]}): {ref_label} {ref_cell}"]
+        head_words = f"- **{words[:1].upper() + words[1:]}** ({VALUE_WORDS[m]})"
+        if ref_cell == fmt.DASH:  # e.g. over layers with a one-layer reference: nothing to compare with it
+            listed = "; ".join(f"{table.loc[i, 'variant']} {cells[m][table.index.get_loc(i)]}"
+                               for i in table.index[[c != fmt.DASH for c in cells[m]]])
+            lines.append(f"{head_words}: the reference {ref_label} has no value ({_NO_VALUE[m]}), so nothing is "
+                         f"compared with it; the factor analysis below takes these: {listed}.")
+            continue
+        parts = [f"{head_words}: {ref_label} {ref_cell}"]
         for _, r in rows.iterrows():
             i = table.index.get_loc(table.index[table["cell_id"] == r["cell_id"]][0])
             value = cells[m][i].split(" [")[0]

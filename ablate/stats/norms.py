@@ -45,7 +45,7 @@ from statsmodels.stats.multitest import multipletests
 
 from ablate.stats.comparisons import COMPARISON_COLUMNS, MIN_N_TEST, compare_to_reference, power_line
 from ablate.stats.estimators import mark_for, t_interval
-from ablate.stats.factorial import AnovaNotApplicable, anova, anova_applicable
+from ablate.stats.factorial import AnovaNotApplicable, anova, anova_applicable, anova_on_finished_levels
 from ablate.stats.factorial import main_effects as factor_means
 from ablate.stats.selection import STANDARD_COLUMNS, infer_factors
 
@@ -388,25 +388,35 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
                  ) -> tuple[pd.DataFrame, dict[str, str]]:
     """Main effects and two-way interactions of ``factors`` on every measure's per-seed log value:
     ``stats.anova`` (type II, seeds as replicates) per measure, the p-values Holm-corrected across
-    every term of every measure (the report's factor screen is one family). Returns the terms
-    (``ANOVA_COLUMNS``, residual rows left out) and, per measure not analysed, why."""
+    every term of every measure (the report's factor screen is one family). A measure some levels
+    cannot have (over layers, at one layer) is analysed on the levels that have it. Returns the
+    terms (``ANOVA_COLUMNS``, residual rows left out) and, per measure analysed partly or not at
+    all, a sentence saying so."""
     varied = [f for f in factors if f in seeds.columns and seeds[f].nunique() > 1]
     rows, why = [], {}
     for m in MEASURES:
         col = COLUMN[m]
         if not varied:
-            why[m] = "no factor was varied"
+            why[m] = "no ANOVA: no factor was varied"
             continue
+        data, terms = seeds, varied
         ok, reason = anova_applicable(seeds, col, varied)
-        counts = seeds[np.isfinite(seeds[col].to_numpy(float))].groupby("cell_id").size()
+        if not ok:  # a measure some levels cannot have (over layers at one layer): the levels that have it
+            subset, dropped = anova_on_finished_levels(seeds, col, varied)
+            rest = [f for f in varied if subset[f].nunique() > 1]
+            if dropped and rest and anova_applicable(subset, col, rest)[0]:
+                data, terms, ok = subset, rest, True
+                kept = "; ".join(f"{f} = {', '.join(map(str, pd.unique(subset[f])))}" for f in varied if f not in rest)
+                why[m] = f"ANOVA on the cells that have the measure only ({kept})"
+        counts = data[np.isfinite(data[col].to_numpy(float))].groupby("cell_id").size()
         if ok and (counts.empty or int(counts.min()) < MIN_N_TEST):
             ok, reason = False, (f"too few seeds to test (a cell has {int(counts.min()) if len(counts) else 0}; "
                                  f"at least {MIN_N_TEST} are needed)")
         if not ok:
-            why[m] = reason
+            why[m] = f"no ANOVA: {reason}"
             continue
         try:
-            table = anova(seeds, col, varied, max_order=2)
+            table = anova(data, col, terms, max_order=2)
         except AnovaNotApplicable as exc:  # pragma: no cover - anova_applicable said yes
             why[m] = str(exc)
             continue

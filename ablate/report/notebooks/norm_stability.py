@@ -142,7 +142,7 @@ else:
             "**Table 3. ANOVA of the per-seed log values** (type II; F on the term's and the residual degrees "
             "of freedom)."))
     for m, why in anova_why.items():
-        say(f"- {ns.COLUMN_WORDS[m]}: no ANOVA — {why}.")
+        say(f"- {ns.COLUMN_WORDS[m]}: {why}.")
     if len(effects):
         show(ns.effects_table(effects, confidence), name="main-effects", data=effects, intro=(
             "**Table 4. Geometric marginal means per factor level**: exp of the unweighted mean of the cells' "
