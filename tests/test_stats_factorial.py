@@ -7,13 +7,15 @@ import itertools
 
 import numpy as np
 import pytest
-from frames import METRIC, A, B, factorial, set_status
+from frames import METRIC, A, B, factorial, make_trials, set_status
 from scipy import stats as sps
 
 from ablate import stats
 
 
 def test_main_effects_are_unweighted_marginal_means_with_ci():
+    """Every cell ran seeds 0–3: a level's interval is the t interval of its per-seed means over the
+    level's cells (a seed effect common to the cells does not average out of a marginal mean)."""
     trials = factorial(effect_a=0.05, seeds=4, sd=0.01, rng=np.random.default_rng(2))
     eff = stats.main_effects(trials, METRIC, [A, B])
     assert eff["factor"].tolist() == [A, A, B, B, B]
@@ -21,14 +23,26 @@ def test_main_effects_are_unweighted_marginal_means_with_ci():
     cell_means = trials.groupby("cell_id", sort=False)[METRIC].mean()
     rot = eff.set_index(["factor", "level"]).loc[(A, "rotation")]
     assert rot["mean"] == pytest.approx(cell_means[["rotation-xi", "rotation-none", "rotation-layer"]].mean())
-    assert rot["n_cells"] == 3 and rot["n"] == 12 and rot["df"] == 24 - 6
-    resid = trials[METRIC] - trials.groupby("cell_id")[METRIC].transform("mean")
-    mse = (resid**2).sum() / 18
-    se = np.sqrt(mse * 3 / 4) / 3
-    assert rot["se"] == pytest.approx(se)
-    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.975, 18) * se)
+    assert rot["n_cells"] == 3 and rot["n"] == 12 and rot["df"] == 3 and rot["interval"] == "seed-blocked t"
+    per_seed = trials[trials[A] == "rotation"].groupby("seed")[METRIC].mean()
+    est = stats.t_interval(per_seed)
+    assert (rot["ci_low"], rot["ci_high"]) == pytest.approx((est.ci_low, est.ci_high))
     a = eff[eff["factor"] == A].set_index("level")
     assert a.loc["diagonal", "ci_low"] > a.loc["rotation", "ci_high"]  # the planted effect shows
+
+
+def test_marginal_means_pool_the_within_cell_variance_when_seeds_are_each_cells_own():
+    rng = np.random.default_rng(2)
+    cells = {f"{a}-{b}": 0.8 + 0.05 * i for i, a in enumerate(["rotation", "diagonal"]) for b in ["xi", "none"]}
+    factors = {c: {A: c.split("-")[0], B: c.split("-")[1]} for c in cells}
+    seeds = {c: list(range(10 * i, 10 * i + 4)) for i, c in enumerate(cells)}  # no seed shared
+    trials = make_trials(cells, seeds, sd=0.01, rng=rng, factors=factors)
+    rot = stats.main_effects(trials, METRIC, [A]).set_index("level").loc["rotation"]
+    resid = trials[METRIC] - trials.groupby("cell_id")[METRIC].transform("mean")
+    mse = (resid**2).sum() / (16 - 4)
+    se = np.sqrt(mse * 2 / 4) / 2
+    assert rot["interval"] == "pooled t" and rot["df"] == 12 and rot["se"] == pytest.approx(se)
+    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.975, 12) * se)
 
 
 def test_marginal_means_are_not_tilted_by_unbalanced_cells():

@@ -74,6 +74,15 @@ def _cell_stats(done: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
+def _seed_means(runs: pd.DataFrame, metric: str) -> pd.Series | None:
+    """Seed → the mean of ``metric`` over the cells of ``runs``, when every cell there ran the
+    same two or more seeds once each (a seed-blocked design); else None."""
+    seeds = runs.groupby("cell_id", sort=False)["seed"].agg(lambda s: tuple(sorted(s)))
+    if seeds.empty or seeds.nunique() != 1 or len(seeds.iloc[0]) < 2 or len(set(seeds.iloc[0])) != len(seeds.iloc[0]):
+        return None
+    return runs.groupby("seed", sort=True)[metric].mean()
+
+
 def marginal_means(
     trials: pd.DataFrame,
     metric: str,
@@ -85,19 +94,30 @@ def marginal_means(
 
     A marginal mean is the *unweighted* mean of the means of the cells at that combination (the
     estimated marginal mean of the full-interaction cell-means model), so an unbalanced or partial
-    study does not tilt it towards the cells that happen to have more runs. Its standard error
-    uses the within-cell variance pooled over all cells (the model's residual mean square):
-    ``se = sqrt(MSE · Σ 1/n_i) / k`` over the ``k`` cells averaged, with ``N − C`` degrees of
-    freedom (N runs, C cells); the CI is t-based. Cells with no completed run are left out
-    (``n_cells`` says how many went in, ``n_cells_total`` how many exist).
+    study does not tilt it towards the cells that happen to have more runs. Its interval is t-based
+    and depends on whether the cells averaged share their seeds:
+
+    - **seed-blocked** (``interval`` = ``"seed-blocked t"``) when two or more cells are averaged and
+      they all ran the same two or more seeds: the t interval of the per-seed means over those
+      cells, on seeds − 1 degrees of freedom. A seed's effect common to every cell (one data order)
+      does not average out of a marginal mean, and only the spread of the per-seed means counts it;
+    - **pooled** (``"pooled t"``) otherwise: the within-cell variance pooled over all cells (the
+      model's residual mean square), ``se = sqrt(MSE · Σ 1/n_i) / k`` over the ``k`` cells
+      averaged, with ``N − C`` degrees of freedom (N runs, C cells) — right when every cell's seeds
+      are its own, too narrow when they are shared (it counts a shared seed effect as if it
+      averaged out).
+
+    Cells with no completed run are left out (``n_cells`` says how many went in, ``n_cells_total``
+    how many exist).
 
     Columns: the ``by`` columns, ``n_cells``, ``n_cells_total``, ``n`` (runs), ``mean``, ``se``,
-    ``ci_low``, ``ci_high``, ``df``, ``mean_runs`` (plain mean over the runs, for reference).
+    ``ci_low``, ``ci_high``, ``df``, ``mean_runs`` (plain mean over the runs, for reference),
+    ``interval`` (which of the two).
     """
     by = _check_factors(trials, by)
     done = completed_runs(trials, metric, phase)
     all_cells = phase_rows(trials, phase).drop_duplicates("cell_id")
-    cols = [*by, "n_cells", "n_cells_total", "n", "mean", "se", "ci_low", "ci_high", "df", "mean_runs"]
+    cols = [*by, "n_cells", "n_cells_total", "n", "mean", "se", "ci_low", "ci_high", "df", "mean_runs", "interval"]
     if done.empty:
         return pd.DataFrame(columns=cols)
     cs = _cell_stats(done, metric, by)
@@ -118,6 +138,12 @@ def marginal_means(
         mean = float(sub["mean"].mean()) if k else np.nan
         se = float(np.sqrt(mse * (1.0 / sub["n"]).sum()) / k) if k else np.nan
         runs = done[np.logical_and.reduce([done[f] == lv for f, lv in zip(by, combo, strict=True)])]
+        df, q, kind = (df_resid if df_resid > 0 else np.nan), tq, "pooled t"
+        blocked = _seed_means(runs, metric) if k >= 2 else None
+        if blocked is not None:
+            n_s = len(blocked)
+            mean, se = float(blocked.mean()), float(blocked.std(ddof=1) / np.sqrt(n_s))
+            df, q, kind = n_s - 1, float(sps.t.ppf(0.5 + confidence / 2, n_s - 1)), "seed-blocked t"
         rows.append(
             {
                 **dict(zip(by, combo, strict=True)),
@@ -126,10 +152,11 @@ def marginal_means(
                 "n": int(sub["n"].sum()) if k else 0,
                 "mean": mean,
                 "se": se,
-                "ci_low": mean - tq * se,
-                "ci_high": mean + tq * se,
-                "df": df_resid if df_resid > 0 else np.nan,
+                "ci_low": mean - q * se,
+                "ci_high": mean + q * se,
+                "df": df,
                 "mean_runs": float(runs[metric].mean()) if len(runs) else np.nan,
+                "interval": kind,
             }
         )
     return pd.DataFrame(rows, columns=cols)
@@ -165,6 +192,7 @@ def main_effects(
         "ci_high",
         "df",
         "mean_runs",
+        "interval",
     ]
     if not parts:
         return pd.DataFrame(columns=cols)
