@@ -42,3 +42,23 @@ def test_convergence_from_constructed_frames_and_without_the_columns():
     again = stats.cell_convergence(trials, {"short": 300, "done": 300, "old": 300}, min_gain=0.01).set_index("cell_id")
     assert not again.loc["short", "still_improving"] and again.loc["short", "n_stopped_early"] == 1
     assert again.loc["short", "gain_max"] == pytest.approx(0.01)  # the runs that used the budget, not the stop's
+
+
+def test_a_cell_is_still_improving_when_its_runs_gains_rise_together_not_when_one_run_is_flagged():
+    """Eight runs with the trend test recorded: one flagged alone (as a flat cell's noise flags one
+    in twenty) does not mark the cell; three that all rose beyond their spread do."""
+    flat = make_trials({"flat": 0.7}, seeds=8)
+    flat["val_gain_last"] = [0.002, -0.001, 0.0, 0.011, -0.003, 0.001, -0.002, 0.0]
+    flat["val_gain_se"] = 0.002
+    flat["converged"] = [True, True, True, False, True, True, True, True]
+    flat["stopped_early"] = False
+    conv = stats.cell_convergence(flat, 300).iloc[0]
+    assert conv["n_unconverged"] == 1 and not conv["still_improving"]
+    rising = make_trials({"rising": 0.7}, seeds=3)
+    rising["val_gain_last"] = [0.012, 0.009, 0.011]
+    rising["val_gain_se"] = 0.002
+    rising["converged"] = False
+    rising["stopped_early"] = False
+    assert stats.cell_convergence(rising, 300).iloc[0]["still_improving"]
+    rising["stopped_early"] = [True, True, False]  # one run used the budget: its own flag decides
+    assert stats.cell_convergence(rising, 300).iloc[0]["still_improving"]

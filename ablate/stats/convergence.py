@@ -100,6 +100,26 @@ def _flag(value: Any) -> bool | None:
     return bool(value)
 
 
+def _cell_still_improving(gain: np.ndarray, se: np.ndarray, stopped: np.ndarray, unconverged: np.ndarray,
+                          alpha: float = ALPHA) -> bool:
+    """Whether a cell as a whole was still improving: over its runs that used their whole budget
+    and recorded the trend test (``val_gain_se``), a one-sided t-test of their gains at ``alpha``
+    with at least one of them flagged by its own rule (its tolerance); one such run: its flag.
+    Runs recorded before the trend test: any run flagged, as they were. A cell is one question:
+    "any of its 8 runs flagged" would mark a flat 8-run cell a third of the time at one point of
+    noise."""
+    full = ~stopped & np.isfinite(gain) & np.isfinite(se)
+    if not full.any():
+        return bool(unconverged.any())
+    g = gain[full]
+    if g.size == 1:
+        return bool(unconverged[full][0])
+    sd = float(g.std(ddof=1))
+    mean = float(g.mean())
+    significant = mean > 0 if sd == 0 else mean / (sd / math.sqrt(g.size)) > float(stdtrit(g.size - 1, 1.0 - alpha))
+    return bool(significant and unconverged[full].any())
+
+
 def cell_convergence(
     trials: pd.DataFrame,
     budget: dict[Any, float] | float | None = None,
@@ -117,7 +137,9 @@ def cell_convergence(
     as converged. ``budget`` is a cell id → steps mapping (``step_budget``) or one number.
 
     Columns: ``cell_id``, ``cell_label``, ``n`` (completed runs), ``n_known`` (runs with any
-    convergence record), ``n_unconverged``, ``still_improving`` (any run still improving),
+    convergence record), ``n_unconverged`` (runs flagged by their own rule), ``still_improving``
+    (the cell as a whole: the gains of its runs that used their whole budget rise beyond their
+    spread, ``_cell_still_improving``),
     ``gain_max`` / ``gain_median`` (``val_gain_last`` over the still-improving runs, else over the
     runs that did not stop early; NaN when every run stopped early), ``budget``, ``steps_min``,
     ``steps_max``, ``steps_differ`` (some run used a number of steps other than the budget),
@@ -153,10 +175,11 @@ def cell_convergence(
         cap = budget.get(cell["cell_id"], np.nan) if isinstance(budget, dict) else (
             float(budget) if budget is not None else np.nan)
         s = steps[np.isfinite(steps)]
+        se = pd.to_numeric(column(runs, "val_gain_se"), errors="coerce").to_numpy(float)
         rows.append({
             "cell_id": cell["cell_id"], "cell_label": cell["cell_label"], "n": int(len(runs)),
             "n_known": int(known.sum()), "n_unconverged": int(unconverged.sum()),
-            "still_improving": bool(unconverged.any()),
+            "still_improving": _cell_still_improving(gain, se, stopped, unconverged),
             "gain_max": float(g.max()) if g.size else np.nan, "gain_median": float(np.median(g)) if g.size else np.nan,
             "budget": cap, "steps_min": float(s.min()) if s.size else np.nan,
             "steps_max": float(s.max()) if s.size else np.nan,

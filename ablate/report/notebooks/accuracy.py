@@ -191,10 +191,13 @@ else:
 # %%
 if conv.n_known.any() or conv.steps_differ.any():
     show(acc.convergence_table(conv), name="convergence", data=conv, intro=(
-        "Per cell: the runs still improving when their step budget ran out (the validation metric still rising "
-        "over the last 20% of the steps they ran; a run stopped early ended on its plateau and never counts), the "
-        "largest such gain, the steps actually used of the budget, early stops and the median step of the best "
-        "validation value."))
+        "Per cell: the runs still improving when their step budget ran out (the validation metric's trend over "
+        "the last 20% of the steps they ran rose beyond its pass-to-pass noise and the tolerance; a run stopped "
+        "early ended on its plateau and never counts), the largest such gain, the steps actually used of the budget, "
+        "early stops and the median step of the best validation value. A cell is marked "
+        f"{acc.STILL_IMPROVING} when its runs taken together were still rising (a one-sided t-test of the gains of "
+        "the runs that used their whole budget), not whenever one of them is: one run in twenty of a flat cell is "
+        "flagged by its noise alone."))
 else:
     say("No convergence record: the study's trials predate it (or ran no validation). Whether more steps "
         "would change the results is not known.")
