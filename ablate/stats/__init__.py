@@ -25,7 +25,7 @@ Conventions, decided once for every function:
 * **Determinism.** Every bootstrap takes a ``seed`` (default 0); equal inputs give equal outputs.
 * **Few seeds.** Comparisons are tested by exact permutation tests (valid under ties and zero
   spread, no normality assumed), never on fewer than ``MIN_N_TEST`` values; the t-test sits beside
-  them, rliable's few-run estimates (bootstrap intervals, probability of improvement,
+  them, rliable's few-run estimates (t, trimmed-t and Newcombe intervals, probability of improvement,
   performance profiles) beside both, and a power line says how many seeds a difference of
   ``stats.min_effect`` would need.
 
