@@ -128,6 +128,8 @@ def plan(
     # Reads the study's storage only if it exists.
     the_plan = planning.build(spec, storage, tracking_uri, reuse=reuse, reuse_stale=reuse_stale)
     planning.render(the_plan, out, reuse_stale)
+    for line in planning.sequential_lines(spec, storage):
+        out.print(line, highlight=False, soft_wrap=True)
     if estimate:
         threads = None
         if workers > 1 and device == "cpu":  # each worker of a pool gets its share of the cores
@@ -182,13 +184,23 @@ def schema(
         out.print(f"wrote {p}")
 
 
+def _look_line(info: dict) -> str:
+    """A sequential study's look, as a worker reports it."""
+    if info.get("finished"):
+        return f"look {info['look']}: {info['decided']} comparison(s) decided; the sequential design is finished"
+    return (f"look {info['look']}: {info['decided']} comparison(s) decided, {info['open']} open; "
+            f"{info['queued']} seed item(s) queued for the next look")
+
+
 def _worker_events(verbose: bool):
     """What an in-process worker prints itself: what the store does not show as a finished trial
     (an out-of-memory retry, a superseded attempt), and with -v every event; the live view shows
     the rest."""
 
     def emit(event: str, info: dict) -> None:
-        if verbose or event in ("oom", "superseded", "reused", "warning", "pruned"):
+        if event == "look":
+            err.print(_look_line(info), highlight=False, markup=False, soft_wrap=True)
+        elif verbose or event in ("oom", "superseded", "reused", "warning", "pruned"):
             err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}".rstrip(),
                       highlight=False, markup=False, soft_wrap=True)
 
@@ -220,14 +232,15 @@ def run(
     spec = _load(file, set_)
     from rich.markup import escape
 
-    from ablate.design import items, spec_hash
-    from ablate.runner import pool, queue, tracking
+    from ablate.design import spec_hash
+    from ablate.runner import pool, queue, sequential, tracking
     from ablate.runner import study as st
     from ablate.runner.worker import Interrupted, WorkerStopped, work
     from ablate.stores import redact, resolve, storage_problem
 
     stores = resolve(storage, tracking_uri)
-    todo = items(spec)
+    todo = sequential.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
+
     def parent_run() -> str:
         import json
 
@@ -295,6 +308,7 @@ def run(
         err.print(f"[red]error[/red] {escape(line)}", highlight=False, soft_wrap=True)
     try:  # read-only: the storage may have failed for writing (that may be why workers stopped)
         view = st.open_study(spec.name, stores, read_only=True)
+        todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds
         after = st.Progress.of(view, todo)
         errors = [e for e in queue.entries(view, keys=("failure_kind",)) if e.user_attrs.get("failure_kind") == "error"]
     except Exception as exc:
@@ -408,6 +422,13 @@ def status(
               highlight=False, soft_wrap=True)
     if snap.items:
         out.print(progress.table(study, snap, workers).renderables[-1])
+    if res.spec.sequential is not None:
+        from ablate.runner import sequential
+
+        done = res.trials.filter(res.trials["status"] == "complete")["seconds"].drop_nulls()
+        st_ = sequential.load_state(st.open_study(study, stores, read_only=True))
+        for line in sequential.lines(res.spec, st_, float(done.mean()) if len(done) else None):
+            out.print(line, highlight=False, soft_wrap=True)
 
 
 def _table(title: str, headers: list[str], rows: list[list[str]], right: set[str] = frozenset()) -> None:
@@ -478,6 +499,7 @@ def rm(
     Runs another study reuses stay (with their parent run); its links to other studies' runs
     remove nothing of theirs. With --orphans, drop only its orphaned trials."""
     from ablate import design
+    from ablate.runner import sequential
     from ablate.runner import study as st
     from ablate.runner.worker import checkpoint_dir
     from ablate.stores import resolve
@@ -486,7 +508,7 @@ def rm(
     try:
         if orphans:
             opt = st.open_study(study, stores)
-            items = design.items(design.validate(opt.user_attrs["spec"], f"study {study}"))
+            items = sequential.items(design.validate(opt.user_attrs["spec"], f"study {study}"), opt)
             found = st.orphans(opt, items)
             if not found:
                 out.print(f"{study}: no orphaned trials")
@@ -529,6 +551,7 @@ def keep(
     """Keep the orphaned trials of STUDY as study NEW: NEW gets the spec they were queued under
     (renamed) and links them (nothing runs; the MLflow runs are shared); STUDY drops them."""
     from ablate import design
+    from ablate.runner import sequential
     from ablate.runner import study as st
     from ablate.spec import NAME, NAME_RULE
     from ablate.stores import resolve
@@ -542,7 +565,7 @@ def keep(
         if st.item_states(new, [], stores.storage) is not None:
             err.print(f"[red]error[/red] a study named {new!r} exists already: choose another name")
             raise typer.Exit(2)
-        items = design.items(design.validate(opt.user_attrs["spec"], f"study {study}"))
+        items = sequential.items(design.validate(opt.user_attrs["spec"], f"study {study}"), opt)
         found = st.orphans(opt, items)
         if not found.finished:
             out.print(f"{study}: no finished orphaned trials to keep")

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ablate.design import Cell, Item, canonical_json, cells, items
+from ablate.design import Cell, Item, canonical_json, cells
 from ablate.schedule import Schedule
 from ablate.spec import Spec
 
@@ -129,8 +129,10 @@ def build(spec: Spec, storage: str | None = None, tracking_uri: str | None = Non
           reuse_stale: bool = False) -> Plan:
     """The plan of ``spec``: each item's state read from the storage when it exists, what other
     studies there hold for the rest (reused; stale ones too with ``reuse_stale``), the orphans."""
+    from ablate.runner.sequential import stored_items
+
     grid = cells(spec)
-    work = items(spec)
+    work = stored_items(spec, storage)  # a sequential study: the seeds its looks have planned
     by_cell: dict[str, list[Item]] = {c.id: [] for c in grid}
     for item in work:
         by_cell[item.cell.id].append(item)
@@ -161,6 +163,27 @@ def build(spec: Spec, storage: str | None = None, tracking_uri: str | None = Non
                       if i.key in found.reuse.stale and i.key not in plan.reusable}
         plan.held = found.reuse.held.get(plan.cell.id, "")
     return Plan(spec, plans, bool(found and found.stored), note, found.orphans if found else None)
+
+
+def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
+    """A sequential study's design and where it stands (``ablate.runner.sequential.lines``), read
+    from its storage when it has one; nothing for a fixed number of seeds."""
+    if spec.sequential is None:
+        return []
+    import optuna
+
+    from ablate.runner import sequential
+    from ablate.runner.study import existing_store_url
+    from ablate.runner.study import storage as open_storage
+
+    st = None
+    url = existing_store_url(storage)
+    if url is not None:
+        try:
+            st = sequential.load_state(optuna.load_study(study_name=spec.name, storage=open_storage(url, read_only=True)))
+        except KeyError:
+            st = None
+    return sequential.lines(spec, st)
 
 
 def summary_line(spec: Spec, n_cells: int) -> str:

@@ -76,7 +76,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate import design
 from ablate.report import MISSING_NOTES
-from ablate.runner import tracking
+from ablate.runner import sequential, tracking
 from ablate.runner.study import (
     WHERE_STORES_ARE,
     StorageError,
@@ -703,7 +703,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
     rows: list[dict[str, Any]] = []
     run_ids: dict[str, tuple[str, int, str]] = {}
     provenance: dict[str, dict[str, str]] = {}
-    for item in design.items(spec):
+    for item in sequential.items(spec, opt):  # a sequential study: the seeds its looks planned
         row: dict[str, Any] = {
             "cell_id": item.cell.id,
             "cell_label": item.cell.label,

@@ -50,12 +50,13 @@ def json_schema() -> dict[str, Any]:
         "pattern": r"^((task|model|train)(\.[A-Za-z0-9_]+)+|[A-Za-z_][A-Za-z0-9_-]*)$",
         "description": "a dotted path into the baseline, or a plain name for a named factor",
     }
-    props["seeds"]["anyOf"] = [
+    fixed = [
         {"type": "integer", "minimum": 1, "maximum": spec.MAX_SEEDS},
         {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": spec.MAX_SEED},
          "minItems": 1, "maxItems": spec.MAX_SEEDS, "uniqueItems": True},
     ]
-    defs["TuneSpec"]["properties"]["seeds"]["anyOf"] = props["seeds"]["anyOf"]
+    props["seeds"]["anyOf"] = [*fixed, {"$ref": "#/$defs/SequentialSeeds"}]
+    defs["TuneSpec"]["properties"]["seeds"]["anyOf"] = fixed
     sch.pop("required", None)  # a spec that extends another may leave name and task to its base
     sch["anyOf"] = [{"required": ["extends"]}, {"required": ["name", "task"]}]
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **sch}
@@ -130,7 +131,12 @@ and grids over the limits below are errors.
 
 ## Seeds and tuning
 
-`seeds: 3` means seeds 0, 1, 2; `seeds: [7, 11]` lists them. With `tune`, each cell first runs
+`seeds: 3` means seeds 0, 1, 2; `seeds: [7, 11]` lists them. `seeds: {min: 3, max: 16, step: 2, until:
+decided}` adds seeds where the verdict needs them: every cell runs `min` seeds, each comparison with
+the reference is tested at that look by a group-sequential test, and the cells of comparisons still
+open get `step` more, look after look, until each is significant, equivalent within
+`stats.min_effect`, or futile at `max` (its error rates hold under this stopping: docs/science.md
+§14; `measures:` names what it decides on, `test_accuracy` by default). With `tune`, each cell first runs
 `tune.trials` tuning trials, each on one tuning seed (trial i on `tune.seeds[i mod k]`; a count
 k means seeds 10000 … 10000+k−1; they must be disjoint from `seeds`), sampling `tune.space`
 with the sampler; the best finished setting by `tune.objective` (a validation metric) is then

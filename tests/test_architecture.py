@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.queue",),
     ("ablate.runner.tracking",),
     ("ablate.runner.study",),
+    ("ablate.runner.sequential",),
     ("ablate.runner.phases", "ablate.planning"),
     ("ablate.runner.progress",),
     ("ablate.runner.worker",),

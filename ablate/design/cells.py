@@ -16,6 +16,7 @@ import copy
 import difflib
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -257,8 +258,11 @@ def cells(spec: Spec) -> list[Cell]:
     return list(out)
 
 
-def items(spec: Spec) -> list[Item]:
-    """Tuning items of every cell first (when the spec tunes), then the replicates."""
+def items(spec: Spec, planned: Mapping[str, int] | None = None) -> list[Item]:
+    """Tuning items of every cell first (when the spec tunes), then the replicates. A sequential
+    spec (``seeds: {min, max, …}``) replicates each cell on its first ``planned[cell id]`` seeds —
+    what its looks have asked for so far (``ablate.runner.sequential``) — and on ``min`` where
+    nothing was planned yet."""
     grid = cells(spec)
     tune = tune_protocol(spec)
     out: list[Item] = []
@@ -266,7 +270,10 @@ def items(spec: Spec) -> list[Item]:
         tune = {**(tune or {}), "startup_trials": spec.tune.resolved_startup_trials}
         seeds = spec.tune.seed_list
         out += [Item(c, seeds[i % len(seeds)], "tune", i, tune) for c in grid for i in range(spec.tune.trials)]
-    out += [Item(c, seed, "replicate", None, tune) for c in grid for seed in spec.seed_list]
+    seeds = spec.seed_list
+    first = spec.sequential.min if spec.sequential is not None else len(seeds)
+    out += [Item(c, seed, "replicate", None, tune) for c in grid
+            for seed in seeds[: (planned or {}).get(c.id, first) if spec.sequential is not None else len(seeds)]]
     return out
 
 

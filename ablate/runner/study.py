@@ -820,7 +820,8 @@ def spec_for(study: optuna.Study, keys: set[str]) -> tuple[Spec, int] | None:
             spec = design.validate(entry["spec"], f"a spec recorded by study {study.study_name}")
         except Exception:  # a spec an earlier version accepted and this one does not
             continue
-        covered = len(keys & {i.key for i in design.items(spec)})
+        every = {c.id: spec.sequential.max for c in design.cells(spec)} if spec.sequential else None  # any look's
+        covered = len(keys & {i.key for i in design.items(spec, every)})
         if covered and (best is None or covered > best[1]):
             best = (spec, covered)
     return best

@@ -43,7 +43,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ablate import faults, provenance
-from ablate.runner import phases, queue, tracking
+from ablate.runner import phases, queue, sequential, tracking
 from ablate.runner.queue import HEARTBEAT_S, StorageError
 from ablate.runner.study import (
     MAX_RETRIES,
@@ -712,6 +712,16 @@ def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_ru
         preload.join(PRELOAD_WAIT_S)  # not exiting mid-import (a daemon thread inside torch's init)
 
 
+def _sequential_spec(study: optuna.Study) -> Any:
+    """The study's spec when it adds seeds look by look (``seeds: {min, max, …}``), else None."""
+    from ablate import design
+
+    raw = study.user_attrs.get("spec")
+    if not isinstance(raw, dict) or not isinstance(raw.get("seeds"), dict):
+        return None
+    return design.validate(raw, f"study {study.study_name}")
+
+
 def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_for_running: bool,
            checkpoint_every: int, max_items: int | None, signals: _Signals, current: _Current,
            preload: threading.Thread) -> dict[str, int]:
@@ -719,6 +729,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
     outcomes: dict[str, int] = {}
     in_a_row = 0  # infrastructure failures
     requeue_deadline = time.monotonic() + REQUEUE_WAIT_S  # also at start: a verdict may be in flight
+    spec = _sequential_spec(study)
     while True:
         signals.check()
         with signals.critical():  # a claim, or a re-queue, is not cut in two
@@ -730,6 +741,14 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
         if dead:
             settle_runs(study, stores.tracking, dead)
         if trial is None:
+            if spec is not None:  # a sequential study: a finished look queues the next one's seeds
+                with signals.critical():
+                    advanced = sequential.advance(study, spec, stores)
+                if advanced is not None:
+                    emit("look", {"look": advanced.look, "decided": len(advanced.decided), "open": advanced.open,
+                                  "queued": advanced.queued, "finished": advanced.finished})
+                    if advanced.queued:
+                        continue
             if wait_for_running and queue.count(study, (TrialState.RUNNING,)):
                 signals.sleep(2.0)
                 continue

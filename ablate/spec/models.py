@@ -25,6 +25,7 @@ from pydantic import (
     PlainValidator,
     ValidationError,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -315,6 +316,52 @@ def _check_seeds(value: Any, what: str) -> int | list[int]:
 Scalar = str | bool | int | float
 
 
+#: What a sequential study decides its comparisons on: a metric of the trials frame, or a norm
+#: measure of the norm-stability report (``ablate.stats.norms``).
+SEQUENTIAL_MEASURES = ("test_accuracy", "val_accuracy", "test_loss", "val_loss", "test_bpc", "val_bpc",
+                       "norm.training", "norm.depth", "norm.seeds", "norm.final")
+SPENDING_SHAPES = ("power3", "obrien_fleming", "pocock")
+
+
+class SequentialSeeds(Strict):
+    """Seeds added look by look until each comparison with the reference is decided: `min` seeds per
+    cell first, then `step` more to the cells of comparisons still open, up to `max`. Decided means
+    significant at the look's group-sequential boundary, equivalent within `stats.min_effect` (or
+    `stats.min_ratio` for a norm measure), or futile at `max` (docs/science.md §14)."""
+
+    min: int = Field(3, ge=3, le=MAX_SEEDS, description="seeds per cell at the first look (3 at least: nothing is "
+                                                         "tested on fewer)")
+    max: int = Field(16, ge=3, le=MAX_SEEDS, description="the most seeds a cell can get (the last look)")
+    step: int = Field(2, ge=1, le=MAX_SEEDS, description="seeds added per look to the cells of open comparisons")
+    until: Literal["decided"] = Field("decided", description="when to stop adding seeds")
+    measures: list[_choice(SEQUENTIAL_MEASURES)] = Field(
+        default_factory=lambda: ["test_accuracy"],
+        description="the measures each comparison is decided on: metrics, or norm measures (norm.training, "
+                    "norm.depth, norm.seeds, norm.final); the family of comparisons shares α")
+    alpha: float = Field(0.05, gt=0.0, lt=0.5, description="the family-wise error rate of the whole sequential "
+                                                          "design (Bonferroni over its comparisons)")
+    spending: _choice(SPENDING_SHAPES) = Field(
+        "power3", description="the α-spending function of the efficacy boundaries (Lan–DeMets): power3 (α t³, "
+        "between the two), obrien_fleming (little early), pocock (even)")
+    equivalence_beta: float = Field(0.02, gt=0.0, lt=0.5, description="what each equivalence test spends (one-sided "
+                                                                       "per side, Pocock shape): the power it may cost")
+
+    @model_validator(mode="after")
+    def _order(self) -> SequentialSeeds:
+        if self.max <= self.min:
+            raise ValueError(f"max ({self.max}) must be above min ({self.min})")
+        if not self.measures:
+            raise ValueError("`measures` names at least one")
+        return self
+
+    @property
+    def looks(self) -> list[int]:
+        """Seeds per cell at each look: min, min + step, …, and max."""
+        return list(dict.fromkeys([*range(self.min, self.max, self.step), self.max]))
+
+
+
+
 def _choices_short_form(value: Any) -> Any:
     return {"choices": value} if isinstance(value, list) else value
 
@@ -492,7 +539,9 @@ class Spec(Strict):
     exclude: list[Match] = Field(default_factory=list, description="drop cells matching any entry")
     include: list[Match] = Field(
         default_factory=list, description="if given, keep only cells matching at least one entry")
-    seeds: int | list[int] = Field(1, description="replicate seeds: a count k (0 … k−1) or a list")
+    seeds: int | list[int] | SequentialSeeds = Field(
+        1, description="replicate seeds: a count k (0 … k−1), a list, or {min, max, step, until: decided}: seeds "
+                       "added look by look until the comparisons are decided")
     tune: TuneSpec | None = Field(None, description="per-cell tuning before replication")
     references: list[Reference] = Field(
         default_factory=list, description="published values to compare with in the accuracy report")
@@ -515,10 +564,19 @@ class Spec(Strict):
     def _name(cls, v: str) -> str:
         return _study_name(v)
 
-    @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int])
+    @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int] | SequentialSeeds)
     @classmethod
-    def _seeds(cls, v: Any) -> int | list[int]:
+    def _seeds(cls, v: Any) -> int | list[int] | SequentialSeeds:
+        if isinstance(v, SequentialSeeds):
+            return v
+        if isinstance(v, dict):
+            return SequentialSeeds.model_validate(v)
         return _check_seeds(v, "seeds")
+
+    @field_serializer("seeds")
+    def _dump_seeds(self, v: Any) -> Any:
+        # A union behind a plain validator: pydantic cannot pick the member to serialise by itself.
+        return v.model_dump() if isinstance(v, SequentialSeeds) else v
 
     @field_validator("factors", mode="before")
     @classmethod
@@ -530,7 +588,15 @@ class Spec(Strict):
         return v
 
     @property
+    def sequential(self) -> SequentialSeeds | None:
+        """The sequential design of the seeds, or None for a fixed count or list."""
+        return self.seeds if isinstance(self.seeds, SequentialSeeds) else None
+
+    @property
     def seed_list(self) -> list[int]:
+        """Every replicate seed the study may run (a sequential study: up to its max)."""
+        if isinstance(self.seeds, SequentialSeeds):
+            return list(range(self.seeds.max))
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
 
     def baseline(self) -> dict[str, Any]:

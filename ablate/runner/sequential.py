@@ -1,0 +1,298 @@
+"""A sequential study (spec ``seeds: {min, max, step, until: decided}``): seeds are added look by
+look until every comparison with the reference is decided.
+
+The state lives in the Optuna study (user attribute ``ablate.sequential``): the current look, the
+seeds planned per cell, the decided comparisons and every look's analysis. It advances in
+``advance``, which whichever process finds a look finished calls — a worker with nothing left to
+claim, or ``ablate run`` — under a lock of the study's storage, so that a look is analysed and its
+next seeds are queued exactly once however many workers finish at once. Every step is idempotent:
+the decisions of a look are a function of its data (the first n_k seeds of each cell), the next
+items are queued only where no trial exists (``study.prepare``), and the state is written before
+the queueing, so a process killed at any point leaves what the next call repeats or completes.
+
+The analysis is ``ablate.stats.sequential`` (boundaries, decisions, valid p-values and repeated
+intervals); the values per seed are the trials' own metrics (``test_accuracy``, …) or the norm
+report's per-run measures (``norm.training``, …: ``ablate.stats.norms.per_seed`` of the runs'
+curves).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import optuna
+
+from ablate import design, faults
+from ablate.design import Item
+from ablate.runner import queue
+from ablate.runner.study import item_state, prepare, trials_by_item
+from ablate.spec import Spec
+from ablate.stats.sequential import SequentialDesign, decide
+from ablate.stores import Stores
+
+__all__ = ["STATE", "Advanced", "State", "advance", "comparisons", "designs", "items", "load_state", "reference_cell",
+           "stored_items"]
+
+STATE = "ablate.sequential"
+TERMINAL = ("done", "failed")
+
+
+@dataclass
+class State:
+    """Where a sequential study stands. ``look`` is the index of the look being run (0-based);
+    ``planned`` the seeds per cell asked for so far; ``decided`` comparison key → its deciding
+    look's row; ``history`` every analysed look's rows; ``finished`` once nothing is open."""
+
+    look: int = 0
+    planned: dict[str, int] = field(default_factory=dict)
+    decided: dict[str, dict[str, Any]] = field(default_factory=dict)
+    history: list[list[dict[str, Any]]] = field(default_factory=list)
+    finished: bool = False
+
+    def dump(self) -> str:
+        return json.dumps({"look": self.look, "planned": self.planned, "decided": self.decided,
+                           "history": self.history, "finished": self.finished}, allow_nan=True)
+
+    @classmethod
+    def of(cls, text: str | None) -> State | None:
+        if not text:
+            return None
+        data = json.loads(text)
+        return cls(int(data["look"]), dict(data["planned"]), dict(data["decided"]), list(data["history"]),
+                   bool(data["finished"]))
+
+
+def load_state(study: optuna.Study | None) -> State | None:
+    """The study's sequential state, or None (not sequential, or no look analysed yet)."""
+    if study is None:
+        return None
+    return State.of(study.user_attrs.get(STATE))
+
+
+def items(spec: Spec, study: optuna.Study | None = None) -> list[Item]:
+    """The study's items: for a sequential spec, each cell on the seeds its looks have planned so
+    far (``min`` before the first look); otherwise ``design.items(spec)``."""
+    if spec.sequential is None:
+        return design.items(spec)
+    st = load_state(study)
+    return design.items(spec, st.planned if st else None)
+
+
+def stored_items(spec: Spec, storage_url: str | None) -> list[Item]:
+    """``items`` of the study of ``spec`` as its storage holds it now (read only; nothing is
+    created): ``design.items(spec)`` for a study that is not sequential or not stored yet."""
+    if spec.sequential is None:
+        return design.items(spec)
+    from ablate.runner.study import existing_store_url, storage
+
+    url = existing_store_url(storage_url)
+    if url is None:
+        return design.items(spec)
+    try:
+        opt = optuna.load_study(study_name=spec.name, storage=storage(url, read_only=True))
+    except KeyError:
+        return design.items(spec)
+    return items(spec, opt)
+
+
+def reference_cell(spec: Spec) -> str:
+    """The cell every comparison is against: the baseline cell, else the first (as the reports)."""
+    grid = design.cells(spec)
+    base = spec.baseline()
+    return next((c.id for c in grid if c.config == base), grid[0].id)
+
+
+def comparisons(spec: Spec) -> list[tuple[str, str]]:
+    """(cell id, measure) of every declared comparison: each other cell against the reference on
+    each measure of ``seeds.measures``, in design order."""
+    ref = reference_cell(spec)
+    return [(c.id, m) for c in design.cells(spec) if c.id != ref for m in spec.sequential.measures]
+
+
+def _key(cell: str, measure: str) -> str:
+    return f"{cell}:{measure}"
+
+
+def designs(spec: Spec) -> dict[str, SequentialDesign]:
+    """Measure → its group-sequential design: the spec's looks, the family's α shared by Bonferroni
+    over every comparison, the smallest effect (``stats.min_effect``; the log of
+    ``stats.min_ratio`` for a norm measure, compared on the log scale)."""
+    seq = spec.sequential
+    m = len(comparisons(spec))
+    out = {}
+    for measure in seq.measures:
+        effect = math.log(spec.stats.min_ratio) if measure.startswith("norm.") else spec.stats.min_effect
+        out[measure] = SequentialDesign(tuple(seq.looks), alpha=seq.alpha, comparisons=max(1, m),
+                                        shape=seq.spending, beta=seq.equivalence_beta, min_effect=effect)
+    return out
+
+
+def _values(study: optuna.Study, spec: Spec, stores: Stores, its: list[Item], measure: str
+            ) -> dict[str, dict[int, float]]:
+    """Cell → seed → the measure of its finished replicate (diverged and failed items: none)."""
+    by_item = trials_by_item(study)
+    done: dict[str, tuple[Item, Any]] = {}
+    for item in its:
+        trials = by_item.get(item.key, [])
+        complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+        if item.phase == "replicate" and complete:
+            done[item.key] = (item, max(complete, key=lambda t: t.number))
+    out: dict[str, dict[int, float]] = {}
+    if not measure.startswith("norm."):
+        for item, trial in done.values():
+            value = trial.user_attrs.get(measure)
+            if isinstance(value, int | float) and math.isfinite(value):
+                out.setdefault(item.cell.id, {})[item.seed] = float(value)
+        return out
+    return _norm_values(stores, done, measure.removeprefix("norm."))
+
+
+def _norm_values(stores: Stores, done: Mapping[str, tuple[Item, Any]], measure: str) -> dict[str, dict[int, float]]:
+    """The norm report's per-run log value of ``measure`` from the runs' curves (``stats.norms``)."""
+    import pandas as pd
+    import polars as pl
+
+    from ablate.runner import tracking
+    from ablate.stats import norms
+
+    runs = {t.user_attrs["mlflow_run_id"]: item for item, t in done.values() if t.user_attrs.get("mlflow_run_id")}
+    frames = tracking.read_parquet_artifacts(stores.tracking, list(runs), tracking.CURVES_ARTIFACT)
+    parts = []
+    for run_id, frame in frames.items():
+        if frame is None or isinstance(frame, Exception):
+            continue
+        item = runs[run_id]
+        parts.append(frame.with_columns(pl.lit(item.cell.id).alias("cell_id"), pl.lit(item.cell.id).alias("cell_label"),
+                                        pl.lit(item.seed, dtype=pl.Int64).alias("seed")).to_pandas())
+    if not parts:
+        return {}
+    df = norms.prepare(pd.concat(parts, ignore_index=True))
+    ps = norms.per_seed(norms.layer_norms(df, "probe"))
+    col = norms.COLUMN[measure]
+    out: dict[str, dict[int, float]] = {}
+    for r in ps.itertuples(index=False):
+        value = getattr(r, col)
+        if np.isfinite(value):
+            out.setdefault(r.cell_id, {})[int(r.seed)] = float(value)
+    return out
+
+
+def _look_rows(spec: Spec, st: State, values: dict[str, dict[str, dict[int, float]]]) -> list[dict[str, Any]]:
+    """The analysis of the current look: every comparison still open, on the first n_k seeds."""
+    ref = reference_cell(spec)
+    seeds = spec.seed_list
+    n = spec.sequential.looks[st.look]
+    by_measure = designs(spec)
+    rows = []
+    for cell, measure in comparisons(spec):
+        key = _key(cell, measure)
+        if key in st.decided:
+            continue
+        vals = values[measure]
+        mine = {s: v for s, v in vals.get(cell, {}).items() if s in seeds[:n]}
+        theirs = {s: v for s, v in vals.get(ref, {}).items() if s in seeds[:n]}
+        shared = sorted(set(mine) & set(theirs))
+        if len(shared) >= 2:
+            res = decide(by_measure[measure], diffs=[mine[s] - theirs[s] for s in shared])
+        else:
+            res = decide(by_measure[measure], cell=list(mine.values()), ref=list(theirs.values()))
+        if res["look"] == 0:  # too few values for this look (runs diverged or failed): still open
+            res["look"] = st.look + 1
+        res.pop("z_bounds", None)
+        rows.append({"key": key, "cell_id": cell, "measure": measure, "seeds": n, "paired": len(shared) >= 2,
+                     **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in res.items()}})
+    return rows
+
+
+@dataclass(frozen=True)
+class Advanced:
+    """What one ``advance`` did: the look analysed (1-based), the comparisons it decided, how
+    many stay open, the items it queued, and whether the study is finished."""
+
+    look: int
+    decided: list[dict[str, Any]]
+    open: int
+    queued: int
+    finished: bool
+
+
+def advance(study: optuna.Study, spec: Spec, stores: Stores) -> Advanced | None:
+    """If every item of the current look has finished, analyse it, record the decisions and queue
+    the next look's seeds for the cells of open comparisons (the reference with them); queue any
+    planned item that a killed process left unqueued. None when there was nothing to do."""
+    if spec.sequential is None:
+        return None
+    looks = spec.sequential.looks
+    decided: list[dict[str, Any]] = []
+    # The analysis and the state under the lock; the queueing after it (``prepare`` takes the
+    # storage's queue lock, which on SQLite is the same file).
+    with queue.lock(study, f"ablate-sequential:{study.study_name}"):
+        st = load_state(study) or State(planned={c.id: looks[0] for c in design.cells(spec)})
+        planned = design.items(spec, st.planned)
+        states = {key: item_state(ts) for key, ts in trials_by_item(study).items()}
+        if not [i for i in planned if i.key not in states]:  # else: queue what a kill left unqueued
+            if st.finished or any(states[i.key] not in TERMINAL for i in planned):
+                return None
+            values = {m: _values(study, spec, stores, planned, m) for m in spec.sequential.measures}
+            rows = _look_rows(spec, st, values)
+            st.history.append(rows)
+            decided = [r for r in rows if r["decision"] != "open"]
+            for r in decided:
+                st.decided[r["key"]] = r
+            still = [r for r in rows if r["decision"] == "open"]
+            if not still or st.look == len(looks) - 1:
+                st.finished = True
+            else:
+                st.look += 1
+                for cell in {r["cell_id"] for r in still} | {reference_cell(spec)}:
+                    st.planned[cell] = looks[st.look]
+            study.set_user_attr(STATE, st.dump())  # before queueing: a kill after it leaves items to queue
+            faults.inject("look")
+    done = prepare(spec, design.items(spec, st.planned), stores)
+    return Advanced(len(st.history), decided, len(comparisons(spec)) - len(st.decided), done.queued, st.finished)
+
+
+def _fmt(x: Any, measure: str) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    if measure.startswith("norm."):  # analysed on the log scale: say it as a ratio
+        return f"{math.exp(x):.3g}×"
+    return f"{x:+.3f}"
+
+
+def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -> list[str]:
+    """What ``ablate plan`` and ``ablate status`` say of a sequential study: the design, the look
+    it is at, what each look decided (which way, with its valid interval and p), what is open,
+    which cells wait for seeds, and the most it may still cost."""
+    seq = spec.sequential
+    if seq is None:
+        return []
+    cmp = comparisons(spec)
+    labels = {c.id: c.label for c in design.cells(spec)}
+    ref = reference_cell(spec)
+    st = st or State(planned={c: seq.looks[0] for c in labels})
+    head = (f"sequential seeds: looks at {', '.join(map(str, seq.looks))} seeds per cell; {len(cmp)} comparisons with "
+            f"{labels[ref]} on {', '.join(seq.measures)}; {seq.spending} α-spending, family α {seq.alpha:g} "
+            f"(Bonferroni), equivalence within {spec.stats.min_effect:g} (norms: ×{spec.stats.min_ratio:g})")
+    out = [head]
+    where = ("finished" if st.finished else f"look {st.look + 1} of {len(seq.looks)} ({seq.looks[st.look]} seeds) "
+             f"running")
+    out.append(f"state: {where}; {len(st.decided)} of {len(cmp)} comparisons decided")
+    for r in sorted(st.decided.values(), key=lambda r: (r.get("look") or 0, r["key"])):
+        p = f", p {r['p']:.3g}" if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else ""
+        out.append(f"  {r['decision']} at look {r['look']} ({r['seeds']} seeds): {labels.get(r['cell_id'], r['cell_id'])} "
+                   f"on {r['measure']}: {_fmt(r['estimate'], r['measure'])} [{_fmt(r['rci_low'], r['measure'])}, "
+                   f"{_fmt(r['rci_high'], r['measure'])}] (repeated CI){p}")
+    open_cells = sorted({c for c, m in cmp if _key(c, m) not in st.decided})
+    if open_cells and not st.finished:
+        out.append(f"open: {len(cmp) - len(st.decided)} comparisons, cells "
+                   + "; ".join(labels[c] for c in open_cells) + f" (and the reference {labels[ref]})")
+        most = sum(seq.max - st.planned.get(c, seq.looks[0]) for c in {*open_cells, ref})
+        cost = f", about {most * seconds_per_item / 60:.0f} min of one worker's time" if seconds_per_item else ""
+        out.append(f"pending seeds: at most {most} more seed items to the last look{cost}")
+    return out

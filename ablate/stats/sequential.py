@@ -1,0 +1,261 @@
+"""Group-sequential comparisons: seeds added look by look until a comparison is decided, with
+error rates that hold under that data-dependent stopping.
+
+A comparison of a cell with its reference is looked at after n₁ < n₂ < … < n_K seeds (the spec's
+``seeds: {min, max, step}``); its information fraction at look k is t_k = n_k / n_K. Three ways a
+look can decide it:
+
+    significant   |t| of the paired (or Welch) t statistic at or past the look's efficacy boundary
+    equivalent    both one-sided tests of |effect| ≥ min_effect reject at the look's equivalence
+                  boundary: the effect is smaller than min_effect either way
+    futile        the last look (n_K seeds), neither of the above
+
+**Boundaries** come from Lan–DeMets α-spending (Lan & DeMets 1983): the efficacy test spends its
+two-sided α along α(t) — O'Brien–Fleming shape ``2 − 2Φ(z_{α/2}/√t)`` (little early, close to the
+fixed test at the end) or Pocock shape ``α log(1 + (e − 1)t)`` — and the boundary at each look is
+the z whose crossing probability, given no earlier crossing, is what the look spends (computed
+exactly for Brownian motion by recursive numerical integration, Armitage, McPherson & Rowe 1969;
+Jennison & Turnbull 2000 ch. 19). The equivalence tests spend ``beta`` (default 0.02) the same
+way, one-sided per side, with the Pocock shape so that they can stop early: declaring equivalence
+when the effect is min_effect has probability at most ``beta``, so it costs the efficacy test at
+most that much power. A z boundary becomes a t boundary at the look's degrees of freedom by
+matching its tail probability (the usual small-sample substitute; the calibration benchmark,
+``benchmarks/bench_sequential.py``, measures what it gives at 3–16 seeds).
+
+**Valid inference after a data-dependent stop.** A look's repeated confidence interval, estimate ±
+boundary × se, covers the effect at every look at once with probability 1 − α (Jennison & Turnbull
+1989); the p-value of a decided comparison is the stage-wise one (the probability under no effect
+of crossing earlier, or at the decision look beyond the observed statistic). A fixed-design p or
+interval is never reported after a sequential stop.
+
+Several comparisons share α by Bonferroni: each runs its own sequential test at α/m, so the family
+errs with probability at most α however the comparisons' looks and stops interleave.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from scipy import optimize
+from scipy.special import ndtr, ndtri, stdtr, stdtrit
+
+__all__ = [
+    "SHAPES",
+    "SequentialDesign",
+    "boundaries",
+    "decide",
+    "spent",
+    "stagewise_p",
+]
+
+#: The α-spending shapes: name → α(t) for total α.
+SHAPES = ("obrien_fleming", "pocock")
+GRID = 801  # points of the numerical integration per look (error ≪ 1e-5 on the boundaries)
+
+
+def spent(t: float, alpha: float, shape: str) -> float:
+    """The α spent by information fraction ``t`` (0 ≤ t ≤ 1) of a two-sided total ``alpha``."""
+    if t <= 0:
+        return 0.0
+    t = min(1.0, t)
+    if shape == "obrien_fleming":
+        return float(2.0 - 2.0 * ndtr(ndtri(1.0 - alpha / 2.0) / math.sqrt(t)))
+    if shape == "pocock":
+        return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
+    if shape.startswith("power"):  # power2: α t² (Kim & DeMets' power family; between the two above)
+        return float(alpha * t ** float(shape[5:] or 2))
+    raise ValueError(f"spending shape {shape!r} is not one of: {', '.join(SHAPES)}")
+
+
+def _norm_pdf(x: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+class _Process:
+    """The density of the Brownian score W(t_k) = Z_k √t_k on the continuation region, look by look."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.grid: np.ndarray | None = None  # points of W
+        self.weight: np.ndarray | None = None  # density × quadrature weight
+
+    def exit(self, t: float, upper: float, lower: float) -> float:
+        """Probability of ending at the look at fraction ``t`` above ``upper`` or below ``lower``
+        (on the z scale), given it continued at every look so far."""
+        s = math.sqrt(t)
+        if self.grid is None:
+            return float(1.0 - ndtr(upper) + ndtr(lower))
+        sd = math.sqrt(t - self.t)
+        hi = (upper * s - self.grid) / sd
+        lo = (lower * s - self.grid) / sd
+        return float(np.sum(self.weight * (1.0 - ndtr(hi) + ndtr(lo))))
+
+    def advance(self, t: float, upper: float, lower: float) -> None:
+        """Move to the look at ``t`` and keep the paths that continued (lower < Z < upper)."""
+        s = math.sqrt(t)
+        lo, hi = max(lower, -12.0) * s, min(upper, 12.0) * s
+        grid = np.linspace(lo, hi, GRID)
+        quad = np.full(GRID, (hi - lo) / (GRID - 1))
+        quad[[0, -1]] *= 0.5
+        if self.grid is None:
+            density = _norm_pdf(grid / s) / s
+        else:
+            sd = math.sqrt(t - self.t)
+            density = (_norm_pdf((grid[:, None] - self.grid[None, :]) / sd) / sd) @ self.weight
+        self.t, self.grid, self.weight = t, grid, density * quad
+
+
+@lru_cache(maxsize=256)
+def boundaries(fractions: tuple[float, ...], alpha: float, shape: str = "obrien_fleming",
+               sides: int = 2) -> tuple[float, ...]:
+    """The z boundaries of a group-sequential test at information ``fractions`` (increasing, the
+    last 1) spending ``alpha`` along ``shape``: two-sided (|Z_k| ≥ c_k) or one-sided (Z_k ≥ c_k).
+    A look that would spend nothing gets an infinite boundary."""
+    if not fractions or any(b <= a for a, b in zip(fractions, fractions[1:], strict=False)):
+        raise ValueError(f"information fractions must increase: {fractions}")
+    proc, out, before = _Process(), [], 0.0
+    for t in fractions:
+        target = spent(t, alpha, shape) - before
+        before += target
+        if target <= 1e-15:
+            out.append(math.inf)
+            proc.advance(t, math.inf, -math.inf if sides == 2 else -math.inf)
+            continue
+
+        def excess(c: float, t: float = t, target: float = target) -> float:
+            return proc.exit(t, c, -c if sides == 2 else -math.inf) - target
+
+        c = optimize.brentq(excess, 0.0, 40.0, xtol=1e-10)
+        out.append(float(c))
+        proc.advance(t, c, -c if sides == 2 else -math.inf)
+    return tuple(out)
+
+
+def stagewise_p(fractions: Sequence[float], bounds: Sequence[float], k: int, z: float) -> float:
+    """The two-sided stage-wise p-value of stopping at look ``k`` (0-based) with statistic ``z``:
+    under no effect, the probability of crossing a boundary at an earlier look, or at look ``k``
+    with |Z| ≥ |z| (Jennison & Turnbull 2000 §8.4)."""
+    proc, p = _Process(), 0.0
+    for j, t in enumerate(fractions[: k + 1]):
+        c = abs(z) if j == k else bounds[j]
+        p += proc.exit(t, c, -c)
+        if j < k:
+            proc.advance(t, bounds[j], -bounds[j])
+    return float(min(1.0, p))
+
+
+def _t_bound(z: float, df: float) -> float:
+    """The t boundary with the tail probability of the z boundary ``z`` at ``df`` degrees of freedom."""
+    if not math.isfinite(z):
+        return math.inf
+    tail = float(ndtr(-z))
+    if tail <= 1e-300:
+        return math.inf
+    return float(-stdtrit(df, tail))
+
+
+@dataclass(frozen=True)
+class SequentialDesign:
+    """The looks (seeds per cell at each), the comparisons' family, and the spending.
+
+    ``alpha`` is the family's; each of the ``comparisons`` spends ``alpha / comparisons``
+    (Bonferroni). ``beta`` is what each equivalence test spends (one-sided, per side)."""
+
+    looks: tuple[int, ...]
+    alpha: float = 0.05
+    comparisons: int = 1
+    shape: str = "obrien_fleming"
+    beta: float = 0.02
+    beta_shape: str = "pocock"
+    min_effect: float = 0.01
+    fractions: tuple[float, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        looks = tuple(int(n) for n in self.looks)
+        if not looks or any(b <= a for a, b in zip(looks, looks[1:], strict=False)) or looks[0] < 2:
+            raise ValueError(f"looks must be increasing seed counts from 2 on: {self.looks}")
+        object.__setattr__(self, "looks", looks)
+        object.__setattr__(self, "fractions", tuple(n / looks[-1] for n in looks))
+
+    @classmethod
+    def of(cls, min_seeds: int, max_seeds: int, step: int, **kw: Any) -> SequentialDesign:
+        """Looks at min, min + step, …, and max (the last look is always at max)."""
+        looks = list(range(min_seeds, max_seeds, step)) + [max_seeds]
+        return cls(tuple(dict.fromkeys(looks)), **kw)
+
+    @property
+    def level(self) -> float:
+        return self.alpha / max(1, self.comparisons)
+
+    def efficacy_z(self) -> tuple[float, ...]:
+        return boundaries(self.fractions, self.level, self.shape, 2)
+
+    def equivalence_z(self) -> tuple[float, ...]:
+        return boundaries(self.fractions, self.beta, self.beta_shape, 1)
+
+    def look_index(self, n: int) -> int:
+        """The look a comparison on ``n`` seeds is at: the last look whose count it reaches."""
+        k = max((i for i, m in enumerate(self.looks) if m <= n), default=-1)
+        if k < 0:
+            raise ValueError(f"{n} seeds is before the first look ({self.looks[0]})")
+        return k
+
+
+def decide(design: SequentialDesign, diffs: Sequence[float] | None = None,
+           cell: Sequence[float] | None = None, ref: Sequence[float] | None = None, p_value: bool = True
+           ) -> dict[str, Any]:
+    """The state of one comparison at its current look: paired on ``diffs`` (cell − reference,
+    one per shared seed), else Welch on ``cell`` and ``ref``.
+
+    Returns ``look`` (1-based), ``n``, ``estimate``, ``se``, ``df``, ``t``, ``bound`` (the efficacy
+    boundary on the t scale), ``equivalence_bound``, ``rci_low`` / ``rci_high`` (the repeated
+    confidence interval at 1 − α/m), ``decision`` (``significant``, ``equivalent``, ``futile`` or
+    ``open``), ``p`` (stage-wise, when significant; else the probability of an efficacy crossing at
+    some look of the design, 1 − … is not a p and is left NaN), and ``z_bounds`` (the design's).
+    A look needs at least two values with some spread; with none it is ``open`` (no variance: no
+    test)."""
+    if diffs is not None:
+        x = np.asarray(diffs, dtype=float)
+        x = x[np.isfinite(x)]
+        n = int(x.size)
+        est = float(x.mean()) if n else math.nan
+        se = float(x.std(ddof=1) / math.sqrt(n)) if n >= 2 else math.nan
+        df = float(n - 1)
+    else:
+        a = np.asarray(cell, dtype=float)
+        b = np.asarray(ref, dtype=float)
+        a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+        n = int(min(a.size, b.size))
+        est = float(a.mean() - b.mean()) if a.size and b.size else math.nan
+        va, vb = (a.var(ddof=1) / a.size if a.size >= 2 else math.nan), (b.var(ddof=1) / b.size if b.size >= 2 else math.nan)
+        se = float(math.sqrt(va + vb)) if math.isfinite(va + vb) else math.nan
+        df = float((va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))) if se > 0 else math.nan
+    out: dict[str, Any] = {"look": 0, "n": n, "estimate": est, "se": se, "df": df, "t": math.nan, "bound": math.nan,
+                           "equivalence_bound": math.nan, "rci_low": math.nan, "rci_high": math.nan,
+                           "decision": "open", "p": math.nan, "z_bounds": design.efficacy_z()}
+    if n < design.looks[0]:
+        return out
+    k = design.look_index(n)
+    last = k == len(design.looks) - 1
+    out["look"] = k + 1
+    if not (math.isfinite(se) and se > 0):
+        out["decision"] = "futile" if last else "open"
+        return out
+    z_eff, z_eq = design.efficacy_z()[k], design.equivalence_z()[k]
+    bound, eq = _t_bound(z_eff, df), _t_bound(z_eq, df)
+    t = est / se
+    out.update(t=t, bound=bound, equivalence_bound=eq, rci_low=est - bound * se, rci_high=est + bound * se)
+    if abs(t) >= bound:
+        z_obs = float(-ndtri(stdtr(df, -abs(t))))  # the z with the t statistic's tail probability
+        out.update(decision="significant",
+                   p=stagewise_p(design.fractions, design.efficacy_z(), k, z_obs) if p_value else math.nan)
+    elif est + eq * se < design.min_effect and est - eq * se > -design.min_effect:
+        out["decision"] = "equivalent"
+    elif last:
+        out["decision"] = "futile"
+    return out

@@ -1,0 +1,64 @@
+"""A sequential study end to end (ablate.runner.sequential): seeds added look by look by real
+workers, every planned seed run exactly once, also when a process is killed at a look."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+import processes as procs
+import pytest
+
+SEQUENTIAL = {"min": 3, "max": 7, "step": 2, "measures": ["test_accuracy", "norm.training"]}
+FACTORS = {"model.normalisation": ["xi", "gamma"]}
+
+
+def state(root):
+    from ablate.runner import sequential
+    from ablate.runner.study import open_study
+    from ablate.stores import Stores
+
+    home = root / ".ablate"
+    stores = Stores(f"sqlite:///{home / 'optuna.db'}", f"sqlite:///{home / 'mlflow.db'}", (home / "a").as_uri())
+    return sequential.load_state(open_study("faults", stores, read_only=True))
+
+
+
+def check(root) -> None:
+    """Every planned seed of every cell ran exactly once, the looks are in the state, nothing else ran."""
+    states = procs.assert_consistent(root)
+    st = state(root)
+    assert st is not None and st.finished
+    assert set(states.values()) == {"done"}
+    per_cell = Counter(key.split("/")[0] for key in states)
+    assert dict(per_cell) == {cell: n for cell, n in st.planned.items()}, (per_cell, st.planned)
+    assert [len(rows) for rows in st.history] and all(r["seeds"] in (3, 5, 7) for rows in st.history for r in rows)
+    decided = {r["key"]: r["decision"] for r in st.decided.values()}
+    assert len(decided) == 2 and set(decided.values()) <= {"significant", "equivalent", "futile"}
+
+
+@pytest.mark.slow
+def test_two_workers_add_seeds_look_by_look_and_run_each_once(tmp_path):
+    procs.write_spec(tmp_path, seeds=SEQUENTIAL, factors=FACTORS)
+    res = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")
+    assert res.returncode == 0, res.stderr
+    check(tmp_path)
+    again = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")  # resuming a finished design runs nothing
+    assert again.returncode == 0 and "0 to run" in again.stdout, again.stdout
+    status = procs.ablate(tmp_path, "status", "faults")
+    assert "look" in status.stdout, status.stdout
+
+
+@pytest.mark.slow
+def test_kill9_at_a_look_loses_no_seed_and_queues_none_twice(tmp_path):
+    """kill -9 right after a look was analysed and its state written, before its next seeds were
+    queued: the next run queues them (once) and the design finishes as an uninterrupted one would."""
+    procs.write_spec(tmp_path, seeds=SEQUENTIAL, factors=FACTORS)
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT="kill@look")
+    proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL
+    st = state(tmp_path)
+    assert st is not None and len(st.history) == 1  # the first look was analysed, then the kill
+    res = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")
+    assert res.returncode == 0, res.stderr
+    check(tmp_path)
