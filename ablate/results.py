@@ -125,6 +125,9 @@ class Results:
     #: the spec as the study stored it (plain data): ``spec`` is it validated by this code, which
     #: may add settings of its own; an export keeps this one, what the study ran
     spec_data: dict[str, Any] = field(default_factory=dict)
+    #: a sequential study's state (``ablate.runner.sequential.State`` as plain data: its looks'
+    #: analyses and decisions), else None
+    sequential: dict[str, Any] | None = None
 
     @property
     def chance(self) -> float | None:
@@ -576,7 +579,7 @@ def export(res: Results, path: str | Path) -> dict[str, Any]:
     frames = {name: getattr(res, name) for name in FRAMES}
     info = {
         "study": res.study, "spec_hash": res.spec_hash, "stores": {k: redact(v) for k, v in res.stores.items()},
-        "factors": list(res.factors), "missing": list(res.missing),
+        "factors": list(res.factors), "missing": list(res.missing), "sequential": res.sequential,
         "columns": {name: _columns(frame) for name, frame in frames.items()},
     }
     provenance = _provenance_frame(res.trial_provenance)
@@ -666,6 +669,7 @@ def read_export(path: str | Path) -> Results:
         stores={str(k): str(v) for k, v in info["stores"].items()}, factors=[str(f) for f in info["factors"]],
         trials=frames["trials"], metrics=frames["metrics"], curves=frames["curves"],
         trial_provenance=provenance, missing=[str(m) for m in info["missing"]], spec_data=spec_data,
+        sequential=info.get("sequential") if isinstance(info.get("sequential"), dict) else None,
     )
 
 
@@ -765,6 +769,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
         trials=frame,
         trial_provenance=provenance,
         spec_data=dict(opt.user_attrs["spec"]),
+        sequential=_sequential_state(opt),
     )
     lost = _lost_tracking(stores)
     if lost and (metrics or curves) and run_ids:
@@ -785,6 +790,11 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
         with open(notes, "a", encoding="utf-8") as f:
             f.writelines(f"{line}\n" for line in res.missing)
     return res
+
+
+def _sequential_state(opt: Any) -> dict[str, Any] | None:
+    st = sequential.load_state(opt)
+    return None if st is None else json.loads(st.dump())
 
 
 def _lost_tracking(stores: Stores) -> str | None:

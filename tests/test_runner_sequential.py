@@ -47,6 +47,17 @@ def test_two_workers_add_seeds_look_by_look_and_run_each_once(tmp_path):
     assert again.returncode == 0 and "0 to run" in again.stdout, again.stdout
     status = procs.ablate(tmp_path, "status", "faults")
     assert "look" in status.stdout, status.stdout
+    # The accuracy report prints the design and the decisions, and no fixed-design p-value.
+    out = tmp_path / "reports"
+    rep = procs.ablate(tmp_path, "report", "faults", "--out", str(out), "--format", "html")
+    assert rep.returncode == 0, rep.stderr
+    st = state(tmp_path)
+    for name in ("accuracy", "norm_stability"):
+        page = (out / f"{name}.html").read_text()
+        assert "Sequential seeds" in page and "stage-wise p" in page and "repeated CI" in page, name
+        assert ">p (Holm)<" not in page and ">p<" not in page, f"{name}: a fixed-design p after a sequential stop"
+        for r in st.decided.values():  # every decision is in the table, at the look that made it
+            assert f"{r['look']} ({r['seeds']})" in page and r["decision"] in page, name
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib as mpl
@@ -984,10 +984,12 @@ def interaction_plot(
 
 
 def comparison_plot(comparisons: pd.DataFrame, *, label_width: int = 34, metric: str | None = None,
-                    channels: Channels | None = None) -> Figure:
+                    channels: Channels | None = None, sequential: Mapping[str, str] | None = None) -> Figure:
     """Forest plot of ``stats.compare_to_reference``: each cell's difference from the reference with
     its CI in the cell's colour and marker (filled when significant, open when not); a comparison
-    with too few seeds to test shows its raw per-seed differences as crosses and says so."""
+    with too few seeds to test shows its raw per-seed differences as crosses and says so.
+    ``sequential`` (cell id → its sequential decision, as the decisions table words it) replaces
+    the fixed tests' marks and fill: a sequential study prints no fixed-design p."""
     channels = channels if channels is not None else Channels((), {})
     labels = [wrap(lbl, label_width) for lbl in comparisons["cell_label"]]
     lines = sum(lbl.count("\n") + 1 for lbl in labels)
@@ -1006,7 +1008,8 @@ def comparison_plot(comparisons: pd.DataFrame, *, label_width: int = 34, metric:
                 continue
             e0 = row["mean_diff"] - row["diff_ci_low"] if finite(row["diff_ci_low"]) else 0.0
             e1 = row["diff_ci_high"] - row["mean_diff"] if finite(row["diff_ci_high"]) else 0.0
-            face = look["color"] if row["significant"] else "white"
+            sig = (sequential.get(row["cell_id"], "") == "significant") if sequential is not None else row["significant"]
+            face = look["color"] if sig else "white"
             ax.errorbar(row["mean_diff"], yi, xerr=[[e0], [e1]], fmt=look["marker"], ms=5, color=look["color"],
                         mfc=face, mec=look["color"], capsize=2.5, lw=1.3, zorder=3, gid=look["gid"])
         ax.axvline(0, color=plotting.GREY["reference"], lw=0.8)
@@ -1017,8 +1020,11 @@ def comparison_plot(comparisons: pd.DataFrame, *, label_width: int = 34, metric:
         ax.set_xlabel(wrap(f"difference in {what} from: {ref}", 90))
         right = ax.twinx()
         right.set_ylim(ax.get_ylim())
-        notes = [(f"{row['mark'] or 'n.s.'}  p_adj {p_is(row['p_adj'])} ({row['test']})" if row["testable"]
-                  else test_verdict(row).replace(NBSP, " ")) for _, row in comparisons.iterrows()]
+        if sequential is not None:
+            notes = [f"sequential: {sequential.get(row['cell_id'], 'not analysed')}" for _, row in comparisons.iterrows()]
+        else:
+            notes = [(f"{row['mark'] or 'n.s.'}  p_adj {p_is(row['p_adj'])} ({row['test']})" if row["testable"]
+                      else test_verdict(row).replace(NBSP, " ")) for _, row in comparisons.iterrows()]
         right.set_yticks(y, notes)
         right.tick_params(axis="y", length=0, labelsize=7, labelcolor="0.3")
         right.grid(False)

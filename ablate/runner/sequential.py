@@ -36,7 +36,7 @@ from ablate.stats.sequential import SequentialDesign, decide
 from ablate.stores import Stores
 
 __all__ = ["STATE", "Advanced", "State", "advance", "comparisons", "designs", "items", "load_state", "reference_cell",
-           "stored_items"]
+           "step", "stored_items"]
 
 STATE = "ablate.sequential"
 TERMINAL = ("done", "failed")
@@ -182,7 +182,7 @@ def _norm_values(stores: Stores, done: Mapping[str, tuple[Item, Any]], measure: 
     return out
 
 
-def _look_rows(spec: Spec, st: State, values: dict[str, dict[str, dict[int, float]]]) -> list[dict[str, Any]]:
+def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[dict[str, Any]]:
     """The analysis of the current look: every comparison still open, on the first n_k seeds."""
     ref = reference_cell(spec)
     seeds = spec.seed_list
@@ -207,6 +207,27 @@ def _look_rows(spec: Spec, st: State, values: dict[str, dict[str, dict[int, floa
         rows.append({"key": key, "cell_id": cell, "measure": measure, "seeds": n, "paired": len(shared) >= 2,
                      **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in res.items()}})
     return rows
+
+
+def step(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[dict[str, Any]]:
+    """Analyse the current look of ``st`` on ``values`` (measure → cell → seed → value) and move
+    ``st`` on: record its decisions, and either finish or plan the next look's seeds for the cells
+    of the comparisons still open and the reference. Returns the rows it decided. Pure (no
+    storage): ``advance`` runs it under the lock, the calibration benchmark on simulated values."""
+    looks = spec.sequential.looks
+    rows = _look_rows(spec, st, values)
+    st.history.append(rows)
+    decided = [r for r in rows if r["decision"] != "open"]
+    for r in decided:
+        st.decided[r["key"]] = r
+    still = [r for r in rows if r["decision"] == "open"]
+    if not still or st.look == len(looks) - 1:
+        st.finished = True
+    else:
+        st.look += 1
+        for cell in {r["cell_id"] for r in still} | {reference_cell(spec)}:
+            st.planned[cell] = looks[st.look]
+    return decided
 
 
 @dataclass(frozen=True)
@@ -239,18 +260,7 @@ def advance(study: optuna.Study, spec: Spec, stores: Stores) -> Advanced | None:
             if st.finished or any(states[i.key] not in TERMINAL for i in planned):
                 return None
             values = {m: _values(study, spec, stores, planned, m) for m in spec.sequential.measures}
-            rows = _look_rows(spec, st, values)
-            st.history.append(rows)
-            decided = [r for r in rows if r["decision"] != "open"]
-            for r in decided:
-                st.decided[r["key"]] = r
-            still = [r for r in rows if r["decision"] == "open"]
-            if not still or st.look == len(looks) - 1:
-                st.finished = True
-            else:
-                st.look += 1
-                for cell in {r["cell_id"] for r in still} | {reference_cell(spec)}:
-                    st.planned[cell] = looks[st.look]
+            decided = step(spec, st, values)
             study.set_user_attr(STATE, st.dump())  # before queueing: a kill after it leaves items to queue
             faults.inject("look")
     done = prepare(spec, design.items(spec, st.planned), stores)

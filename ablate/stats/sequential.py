@@ -51,6 +51,7 @@ __all__ = [
     "decide",
     "spent",
     "stagewise_p",
+    "t_bound",
 ]
 
 #: The α-spending shapes: name → α(t) for total α.
@@ -136,20 +137,30 @@ def boundaries(fractions: tuple[float, ...], alpha: float, shape: str = "obrien_
     return tuple(out)
 
 
+@lru_cache(maxsize=256)
+def _continued(fractions: tuple[float, ...], bounds: tuple[float, ...]) -> tuple[_Process, ...]:
+    """The process kept on the continuation region after each look (a fresh one first), so that
+    a look's stage-wise p costs one integration instead of all the looks' again."""
+    procs = [_Process()]
+    for t, c in zip(fractions, bounds, strict=False):
+        nxt = _Process()
+        nxt.t, nxt.grid, nxt.weight = procs[-1].t, procs[-1].grid, procs[-1].weight
+        nxt.advance(t, c, -c)
+        procs.append(nxt)
+    return tuple(procs)
+
+
 def stagewise_p(fractions: Sequence[float], bounds: Sequence[float], k: int, z: float) -> float:
     """The two-sided stage-wise p-value of stopping at look ``k`` (0-based) with statistic ``z``:
     under no effect, the probability of crossing a boundary at an earlier look, or at look ``k``
     with |Z| ≥ |z| (Jennison & Turnbull 2000 §8.4)."""
-    proc, p = _Process(), 0.0
-    for j, t in enumerate(fractions[: k + 1]):
-        c = abs(z) if j == k else bounds[j]
-        p += proc.exit(t, c, -c)
-        if j < k:
-            proc.advance(t, bounds[j], -bounds[j])
+    procs = _continued(tuple(fractions[:k]), tuple(bounds[:k]))
+    p = sum(procs[j].exit(fractions[j], bounds[j], -bounds[j]) for j in range(k) if math.isfinite(bounds[j]))
+    p += procs[k].exit(fractions[k], abs(z), -abs(z))
     return float(min(1.0, p))
 
 
-def _t_bound(z: float, df: float) -> float:
+def t_bound(z: float, df: float) -> float:
     """The t boundary with the tail probability of the z boundary ``z`` at ``df`` degrees of freedom."""
     if not math.isfinite(z):
         return math.inf
@@ -247,7 +258,7 @@ def decide(design: SequentialDesign, diffs: Sequence[float] | None = None,
         out["decision"] = "futile" if last else "open"
         return out
     z_eff, z_eq = design.efficacy_z()[k], design.equivalence_z()[k]
-    bound, eq = _t_bound(z_eff, df), _t_bound(z_eq, df)
+    bound, eq = t_bound(z_eff, df), t_bound(z_eq, df)
     t = est / se
     out.update(t=t, bound=bound, equivalence_bound=eq, rci_low=est - bound * se, rci_high=est + bound * se)
     if abs(t) >= bound:

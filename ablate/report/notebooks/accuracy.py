@@ -26,6 +26,7 @@ import pandas as pd
 from ablate import results, stats
 from ablate.report import accuracy as acc
 from ablate.report import format as fmt
+from ablate.report import sequential as seqrep
 from ablate.report.display import chunks, export_table, export_to, say, show, show_figure, show_text
 from ablate.report.plotting import Channels
 
@@ -45,6 +46,10 @@ effect = min_effect if min_effect >= 0 else res.spec.stats.min_effect
 ref_id, ref_why = res.reference_cell(reference)
 ref_label = trials.loc[trials.cell_id == ref_id, "cell_label"].iloc[0]
 name = fmt.metric_name(metric)
+# A sequential study's seeds depended on its results: its comparisons are the sequential design's
+# (valid p-values and repeated intervals), and no fixed-design p-value is printed anywhere.
+sequential = res.spec.sequential is not None
+labels = dict(zip(trials.cell_id, trials.cell_label, strict=False))
 say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
 
 # %% [markdown]
@@ -57,8 +62,9 @@ comparisons = stats.compare_to_reference(trials, metric, ref_id, alpha, confiden
 conv = stats.cell_convergence(trials, stats.step_budget(trials, res.spec.train.steps), min_gain=effect)
 tuned = res.tuning().to_pandas()
 say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, higher_is_better, confidence, conv)
-      + acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better, conv,
-                                 res.spec.stats.power)
+      + (seqrep.sentences(res.sequential, res.spec, labels, ref_label) if sequential else
+         acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better, conv,
+                                  res.spec.stats.power))
       + acc.convergence_sentences(conv)
       + (acc.tuning_sentences(tuned, res.spec.tune) if res.spec.tune is not None else [])])
 
@@ -81,6 +87,20 @@ for part in chunks(summary.cell_id, cells_per_figure):
                                      confidence=confidence, label_width=46, channels=channels, n_test=n_test),
                 name="cells")
 
+# %%
+if sequential:
+    say("## Sequential seeds", *seqrep.procedure(res.spec))
+    show(seqrep.looks_table(res.spec), name="sequential-looks", intro=(
+        "The looks and their boundaries: a comparison is significant at a look when |t| of its paired difference "
+        "reaches the look's t boundary (the z boundary of the α-spending function at the t distribution's tail on "
+        "the look's degrees of freedom); equivalent when the interval estimate ± the equivalence t × se lies "
+        "inside ±min_effect."))
+    decided = seqrep.decisions_table(res.sequential, res.spec, labels)
+    if len(decided):
+        show(decided, name="sequential-decisions", intro=(
+            "Every comparison's decision, the look that made it, the estimate with its repeated confidence "
+            "interval and the stage-wise p, and its t statistic at each look it was analysed (seeds: t (boundary))."))
+
 # %% [markdown]
 # ## Comparisons with the reference
 
@@ -89,11 +109,17 @@ reference_line = f"Reference: **{ref_label}**. α = {alpha:g}; intervals at {fmt
 if comparisons.empty:
     say(reference_line, "There is no other cell to compare with.")
 else:
-    show(acc.comparison_table(comparisons, confidence, conv, alpha), intro=[*acc.comparison_intro(comparisons, alpha),
-                                                                     reference_line],
-         name="comparisons", data=comparisons)
+    table = acc.comparison_table(comparisons, confidence, conv, alpha)
+    intro = [*acc.comparison_intro(comparisons, alpha), reference_line]
+    if sequential:  # the seeds were added by the results: no fixed-design p or verdict
+        table = table.drop(columns=["test", "p", "p (Holm)", "verdict", "t-test p (Holm)"])
+        intro = [reference_line, "A sequential study: the differences and intervals below are descriptive, on the "
+                 "seeds each cell got; the tests are the sequential design's (above)."]
+    show(table, intro=intro, name="comparisons", data=comparisons)
     for part in chunks(range(len(comparisons)), cells_per_figure):
-        show_figure(acc.comparison_plot(comparisons.iloc[part], metric=metric, label_width=46, channels=channels),
+        show_figure(acc.comparison_plot(comparisons.iloc[part], metric=metric, label_width=46, channels=channels,
+                                        sequential=seqrep.decision_words(res.sequential, res.spec, metric)
+                                        if sequential else None),
                     name="comparisons")
     tested = max(1, int(comparisons.testable.sum()))
     show(acc.power_table(comparisons, res.spec.stats.power), name="power", intro=(
@@ -135,8 +161,9 @@ else:
     effects = stats.main_effects(trials, metric, factors, confidence)
     show(acc.main_effects_table(effects, confidence), name="main-effects", data=effects, intro=[
         "The marginal mean of each level: the unweighted mean of the means of the cells at that level, "
-        "with a t interval on the pooled within-cell variance. *cells* counts those with results out of "
-        "those at the level.",
+        "with a seed-blocked t interval (of the per-seed means over the level's cells) where those cells share "
+        "their seeds, else a t interval on the pooled within-cell variance. *cells* counts those with results out "
+        "of those at the level.",
         "" if full else "**The design is not full factorial**: a level's cells differ in the other factors "
         "too, so these marginal means mix in other factors' effects; the comparisons with the reference "
         "are the cleaner read."])
@@ -181,7 +208,13 @@ else:
             ok = stats.anova_applicable(subset, metric, varied)[0]
     if ok:
         table = stats.anova(subset, metric, varied)
-        show(acc.anova_table(table), intro=acc.anova_intro(dropped), name="anova", data=table)
+        shown = acc.anova_table(table)
+        intro = acc.anova_intro(dropped)
+        if sequential:
+            shown = shown.drop(columns=["p"])
+            intro = [intro, "A sequential study: the seeds per cell depended on the results, so the F tests' p-values "
+                     "are not valid and are not shown; the sums of squares and effect sizes are descriptive."]
+        show(shown, intro=intro, name="anova", data=table)
     else:
         say(acc.no_anova_text(why, trials, varied, summary, res.spec.design, full))
 

@@ -18,6 +18,7 @@ import itertools
 from ablate import results
 from ablate.report import norm_stability as ns
 from ablate.report import provenance
+from ablate.report import sequential as seqrep
 from ablate.report.display import chunks, export_to, say, show, show_figure
 from ablate.report.plotting import Channels
 from ablate.stats import norms as sn
@@ -32,6 +33,9 @@ fig_order, key = ns.short_order(order)  # compact labels for figures: "rotation 
 CHUNK = 4  # variants per figure in the per-variant figures (one A4 page)
 say(*ns.header_lines(res, trials, order, key))
 
+# A sequential study's seeds depended on its results: its comparisons are the sequential design's, and
+# no fixed-design p-value is printed.
+sequential = res.spec.sequential is not None
 ref = res.reference_cell(reference)  # declared before the results: the parameter, else the spec's baseline
 factors = [f for f in res.factors if f in trials.columns]
 if len(df):
@@ -53,7 +57,18 @@ if len(df):
 # as replicates (Holm across its terms).
 
 # %%
-if len(df):
+if len(df) and sequential:
+    labels = dict(zip(trials.cell_id, trials.cell_label, strict=False))
+    say(ns.summary_text(stab, comp.iloc[0:0], ref, None, effects, check, alpha, confidence),
+        *[f"- {s}" for s in seqrep.sentences(res.sequential, res.spec, labels, labels.get(ref[0], ref[0]))])
+    say("## Sequential seeds", *seqrep.procedure(res.spec))
+    show(seqrep.looks_table(res.spec), name="sequential-looks")
+    decided = seqrep.decisions_table(res.sequential, res.spec, labels)
+    if len(decided):
+        show(decided, name="sequential-decisions", intro="Every comparison's decision (norm measures as ratios: "
+             "analysed on the log scale), the look that made it, the estimate with its repeated confidence interval "
+             "and the stage-wise p, and its t statistic at each look (seeds: t (boundary)).")
+elif len(df):
     say(ns.summary_text(stab, comp, ref, anova, effects, check, alpha, confidence))
 else:
     say("No completed runs with probe data yet.")
@@ -116,7 +131,10 @@ if len(df):
         "variance: it does not depend on the number of seeds; about the CV across seeds when small), with a "
         "chi-square interval on seeds − 1 degrees of freedom."))
     if len(comp):
-        show(ns.ratio_table(comp, confidence, res.spec.stats.min_ratio), name="ratios", data=comp, intro=(
+        ratios = ns.ratio_table(comp, confidence, res.spec.stats.min_ratio)
+        if sequential:  # descriptive only: the tests are the sequential design's
+            ratios = ratios.drop(columns=["test", "p", "p (Holm)", "verdict"])
+        show(ratios, name="ratios", data=comp, intro=(
             f"**Table 2. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** "
             f"({ref[1]}). The ratio is exp(mean log difference) over the seeds, with the t interval of that "
             "difference; over seeds, the ratio of the two sds on the same seeds with an F interval. The test is the "
@@ -138,15 +156,20 @@ if not len(df) or not varied:
     say("No factor was varied: there are no factor effects." if len(df) else "No probe data yet.")
 else:
     if len(anova):
-        show(ns.anova_table(anova), name="anova", data=anova, intro=(
+        shown = ns.anova_table(anova)
+        if sequential:
+            shown = shown.drop(columns=["p", "p (Holm)", "verdict"])
+        show(shown, name="anova", data=anova, intro=(
             "**Table 3. ANOVA of the per-seed log values** (type II; F on the term's and the residual degrees "
-            "of freedom)."))
+            "of freedom)." + (" A sequential study: the seeds depended on the results, so the F tests' p-values "
+                             "are not valid and are not shown." if sequential else "")))
     for m, why in anova_why.items():
         say(f"- {ns.COLUMN_WORDS[m]}: {why}.")
     if len(effects):
         show(ns.effects_table(effects, confidence), name="main-effects", data=effects, intro=(
             "**Table 4. Geometric marginal means per factor level**: exp of the unweighted mean of the cells' "
-            "mean log values at that level, with a t interval on the pooled within-cell variance."))
+            "mean log values at that level, with a seed-blocked t interval (of the per-seed means over the level's "
+            "cells) where those cells share their seeds, else a t interval on the pooled within-cell variance."))
     pairs = list(itertools.combinations(varied, 2))
     if len(pairs) > max_interactions:
         say(f"{len(pairs)} factor pairs; the first {max_interactions} are shown (report parameter `max_interactions`).")

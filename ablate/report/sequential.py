@@ -1,0 +1,174 @@
+"""A sequential study in a report (spec ``seeds: {min, max, step, until: decided}``): the
+procedure, its looks and boundaries, and every comparison's decision with the p-value and interval
+valid for the design (docs/science.md §14).
+
+The numbers are the study's own record (``Results.sequential``: what each look analysed and
+decided, written by the runner when it looked); nothing is re-tested here. A fixed-design p-value
+after a data-dependent stop is wrong, so the reports print these in place of their fixed tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from ablate.report.format import DASH, NBSP, num, pval, signed
+from ablate.runner import sequential as runner_sequential
+from ablate.spec import Spec
+from ablate.stats.sequential import spent, t_bound
+
+__all__ = ["decision_words", "decisions", "decisions_table", "looks_table", "procedure", "sentences"]
+
+SHAPE_NAMES = {"obrien_fleming": "O'Brien–Fleming", "pocock": "Pocock", "power3": "power (α·t³)"}
+
+
+def _shape(name: str) -> str:
+    return SHAPE_NAMES.get(name, name)
+
+
+def _value(x: Any, measure: str, sign: bool = True) -> str:
+    """An estimate or an interval end: a difference for a metric, a ratio for a norm measure
+    (analysed on the log scale)."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return DASH
+    if measure.startswith("norm."):
+        return f"{math.exp(float(x)):.3g}×"
+    return signed(x) if sign else num(x)
+
+
+def procedure(spec: Spec) -> list[str]:
+    """What the design is, in the report's words, with its numbers from the spec."""
+    seq = spec.sequential
+    m = len(runner_sequential.comparisons(spec))
+    return [
+        f"**Sequential seeds.** This study did not fix its seeds in advance: every cell ran {seq.min} seeds, then "
+        f"the comparisons with the reference were analysed and {seq.step} seeds added to the cells of those still "
+        f"open, look after look, up to {seq.max} (looks at {', '.join(map(str, seq.looks))} seeds). Each of the "
+        f"{m} comparisons ({', '.join(seq.measures)}) is a group-sequential test at α/{m} = "
+        f"{pval(seq.alpha / max(1, m))} (the family's α {seq.alpha:g}, Bonferroni) whose α is spent across the "
+        f"looks by the Lan–DeMets {_shape(seq.spending)} function; it is decided *significant* when its t statistic "
+        f"crosses the look's boundary, *equivalent* when both one-sided tests against ±{num(spec.stats.min_effect)} "
+        f"(norms: ×{spec.stats.min_ratio:g}) reject at the equivalence boundary (which spends β = "
+        f"{seq.equivalence_beta:g}), and *futile* when it reaches {seq.max} seeds undecided.",
+        "The p-values are stage-wise (the chance, with no effect, of crossing earlier or further at the deciding "
+        f"look) and the intervals repeated confidence intervals at {100 * (1 - seq.alpha / max(1, m)):.3g}%, valid whichever "
+        "look stopped the comparison; the fixed-design p-values of the other sections are not shown, because "
+        "the number of seeds depended on the results.",
+    ]
+
+
+def looks_table(spec: Spec) -> pd.DataFrame:
+    """Per look: seeds per cell, information fraction, α spent by then (per comparison), the
+    efficacy boundary on the z scale and on the paired t scale at the look's degrees of freedom,
+    and the equivalence boundary (t). The same for every measure (they share α and the looks)."""
+    seq = spec.sequential
+    d = next(iter(runner_sequential.designs(spec).values()))
+    eff, eq = d.efficacy_z(), d.equivalence_z()
+
+    def shown(x: float) -> str:
+        return num(x, 2) if math.isfinite(x) else "∞"
+
+    return pd.DataFrame([{
+        "look": str(k + 1),
+        "seeds per cell": str(n),
+        "information": f"{t:.2f}",
+        "α spent (per comparison)": pval(spent(t, d.level, seq.spending)),
+        "boundary |z|": shown(eff[k]),
+        "boundary |t| (paired)": shown(t_bound(eff[k], n - 1)),
+        "equivalence t": shown(t_bound(eq[k], n - 1)),
+    } for k, (n, t) in enumerate(zip(d.looks, d.fractions, strict=True))])
+
+
+def decisions(state: Mapping[str, Any] | None, spec: Spec) -> list[dict[str, Any]]:
+    """Every declared comparison's row: its deciding look's, or its latest look's while open."""
+    if not state:
+        return []
+    latest: dict[str, dict[str, Any]] = {}
+    for rows in state.get("history", []):
+        for r in rows:
+            latest[r["key"]] = r
+    out = []
+    for cell, measure in runner_sequential.comparisons(spec):
+        key = f"{cell}:{measure}"
+        r = state.get("decided", {}).get(key) or latest.get(key)
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def decision_words(state: Mapping[str, Any] | None, spec: Spec, measure: str) -> dict[str, str]:
+    """Cell id → its comparison's decision on ``measure`` in a few words (``significant``,
+    ``open at look 2``), for a figure's margin."""
+    out = {}
+    for r in decisions(state, spec):
+        if r["measure"] == measure:
+            out[r["cell_id"]] = (r["decision"] if r["decision"] != "open" else f"open at look {r['look']}")
+    return out
+
+
+def _path(state: Mapping[str, Any], key: str) -> str:
+    """The comparison's t statistic at each look against that look's boundary."""
+    steps = []
+    for rows in state.get("history", []):
+        for r in rows:
+            if r["key"] == key:
+                t, b = r.get("t"), r.get("bound")
+                steps.append(f"{r['seeds']}:{NBSP}{num(t, 2) if t is not None else DASH}"
+                             f"{NBSP}({num(b, 2) if b is not None else DASH})")
+    return " → ".join(steps)
+
+
+def decisions_table(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping[str, str]) -> pd.DataFrame:
+    """Per comparison: the cell, the measure, the decision, the look and seeds it was made at,
+    the estimate with its repeated interval, the stage-wise p and the t statistic's path."""
+    seq = spec.sequential
+    level = f"{100 * (1 - seq.alpha / max(1, len(runner_sequential.comparisons(spec)))):.3g}%"
+    rows = []
+    for r in decisions(state, spec):
+        measure = r["measure"]
+        ci = f"[{_value(r.get('rci_low'), measure)}, {_value(r.get('rci_high'), measure)}]"
+        rows.append({
+            "cell": labels.get(r["cell_id"], r["cell_id"]),
+            "measure": measure,
+            "decision": r["decision"] if r["decision"] != "open" else "open (still running)",
+            "at look (seeds)": f"{r['look']} ({r['seeds']})",
+            f"estimate [{level} repeated CI]": f"{_value(r.get('estimate'), measure)} {ci}",
+            "stage-wise p": pval(r["p"]) if r.get("p") is not None else DASH,
+            "t (boundary) at each look": _path(state, r["key"]),
+        })
+    return pd.DataFrame(rows)
+
+
+def sentences(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping[str, str], reference: str) -> list[str]:
+    """One sentence per decision kind, from the rows the table prints."""
+    seq = spec.sequential
+    rows = decisions(state, spec)
+    if not rows:
+        return [f"Sequential seeds: no look has been analysed yet ({seq.min} seeds per cell first)."]
+    out = []
+    for kind, words in (("significant", "differ from"), ("equivalent", "are equivalent to"),
+                        ("futile", "could not be told apart from")):
+        these = [r for r in rows if r["decision"] == kind]
+        if not these:
+            continue
+        parts = []
+        for r in these:
+            p = f", stage-wise p {pval(r['p'])}" if kind == "significant" and r.get("p") is not None else ""
+            parts.append(f"{labels.get(r['cell_id'], r['cell_id'])} on {r['measure']} "
+                         f"({_value(r.get('estimate'), r['measure'])} [{_value(r.get('rci_low'), r['measure'])}, "
+                         f"{_value(r.get('rci_high'), r['measure'])}], {r['seeds']} seeds{p})")
+        tail = (f" (within ±{num(spec.stats.min_effect)}; norms ×{spec.stats.min_ratio:g})" if kind == "equivalent"
+                else f" at {seq.max} seeds" if kind == "futile" else "")
+        out.append(f"Sequentially decided, {kind}: {'; '.join(parts)} {words} the reference {reference}{tail}.")
+    still = [r for r in rows if r["decision"] == "open"]
+    if still:
+        out.append(f"Still open: {len(still)} comparison{'s' if len(still) != 1 else ''} (the study has more looks "
+                   "to run).")
+    seeds = sum(state.get("planned", {}).values())
+    cells = len(state.get("planned", {})) or 1
+    out.append(f"Seeds used: {seeds} runs over {cells} cells, {seeds / cells:.1f} per cell on average, against "
+               f"{seq.max} per cell for a fixed design at the largest size ({seeds / (cells * seq.max):.0%}).")
+    return out
