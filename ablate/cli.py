@@ -286,17 +286,19 @@ def run(
     if workers == 0:  # queue only: workers on other machines run the items
         return
     device_list = pool.devices(device, workers)
+    # The live view's totals: a sequential study's grow as its looks add seeds.
+    view_items = (lambda study: sequential.items(spec, study)) if spec.sequential is not None else todo
     failed: list[str] = []
     try:
         if len(device_list) == 1:  # this process is the worker; the view follows it from a thread
             from ablate.runner.progress import View
             from ablate.runner.worker import WORKER_ID
 
-            with View(st.open_study(spec.name, stores), out, [(WORKER_ID, lambda: None)], todo).following():
+            with View(st.open_study(spec.name, stores), out, [(WORKER_ID, lambda: None)], view_items).following():
                 work(spec.name, stores, device=device_list[0], emit=_worker_events(verbose),
                      checkpoint_every=checkpoint_every)
         else:
-            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, todo)
+            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items)
             if outcome.signum is not None:
                 raise _interrupted(outcome.signum, outcome.requeued)
             failed = outcome.failed

@@ -3,6 +3,7 @@ workers, every planned seed run exactly once, also when a process is killed at a
 
 from __future__ import annotations
 
+import re
 import signal
 from collections import Counter
 
@@ -43,6 +44,10 @@ def test_two_workers_add_seeds_look_by_look_and_run_each_once(tmp_path):
     res = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")
     assert res.returncode == 0, res.stderr
     check(tmp_path)
+    # The live view counts the seeds the looks added: its last line is n/n of the final plan.
+    counts = re.findall(r"(\d+)/(\d+) done", res.stdout)
+    planned = sum(state(tmp_path).planned.values())
+    assert counts and counts[-1] == (str(planned), str(planned)), (counts[-3:], planned)
     again = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")  # resuming a finished design runs nothing
     assert again.returncode == 0 and "0 to run" in again.stdout, again.stdout
     status = procs.ablate(tmp_path, "status", "faults")
@@ -73,3 +78,33 @@ def test_kill9_at_a_look_loses_no_seed_and_queues_none_twice(tmp_path):
     res = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")
     assert res.returncode == 0, res.stderr
     check(tmp_path)
+
+
+@pytest.mark.slow
+def test_kill9_at_a_look_on_postgresql_with_a_tracking_server(tmp_path, postgres_db, mlflow_server):
+    """The same kill on PostgreSQL and a real MLflow server (the norm measure is read from its
+    artifacts): the look's seeds are queued once, every planned seed runs once."""
+    import uuid
+
+    import optuna
+
+    from ablate.runner import sequential
+
+    name = f"seq-{uuid.uuid4().hex[:8]}"
+    procs.write_spec(tmp_path, name=name, seeds=SEQUENTIAL, factors=FACTORS)
+    stores = ("--storage", postgres_db, "--tracking-uri", mlflow_server)
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", *stores, ABLATE_FAULT="kill@look")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL, err
+    st = sequential.load_state(optuna.load_study(study_name=name, storage=postgres_db))
+    assert st is not None and len(st.history) == 1
+    res = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2", *stores)
+    assert res.returncode == 0, res.stderr
+    study = optuna.load_study(study_name=name, storage=postgres_db)
+    st = sequential.load_state(study)
+    assert st is not None and st.finished and len(st.decided) == 2
+    trials = study.get_trials(deepcopy=False)
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    done = Counter(t.user_attrs["item"] for t in trials if t.state == optuna.trial.TrialState.COMPLETE)
+    assert set(done.values()) == {1}, done  # no seed ran twice
+    assert dict(Counter(key.split("/")[0] for key in done)) == st.planned  # and none is missing

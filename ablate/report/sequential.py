@@ -75,7 +75,7 @@ def looks_table(spec: Spec) -> pd.DataFrame:
         "look": str(k + 1),
         "seeds per cell": str(n),
         "information": f"{t:.2f}",
-        "α spent (per comparison)": pval(spent(t, d.level, seq.spending)),
+        "α spent (per comparison)": num(spent(t, d.level, seq.spending), 2, sig=True),
         "boundary |z|": shown(eff[k]),
         "boundary |t| (paired)": shown(t_bound(eff[k], n - 1)),
         "equivalence t": shown(t_bound(eq[k], n - 1)),

@@ -16,13 +16,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optuna.trial import TrialState
 from rich.console import Console
 
-from ablate.design import Item
 from ablate.runner import progress, queue
 from ablate.runner.study import open_study
 from ablate.runner.worker import worker_id
@@ -92,7 +90,7 @@ class Outcome:
 
 
 def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: int, console: Console,
-        verbose: bool = False, items: Sequence[Item] | None = None) -> Outcome:
+        verbose: bool = False, items: progress.ViewItems = None) -> Outcome:
     """Start the workers, show the live view until they all exit, forwarding SIGINT/SIGTERM."""
     received: list[int] = []
     procs: list[subprocess.Popen] = []
@@ -163,7 +161,7 @@ def requeued_by(study: str, stores: Stores, pids: list[int]) -> list[str]:
 
 
 def watch(study_name: str, stores: Stores, procs: list[subprocess.Popen], console: Console,
-          signalled: list[int] | None = None, items: Sequence[Item] | None = None) -> list[int]:
+          signalled: list[int] | None = None, items: progress.ViewItems = None) -> list[int]:
     """Show the live view (progress.View) until every worker exits (read-only: the parent writes
     nothing to the storage). Each worker shows from its start, as ``starting`` until it claims an
     item. Once ``signalled`` holds a signal, workers get STOP_WAIT_S to stop, then SIGKILL."""

@@ -223,6 +223,10 @@ def status_json(name: str, snap: Snapshot, workers: int) -> dict[str, Any]:
 # --- the live view -------------------------------------------------------------------------------
 
 
+#: What a live view counts: the spec's items, or a function of the study giving them at each poll.
+ViewItems = Sequence[Item] | Callable[[optuna.Study], Sequence[Item]] | None
+
+
 class View:
     """``ablate run``'s view of a study while its workers run. Each ``poll`` reads the store and
     prints one line per event since the last (an item started, finished or failed); on a terminal
@@ -231,11 +235,12 @@ class View:
     the last state and ends with a newline.
 
     ``workers``: the local worker processes as (worker id, a callable giving its exit code or
-    None while it runs), shown from their start; ``items``: the spec's, what the totals count."""
+    None while it runs), shown from their start; ``items``: the spec's, what the totals count — or a
+    function of the study giving them at each poll (a sequential study: its looks add seeds)."""
 
     def __init__(self, study: optuna.Study, console: Console,
                  workers: Sequence[tuple[str, Callable[[], int | None]]] = (),
-                 items: Sequence[Item] | None = None) -> None:
+                 items: ViewItems = None) -> None:
         self.study, self.console, self.items = study, console, items
         self.name = study.study_name
         self.procs = list(workers)
@@ -277,7 +282,8 @@ class View:
 
     def poll(self) -> Snapshot:
         with self._lock:
-            snap = self.snap = snapshot(self.study, self.items)
+            items = self.items(self.study) if callable(self.items) else self.items
+            snap = self.snap = snapshot(self.study, items)
             self._update_slots(snap)
             workers = self.workers()
             for line in self._events(snap, workers):

@@ -85,17 +85,19 @@ def items(spec: Spec, study: optuna.Study | None = None) -> list[Item]:
 
 def stored_items(spec: Spec, storage_url: str | None) -> list[Item]:
     """``items`` of the study of ``spec`` as its storage holds it now (read only; nothing is
-    created): ``design.items(spec)`` for a study that is not sequential or not stored yet."""
+    created): ``design.items(spec)`` (the first look's) for a study that is not sequential, not
+    stored yet, or in a store that cannot be read — a new PostgreSQL database has no tables until
+    a study is created in it; the caller's own use of the store reports a broken one."""
     if spec.sequential is None:
         return design.items(spec)
-    from ablate.runner.study import existing_store_url, storage
+    from ablate.runner.study import StorageError, existing_store_url, storage
 
     url = existing_store_url(storage_url)
     if url is None:
         return design.items(spec)
     try:
         opt = optuna.load_study(study_name=spec.name, storage=storage(url, read_only=True))
-    except KeyError:
+    except (KeyError, StorageError):
         return design.items(spec)
     return items(spec, opt)
 
