@@ -285,12 +285,27 @@ def run(
         out.print(line, highlight=False, soft_wrap=True)
     if workers == 0:  # queue only: workers on other machines run the items
         return
-    device_list = pool.devices(device, workers)
+    idle = not (before.waiting + before.running)
+    if idle and spec.sequential is not None:  # a look a kill left unanalysed: analyse it here
+        try:
+            advanced = sequential.advance(study, spec, stores)
+        except Exception as exc:
+            raise _store_error(storage_problem(stores.storage, exc)) from None
+        if advanced is not None:
+            err.print(_look_line({"look": advanced.look, "decided": len(advanced.decided), "open": advanced.open,
+                                  "queued": advanced.queued, "finished": advanced.finished}),
+                      highlight=False, markup=False, soft_wrap=True)
+            idle = not advanced.queued
+    if idle:  # nothing to run: no worker is started (seconds of imports for nothing)
+        workers = 0
+    device_list = pool.devices(device, workers) if workers else []
     # The live view's totals: a sequential study's grow as its looks add seeds.
     view_items = (lambda study: sequential.items(spec, study)) if spec.sequential is not None else todo
     failed: list[str] = []
     try:
-        if len(device_list) == 1:  # this process is the worker; the view follows it from a thread
+        if not device_list:
+            pass
+        elif len(device_list) == 1:  # this process is the worker; the view follows it from a thread
             from ablate.runner.progress import View
             from ablate.runner.worker import WORKER_ID
 
@@ -306,8 +321,6 @@ def run(
         raise _interrupted(exc.signum, exc.requeued) from None
     except (WorkerStopped, st.StorageError) as exc:
         raise _store_error(exc) from None
-    for line in failed:
-        err.print(f"[red]error[/red] {escape(line)}", highlight=False, soft_wrap=True)
     try:  # read-only: the storage may have failed for writing (that may be why workers stopped)
         view = st.open_study(spec.name, stores, read_only=True)
         todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds
@@ -315,16 +328,21 @@ def run(
         errors = [e for e in queue.entries(view, keys=("failure_kind",)) if e.user_attrs.get("failure_kind") == "error"]
     except Exception as exc:
         raise _store_error(storage_problem(stores.storage, exc)) from None
-    out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {after.waiting + after.running} unfinished")
+    # The exit status is the study's: a worker that died while the others finished every item
+    # (its item recovered and run again) is a warning, not a failed run.
+    unfinished = after.waiting + after.running
+    for line in failed:
+        kind = "[red]error[/red]" if unfinished or errors else "[yellow]warning[/yellow]"
+        err.print(f"{kind} {escape(line)}", highlight=False, soft_wrap=True)
+    out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {unfinished} unfinished")
     if report:
         _render(spec.name, spec.reports, Path("reports") / spec.name, ("html", "pdf"), storage, tracking_uri)
     if after.failed and errors:  # a diverged cell is a result; an error is a bug to look at
         err.print(f"{len(errors)} item(s) failed with an error; see `ablate status {spec.name}` and the report")
         raise typer.Exit(1)
-    if failed or after.waiting + after.running:
-        if after.waiting + after.running:
-            err.print(f"{after.waiting + after.running} item(s) unfinished: run the same command to resume, or "
-                      f"see `ablate status {spec.name}`", highlight=False)
+    if unfinished:
+        err.print(f"{unfinished} item(s) unfinished: run the same command to resume, or "
+                  f"see `ablate status {spec.name}`", highlight=False)
         raise typer.Exit(1)
 
 

@@ -178,3 +178,19 @@ def test_a_worker_opens_its_study_before_loading_torch(tmp_path: Path) -> None:
 def test_threads_share_the_cores(workers: int, monkeypatch) -> None:
     monkeypatch.setattr(pool.os, "cpu_count", lambda: 2)
     assert pool.threads_per_worker(workers) == max(1, 2 // workers)
+
+
+def test_a_worker_killed_while_the_other_finishes_the_study_is_a_warning_and_exit_0(tmp_path):
+    """The exit status is the study's: before, "2 done, 0 failed, 0 unfinished" and exit 1, so
+    `ablate run … && ablate report …` and a SLURM job's state said the study failed."""
+    procs.write_spec(tmp_path, train={**procs.SPEC["train"], "steps": 30})
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", "--workers", "2", ABLATE_FAULT="slow@2")
+    procs.wait_for(lambda: _both_training(tmp_path), "two trials training", proc)
+    victim = _children(proc.pid)[0]
+    os.kill(victim, signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (out, err)
+    warned = [line for line in err.splitlines() if line.startswith("warning worker ")]
+    assert len(warned) == 1 and "SIGKILL" in warned[0], err
+    assert "2 done, 0 failed, 0 unfinished" in out, out
+    assert sorted(procs.assert_consistent(tmp_path).values()) == ["done", "done"]

@@ -48,8 +48,11 @@ def test_two_workers_add_seeds_look_by_look_and_run_each_once(tmp_path):
     counts = re.findall(r"(\d+)/(\d+) done", res.stdout)
     planned = sum(state(tmp_path).planned.values())
     assert counts and counts[-1] == (str(planned), str(planned)), (counts[-3:], planned)
+    logs = {p: p.stat().st_size for p in (tmp_path / ".ablate" / "logs").glob("*.log")}
     again = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")  # resuming a finished design runs nothing
     assert again.returncode == 0 and "0 to run" in again.stdout, again.stdout
+    # ... and starts no worker to find that out (a worker appends to its log when it starts)
+    assert {p: p.stat().st_size for p in (tmp_path / ".ablate" / "logs").glob("*.log")} == logs
     status = procs.ablate(tmp_path, "status", "faults")
     assert "look" in status.stdout, status.stdout
     # The accuracy report prints the design and the decisions, and no fixed-design p-value.
