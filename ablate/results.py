@@ -75,7 +75,6 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import design
-from ablate.report import MISSING_NOTES
 from ablate.runner import sequential, tracking
 from ablate.runner.study import (
     WHERE_STORES_ARE,
@@ -785,10 +784,6 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
             first = next(iter(unread.values()))
             res.missing.append(f"{len(unread)} of {len(run_ids)} MLflow run(s) could not be read from "
                                f"{redact(stores.tracking)} ({first}): their metrics and curves are missing")
-    notes = os.environ.get(MISSING_NOTES)  # set by ablate.report.render for its kernel
-    if notes and res.missing:
-        with open(notes, "a", encoding="utf-8") as f:
-            f.writelines(f"{line}\n" for line in res.missing)
     return res
 
 

@@ -321,6 +321,12 @@ def test_results_say_what_is_missing_when_the_tracking_store_is_lost(norm_study,
     partial = results.load(studies.NORM["name"])
     assert len(partial.missing) == 1 and partial.missing[0].startswith("1 of 4 MLflow run(s) could not be read")
     assert partial.curves["seed"].len() < full.curves["seed"].len()
+    # The report says so on its first page, from what the renderer's one load found.
+    from ablate.report import render
+
+    render.render(studies.NORM["name"], ["norm_stability"], tmp_path / "pages", formats=("html",))
+    page = (tmp_path / "pages" / "norm_stability.html").read_text()
+    assert 'class="ablate-missing"' in page and "1 of 4 MLflow run(s) could not be read" in page
     (root / ".ablate" / "mlflow.db").unlink()
     lost = results.load(studies.NORM["name"])
     assert lost.trials["status"].to_list() == full.trials["status"].to_list()

@@ -39,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.report import COMPARISONS, MISSING_NOTES, REPORTS, fonts
+from ablate.report import COMPARISONS, REPORTS, fonts
 
 if TYPE_CHECKING:
     from ablate.results import Results
@@ -378,8 +378,7 @@ def render(
     # The stores go to the kernel by its environment, not as parameters: papermill writes
     # parameters into the executed notebook, and a URL may carry a password.
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(1) as writer:
-        notes = Path(tmp) / "missing.txt"
-        env = {MISSING_NOTES: str(notes)}
+        env = {}
         if stores is not None:
             env.update({"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking})
         with _environment(env), kernel(Path(tmp)) as k:
@@ -389,9 +388,9 @@ def render(
             snapshot = Path(tmp) / "results.pickle"
             curves = any(r not in _NO_CURVES for r in reports)
             if data is None:
-                results.save(results.load(study, stores.storage, stores.tracking, metrics=True, curves=curves),
-                             snapshot)
-                read_missing = _take(notes)
+                loaded = results.load(study, stores.storage, stores.tracking, metrics=True, curves=curves)
+                results.save(loaded, snapshot)
+                read_missing = list(loaded.missing)
             else:
                 # What the load above would have given: no curves where no report reads them, so that
                 # a page rendered from an export is the page rendered from the stores.
@@ -404,19 +403,12 @@ def render(
                 work.mkdir()
                 params = {"study": study, "export_dir": str(target) if export else None, "results_file": str(snapshot)}
                 nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
-                done.append(writer.submit(write, nb, report, read_missing + _take(notes)))
+                done.append(writer.submit(write, nb, report, read_missing))
             return [path for future in done for path in future.result()]
 
 
 #: Reports whose notebook reads no curves (the dense, costly part of ``results.load``).
 _NO_CURVES = frozenset({"accuracy"})
-
-
-def _take(notes: Path) -> list[str]:
-    """The lines ``results.load`` appended to ``notes`` (what it could not read), emptying it."""
-    lines = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
-    notes.unlink(missing_ok=True)
-    return lines
 
 
 def _preload() -> None:
@@ -443,14 +435,18 @@ def render_comparison(
     stores = resolve(storage, tracking_uri)
     out_dir.mkdir(parents=True, exist_ok=True)
     title = title or " vs ".join(studies)
-    params = {"studies": list(studies), "cells": cells or {}, "title": title}
+    from ablate import results
+
     with tempfile.TemporaryDirectory() as tmp:
-        notes = Path(tmp) / "missing.txt"
-        env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking, MISSING_NOTES: str(notes)}
-        # As render: no URL among the parameters the notebook keeps, and our kernel (IPC, quiet).
-        with _environment(env), kernel(Path(tmp)) as k:
+        # As render: this process reads the stores once, the notebook that file (no URL among the
+        # parameters the notebook keeps), in our kernel (IPC, quiet).
+        both = results.load(list(studies), stores.storage, stores.tracking, curves=True, metrics=True)
+        snapshot = Path(tmp) / "results.pickle"
+        results.save(both, snapshot)
+        missing = [line for r in both.results for line in r.missing]
+        params = {"studies": list(studies), "cells": cells or {}, "title": title, "results_file": str(snapshot)}
+        with kernel(Path(tmp)) as k:
             nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp), k)
-        missing = notes.read_text(encoding="utf-8").splitlines() if notes.exists() else []
     html = to_html(nb, f"{title} — comparison", missing)
     written: list[Path] = []
     if "html" in formats:

@@ -14,6 +14,7 @@ confidence = 0.95
 margin = 0.02  # a run with metric ≤ chance + margin never learned
 min_effect = -1.0  # the smallest difference that matters; < 0: the first study's stats.min_effect
 export_dir = None  # set by `ablate report --export`
+results_file = None  # a file of ablate.results.save (the renderer's one read of the stores), read instead
 
 # %%
 import warnings
@@ -30,7 +31,8 @@ from ablate.stats import norms as sn
 warnings.filterwarnings("ignore")
 export_to(export_dir, "comparison")
 
-both = results.load(list(studies), storage=storage, tracking_uri=tracking_uri, curves=True, metrics=True)
+both = (results.read(results_file) if results_file else
+        results.load(list(studies), storage=storage, tracking_uri=tracking_uri, curves=True, metrics=True))
 if cells:
     both = both.select(cells)
 variants = both.variants().to_pandas()
