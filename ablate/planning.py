@@ -188,11 +188,12 @@ def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
 
 def summary_line(spec: Spec, n_cells: int) -> str:
     seeds = len(spec.seed_list)
+    upto = "up to " if spec.sequential is not None else ""  # the looks decide how many run
     if spec.tune is None:
-        return f"{n_cells} cells × {seeds} seeds = {n_cells * seeds} trials"
+        return f"{n_cells} cells × {upto}{seeds} seeds = {upto}{n_cells * seeds} trials"
     per = spec.tune.trials + seeds
-    return (f"{n_cells} cells × ({spec.tune.trials} tuning trials + {seeds} seeds) = {n_cells * per} trials "
-            f"({n_cells * spec.tune.trials} tuning, {n_cells * seeds} replicate)")
+    return (f"{n_cells} cells × ({spec.tune.trials} tuning trials + {upto}{seeds} seeds) = {upto}{n_cells * per} "
+            f"trials ({n_cells * spec.tune.trials} tuning, {upto}{n_cells * seeds} replicate)")
 
 
 def counts_line(plan: Plan) -> str:

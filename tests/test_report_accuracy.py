@@ -18,6 +18,7 @@ import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import pytest
@@ -453,18 +454,41 @@ def test_palettes_are_distinguishable_and_ordered_levels_get_a_ramp():
     assert three.facet("c") == "lr = 0.01" and three.facets() == ["lr = 0.01"]
 
 
-def test_figures_survive_an_empty_study(partial_study):
+def _drawn(fig) -> tuple[list[str], int]:
+    """A figure's visible texts, and how many data points its axes plot (lines, markers, bars)."""
+    texts = [t.get_text() for t in fig.findobj(mpl.text.Text) if t.get_visible() and t.get_text().strip()]
+    points = 0
+    for ax in fig.axes:
+        # a reference or chance line is two points and no marker; data have markers or more points
+        points += sum(len(line.get_xdata()) for line in ax.get_lines()
+                      if line.get_marker() not in (None, "None", "", " ") or len(line.get_xdata()) > 2)
+        points += sum(len(c.get_offsets()) for c in ax.collections)
+        points += len(ax.patches)
+    return texts, points
+
+
+def test_figures_of_an_empty_study_say_so_and_plot_nothing(partial_study):
+    """Before: this test only checked that nothing raised. Every figure of a study with no finished
+    run draws no data point and says why it is empty."""
     trials, curves = partial_study
     nothing = set_status(trials, "rotation-xi", [0, 1, 2, 3], "pending")
     for cid in nothing["cell_id"].unique():
         nothing = set_status(nothing, cid, list(range(4)), "pending")
-    acc.accuracy_by_cell(nothing, METRIC, CHANCE)
-    acc.accuracy_by_cell(trials, METRIC, None)  # chance unknown
-    acc.main_effects_plot(nothing, METRIC, [A, B])
-    acc.interaction_plot(nothing, METRIC, A, B)
-    acc.learning_curves(curves.iloc[0:0], "val_accuracy", cells=nothing)
-    acc.performance_profile_plot(stats.performance_profile(nothing, METRIC), METRIC)
-    acc.comparison_plot(stats.compare_to_reference(nothing, METRIC, "rotation-xi"), metric=METRIC)
+    figures = {
+        "cells": acc.accuracy_by_cell(nothing, METRIC, CHANCE),
+        "main effects": acc.main_effects_plot(nothing, METRIC, [A, B]),
+        "interaction": acc.interaction_plot(nothing, METRIC, A, B),
+        "curves": acc.learning_curves(curves.iloc[0:0], "val_accuracy", cells=nothing),
+        "profiles": acc.performance_profile_plot(stats.performance_profile(nothing, METRIC), METRIC),
+        "comparisons": acc.comparison_plot(stats.compare_to_reference(nothing, METRIC, "rotation-xi"), metric=METRIC),
+    }
+    for name, fig in figures.items():
+        texts, points = _drawn(fig)
+        assert points == 0, (name, points)
+        assert any(word in " ".join(texts).lower() for word in ("no ", "nothing", "not yet", "pending", "too few")), (name, texts)
+    # With runs but the chance level unknown, the cells are drawn and no chance line is.
+    texts, points = _drawn(acc.accuracy_by_cell(trials, METRIC, None))
+    assert points > 0 and not any("chance" in t for t in texts)
 
 
 def test_tuning_sentences_name_a_spread_and_an_edge_of_the_tuned_settings_the_table_shows():
