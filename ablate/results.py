@@ -199,6 +199,37 @@ class Results:
             if "reused_from" in t.columns else {},
         }
 
+    # A study is a one-element collection: what ``Studies`` answers, one study answers too, so that
+    # ``load("a")`` and ``load(["a"])`` can be used alike.
+    @property
+    def names(self) -> list[str]:
+        return [self.study]
+
+    @property
+    def results(self) -> list[Results]:
+        return [self]
+
+    def as_studies(self) -> Studies:
+        """This study as a one-study ``Studies`` (its frames with a ``study`` column)."""
+        return Studies.of([self])
+
+    def __getitem__(self, name: str) -> Results:
+        if name != self.study:
+            raise KeyError(f"no study {name!r} here; studies: {self.study}")
+        return self
+
+    def summaries(self) -> list[dict[str, Any]]:
+        return self.as_studies().summaries()
+
+    def select(self, selectors: Selectors) -> Studies:
+        return self.as_studies().select(selectors)
+
+    def variants(self) -> pl.DataFrame:
+        return self.as_studies().variants()
+
+    def frames(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        return self.as_studies().frames()
+
     def stability(self) -> pl.DataFrame:
         """One row per replicate run with probe data: its hidden-state norm measures, the unit of
         every test of the norm-stability report (``ablate.stats.norms.per_seed``: the CV over
@@ -275,6 +306,12 @@ class Results:
         schema = {"metric": pl.Utf8, "value": pl.Float64, "source": pl.Utf8, "confirmed": pl.Boolean,
                   "note": pl.Utf8, "cell": pl.Utf8, "cell_ids": pl.List(pl.Utf8), "cell_labels": pl.List(pl.Utf8)}
         return pl.DataFrame(rows, schema=schema)
+
+
+#: What one study has and a collection of several does not (``Studies.__getattr__``).
+_ONE_STUDY = frozenset({"study", "spec", "spec_hash", "stores", "trial_provenance", "missing", "spec_data",
+                        "sequential", "chance", "baseline_cell", "reference_cell", "provenance", "stability",
+                        "tuning", "references"})
 
 
 def _finite(value: Any) -> bool:
@@ -749,6 +786,9 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
                 run_ids[attrs["mlflow_run_id"]] = (item.cell.id, item.seed, item.phase)
         rows.append(row)
     frame = pl.DataFrame(rows, infer_schema_length=None)
+    # The columns a reader looks for first: the cell, then its factors in the spec's order.
+    first = ["cell_id", "cell_label", *[f for f in spec.factors if f in frame.columns]]
+    frame = frame.select([*first, *[c for c in frame.columns if c not in first]]) if frame.height else frame
     for col in SUMMARY:
         if col not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
@@ -945,6 +985,16 @@ class Studies:
             if r.study == name:
                 return r
         raise KeyError(f"no study {name!r} here; studies: {', '.join(self.names)}")
+
+    def __getattr__(self, name: str) -> Any:
+        # One study's members (spec, chance, stability(), …) on a collection of one answer as that
+        # study's; on several, the error says how to pick one.
+        if name.startswith("_") or name not in _ONE_STUDY:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if len(self.results) == 1:
+            return getattr(self.results[0], name)
+        raise AttributeError(f"{name!r} belongs to one study and these are {len(self.results)} "
+                             f"({', '.join(self.names)}): take one, e.g. studies[{self.names[0]!r}].{name}")
 
     def summaries(self) -> list[dict[str, Any]]:
         """Per study: ``study``, ``spec_hash``, ``cells`` (of its spec), ``shown`` (selected),

@@ -574,3 +574,24 @@ def test_the_stability_frame_is_one_row_per_run_with_the_reports_measures(norm_s
     direct = norms.per_seed(norms.layer_norms(norms.prepare(res.curves, res.trials)), res.trials, res.factors)
     assert frame.sort(["cell_id", "seed"])["cv_training"].to_list() == pytest.approx(
         direct.sort_values(["cell_id", "seed"])["cv_training"].to_list())
+
+
+def test_one_study_and_a_collection_of_one_answer_the_same(study):
+    """Before: ``load("a").summaries()`` raised AttributeError and ``load(["a"]).spec`` did too."""
+    from ablate import results
+
+    res = study[0]
+    one = results.Studies.of([res])
+    assert res.names == one.names == [res.study] and res[res.study] is res
+    assert res.summaries() == one.summaries()
+    assert res.variants().equals(one.variants())
+    for mine, theirs in zip(res.frames(), one.frames(), strict=True):
+        assert mine.equals(theirs)
+    assert one.spec is res.spec and one.chance == res.chance and one.stability().equals(res.stability())
+    two = results.Studies.of([res, res])
+    with pytest.raises(AttributeError, match=r"take one, e\.g\. studies\["):
+        _ = two.spec
+    with pytest.raises(AttributeError):
+        _ = one.no_such_member
+    # The columns a reader looks for come first: the cell, then its factors in the spec's order.
+    assert res.trials.columns[: 2 + len(res.spec.factors)] == ["cell_id", "cell_label", *res.spec.factors]
