@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(poppler-utils fonts-dejavu-core dataset-fashion-mnist espeak-ng postgresql)
+apt_packages=(poppler-utils fonts-dejavu-core dataset-fashion-mnist espeak-ng postgresql slurm-wlm munge)
 missing=()
 for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -2,8 +2,9 @@
 # Run the test suite. When the Debian packages are present, starts a throwaway PostgreSQL server
 # on 127.0.0.1 (as the postgres user when root: initdb refuses root) and, in the background, a
 # real MLflow tracking server (`ablate serve`, its runs in that PostgreSQL) for the multi-machine
-# tests. Both use free ports, so several checkouts can run this at once; both go on exit.
-# Set ABLATE_TEST_POSTGRES / ABLATE_TEST_MLFLOW to use servers of your own instead.
+# tests, and, where SLURM is installed, a one-node SLURM cluster (scripts/slurm.sh) for the tests
+# of deploy/slurm/. All use free ports, so several checkouts can run this at once; all go on exit.
+# Set ABLATE_TEST_POSTGRES / ABLATE_TEST_MLFLOW / ABLATE_TEST_SLURM (a slurm.conf) to use your own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -17,8 +18,9 @@ psycopg.connect(url.render_as_string(hide_password=False), autocommit=True).exec
 SCRATCH=$(mktemp -d); chmod 755 "$SCRATCH"
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
 RUNAS=(); [ "$(id -u)" -eq 0 ] && RUNAS=(runuser -u postgres --)
-PG_DATA=""; MLFLOW_PID=""; MLFLOW_DB=""
+PG_DATA=""; MLFLOW_PID=""; MLFLOW_DB=""; SLURM_DIR=""
 cleanup() {
+  if [ -n "$SLURM_DIR" ]; then scripts/slurm.sh stop "$SLURM_DIR" || true; fi
   if [ -n "$MLFLOW_PID" ]; then kill "$MLFLOW_PID" 2>/dev/null || true; wait "$MLFLOW_PID" 2>/dev/null || true; fi
   if [ -n "$PG_DATA" ]; then
     "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PG_DATA" -m fast stop >/dev/null 2>&1 || true
@@ -53,6 +55,13 @@ if [ -z "${ABLATE_TEST_MLFLOW:-}" ]; then
     --artifacts-destination "$SCRATCH/mlflow/artifacts" >"$SCRATCH/mlflow.log" 2>&1 &
   MLFLOW_PID=$!
   export ABLATE_TEST_MLFLOW="http://127.0.0.1:$MLFLOW_PORT" ABLATE_TEST_MLFLOW_LOG="$SCRATCH/mlflow.log"
+fi
+
+if [ -z "${ABLATE_TEST_SLURM:-}" ] && { command -v slurmctld || [ -x /usr/sbin/slurmctld ]; } >/dev/null 2>&1; then
+  SLURM_DIR="$SCRATCH/slurm"
+  # 8 CPUs whatever the host has: the tests' array tasks (tiny trials) start at once, not in turns.
+  ABLATE_TEST_SLURM=$(ABLATE_SLURM_CPUS=${ABLATE_SLURM_CPUS:-8} scripts/slurm.sh start "$SLURM_DIR")
+  export ABLATE_TEST_SLURM
 fi
 
 $PY -m pytest -q -n 2 "$@"

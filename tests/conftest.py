@@ -35,6 +35,16 @@ def postgres_url() -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def slurm_conf() -> str:
+    """The slurm.conf of the test SLURM cluster (skips the test when there is none)."""
+    conf = os.environ.get("ABLATE_TEST_SLURM")
+    if not conf:
+        pytest.skip("ABLATE_TEST_SLURM is not set (scripts/test.sh starts a one-node SLURM cluster with "
+                    "scripts/slurm.sh where slurm-wlm is installed, and sets it)")
+    return conf
+
+
 def _admin(url: str, sql: str) -> None:
     import psycopg
     from sqlalchemy.engine import make_url
