@@ -296,7 +296,8 @@ def run(
                                   "queued": advanced.queued, "finished": advanced.finished}),
                       highlight=False, markup=False, soft_wrap=True)
             idle = not advanced.queued
-    if idle:  # nothing to run: no worker is started (seconds of imports for nothing)
+    if idle:  # nothing to run: no worker is started (seconds of imports for nothing) ...
+        st.settle_runs(study, stores.tracking)  # ... but a run a kill left RUNNING after its record is ended
         workers = 0
     device_list = pool.devices(device, workers) if workers else []
     # The live view's totals: a sequential study's grow as its looks add seeds.
