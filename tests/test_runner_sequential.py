@@ -39,8 +39,16 @@ def check(root) -> None:
 
 
 @pytest.mark.slow
-def test_two_workers_add_seeds_look_by_look_and_run_each_once(tmp_path):
+def test_kill9_at_a_look_then_two_workers_add_seeds_look_by_look_each_once(tmp_path):
+    """kill -9 right after the first look was analysed and its state written, before its next seeds
+    were queued; then two workers: the next run queues them (once) and adds seeds look by look, and
+    the design finishes as an uninterrupted one would. One study for the whole path (CI time)."""
     procs.write_spec(tmp_path, seeds=SEQUENTIAL, factors=FACTORS)
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT="kill@look")
+    proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL
+    st = state(tmp_path)
+    assert st is not None and len(st.history) == 1  # the first look was analysed, then the kill
     res = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")
     assert res.returncode == 0, res.stderr
     check(tmp_path)
@@ -55,7 +63,7 @@ def test_two_workers_add_seeds_look_by_look_and_run_each_once(tmp_path):
     assert {p: p.stat().st_size for p in (tmp_path / ".ablate" / "logs").glob("*.log")} == logs
     status = procs.ablate(tmp_path, "status", "faults")
     assert "look" in status.stdout, status.stdout
-    # The accuracy report prints the design and the decisions, and no fixed-design p-value.
+    # The reports print the design and the decisions, and no fixed-design p-value.
     out = tmp_path / "reports"
     rep = procs.ablate(tmp_path, "report", "faults", "--out", str(out), "--format", "html")
     assert rep.returncode == 0, rep.stderr
@@ -66,21 +74,6 @@ def test_two_workers_add_seeds_look_by_look_and_run_each_once(tmp_path):
         assert ">p (Holm)<" not in page and ">p<" not in page, f"{name}: a fixed-design p after a sequential stop"
         for r in st.decided.values():  # every decision is in the table, at the look that made it
             assert f"{r['look']} ({r['seeds']})" in page and r["decision"] in page, name
-
-
-@pytest.mark.slow
-def test_kill9_at_a_look_loses_no_seed_and_queues_none_twice(tmp_path):
-    """kill -9 right after a look was analysed and its state written, before its next seeds were
-    queued: the next run queues them (once) and the design finishes as an uninterrupted one would."""
-    procs.write_spec(tmp_path, seeds=SEQUENTIAL, factors=FACTORS)
-    proc = procs.spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT="kill@look")
-    proc.communicate(timeout=600)
-    assert proc.returncode == -signal.SIGKILL
-    st = state(tmp_path)
-    assert st is not None and len(st.history) == 1  # the first look was analysed, then the kill
-    res = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")
-    assert res.returncode == 0, res.stderr
-    check(tmp_path)
 
 
 @pytest.mark.slow
