@@ -73,7 +73,7 @@ class HoldCell:
 def test_a_queue_of_thousands_is_claimed_oldest_first_each_once_past_what_a_gate_holds(tmp_path):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name="big", storage=storage(url))
-    n = 2500
+    n = 1500
     for i in range(n):  # every sixth item is a held one: cell c0, flagged
         queue.enqueue(study, {"item": str(i), "cell_id": f"c{i % 3}", "after": i % 2 == 0, "config": {"x": [i] * 50}})
     held = [i for i in range(n) if i % 6 == 0]

@@ -183,11 +183,11 @@ def _null_study(cells, seeds, paired, alpha, rng):
 
 @pytest.mark.parametrize("paired", [True, False])
 def test_false_positive_rate_stays_at_or_below_nominal(paired):
-    """400 studies with no effect: reference + 3 cells, 8 shared seeds each (paired) or 5 runs on
+    """200 studies with no effect: reference + 3 cells, 8 shared seeds each (paired) or 5 runs on
     seeds of their own (unpaired), one fixed RNG. The exact tests are valid: their rate may not exceed α beyond
     binomial noise, and with these sizes they can reach it (p_min well below α)."""
     rng = np.random.default_rng(2024 + paired)
-    studies, k, alpha = 400, 3, 0.05
+    studies, k, alpha = 200, 3, 0.05
     cells = {c: 0.8 for c in ["base", "a", "b", "c"]}
     seeds = 8 if paired else {c: [10 * i + s for s in range(5)] for i, c in enumerate(cells)}
     rejections = family_errors = t_rejections = 0
@@ -208,7 +208,7 @@ def test_false_positive_rate_stays_at_or_below_nominal(paired):
     # comparisons of a study share the reference, so the band is a little generous, not tight).
     assert sps.binom.ppf(0.001, studies * k, 0.6 * alpha) <= rejections <= hi, rejections / (studies * k)
     assert lo <= t_rejections <= hi  # the t-test beside it, on normal data, is at its nominal rate
-    # Family-wise rate after Holm at most alpha (up to binomial noise over 400 studies).
+    # Family-wise rate after Holm at most alpha (up to binomial noise over 200 studies).
     assert family_errors <= sps.binom.ppf(0.999, studies, alpha), family_errors / studies
 
 
