@@ -103,6 +103,17 @@ def warmup_steps(train: TrainSpec) -> int:
     return max(1, train.warmup_steps if train.warmup_steps is not None else int(train.warmup * train.steps))
 
 
+def stable_end(train: TrainSpec) -> int | None:
+    """The last step of a WSD schedule's stable phase, ``steps − D`` for a decay of D steps
+    (``decay_steps``, else ``decay · steps``, at least 1); None for the other schedules. The
+    factor is 1 from the warm-up's end up to and including scheduler step ``stable_end``, so two
+    runs with the same warm-up in steps have the same learning rate up to the smaller stable end:
+    the longer can continue from the shorter's checkpoint there."""
+    if train.schedule != "wsd":
+        return None
+    return train.steps - (train.decay_steps if train.decay_steps is not None else max(1, int(train.decay * train.steps)))
+
+
 def schedule(train: TrainSpec) -> Callable[[int], float]:
     """The learning-rate factor of scheduler step ``k``: (k + 1) / W during the W warm-up steps,
     then with p = (k − W) / (steps − W) capped at 1:
@@ -111,13 +122,21 @@ def schedule(train: TrainSpec) -> Callable[[int], float]:
         linear    1 − p                        (to 0 at ``steps``)
         constant  1
         step      step_gamma ** #{m ∈ step_milestones : k ≥ m · steps}
+        wsd       1 up to S = ``stable_end``, then with q = (k − S) / (steps − S) the decay shape:
+                  1-sqrt 1 − √q, linear 1 − q, cosine ½ (1 + cos π q)
     """
     warm = warmup_steps(train)
     kind, milestones = train.schedule, [m * train.steps for m in train.step_milestones]
+    stable = stable_end(train)
 
     def factor(step: int) -> float:
         if step < warm:
             return (step + 1) / warm
+        if stable is not None:
+            q = max(0.0, (step - stable) / (train.steps - stable))
+            if train.decay_shape == "1-sqrt":
+                return 1.0 - math.sqrt(q)
+            return 1.0 - q if train.decay_shape == "linear" else 0.5 * (1.0 + math.cos(math.pi * q))
         progress = min(1.0, (step - warm) / max(1, train.steps - warm))
         if kind == "linear":
             return 1.0 - progress
@@ -260,6 +279,8 @@ def run_trial(
     checkpoint_every: int = 0,
     accumulate: int = 1,
     on_eval: Callable[[int, dict[str, float]], None] | None = None,
+    stable_checkpoint: Path | None = None,
+    branch: Path | None = None,
 ) -> TrialResult:
     """Train ``config`` ({task, model, train}) on ``seed``; report curves; return final metrics.
 
@@ -269,7 +290,13 @@ def run_trial(
     ``on_eval(step, val)`` is called after each intermediate validation pass; it may raise to
     stop the trial (the runner prunes tuning trials that way). With ``train.patience``, training
     stops once that many passes in a row have not improved the monitored metric (``monitored``)
-    and the best weights are restored before the final validation and test evaluation."""
+    and the best weights are restored before the final validation and test evaluation.
+
+    On a WSD schedule, ``stable_checkpoint`` is where the state at the end of the stable phase
+    (``stable_end``) is saved, to be kept. ``branch`` is such a checkpoint of a shorter run of the
+    same cell and seed (``continuable`` says when one fits): a run without a resume checkpoint of
+    its own starts there and trains only the remaining steps, reaching what training from step 0
+    would (the same weights, optimiser state, data order and random numbers up to there)."""
     probes = probes or ProbeSpec()
     train = TrainSpec.model_validate(config["train"])
     when = Schedule.of(train, probes)
@@ -289,6 +316,8 @@ def run_trial(
     key, maximize = monitored(data.info.metric)
     plateau = Plateau(maximize, train.min_delta, keep=train.patience is not None)
     saved = torch.load(checkpoint, weights_only=False) if checkpoint and checkpoint.exists() else None
+    if saved is None and branch is not None:
+        saved = _branched(torch.load(branch, weights_only=False), when)
     if saved is not None:
         model.load_state_dict(saved["model"])
         optimiser.load_state_dict(saved["optimiser"])
@@ -357,6 +386,9 @@ def run_trial(
         if when.probes(step) and step != train.steps:
             reporter.log_curves(prober.probe(step))
             reporter.log_curves(prober.train_rows())
+        if stable_checkpoint and step == stable_end(train) and not stable_checkpoint.exists():
+            _save(stable_checkpoint, step, model, optimiser, scheduler, sampler, reporter.history,
+                  prober.pending_train, plateau.state())
         if checkpoint and checkpoint_every and step % checkpoint_every == 0 and step != train.steps:
             faults.inject("checkpoint")
             _save(checkpoint, step, model, optimiser, scheduler, sampler, reporter.history, prober.pending_train,
@@ -385,6 +417,36 @@ def _forward_backward(
             summary = part if summary is None else summary + part
         norm_sums = means if norm_sums is None else [a + b for a, b in zip(norm_sums, means, strict=True)]
     return loss_sum / max(counted, 1), correct, counted, [v / len(x) for v in norm_sums or []], summary
+
+
+def continuable(short: TrainSpec, long: TrainSpec) -> int | None:
+    """The step a run of ``long`` can continue from a run of ``short`` (the same cell but for
+    ``steps``) at: ``short``'s stable end, when both are WSD, ``long`` is longer, the warm-ups are
+    equal in steps and the stable end is within ``long``'s stable phase, so the learning rate of
+    every step up to it is the same; else None."""
+    end, long_end = stable_end(short), stable_end(long)
+    if end is None or long_end is None or long.steps <= short.steps:
+        return None
+    same = short.model_dump(exclude={"steps", "decay", "decay_steps"}) == long.model_dump(
+        exclude={"steps", "decay", "decay_steps"})
+    if not same or warmup_steps(short) != warmup_steps(long) or not warmup_steps(short) <= end <= long_end:
+        return None
+    return end
+
+
+def _branched(saved: dict[str, Any], when: Schedule) -> dict[str, Any]:
+    """A shorter run's stable-phase checkpoint as the longer run would have saved it: without the
+    validation passes the shorter run made for its convergence flag only (its last fifth starts
+    earlier) and that the longer run does not make."""
+    step = saved["step"]
+    kept = {s for s in range(step + 1) if when.validates(s) or when.checks(s)}
+    plateau = saved.get("plateau")
+    if plateau is not None:
+        plateau = {**plateau, "checks": [(s, v) for s, v in plateau.get("checks", []) if s in kept]}
+    history = [(kind, payload) for kind, payload in saved["history"]
+               if not (kind == "metrics" and payload[0] not in kept and payload[0] > 0
+                       and all(k.startswith("val/") for k in payload[1]))]
+    return {**saved, "plateau": plateau, "history": history}
 
 
 def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history, pending_train, plateau) -> None:

@@ -4,6 +4,7 @@ what is trained (config, data version, code version, tuning protocol), and reuse
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -204,3 +205,19 @@ def test_a_pruner_enters_the_tuning_protocol_only_when_set():
     tuned["tune"]["pruner"] = "median"
     assert design.tune_protocol(design.validate(tuned))["pruner"] == "median"
     assert set(ids).isdisjoint(c.id for c in design.cells(design.validate(tuned)))
+
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "studies/quickstart.yaml"
+
+
+def test_the_wsd_settings_leave_the_ids_of_existing_studies_as_they_were():
+    """The quickstart's cell ids as the code before WSD (git 5593cd2) computed them: the decay
+    settings are at their neutral defaults there and stay out of the id."""
+    cells = design.cells(design.load(QUICKSTART))
+    assert sorted(c.id for c in cells) == ["a0b7932a663d", "c3f0607b27d7", "c5ad7f2c6408", "cf6d41011b7c"]
+    assert all(c.config["train"]["decay_shape"] == "1-sqrt" for c in cells)
+    wsd = {c.id for c in design.cells(design.load(QUICKSTART, ["train.schedule=wsd"]))}
+    assert wsd.isdisjoint(c.id for c in cells)
+    shaped = {c.id for c in design.cells(design.load(QUICKSTART,
+                                                     ["train.schedule=wsd", "train.decay_shape=linear"]))}
+    assert shaped.isdisjoint(wsd)

@@ -322,3 +322,81 @@ def test_checkpoint_resume_with_patience_equals_the_uninterrupted_run(tmp_path: 
     resumed = training.run_trial(config, 1, probes, Recording(), data=data, checkpoint=ckpt, checkpoint_every=1)
     assert (resumed.steps, resumed.metrics, resumed.convergence) == (expected.steps, expected.metrics,
                                                                      expected.convergence)
+
+
+@pytest.mark.parametrize("shape", ["1-sqrt", "linear", "cosine"])
+def test_wsd_is_constant_after_the_warm_up_then_decays_over_the_last_steps(shape: str):
+    train = TrainSpec(steps=50, warmup_steps=5, lr=0.2, schedule="wsd", decay=0.2, decay_shape=shape)
+    assert training.stable_end(train) == 40
+    for k, lr in enumerate(lrs_over(train)):
+        q = max(0.0, (k - 40) / 10)
+        factor = (k + 1) / 5 if k < 5 else {
+            "1-sqrt": 1 - math.sqrt(q), "linear": 1 - q, "cosine": 0.5 * (1 + math.cos(math.pi * q))}[shape]
+        assert lr == pytest.approx(0.2 * factor, abs=1e-12), (shape, k)
+    assert training.stable_end(train.model_copy(update={"decay_steps": 7})) == 43
+    assert training.stable_end(TrainSpec(steps=50)) is None
+
+
+def test_bad_wsd_settings_are_refused_with_their_key():
+    from pydantic import ValidationError
+
+    for bad in ({"decay_steps": 40}, {"decay_steps": 38, "warmup_steps": 5}, {"decay_shape": "exp"}, {"decay": 1.0}):
+        with pytest.raises(ValidationError, match="decay"):
+            TrainSpec(steps=40, schedule="wsd", **bad)
+    TrainSpec(steps=40, decay_steps=100)  # not wsd: the decay is not used
+
+
+def test_continuable_only_where_the_learning_rate_agrees_up_to_the_branch():
+    short = TrainSpec(steps=30, warmup_steps=3, schedule="wsd", decay=0.2)
+    assert training.continuable(short, short.model_copy(update={"steps": 60})) == 24
+    assert training.continuable(short, short.model_copy(update={"steps": 30})) is None
+    assert training.continuable(short, short.model_copy(update={"steps": 60, "lr": 1e-3})) is None
+    assert training.continuable(short, TrainSpec(steps=60, warmup=0.1, schedule="wsd")) is None  # warm-up 3 vs 6
+    assert training.continuable(TrainSpec(steps=30, warmup_steps=3), TrainSpec(steps=60, warmup_steps=3)) is None
+    # A long decay in steps ends the longer run's stable phase before the shorter one's.
+    assert training.continuable(short, short.model_copy(update={"steps": 40, "decay_steps": 20})) is None
+
+
+def test_continuing_from_the_stable_checkpoint_equals_training_from_scratch(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    """A WSD run of 20 steps keeps its step-16 stable checkpoint (after a convergence-only pass there
+    that the longer run does not make); the 40-step run of the same cell
+    continued from there trains steps 17..40 and ends where training 40 steps from scratch ends:
+    metrics, curves and weights bit for bit (dropout and batch order draw the same numbers)."""
+    data = toy_data()
+    train = {"batch_size": 4, "eval_every": 5, "log_every": 2, "schedule": "wsd", "decay": 0.2, "warmup_steps": 3}
+    long = {"task": {}, "model": {**MODEL, "dropout": 0.2}, "train": {**train, "steps": 40}}
+    short = {**long, "train": {**train, "steps": 20}}
+    probes = ProbeSpec(every=3, batch=4, white_noise_batch=2)
+    weights: list[dict[str, torch.Tensor]] = []
+    real_finish = training.evaluate
+
+    def capture(model, *args, **kwargs):  # the last weights are those of the final evaluation
+        weights.append({k: v.clone() for k, v in model.state_dict().items()})
+        return real_finish(model, *args, **kwargs)
+
+    monkeypatch.setattr(training, "evaluate", capture)
+    scratch_log = Recording()
+    scratch = training.run_trial(long, 5, probes, scratch_log, data=data)
+    scratch_weights = weights[-1]
+
+    stable = tmp_path / "stable.pt"
+    training.run_trial(short, 5, probes, Recording(), data=data, stable_checkpoint=stable)
+    assert torch.load(stable, weights_only=False)["step"] == 16
+    assert training.continuable(TrainSpec(**short["train"]), TrainSpec(**long["train"])) == 16
+
+    steps = []
+    real_step = training.train_step
+    monkeypatch.setattr(training, "train_step", lambda *a, **k: steps.append(1) or real_step(*a, **k))
+    continued_log = Recording()
+    continued = training.run_trial(long, 5, probes, continued_log, data=data, branch=stable)
+    assert len(steps) == 24  # steps 17..40 only
+    assert continued.status == scratch.status == "complete"
+    assert continued.metrics == scratch.metrics
+    assert continued.convergence == scratch.convergence
+    assert continued_log.metrics == scratch_log.metrics
+    assert len(continued_log.curves) == len(scratch_log.curves)
+    for got, want in zip(continued_log.curves, scratch_log.curves, strict=True):
+        assert got.equals(want)
+    assert weights[-1].keys() == scratch_weights.keys()
+    assert all(torch.equal(weights[-1][k], scratch_weights[k]) for k in scratch_weights)

@@ -48,6 +48,10 @@ NEUTRAL: dict[str, Any] = {
     "train.patience": None,
     "train.min_delta": 0.0,
     "train.converged_tol": 0.005,
+    # issue 28: warmup-stable-decay (used only by schedule: wsd)
+    "train.decay": 0.2,
+    "train.decay_steps": None,
+    "train.decay_shape": "1-sqrt",
 }
 
 

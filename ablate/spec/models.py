@@ -150,7 +150,10 @@ class ModelSpec(Strict):
         return self
 
 
-SCHEDULES = ("cosine", "constant", "linear", "step")
+SCHEDULES = ("cosine", "constant", "linear", "step", "wsd")
+#: Shapes of a WSD schedule's decay (p: 0 → 1 over the decay): 1-sqrt is 1 − √p, the shape
+#: Hägele et al. (2024) found best; linear 1 − p; cosine ½ (1 + cos π p).
+DECAY_SHAPES = ("1-sqrt", "linear", "cosine")
 
 
 class TrainSpec(Strict):
@@ -166,8 +169,14 @@ class TrainSpec(Strict):
     warmup_steps: int | None = Field(
         None, ge=0, description="linear warm-up in steps (must be below `steps`); replaces `warmup` when set")
     schedule: _choice(SCHEDULES) = Field(
-        "cosine", description="after the warm-up: cosine (half cosine to 0), linear (to 0), constant, or step "
-        "(× step_gamma at each of step_milestones)")
+        "cosine", description="after the warm-up: cosine (half cosine to 0), linear (to 0), constant, step "
+        "(× step_gamma at each of step_milestones), or wsd (warmup-stable-decay: constant, then a decay over "
+        "the last `decay` of the steps; a longer run of the same cell continues from its stable phase)")
+    decay: float = Field(0.2, gt=0.0, lt=1.0, description="schedule: wsd — fraction of steps of the final decay")
+    decay_steps: int | None = Field(
+        None, ge=1, description="schedule: wsd — the final decay in steps; replaces `decay` when set")
+    decay_shape: _choice(DECAY_SHAPES) = Field(
+        "1-sqrt", description="schedule: wsd — the decay's shape: 1-sqrt (1 − √p), linear or cosine")
     step_milestones: list[float] = Field(
         default_factory=lambda: [0.5, 0.75],
         description="schedule: step — fractions of `steps` at which the learning rate is multiplied by step_gamma")
@@ -206,6 +215,12 @@ class TrainSpec(Strict):
     def _warmup_fits(self) -> TrainSpec:
         if self.warmup_steps is not None and self.warmup_steps >= self.steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
+        if self.schedule == "wsd":  # the same counts as ablate.training.warmup_steps and stable_end
+            decay = self.decay_steps if self.decay_steps is not None else max(1, int(self.decay * self.steps))
+            warm = max(1, self.warmup_steps if self.warmup_steps is not None else int(self.warmup * self.steps))
+            if decay >= self.steps or warm > self.steps - decay:
+                raise ValueError(f"train.decay_steps/decay: the warm-up ({warm} steps) and the decay ({decay} "
+                                 f"steps) of a wsd schedule must fit in steps ({self.steps})")
         return self
 
 
