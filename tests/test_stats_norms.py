@@ -171,3 +171,29 @@ def test_a_measure_some_levels_cannot_have_is_analysed_on_the_levels_that_have_i
     assert set(anova.loc[anova["measure"] == "depth", "term"]) == {"model.parameterisation"}
     assert why["depth"] == "ANOVA on the cells that have the measure only (model.layers = 4)"
     assert "model.layers" in set(anova.loc[anova["measure"] == "training", "term"])
+
+
+def test_the_residual_permutation_enumerates_every_split_and_finds_a_wider_spread():
+    rng = np.random.default_rng(11)
+    same = rng.normal(0, 1, (4, 6))
+    p, exact, p_min = sn.variance_permutation(same, same.copy())
+    assert exact and p == 1.0 and p_min == pytest.approx(2 / 70)  # C(8, 4) splits, none more extreme
+    wide, narrow = rng.normal(0, 3, (6, 6)), rng.normal(0, 1, (6, 6))
+    p, exact, _ = sn.variance_permutation(wide, narrow)
+    assert exact and p < 0.01
+    # Monte Carlo beyond the limit gives (hits + 1)/(B + 1) near the exact p.
+    p_mc, exact_mc, p_min_mc = sn.variance_permutation(wide, narrow, n_resamples=500)
+    assert not exact_mc and p_min_mc == pytest.approx(2 / 501) and p_mc == pytest.approx(p, abs=0.02)
+
+
+def test_over_seeds_on_different_seeds_is_the_residual_permutation():
+    """Relabelling per-seed deviations rejects too often under the null (they share their variant's
+    mean); different seeds take the residual permutation, and find a real difference."""
+    rng = np.random.default_rng(3)
+    norms, _, order = seeded({"narrow": np.exp(rng.normal(0, 0.1, (6, 1, 1)) + rng.normal(0, 0.01, (6, 2, 4))),
+                              "wide": np.exp(rng.normal(0, 0.6, (6, 1, 1)) + rng.normal(0, 0.01, (6, 2, 4)))})
+    norms.loc[norms["cell_id"] == "c1", "seed"] += 100  # no seed shared
+    ps = sn.per_seed(norms)
+    row = sn.compare(ps, norms, "c0", order).set_index("measure").loc["seeds"]
+    assert not row["paired"] and row["test"] == "exact residual permutation" and row["n"] == 6
+    assert row["p"] < 0.05 and row["ratio"] > 2 and row["ratio_low"] > 1
