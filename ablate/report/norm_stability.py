@@ -301,7 +301,7 @@ def ratio_table(comp: pd.DataFrame, confidence: float = 0.95, min_ratio: float |
     and — with ``min_ratio`` — the seeds a ratio of ``min_ratio`` would need (the power line)."""
     pct = fmt.level(confidence)
     rows = []
-    for _, r in comp.iterrows():
+    for _, r in comp[~comp["measure"].isin(unreferenced(comp))].iterrows():
         n = f"{int(r['n_pairs'])}{fmt.NBSP}pairs" if r["paired"] else f"{int(r['n_cell'])}{fmt.NBSP}vs{fmt.NBSP}{int(r['n_ref'])}"
         rows.append({"measure": MEASURE_WORDS[r["measure"]], "variant": r["cell_label"], "seeds": n,
                      f"ratio to the reference [{pct} CI]": _ratio_cell(r),
@@ -313,6 +313,24 @@ def ratio_table(comp: pd.DataFrame, confidence: float = 0.95, min_ratio: float |
     if min_ratio is None:
         return out[cols]
     return out.rename(columns={"power": f"seeds for {fmt.num(min_ratio, 3, sig=True)}×"})
+
+
+def unreferenced(comp: pd.DataFrame) -> list[str]:
+    """The measures the reference has no value of (over layers, with a one-layer reference): their
+    rows would each say "0 vs 0"; ``ratio_table`` leaves them out and ``unreferenced_note`` says why."""
+    if comp.empty:
+        return []
+    return [str(m) for m, g in comp.groupby("measure", sort=False) if (g["n_ref"] == 0).all()]
+
+
+def unreferenced_note(comp: pd.DataFrame, reference: str) -> str:
+    """One sentence for the measures ``ratio_table`` leaves out, or ""."""
+    gone = unreferenced(comp)
+    if not gone:
+        return ""
+    words = ", ".join(f"{MEASURE_WORDS[m]} ({_NO_VALUE[m]})" for m in gone)
+    return (f" Not in the table: {words} — the reference {reference} has no value there, so nothing is compared "
+            "with it; the factor analysis below takes the variants that have one.")
 
 
 def effects_table(effects: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:

@@ -46,8 +46,8 @@ if len(df):
                       res.spec.stats.power)
     anova, anova_why = sn.factor_anova(seeds, factors, alpha)
     effects = sn.main_effects(seeds, factors, confidence)
-    check = sn.theory_check(df, order)
-    drift = sn.spectrum_drift(df, order)
+    check = sn.theory_check(df, fig_order)
+    drift = sn.spectrum_drift(df, fig_order)
 
 # %% [markdown]
 # ## Summary
@@ -139,10 +139,12 @@ if len(df):
             f"({ref[1]}). The ratio is exp(mean log difference) over the seeds, with the t interval of that "
             "difference; over seeds, the ratio of the two sds on the same seeds with an F interval. The test is the "
             "exact permutation test of the per-seed log values — sign-flip on shared seeds, relabelling otherwise "
-            "(over seeds: of the runs' log deviations from their variant's mean, a Levene-type test) — Holm-corrected "
-            "within each measure; fewer than three seeds are not tested and their per-seed values are shown. "
-            f"The last column: the seeds a ratio of {res.spec.stats.min_ratio:g}× would need (power "
-            f"{res.spec.stats.power:g}, t-test at Holm's first threshold)."))
+            "(over seeds: sign-flip of the runs' log deviations from their variant's mean on shared seeds, a "
+            "Levene-type test; on different seeds, the permutation of whole seeds' residuals between the two) — "
+            "Holm-corrected within each measure; fewer than three seeds are not tested and their per-seed values "
+            f"are shown. The last column: the seeds a ratio of {res.spec.stats.min_ratio:g}× would need (power "
+            f"{res.spec.stats.power:g}, t-test at Holm's first threshold)."
+            + ns.unreferenced_note(comp, dict(fig_order).get(ref[0], ref[0]))))
 
 # %% [markdown]
 # ## Factor effects
