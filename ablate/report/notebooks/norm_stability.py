@@ -129,7 +129,9 @@ if len(df):
         "over layers). A variant's value is the geometric mean over its seeds with a t interval on the logs. "
         "Over seeds: the sd of log ‖x‖² across seeds (per layer and step, as the root of the mean unbiased "
         "variance: it does not depend on the number of seeds; about the CV across seeds when small), with a "
-        "chi-square interval on seeds − 1 degrees of freedom."))
+        "chi-square interval on seeds − 1 degrees of freedom. The CV over layers of a run is a spread of a few "
+        "values, skewed even on the log scale: its t interval covers less than its label, 0.91–0.93 at 3–8 seeds "
+        "on the calibration benchmark's null studies (two layers; docs/science.md §13.5)."))
     if len(comp):
         ratios = ns.ratio_table(comp, confidence, res.spec.stats.min_ratio)
         if sequential:  # descriptive only: the tests are the sequential design's
