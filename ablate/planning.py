@@ -45,6 +45,7 @@ class CellPlan:
     stale: dict[str, Any] = field(default_factory=dict)  # item key → study.Source found stale, not reused
     linked: dict[str, str] = field(default_factory=dict)  # item key → study it was reused from (done)
     held: str = ""  # why results of this cell elsewhere are not reused
+    branches: dict[str, Any] = field(default_factory=dict)  # item key → phases.Branch it continues from
 
     @property
     def counts(self) -> Counter:
@@ -162,7 +163,38 @@ def build(spec: Spec, storage: str | None = None, tracking_uri: str | None = Non
         plan.stale = {i.key: found.reuse.stale[i.key] for i in plan.items
                       if i.key in found.reuse.stale and i.key not in plan.reusable}
         plan.held = found.reuse.held.get(plan.cell.id, "")
+    _find_branches(plans)
     return Plan(spec, plans, bool(found and found.stored), note, found.orphans if found else None)
+
+
+def _find_branches(plans: list[CellPlan]) -> None:
+    """The kept stable-phase checkpoints the pending replicates of WSD cells will continue from.
+    Cells that tune are left out: their replicates' setting is known only once tuning is done."""
+    from ablate.runner.phases import find_branch
+    from ablate.runner.worker import checkpoint_dir
+
+    root = checkpoint_dir()
+    for plan in plans:
+        if plan.cell.config.get("train", {}).get("schedule") != "wsd":
+            continue
+        for item in plan.items:
+            if item.phase != "replicate" or item.tune or plan.states.get(item.key) in FINISHED \
+                    or item.key in plan.reusable:
+                continue
+            branch = find_branch(root, plan.cell.config, item.seed, item.phase)
+            if branch is not None:
+                plan.branches[item.key] = branch
+
+
+def continuation_lines(plan: Plan) -> list[str]:
+    """One line per pending item that continues a shorter run of its lineage."""
+    lines = []
+    for c in plan.cells:
+        steps = int(c.cell.config["train"]["steps"])
+        for b in c.branches.values():
+            lines.append(f"{c.cell.id}: continues {b.cell_label} · seed {b.seed} from step {b.step}: "
+                         f"{steps - b.step} of {steps} steps to train")
+    return lines
 
 
 def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
@@ -257,7 +289,7 @@ def render(plan: Plan, console: Any, reuse_stale: bool = False) -> None:
     console.print(table)
     console.print(summary_line(spec, len(plan.cells)))
     console.print(counts_line(plan) + (f"  ({plan.note})" if plan.note else ""))
-    for line in stale_lines(plan, reuse_stale) + orphan_lines(plan.orphans, spec.name):
+    for line in continuation_lines(plan) + stale_lines(plan, reuse_stale) + orphan_lines(plan.orphans, spec.name):
         console.print(line, highlight=False, soft_wrap=True)
 
 
@@ -386,13 +418,15 @@ def _counts(config: dict[str, Any], probes: Any) -> tuple[int, int, int, int]:
             when.count("measures_grads"))
 
 
-def trial_seconds(config: dict[str, Any], probes: Any, t: ShapeTiming, overhead: float | None = None) -> float:
+def trial_seconds(config: dict[str, Any], probes: Any, t: ShapeTiming, overhead: float | None = None,
+                  trained: float = 1.0) -> float:
     """One trial's wall time from its timings: the counts of steps, validations (periodic, then
     the final one and the test split) and probes are the training loop's, plus its bookkeeping
-    (``overhead``, default ``TRIAL_OVERHEAD_S``)."""
+    (``overhead``, default ``TRIAL_OVERHEAD_S``). ``trained`` is the part of the loop that runs
+    (below 1 for a continuation: its steps after the branch point)."""
     steps, evals, n_probes, n_grads = _counts(config, probes)
-    return (t.setup + steps * t.step + (evals + 1) * t.val + t.test + n_probes * t.probe + n_grads * t.grads
-            + (TRIAL_OVERHEAD_S if overhead is None else overhead))
+    loop = steps * t.step + evals * t.val + n_probes * t.probe + n_grads * t.grads
+    return (t.setup + trained * loop + t.val + t.test + (TRIAL_OVERHEAD_S if overhead is None else overhead))
 
 
 def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], probe_rows: int) -> Overheads:
@@ -507,7 +541,13 @@ def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
     if overheads is None:
         first = timings[keys[0]]
         overheads = measure_overheads(plan.spec, pending, pending[0].cell.config, first.probe_rows)
-    per_item = [trial_seconds(i.cell.config, plan.spec.probes, timings[k], overheads.trial)
+    branches = {key: b for c in plan.cells for key, b in c.branches.items()}
+
+    def trained(item: Item) -> float:
+        branch, steps = branches.get(item.key), int(item.cell.config["train"]["steps"])
+        return 1.0 if branch is None else (steps - branch.step) / steps
+
+    per_item = [trial_seconds(i.cell.config, plan.spec.probes, timings[k], overheads.trial, trained(i))
                 for i, k in zip(pending, keys, strict=True)]
     cores = os.cpu_count() or 1
     # Workers import at once; past one per core they share the cores (imports use one each).

@@ -506,3 +506,52 @@ def test_the_first_claim_does_not_wait_for_the_heavy_imports(tmp_path, monkeypat
     monkeypatch.setattr(worker.phases, "claim", claim)
     assert worker.work(s.name, where, max_items=1) == {"complete": 1}
     assert seen == [("claim", True), ("train", False)]
+
+
+WSD = {**SPEC["train"], "schedule": "wsd", "steps": 12, "warmup_steps": 2, "decay_steps": 3}
+
+
+def _replicates(root: Path, name: str) -> dict[int, optuna.trial.FrozenTrial]:
+    return {t.user_attrs["seed"]: t for t in load(root, name).trials if t.state == TrialState.COMPLETE}
+
+
+def _finals(trial: optuna.trial.FrozenTrial) -> dict[str, float]:
+    return {k: v for k, v in trial.user_attrs.items() if k.startswith(("val_", "test_")) and isinstance(v, float)}
+
+
+def test_a_doubled_wsd_study_trains_only_the_difference_and_equals_scratch(tmp_path):
+    short, scratch = tmp_path / "short", tmp_path / "scratch"
+    for root in (short, scratch):
+        root.mkdir()
+    write_spec(short, name="wsd", train=WSD, seeds=2)
+    cli(short, "run", "spec.yaml")
+    first = _replicates(short, "wsd")
+    assert all(t.user_attrs["continued_from"] is None and t.user_attrs["steps_trained"] == 12 for t in first.values())
+    doubled = {**WSD, "steps": 24}
+    write_spec(short, name="wsd_long", train=doubled, seeds=2)  # the same stores: the short run's checkpoints
+    plan = cli(short, "plan", "spec.yaml").stdout
+    assert "continues" in plan and "from step 9: 15 of 24 steps to train" in " ".join(plan.split()), plan
+    cli(short, "run", "spec.yaml")
+    write_spec(scratch, name="wsd_long", train=doubled, seeds=2)
+    cli(scratch, "run", "spec.yaml")
+    continued, fresh = _replicates(short, "wsd_long"), _replicates(scratch, "wsd_long")
+    assert set(continued) == set(fresh) == {0, 1}
+    for seed, trial in continued.items():
+        assert trial.user_attrs["continued_from"] == {"cell": first[seed].user_attrs["cell_id"],
+                                                     "label": first[seed].user_attrs["cell_label"],
+                                                     "seed": seed, "step": 9}
+        assert trial.user_attrs["steps_trained"] == 15 and trial.user_attrs["steps"] == 24
+        assert fresh[seed].user_attrs["continued_from"] is None and fresh[seed].user_attrs["steps_trained"] == 24
+        assert _finals(trial) and _finals(trial) == pytest.approx(_finals(fresh[seed]), rel=1e-6, abs=1e-7)
+    tags = {r.data.tags["ablate.seed"]: r.data.tags.get("ablate.continued_from") for r in mlflow_runs(short, "wsd_long")}
+    assert tags["0"].endswith("· seed 0 · step 9") and tags["0"].startswith(first[0].user_attrs["cell_label"])
+
+
+def test_a_cosine_study_keeps_no_stable_checkpoint_and_continues_nothing(tmp_path):
+    write_spec(tmp_path, name="cos", train={**SPEC["train"], "steps": 6})
+    cli(tmp_path, "run", "spec.yaml")
+    write_spec(tmp_path, name="cos_long", train={**SPEC["train"], "steps": 12})
+    assert "continues" not in cli(tmp_path, "plan", "spec.yaml").stdout
+    (trial,) = _replicates(tmp_path, "cos").values()
+    assert "continued_from" not in trial.user_attrs and trial.user_attrs["steps_trained"] == 6
+    assert not (tmp_path / ".ablate" / "checkpoints" / "stable").exists()

@@ -126,6 +126,14 @@ def config_key(config: dict[str, Any], tune: dict[str, Any] | None = None, n: in
     return _hash(config, tune, None, {}, n)
 
 
+def lineage_key(config: dict[str, Any], n: int = 12) -> str:
+    """The cell id with ``train.steps``, ``train.decay`` and ``train.decay_steps`` left out: the
+    cells that differ only in their budget share it, so a longer WSD run finds the stable-phase
+    checkpoints of shorter ones under it (``training.continuable`` says which fit)."""
+    train = {k: v for k, v in config.get("train", {}).items() if k not in ("steps", "decay", "decay_steps")}
+    return _hash({**config, "train": train}, None, CODE_VERSION, level_versions(config), n)
+
+
 def code_version(config: dict[str, Any]) -> str:
     """The code part of the config's cell id as text: ``CODE_VERSION``, then each level version
     above 1 it uses, e.g. ``"2"`` or ``"1, model.parameterisation v2"``."""

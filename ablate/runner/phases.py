@@ -29,8 +29,11 @@ optuna-dashboard; the setting the worker runs is the one in the user attributes.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -38,8 +41,10 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import tuning
+from ablate.design.identity import lineage_key
 from ablate.runner import queue
 from ablate.runner import study as st
+from ablate.spec import TrainSpec
 
 UNFINISHED = ("waiting", "running", "new")
 
@@ -271,3 +276,71 @@ def claim(study: optuna.Study) -> optuna.Trial | None:
     """Atomically take the oldest claimable WAITING item (RUNNING from now on), or None: a
     replicate of a tuned cell is claimable once every tuning item of its cell is finished."""
     return queue.claim(study, _TuningGate(study))
+
+
+# --- continuation: WSD runs kept at the end of their stable phase ------------------------------
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A kept stable-phase checkpoint a longer run of its lineage can start from."""
+
+    path: Path
+    cell_id: str
+    cell_label: str
+    seed: int
+    step: int  # the shorter run's stable end: the longer run trains step + 1 … its steps
+    steps: int  # the shorter run's budget
+
+    def attr(self) -> dict[str, Any]:
+        """``continued_from`` as recorded on the trial."""
+        return {"cell": self.cell_id, "label": self.cell_label, "seed": self.seed, "step": self.step}
+
+    def tag(self) -> str:
+        return f"{self.cell_label} ({self.cell_id}) · seed {self.seed} · step {self.step}"
+
+
+def _lineage_dir(root: Path, config: dict[str, Any], seed: int) -> Path:
+    # Replicates only: a tuning item's seed is shared by the cell's tuning trials of other settings.
+    return root / "stable" / lineage_key(config) / f"replicate-seed{seed}"
+
+
+def keep_stable(root: Path, attrs: Mapping[str, Any]) -> Path | None:
+    """Where a replicate item of a WSD cell saves its stable-phase checkpoint (``<root>/stable/
+    <lineage>/replicate-seed<seed>/<steps>.pt``; kept when the trial finishes), with the run's
+    cell and train settings written beside it for ``find_branch``; None for other items."""
+    train = TrainSpec.model_validate(attrs["config"]["train"])
+    if attrs.get("phase") != "replicate" or train.schedule != "wsd":
+        return None
+    path = _lineage_dir(root, attrs["config"], attrs["seed"]) / f"{train.steps}.pt"
+    meta = path.with_suffix(".json")
+    if not meta.exists():
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        tmp = meta.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"cell_id": attrs["cell_id"], "cell_label": attrs["cell_label"],
+                                   "seed": attrs["seed"], "train": attrs["config"]["train"]}))
+        tmp.replace(meta)
+    return path
+
+
+def find_branch(root: Path, config: dict[str, Any], seed: int, phase: str = "replicate") -> Branch | None:
+    """The kept stable-phase checkpoint of the shorter run of ``config``'s lineage and ``seed``
+    that a run of ``config`` can continue from (the latest such stable end), or None."""
+    from ablate.training import continuable
+
+    if phase != "replicate":
+        return None
+    long = TrainSpec.model_validate(config["train"])
+    found = None
+    folder = _lineage_dir(root, config, seed)
+    for meta in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        path = meta.with_suffix(".pt")
+        try:
+            kept = json.loads(meta.read_text())
+            short = TrainSpec.model_validate(kept["train"])
+        except (OSError, ValueError, KeyError):
+            continue
+        step = continuable(short, long)
+        if step is not None and path.exists() and (found is None or step > found.step):
+            found = Branch(path, kept["cell_id"], kept["cell_label"], seed, step, short.steps)
+    return found

@@ -340,6 +340,17 @@ def _train_item(
             trial.set_user_attr(key, None)
     trial.set_user_attr("worker", WORKER_ID)
     trial.set_user_attr("provenance", provenance.record(device))
+    # WSD replicates keep their stable-phase checkpoint; a longer run of the same lineage and seed
+    # starts from one (a retry that has its own resume checkpoint resumes from that instead).
+    stable = phases.keep_stable(checkpoint_dir(), attrs)
+    branch = None if stable is None or checkpoint.exists() else phases.find_branch(
+        checkpoint_dir(), attrs["config"], attrs["seed"], attrs["phase"])
+    if stable is not None and not checkpoint.exists():
+        trial.set_user_attr("continued_from", branch.attr() if branch else None)
+    lineage = trial.user_attrs.get("continued_from") if stable is not None else None
+    if lineage:
+        attrs = {**attrs, "continued_from": f"{lineage['label']} ({lineage['cell']}) · seed {lineage['seed']} "
+                                            f"· step {lineage['step']}"}
     accumulate = 1
     on_eval = phases.pruning(study, trial, attrs)  # tuning items of a pruning protocol only
     started = time.perf_counter()
@@ -350,9 +361,12 @@ def _train_item(
                 run = _start_run(study, trial, attrs, stores, device, current)
                 result = run_trial(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost, signals),
                                    device=device, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                                   accumulate=accumulate, on_eval=on_eval)
+                                   accumulate=accumulate, on_eval=on_eval, stable_checkpoint=stable,
+                                   branch=branch.path if branch else None)
                 if heartbeat.lost.is_set():  # taken away after the last report: the re-run's result counts
                     raise Superseded()
+                # Over all attempts: the steps from the branch point (0 when trained from scratch).
+                trial.set_user_attr("steps_trained", result.steps - (lineage["step"] if lineage else 0))
                 return _record(study, trial, run, result, info, current, emit, signals)
             except optuna.TrialPruned as exc:
                 if heartbeat.lost.is_set():
@@ -473,6 +487,7 @@ def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], 
             "ablate.trial_number": str(trial.number),
             "ablate.worker": WORKER_ID,
             **provenance.record(device),
+            **({"ablate.continued_from": attrs["continued_from"]} if attrs.get("continued_from") else {}),
         },
         attrs.get("settings"),
     )
