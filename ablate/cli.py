@@ -184,29 +184,6 @@ def schema(
         out.print(f"wrote {p}")
 
 
-def _look_line(info: dict) -> str:
-    """A sequential study's look, as a worker reports it."""
-    if info.get("finished"):
-        return f"look {info['look']}: {info['decided']} comparison(s) decided; the sequential design is finished"
-    return (f"look {info['look']}: {info['decided']} comparison(s) decided, {info['open']} open; "
-            f"{info['queued']} seed item(s) queued for the next look")
-
-
-def _worker_events(verbose: bool):
-    """What an in-process worker prints itself: what the store does not show as a finished trial
-    (an out-of-memory retry, a superseded attempt), and with -v every event; the live view shows
-    the rest."""
-
-    def emit(event: str, info: dict) -> None:
-        if event == "look":
-            err.print(_look_line(info), highlight=False, markup=False, soft_wrap=True)
-        elif verbose or event in ("oom", "superseded", "reused", "warning", "pruned"):
-            err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}".rstrip(),
-                      highlight=False, markup=False, soft_wrap=True)
-
-    return emit
-
-
 DeviceOpt = Annotated[str, typer.Option(help="cpu, cuda, cuda:k, or auto (one worker per visible GPU)")]
 CheckpointOpt = Annotated[int, typer.Option("--checkpoint-every", help="steps between checkpoints (0: never)")]
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log each item's start and end")]
@@ -232,117 +209,33 @@ def run(
     spec = _load(file, set_)
     from rich.markup import escape
 
-    from ablate.design import spec_hash
-    from ablate.runner import pool, queue, sequential, tracking
     from ablate.runner import study as st
-    from ablate.runner.worker import Interrupted, WorkerStopped, work
-    from ablate.stores import redact, resolve, storage_problem
-
-    stores = resolve(storage, tracking_uri)
-    todo = sequential.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
-
-    def parent_run() -> str:
-        import json
-
-        try:
-            return tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2),
-                                             spec_hash(spec))
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise st.StorageError(redact(f"cannot write to the tracking store {stores.tracking}: "
-                                         f"{type(exc).__name__}: {first}")) from None
-
-    from ablate import planning
+    from ablate.runner.launch import Stopped, run_study
+    from ablate.runner.worker import WorkerStopped
+    from ablate.stores import resolve
 
     try:
-        prepared = st.prepare(spec, todo, stores, parent_run, reuse=reuse, reuse_stale=reuse_stale)
-        study, queued = prepared
-        before = st.Progress.of(study, todo)
-        orphans = st.orphans(study, todo)
-    except st.StorageError as exc:
-        raise _store_error(exc) from None
-    except KeyboardInterrupt:
-        raise _interrupted(signal.SIGINT, [], "interrupted while queueing") from None
-    except Exception as exc:  # a store that fails while items are queued (read-only, full, gone)
-        raise _store_error(storage_problem(stores.storage, exc)) from None
-    linked = "".join(f", {n} reused from {source}" for source, n in prepared.linked.items())
-    if prepared.stale:
-        linked += f" ({prepared.stale} of them stale, by --reuse-stale)"
-    out.print(f"{spec.name}: {len(todo)} trials, {before.done} done, {before.failed} failed, "
-              f"{before.waiting + before.running} to run ({queued} newly queued{linked})", highlight=False)
-    stale = {k: v for k, v in (prepared.reuse.stale if prepared.reuse else {}).items() if not reuse_stale}
-    if stale:
-        old = sorted({s.code_version for s in stale.values()})
-        out.print(f"stale: {len(stale)} trials have results from code version {', '.join(old)} in study "
-                  f"{', '.join(sorted({s.study for s in stale.values()}))}: not reused (--reuse-stale reuses them)",
-                  highlight=False, soft_wrap=True)
-    held = prepared.reuse.held if prepared.reuse else {}
-    for cell_id, why in list(held.items())[:3]:
-        out.print(f"cell {cell_id}: {why}", highlight=False, soft_wrap=True)
-    if len(held) > 3:
-        out.print(f"… and {len(held) - 3} more tuned cells not reused (see `ablate plan`)")
-    for line in planning.orphan_lines(orphans, spec.name):
-        out.print(line, highlight=False, soft_wrap=True)
-    if workers == 0:  # queue only: workers on other machines run the items
-        return
-    idle = not (before.waiting + before.running)
-    if idle and spec.sequential is not None:  # a look a kill left unanalysed: analyse it here
-        try:
-            advanced = sequential.advance(study, spec, stores)
-        except Exception as exc:
-            raise _store_error(storage_problem(stores.storage, exc)) from None
-        if advanced is not None:
-            err.print(_look_line({"look": advanced.look, "decided": len(advanced.decided), "open": advanced.open,
-                                  "queued": advanced.queued, "finished": advanced.finished}),
-                      highlight=False, markup=False, soft_wrap=True)
-            idle = not advanced.queued
-    if idle:  # nothing to run: no worker is started (seconds of imports for nothing) ...
-        st.settle_runs(study, stores.tracking)  # ... but a run a kill left RUNNING after its record is ended
-        workers = 0
-    device_list = pool.devices(device, workers) if workers else []
-    # The live view's totals: a sequential study's grow as its looks add seeds.
-    view_items = (lambda study: sequential.items(spec, study)) if spec.sequential is not None else todo
-    failed: list[str] = []
-    try:
-        if not device_list:
-            pass
-        elif len(device_list) == 1:  # this process is the worker; the view follows it from a thread
-            from ablate.runner.progress import View
-            from ablate.runner.worker import WORKER_ID
-
-            with View(st.open_study(spec.name, stores), out, [(WORKER_ID, lambda: None)], view_items).following():
-                work(spec.name, stores, device=device_list[0], emit=_worker_events(verbose),
-                     checkpoint_every=checkpoint_every)
-        else:
-            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items)
-            if outcome.signum is not None:
-                raise _interrupted(outcome.signum, outcome.requeued)
-            failed = outcome.failed
-    except Interrupted as exc:
-        raise _interrupted(exc.signum, exc.requeued) from None
+        after = run_study(spec, resolve(storage, tracking_uri), out, err, workers=workers, device=device,
+                          checkpoint_every=checkpoint_every, verbose=verbose, reuse=reuse, reuse_stale=reuse_stale)
+    except Stopped as exc:
+        raise _interrupted(exc.signum, exc.requeued, exc.what) from None
     except (WorkerStopped, st.StorageError) as exc:
         raise _store_error(exc) from None
-    try:  # read-only: the storage may have failed for writing (that may be why workers stopped)
-        view = st.open_study(spec.name, stores, read_only=True)
-        todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds
-        after = st.Progress.of(view, todo)
-        errors = [e for e in queue.entries(view, keys=("failure_kind",)) if e.user_attrs.get("failure_kind") == "error"]
-    except Exception as exc:
-        raise _store_error(storage_problem(stores.storage, exc)) from None
+    if after is None:  # queue only
+        return
     # The exit status is the study's: a worker that died while the others finished every item
     # (its item recovered and run again) is a warning, not a failed run.
-    unfinished = after.waiting + after.running
-    for line in failed:
-        kind = "[red]error[/red]" if unfinished or errors else "[yellow]warning[/yellow]"
+    for line in after.worker_failures:
+        kind = "[red]error[/red]" if after.unfinished or after.errors else "[yellow]warning[/yellow]"
         err.print(f"{kind} {escape(line)}", highlight=False, soft_wrap=True)
-    out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {unfinished} unfinished")
+    out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {after.unfinished} unfinished")
     if report:
         _render(spec.name, spec.reports, Path("reports") / spec.name, ("html", "pdf"), storage, tracking_uri)
-    if after.failed and errors:  # a diverged cell is a result; an error is a bug to look at
-        err.print(f"{len(errors)} item(s) failed with an error; see `ablate status {spec.name}` and the report")
+    if after.failed and after.errors:  # a diverged cell is a result; an error is a bug to look at
+        err.print(f"{after.errors} item(s) failed with an error; see `ablate status {spec.name}` and the report")
         raise typer.Exit(1)
-    if unfinished:
-        err.print(f"{unfinished} item(s) unfinished: run the same command to resume, or "
+    if after.unfinished:
+        err.print(f"{after.unfinished} item(s) unfinished: run the same command to resume, or "
                   f"see `ablate status {spec.name}`", highlight=False)
         raise typer.Exit(1)
 
@@ -880,23 +773,13 @@ def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, nam
         raise typer.Exit(2) from None
     except st.StorageError as exc:
         raise _store_error(exc) from None
-    per = selectors if isinstance(selectors, dict) else {s: selectors for s in studies}
-    for study in per:
-        if study not in specs:
-            err.print(f"[red]error[/red] compare: cells for {study!r}, which is not among the studies")
-            raise typer.Exit(2)
-    for sel in {design.canonical_json(x): x for sels in per.values() for x in sels}.values():
-        used = [s for s, sels in per.items() if sel in sels]
-        problems = [(s, design.selection_problems(specs[s], sel)) for s in used]
-        if all(found for _, found in problems):
-            for s, found in problems:
-                for path, msg in found:
-                    err.print(f"[red]error[/red] --cells (study {s}): {path}: {msg}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
-        if not any(design.select(specs[s], sel) for s in used):
-            err.print(f"[red]error[/red] --cells {design.canonical_json(sel)} matches no cell of "
-                      f"{', '.join(used)}", highlight=False)
-            raise typer.Exit(2)
+    problems = design.comparison_problems(specs, selectors)
+    if problems:
+        from rich.markup import escape
+
+        for line in problems:
+            err.print(f"[red]error[/red] {escape(line)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
     name = name or "-".join(studies)
     parameters = _report_parameters(param or [], ["comparison"])
     try:
@@ -908,37 +791,16 @@ def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, nam
 
 
 def _report_parameters(pairs: list[str], reports: list[str]) -> dict:
-    """``KEY=VALUE`` pairs (values read as YAML scalars) that some report declares; exit 2 otherwise."""
-    import yaml
+    """The ``--param`` pairs as the reports' parameters; exit 2 on one no report declares."""
+    from rich.markup import escape
 
-    from ablate.report.render import declared_parameters
+    from ablate.report.render import ParameterError, parse_parameters
 
-    known: dict = {}
-    for r in reports:
-        known.update(declared_parameters(r))
-    for name in ("study", "studies", "cells", "title", "storage", "tracking_uri", "export_dir"):  # set by the command
-        known.pop(name, None)
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or key not in known:
-            err.print(f"[red]error[/red] --param {pair!r}: expected KEY=VALUE with KEY one of: "
-                      f"{', '.join(sorted(known)) or 'none'}")
-            raise typer.Exit(2)
-        default = known[key]
-        if isinstance(default, bool | int | float) and value.strip():  # numbers and switches; the rest is text
-            try:
-                parsed = yaml.safe_load(value)
-            except yaml.YAMLError:
-                parsed = None
-            if not isinstance(parsed, bool | int | float) or isinstance(parsed, bool) != isinstance(default, bool):
-                err.print(f"[red]error[/red] --param {key}: {value!r} is not a {type(default).__name__}")
-                raise typer.Exit(2)
-            out[key] = parsed
-        else:
-            out[key] = value or None
-    return out
+    try:
+        return parse_parameters(pairs, reports)
+    except ParameterError as exc:
+        err.print(f"[red]error[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
 
 
 @app.command()

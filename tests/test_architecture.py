@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
-# the order is the flow of one item: queue ← tracking ← study ← phases ← progress ← worker ← pool.
+# the order is the flow of one item: queue ← tracking ← study ← phases ← progress ← worker ← pool ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
     ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.ops", "ablate.tasks", "ablate.models.registry",
@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.progress",),
     ("ablate.runner.worker",),
     ("ablate.runner.pool",),
+    ("ablate.runner.launch",),
     ("ablate.results",),
     ("ablate.report",),
     ("ablate.serve", "ablate.cli"),

@@ -212,3 +212,19 @@ def test_a_report_rendered_from_an_export_is_the_one_rendered_from_the_stores(no
     assert sorted(p.name for p in (tmp_path / "from-export").iterdir()) == pages
     for page in pages:
         assert (tmp_path / "from-export" / page).read_text() == (tmp_path / "from-stores" / page).read_text(), page
+
+
+def test_parse_parameters_types_values_by_the_notebooks_defaults():
+    got = render.parse_parameters(["alpha=0.01", "max_interactions=3", "reference=layers=2", "metric="],
+                                  ["accuracy"])
+    assert got == {"alpha": 0.01, "max_interactions": 3, "reference": "layers=2", "metric": None}
+    with pytest.raises(render.ParameterError, match=r"--param alpha: 'yes' is not a float"):
+        render.parse_parameters(["alpha=yes"], ["accuracy"])
+    with pytest.raises(render.ParameterError, match=r"--param cells_per_figure: 'true' is not a int"):
+        render.parse_parameters(["cells_per_figure=true"], ["accuracy"])  # a switch is not a number
+    # What the command sets is not a parameter; a report's own only where that report renders.
+    with pytest.raises(render.ParameterError, match=r"--param 'study=x': expected KEY=VALUE with KEY one of: alpha, "):
+        render.parse_parameters(["study=x"], ["norm_stability"])
+    with pytest.raises(render.ParameterError, match="KEY one of: alpha"):
+        render.parse_parameters(["cells_per_figure=4"], ["norm_stability"])
+    assert render.parse_parameters(["cells_per_figure=4"], ["norm_stability", "accuracy"]) == {"cells_per_figure": 4}

@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from ablate import stores
-from ablate.design.cells import Cell, Item, cells, cells_and_problems, items, select, selection_problems
+from ablate.design.cells import (
+    Cell,
+    Item,
+    cells,
+    cells_and_problems,
+    comparison_problems,
+    items,
+    select,
+    selection_problems,
+)
 from ablate.design.factors import Factor, Level, level_label, parse_factors
 from ablate.design.identity import (
     CODE_VERSION,
@@ -40,7 +49,7 @@ from ablate.tasks.registry import memory_problem
 
 __all__ = [
     "CODE_VERSION", "ORIGINAL_CODE_VERSION", "Cell", "Factor", "Item", "Level", "canonical_json", "cell_id",
-    "cells", "check", "check_limits", "code_version", "config_key", "data_version", "items", "level_label", "load",
+    "cells", "check", "check_limits", "code_version", "comparison_problems", "config_key", "data_version", "items", "level_label", "load",
     "loads", "matches", "original_cell_id", "parse_factors", "parse_selector", "resolve_space", "select",
     "selection_problems", "space_problems", "spec_hash", "tune_protocol", "validate",
 ]

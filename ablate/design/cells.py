@@ -292,3 +292,23 @@ def selection_problems(spec: Spec, selector: Any, where: str = "cells") -> Probl
     if problems:
         return problems
     return selector_problems(selector, where, {f.name: f for f in fs}, spec.baseline())
+
+
+def comparison_problems(specs: Mapping[str, Spec],
+                        selectors: Mapping[str, list[dict[str, Any]]] | list[dict[str, Any]]) -> list[str]:
+    """What is wrong with the cells a comparison selects of the studies ``specs`` (name → spec):
+    ``selectors`` per study, or one list for all. One line per problem of the first selector
+    that fails, none when every selector is valid for and matches a cell of some study it is
+    given to (a selector may name a factor only some of the studies have)."""
+    per = selectors if isinstance(selectors, Mapping) else {s: selectors for s in specs}
+    for study in per:
+        if study not in specs:
+            return [f"compare: cells for {study!r}, which is not among the studies"]
+    for sel in {canonical_json(x): x for sels in per.values() for x in sels}.values():
+        used = [s for s, sels in per.items() if sel in sels]
+        problems = [(s, selection_problems(specs[s], sel)) for s in used]
+        if all(found for _, found in problems):
+            return [f"--cells (study {s}): {path}: {msg}" for s, found in problems for path, msg in found]
+        if not any(select(specs[s], sel) for s in used):
+            return [f"--cells {canonical_json(sel)} matches no cell of {', '.join(used)}"]
+    return []

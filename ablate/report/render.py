@@ -137,6 +137,46 @@ def declared_parameters(report: str) -> dict[str, object]:
     return out
 
 
+class ParameterError(ValueError):
+    """A ``--param`` that no report of the render declares, or whose value is not of its type."""
+
+
+# What the commands set themselves: a ``--param`` cannot name them.
+COMMAND_PARAMETERS = ("study", "studies", "cells", "title", "storage", "tracking_uri", "export_dir")
+
+
+def parse_parameters(pairs: list[str], reports: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs that some of ``reports`` declares, as that report's parameters: a value
+    is read as a YAML scalar where the default is a number or a switch, and must then be of the
+    default's kind; otherwise it is text (empty: ``None``). ``ParameterError`` says what is wrong."""
+    import yaml
+
+    known: dict[str, object] = {}
+    for r in reports:
+        known.update(declared_parameters(r))
+    for name in COMMAND_PARAMETERS:
+        known.pop(name, None)
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            raise ParameterError(f"--param {pair!r}: expected KEY=VALUE with KEY one of: "
+                                 f"{', '.join(sorted(known)) or 'none'}")
+        default = known[key]
+        if isinstance(default, bool | int | float) and value.strip():  # numbers and switches; the rest is text
+            try:
+                parsed = yaml.safe_load(value)
+            except yaml.YAMLError:
+                parsed = None
+            if not isinstance(parsed, bool | int | float) or isinstance(parsed, bool) != isinstance(default, bool):
+                raise ParameterError(f"--param {key}: {value!r} is not a {type(default).__name__}")
+            out[key] = parsed
+        else:
+            out[key] = value or None
+    return out
+
+
 def _declared(report: str, parameters: dict) -> dict:
     names = declared_parameters(report)
     return {k: v for k, v in parameters.items() if k in names}

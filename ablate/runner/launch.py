@@ -1,0 +1,160 @@
+"""``ablate run`` as a library call: queue a study's items, run them with local workers (this
+process, or a pool) under the live view, and say how the study stands after.
+
+``run_study`` prints what it does as it goes (the queue's summary, reuse, orphans, a sequential
+look, the live view, the events a worker prints itself) on the consoles it is given, and returns
+the study's state; how that becomes an exit status is the caller's. A signal ends it with
+``Stopped``; a store that fails with ``StorageError`` or ``WorkerStopped``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+from collections.abc import Callable
+
+from rich.console import Console
+
+from ablate import planning
+from ablate.design import spec_hash
+from ablate.runner import pool, queue, sequential, tracking
+from ablate.runner import study as st
+from ablate.runner.worker import Interrupted, work
+from ablate.spec import Spec
+from ablate.stores import Stores, redact, storage_problem
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM stopped the run: ``signum``, the labels of the items ``requeued``, and
+    ``what`` was stopped (the CLI's one line)."""
+
+    def __init__(self, signum: int, requeued: list[str], what: str = "interrupted") -> None:
+        super().__init__(f"{what} ({signal.Signals(signum).name})")
+        self.signum, self.requeued, self.what = signum, requeued, what
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """The study after the run: item counts, the items that failed with an error (a bug, not a
+    diverged cell), and a line per worker that failed."""
+
+    done: int
+    failed: int
+    unfinished: int
+    errors: int
+    worker_failures: list[str]
+
+
+def look_line(info: dict) -> str:
+    """A sequential study's look, as a worker reports it."""
+    if info.get("finished"):
+        return f"look {info['look']}: {info['decided']} comparison(s) decided; the sequential design is finished"
+    return (f"look {info['look']}: {info['decided']} comparison(s) decided, {info['open']} open; "
+            f"{info['queued']} seed item(s) queued for the next look")
+
+
+def worker_events(err: Console, verbose: bool) -> Callable[[str, dict], None]:
+    """What an in-process worker prints itself: what the store does not show as a finished trial
+    (an out-of-memory retry, a superseded attempt), and with -v every event; the live view shows
+    the rest."""
+
+    def emit(event: str, info: dict) -> None:
+        if event == "look":
+            err.print(look_line(info), highlight=False, markup=False, soft_wrap=True)
+        elif verbose or event in ("oom", "superseded", "reused", "warning", "pruned"):
+            err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}".rstrip(),
+                      highlight=False, markup=False, soft_wrap=True)
+
+    return emit
+
+
+def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
+              checkpoint_every: int = 100, verbose: bool = False, reuse: bool = True,
+              reuse_stale: bool = False) -> Outcome | None:
+    """Queue every item of ``spec`` not already finished and, unless ``workers`` is 0 (queue only:
+    ``None``), run them on ``workers`` local workers on ``device``; the study's state after."""
+    todo = sequential.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
+
+    def parent_run() -> str:
+        try:
+            return tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2),
+                                             spec_hash(spec))
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise st.StorageError(redact(f"cannot write to the tracking store {stores.tracking}: "
+                                         f"{type(exc).__name__}: {first}")) from None
+
+    try:
+        prepared = st.prepare(spec, todo, stores, parent_run, reuse=reuse, reuse_stale=reuse_stale)
+        study, queued = prepared
+        before = st.Progress.of(study, todo)
+        orphans = st.orphans(study, todo)
+    except st.StorageError:
+        raise
+    except KeyboardInterrupt:
+        raise Stopped(signal.SIGINT, [], "interrupted while queueing") from None
+    except Exception as exc:  # a store that fails while items are queued (read-only, full, gone)
+        raise st.StorageError(storage_problem(stores.storage, exc)) from None
+    linked = "".join(f", {n} reused from {source}" for source, n in prepared.linked.items())
+    if prepared.stale:
+        linked += f" ({prepared.stale} of them stale, by --reuse-stale)"
+    out.print(f"{spec.name}: {len(todo)} trials, {before.done} done, {before.failed} failed, "
+              f"{before.waiting + before.running} to run ({queued} newly queued{linked})", highlight=False)
+    stale = {k: v for k, v in (prepared.reuse.stale if prepared.reuse else {}).items() if not reuse_stale}
+    if stale:
+        old = sorted({s.code_version for s in stale.values()})
+        out.print(f"stale: {len(stale)} trials have results from code version {', '.join(old)} in study "
+                  f"{', '.join(sorted({s.study for s in stale.values()}))}: not reused (--reuse-stale reuses them)",
+                  highlight=False, soft_wrap=True)
+    held = prepared.reuse.held if prepared.reuse else {}
+    for cell_id, why in list(held.items())[:3]:
+        out.print(f"cell {cell_id}: {why}", highlight=False, soft_wrap=True)
+    if len(held) > 3:
+        out.print(f"… and {len(held) - 3} more tuned cells not reused (see `ablate plan`)")
+    for line in planning.orphan_lines(orphans, spec.name):
+        out.print(line, highlight=False, soft_wrap=True)
+    if workers == 0:  # queue only: workers on other machines run the items
+        return None
+    idle = not (before.waiting + before.running)
+    if idle and spec.sequential is not None:  # a look a kill left unanalysed: analyse it here
+        try:
+            advanced = sequential.advance(study, spec, stores)
+        except Exception as exc:
+            raise st.StorageError(storage_problem(stores.storage, exc)) from None
+        if advanced is not None:
+            err.print(look_line({"look": advanced.look, "decided": len(advanced.decided), "open": advanced.open,
+                                 "queued": advanced.queued, "finished": advanced.finished}),
+                      highlight=False, markup=False, soft_wrap=True)
+            idle = not advanced.queued
+    if idle:  # nothing to run: no worker is started (seconds of imports for nothing) ...
+        st.settle_runs(study, stores.tracking)  # ... but a run a kill left RUNNING after its record is ended
+        workers = 0
+    device_list = pool.devices(device, workers) if workers else []
+    # The live view's totals: a sequential study's grow as its looks add seeds.
+    view_items = (lambda study: sequential.items(spec, study)) if spec.sequential is not None else todo
+    failed: list[str] = []
+    try:
+        if len(device_list) == 1:  # this process is the worker; the view follows it from a thread
+            from ablate.runner.progress import View
+            from ablate.runner.worker import WORKER_ID
+
+            with View(st.open_study(spec.name, stores), out, [(WORKER_ID, lambda: None)], view_items).following():
+                work(spec.name, stores, device=device_list[0], emit=worker_events(err, verbose),
+                     checkpoint_every=checkpoint_every)
+        elif device_list:
+            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items)
+            if outcome.signum is not None:
+                raise Stopped(outcome.signum, outcome.requeued)
+            failed = outcome.failed
+    except Interrupted as exc:
+        raise Stopped(exc.signum, exc.requeued) from None
+    try:  # read-only: the storage may have failed for writing (that may be why workers stopped)
+        view = st.open_study(spec.name, stores, read_only=True)
+        todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds
+        after = st.Progress.of(view, todo)
+        errors = [e for e in queue.entries(view, keys=("failure_kind",)) if e.user_attrs.get("failure_kind") == "error"]
+    except Exception as exc:
+        raise st.StorageError(storage_problem(stores.storage, exc)) from None
+    return Outcome(done=after.done, failed=after.failed, unfinished=after.waiting + after.running,
+                   errors=len(errors), worker_failures=failed)
