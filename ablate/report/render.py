@@ -279,7 +279,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def _failure(report: str, exc: Any, out: Path) -> str:
     """``report 'accuracy' failed in the cell under "Comparisons" (`comparisons = …`): KeyError: …,
-    at ablate/report/accuracy.py:123`` — credentials redacted."""
+    at ablate/report/accuracy/tables.py:123`` — credentials redacted."""
     import nbformat
 
     from ablate.stores import redact

@@ -1,0 +1,91 @@
+"""The ``accuracy`` report's presentation: its tables, its sentences and its figures.
+
+Every function takes a frame from ``ablate.stats`` (the analysis) or the results API and returns a
+display frame (strings, one header per column), a list of sentences, or a matplotlib Figure.
+Sentences are made only from the strings the tables print (each sentence function builds the
+table it speaks for and quotes its cells), with one wording of significance (``format.verdict``);
+numbers, intervals, p-values and missing values are written by ``ablate.report.format``. Figures
+share the page size, style and the one factor → channel mapping (``plotting.Channels``) of
+``ablate.report.plotting``: a cell has the same colour, line style and marker in every figure.
+Adding a section to the report touches its analysis function in ``ablate.stats``, its table /
+sentences / figure here, and the notebook ``ablate/report/notebooks/accuracy.py`` that shows them.
+
+    tables.py   the display frames (cells, comparisons, power, few-run, convergence, effects,
+                ANOVA, failures, tuning, references)
+    text.py     the lines around the tables and the sentences that quote them
+    figures.py  the figures
+
+This package re-exports their public names: ``from ablate.report import accuracy as acc`` reads
+every one as ``acc.<name>``.
+"""
+
+from __future__ import annotations
+
+from ablate.report.accuracy.figures import (
+    accuracy_by_cell,
+    comparison_plot,
+    interaction_plot,
+    learning_curves,
+    main_effects_plot,
+    performance_profile_plot,
+)
+from ablate.report.accuracy.tables import (
+    STILL_IMPROVING,
+    anova_table,
+    cell_table,
+    comparison_intro,
+    comparison_table,
+    convergence_table,
+    failure_table,
+    few_run_table,
+    interaction_grid,
+    main_effects_table,
+    power_table,
+    reference_table,
+    tuning_table,
+)
+from ablate.report.accuracy.text import (
+    anova_intro,
+    comparison_sentences,
+    convergence_sentences,
+    header_lines,
+    no_anova_text,
+    summary_sentences,
+    tuning_intro,
+    tuning_sentences,
+)
+from ablate.report.provenance import provenance_table, spec_text, versions_table
+
+__all__ = [
+    "STILL_IMPROVING",
+    "accuracy_by_cell",
+    "anova_intro",
+    "anova_table",
+    "cell_table",
+    "comparison_intro",
+    "comparison_plot",
+    "comparison_sentences",
+    "comparison_table",
+    "convergence_sentences",
+    "convergence_table",
+    "failure_table",
+    "few_run_table",
+    "header_lines",
+    "interaction_grid",
+    "interaction_plot",
+    "learning_curves",
+    "main_effects_plot",
+    "main_effects_table",
+    "no_anova_text",
+    "performance_profile_plot",
+    "power_table",
+    "provenance_table",
+    "reference_table",
+    "spec_text",
+    "summary_sentences",
+    "tuning_intro",
+    "tuning_sentences",
+    "tuning_table",
+    "versions_table",
+]
+

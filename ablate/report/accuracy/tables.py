@@ -1,0 +1,397 @@
+"""The accuracy report's tables: display frames (strings, one header per column) from the
+analysis' frames (``ablate.stats``) and the results API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from ablate import stats
+from ablate.report.format import (
+    DASH,
+    NBSP,
+    count,
+    finite,
+    level,
+    metric_name,
+    num,
+    pval,
+    share,
+    signed,
+    verdict,
+    with_ci,
+)
+
+#: The mark after a cell that was still improving when its step budget ran out.
+STILL_IMPROVING = "†"
+
+
+def _improving(conv: pd.DataFrame | None) -> set[str]:
+    if conv is None or conv.empty:
+        return set()
+    return set(conv.loc[conv["still_improving"].astype(bool), "cell_id"])
+
+
+def _name(label: Any, cid: Any, improving: set[str]) -> str:
+    return str(label) + (f" {STILL_IMPROVING}" if cid in improving else "")
+
+
+def cell_table(summary: pd.DataFrame, reference_id: str | None = None, confidence: float = 0.95,
+               chance_known: bool = True, *, n_test: int | None = None,
+               conv: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per cell (``stats.cell_summary``): status, n, mean [CI], the seed-to-seed sd beside the test
+    set's own binomial standard error (when the test set's size ``n_test`` is known), median, and
+    the diverged / never-learned / failed / pending counts, each in its own column. A cell still
+    improving at the end of its budget (``stats.convergence``) is marked ``†``. ``status`` is left
+    out when every cell is complete, ``failed`` / ``pending`` when no run is."""
+    pct = level(confidence)
+    improving = _improving(conv)
+    se_col = f"test-set SE (N{NBSP}={NBSP}{n_test:,})" if n_test else None
+    rows = []
+    for _, r in summary.iterrows():
+        label = _name(r["cell_label"], r["cell_id"], improving) + (
+            " (reference)" if r["cell_id"] == reference_id else "")
+        row = {
+            "cell": label,
+            "status": str(r["status"]).replace("_", " "),
+            "n": int(r["n"]),
+            f"mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"]),
+            "sd over seeds": num(r["sd"]),
+        }
+        if se_col:
+            row[se_col] = num(stats.binomial_se(r["mean"], n_test))
+        row.update({
+            "median": num(r["median"]),
+            "diverged": share(r["n_diverged"], r["n_finished"]),
+            "never learned": share(r["n_never_learned"], r["n_finished"]) if chance_known else DASH,
+            "failed": count(r["n_failed"]),
+            "pending": count(r["n_pending"]),
+        })
+        rows.append(row)
+    cols = ["cell", "status", "n", f"mean [{pct} CI]", "sd over seeds", *([se_col] if se_col else []), "median",
+            "diverged", "never learned", "failed", "pending"]
+    out = pd.DataFrame(rows, columns=cols)
+    # Columns with nothing to say give their room to the others: status when every cell is complete
+    # (the header says so), failed and pending when no run is.
+    drop = [c for c, empty in (("status", (out["status"] == "complete").all()), ("failed", (out["failed"] == "").all()),
+                               ("pending", (out["pending"] == "").all())) if empty and len(out)]
+    return out.drop(columns=drop)
+
+
+_ES = {"d_z": "d_z", "hedges_g": "g"}
+
+
+def _diffs_text(r: pd.Series) -> str:
+    """The raw numbers of a comparison that was not tested: per-seed differences, or both sides."""
+    if r["paired"] and r["diffs"] is not None and len(r["diffs"]):
+        return "Δ per seed: " + ", ".join(signed(d) for d in r["diffs"])
+    cell, ref = r["values_cell"] or (), r["values_ref"] or ()
+    if not cell or not ref:
+        return DASH
+    return f"{', '.join(num(v) for v in cell)} vs {', '.join(num(v) for v in ref)}"
+
+
+def test_verdict(r: pd.Series) -> str:
+    """The one wording of a comparison's outcome, as its table prints it and its sentence says it:
+    ``significant`` / ``not significant`` (after Holm, at α), or ``too few seeds to test (n = 2)``."""
+    if not r["testable"]:
+        return verdict(None, "", few=f"too few seeds to test (n{NBSP}={NBSP}{int(r['n'])})")
+    return verdict(bool(r["significant"]), "")
+
+
+def comparison_table(comp: pd.DataFrame, confidence: float = 0.95, conv: pd.DataFrame | None = None,
+                     alpha: float | None = None) -> pd.DataFrame:
+    """Per compared cell (``stats.compare_to_reference``): n, difference [t CI] (or the raw
+    differences when there are too few seeds to test), the exact test, its p and Holm-adjusted p
+    (printed on the side of ``alpha`` they fall: ``format.pval``), the verdict with its mark, the
+    t-test's Holm-adjusted p beside it, and the effect size [noncentral-t CI]."""
+    pct = level(confidence)
+    improving = _improving(conv)
+    rows = []
+    for _, r in comp.iterrows():
+        if r["paired"]:
+            n = f"{int(r['n_pairs'])}{NBSP}pairs"
+        else:
+            n = f"{int(r['n_cell'])}{NBSP}vs{NBSP}{int(r['n_ref'])}"
+        es = DASH
+        if finite(r["effect_size"]):
+            es = f"{_ES.get(r['effect_size_kind'], r['effect_size_kind'])}{NBSP}" + with_ci(
+                r["effect_size"], r["es_ci_low"], r["es_ci_high"], digits=2, sign=True)
+        if r["testable"]:
+            diff = with_ci(r["mean_diff"], r["diff_ci_low"], r["diff_ci_high"], sign=True)
+            if not finite(r["diff_ci_low"]) and r["paired"] and r["diffs"]:
+                diff += " (every seed: no spread)"
+        else:
+            diff = _diffs_text(r)
+        mark = r["mark"] or ("n.s." if r["testable"] else "")
+        rows.append({
+            "cell": _name(r["cell_label"], r["cell_id"], improving),
+            "n": n,
+            "mean": num(r["mean_cell"]),
+            f"Δ vs reference [{pct} CI]": diff,
+            "test": str(r["test"]) if r["testable"] else DASH,
+            "p": pval(r["p"], alpha),
+            "p (Holm)": pval(r["p_adj"], alpha),
+            "verdict": f"{test_verdict(r)} {mark}".strip(),
+            "t-test p (Holm)": pval(r["t_p_adj"], alpha),
+            f"effect size [{pct} CI]": es,
+        })
+    cols = ["cell", "n", "mean", f"Δ vs reference [{pct} CI]", "test", "p", "p (Holm)", "verdict",
+            "t-test p (Holm)", f"effect size [{pct} CI]"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def comparison_intro(comp: pd.DataFrame, alpha: float = 0.05) -> list[str]:
+    """Which test the comparisons use and why, in the report's words (the numbers from ``comp``)."""
+    tested = comp[comp["testable"]]
+    text = [
+        "Each cell against the reference on the seeds both ran (paired), or on all their runs when they share "
+        "fewer than two seeds (unpaired). **The test is an exact permutation test** of the mean difference — "
+        "sign-flip when paired, relabelling when unpaired: it assumes no normal distribution and stays exact when "
+        "accuracies tie, as they do on a finite test set, or when every seed shows the same difference (where the "
+        "t-test divides by a zero spread). Its p-values are Holm-corrected across the comparisons; the t-test's "
+        "are shown beside them for reference. A comparison on fewer than three seeds is not tested: its raw "
+        "differences are shown instead. Marks: \\* p_adj < α, \\*\\* < 0.01, \\*\\*\\* < 0.001; n.s. otherwise. "
+        "Intervals: the difference's is the t interval (paired t, or Welch's); the effect size is Cohen's d_z "
+        "(paired) or Hedges' g, its interval the exact one for the standardised difference (noncentral t).",
+    ]
+    if len(tested):
+        floor = tested["p_min"].max()
+        holm = alpha / len(tested)
+        n = int(tested["n"].min())
+        if floor > holm:
+            text.append(f"**With {n} seeds no comparison can be significant here:** the exact test cannot give a "
+                        f"p below {pval(floor, alpha)}, and Holm's first threshold over the {len(tested)} tested "
+                        f"comparisons is α/{len(tested)} = {pval(holm, alpha)}. The power table says how many "
+                        "seeds would.")
+    return text
+
+
+def power_table(comp: pd.DataFrame, power: float = 0.8) -> pd.DataFrame:
+    """The power line of each comparison (``stats.compare_to_reference``): the observed spread, the
+    power now to detect a difference of ``stats.min_effect`` and the seeds that would reach
+    ``power``, at Holm's first threshold α/m over the m comparisons tested."""
+    rows = []
+    for _, r in comp.iterrows():
+        spread = num(r["sd_diff"])
+        if not finite(r["sd_diff"]):
+            note = "spread unknown (one seed)"
+        elif r["sd_diff"] == 0:
+            note = "no spread in these seeds"
+        else:
+            note = "rough: spread from two seeds" if int(r["n"]) < stats.MIN_N_TEST else ""
+        rows.append({
+            "cell": str(r["cell_label"]),
+            "n": int(r["n"]),
+            "sd": spread,
+            "power now": f"{r['power_now']:.0%}" if finite(r["power_now"]) else DASH,
+            f"seeds for {power:.0%} power": str(int(r["seeds_needed"])) if finite(r["seeds_needed"]) else DASH,
+            "at α/m": pval(r["power_alpha"]),
+            "note": "; ".join(filter(None, [note, "" if r["paired"] else "unpaired: pooled sd of the runs"])),
+        })
+    cols = ["cell", "n", "sd", "power now", f"seeds for {power:.0%} power", "at α/m", "note"]
+    return pd.DataFrame(rows, columns=cols).rename(columns={"sd": "sd of Δ"})
+
+
+def few_run_table(few: pd.DataFrame, reference_id: str | None, confidence: float = 0.95) -> pd.DataFrame:
+    """``stats.few_run_estimates`` for print: per cell n, the mean with its t interval, the
+    interquartile mean with its trimmed-t interval — or, below ``stats.IQM_MIN_N`` runs, where it
+    trims nothing, that it is the mean — and the probability of beating the reference with
+    Newcombe's interval. Each header names its interval."""
+    pct = level(confidence)
+    iqm_col = f"IQM [{pct} trimmed-t CI]"
+    rows = []
+    for _, r in few.iterrows():
+        n = int(r["n"])
+        if 0 < n < stats.IQM_MIN_N:
+            middle = f"= mean (n{NBSP}<{NBSP}{stats.IQM_MIN_N}: nothing trimmed)"
+        else:
+            middle = with_ci(r["iqm"], r["iqm_ci_low"], r["iqm_ci_high"])
+        rows.append({
+            "cell": str(r["cell_label"]) + (" (reference)" if r["cell_id"] == reference_id else ""),
+            "n": n,
+            f"mean [{pct} t CI]": with_ci(r["mean"], r["mean_ci_low"], r["mean_ci_high"]),
+            iqm_col: middle,
+            f"P(cell > reference) [{pct} Newcombe CI]": (
+                with_ci(r["prob_improvement"], r["pi_ci_low"], r["pi_ci_high"], digits=2)
+                if r["cell_id"] != reference_id else DASH),
+        })
+    cols = ["cell", "n", f"mean [{pct} t CI]", iqm_col, f"P(cell > reference) [{pct} Newcombe CI]"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def gain_points(gain: Any) -> str:
+    """A validation gain as accuracy points: ``+4.1 points``."""
+    return f"{signed(100 * float(gain), 1)} points" if finite(gain) else DASH
+
+
+def _steps(r: pd.Series) -> str:
+    if not finite(r["steps_min"]):
+        return DASH
+    lo, hi = int(r["steps_min"]), int(r["steps_max"])
+    used = f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+    return used + (f" of {int(r['budget']):,}" if finite(r["budget"]) else "")
+
+
+def convergence_table(conv: pd.DataFrame, metric: str = "val accuracy") -> pd.DataFrame:
+    """``stats.convergence`` for print: per cell the runs still improving, the largest gain of the
+    validation metric over their last 20% of steps, the steps used of the budget, early stops and
+    the median best step."""
+    rows = []
+    for _, r in conv.iterrows():
+        known = int(r["n_known"])
+        rows.append({
+            "cell": _name(r["cell_label"], r["cell_id"], _improving(conv)),
+            "runs": int(r["n"]),
+            "still improving": (f"{int(r['n_unconverged'])} of {known}" if known else DASH),
+            f"{metric} gain, last 20% of steps": gain_points(r["gain_max"]) if known else DASH,
+            "steps used": _steps(r),
+            "stopped early": count(r["n_stopped_early"]),
+            "best step (median)": f"{int(r['best_step_median']):,}" if finite(r["best_step_median"]) else DASH,
+        })
+    cols = ["cell", "runs", "still improving", f"{metric} gain, last 20% of steps", "steps used", "stopped early",
+            "best step (median)"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def main_effects_table(effects: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Per factor and level (``stats.main_effects``): cells with results, runs, marginal mean [CI]."""
+    pct = level(confidence)
+    rows = []
+    for _, r in effects.iterrows():
+        rows.append({
+            "factor": r["factor"],
+            "level": str(r["level"]),
+            "cells": f"{int(r['n_cells'])}/{int(r['n_cells_total'])}",
+            "runs": int(r["n"]),
+            f"marginal mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"]),
+        })
+    return pd.DataFrame(rows, columns=["factor", "level", "cells", "runs", f"marginal mean [{pct} CI]"])
+
+
+def interaction_grid(wide: pd.DataFrame, f1: str, f2: str) -> pd.DataFrame:
+    """``stats.interaction_table(wide=True)`` with formatted means and the factors in the corner."""
+    out = wide.map(num) if hasattr(wide, "map") else wide.applymap(num)
+    out = out.reset_index()
+    out.columns = [f"{f1} \\ {f2}", *[str(c) for c in wide.columns]]
+    out.iloc[:, 0] = out.iloc[:, 0].astype(str)
+    return out
+
+
+def anova_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``stats.anova`` formatted: term, df, sums of squares, F, p with mark, partial η²."""
+    rows = []
+    for _, r in table.iterrows():
+        resid = r["term"] == "Residual"
+        rows.append({
+            "term": r["term"],
+            "df": num(r["df"], 0),
+            "sum sq": num(r["sum_sq"], 4, sig=True),
+            "mean sq": num(r["mean_sq"], 4, sig=True),
+            "F": "" if resid else num(r["F"], 2),
+            "p": "" if resid else f"{pval(r['p'])} {r['mark']}".strip(),
+            "partial η²": "" if resid else num(r["eta_sq_partial"], 3),
+        })
+    return pd.DataFrame(rows, columns=["term", "df", "sum sq", "mean sq", "F", "p", "partial η²"])
+
+
+FAILED = ("diverged", "failed", "killed")
+
+
+def failure_table(trials: pd.DataFrame, max_message: int = 300) -> pd.DataFrame:
+    """Runs that did not complete (diverged, failed, killed): cell, phase, seed, kind, attempts,
+    message (shortened to ``max_message`` characters)."""
+    bad = trials[trials["status"].isin(FAILED)]
+    rows = []
+    for _, r in bad.iterrows():
+        message = str(r.get("failure_message") or "")
+        if len(message) > max_message:
+            message = message[: max_message - 1] + "…"
+        rows.append({
+            "cell": str(r["cell_label"]),
+            "phase": str(r.get("phase", "replicate")),
+            "seed": int(r["seed"]),
+            "kind": str(r.get("failure_kind") or r["status"]),
+            "attempts": int(r.get("attempts") or 1),
+            "message": message,
+        })
+    return pd.DataFrame(rows, columns=["cell", "phase", "seed", "kind", "attempts", "message"])
+
+
+def _params_text(params: Any, digits: int = 4) -> str:
+    if not isinstance(params, str | dict) or not params:
+        return DASH
+    data = json.loads(params) if isinstance(params, str) else params
+    parts = []
+    for k, v in data.items():
+        v = num(v, digits, sig=True) if isinstance(v, float) else str(v)
+        parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
+def tuning_table(tuning: pd.DataFrame, objective: str) -> pd.DataFrame:
+    """Per cell (``Results.tuning``): trials used, the best setting and its objective value."""
+    rows = []
+    for _, r in tuning.iterrows():
+        used = f"{int(r['complete'])} of {int(r['planned'])}"
+        extra = [f"{int(r[k])} {k}" for k in ("failed", "unfinished") if int(r[k])]
+        rows.append({
+            "cell": str(r["cell_label"]),
+            "trials complete": used + (f" ({', '.join(extra)})" if extra else ""),
+            "best trial": str(int(r["best_index"])) if finite(r["best_index"]) else DASH,
+            f"best {metric_name(objective)}": num(r["best_value"]),
+            "best setting": _params_text(r["best_params"]),
+            "replicates ran": _replicated(r["tuned_from"]),
+        })
+    return pd.DataFrame(rows, columns=["cell", "trials complete", "best trial", f"best {metric_name(objective)}",
+                                       "best setting", "replicates ran"])
+
+
+def _replicated(source: Any) -> str:
+    if not isinstance(source, str) or not source:
+        return "not yet"
+    parts = []
+    for s in str(source).split("; "):
+        _, _, rest = s.partition("/tune/")
+        parts.append(f"tuning trial {rest}" if rest else s)
+    return "; ".join(parts)
+
+
+def reference_table(refs: pd.DataFrame, trials: pd.DataFrame, summary_by_metric: dict[str, pd.DataFrame],
+                    confidence: float = 0.95) -> pd.DataFrame:
+    """Published values (``Results.references``) next to this study's mean [CI] for the matching
+    cell(s): source, whether confirmed, cell, metric, published, ours, difference, and whether the
+    published value lies in our CI."""
+    pct = level(confidence)
+    rows = []
+    for _, r in refs.iterrows():
+        summary = summary_by_metric.get(r["metric"])
+        ids = list(r["cell_ids"]) if r["cell_ids"] is not None else []
+        matched = summary[summary["cell_id"].isin(ids)] if summary is not None and ids else pd.DataFrame()
+        base = {
+            "source": r["source"] + (f" ({r['note']})" if r["note"] else ""),
+            "confirmed": "yes" if r["confirmed"] else "no (unconfirmed)",
+            "metric": metric_name(r["metric"]),
+            "published": num(r["value"]),
+        }
+        if matched.empty:
+            rows.append({**base, "cell": f"{r['cell']}: no matching cell", "ours": DASH, "n": "",
+                         "ours − published": DASH, "published in our CI": DASH})
+            continue
+        for k, (_, m) in enumerate(matched.iterrows()):
+            if k:  # one reference, several cells: name the source once
+                base = {key: "" for key in base}
+            inside = DASH
+            if finite(m["ci_low"]) and finite(m["ci_high"]):
+                inside = "yes" if m["ci_low"] <= r["value"] <= m["ci_high"] else "no"
+            rows.append({**base, "cell": str(m["cell_label"]),
+                         "ours": with_ci(m["mean"], m["ci_low"], m["ci_high"]) if m["n"] else str(m["status"]),
+                         "n": str(int(m["n"])),
+                         "ours − published": signed(m["mean"] - r["value"]) if m["n"] else DASH,
+                         "published in our CI": inside})
+    cols = ["source", "confirmed", "cell", "metric", "published", f"ours: mean [{pct} CI]", "n",
+            "ours − published", "published in our CI"]
+    out = pd.DataFrame(rows).rename(columns={"ours": f"ours: mean [{pct} CI]"})
+    return out.reindex(columns=cols)

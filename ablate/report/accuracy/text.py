@@ -1,0 +1,318 @@
+"""The accuracy report's words: the lines around its tables and its sentences, each made only
+from the strings the table it speaks for prints (it builds that table and quotes its cells)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from ablate import stats
+from ablate.report.accuracy.tables import (
+    STILL_IMPROVING,
+    cell_table,
+    comparison_table,
+    convergence_table,
+    gain_points,
+    power_table,
+    test_verdict,
+)
+from ablate.report.format import (
+    DASH,
+    NBSP,
+    finite,
+    level,
+    metric_name,
+    num,
+    pval,
+    verdict,
+)
+
+#: Tuned values further apart than this factor across cells earn a sentence (``tuning_sentences``).
+SPREAD = 2.0
+
+
+def _at_edge(value: float, dim: Any) -> str | None:
+    """"largest" / "smallest" when ``value`` is the space's largest or smallest choice, or lies in
+    the outer 5% of its range (on the log scale when the range is); else None."""
+    if dim.choices is not None:
+        numbers = [c for c in dim.choices if isinstance(c, int | float) and not isinstance(c, bool)]
+        if len(numbers) < 2:
+            return None
+        return "largest" if value == max(numbers) else "smallest" if value == min(numbers) else None
+    lo, hi, v = float(dim.low), float(dim.high), float(value)
+    if dim.log:
+        lo, hi, v = math.log(lo), math.log(hi), math.log(v)
+    if hi <= lo:
+        return None
+    return "largest" if v >= hi - 0.05 * (hi - lo) else "smallest" if v <= lo + 0.05 * (hi - lo) else None
+
+
+def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
+    """What the tuning table's "best setting" column says beyond its rows, per numeric dimension of
+    the spec's ``tune``: cells whose best value is at the edge of the search space (the best may lie
+    beyond it), and best values more than ``SPREAD``× apart across cells (a difference between cells
+    can be one of that setting; when each cell drew its own values, the draws differ too)."""
+    best = {str(r["cell_label"]): json.loads(r["best_params"]) for _, r in tuning.iterrows()
+            if isinstance(r["best_params"], str) and r["best_params"]}
+    out = []
+    for path, dim in tune.space.items():
+        values = {cell: v for cell, params in best.items() if isinstance(v := params.get(path), int | float)
+                  and not isinstance(v, bool)}
+        if not values:
+            continue
+        edges: dict[str, list[str]] = {}
+        for cell, v in values.items():
+            if (edge := _at_edge(v, dim)) is not None:
+                edges.setdefault(edge, []).append(cell)
+        for edge, cells in edges.items():
+            out.append(f"The best {path} of {_which_cells(cells, list(values))} is at the {edge} end of the "
+                       f"search space ({_space_text(dim)}): the best setting may lie beyond it.")
+        positive = {c: v for c, v in values.items() if v > 0}
+        if len(positive) < 2:
+            continue
+        low, high = min(positive, key=positive.get), max(positive, key=positive.get)
+        ratio = positive[high] / positive[low]
+        if ratio <= SPREAD:
+            continue
+        text = (f"The cells' best {path} spans {num(positive[low], 4, sig=True)} ({low}) to "
+                f"{num(positive[high], 4, sig=True)} ({high}), {ratio:.1f}×: a difference between cells can be one "
+                f"of {path}.")
+        if tune.sampler != "grid":
+            text += (f" Each cell drew its own {path} values ({tune.sampler} sampler); `tune.sampler: grid` tries "
+                     "the same values in every cell.")
+        out.append(text)
+    return out
+
+
+def _which_cells(cells: list[str], every: list[str]) -> str:
+    """``cells`` among ``every`` in few words: "every cell", one label, "2 of 8 cells (a; b)" or, for
+    most of them, "6 of 8 cells (all but a; b)". Semicolons, because a cell's label has commas."""
+    if len(cells) == len(every):
+        return "every cell"
+    if len(cells) == 1:
+        return cells[0]
+    if len(cells) > len(every) / 2:
+        return f"{len(cells)} of {len(every)} cells (all but {'; '.join(c for c in every if c not in cells)})"
+    return f"{len(cells)} of {len(every)} cells ({'; '.join(cells)})"
+
+
+def _space_text(dim: Any) -> str:
+    """One dimension of a search space as the reports write it: ``choices 0.0025, 0.005`` or ``[0.001, 0.01] log``."""
+    if dim.choices is not None:
+        return "choices " + ", ".join(num(c, 4, sig=True) if isinstance(c, float) else str(c) for c in dim.choices)
+    return f"[{dim.low:g}, {dim.high:g}]" + (" log" if dim.log else "")
+
+
+def header_lines(res: Any, trials: pd.DataFrame, metric: str, chance: float | None, margin: float,
+                 reference: str, why: str) -> list[str]:
+    """The opening paragraphs: the study, its runs by status, the metric and chance, the reference."""
+    replicates = trials[trials.phase == "replicate"]
+    tuning = trials[trials.phase == "tune"]
+    n_cells = replicates.cell_id.nunique()
+    n_seeds = len(res.spec.seed_list)
+    name = metric_name(metric)
+    return [
+        f"**Study** `{res.study}` · spec hash `{res.spec_hash}`"
+        + (f" — {res.spec.description}" if res.spec.description else ""),
+        f"{n_cells} cell{'s' if n_cells != 1 else ''} × {n_seeds} seed{'s' if n_seeds != 1 else ''} = "
+        f"{len(replicates)} replicate run{'s' if len(replicates) != 1 else ''}"
+        + (f", after {len(tuning)} tuning trial{'s' if len(tuning) != 1 else ''}" if len(tuning) else "")
+        + ": " + ", ".join(f"{int(v)} {k}" for k, v in replicates.status.value_counts().items()) + ".",
+        f"Metric: **{name}** over replicate runs (tuning trials never enter an estimate). "
+        + (f"Chance (majority class): {num(chance)}; a run *never learned* when its {name} ≤ chance + {margin:g}."
+           if chance is not None else "Chance: not applicable or unknown; never-learned shares are not computed."),
+        f"Reference cell: **{reference}** ({why}).",
+    ]
+
+
+def tuning_intro(tune: Any) -> str:
+    """How the study tuned (the spec's ``tune``): trials, sampler, seeds, objective, search space."""
+    space = "; ".join(f"{path}: {_space_text(dim)}" for path, dim in tune.space.items())
+    verb = "maximising" if tune.objective.resolved_direction == "maximize" else "minimising"
+    return (f"Each cell ran {tune.trials} tuning trial{'s' if tune.trials != 1 else ''} ({tune.sampler} sampler) "
+            f"on tuning seeds {', '.join(map(str, tune.seed_list))}, {verb} {metric_name(tune.objective.metric)}; "
+            f"its replicates then ran the best setting. Search space: {space}.")
+
+
+def anova_intro(dropped: dict[str, list[Any]]) -> str:
+    """What the ANOVA table is, and which factor levels a partial study's ANOVA leaves out."""
+    text = ("Type II ANOVA of a full factorial model (every main effect and interaction) fitted by "
+            "least squares (statsmodels). Marks on the uncorrected p: \\* < 0.05, \\*\\* < 0.01, "
+            "\\*\\*\\* < 0.001.")
+    if dropped:
+        left = "; ".join(f"{f}: {', '.join(map(str, lv))}" for f, lv in dropped.items())
+        text += (f" **Partial study:** over the levels with results so far — left out until they have "
+                 f"completed runs: {left}.")
+    return text
+
+
+def no_anova_text(why: str, trials: pd.DataFrame, factors: Sequence[str], summary: pd.DataFrame, design: str,
+                  full: bool) -> str:
+    """Why there is no ANOVA table (``why`` from ``stats.anova_applicable``), in the design's terms."""
+    empty = summary.loc[summary.n == 0, "cell_label"].tolist()
+    if not full:
+        combos = trials[list(factors)].drop_duplicates()
+        total = math.prod(trials[f].nunique() for f in factors)
+        why = (f"the design ({design}) is not a full factorial: it has {len(combos)} of the {total} "
+               "combinations of the factors' levels. A factorial ANOVA needs them all; read the comparisons "
+               "with the reference instead")
+    elif empty:
+        why += f"; cells without a completed run: {', '.join(empty[:8])}" + (" …" if len(empty) > 8 else "")
+    return f"No ANOVA table: {why}."
+
+
+def _direction(diff: float, higher_is_better: bool | None) -> str:
+    if higher_is_better is None:
+        return "is above" if diff > 0 else "is below"
+    better = (diff > 0) == higher_is_better
+    return "beats" if better else "trails"
+
+
+def _plural(k: int, word: str, many: str | None = None) -> str:
+    return f"{k} {word if k == 1 else (many or word + 's')}"
+
+
+def _caveat(cid: Any, conv: pd.DataFrame | None, metric: str = "val accuracy") -> str:
+    """What a sentence must add when it draws on a cell that was still improving."""
+    if conv is None or conv.empty:
+        return ""
+    row = conv[conv["cell_id"] == cid]
+    if row.empty or not bool(row["still_improving"].iloc[0]):
+        return ""
+    gain = row["gain_max"].iloc[0]
+    how = f": {metric} {gain_points(gain)} over the last 20% of its steps" if finite(gain) else ""
+    return f" ({STILL_IMPROVING} still improving when its budget ran out{how}; more steps may change this)"
+
+
+def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, confidence: float = 0.95,
+                         higher_is_better: bool | None = True, conv: pd.DataFrame | None = None,
+                         power: float = 0.8) -> list[str]:
+    """The comparisons in words, quoting the cells of ``comparison_table`` and ``power_table``:
+    how many are significant (one wording: ``format.verdict``), each significant one, the largest
+    of the rest, what could not be tested, and what the seeds allow."""
+    if comp.empty:
+        return ["There is no other cell to compare with the reference."]
+    table = comparison_table(comp, confidence, conv, alpha)
+    pct = level(confidence)
+    delta = f"Δ vs reference [{pct} CI]"
+    ref = comp["reference_label"].iloc[0]
+    name = metric_name(metric)
+    tested = comp[comp["testable"]]
+    untested = comp[~comp["testable"]]
+    sig = tested[tested["significant"]]
+    at = f"α = {alpha:g}"
+    out = []
+    ns = ", ".join(map(str, sorted({int(n) for n in untested["n"]})))
+    if not len(tested):
+        out.append(f"None of the {_plural(len(comp), 'comparison')} with the reference ({ref}) can be tested: "
+                   f"{'the cell has' if len(comp) == 1 else 'every cell has'} too few seeds (n = {ns}; the tests need "
+                   f"{stats.MIN_N_TEST}). The raw differences are in the table: read them as description, not "
+                   "evidence." + _caveat(comp["reference_id"].iloc[0], conv))
+    else:
+        head = (f"{len(sig)} of {_plural(len(tested), 'tested comparison')} with the reference ({ref}) "
+                f"{'is' if len(sig) == 1 else 'are'} {verdict(True, at)} (exact permutation test, Holm's correction)")
+        if len(untested):
+            head += (f"; {_plural(len(untested), 'cell')} {'has' if len(untested) == 1 else 'have'} too few seeds to "
+                     f"test (n = {ns}): {'its' if len(untested) == 1 else 'their'} raw differences are in the table")
+        out.append(head + "." + _caveat(comp["reference_id"].iloc[0], conv))
+    for i in sig.sort_values("p_adj").index:
+        r, t = comp.loc[i], table.loc[i]
+        verb = _direction(float(r["mean_diff"]), higher_is_better)
+        out.append(f"{r['cell_label']} {verb} the reference on {name} by {t[delta]} ({t['n']}, {r['test']}, "
+                   f"p_adj = {t['p (Holm)']} {r['mark']}: {test_verdict(r)} at {at})." + _caveat(r["cell_id"], conv))
+    rest = tested[~tested["significant"]]
+    if len(rest):
+        i = rest["mean_diff"].abs().idxmax()
+        r, t = comp.loc[i], table.loc[i]
+        out.append(f"Of the differences that are {verdict(False, at)}, the largest is {r['cell_label']}: {t[delta]}, "
+                   f"p_adj = {t['p (Holm)']}." + _caveat(r["cell_id"], conv))
+    if len(untested) and untested["mean_diff"].notna().any():
+        i = untested["mean_diff"].abs().idxmax()
+        r, t = comp.loc[i], table.loc[i]
+        out.append(f"Not tested, the largest raw difference is {r['cell_label']}'s: {t[delta]}; "
+                   f"{test_verdict(r).replace(NBSP, ' ')}.")
+    if len(tested):
+        floor, holm = tested["p_min"].max(), alpha / len(tested)
+        if floor > holm:
+            out.append(f"With {int(tested['n'].min())} seeds no comparison can be {verdict(True, at)} here: the exact "
+                       f"test cannot give a p below {pval(floor, alpha)}, above Holm's first threshold "
+                       f"{pval(holm, alpha)}.")
+    pw = power_table(comp, power)
+    need = f"seeds for {power:.0%} power"
+    have = pw[pw[need] != DASH]
+    if len(have):
+        counts = sorted({int(v) for v in have[need]})
+        span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+        effect = comp["min_effect"].iloc[0]
+        now = sorted({int(v) for v in comp["n"]})
+        m = max(1, len(tested))
+        out.append(f"To detect a difference of {num(effect)} (stats.min_effect) with {power:.0%} power at "
+                   f"α/m = {pw['at α/m'].iloc[0]} (m = {_plural(m, 'tested comparison')}), a comparison needs "
+                   f"{span} seeds (it has {', '.join(map(str, now))}).")
+    return out
+
+
+def summary_sentences(summary: pd.DataFrame, metric: str, chance: float | None, margin: float,
+                      higher_is_better: bool | None = True, confidence: float = 0.95,
+                      conv: pd.DataFrame | None = None) -> list[str]:
+    """What the per-cell table says, in words (quoting ``cell_table``): best cell, never-learned and
+    diverged runs, pending."""
+    out = []
+    name = metric_name(metric)
+    table = cell_table(summary, confidence=confidence)
+    mean_col = f"mean [{level(confidence)} CI]"
+    have = summary[summary["n"] > 0]
+    if len(have) and higher_is_better is not None:
+        i = have["mean"].idxmax() if higher_is_better else have["mean"].idxmin()
+        best = summary.loc[i]
+        out.append(f"{'Highest' if higher_is_better else 'Lowest'} mean {name}: {best['cell_label']}, "
+                   f"{table.loc[i, mean_col]} ({level(confidence)} CI, n = {int(best['n'])})."
+                   + _caveat(best["cell_id"], conv))
+    never = summary[pd.to_numeric(summary["n_never_learned"], errors="coerce").fillna(0) > 0]
+    if chance is not None and len(never):
+        total = int(never["n_never_learned"].sum())
+        out.append(f"{_plural(total, 'run')} in {_plural(len(never), 'cell')} never learned ({name} ≤ chance "
+                   f"{num(chance)} + {margin:g}); they count in the means.")
+    div = summary[summary["n_diverged"] > 0]
+    if len(div):
+        total = int(div["n_diverged"].sum())
+        out.append(f"{_plural(total, 'run')} in {_plural(len(div), 'cell')} diverged; diverged runs have no "
+                   f"{name} and are left out of the means.")
+    pending = summary[summary["status"] == "pending"]
+    partial = summary[summary["status"] == "partial"]
+    if len(pending) or len(partial):
+        out.append(f"The study is partial: {_plural(len(pending), 'cell')} without results yet, "
+                   f"{len(partial)} with some seeds still to run. Numbers will change as runs finish.")
+    return out
+
+
+def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> list[str]:
+    """Which cells were still improving when their budget ran out, and which used other step counts,
+    quoting ``convergence_table``; one sentence when the study records no convergence at all."""
+    if conv.empty:
+        return []
+    table = convergence_table(conv, metric)
+    gain_col = f"{metric} gain, last 20% of steps"
+    out = []
+    if not conv["n_known"].any():
+        out.append("Whether the runs converged is not recorded for this study (its trials predate the record); "
+                   "its conclusions cannot say whether more steps would change them.")
+    still = conv[conv["still_improving"].astype(bool)]
+    if len(still):
+        parts = [f"{r['cell_label']} ({metric} {table.loc[i, gain_col]})" for i, r in still.iterrows()]
+        out.append(f"Budget too small for {_plural(len(still), 'cell')} {STILL_IMPROVING}, still improving over the "
+                   f"last 20% of their steps: {'; '.join(parts)}. Every conclusion drawn on "
+                   f"{'it' if len(still) == 1 else 'them'} says so.")
+    elif conv["n_known"].any():
+        out.append("Every run whose convergence is recorded had stopped improving by the end of its budget.")
+    differ = conv[conv["steps_differ"].astype(bool)]
+    if len(differ):
+        out.append("Steps actually used differ from the budget: "
+                   + "; ".join(f"{r['cell_label']} {table.loc[i, 'steps used']}" for i, r in differ.iterrows())
+                   + (f" ({_plural(int(differ['n_stopped_early'].sum()), 'run')} stopped early)."
+                      if differ["n_stopped_early"].sum() else "."))
+    return out
