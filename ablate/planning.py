@@ -171,7 +171,7 @@ def _find_branches(plans: list[CellPlan]) -> None:
     """The kept stable-phase checkpoints the pending replicates of WSD cells will continue from.
     Cells that tune are left out: their replicates' setting is known only once tuning is done."""
     from ablate.runner.phases import find_branch
-    from ablate.runner.worker import checkpoint_dir
+    from ablate.stores import checkpoint_dir
 
     root = checkpoint_dir()
     for plan in plans:

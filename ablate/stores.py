@@ -161,6 +161,12 @@ def home(explicit: str | os.PathLike[str] | None = None) -> Path:
     return Path(os.environ.get("ABLATE_HOME") or HOME_DIR).expanduser()
 
 
+def checkpoint_dir() -> Path:
+    """Where trials checkpoint (and WSD runs keep their stable phase's end, under ``stable/``);
+    share it between hosts (ABLATE_CHECKPOINT_DIR) to resume anywhere."""
+    return Path(os.environ.get("ABLATE_CHECKPOINT_DIR") or home() / "checkpoints").resolve()
+
+
 def home_is_default(explicit: str | os.PathLike[str] | None = None) -> bool:
     """Whether the home folder is only the default (no ``home=``, no ``$ABLATE_HOME``)."""
     return explicit is None and not os.environ.get("ABLATE_HOME")

@@ -55,7 +55,7 @@ from ablate.runner.study import (
     states_by_item,
 )
 from ablate.spec import ProbeSpec
-from ablate.stores import Stores, no_space, redact, sqlite_path, storage_problem
+from ablate.stores import Stores, checkpoint_dir, no_space, redact, sqlite_path, storage_problem
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -568,13 +568,6 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)
     except Exception:
         pass
-
-
-def checkpoint_dir() -> Path:
-    """Where trials checkpoint; share it between hosts (ABLATE_CHECKPOINT_DIR) to resume anywhere."""
-    from ablate.stores import home
-
-    return Path(os.environ.get("ABLATE_CHECKPOINT_DIR") or home() / "checkpoints").resolve()
 
 
 def _fail(study: optuna.Study, trial: optuna.Trial, kind: str, message: str, tb: str = "") -> None:
