@@ -138,22 +138,6 @@ def _counts_note(row: pd.Series) -> str:
     return ", ".join(parts)
 
 
-def _level_look(channels: Channels, factor: str, lv: Any) -> dict[str, Any]:
-    """How a level of ``factor`` is drawn where the factor has its own panel or line: its colour if
-    it is the colour factor, its line style and marker if it is the style factor, else black."""
-    lv = str(lv)
-    gid = f"level:{factor}={lv}"
-    if factor == channels.color_factor:
-        return {"color": channels.color.get(lv, "black"), "linestyle": "-", "marker": "o", "gid": gid}
-    if factor == channels.style_factor:
-        return {"color": "0.2", "linestyle": channels.dash.get(lv, "-"), "marker": channels.marker.get(lv, "o"),
-                "gid": gid}
-    levels = channels.levels.get(factor, (lv,))
-    k = levels.index(lv) if lv in levels else 0
-    return {"color": "black", "linestyle": plotting.DASHES[k % len(plotting.DASHES)],
-            "marker": plotting.MARKERS[k % len(plotting.MARKERS)], "gid": gid}
-
-
 def main_effects_plot(
     trials: pd.DataFrame,
     metric: str = "test_accuracy",
@@ -184,7 +168,7 @@ def main_effects_plot(
             x = np.arange(len(sub))
             ax.plot(x, sub["mean"], color="0.6", lw=0.9, zorder=1)
             for xi, (_, r) in zip(x, sub.iterrows(), strict=True):
-                look = _level_look(channels, factor, r["level"])
+                look = channels.level_look(factor, r["level"])
                 if not finite(r["mean"]):
                     ax.annotate("no results", (xi, 0.02), xycoords=("data", "axes fraction"), ha="center",
                                 fontsize=7, color="0.45")
@@ -238,7 +222,7 @@ def interaction_plot(
         offsets = np.linspace(-0.08, 0.08, len(lines)) if len(lines) > 1 else [0.0]
         pos = {lv: i for i, lv in enumerate(xs)}
         for off, lv in zip(offsets, lines, strict=True):
-            look = _level_look(channels, f1, lv)
+            look = channels.level_look(f1, lv)
             sub = table[table[f1] == lv]
             x = np.array([pos[v] for v in sub[f2]], dtype=float) + off
             err = [(sub["mean"] - sub["ci_low"]).fillna(0), (sub["ci_high"] - sub["mean"]).fillna(0)]
