@@ -10,13 +10,14 @@ instead. ``homes_above`` lists the ``.ablate/`` folders of the directories above
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock
 
 _PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@")
 # Malformed URLs ("postgresql//u:pw@h", "u:pw@h") and secrets passed as query parameters.
@@ -210,6 +211,5 @@ def sqlite_lock(url: str) -> Iterator[None]:
     if path is None:
         yield
         return
-    with open(f"{path}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+    with FileLock(f"{path}.lock"):
         yield

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock
 
 from ablate.tasks.base import SPLITS, Generated
 
@@ -79,16 +80,7 @@ def load(path: Path) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path.lock`` (no-op where ``fcntl`` is unavailable)."""
+    """Hold an exclusive lock on ``path.lock`` across processes."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
+    with FileLock(path.with_suffix(".lock")):
         yield
-        return
-    with open(path.with_suffix(".lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
