@@ -67,7 +67,8 @@ def test_cli_plan_lists_cells(tmp_path, monkeypatch):
     s = design.load(ROOT / "studies/quickstart.yaml")
     for cell in design.cells(s):
         assert cell.id in res.output
-    assert f"{len(design.cells(s))} cells × 2 seeds = {2 * len(design.cells(s))} trials" in res.output
+    n = len(design.cells(s))
+    assert f"{n} cells × {len(s.seed_list)} seeds = {n * len(s.seed_list)} trials" in res.output
 
 
 def test_cli_report_names_come_from_the_notebooks(tmp_path):
