@@ -4,11 +4,13 @@ layer and one training step per model and backend, split into scan and rest."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
+from ablate.models import bench as models_bench
 from ablate.models.bench import LAYER_SPECS, run_bench
 from ablate.ops import scan as scan_mod
 
@@ -23,7 +25,7 @@ def test_run_bench_smoke(capsys: pytest.CaptureFixture[str], full: bool) -> None
     assert "layers_error" not in result, result.get("layers_error")
     rows = result["layers"]
     compiled = set(scan_mod.available_backends("cpu")) - {"torch"}
-    backends = compiled | ({"torch"} if full or not compiled else set())
+    backends = compiled | {"torch"}  # the reference is timed by default too: the speed-up column
     assert {(r["what"], r["model"], r["backend"]) for r in rows} == {
         (w, m, b) for w in ("layer", "step") for m in LAYER_SPECS for b in backends}
     for r in rows:
@@ -32,7 +34,8 @@ def test_run_bench_smoke(capsys: pytest.CaptureFixture[str], full: bool) -> None
         if r["backend"] in compiled:
             assert r["scan_ms"] > 0  # the kernels were timed inside the step, not estimated
         assert (r["vs_lru"] == 1.0) == (r["model"] == "LRU")
-        assert math.isnan(r["speedup"]) != ("torch" in backends)
+        assert not math.isnan(r["speedup"]) and r["speedup"] > 0
+        assert r["rounds"] == 1
     out = capsys.readouterr().out
     assert "copy bandwidth" in out and "×bound" in out and "×loop" in out and "GB/s" in out
     assert "scan share" in out and "RotRNN step / LRU step" in out and "minGRU layer scan share" in out
@@ -42,3 +45,25 @@ def test_bench_command_without_layers_prints_the_scan_table_only() -> None:
     res = CliRunner().invoke(app, ["bench", "--lengths", "16", "--repeats", "1", "--no-layers"])
     assert res.exit_code == 0, res.output
     assert "copy bandwidth" in res.output and "Layers" not in res.output
+
+
+def test_default_run_fills_the_speedup_column_and_keeps_to_its_budget(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``repeats``, no ``full``: the printed speed-up column has a number in every row, and a
+    spent budget stops the timed rounds after the first."""
+    monkeypatch.setattr(models_bench, "DEFAULT_BUDGET_S", 0.0)
+    result = run_bench(lengths=(32,), batch=2, channels=8, layer_config=TINY, tune_alloc=False,
+                       copy_bytes=1 << 20, verbose=False)
+    assert {r["rounds"] for r in result["layers"]} == {1}
+    out = capsys.readouterr().out
+    table = out[out.index("Layers"):out.index("scan ms =")]
+    rows = [line for line in table.splitlines() if line.startswith("│")]
+    assert len(rows) == len(result["layers"]) > 0
+    assert all(re.search(r"\d\.\d×\s*│$", line.rstrip()) for line in rows), table
+
+
+def test_a_budget_left_runs_every_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models_bench, "DEFAULT_BUDGET_S", 1e6)
+    result = run_bench(lengths=(32,), batch=2, channels=8, layer_config=TINY, tune_alloc=False,
+                       copy_bytes=1 << 20, verbose=False, print_tables=False)
+    assert {r["rounds"] for r in result["layers"]} == {3}

@@ -1,7 +1,8 @@
 """``ablate bench``: the scan benchmark of ``ablate.ops.bench``, then whole layers and training steps.
 
-    run_bench()               prints the tables and returns their rows (under a minute here)
-    run_bench(full=True)      the longer sweep: four lengths, more rounds, the torch reference
+    run_bench()               prints the tables and returns their rows (under a minute on a busy
+                              2-core machine: L=1024, a 2-layer model at L=512, rounds within a budget)
+    run_bench(full=True)      the longer sweep: four lengths, 5 rounds, a 4-layer model at L=1024
     python -m ablate.models.bench [--full]
 
 1. Scans (``ablate.ops.bench``): kernels vs the per-step loop and the memory-bandwidth bound.
@@ -10,10 +11,16 @@
 
 The scan time of a layer or step is the compiled kernels' own time inside it
 (``ablate.ops.bench.scans_timed``: every forward and backward kernel call timed), so scan share =
-kernel time / step time and rest = step − kernel time, with no profiler. The torch reference's
-scan time (``full``) is its step time minus that rest. Without a compiled backend the rest is the
-step with the scans stubbed (``b + 0*a``). Every model and variant is timed in turn within each
-round, so machine load hits them alike and the ×LRU ratios are side by side.
+kernel time / step time and rest = step − kernel time, with no profiler. The torch reference
+(the per-step loop; the cumsum form for minGRU's log scan) is timed too, for the speed-up column;
+its scan time is its step time minus that rest. Without a compiled backend the rest is the step
+with the scans stubbed (``b + 0*a``). Every model and variant is timed in turn within each round,
+so machine load hits them alike and the ×LRU ratios are side by side.
+
+Time: the default run is sized for ~15 s of CPU and stops adding timed rounds (at least one,
+at most ``repeats``) once ``DEFAULT_BUDGET_S`` have passed since it started, so that a machine
+whose cores other processes share still finishes it within a minute; more rounds only steady
+the medians. An explicit ``repeats`` or ``full`` runs every round.
 """
 
 from __future__ import annotations
@@ -57,9 +64,11 @@ LAYER_SPECS: dict[str, dict[str, Any]] = {
     "RotRNN h=4": {**ROTRNN, "heads": 4},
     "RotRNN h=32": {**ROTRNN, "heads": 32},
 }
-DEFAULT_LENGTHS = (1024, 4096)
+DEFAULT_LENGTHS = (1024,)
 FULL_LENGTHS = (256, 1024, 4096, 16384)
-LAYER_CONFIG = {"seq_len": 1024, "batch": 32, "d_model": 128, "state": 128, "layers": 4}
+DEFAULT_LAYER_CONFIG = {"seq_len": 512, "batch": 8, "d_model": 128, "state": 128, "layers": 2}
+FULL_LAYER_CONFIG = {"seq_len": 1024, "batch": 32, "d_model": 128, "state": 128, "layers": 4}
+DEFAULT_BUDGET_S = 30.0  # seconds from the start after which the default run times no further round
 
 
 @dataclass
@@ -73,6 +82,7 @@ class StepRow:
     scan_share: float
     speedup: float  # over the torch reference backend; nan where it was not run
     vs_lru: float  # ms / the LRU's ms for the same what and backend
+    rounds: int  # timed rounds the medians are over
 
 
 def _build(model: str, d_model: int, state: int, layers: int, L: int, device: torch.device) -> Network:
@@ -126,8 +136,11 @@ def bench_layers(
     log: Callable[[str], None],
     reference: bool = False,
     models: tuple[str, ...] = tuple(LAYER_SPECS),
+    deadline: float | None = None,
 ) -> list[StepRow]:
-    """Layer and step rows for every model; ``reference`` adds the torch backend (slow on CPU)."""
+    """Layer and step rows for every model; ``reference`` adds the torch backend (slow on CPU).
+    ``deadline`` (a ``time.perf_counter`` value): no timed round starts after it, though the
+    first always runs."""
     compiled = [n for n in scan_mod.available_backends(device) if n != "torch"]
     clock = ScanClock(device)
     variants: dict[str, Callable[[], contextlib.AbstractContextManager]] = {}
@@ -142,10 +155,17 @@ def bench_layers(
                  for what, fn in _model_workloads(m, seq_len, batch, d_model, state, layers, device).items()}
     totals: dict[tuple[str, str, str], list[float]] = {}
     scans: dict[tuple[str, str, str], list[float]] = {}
+    rounds = 0
     for r in range(repeats + 1):  # round 0 warms up (numba dispatch, allocator, caches)
+        if r > 1 and deadline is not None and time.perf_counter() > deadline:
+            break
         log(f"  round {r}/{repeats}" + (" (warm-up)" if r == 0 else ""))
         for (what, model), fn in workloads.items():
             for name, ctx in variants.items():
+                if r == 0 and name == "torch" and compiled:
+                    # The reference loads no compiled code, and the compiled variants' warm-up
+                    # of the same shapes has warmed the allocator: its warm-up would only cost.
+                    continue
                 with ctx():
                     clock.take_ms()
                     t0 = time.perf_counter()
@@ -157,6 +177,7 @@ def bench_layers(
                 if r:
                     totals.setdefault((what, model, name), []).append(ms)
                     scans.setdefault((what, model, name), []).append(kernel)
+        rounds = r
     rows = []
     for (what, model) in workloads:
         med = {name: statistics.median(totals[(what, model, name)]) for name in variants}
@@ -170,7 +191,7 @@ def bench_layers(
             scan_t = statistics.median(scans[(what, model, name)]) if name in compiled else max(t - rest, 0.0)
             row_rest = t - scan_t if name in compiled else rest
             speedup = med["torch"] / t if "torch" in med else math.nan
-            rows.append(StepRow(what, model, name, t, scan_t, row_rest, scan_t / t, speedup, math.nan))
+            rows.append(StepRow(what, model, name, t, scan_t, row_rest, scan_t / t, speedup, math.nan, rounds))
     lru = {(r.what, r.backend): r.ms for r in rows if r.model == "LRU"}
     for row in rows:
         row.vs_lru = row.ms / lru[(row.what, row.backend)] if (row.what, row.backend) in lru else math.nan
@@ -191,7 +212,8 @@ def print_layers(result: dict[str, Any], out: Any) -> None:
             title=(
                 f"Layers (one recurrent layer fwd+bwd) and training steps of a {lc['layers']}-layer "
                 f"model, d_model {lc['d_model']}, state {lc['state']}, L={lc['seq_len']}, "
-                f"batch {lc['batch']}; load average {result['load_average']:.1f}"
+                f"batch {lc['batch']}; {result['layers'][0]['rounds']} timed rounds; load average "
+                f"{result['load_average']:.1f}"
             ),
             title_justify="left",
         )
@@ -207,7 +229,8 @@ def print_layers(result: dict[str, Any], out: Any) -> None:
         out.print(
             "scan ms = the scan kernels' own time inside the layer or step (every forward and backward "
             "call timed); rest ms = ms − scan ms; ×LRU = ms / the LRU's, measured in the same rounds; "
-            "speedup = over the torch reference backend (--full)."
+            "speedup = the torch reference backend's ms / this backend's (the per-step loop; the "
+            "cumsum form for minGRU)."
         )
         for line in _targets(result["layers"]):
             out.print(line)
@@ -247,14 +270,16 @@ def run_bench(
 ) -> dict[str, Any]:
     """Run the scan, layer and step benchmarks; print and return.
 
-    Default: lengths 1024 and 4096, 3 rounds, compiled backends only in the layer table (under a
-    minute on 2 CPU cores). ``full``: lengths 256 … 16384, 5 rounds, and the torch reference
-    backend in the layer table too. ``layer_config`` overrides seq_len=1024, batch=32,
-    d_model=128, state=128, layers=4. ``copy_bytes`` sizes the bandwidth probe (default: one scan
-    input at L=4096, at least 64 MB).
+    Default: length 1024, one timing of the scans' torch reference, the layer table at
+    ``DEFAULT_LAYER_CONFIG`` with up to 3 timed rounds within ``DEFAULT_BUDGET_S`` (under a minute
+    on 2 busy CPU cores). ``full``: lengths 256 … 16384, 5 rounds, ``FULL_LAYER_CONFIG``.
+    ``layer_config`` overrides the layer table's sizes. ``copy_bytes`` sizes the bandwidth probe
+    (default: one scan input at L=4096, at least 64 MB). The torch reference is in the layer
+    table either way, so its speed-up column is filled.
     """
     dev = torch.device(device)
     lengths = lengths or (FULL_LENGTHS if full else DEFAULT_LENGTHS)
+    budgeted = repeats is None and not full  # a count the caller asked for is run in full
     repeats = repeats or (5 if full else 3)
 
     def log(msg: str) -> None:
@@ -262,12 +287,14 @@ def run_bench(
             print(msg, flush=True)
 
     started = time.perf_counter()
-    result = run_scans(lengths, batch, channels, kinds, repeats, device, tune_alloc, copy_bytes, log)
+    result = run_scans(lengths, batch, channels, kinds, repeats, device, tune_alloc, copy_bytes, log,
+                       reference_repeats=1 if budgeted else None)
     if layers:
-        lc = {**LAYER_CONFIG, **(layer_config or {})}
+        lc = {**(FULL_LAYER_CONFIG if full else DEFAULT_LAYER_CONFIG), **(layer_config or {})}
         result["layer_config"] = lc
+        deadline = started + DEFAULT_BUDGET_S if budgeted else None
         try:
-            rows = bench_layers(device=dev, repeats=repeats, log=log, reference=full, **lc)
+            rows = bench_layers(device=dev, repeats=repeats, log=log, reference=True, deadline=deadline, **lc)
             result["layers"] = [asdict(r) for r in rows]
         except Exception as exc:  # a layer that fails to build or run: keep the scan table
             result["layers_error"] = f"{type(exc).__name__}: {exc}"

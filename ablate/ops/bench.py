@@ -159,7 +159,11 @@ def bench_scans(
     bandwidth: Bandwidth,
     repeats: int,
     log: Callable[[str], None],
+    reference_repeats: int | None = None,
 ) -> list[ScanRow]:
+    """Rows per kind, length and backend. ``reference_repeats``: timings of the torch reference
+    (no warm-up call: it has no compiled code to load); None: ``repeats`` after a warm-up, fewer
+    at L ≥ 4096 where the loop is slow."""
     backends = [n for n in scan_mod.available_backends(device) if n != "torch"]
     rows = []
     for kind in kinds:
@@ -171,10 +175,13 @@ def bench_scans(
             for name in ["torch", *backends]:
                 log(f"  {kind:7s} L={L:<6d} {name}")
                 fwd, fwd_bwd = _scan_fns(kind, name, a, b)
-                # The reference loop is slow at long L; fewer repeats keep the run short.
-                n = max(2, repeats // 2) if name == "torch" and L >= 4096 else repeats
+                n, warmup = repeats, 1
+                if name == "torch" and reference_repeats is not None:
+                    n, warmup = reference_repeats, 0
+                elif name == "torch" and L >= 4096:  # the reference loop is slow at long L
+                    n = max(2, repeats // 2)
                 bandwidth.sample()
-                timings[name] = (time_ms(fwd, n, device), time_ms(fwd_bwd, n, device))
+                timings[name] = (time_ms(fwd, n, device, warmup), time_ms(fwd_bwd, n, device, warmup))
             bandwidth.sample()
             for name, (f_ms, fb_ms) in timings.items():
                 f_bytes, fb_bytes = (unit * k * elems for k in BYTES_PER_ELEM[kind])
@@ -355,10 +362,11 @@ def run_scans(
     tune_alloc: bool = True,
     copy_bytes: int | None = None,
     log: Callable[[str], None] = print,
+    reference_repeats: int | None = None,
 ) -> dict[str, Any]:
     """The scan benchmark with its conditions (device, threads, load, allocator, copy bandwidth),
     as ``print_scans`` reads it. ``copy_bytes`` sizes the bandwidth probe (default: one scan input
-    at L=4096, at least 64 MB)."""
+    at L=4096, at least 64 MB); ``reference_repeats`` as in ``bench_scans``."""
     dev = torch.device(device)
     allocator = tune_allocator() if tune_alloc else "default allocator"
     threads = torch.get_num_threads()
@@ -371,7 +379,7 @@ def run_scans(
     bandwidth.sample()
     log(f"scan benchmark on {dev} ({allocator})")
     load_before = os.getloadavg()[0]
-    scans = bench_scans(lengths, batch, channels, kinds, dev, bandwidth, repeats, log)
+    scans = bench_scans(lengths, batch, channels, kinds, dev, bandwidth, repeats, log, reference_repeats)
     return {
         "device": str(dev),
         # Other processes on this machine skew every timing; the load says how much to trust them.
