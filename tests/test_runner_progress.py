@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import io
+import re
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,163 @@ def test_snapshot_over_the_specs_items_leaves_orphaned_trials_out(study):
     rest = [i for i in items if i.key != key]  # a spec without that item: its trial is an orphan
     snap = progress.snapshot(study, rest)
     assert (snap.done, snap.waiting, snap.total) == (0, 3, 3) and len(snap.waiting_cells) == 3
+
+
+# --- the live view frame by frame: a scripted run on a fake clock ---------------------------------
+
+T0 = datetime(2026, 1, 1, 12, 0, 0)
+STEPS = 10
+
+
+def running(worker: str, number: int, step: int, started: float, cell: str = "A") -> progress.Running:
+    return progress.Running(worker, cell, number % 2, "replicate", step, STEPS, T0 + timedelta(seconds=started),
+                            number, cell_id=cell)
+
+
+def look(t: float, done: int, items: list[progress.Running], waiting: int, *, failed: int = 0, new: int = 0,
+         rate: float | None = 1.0) -> progress.Snapshot:
+    return progress.Snapshot(done, failed, len(items), waiting, new, rate, items, STEPS,
+                             T0 + timedelta(seconds=t))
+
+
+# (clock, the look at the store, the local workers as (id, state, since), what finished since the last look)
+def script() -> list[tuple[float, progress.Snapshot, list[tuple[str, str, float]], list[progress.Finished]]]:
+    ok = lambda label: progress.Finished(label, True, "val acc 0.500 · ", 10.0)  # noqa: E731
+    w = lambda *states: [(f"w{i + 1}", s, 0.0) for i, s in enumerate(states)]  # noqa: E731
+    return [
+        (0.0, look(0, 0, [], 8, rate=None), w("starting", "starting"), []),
+        # Both claimed, neither has recorded itself yet: no "?" row, two rows for two workers.
+        (1.0, look(1, 0, [running("?", 0, 0, 1), running("?", 1, 0, 1)], 6, rate=None),
+         w("starting", "starting"), []),
+        (3.0, look(3, 0, [running("w1", 0, 2, 1), running("?", 1, 0, 1)], 6, rate=None),
+         w("running", "starting"), []),
+        # A trial a killed earlier run left RUNNING on another worker: one row, under its own id.
+        (5.0, look(5, 0, [running("w1", 0, 4, 1), running("w2", 1, 3, 1), running("old:99", 9, 3, -100)], 5,
+                   rate=None), w("running", "running"), []),
+        (12.0, look(12, 1, [running("w2", 1, 9, 1), running("w1", 2, 1, 11), running("old:99", 9, 3, -100)], 4),
+         w("running", "running"), [ok("A · seed 0")]),
+        # Two finishes in one look, the second slow: the measured rate rises (the raw ETA with it).
+        (22.0, look(22, 3, [running("w1", 3, 1, 21), running("w2", 4, 0, 21), running("old:99", 9, 3, -100)], 2,
+                    rate=2.0), w("running", "running"), [ok("A · seed 1"), ok("B · seed 0")]),
+        # A duplicate attempt finishing (the done count does not move): no count on its line.
+        (24.0, look(24, 3, [running("w1", 3, 2, 21), running("w2", 4, 1, 21), running("old:99", 9, 3, -100)], 2,
+                    rate=2.0), w("running", "running"), [ok("B · seed 0")]),
+        # The stale trial is failed and re-queued (its heartbeat timed out): more waiting.
+        (30.0, look(30, 3, [running("w1", 3, 5, 21), running("w2", 4, 4, 21)], 3, failed=0, rate=2.0),
+         w("running", "running"), [progress.Finished("A · seed 1", False, kind="killed", message="no heartbeat")]),
+        # w2 dies; its item is still RUNNING until its heartbeat times out; a restarted w3 starts.
+        (34.0, look(34, 3, [running("w1", 3, 7, 21), running("w2", 4, 5, 21)], 3, rate=2.0),
+         [("w1", "running", 0.0), ("w2", "exited -9", 34.0), ("w3", "starting", 34.0)], []),
+        (40.0, look(40, 4, [running("w3", 4, 0, 39), running("w1", 5, 0, 39)], 2, rate=2.0),
+         [("w1", "running", 0.0), ("w2", "exited -9", 34.0), ("w3", "running", 34.0)], [ok("A · seed 0")]),
+        # A sequential look adds four seed items.
+        (50.0, look(50, 5, [running("w3", 4, 5, 39), running("w1", 6, 2, 45)], 5, new=0, rate=2.0),
+         [("w1", "running", 0.0), ("w2", "exited -9", 34.0), ("w3", "running", 34.0)], [ok("A · seed 1")]),
+        (60.0, look(60, 6, [running("w3", 7, 1, 58), running("w1", 6, 7, 45)], 4, rate=2.0),
+         [("w1", "running", 0.0), ("w2", "exited -9", 34.0), ("w3", "running", 34.0)], [ok("B · seed 1")]),
+        (75.0, look(75, 8, [running("w3", 9, 1, 73), running("w1", 8, 1, 73)], 2, rate=2.0),
+         [("w1", "running", 0.0), ("w2", "exited -9", 34.0), ("w3", "running", 34.0)],
+         [ok("B · seed 0"), ok("A · seed 2")]),
+        (100.0, look(100, 12, [], 0, rate=2.0),
+         [("w1", "exited 0", 99.0), ("w2", "exited -9", 34.0), ("w3", "exited 0", 99.0)],
+         [ok("A · seed 3"), ok("B · seed 3"), ok("A · seed 4"), ok("B · seed 4")]),
+    ]
+
+
+def test_every_frame_of_a_scripted_run_keeps_its_word():
+    """Starts, finishes, a duplicate, a failure, a worker's death and restart, new items: at every
+    frame one row per worker and no "?" row, a done counter that only moves forward (never the
+    same "k/N done" twice in the log), and an ETA that never rises without saying why."""
+    frames: list[progress.Frame] = []
+    log: list[str] = []
+    prev: progress.Frame | None = None
+    clamped = 0  # finish frames where the plain estimate rose and the shown ETA did not
+    for clock, snap, states, finished in script():
+        slots = [progress.Slot(worker, state, since) for worker, state, since in states]
+        alive = sum(not s.state.startswith("exited") for s in slots)
+        f = progress.frame(snap, slots, prev, clock, max(1, alive), finished)
+        started = [r for r in snap.items if r.worker != "?" and not any(f"trial {r.number})" in x for x in log)]
+        log += progress.log_lines("s", finished, started, f, prev)
+        screen = Console(record=True, width=160, file=io.StringIO())
+        screen.print(progress.frame_table("s", f))
+        text = screen.export_text()
+        # One row per worker: the local ones, and each other worker once; never a "?" row.
+        workers = [r.worker for r in f.rows]
+        assert len(workers) == len(set(workers)) and "?" not in workers
+        assert set(workers) == {s.worker for s in slots} | {r.worker for r in snap.items if r.worker not in ("?",)}
+        assert "│ ?" not in text and all(text.count(f"│ {w} ") == 1 for w in workers)
+        if prev is not None:
+            assert f.done >= prev.done
+            raw = snap.eta_seconds(f.workers)
+            if f.eta is not None and prev.eta is not None and not f.eta_note:
+                assert f.eta <= max(0.0, prev.eta - (clock - prev.at)) + 1e-9
+            grew = snap.total > prev.total or snap.waiting + snap.new > prev.waiting or snap.failed > prev.failed
+            if f.done > prev.done and not grew and f.workers >= prev.workers and prev.eta is not None:
+                assert not f.eta_note and f.eta is not None and f.eta <= prev.eta - (clock - prev.at) + 1e-9
+                clamped += raw is not None and raw > f.eta
+        frames.append(f)
+        prev = f
+    assert clamped >= 1  # the script makes the plain estimate rise at a finish: the clamp was needed
+    # The log: each count once and rising; a count-less line for the duplicate; ETAs never up unexplained.
+    counts = [m.group(0) for m in (re.search(r" · \d+/\d+ done", line) for line in log) if m]
+    numbers = [int(c.split("/")[0].removeprefix(" · ")) for c in counts]
+    assert numbers == list(range(1, 13)) and len(set(counts)) == len(counts)
+    assert "done B · seed 0: val acc 0.500 · 0m10s" in log  # the duplicate: no count, no ETA
+    etas = [(line, i) for i, line in enumerate(log) if " · ETA " in line]
+    assert any("(more work)" in line for line, _ in etas)  # the sequential look is why it rose there
+    last = None
+    for line, _ in etas:
+        value = line.split(" · ETA ")[1].split(" ")[0]
+        minutes, seconds = value.rstrip("s").split("m")
+        eta = int(minutes) * 60 + int(seconds)
+        if last is not None and "(" not in line.split(" · ETA ")[1]:
+            assert eta <= last
+        last = eta
+    assert frames[-1].eta == 0.0 and frames[-1].done == 12
+    # The folded line: running items beyond OTHER_ROWS other workers, and unknown ones no local worker can hold.
+    many = look(0, 0, [running(f"far:{i}", i, 1, 0) for i in range(progress.OTHER_ROWS + 3)]
+                + [running("?", 90, 0, 0), running("?", 91, 0, 0)], 0)
+    f = progress.frame(many, [progress.Slot("w1", "starting", 0.0)], None, 0.0, 1)
+    assert len(f.rows) == 1 + progress.OTHER_ROWS and f.others == 3 + 1
+    screen = Console(record=True, width=160, file=io.StringIO())
+    screen.print(progress.frame_table("s", f))
+    assert "other workers: 4 running" in screen.export_text()
+
+
+def test_a_claim_before_its_worker_records_itself_is_no_row(study):
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=160)
+    view = progress.View(study, console, [("host:1", lambda: None), ("host:2", lambda: None)])
+    with view:
+        phases.claim(study)  # claimed; the worker records itself a moment later
+        view.poll()
+        assert view.frame is not None and [r.worker for r in view.frame.rows] == ["host:1", "host:2"]
+        assert view.frame.running == 1 and view.frame.others == 0
+    assert "│ ?" not in screen.getvalue()
+
+
+def test_an_eta_run_out_is_revised_up_and_the_log_says_so():
+    slots = [progress.Slot("w1", "running", 0.0)]
+    first = progress.frame(look(0, 1, [running("w1", 1, 5, 0)], 1), slots, None, 0.0, 1)
+    assert first.eta == pytest.approx(15.0)  # 5 steps left running, 10 waiting, at 1 s a step
+    # Twenty seconds on, the item is at step 6 of 10: the countdown ran out, work is left.
+    later = look(20, 1, [running("w1", 1, 6, 0)], 1, rate=4.0)
+    f = progress.frame(later, slots, first, 20.0, 1)
+    assert f.eta == pytest.approx(56.0) and f.eta_note.startswith("revised")
+    assert progress.log_lines("s", [], [], f, first) == [
+        "s: 1 done · 1 running · 1 waiting · 0 failed · ETA 0m56s (revised: the running items are slower than measured)"]
+    # A finish does not revise: it may only bring the ETA down.
+    done = progress.frame(look(21, 2, [running("w1", 2, 1, 20)], 0, rate=4.0), slots, first, 21.0, 1)
+    assert done.eta == 0.0 and not done.eta_note
+
+
+def test_a_finish_read_a_look_late_still_carries_its_count():
+    """A trial that finishes between the look at the finishes and the snapshot is counted before
+    its line is printed: the count waits for its line, so every count shows once, in order."""
+    ok = progress.Finished("A · seed 0", True, "", 3.0)
+    slots = [progress.Slot("w1", "running", 0.0)]
+    first = progress.frame(look(0, 0, [running("w1", 0, 1, 0)], 3), slots, None, 0.0, 1)
+    both = progress.frame(look(5, 2, [], 2), slots, first, 5.0, 1, [ok])  # two done, one line so far
+    late = progress.frame(look(6, 2, [], 2), slots, both, 6.0, 1, [ok])
+    lines = progress.event_lines([ok], [], both, first) + progress.event_lines([ok], [], late, both)
+    assert [line.split(" · ")[2] for line in lines] == ["1/4 done", "2/4 done"]

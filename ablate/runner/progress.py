@@ -221,6 +221,185 @@ def status_json(name: str, snap: Snapshot, workers: int) -> dict[str, Any]:
 
 
 # --- the live view -------------------------------------------------------------------------------
+#
+# A frame of the view is a pure function of the store's snapshot, the local worker slots, the
+# previous frame and the clock (``frame``), so that what it may show can be checked frame by
+# frame: one row per worker, a done counter that only moves forward, and an ETA that counts down
+# between frames unless it says why it rose (``Frame.eta_note``).
+
+# Workers of other processes (another host's, a killed run's) shown as rows of their own; the
+# rest are folded into one "other workers" line.
+OTHER_ROWS = 8
+@dataclass(frozen=True)
+class Row:
+    """One worker: the item it runs, or its state (``starting``, ``idle``, ``exited N``)."""
+
+    worker: str
+    cell: str = ""
+    seed: str = ""
+    phase: str = ""
+    step: str = ""
+    val: str = ""
+    elapsed: str = ""
+    state: str = ""  # set when the worker runs nothing
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What the view shows at one moment (``at``: the clock's seconds)."""
+
+    at: float
+    done: int
+    total: int
+    running: int
+    waiting: int
+    failed: int
+    workers: int
+    eta: float | None
+    eta_note: str = ""  # why the ETA rose since the previous frame; empty when it did not
+    rows: tuple[Row, ...] = ()
+    others: int = 0  # running items on workers without a row of their own
+    logged: int = 0  # the done count a log has shown (finish lines carry it), at most ``done``
+
+    def summary(self, name: str) -> str:
+        note = f" ({self.eta_note})" if self.eta_note else ""
+        return (f"{name}: {self.done} done · {self.running} running · {self.waiting} waiting · "
+                f"{self.failed} failed · ETA {duration(self.eta)}{note}")
+
+
+def _item_row(r: Running, now: datetime) -> Row:
+    return Row(r.worker, r.cell, str(r.seed), r.phase, f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
+
+
+def _rows(snap: Snapshot, slots: Sequence[Slot], clock: float) -> tuple[tuple[Row, ...], int]:
+    """One row per local worker (its latest running item, else its state), one per other worker
+    running something (up to OTHER_ROWS), and how many running items have no row: those of
+    further workers, and those whose worker has not recorded itself yet beyond the local workers
+    that could be claiming them (a worker records itself a moment after its claim)."""
+    by_worker: dict[str, Running] = {}
+    unknown = 0
+    for r in sorted(snap.items, key=lambda r: r.number):
+        if r.worker in ("", "?"):
+            unknown += 1
+        else:
+            by_worker[r.worker] = r  # the latest: an older one is a stale claim awaiting its heartbeat timeout
+    rows: list[Row] = []
+    free = 0  # local workers with nothing recorded: each may hold one of the unknown items
+    for s in slots:
+        r = by_worker.pop(s.worker, None)
+        if r is not None and not s.state.startswith("exited"):
+            rows.append(_item_row(r, snap.taken))
+        else:
+            free += s.state in ("starting", "idle")
+            rows.append(Row(s.worker, state=s.state, elapsed=duration(clock - s.since)))
+    local = {s.worker for s in slots}
+    others = [r for w, r in sorted(by_worker.items()) if w not in local]
+    rows += [_item_row(r, snap.taken) for r in others[:OTHER_ROWS]]
+    return tuple(rows), len(others[OTHER_ROWS:]) + max(0, unknown - free)
+
+
+def _eta(snap: Snapshot, raw: float | None, done: int, workers: int, prev: Frame | None, clock: float,
+         local: set[str]) -> tuple[float | None, str]:
+    """The ETA to show and why it rose ("" when it did not): at most the previous one less the
+    time since, unless the work grew, items were re-queued, workers left, or — between finishes
+    only — the countdown is proven short: run out, or below what a running item still needs at
+    its own pace so far (a finish that measures a slower rate only lowers the ETA less). The
+    paces are the ``local`` workers' items' when there are any (a killed run's stale trial
+    has no pace to speak of)."""
+    if prev is None or prev.eta is None or raw is None:
+        return raw, ""
+    countdown = max(0.0, prev.eta - (clock - prev.at))
+    if raw <= countdown:
+        return raw, ""
+    if snap.total > prev.total:
+        return raw, "more work"
+    if snap.failed > prev.failed or snap.waiting + snap.new > prev.waiting:
+        return raw, "re-queued"
+    if workers < prev.workers:
+        return raw, "fewer workers"
+    # A quarter in at least: a trial's first steps carry its start-up (data, compilation).
+    paced = [r for r in snap.items if 0 < r.step < r.steps and 4 * r.step >= r.steps
+             and (not local or r.worker in local)]
+    needs = max(((r.steps - r.step) * (r.elapsed(snap.taken) or 0.0) / r.step for r in paced), default=0.0)
+    if done == prev.done and (countdown <= 0.0 or countdown < needs):
+        return raw, "revised: the running items are slower than measured"
+    return countdown, ""
+
+
+def frame(snap: Snapshot, slots: Sequence[Slot], prev: Frame | None, clock: float, workers: int,
+          finished: Sequence[Finished] = ()) -> Frame:
+    """The view's next frame from the store's ``snap``, the local ``slots``, the ``prev`` frame
+    and the ``clock`` (monotonic seconds), with ``workers`` workers alive; ``finished``: the
+    trials that finished since the previous frame, read before ``snap`` (so that ``snap``
+    counts each of them)."""
+    done = max(snap.done, prev.done if prev else 0)
+    eta, note = _eta(snap, snap.eta_seconds(workers), done, workers, prev, clock, {s.worker for s in slots})
+    rows, others = _rows(snap, slots, clock)
+    ok = sum(e.ok for e in finished)
+    logged = min(done, prev.logged + ok) if prev else done
+    return Frame(clock, done, max(snap.total, done), snap.running, snap.waiting + snap.new, snap.failed, workers,
+                 eta, note, rows, others, logged)
+
+
+def frame_table(name: str, f: Frame) -> Group:
+    """A frame on a terminal: its totals and ETA on a line, then its rows."""
+    tab = Table()
+    for col in ("worker", "cell", "seed", "phase", "step", "val acc", "elapsed"):
+        tab.add_column(col, justify="right" if col in ("seed", "step", "val acc", "elapsed") else "left",
+                       no_wrap=col in ("worker", "step", "elapsed"))
+    for r in f.rows:
+        cell: str | Text = Text(f"({r.state})", style="dim") if r.state else r.cell
+        tab.add_row(r.worker, cell, r.seed, r.phase, r.step, r.val, r.elapsed)
+    parts: list[Any] = [Text(f.summary(name))]
+    if tab.row_count:
+        parts.append(tab)
+    if f.others:
+        parts.append(Text(f"other workers: {f.others} running", style="dim"))
+    return Group(*parts)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A trial that finished since the last look, as a line of the view reports it."""
+
+    label: str  # cell · seed
+    ok: bool  # completed (else failed)
+    scores: str = ""  # "val acc 0.500 · test acc 0.250 · "
+    wall: float | None = None
+    kind: str = ""  # a failure's kind
+    message: str = ""
+
+
+def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Frame, prev: Frame | None) -> list[str]:
+    """The lines of one look: each finish and failure, then each start. A finish that moved the
+    done counter carries it (each its own number) and the ETA; one that did not (a duplicate
+    attempt, an item outside the spec) carries neither, so no count repeats."""
+    shown = prev.logged if prev else f.logged - min(f.logged, sum(e.ok for e in finished))
+    counted = {id(e): shown + i + 1 for i, e in enumerate([e for e in finished if e.ok][:max(0, f.logged - shown)])}
+    lines = []
+    for e in finished:
+        if not e.ok:
+            lines.append(f"{e.kind or 'failed'} {e.label}: {e.message}")
+            continue
+        tail = ""
+        if id(e) in counted:
+            tail = f" · {counted[id(e)]}/{f.total} done · ETA {duration(f.eta)}" + (
+                f" ({f.eta_note})" if f.eta_note else "")
+        lines.append(f"done {e.label}: {e.scores}{duration(e.wall)}{tail}")
+    for r in started:
+        lines.append(f"start {r.cell} · seed {r.seed} ({r.phase}, trial {r.number}) on {r.worker}")
+    return lines
+
+
+def log_lines(name: str, finished: Sequence[Finished], started: Sequence[Running], f: Frame, prev: Frame | None,
+              quiet: bool = False) -> list[str]:
+    """A look's lines in a pipe or log: its events (``event_lines``), then the status line when
+    the ETA rose and no event line says so, or when ``quiet`` (a minute without a line) and
+    nothing else is printed."""
+    lines = event_lines(finished, started, f, prev)
+    if f.eta_note and not any(" · ETA " in line for line in lines) or quiet and not lines:
+        lines.append(f.summary(name))
+    return lines
 
 
 #: What a live view counts: the spec's items, or a function of the study giving them at each poll.
@@ -228,30 +407,34 @@ ViewItems = Sequence[Item] | Callable[[optuna.Study], Sequence[Item]] | None
 
 
 class View:
-    """``ablate run``'s view of a study while its workers run. Each ``poll`` reads the store and
-    prints one line per event since the last (an item started, finished or failed); on a terminal
-    a table of the workers and running items stays below those lines, refreshed; elsewhere (a
-    pipe, a SLURM log) a status line follows when nothing happened for a minute. ``close`` prints
-    the last state and ends with a newline.
+    """``ablate run``'s view of a study while its workers run. Each ``poll`` reads the store,
+    makes the next ``Frame`` and prints one line per event since the last (an item started,
+    finished or failed); on a terminal the frame's table stays below those lines, refreshed;
+    elsewhere (a pipe, a SLURM log) a status line follows when the ETA rose (saying why), and
+    at most once a minute when the status changed and nothing else was printed. ``close``
+    prints the last state (unless a pipe has it already) and ends with a newline.
 
     ``workers``: the local worker processes as (worker id, a callable giving its exit code or
     None while it runs), shown from their start; ``items``: the spec's, what the totals count — or a
-    function of the study giving them at each poll (a sequential study: its looks add seeds)."""
+    function of the study giving them at each poll (a sequential study: its looks add seeds);
+    ``clock``: monotonic seconds (a test's fake clock)."""
 
     def __init__(self, study: optuna.Study, console: Console,
                  workers: Sequence[tuple[str, Callable[[], int | None]]] = (),
-                 items: ViewItems = None) -> None:
-        self.study, self.console, self.items = study, console, items
+                 items: ViewItems = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.study, self.console, self.items, self.clock = study, console, items, clock
         self.name = study.study_name
         self.procs = list(workers)
-        self.slots = [Slot(worker, "starting") for worker, _ in self.procs]
+        self.slots = [Slot(worker, "starting", clock()) for worker, _ in self.procs]
         self.live: Live | None = None
         self.started: set[int] = set()
         # Finished before this view began: not events of this run.
         self.finished = {e.number for e in queue.entries(study, states=(TrialState.COMPLETE, TrialState.FAIL))}
         self.since = datetime.now() - timedelta(seconds=5)
-        self.last_line = time.monotonic()
+        self.last_line = clock()
+        self.last_summary = ""
         self.snap: Snapshot | None = None
+        self.frame: Frame | None = None
         self.closed = False
         self._lock = threading.Lock()
 
@@ -274,24 +457,30 @@ class View:
             exit_code = code()
             if exit_code is not None:
                 if not slot.state.startswith("exited"):
-                    slot.state, slot.since = f"exited {exit_code}", time.monotonic()
+                    slot.state, slot.since = f"exited {exit_code}", self.clock()
             elif slot.worker in running:
                 slot.state = "running"
             elif slot.state == "running":
-                slot.state, slot.since = "idle", time.monotonic()
+                slot.state, slot.since = "idle", self.clock()
 
     def poll(self) -> Snapshot:
         with self._lock:
             items = self.items(self.study) if callable(self.items) else self.items
+            finished = self._finished()  # before the snapshot: it counts every finish reported
             snap = self.snap = snapshot(self.study, items)
             self._update_slots(snap)
-            workers = self.workers()
-            for line in self._events(snap, workers):
+            prev, now = self.frame, self.clock()
+            f = self.frame = frame(snap, self.slots, prev, now, self.workers(), finished)
+            started = self._started(snap)
+            if self.live is not None:
+                lines = event_lines(finished, started, f, prev)
+            else:  # a status line when quiet for a minute, if it says something new
+                quiet = now - self.last_line > QUIET_LINE_S and f.summary(self.name) != self.last_summary
+                lines = log_lines(self.name, finished, started, f, prev, quiet)
+            for line in lines:
                 self._say(line)
             if self.live is not None:
-                self.live.update(table(self.name, snap, workers, self.slots), refresh=True)
-            elif time.monotonic() - self.last_line > QUIET_LINE_S:
-                self._say(summary_line(self.name, snap, workers))
+                self.live.update(frame_table(self.name, f), refresh=True)
             return snap
 
     @contextmanager
@@ -321,22 +510,26 @@ class View:
             return
         self.closed = True
         try:
-            snap = self.poll()
+            self.poll()
         except Exception:  # the store went away: the last state shown stays the last word
-            snap = None
+            pass
         if self.live is not None:
             self.live.__exit__(None, None, None)
             self.live = None
-        elif snap is not None:
-            self._say(summary_line(self.name, snap, self.workers()))
+        elif self.frame is not None and self.frame.summary(self.name) != self.last_summary:
+            self._say(self.frame.summary(self.name))
 
     def _say(self, line: str) -> None:
         self.console.print(line, highlight=False, markup=False, soft_wrap=True)
-        self.last_line = time.monotonic()
+        self.last_line = self.clock()
+        if self.frame is not None and line == self.frame.summary(self.name):
+            self.last_summary = line
 
-    def _events(self, snap: Snapshot, workers: int) -> list[str]:
-        lines = []  # finishes first: within one look, an item usually ended before the next began
-        cutoff, self.since = self.since, snap.taken - timedelta(seconds=5)  # overlap: clocks and commits
+    def _finished(self) -> list[Finished]:
+        """Trials finished since the last look (finishes first in a look: within one, an item
+        usually ended before the next began)."""
+        out = []
+        cutoff, self.since = self.since, datetime.now() - timedelta(seconds=5)  # overlap: clocks and commits
         keys = ("cell_label", "seed", "phase", "val_accuracy", "test_accuracy", "failure_kind", "failure_message")
         for e in queue.entries(self.study, keys=keys, states=(TrialState.COMPLETE, TrialState.FAIL),
                                finished_after=cutoff):
@@ -344,19 +537,22 @@ class View:
                 continue
             self.finished.add(e.number)
             a = e.user_attrs
-            name = f"{a.get('cell_label')} · seed {a.get('seed')}"
+            label = f"{a.get('cell_label')} · seed {a.get('seed')}"
             wall = (e.finished - e.started).total_seconds() if e.finished and e.started else None
             if e.state == TrialState.COMPLETE:
-                scores = "".join(f"{label} {a[k]:.3f} · " for k, label in (("val_accuracy", "val acc"),
-                                                                             ("test_accuracy", "test acc"))
+                scores = "".join(f"{name} {a[k]:.3f} · " for k, name in (("val_accuracy", "val acc"),
+                                                                          ("test_accuracy", "test acc"))
                                  if isinstance(a.get(k), int | float))
-                lines.append(f"done {name}: {scores}{duration(wall)} · {snap.done}/{snap.total} done · "
-                             f"ETA {duration(snap.eta_seconds(workers))}")
+                out.append(Finished(label, True, scores, wall))
             else:
                 message = " ".join(str(a.get("failure_message") or "").split())
-                lines.append(f"{a.get('failure_kind') or 'failed'} {name}: {message}")
+                out.append(Finished(label, False, kind=str(a.get("failure_kind") or ""), message=message))
+        return out
+
+    def _started(self, snap: Snapshot) -> list[Running]:
+        out = []
         for r in snap.items:
-            if r.number not in self.started and r.worker != "?":  # "on ?" until the worker records itself
+            if r.number not in self.started and r.worker not in ("", "?"):  # once the worker recorded itself
                 self.started.add(r.number)
-                lines.append(f"start {r.cell} · seed {r.seed} ({r.phase}, trial {r.number}) on {r.worker}")
-        return lines
+                out.append(r)
+        return out
