@@ -53,6 +53,31 @@ def test_one_worker_runs_every_item_and_a_second_call_runs_none(tmp_path, monkey
     assert o.getvalue().startswith("launch: 2 trials, 2 done, 0 failed, 0 to run (0 newly queued)")
 
 
+def test_a_study_reusing_cells_shows_every_cell_in_its_mlflow_experiment(tmp_path, monkeypatch):
+    """Its parent run nests a light run per reused item beside the trained ones; re-running adds none."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ABLATE_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    out, _, err, _ = consoles()
+    assert run_study(design.validate(SPEC), stores(tmp_path), out, err, workers=1, checkpoint_every=0).done == 2
+    follow = design.validate({**SPEC, "name": "follow", "factors": {"model.normalisation": ["xi", "gamma", "none"]}})
+    for said in ("1 newly queued, 2 reused from launch", "0 newly queued"):
+        out, o, err, e = consoles()
+        assert run_study(follow, stores(tmp_path), out, err, workers=0) is None  # queue only: nothing trained
+        assert f"({said})" in o.getvalue() and "warning" not in e.getvalue()
+    mlc = MlflowClient(stores(tmp_path).tracking)
+    runs = mlc.search_runs([mlc.get_experiment_by_name("follow").experiment_id])
+    parent = next(r for r in runs if r.data.tags["ablate.role"] == "study")
+    light = [r for r in runs if r.data.tags["ablate.role"] == "reused"]
+    assert len(runs) == 3 and len(light) == 2  # the parent and one light run per reused item, once
+    assert {r.data.tags["ablate.level.model.normalisation"] for r in light} == {"xi", "gamma"}
+    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id and r.info.status == "FINISHED"
+               and r.data.tags["ablate.reused_from"] == "launch" and r.data.metrics["final/val_accuracy"] >= 0
+               for r in light)
+    assert parent.data.tags["ablate.reused_items"] == "2"
+
+
 def test_look_line_says_what_a_look_decided():
     assert look_line({"look": 2, "decided": 1, "open": 3, "queued": 6}) == (
         "look 2: 1 comparison(s) decided, 3 open; 6 seed item(s) queued for the next look")

@@ -89,3 +89,61 @@ def test_fresh_store_prints_no_table_creation(stores, capfd):
     tracking.client(stores.tracking).search_experiments()
     captured = capfd.readouterr()
     assert "Creating initial MLflow database tables" not in captured.err + captured.out
+
+
+def reused_attrs(item: str, run_id: str | None, seed: int = 0) -> dict:
+    """A linked trial's user attributes, as study.link writes them."""
+    return {"item": item, "cell_id": "c1", "cell_label": "A", "seed": seed, "phase": "replicate",
+            "settings": LEVELS, "reused_from": {"study": "src", "number": 0, "item": item},
+            "mlflow_run_id": run_id}
+
+
+def test_reused_items_get_one_light_run_each_under_the_parent(stores):
+    from mlflow.tracking import MlflowClient
+
+    trained = tracking.TrialRun(stores, "src", None, "A · seed 0", CONFIG,
+                                {"ablate.cell_id": "c1", "ablate.seed": "0", "ablate.trial_number": "0",
+                                 "ablate.worker": "host:1", "ablate.git_commit": "abc"}, levels=LEVELS)
+    trained.log_metrics(8, {"val/accuracy": 0.5})
+    trained.finish("FINISHED", {"val_accuracy": 0.5, "test_accuracy": 0.4})
+    parent = tracking.start_parent_run(stores, "dst", "{}", "h")
+    trials = [(3, False, reused_attrs("c1/replicate/0", trained.run_id)),
+              (4, False, {"item": "c2/replicate/0", "cell_id": "c2"}),  # trained here: not a light run
+              (5, True, reused_attrs("c1/replicate/1", "gone", seed=1))]  # diverged; its run cannot be read
+    assert tracking.log_reused(stores, "dst", parent, trials) == 2
+    assert tracking.log_reused(stores, "dst", parent, trials) == 0  # idempotent
+
+    mlc = MlflowClient(stores.tracking)
+    runs = mlc.search_runs([mlc.get_experiment_by_name("dst").experiment_id])
+    light = {r.data.tags["ablate.item"]: r for r in runs if r.data.tags.get("ablate.role") == "reused"}
+    assert set(light) == {"c1/replicate/0", "c1/replicate/1"} and len(runs) == 3  # two light runs + the parent
+    run, source = light["c1/replicate/0"], mlc.get_run(trained.run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "A · seed 0 (reused)"
+    assert run.data.tags["mlflow.parentRunId"] == parent
+    assert run.data.params == source.data.params
+    assert run.data.metrics == {"final/val_accuracy": 0.5, "final/test_accuracy": 0.4}
+    tags = run.data.tags
+    assert (tags["ablate.reused_from"], tags["ablate.source_run_id"]) == ("src", trained.run_id)
+    assert (tags["ablate.cell_id"], tags["ablate.seed"], tags["ablate.phase"], tags["ablate.trial_number"]) == (
+        "c1", "0", "replicate", "3")
+    assert tags["ablate.level.variant"] == "A" and tags["ablate.git_commit"] == "abc"  # provenance copied
+    assert "ablate.worker" not in tags and f"runs/{trained.run_id}" in tags["mlflow.note.content"]
+    assert (run.info.start_time, run.info.end_time) == (source.info.start_time, source.info.end_time)
+    lost = light["c1/replicate/1"]
+    assert lost.info.status == "FAILED" and not lost.data.params and "cannot be read" in lost.data.tags[
+        "mlflow.note.content"]
+    assert mlc.get_run(parent).data.tags["ablate.reused_items"] == "2"
+    assert mlc.get_run(parent).data.tags["ablate.reused_from"] == "src"
+
+
+def test_a_light_run_cut_short_is_made_again(stores):
+    from mlflow.tracking import MlflowClient
+
+    parent = tracking.start_parent_run(stores, "dst", "{}", "h")
+    mlc = MlflowClient(stores.tracking)
+    cut = mlc.create_run(tracking.experiment_id(stores, "dst"),  # a kill right after its creation
+                         tags={"ablate.role": tracking.REUSED_ROLE, "ablate.item": "c1/replicate/0"})
+    assert tracking.log_reused(stores, "dst", parent, [(3, False, reused_attrs("c1/replicate/0", None))]) == 1
+    assert mlc.get_run(cut.info.run_id).info.lifecycle_stage == "deleted"
+    runs = mlc.search_runs([mlc.get_experiment_by_name("dst").experiment_id])
+    assert sorted(r.info.status for r in runs) == ["FINISHED", "RUNNING"]  # the light run, and the open parent

@@ -14,6 +14,8 @@ import json
 import signal
 from collections.abc import Callable
 
+import optuna
+from optuna.trial import TrialState
 from rich.console import Console
 
 from ablate import planning
@@ -69,6 +71,31 @@ def worker_events(err: Console, verbose: bool) -> Callable[[str, dict], None]:
     return emit
 
 
+# What a reused item's light run is made of (tracking.Reused.of).
+REUSED_KEYS = ("item", "cell_id", "cell_label", "seed", "phase", "settings", "reused_from", "mlflow_run_id",
+               st.DROPPED)
+
+
+def show_reused(study: optuna.Study, stores: Stores, err: Console) -> int:
+    """Give the study's reused items their light runs in its MLflow experiment (those without
+    one: links made by ``prepare``, or by a worker that found an item finished elsewhere); how
+    many it made. A tracking store that fails here costs the light runs only: a warning."""
+    try:
+        trials = [(e.number, e.state == TrialState.FAIL, e.user_attrs)
+                  for e in queue.entries(study, keys=REUSED_KEYS,
+                                         states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
+                  if e.user_attrs.get("reused_from")]
+        if not trials:
+            return 0
+        with queue.lock(study, f"ablate-reused:{study.study_name}"):  # two `ablate run`s: one light run an item
+            return tracking.log_reused(stores, study.study_name, study.user_attrs.get("mlflow_parent_run_id"), trials)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        err.print(redact(f"warning: the reused items are not shown in MLflow: {type(exc).__name__}: {first}"),
+                  highlight=False, markup=False, soft_wrap=True)
+        return 0
+
+
 def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
               checkpoint_every: int = 100, verbose: bool = False, reuse: bool = True,
               reuse_stale: bool = False) -> Outcome | None:
@@ -114,6 +141,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         out.print(f"… and {len(held) - 3} more tuned cells not reused (see `ablate plan`)")
     for line in planning.orphan_lines(orphans, spec.name):
         out.print(line, highlight=False, soft_wrap=True)
+    show_reused(study, stores, err)
     if workers == 0:  # queue only: workers on other machines run the items
         return None
     idle = not (before.waiting + before.running)
@@ -149,6 +177,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
             failed = outcome.failed
     except Interrupted as exc:
         raise Stopped(exc.signum, exc.requeued) from None
+    if device_list:  # items a worker linked instead of training (finished meanwhile elsewhere)
+        show_reused(study, stores, err)
     try:  # read-only: the storage may have failed for writing (that may be why workers stopped)
         view = st.open_study(spec.name, stores, read_only=True)
         todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds

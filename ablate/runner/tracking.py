@@ -12,6 +12,13 @@ What a trial's run holds, as the MLflow UI shows it:
   probes (``THIN``: the head mean of ‖x‖² over the probe batch per layer and probe step, …), and
   ``final/…`` at the end.
 
+An item a study reused from another (its Optuna trial links the source's run by
+``mlflow_run_id``) is a *light run* in the reusing study's experiment, nested under its parent
+run like a trained one (``log_reused``): the source run's params, ``final/…`` metrics and
+provenance tags, the item's own cell, seed and level tags, ``ablate.reused_from`` (the study that
+trained it) and ``ablate.source_run_id``; no curves (the results API reads the source run's). So
+the experiment lists every cell of the study, and its parent run counts the reused items.
+
 Scalar curves go to MLflow in batches (one call per 1,000 values or 30 s, whichever comes first:
 single calls are ~100× slower). Dense curves (norms per layer/head/t/step) go to a Parquet
 artifact per run (``CURVES_ARTIFACT``), every scalar logged (tags of ``AS_TAGS`` included) to
@@ -51,6 +58,9 @@ AS_TAGS = {
     "chance": "ablate.chance",
 }
 LEVEL_TAG = "ablate.level."  # + factor name: the level's label
+REUSED_ROLE = "reused"  # ``ablate.role`` of a light run (a reused item); trained runs are "trial"
+# A source run's tags a light run does not copy: its role, and what belongs to the training attempt.
+NOT_COPIED = ("ablate.role", "ablate.trial_number", "ablate.worker", "ablate.committed")
 # MLflow's usage telemetry calls a server at start-up and waits on it at exit: no network at run time.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # MLflow logs each database error with its traceback before raising it; the worker records the
@@ -416,3 +426,131 @@ def retire_experiment(tracking_uri: str, study: str, delete: bool, note: str) ->
     if delete:
         mlc.delete_experiment(exp.experiment_id)
     return name
+
+
+# --- reused items: light runs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reused:
+    """An item a study linked from another study's trial, as its light run shows it."""
+
+    item: str  # the item key
+    trial_number: int  # the linking trial's, in the reusing study
+    cell_id: str
+    cell_label: str
+    seed: int
+    phase: str
+    levels: dict[str, str]  # factor → level label
+    source_study: str  # the study that trained it
+    source_run_id: str | None
+    failed: bool  # a diverged item (its run ended FAILED)
+
+    @classmethod
+    def of(cls, number: int, failed: bool, attrs: Any) -> Reused | None:
+        """From a trial's number, whether it failed, and its user attributes; None unless it is
+        a link (``reused_from``)."""
+        origin = attrs.get("reused_from")
+        if not isinstance(origin, dict) or not attrs.get("item") or attrs.get("dropped"):
+            return None
+        settings = attrs.get("settings")
+        return cls(str(attrs["item"]), int(number), str(attrs.get("cell_id", "")), str(attrs.get("cell_label", "")),
+                   int(attrs.get("seed", -1)), str(attrs.get("phase", "")),
+                   {str(k): str(v) for k, v in settings.items()} if isinstance(settings, dict) else {},
+                   str(origin.get("study", "")), attrs.get("mlflow_run_id") or None, failed)
+
+
+def reused_runs(tracking_uri: str, study: str) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """Item key → (run id, source study) of the study's ended light runs; and the ids of those
+    left RUNNING (their writing was cut short)."""
+    from mlflow.entities import ViewType
+
+    mlc = client(tracking_uri)
+    exp = mlc.get_experiment_by_name(study)
+    if exp is None:
+        return {}, []
+    out: dict[str, tuple[str, str]] = {}
+    cut: list[str] = []
+    token = None
+    while True:
+        page = mlc.search_runs([exp.experiment_id], f"tags.`ablate.role` = '{REUSED_ROLE}'",
+                               run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token)
+        for run in page:
+            item = run.data.tags.get("ablate.item")
+            if run.info.status == "RUNNING":
+                cut.append(run.info.run_id)
+            elif item:
+                out.setdefault(item, (run.info.run_id, run.data.tags.get("ablate.reused_from", "")))
+        token = page.token
+        if not token:
+            return out, cut
+
+
+def _batches(mlc: Any, run_id: str, params: list[Any], metrics: list[Any], tags: list[Any]) -> None:
+    """``log_batch`` within MLflow's limits (100 params, 100 tags, 1,000 entities a call)."""
+    while params or metrics or tags:
+        mlc.log_batch(run_id, params=params[:100], metrics=metrics[:800], tags=tags[:100])
+        params, metrics, tags = params[100:], metrics[800:], tags[100:]
+
+
+def _light_run(mlc: Any, experiment: str, parent_run_id: str | None, item: Reused) -> str:
+    from mlflow.entities import Metric, Param, RunTag
+
+    source = None
+    if item.source_run_id:
+        try:
+            source = mlc.get_run(item.source_run_id)
+        except Exception:  # deleted or purged: the light run still names it
+            source = None
+    tags = {k: v for k, v in (source.data.tags.items() if source else ()) if k.startswith("ablate.")
+            and k not in NOT_COPIED and not k.startswith(LEVEL_TAG)}
+    tags |= {**level_tags(item.levels), "ablate.role": REUSED_ROLE, "ablate.item": item.item,
+             "ablate.cell_id": item.cell_id, "ablate.seed": str(item.seed), "ablate.phase": item.phase,
+             "ablate.trial_number": str(item.trial_number), "ablate.reused_from": item.source_study,
+             "ablate.source_run_id": item.source_run_id or ""}
+    where = (f"[its run](#/experiments/{source.info.experiment_id}/runs/{source.info.run_id})" if source
+             else f"its run {item.source_run_id or '(none recorded)'}, which cannot be read")
+    tags["mlflow.note.content"] = (f"Reused, not trained here: trained in study **{item.source_study}**, {where}. "
+                                   "Params and final metrics are copied from it; its curves stay there.")
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    # Marked a light run from its creation: one cut short (RUNNING) is found, deleted and made again.
+    first = {k: tags.pop(k) for k in ("ablate.role", "ablate.item", "mlflow.parentRunId") if k in tags}
+    run = mlc.create_run(experiment, start_time=source.info.start_time if source else None,
+                         run_name=f"{item.cell_label} · seed {item.seed} (reused)", tags=first)
+    params = [Param(k, v) for k, v in (source.data.params.items() if source else ())]
+    at = int(time.time() * 1000)
+    metrics = [Metric(k, v, at, 0) for k, v in (source.data.metrics.items() if source else ()) if k.startswith("final/")]
+    _batches(mlc, run.info.run_id, params, metrics, [RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+    mlc.set_terminated(run.info.run_id, "FAILED" if item.failed else "FINISHED",
+                       end_time=source.info.end_time if source and source.info.end_time else None)
+    return run.info.run_id
+
+
+def log_reused(stores: Stores, study: str, parent_run_id: str | None,
+               trials: Sequence[tuple[int, bool, Any]]) -> int:
+    """Give each reused item among ``trials`` — (number, failed, user attributes) of a study's
+    trials; the others are skipped — its light run in the study's experiment unless it has one
+    (re-running adds none), and tag the parent run with how many reused items its experiment
+    shows (``ablate.reused_items``) and from which studies (``ablate.reused_from``). How many
+    light runs it created."""
+    from mlflow.entities import RunTag
+
+    items = [r for r in (Reused.of(*t) for t in trials) if r is not None]
+    if not items:
+        return 0
+    have, cut = reused_runs(stores.tracking, study)
+    todo = [r for r in items if r.item not in have]
+    if not todo:
+        return 0
+    mlc = client(stores.tracking)
+    for run_id in cut:
+        mlc.delete_run(run_id)
+    experiment = experiment_id(stores, study)
+    for item in todo:
+        have[item.item] = (_light_run(mlc, experiment, parent_run_id, item), item.source_study)
+    if parent_run_id:
+        sources = sorted({source for _, source in have.values() if source})
+        mlc.log_batch(parent_run_id, tags=[RunTag("ablate.reused_items", str(len(have))),
+                                           RunTag("ablate.reused_from", ", ".join(sources)[:5000])])
+    return len(todo)
