@@ -270,19 +270,28 @@ def test_a_claim_before_its_worker_records_itself_is_no_row(study):
     assert "│ ?" not in screen.getvalue()
 
 
-def test_an_eta_run_out_is_revised_up_and_the_log_says_so():
+def test_an_eta_outgrown_is_revised_up_saying_so_and_one_run_out_is_unknown_until_a_finish():
     slots = [progress.Slot("w1", "running", 0.0)]
-    first = progress.frame(look(0, 1, [running("w1", 1, 5, 0)], 1), slots, None, 0.0, 1)
+    first = progress.frame(look(0, 1, [running("w1", 1, 5, -10)], 1), slots, None, 0.0, 1)
     assert first.eta == pytest.approx(15.0)  # 5 steps left running, 10 waiting, at 1 s a step
-    # Twenty seconds on, the item is at step 6 of 10: the countdown ran out, work is left.
-    later = look(20, 1, [running("w1", 1, 6, 0)], 1, rate=4.0)
-    f = progress.frame(later, slots, first, 20.0, 1)
+    # Ten seconds on, the item is at step 6 of 10 after 20 s: it needs ~13 s more, the countdown says 5.
+    later = look(10, 1, [running("w1", 1, 6, -10)], 1, rate=4.0)
+    f = progress.frame(later, slots, first, 10.0, 1)
     assert f.eta == pytest.approx(56.0) and f.eta_note.startswith("revised")
-    assert progress.log_lines("s", [], [], f, first) == [
-        "s: 1 done · 1 running · 1 waiting · 0 failed · ETA 0m56s (revised: the running items are slower than measured)"]
-    # A finish does not revise: it may only bring the ETA down.
+    line = "s: 1 done · 1 running · 1 waiting · 0 failed · ETA 0m56s (revised: the running items are slower than measured)"
+    assert progress.log_lines("s", [], [], f, first) == [line]
+    assert progress.log_lines("s", [], [], f, first, last=line) == []  # never the same status line twice
+    # Run out with work left, and no pace to tell by (the item just started): unknown, not a saw-tooth.
+    fresh = look(20, 1, [running("w1", 1, 1, 18)], 1, rate=1.0)
+    out = progress.frame(fresh, slots, first, 20.0, 1)
+    assert out.eta is None and out.overdue and not out.eta_note
+    still = progress.frame(look(22, 1, [running("w1", 1, 2, 18)], 1), slots, out, 22.0, 1)
+    assert still.eta is None and still.overdue
+    # A finish does not revise: it may only bring the ETA down; after one ran out it measures anew.
     done = progress.frame(look(21, 2, [running("w1", 2, 1, 20)], 0, rate=4.0), slots, first, 21.0, 1)
     assert done.eta == 0.0 and not done.eta_note
+    again = progress.frame(look(23, 2, [running("w1", 2, 1, 20)], 0), slots, still, 23.0, 1)
+    assert again.eta == pytest.approx(9.0) and not again.overdue
 
 
 def test_a_finish_read_a_look_late_still_carries_its_count():

@@ -260,6 +260,7 @@ class Frame:
     rows: tuple[Row, ...] = ()
     others: int = 0  # running items on workers without a row of their own
     logged: int = 0  # the done count a log has shown (finish lines carry it), at most ``done``
+    overdue: bool = False  # the ETA ran out with work left: unknown ("?") until an item finishes
 
     def summary(self, name: str) -> str:
         note = f" ({self.eta_note})" if self.eta_note else ""
@@ -299,31 +300,40 @@ def _rows(snap: Snapshot, slots: Sequence[Slot], clock: float) -> tuple[tuple[Ro
 
 
 def _eta(snap: Snapshot, raw: float | None, done: int, workers: int, prev: Frame | None, clock: float,
-         local: set[str]) -> tuple[float | None, str]:
-    """The ETA to show and why it rose ("" when it did not): at most the previous one less the
-    time since, unless the work grew, items were re-queued, workers left, or — between finishes
-    only — the countdown is proven short: run out, or below what a running item still needs at
-    its own pace so far (a finish that measures a slower rate only lowers the ETA less). The
-    paces are the ``local`` workers' items' when there are any (a killed run's stale trial
-    has no pace to speak of)."""
-    if prev is None or prev.eta is None or raw is None:
-        return raw, ""
+         local: set[str]) -> tuple[float | None, str, bool]:
+    """The ETA to show, why it rose ("" when it did not) and whether it is overdue: at most the
+    previous one less the time since, unless the work grew, items were re-queued or workers
+    left. Between finishes only: a countdown that a running item outgrows at its own pace so far
+    is revised up, saying so; one that ran out becomes unknown until an item finishes (the
+    estimate that ran out would run out again: e.g. priced on reused items, without the
+    workers' start-up). A finish that measures a slower rate only lowers the ETA less. The paces
+    are the ``local`` workers' items' when there are any (a killed run's stale trial has no
+    pace to speak of)."""
+    if prev is None or raw is None:
+        return raw, "", False
+    waiting = snap.waiting + snap.new
+    reason = ("more work" if snap.total > prev.total else
+              "re-queued" if snap.failed > prev.failed or waiting > prev.waiting else
+              "fewer workers" if workers < prev.workers else "")
+    if prev.eta is None:
+        if prev.overdue and done == prev.done and not reason:
+            return None, "", True
+        return raw, "", False
     countdown = max(0.0, prev.eta - (clock - prev.at))
     if raw <= countdown:
-        return raw, ""
-    if snap.total > prev.total:
-        return raw, "more work"
-    if snap.failed > prev.failed or snap.waiting + snap.new > prev.waiting:
-        return raw, "re-queued"
-    if workers < prev.workers:
-        return raw, "fewer workers"
-    # A quarter in at least: a trial's first steps carry its start-up (data, compilation).
-    paced = [r for r in snap.items if 0 < r.step < r.steps and 4 * r.step >= r.steps
-             and (not local or r.worker in local)]
-    needs = max(((r.steps - r.step) * (r.elapsed(snap.taken) or 0.0) / r.step for r in paced), default=0.0)
-    if done == prev.done and (countdown <= 0.0 or countdown < needs):
-        return raw, "revised: the running items are slower than measured"
-    return countdown, ""
+        return raw, "", False
+    if reason:
+        return raw, reason, False
+    if done == prev.done:
+        if countdown <= 0.0:
+            return None, "", True
+        # A quarter in at least: a trial's first steps carry its start-up (data, compilation).
+        paced = [r for r in snap.items if 0 < r.step < r.steps and 4 * r.step >= r.steps
+                 and (not local or r.worker in local)]
+        needs = max(((r.steps - r.step) * (r.elapsed(snap.taken) or 0.0) / r.step for r in paced), default=0.0)
+        if countdown < needs:
+            return raw, "revised: the running items are slower than measured", False
+    return countdown, "", False
 
 
 def frame(snap: Snapshot, slots: Sequence[Slot], prev: Frame | None, clock: float, workers: int,
@@ -333,12 +343,12 @@ def frame(snap: Snapshot, slots: Sequence[Slot], prev: Frame | None, clock: floa
     trials that finished since the previous frame, read before ``snap`` (so that ``snap``
     counts each of them)."""
     done = max(snap.done, prev.done if prev else 0)
-    eta, note = _eta(snap, snap.eta_seconds(workers), done, workers, prev, clock, {s.worker for s in slots})
+    eta, note, overdue = _eta(snap, snap.eta_seconds(workers), done, workers, prev, clock, {s.worker for s in slots})
     rows, others = _rows(snap, slots, clock)
     ok = sum(e.ok for e in finished)
     logged = min(done, prev.logged + ok) if prev else done
     return Frame(clock, done, max(snap.total, done), snap.running, snap.waiting + snap.new, snap.failed, workers,
-                 eta, note, rows, others, logged)
+                 eta, note, rows, others, logged, overdue)
 
 
 def frame_table(name: str, f: Frame) -> Group:
@@ -392,13 +402,14 @@ def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Fra
 
 
 def log_lines(name: str, finished: Sequence[Finished], started: Sequence[Running], f: Frame, prev: Frame | None,
-              quiet: bool = False) -> list[str]:
+              quiet: bool = False, last: str = "") -> list[str]:
     """A look's lines in a pipe or log: its events (``event_lines``), then the status line when
     the ETA rose and no event line says so, or when ``quiet`` (a minute without a line) and
-    nothing else is printed."""
+    nothing else is printed — never the status line printed ``last`` again."""
     lines = event_lines(finished, started, f, prev)
-    if f.eta_note and not any(" · ETA " in line for line in lines) or quiet and not lines:
-        lines.append(f.summary(name))
+    summary = f.summary(name)
+    if summary != last and (f.eta_note and not any(" · ETA " in line for line in lines) or quiet and not lines):
+        lines.append(summary)
     return lines
 
 
@@ -475,8 +486,8 @@ class View:
             if self.live is not None:
                 lines = event_lines(finished, started, f, prev)
             else:  # a status line when quiet for a minute, if it says something new
-                quiet = now - self.last_line > QUIET_LINE_S and f.summary(self.name) != self.last_summary
-                lines = log_lines(self.name, finished, started, f, prev, quiet)
+                lines = log_lines(self.name, finished, started, f, prev, now - self.last_line > QUIET_LINE_S,
+                                  self.last_summary)
             for line in lines:
                 self._say(line)
             if self.live is not None:
