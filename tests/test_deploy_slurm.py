@@ -1,4 +1,4 @@
-"""deploy/slurm/workers-array.sbatch, submitted as it is, to a real one-node SLURM cluster
+"""deploy/slurm/workers-array.sbatch and workers-node.sbatch, submitted as they are, to a real one-node SLURM cluster
 (slurmctld, slurmd and munged started by scripts/slurm.sh, which scripts/test.sh runs), against
 the test PostgreSQL (the Optuna storage: the queue) and MLflow tracking server.
 
@@ -11,6 +11,7 @@ Optuna trial and one FINISHED MLflow run per item, nothing RUNNING or WAITING.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from test_postgres import complete_per_item, optuna_trials, queue_state, trial_r
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "deploy" / "slurm" / "workers-array.sbatch"
+NODE_SCRIPT = REPO / "deploy" / "slurm" / "workers-node.sbatch"
 VENV = Path(sys.executable).parent.parent  # the venv the tests run in: ABLATE_VENV of the tasks
 CPU_NODE = ["--gres=none", "--cpus-per-task=1", "--mem=400M"]
 POLL_S = 0.5
@@ -50,12 +52,15 @@ class Cluster:
             assert res.returncode == 0, f"{args}: {res.stdout}{res.stderr}"
         return res.stdout
 
-    def submit(self, root: Path, name: str, storage: str, tracking: str, *options: str, **env: str) -> str:
-        """The shipped array script, the CPU overrides and ``options`` on the command line; the job id."""
+    def submit(self, root: Path, name: str, storage: str, tracking: str, *options: str,
+               worker: tuple[str, ...] = (), script: Path = SCRIPT, node: tuple[str, ...] = tuple(CPU_NODE),
+               **env: str) -> str:
+        """A shipped script, the CPU overrides (``node``) and ``options`` on the command line, ``worker``
+        (options of `ablate worker`) after the script; the job id."""
         (root / "logs").mkdir(exist_ok=True)  # the script's --output=logs/%x-%A_%a.log (SLURM makes no folder)
         export = ",".join(["ALL", f"STUDY={name}", f"ABLATE_STORAGE={storage}", f"ABLATE_TRACKING_URI={tracking}",
                            f"ABLATE_VENV={VENV}", "ABLATE_DEVICE=cpu"])
-        res = subprocess.run(["sbatch", "--parsable", *CPU_NODE, *options, f"--export={export}", str(SCRIPT)],
+        res = subprocess.run(["sbatch", "--parsable", *node, *options, f"--export={export}", str(script), *worker],
                              cwd=root, env=self.env(root, **env), capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, f"sbatch: {res.stdout}{res.stderr}"
         job = res.stdout.strip().split(";")[0]
@@ -77,24 +82,46 @@ class Cluster:
             time.sleep(POLL_S)
         return time.monotonic() - start
 
+    def records(self, job: str) -> list[dict[str, str]]:
+        """The job's records (JobState, ExitCode, …; one per array task), as scontrol keeps them for MinJobAge."""
+        return [dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+                for line in self.cmd("scontrol", "-o", "show", "job", job).splitlines()]
+
     def tasks(self, job: str) -> dict[int, dict[str, str]]:
-        """Array task id → its record (JobState, ExitCode, …), as scontrol keeps it for MinJobAge."""
-        found = {}
-        for line in self.cmd("scontrol", "-o", "show", "job", job).splitlines():
-            fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-            found[int(fields["ArrayTaskId"])] = fields
-        return found
+        """Array task id → its record."""
+        return {int(fields["ArrayTaskId"]): fields for fields in self.records(job)}
+
+    def node(self) -> tuple[str, str]:
+        """The cluster's node: its name and state (idle, mixed, draining, drained, …)."""
+        name, state = self.cmd("sinfo", "-h", "-N", "-o", "%N %T").split()[:2]
+        return name, state
 
     def cancel_all(self) -> None:
         for job in self.jobs:
             self.cmd("scancel", job, check=False)
 
 
+def _held(conf: str, exclusive: bool):
+    """The cluster, under a lock shared by the tests (run by several pytest-xdist workers at once)
+    that leave the node alone, exclusive for one that drains it or takes it whole (--exclusive):
+    that would stall the others' tasks."""
+    with open(Path(conf).parent / "ablate-tests.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        c = Cluster(conf)
+        try:
+            yield c
+        finally:
+            c.cancel_all()
+
+
 @pytest.fixture
 def cluster(slurm_conf: str):
-    c = Cluster(slurm_conf)
-    yield c
-    c.cancel_all()
+    yield from _held(slurm_conf, exclusive=False)
+
+
+@pytest.fixture
+def whole_cluster(slurm_conf: str):
+    yield from _held(slurm_conf, exclusive=True)
 
 
 def poll(predicate, what: str, timeout: float) -> None:
@@ -147,18 +174,19 @@ def outcomes(job: str, root: Path) -> dict[int, str]:
     return found
 
 
-def wait_training(name: str, storage: str) -> dict[str, str]:
-    """The first trial found training (step 2 on): its item and the array task whose worker runs
-    it (the script execs the worker, so the trial's worker pid is the task's batch step)."""
+def wait_training(name: str, storage: str, step: int = 2) -> dict[str, str]:
+    """The first trial found training (at ``step`` or later): its item, its worker's pid and the
+    array task whose worker runs it (the script execs the worker, so the trial's worker pid is the
+    task's batch step)."""
     found: dict[str, str] = {}
 
     def training() -> bool:
         for t in optuna_trials(name, storage):
-            if t.state.name == "RUNNING" and (t.user_attrs.get("step") or 0) >= 2:
+            if t.state.name == "RUNNING" and (t.user_attrs.get("step") or 0) >= step:
                 pid = int(t.user_attrs["worker"].rsplit(":", 1)[1])
                 environ = Path(f"/proc/{pid}/environ").read_text().split("\0")
                 env = dict(kv.split("=", 1) for kv in environ if "=" in kv)
-                found.update(task=env["SLURM_ARRAY_TASK_ID"], item=t.user_attrs["item"])
+                found.update(task=env["SLURM_ARRAY_TASK_ID"], item=t.user_attrs["item"], pid=str(pid))
                 return True
         return False
 
@@ -172,9 +200,34 @@ def interrupted_items(name: str, storage: str) -> list[str]:
             if t.state.name == "FAIL" and t.user_attrs.get("failure_kind") == "interrupted"]
 
 
+def checkpoint_step(root: Path, name: str) -> int:
+    """The step of the study's one resume checkpoint (under the tests' ABLATE_CHECKPOINT_DIR)."""
+    import torch
+
+    found = sorted((root / "checkpoints" / name).glob("*.pt"))
+    assert len(found) == 1, found
+    return torch.load(found[0], weights_only=False)["step"]
+
+
+def trained_from_scratch_by(mark: Path) -> int:
+    """The pid of the last process that trained step 1: ``STEP1`` faults (a pause of 0 s at step 1)
+    write it to the ``ABLATE_FAULT_MARK`` file, so a worker that resumes from a checkpoint leaves
+    the interrupted worker's pid there."""
+    return int(mark.read_text())
+
+
+def worker_pid(trial) -> int:
+    return int(trial.user_attrs["worker"].rsplit(":", 1)[1])
+
+
 # With ABLATE_FAULT=slow@2 (0.2 s a step from step 2): ~4 s a trial, long enough to signal mid-trial.
 SLOW = {"train": {**procs.SPEC["train"], "steps": 20, "eval_every": 10, "log_every": 5},
         "probes": {"every": 10, "batch": 8}}
+# 40 slow steps (~8 s), a checkpoint every 5: signalled from step 7 on, a trial has one to resume from.
+RESUMABLE = {"train": {**procs.SPEC["train"], "steps": 40, "eval_every": 20, "log_every": 5},
+             "probes": {"every": 20, "batch": 8}}
+CHECKPOINTS = ("--checkpoint-every", "5")
+STEP1 = {"ABLATE_FAULT_PAUSE_S": "0"}  # with pause@1 in ABLATE_FAULT: marks who trained step 1
 
 
 def test_array_job_larger_than_the_queue_runs_every_item_once(cluster, tmp_path, postgres_db, mlflow_server):
@@ -223,19 +276,24 @@ def test_scancel_term_mid_trial_requeues_the_item(cluster, tmp_path, postgres_db
           f"{ends}; {counts}")
 
 
-def test_scontrol_requeue_mid_trial_runs_the_item_on_the_task_s_return(cluster, tmp_path, postgres_db,
-                                                                       mlflow_server):
+def test_scontrol_requeue_mid_trial_resumes_the_item_on_the_task_s_return(cluster, tmp_path, postgres_db,
+                                                                          mlflow_server):
     """(e) `scontrol requeue` of the only task while it trains: SLURM's SIGTERM makes the worker
-    re-queue the item; the task comes back (Restarts=1) and runs it. SLURM holds a requeued job
-    for 120 s (BeginTime); the test moves its start to now, as an admin may."""
+    re-queue the item; the task comes back (Restarts=1) and resumes it from its checkpoint (its
+    worker never trains step 1). SLURM holds a requeued job for 120 s (BeginTime); the test moves
+    its start to now, as an admin may."""
     name, storage, tracking = names("e"), postgres_db, mlflow_server
-    queue(tmp_path, name, storage, tracking, items=1, **SLOW)
+    queue(tmp_path, name, storage, tracking, items=1, **RESUMABLE)
+    mark = tmp_path / "step1.mark"
     start = time.monotonic()
-    job = cluster.submit(tmp_path, name, storage, tracking, "--array=0", ABLATE_FAULT="slow@2")
-    victim = wait_training(name, storage)
+    job = cluster.submit(tmp_path, name, storage, tracking, "--array=0", worker=CHECKPOINTS,
+                         ABLATE_FAULT="slow@2,pause@1", ABLATE_FAULT_MARK=str(mark), **STEP1)
+    victim = wait_training(name, storage, step=7)
     cluster.cmd("scontrol", "requeue", f"{job}_0")
     poll(lambda: cluster.active(job) == [f"{job}_0 PENDING"], "the task pending again", timeout=60)
     assert interrupted_items(name, storage) == [victim["item"]], "SLURM's SIGTERM re-queued the item"
+    resumed_at = checkpoint_step(tmp_path, name)
+    assert resumed_at >= 5, resumed_at
     cluster.cmd("scontrol", "update", f"jobid={job}_0", "StartTime=now")
     cluster.wait(job, tmp_path, storage)
     took = time.monotonic() - start
@@ -245,4 +303,118 @@ def test_scontrol_requeue_mid_trial_runs_the_item_on_the_task_s_return(cluster, 
     assert outcomes(job, tmp_path)[0] == "worker finished: {'complete': 1}", logs(tmp_path)
     counts = assert_each_item_once(name, storage, tracking, items=1)
     assert counts["trials"] == {"COMPLETE": 1, "FAIL": 1} and counts["runs"] == {"FINISHED": 1, "KILLED": 1}
-    print(f"(e) scontrol requeue of the only task mid-trial: done in {took:.1f} s; {counts}")
+    done = [t for t in optuna_trials(name, storage) if t.state.name == "COMPLETE"][0]
+    assert worker_pid(done) != int(victim["pid"]), "the returned task runs a new worker"
+    assert trained_from_scratch_by(mark) == int(victim["pid"]), "the returned task's worker resumed, not restarted"
+    print(f"(e) scontrol requeue of the only task mid-trial: resumed from step {resumed_at}; done in {took:.1f} s; "
+          f"{counts}")
+
+
+# Trains for 120 s at least (ABLATE_FAULT=slow@2): past a one-minute limit whenever SLURM enforces it.
+PAST_THE_LIMIT = {"train": {**procs.SPEC["train"], "steps": 600, "eval_every": 200, "log_every": 50},
+                  "probes": {"every": 200, "batch": 8}}
+
+
+def test_time_limit_mid_trial_requeues_the_item_and_another_task_resumes_it(cluster, tmp_path, postgres_db,
+                                                                            mlflow_server):
+    """(d) A task past its --time (one minute: SLURM's unit; its controller enforces limits every
+    30 s): SLURM's SIGTERM, then SIGKILL after KillWait. The worker re-queues the item within
+    KillWait; a task submitted afterwards resumes it from the checkpoint. ``--signal=B:TERM@0``
+    drops the script's warning 120 s before the limit, which a one-minute limit would send at once."""
+    name, storage, tracking = names("d"), postgres_db, mlflow_server
+    queue(tmp_path, name, storage, tracking, items=1, **PAST_THE_LIMIT)
+    mark = tmp_path / "step1.mark"
+    start = time.monotonic()
+    job = cluster.submit(tmp_path, name, storage, tracking, "--array=0", "--time=1", "--signal=B:TERM@0",
+                         worker=CHECKPOINTS, ABLATE_FAULT="slow@2,pause@1", ABLATE_FAULT_MARK=str(mark), **STEP1)
+    victim = wait_training(name, storage)
+    cluster.wait(job, tmp_path, storage, timeout=180)
+    task = cluster.tasks(job)[0]
+    assert task["JobState"] == "TIMEOUT", (task, logs(tmp_path))
+    limit_exit = task["ExitCode"]
+    log = logs(tmp_path)
+    assert "DUE TO TIME LIMIT" in log and "worker interrupted (SIGTERM): re-queued 1 running item(s)" in log, log
+    assert interrupted_items(name, storage) == [victim["item"]]
+    states = Counter(t.state.name for t in optuna_trials(name, storage))
+    assert states == {"FAIL": 1, "WAITING": 1}, states
+    resumed_at = checkpoint_step(tmp_path, name)
+    assert resumed_at >= 5, resumed_at
+    limited = time.monotonic() - start
+
+    # Another task (its own job, no limit, no slow steps) resumes the item.
+    other = cluster.submit(tmp_path, name, storage, tracking, "--array=0", worker=CHECKPOINTS,
+                           ABLATE_FAULT="pause@1", ABLATE_FAULT_MARK=str(mark), **STEP1)
+    cluster.wait(other, tmp_path, storage)
+    took = time.monotonic() - start
+    task = cluster.tasks(other)[0]
+    assert (task["JobState"], task["ExitCode"]) == ("COMPLETED", "0:0"), logs(tmp_path)
+    counts = assert_each_item_once(name, storage, tracking, items=1)
+    assert counts["trials"] == {"COMPLETE": 1, "FAIL": 1} and counts["runs"] == {"FINISHED": 1, "KILLED": 1}
+    done = [t for t in optuna_trials(name, storage) if t.state.name == "COMPLETE"][0]
+    assert worker_pid(done) != int(victim["pid"])
+    assert trained_from_scratch_by(mark) == int(victim["pid"]), "the other task resumed the item, not restarted it"
+    print(f"(d) --time=1: TIMEOUT after {limited:.1f} s (exit {limit_exit}); the other task resumed from "
+          f"step {resumed_at}; done in {took:.1f} s; {counts}")
+
+
+def test_a_drained_node_keeps_its_running_task_and_the_study_completes_after_resume(whole_cluster, tmp_path,
+                                                                                    postgres_db, mlflow_server):
+    """(f) `scontrol update state=drain` while a task trains: SLURM lets it run to its end (the node
+    is draining), starts no new task (pending) and, once the node is resumed, the pending task runs
+    the item left; every item once."""
+    cluster = whole_cluster
+    name, storage, tracking = names("f"), postgres_db, mlflow_server
+    queue(tmp_path, name, storage, tracking, items=2, **SLOW)
+    node, _ = cluster.node()
+    start = time.monotonic()
+    first = cluster.submit(tmp_path, name, storage, tracking, "--array=0", worker=("--max-items", "1"),
+                           ABLATE_FAULT="slow@2")
+    wait_training(name, storage)
+    cluster.cmd("scontrol", "update", f"nodename={node}", "state=drain", "reason=test")
+    try:
+        second = cluster.submit(tmp_path, name, storage, tracking, "--array=0")
+        assert cluster.node()[1] == "draining"
+        assert cluster.active(first) == [f"{first}_0 RUNNING"]
+        cluster.wait(first, tmp_path, storage)
+        task = cluster.tasks(first)[0]
+        assert (task["JobState"], task["ExitCode"]) == ("COMPLETED", "0:0"), logs(tmp_path)
+        assert outcomes(first, tmp_path)[0] == "worker finished: {'complete': 1}", logs(tmp_path)
+        poll(lambda: cluster.node()[1] == "drained", "the node drained", timeout=30)
+        pending = cluster.cmd("squeue", "-h", "-j", second, "-o", "%T %r").strip()
+        assert pending.startswith("PENDING"), pending
+        states = Counter(t.state.name for t in optuna_trials(name, storage))
+        assert states == {"COMPLETE": 1, "WAITING": 1}, states
+    finally:
+        cluster.cmd("scontrol", "update", f"nodename={node}", "state=resume")
+    cluster.wait(second, tmp_path, storage)
+    took = time.monotonic() - start
+    task = cluster.tasks(second)[0]
+    assert (task["JobState"], task["ExitCode"]) == ("COMPLETED", "0:0"), logs(tmp_path)
+    assert outcomes(second, tmp_path)[0] == "worker finished: {'complete': 1}", logs(tmp_path)
+    counts = assert_each_item_once(name, storage, tracking, items=2)
+    assert counts["trials"] == {"COMPLETE": 2} and counts["runs"] == {"FINISHED": 2}
+    print(f"(f) drain mid-trial: the running task finished its item, the new one waited ({pending}); "
+          f"after resume done in {took:.1f} s; {counts}")
+
+
+def test_workers_node_script_runs_several_workers_on_a_node(whole_cluster, tmp_path, postgres_db, mlflow_server):
+    """(g) workers-node.sbatch as shipped: one srun task on the node (--nodes=1 here), two workers
+    in it (ABLATE_WORKERS_PER_NODE, no GPUs to count), --exclusive; they share the items."""
+    cluster = whole_cluster
+    name, storage, tracking = names("g"), postgres_db, mlflow_server
+    queue(tmp_path, name, storage, tracking, items=3)
+    start = time.monotonic()
+    job = cluster.submit(tmp_path, name, storage, tracking, script=NODE_SCRIPT,
+                         node=("--nodes=1", "--gres=none", "--cpus-per-task=2"), ABLATE_WORKERS_PER_NODE="2")
+    cluster.wait(job, tmp_path, storage)
+    took = time.monotonic() - start
+    (record,) = cluster.records(job)
+    assert (record["JobState"], record["ExitCode"]) == ("COMPLETED", "0:0"), logs(tmp_path)
+    log = (tmp_path / "logs" / f"ablate-nodes-{job}.log").read_text()
+    ends = [line for line in log.splitlines() if line.startswith("worker finished: ")]
+    assert len(ends) == 2, log
+    counts = assert_each_item_once(name, storage, tracking, items=3)
+    assert counts["trials"] == {"COMPLETE": 3} and counts["runs"] == {"FINISHED": 3}
+    workers = Counter(t.user_attrs["worker"] for t in optuna_trials(name, storage))
+    print(f"(g) workers-node.sbatch, 2 workers on one node, 3 items: done in {took:.1f} s; {ends}; "
+          f"items per worker {sorted(workers.values())}; {counts}")
