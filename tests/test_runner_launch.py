@@ -83,3 +83,38 @@ def test_look_line_says_what_a_look_decided():
         "look 2: 1 comparison(s) decided, 3 open; 6 seed item(s) queued for the next look")
     assert look_line({"look": 3, "decided": 4, "finished": True}) == (
         "look 3: 4 comparison(s) decided; the sequential design is finished")
+
+
+def test_a_stopped_run_leaves_no_mlflow_run_of_a_recorded_trial_running(tmp_path, monkeypatch):
+    """A worker stopped right after its Optuna record (the commit point), before it ended its
+    MLflow run: the run is ended FINISHED before `ablate run` exits, not by the next run."""
+    import signal
+
+    import pytest
+    from mlflow.tracking import MlflowClient
+    from optuna.trial import TrialState
+
+    from ablate.runner import launch, phases, queue, tracking
+    from ablate.runner import study as st
+    from ablate.runner.worker import Interrupted
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    where = stores(tmp_path)
+    opened: list[str] = []
+
+    def stopped_after_the_record(name, stores, **kwargs):
+        study = st.open_study(name, stores)
+        trial = phases.claim(study)
+        attrs = queue.trial(study, trial.number).user_attrs
+        run = tracking.TrialRun(stores, name, None, "x", {}, {"ablate.trial_number": str(trial.number),
+                                                             "ablate.cell_id": attrs["cell_id"]})
+        trial.set_user_attr("mlflow_run_id", run.run_id)
+        queue.finish(study, trial, TrialState.COMPLETE, {"status": "complete", "val_accuracy": 0.5}, 0.5)
+        opened.append(run.run_id)
+        raise Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(launch, "work", stopped_after_the_record)
+    out, _, err, _ = consoles()
+    with pytest.raises(launch.Stopped):
+        run_study(design.validate(SPEC), where, out, err, workers=1)
+    assert MlflowClient(where.tracking).get_run(opened[0]).info.status == "FINISHED"

@@ -285,6 +285,7 @@ def test_an_eta_outgrown_is_revised_up_saying_so_and_one_run_out_is_unknown_unti
     fresh = look(20, 1, [running("w1", 1, 1, 18)], 1, rate=1.0)
     out = progress.frame(fresh, slots, first, 20.0, 1)
     assert out.eta is None and out.overdue and not out.eta_note
+    assert progress.log_lines("s", [], [], out, first) == ["s: 1 done · 1 running · 1 waiting · 0 failed · ETA ?"]
     still = progress.frame(look(22, 1, [running("w1", 1, 2, 18)], 1), slots, out, 22.0, 1)
     assert still.eta is None and still.overdue
     # A finish does not revise: it may only bring the ETA down; after one ran out it measures anew.

@@ -96,6 +96,16 @@ def show_reused(study: optuna.Study, stores: Stores, err: Console) -> int:
         return 0
 
 
+def settle_after_stop(name: str, stores: Stores) -> int:
+    """After a signal stopped the workers: end the MLflow runs of the trials they recorded but
+    had no time to end (a worker ends its run after the Optuna record, its commit point). A
+    later run would settle them, but `ablate run` has exited by then. How many it ended."""
+    try:
+        return st.settle_runs(st.open_study(name, stores, read_only=True), stores.tracking)
+    except Exception:  # the store went away: the next run settles them
+        return 0
+
+
 def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
               checkpoint_every: int = 100, verbose: bool = False, reuse: bool = True,
               reuse_stale: bool = False) -> Outcome | None:
@@ -173,9 +183,11 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         elif device_list:
             outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items)
             if outcome.signum is not None:
+                settle_after_stop(spec.name, stores)
                 raise Stopped(outcome.signum, outcome.requeued)
             failed = outcome.failed
     except Interrupted as exc:
+        settle_after_stop(spec.name, stores)
         raise Stopped(exc.signum, exc.requeued) from None
     if device_list:  # items a worker linked instead of training (finished meanwhile elsewhere)
         show_reused(study, stores, err)

@@ -404,11 +404,12 @@ def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Fra
 def log_lines(name: str, finished: Sequence[Finished], started: Sequence[Running], f: Frame, prev: Frame | None,
               quiet: bool = False, last: str = "") -> list[str]:
     """A look's lines in a pipe or log: its events (``event_lines``), then the status line when
-    the ETA rose and no event line says so, or when ``quiet`` (a minute without a line) and
-    nothing else is printed — never the status line printed ``last`` again."""
+    the ETA rose or became unknown and no event line says so, or when ``quiet`` (a minute
+    without a line) and nothing else is printed — never the status line printed ``last`` again."""
     lines = event_lines(finished, started, f, prev)
     summary = f.summary(name)
-    if summary != last and (f.eta_note and not any(" · ETA " in line for line in lines) or quiet and not lines):
+    changed = f.eta_note or f.overdue and not (prev is not None and prev.overdue)
+    if summary != last and (changed and not any(" · ETA " in line for line in lines) or quiet and not lines):
         lines.append(summary)
     return lines
 
