@@ -1,12 +1,18 @@
 """Reading what a report wrote, independently of the host's line wrapping: PDF text per page
 (poppler's ``pdftotext``), flattened so a header or a sentence wrapped at another place still
-matches, and the colours an SVG figure draws with."""
+matches, the colours an SVG figure draws with, and what the page checker (``scripts/check_pages.py``)
+finds on the pages."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
 import subprocess
+import sys
+from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 
 SOFT_HYPHEN = "\u00ad"
 
@@ -47,3 +53,26 @@ def svg_groups(svg: bytes | str, prefix: str) -> dict[str, set[str]]:
         if gid.startswith(prefix):
             out.setdefault(gid, set()).update(svg_colours(ET.tostring(g, encoding="unicode")))
     return out
+
+
+@functools.cache
+def _check_pages() -> ModuleType:
+    """``scripts/check_pages.py``, the page checker (a script, not part of the package)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "check_pages.py"
+    spec = importlib.util.spec_from_file_location("check_pages", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def page_problems(pdf: Path, identifiers: Iterable[str] = ()) -> list[str]:
+    """What the page checker finds in ``pdf`` (split identifiers, lines that begin with a separator,
+    near-empty pages), one line each: ``p. 3: split: complex_diagon / al (complex_diagonal)``."""
+    return [str(p) for p in _check_pages().page_problems(pdf, identifiers)]
+
+
+def text_problems(texts: list[str], identifiers: Iterable[str] = ()) -> list[str]:
+    """The page checker's findings in pages' texts alone (no PDF: split identifiers, leading separators)."""
+    return [str(p) for p in _check_pages().text_problems(texts, identifiers)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
-from pdfs import flat, pages
+from pdfs import flat, page_problems, pages
 from support import ABLATE
 
 from ablate.report import fonts, render
@@ -153,6 +153,28 @@ def test_row_groups_never_split_across_pages(tmp_path):
     for above in range(196, 256, 2):  # every 2 mm through the foot of the page
         assert not split_groups(short, above, 2, 2), above
     assert not split_groups(table(30, 3), 120, 30, 3)
+
+
+@needs_poppler
+def test_identifiers_break_at_their_separators_never_inside(tmp_path):
+    """A study's variants named by every factor (``parameterisation=complex_diagonal, …``) in a wide
+    table's first column and a narrow one's text column: a line may break after ``=`` or ``,``, never
+    inside ``complex_diagonal`` (the reports' Table 1 and the comparison's Table 4 printed
+    ``complex_diagon`` / ``al``), and no line begins with the separator."""
+    labels = [f"parameterisation={p}, normalisation={n}, layers={k}" for p in ("rotation", "complex_diagonal")
+              for n in ("xi", "gamma") for k in (1, 4)]
+    wide = pd.DataFrame({"cell": labels, "n": "6", "mean [95% CI]": "0.487 [0.468,\u00a00.505]",
+                         **{f"measure {i}": "0.026 [0.001,\u00a00.05]" for i in range(5)}})
+    narrow = pd.DataFrame({"factor": "model.parameterisation", "level": [f"complex_diagonal_{k}" for k in range(3)],
+                           "variant": labels[4:7], "mean": "0.5"})
+    pdf = tmp_path / "labels.pdf"
+    render.to_pdf(_html(fmt.table_block(wide, "**Table 1.** Wide."), fmt.table_block(narrow, "**Table 2.** Narrow.")),
+                  pdf)
+    text = pages(pdf)
+    assert "parameterisation=complex_diagonal" in flat("".join(text))
+    assert page_problems(pdf, ["complex_diagonal", "complex_diagonal_1"]) == []
+    lines = [line for page in text for line in page.splitlines()]
+    assert "parameterisation=" in lines and "complex_diagonal," in lines  # the wide table's cells broke after "="
 
 
 # --- failures ------------------------------------------------------------------------------------

@@ -217,6 +217,21 @@ def _cell_text(v: Any) -> str:
     return DASH if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
 
 
+#: Where an identifier may break across lines: after the ``=`` of a ``key=value`` and after a ``,``
+#: with no space behind it. Anywhere else a level such as ``complex_diagonal`` stays whole.
+_BREAK = re.compile(r"(?<=[=,])(?=[^\s,=])")
+
+
+def _breakable(text: str) -> str:
+    """Escaped HTML of a cell's text with a ``<wbr>`` at each place an identifier may break."""
+    return "<wbr>".join(_html.escape(piece) for piece in _BREAK.split(text))
+
+
+def _pieces(text: str) -> list[str]:
+    """The parts of ``text`` a line never breaks inside (between spaces and ``_BREAK``'s places)."""
+    return [p for word in text.split(" ") for p in _BREAK.split(word)]
+
+
 def row_groups(frame: pd.DataFrame) -> list[list[int]]:
     """Row positions in groups: a run of rows whose first cell is equal, or blank after the first
     (a source named once over the cells it matches), is one group."""
@@ -243,7 +258,7 @@ def _table(frame: pd.DataFrame, classes: str, left: set[str], caption: str) -> s
             cells = []
             for c in frame.columns:
                 cls = ' class="l"' if c in left or c == frame.columns[0] else ""
-                cells.append(f"<td{cls}>{_html.escape(_cell_text(row[c]))}</td>")
+                cells.append(f"<td{cls}>{_breakable(_cell_text(row[c]))}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
         # one <tbody> per row group: the print stylesheet keeps each on one page
         opening = '<tbody class="group">' if len(group) > 1 else "<tbody>"
@@ -316,6 +331,12 @@ def text_em(text: str) -> float:
                for ch in text)
 
 
+#: A text column is at least as wide as its longest unbreakable piece (``_pieces``: an identifier such
+#: as ``parameterisation=``, ``complex_diagonal,``) up to this width (em), so that a level is never
+#: broken inside; only a longer piece may break where it must.
+WHOLE_EM = 16.0
+
+
 def _floors(frame: pd.DataFrame, soft: Iterable[str], slack: float, soft_min_em: float,
             first_min_em: float) -> tuple[list[float], list[float]]:
     """(floor, wanted width) in em of each column: see ``column_widths``."""
@@ -323,13 +344,13 @@ def _floors(frame: pd.DataFrame, soft: Iterable[str], slack: float, soft_min_em:
     mins, wants = [], []
     for i, c in enumerate(frame.columns):
         texts = [_cell_text(v) for v in frame[c]]
-        tokens = [t for text in texts for t in text.split(" ")]
+        tokens = [t for text in texts for t in _pieces(text)]
         header = 1.12 * max((text_em(w) for w in re.split(r"[ \n]+", str(c))), default=0.0)  # bold; NBSP joins
         low = slack * max([header, 1.0, *(text_em(t) for t in tokens)])
         filled = [text_em(t) for t in texts if t]  # blank cells (a repeated source) say nothing of width
         typical = slack * float(np.percentile(filled, 90)) if filled else 0.0
-        if c in soft or i == 0:  # text may break inside a long word; numbers may not
-            low = max(slack * header, min(low, first_min_em if i == 0 else soft_min_em))
+        if c in soft or i == 0:  # text may break inside a word longer than WHOLE_EM; numbers may not
+            low = max(slack * header, min(low, max(WHOLE_EM, first_min_em if i == 0 else soft_min_em)))
             want = max(low, min(24.0, typical))
         else:  # numbers: room to keep "value [low, high]" on one line, no more
             want = max(low, min(typical, 1.6 * low))
@@ -367,8 +388,9 @@ def column_widths(frame: pd.DataFrame, available_em: float = 68.0, cap_em: float
     table font size).
 
     Every column is at least as wide as its longest unbreakable token (a number, ``[low, high]``,
-    a header word in bold); a ``soft`` (text) column may break inside a long word, so its floor is
-    at most ``soft_min_em`` (``first_min_em`` for the first column, the row's name). What is left
+    a header word in bold, an identifier up to a ``=`` or ``,``); a ``soft`` (text) column may break
+    inside a word longer than ``WHOLE_EM``, so its floor is at most the larger of that and
+    ``soft_min_em`` (``first_min_em`` for the first column, the row's name). What is left
     goes to the columns whose text is longer than their floor, text columns first (up to the 90th
     percentile of their length, at most ``cap_em``). ``slack`` covers the estimate's error. A table
     whose floors exceed the page is split first (``column_parts``).

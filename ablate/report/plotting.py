@@ -27,7 +27,7 @@ import html as _html
 import io
 import itertools
 import math
-import textwrap
+import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -106,10 +106,43 @@ def style() -> AbstractContextManager:
     return mpl.rc_context(STYLE)
 
 
+#: Where a word too long for its line breaks: after the ``=`` of a ``key=value`` or a ``,`` with no
+#: space behind it (``parameterisation=`` / ``complex_diagonal,``), never inside a level.
+_BREAK = re.compile(r"(?<=[=,])(?=[^\s,=])")
+#: A piece (between such breaks) of up to this many characters stays whole even on a narrower line:
+#: a level such as ``complex_diagonal`` overflows a short tick label a little rather than split.
+WHOLE = 24
+
+
 def wrap(label: Any, width: int = 30) -> str:
-    """Wrap ``label`` onto lines of at most ``width`` characters (breaking long words if needed)."""
+    """Wrap ``label`` onto lines of at most ``width`` characters: whole words where they fit, a
+    longer word after the ``=`` or ``,`` inside it; a piece longer than ``width`` stands on a line of
+    its own, broken inside only past ``WHOLE`` characters."""
     text = str(label)
-    return "\n".join(textwrap.wrap(text, width=width, break_on_hyphens=False)) or text
+    longest = max(width, WHOLE)
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        if len(line) + bool(line) + len(word) <= width:
+            line += " " * bool(line) + word
+            continue
+        pieces = _BREAK.split(word)
+        if len(word) <= width or (len(pieces) == 1 and len(word) <= longest):
+            lines.append(line)
+            line = word
+            continue
+        for k, piece in enumerate(pieces):
+            gap = bool(line) and k == 0
+            if len(line) + gap + len(piece) <= width:
+                line += " " * gap + piece
+                continue
+            lines.append(line)
+            while len(piece) > longest:
+                lines.append(piece[:longest])
+                piece = piece[longest:]
+            line = piece
+    lines.append(line)
+    return "\n".join(x for x in lines if x) or text
 
 
 def figure(height: float, width: float = WIDTH) -> Figure:
@@ -291,8 +324,12 @@ class Channels:
 
     # --- legends
 
-    def handles(self, line: bool = True, marker: bool = True) -> list[tuple[str, list[Any]]]:
-        """(title, handles) per channel: the colour factor's levels, then the style factor's."""
+    def handles(self, line: bool = True, marker: bool | None = None) -> list[tuple[str, list[Any]]]:
+        """(title, handles) per channel: the colour factor's levels, then the style factor's, drawn
+        as the figure draws a cell: ``line`` (its colour and line style) or points (its marker);
+        ``marker`` adds the style factor's marker to a line (default: only where there is no line,
+        since a figure of lines draws them without markers)."""
+        marker = not line if marker is None else marker
         out = []
         if self.color_factor:
             out.append((self.name(self.color_factor), [
@@ -306,11 +343,11 @@ class Channels:
                 for v in self.dash]))
         return out
 
-    def legend(self, fig: Figure, *, line: bool = True, marker: bool = True, extra: Sequence[Any] = (),
+    def legend(self, fig: Figure, *, line: bool = True, marker: bool | None = None, extra: Sequence[Any] = (),
                extra_title: str | None = None) -> None:
         """The figure's legend above its panels: one block per channel, titled by the factor and
-        listing its levels (left: colour, right: style), and ``extra`` handles (seeds, chance, …)
-        below the panels."""
+        listing its levels (left: colour, right: style), each drawn as ``handles`` draws it, and
+        ``extra`` handles (seeds, chance, …) below the panels."""
         blocks = self.handles(line, marker)
         for (title, handles), loc in zip(blocks, ("outside upper left", "outside upper right"), strict=False):
             width = sum(len(h.get_label()) + 4 for h in handles)

@@ -1,0 +1,28 @@
+"""What every report figure shares (``ablate.report.plotting``): labels that wrap at an identifier's
+separators, and legend glyphs drawn as the figure draws its cells."""
+
+from __future__ import annotations
+
+from ablate.report.plotting import Channels, wrap
+
+
+def test_labels_wrap_after_the_separators_never_inside_a_level() -> None:
+    label = "parameterisation=complex_diagonal, normalisation=xi, layers=1"
+    assert wrap(label, 22) == "parameterisation=\ncomplex_diagonal,\nnormalisation=xi,\nlayers=1"
+    assert wrap(label, 80) == label
+    assert wrap("complex_diagonal", 8) == "complex_diagonal"  # a level overflows a short line rather than split
+    assert wrap("a = b and some words here", 10) == "a = b and\nsome words\nhere"  # prose as textwrap has it
+    assert all(len(line) <= 24 for line in wrap("x" * 50, 20).splitlines())
+
+
+def test_legend_glyphs_draw_what_the_figure_draws() -> None:
+    channels = Channels.from_factors(["model.parameterisation", "model.normalisation"],
+                                     {"model.parameterisation": ["rotation", "complex_diagonal"],
+                                      "model.normalisation": ["xi", "gamma"]})
+    (_, colours), (_, styles) = channels.handles(line=True)  # lines without markers: glyphs without markers
+    assert all(h.get_marker() in ("", "None", None) for h in colours + styles)
+    assert [h.get_linestyle() for h in styles] == ["-", "--"]
+    (_, colours), (_, styles) = channels.handles(line=False)  # points: the style level's marker, no line
+    assert [h.get_marker() for h in styles] == ["o", "s"] and all(h.get_linestyle() == "None" for h in styles)
+    (_, styles) = channels.handles(line=True, marker=True)[1]  # a figure whose lines carry markers says so
+    assert [h.get_marker() for h in styles] == ["o", "s"]
