@@ -177,6 +177,21 @@ def test_identifiers_break_at_their_separators_never_inside(tmp_path):
     assert "parameterisation=" in lines and "complex_diagonal," in lines  # the wide table's cells broke after "="
 
 
+@needs_poppler
+def test_a_report_from_a_committed_export_passes_the_page_check(tmp_path):
+    """The smallest committed export's accuracy report, rendered with no store: no identifier split
+    inside a word, no line that begins with a separator, no page under a third full but the last."""
+    data = tmp_path / "data"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "reports" / "null_task_seed" / "data", data)
+    env = {k: v for k, v in os.environ.items() if k not in ("ABLATE_STORAGE", "ABLATE_TRACKING_URI")}
+    env.update(ABLATE_HOME=str(tmp_path / ".ablate"), ABLATE_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([*ABLATE, "report", "--data", str(data), "--reports", "accuracy", "--format", "pdf",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert page_problems(tmp_path / "out" / "accuracy.pdf") == []
+
+
 # --- failures ------------------------------------------------------------------------------------
 
 
