@@ -1,0 +1,202 @@
+"""Seconds spent doing nothing (issue 29): commands with nothing to do and the time a worker is not training.
+
+    python benchmarks/bench_idle.py [--cells 100] [--trials 6] [--steps 150] [--repeats 3] [--conditions idle busy]
+
+In a fresh ``ABLATE_HOME`` (a temporary folder), under each condition in turn — "idle" (whatever
+else the machine runs) and "busy" (one busy-loop process per core, started here) — it measures:
+
+- ``ablate run`` of a finished study with ``--workers 2`` (nothing to do: target ≤ 3 s);
+- ``ablate status``, ``ablate ls`` and ``ablate plan`` of a study of ``--cells`` cells queued with
+  ``ablate run --workers 0`` (not trained; target ≤ 1.5 s each);
+- from a study of ``--trials`` small trials run by ``ablate run --workers 2``, read back from its
+  Optuna store: each worker's first trial against its later ones (claim to completion, Optuna's
+  ``datetime_start`` to ``datetime_complete``; target ≤ 20 % slower), the seconds between
+  trainings on one worker (from one trial's completion to the next's, less the next's own
+  ``run_trial`` seconds: claiming, recording, MLflow, the next model's build; target ≤ 0.5 s), and
+  the per-trial training time (the trials' ``seconds``) those are set against.
+
+Commands are timed as a user meets them (a subprocess, wall clock, interpreter start included);
+the median of ``--repeats`` is shown, with the CPU seconds of its processes in brackets (which
+other load hardly changes: wall ≫ CPU means the command waited for the cores). No time is
+asserted: each row says whether its target is met, on the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+
+ABLATE = [sys.executable, "-m", "ablate.cli"]
+TASK = {"name": "listops", "max_depth": 3, "max_args": 5, "min_length": 10, "max_length": 64,
+        "train_size": 2000, "val_size": 256, "test_size": 256}
+MODEL = {"family": "linear_rnn", "d_model": 32, "state_dim": 32, "layers": 2, "parameterisation": "rotation",
+         "normalisation": "xi", "heads": 4}
+TARGETS = {"run_finished": 3.0, "status": 1.5, "ls": 1.5, "plan": 1.5, "first_vs_later": 1.2, "gap": 0.5}
+
+
+@contextlib.contextmanager
+def busy_cores(on: bool) -> Iterator[None]:
+    """One busy-loop process per core for the block (when ``on``)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)] \
+        if on else []
+    try:
+        time.sleep(1.0 if procs else 0.0)  # let the scheduler spread them
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def ablate(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``ablate`` command (CPU: its processes', which other load on
+    the machine hardly changes); its output is checked, not shown."""
+    t0, c0 = time.perf_counter(), _children_cpu()
+    proc = subprocess.run([*ABLATE, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    seconds, cpu = time.perf_counter() - t0, _children_cpu() - c0
+    if proc.returncode:
+        sys.exit(f"`ablate {' '.join(args)}` exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return seconds, cpu
+
+
+def median_of(repeats: int, args: list[str], cwd: Path, env: dict[str, str], out: dict[str, float],
+              key: str) -> None:
+    """``out[key]``, ``out[key + "_cpu"]``: the medians of ``repeats`` runs."""
+    runs = [ablate(args, cwd, env) for _ in range(repeats)]
+    out[key] = statistics.median(w for w, _ in runs)
+    out[key + "_cpu"] = statistics.median(c for _, c in runs)
+
+
+def write_spec(folder: Path, name: str, factors: dict[str, list], seeds: int, steps: int) -> Path:
+    spec = {"name": name, "task": TASK, "model": MODEL, "factors": factors, "seeds": seeds,
+            "train": {"steps": steps, "batch_size": 32, "eval_every": steps}, "probes": {"every": max(steps // 3, 1)}}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def worker_times(study: str, home: Path) -> dict[str, float]:
+    """First trial vs later ones, seconds between trainings and training seconds, per worker, from
+    the study's Optuna store."""
+    os.environ["ABLATE_HOME"] = str(home)
+    from optuna.trial import TrialState
+
+    from ablate.runner.study import open_study
+    from ablate.stores import resolve
+
+    trials = [t for t in open_study(study, resolve(None, None)).get_trials(deepcopy=False)
+              if t.state == TrialState.COMPLETE and t.datetime_start and t.datetime_complete]
+    by_worker: dict[str, list] = {}
+    for t in sorted(trials, key=lambda t: t.datetime_start):
+        by_worker.setdefault(str(t.user_attrs.get("worker")), []).append(t)
+    first, later, gaps, first_s, later_s = [], [], [], [], []
+    for own in by_worker.values():
+        walls = [(t.datetime_complete - t.datetime_start).total_seconds() for t in own]
+        seconds = [float(t.user_attrs.get("seconds", 0.0)) for t in own]
+        first.append(walls[0])
+        later.extend(walls[1:])
+        first_s.append(seconds[0])
+        later_s.extend(seconds[1:])
+        for prev, nxt, s in zip(own, own[1:], seconds[1:], strict=False):
+            gaps.append((nxt.datetime_complete - prev.datetime_complete).total_seconds() - s)
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs) if xs else float("nan")
+
+    return {"first": med(first), "later": med(later), "gap": med(gaps), "gap_max": max(gaps, default=float("nan")),
+            "first_s": med(first_s), "trial_s": med(later_s), "workers": len(by_worker), "trials": len(trials)}
+
+
+def measure(condition: str, root: Path, args: argparse.Namespace) -> dict[str, float]:
+    folder = root / condition
+    folder.mkdir()
+    home = folder / ".ablate"
+    env = {**os.environ, "ABLATE_HOME": str(home), "PYTHONWARNINGS": "ignore"}
+    half = max(args.trials // 2, 1)
+    small = write_spec(folder, f"idle-small-{condition}", {"train.lr": [1e-3, 3e-3]}, half, args.steps)
+    side = max(int(round(args.cells ** 0.5)), 1)
+    large = write_spec(folder, f"idle-large-{condition}",
+                       {"train.lr": [round(1e-3 * (1 + i), 6) for i in range(side)],
+                        "train.weight_decay": [round(0.01 * (1 + i), 6) for i in range(args.cells // side)]},
+                       1, args.steps)
+    out: dict[str, float] = {}
+    with busy_cores(condition == "busy"):
+        print(f"[{condition}] training {small.stem} ({2 * half} trials, 2 workers)", file=sys.stderr, flush=True)
+        out["run_study"], out["run_study_cpu"] = ablate(["run", small.name, "--workers", "2"], folder, env)
+        out.update(worker_times(small.stem, home))
+        median_of(args.repeats, ["run", small.name, "--workers", "2"], folder, env, out, "run_finished")
+        print(f"[{condition}] queueing {large.stem} ({args.cells} cells)", file=sys.stderr, flush=True)
+        ablate(["run", large.name, "--workers", "0"], folder, env)
+        median_of(args.repeats, ["status", large.stem], folder, env, out, "status")
+        median_of(args.repeats, ["ls"], folder, env, out, "ls")
+        median_of(args.repeats, ["plan", large.name], folder, env, out, "plan")
+        out["load"] = os.getloadavg()[0]
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", type=int, default=100, help="cells of the study status, ls and plan read")
+    p.add_argument("--trials", type=int, default=6, help="trials of the study two workers train")
+    p.add_argument("--steps", type=int, default=150, help="training steps per trial")
+    p.add_argument("--repeats", type=int, default=3, help="timings of each command (median shown)")
+    p.add_argument("--conditions", nargs="+", default=["idle", "busy"], choices=["idle", "busy"])
+    args = p.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
+        for condition in args.conditions:
+            results[condition] = measure(condition, Path(tmp), args)
+    conds = list(results)
+    rows = [  # (what, key or ratio, target text, met)
+        ("`ablate run` of a finished study, --workers 2 (s)", "run_finished", "≤ 3 s"),
+        (f"`ablate status`, {args.cells} cells (s)", "status", "≤ 1.5 s"),
+        ("`ablate ls` (s)", "ls", "≤ 1.5 s"),
+        (f"`ablate plan`, {args.cells} cells (s)", "plan", "≤ 1.5 s"),
+        ("a worker's first trial / its later ones (claim to completion)", "first_vs_later", "≤ 1.20×"),
+        ("seconds between trainings on a worker (median)", "gap", "≤ 0.5 s"),
+        ("seconds between trainings on a worker (max)", "gap_max", "≤ 0.5 s"),
+        ("first trial, claim to completion (s)", "first", ""),
+        ("later trials, claim to completion (s, median)", "later", ""),
+        ("first trial, run_trial (s)", "first_s", ""),
+        ("per-trial training time: later trials, run_trial (s, median)", "trial_s", ""),
+        (f"`ablate run` of the {args.trials}-trial study, --workers 2 (s)", "run_study", ""),
+    ]
+    for r in results.values():
+        r["first_vs_later"] = r["first"] / r["later"]
+    limits = {**TARGETS, "gap_max": TARGETS["gap"]}
+    header = "| measure | " + " | ".join(f"{c} | met" for c in conds) + " | target |"
+    print(f"\n{args.trials} trials of {args.steps} steps (2 workers), {args.cells}-cell study for status/ls/plan, "
+          f"{os.cpu_count()} CPU cores; load average at the end: "
+          + ", ".join(f"{c} {results[c]['load']:.1f}" for c in conds) + "\n")
+    print(header)
+    print("|" + "---|" * (2 + 2 * len(conds)))
+    for what, key, target in rows:
+        cells = []
+        for c in conds:
+            value = results[c][key]
+            text = f"{value:.2f}×" if key == "first_vs_later" else f"{value:.2f}"
+            if f"{key}_cpu" in results[c]:
+                text += f" ({results[c][key + '_cpu']:.1f} CPU)"
+            met = ("yes" if value <= limits[key] else "no") if key in limits else ""
+            cells.append(f"{text} | {met}")
+        print(f"| {what} | " + " | ".join(cells) + f" | {target} |")
+
+
+if __name__ == "__main__":
+    main()
