@@ -128,7 +128,7 @@ def plan(
     # Reads the study's storage only if it exists.
     the_plan = planning.build(spec, storage, tracking_uri, reuse=reuse, reuse_stale=reuse_stale)
     planning.render(the_plan, out, reuse_stale)
-    for line in planning.sequential_lines(spec, storage):
+    for line in planning.sequential_lines(spec, storage) + planning.until_converged_lines(spec, storage):
         out.print(line, highlight=False, soft_wrap=True)
     if estimate:
         threads = None
@@ -342,6 +342,10 @@ def status(
         done = res.trials.filter(res.trials["status"] == "complete")["seconds"].drop_nulls()
         st_ = sequential.load_state(st.open_study(study, stores, read_only=True))
         for line in sequential.lines(res.spec, st_, float(done.mean()) if len(done) else None):
+            out.print(line, highlight=False, soft_wrap=True)
+    if st.extends_runs(res.spec_data) or res.trials["continued_from"].drop_nulls().len():
+        trials = st.open_study(study, stores, read_only=True).get_trials(deepcopy=False)
+        for line in st.extension_lines(trials) + st.lineage_lines(trials):  # until converged; WSD continuations
             out.print(line, highlight=False, soft_wrap=True)
 
 

@@ -218,6 +218,32 @@ def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
     return sequential.lines(spec, st)
 
 
+def until_converged_lines(spec: Spec, storage: str | None = None) -> list[str]:
+    """A study training until converged (``train.until_converged``): the items extended so far
+    and how many steps its replicates may still train (``ablate.runner.study.extension_lines``), read from
+    its storage when it has one; nothing for a study that does not extend."""
+    from ablate.runner.study import extends_runs
+
+    if not extends_runs(spec.model_dump(mode="json")):
+        return []
+    import optuna
+
+    from ablate.runner.study import StorageError, existing_store_url, extension_lines
+    from ablate.runner.study import storage as open_storage
+
+    trials: list[Any] = []
+    url = existing_store_url(storage)
+    if url is not None:
+        try:
+            trials = optuna.load_study(study_name=spec.name, storage=open_storage(url, read_only=True)).get_trials(
+                deepcopy=False)
+        except (KeyError, StorageError):
+            trials = []
+    from ablate import design
+
+    return extension_lines(trials, design.items(spec))
+
+
 def summary_line(spec: Spec, n_cells: int) -> str:
     seeds = len(spec.seed_list)
     upto = "up to " if spec.sequential is not None else ""  # the looks decide how many run

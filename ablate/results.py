@@ -34,6 +34,11 @@ columns and their dtypes (docs/results.md has the same with examples):
     ``val_gain_last`` (Float64, the fitted gain over that fifth in metric units), ``val_gain_se``
     (Float64, its standard error; null for trials recorded before the trend test),
     ``stopped_early`` (Boolean: patience, or a pruned tuning trial), ``best_step`` (Int64).
+    Budgets (``train.until_converged``, ``ablate.runner.study``): ``budget`` (Int64, the ``train.steps`` of the run standing
+    for the item: its longest finished run), ``extended_from`` (Int64, the cell's declared
+    ``train.steps`` when that run is an ``until_converged`` extension, else null),
+    ``continued_from`` (String, the stable-phase checkpoint a WSD run branched from: ``label (cell)
+    · seed s · step k``; null when trained from step 0).
 ``metrics``
     ``step`` (Int64), ``name`` (String: ``train/loss``, ``train/accuracy``, ``train/lr``,
     ``train_state_norm/layer<i>``, ``val/loss|accuracy|bpc``, ``test/…``, ``chance``, the per-layer
@@ -82,8 +87,10 @@ from ablate.runner.study import (
     existing_store_url,
     factor_distributions,
     item_state,
+    longest_run,
     missing_study,
     open_study,
+    run_budget,
     trials_by_item,
 )
 from ablate.runner.study import storage as open_storage
@@ -101,7 +108,7 @@ TEXT_AND_COUNTS = {
     "seconds": pl.Float64, "steps": pl.Int64, "mlflow_run_id": pl.Utf8, "git_commit": pl.Utf8, "device": pl.Utf8,
     "host": pl.Utf8, "params": pl.Utf8, "tuned_from": pl.Utf8, "reused_from": pl.Utf8,
     "converged": pl.Boolean, "val_gain_last": pl.Float64, "val_gain_se": pl.Float64, "stopped_early": pl.Boolean,
-    "best_step": pl.Int64,
+    "best_step": pl.Int64, "budget": pl.Int64, "extended_from": pl.Int64, "continued_from": pl.Utf8,
 }
 CONVERGENCE = ("converged", "val_gain_last", "val_gain_se", "stopped_early", "best_step")
 
@@ -165,7 +172,10 @@ class Results:
         ``counts`` (trials per status, over every item of the spec), ``cells``, ``seeds``,
         ``git_commits`` / ``devices`` / ``hosts`` (value → trials), ``versions`` (package →
         {version: trials}), ``first_started`` / ``last_finished`` (datetimes or None),
-        ``reused_from`` (study → items this study linked from it instead of training them).
+        ``reused_from`` (study → items this study linked from it instead of training them),
+        ``continued`` (items whose run continued a kept WSD stable-phase checkpoint) and
+        ``extended`` (cell label → [(seed, declared steps, budget reached)] of the runs trained
+        until converged, ``train.until_converged``).
         """
         ran = list(self.trial_provenance.values())
 
@@ -197,6 +207,7 @@ class Results:
             "last_finished": finished.max() if len(finished) else None,
             "reused_from": dict(Counter(x for x in t["reused_from"].to_list() if x).most_common())
             if "reused_from" in t.columns else {},
+            **_lineage(t),
         }
 
     # A study is a one-element collection: what ``Studies`` answers, one study answers too, so that
@@ -314,6 +325,18 @@ _ONE_STUDY = frozenset({"study", "spec", "spec_hash", "stores", "trial_provenanc
                         "tuning", "references"})
 
 
+def _lineage(t: pl.DataFrame) -> dict[str, Any]:
+    """``Results.provenance``'s ``continued`` and ``extended`` from the trials frame (frames read
+    from exports written before the columns existed: none)."""
+    continued = int(t["continued_from"].drop_nulls().len()) if "continued_from" in t.columns else 0
+    extended: dict[str, list[tuple[int, int, int]]] = {}
+    if "extended_from" in t.columns and "budget" in t.columns:
+        for r in t.filter(pl.col("extended_from").is_not_null()).select("cell_label", "seed", "extended_from",
+                                                                        "budget").iter_rows():
+            extended.setdefault(str(r[0]), []).append((int(r[1]), int(r[2]), int(r[3])))
+    return {"continued": continued, "extended": extended}
+
+
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -335,9 +358,13 @@ _STANDS_FOR = {"done": ("complete", "pruned"), "failed": ("diverged", "failed", 
 
 
 def _representative(trials: list[FrozenTrial]) -> tuple[FrozenTrial, str]:
-    """The trial that stands for an item and the item's status: its completion, else its terminal
+    """The trial that stands for an item and the item's status: its completion (its longest
+    finished run, also while a longer one trains: ``runner.study.longest_run``), else its terminal
     failure, else its running or waiting trial, else (a failure about to be re-run) the latest."""
     state = item_state(trials)
+    done = longest_run(trials)
+    if done is not None and state in ("running", "waiting"):  # a longer run is to come: the longest so far
+        return done, "complete"
     wanted = _STANDS_FOR.get(state, ())
     order = {"complete": 0, "pruned": 0, "diverged": 1, "failed": 2, "killed": 3, "running": 4, "pending": 5}
     ranked = sorted(trials, key=lambda t: (_status(t) not in wanted, order.get(_status(t), 6), -t.number))
@@ -779,6 +806,12 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
                 provenance[item.key] = {str(k): str(v) for k, v in prov.items()}
             params = attrs.get("params")
             origin = attrs.get("reused_from")
+            branch = attrs.get("continued_from")
+            reached = run_budget(attrs) or None
+            declared = int(item.cell.config["train"]["steps"])
+            row.update(budget=reached, extended_from=declared if reached and reached > declared else None,
+                       continued_from=f"{branch.get('label')} ({branch.get('cell')}) · seed {branch.get('seed')} · "
+                                      f"step {branch.get('step')}" if isinstance(branch, dict) else None)
             row.update(params=json.dumps(params, sort_keys=True) if isinstance(params, dict) else None,
                        tuned_from=attrs.get("tuned_from"),
                        reused_from=str(origin.get("study")) if isinstance(origin, dict) else None)

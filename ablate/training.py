@@ -32,7 +32,7 @@ from ablate import faults
 from ablate.models import Network, build_model
 from ablate.probes import Prober, train_summary
 from ablate.schedule import Schedule
-from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
+from ablate.spec import BUDGET_KEYS, ModelSpec, ProbeSpec, TrainSpec
 from ablate.stats.convergence import last_fifth
 from ablate.tasks import TaskData, load_task
 
@@ -427,8 +427,8 @@ def continuable(short: TrainSpec, long: TrainSpec) -> int | None:
     end, long_end = stable_end(short), stable_end(long)
     if end is None or long_end is None or long.steps <= short.steps:
         return None
-    same = short.model_dump(exclude={"steps", "decay", "decay_steps"}) == long.model_dump(
-        exclude={"steps", "decay", "decay_steps"})
+    budget = set(BUDGET_KEYS)  # until_converged only decides how far a run goes, not its steps
+    same = short.model_dump(exclude=budget) == long.model_dump(exclude=budget)
     if not same or warmup_steps(short) != warmup_steps(long) or not warmup_steps(short) <= end <= long_end:
         return None
     return end

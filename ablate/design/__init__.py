@@ -51,7 +51,7 @@ __all__ = [
     "CODE_VERSION", "ORIGINAL_CODE_VERSION", "Cell", "Factor", "Item", "Level", "canonical_json", "cell_id",
     "cells", "check", "check_limits", "code_version", "comparison_problems", "config_key", "data_version", "items", "level_label", "load",
     "loads", "matches", "original_cell_id", "parse_factors", "parse_selector", "resolve_space", "select",
-    "selection_problems", "space_problems", "spec_hash", "tune_protocol", "validate",
+    "selection_problems", "space_problems", "spec_hash", "tune_protocol", "until_converged_problems", "validate",
 ]
 
 
@@ -74,10 +74,34 @@ def check(spec: Spec) -> None:
     grid, problems = cells_and_problems(spec)
     if problems:
         raise SpecError(problems)
+    problems = until_converged_problems(grid)
+    if problems:
+        raise SpecError(problems)
     per_cell = len(spec.seed_list) + (spec.tune.trials if spec.tune else 0)
     if len(grid) * per_cell > MAX_ITEMS:
         raise SpecError([("seeds", f"{len(grid):,} cells × {per_cell:,} trials each = {len(grid) * per_cell:,} "
                                    f"trials; a study has at most {MAX_ITEMS:,}")])
+
+
+def until_converged_problems(grid: list[Cell]) -> Problems:
+    """``train.until_converged`` where some cell cannot use it: it continues from a WSD run's
+    stable-phase checkpoint, so the cell's schedule must be wsd, and it extends the cell's
+    ``train.steps``, so ``max_steps`` must be above them. Checked on the cells: a factor may set
+    either. The first cell's problem per key."""
+    found: dict[str, str] = {}
+    for cell in grid:
+        train = cell.config["train"]
+        extend = train.get("until_converged")
+        if not extend:
+            continue
+        where = "" if cell.label == "baseline" else f" (cell {cell.label})"
+        if train.get("schedule") != "wsd":
+            found.setdefault("train.until_converged", f"needs train.schedule: wsd{where}, not {train.get('schedule')}: "
+                                                      "a run is extended from its stable-phase checkpoint")
+        if extend["max_steps"] <= train["steps"]:
+            found.setdefault("train.until_converged.max_steps",
+                             f"{extend['max_steps']} must be above train.steps ({train['steps']}){where}")
+    return list(found.items())
 
 
 def _keys(prefix: str, value: Any) -> list[str]:

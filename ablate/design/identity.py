@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any
 
 from ablate.models.registry import MODEL_FACTORS
-from ablate.spec import Spec, get_path
+from ablate.spec import BUDGET_KEYS, Spec, get_path
 
 # Bump when a change to models or training makes old results incomparable (task generators
 # carry their own version, which enters the id through the data version).
@@ -52,6 +52,8 @@ NEUTRAL: dict[str, Any] = {
     "train.decay": 0.2,
     "train.decay_steps": None,
     "train.decay_shape": "1-sqrt",
+    # issue 28: training until converged (absent: the budget is train.steps, as before)
+    "train.until_converged": None,
 }
 
 
@@ -127,10 +129,11 @@ def config_key(config: dict[str, Any], tune: dict[str, Any] | None = None, n: in
 
 
 def lineage_key(config: dict[str, Any], n: int = 12) -> str:
-    """The cell id with ``train.steps``, ``train.decay`` and ``train.decay_steps`` left out: the
-    cells that differ only in their budget share it, so a longer WSD run finds the stable-phase
-    checkpoints of shorter ones under it (``training.continuable`` says which fit)."""
-    train = {k: v for k, v in config.get("train", {}).items() if k not in ("steps", "decay", "decay_steps")}
+    """The cell id with ``train.steps``, ``train.decay``, ``train.decay_steps`` and
+    ``train.until_converged`` left out: the cells that differ only in their budget share it, so a
+    longer WSD run finds the stable-phase checkpoints of shorter ones under it
+    (``training.continuable`` says which fit)."""
+    train = {k: v for k, v in config.get("train", {}).items() if k not in BUDGET_KEYS}
     return _hash({**config, "train": train}, None, CODE_VERSION, level_versions(config), n)
 
 
@@ -153,10 +156,12 @@ def original_cell_id(config: dict[str, Any], tune: dict[str, Any] | None = None,
 def spec_hash(spec: Spec) -> str:
     """A hash of the whole validated spec (every key, defaults filled): recorded with each run.
     ``compare`` (which studies a report sets side by side) enters only when given, so specs
-    written before it existed keep their hash."""
+    written before it existed keep their hash (and ``train.until_converged``, when unset)."""
     data = spec.model_dump()
     if not data.get("compare"):
         data.pop("compare", None)
+    if data.get("train", {}).get("until_converged", 0) is None:  # likewise train.until_converged
+        data["train"].pop("until_converged")
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:12]
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from ablate.report.format import DASH
 
-__all__ = ["provenance_table", "spec_text", "tally", "versions_table"]
+__all__ = ["lineage_rows", "provenance_table", "spec_text", "tally", "versions_table"]
 
 
 def tally(counts: dict[str, int]) -> str:
@@ -36,6 +36,7 @@ def provenance_table(prov: dict[str, Any], extra: list[tuple[str, str]] | None =
                   + ", ".join(f"{v} {k}" for k, v in prov["counts"].items())),
         ("reused", ", ".join(f"{n} items trained by study {k}" for k, n in prov.get("reused_from", {}).items())
          or DASH),
+        *lineage_rows(prov),
         ("git commit", tally(prov["git_commits"])),
         ("devices", tally(prov["devices"])),
         ("hosts", tally(prov["hosts"])),
@@ -44,6 +45,23 @@ def provenance_table(prov: dict[str, Any], extra: list[tuple[str, str]] | None =
         *(extra or []),
     ]
     return pd.DataFrame(rows, columns=["", "value"])
+
+
+def lineage_rows(prov: dict[str, Any]) -> list[tuple[str, str]]:
+    """Rows for the runs that did not train from step 0 alone: those that continued a kept WSD
+    stable-phase checkpoint, and those trained until converged (cell: seeds, declared → reached
+    steps). None for a study without either (or provenance recorded before them)."""
+    rows = []
+    if prov.get("continued"):
+        n = int(prov["continued"])
+        rows.append(("continued", f"{n} item{'s' if n != 1 else ''} branched from a kept stable-phase checkpoint "
+                                  "of a shorter WSD run of their lineage (trained only the difference)"))
+    extended = prov.get("extended") or {}
+    if extended:
+        parts = [f"{cell}: " + ", ".join(f"seed {seed} {declared:,} → {reached:,}" for seed, declared, reached in runs)
+                 for cell, runs in extended.items()]
+        rows.append(("extended until converged", "; ".join(parts) + " steps"))
+    return rows
 
 
 def versions_table(prov: dict[str, Any]) -> pd.DataFrame:

@@ -29,6 +29,11 @@ Trials marked ``dropped`` (``ablate rm --orphans``, ``ablate keep``) are left ou
 state, result and reuse; their study keeps their numbers (Optuna numbers trials by count, so
 trials are never deleted from a study that stays).
 
+A cell trained until converged (``train.until_converged``) may hold several trials per replicate
+item, one per budget: a run still improving is extended by a longer one queued for the same item
+(``extend_runs``; the section at the end says why the same item, and how it is queued exactly
+once). Its result is its longest finished run (``longest_run``).
+
 So that optuna-dashboard shows an ablation rather than an optimisation, ``describe`` names the
 objective (``val_accuracy``), says in the study's ``description`` attribute (and its dashboard
 note, when optuna-dashboard is installed) what the trials are, and keeps the categorical
@@ -39,13 +44,14 @@ which the dashboard's importance, parallel-coordinate and slice views read.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import difflib
 import json
 import os
 import shutil
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +67,10 @@ from ablate.spec import Spec
 from ablate.stores import Stores, redact
 
 MAX_RETRIES = 2
+# Training until converged (the section at the end): the trial attributes of an extension, the
+# steps it trains to and {"number", "steps"} of the run it continues.
+BUDGET = "budget"
+EXTENDED_FROM = "extended_from"
 # A failed item counts as done when it failed for one of these reasons: re-running gives the same.
 TERMINAL_KINDS = ("diverged", "error")
 # Failed items another study may reuse: a divergence is the cell's (an error may be fixed).
@@ -69,7 +79,7 @@ REUSABLE_FAILURES = ("diverged",)
 # other studies) and by config key (stale results): indexed.
 INDEXED = ("cell_id", "config_key")
 # The user attributes item_state reads.
-STATE_KEYS = ("item", "failure_kind", "dropped")
+STATE_KEYS = ("item", "failure_kind", "dropped", BUDGET)
 # The user attribute that removes a trial from its study's results (``ablate rm --orphans``).
 DROPPED = "dropped"
 # Specs a study remembers (``specs``), so that orphaned trials can be kept as a study of their own.
@@ -78,9 +88,9 @@ SPEC_HISTORY = 16
 NOT_LINKED = ("worker", "step", DROPPED, "spec_hash")
 # An item's own attributes (item_attrs): a link keeps its item's, whatever the source's were.
 IDENTITY = ("item", "cell_id", "cell_label", "seed", "phase", "settings", "config", "config_key",
-            "code_version", "index", "tune", "after_tune", "spec_hash", "linked_at")
+            "code_version", "index", "tune", "after_tune", "spec_hash", "linked_at", BUDGET, EXTENDED_FROM)
 # The user attributes reuse reads of another study's trials.
-SOURCE_KEYS = ("item", "cell_id", "config_key", "code_version", "failure_kind", "reused_from", DROPPED)
+SOURCE_KEYS = ("item", "cell_id", "config_key", "code_version", "failure_kind", "reused_from", DROPPED, BUDGET)
 
 # Failures that are not the item's: re-queued without a bound.
 UNBOUNDED = ("interrupted", "infrastructure")
@@ -310,7 +320,14 @@ def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
     trials = [t for t in trials if not t.user_attrs.get(DROPPED)]
     states = [t.state for t in trials]
     if TrialState.COMPLETE in states or TrialState.PRUNED in states:  # a pruned tuning trial is a result
-        return "done"
+        # ... unless a longer run of it (until_converged: the section at the end) is still to come
+        # (only extensions carry a budget, and each is longer than the runs before it)
+        reached = max(t.user_attrs.get(BUDGET) or 0 for t in trials
+                      if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
+        longer = [t.state for t in trials if (t.user_attrs.get(BUDGET) or 0) > reached]
+        if TrialState.RUNNING in longer:
+            return "running"
+        return "waiting" if TrialState.WAITING in longer else "done"
     if any(t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") in TERMINAL_KINDS for t in trials):
         return "failed"
     if TrialState.RUNNING in states:
@@ -403,6 +420,8 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
             elif enqueue_new:
                 queue.enqueue(study, {**item_attrs(item), "spec_hash": digest})
                 done.queued += 1
+        if enqueue_new and extends_runs(dump):  # those a kill left unqueued (the section at the end)
+            done.queued += queue_extensions(study, queue.trials(study, None, tuple(TrialState)))
     return done
 
 
@@ -493,6 +512,8 @@ def find_reusable(store: optuna.storages.RDBStorage, study_name: str, tracking_u
     for entry in sorted(found.values(), key=lambda e: (e.study, e.number)):
         attrs = entry.user_attrs
         if attrs.get(DROPPED) or not attrs.get("item") or redact(trackings.get(entry.study) or "") != redact(tracking_uri):
+            continue
+        if attrs.get(BUDGET):  # an extension: its item's result at another budget (link_if_done_elsewhere)
             continue
         version = str(attrs.get("code_version") or design.ORIGINAL_CODE_VERSION)
         cid = attrs.get("cell_id")
@@ -616,7 +637,7 @@ def link_if_done_elsewhere(study: optuna.Study, trial: optuna.Trial) -> str | No
     store = queue.storage_of(study)
     found = [e for e in queue.find(store, "cell_id", [attrs["cell_id"]], SOURCE_KEYS)
              if e.study != study.study_name and e.user_attrs.get("item") == attrs["item"] and _finished_ok(e)
-             and not e.user_attrs.get(DROPPED)
+             and not e.user_attrs.get(DROPPED) and e.user_attrs.get(BUDGET) == attrs.get(BUDGET)
              and e.user_attrs.get("code_version", design.ORIGINAL_CODE_VERSION) == attrs["code_version"]]
     for entry in sorted(found, key=_rank):
         other = optuna.load_study(study_name=entry.study, storage=store)
@@ -658,7 +679,8 @@ class Progress:
 # --- orphans, the studies of a storage, removing ---------------------------------------------------
 
 # What orphans and removals read of a study's trials.
-ORPHAN_KEYS = ("item", "cell_id", "cell_label", "failure_kind", DROPPED, "spec_hash", "mlflow_run_id", "reused_from")
+ORPHAN_KEYS = ("item", "cell_id", "cell_label", "failure_kind", DROPPED, "spec_hash", "mlflow_run_id", "reused_from",
+               BUDGET)
 
 
 @dataclass
@@ -848,7 +870,8 @@ def overview(stores: Stores) -> list[StudyRow]:
     by_study: dict[str, dict[str, list[queue.Found]]] = {}
     dropped: Counter = Counter()
     linked: dict[str, datetime.datetime] = {}
-    for entry in queue.find(store, None, (), ("item", "cell_id", "failure_kind", DROPPED, "reused_from", "linked_at")):
+    for entry in queue.find(store, None, (), ("item", "cell_id", "failure_kind", DROPPED, "reused_from", "linked_at",
+                                                    BUDGET)):
         at = entry.user_attrs.get("linked_at")
         if isinstance(at, str):
             when = datetime.datetime.fromisoformat(at)
@@ -940,3 +963,232 @@ def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
     if reuse and new:
         out.reuse = find_reusable(store, study_name, tracking_uri, new)
     return out
+
+
+# --- training until converged ----------------------------------------------------------------
+#
+# Training until converged (``train.until_converged: {max_steps, extend_by}``, WSD cells only).
+#
+# A replicate trial that finishes flagged "still improving" (``converged`` false, the convergence
+# flag of ``ablate.stats.convergence``) below ``max_steps`` is continued within the same study: a
+# new trial is queued for the *same item* (cell and seed) with ``train.steps`` raised by
+# ``extend_by`` (capped at ``max_steps``). The worker runs it like any longer WSD run of the
+# lineage: it branches from the kept stable-phase checkpoint of the run it extends
+# (``phases.find_branch``), so it trains only the difference (the rest of the stable phase and
+# its own decay). That repeats until a run converges or reaches ``max_steps``.
+#
+# Why the same item and cell id, not a new cell for the longer budget: ``until_converged`` is part
+# of the declared cell (it enters the cell id), and its meaning is "this cell, trained until it
+# converges" — so its result is one row per declared cell and seed, whatever budget it needed.
+# An extension is a trial of that item carrying ``budget`` (the steps it trains to; absent on the
+# declared run) and ``extended_from`` (the trial number and budget of the run it continues), and
+# its own ``continued_from`` (the checkpoint it branched from) as every continuation. The item's
+# result is its longest finished run (``longest_run``): the results API, the reports and ``status``
+# read that one, and an item stays running/waiting while a longer run of it is queued
+# (``item_state``). Another study reuses an extension only at the same budget.
+#
+# Exactly once, under several workers and kill -9: the extension is queued under the study's
+# queue lock, and only when the item has no trial at that budget yet (any state: a killed
+# extension is re-queued by the retry machinery, not here). Whichever process finishes the trial
+# queues it (the worker, right after the record), and ``prepare`` (``ablate run`` on resume)
+# and a worker with nothing left to claim queue any that a kill left unqueued — a pure function of
+# the stored trials, so repeating it changes nothing.
+
+# What an extension takes from the run it extends: the item's identity and its chosen setting.
+EXTENSION_CARRIES = ("item", "cell_id", "cell_label", "seed", "phase", "settings", "config", "config_key", "code_version",
+           "index", "tune", "after_tune", "spec_hash", "params", "tuned_from")
+ALL_STATES = tuple(TrialState)
+
+
+def run_budget(attrs: Mapping[str, Any]) -> int:
+    """The steps a trial trains to: its ``budget`` when an extension, else its config's."""
+    value = attrs.get(BUDGET)
+    if isinstance(value, int):
+        return value
+    try:
+        return int(attrs["config"]["train"]["steps"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def _until_converged(attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        train = attrs["config"]["train"]
+    except (KeyError, TypeError):
+        return None
+    extend = train.get("until_converged")
+    return extend if isinstance(extend, dict) and train.get("schedule") == "wsd" else None
+
+
+def extends_runs(spec_data: Mapping[str, Any] | None) -> bool:
+    """Whether a study's spec (as stored: plain data) may extend runs: ``until_converged`` in its
+    baseline or set by a factor (cheap: decides whether the queue is scanned at all)."""
+    if not isinstance(spec_data, Mapping):
+        return False
+    train = spec_data.get("train")
+    if isinstance(train, Mapping) and train.get("until_converged"):
+        return True
+    return "until_converged" in repr(spec_data.get("factors")) or "until_converged" in repr(spec_data.get("cells"))
+
+
+def next_budget(attrs: Mapping[str, Any]) -> int | None:
+    """The budget a finished replicate run with ``attrs`` is extended to, or None: not a
+    replicate of an until-converged WSD cell, converged (or no flag: diverged, or recorded
+    before the flag), or at ``max_steps`` already."""
+    extend = _until_converged(attrs)
+    if extend is None or attrs.get("phase") != "replicate" or attrs.get("converged") is not False:
+        return None
+    steps, most = run_budget(attrs), int(extend["max_steps"])
+    return None if steps >= most else min(steps + int(extend["extend_by"]), most)
+
+
+def extension_attrs(attrs: Mapping[str, Any], number: int, target: int) -> dict[str, Any]:
+    """The attributes of the trial that extends run ``number`` (``attrs``) to ``target`` steps."""
+    out = {k: copy.deepcopy(attrs[k]) for k in EXTENSION_CARRIES if k in attrs}
+    out["config"]["train"]["steps"] = target
+    out[BUDGET] = target
+    out[EXTENDED_FROM] = {"number": number, "steps": run_budget(attrs)}
+    return out
+
+
+def _not_dropped(trials: Sequence[Any]) -> list[Any]:
+    return [t for t in trials if not t.user_attrs.get("dropped")]
+
+
+def longest_run(trials: Sequence[Any]) -> Any | None:
+    """The item's longest finished (COMPLETE) run, the latest of equal budgets; None if none."""
+    done = [t for t in _not_dropped(trials) if t.state == TrialState.COMPLETE]
+    return max(done, key=lambda t: (run_budget(t.user_attrs), t.number)) if done else None
+
+
+def queue_extensions(study: optuna.Study, trials: Iterable[FrozenTrial]) -> int:
+    """Queue the extension of every item whose longest finished run asks for one and that has no
+    trial at that budget yet; how many were queued. The caller holds the study's queue lock
+    (``extend_runs`` takes it; ``prepare`` holds it already)."""
+    by_item: dict[str, list[FrozenTrial]] = {}
+    for t in trials:
+        key = t.user_attrs.get("item")
+        if key and t.user_attrs.get("phase") == "replicate":
+            by_item.setdefault(key, []).append(t)
+    queued = 0
+    for group in by_item.values():
+        base = longest_run(group)
+        target = None if base is None else next_budget(base.user_attrs)
+        if target is None or any(run_budget(t.user_attrs) >= target for t in _not_dropped(group)):
+            continue
+        queue.enqueue(study, extension_attrs(base.user_attrs, base.number, target))
+        queued += 1
+    return queued
+
+
+def extend_runs(study: optuna.Study, cells: Sequence[str] | None = None) -> int:
+    """Queue the extensions the finished runs of ``cells`` (ids; None: every cell) ask for, under
+    the study's queue lock, read fresh from the storage; how many were queued."""
+    with queue.lock(study, f"ablate-queue:{study.study_name}"):
+        if cells is None:
+            trials = queue.trials(study, None, ALL_STATES)
+        else:
+            trials = [t for c in dict.fromkeys(cells) for t in queue.trials(study, {"cell_id": c, "phase": "replicate"})]
+        return queue_extensions(study, trials)
+
+
+# --- what plan, status and the reports say ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Extension:
+    """Where one item trained until converged stands: its declared budget, the longest finished
+    run's budget (``reached``, 0 before any finished), a longer run queued or running
+    (``pending``, its budget), ``max_steps``, and whether it is settled (converged, at the most,
+    or given up: no longer run pending)."""
+
+    cell_id: str
+    cell_label: str
+    seed: int
+    declared: int
+    reached: int
+    pending: int | None
+    max_steps: int
+    converged: bool | None
+
+    @property
+    def extended(self) -> bool:
+        return max(self.reached, self.pending or 0) > self.declared
+
+    @property
+    def open(self) -> bool:
+        """It may still train: not finished yet, or still improving below the most."""
+        return self.pending is not None or self.reached == 0 or (self.converged is False and self.reached < self.max_steps)
+
+    def line(self) -> str:
+        now = f"{self.declared} → {self.reached}" if self.reached else f"{self.declared} → (not finished)"
+        more = f" ({self.pending} queued)" if self.pending is not None else ""
+        state = ("converged" if self.converged else "still improving at the most" if self.reached >= self.max_steps
+                 else "still improving")
+        return (f"extended: {self.cell_label} · seed {self.seed}: {now}{more} of max {self.max_steps} steps"
+                + (f" ({state})" if self.reached else ""))
+
+
+def extension_history(trials: Iterable[Any], items: Iterable[Any] = ()) -> list[Extension]:
+    """One ``Extension`` per replicate item of an until-converged cell among ``trials`` (whole
+    trials), and per item of ``items`` (``design.Item``) that has no trial yet, in that order."""
+    by_item: dict[str, list[Any]] = {}
+    for t in trials:
+        if t.user_attrs.get("item") and t.user_attrs.get("phase") == "replicate" and _until_converged(t.user_attrs):
+            by_item.setdefault(t.user_attrs["item"], []).append(t)
+    out = []
+    for group in by_item.values():
+        group = _not_dropped(group)
+        if not group:
+            continue
+        first = min(group, key=lambda t: t.number)
+        declared = min(run_budget(t.user_attrs) for t in group)
+        best = longest_run(group)
+        reached = run_budget(best.user_attrs) if best is not None else 0
+        waiting = [run_budget(t.user_attrs) for t in group if t.state in (TrialState.WAITING, TrialState.RUNNING)
+                   and run_budget(t.user_attrs) > reached]
+        setting = _until_converged(first.user_attrs) or {}
+        out.append(Extension(str(first.user_attrs.get("cell_id")), str(first.user_attrs.get("cell_label")),
+                             int(first.user_attrs.get("seed", 0)), declared, reached, max(waiting) if waiting else None,
+                             int(setting.get("max_steps", declared)),
+                             best.user_attrs.get("converged") if best is not None else None))
+    for item in items:
+        setting = _until_converged({"config": item.cell.config})
+        if item.phase != "replicate" or setting is None or item.key in by_item:
+            continue
+        steps = int(item.cell.config["train"]["steps"])
+        out.append(Extension(item.cell.id, item.cell.label, item.seed, steps, 0, None, int(setting["max_steps"]), None))
+    return out
+
+
+def extension_lines(trials: Iterable[Any], items: Iterable[Any] = ()) -> list[str]:
+    """What ``ablate plan`` and ``ablate status`` say of the items trained until converged (those
+    of ``trials``, and of ``items`` without a trial yet): one line per extended item, and the most
+    steps the open ones may still train."""
+    found = extension_history(trials, items)
+    out = [e.line() for e in found if e.extended]
+    still = [e for e in found if e.open]
+    if still:
+        most = sum(e.max_steps - max(e.reached, e.pending or 0, e.declared) for e in still)
+        out.append(f"until converged: {len(still)} of {len(found)} replicates may still train, up to "
+                   f"{max(e.max_steps for e in still)} steps each ({most:,} more steps at most)")
+    return out
+
+
+def lineage_lines(trials: Iterable[Any], most: int = 10) -> list[str]:
+    """What ``ablate status`` says of the runs that continued a kept stable-phase checkpoint: per
+    item its longest finished run's ``continued_from`` (at most ``most`` lines, then a count)."""
+    by_item: dict[str, list[Any]] = {}
+    for t in trials:
+        if t.user_attrs.get("item"):
+            by_item.setdefault(t.user_attrs["item"], []).append(t)
+    out = []
+    for group in by_item.values():
+        best = longest_run(group)
+        branch = best.user_attrs.get("continued_from") if best is not None else None
+        if isinstance(branch, dict):
+            a = best.user_attrs
+            out.append(f"continued: {a.get('cell_label')} · seed {a.get('seed')} ({run_budget(a)} steps) from "
+                       f"{branch.get('label')} ({branch.get('cell')}) · seed {branch.get('seed')} at step "
+                       f"{branch.get('step')}: {a.get('steps_trained', '?')} steps trained")
+    return out[:most] + ([f"… and {len(out) - most} more continued runs"] if len(out) > most else [])

@@ -46,8 +46,11 @@ from ablate import faults, provenance
 from ablate.runner import phases, queue, sequential, tracking
 from ablate.runner.queue import HEARTBEAT_S, StorageError
 from ablate.runner.study import (
+    BUDGET,
     MAX_RETRIES,
     UNBOUNDED,
+    extend_runs,
+    extends_runs,
     link_if_done_elsewhere,
     open_study,
     recover_stale,
@@ -334,7 +337,9 @@ def _train_item(
     emit("start", info)
     probes = ProbeSpec.model_validate(study.user_attrs.get("spec", {}).get("probes", {}))
     # Named by the item (cell/phase/seed, or cell/tune/index: tuning trials of a cell share seeds).
-    checkpoint = current.checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}.pt"
+    # An extension (until_converged) has its own: the run it extends may have left one behind.
+    extension = f"-{attrs[BUDGET]}" if attrs.get(BUDGET) else ""
+    checkpoint = current.checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}{extension}.pt"
     for key in ("status", "failure_kind", "failure_message", "traceback"):
         if trial.user_attrs.get(key) is not None:  # a retry inherits its predecessor's attributes
             trial.set_user_attr(key, None)
@@ -738,6 +743,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
     in_a_row = 0  # infrastructure failures
     requeue_deadline = time.monotonic() + REQUEUE_WAIT_S  # also at start: a verdict may be in flight
     spec = _sequential_spec(study)
+    extending = extends_runs(study.user_attrs.get("spec"))  # until_converged: runs still improving go on
     while True:
         signals.check()
         with signals.critical():  # a claim, or a re-queue, is not cut in two
@@ -749,6 +755,10 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
         if dead:
             settle_runs(study, stores.tracking, dead)
         if trial is None:
+            if extending:  # an extension a kill left unqueued (its run finished, the queueing did not)
+                with signals.critical():
+                    if extend_runs(study):
+                        continue
             if spec is not None:  # a sequential study: a finished look queues the next one's seeds
                 with signals.critical():
                     advanced = sequential.advance(study, spec, stores)
@@ -772,6 +782,9 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             _await_preload(preload, device)
             outcome = run_item(study, trial, stores, device, emit, checkpoint_every, current, signals)
         current.take(None)
+        if extending and outcome == "complete":  # this process finished it: it queues its extension
+            with signals.critical():
+                extend_runs(study, [trial.user_attrs.get("cell_id")])
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         in_a_row = in_a_row + 1 if outcome == "infrastructure" else 0
         if in_a_row >= MAX_INFRASTRUCTURE_IN_A_ROW:

@@ -27,6 +27,7 @@ from ablate.spec.files import (
 )
 from ablate.spec.loader import MAX_BYTES, MAX_DEPTH, MAX_NODES, parse_yaml, parse_yaml_lines
 from ablate.spec.models import (
+    BUDGET_KEYS,
     MAX_CELLS,
     MAX_ITEMS,
     MAX_NAME,
@@ -53,17 +54,18 @@ from ablate.spec.models import (
     TrainSpec,
     TuneParam,
     TuneSpec,
+    UntilConverged,
     parse,
     resolve_task,
 )
 from ablate.spec.paths import ROOTS, get_path, leaf_paths, overlap, path_problem, set_path
 
 __all__ = [
-    "MAX_BYTES", "MAX_CELLS", "MAX_DEPTH", "MAX_EXTENDS", "MAX_ITEMS", "MAX_NAME", "MAX_NODES", "MAX_SEED", "MAX_SEEDS",
+    "BUDGET_KEYS", "MAX_BYTES", "MAX_CELLS", "MAX_DEPTH", "MAX_EXTENDS", "MAX_ITEMS", "MAX_NAME", "MAX_NODES", "MAX_SEED", "MAX_SEEDS",
     "MAX_TUNE_TRIALS", "NAME", "NAME_RULE", "OBJECTIVE_METRICS", "REFERENCE_METRICS", "ROOTS", "TUNE_SEED_BASE",
     "CompareEntry", "FactorSpec", "InitSpec", "LabelledLevel", "ModelSpec", "Objective", "Origins", "Problems",
     "ProbeSpec", "Reference", "RingInit", "RotrnnInit", "Spec", "SpecError", "StatsSpec", "TrainSpec", "TuneParam",
-    "TuneSpec",
+    "TuneSpec", "UntilConverged",
     "apply_overrides", "get_path", "leaf_paths", "locate", "located", "merge", "overlap", "parse", "parse_yaml",
     "parse_yaml_lines", "path_problem", "read", "read_raw", "reads", "reads_raw", "resolve_task", "set_path",
     "split_override", "validation_problems",

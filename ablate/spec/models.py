@@ -156,6 +156,22 @@ SCHEDULES = ("cosine", "constant", "linear", "step", "wsd")
 DECAY_SHAPES = ("1-sqrt", "linear", "cosine")
 
 
+#: The train settings that set only a run's budget: runs that differ only in them are one lineage
+#: (``ablate.design.identity.lineage_key``), and a longer one can continue a shorter one.
+BUDGET_KEYS = ("steps", "decay", "decay_steps", "until_converged")
+
+
+class UntilConverged(Strict):
+    """Training a WSD cell on past its budget while it is still improving (``ablate.runner.study``: training until converged):
+    a replicate that ends flagged "still improving" is continued from its stable-phase checkpoint
+    by ``extend_by`` more steps, until it converges or reaches ``max_steps``."""
+
+    max_steps: int = Field(..., ge=2, le=100_000_000,
+                           description="the most steps a replicate is trained to (above train.steps)")
+    extend_by: int = Field(..., ge=1, le=100_000_000,
+                           description="steps added each time a replicate ends still improving")
+
+
 class TrainSpec(Strict):
     """The optimisation of one trial: AdamW, linear warm-up, then a decay schedule; optionally
     stopped early on a plateau of the validation metric (``ablate.training``)."""
@@ -201,6 +217,10 @@ class TrainSpec(Strict):
         "SQLite MLflow store: every 25 keeps logging under 1% of a small model's trial)",
     )
     divergence_norm: float = Field(1e6, gt=0.0, description="a state norm past this marks the run diverged")
+    until_converged: UntilConverged | None = Field(
+        None,
+        description="schedule: wsd — a replicate that ends still improving is trained on, extend_by steps at a "
+        "time from its stable-phase checkpoint, until it converges or reaches max_steps; none: train.steps only")
 
     @field_validator("step_milestones")
     @classmethod

@@ -143,7 +143,10 @@ def cell_convergence(
     ``gain_max`` / ``gain_median`` (``val_gain_last`` over the still-improving runs, else over the
     runs that did not stop early; NaN when every run stopped early), ``budget``, ``steps_min``,
     ``steps_max``, ``steps_differ`` (some run used a number of steps other than the budget),
-    ``n_stopped_early``, ``best_step_median``."""
+    ``n_stopped_early``, ``best_step_median``, ``n_extended`` (runs trained past the budget by
+    ``train.until_converged``: a ``budget`` column above it, ``extended_from`` set) and
+    ``budget_reached`` (the largest budget a run of the cell reached; ``budget`` without
+    extensions). ``steps_differ`` compares each run's steps with its own budget."""
     rows_all = phase_rows(trials, phase)
     done = rows_all[rows_all["status"] == "complete"]
 
@@ -153,7 +156,8 @@ def cell_convergence(
         return pd.Series([None] * len(frame), index=frame.index, dtype=object)
 
     cols = ["cell_id", "cell_label", "n", "n_known", "n_unconverged", "still_improving", "gain_max", "gain_median",
-            "budget", "steps_min", "steps_max", "steps_differ", "n_stopped_early", "best_step_median"]
+            "budget", "steps_min", "steps_max", "steps_differ", "n_stopped_early", "best_step_median", "n_extended",
+            "budget_reached"]
     rows = []
     for _, cell in cell_rows(trials).iterrows():
         runs = done[done["cell_id"] == cell["cell_id"]]
@@ -174,7 +178,12 @@ def cell_convergence(
         g = gain[(unconverged if unconverged.any() else ~stopped) & np.isfinite(gain)]
         cap = budget.get(cell["cell_id"], np.nan) if isinstance(budget, dict) else (
             float(budget) if budget is not None else np.nan)
+        # A run trained until converged (``train.until_converged``) ran to its own budget, past the cell's.
+        own = pd.to_numeric(column(runs, "budget"), errors="coerce").to_numpy(float)
+        extended = np.isfinite(pd.to_numeric(column(runs, "extended_from"), errors="coerce").to_numpy(float))
+        budgets = np.where(np.isfinite(own), own, cap)
         s = steps[np.isfinite(steps)]
+        differ = np.isfinite(steps) & np.isfinite(budgets) & (steps != budgets)
         se = pd.to_numeric(column(runs, "val_gain_se"), errors="coerce").to_numpy(float)
         rows.append({
             "cell_id": cell["cell_id"], "cell_label": cell["cell_label"], "n": int(len(runs)),
@@ -183,8 +192,10 @@ def cell_convergence(
             "gain_max": float(g.max()) if g.size else np.nan, "gain_median": float(np.median(g)) if g.size else np.nan,
             "budget": cap, "steps_min": float(s.min()) if s.size else np.nan,
             "steps_max": float(s.max()) if s.size else np.nan,
-            "steps_differ": bool(s.size and np.isfinite(cap) and np.any(s != cap)),
+            "steps_differ": bool(differ.any()),
             "n_stopped_early": int(stopped.sum()),
             "best_step_median": float(np.median(best[np.isfinite(best)])) if np.isfinite(best).any() else np.nan,
+            "n_extended": int(extended.sum()),
+            "budget_reached": float(np.nanmax(budgets)) if np.isfinite(budgets).any() else cap,
         })
     return pd.DataFrame(rows, columns=cols)

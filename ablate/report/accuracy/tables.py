@@ -232,13 +232,26 @@ def _steps(r: pd.Series) -> str:
         return DASH
     lo, hi = int(r["steps_min"]), int(r["steps_max"])
     used = f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+    reached = r.get("budget_reached")
+    if finite(reached) and finite(r["budget"]) and reached > r["budget"]:  # extended: up to the budget reached
+        return used + f" of {int(r['budget']):,}–{int(reached):,}"
     return used + (f" of {int(r['budget']):,}" if finite(r["budget"]) else "")
+
+
+def extended_text(r: pd.Series) -> str:
+    """How a cell's runs were trained until converged: ``1 of 2 runs, 300 → 600 steps``; — when none was."""
+    n = int(r.get("n_extended", 0) or 0)
+    if not n:
+        return DASH
+    return f"{n} of {int(r['n'])} run{'s' if int(r['n']) != 1 else ''}, {int(r['budget']):,} → {int(r['budget_reached']):,} steps"
 
 
 def convergence_table(conv: pd.DataFrame, metric: str = "val accuracy") -> pd.DataFrame:
     """``stats.convergence`` for print: per cell the runs still improving, the largest gain of the
     validation metric over their last 20% of steps, the steps used of the budget, early stops and
-    the median best step."""
+    the median best step; where some run was trained until converged (``train.until_converged``),
+    which runs of each cell were extended and to what budget (``extended``)."""
+    extended = "n_extended" in conv.columns and bool(conv["n_extended"].fillna(0).astype(int).any())
     rows = []
     for _, r in conv.iterrows():
         known = int(r["n_known"])
@@ -250,9 +263,10 @@ def convergence_table(conv: pd.DataFrame, metric: str = "val accuracy") -> pd.Da
             "steps used": _steps(r),
             "stopped early": count(r["n_stopped_early"]),
             "best step (median)": f"{int(r['best_step_median']):,}" if finite(r["best_step_median"]) else DASH,
+            **({"extended (until converged)": extended_text(r)} if extended else {}),
         })
     cols = ["cell", "runs", "still improving", f"{metric} gain, last 20% of steps", "steps used", "stopped early",
-            "best step (median)"]
+            "best step (median)", *(["extended (until converged)"] if extended else [])]
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -16,6 +16,7 @@ from ablate.report.accuracy.tables import (
     cell_table,
     comparison_table,
     convergence_table,
+    extended_text,
     gain_points,
     power_table,
     test_verdict,
@@ -309,6 +310,12 @@ def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> l
                    f"{'it' if len(still) == 1 else 'them'} says so.")
     elif conv["n_known"].any():
         out.append("Every run whose convergence is recorded had stopped improving by the end of its budget.")
+    if "n_extended" in conv.columns and conv["n_extended"].fillna(0).astype(int).any():
+        grown = conv[conv["n_extended"].fillna(0).astype(int) > 0]
+        out.append("Trained until converged (train.until_converged): "
+                   + "; ".join(f"{r['cell_label']} {extended_text(r)}" for _, r in grown.iterrows())
+                   + " — each extended run continued its shorter run's stable-phase checkpoint while still improving; "
+                   "its results are those of its longest finished run.")
     differ = conv[conv["steps_differ"].astype(bool)]
     if len(differ):
         out.append("Steps actually used differ from the budget: "
