@@ -41,7 +41,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import optimize
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
 __all__ = [
@@ -130,6 +129,8 @@ def boundaries(fractions: tuple[float, ...], alpha: float, shape: str = "obrien_
 
         def excess(c: float, t: float = t, target: float = target) -> float:
             return proc.exit(t, c, -c if sides == 2 else -math.inf) - target
+
+        from scipy import optimize  # here: status, plan and run import this module, boundaries are rare
 
         c = optimize.brentq(excess, 0.0, 40.0, xtol=1e-10)
         out.append(float(c))
