@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 import real_studies as studies
+from pdfs import page_problems
 from typer.testing import CliRunner
 
 from ablate import stats
@@ -86,6 +87,7 @@ def test_a_comparison_of_two_studies_renders_with_both_studies_curves(studies_ro
     for words in ("cmp-a-cmp-b", "Hidden-state norms in shared axes", "4 from cmp-a", "normalisation=gamma, heads=4",
                   "All 4 variants are trained and tested on the same data", "Comparisons with the reference"):
         assert words in " ".join(text.split()), words
+    assert page_problems(tmp_path / "comparison.pdf") == []  # no split identifier, no near-empty page
     # A selection with another study's cell: the report says which variant is not compared, and why.
     res = CliRunner().invoke(app_cli(), ["compare", "cmp-a", "cmp-c", "--cells", "model.normalisation=xi",
                                          "--out", str(tmp_path / "c"), "--format", "pdf"])
