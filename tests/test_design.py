@@ -243,7 +243,8 @@ def test_the_baseline_is_validated_only_where_a_cell_uses_it():
     # No cell sets heads: every cell keeps the baseline's, and the error is the baseline's own, located.
     with pytest.raises(spec.SpecError) as info:
         design.load(root / "quickstart.yaml", ["model.heads=3"])
-    assert str(info.value) == (f"{root / 'quickstart.yaml'}:9: model: heads (3) must divide the 32 state_dim for "
+    line = (root / "quickstart.yaml").read_text(encoding="utf-8").splitlines().index("model:") + 1
+    assert str(info.value) == (f"{root / 'quickstart.yaml'}:{line}: model: heads (3) must divide the 32 state_dim for "
                                "rotation; valid heads: 1, 2, 4, 8, 16, 32")
     assert "the cell" not in str(info.value)
     # A baseline value moved by a factor only where it applies is checked in the cells that keep it.
