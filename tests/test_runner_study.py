@@ -462,3 +462,39 @@ def test_a_follow_up_study_run_by_the_command_trains_only_what_is_new(tmp_path):
     # A changed baseline under the same name orphans the finished trials, and says so.
     out = ablate(tmp_path, "plan", "a.yaml", "--set", "train.lr=0.001").stdout
     assert "orphaned: 4 finished trials of study 'fa'" in out and "ablate rm fa --orphans" in out
+
+
+def _recorded_then_killed(study: optuna.Study, stores: Stores) -> str:
+    """One item recorded COMPLETE whose MLflow run was never ended (a kill between the two)."""
+    from ablate.runner import tracking
+
+    trial = phases.claim(study)
+    attrs = phases.prepare_item(study, trial)
+    run = tracking.TrialRun(stores, study.study_name, study.user_attrs.get("mlflow_parent_run_id"),
+                            attrs["item"], attrs["config"], {"ablate.cell_id": attrs["cell_id"],
+                                                             "ablate.trial_number": str(trial.number)})
+    trial.set_user_attr("mlflow_run_id", run.run_id)
+    queue.finish(study, trial, TrialState.COMPLETE, {"val_accuracy": 0.5, "test_accuracy": 0.5,
+                                                     "status": "complete"}, 0.5)
+    return run.run_id
+
+
+def test_runs_are_settled_once_per_change_of_the_finished_trials(tmp_path):
+    """A full settle is skipped while no trial finished since the last one (it costs MLflow's import on
+    every idle `ablate run`), and never hides a run a later kill left RUNNING."""
+    from ablate.runner import tracking
+
+    stores = where(tmp_path)
+    s = spec("settle")
+    st.prepare(s, design.items(s), stores)
+    study = st.open_study("settle", stores)
+    first = _recorded_then_killed(study, stores)
+    assert [r.run_id for r in tracking.running_runs(stores.tracking, "settle")] == [first]
+    assert st.settle_runs(study, stores.tracking) == 1
+    assert tracking.running_runs(stores.tracking, "settle") == []
+    assert study.user_attrs[st.RUNS_SETTLED]
+    assert st.settle_runs(study, stores.tracking) == 0
+    second = _recorded_then_killed(study, stores)  # the finished set changed: the next settle looks again
+    assert st.settle_runs(study, stores.tracking) == 1
+    assert tracking.running_runs(stores.tracking, "settle") == []
+    assert second != first

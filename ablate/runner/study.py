@@ -47,6 +47,7 @@ from __future__ import annotations
 import copy
 import datetime
 import difflib
+import hashlib
 import json
 import os
 import shutil
@@ -102,6 +103,12 @@ KILLED_ATTRS = {"status": "killed", "failure_kind": "killed", "failure_message":
 OBJECTIVE = "val_accuracy"
 # Study user attribute: factor name → Optuna distribution (JSON) of its level labels.
 PARAM_DISTRIBUTIONS = "param_distributions"
+# The description optuna-dashboard's note was last saved with: importing optuna_dashboard to compare
+# costs seconds (it pulls in scikit-learn), on every `ablate run` of a study that has nothing to do.
+NOTE_SAVED = "ablate.dashboard_note"
+# The finished trials (numbers and states, hashed) when every MLflow run was last settled: a run is
+# left RUNNING only by a trial that finished (or died) since, so an unchanged set needs no MLflow.
+RUNS_SETTLED = "ablate.runs_settled"
 
 
 # The tracking URI each study of this process reports to (the study's attribute holds it with the
@@ -198,6 +205,12 @@ def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int
     kill between the two leaves no second FINISHED run for an item."""
     if not tracking:
         return 0
+    mark = None
+    if numbers is None:  # all: skipped (with MLflow's seconds of import) when no trial finished since the last
+        finished = sorted((t.number, t.state.name) for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+        mark = hashlib.sha256(json.dumps(finished).encode()).hexdigest()[:16]
+        if study.user_attrs.get(RUNS_SETTLED) == mark:
+            return 0
     from ablate.runner import tracking as tr
 
     ended = 0
@@ -225,7 +238,12 @@ def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int
             tr.terminate(tracking, run.run_id, status, tags=tags)
             ended += 1
     except Exception:  # tracking unreachable: the trial state is what counts
-        pass
+        return ended
+    if mark is not None:
+        try:
+            study.set_user_attr(RUNS_SETTLED, mark)
+        except Exception:  # a read-only store: the next run that can write records it
+            pass
     return ended
 
 
@@ -285,12 +303,15 @@ def describe(study: optuna.Study, spec: Spec) -> None:
     # Trials recorded before levels were parameters (older stores) get them now, so the
     # dashboard's importance and slice views read the whole study.
     queue.backfill_params(study, dists)
+    if study.user_attrs.get(NOTE_SAVED) == text:
+        return
     try:
         import optuna_dashboard
     except ImportError:  # an optional tool: the description attribute says the same
         return
     if optuna_dashboard.get_note(study) != text:
         optuna_dashboard.save_note(study, text)
+    study.set_user_attr(NOTE_SAVED, text)
 
 
 def description(spec: Spec) -> str:

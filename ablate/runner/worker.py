@@ -638,8 +638,13 @@ def _preload(then: Callable[[], Any] | None = None) -> threading.Thread:
     def load() -> None:
         try:
             import mlflow.tracking  # noqa: F401
+            import torch
 
+            import ablate.ops.scan_numba  # noqa: F401  (numba and its cached kernels: seconds, in the first forward)
             import ablate.training  # noqa: F401
+
+            # The first optimiser built in a process imports torch._dynamo (seconds): here, not in the first trial.
+            torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
         except Exception:
             return
         try:
