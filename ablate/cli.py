@@ -20,7 +20,7 @@ from rich.table import Table
 
 from ablate.spec import Spec, SpecError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, rich_markup_mode="markdown", no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Systematic ablation studies of linear recurrent sequence models.")
 
 # Lines as long as they need in a pipe or log file (SLURM, `tee`): wrapped or truncated at 80
@@ -392,6 +392,11 @@ def ls(storage: StorageOpt = None, tracking_uri: TrackingOpt = None) -> None:
     _table(f"studies on {redact(url)}", headers, table, set(headers[1:-1]))
 
 
+def _n(count: int, noun: str) -> str:
+    """"1 trial", "2 trials"."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
@@ -434,9 +439,9 @@ def rm(
             _confirm(f"drop {found.trials} finished trials ({len(found.finished)} items) and "
                      f"{len(found.unfinished)} queued items of {study!r} that belong to no cell of its spec?", yes)
             dropped = st.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking))
-            out.print(f"{study}: dropped {dropped.trials} trials; deleted {dropped.runs_deleted} MLflow runs"
+            out.print(f"{study}: dropped {_n(dropped.trials, 'trial')}; deleted {_n(dropped.runs_deleted, 'MLflow run')}"
                       + (f", kept {len(dropped.runs_kept)} that other studies reuse" if dropped.runs_kept else "")
-                      + (f"; {dropped.running} running items left alone" if dropped.running else ""))
+                      + (f"; {_n(dropped.running, 'running item')} left alone" if dropped.running else ""))
             return
         plan = st.removal(study, stores)
     except (typer.Exit, KeyboardInterrupt):
@@ -444,18 +449,18 @@ def rm(
     except Exception as exc:  # the stores, MLflow included, unreachable or refusing: nothing was removed
         raise _store_error(exc) from None
     if plan.running and not force:
-        err.print(f"[red]error[/red] {study} has {plan.running} running trials (workers at work): stop them first, "
+        err.print(f"[red]error[/red] {study} has {_n(plan.running, 'running trial')} (workers at work): stop them first, "
                   "or pass --force")
         raise typer.Exit(1)
     users = sorted({s for studies in plan.kept.values() for s in studies})
-    kept = f"; keep {len(plan.kept)} runs that {', '.join(users)} reuse" if plan.kept else ""
-    _confirm(f"remove study {study!r}: {plan.trials} trials, {len(plan.runs)} MLflow runs{kept}?", yes)
+    kept = f"; keep {_n(len(plan.kept), 'run')} that {', '.join(users)} reuse" if plan.kept else ""
+    _confirm(f"remove study {study!r}: {_n(plan.trials, 'trial')}, {_n(len(plan.runs), 'MLflow run')}{kept}?", yes)
     try:
         renamed = st.remove(plan, stores, checkpoint_dir() / study)
     except Exception as exc:  # half done: running the same command again finishes it
         raise _store_error(exc) from None
-    out.print(f"removed {study}: {plan.trials} trials, {len(plan.runs)} MLflow runs (deleted: `mlflow gc` purges "
-              f"them and their artifacts)" + (f"; kept {len(plan.kept)} runs in experiment {renamed!r}, reused by "
+    out.print(f"removed {study}: {_n(plan.trials, 'trial')}, {_n(len(plan.runs), 'MLflow run')} (deleted: `mlflow gc` purges "
+              f"them and their artifacts)" + (f"; kept {_n(len(plan.kept), 'run')} in experiment {renamed!r}, reused by "
                                               f"{', '.join(users)}" if plan.kept else ""), highlight=False)
 
 
@@ -835,17 +840,18 @@ def serve(
 
 @app.command()
 def bench(
-    lengths: Annotated[str | None, typer.Option(help="comma-separated sequence lengths [1024,4096; "
+    lengths: Annotated[str | None, typer.Option(help="comma-separated sequence lengths [1024; "
                                                      "--full: 256,1024,4096,16384]")] = None,
     device: Annotated[str, typer.Option(help="cpu, cuda or cuda:k")] = "cpu",
     layers: Annotated[bool, typer.Option("--layers/--no-layers", help="also time whole layers and a training step")]
     = True,
-    repeats: Annotated[int | None, typer.Option(min=1, help="timed rounds [3; --full: 5]")] = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="timed rounds [up to 3 within a 30-s budget; --full: 5]")] = None,
     full: Annotated[bool, typer.Option("--full", help="the long sweep: 4 lengths, 5 rounds, the torch "
                                                       "reference in the layer table (minutes)")] = False,
 ) -> None:
     """Scan kernels vs the per-step loop and the memory-bandwidth bound, then layers and training
-    steps with their scan share, measured side by side (under a minute by default)."""
+    steps of a 2-layer model at L=512 with their scan share and speed-up over the torch reference,
+    measured side by side (about 20 s of CPU; its timed rounds stop after 30 s; --full: minutes)."""
     from ablate.models.bench import run_bench
 
     try:

@@ -400,7 +400,7 @@ def test_rm_refuses_while_workers_run_and_names_unknown_studies(tmp_path):
     phases.claim(st.open_study("busy", stores))  # a worker at work
     env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     res = CliRunner().invoke(app, ["rm", "busy", "--yes"], env=env)
-    assert res.exit_code == 1 and "1 running trials" in res.output
+    assert res.exit_code == 1 and "1 running trial (workers at work)" in res.output
     res = CliRunner().invoke(app, ["rm", "nope", "--yes"], env=env)
     assert res.exit_code == 1 and "no study named 'nope'" in res.output
 
