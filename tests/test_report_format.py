@@ -135,3 +135,9 @@ def test_latex_tables_are_booktabs_and_escaped(tmp_path):
     assert [p.name for p in paths] == ["effects.csv", "effects.tex", "effects-data.csv"]
     back = pd.read_csv(paths[0], dtype=str, keep_default_na=False)
     pd.testing.assert_frame_equal(back, frame.map(lambda v: v.replace("\u00a0", " ")))
+
+
+def test_a_line_never_begins_with_a_relation_sign():
+    text = fmt.no_break_before_relations("p_adj = 0.047 *: significant at α = 0.05; p < 0.001, x ≤ 2")
+    assert text == "p_adj\u00a0= 0.047 *: significant at α\u00a0= 0.05; p\u00a0< 0.001, x\u00a0≤ 2"
+    assert "\u00a0=" in fmt.inline_markdown("**a** = b") and "> quoted" == fmt.no_break_before_relations("> quoted")

@@ -81,7 +81,7 @@ def export_table(frame: pd.DataFrame, name: str, caption: str = "", data: pd.Dat
 
 def say(*paragraphs: str) -> None:
     """Markdown paragraphs (empty ones skipped)."""
-    display(Markdown("\n\n".join(p for p in paragraphs if p)))
+    display(Markdown("\n\n".join(fmt.no_break_before_relations(p) for p in paragraphs if p)))
 
 
 def show(frame: pd.DataFrame, intro: str | Iterable[str] = (), heading: str | None = None, *,

@@ -43,6 +43,7 @@ __all__ = [
     "count",
     "finite",
     "inline_markdown",
+    "no_break_before_relations",
     "latex_escape",
     "latex_table",
     "level",
@@ -194,10 +195,19 @@ def verdict(significant: bool | None, at: str = "", few: str = "too few runs to 
     return f"{'' if significant else 'not '}significant" + (f" at {at}" if at else "")
 
 
+_RELATION = re.compile(r" ([=<>≤≥]) ")
+
+
+def no_break_before_relations(text: str) -> str:
+    """``p_adj = 0.047`` with a no-break space before the ``=`` (and ``<``, ``≤``, …): a line may
+    end after the sign, never begin with it."""
+    return _RELATION.sub("\u00a0\\1 ", text)
+
+
 def inline_markdown(text: str) -> str:
     """``**bold**``, ``*emphasis*`` and ```code``` of one paragraph as escaped HTML; ``\\*`` is a star."""
     star = "\x00"
-    out = _html.escape(text.replace("\\*", star), quote=False)
+    out = _html.escape(no_break_before_relations(text).replace("\\*", star), quote=False)
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     out = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
     out = re.sub(r"\*([^*]+)\*", r"<em>\1</em>", out)
