@@ -537,7 +537,7 @@ def test_few_run_table_names_each_interval_and_says_when_the_iqm_is_the_mean():
     table = acc.few_run_table(few, "base").set_index("cell")
     assert list(table.columns) == ["n", "mean [95% t CI]", "IQM [95% trimmed-t CI]",
                                    "P(cell > reference) [95% Newcombe CI]"]
-    assert table.loc["three", "IQM [95% trimmed-t CI]"] == "= mean (n\u00a0<\u00a04: nothing trimmed)"
+    assert table.loc["three", "IQM [95% trimmed-t CI]"] == "the mean (n\u00a0<\u00a04: nothing trimmed)"
     up = few.set_index("cell_id").loc["up"]
     assert table.loc["up", "IQM [95% trimmed-t CI]"] == fmt.with_ci(up["iqm"], up["iqm_ci_low"], up["iqm_ci_high"])
     assert table.loc["up", "P(cell > reference) [95% Newcombe CI]"] == fmt.with_ci(

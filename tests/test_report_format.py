@@ -141,3 +141,8 @@ def test_a_line_never_begins_with_a_relation_sign():
     text = fmt.no_break_before_relations("p_adj = 0.047 *: significant at α = 0.05; p < 0.001, x ≤ 2")
     assert text == "p_adj\u00a0= 0.047 *: significant at α\u00a0= 0.05; p\u00a0< 0.001, x\u00a0≤ 2"
     assert "\u00a0=" in fmt.inline_markdown("**a** = b") and "> quoted" == fmt.no_break_before_relations("> quoted")
+
+
+def test_a_table_cell_never_begins_a_line_with_a_relation_sign():
+    html = fmt.table_html(pd.DataFrame({"note": ["IQM = mean (n < 4: nothing to trim)"]}))
+    assert "IQM\u00a0= mean (n\u00a0< 4" in html.replace("&lt;", "<")

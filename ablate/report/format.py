@@ -234,7 +234,7 @@ _BREAK = re.compile(r"(?<=[=,])(?=[^\s,=])")
 
 def _breakable(text: str) -> str:
     """Escaped HTML of a cell's text with a ``<wbr>`` at each place an identifier may break."""
-    return "<wbr>".join(_html.escape(piece) for piece in _BREAK.split(text))
+    return "<wbr>".join(_html.escape(piece) for piece in _BREAK.split(no_break_before_relations(text)))
 
 
 def _pieces(text: str) -> list[str]:

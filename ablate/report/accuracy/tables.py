@@ -206,7 +206,7 @@ def few_run_table(few: pd.DataFrame, reference_id: str | None, confidence: float
     for _, r in few.iterrows():
         n = int(r["n"])
         if 0 < n < stats.IQM_MIN_N:
-            middle = f"= mean (n{NBSP}<{NBSP}{stats.IQM_MIN_N}: nothing trimmed)"
+            middle = f"the mean (n{NBSP}<{NBSP}{stats.IQM_MIN_N}: nothing trimmed)"
         else:
             middle = with_ci(r["iqm"], r["iqm_ci_low"], r["iqm_ci_high"])
         rows.append({
