@@ -10,6 +10,7 @@ the study's state; how that becomes an exit status is the caller's. A signal end
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import signal
 from collections.abc import Callable
@@ -74,6 +75,7 @@ def worker_events(err: Console, verbose: bool) -> Callable[[str, dict], None]:
 # What a reused item's light run is made of (tracking.Reused.of).
 REUSED_KEYS = ("item", "cell_id", "cell_label", "seed", "phase", "settings", "reused_from", "mlflow_run_id",
                st.DROPPED)
+REUSED_SHOWN = "ablate.reused_shown"
 
 
 def show_reused(study: optuna.Study, stores: Stores, err: Console) -> int:
@@ -87,8 +89,15 @@ def show_reused(study: optuna.Study, stores: Stores, err: Console) -> int:
                   if e.user_attrs.get("reused_from")]
         if not trials:
             return 0
+        # The reused items last given their light runs: the same set again needs no MLflow (seconds of
+        # import on every idle `ablate run` of a study that reuses), as settle_runs' mark.
+        mark = hashlib.sha256(json.dumps(sorted(number for number, _, _ in trials)).encode()).hexdigest()[:16]
+        if study.user_attrs.get(REUSED_SHOWN) == mark:
+            return 0
         with queue.lock(study, f"ablate-reused:{study.study_name}"):  # two `ablate run`s: one light run an item
-            return tracking.log_reused(stores, study.study_name, study.user_attrs.get("mlflow_parent_run_id"), trials)
+            made = tracking.log_reused(stores, study.study_name, study.user_attrs.get("mlflow_parent_run_id"), trials)
+        study.set_user_attr(REUSED_SHOWN, mark)
+        return made
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
         err.print(redact(f"warning: the reused items are not shown in MLflow: {type(exc).__name__}: {first}"),
