@@ -5,11 +5,15 @@ prober (``ablate.probes``) and the cost estimate (``ablate.planning``) cannot co
 
     validation   every ``train.eval_every`` steps before the last (the passes early stopping and
                  the tuning pruner watch), then the final pass at the last step
-    convergence  extra passes inside the last fifth of the steps, so that the window the
+    convergence  extra passes inside the convergence window, so that the window the
                  convergence flag reads (``ablate.stats.convergence``) starts exactly at its
                  boundary and holds at least ``CONVERGENCE_PASSES`` passes whatever
                  ``eval_every`` is. They feed the convergence flag only: early stopping, best
-                 weights and pruning see the periodic passes, so training is what it was
+                 weights and pruning see the periodic passes, so training is what it was.
+                 The window is the last fifth of the steps; on a WSD schedule the last fifth
+                 of its stable phase (``stable_end``), because its decay raises the metric
+                 whether or not a longer run would: what a longer budget adds is what the
+                 constant learning rate was still gaining when the decay began
     logging      every ``train.log_every`` steps and the last
     probes       step 0, every ``probes.every`` steps, the last (when probes are enabled)
     gradients    the probe steps from 1 on (when probes record gradients)
@@ -31,6 +35,22 @@ def window_start(steps: int) -> int:
     return steps - steps // 5
 
 
+def _get(obj: Any, key: str, default: Any) -> Any:
+    return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
+
+
+def stable_end(train: Any) -> int | None:
+    """The last step of a WSD schedule's stable phase, ``steps − D`` for a decay of D steps
+    (``decay_steps``, else ``decay · steps``, at least 1); None for the other schedules. The
+    factor is 1 from the warm-up's end up to and including scheduler step ``stable_end``, so two
+    runs with the same warm-up in steps have the same learning rate up to the smaller stable end:
+    the longer can continue from the shorter's checkpoint there. ``train``: a ``TrainSpec`` or its dict."""
+    if _get(train, "schedule", "cosine") != "wsd":
+        return None
+    steps, decay_steps = int(_get(train, "steps", 0)), _get(train, "decay_steps", None)
+    return steps - (int(decay_steps) if decay_steps is not None else max(1, int(float(_get(train, "decay", 0.2)) * steps)))
+
+
 @dataclass(frozen=True)
 class Schedule:
     steps: int
@@ -38,17 +58,18 @@ class Schedule:
     log_every: int
     probe_every: int | None = None  # None: probes disabled
     grads: bool = False
+    #: The last step of the convergence window: ``steps``, or a WSD schedule's stable end (None: ``steps``).
+    window_end: int | None = None
 
     @classmethod
     def of(cls, train: Any, probes: Any = None) -> Schedule:
         """From a ``TrainSpec`` (or its dict) and a ``ProbeSpec`` (or None: probes as by default)."""
-        def get(obj: Any, key: str, default: Any) -> Any:
-            return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
-
+        get = _get
         enabled = bool(get(probes, "enabled", True)) if probes is not None else True
         every = int(get(probes, "every", 100)) if probes is not None else 100
         return cls(int(get(train, "steps", 0)), int(get(train, "eval_every", 50)), int(get(train, "log_every", 25)),
-                   every if enabled else None, enabled and bool(get(probes, "grads", True) if probes is not None else True))
+                   every if enabled else None, enabled and bool(get(probes, "grads", True) if probes is not None else True),
+                   stable_end(train))
 
     # --- per step ----------------------------------------------------------------------------
 
@@ -56,8 +77,15 @@ class Schedule:
         """A periodic validation pass (early stopping and pruning watch these; not the last step's)."""
         return step >= 1 and step % self.eval_every == 0 and step != self.steps
 
+    @property
+    def window(self) -> tuple[int, int]:
+        """The convergence window ``[start, end]``: the last fifth of the steps, on a WSD schedule of
+        its stable phase."""
+        end = self.steps if self.window_end is None else self.window_end
+        return window_start(end), end
+
     def checks(self, step: int) -> bool:
-        """A validation pass for the convergence flag only (in the last fifth, not periodic, not last)."""
+        """A validation pass for the convergence flag only (in the window, not periodic, not last)."""
         return step in self._checks and not self.validates(step)
 
     def logs(self, step: int) -> bool:
@@ -80,13 +108,13 @@ class Schedule:
 
     @cached_property
     def _checks(self) -> frozenset[int]:
-        start, end = window_start(self.steps), self.steps
+        start, end = self.window
         periodic = {s for s in range(start, end) if self.validates(s)} | {end}
         if len(periodic | {start}) >= CONVERGENCE_PASSES:
-            extra = {start}
+            extra = {start, end}  # end: the final pass, or a stable end's pass for the flag
         elif end - start < CONVERGENCE_PASSES - 1:  # a tiny run: every step of its window
             extra = set(range(start, end))
         else:  # evenly from the boundary to the end (the final pass is the last of them)
             k = CONVERGENCE_PASSES - 1
-            extra = {start + round(i * (end - start) / k) for i in range(k)}
-        return frozenset(s for s in extra if 0 < s < end)
+            extra = {start + round(i * (end - start) / k) for i in range(k)} | {end}
+        return frozenset(s for s in extra if 0 < s < self.steps)

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from ablate import faults
 from ablate.models import Network, build_model
 from ablate.probes import Prober, train_summary
-from ablate.schedule import Schedule
+from ablate.schedule import Schedule, stable_end
 from ablate.spec import BUDGET_KEYS, ModelSpec, ProbeSpec, TrainSpec
 from ablate.stats.convergence import last_fifth
 from ablate.tasks import TaskData, load_task
@@ -101,17 +101,6 @@ def warmup_steps(train: TrainSpec) -> int:
     """Steps of linear warm-up: ``warmup_steps`` when set, else ``warmup · steps``; at least 1
     (a warm-up of one step is none: its factor is 1 from the first step)."""
     return max(1, train.warmup_steps if train.warmup_steps is not None else int(train.warmup * train.steps))
-
-
-def stable_end(train: TrainSpec) -> int | None:
-    """The last step of a WSD schedule's stable phase, ``steps − D`` for a decay of D steps
-    (``decay_steps``, else ``decay · steps``, at least 1); None for the other schedules. The
-    factor is 1 from the warm-up's end up to and including scheduler step ``stable_end``, so two
-    runs with the same warm-up in steps have the same learning rate up to the smaller stable end:
-    the longer can continue from the shorter's checkpoint there."""
-    if train.schedule != "wsd":
-        return None
-    return train.steps - (train.decay_steps if train.decay_steps is not None else max(1, int(train.decay * train.steps)))
 
 
 def schedule(train: TrainSpec) -> Callable[[int], float]:
@@ -339,7 +328,9 @@ def run_trial(
             if not stopped:  # the last step's validation pass (an early stop's was made in the loop)
                 val = evaluate(model, x_val, y_val)
                 plateau.update(step, val[key], model)
-            done = last_fifth(plateau.passes(), step, maximize, train.converged_tol, stopped)
+            # The window ends at the last step, or a WSD schedule's stable end (``ablate.schedule``).
+            end = when.window[1] if step == train.steps else step
+            done = last_fifth(plateau.passes(), end, maximize, train.converged_tol, stopped)
             if plateau.best_state is not None and plateau.best_step != step:
                 model.load_state_dict(plateau.best_state)  # patience: the final metrics are the best step's
                 val = None
@@ -430,6 +421,11 @@ def continuable(short: TrainSpec, long: TrainSpec) -> int | None:
     budget = set(BUDGET_KEYS)  # until_converged only decides how far a run goes, not its steps
     same = short.model_dump(exclude=budget) == long.model_dump(exclude=budget)
     if not same or warmup_steps(short) != warmup_steps(long) or not warmup_steps(short) <= end <= long_end:
+        return None
+    # The longer run's convergence window may begin before the checkpoint: every pass it makes there
+    # must be one the shorter run made too, or its flag would read passes it never had.
+    short_when, long_when = Schedule.of(short), Schedule.of(long)
+    if any(long_when.checks(s) and not (short_when.validates(s) or short_when.checks(s)) for s in range(end + 1)):
         return None
     return end
 

@@ -9,7 +9,7 @@ import torch
 
 from ablate import planning, training
 from ablate.schedule import CONVERGENCE_PASSES, Schedule, window_start
-from ablate.spec import ProbeSpec
+from ablate.spec import ProbeSpec, TrainSpec
 from ablate.tasks.base import TaskData, TaskInfo
 
 INFO = TaskInfo("toy", "tokens", 12, 1, 3, "classification", "accuracy", 1 / 3, 10, "v0")
@@ -71,3 +71,24 @@ def test_the_last_fifth_starts_with_a_pass_and_holds_enough_of_them(steps, eval_
     assert len(passes) >= CONVERGENCE_PASSES
     periodic = [s for s in range(1, steps) if s % eval_every == 0]
     assert [s for s in range(1, steps) if when.validates(s)] == periodic  # early stopping sees these only
+
+
+def test_a_wsd_schedule_reads_the_last_fifth_of_its_stable_phase():
+    # Its decay raises the metric whether or not a longer run would: the flag reads the constant phase.
+    train = TrainSpec(steps=1000, schedule="wsd", decay=0.2, eval_every=300)
+    when = Schedule.of(train)
+    assert when.window == (640, 800)
+    passes = [s for s in range(1001) if when.validates(s) or when.checks(s)]
+    inside = [s for s in passes if 640 <= s <= 800]
+    assert inside[0] == 640 and inside[-1] == 800 and len(inside) >= CONVERGENCE_PASSES
+    assert [s for s in range(1, 1000) if when.validates(s)] == [300, 600, 900]
+    assert not any(when.checks(s) for s in range(801, 1001))  # none in the decay
+    cosine = Schedule.of(train.model_copy(update={"schedule": "cosine"}))
+    assert cosine.window == (800, 1000)
+
+
+def test_a_longer_wsd_run_continues_only_where_its_window_has_the_shorter_runs_passes():
+    short = TrainSpec(steps=1000, schedule="wsd", decay=0.2, eval_every=300, warmup_steps=50)
+    assert training.continuable(short, short.model_copy(update={"steps": 2000})) == 800
+    # 1,100 steps: its window [704, 880] starts before the checkpoint at 800, at passes 1,000 never made.
+    assert training.continuable(short, short.model_copy(update={"steps": 1100})) is None

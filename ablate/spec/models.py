@@ -206,7 +206,8 @@ class TrainSpec(Strict):
     converged_tol: float = Field(
         0.005, ge=0.0,
         description="a trial counts as still improving unless it stopped early (patience) when its validation "
-        "metric rose over the last fifth of the steps run by more than this and by more than its pass-to-pass "
+        "metric rose over the last fifth of the steps run (of a wsd schedule's stable phase: its decay raises the "
+        "metric anyway) by more than this and by more than its pass-to-pass "
         "noise explains (a one-sided trend test at 5%): accuracy points as a fraction (0.005 = 0.5 points), or "
         "for bpc tasks the loss's relative decrease (0.005 = 0.5%)")
     grad_clip: float = Field(1.0, ge=0.0, description="0 disables clipping")

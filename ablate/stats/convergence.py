@@ -5,7 +5,9 @@ A run is *still improving* when its validation metric rose over the last fifth o
 more than its own pass-to-pass noise explains and by more than a tolerance worth a longer run:
 
     window    the passes at steps in [s − ⌊s/5⌋, s] of a run of s steps (``ablate.schedule``
-              puts one at the boundary and at least ``CONVERGENCE_PASSES`` in the window)
+              puts one at the boundary and at least ``CONVERGENCE_PASSES`` in the window); on
+              a WSD schedule s is its stable end, since the decay raises the metric whether or
+              not a longer run would (``last_fifth`` is given that s)
     gain      the least-squares slope of value against step over the window's passes, times the
               window's length: what the metric gained across the last fifth, in metric units (a
               loss: its decrease, relative to the fitted value at the boundary)
