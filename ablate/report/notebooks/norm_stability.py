@@ -194,16 +194,18 @@ if len(df) and len(check):
 
 # %% [markdown]
 # ## Spectrum drift over training
-# **Figure 6.** Eigenvalue magnitudes |λ| (γ<sub>h</sub> for rotation heads), phases (θ) and the
-# stationary theory norm E‖x<sub>∞</sub><sup>h</sup>‖² per head over training.
 
 # %%
-for part in chunks(fig_order, CHUNK) if order else []:
-    show_figure(ns.spectrum_figure(df, part, channels=channels), name="spectrum")
+# The table before the figure: the figure is most of a page, and after it a short table would
+# leave the page before nearly empty.
 if len(df) and len(drift):
     show(ns.drift_table(drift), name="spectrum-drift", data=drift, intro=(
         "**Table 6. Spectrum drift from the first to the last probe step.** Per mode (all layers and seeds); "
         "the input scale is what multiplies B: ξ_h, the LRU's learned γ_j, or sqrt(1 − |λ|²)."))
+for i, part in enumerate(chunks(fig_order, CHUNK) if order else []):
+    show_figure(ns.spectrum_figure(df, part, channels=channels), name="spectrum", title=(
+        "Figure 6. Eigenvalue magnitudes |λ| (γ_h for rotation heads), phases (θ) and the stationary theory "
+        "norm E‖x∞ʰ‖² per head over training." if i == 0 else "Figure 6 (continued)."))
 
 # %% [markdown]
 # ## Gradient norms
