@@ -375,15 +375,17 @@ def _table(title: str, headers: list[str], rows: list[list[str]], right: set[str
 def ls(storage: StorageOpt = None, tracking_uri: TrackingOpt = None) -> None:
     """List the studies on the stores: cells, items done / failed / running / waiting (and how
     many were reused from other studies), last activity."""
+    from ablate.runner import housekeeping as hk
+    from ablate.runner import standing as sd
     from ablate.runner import study as st
     from ablate.stores import redact, resolve
 
-    url = st.existing_store_url(storage)
+    url = sd.existing_store_url(storage)
     if url is None:
         out.print("no stores yet: no study has run here (see --storage, ABLATE_HOME)")
         return
     try:
-        rows = st.overview(resolve(url, tracking_uri, create=False))
+        rows = hk.overview(resolve(url, tracking_uri, create=False))
     except st.StorageError as exc:
         raise _store_error(exc) from None
     headers = ["study", "cells", "done", "reused", "failed", "running", "waiting", "dropped", "last activity"]
@@ -422,6 +424,7 @@ def rm(
     Runs another study reuses stay (with their parent run); its links to other studies' runs
     remove nothing of theirs. With --orphans, drop only its orphaned trials."""
     from ablate import design
+    from ablate.runner import housekeeping as hk
     from ablate.runner import sequential
     from ablate.runner import study as st
     from ablate.runner.worker import checkpoint_dir
@@ -432,18 +435,18 @@ def rm(
         if orphans:
             opt = st.open_study(study, stores)
             items = sequential.items(design.validate(opt.user_attrs["spec"], f"study {study}"), opt)
-            found = st.orphans(opt, items)
+            found = hk.orphans(opt, items)
             if not found:
                 out.print(f"{study}: no orphaned trials")
                 return
             _confirm(f"drop {found.trials} finished trials ({len(found.finished)} items) and "
                      f"{len(found.unfinished)} queued items of {study!r} that belong to no cell of its spec?", yes)
-            dropped = st.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking))
+            dropped = hk.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking))
             out.print(f"{study}: dropped {_n(dropped.trials, 'trial')}; deleted {_n(dropped.runs_deleted, 'MLflow run')}"
                       + (f", kept {len(dropped.runs_kept)} that other studies reuse" if dropped.runs_kept else "")
                       + (f"; {_n(dropped.running, 'running item')} left alone" if dropped.running else ""))
             return
-        plan = st.removal(study, stores)
+        plan = hk.removal(study, stores)
     except (typer.Exit, KeyboardInterrupt):
         raise
     except Exception as exc:  # the stores, MLflow included, unreachable or refusing: nothing was removed
@@ -456,7 +459,7 @@ def rm(
     kept = f"; keep {_n(len(plan.kept), 'run')} that {', '.join(users)} reuse" if plan.kept else ""
     _confirm(f"remove study {study!r}: {_n(plan.trials, 'trial')}, {_n(len(plan.runs), 'MLflow run')}{kept}?", yes)
     try:
-        renamed = st.remove(plan, stores, checkpoint_dir() / study)
+        renamed = hk.remove(plan, stores, checkpoint_dir() / study)
     except Exception as exc:  # half done: running the same command again finishes it
         raise _store_error(exc) from None
     out.print(f"removed {study}: {_n(plan.trials, 'trial')}, {_n(len(plan.runs), 'MLflow run')} (deleted: `mlflow gc` purges "
@@ -474,7 +477,10 @@ def keep(
     """Keep the orphaned trials of STUDY as study NEW: NEW gets the spec they were queued under
     (renamed) and links them (nothing runs; the MLflow runs are shared); STUDY drops them."""
     from ablate import design
+    from ablate.runner import housekeeping as hk
+    from ablate.runner import items as its
     from ablate.runner import sequential
+    from ablate.runner import standing as sd
     from ablate.runner import study as st
     from ablate.spec import NAME, NAME_RULE
     from ablate.stores import resolve
@@ -485,15 +491,15 @@ def keep(
     stores = resolve(storage, tracking_uri)
     try:
         opt = st.open_study(study, stores)
-        if st.item_states(new, [], stores.storage) is not None:
+        if sd.item_states(new, [], stores.storage) is not None:
             err.print(f"[red]error[/red] a study named {new!r} exists already: choose another name")
             raise typer.Exit(2)
         items = sequential.items(design.validate(opt.user_attrs["spec"], f"study {study}"), opt)
-        found = st.orphans(opt, items)
+        found = hk.orphans(opt, items)
         if not found.finished:
             out.print(f"{study}: no finished orphaned trials to keep")
             return
-        chosen = st.spec_for(opt, set(found.finished))
+        chosen = hk.spec_for(opt, set(found.finished))
         if chosen is None:
             err.print(f"[red]error[/red] the spec these trials ran under was not recorded (stores from before ablate "
                       f"recorded spec history); run that spec under a new name instead: `ablate run OLD.yaml --set "
@@ -502,15 +508,15 @@ def keep(
         old, covered = chosen
         spec = design.validate({**old.model_dump(mode="json"), "name": new}, f"study {new}")
         prepared = st.prepare(spec, design.items(spec), stores, enqueue_new=False)
-        states = st.states_by_item(prepared.study)
+        states = its.states_by_item(prepared.study)
         kept = {k for k in found.finished if states.get(k) in ("done", "failed")}
         if not kept:  # nothing could be linked: leave no empty study behind under that name
-            st.remove(st.removal(new, stores), stores)
+            hk.remove(hk.removal(new, stores), stores)
             why = "; ".join(dict.fromkeys(prepared.reuse.held.values())) or "none of them is a finished result"
             err.print(f"[red]error[/red] none of the {len(found.finished)} orphaned items of {study} could be kept "
                       f"as {new}: {why}", highlight=False)
             raise typer.Exit(1)
-        dropped = st.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking),
+        dropped = hk.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking),
                                   {"why": f"kept as study {new}", "kept_as": new}, only=kept)
     except st.StorageError as exc:
         raise _store_error(exc) from None

@@ -141,7 +141,7 @@ def build(spec: Spec, storage: str | None = None, tracking_uri: str | None = Non
     note = ""
     found = None
     try:
-        from ablate.runner.study import standing
+        from ablate.runner.standing import standing
         from ablate.stores import resolve
 
         tracking = resolve(storage, tracking_uri, create=False).tracking
@@ -205,7 +205,7 @@ def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
     import optuna
 
     from ablate.runner import sequential
-    from ablate.runner.study import existing_store_url
+    from ablate.runner.standing import existing_store_url
     from ablate.runner.study import storage as open_storage
 
     st = None
@@ -228,7 +228,8 @@ def until_converged_lines(spec: Spec, storage: str | None = None) -> list[str]:
         return []
     import optuna
 
-    from ablate.runner.study import StorageError, existing_store_url, extension_lines
+    from ablate.runner.standing import existing_store_url
+    from ablate.runner.study import StorageError, extension_lines
     from ablate.runner.study import storage as open_storage
 
     trials: list[Any] = []

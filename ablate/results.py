@@ -81,17 +81,16 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate import design
 from ablate.runner import sequential, tracking
+from ablate.runner.items import item_state, trials_by_item
+from ablate.runner.standing import existing_store_url
 from ablate.runner.study import (
     WHERE_STORES_ARE,
     StorageError,
-    existing_store_url,
     factor_distributions,
-    item_state,
     longest_run,
     missing_study,
     open_study,
     run_budget,
-    trials_by_item,
 )
 from ablate.runner.study import storage as open_storage
 from ablate.spec import Spec, SpecError, get_path, parse_yaml

@@ -43,6 +43,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ablate import design
+from ablate.runner import items as its
 from ablate.runner import phases
 from ablate.runner import study as st
 from ablate.stores import Stores
@@ -99,7 +100,7 @@ def _old_blocked_cells(study: optuna.Study, waiting: list) -> set[str]:
     blocked = set()
     for key, trials in by_item.items():
         cell, _, phase = key.partition("/")
-        if cell in cells and phase.startswith("tune/") and st.item_state(trials) in phases.UNFINISHED:
+        if cell in cells and phase.startswith("tune/") and its.item_state(trials) in phases.UNFINISHED:
             blocked.add(cell)
     return blocked
 

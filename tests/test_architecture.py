@@ -14,7 +14,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
-# the order is the flow of one item: queue ← tracking ← study ← phases ← progress ← worker ← pool ← launch.
+# the order is the flow of one item: queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
+# sequential ← phases ← progress ← worker ← pool ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
     ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.ops", "ablate.tasks", "ablate.models.registry",
@@ -25,7 +26,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.training",),
     ("ablate.runner.queue",),
     ("ablate.runner.tracking",),
+    ("ablate.runner.items",),
+    ("ablate.runner.reuse",),
     ("ablate.runner.study",),
+    ("ablate.runner.housekeeping",),
+    ("ablate.runner.standing",),
     ("ablate.runner.sequential",),
     ("ablate.runner.phases", "ablate.planning"),
     ("ablate.runner.progress",),

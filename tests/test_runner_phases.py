@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 from support import RAW, FakeRun, finish, score, stores, tune_trials
 
 from ablate import design
+from ablate.runner import items as its
 from ablate.runner import phases, queue
 from ablate.runner import study as st
 from ablate.stores import Stores
@@ -151,7 +152,7 @@ def test_both_phases_resume_and_seeds_extend(tmp_path, monkeypatch):
     where = stores(tmp_path)
     study, _ = st.prepare(s, design.items(s), where)
     assert run_fake_worker(monkeypatch, s.name, where) == {"complete": 12}
-    assert st.Progress.of(study, design.items(s)).done == 12
+    assert its.Progress.of(study, design.items(s)).done == 12
     # Re-running queues nothing; more seeds queue only the new replicates, which reuse the best.
     _, queued = st.prepare(s, design.items(s), where)
     assert queued == 0

@@ -26,6 +26,8 @@ from typer.testing import CliRunner
 from ablate import design, planning
 from ablate.cli import app
 from ablate.design import identity
+from ablate.runner import housekeeping as hk
+from ablate.runner import items as its
 from ablate.runner import phases, queue
 from ablate.runner import study as st
 from ablate.stores import Stores
@@ -118,7 +120,7 @@ def test_a_follow_up_links_exactly_the_finished_items_it_shares_and_seeds_extend
         assert t.value == origin.value and t.user_attrs["test_accuracy"] == origin.user_attrs["test_accuracy"]
         assert t.datetime_complete == origin.datetime_complete  # when it was trained, not linked
         assert t.user_attrs["cell_label"] == labels[t.user_attrs["cell_id"]]  # this study's label, not the source's
-    assert st.Progress.of(study, design.items(follow)).done == 4
+    assert its.Progress.of(study, design.items(follow)).done == 4
     # Preparing again links and queues nothing; a third study takes the original, not the link.
     again = st.prepare(follow, design.items(follow), stores)
     assert again.queued == 0 and not again.linked
@@ -154,7 +156,7 @@ def test_a_divergence_is_reused_an_error_is_not(tmp_path):
     follow = spec("follow")
     prepared = st.prepare(follow, design.items(follow), stores)
     assert prepared.linked == {"first": 3} and prepared.queued == 1
-    states = st.states_by_item(prepared.study)
+    states = its.states_by_item(prepared.study)
     lru = [i for i in design.items(follow) if i.cell.label == "LRU"]
     assert states[lru[0].key] == "failed" and states[lru[1].key] == "waiting"
     diverged = [t for t in trials_of(stores, "follow") if t.user_attrs.get("failure_kind") == "diverged"]
@@ -269,7 +271,7 @@ def test_a_tuned_cell_with_a_pruned_tuning_trial_is_reused_whole_and_kept(tmp_pa
     st.prepare(changed, design.items(changed), stores)
     res = CliRunner().invoke(app, ["keep", "p3", "p3-old"])
     assert res.exit_code == 1 and "could be kept as p3-old" in res.output and "failed with an error" in res.output
-    assert "p3-old" not in {r.name for r in st.overview(stores)}
+    assert "p3-old" not in {r.name for r in hk.overview(stores)}
 
 
 def test_an_item_finished_elsewhere_after_it_was_queued_is_linked_when_claimed(tmp_path):
@@ -309,26 +311,26 @@ def test_orphans_are_listed_then_kept_as_a_study_or_dropped(tmp_path, monkeypatc
     assert plan.orphans.trials == 4 and "orphaned: 4 finished trials of study 's'" in lines[0]
     assert "ablate keep s s-old" in lines[1] and "ablate rm s --orphans" in lines[2]
     st.prepare(changed, design.items(changed), stores)
-    assert st.orphans(st.open_study("s", stores), design.items(changed)).trials == 4
+    assert hk.orphans(st.open_study("s", stores), design.items(changed)).trials == 4
     # Keep them: a study of their own, with the spec they were queued under.
     res = CliRunner().invoke(app, ["keep", "s", "s-old"])
     assert res.exit_code == 0, res.output
     assert "kept 4 orphaned items of s as study s-old" in res.output and "s dropped 4 trials" in res.output
     old = st.open_study("s-old", stores)
     assert old.user_attrs["spec"]["train"]["lr"] == 0.003  # the default, as first run
-    assert st.Progress.of(old, design.items(design.validate(old.user_attrs["spec"]))).done == 4
-    assert not st.orphans(st.open_study("s", stores), design.items(changed))
+    assert its.Progress.of(old, design.items(design.validate(old.user_attrs["spec"]))).done == 4
+    assert not hk.orphans(st.open_study("s", stores), design.items(changed))
     # Orphans of another change, dropped.
     again = spec("s", train={**PLAIN["train"], "lr": 0.002})
     st.prepare(again, design.items(again), stores)  # the lr=0.001 items, queued, are orphans now
-    found = st.orphans(st.open_study("s", stores), design.items(again))
+    found = hk.orphans(st.open_study("s", stores), design.items(again))
     assert len(found.unfinished) == 4 and not found.finished
     res = CliRunner().invoke(app, ["rm", "s", "--orphans", "--yes"])
     assert res.exit_code == 0 and "dropped 4 trials" in res.output, res.output
     study = st.open_study("s", stores)
-    assert not st.orphans(study, design.items(again))
+    assert not hk.orphans(study, design.items(again))
     assert phases.claim(study).user_attrs["config"]["train"]["lr"] == 0.002  # no dropped item is claimed
-    rows = {r.name: r for r in st.overview(stores)}
+    rows = {r.name: r for r in hk.overview(stores)}
     assert rows["s"].dropped == 8 and rows["s-old"].done == 4 and rows["s-old"].reused == 4
 
 
@@ -349,7 +351,7 @@ def _ls_rm(stores: Stores, a: str, b: str) -> None:
     prepared = st.prepare(follow, design.items(follow), stores)
     assert prepared.linked == {a: 2} and prepared.queued == 1
     finish_all(st.open_study(b, stores), stores=stores)
-    rows = {r.name: r for r in st.overview(stores)}
+    rows = {r.name: r for r in hk.overview(stores)}
     assert (rows[a].cells, rows[a].done, rows[a].reused) == (2, 4, 0)
     assert (rows[b].cells, rows[b].done, rows[b].reused, rows[b].waiting) == (1, 3, 2, 0)
     env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking}
@@ -362,15 +364,15 @@ def _ls_rm(stores: Stores, a: str, b: str) -> None:
     runs_a = {r.info.run_id: r for r in mlc.search_runs([mlc.get_experiment_by_name(a).experiment_id])}
     used = {t.user_attrs["mlflow_run_id"] for t in trials_of(stores, b) if t.user_attrs.get("reused_from")}
     assert len(runs_a) == 5 and len(used) == 2 and used <= set(runs_a)  # 4 trials + the parent; 2 reused
-    plan = st.removal(a, stores)
+    plan = hk.removal(a, stores)
     parent = next(r for r, run in runs_a.items() if run.data.tags.get("ablate.role") == "study")
     assert set(plan.kept) == used | {parent} and set(plan.runs) == set(runs_a) - used - {parent}
     refused = CliRunner().invoke(app, ["rm", a], env=env, input="")
-    assert refused.exit_code == 1 and a in {r.name for r in st.overview(stores)}  # not a terminal: asks for --yes
+    assert refused.exit_code == 1 and a in {r.name for r in hk.overview(stores)}  # not a terminal: asks for --yes
     res = CliRunner().invoke(app, ["rm", a, "--yes"], env=env)
     assert res.exit_code == 0, res.output
     assert f"removed {a}: 4 trials, 2 MLflow runs" in res.output and f"kept 3 runs in experiment '{a}.removed-" in res.output
-    assert a not in {r.name for r in st.overview(stores)}
+    assert a not in {r.name for r in hk.overview(stores)}
     assert mlc.get_experiment_by_name(a) is None  # the name is free for a new study
     for run_id in used | {parent}:
         assert mlc.get_run(run_id).info.lifecycle_stage == "active"
@@ -380,7 +382,7 @@ def _ls_rm(stores: Stores, a: str, b: str) -> None:
     assert res_b.trials["status"].to_list() == ["complete"] * 3 and res_b.trials["reused_from"].to_list()[:2] == [a, a]
     assert res_b.metrics.select("seed").unique().height == 3  # the reused runs' metrics are still read
     # Removing b now deletes its own run and the experiment; a's kept runs are not b's to delete.
-    st.remove(st.removal(b, stores), stores)
+    hk.remove(hk.removal(b, stores), stores)
     assert mlc.get_run(next(iter(used))).info.lifecycle_stage == "active"
 
 

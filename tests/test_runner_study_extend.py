@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 from support import DESIGN_BASE
 
 from ablate import design
+from ablate.runner import items as its
 from ablate.runner import phases, queue
 from ablate.runner import study as st
 from ablate.spec import SpecError
@@ -72,13 +73,13 @@ def test_an_improving_run_is_extended_by_extend_by_until_max_steps_and_a_converg
     assert ext.user_attrs["item"] == study.trials[0].user_attrs["item"]  # the same item, the same cell
     assert ext.user_attrs["budget"] == 20 and ext.user_attrs["config"]["train"]["steps"] == 20
     assert ext.user_attrs["extended_from"] == {"number": 0, "steps": 10}
-    assert st.states_by_item(study)[ext.user_attrs["item"]] == "waiting"  # a longer run is to come
+    assert its.states_by_item(study)[ext.user_attrs["item"]] == "waiting"  # a longer run is to come
     assert finish_claimed(study, {0: False, 1: True}) == [(0, 20)]
     assert st.extend_runs(study) == 1
     assert finish_claimed(study, {0: False, 1: True}) == [(0, 25)]  # 20 + 10 capped at max_steps
     assert st.extend_runs(study) == 0  # at max_steps, still improving: that is where it stops
     assert budgets(study) == {0: [10, 20, 25], 1: [10]}
-    assert set(st.states_by_item(study).values()) == {"done"}
+    assert set(its.states_by_item(study).values()) == {"done"}
     lines = st.extension_lines(study.get_trials())
     assert lines[0] == f"extended: {design.cells(spec)[0].label} · seed 0: 10 → 25 of max 25 " \
                        "steps (still improving at the most)"

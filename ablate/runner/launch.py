@@ -21,6 +21,8 @@ from rich.console import Console
 
 from ablate import planning
 from ablate.design import spec_hash
+from ablate.runner import housekeeping as hk
+from ablate.runner import items as its
 from ablate.runner import pool, queue, sequential, tracking
 from ablate.runner import study as st
 from ablate.runner.worker import Interrupted, work
@@ -74,7 +76,7 @@ def worker_events(err: Console, verbose: bool) -> Callable[[str, dict], None]:
 
 # What a reused item's light run is made of (tracking.Reused.of).
 REUSED_KEYS = ("item", "cell_id", "cell_label", "seed", "phase", "settings", "reused_from", "mlflow_run_id",
-               st.DROPPED)
+               its.DROPPED)
 REUSED_SHOWN = "ablate.reused_shown"
 
 
@@ -134,8 +136,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     try:
         prepared = st.prepare(spec, todo, stores, parent_run, reuse=reuse, reuse_stale=reuse_stale)
         study, queued = prepared
-        before = st.Progress.of(study, todo)
-        orphans = st.orphans(study, todo)
+        before = its.Progress.of(study, todo)
+        orphans = hk.orphans(study, todo)
     except st.StorageError:
         raise
     except KeyboardInterrupt:
@@ -203,7 +205,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     try:  # read-only: the storage may have failed for writing (that may be why workers stopped)
         view = st.open_study(spec.name, stores, read_only=True)
         todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds
-        after = st.Progress.of(view, todo)
+        after = its.Progress.of(view, todo)
         errors = [e for e in queue.entries(view, keys=("failure_kind",)) if e.user_attrs.get("failure_kind") == "error"]
     except Exception as exc:
         raise st.StorageError(storage_problem(stores.storage, exc)) from None

@@ -42,8 +42,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate import tuning
 from ablate.design.identity import lineage_key
+from ablate.runner import items as its
 from ablate.runner import queue
-from ablate.runner import study as st
 from ablate.spec import TrainSpec
 
 UNFINISHED = ("waiting", "running", "new")
@@ -71,7 +71,7 @@ def make_sampler(protocol: dict[str, Any], startup: int, seed: int) -> optuna.sa
 
 
 def _tune_trials(study: optuna.Study, cell_id: str) -> list[FrozenTrial]:
-    return st.cell_trials(study, cell_id, "tune")
+    return its.cell_trials(study, cell_id, "tune")
 
 
 def intermediate(trial: FrozenTrial) -> dict[int, float]:
@@ -235,7 +235,7 @@ def record_params(study: optuna.Study, trial: optuna.Trial, attrs: Mapping[str, 
     """The item's factor levels and tuned values as Optuna parameters of its running trial.
     Display only: a distribution the study's history does not accept (a search space that
     changed type) is left out rather than failing the trial."""
-    params: dict[str, tuple[Any, BaseDistribution]] = st.level_params(study, attrs.get("settings"))
+    params: dict[str, tuple[Any, BaseDistribution]] = its.level_params(study, attrs.get("settings"))
     tuned = attrs.get("params")
     if attrs.get("tune") and isinstance(tuned, dict):
         dists = distributions(attrs["tune"]["space"])
@@ -267,7 +267,7 @@ class _TuningGate:
             return None
         cell = attrs.get("cell_id")
         if cell not in self._tuning:
-            states = st.states_by_item(self._study, {"cell_id": cell, "phase": "tune"})
+            states = its.states_by_item(self._study, {"cell_id": cell, "phase": "tune"})
             self._tuning[cell] = any(s in UNFINISHED for s in states.values())
         return {"cell_id": cell, "after_tune": True} if self._tuning[cell] else None
 

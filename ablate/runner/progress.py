@@ -35,7 +35,7 @@ from rich.text import Text
 
 from ablate.design import Item
 from ablate.runner import queue
-from ablate.runner.study import DROPPED, counts
+from ablate.runner.items import DROPPED, counts
 
 # Seconds between two looks at the store, and between status lines in a pipe when nothing happens.
 POLL_S = 1.0

@@ -30,7 +30,8 @@ import optuna
 from ablate import design, faults
 from ablate.design import Item
 from ablate.runner import queue
-from ablate.runner.study import item_state, prepare, trials_by_item
+from ablate.runner.items import item_state, trials_by_item
+from ablate.runner.study import prepare
 from ablate.spec import Spec
 from ablate.stats.sequential import SequentialDesign, decide
 from ablate.stores import Stores
@@ -90,7 +91,8 @@ def stored_items(spec: Spec, storage_url: str | None) -> list[Item]:
     a study is created in it; the caller's own use of the store reports a broken one."""
     if spec.sequential is None:
         return design.items(spec)
-    from ablate.runner.study import StorageError, existing_store_url, storage
+    from ablate.runner.standing import existing_store_url
+    from ablate.runner.study import StorageError, storage
 
     url = existing_store_url(storage_url)
     if url is None:

@@ -1,33 +1,16 @@
 """A study: ablate's items on the Optuna work queue (runner/queue.py), one trial per (cell,
-phase, seed) — their attributes, their states, queueing them, progress.
+phase, seed) — opening it, describing it, queueing its items, the lifecycle of dead workers'
+trials and their MLflow runs, and training until converged (the section at the end).
 
-Items are enqueued as WAITING trials carrying their cell config in user attributes; workers
-claim them atomically (queue.claim, with the tuning rule of runner/phases.py). Heartbeats mark
-trials of killed workers FAIL and re-enqueue them, up to a retry bound. Nothing here touches
-Optuna's storage internals: that is runner/queue.py's alone.
+Items are enqueued as WAITING trials carrying their cell config in user attributes
+(runner/items.py, which also reads their states); workers claim them atomically (queue.claim,
+with the tuning rule of runner/phases.py). Heartbeats mark trials of killed workers FAIL and
+re-enqueue them, up to a retry bound. Nothing here touches Optuna's storage internals: that is
+runner/queue.py's alone.
 
-One cell store: the studies of one storage share their results. When a study is prepared, an
-item finished in another study (same item key: same cell id, hence config, data, code and
-tuning protocol, and the same seed or tuning index) is not queued but *linked*: a finished trial
-is added to this study carrying the finished trial's attributes (metrics, provenance, the same
-``mlflow_run_id``: the MLflow run is referenced, not copied) and ``reused_from`` (the study,
-trial number and item of the trial that trained it). Results, reports, ``plan`` and ``status``
-read it as their own; it survives the source study's removal. What is reused:
-
-- completed items, and items that diverged (a result of the cell: the same config diverges
-  again); not items that failed with an error (a bug, which a fix may remove without a code
-  version bump) or ran out of retries (the machine, not the cell);
-- only from studies on the same MLflow tracking store (the run must be readable);
-- a tuned cell only whole: its tuning trials are linked only when the source study tuned it with
-  exactly the tuning items this spec asks for, all finished (the replicates depend on the best
-  of them), and then its finished replicates with them; missing replicate seeds run here on
-  the same best setting. Otherwise nothing of the cell is reused (``Reuse.held`` says why);
-- *stale* results, same config key (``ablate.design.config_key``) at another code version,
-  only when asked (``reuse_stale``); they keep their ``code_version``.
-
-Trials marked ``dropped`` (``ablate rm --orphans``, ``ablate keep``) are left out of every
-state, result and reuse; their study keeps their numbers (Optuna numbers trials by count, so
-trials are never deleted from a study that stays).
+When a study is prepared, items another study on the storage finished are linked rather than
+queued (runner/reuse.py: one cell store). Orphans, ``ablate rm`` and ``ablate ls`` are
+runner/housekeeping.py's; what ``ablate plan`` reads without writing is runner/standing.py's.
 
 A cell trained until converged (``train.until_converged``) may hold several trials per replicate
 item, one per budget: a run still improving is extended by a longer one queued for the same item
@@ -49,60 +32,41 @@ import datetime
 import difflib
 import hashlib
 import json
-import os
-import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import design
-from ablate.design import Cell, Item, canonical_json, spec_hash
+from ablate.design import Item, spec_hash
 from ablate.runner import queue
+from ablate.runner.items import (
+    BUDGET,
+    EXTENDED_FROM,
+    MAX_RETRIES,
+    PARAM_DISTRIBUTIONS,
+    item_attrs,
+    states_by_item,
+)
 from ablate.runner.queue import StorageError
+from ablate.runner.reuse import Reuse, find_reusable, link
 from ablate.spec import Spec
 from ablate.stores import Stores, redact
 
-MAX_RETRIES = 2
-# Training until converged (the section at the end): the trial attributes of an extension, the
-# steps it trains to and {"number", "steps"} of the run it continues.
-BUDGET = "budget"
-EXTENDED_FROM = "extended_from"
-# A failed item counts as done when it failed for one of these reasons: re-running gives the same.
-TERMINAL_KINDS = ("diverged", "error")
-# Failed items another study may reuse: a divergence is the cell's (an error may be fixed).
-REUSABLE_FAILURES = ("diverged",)
 # Items are looked up by cell (a replicate's cell tuning, a cell's tuning history, results of
 # other studies) and by config key (stale results): indexed.
 INDEXED = ("cell_id", "config_key")
-# The user attributes item_state reads.
-STATE_KEYS = ("item", "failure_kind", "dropped", BUDGET)
-# The user attribute that removes a trial from its study's results (``ablate rm --orphans``).
-DROPPED = "dropped"
 # Specs a study remembers (``specs``), so that orphaned trials can be kept as a study of their own.
 SPEC_HISTORY = 16
-# What a linked trial does not take from the trial it links: the worker's own, and marks.
-NOT_LINKED = ("worker", "step", DROPPED, "spec_hash")
-# An item's own attributes (item_attrs): a link keeps its item's, whatever the source's were.
-IDENTITY = ("item", "cell_id", "cell_label", "seed", "phase", "settings", "config", "config_key",
-            "code_version", "index", "tune", "after_tune", "spec_hash", "linked_at", BUDGET, EXTENDED_FROM)
-# The user attributes reuse reads of another study's trials.
-SOURCE_KEYS = ("item", "cell_id", "config_key", "code_version", "failure_kind", "reused_from", DROPPED, BUDGET)
-
-# Failures that are not the item's: re-queued without a bound.
-UNBOUNDED = ("interrupted", "infrastructure")
 # Failures whose attempt's run is the trial's result (its run ends FAILED, not KILLED).
 RECORDED_KINDS = ("diverged", "error", "oom", "infrastructure")
 
 KILLED_ATTRS = {"status": "killed", "failure_kind": "killed", "failure_message": "worker stopped sending heartbeats"}
 # The objective every COMPLETE trial reports (worker.py tells the study this value).
 OBJECTIVE = "val_accuracy"
-# Study user attribute: factor name → Optuna distribution (JSON) of its level labels.
-PARAM_DISTRIBUTIONS = "param_distributions"
 # The description optuna-dashboard's note was last saved with: importing optuna_dashboard to compare
 # costs seconds (it pulls in scikit-learn), on every `ablate run` of a study that has nothing to do.
 NOTE_SAVED = "ablate.dashboard_note"
@@ -247,21 +211,6 @@ def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int
     return ended
 
 
-def item_attrs(item: Item) -> dict[str, Any]:
-    return {
-        "item": item.key,
-        "cell_id": item.cell.id,
-        "cell_label": item.cell.label,
-        "seed": item.seed,
-        "phase": item.phase,
-        "settings": json.loads(canonical_json(item.cell.labels)),
-        "config": item.cell.config,
-        "config_key": item.cell.config_key,  # stale results of this config under other code are found by it
-        "code_version": item.cell.code_version,
-        **item.extra_attrs(),  # tuned specs: the protocol, and a tuning item's index (runner/phases.py)
-    }
-
-
 def factor_distributions(spec: Spec, known: Mapping[str, Any] | None = None
                          ) -> dict[str, optuna.distributions.CategoricalDistribution]:
     """Per factor, a categorical distribution over its level labels in the spec's order (and the
@@ -335,60 +284,6 @@ def description(spec: Spec) -> str:
     return "\n".join(lines)
 
 
-def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
-    """The state of one item from all its trials: done, failed, running, waiting or new
-    (trials marked ``dropped`` are not the study's any more)."""
-    trials = [t for t in trials if not t.user_attrs.get(DROPPED)]
-    states = [t.state for t in trials]
-    if TrialState.COMPLETE in states or TrialState.PRUNED in states:  # a pruned tuning trial is a result
-        # ... unless a longer run of it (until_converged: the section at the end) is still to come
-        # (only extensions carry a budget, and each is longer than the runs before it)
-        reached = max(t.user_attrs.get(BUDGET) or 0 for t in trials
-                      if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
-        longer = [t.state for t in trials if (t.user_attrs.get(BUDGET) or 0) > reached]
-        if TrialState.RUNNING in longer:
-            return "running"
-        return "waiting" if TrialState.WAITING in longer else "done"
-    if any(t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") in TERMINAL_KINDS for t in trials):
-        return "failed"
-    if TrialState.RUNNING in states:
-        return "running"
-    if TrialState.WAITING in states:
-        return "waiting"
-    # Retries are bounded for failures that re-running may fix; a signal's interruption and a
-    # store's outage are not the item's (a worker stops after a few outages in a row instead).
-    retried = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") not in UNBOUNDED]
-    if len(retried) > MAX_RETRIES:
-        return "failed"
-    return "new"
-
-
-def trials_by_item(study: optuna.Study) -> dict[str, list[FrozenTrial]]:
-    """Every trial of the study, whole, by item key (what the results API reads); not the dropped."""
-    out: dict[str, list[FrozenTrial]] = {}
-    for trial in study.get_trials(deepcopy=False):
-        key = trial.user_attrs.get("item")
-        if key and not trial.user_attrs.get(DROPPED):
-            out.setdefault(key, []).append(trial)
-    return out
-
-
-def states_by_item(study: optuna.Study, where: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """The state of every item with a trial (of those whose attributes match ``where``), read
-    without loading the trials' configs."""
-    by_item: dict[str, list[queue.Entry]] = {}
-    for entry in queue.entries(study, where, STATE_KEYS):
-        key = entry.user_attrs.get("item")
-        if key and not entry.user_attrs.get(DROPPED):
-            by_item.setdefault(key, []).append(entry)
-    return {key: item_state(trials) for key, trials in by_item.items()}
-
-
-def cell_trials(study: optuna.Study, cell_id: str, phase: str) -> list[FrozenTrial]:
-    """The trials of one cell in one phase, whole, oldest first (read by the cell's index)."""
-    return queue.trials(study, {"cell_id": cell_id, "phase": phase})
-
-
 @dataclass
 class Prepared:
     """What ``prepare`` did; unpacks as ``(study, queued)``."""
@@ -444,546 +339,6 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
         if enqueue_new and extends_runs(dump):  # those a kill left unqueued (the section at the end)
             done.queued += queue_extensions(study, queue.trials(study, None, tuple(TrialState)))
     return done
-
-
-# --- reuse across studies -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Source:
-    """A finished trial of some study that an item of another can link."""
-
-    study: str
-    number: int
-    item: str  # its item key (another cell id than the linking item's when stale)
-    state: TrialState
-    code_version: str  # the code that trained it
-    stale: bool  # trained by another code version than the linking cell's
-    link: bool  # itself a link (its study reused it from another)
-    origin: dict[str, Any]  # the trial that trained it: {study, number, item}
-
-    @property
-    def trained_in(self) -> str:
-        return str(self.origin.get("study", self.study))
-
-
-@dataclass
-class Reuse:
-    """What the studies of a storage hold for some items: per item key the finished trial to link
-    (``exact``: same key; ``stale``: same config key, another code version), and per cell id why
-    results found elsewhere are not reused (``held``)."""
-
-    exact: dict[str, Source] = field(default_factory=dict)
-    stale: dict[str, Source] = field(default_factory=dict)
-    held: dict[str, str] = field(default_factory=dict)
-
-    def chosen(self, stale: bool = False) -> dict[str, Source]:
-        """Item key → the source to link: the exact ones, and the stale ones when asked."""
-        if not stale:
-            return dict(self.exact)
-        return {**self.stale, **self.exact}
-
-
-def _suffix(item_key: str) -> str:
-    """``phase/seed`` or ``tune/index``: an item's place in its cell."""
-    return item_key.split("/", 1)[1] if "/" in item_key else ""
-
-
-def _finished_ok(entry: queue.Found) -> bool:
-    """A result another study can link: completed, pruned (a tuning trial its pruner stopped, as
-    ``item_state`` counts it) or failed in a way that is the cell's own (a divergence)."""
-    return entry.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
-        entry.state == TrialState.FAIL and entry.user_attrs.get("failure_kind") in REUSABLE_FAILURES)
-
-
-def _rank(entry: queue.Found) -> tuple[int, int]:
-    """Preference among candidates: completed first, trained there before linked there."""
-    return (entry.state != TrialState.COMPLETE, bool(entry.user_attrs.get("reused_from")))
-
-
-def _source(entry: queue.Found, stale: bool) -> Source:
-    attrs = entry.user_attrs
-    origin = attrs.get("reused_from") if isinstance(attrs.get("reused_from"), dict) else None
-    return Source(entry.study, entry.number, str(attrs.get("item")), entry.state,
-                  str(attrs.get("code_version") or design.ORIGINAL_CODE_VERSION), stale, origin is not None,
-                  {k: origin[k] for k in ("study", "number", "item") if k in origin} if origin else
-                  {"study": entry.study, "number": entry.number, "item": str(attrs.get("item"))})
-
-
-def find_reusable(store: optuna.storages.RDBStorage, study_name: str, tracking_uri: str | None,
-                  items: Sequence[Item]) -> Reuse:
-    """What the other studies on ``store`` (with the same tracking store) hold for ``items``: the
-    finished trials they could link (see the module's docstring for the rules). Read-only."""
-    out = Reuse()
-    if not items:
-        return out
-    cells: dict[str, Cell] = {i.cell.id: i.cell for i in items}
-    by_original = {c.original_id: c for c in cells.values() if c.original_id and c.original_id != c.id}
-    by_key = {c.config_key: c for c in cells.values() if c.config_key}
-    found: dict[tuple[str, int], queue.Found] = {}
-    for key, values in (("cell_id", list(cells) + list(by_original)), ("config_key", list(by_key))):
-        for entry in queue.find(store, key, values, SOURCE_KEYS) if values else []:
-            found[(entry.study, entry.number)] = entry
-    if not found:
-        return out
-    trackings = {s.study_name: s.user_attrs.get("tracking_uri")
-                 for s in optuna.get_all_study_summaries(store, include_best_trial=False)}
-    # Per cell, per kind (exact / stale), per source study: that study's trials by item suffix.
-    groups: dict[tuple[str, bool, str], dict[str, list[queue.Found]]] = {}
-    for entry in sorted(found.values(), key=lambda e: (e.study, e.number)):
-        attrs = entry.user_attrs
-        if attrs.get(DROPPED) or not attrs.get("item") or redact(trackings.get(entry.study) or "") != redact(tracking_uri):
-            continue
-        if attrs.get(BUDGET):  # an extension: its item's result at another budget (link_if_done_elsewhere)
-            continue
-        version = str(attrs.get("code_version") or design.ORIGINAL_CODE_VERSION)
-        cid = attrs.get("cell_id")
-        matches: list[tuple[Cell, bool]] = []
-        if cid in cells and version == cells[cid].code_version and entry.study != study_name:
-            matches.append((cells[cid], False))
-        key_cell = by_key.get(attrs.get("config_key")) or (by_original.get(cid) if "config_key" not in attrs else None)
-        if key_cell is not None and version != key_cell.code_version:
-            matches.append((key_cell, True))
-        for cell, stale in matches:
-            groups.setdefault((cell.id, stale, entry.study), {}).setdefault(_suffix(attrs["item"]), []).append(entry)
-    wanted: dict[str, list[Item]] = {}
-    for item in items:
-        wanted.setdefault(item.cell.id, []).append(item)
-    for cid, cell_items in wanted.items():
-        tuned = bool(cell_items[0].tune)
-        for stale in (False, True):
-            target = out.stale if stale else out.exact
-            studies = {s: g for (c, k, s), g in groups.items() if c == cid and k == stale}
-            if not studies:
-                continue
-            if tuned:
-                choice, why = _tuned_source(cell_items, studies)
-                if choice is None:
-                    out.held.setdefault(cid, why)
-                    continue
-                studies = {choice: studies[choice]}
-            for item in cell_items:
-                candidates = [e for g in studies.values() for e in g.get(_suffix(item.key), []) if _finished_ok(e)]
-                if candidates and item.key not in target:
-                    target[item.key] = _source(min(candidates, key=_rank), stale)
-    return out
-
-
-def _tuned_source(cell_items: list[Item], studies: dict[str, dict[str, list[queue.Found]]]
-                  ) -> tuple[str | None, str]:
-    """(the study whose tuning of this cell a tuned cell can take whole — its tuning items are
-    exactly those asked for, all finished, none by an error — or None, why none can be taken)."""
-    asked = {_suffix(i.key) for i in cell_items if i.phase == "tune"}
-    best, reasons = None, []
-    for name, by_suffix in studies.items():
-        tuning = {k: v for k, v in by_suffix.items() if k.startswith("tune/")}
-        states = {k: item_state(v) for k, v in tuning.items()}
-        if set(tuning) != asked:
-            reasons.append(f"tuned in {name} with {len(tuning)} trials, this spec asks for {len(asked)}")
-        elif any(s not in ("done", "failed") for s in states.values()):
-            reasons.append(f"its tuning in {name} is not finished")
-        elif any(not any(_finished_ok(e) for e in tuning[k]) for k in tuning):
-            reasons.append(f"a tuning trial in {name} failed with an error")
-        else:
-            replicates = sum(any(_finished_ok(e) for e in v) for k, v in by_suffix.items() if not k.startswith("tune/"))
-            if best is None or replicates > best[1]:
-                best = (name, replicates)
-    if best is not None:
-        return best[0], ""
-    return None, ("not reused: " + "; ".join(reasons) + " (a tuned cell is reused whole: its replicates depend "
-                  "on the best of its tuning trials)")
-
-
-def _linked_attrs(frozen: FrozenTrial, source: Source) -> dict[str, Any]:
-    """The attributes a link takes from the trial it links: its results, not its identity."""
-    attrs = {k: v for k, v in frozen.user_attrs.items() if k not in NOT_LINKED and k not in IDENTITY}
-    for key in ("status", "failure_kind", "failure_message", "traceback"):  # not a retried attempt's
-        attrs.setdefault(key, None)
-    attrs["code_version"] = source.code_version  # the code that trained it, stale or not
-    attrs["reused_from"] = {**source.origin, "code_version": source.code_version, "stale": source.stale}
-    attrs["linked_at"] = _now()  # its times are the training's; this is when it joined the study
-    return attrs
-
-
-def link(study: optuna.Study, item: Item, source: Source, opened: dict[str, optuna.Study] | None = None,
-         digest: str | None = None) -> None:
-    """Add to ``study`` a finished trial for ``item`` that links ``source``: the item's identity,
-    the source's results and MLflow run, and ``reused_from``."""
-    opened = opened if opened is not None else {}
-    if source.study not in opened:
-        opened[source.study] = optuna.load_study(study_name=source.study, storage=queue.storage_of(study))
-    frozen = queue.trial(opened[source.study], source.number)
-    own = item_attrs(item)
-    if item.tune:  # a tuned item's config is its sampled (or best) setting's: the source's
-        own["config"] = frozen.user_attrs.get("config", own["config"])
-    attrs = {**own, **_linked_attrs(frozen, source)}
-    if digest:
-        attrs["spec_hash"] = digest
-    queue.add(study, frozen.state, attrs, frozen.value, frozen.datetime_start, frozen.datetime_complete,
-              _linked_params(study, own, frozen))
-
-
-def level_params(study: optuna.Study, settings: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
-    """An item's factor levels as Optuna parameters (name → (label, distribution)) under the
-    study's categorical distributions (``PARAM_DISTRIBUTIONS``); levels it does not list are left out."""
-    from optuna.distributions import CategoricalDistribution, json_to_distribution
-
-    known = study.user_attrs.get(PARAM_DISTRIBUTIONS) or {}
-    out: dict[str, tuple[Any, Any]] = {}
-    for name, label in (settings or {}).items():
-        dist = json_to_distribution(known[name]) if name in known else None
-        if isinstance(dist, CategoricalDistribution) and label in dist.choices:
-            out[name] = (label, dist)
-    return out
-
-
-def _linked_params(study: optuna.Study, own: dict[str, Any], frozen: FrozenTrial) -> dict[str, tuple[Any, Any]]:
-    """A linked trial's Optuna parameters, as a trained one records them (phases.record_params):
-    its levels, and the tuned values the source trial recorded."""
-    out = level_params(study, own.get("settings"))
-    tuned = frozen.user_attrs.get("params")
-    for name in tuned if isinstance(tuned, dict) else ():
-        if name in frozen.params and name in frozen.distributions:
-            out[name] = (frozen.params[name], frozen.distributions[name])
-    return out
-
-
-def link_if_done_elsewhere(study: optuna.Study, trial: optuna.Trial) -> str | None:
-    """A claimed item that another study has finished since it was queued: finish this trial as
-    a link to it instead of training (untuned items only: a tuned cell is reused whole, at
-    ``prepare``). Returns the study that trained it, or None (nothing found, or reuse is off)."""
-    attrs = trial.user_attrs
-    if attrs.get("tune") or not study.user_attrs.get("reuse", True) or not attrs.get("code_version"):
-        return None
-    store = queue.storage_of(study)
-    found = [e for e in queue.find(store, "cell_id", [attrs["cell_id"]], SOURCE_KEYS)
-             if e.study != study.study_name and e.user_attrs.get("item") == attrs["item"] and _finished_ok(e)
-             and not e.user_attrs.get(DROPPED) and e.user_attrs.get(BUDGET) == attrs.get(BUDGET)
-             and e.user_attrs.get("code_version", design.ORIGINAL_CODE_VERSION) == attrs["code_version"]]
-    for entry in sorted(found, key=_rank):
-        other = optuna.load_study(study_name=entry.study, storage=store)
-        if other.user_attrs.get("tracking_uri") != study.user_attrs.get("tracking_uri"):
-            continue
-        source = _source(entry, False)
-        frozen = queue.trial(other, entry.number)
-        queue.finish(study, trial, frozen.state, _linked_attrs(frozen, source), frozen.value)
-        return source.trained_in
-    return None
-
-
-def counts(study: optuna.Study, items: list[Item] | None = None) -> Counter:
-    """Items per state; with ``items`` also those of the spec not yet enqueued ("new")."""
-    states = states_by_item(study)
-    if items is None:
-        return Counter(states.values())
-    return Counter(states.get(i.key, "new") for i in items)
-
-
-@dataclass
-class Progress:
-    done: int
-    failed: int
-    running: int
-    waiting: int
-    new: int
-
-    @classmethod
-    def of(cls, study: optuna.Study, items: list[Item] | None = None) -> Progress:
-        c = counts(study, items)
-        return cls(c["done"], c["failed"], c["running"], c["waiting"], c["new"])
-
-    @property
-    def finished(self) -> bool:
-        return self.running == 0 and self.waiting == 0
-
-
-# --- orphans, the studies of a storage, removing ---------------------------------------------------
-
-# What orphans and removals read of a study's trials.
-ORPHAN_KEYS = ("item", "cell_id", "cell_label", "failure_kind", DROPPED, "spec_hash", "mlflow_run_id", "reused_from",
-               BUDGET)
-
-
-@dataclass
-class Orphans:
-    """A study's trials whose items belong to no cell of its current spec (not dropped): by item."""
-
-    study: str
-    finished: dict[str, list[queue.Entry]] = field(default_factory=dict)  # done or failed for good
-    unfinished: dict[str, list[queue.Entry]] = field(default_factory=dict)  # waiting or running
-
-    @property
-    def trials(self) -> int:
-        return sum(len(v) for v in self.finished.values())
-
-    @property
-    def cells(self) -> dict[str, str]:
-        """cell id → its label, of the finished orphans."""
-        return {t[0].user_attrs.get("cell_id", ""): str(t[0].user_attrs.get("cell_label", ""))
-                for t in self.finished.values()}
-
-    def __bool__(self) -> bool:
-        return bool(self.finished or self.unfinished)
-
-
-def orphans(study: optuna.Study, items: Sequence[Item]) -> Orphans:
-    """The study's items that are not among ``items`` (its current spec's), with their trials."""
-    keys = {i.key for i in items}
-    by_item: dict[str, list[queue.Entry]] = {}
-    for entry in queue.entries(study, None, ORPHAN_KEYS):
-        key = entry.user_attrs.get("item")
-        if key and key not in keys and not entry.user_attrs.get(DROPPED):
-            by_item.setdefault(key, []).append(entry)
-    out = Orphans(study.study_name)
-    for key, trials in by_item.items():
-        state = item_state(trials)
-        if state in ("done", "failed"):
-            out.finished[key] = trials
-        elif state in ("waiting", "running"):
-            out.unfinished[key] = trials
-    return out
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def referenced_runs(store: optuna.storages.RDBStorage, run_ids: Sequence[str], study_name: str) -> dict[str, list[str]]:
-    """Run id → the other studies whose (not dropped) trials reference it."""
-    out: dict[str, list[str]] = {}
-    for entry in queue.find(store, "mlflow_run_id", list(run_ids), ("mlflow_run_id", DROPPED)):
-        if entry.study != study_name and not entry.user_attrs.get(DROPPED):
-            studies = out.setdefault(entry.user_attrs["mlflow_run_id"], [])
-            if entry.study not in studies:
-                studies.append(entry.study)
-    return out
-
-
-@dataclass
-class Dropped:
-    trials: int  # trials marked dropped
-    runs_deleted: int
-    runs_kept: dict[str, list[str]]  # run id → studies that reference it
-    running: int  # orphan items left alone because a worker runs them
-
-
-def drop_orphans(study: optuna.Study, items: Sequence[Item], tracking_uri: str | None,
-                 why: dict[str, Any] | None = None, only: set[str] | None = None) -> Dropped:
-    """Mark the orphans of ``study`` (see ``orphans``; of them the items in ``only``) dropped:
-    finished and waiting ones (a waiting one is failed, so no worker runs it); running ones are
-    left alone. Their MLflow runs (those trained in this study) are deleted unless another study
-    references them."""
-    found = orphans(study, items)
-    if only is not None:
-        found.finished = {k: v for k, v in found.finished.items() if k in only}
-        found.unfinished = {k: v for k, v in found.unfinished.items() if k in only}
-    mark = {DROPPED: {"at": _now(), **(why or {"why": "orphaned by a change of the spec"})}}
-    finished = [t for trials in found.finished.values() for t in trials]
-    waiting = [t for key, trials in found.unfinished.items() for t in trials
-               if not any(x.state == TrialState.RUNNING for x in trials)]
-    running = sum(any(x.state == TrialState.RUNNING for x in trials) for trials in found.unfinished.values())
-    for entry in waiting:
-        if entry.state == TrialState.WAITING:
-            queue.fail_running(study, entry.number, {**mark, "status": "dropped", "failure_kind": "dropped",
-                                                     "failure_message": "dropped: its cell left the spec"})
-        else:
-            finished.append(entry)
-    queue.set_finished_attrs(study, [t.number for t in finished], mark)
-    own_runs = sorted({t.user_attrs["mlflow_run_id"] for t in finished
-                       if t.user_attrs.get("mlflow_run_id") and not t.user_attrs.get("reused_from")})
-    kept = referenced_runs(queue.storage_of(study), own_runs, study.study_name) if own_runs else {}
-    doomed = [r for r in own_runs if r not in kept]
-    if doomed and tracking_uri:
-        from ablate.runner import tracking
-
-        tracking.delete_runs(tracking_uri, doomed)
-    return Dropped(len(finished) + len(waiting), len(doomed) if tracking_uri else 0, kept, running)
-
-
-@dataclass
-class Removal:
-    """What ``ablate rm STUDY`` removes: the study (its queue entries, every trial) and the runs of
-    its MLflow experiment, except the runs another study references (and their parent)."""
-
-    study: str
-    trials: int
-    running: int
-    tracking: str | None
-    runs: list[str] = field(default_factory=list)  # run ids to delete
-    kept: dict[str, list[str]] = field(default_factory=dict)  # run id → studies referencing it
-
-
-def removal(name: str, stores: Stores) -> Removal:
-    """What removing study ``name`` would remove, read-only; StorageError when there is no such study."""
-    study = open_study(name, stores)
-    entries = queue.entries(study)
-    tracking_uri = recorded_tracking(study, stores.tracking)
-    runs: list[tuple[str, str | None, str]] = []
-    if tracking_uri:
-        from ablate.runner import tracking
-
-        runs = tracking.experiment_runs(tracking_uri, name)
-    kept = referenced_runs(queue.storage_of(study), [r for r, _, _ in runs], name) if runs else {}
-    parents = {parent for run_id, parent, _ in runs if run_id in kept and parent}
-    for parent in parents:  # the kept runs' parent stays, so the MLflow UI still nests them
-        kept.setdefault(parent, [])
-    return Removal(name, len(entries), sum(e.state == TrialState.RUNNING for e in entries), tracking_uri,
-                   [r for r, _, _ in runs if r not in kept], kept)
-
-
-def remove(plan: Removal, stores: Stores, checkpoints: Path | None = None) -> str | None:
-    """Remove the study as ``plan`` says (see ``removal``): its runs, then the study with every
-    trial (links other studies hold are copies and stay), then its checkpoints. The experiment is
-    renamed (its name freed) and deleted unless it keeps runs others reference; returns its new name."""
-    renamed = None
-    if plan.tracking:
-        from ablate.runner import tracking
-
-        tracking.delete_runs(plan.tracking, plan.runs)
-        users = sorted({s for studies in plan.kept.values() for s in studies})
-        note = (f"study {plan.study} removed {_now()}; kept {len(plan.kept)} runs referenced by " + ", ".join(users)
-                if plan.kept else f"study {plan.study} removed {_now()}")
-        renamed = tracking.retire_experiment(plan.tracking, plan.study, delete=not plan.kept, note=note)
-    try:
-        optuna.delete_study(study_name=plan.study, storage=storage(stores.storage))
-    except KeyError:
-        raise StorageError(f"no study named {plan.study!r} in {redact(stores.storage)}") from None
-    if checkpoints is not None and checkpoints.is_dir():
-        shutil.rmtree(checkpoints, ignore_errors=True)
-    return renamed
-
-
-def spec_for(study: optuna.Study, keys: set[str]) -> tuple[Spec, int] | None:
-    """The spec the study recorded (``specs``, newest first) whose items cover most of ``keys``,
-    and how many; None when no recorded spec covers any."""
-    best: tuple[Spec, int] | None = None
-    history = sorted((study.user_attrs.get("specs") or {}).values(), key=lambda e: e.get("at", ""), reverse=True)
-    for entry in history:
-        try:
-            spec = design.validate(entry["spec"], f"a spec recorded by study {study.study_name}")
-        except Exception:  # a spec an earlier version accepted and this one does not
-            continue
-        every = {c.id: spec.sequential.max for c in design.cells(spec)} if spec.sequential else None  # any look's
-        covered = len(keys & {i.key for i in design.items(spec, every)})
-        if covered and (best is None or covered > best[1]):
-            best = (spec, covered)
-    return best
-
-
-@dataclass
-class StudyRow:
-    """One study of a storage, for ``ablate ls``."""
-
-    name: str
-    cells: int
-    done: int
-    failed: int
-    running: int
-    waiting: int
-    reused: int  # of the done and failed, linked from other studies
-    dropped: int
-    last: datetime.datetime | None
-
-
-def overview(stores: Stores) -> list[StudyRow]:
-    """Every study on the storage with its items per state and its last activity."""
-    store = storage(stores.storage)
-    by_study: dict[str, dict[str, list[queue.Found]]] = {}
-    dropped: Counter = Counter()
-    linked: dict[str, datetime.datetime] = {}
-    for entry in queue.find(store, None, (), ("item", "cell_id", "failure_kind", DROPPED, "reused_from", "linked_at",
-                                                    BUDGET)):
-        at = entry.user_attrs.get("linked_at")
-        if isinstance(at, str):
-            when = datetime.datetime.fromisoformat(at)
-            linked[entry.study] = max(linked.get(entry.study, when), when)
-        if entry.user_attrs.get(DROPPED):
-            dropped[entry.study] += 1
-        elif entry.user_attrs.get("item"):
-            by_study.setdefault(entry.study, {}).setdefault(entry.user_attrs["item"], []).append(entry)
-    rows = []
-    for act in queue.activity(store):
-        items = by_study.get(act.study, {})
-        states = Counter(item_state(v) for v in items.values())
-        reused = sum(any(t.user_attrs.get("reused_from") and t.state != TrialState.WAITING for t in v)
-                     for v in items.values())
-        cells = {t.user_attrs.get("cell_id") for v in items.values() for t in v}
-        moments = [m for m in (act.last, linked.get(act.study)) if m is not None]
-        rows.append(StudyRow(act.study, len(cells - {None}), states["done"], states["failed"], states["running"],
-                             states["waiting"] + states["new"], reused, dropped[act.study],
-                             max(moments) if moments else None))
-    return rows
-
-
-# --- read-only progress, for `ablate plan` ---------------------------------------------------
-
-
-def existing_store_url(storage_url: str | None) -> str | None:
-    """The storage URL to read, or None when there is no store yet (nothing is created)."""
-    from ablate import stores
-
-    url = storage_url or os.environ.get("ABLATE_STORAGE")
-    if url is None:  # the default of ablate.stores.resolve, without its mkdir
-        path = stores.home().resolve() / "optuna.db"
-        return f"sqlite:///{path}" if path.is_file() else None
-    if url.startswith("sqlite:///"):
-        return url if Path(url.removeprefix("sqlite:///")).is_file() else None
-    return url
-
-
-def item_states(study_name: str, keys: list[str], storage_url: str | None) -> dict[str, str] | None:
-    """State per item key (done, failed, running, waiting, new), or None when the study has no
-    store or no study of that name. Opens an existing store only; raises StorageError."""
-    url = existing_store_url(storage_url)
-    if url is None:
-        return None
-    try:
-        opt = optuna.load_study(study_name=study_name, storage=storage(url, read_only=True))
-    except KeyError:
-        return None
-    states = states_by_item(opt)
-    return {k: states.get(k, "new") for k in keys}
-
-
-@dataclass
-class Standing:
-    """What a storage holds for a spec's items, read without writing (``ablate plan``)."""
-
-    stored: bool  # a study of the spec's name exists
-    states: dict[str, str] = field(default_factory=dict)  # item key → state in this study
-    linked: dict[str, str] = field(default_factory=dict)  # item key → the study it was reused from
-    reuse: Reuse = field(default_factory=Reuse)  # what other studies hold for the unfinished items
-    orphans: Orphans | None = None
-
-
-def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
-             tracking_uri: str | None, reuse: bool = True) -> Standing | None:
-    """The state of each item, what other studies hold for the unfinished ones, and the study's
-    orphans; None when there is no store yet. Opens an existing store only; raises StorageError."""
-    url = existing_store_url(storage_url)
-    if url is None:
-        return None
-    store = storage(url)
-    try:
-        opt: optuna.Study | None = optuna.load_study(study_name=study_name, storage=store)
-    except KeyError:
-        opt = None
-    out = Standing(opt is not None)
-    if opt is not None:
-        tracking_uri = recorded_tracking(opt, tracking_uri)
-        states = states_by_item(opt)
-        out.states = {i.key: states.get(i.key, "new") for i in items}
-        for entry in queue.entries(opt, None, ("item", "reused_from", DROPPED)):
-            origin = entry.user_attrs.get("reused_from")
-            if isinstance(origin, dict) and not entry.user_attrs.get(DROPPED):
-                out.linked[str(entry.user_attrs.get("item"))] = str(origin.get("study"))
-        out.orphans = orphans(opt, items)
-    else:
-        out.states = {i.key: "new" for i in items}
-    new = [i for i in items if out.states[i.key] == "new"]
-    if reuse and new:
-        out.reuse = find_reusable(store, study_name, tracking_uri, new)
-    return out
 
 
 # --- training until converged ----------------------------------------------------------------

@@ -44,19 +44,10 @@ from optuna.trial import TrialState
 
 from ablate import faults, provenance
 from ablate.runner import phases, queue, sequential, tracking
+from ablate.runner.items import BUDGET, MAX_RETRIES, UNBOUNDED, states_by_item
 from ablate.runner.queue import HEARTBEAT_S, StorageError
-from ablate.runner.study import (
-    BUDGET,
-    MAX_RETRIES,
-    UNBOUNDED,
-    extend_runs,
-    extends_runs,
-    link_if_done_elsewhere,
-    open_study,
-    recover_stale,
-    settle_runs,
-    states_by_item,
-)
+from ablate.runner.reuse import link_if_done_elsewhere
+from ablate.runner.study import extend_runs, extends_runs, open_study, recover_stale, settle_runs
 from ablate.spec import ProbeSpec
 from ablate.stores import Stores, checkpoint_dir, no_space, redact, sqlite_path, storage_problem
 

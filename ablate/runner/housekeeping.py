@@ -1,0 +1,240 @@
+"""Housekeeping of a storage's studies: orphans (trials whose items left the spec), dropping them
+(``ablate rm --orphans``, ``ablate keep``), removing a study (``ablate rm``) and the list of
+studies (``ablate ls``).
+
+Dropped trials are marked, not deleted: their study keeps their numbers (Optuna numbers trials
+by count). A run another study references (a link, runner/reuse.py) is never deleted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from ablate import design
+from ablate.design import Item
+from ablate.runner import queue
+from ablate.runner.items import BUDGET, DROPPED, item_state, utc_stamp
+from ablate.runner.queue import StorageError
+from ablate.runner.study import open_study, recorded_tracking, storage
+from ablate.spec import Spec
+from ablate.stores import Stores, redact
+
+# What orphans and removals read of a study's trials.
+ORPHAN_KEYS = ("item", "cell_id", "cell_label", "failure_kind", DROPPED, "spec_hash", "mlflow_run_id", "reused_from",
+               BUDGET)
+
+
+@dataclass
+class Orphans:
+    """A study's trials whose items belong to no cell of its current spec (not dropped): by item."""
+
+    study: str
+    finished: dict[str, list[queue.Entry]] = field(default_factory=dict)  # done or failed for good
+    unfinished: dict[str, list[queue.Entry]] = field(default_factory=dict)  # waiting or running
+
+    @property
+    def trials(self) -> int:
+        return sum(len(v) for v in self.finished.values())
+
+    @property
+    def cells(self) -> dict[str, str]:
+        """cell id → its label, of the finished orphans."""
+        return {t[0].user_attrs.get("cell_id", ""): str(t[0].user_attrs.get("cell_label", ""))
+                for t in self.finished.values()}
+
+    def __bool__(self) -> bool:
+        return bool(self.finished or self.unfinished)
+
+
+def orphans(study: optuna.Study, items: Sequence[Item]) -> Orphans:
+    """The study's items that are not among ``items`` (its current spec's), with their trials."""
+    keys = {i.key for i in items}
+    by_item: dict[str, list[queue.Entry]] = {}
+    for entry in queue.entries(study, None, ORPHAN_KEYS):
+        key = entry.user_attrs.get("item")
+        if key and key not in keys and not entry.user_attrs.get(DROPPED):
+            by_item.setdefault(key, []).append(entry)
+    out = Orphans(study.study_name)
+    for key, trials in by_item.items():
+        state = item_state(trials)
+        if state in ("done", "failed"):
+            out.finished[key] = trials
+        elif state in ("waiting", "running"):
+            out.unfinished[key] = trials
+    return out
+
+
+def referenced_runs(store: optuna.storages.RDBStorage, run_ids: Sequence[str], study_name: str) -> dict[str, list[str]]:
+    """Run id → the other studies whose (not dropped) trials reference it."""
+    out: dict[str, list[str]] = {}
+    for entry in queue.find(store, "mlflow_run_id", list(run_ids), ("mlflow_run_id", DROPPED)):
+        if entry.study != study_name and not entry.user_attrs.get(DROPPED):
+            studies = out.setdefault(entry.user_attrs["mlflow_run_id"], [])
+            if entry.study not in studies:
+                studies.append(entry.study)
+    return out
+
+
+@dataclass
+class Dropped:
+    trials: int  # trials marked dropped
+    runs_deleted: int
+    runs_kept: dict[str, list[str]]  # run id → studies that reference it
+    running: int  # orphan items left alone because a worker runs them
+
+
+def drop_orphans(study: optuna.Study, items: Sequence[Item], tracking_uri: str | None,
+                 why: dict[str, Any] | None = None, only: set[str] | None = None) -> Dropped:
+    """Mark the orphans of ``study`` (see ``orphans``; of them the items in ``only``) dropped:
+    finished and waiting ones (a waiting one is failed, so no worker runs it); running ones are
+    left alone. Their MLflow runs (those trained in this study) are deleted unless another study
+    references them."""
+    found = orphans(study, items)
+    if only is not None:
+        found.finished = {k: v for k, v in found.finished.items() if k in only}
+        found.unfinished = {k: v for k, v in found.unfinished.items() if k in only}
+    mark = {DROPPED: {"at": utc_stamp(), **(why or {"why": "orphaned by a change of the spec"})}}
+    finished = [t for trials in found.finished.values() for t in trials]
+    waiting = [t for key, trials in found.unfinished.items() for t in trials
+               if not any(x.state == TrialState.RUNNING for x in trials)]
+    running = sum(any(x.state == TrialState.RUNNING for x in trials) for trials in found.unfinished.values())
+    for entry in waiting:
+        if entry.state == TrialState.WAITING:
+            queue.fail_running(study, entry.number, {**mark, "status": "dropped", "failure_kind": "dropped",
+                                                     "failure_message": "dropped: its cell left the spec"})
+        else:
+            finished.append(entry)
+    queue.set_finished_attrs(study, [t.number for t in finished], mark)
+    own_runs = sorted({t.user_attrs["mlflow_run_id"] for t in finished
+                       if t.user_attrs.get("mlflow_run_id") and not t.user_attrs.get("reused_from")})
+    kept = referenced_runs(queue.storage_of(study), own_runs, study.study_name) if own_runs else {}
+    doomed = [r for r in own_runs if r not in kept]
+    if doomed and tracking_uri:
+        from ablate.runner import tracking
+
+        tracking.delete_runs(tracking_uri, doomed)
+    return Dropped(len(finished) + len(waiting), len(doomed) if tracking_uri else 0, kept, running)
+
+
+@dataclass
+class Removal:
+    """What ``ablate rm STUDY`` removes: the study (its queue entries, every trial) and the runs of
+    its MLflow experiment, except the runs another study references (and their parent)."""
+
+    study: str
+    trials: int
+    running: int
+    tracking: str | None
+    runs: list[str] = field(default_factory=list)  # run ids to delete
+    kept: dict[str, list[str]] = field(default_factory=dict)  # run id → studies referencing it
+
+
+def removal(name: str, stores: Stores) -> Removal:
+    """What removing study ``name`` would remove, read-only; StorageError when there is no such study."""
+    study = open_study(name, stores)
+    entries = queue.entries(study)
+    tracking_uri = recorded_tracking(study, stores.tracking)
+    runs: list[tuple[str, str | None, str]] = []
+    if tracking_uri:
+        from ablate.runner import tracking
+
+        runs = tracking.experiment_runs(tracking_uri, name)
+    kept = referenced_runs(queue.storage_of(study), [r for r, _, _ in runs], name) if runs else {}
+    parents = {parent for run_id, parent, _ in runs if run_id in kept and parent}
+    for parent in parents:  # the kept runs' parent stays, so the MLflow UI still nests them
+        kept.setdefault(parent, [])
+    return Removal(name, len(entries), sum(e.state == TrialState.RUNNING for e in entries), tracking_uri,
+                   [r for r, _, _ in runs if r not in kept], kept)
+
+
+def remove(plan: Removal, stores: Stores, checkpoints: Path | None = None) -> str | None:
+    """Remove the study as ``plan`` says (see ``removal``): its runs, then the study with every
+    trial (links other studies hold are copies and stay), then its checkpoints. The experiment is
+    renamed (its name freed) and deleted unless it keeps runs others reference; returns its new name."""
+    renamed = None
+    if plan.tracking:
+        from ablate.runner import tracking
+
+        tracking.delete_runs(plan.tracking, plan.runs)
+        users = sorted({s for studies in plan.kept.values() for s in studies})
+        note = (f"study {plan.study} removed {utc_stamp()}; kept {len(plan.kept)} runs referenced by " + ", ".join(users)
+                if plan.kept else f"study {plan.study} removed {utc_stamp()}")
+        renamed = tracking.retire_experiment(plan.tracking, plan.study, delete=not plan.kept, note=note)
+    try:
+        optuna.delete_study(study_name=plan.study, storage=storage(stores.storage))
+    except KeyError:
+        raise StorageError(f"no study named {plan.study!r} in {redact(stores.storage)}") from None
+    if checkpoints is not None and checkpoints.is_dir():
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    return renamed
+
+
+def spec_for(study: optuna.Study, keys: set[str]) -> tuple[Spec, int] | None:
+    """The spec the study recorded (``specs``, newest first) whose items cover most of ``keys``,
+    and how many; None when no recorded spec covers any."""
+    best: tuple[Spec, int] | None = None
+    history = sorted((study.user_attrs.get("specs") or {}).values(), key=lambda e: e.get("at", ""), reverse=True)
+    for entry in history:
+        try:
+            spec = design.validate(entry["spec"], f"a spec recorded by study {study.study_name}")
+        except Exception:  # a spec an earlier version accepted and this one does not
+            continue
+        every = {c.id: spec.sequential.max for c in design.cells(spec)} if spec.sequential else None  # any look's
+        covered = len(keys & {i.key for i in design.items(spec, every)})
+        if covered and (best is None or covered > best[1]):
+            best = (spec, covered)
+    return best
+
+
+@dataclass
+class StudyRow:
+    """One study of a storage, for ``ablate ls``."""
+
+    name: str
+    cells: int
+    done: int
+    failed: int
+    running: int
+    waiting: int
+    reused: int  # of the done and failed, linked from other studies
+    dropped: int
+    last: datetime.datetime | None
+
+
+def overview(stores: Stores) -> list[StudyRow]:
+    """Every study on the storage with its items per state and its last activity."""
+    store = storage(stores.storage)
+    by_study: dict[str, dict[str, list[queue.Found]]] = {}
+    dropped: Counter = Counter()
+    linked: dict[str, datetime.datetime] = {}
+    for entry in queue.find(store, None, (), ("item", "cell_id", "failure_kind", DROPPED, "reused_from", "linked_at",
+                                                    BUDGET)):
+        at = entry.user_attrs.get("linked_at")
+        if isinstance(at, str):
+            when = datetime.datetime.fromisoformat(at)
+            linked[entry.study] = max(linked.get(entry.study, when), when)
+        if entry.user_attrs.get(DROPPED):
+            dropped[entry.study] += 1
+        elif entry.user_attrs.get("item"):
+            by_study.setdefault(entry.study, {}).setdefault(entry.user_attrs["item"], []).append(entry)
+    rows = []
+    for act in queue.activity(store):
+        items = by_study.get(act.study, {})
+        states = Counter(item_state(v) for v in items.values())
+        reused = sum(any(t.user_attrs.get("reused_from") and t.state != TrialState.WAITING for t in v)
+                     for v in items.values())
+        cells = {t.user_attrs.get("cell_id") for v in items.values() for t in v}
+        moments = [m for m in (act.last, linked.get(act.study)) if m is not None]
+        rows.append(StudyRow(act.study, len(cells - {None}), states["done"], states["failed"], states["running"],
+                             states["waiting"] + states["new"], reused, dropped[act.study],
+                             max(moments) if moments else None))
+    return rows
