@@ -2,6 +2,7 @@
 
     python benchmarks/bench_sequential.py [--sims 2000] [--noise 0.6 0.85 1.0] [--seed 3]
         [--min 3 --max 16 --step 2] [--comparisons 3] [--spending power3 obrien_fleming]
+        [--futility 0.03]
 
 Each simulated study has a reference and ``--comparisons`` other cells; every cell has a seed
 effect shared by all cells of a seed (a data order; it cancels in the paired differences) and its
@@ -10,8 +11,12 @@ own run-to-run noise, sized so that one paired difference has sd ``noise`` × δ
 (``ablate.runner.sequential.step`` on a real spec: analyse the open comparisons on the first n_k
 seeds, record decisions, add ``step`` seeds to the cells of open comparisons and the reference).
 
-Per spending shape it first runs the null with the efficacy boundaries alone (equivalence spending
-next to nothing, so nothing stops early for it): their per-comparison false-positive rate must be
+``--futility`` is what the non-binding futility boundary spends of the power against δ (default:
+the design's, ``ablate.stats.sequential.FUTILITY_BETA``; 0 switches it off, the rule before it
+existed, so those rows compare with earlier tables).
+
+Per spending shape it first runs the null with the efficacy boundaries alone (equivalence and
+futility spending nothing, so nothing stops early for them): their per-comparison false-positive rate must be
 α/m within its 99.9% band — the check that the boundaries and their t-scale conversion are right.
 Then per noise level, against the issue's bands:
 
@@ -29,13 +34,16 @@ Rates only; no time is measured.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy import stats as sps
 
 from ablate import spec as spec_mod
 from ablate.runner import sequential
+from ablate.stats.sequential import FUTILITY_BETA
 
 BASE = {
     "name": "seqcal",
@@ -45,6 +53,33 @@ BASE = {
     "train": {"steps": 300, "batch_size": 32, "lr": 3.0e-3, "eval_every": 50},
 }
 BAND = 3.29  # the two-sided 99.9% normal quantile
+
+
+def _per_spec(fn: Callable, futility: float | None = None) -> Callable:
+    """``fn`` of the runner memoised per spec (the runner recomputes the cells at every look; a
+    benchmark's spec never changes), with the designs' futility spending set when given."""
+    memo: dict[int, tuple[spec_mod.Spec, object]] = {}
+
+    def wrapped(spec: spec_mod.Spec) -> object:
+        if id(spec) not in memo:  # the spec is kept with its value so that its id stays its own
+            value = fn(spec)
+            if futility is not None:
+                value = {m: dataclasses.replace(d, futility_beta=futility) for m, d in value.items()}
+            memo[id(spec)] = (spec, value)
+        return memo[id(spec)][1]
+
+    return wrapped
+
+
+RUNNER = {name: getattr(sequential, name) for name in ("reference_cell", "comparisons", "designs")}
+
+
+def use_runner(futility: float) -> None:
+    """The runner's look rule as it is, its pure functions of the spec memoised; the designs'
+    futility spending ``futility`` (the runner takes the design's default)."""
+    sequential.reference_cell = _per_spec(RUNNER["reference_cell"])
+    sequential.comparisons = _per_spec(RUNNER["comparisons"])
+    sequential.designs = _per_spec(RUNNER["designs"], futility)
 
 
 def make_spec(args: argparse.Namespace, shape: str, beta: float | None = None) -> spec_mod.Spec:
@@ -73,13 +108,11 @@ def simulate(spec: spec_mod.Spec, effect: float, sd_diff: float, rng: np.random.
 
 def fixed_rejects(drawn: dict[str, np.ndarray], ref: str, level: float, effect: float) -> list[bool]:
     """The fixed design at ``max`` seeds: paired t at ``level``, rejecting in the effect's direction."""
-    out = []
-    for c, v in drawn.items():
-        if c == ref:
-            continue
-        t, p = sps.ttest_rel(v, drawn[ref])
-        out.append(bool(p < level and (effect == 0 or np.sign(t) == np.sign(effect))))
-    return out
+    d = np.array([v - drawn[ref] for c, v in drawn.items() if c != ref])
+    n = d.shape[1]
+    t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(n))
+    p = 2.0 * sps.t.sf(np.abs(t), n - 1)
+    return [bool(pi < level and (effect == 0 or np.sign(ti) == np.sign(effect))) for ti, pi in zip(t, p, strict=True)]
 
 
 def run_setting(spec: spec_mod.Spec, effect: float, sd_diff: float, sims: int, rng: np.random.Generator
@@ -121,11 +154,13 @@ def main() -> None:
     parser.add_argument("--comparisons", type=int, default=3)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--beta", type=float, default=0.02)
+    parser.add_argument("--futility", type=float, default=FUTILITY_BETA,
+                        help="what the non-binding futility boundary spends of the power against δ (0: none)")
     parser.add_argument("--seed", type=int, default=3)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     print(f"sequential seeds: looks {make_spec(args, 'power3').sequential.looks}, {args.comparisons} comparisons "
-          f"with a reference, family α {args.alpha}, equivalence β {args.beta}; {args.sims} null studies, "
+          f"with a reference, family α {args.alpha}, equivalence β {args.beta}, futility β {args.futility:g}; {args.sims} null studies, "
           f"{args.sims // 2} per effect; bands: family rate in the 99.9% band around α (Bonferroni: at most α), "
           "power within 0.03 of the fixed design at max, seeds used ≤ 80% of max at δ, ≤ 50% at 2δ, ≤ 70% under "
           "the null\n")
@@ -134,14 +169,16 @@ def main() -> None:
     print(head)
     print("─" * len(head))
     for shape in args.spending:
-        # The efficacy boundaries alone (equivalence spends next to nothing, so no comparison stops
-        # early for it): their per-comparison rate must be α/m, whatever the noise.
+        # The efficacy boundaries alone (equivalence spends next to nothing and futility nothing, so
+        # no comparison stops early for them): their per-comparison rate must be α/m, whatever the noise.
+        use_runner(0.0)
         bare = make_spec(args, shape, beta=1e-9)
         alone = run_setting(bare, 0.0, bare.stats.min_effect, args.sims, rng)
         lo, hi = band(alone["level"], args.sims * len(sequential.comparisons(bare)))
         print(f"{shape:<15}{'alone':>6} │ {alone['fwer']:>12.4f} {alone['per']:>8.4f} {alone['level']:>7.4f} "
               f"{alone['used']:>6.2f} │ efficacy boundaries only: per-comparison rate in [{lo:.4f}, {hi:.4f}]: "
               f"{'yes' if lo <= alone['per'] <= hi else 'NO'}", flush=True)
+        use_runner(args.futility)
         spec = make_spec(args, shape)
         delta = spec.stats.min_effect
         m = len(sequential.comparisons(spec))
@@ -165,8 +202,8 @@ def main() -> None:
                   f"{one['equivalent']:>6.3f} {one['used']:>6.2f} │ {two['power']:>9.3f} {two['used']:>6.2f} │ {verdict}",
                   flush=True)
     print(f"\nbands: per comparison α/m ± {BAND}·se over {args.sims} × m comparisons (with the efficacy boundaries "
-          f"alone); family α + {BAND}·se over {args.sims} studies. Stopping for equivalence only lowers the "
-          "false-positive rate (the efficacy boundaries do not count on it: non-binding), and Bonferroni over "
+          f"alone); family α + {BAND}·se over {args.sims} studies. Stopping for equivalence or futility only "
+          "lowers the false-positive rate (the efficacy boundaries do not count on them: non-binding), and Bonferroni over "
           "comparisons that share a reference is conservative: below the band is the price, not a miss.")
 
 

@@ -79,3 +79,46 @@ def test_the_family_errs_at_most_alpha_under_optional_stopping():
                     break
         family += hit
     assert family / studies <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / studies)
+
+
+def test_the_futility_boundary_spends_its_beta_and_stops_nothing_at_the_last_look():
+    d = design()
+    z = d.futility_z()
+    assert len(z) == len(d.looks) and z[-1] == math.inf  # the last look: futile when undecided anyway
+    # The first look is a one-sided test at what the power2 shape spends by then (β t²).
+    assert 1 - sps.norm.cdf(z[0]) == pytest.approx(sq.FUTILITY_BETA * d.fractions[0] ** 2, rel=1e-6)
+    assert all(math.isfinite(c) for c in z[:-1])
+    assert design(futility_beta=0.0).futility_z() == (math.inf,) * len(d.looks)
+    # Stricter than the equivalence boundary at the first looks (little spent early), looser later.
+    assert z[0] > d.equivalence_z()[0] and z[-2] < d.equivalence_z()[-2]
+
+
+def test_futility_stops_a_small_effect_early_without_claiming_equivalence():
+    d = design()
+    base = np.array([0.3, -0.5, 0.6, 0.1, -0.2, 0.4, 0.0, 0.2, -0.3, 0.1, 0.3])
+    # 11 seeds (look 5), estimate 0.1, se 0.3: within min_effect (1) at the futility boundary's
+    # level (t 2.82 at 10 df) but not at the equivalence boundary's (t 3.15)
+    x = list(0.1 + (base - base.mean()) / base.std(ddof=1) * 0.3 * math.sqrt(11))
+    r = sq.decide(d, diffs=x)
+    assert r["look"] == 5 and r["decision"] == "futile" and math.isnan(r["p"])
+    assert abs(r["estimate"]) + r["futility_bound"] * r["se"] < 1.0
+    assert abs(r["estimate"]) + r["equivalence_bound"] * r["se"] >= 1.0  # not shown equivalent at its level
+    # Without the futility boundary the same look stays open, and a large effect is never futile.
+    assert sq.decide(design(futility_beta=0.0), diffs=x)["decision"] == "open"
+    assert sq.decide(d, diffs=[v + 1.0 for v in x])["decision"] != "futile"
+
+
+def test_futility_stops_an_effect_of_min_effect_at_most_at_its_beta():
+    """Paired differences with mean min_effect (sd 0.85 of it), looked at 3, 5, …, 15 seeds: the
+    share stopped as futile before the last look is at most what the boundary spends."""
+    rng = np.random.default_rng(4)
+    d = design()
+    runs, futile = 400, 0
+    for _ in range(runs):
+        x = rng.normal(1.0, 0.85, 16)
+        for n in d.looks[:-1]:
+            r = sq.decide(d, diffs=x[:n], p_value=False)
+            if r["decision"] != "open":
+                futile += r["decision"] == "futile"
+                break
+    assert futile / runs <= sq.FUTILITY_BETA + 3 * math.sqrt(sq.FUTILITY_BETA / runs)

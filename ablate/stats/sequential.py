@@ -8,7 +8,10 @@ look can decide it:
     significant   |t| of the paired (or Welch) t statistic at or past the look's efficacy boundary
     equivalent    both one-sided tests of |effect| ≥ min_effect reject at the look's equivalence
                   boundary: the effect is smaller than min_effect either way
-    futile        the last look (n_K seeds), neither of the above
+    futile        the one-sided tests of an effect of ±min_effect (toward the estimate's side and
+                  the other) reject at the look's futility boundary: an effect as large as
+                  min_effect has become unlikely, so more seeds would rarely make it significant
+                  (non-binding β-spending futility); or the last look (n_K seeds), none of the above
 
 **Boundaries** come from Lan–DeMets α-spending (Lan & DeMets 1983): the efficacy test spends its
 two-sided α along α(t) — O'Brien–Fleming shape ``2 − 2Φ(z_{α/2}/√t)`` (little early, close to the
@@ -18,8 +21,26 @@ exactly for Brownian motion by recursive numerical integration, Armitage, McPher
 Jennison & Turnbull 2000 ch. 19). The equivalence tests spend ``beta`` (default 0.02) the same
 way, one-sided per side, with the Pocock shape so that they can stop early: declaring equivalence
 when the effect is min_effect has probability at most ``beta``, so it costs the efficacy test at
-most that much power. A z boundary becomes a t boundary at the look's degrees of freedom by
-matching its tail probability (the usual small-sample substitute; the calibration benchmark,
+most that much power.
+
+**Futility** (Jennison & Turnbull 2000 §7.2; gsDesign's non-binding β-spending bounds): the
+futility boundary spends ``futility_beta`` (default 0.03) of the power against an effect of
+min_effect along the power2 shape (β t²): at look k the comparison stops as futile when the
+statistic is below the boundary under that alternative, ``|estimate| + f_k × se < min_effect``,
+f_k the one-sided boundary of the β spending (the drift under min_effect is min_effect / se at the
+look's own standard error, so no planning variance is needed). It is the equivalence test's shape
+at a weaker level, and claims less: not that the effect is within ±min_effect, only that the power
+to find one of min_effect is spent. Stopping with an effect of min_effect happens at most with
+probability ``futility_beta``; since most such paths would not have become significant either,
+it costs less power than that (about 0.005 at a paired sd of 0.85 min_effect, where it cuts the
+seeds a null study uses from 74% to 69% of the last look's: ``benchmarks/bench_sequential.py``).
+The power2 shape spends little at the first looks, where the t boundaries at 2–6 degrees of
+freedom are wide, and more from the middle on, where it saves most seeds under no effect. The
+efficacy boundaries ignore it (non-binding): whether or not a study stops at the futility
+boundary, its false-positive rate is what the α-spending gives, so a study that started without
+it (or ignores it) keeps its error rate.
+
+A z boundary becomes a t boundary at the look's degrees of freedom by matching its tail probability (the usual small-sample substitute; the calibration benchmark,
 ``benchmarks/bench_sequential.py``, measures what it gives at 3–16 seeds).
 
 **Valid inference after a data-dependent stop.** A look's repeated confidence interval, estimate ±
@@ -44,6 +65,8 @@ import numpy as np
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
 __all__ = [
+    "FUTILITY_BETA",
+    "FUTILITY_SHAPE",
     "SHAPES",
     "SequentialDesign",
     "boundaries",
@@ -55,6 +78,10 @@ __all__ = [
 
 #: The α-spending shapes: name → α(t) for total α.
 SHAPES = ("obrien_fleming", "pocock")
+#: The futility boundary's default spending: β = 0.03 of the power against min_effect along β t²
+#: (chosen on benchmarks/bench_sequential.py: every band holds at a paired sd of 0.85 min_effect).
+FUTILITY_BETA = 0.03
+FUTILITY_SHAPE = "power2"
 GRID = 801  # points of the numerical integration per look (error ≪ 1e-5 on the boundaries)
 
 
@@ -176,7 +203,9 @@ class SequentialDesign:
     """The looks (seeds per cell at each), the comparisons' family, and the spending.
 
     ``alpha`` is the family's; each of the ``comparisons`` spends ``alpha / comparisons``
-    (Bonferroni). ``beta`` is what each equivalence test spends (one-sided, per side)."""
+    (Bonferroni). ``beta`` is what each equivalence test spends (one-sided, per side);
+    ``futility_beta`` what the non-binding futility boundary spends of the power against
+    ``min_effect`` (0: no futility stop before the last look)."""
 
     looks: tuple[int, ...]
     alpha: float = 0.05
@@ -185,6 +214,8 @@ class SequentialDesign:
     beta: float = 0.02
     beta_shape: str = "pocock"
     min_effect: float = 0.01
+    futility_beta: float = FUTILITY_BETA
+    futility_shape: str = FUTILITY_SHAPE
     fractions: tuple[float, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -210,6 +241,13 @@ class SequentialDesign:
     def equivalence_z(self) -> tuple[float, ...]:
         return boundaries(self.fractions, self.beta, self.beta_shape, 1)
 
+    def futility_z(self) -> tuple[float, ...]:
+        """The futility boundaries (z scale, one-sided against ±min_effect); infinite at the last
+        look (futile there anyway when undecided) and everywhere when ``futility_beta`` is 0."""
+        if self.futility_beta <= 0:
+            return (math.inf,) * len(self.looks)
+        return (*boundaries(self.fractions, self.futility_beta, self.futility_shape, 1)[:-1], math.inf)
+
     def look_index(self, n: int) -> int:
         """The look a comparison on ``n`` seeds is at: the last look whose count it reaches."""
         k = max((i for i, m in enumerate(self.looks) if m <= n), default=-1)
@@ -225,7 +263,8 @@ def decide(design: SequentialDesign, diffs: Sequence[float] | None = None,
     one per shared seed), else Welch on ``cell`` and ``ref``.
 
     Returns ``look`` (1-based), ``n``, ``estimate``, ``se``, ``df``, ``t``, ``bound`` (the efficacy
-    boundary on the t scale), ``equivalence_bound``, ``rci_low`` / ``rci_high`` (the repeated
+    boundary on the t scale), ``equivalence_bound``, ``futility_bound`` (t scale; futile before the
+    last look when ``|estimate| + futility_bound × se < min_effect``), ``rci_low`` / ``rci_high`` (the repeated
     confidence interval at 1 − α/m), ``decision`` (``significant``, ``equivalent``, ``futile`` or
     ``open``), ``p`` (stage-wise, when significant; else the probability of an efficacy crossing at
     some look of the design, 1 − … is not a p and is left NaN), and ``z_bounds`` (the design's).
@@ -248,7 +287,7 @@ def decide(design: SequentialDesign, diffs: Sequence[float] | None = None,
         se = float(math.sqrt(va + vb)) if math.isfinite(va + vb) else math.nan
         df = float((va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))) if se > 0 else math.nan
     out: dict[str, Any] = {"look": 0, "n": n, "estimate": est, "se": se, "df": df, "t": math.nan, "bound": math.nan,
-                           "equivalence_bound": math.nan, "rci_low": math.nan, "rci_high": math.nan,
+                           "equivalence_bound": math.nan, "futility_bound": math.nan, "rci_low": math.nan, "rci_high": math.nan,
                            "decision": "open", "p": math.nan, "z_bounds": design.efficacy_z()}
     if n < design.looks[0]:
         return out
@@ -259,15 +298,15 @@ def decide(design: SequentialDesign, diffs: Sequence[float] | None = None,
         out["decision"] = "futile" if last else "open"
         return out
     z_eff, z_eq = design.efficacy_z()[k], design.equivalence_z()[k]
-    bound, eq = t_bound(z_eff, df), t_bound(z_eq, df)
+    bound, eq, fut = t_bound(z_eff, df), t_bound(z_eq, df), t_bound(design.futility_z()[k], df)
     t = est / se
-    out.update(t=t, bound=bound, equivalence_bound=eq, rci_low=est - bound * se, rci_high=est + bound * se)
+    out.update(t=t, bound=bound, equivalence_bound=eq, futility_bound=fut, rci_low=est - bound * se, rci_high=est + bound * se)
     if abs(t) >= bound:
         z_obs = float(-ndtri(stdtr(df, -abs(t))))  # the z with the t statistic's tail probability
         out.update(decision="significant",
                    p=stagewise_p(design.fractions, design.efficacy_z(), k, z_obs) if p_value else math.nan)
     elif est + eq * se < design.min_effect and est - eq * se > -design.min_effect:
         out["decision"] = "equivalent"
-    elif last:
+    elif last or abs(est) + fut * se < design.min_effect:
         out["decision"] = "futile"
     return out
