@@ -310,51 +310,116 @@ def test_scontrol_requeue_mid_trial_resumes_the_item_on_the_task_s_return(cluste
           f"{counts}")
 
 
-# Trains for 120 s at least (ABLATE_FAULT=slow@2): past a one-minute limit whenever SLURM enforces it.
-PAST_THE_LIMIT = {"train": {**procs.SPEC["train"], "steps": 600, "eval_every": 200, "log_every": 50},
-                  "probes": {"every": 200, "batch": 8}}
+# 20 fast steps, a checkpoint every 5: the trial reaches its commit (pause@commit) a second or two
+# after its worker starts, with a checkpoint at step 15 to resume from.
+QUICK_RESUMABLE = {"train": {**procs.SPEC["train"], "steps": 20, "eval_every": 10, "log_every": 5},
+                   "probes": {"every": 10, "batch": 8}}
+# pause@commit: the worker sleeps inside the critical section of the Optuna record (the MLflow run
+# holds the results, the trial is not yet COMPLETE), where a SIGTERM waits for the section's end:
+# far longer than a one-minute limit (checked every 30 s) and KillWait (5 s) together.
+STUCK_IN_COMMIT = {"ABLATE_FAULT": "pause@commit", "ABLATE_FAULT_PAUSE_S": "300"}
 
 
-def test_time_limit_mid_trial_requeues_the_item_and_another_task_resumes_it(cluster, tmp_path, postgres_db,
-                                                                            mlflow_server):
-    """(d) A task past its --time (one minute: SLURM's unit; its controller enforces limits every
-    30 s): SLURM's SIGTERM, then SIGKILL after KillWait. The worker re-queues the item within
-    KillWait; a task submitted afterwards resumes it from the checkpoint. ``--signal=B:TERM@0``
-    drops the script's warning 120 s before the limit, which a one-minute limit would send at once."""
+def failed_items(name: str, storage: str, kind: str) -> list[str]:
+    """The items of the FAIL trials of ``failure_kind`` ``kind``."""
+    return [t.user_attrs["item"] for t in optuna_trials(name, storage)
+            if t.state.name == "FAIL" and t.user_attrs.get("failure_kind") == kind]
+
+
+def test_time_limit_sigkills_a_worker_that_outlives_sigterm_and_another_task_resumes_the_item(
+        cluster, tmp_path, postgres_db, mlflow_server):
+    """(d) A task past its --time (one minute, SLURM's unit; its controller checks limits every 30 s)
+    while its worker is inside the Optuna record, where SIGTERM is deferred: SLURM's SIGTERM
+    changes nothing, its SIGKILL after KillWait ends the worker between the two stores' writes
+    (TIMEOUT, exit 0:9). A task submitted while the first holds the item waits for it, declares
+    the silent trial ``killed`` after the grace period, re-queues it, and resumes it from the
+    checkpoint. ``--signal=B:TERM@0`` drops the script's warning 120 s before the limit, which a
+    one-minute limit would send at once."""
     name, storage, tracking = names("d"), postgres_db, mlflow_server
-    queue(tmp_path, name, storage, tracking, items=1, **PAST_THE_LIMIT)
-    mark = tmp_path / "step1.mark"
+    queue(tmp_path, name, storage, tracking, items=1, **QUICK_RESUMABLE)
+    mark = tmp_path / "fault.mark"
     start = time.monotonic()
     job = cluster.submit(tmp_path, name, storage, tracking, "--array=0", "--time=1", "--signal=B:TERM@0",
-                         worker=CHECKPOINTS, ABLATE_FAULT="slow@2,pause@1", ABLATE_FAULT_MARK=str(mark), **STEP1)
-    victim = wait_training(name, storage)
-    cluster.wait(job, tmp_path, storage, timeout=180)
-    task = cluster.tasks(job)[0]
-    assert task["JobState"] == "TIMEOUT", (task, logs(tmp_path))
-    limit_exit = task["ExitCode"]
-    log = logs(tmp_path)
-    assert "DUE TO TIME LIMIT" in log and "worker interrupted (SIGTERM): re-queued 1 running item(s)" in log, log
-    assert interrupted_items(name, storage) == [victim["item"]]
-    states = Counter(t.state.name for t in optuna_trials(name, storage))
-    assert states == {"FAIL": 1, "WAITING": 1}, states
-    resumed_at = checkpoint_step(tmp_path, name)
-    assert resumed_at >= 5, resumed_at
-    limited = time.monotonic() - start
-
-    # Another task (its own job, no limit, no slow steps) resumes the item.
+                         worker=CHECKPOINTS, ABLATE_FAULT_MARK=str(mark), **STUCK_IN_COMMIT)
+    poll(mark.exists, "the worker in its commit", timeout=120)
+    assert cluster.active(job) == [f"{job}_0 RUNNING"], ("the worker started too late for a one-minute limit",
+                                                         logs(tmp_path))
+    victim = int(mark.read_text())
+    # Submitted now, so its worker's start-up overlaps the wait for the limit; it finds the item
+    # RUNNING and waits. pause@1 (0 s): marks it, should it train from step 1.
     other = cluster.submit(tmp_path, name, storage, tracking, "--array=0", worker=CHECKPOINTS,
                            ABLATE_FAULT="pause@1", ABLATE_FAULT_MARK=str(mark), **STEP1)
+    cluster.wait(job, tmp_path, storage, timeout=150)
+    limited = time.monotonic() - start
+    task = cluster.tasks(job)[0]
+    assert (task["JobState"], task["ExitCode"]) == ("TIMEOUT", "0:9"), (task, logs(tmp_path))
+    limit_exit = task["ExitCode"]
+    assert not Path(f"/proc/{victim}").exists()
+    log = (tmp_path / "logs" / f"ablate-workers-{job}_0.log").read_text()
+    assert "DUE TO TIME LIMIT" in log and "worker interrupted" not in log, log
+    resumed_at = checkpoint_step(tmp_path, name)  # the other task reaps the trial only after the grace period
+    assert resumed_at == 15, resumed_at
     cluster.wait(other, tmp_path, storage)
     took = time.monotonic() - start
+
     task = cluster.tasks(other)[0]
     assert (task["JobState"], task["ExitCode"]) == ("COMPLETED", "0:0"), logs(tmp_path)
+    assert outcomes(other, tmp_path)[0] == "worker finished: {'complete': 1}", logs(tmp_path)
+    counts = assert_each_item_once(name, storage, tracking, items=1)
+    assert counts["trials"] == {"COMPLETE": 1, "FAIL": 1} and counts["runs"] == {"FINISHED": 1, "KILLED": 1}
+    (item,) = {t.user_attrs["item"] for t in optuna_trials(name, storage)}
+    assert failed_items(name, storage, "killed") == [item], "the SIGKILLed trial, reaped as killed"
+    done = [t for t in optuna_trials(name, storage) if t.state.name == "COMPLETE"][0]
+    assert worker_pid(done) != victim
+    assert trained_from_scratch_by(mark) == victim, "the other task resumed the item, not restarted it"
+    print(f"(d) --time=1, worker stuck in its commit: TIMEOUT after {limited:.1f} s (exit {limit_exit}); "
+          f"the other task resumed from step {resumed_at}; done in {took:.1f} s; {counts}")
+
+
+def test_a_node_set_down_mid_trial_requeues_the_task_which_resumes_the_item(whole_cluster, tmp_path, postgres_db,
+                                                                            mlflow_server):
+    """(h) The node fails while its only task trains (`scontrol update state=down`): SLURM kills
+    the task and, the script asking --requeue, puts it back PENDING (held 120 s after a requeue:
+    the test moves its start to now, as in (e)); once the node is back (`state=resume`) the task
+    runs again and resumes the item from its checkpoint; every item once."""
+    cluster = whole_cluster
+    name, storage, tracking = names("h"), postgres_db, mlflow_server
+    queue(tmp_path, name, storage, tracking, items=1, **RESUMABLE)
+    node, _ = cluster.node()
+    mark = tmp_path / "step1.mark"
+    start = time.monotonic()
+    job = cluster.submit(tmp_path, name, storage, tracking, "--array=0", worker=CHECKPOINTS,
+                         ABLATE_FAULT="slow@2,pause@1", ABLATE_FAULT_MARK=str(mark), **STEP1)
+    victim = wait_training(name, storage, step=7)
+    cluster.cmd("scontrol", "update", f"nodename={node}", "state=down", "reason=test")
+    try:
+        poll(lambda: cluster.active(job) == [f"{job}_0 PENDING"], "the task requeued", timeout=60)
+        said = (Path(cluster.conf).parent / "log" / "slurmctld.log").read_text()
+        assert f"requeue job JobId={job}_0({job}) due to failure of node {node}" in said, said[-2000:]
+        poll(lambda: not Path(f"/proc/{victim['pid']}").exists(), "the worker gone", timeout=30)
+        assert interrupted_items(name, storage) == [victim["item"]], "the kill's SIGTERM re-queued the item"
+        resumed_at = checkpoint_step(tmp_path, name)
+        assert resumed_at >= 5, resumed_at
+    finally:
+        # ReturnToService=2 (scripts/slurm.sh) returns a DOWN node to service as soon as its
+        # slurmd answers, as this one does at once; a node still down is resumed by hand.
+        if cluster.node()[1].startswith("down"):
+            cluster.cmd("scontrol", "update", f"nodename={node}", "state=resume")
+    poll(lambda: cluster.node()[1] == "idle", "the node back", timeout=30)
+    cluster.cmd("scontrol", "update", f"jobid={job}_0", "StartTime=now")
+    cluster.wait(job, tmp_path, storage)
+    took = time.monotonic() - start
+
+    task = cluster.tasks(job)[0]
+    assert (task["JobState"], task["ExitCode"], task["Restarts"]) == ("COMPLETED", "0:0", "1"), logs(tmp_path)
+    assert outcomes(job, tmp_path)[0] == "worker finished: {'complete': 1}", logs(tmp_path)
     counts = assert_each_item_once(name, storage, tracking, items=1)
     assert counts["trials"] == {"COMPLETE": 1, "FAIL": 1} and counts["runs"] == {"FINISHED": 1, "KILLED": 1}
     done = [t for t in optuna_trials(name, storage) if t.state.name == "COMPLETE"][0]
-    assert worker_pid(done) != int(victim["pid"])
-    assert trained_from_scratch_by(mark) == int(victim["pid"]), "the other task resumed the item, not restarted it"
-    print(f"(d) --time=1: TIMEOUT after {limited:.1f} s (exit {limit_exit}); the other task resumed from "
-          f"step {resumed_at}; done in {took:.1f} s; {counts}")
+    assert worker_pid(done) != int(victim["pid"]), "the requeued task runs a new worker"
+    assert trained_from_scratch_by(mark) == int(victim["pid"]), "the requeued task's worker resumed, not restarted"
+    print(f"(h) node set down mid-trial: the task requeued, its item re-queued; resumed from step "
+          f"{resumed_at}; done in {took:.1f} s; {counts}")
 
 
 def test_a_drained_node_keeps_its_running_task_and_the_study_completes_after_resume(whole_cluster, tmp_path,
