@@ -12,13 +12,16 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
 from ablate.spec import Spec, SpecError
+
+if TYPE_CHECKING:
+    from ablate.results import Studies
 
 app = typer.Typer(add_completion=False, rich_markup_mode="markdown", no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Systematic ablation studies of linear recurrent sequence models.")
@@ -657,7 +660,7 @@ def report(
         "(CSV, LaTeX) to OUT/tables/")] = False,
     data: Annotated[Path | None, typer.Option(
         "--data", help="render from an export (`ablate export STUDY DIR`) instead of the stores; a folder "
-        "of exports: each", metavar="DIR")] = None,
+        "of exports: each, or with --compare one comparison over them", metavar="DIR")] = None,
 ) -> None:
     """Render a study's reports (HTML and PDF) with papermill; several studies: each one's, or with
     --compare one report over all. A spec file renders its study's reports, and its `compare:`
@@ -668,11 +671,13 @@ def report(
     formats = _formats(fmt)
     studies = studies or []
     if data is not None:
-        if studies or compare_ or cells:
-            err.print("[red]error[/red] --data renders the studies of its exports: give no study, --compare "
-                      "or --cells with it")
+        if studies:
+            err.print("[red]error[/red] --data renders the studies of its exports: give no study with it")
             raise typer.Exit(2)
-        _report_from_exports(data, out_dir, formats, only, param, export)
+        if compare_ or cells:
+            _compare([], cells, None, None, out_dir, formats, None, None, param, data=[data])
+        else:
+            _report_from_exports(data, out_dir, formats, only, param, export)
         return
     if not studies:
         err.print("[red]error[/red] name a study (or a spec file), or give --data DIR")
@@ -747,19 +752,48 @@ def compare(
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     param: ParamOpt = None,
+    data: Annotated[list[Path] | None, typer.Option(
+        "--data", help="compare the studies of exports (`ablate export STUDY DIR`) instead of the stores': an "
+        "export, or a folder of exports; repeat for several", metavar="DIR")] = None,
 ) -> None:
     """One report over several studies, or some of their cells: the variants' accuracy with CIs,
     hidden-state norm curves in shared axes, and the statistics where cells are comparable (same
-    task and data version). Writes comparison.{html,pdf} under reports/compare-NAME."""
+    task and data version). Writes comparison.{html,pdf} under reports/compare-NAME. --data DIR
+    (repeated) compares the exported studies, in that order, with no store."""
     spec = _load(spec_file, None) if spec_file is not None else None
     if spec is not None and studies:
         err.print("[red]error[/red] give studies or --spec, not both")
         raise typer.Exit(2)
-    _compare(studies or [], cells, spec, name, out_dir, _formats(fmt), storage, tracking_uri, param)
+    if data and studies:
+        err.print("[red]error[/red] --data compares the studies of its exports: give no study with it "
+                  "(--spec picks among them)")
+        raise typer.Exit(2)
+    _compare(studies or [], cells, spec, name, out_dir, _formats(fmt), storage, tracking_uri, param, data)
+
+
+def _read_exports(data: list[Path], studies: list[str]) -> Studies:
+    """The exports under ``data`` (each an export or a folder of them) as one ``Studies``: those of
+    ``studies`` in that order when it names some, else all in the order found; exit 2 on an export
+    that cannot be read, or a study they do not hold."""
+    from ablate import results
+
+    try:  # every export verified before anything is rendered
+        read = results.read_exports([folder for d in data for folder in _exports(d)])
+    except results.ExportError as exc:
+        raise _export_error(exc) from None
+    if not studies:
+        return read
+    absent = [s for s in studies if s not in read.names]
+    if absent:
+        err.print(f"[red]error[/red] the exports hold no study {absent[0]!r} (they hold: {', '.join(read.names)})",
+                  highlight=False)
+        raise typer.Exit(2)
+    return results.Studies.of([read[s] for s in studies])
 
 
 def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, name: str | None, out_dir: Path | None,
-             formats: tuple[str, ...], storage: str | None, tracking_uri: str | None, param: list[str] | None) -> None:
+             formats: tuple[str, ...], storage: str | None, tracking_uri: str | None, param: list[str] | None,
+             data: list[Path] | None = None) -> None:
     from ablate import design
     from ablate.report.render import ReportError, render_comparison
     from ablate.runner import study as st
@@ -774,14 +808,20 @@ def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, nam
         studies = [e.study for e in spec.compare]
         selectors = {e.study: e.selectors for e in spec.compare if e.selectors}
         name = name or spec.name
+    exported = _read_exports(data, studies) if data else None
+    if exported is not None:
+        studies = exported.names
     if not studies:
         err.print("[red]error[/red] name the studies to compare (or --spec FILE)")
         raise typer.Exit(2)
     try:
         if cells:
             selectors = [design.parse_selector(text) for text in cells]
-        stores = resolve(storage, tracking_uri)
-        specs = {s: design.validate(st.open_study(s, stores).user_attrs["spec"], f"study {s}") for s in studies}
+        if exported is not None:  # the specs as the exports hold them, validated by this code
+            specs = {r.study: r.spec for r in exported.results}
+        else:
+            stores = resolve(storage, tracking_uri)
+            specs = {s: design.validate(st.open_study(s, stores).user_attrs["spec"], f"study {s}") for s in studies}
     except SpecError as exc:
         for line in str(exc).splitlines():
             err.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
@@ -799,7 +839,7 @@ def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, nam
     parameters = _report_parameters(param or [], ["comparison"])
     try:
         for path in render_comparison(studies, out_dir or Path("reports") / f"compare-{name}", selectors, formats,
-                                      storage, tracking_uri, parameters, title=name):
+                                      storage, tracking_uri, parameters, title=name, data=exported):
             out.print(f"wrote {path}")
     except (st.StorageError, ReportError) as exc:
         raise _store_error(exc) from None

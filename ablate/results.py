@@ -9,6 +9,7 @@
     res.references()  the spec's published values and the cells they match
     export(res, DIR) / read_export(DIR)  the same as files (Parquet, the spec, a sha256 manifest) that
                       read back equal without a store: `ablate export`, `ablate report --data`
+    read_exports([DIR, …])  several exports as one ``Studies``, as ``load([...])``: `ablate compare --data`
 
 Every frame is polars (``.to_pandas()`` for pandas: Enum columns become ``Categorical``). The
 columns and their dtypes (docs/results.md has the same with examples):
@@ -733,6 +734,24 @@ def read_export(path: str | Path) -> Results:
         trial_provenance=provenance, missing=[str(m) for m in info["missing"]], spec_data=spec_data,
         sequential=info.get("sequential") if isinstance(info.get("sequential"), dict) else None,
     )
+
+
+def read_exports(paths: Sequence[str | Path]) -> Studies:
+    """Several exports as one ``Studies``, in the order given: what ``load`` of their studies gave
+    when they were written (a comparison report rendered from exports is the one rendered from the
+    stores). Every export is checked as ``read_export`` checks it; two exports of one study are an
+    ExportError (which to show is not this function's guess)."""
+    folders = [Path(p) for p in paths]
+    if not folders:
+        raise ExportError("no export given: name at least one directory `ablate export` wrote")
+    read: dict[str, tuple[Path, Results]] = {}
+    for folder in folders:
+        res = read_export(folder)
+        if res.study in read:
+            raise ExportError(f"{_shown(read[res.study][0])} and {_shown(folder)} are both exports of study "
+                              f"{_shown(repr(res.study))}: give one of them")
+        read[res.study] = (folder, res)
+    return Studies.of([res for _, res in read.values()])
 
 
 def _parquet(file: Path) -> pl.DataFrame:

@@ -12,18 +12,26 @@ compared (``stats.comparability``: same task and data version), and per-study pr
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from ablate import stats
 from ablate.report import format as fmt
+from ablate.report import norm_stability as ns
+from ablate.stats import norms as sn
 
 __all__ = [
     "comparability_lines",
     "header_lines",
+    "norm_sentences",
+    "omitted_measures_note",
     "provenance_table",
     "reference_variant",
     "selection_text",
+    "short_commit",
     "stores_lines",
     "studies_table",
     "variants_table",
@@ -124,20 +132,87 @@ def comparability_lines(variants: pd.DataFrame, comp: pd.DataFrame, reference_id
 
 def provenance_table(provenances: list[dict[str, Any]]) -> pd.DataFrame:
     """Per study (``Results.provenance()`` of each): spec hash, commits, devices, dates."""
-    def tally(counts: dict[str, int]) -> str:
-        return "; ".join(f"{k[:10]} ({v})" for k, v in counts.items()) or fmt.DASH
+    def tally(counts: dict[str, int], short: Callable[[str], str] = str) -> str:
+        return "; ".join(f"{short(k)} ({v})" for k, v in counts.items()) or fmt.DASH
 
     rows = []
     for p in provenances:
-        rows.append({"study": p["study"], "spec hash": p["spec_hash"], "commits (runs)": tally(p["git_commits"]),
-                     "devices (runs)": tally(p["devices"]),
+        rows.append({"study": p["study"], "spec hash": p["spec_hash"],
+                     "commits (runs)": tally(p["git_commits"], short_commit), "devices (runs)": tally(p["devices"]),
                      "first started": str(p["first_started"])[:16] if p["first_started"] else fmt.DASH,
                      "last finished": str(p["last_finished"])[:16] if p["last_finished"] else fmt.DASH})
     return pd.DataFrame(rows, columns=["study", "spec hash", "commits (runs)", "devices (runs)", "first started",
                                        "last finished"])
 
 
+def short_commit(commit: str) -> str:
+    """A commit as the provenance table prints it: 10 hex digits, and ``+dirty`` when the runs'
+    tree had uncommitted changes (else a clean and a dirty run of one commit read as one commit twice)."""
+    return commit[:10] + ("+dirty" if commit.endswith("+dirty") and len(commit) > 10 else "")
+
+
 def stores_lines(provenances: list[dict[str, Any]]) -> list[str]:
     """The stores the studies were read from (credentials redacted by the results API)."""
     stores = list(dict.fromkeys((p["stores"].get("storage", ""), p["stores"].get("tracking", "")) for p in provenances))
     return [f"- storage `{s}`, tracking `{t}`" for s, t in stores]
+
+
+def omitted_measures_note(comp: pd.DataFrame) -> str:
+    """The measures ``norm_stability.ratio_table`` leaves out of the norm comparison table (the
+    reference has no value: over layers, with a one-layer reference), as a sentence; "" if none."""
+    gone = ns.unreferenced(comp)
+    if not gone:
+        return ""
+    words = " and ".join(ns.MEASURE_WORDS[m] for m in gone)
+    return f" Not in the table: {words} — the reference has no value there (sentences below)."
+
+
+def norm_sentences(comp: pd.DataFrame, reference: str, alpha: float = 0.05, confidence: float = 0.95) -> list[str]:
+    """The norm comparisons with the reference (``stats.norms.compare``) in words, one line per
+    measure, quoting the cells of ``norm_stability.ratio_table``: how many tested comparisons are
+    significant and which, the furthest from 1× of the rest, what was not tested, and when no
+    comparison can be significant (the exact test's floor above Holm's first threshold); a measure
+    the reference has no value of says so. The study's own norm report adds the factor analysis."""
+    if comp.empty:
+        return []
+    gone = ns.unreferenced(comp)
+    kept = comp[~comp["measure"].isin(gone)].reset_index(drop=True)
+    table = ns.ratio_table(kept, confidence)
+    ratio = f"ratio to the reference [{fmt.level(confidence)} CI]"
+    at = f"α = {alpha:g}"
+    out = []
+    for m in sn.MEASURES:
+        words = f"**{ns.MEASURE_WORDS[m][:1].upper() + ns.MEASURE_WORDS[m][1:]}** ({ns.VALUE_WORDS[m]})"
+        if m in gone:
+            out.append(f"{words}: the reference {reference} has no value (a dash in Table 4), so nothing is "
+                       "compared with it; Table 4 gives the other variants' values.")
+            continue
+        rows = kept.index[kept["measure"] == m]
+        if not len(rows):
+            continue
+        tested = [i for i in rows if bool(kept.at[i, "testable"])]
+        sig = [i for i in tested if bool(kept.at[i, "significant"])]
+        rest = [i for i in tested if i not in sig]
+        few = len(rows) - len(tested)
+        if not tested:
+            out.append(f"{words}: none of the {len(rows)} comparisons can be tested (fewer than {stats.MIN_N_TEST} "
+                       "seeds); the ratios in the table are description, not evidence.")
+            continue
+        text = (f"{words}: {len(sig)} of {len(tested)} tested comparisons {'is' if len(sig) == 1 else 'are'} "
+                f"{fmt.verdict(True, at)}")
+        if sig:
+            text += ": " + "; ".join(f"{kept.at[i, 'cell_label']} {table.at[i, ratio]} the reference's "
+                                     f"(p_adj = {table.at[i, 'p (Holm)']})" for i in sig)
+        if rest:
+            far = max(rest, key=lambda i: abs(float(np.log(kept.at[i, "ratio"]))) if fmt.finite(kept.at[i, "ratio"])
+                      else -1.0)
+            text += (f"; {'of the rest, ' if sig else ''}the furthest from the reference is {kept.at[far, 'cell_label']}, "
+                     f"{table.at[far, ratio]} the reference's (p_adj = {table.at[far, 'p (Holm)']})")
+        if few:
+            text += f"; {few} not tested (fewer than {stats.MIN_N_TEST} seeds)"
+        floor, holm = float(kept.loc[tested, "p_min"].min()), alpha / len(tested)
+        if floor > holm:
+            text += (f". With {int(kept.loc[tested, 'n'].max())} seeds none can be: the exact test cannot give a p "
+                     f"below {fmt.pval(floor)}, above Holm's first threshold {fmt.pval(holm)}")
+        out.append(text + ".")
+    return out

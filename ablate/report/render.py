@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from ablate.report import COMPARISONS, REPORTS, fonts
 
 if TYPE_CHECKING:
-    from ablate.results import Results
+    from ablate.results import Results, Studies
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
@@ -467,20 +467,24 @@ def render_comparison(
     parameters: dict | None = None,
     title: str = "",
     report: str = "comparison",
+    data: Studies | None = None,
 ) -> list[Path]:
     """Render one comparison report over ``studies`` (their cells matching ``cells``: selectors
-    for every study, or per study) into ``out_dir`` as ``<report>.html`` / ``<report>.pdf``."""
+    for every study, or per study) into ``out_dir`` as ``<report>.html`` / ``<report>.pdf``.
+    ``data``: those studies already read (``results.read_exports``: ``ablate compare --data``);
+    then no store is opened, or even looked for."""
+    from ablate import results
     from ablate.stores import resolve
 
-    stores = resolve(storage, tracking_uri)
+    stores = resolve(storage, tracking_uri) if data is None else None
     out_dir.mkdir(parents=True, exist_ok=True)
     title = title or " vs ".join(studies)
-    from ablate import results
 
     with tempfile.TemporaryDirectory() as tmp:
         # As render: this process reads the stores once, the notebook that file (no URL among the
         # parameters the notebook keeps), in our kernel (IPC, quiet).
-        both = results.load(list(studies), stores.storage, stores.tracking, curves=True, metrics=True)
+        both = data if data is not None else results.load(list(studies), stores.storage, stores.tracking,
+                                                          curves=True, metrics=True)
         snapshot = Path(tmp) / "results.pickle"
         results.save(both, snapshot)
         missing = [line for r in both.results for line in r.missing]

@@ -121,11 +121,17 @@ if len(df):
                                 [(c, lbl) for c, lbl in fig_order if c in comparable], alpha, confidence,
                                 first.stats.min_ratio, first.stats.power)
         if len(comp_norms):
-            show(ns.ratio_table(comp_norms, confidence), intro=(
+            show(ns.ratio_table(comp_norms, confidence, first.stats.min_ratio), intro=(
                 "**Table 5. Each variant on the reference's data against the reference** (the same probe batch), "
-                "on one value per seed: exact permutation tests of the per-seed log values, Holm within each "
-                "measure, nothing tested below three seeds; over seeds both sides use the same number of seeds "
-                "(the shared ones, else the first of each)."))
+                "on one value per seed: the ratio is exp(mean log difference) with the t interval of that "
+                "difference, tested by exact permutation tests of the per-seed log values (sign-flip on shared "
+                "seeds, relabelling otherwise), Holm within each measure, nothing tested below three seeds; over "
+                "seeds both sides use the same number of seeds (the shared ones, else the first of each), so a "
+                "spread over more seeds is never set against one over fewer. The last column: the seeds a ratio "
+                f"of {first.stats.min_ratio:g}× would need (power {first.stats.power:g}, t-test at Holm's first "
+                "threshold)." + cmp.omitted_measures_note(comp_norms)))
+            say(*[f"- {s}" for s in cmp.norm_sentences(comp_norms, dict(fig_order).get(ref_id, ref_label), alpha,
+                                                        confidence)])
 else:
     say("No completed run of the chosen variants has probe data.")
 
