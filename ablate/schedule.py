@@ -39,6 +39,13 @@ def _get(obj: Any, key: str, default: Any) -> Any:
     return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
 
 
+def warmup_steps(train: Any) -> int:
+    """Steps of linear warm-up: ``warmup_steps`` when set, else ``warmup · steps``; at least 1
+    (a warm-up of one step is none: its factor is 1 from the first step). ``train``: a ``TrainSpec`` or its dict."""
+    explicit = _get(train, "warmup_steps", None)
+    return max(1, int(explicit) if explicit is not None else int(float(_get(train, "warmup", 0.1)) * int(_get(train, "steps", 0))))
+
+
 def stable_end(train: Any) -> int | None:
     """The last step of a WSD schedule's stable phase, ``steps − D`` for a decay of D steps
     (``decay_steps``, else ``decay · steps``, at least 1); None for the other schedules. The

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from ablate import faults
 from ablate.models import Network, build_model
 from ablate.probes import Prober, train_summary
-from ablate.schedule import Schedule, stable_end
+from ablate.schedule import Schedule, stable_end, warmup_steps
 from ablate.spec import BUDGET_KEYS, ModelSpec, ProbeSpec, TrainSpec
 from ablate.stats.convergence import last_fifth
 from ablate.tasks import TaskData, load_task
@@ -95,12 +95,6 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
 def _layer_means(norms: list[torch.Tensor]) -> list[float]:
     # Mean over batch, time and heads: per-head norms are comparable across head counts.
     return [sq.detach().float().mean().item() for sq in norms]
-
-
-def warmup_steps(train: TrainSpec) -> int:
-    """Steps of linear warm-up: ``warmup_steps`` when set, else ``warmup · steps``; at least 1
-    (a warm-up of one step is none: its factor is 1 from the first step)."""
-    return max(1, train.warmup_steps if train.warmup_steps is not None else int(train.warmup * train.steps))
 
 
 def schedule(train: TrainSpec) -> Callable[[int], float]:
@@ -418,7 +412,8 @@ def continuable(short: TrainSpec, long: TrainSpec) -> int | None:
     end, long_end = stable_end(short), stable_end(long)
     if end is None or long_end is None or long.steps <= short.steps:
         return None
-    budget = set(BUDGET_KEYS)  # until_converged only decides how far a run goes, not its steps
+    # until_converged only decides how far a run goes, not its steps; the warm-up is compared in steps
+    budget = set(BUDGET_KEYS) | {"warmup", "warmup_steps"}
     same = short.model_dump(exclude=budget) == long.model_dump(exclude=budget)
     if not same or warmup_steps(short) != warmup_steps(long) or not warmup_steps(short) <= end <= long_end:
         return None

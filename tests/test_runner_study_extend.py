@@ -199,3 +199,23 @@ def test_extend_reads_the_trials_fresh_from_the_storage(tmp_path):
     finish_claimed(other, {0: False})
     assert st.extend_runs(study) == 1
     assert queue.count(study, (TrialState.WAITING,)) == 1
+
+
+def test_an_extension_keeps_the_declared_warm_up_in_steps_so_it_can_continue():
+    # A fractional warm-up (10 % of 4,000 steps) would be 800 steps at 8,000: a different learning
+    # rate from step 400 on, so the extension could not start from the stable phase's checkpoint.
+    from ablate.spec import TrainSpec
+    from ablate.training import continuable
+
+    train = {"steps": 4000, "schedule": "wsd", "warmup": 0.1, "decay": 0.2, "eval_every": 100,
+             "until_converged": {"max_steps": 16000, "extend_by": 4000}}
+    attrs = {"item": "c/replicate/0", "cell_id": "c", "cell_label": "c", "seed": 0, "phase": "replicate",
+             "config": {"train": train}, "converged": False}
+    assert st.next_budget(attrs) == 8000
+    longer = st.extension_attrs(attrs, 0, 8000)
+    assert longer["config"]["train"]["warmup_steps"] == 400 and longer["config"]["train"]["steps"] == 8000
+    assert attrs["config"]["train"].get("warmup_steps") is None  # the declared run's attributes untouched
+    short, long = TrainSpec.model_validate(train), TrainSpec.model_validate(longer["config"]["train"])
+    assert continuable(short, long) == 3200
+    again = st.extension_attrs({**longer, "converged": False}, 1, 12000)
+    assert continuable(long, TrainSpec.model_validate(again["config"]["train"])) == 6400

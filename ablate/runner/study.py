@@ -53,6 +53,7 @@ from ablate.runner.items import (
 )
 from ablate.runner.queue import StorageError
 from ablate.runner.reuse import Reuse, find_reusable, link
+from ablate.schedule import warmup_steps
 from ablate.spec import Spec
 from ablate.stores import Stores, redact
 
@@ -421,7 +422,11 @@ def next_budget(attrs: Mapping[str, Any]) -> int | None:
 def extension_attrs(attrs: Mapping[str, Any], number: int, target: int) -> dict[str, Any]:
     """The attributes of the trial that extends run ``number`` (``attrs``) to ``target`` steps."""
     out = {k: copy.deepcopy(attrs[k]) for k in EXTENSION_CARRIES if k in attrs}
-    out["config"]["train"]["steps"] = target
+    train = out["config"]["train"]
+    # The warm-up in steps stays the declared run's: a fractional one would grow with the budget,
+    # and a run whose warm-up differs cannot continue from the shorter one's stable phase.
+    train["warmup_steps"] = warmup_steps(train)
+    train["steps"] = target
     out[BUDGET] = target
     out[EXTENDED_FROM] = {"number": number, "steps": run_budget(attrs)}
     return out
