@@ -18,7 +18,7 @@ import pandas as pd
 from ablate.report.format import DASH, NBSP, num, pval, signed
 from ablate.runner import sequential as runner_sequential
 from ablate.spec import Spec
-from ablate.stats.sequential import spent, t_bound
+from ablate.stats.sequential import FUTILITY_BETA, spent, t_bound
 
 __all__ = ["decision_words", "decisions", "decisions_table", "looks_table", "procedure", "sentences"]
 
@@ -52,7 +52,10 @@ def procedure(spec: Spec) -> list[str]:
         f"looks by the Lan–DeMets {_shape(seq.spending)} function; it is decided *significant* when its t statistic "
         f"crosses the look's boundary, *equivalent* when both one-sided tests against ±{num(spec.stats.min_effect)} "
         f"(norms: ×{spec.stats.min_ratio:g}) reject at the equivalence boundary (which spends β = "
-        f"{seq.equivalence_beta:g}), and *futile* when it reaches {seq.max} seeds undecided.",
+        f"{seq.equivalence_beta:g}), and *futile* when an effect of that size has become unlikely — its "
+        f"interval widened to the non-binding futility boundary (which spends β = {FUTILITY_BETA:g} of the power "
+        f"against it; the efficacy boundaries ignore it, so α stays what they spend) excludes it — or when it "
+        f"reaches {seq.max} seeds undecided.",
         "The p-values are stage-wise (the chance, with no effect, of crossing earlier or further at the deciding "
         f"look) and the intervals repeated confidence intervals at {100 * (1 - seq.alpha / max(1, m)):.3g}%, valid whichever "
         "look stopped the comparison; the fixed-design p-values of the other sections are not shown, because "
@@ -161,7 +164,7 @@ def sentences(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping[str, 
                          f"({_value(r.get('estimate'), r['measure'])} [{_value(r.get('rci_low'), r['measure'])}, "
                          f"{_value(r.get('rci_high'), r['measure'])}], {r['seeds']} seeds{p})")
         tail = (f" (within ±{num(spec.stats.min_effect)}; norms ×{spec.stats.min_ratio:g})" if kind == "equivalent"
-                else f" at {seq.max} seeds" if kind == "futile" else "")
+                else "")
         out.append(f"Sequentially decided, {kind}: {'; '.join(parts)} {words} the reference {reference}{tail}.")
     still = [r for r in rows if r["decision"] == "open"]
     if still:
