@@ -55,6 +55,24 @@ def test_plan_marks_cells_done_partial_new_and_creates_no_store(tmp_path, monkey
     assert "done 3, failed 0, running 0, pending 5" in res.output
 
 
+def test_a_plan_of_many_cells_prints_one_plain_line_per_cell(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    raw["seeds"] = 1
+    raw["factors"] = {"train.lr": [round(1e-3 * (1 + i), 6) for i in range(planning.PLAIN_ROWS + 1)]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    res = CliRunner().invoke(app, ["plan", str(path)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[:2] == ["tuned: plan (full)", "cell id       train.lr  trials  done  status"]
+    rows = [line.split() for line in lines[2 : 2 + planning.PLAIN_ROWS + 1]]
+    assert [r[0] for r in rows] == [c.id for c in design.cells(design.validate(raw))]
+    assert all(r[2:] == ["1", "0", "new"] for r in rows) and "│" not in res.output
+
+
 def test_invalid_specs_exit_2_and_write_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("ABLATE_STORAGE", raising=False)
