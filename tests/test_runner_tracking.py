@@ -85,6 +85,17 @@ def test_trial_run_in_mlflow(stores):
     assert {"probe/batch_fingerprint", "chance", "train/loss", "state_norm/layer1"} <= set(logged["name"])
 
 
+def test_a_run_ends_with_its_late_params_and_tags_set(stores):
+    from mlflow.tracking import MlflowClient
+
+    run = tracking.TrialRun(stores, "trk-end", None, "A · seed 0", CONFIG, {}, levels=LEVELS)
+    run.write({"val_accuracy": 0.5}, {"ablate.committed": "false"})
+    run.end("FINISHED", {"ablate.committed": "true"}, {"converged": True, "best_step": 8})
+    got = MlflowClient(stores.tracking).get_run(run.run_id)
+    assert got.info.status == "FINISHED" and got.data.tags["ablate.committed"] == "true"
+    assert (got.data.params["converged"], got.data.params["best_step"]) == ("True", "8")
+
+
 def test_fresh_store_prints_no_table_creation(stores, capfd):
     tracking.client(stores.tracking).search_experiments()
     captured = capfd.readouterr()

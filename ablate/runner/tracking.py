@@ -263,12 +263,14 @@ class TrialRun:
         self.write(summary, tags)
         self.end(status)
 
-    def end(self, status: str, tags: dict[str, str] | None = None) -> None:
-        """End the run (FINISHED/FAILED/KILLED), setting ``tags`` first."""
-        if tags:
-            from mlflow.entities import RunTag
+    def end(self, status: str, tags: dict[str, str] | None = None, params: dict[str, Any] | None = None) -> None:
+        """End the run (FINISHED/FAILED/KILLED), setting ``tags`` and ``params`` first (as
+        ``log_params``) in one call: this sits between a worker's trials."""
+        if tags or params:
+            from mlflow.entities import Param, RunTag
 
-            self.mlc.log_batch(self.run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+            self.mlc.log_batch(self.run_id, params=[Param(k, str(v)[:500]) for k, v in (params or {}).items()],
+                               tags=[RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()])
         self.mlc.set_terminated(self.run_id, status)
 
     def write(self, summary: dict[str, float], tags: dict[str, str] | None = None) -> None:
