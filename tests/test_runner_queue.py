@@ -140,6 +140,7 @@ def test_beat_fail_and_bounded_requeue(tmp_path):
                                                                      "failure_kind": "killed"}
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         queue.finish(study, trial, TrialState.COMPLETE, {"status": "complete"}, 1.0)
+    assert "status" not in queue.trial(study, trial.number).user_attrs  # the refused record wrote nothing
     # Re-queued as a WAITING copy with its attributes and retry history, within the bound.
     queue.requeue(study, trial.number, max_retry=1)
     again = claim(study)
@@ -151,9 +152,11 @@ def test_beat_fail_and_bounded_requeue(tmp_path):
     assert claim(study) is None and len(study.trials) == 2
     queue.requeue(study, again.number, max_retry=None)  # unbounded (an interruption)
     last = claim(study)
-    queue.finish(study, last, TrialState.COMPLETE, {"status": "complete"}, 0.75)
+    queue.finish(study, last, TrialState.COMPLETE, {"status": "complete", "step": 9, "val/loss": 0.5}, 0.75)
     done = queue.trial(study, last.number)
-    assert done.state == TrialState.COMPLETE and done.value == 0.75 and done.user_attrs["status"] == "complete"
+    assert done.state == TrialState.COMPLETE and done.value == 0.75
+    assert {k: done.user_attrs[k] for k in ("status", "step", "val/loss", "item")} == {
+        "status": "complete", "step": 9, "val/loss": 0.5, "item": "a"}  # one write: replaced, added, kept
 
 
 def test_a_silent_running_trial_is_stale(tmp_path):
@@ -331,3 +334,27 @@ def test_entries_finished_after(tmp_path):
     assert [e.number for e in queue.entries(study, finished_after=mark)] == [second.number]
     done = queue.entries(study, states=(TrialState.COMPLETE,))[0]
     assert done.started is not None and done.finished >= done.started
+
+
+def test_a_store_stamped_by_this_optuna_opens_without_alembic_and_any_other_takes_optunas_check(
+        tmp_path, monkeypatch):
+    from optuna.storages._rdb import storage as rdb
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    optuna.create_study(study_name="s", storage=storage(url))  # created and stamped by Optuna's own path
+    optunas = rdb._VersionManager.__mro__[1]
+    calls: list[str] = []
+    monkeypatch.setattr(optunas, "_init_alembic", lambda self: calls.append("init"))
+    monkeypatch.setattr(optunas, "check_table_schema_compatibility", lambda self: calls.append("check"))
+    for read_only in (False, True):
+        optuna.load_study(study_name="s", storage=storage(url, read_only=read_only))
+    assert calls == []
+    with sqlite3.connect(tmp_path / "optuna.db") as db:  # as a store an older Optuna left
+        db.execute("UPDATE version_info SET library_version = '4.0.0'")
+    storage(url)
+    assert calls == ["init", "check"]
+    monkeypatch.undo()
+    with sqlite3.connect(tmp_path / "optuna.db") as db:  # a schema this Optuna does not know
+        db.execute("UPDATE alembic_version SET version_num = 'v9.9.9'")
+    with pytest.raises(queue.StorageError, match="no longer compatible"):
+        storage(url)
