@@ -256,7 +256,8 @@ def worker(
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""
     from ablate.runner import study as st
-    from ablate.runner.worker import Interrupted, WorkerStopped, work
+    from ablate.runner.signals import Interrupted
+    from ablate.runner.worker import WorkerStopped, work
     from ablate.stores import resolve
 
     if threads:

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
 # the order is the flow of one item: queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
-# sequential ← phases ← progress ← worker ← pool ← launch.
+# sequential ← phases ← progress ← heartbeat, signals ← worker ← pool ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
     ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.ops", "ablate.tasks", "ablate.models.registry",
@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.sequential",),
     ("ablate.runner.phases", "ablate.planning"),
     ("ablate.runner.progress",),
+    ("ablate.runner.heartbeat", "ablate.runner.signals"),
     ("ablate.runner.worker",),
     ("ablate.runner.pool",),
     ("ablate.runner.launch",),

@@ -96,7 +96,7 @@ def test_a_stopped_run_leaves_no_mlflow_run_of_a_recorded_trial_running(tmp_path
 
     from ablate.runner import launch, phases, queue, tracking
     from ablate.runner import study as st
-    from ablate.runner.worker import Interrupted
+    from ablate.runner.signals import Interrupted
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     where = stores(tmp_path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -286,83 +285,10 @@ def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes
     assert retried.user_attrs["item"] == failed.user_attrs["item"] and len(calls) == 2
 
 
-# --- signals, kills and store faults at every point of an item's life (tests/processes.py) --------
+# --- kills and store faults at every point of an item's life (tests/processes.py; signals:
+# tests/test_runner_signals.py) -----------------------------------------------------------------
 
 import processes as procs  # noqa: E402
-
-# (command, signal, fault, the item afterwards). A pause at "claim" or "commit" lies inside a
-# critical section: the signal takes effect at its end (the claim is then re-queued, the record
-# completes); elsewhere the signal interrupts at once.
-SIGNAL_CASES = [
-    ("worker", signal.SIGTERM, "pause@claim", "waiting"),
-    ("worker", signal.SIGINT, "pause@open_run", "waiting"),
-    ("run", signal.SIGTERM, "slow@2", "waiting"),  # mid-step
-    ("run", signal.SIGINT, "pause@checkpoint", "waiting"),
-    ("run", signal.SIGTERM, "pause@record", "waiting"),
-    ("run", signal.SIGINT, "pause@commit", "done"),
-    ("worker", signal.SIGTERM, "pause@committed", "done"),
-]
-
-
-@pytest.mark.parametrize(("command", "sig", "fault", "after"), SIGNAL_CASES,
-                         ids=[f"{c[0]}-{signal.Signals(c[1]).name}-{c[2]}" for c in SIGNAL_CASES])
-def test_a_signal_at_any_point_leaves_nothing_running_and_says_what_was_requeued(tmp_path, command, sig, fault,
-                                                                                 after):
-    procs.write_spec(tmp_path, train={**procs.SPEC["train"], "steps": 40} if fault == "slow@2" else
-                     procs.SPEC["train"])
-    pause = "2" if fault.endswith(("claim", "commit")) else "120"  # critical sections end by themselves
-    env = {"ABLATE_FAULT": fault, "ABLATE_FAULT_PAUSE_S": pause}
-    if command == "worker":
-        assert procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "0").returncode == 0
-        proc = procs.spawn(tmp_path, "worker", "faults", "--checkpoint-every", "2", **env)
-    else:
-        proc = procs.spawn(tmp_path, "run", "spec.yaml", "--checkpoint-every", "2", **env)
-    mark = tmp_path / "fault.mark"
-    if fault == "slow@2":
-        procs.wait_for(lambda: procs.training_step(tmp_path) >= 2, "a trial training", proc)
-    else:
-        procs.wait_for(mark.exists, f"the worker at {fault}", proc)
-    out, err, seconds = procs.stop(proc, sig)
-    print(f"{command} {signal.Signals(sig).name} at {fault}: exit after {seconds:.1f} s")
-    assert proc.returncode == procs.SIGNAL_EXIT[sig], (out, err)
-    assert "Traceback" not in err + out
-    line = procs.signal_line(err)
-    states = procs.assert_consistent(tmp_path)
-    first = procs.trials(tmp_path)[0]["item"]
-    assert states[first] == after, procs.trials(tmp_path)
-    assert sorted(states.values()) == sorted([after, "waiting"])  # the other item was never claimed
-    if after == "waiting":
-        assert "re-queued 1 running item(s): baseline · seed 0" in line
-        interrupted = procs.trials(tmp_path)[0]
-        assert interrupted["failure_kind"] == "interrupted"
-        assert [r["ablate.failure_kind"] for r in procs.runs(tmp_path)] in ([], ["interrupted"])
-    else:
-        assert "no running item to re-queue" in line
-        assert [r["status"] for r in procs.runs(tmp_path)] == ["FINISHED"]
-
-
-def test_a_second_signal_during_clean_up_does_not_cut_it_and_the_study_resumes(tmp_path):
-    procs.write_spec(tmp_path)
-    proc = procs.spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT="pause@record", ABLATE_FAULT_PAUSE_S="120")
-    procs.wait_for((tmp_path / "fault.mark").exists, "the worker recording", proc)
-    proc.send_signal(signal.SIGTERM)
-    for _ in range(5):  # a scheduler's repeated SIGTERM, an impatient Ctrl-C
-        time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    # 143 (SIGTERM's) as a rule; 130 when the main thread was inside one C call while both signals
-    # arrived, since Python then runs the pending handlers in signal-number order (SIGINT first).
-    assert proc.returncode in (143, 130) and "Traceback" not in err, err
-    assert "re-queued 1 running item(s)" in procs.signal_line(err)
-    assert sorted(procs.assert_consistent(tmp_path).values()) == ["waiting", "waiting"]
-    # `status`: the cell table agrees with the summary (the interrupted item is pending, not failed).
-    status = procs.ablate(tmp_path, "status", "faults")
-    row = next(line for line in status.stdout.splitlines() if "baseline" in line)
-    assert [int(x) for x in re.findall(r"\d+", row)] == [0, 0, 0, 2, 0, 0, 0], status.stdout  # pending
-    assert "0 done · 0 running · 2 waiting · 0 failed" in status.stdout
-    res = procs.ablate(tmp_path, "run", "spec.yaml")
-    assert res.returncode == 0, res.stderr
-    assert sorted(procs.assert_consistent(tmp_path).values()) == ["done", "done"]
 
 
 def test_kill9_the_moment_a_worker_claims_is_recovered_not_waited_for(tmp_path):
@@ -611,3 +537,4 @@ def test_until_converged_extends_the_improving_run_once_per_budget_and_equals_sc
     fresh = run_trial(config, 0, ProbeSpec.model_validate(UNTIL["probes"]), Quiet())
     want = {**fresh.metrics, **fresh.convergence}
     assert _finals(third) and _finals(third) == pytest.approx({k: want[k] for k in _finals(third)}, rel=1e-6, abs=1e-7)
+

@@ -25,7 +25,8 @@ from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
 from ablate.runner import pool, queue, sequential, tracking
 from ablate.runner import study as st
-from ablate.runner.worker import Interrupted, work
+from ablate.runner.signals import Interrupted
+from ablate.runner.worker import work
 from ablate.spec import Spec
 from ablate.stores import Stores, redact, storage_problem
 

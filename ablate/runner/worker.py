@@ -2,8 +2,8 @@
 
 Outcomes: complete; ``pruned`` (a tuning trial its protocol's pruner stopped: a result, not
 retried); ``reused`` (another study finished the item since it was queued: the trial
-links that result instead of training, study.link_if_done_elsewhere); ``diverged`` (a result of the cell, not retried); ``error`` (a bug: the
-traceback is recorded, not retried); ``oom`` (retried with gradient accumulation);
+links that result instead of training, reuse.link_if_done_elsewhere); ``diverged`` (a result of
+the cell, not retried); ``error`` (a bug: the traceback is recorded, not retried); ``oom`` (retried with gradient accumulation);
 ``infrastructure`` (MLflow or a disk failed: re-queued with back-off, without a bound, for it is
 not the item's fault; after ``MAX_INFRASTRUCTURE_IN_A_ROW`` in a row, or a full disk, the worker
 stops with the reason);
@@ -13,10 +13,8 @@ was declared dead while still alive, e.g. stalled past the grace period: its ite
 so it drops its own result and moves on). A study storage that cannot be written stops the
 worker (``WorkerStopped``): its item is re-queued by the heartbeat's silence.
 
-Signals: the first SIGINT or SIGTERM interrupts the worker (``Interrupted``) at once while it
-trains, opens a run or waits, and at the end of a claim or of an Optuna record (short critical
-sections that a signal must not cut in two). Its item is failed ``interrupted`` and re-queued,
-its MLflow run ended KILLED; further signals are ignored, so that this clean-up completes.
+The heartbeat is runner/heartbeat.py's; when a signal interrupts the worker, and which sections
+it must not cut in two, runner/signals.py's: here, what the worker does then (``_abandon``).
 
 Exactly once in both stores: the Optuna record is the commit point. A trial's run gets its
 results (tag ``ablate.committed=false``) and stays RUNNING until Optuna recorded the trial; only
@@ -28,13 +26,11 @@ trial recorded, KILLED otherwise; results read only the recorded run of each ite
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,9 +40,11 @@ from optuna.trial import TrialState
 
 from ablate import faults, provenance
 from ablate.runner import phases, queue, sequential, tracking
+from ablate.runner.heartbeat import Heartbeat
 from ablate.runner.items import BUDGET, MAX_RETRIES, UNBOUNDED, states_by_item
-from ablate.runner.queue import HEARTBEAT_S, StorageError
+from ablate.runner.queue import StorageError
 from ablate.runner.reuse import link_if_done_elsewhere
+from ablate.runner.signals import Interrupted, Signals
 from ablate.runner.study import extend_runs, extends_runs, open_study, recover_stale, settle_runs
 from ablate.spec import ProbeSpec
 from ablate.stores import Stores, checkpoint_dir, no_space, redact, sqlite_path, storage_problem
@@ -64,77 +62,7 @@ RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
 MAX_INFRASTRUCTURE_IN_A_ROW = 3  # then the stores are down, not flaky: stop rather than fail every item
 REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another process has begun
-# Seconds between progress records of a running trial (a small write, only when the step moved).
-PROGRESS_S = float(os.environ.get("ABLATE_PROGRESS_S", "2"))
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PRELOAD_WAIT_S = 60.0  # how long a finishing worker lets the background imports complete
-
-
-class Heartbeat:
-    """Records a heartbeat every HEARTBEAT_S seconds in a thread, and the trial's progress (step,
-    last validation metrics) within PROGRESS_S of its changing, so the live view follows.
-
-    Nested for the same trial (work() beats from the claim on, run_item adds the progress), the
-    inner one only lends its progress to the outer thread: one beat per trial, not two. ``lost``
-    is set when the trial is found no longer RUNNING: another process declared this worker dead."""
-
-    _active: dict[int, Heartbeat] = {}  # trial number -> the outermost heartbeat of this process
-
-    def __init__(self, study: optuna.Study, number: int,
-                 step: Callable[[], dict[str, Any]] | None = None) -> None:
-        self._stop = threading.Event()
-        self._step = step
-        self._number = number
-        self._outer = Heartbeat._active.get(number)
-        self.lost = self._outer.lost if self._outer is not None else threading.Event()
-        self._thread = threading.Thread(target=self._beat, args=(study, number), daemon=True)
-
-    def _beat(self, study: optuna.Study, number: int) -> None:
-        sent: dict[str, Any] = {}
-        last = -float("inf")
-        while not self._stop.is_set():
-            try:
-                step = self._step
-                now = step() if step is not None else {}
-            except Exception:  # progress is for the view: never a reason to miss a beat
-                now = {}
-            try:
-                changed = {k: v for k, v in now.items() if sent.get(k) != v}
-                if changed or time.monotonic() - last >= HEARTBEAT_S:
-                    if not queue.beat(study, number, changed or None) and not self._stop.is_set():
-                        self.lost.set()
-                        return
-                    sent.update(changed)
-                    last = time.monotonic()
-            except Exception:  # a missed beat is tolerated; a long silence is what counts
-                pass
-            self._stop.wait(min(PROGRESS_S, HEARTBEAT_S))
-
-    def __enter__(self) -> Heartbeat:
-        if self._outer is not None:
-            self._outer._step = self._step
-        else:
-            Heartbeat._active[self._number] = self
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._outer is not None:
-            self._outer._step = None
-            return
-        self._stop.set()
-        self._thread.join()
-        Heartbeat._active.pop(self._number, None)
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived: the worker stops. ``signum`` is the signal, ``requeued`` the
-    labels of the items it re-queued. A KeyboardInterrupt, so that libraries treat it as one
-    (SQLAlchemy, for one, then drops the connection it was using)."""
-
-    def __init__(self, signum: int, requeued: list[str] | None = None) -> None:
-        super().__init__(signum)
-        self.signum, self.requeued = signum, list(requeued or [])
 
 
 class WorkerStopped(Exception):
@@ -148,62 +76,6 @@ class TrackingFailure(Exception):
 
 class Superseded(Exception):
     """This worker's trial was declared dead and its item re-queued: the attempt is void."""
-
-
-class _Signals:
-    """SIGINT/SIGTERM → Interrupted in the main thread: at once outside critical sections, at
-    their end inside one. Python drops an exception raised while it runs a ``__del__`` or a
-    weakref callback, so ``check`` raises it again at the worker's safe points until the worker
-    has caught it (``delivered``); later signals add nothing, so clean-up survives a second
-    Ctrl-C or a scheduler's repeated SIGTERM. Outside the main thread (no signals) it does nothing."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.delivered = False
-        self._critical = 0
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _Signals:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self._previous.items():
-            # After a signal the process is stopping: a later one (a burst of Ctrl-C, a scheduler's
-            # repeated SIGTERM) must not land in a default handler before the caller says what was
-            # re-queued and exits.
-            signal.signal(s, signal.SIG_IGN if self.signum is not None else handler)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self.signum is None:
-            self.signum = signum
-            if not self._critical:
-                raise Interrupted(signum)
-
-    def check(self) -> None:
-        """Raise Interrupted if a signal came and the worker has not caught its Interrupted."""
-        if self.signum is not None and not self.delivered and not self._critical:
-            raise Interrupted(self.signum)
-
-    def sleep(self, seconds: float) -> None:
-        """time.sleep that a signal ends at once, even one whose Interrupted was dropped."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            self.check()
-            time.sleep(min(0.25, left))
-        self.check()
-
-    @contextmanager
-    def critical(self) -> Iterator[None]:
-        """A section a signal must not cut in two (a claim, an Optuna record): its Interrupted
-        comes at the end, if the section itself ended normally."""
-        self._critical += 1
-        try:
-            yield
-        finally:
-            self._critical -= 1
-        self.check()
 
 
 @dataclass
@@ -229,7 +101,7 @@ class _Watched:
     """A trial's reporter that stops training once the heartbeat finds the trial taken away (or
     a signal's Interrupted was dropped)."""
 
-    def __init__(self, inner: tracking.TrialRun, lost: threading.Event, signals: _Signals | None = None) -> None:
+    def __init__(self, inner: tracking.TrialRun, lost: threading.Event, signals: Signals | None = None) -> None:
         self.inner, self.lost, self.signals = inner, lost, signals
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
@@ -274,12 +146,12 @@ def _text(exc: BaseException) -> str:
 
 def run_item(
     study: optuna.Study, trial: optuna.Trial, stores: Stores, device: str, emit: Event, checkpoint_every: int = 0,
-    current: _Current | None = None, signals: _Signals | None = None,
+    current: _Current | None = None, signals: Signals | None = None,
 ) -> str:
     """Train one claimed trial and record its outcome; returns the outcome's kind. ``current``
     follows what is held (for the clean-up after a signal), ``signals`` guards the record."""
     current = current if current is not None else _Current(trial=trial)
-    signals = signals if signals is not None else _Signals()
+    signals = signals if signals is not None else Signals()
     who = {"cell": trial.user_attrs.get("cell_label"), "seed": trial.user_attrs.get("seed")}
     try:  # finished meanwhile by another study: link it, do not train it again
         with signals.critical():  # the link finishes the trial: a signal must not cut it in two
@@ -321,7 +193,7 @@ def run_item(
 
 def _train_item(
     study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], info: dict[str, Any], current: _Current,
-    stores: Stores, device: str, emit: Event, checkpoint_every: int, signals: _Signals,
+    stores: Stores, device: str, emit: Event, checkpoint_every: int, signals: Signals,
 ) -> str:
     from ablate.training import run_trial
 
@@ -404,7 +276,7 @@ def _train_item(
 
 
 def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, result: Any, info: dict[str, Any],
-            current: _Current, emit: Event, signals: _Signals) -> str:
+            current: _Current, emit: Event, signals: Signals) -> str:
     """The outcome of a finished training, in the order that keeps the two stores consistent:
     the run's results (the run stays RUNNING), the Optuna record (the commit point), the run's end."""
     faults.inject("record")
@@ -449,7 +321,7 @@ def _end_committed(run: tracking.TrialRun, status: str, params: dict[str, Any], 
 
 
 def _record_pruned(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, why: str, steps: int,
-                   seconds: float, info: dict[str, Any], current: _Current, emit: Event, signals: _Signals) -> str:
+                   seconds: float, info: dict[str, Any], current: _Current, emit: Event, signals: Signals) -> str:
     """A tuning trial its pruner stopped: a result (PRUNED), recorded in the order of ``_record``."""
     _tracked(run.write, {"steps": steps, "seconds": seconds},
              {"ablate.status": "pruned", "ablate.pruned": why[:5000], "ablate.committed": "false"})
@@ -684,7 +556,7 @@ def work(
     failed: a full disk, MLflow down, a study storage that cannot be written) and StorageError
     (the study cannot be opened)."""
     emit = emit or (lambda event, info: None)
-    with _Signals() as signals:
+    with Signals() as signals:
         current = _Current()
         try:
             return _work(study_name, stores, device, emit, wait_for_running, checkpoint_every, max_items,
@@ -708,7 +580,7 @@ def work(
 
 
 def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_running: bool, checkpoint_every: int,
-          max_items: int | None, signals: _Signals, current: _Current) -> dict[str, int]:
+          max_items: int | None, signals: Signals, current: _Current) -> dict[str, int]:
     study = current.study = open_study(study_name, stores)
     # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here,
     # so the first claim does not wait for it; the item's heartbeat runs from the claim on. The
@@ -732,7 +604,7 @@ def _sequential_spec(study: optuna.Study) -> Any:
 
 
 def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_for_running: bool,
-           checkpoint_every: int, max_items: int | None, signals: _Signals, current: _Current,
+           checkpoint_every: int, max_items: int | None, signals: Signals, current: _Current,
            preload: threading.Thread) -> dict[str, int]:
     """Claim and run items until none is left (what ``work`` documents)."""
     outcomes: dict[str, int] = {}

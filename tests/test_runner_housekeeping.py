@@ -1,0 +1,141 @@
+"""Housekeeping of a storage's studies (``ablate.runner.housekeeping``): orphans listed, dropped
+or kept as a study of their own; ``ls`` / ``rm`` on SQLite and PostgreSQL (with an MLflow server),
+keeping what another study references; ``rm`` refusing while workers run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from cell_store import PLAIN, finish_all, spec, trials_of, where
+from typer.testing import CliRunner
+
+from ablate import design, planning
+from ablate.cli import app
+from ablate.runner import housekeeping as hk
+from ablate.runner import items as its
+from ablate.runner import phases
+from ablate.runner import study as st
+from ablate.stores import Stores
+
+
+@pytest.fixture
+def tmp_path(shm_tmp_path: Path) -> Path:
+    return shm_tmp_path
+
+
+# --- orphans -------------------------------------------------------------------------------------------
+
+
+def test_orphans_are_listed_then_kept_as_a_study_or_dropped(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    monkeypatch.delenv("ABLATE_TRACKING_URI", raising=False)
+    from ablate.stores import resolve
+
+    stores = resolve()
+    first = spec("s")
+    st.prepare(first, design.items(first), stores)
+    finish_all(st.open_study("s", stores))
+    changed = spec("s", train={**PLAIN["train"], "lr": 0.001})  # what `--set train.lr=0.001` makes
+    plan = planning.build(changed, stores.storage, stores.tracking)
+    lines = planning.orphan_lines(plan.orphans, "s")
+    assert plan.orphans.trials == 4 and "orphaned: 4 finished trials of study 's'" in lines[0]
+    assert "ablate keep s s-old" in lines[1] and "ablate rm s --orphans" in lines[2]
+    st.prepare(changed, design.items(changed), stores)
+    assert hk.orphans(st.open_study("s", stores), design.items(changed)).trials == 4
+    # Keep them: a study of their own, with the spec they were queued under.
+    res = CliRunner().invoke(app, ["keep", "s", "s-old"])
+    assert res.exit_code == 0, res.output
+    assert "kept 4 orphaned items of s as study s-old" in res.output and "s dropped 4 trials" in res.output
+    old = st.open_study("s-old", stores)
+    assert old.user_attrs["spec"]["train"]["lr"] == 0.003  # the default, as first run
+    assert its.Progress.of(old, design.items(design.validate(old.user_attrs["spec"]))).done == 4
+    assert not hk.orphans(st.open_study("s", stores), design.items(changed))
+    # Orphans of another change, dropped.
+    again = spec("s", train={**PLAIN["train"], "lr": 0.002})
+    st.prepare(again, design.items(again), stores)  # the lr=0.001 items, queued, are orphans now
+    found = hk.orphans(st.open_study("s", stores), design.items(again))
+    assert len(found.unfinished) == 4 and not found.finished
+    res = CliRunner().invoke(app, ["rm", "s", "--orphans", "--yes"])
+    assert res.exit_code == 0 and "dropped 4 trials" in res.output, res.output
+    study = st.open_study("s", stores)
+    assert not hk.orphans(study, design.items(again))
+    assert phases.claim(study).user_attrs["config"]["train"]["lr"] == 0.002  # no dropped item is claimed
+    rows = {r.name: r for r in hk.overview(stores)}
+    assert rows["s"].dropped == 8 and rows["s-old"].done == 4 and rows["s-old"].reused == 4
+
+
+# --- ls / rm on SQLite and PostgreSQL --------------------------------------------------------------
+
+
+def _ls_rm(stores: Stores, a: str, b: str) -> None:
+    """Two studies on ``stores`` (b reuses half of a), then ``ls`` and ``rm a``: b keeps its runs."""
+    from mlflow.tracking import MlflowClient
+
+    from ablate import results
+    from ablate.runner import tracking
+
+    first = spec(a)
+    st.prepare(first, design.items(first), stores, lambda: tracking.start_parent_run(stores, a, "{}", "h"))
+    finish_all(st.open_study(a, stores), stores=stores)
+    follow = spec(b, factors={"variant": {"RotRNN": PLAIN["factors"]["variant"]["RotRNN"]}}, seeds=3)
+    prepared = st.prepare(follow, design.items(follow), stores)
+    assert prepared.linked == {a: 2} and prepared.queued == 1
+    finish_all(st.open_study(b, stores), stores=stores)
+    rows = {r.name: r for r in hk.overview(stores)}
+    assert (rows[a].cells, rows[a].done, rows[a].reused) == (2, 4, 0)
+    assert (rows[b].cells, rows[b].done, rows[b].reused, rows[b].waiting) == (1, 3, 2, 0)
+    env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking}
+    listing = CliRunner().invoke(app, ["ls"], env=env)
+    assert listing.exit_code == 0, listing.output
+    line = next(x for x in listing.output.splitlines() if x.startswith(b + " "))
+    assert line.split()[:4] == [b, "1", "3", "2"]  # piped: plain columns, nothing truncated
+
+    mlc = MlflowClient(stores.tracking)
+    runs_a = {r.info.run_id: r for r in mlc.search_runs([mlc.get_experiment_by_name(a).experiment_id])}
+    used = {t.user_attrs["mlflow_run_id"] for t in trials_of(stores, b) if t.user_attrs.get("reused_from")}
+    assert len(runs_a) == 5 and len(used) == 2 and used <= set(runs_a)  # 4 trials + the parent; 2 reused
+    plan = hk.removal(a, stores)
+    parent = next(r for r, run in runs_a.items() if run.data.tags.get("ablate.role") == "study")
+    assert set(plan.kept) == used | {parent} and set(plan.runs) == set(runs_a) - used - {parent}
+    refused = CliRunner().invoke(app, ["rm", a], env=env, input="")
+    assert refused.exit_code == 1 and a in {r.name for r in hk.overview(stores)}  # not a terminal: asks for --yes
+    res = CliRunner().invoke(app, ["rm", a, "--yes"], env=env)
+    assert res.exit_code == 0, res.output
+    assert f"removed {a}: 4 trials, 2 MLflow runs" in res.output and f"kept 3 runs in experiment '{a}.removed-" in res.output
+    assert a not in {r.name for r in hk.overview(stores)}
+    assert mlc.get_experiment_by_name(a) is None  # the name is free for a new study
+    for run_id in used | {parent}:
+        assert mlc.get_run(run_id).info.lifecycle_stage == "active"
+    for run_id in plan.runs:
+        assert mlc.get_run(run_id).info.lifecycle_stage == "deleted"
+    res_b = results.load(b, stores.storage, stores.tracking, curves=False, metrics=True)
+    assert res_b.trials["status"].to_list() == ["complete"] * 3 and res_b.trials["reused_from"].to_list()[:2] == [a, a]
+    assert res_b.metrics.select("seed").unique().height == 3  # the reused runs' metrics are still read
+    # Removing b now deletes its own run and the experiment; a's kept runs are not b's to delete.
+    hk.remove(hk.removal(b, stores), stores)
+    assert mlc.get_run(next(iter(used))).info.lifecycle_stage == "active"
+
+
+def test_ls_and_rm_on_sqlite(tmp_path):
+    _ls_rm(where(tmp_path), "a", "b")
+
+
+def test_ls_and_rm_on_postgresql_and_an_mlflow_server(postgres_db, mlflow_server):
+    tag = uuid.uuid4().hex[:6]
+    _ls_rm(Stores(postgres_db, mlflow_server, None), f"a-{tag}", f"b-{tag}")
+
+
+def test_rm_refuses_while_workers_run_and_names_unknown_studies(tmp_path):
+    stores = where(tmp_path)
+    first = spec("busy")
+    st.prepare(first, design.items(first), stores)
+    phases.claim(st.open_study("busy", stores))  # a worker at work
+    env = {"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    res = CliRunner().invoke(app, ["rm", "busy", "--yes"], env=env)
+    assert res.exit_code == 1 and "1 running trial (workers at work)" in res.output
+    res = CliRunner().invoke(app, ["rm", "nope", "--yes"], env=env)
+    assert res.exit_code == 1 and "no study named 'nope'" in res.output
