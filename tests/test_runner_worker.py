@@ -538,3 +538,23 @@ def test_until_converged_extends_the_improving_run_once_per_budget_and_equals_sc
     want = {**fresh.metrics, **fresh.convergence}
     assert _finals(third) and _finals(third) == pytest.approx({k: want[k] for k in _finals(third)}, rel=1e-6, abs=1e-7)
 
+
+def test_importing_the_runner_leaves_optunas_logging_alone_and_a_worker_quiets_it(tmp_path):
+    """Optuna configures its logger (level INFO) on first use, so the level is set first, the
+    way a program that imports ablate would set it; a fresh process, so no earlier import counts."""
+    code = """if True:
+        import optuna
+        optuna.logging.set_verbosity(optuna.logging.DEBUG)
+        import ablate.runner.queue, ablate.runner.worker
+        print(optuna.logging.get_verbosity())
+        from ablate.runner import worker
+        from ablate.stores import resolve
+        try:
+            worker.work("none", resolve(home_dir="home"))
+        except Exception:  # no such study: the worker has started all the same
+            pass
+        print(optuna.logging.get_verbosity())
+    """
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k not in ("ABLATE_STORAGE", "ABLATE_TRACKING_URI")})
+    assert res.stdout.split() == [str(optuna.logging.DEBUG), str(optuna.logging.WARNING)], res.stderr

@@ -306,6 +306,7 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     (``reuse``; stale ones too with ``reuse_stale``), enqueue the others that have no live or
     finished trial (unless not ``enqueue_new``). ``parent_run`` starts the study's MLflow parent
     run (returning its id) if it has none yet."""
+    queue.quiet_optuna()  # creating or loading the study would say so on stderr
     study = open_study(spec.name, stores, create=True)
     describe(study, spec)  # first: the description heads the dashboard's table of study attributes
     dump = spec.model_dump(mode="json")  # unsorted: factor and level order are the spec's

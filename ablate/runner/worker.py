@@ -556,6 +556,7 @@ def work(
     failed: a full disk, MLflow down, a study storage that cannot be written) and StorageError
     (the study cannot be opened)."""
     emit = emit or (lambda event, info: None)
+    queue.quiet_optuna()  # Optuna would log each tell and each sampler's in-memory study
     with Signals() as signals:
         current = _Current()
         try:
