@@ -344,3 +344,48 @@ def find_branch(root: Path, config: dict[str, Any], seed: int, phase: str = "rep
         if step is not None and path.exists() and (found is None or step > found.step):
             found = Branch(path, kept["cell_id"], kept["cell_label"], seed, step, short.steps)
     return found
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One kept stable-phase checkpoint (``keep_stable``) as ``ablate gc`` lists it."""
+
+    path: Path
+    cell_id: str
+    cell_label: str
+    seed: int
+    steps: int  # the budget of the run that kept it
+    size: int  # bytes of the checkpoint file (0 when only its description is left)
+
+
+def kept_checkpoints(root: Path) -> list[Kept]:
+    """Every kept stable-phase checkpoint under ``<root>/stable/``, by cell, seed and budget; a
+    description whose checkpoint never got written (the run died before its stable end) counts with size 0."""
+    out: list[Kept] = []
+    base = root / "stable"
+    for meta in sorted(base.glob("*/replicate-seed*/*.json")) if base.is_dir() else []:
+        try:
+            kept = json.loads(meta.read_text())
+            steps = int(kept["train"]["steps"])
+            cell_id, label, seed = str(kept["cell_id"]), str(kept["cell_label"]), int(kept["seed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not one keep_stable wrote: left alone
+        path = meta.with_suffix(".pt")
+        out.append(Kept(path, cell_id, label, seed, steps, path.stat().st_size if path.exists() else 0))
+    return out
+
+
+def drop_kept(kept: list[Kept]) -> int:
+    """Delete these kept checkpoints (each with its description, and its folders once empty);
+    the bytes freed. A longer run of their cells then trains from step 0."""
+    freed = 0
+    for k in kept:
+        freed += k.size
+        for path in (k.path, k.path.with_suffix(".json")):
+            path.unlink(missing_ok=True)
+        for folder in (k.path.parent, k.path.parent.parent):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: other seeds' or budgets' checkpoints stay
+                break
+    return freed
