@@ -120,7 +120,7 @@ class Schedule:
         if len(periodic | {start}) >= CONVERGENCE_PASSES:
             extra = {start, end}  # end: the final pass, or a stable end's pass for the flag
         elif end - start < CONVERGENCE_PASSES - 1:  # a tiny run: every step of its window
-            extra = set(range(start, end))
+            extra = set(range(start, end + 1))
         else:  # evenly from the boundary to the end (the final pass is the last of them)
             k = CONVERGENCE_PASSES - 1
             extra = {start + round(i * (end - start) / k) for i in range(k)} | {end}

@@ -85,6 +85,9 @@ def test_a_wsd_schedule_reads_the_last_fifth_of_its_stable_phase():
     assert not any(when.checks(s) for s in range(801, 1001))  # none in the decay
     cosine = Schedule.of(train.model_copy(update={"schedule": "cosine"}))
     assert cosine.window == (800, 1000)
+    tiny = Schedule.of(TrainSpec(steps=24, schedule="wsd", warmup_steps=2, decay_steps=3, eval_every=2))
+    assert tiny.window == (17, 21)  # every step of a short window, its stable end included
+    assert [s for s in range(17, 22) if tiny.validates(s) or tiny.checks(s)] == [17, 18, 19, 20, 21]
 
 
 def test_a_longer_wsd_run_continues_only_where_its_window_has_the_shorter_runs_passes():
