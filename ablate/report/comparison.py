@@ -28,10 +28,10 @@ __all__ = [
     "header_lines",
     "norm_sentences",
     "omitted_measures_note",
-    "provenance_table",
     "reference_variant",
     "selection_text",
     "short_commit",
+    "studies_provenance_table",
     "stores_lines",
     "studies_table",
     "variants_table",
@@ -130,7 +130,7 @@ def comparability_lines(variants: pd.DataFrame, comp: pd.DataFrame, reference_id
     return lines
 
 
-def provenance_table(provenances: list[dict[str, Any]]) -> pd.DataFrame:
+def studies_provenance_table(provenances: list[dict[str, Any]]) -> pd.DataFrame:
     """Per study (``Results.provenance()`` of each): spec hash, commits, devices, dates."""
     def tally(counts: dict[str, int], short: Callable[[str], str] = str) -> str:
         return "; ".join(f"{short(k)} ({v})" for k, v in counts.items()) or fmt.DASH

@@ -140,5 +140,5 @@ else:
 
 # %%
 provenances = [r.provenance() for r in both.results]
-show(cmp.provenance_table(provenances), intro="**Table 6. Provenance per study** (as recorded by each run).")
+show(cmp.studies_provenance_table(provenances), intro="**Table 6. Provenance per study** (as recorded by each run).")
 say(*cmp.stores_lines(provenances))
