@@ -5,10 +5,8 @@ each item's state, what other studies hold for the unfinished items, and the stu
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import optuna
 
@@ -18,18 +16,16 @@ from ablate.runner.housekeeping import Orphans, orphans
 from ablate.runner.items import DROPPED, states_by_item
 from ablate.runner.reuse import Reuse, find_reusable
 from ablate.runner.study import recorded_tracking, storage
+from ablate.stores import resolve, sqlite_path
 
 
 def existing_store_url(storage_url: str | None) -> str | None:
-    """The storage URL to read, or None when there is no store yet (nothing is created)."""
-    from ablate import stores
-
-    url = storage_url or os.environ.get("ABLATE_STORAGE")
-    if url is None:  # the default of ablate.stores.resolve, without its mkdir
-        path = stores.home().resolve() / "optuna.db"
-        return f"sqlite:///{path}" if path.is_file() else None
+    """The storage URL to read (``ablate.stores.resolve``'s, creating nothing), or None when there
+    is no store yet: a SQLite URL whose file does not exist."""
+    url = resolve(storage_url, create=False).storage
     if url.startswith("sqlite:///"):
-        return url if Path(url.removeprefix("sqlite:///")).is_file() else None
+        path = sqlite_path(url)
+        return url if path is not None and path.is_file() else None
     return url
 
 
