@@ -333,6 +333,21 @@ def test_convergence_table_flags_budget_too_small_and_steps_used():
     old = acc.convergence_sentences(stats.cell_convergence(make_trials({"a": 0.7}, seeds=2), 300))
     assert old and "not recorded" in old[0]
 
+
+def test_an_until_converged_sentence_says_whether_the_extensions_continued_a_checkpoint():
+    trials = make_trials({"a": 0.7}, seeds=3)
+    trials["converged"] = [True, True, True]
+    trials["steps"] = [4000, 8000, 12000]
+    trials["budget"] = [None, 8000, 12000]
+    trials["extended_from"] = [None, 4000, 4000]
+    for continued, words in (([None, "a · seed 1 · step 3200", "a · seed 2 · step 6400"], "each extended run continued"),
+                             ([None, None, None], "each trained from step 0"),
+                             ([None, "a · seed 1 · step 3200", None], "1 of the 2 extended runs continued")):
+        trials["continued_from"] = continued
+        conv = stats.cell_convergence(trials, 4000)
+        assert conv.iloc[0]["n_extended"] == 2 and conv.iloc[0]["n_continued"] == sum(c is not None for c in continued)
+        assert words in " ".join(acc.convergence_sentences(conv))
+
 # --- figures on a partial study ---------------------------------------------------------------
 
 

@@ -146,7 +146,8 @@ def cell_convergence(
     runs that did not stop early; NaN when every run stopped early), ``budget``, ``steps_min``,
     ``steps_max``, ``steps_differ`` (some run used a number of steps other than the budget),
     ``n_stopped_early``, ``best_step_median``, ``n_extended`` (runs trained past the budget by
-    ``train.until_converged``: a ``budget`` column above it, ``extended_from`` set) and
+    ``train.until_converged``: a ``budget`` column above it, ``extended_from`` set), ``n_continued``
+    (of those, the runs that started from a shorter run's stable-phase checkpoint: ``continued_from`` set) and
     ``budget_reached`` (the largest budget a run of the cell reached; ``budget`` without
     extensions). ``steps_differ`` compares each run's steps with its own budget."""
     rows_all = phase_rows(trials, phase)
@@ -159,7 +160,7 @@ def cell_convergence(
 
     cols = ["cell_id", "cell_label", "n", "n_known", "n_unconverged", "still_improving", "gain_max", "gain_median",
             "budget", "steps_min", "steps_max", "steps_differ", "n_stopped_early", "best_step_median", "n_extended",
-            "budget_reached"]
+            "n_continued", "budget_reached"]
     rows = []
     for _, cell in cell_rows(trials).iterrows():
         runs = done[done["cell_id"] == cell["cell_id"]]
@@ -183,6 +184,8 @@ def cell_convergence(
         # A run trained until converged (``train.until_converged``) ran to its own budget, past the cell's.
         own = pd.to_numeric(column(runs, "budget"), errors="coerce").to_numpy(float)
         extended = np.isfinite(pd.to_numeric(column(runs, "extended_from"), errors="coerce").to_numpy(float))
+        continued = np.array([v is not None and v is not pd.NA and not (isinstance(v, float) and np.isnan(v))
+                              and v != "" for v in column(runs, "continued_from")], dtype=bool)
         budgets = np.where(np.isfinite(own), own, cap)
         s = steps[np.isfinite(steps)]
         differ = np.isfinite(steps) & np.isfinite(budgets) & (steps != budgets)
@@ -198,6 +201,7 @@ def cell_convergence(
             "n_stopped_early": int(stopped.sum()),
             "best_step_median": float(np.median(best[np.isfinite(best)])) if np.isfinite(best).any() else np.nan,
             "n_extended": int(extended.sum()),
+            "n_continued": int((extended & continued).sum()),
             "budget_reached": float(np.nanmax(budgets)) if np.isfinite(budgets).any() else cap,
         })
     return pd.DataFrame(rows, columns=cols)

@@ -312,10 +312,16 @@ def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> l
         out.append("Every run whose convergence is recorded had stopped improving by the end of its budget.")
     if "n_extended" in conv.columns and conv["n_extended"].fillna(0).astype(int).any():
         grown = conv[conv["n_extended"].fillna(0).astype(int) > 0]
-        out.append("Trained until converged (train.until_converged): "
+        extended = int(grown["n_extended"].sum())
+        continued = int(grown["n_continued"].fillna(0).sum()) if "n_continued" in grown.columns else 0
+        how = ("each extended run continued its shorter run's stable-phase checkpoint" if continued == extended
+               else "no extended run could continue a stable-phase checkpoint: each trained from step 0"
+               if continued == 0 else
+               f"{continued} of the {extended} extended runs continued their shorter run's stable-phase "
+               "checkpoint, the others trained from step 0")
+        out.append("Trained until converged (train.until_converged), while still improving: "
                    + "; ".join(f"{r['cell_label']} {extended_text(r)}" for _, r in grown.iterrows())
-                   + " — each extended run continued its shorter run's stable-phase checkpoint while still improving; "
-                   "its results are those of its longest finished run.")
+                   + f" — {how}; a cell's results are those of its runs' longest finished budgets.")
     differ = conv[conv["steps_differ"].astype(bool)]
     if len(differ):
         out.append("Steps actually used differ from the budget: "
