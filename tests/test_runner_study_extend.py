@@ -209,13 +209,16 @@ def test_an_extension_keeps_the_declared_warm_up_in_steps_so_it_can_continue():
 
     train = {"steps": 4000, "schedule": "wsd", "warmup": 0.1, "decay": 0.2, "eval_every": 100,
              "until_converged": {"max_steps": 16000, "extend_by": 4000}}
+    config = {**copy.deepcopy(design.cells(make())[0].config), "train": train}
     attrs = {"item": "c/replicate/0", "cell_id": "c", "cell_label": "c", "seed": 0, "phase": "replicate",
-             "config": {"train": train}, "converged": False}
+             "config": config, "converged": False}
     assert st.next_budget(attrs) == 8000
     longer = st.extension_attrs(attrs, 0, 8000)
     assert longer["config"]["train"]["warmup_steps"] == 400 and longer["config"]["train"]["steps"] == 8000
     assert attrs["config"]["train"].get("warmup_steps") is None  # the declared run's attributes untouched
     short, long = TrainSpec.model_validate(train), TrainSpec.model_validate(longer["config"]["train"])
     assert continuable(short, long) == 3200
+    # ... and keeps its stable checkpoints where the declared run's are: one lineage.
+    assert design.identity.lineage_key(longer["config"]) == design.identity.lineage_key(attrs["config"])
     again = st.extension_attrs({**longer, "converged": False}, 1, 12000)
     assert continuable(long, TrainSpec.model_validate(again["config"]["train"])) == 6400

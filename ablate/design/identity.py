@@ -132,8 +132,10 @@ def lineage_key(config: dict[str, Any], n: int = 12) -> str:
     """The cell id with ``train.steps``, ``train.decay``, ``train.decay_steps`` and
     ``train.until_converged`` left out: the cells that differ only in their budget share it, so a
     longer WSD run finds the stable-phase checkpoints of shorter ones under it
-    (``training.continuable`` says which fit)."""
-    train = {k: v for k, v in config.get("train", {}).items() if k not in BUDGET_KEYS}
+    (``training.continuable`` says which fit). The warm-up is left out too: a fraction and its
+    count in steps are the same warm-up (an until-converged extension pins the count), and
+    ``continuable`` compares it in steps."""
+    train = {k: v for k, v in config.get("train", {}).items() if k not in BUDGET_KEYS and k not in ("warmup", "warmup_steps")}
     return _hash({**config, "train": train}, None, CODE_VERSION, level_versions(config), n)
 
 
