@@ -71,11 +71,10 @@ class Schedule:
     @classmethod
     def of(cls, train: Any, probes: Any = None) -> Schedule:
         """From a ``TrainSpec`` (or its dict) and a ``ProbeSpec`` (or None: probes as by default)."""
-        get = _get
-        enabled = bool(get(probes, "enabled", True)) if probes is not None else True
-        every = int(get(probes, "every", 100)) if probes is not None else 100
-        return cls(int(get(train, "steps", 0)), int(get(train, "eval_every", 50)), int(get(train, "log_every", 25)),
-                   every if enabled else None, enabled and bool(get(probes, "grads", True) if probes is not None else True),
+        enabled = bool(_get(probes, "enabled", True)) if probes is not None else True
+        every = int(_get(probes, "every", 100)) if probes is not None else 100
+        return cls(int(_get(train, "steps", 0)), int(_get(train, "eval_every", 50)), int(_get(train, "log_every", 25)),
+                   every if enabled else None, enabled and bool(_get(probes, "grads", True) if probes is not None else True),
                    stable_end(train))
 
     # --- per step ----------------------------------------------------------------------------

@@ -236,7 +236,7 @@ class TrainSpec(Strict):
     def _warmup_fits(self) -> TrainSpec:
         if self.warmup_steps is not None and self.warmup_steps >= self.steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
-        if self.schedule == "wsd":  # the same counts as ablate.training.warmup_steps and stable_end
+        if self.schedule == "wsd":  # the same counts as ablate.schedule.warmup_steps and stable_end
             decay = self.decay_steps if self.decay_steps is not None else max(1, int(self.decay * self.steps))
             warm = max(1, self.warmup_steps if self.warmup_steps is not None else int(self.warmup * self.steps))
             if decay >= self.steps or warm > self.steps - decay:
