@@ -15,6 +15,8 @@
     commit      the MLflow run holds the results, and Optuna is about to record the trial (the
                 commit point), inside the record's critical section
     committed   Optuna recorded the trial; the MLflow run is not yet marked finished
+    extend      the trial is recorded and its MLflow run ended; a study training until converged
+                has not yet queued the run's extension (``ablate.runner.study.extend_runs``)
     look        a sequential study's look was analysed and its state written; its next seeds are
                 not queued yet (``ablate.runner.sequential.advance``)
 
@@ -40,7 +42,7 @@ import signal
 import time
 from functools import lru_cache
 
-POINTS = ("flip", "claim", "open_run", "checkpoint", "record", "commit", "committed", "look")
+POINTS = ("flip", "claim", "open_run", "checkpoint", "record", "commit", "committed", "extend", "look")
 KINDS = ("error", "oom", "slow", "pause", "kill", "enospc")
 _fired: set[tuple[str, str]] = set()
 

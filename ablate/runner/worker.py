@@ -652,6 +652,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             outcome = run_item(study, trial, stores, device, emit, checkpoint_every, current, signals)
         current.take(None)
         if extending and outcome == "complete":  # this process finished it: it queues its extension
+            faults.inject("extend")
             with signals.critical():
                 extend_runs(study, [trial.user_attrs.get("cell_id")])
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
