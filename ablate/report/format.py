@@ -204,14 +204,26 @@ def no_break_before_relations(text: str) -> str:
     return _RELATION.sub("\u00a0\\1 ", text)
 
 
+def _inline_parser() -> Any:
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("zero").enable(["emphasis", "backticks", "escape"])  # no links, HTML or headings
+    # Bold as <b>: the print stylesheet and the tables' captions use it.
+    md.add_render_rule("strong_open", lambda *_: "<b>")
+    md.add_render_rule("strong_close", lambda *_: "</b>")
+    return md
+
+
+_INLINE: Any = None
+
+
 def inline_markdown(text: str) -> str:
-    """``**bold**``, ``*emphasis*`` and ```code``` of one paragraph as escaped HTML; ``\\*`` is a star."""
-    star = "\x00"
-    out = _html.escape(no_break_before_relations(text).replace("\\*", star), quote=False)
-    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
-    out = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
-    out = re.sub(r"\*([^*]+)\*", r"<em>\1</em>", out)
-    return out.replace(star, "*")
+    """``**bold**``, ``*emphasis*`` and ```code``` of one paragraph as escaped HTML (CommonMark's
+    inline rules, markdown-it-py; ``\\*`` is a star); a line never begins with a relation sign."""
+    global _INLINE
+    if _INLINE is None:  # built on first use: a report imports this module, few call it
+        _INLINE = _inline_parser()
+    return _INLINE.renderInline(no_break_before_relations(text))
 
 
 # --- HTML tables -------------------------------------------------------------------------------
