@@ -326,14 +326,7 @@ def status(
         data["cells"] = per_cell
         sys.stdout.write(json.dumps(data, default=str) + "\n")
         return
-    out.print(f"{study}: status per cell", highlight=False, soft_wrap=True)  # a title would pad to the table's width
-    table = Table()
-    table.add_column("cell")
-    for s in STATUSES:
-        table.add_column(s, justify="right")
-    for c in per_cell:
-        table.add_row(c["cell_label"], *[str(c[s]) for s in STATUSES])
-    out.print(table)
+    _status_table(study, per_cell)
     failed = totals["diverged"] + totals["failed"] + totals["killed"]
     out.print(f"{study}: {totals['complete'] + totals['pruned']} done · {totals['running']} running · {totals['pending']} waiting · "
               f"{failed} failed ({totals['diverged']} diverged) · ETA {progress.duration(snap.eta_seconds(workers))}",
@@ -351,6 +344,27 @@ def status(
         trials = st.open_study(study, stores, read_only=True).get_trials(deepcopy=False)
         for line in st.extension_lines(trials) + st.lineage_lines(trials):  # until converged; WSD continuations
             out.print(line, highlight=False, soft_wrap=True)
+
+
+def _status_table(study: str, per_cell: list[dict]) -> None:
+    """The per-cell counts of ``status``: a rich table, or above ``planning.PLAIN_ROWS`` cells plain
+    aligned lines, as ``plan`` prints them (rich lays out 100 rows in seconds on a busy machine)."""
+    from ablate.planning import PLAIN_ROWS, plain_table
+
+    title = f"{study}: status per cell"
+    rows = [[c["cell_label"], *[str(c[s]) for s in STATUSES]] for c in per_cell]
+    if len(rows) > PLAIN_ROWS:
+        out.print("\n".join(plain_table(title, ["cell", *STATUSES], rows, set(STATUSES))), highlight=False,
+                  markup=False, soft_wrap=True)
+        return
+    out.print(title, highlight=False, soft_wrap=True)  # a table title would pad to the table's width
+    table = Table()
+    table.add_column("cell")
+    for s in STATUSES:
+        table.add_column(s, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
 
 
 def _table(title: str, headers: list[str], rows: list[list[str]], right: set[str] = frozenset()) -> None:

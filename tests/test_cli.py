@@ -132,6 +132,37 @@ def test_cli_status_json_and_table_agree(tmp_path, monkeypatch):
     assert "ETA ?" not in text.output
 
 
+def test_cli_status_of_many_cells_prints_one_plain_line_per_cell(tmp_path, monkeypatch):
+    from optuna.trial import TrialState
+
+    from ablate import planning
+    from ablate.runner import phases, queue
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    monkeypatch.delenv("ABLATE_TRACKING_URI", raising=False)
+    raw = {**copy.deepcopy(BASE), "seeds": 2,
+           "factors": {"train.lr": [round(1e-3 * (1 + i), 6) for i in range(planning.PLAIN_ROWS + 1)]}}
+    spec = design.validate(raw)
+    study, _ = st.prepare(spec, design.items(spec), resolve())
+    done = phases.claim(study)  # the oldest item: the first cell's first seed
+    queue.finish(study, done, TrialState.COMPLETE, {"status": "complete", "val_accuracy": 0.5, "steps": 5,
+                                                     "seconds": 1.0}, 0.5)
+    res = cli("status", "t")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0] == "t: status per cell" and lines[1].split() == ["cell", "complete", "pruned", "running",
+                                                                      "pending", "diverged", "failed", "killed"]
+    labels = [c.label for c in design.cells(spec)]
+    rows = lines[2 : 2 + len(labels)]
+    assert [r.rsplit(None, 7)[0] for r in rows] == labels and "│" not in res.output
+    counts = [[int(n) for n in r.rsplit(None, 7)[1:]] for r in rows]
+    assert counts[0] == [1, 0, 0, 1, 0, 0, 0] and all(c == [0, 0, 0, 2, 0, 0, 0] for c in counts[1:])
+    assert f"t: 1 done · 0 running · {2 * len(labels) - 1} waiting · 0 failed (0 diverged)" in res.output
+
+
 def test_cli_status_suggests_a_misspelt_study(tmp_path, monkeypatch):
     _partial_study(tmp_path, monkeypatch)
     # a real process: exit code, stderr (ABLATE_HOME from the environment)
