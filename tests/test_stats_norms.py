@@ -53,6 +53,48 @@ def test_the_spread_over_seeds_does_not_depend_on_how_many_seeds():
     assert sn.sd_over_seeds(norms)[0] == pytest.approx(direct)
 
 
+def test_a_variants_value_is_the_interval_of_scipy_on_its_scale():
+    """Over training and at the end: exp of the t interval of the mean log; over layers: the t
+    interval of the mean √CV, squared (scipy's one-sample t, computed independently)."""
+    from scipy import stats as sps
+
+    v = np.array([0.12, 0.31, 0.22, 0.47, 0.18])
+    for m in ("training", "final"):
+        est = sn.value_interval(v, m)
+        ci = sps.ttest_1samp(np.log(v), 0).confidence_interval(0.95)
+        assert (est.value, est.ci_low, est.ci_high, est.n) == pytest.approx(
+            (np.exp(np.log(v).mean()), np.exp(ci.low), np.exp(ci.high), 5))
+    est = sn.value_interval(v, "depth")
+    ci = sps.ttest_1samp(np.sqrt(v), 0).confidence_interval(0.95)
+    assert (est.value, est.ci_low, est.ci_high) == pytest.approx((np.sqrt(v).mean() ** 2, ci.low**2, ci.high**2))
+    # Where the interval on √CV reaches below 0 its square would turn back up: the lower end is 0.
+    wide = sn.value_interval([0.01, 0.9, 0.02], "depth")
+    assert wide.ci_low == 0.0 and wide.ci_high > 0.9 and np.isnan(sn.value_interval([0.3], "depth").ci_low)
+    with pytest.raises(ValueError, match="per-run measure"):
+        sn.value_interval(v, "seeds")
+
+
+def test_the_interval_over_layers_covers_where_the_log_scale_did_not():
+    """CVs of two layers whose log-norms differ by 0.4 ± a seed × layer offset of sd 0.15 (the
+    calibration benchmark's process): a CV of two values, |x₁ − x₂| / (√2 x̄), is skewed to the left
+    on the log scale by the runs whose layers happen to be close. On √CV the t interval covers its
+    estimand (E √CV)²; the t interval of the mean log, its geometric mean, falls short."""
+    rng = np.random.default_rng(2026)
+
+    def cvs(n: int) -> np.ndarray:
+        logs = rng.normal(0, 0.15, (n, 2)) + [0.0, 0.4]
+        cv = stats.cv(np.exp(logs[0]))  # the toolkit's CV of two values: √2 · tanh(|log x₂/x₁| / 2)
+        assert cv == pytest.approx(np.sqrt(2) * np.tanh(abs(logs[0, 1] - logs[0, 0]) / 2))
+        return np.sqrt(2) * np.tanh(np.abs(logs[:, 1] - logs[:, 0]) / 2)
+
+    pool = cvs(1_000_000)
+    sqm, gm = np.sqrt(pool).mean() ** 2, np.exp(np.log(pool).mean())
+    draws = cvs(2500 * 5).reshape(2500, 5)
+    now = np.mean([e.ci_low <= sqm <= e.ci_high for e in (sn.value_interval(d, "depth") for d in draws)])
+    before = np.mean([e.ci_low <= gm <= e.ci_high for e in (sn.value_interval(d, "training") for d in draws)])
+    assert now >= 0.93 and before < now - 0.02
+
+
 def test_variants_are_compared_with_the_declared_reference_not_the_most_stable():
     norms, ps, order = seeded({"ref": np.exp(0.2 * np.random.default_rng(1).standard_normal((8, 2, 6))),
                                "calm": 1 + 0.01 * np.random.default_rng(2).standard_normal((8, 2, 6))})

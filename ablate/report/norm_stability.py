@@ -119,10 +119,8 @@ def _value_cells(table: pd.DataFrame, confidence: float = 0.95) -> dict[str, lis
     """Each measure's column of ``stability_table`` as it prints: value [CI] per variant."""
     out = {}
     for m in sn.MEASURES:
-        if m == "seeds":
-            v, lo, hi = table["sd_seeds"], table["sd_seeds_low"], table["sd_seeds_high"]
-        else:
-            v, lo, hi = table[f"gm_{m}"], table[f"gm_{m}_low"], table[f"gm_{m}_high"]
+        col = sn.VALUE[m]  # geometric means; over layers (mean √CV)²; over seeds the sd
+        v, lo, hi = table[col], table[f"{col}_low"], table[f"{col}_high"]
         out[m] = [fmt.with_ci(a, b, c, sig=True) for a, b, c in zip(v, lo, hi, strict=True)]
     return out
 
@@ -216,7 +214,7 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
             elif fmt.finite(r["ratio"]):  # the head or Table 2 says why it is not tested
                 parts.append(f"{labels[r['cell_id']]} {value} ({_sig(r['ratio'])}×, not tested)")
         text = "; ".join(parts) + "."
-        values = table[f"gm_{m}" if m != "seeds" else "sd_seeds"].to_numpy(float)
+        values = table[sn.VALUE[m]].to_numpy(float)
         if m != "final" and np.isfinite(values).sum() > 2:
             low = table.iloc[int(np.nanargmin(values))]
             text += f" Lowest: {low['variant']} (descriptive, not a test)."
