@@ -159,6 +159,28 @@ def test_beat_fail_and_bounded_requeue(tmp_path):
         "status": "complete", "step": 9, "val/loss": 0.5, "item": "a"}  # one write: replaced, added, kept
 
 
+def test_several_attributes_are_one_write_and_none_on_a_finished_trial(tmp_path):
+    from transactions import write_transactions
+
+    study = optuna.create_study(study_name="attrs", storage=storage(f"sqlite:///{tmp_path / 'optuna.db'}"))
+    queue.enqueue(study, {"item": "a", "status": "failed", "failure_kind": "oom"})
+    trial = claim(study)
+    with write_transactions() as writes:
+        queue.set_running_attrs(study, trial, {"status": None, "failure_kind": None, "worker": "h:1", "steps": [1, 2]})
+    assert [w.attrs() for w in writes] == [{"status", "failure_kind", "worker", "steps"}]
+    want = {"item": "a", "status": None, "failure_kind": None, "worker": "h:1", "steps": [1, 2]}
+    assert queue.trial(study, trial.number).user_attrs == want and trial.user_attrs == want  # the object's own copy too
+    # Another process fails it: its attributes in one write, the FAIL flip in another.
+    with write_transactions() as writes:
+        assert queue.fail_running(study, trial.number, {"failure_kind": "killed", "failure_message": "silent",
+                                                        "worker": "h:2"})
+    assert len(writes) == 2 and writes[0].attrs() == {"failure_kind", "failure_message", "worker"}
+    with write_transactions() as writes, pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        queue.set_running_attrs(study, trial, {"steps": 3, "seconds": 1.0})
+    assert writes == [] and queue.trial(study, trial.number).user_attrs["worker"] == "h:2"
+    assert trial.user_attrs["steps"] == [1, 2] and "seconds" not in trial.user_attrs
+
+
 def test_a_silent_running_trial_is_stale(tmp_path):
     path = tmp_path / "optuna.db"
     study = optuna.create_study(study_name="stale", storage=storage(f"sqlite:///{path}"))

@@ -14,7 +14,7 @@ their ``number`` (public); the storage's trial ids stay in here.
   file beside a SQLite database);
 - ``enqueue``, ``claim`` (oldest claimable first, optionally through a ``Gate``), ``beat``,
   ``finish`` (the attributes and the outcome: two transactions), ``set_running_attrs`` (several
-  attributes of a running trial in one), ``fail_running``, ``requeue``, ``stale``;
+  attributes of a running trial in one transaction), ``fail_running``, ``requeue``, ``stale``;
 - parameters (what optuna-dashboard plots): ``set_params`` on a running trial, ``recode_params``
   when a categorical parameter's choices change (a grid grows a level);
 - reading: ``entries`` (state and a few attributes per trial, without loading whole trials),
@@ -485,13 +485,20 @@ def finish(study: optuna.Study, trial: optuna.Trial, state: TrialState, attrs: M
 
 def set_running_attrs(study: optuna.Study, trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
     """``trial.set_user_attr`` for each of ``attrs``, in one transaction rather than one each
-    (a trial's record sets a dozen: each its own write lock and, on SQLite, its own connection).
-    Raises optuna.exceptions.UpdateFinishedTrialError, writing nothing, when the trial is no
-    longer RUNNING (as Optuna's does): checked under the row lock (SQLite: the write lock)."""
+    (a trial's record sets a dozen: each its own write lock and, on SQLite, its own connection),
+    the trial object's own copy updated as ``set_user_attr`` updates it. Raises
+    optuna.exceptions.UpdateFinishedTrialError, writing nothing, when the trial is no longer
+    RUNNING (as Optuna's does): checked under the row lock (SQLite: the write lock)."""
+    _set_attrs_if_running(study, trial._trial_id, trial.number, attrs)
+    trial._cached_frozen_trial.user_attrs.update(attrs)
+
+
+def _set_attrs_if_running(study: optuna.Study, trial_id: int, number: int, attrs: Mapping[str, Any]) -> None:
     from sqlalchemy import delete, insert, select
 
+    if not attrs:
+        return
     trial_table, attr_table = _tables()
-    trial_id = trial._trial_id
     with _engine(study).begin() as conn:
         query = select(trial_table.c.state).where(trial_table.c.trial_id == trial_id)
         if conn.dialect.name != "sqlite":  # SQLite's BEGIN IMMEDIATE already holds the write lock
@@ -499,22 +506,21 @@ def set_running_attrs(study: optuna.Study, trial: optuna.Trial, attrs: Mapping[s
         state = conn.execute(query).scalar()
         if state not in ("RUNNING", TrialState.RUNNING):
             raise optuna.exceptions.UpdateFinishedTrialError(
-                f"trial {trial.number} is {state}: its attributes cannot change")
+                f"trial {number} is {state}: its attributes cannot change")
         conn.execute(delete(attr_table).where(attr_table.c.trial_id == trial_id, attr_table.c.key.in_(list(attrs))))
         conn.execute(insert(attr_table), [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
                                           for k, v in attrs.items()])
 
 
 def fail_running(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> bool:
-    """Fail a RUNNING trial of some other process, its ``attrs`` set while it is still RUNNING
-    (a finished trial's attributes are frozen); False when another process got there first or
-    the trial has just finished. The row-locked FAIL flip picks the one process that wins."""
-    store = _store(study)
+    """Fail a RUNNING trial of some other process, its ``attrs`` set (in one transaction) while it
+    is still RUNNING (a finished trial's attributes are frozen); False when another process got
+    there first or the trial has just finished. The row-locked FAIL flip picks the one process
+    that wins."""
     trial_id = _trial_id(study, number)
     try:
-        for key, value in attrs.items():
-            store.set_trial_user_attr(trial_id, key, value)
-        return bool(store.set_trial_state_values(trial_id, state=TrialState.FAIL))
+        _set_attrs_if_running(study, trial_id, number, attrs)
+        return bool(_store(study).set_trial_state_values(trial_id, state=TrialState.FAIL))
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
 

@@ -203,18 +203,19 @@ def _train_item(
     # An extension (until_converged) has its own: the run it extends may have left one behind.
     extension = f"-{attrs[BUDGET]}" if attrs.get(BUDGET) else ""
     checkpoint = current.checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}{extension}.pt"
-    for key in ("status", "failure_kind", "failure_message", "traceback"):
-        if trial.user_attrs.get(key) is not None:  # a retry inherits its predecessor's attributes
-            trial.set_user_attr(key, None)
-    trial.set_user_attr("worker", WORKER_ID)
-    trial.set_user_attr("provenance", provenance.record(device))
+    # A retry inherits its predecessor's attributes: its outcome's are cleared. One transaction
+    # for these (each attribute its own would take the write lock once more).
+    start: dict[str, Any] = {key: None for key in ("status", "failure_kind", "failure_message", "traceback")
+                             if trial.user_attrs.get(key) is not None}
+    start.update(worker=WORKER_ID, provenance=provenance.record(device))
     # WSD replicates keep their stable-phase checkpoint; a longer run of the same lineage and seed
     # starts from one (a retry that has its own resume checkpoint resumes from that instead).
     stable = phases.keep_stable(checkpoint_dir(), attrs)
     branch = None if stable is None or checkpoint.exists() else phases.find_branch(
         checkpoint_dir(), attrs["config"], attrs["seed"], attrs["phase"])
     if stable is not None and not checkpoint.exists():
-        trial.set_user_attr("continued_from", branch.attr() if branch else None)
+        start["continued_from"] = branch.attr() if branch else None
+    queue.set_running_attrs(study, trial, start)
     lineage = trial.user_attrs.get("continued_from") if stable is not None else None
     if lineage:
         attrs = {**attrs, "continued_from": f"{lineage['label']} ({lineage['cell']}) · seed {lineage['seed']} "
@@ -234,8 +235,8 @@ def _train_item(
                 if heartbeat.lost.is_set():  # taken away after the last report: the re-run's result counts
                     raise Superseded()
                 # Over all attempts: the steps from the branch point (0 when trained from scratch).
-                trial.set_user_attr("steps_trained", result.steps - (lineage["step"] if lineage else 0))
-                return _record(study, trial, run, result, info, current, emit, signals)
+                trained = result.steps - (lineage["step"] if lineage else 0)
+                return _record(study, trial, run, result, trained, info, current, emit, signals)
             except optuna.TrialPruned as exc:
                 if heartbeat.lost.is_set():
                     raise Superseded() from None
@@ -275,10 +276,11 @@ def _train_item(
                 return kind
 
 
-def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, result: Any, info: dict[str, Any],
-            current: _Current, emit: Event, signals: Signals) -> str:
+def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, result: Any, steps_trained: int,
+            info: dict[str, Any], current: _Current, emit: Event, signals: Signals) -> str:
     """The outcome of a finished training, in the order that keeps the two stores consistent:
-    the run's results (the run stays RUNNING), the Optuna record (the commit point), the run's end."""
+    the run's results (the run stays RUNNING), the Optuna record (the commit point: the result's
+    attributes in one transaction, then the outcome), the run's end."""
     faults.inject("record")
     diverged = result.status == "diverged"
     tags = {"ablate.failure_kind": "diverged", "ablate.failure": result.reason} if diverged else {}
@@ -286,16 +288,14 @@ def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, re
              {**tags, "ablate.committed": "false"})
     with signals.critical():
         faults.inject("commit")
-        trial.set_user_attr("seconds", result.seconds)
         # steps actually run, converged, val_gain_last, stopped_early, best_step (the contract
-        # with the reports: results' trials frame has these columns)
-        for key, value in result.convergence.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("steps", result.steps)
+        # with the reports: results' trials frame has these columns); the steps of this run
+        # (result.steps) over the convergence's own count
+        attrs = {"steps_trained": steps_trained, "seconds": result.seconds, **result.convergence, "steps": result.steps}
         if diverged:
-            _fail(study, trial, "diverged", result.reason)
+            _fail(study, trial, "diverged", result.reason, attrs=attrs)
         else:
-            queue.finish(study, trial, TrialState.COMPLETE, {**result.metrics, "status": "complete"},
+            queue.finish(study, trial, TrialState.COMPLETE, {**attrs, **result.metrics, "status": "complete"},
                          result.metrics.get("val_accuracy", float("nan")))
     params = {} if diverged else {k: v for k, v in result.convergence.items() if v is not None}
     _end_committed(run, "FAILED" if diverged else "FINISHED", params, info, current, emit)
@@ -438,8 +438,11 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> None:
         pass
 
 
-def _fail(study: optuna.Study, trial: optuna.Trial, kind: str, message: str, tb: str = "") -> None:
-    attrs = {"status": "diverged" if kind == "diverged" else "failed", "failure_kind": kind,
+def _fail(study: optuna.Study, trial: optuna.Trial, kind: str, message: str, tb: str = "",
+          attrs: dict[str, Any] | None = None) -> None:
+    """Finish the trial FAIL with its failure's attributes (and ``attrs``: a diverged run's result),
+    written in one transaction."""
+    attrs = {**(attrs or {}), "status": "diverged" if kind == "diverged" else "failed", "failure_kind": kind,
              "failure_message": redact(message)[:2000], "worker": WORKER_ID}
     if tb:
         attrs["traceback"] = redact(tb)[-8000:]
