@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
@@ -33,8 +33,10 @@ from ablate.runner import queue
 from ablate.runner.items import item_state, trials_by_item
 from ablate.runner.study import prepare
 from ablate.spec import Spec
-from ablate.stats.sequential import SequentialDesign, decide
 from ablate.stores import Stores
+
+if TYPE_CHECKING:
+    from ablate.stats.sequential import SequentialDesign
 
 __all__ = ["STATE", "Advanced", "State", "advance", "comparisons", "designs", "items", "load_state", "reference_cell",
            "step", "stored_items"]
@@ -126,6 +128,8 @@ def designs(spec: Spec) -> dict[str, SequentialDesign]:
     """Measure → its group-sequential design: the spec's looks, the family's α shared by Bonferroni
     over every comparison, the smallest effect (``stats.min_effect``; the log of
     ``stats.min_ratio`` for a norm measure, compared on the log scale)."""
+    from ablate.stats.sequential import SequentialDesign  # scipy: not at import (ablate status, results.load)
+
     seq = spec.sequential
     m = len(comparisons(spec))
     out = {}
@@ -188,6 +192,8 @@ def _norm_values(stores: Stores, done: Mapping[str, tuple[Item, Any]], measure: 
 
 def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[dict[str, Any]]:
     """The analysis of the current look: every comparison still open, on the first n_k seeds."""
+    from ablate.stats.sequential import decide
+
     ref = reference_cell(spec)
     seeds = spec.seed_list
     n = spec.sequential.looks[st.look]
