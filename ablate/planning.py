@@ -97,6 +97,7 @@ class Plan:
     stored: bool  # a study of this name exists in the storage
     note: str = ""
     orphans: Any = None  # study.Orphans of this study name, when it exists
+    storage: str | None = None  # the storage it was read from (as given; None: the default)
 
     @property
     def items(self) -> list[Item]:
@@ -169,7 +170,7 @@ def build(spec: Spec, storage: str | None = None, tracking_uri: str | None = Non
                       if i.key in found.reuse.stale and i.key not in plan.reusable}
         plan.held = found.reuse.held.get(plan.cell.id, "")
     _find_branches(plans)
-    return Plan(spec, plans, bool(found and found.stored), note, found.orphans if found else None)
+    return Plan(spec, plans, bool(found and found.stored), note, found.orphans if found else None, storage)
 
 
 def _find_branches(plans: list[CellPlan]) -> None:
@@ -231,23 +232,28 @@ def until_converged_lines(spec: Spec, storage: str | None = None) -> list[str]:
 
     if not extends_runs(spec.model_dump(mode="json")):
         return []
+    from ablate import design
+    from ablate.runner.study import extension_lines
+
+    return extension_lines(_stored_trials(spec, storage), design.items(spec))
+
+
+def _stored_trials(spec: Spec, storage: str | None) -> list[Any]:
+    """The study's trials, whole, when its storage and the study exist; else none."""
     import optuna
 
     from ablate.runner.standing import existing_store_url
-    from ablate.runner.study import StorageError, extension_lines
+    from ablate.runner.study import StorageError
     from ablate.runner.study import storage as open_storage
 
-    trials: list[Any] = []
     url = existing_store_url(storage)
-    if url is not None:
-        try:
-            trials = optuna.load_study(study_name=spec.name, storage=open_storage(url, read_only=True)).get_trials(
-                deepcopy=False)
-        except (KeyError, StorageError):
-            trials = []
-    from ablate import design
-
-    return extension_lines(trials, design.items(spec))
+    if url is None:
+        return []
+    try:
+        return optuna.load_study(study_name=spec.name, storage=open_storage(url, read_only=True)).get_trials(
+            deepcopy=False)
+    except (KeyError, StorageError):
+        return []
 
 
 def summary_line(spec: Spec, n_cells: int) -> str:
@@ -377,6 +383,13 @@ class Estimate:
     workers: int = 1
     trial_seconds: float = 0.0  # the pending trials' own time, summed (one worker's busy time)
     start_seconds: float = 0.0  # what a run spends before its workers train: queueing, imports
+    # Until converged: the extension runs that may still come were every replicate to stay
+    # improving up to max_steps (at most), the steps they train, the wall time they add to the
+    # above with ``workers`` workers, and their own time summed.
+    extension_runs: int = 0
+    extension_steps: int = 0
+    extension_seconds: float = 0.0
+    extension_trial_seconds: float = 0.0
 
 
 def _shape_key(config: dict[str, Any]) -> str:
@@ -543,29 +556,64 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
     return Overheads(queued, imports, cycle)
 
 
-def schedule(items: list[Item], seconds: list[float], workers: int) -> float:
+def schedule(items: list[Item], seconds: list[float], workers: int, follows: list[int | None] | None = None) -> float:
     """The wall time of running ``items`` (``seconds`` each) with ``workers`` workers as the queue
     does: the oldest claimable item goes to whichever worker is free first, and a tuned cell's
-    replicates are claimable only once all of its tuning items are finished."""
+    replicates are claimable only once all of its tuning items are finished. ``follows[k]``, when
+    given and not None, is the run that run ``k`` extends (until converged): ``k`` is queued when
+    that one ends, behind what is queued by then."""
     free = [0.0] * max(1, workers)
     tuning_left = Counter(i.cell.id for i in items if i.phase == "tune")
     tuning_ends: list[tuple[float, str]] = []  # (end, cell id) of tuning items started
-    pending = list(range(len(items)))
-    while pending:
+    after = follows or [None] * len(items)
+    pending = [k for k in range(len(items)) if after[k] is None]
+    later = [k for k in range(len(items)) if after[k] is not None]  # extensions not queued yet
+    ends: dict[int, float] = {}
+    while pending or later:
         w = min(range(len(free)), key=free.__getitem__)
         now = free[w]
         while tuning_ends and tuning_ends[0][0] <= now:
             tuning_left[heapq.heappop(tuning_ends)[1]] -= 1
+        due = sorted((ends[after[k]], k) for k in later if after[k] in ends and ends[after[k]] <= now)
+        for _, k in due:
+            later.remove(k)
+            pending.append(k)
         pick = next((k for k in pending if not (items[k].phase == "replicate" and items[k].tune
                                                  and tuning_left[items[k].cell.id])), None)
-        if pick is None:  # what is left waits for tuning running on other workers
-            free[w] = tuning_ends[0][0]
+        if pick is None:  # what is left waits for tuning, or for the run it extends, on other workers
+            next_at = [e for e, _ in tuning_ends[:1]] + [ends[after[k]] for k in later if after[k] in ends]
+            if not next_at:
+                raise ValueError("schedule: an extension follows a run that never runs")
+            free[w] = min(next_at)
             continue
         pending.remove(pick)
-        free[w] = now + seconds[pick]
+        free[w] = ends[pick] = now + seconds[pick]
         if items[pick].phase == "tune":
             heapq.heappush(tuning_ends, (free[w], items[pick].cell.id))
     return max(free)
+
+
+def extension_runs(plan: Plan) -> tuple[list[tuple[Item, dict[str, Any], int | None]], set[str]]:
+    """The extension runs a study training until converged may still make, were every replicate
+    to stay improving up to ``max_steps``: (its item, the run's config, the step it continues
+    from), each item's in order; and the items whose pending trial is itself an extension (their
+    declared run is finished: the first of their runs here is the one they wait for). An item
+    continues from its longest finished run, or from its declared budget before one finished."""
+    from ablate.runner.study import extends_runs, extension_history, possible_extensions
+
+    if not extends_runs(plan.spec.model_dump(mode="json")):
+        return [], set()
+    by_key = {i.key: i for i in plan.items}
+    runs: list[tuple[Item, dict[str, Any], int | None]] = []
+    replaced: set[str] = set()
+    for e in extension_history(_stored_trials(plan.spec, plan.storage), plan.items):
+        item = by_key.get(e.item)
+        if item is None or not e.open:
+            continue
+        if e.reached:
+            replaced.add(e.item)
+        runs += [(item, config, step) for config, step in possible_extensions(item.cell.config, e.reached or e.declared)]
+    return runs, replaced
 
 
 def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
@@ -575,22 +623,29 @@ def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
     (with ``threads`` CPU threads: what each worker of a pool gets), a run's bookkeeping is
     measured (``measure_overheads``; or given), and the trials are scheduled as the queue claims
     them. A run starts with the queueing, then each worker's start (its imports, in parallel; a
-    worker started in this process, with one worker, imports once too) and first build."""
-    pending = plan.pending()
+    worker started in this process, with one worker, imports once too) and first build.
+
+    Until converged, the extensions that may still come (``extension_runs``) are priced apart, at
+    most, from the same timings: each a trial of its budget training from the step it continues
+    from, queued when the run it extends ends; what they add to the wall time is the schedule
+    with them less the one without."""
+    extensions, replaced = extension_runs(plan)
+    pending = [i for i in plan.pending() if i.key not in replaced]
     start = time.perf_counter()
     timings: dict[str, ShapeTiming] = {}
     keys: list[str] = []
     with _threads(threads):
-        for item in pending:
-            key = _shape_key(item.cell.config)
+        for config in [i.cell.config for i in pending] + [config for _, config, _ in extensions]:
+            key = _shape_key(config)
             if key not in timings:
-                timings[key] = measure(item.cell.config, plan.spec.probes, device, steps)
+                timings[key] = measure(config, plan.spec.probes, device, steps)
             keys.append(key)
-    if not pending:
+    if not keys:
         return Estimate(0.0, 0, 0, time.perf_counter() - start, device, workers)
     if overheads is None:
-        first = timings[keys[0]]
-        overheads = measure_overheads(plan.spec, pending, pending[0].cell.config, first.probe_rows)
+        config = pending[0].cell.config if pending else extensions[0][1]
+        overheads = measure_overheads(plan.spec, pending or [i for i, _, _ in extensions], config,
+                                      timings[keys[0]].probe_rows)
     branches = {key: b for c in plan.cells for key, b in c.branches.items()}
 
     def trained(item: Item) -> float:
@@ -598,14 +653,31 @@ def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
         return 1.0 if branch is None else (steps - branch.step) / steps
 
     per_item = [trial_seconds(i.cell.config, plan.spec.probes, timings[k], overheads.trial, trained(i))
-                for i, k in zip(pending, keys, strict=True)]
+                for i, k in zip(pending, keys[:len(pending)], strict=True)]
+    to_train = [int(config["train"]["steps"]) - (step or 0) for _, config, step in extensions]
+    per_extension = [trial_seconds(config, plan.spec.probes, timings[k], overheads.trial,
+                                   n / int(config["train"]["steps"]))
+                     for (_, config, _), k, n in zip(extensions, keys[len(pending):], to_train, strict=True)]
     cores = os.cpu_count() or 1
     # Workers import at once; past one per core they share the cores (imports use one each).
-    begin = (CLI_START_S + overheads.queue + overheads.imports * max(1.0, min(workers, len(pending)) / cores)
+    begin = (CLI_START_S + overheads.queue
+             + overheads.imports * max(1.0, min(workers, len(pending) or len(extensions)) / cores)
              + max(t.first_use for t in timings.values()))
-    total = begin + schedule(pending, per_item, workers)
+    total = begin + schedule(pending, per_item, workers) if pending else 0.0
+    extra = 0.0
+    if extensions:
+        # Each extension is queued when the run before it ends: its item's pending trial, or its
+        # previous extension (the first of an item whose pending trial is an extension: at once).
+        where = {i.key: k for k, i in enumerate(pending)}
+        follows: list[int | None] = [None] * len(pending)
+        for k, (item, _, _) in enumerate(extensions):
+            before = next((j for j in range(k - 1, -1, -1) if extensions[j][0].key == item.key), None)
+            follows.append(len(pending) + before if before is not None else where.get(item.key))
+        both = begin + schedule(pending + [i for i, _, _ in extensions], per_item + per_extension, workers, follows)
+        extra = max(0.0, both - total)
     return Estimate(total, len(pending), len(timings), time.perf_counter() - start, device, workers,
-                    sum(per_item), begin)
+                    sum(per_item), begin if pending else 0.0, len(extensions), sum(to_train), extra,
+                    sum(per_extension))
 
 
 @contextmanager
@@ -635,11 +707,20 @@ def duration(seconds: float) -> str:
 
 
 def render_estimate(est: Estimate, console: Any) -> None:
-    if not est.trials:
+    who = "one worker" if est.workers == 1 else f"{est.workers} workers"
+    if not est.trials and not est.extension_runs:
         console.print("estimate: nothing pending")
         return
-    who = "one worker" if est.workers == 1 else f"{est.workers} workers"
-    console.print(f"estimated wall time of the {est.trials} pending trials on {est.device}: ~{duration(est.seconds)} "
-                  f"with {who} (trials {duration(est.trial_seconds)} of one worker's time, start-up "
-                  f"{duration(est.start_seconds)}); measured {est.shapes} model shape{'s' if est.shapes != 1 else ''} "
-                  f"in {est.measured:.1f} s", highlight=False, soft_wrap=True)
+    if est.trials:
+        console.print(f"estimated wall time of the {est.trials} pending trials on {est.device}: ~{duration(est.seconds)} "
+                      f"with {who} (trials {duration(est.trial_seconds)} of one worker's time, start-up "
+                      f"{duration(est.start_seconds)}); measured {est.shapes} model shape{'s' if est.shapes != 1 else ''} "
+                      f"in {est.measured:.1f} s", highlight=False, soft_wrap=True)
+    else:
+        console.print(f"estimate: no declared trial pending; measured {est.shapes} model "
+                      f"shape{'s' if est.shapes != 1 else ''} on {est.device} in {est.measured:.1f} s", highlight=False)
+    if est.extension_runs:
+        runs = f"{est.extension_runs} more run{'s' if est.extension_runs != 1 else ''}"
+        console.print(f"extensions (until converged): at most {runs}, {est.extension_steps:,} steps to train, "
+                      f"≈ {duration(est.extension_seconds)} more with {who} "
+                      f"({duration(est.extension_trial_seconds)} of one worker's time)", highlight=False, soft_wrap=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import io
 from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 from support import RAW, finish
 from typer.testing import CliRunner
 
@@ -123,6 +125,57 @@ def test_schedule_holds_replicates_until_their_cells_tuning_is_done():
     assert planning.schedule(items, slow, 4) == pytest.approx(6.0)
     ungated = [design.Item(i.cell, i.seed, i.phase, i.index, None) for i in items]  # as if untuned
     assert planning.schedule(ungated, slow, 4) == pytest.approx(5.0)
+
+
+def test_schedule_queues_an_extension_when_the_run_it_extends_ends():
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    items = design.items(design.validate(raw))  # 2 cells × 2 seeds
+    # Item 0 is extended (2 s), and that extension again (3 s): each claimable only once the run
+    # before it ends, behind what is queued by then.
+    runs = items + [items[0], items[0]]
+    seconds = [1.0] * 4 + [2.0, 3.0]
+    follows = [None] * 4 + [0, 4]
+    # 2 workers: items 0, 1 at 0–1; items 2, 3 at 1–2 (queued before the extension, which is due at
+    # 1); the extension 2–4; its extension 4–7, the other worker idle from 2 while it waits.
+    assert planning.schedule(runs, seconds, 2, follows) == pytest.approx(7.0)
+    assert planning.schedule(items, [1.0] * 4, 2) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="never runs"):
+        planning.schedule(items[:1] + [items[0]], [1.0, 1.0], 1, [None, 5])
+
+
+def test_estimate_prices_the_extensions_a_study_until_converged_may_still_make(monkeypatch):
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    raw["train"] = {"steps": 24, "schedule": "wsd", "warmup_steps": 2, "decay_steps": 3,
+                    "until_converged": {"max_steps": 60, "extend_by": 24}}
+    s = design.validate(raw)
+    plan = planning.build(s, storage="sqlite:////nonexistent/optuna.db")
+    # Each of the 4 replicates may go 24 → 48 (from the 24-step run's stable end, 21) → 60 (from 45).
+    extensions, replaced = planning.extension_runs(plan)
+    assert replaced == set() and len(extensions) == 8
+    assert [(c["train"]["steps"], c["train"]["warmup_steps"], step) for i, c, step in extensions
+            if i.key == plan.items[0].key] == [(48, 2, 21), (60, 2, 45)]
+    timing = planning.ShapeTiming(setup=0.5, step=0.01, val=0.2, test=0.1, probe=0.05, grads=0.02, first_use=3.0)
+    monkeypatch.setattr(planning, "measure", lambda config, probes, device, steps: timing)
+    overheads = planning.Overheads(queue=1.5, imports=4.0, trial=0.25)
+    one = planning.estimate(plan, overheads=overheads)
+    assert one.trials == 4 and one.extension_runs == 8 and one.extension_steps == 4 * ((48 - 21) + (60 - 45))
+    # One worker runs everything in turn: the extensions add their own time, and no more.
+    assert one.extension_seconds == pytest.approx(one.extension_trial_seconds) and one.extension_seconds > 0
+    per = [planning.trial_seconds(c, s.probes, timing, 0.25, (c["train"]["steps"] - step) / c["train"]["steps"])
+           for _, c, step in extensions]
+    assert one.extension_trial_seconds == pytest.approx(sum(per))
+    four = planning.estimate(plan, workers=4, overheads=overheads)  # one item's chain per worker
+    assert four.extension_seconds == pytest.approx(per[0] + per[1])
+    out = io.StringIO()
+    planning.render_estimate(four, Console(file=out, width=200))
+    assert "extensions (until converged): at most 8 more runs, 168 steps to train" in out.getvalue()
+    # Without until_converged nothing is priced beyond the declared runs.
+    del raw["train"]["until_converged"]
+    plain = planning.estimate(planning.build(design.validate(raw), storage="sqlite:////nonexistent/optuna.db"),
+                              overheads=overheads)
+    assert plain.extension_runs == 0 and plain.extension_seconds == 0 and plain.seconds == pytest.approx(one.seconds)
 
 
 @pytest.mark.slow  # imports torch and builds a model: seconds, not milliseconds

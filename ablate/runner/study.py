@@ -433,6 +433,28 @@ def extension_attrs(attrs: Mapping[str, Any], number: int, target: int) -> dict[
     return out
 
 
+def possible_extensions(config: Mapping[str, Any], budget: int) -> list[tuple[dict[str, Any], int | None]]:
+    """The runs that may still extend a replicate of ``config`` (its cell's, until converged) whose
+    longest run so far trains to ``budget``, were each of them to end still improving: each run's
+    config (as ``extension_attrs`` writes it) and the step it continues from, the run before's
+    stable end (None where it cannot continue: it trains from step 0). What ``ablate plan
+    --estimate`` prices; empty for a cell that does not extend or a budget at ``max_steps``."""
+    from ablate.spec import TrainSpec
+    from ablate.training import continuable  # torch: only the estimate, which measures with it, asks
+
+    attrs: dict[str, Any] = {"config": copy.deepcopy(dict(config)), "phase": "replicate", "converged": False,
+                             BUDGET: budget}
+    # the declared warm-up in steps, as every extension of it pins it
+    attrs["config"]["train"] = {**config["train"], "warmup_steps": warmup_steps(config["train"]), "steps": budget}
+    out = []
+    while (target := next_budget(attrs)) is not None:
+        longer = extension_attrs(attrs, -1, target)
+        out.append((longer["config"], continuable(TrainSpec.model_validate(attrs["config"]["train"]),
+                                                  TrainSpec.model_validate(longer["config"]["train"]))))
+        attrs = {**longer, "phase": "replicate", "converged": False}
+    return out
+
+
 def _not_dropped(trials: Sequence[Any]) -> list[Any]:
     return [t for t in trials if not t.user_attrs.get("dropped")]
 
@@ -492,6 +514,7 @@ class Extension:
     pending: int | None
     max_steps: int
     converged: bool | None
+    item: str = ""  # its key (``design.Item.key``)
 
     @property
     def extended(self) -> bool:
@@ -533,13 +556,15 @@ def extension_history(trials: Iterable[Any], items: Iterable[Any] = ()) -> list[
         out.append(Extension(str(first.user_attrs.get("cell_id")), str(first.user_attrs.get("cell_label")),
                              int(first.user_attrs.get("seed", 0)), declared, reached, max(waiting) if waiting else None,
                              int(setting.get("max_steps", declared)),
-                             best.user_attrs.get("converged") if best is not None else None))
+                             best.user_attrs.get("converged") if best is not None else None,
+                             str(first.user_attrs["item"])))
     for item in items:
         setting = _until_converged({"config": item.cell.config})
         if item.phase != "replicate" or setting is None or item.key in by_item:
             continue
         steps = int(item.cell.config["train"]["steps"])
-        out.append(Extension(item.cell.id, item.cell.label, item.seed, steps, 0, None, int(setting["max_steps"]), None))
+        out.append(Extension(item.cell.id, item.cell.label, item.seed, steps, 0, None, int(setting["max_steps"]), None,
+                             item.key))
     return out
 
 
