@@ -126,12 +126,16 @@ if len(df):
         "measure: its CV of the probe-batch ‖x‖² across probe steps (per layer, averaged over layers), its CV "
         "across layers (per probe step, averaged over steps), its whole state's ‖x‖² (summed over heads) at its "
         "last probe step (geometric mean "
-        "over layers). A variant's value is the geometric mean over its seeds with a t interval on the logs. "
-        "Over seeds: the sd of log ‖x‖² across seeds (per layer and step, as the root of the mean unbiased "
+        "over layers). A variant's value over training and at the end is the geometric mean over its seeds with "
+        "a t interval on the logs. Over layers, where a run's CV is a spread of a few values and skewed even on "
+        "the log scale, it is the mean over its seeds on the square-root scale, (mean √CV)², with the t interval "
+        "on √CV, squared: it covers 0.942–0.945 at 3–8 seeds on the calibration benchmark's null studies (two "
+        "layers; docs/science.md §13.5)"
+        + ("; Table 2's ratios over layers are of geometric means, so they need not equal the quotient of two "
+           "values here" if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")
+        + ". Over seeds: the sd of log ‖x‖² across seeds (per layer and step, as the root of the mean unbiased "
         "variance: it does not depend on the number of seeds; about the CV across seeds when small), with a "
-        "chi-square interval on seeds − 1 degrees of freedom. The CV over layers of a run is a spread of a few "
-        "values, skewed even on the log scale: its t interval covers less than its label, 0.91–0.93 at 3–8 seeds "
-        "on the calibration benchmark's null studies (two layers; docs/science.md §13.5)."))
+        "chi-square interval on seeds − 1 degrees of freedom."))
     if len(comp):
         ratios = ns.ratio_table(comp, confidence, res.spec.stats.min_ratio)
         if sequential:  # descriptive only: the tests are the sequential design's
