@@ -300,21 +300,42 @@ def status(
     """Print a study's progress per cell and what is running, then exit."""
     import json
 
-    from ablate import results
-    from ablate.runner import progress
+    from ablate import design
+    from ablate.runner import progress, sequential
+    from ablate.runner import standing as sd
     from ablate.runner import study as st
+    from ablate.stores import resolve
 
+    # One read-only opening of the study for everything below, and the items' statuses read as
+    # ablate.results reports them (runner.standing.statuses) without its polars frames.
     try:
-        stores = results.locate(study, storage, tracking_uri)
-        res = results.load(study, stores.storage, stores.tracking, curves=False)
-        snap = progress.snapshot(st.open_study(study, stores, read_only=True))
+        opt = None
+        given = resolve(storage, tracking_uri, create=False)
+        if sd.existing_store_url(given.storage) is not None:
+            try:
+                opt = st.open_study(study, given, read_only=True)
+            except st.StorageError:  # not there: results.locate searches further and says where it looked
+                opt = None
+        if opt is None:
+            from ablate import results
+
+            opt = st.open_study(study, results.locate(study, storage, tracking_uri), read_only=True)
+        spec_data = opt.user_attrs["spec"]
+        spec = design.validate(spec_data, f"study {study}")
+        todo = sequential.items(spec, opt)  # a sequential study: the seeds its looks planned
+        found = sd.statuses(opt, todo)
+        snap = progress.snapshot(opt)
     except st.StorageError as exc:
         raise _store_error(exc) from None
     workers = len({r.worker for r in snap.items}) or 1
-    per_cell = []
-    for (cid, label), group in res.trials.group_by(["cell_id", "cell_label"], maintain_order=True):
-        per_cell.append({"cell_id": cid, "cell_label": label, "trials": group.height,
-                         **{s: int((group["status"] == s).sum()) for s in STATUSES}})
+    cells: dict[tuple[str, str], dict] = {}
+    for item, s in zip(todo, found, strict=True):
+        cell = cells.setdefault((item.cell.id, item.cell.label), {"cell_id": item.cell.id, "cell_label": item.cell.label,
+                                                                  "trials": 0, **dict.fromkeys(STATUSES, 0)})
+        cell["trials"] += 1
+        if s.status in STATUSES:
+            cell[s.status] += 1
+    per_cell = list(cells.values())
     # One count for the cells and the totals: the items' statuses (results), which follow the
     # queue's item states; "failed" in the totals is every item finished without a result.
     totals = {s: sum(c[s] for c in per_cell) for s in STATUSES}
@@ -322,7 +343,7 @@ def status(
         data = progress.status_json(study, snap, workers)
         data["counts"] = {"done": totals["complete"] + totals["pruned"], "running": totals["running"], "waiting": totals["pending"],
                           "failed": totals["diverged"] + totals["failed"] + totals["killed"],
-                          "diverged": totals["diverged"], "total": res.trials.height}
+                          "diverged": totals["diverged"], "total": len(todo)}
         data["cells"] = per_cell
         sys.stdout.write(json.dumps(data, default=str) + "\n")
         return
@@ -333,15 +354,12 @@ def status(
               highlight=False, soft_wrap=True)
     if snap.items:
         out.print(progress.table(study, snap, workers).renderables[-1])
-    if res.spec.sequential is not None:
-        from ablate.runner import sequential
-
-        done = res.trials.filter(res.trials["status"] == "complete")["seconds"].drop_nulls()
-        st_ = sequential.load_state(st.open_study(study, stores, read_only=True))
-        for line in sequential.lines(res.spec, st_, float(done.mean()) if len(done) else None):
+    if spec.sequential is not None:
+        done = [s.seconds for s in found if s.status == "complete" and s.seconds is not None]
+        for line in sequential.lines(spec, sequential.load_state(opt), sum(done) / len(done) if done else None):
             out.print(line, highlight=False, soft_wrap=True)
-    if st.extends_runs(res.spec_data) or res.trials["continued_from"].drop_nulls().len():
-        trials = st.open_study(study, stores, read_only=True).get_trials(deepcopy=False)
+    if st.extends_runs(spec_data) or any(s.continued for s in found):
+        trials = opt.get_trials(deepcopy=False)
         for line in st.extension_lines(trials) + st.lineage_lines(trials):  # until converged; WSD continuations
             out.print(line, highlight=False, soft_wrap=True)
 

@@ -1,21 +1,24 @@
 """What a storage holds for a spec, read without writing anything (``ablate plan``, the results
 API and ``ablate status`` on a store that may not exist yet): the store's URL if there is one,
-each item's state, what other studies hold for the unfinished items, and the study's orphans.
+each item's state, what other studies hold for the unfinished items, the study's orphans, and
+each item's status as the results API reports it (``statuses``: what ``ablate status`` counts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from ablate.design import Item
 from ablate.runner import queue
 from ablate.runner.housekeeping import Orphans, orphans
-from ablate.runner.items import DROPPED, states_by_item
+from ablate.runner.items import DROPPED, STATE_KEYS, item_state, states_by_item
 from ablate.runner.reuse import Reuse, find_reusable
-from ablate.runner.study import recorded_tracking, storage
+from ablate.runner.study import longest_run, recorded_tracking, storage
 from ablate.stores import resolve, sqlite_path
 
 
@@ -81,4 +84,73 @@ def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
     new = [i for i in items if out.states[i.key] == "new"]
     if reuse and new:
         out.reuse = find_reusable(store, study_name, tracking_uri, new)
+    return out
+
+
+# --- an item's status, as the results API reports it ---------------------------------------------
+
+# What ``statuses`` reads of each trial: the item's state, the trial's own status, the budget of
+# its run (``longest_run``: ``budget``, else the config's steps) and what ``ablate status`` shows.
+STATUS_KEYS = (*STATE_KEYS, "status", "config", "seconds", "continued_from")
+# An item's state (``items.item_state``) → the statuses of the trial that stands for it.
+STANDS_FOR = {"done": ("complete", "pruned"), "failed": ("diverged", "failed", "killed"), "running": ("running",),
+              "waiting": ("pending",)}
+_RANK = {"complete": 0, "pruned": 0, "diverged": 1, "failed": 2, "killed": 3, "running": 4, "pending": 5}
+
+
+@dataclass(frozen=True)
+class Status:
+    """An item's status (complete, pruned, running, pending, diverged, failed, killed) and what its
+    representative trial recorded: ``seconds``, and whether it ``continued`` a kept checkpoint."""
+
+    status: str
+    seconds: float | None = None
+    continued: bool = False
+
+
+def trial_status(trial: Any) -> str:
+    """A trial's own status: its state, or for a failed or pruned trial the ``status`` it recorded."""
+    if trial.state == TrialState.COMPLETE:
+        return "complete"
+    if trial.state == TrialState.RUNNING:
+        return "running"
+    if trial.state == TrialState.WAITING:
+        return "pending"
+    return str(trial.user_attrs.get("status", "failed"))
+
+
+def representative(trials: Sequence[Any]) -> tuple[Any, str]:
+    """The trial that stands for an item (of its trials, none dropped) and the item's status: its
+    completion (its longest finished run, also while a longer one trains), else its terminal
+    failure, else its running or waiting trial, else (a failure about to be re-run) the latest."""
+    state = item_state(trials)
+    done = longest_run(trials)
+    if done is not None and state in ("running", "waiting"):  # a longer run is to come: the longest so far
+        return done, "complete"
+    wanted = STANDS_FOR.get(state, ())
+    if not wanted:
+        return max(trials, key=lambda t: t.number), "pending"
+    trial = min(trials, key=lambda t: (trial_status(t) not in wanted, _RANK.get(trial_status(t), 6), -t.number))
+    return trial, trial_status(trial)
+
+
+def statuses(study: optuna.Study, items: Sequence[Item]) -> list[Status]:
+    """Each item's status (``representative``), in the order of ``items``: the ``status`` column
+    of ``ablate.results``' trials, read through ``queue.entries`` (the few attributes it needs,
+    not whole trials); an item without a trial is pending."""
+    by_item: dict[str, list[queue.Entry]] = {}
+    for entry in queue.entries(study, None, STATUS_KEYS):
+        key = entry.user_attrs.get("item")
+        if key and not entry.user_attrs.get(DROPPED):
+            by_item.setdefault(key, []).append(entry)
+    out = []
+    for item in items:
+        trials = by_item.get(item.key)
+        if not trials:
+            out.append(Status("pending"))
+            continue
+        trial, status = representative(trials)
+        seconds = trial.user_attrs.get("seconds")
+        out.append(Status(status, float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool)
+                          else None, isinstance(trial.user_attrs.get("continued_from"), dict)))
     return out
