@@ -203,8 +203,9 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         raise Stopped(exc.signum, exc.requeued) from None
     if device_list:  # items a worker linked instead of training (finished meanwhile elsewhere)
         show_reused(study, stores, err)
-    try:  # read-only: the storage may have failed for writing (that may be why workers stopped)
-        view = st.open_study(spec.name, stores, read_only=True)
+    try:  # read-only: the storage may have failed for writing (that may be why workers stopped); when no
+        # worker ran, the study opened above reads the same store (a command opens its storage once)
+        view = st.open_study(spec.name, stores, read_only=True) if device_list else study
         todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds
         after = its.Progress.of(view, todo)
         errors = [e for e in queue.entries(view, keys=("failure_kind",)) if e.user_attrs.get("failure_kind") == "error"]
