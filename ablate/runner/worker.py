@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
@@ -49,7 +49,12 @@ from ablate.runner.study import extend_runs, extends_runs, open_study, recover_s
 from ablate.spec import ProbeSpec
 from ablate.stores import Stores, checkpoint_dir, no_space, redact, sqlite_path, storage_problem
 
+if TYPE_CHECKING:
+    from ablate.training import TrialResult
+
 Event = Callable[[str, dict[str, Any]], None]
+#: What trains a claimed item, called as ``ablate.training.run_trial`` (the default) is.
+Train = Callable[..., "TrialResult"]
 
 
 def worker_id(pid: int | None = None) -> str:
@@ -146,10 +151,12 @@ def _text(exc: BaseException) -> str:
 
 def run_item(
     study: optuna.Study, trial: optuna.Trial, stores: Stores, device: str, emit: Event, checkpoint_every: int = 0,
-    current: _Current | None = None, signals: Signals | None = None,
+    current: _Current | None = None, signals: Signals | None = None, train: Train | None = None,
 ) -> str:
     """Train one claimed trial and record its outcome; returns the outcome's kind. ``current``
-    follows what is held (for the clean-up after a signal), ``signals`` guards the record."""
+    follows what is held (for the clean-up after a signal), ``signals`` guards the record.
+    ``train`` trains it (None: ``ablate.training.run_trial``; ``ablate plan --estimate`` passes
+    one that reports without training, to time this path's bookkeeping)."""
     current = current if current is not None else _Current(trial=trial)
     signals = signals if signals is not None else Signals()
     who = {"cell": trial.user_attrs.get("cell_label"), "seed": trial.user_attrs.get("seed")}
@@ -180,7 +187,8 @@ def run_item(
         pass
     info = {"cell": attrs["cell_label"], "seed": attrs["seed"], "number": trial.number}
     try:
-        return _train_item(study, trial, attrs, info, current, stores, device, emit, checkpoint_every, signals)
+        return _train_item(study, trial, attrs, info, current, stores, device, emit, checkpoint_every, signals,
+                           train)
     except (Superseded, optuna.exceptions.UpdateFinishedTrialError):
         # Another process failed this trial for lack of heartbeats and re-queued its item, which
         # may already be running elsewhere: drop this attempt; its checkpoint stays for the re-run.
@@ -194,8 +202,10 @@ def run_item(
 def _train_item(
     study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], info: dict[str, Any], current: _Current,
     stores: Stores, device: str, emit: Event, checkpoint_every: int, signals: Signals,
+    train: Train | None = None,
 ) -> str:
-    from ablate.training import run_trial
+    if train is None:
+        from ablate.training import run_trial as train
 
     emit("start", info)
     probes = ProbeSpec.model_validate(study.user_attrs.get("spec", {}).get("probes", {}))
@@ -228,10 +238,10 @@ def _train_item(
             run = None
             try:
                 run = _start_run(study, trial, attrs, stores, device, current)
-                result = run_trial(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost, signals),
-                                   device=device, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                                   accumulate=accumulate, on_eval=on_eval, stable_checkpoint=stable,
-                                   branch=branch.path if branch else None)
+                result = train(attrs["config"], attrs["seed"], probes, reporter=_Watched(run, heartbeat.lost, signals),
+                               device=device, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                               accumulate=accumulate, on_eval=on_eval, stable_checkpoint=stable,
+                               branch=branch.path if branch else None)
                 if heartbeat.lost.is_set():  # taken away after the last report: the re-run's result counts
                     raise Superseded()
                 # Over all attempts: the steps from the branch point (0 when trained from scratch).
