@@ -6,8 +6,9 @@ a trial's setup, a training step, a validation pass, a probe and the gradient ro
 an untimed first call, which pays for compilation and lazy imports once per worker process —
 then scales them by each pending trial's steps, evaluations and probes (the training loop's
 counts); and once, on throwaway SQLite stores, a run's bookkeeping (queueing, a worker's
-imports, a trial's claim / MLflow run / finish). The trials are then scheduled over K workers
-as the queue claims them (a tuned cell's replicates after its tuning).
+imports, a trial's claim and the worker's own ``run_item`` around a stand-in for training). The
+trials are then scheduled over K workers as the queue claims them (a tuned cell's replicates
+after its tuning).
 """
 
 from __future__ import annotations
@@ -492,13 +493,18 @@ def trial_seconds(config: dict[str, Any], probes: Any, t: ShapeTiming, overhead:
     return (t.setup + trained * loop + t.val + t.test + (TRIAL_OVERHEAD_S if overhead is None else overhead))
 
 
-def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], probe_rows: int) -> Overheads:
-    """Measure, on throwaway SQLite stores in a temporary folder, what ``ablate run`` spends
-    besides training: queueing the study (``runner.study.prepare`` with the MLflow parent run; up
-    to ``QUEUE_SAMPLE`` items, scaled to all), a worker's start (its imports, timed in a fresh
-    process), and one trial's bookkeeping (claim, its MLflow run with a trial's worth of metrics
-    and curve rows of ``config``, finish; the second of two, the first paying the stores' first
-    use). Local SQLite stores: a remote server or database adds its round trips."""
+def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], probe_rows: int,
+                      folder: str | os.PathLike[str] | None = None) -> Overheads:
+    """Measure, on throwaway SQLite stores in a temporary folder (``folder``: there, kept), what
+    ``ablate run`` spends besides training: queueing the study (``runner.study.prepare`` with the
+    MLflow parent run; up to ``QUEUE_SAMPLE`` items, scaled to all), a worker's start (its imports,
+    timed in a fresh process), and one trial's bookkeeping through the worker's own path: its claim
+    and ``runner.worker.run_item`` under a heartbeat (start attributes, MLflow run, record, Optuna
+    commit, the run's end), with a stand-in for training that reports what a trial of ``config``
+    reports (its metrics and curve rows) and returns a complete result; the second of two, the first
+    paying the stores' first use. Local SQLite stores: a remote server or database adds its round
+    trips."""
+    import contextlib
     import subprocess
     import sys
     import tempfile
@@ -512,13 +518,14 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
     import json
 
     import polars as pl
-    from optuna.trial import TrialState
 
     from ablate.design import spec_hash
     from ablate.probes import CURVE_SCHEMA
-    from ablate.runner import phases, queue, tracking
+    from ablate.runner import phases, tracking, worker
     from ablate.runner import study as st
+    from ablate.runner.heartbeat import Heartbeat
     from ablate.stores import Stores
+    from ablate.training import TrialResult
 
     sample = items[:QUEUE_SAMPLE]
     steps, evals, n_probes, _ = _counts(config, spec.probes)
@@ -530,8 +537,30 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
     curves = pl.DataFrame({"step": [0] * probe_rows, "layer": [0] * probe_rows, "head": [0] * probe_rows,
                            "t": [-1] * probe_rows, "value": [1.0] * probe_rows, "kind": ["probe"] * probe_rows,
                            "quantity": ["norm_sq_mean"] * probe_rows}, schema=CURVE_SCHEMA)
-    with tempfile.TemporaryDirectory(prefix="ablate-estimate-") as tmp:
-        stores = Stores(f"sqlite:///{tmp}/optuna.db", f"sqlite:///{tmp}/mlflow.db", (Path(tmp) / "art").as_uri())
+    final = {f"{split}_{name}": value for split in ("val", "test")
+             for name, value in (("loss", 1.0), ("accuracy", 0.5), ("bpc", 1.4))}
+
+    def train(_config: dict[str, Any], _seed: int, _probes: Any, reporter: Any, **_: Any) -> TrialResult:
+        """What the worker gets from training a trial of ``config``, without the training: its
+        reports, then a complete result."""
+        begin = time.perf_counter()
+        for step, values in metrics:
+            reporter.log_metrics(step, values)
+        for _ in range(n_probes):
+            reporter.log_curves(curves)
+        return TrialResult("complete", {"chance": 0.5, **final}, steps, time.perf_counter() - begin,
+                           convergence={"converged": True, "val_gain_last": 0.0, "val_gain_se": 0.0,
+                                        "steps": steps, "stopped_early": False, "best_step": steps})
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    with contextlib.ExitStack() as stack:
+        if folder is None:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ablate-estimate-")))
+        else:
+            (tmp := Path(folder)).mkdir(parents=True, exist_ok=True)
+        # The worker's checkpoints (none without training; a WSD replicate's kept-checkpoint note) go there too.
+        stack.enter_context(_environ("ABLATE_CHECKPOINT_DIR", str(tmp / "checkpoints")))
+        stores = Stores(f"sqlite:///{tmp}/optuna.db", f"sqlite:///{tmp}/mlflow.db", (tmp / "art").as_uri())
         start = time.perf_counter()
         study, _ = st.prepare(spec, sample, stores, lambda: tracking.start_parent_run(
             stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec)))
@@ -539,21 +568,32 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
         cycle = 0.0
         for _ in range(min(2, len(sample))):
             start = time.perf_counter()
+            st.recover_stale(study)  # the worker's claim (runner.worker's loop): stale trials, then the oldest item
             trial = phases.claim(study)
             if trial is None:
                 break
-            attrs = phases.prepare_item(study, trial)
-            phases.record_params(study, trial, attrs)
-            run = tracking.TrialRun(stores, spec.name, None, "estimate", attrs["config"], {"ablate.role": "trial"},
-                                    levels=attrs.get("settings"))
-            for step, values in metrics:
-                run.log_metrics(step, values)
-            for _ in range(n_probes):
-                run.log_curves(curves)
-            run.finish("FINISHED", {"val_accuracy": 0.5, "test_accuracy": 0.5})
-            queue.finish(study, trial, TrialState.COMPLETE, {"status": "complete"}, 0.5)
+            with Heartbeat(study, trial.number):
+                outcome = worker.run_item(study, trial, stores, "cpu", lambda event, info: events.append((event, info)),
+                                          train=train)
+            if outcome != "complete":
+                raise RuntimeError(f"measuring a trial's bookkeeping: the worker's outcome was {outcome!r} "
+                                   f"({events[-1][1].get('message', '') if events else ''})")
             cycle = time.perf_counter() - start
     return Overheads(queued, imports, cycle)
+
+
+@contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """The environment variable ``name`` set to ``value`` for the block, then as it was."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def schedule(items: list[Item], seconds: list[float], workers: int, follows: list[int | None] | None = None) -> float:

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
 # the order is the flow of one item: queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
-# sequential ← phases ← progress ← heartbeat, signals ← worker ← pool ← launch.
+# sequential ← phases ← progress ← heartbeat, signals ← worker ← pool, planning ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
     ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.ops", "ablate.tasks", "ablate.models.registry",
@@ -32,11 +32,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.housekeeping",),
     ("ablate.runner.standing",),
     ("ablate.runner.sequential",),
-    ("ablate.runner.phases", "ablate.planning"),
+    ("ablate.runner.phases",),
     ("ablate.runner.progress",),
     ("ablate.runner.heartbeat", "ablate.runner.signals"),
     ("ablate.runner.worker",),
-    ("ablate.runner.pool",),
+    ("ablate.runner.pool", "ablate.planning"),  # planning times a trial through the worker
     ("ablate.runner.launch",),
     ("ablate.results",),
     ("ablate.report",),

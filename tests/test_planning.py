@@ -190,3 +190,44 @@ def test_measure_runs_a_tiny_model_for_real(tmp_path, monkeypatch):
     assert all(v > 0 for v in (t.setup, t.step, t.val, t.test, t.probe, t.grads)) and t.probe_rows > 0
     o = planning.measure_overheads(s, design.items(s), s.baseline(), t.probe_rows)
     assert o.queue > 0 and o.imports > 0 and o.trial > 0
+
+
+@pytest.mark.slow  # imports torch and MLflow, and times a worker's imports in a fresh process
+def test_measured_bookkeeping_is_the_workers_own_path(tmp_path, monkeypatch):
+    """The trial cycle ``measure_overheads`` times is ``runner.worker.run_item``'s, with a stand-in
+    for training: the worker's record runs for each trial it claims, and what it leaves in the
+    stores is what only the worker writes (start and result attributes, the run ended committed)."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from ablate.runner import worker
+
+    monkeypatch.delenv("ABLATE_CHECKPOINT_DIR", raising=False)
+    recorded = []
+    record = worker._record
+
+    def spy(*args, **kwargs):
+        recorded.append(args[1].number)
+        return record(*args, **kwargs)
+
+    monkeypatch.setattr(worker, "_record", spy)
+    s = design.validate({**RAW, "tune": None, "factors": {}, "seeds": 3})
+    folder = tmp_path / "estimate"
+    o = planning.measure_overheads(s, design.items(s), s.baseline(), probe_rows=4, folder=folder)
+    assert o.trial > 0 and recorded == [0, 1]  # two trials, each recorded by the worker
+    trials = optuna.load_study(study_name=None, storage=f"sqlite:///{folder / 'optuna.db'}").get_trials()
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert [t.number for t in done] == [0, 1]
+    for t in done:
+        a = t.user_attrs
+        assert a["worker"] == worker.WORKER_ID and a["provenance"]["ablate.device"].startswith("cpu")
+        assert a["status"] == "complete" and a["steps_trained"] == a["steps"] == 5 and a["seconds"] >= 0
+        assert a["converged"] is True and a["mlflow_run_id"] and t.value == 0.5
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    runs = {r.info.run_id: r for r in client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                                           "tags.`ablate.role` = 'trial'")}
+    assert set(runs) == {t.user_attrs["mlflow_run_id"] for t in done}
+    for r in runs.values():
+        assert r.info.status == "FINISHED" and r.data.tags["ablate.committed"] == "true"
+        assert r.data.tags["ablate.worker"] == worker.WORKER_ID and r.data.metrics["final/val_accuracy"] == 0.5
+    assert "ABLATE_CHECKPOINT_DIR" not in __import__("os").environ  # the worker's checkpoints went to the folder
