@@ -528,12 +528,10 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
     from ablate.training import TrialResult
 
     sample = items[:QUEUE_SAMPLE]
-    steps, evals, n_probes, _ = _counts(config, spec.probes)
+    when = Schedule.of(config["train"], spec.probes)
     layers = int(config["model"]["layers"])
-    metrics = [(s, {"train/loss": 1.0, "train/accuracy": 0.5, "train/lr": 1e-3,
-                    **{f"train_state_norm/layer{i}": 1.0 for i in range(layers)}})
-               for s in range(0, steps, int(config["train"]["log_every"]))]
-    metrics += [(s, {"val/loss": 1.0, "val/accuracy": 0.5, "val/bpc": 1.4}) for s in range(evals + 1)]
+    logged = {"train/loss": 1.0, "train/accuracy": 0.5, "train/lr": 1e-3,
+              **{f"train_state_norm/layer{i}": 1.0 for i in range(layers)}}
     curves = pl.DataFrame({"step": [0] * probe_rows, "layer": [0] * probe_rows, "head": [0] * probe_rows,
                            "t": [-1] * probe_rows, "value": [1.0] * probe_rows, "kind": ["probe"] * probe_rows,
                            "quantity": ["norm_sq_mean"] * probe_rows}, schema=CURVE_SCHEMA)
@@ -542,15 +540,20 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
 
     def train(_config: dict[str, Any], _seed: int, _probes: Any, reporter: Any, **_: Any) -> TrialResult:
         """What the worker gets from training a trial of ``config``, without the training: its
-        reports, then a complete result."""
+        reports at the steps of its schedule (the training loop's), then a complete result."""
         begin = time.perf_counter()
-        for step, values in metrics:
-            reporter.log_metrics(step, values)
-        for _ in range(n_probes):
-            reporter.log_curves(curves)
-        return TrialResult("complete", {"chance": 0.5, **final}, steps, time.perf_counter() - begin,
+        for step in range(when.steps + 1):
+            if step and when.logs(step):
+                reporter.log_metrics(step, logged)
+            if when.validates(step) or when.checks(step):
+                reporter.log_metrics(step, {f"val/{k.removeprefix('val_')}": v for k, v in final.items()
+                                            if k.startswith("val_")})
+            if when.probes(step):
+                reporter.log_curves(curves)
+        reporter.log_metrics(when.steps, {k.replace("_", "/", 1): v for k, v in final.items()})
+        return TrialResult("complete", {"chance": 0.5, **final}, when.steps, time.perf_counter() - begin,
                            convergence={"converged": True, "val_gain_last": 0.0, "val_gain_se": 0.0,
-                                        "steps": steps, "stopped_early": False, "best_step": steps})
+                                        "steps": when.steps, "stopped_early": False, "best_step": when.steps})
 
     events: list[tuple[str, dict[str, Any]]] = []
     with contextlib.ExitStack() as stack:
