@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 import real_studies as studies
 from frames import CHANCE, METRIC, A, B, factorial, make_trials, set_status
 from pdfs import flat, has, pages, svg_colours, svg_groups
+from support import ABLATE
 
 from ablate import stats
 from ablate.report import accuracy as acc
@@ -39,7 +39,7 @@ def _cli(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
     env = {**os.environ, "ABLATE_HOME": str(root / ".ablate"), "ABLATE_CACHE_DIR": str(root / "cache")}
     env.pop("ABLATE_STORAGE", None)
     env.pop("ABLATE_TRACKING_URI", None)
-    res = subprocess.run([sys.executable, "-m", "ablate.cli", *args], capture_output=True, text=True, cwd=root,
+    res = subprocess.run([*ABLATE, *args], capture_output=True, text=True, cwd=root,
                          env=env, timeout=600)
     if check:
         assert res.returncode == 0, f"{args}: {res.stdout}\n{res.stderr}"
