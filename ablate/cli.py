@@ -882,7 +882,7 @@ def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, nam
     if spec is not None:
         if not spec.compare:
             err.print(f"[red]error[/red] {spec.name}: the spec has no `compare:` section (e.g. compare: "
-                      "[studyA, {study: studyB, cells: {model.heads: 8}}])")
+                      "\\[studyA, {study: studyB, cells: {model.heads: 8}}])")
             raise typer.Exit(2)
         studies = [e.study for e in spec.compare]
         selectors = {e.study: e.selectors for e in spec.compare if e.selectors}
