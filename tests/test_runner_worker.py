@@ -387,9 +387,12 @@ def test_a_full_disk_stops_the_worker_saying_where(tmp_path):
         subprocess.run(["umount", "--lazy", str(home)])
 
 
-def test_the_first_claim_does_not_wait_for_the_heavy_imports(tmp_path, monkeypatch):
-    """The worker claims while torch, the models and MLflow are still loading in the background
-    (here: held back until the claim has happened), then trains once they are loaded."""
+def test_an_item_is_claimed_once_the_imports_are_loaded_and_trains_without_waiting_for_the_settling(
+        tmp_path, monkeypatch):
+    """With items waiting, the worker claims only once torch, the models and MLflow are imported
+    (held back here until the test lets them go), so that no item is held by a worker still
+    starting and its first trial lasts as its later ones; the preload's settling of old runs
+    (held back here for good) does not hold training up."""
     import threading
     import types
 
@@ -401,37 +404,43 @@ def test_the_first_claim_does_not_wait_for_the_heavy_imports(tmp_path, monkeypat
     s = design.validate(SPEC)
     where = Stores(f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}", None)
     st.prepare(s, design.items(s), where)
-    release, loading, seen = threading.Event(), [], []
+    imported, settled, seen, preloads = threading.Event(), threading.Event(), [], []
 
-    def held_preload(then=None):
-        thread = threading.Thread(target=release.wait, daemon=True)
-        thread.start()
-        loading.append(thread)
-        return thread
+    class HeldPreload(worker._Preload):
+        def _load(self, tracking_uri=None, then=None) -> None:
+            imported.wait()
+            self.loaded.set()
+            settled.wait()  # the settling never ends while the worker trains
+
+    def held(tracking_uri=None, then=None):
+        preloads.append(HeldPreload(tracking_uri, then))
+        threading.Timer(0.5, imported.set).start()  # the imports end half a second after the start
+        return preloads[-1]
 
     real_claim = worker.phases.claim
 
     def claim(study):
-        seen.append(("claim", loading[0].is_alive()))
-        trial = real_claim(study)
-        release.set()
-        return trial
+        seen.append(("claim", preloads[0].loaded.is_set()))
+        return real_claim(study)
 
     def run_trial(config, seed, probes, reporter=None, device="cpu", **options):
-        seen.append(("train", loading[0].is_alive()))
+        seen.append(("train", preloads[0].loaded.is_set(), preloads[0].thread.is_alive()))
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
                                      reason="", convergence={})
-
-    Run = FakeRun
 
     fake = types.ModuleType("ablate.training")
     fake.run_trial = run_trial
     monkeypatch.setitem(sys.modules, "ablate.training", fake)
-    monkeypatch.setattr(worker.tracking, "TrialRun", Run)
-    monkeypatch.setattr(worker, "_preload", held_preload)
+    monkeypatch.setattr(worker.tracking, "TrialRun", FakeRun)
+    monkeypatch.setattr(worker, "_Preload", held)
+    monkeypatch.setattr(worker, "PRELOAD_WAIT_S", 0.1)
     monkeypatch.setattr(worker.phases, "claim", claim)
-    assert worker.work(s.name, where, max_items=1) == {"complete": 1}
-    assert seen == [("claim", True), ("train", False)]
+    try:
+        assert worker.work(s.name, where, max_items=1) == {"complete": 1}
+    finally:
+        settled.set()
+    # Claimed once loaded; trained while the settling still ran.
+    assert seen == [("claim", True), ("train", True, True)]
 
 
 WSD = {**SPEC["train"], "schedule": "wsd", "steps": 12, "warmup_steps": 2, "decay_steps": 3}

@@ -507,11 +507,20 @@ def _abandon(stores: Stores, current: _Current, crash: BaseException | None = No
     return requeued
 
 
-def _preload(then: Callable[[], Any] | None = None) -> threading.Thread:
-    """Import torch, the models and MLflow in a daemon thread, then call ``then``; an import error
-    is left for the item that needs the module to raise (and record) when it imports it itself."""
+class _Preload:
+    """Import torch, the models and MLflow in a daemon thread and open the tracking store
+    (``tracking``: its first client builds MLflow's store, checking a SQLite store's schema), then
+    call ``then`` (the settling of runs a kill left RUNNING: MLflow queries that training need not
+    wait for). ``loaded`` is set once the imports and the store are done, or failed: an import
+    error is left for the item that needs the module to raise (and record) when it imports it."""
 
-    def load() -> None:
+    def __init__(self, tracking_uri: str | None = None, then: Callable[[], Any] | None = None) -> None:
+        self.loaded = threading.Event()
+        self.thread = threading.Thread(target=self._load, args=(tracking_uri, then), name="ablate-preload",
+                                       daemon=True)
+        self.thread.start()
+
+    def _load(self, tracking_uri: str | None, then: Callable[[], Any] | None) -> None:
         try:
             import mlflow.tracking  # noqa: F401
             import torch
@@ -521,17 +530,21 @@ def _preload(then: Callable[[], Any] | None = None) -> threading.Thread:
 
             # The first optimiser built in a process imports torch._dynamo (seconds): here, not in the first trial.
             torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+            if tracking_uri:
+                tracking.client(tracking_uri)
         except Exception:
             return
+        finally:
+            self.loaded.set()
         try:
             if then is not None:
                 then()
         except Exception:  # best effort: the next worker to start (or a recovery) does it again
             pass
 
-    thread = threading.Thread(target=load, name="ablate-preload", daemon=True)
-    thread.start()
-    return thread
+    def join(self, timeout: float | None = None) -> None:
+        """Until the thread ends (the imports and ``then``), at most ``timeout`` seconds."""
+        self.thread.join(timeout)
 
 
 def select_device(device: str) -> None:
@@ -546,10 +559,11 @@ def select_device(device: str) -> None:
             torch.cuda.set_device(index)
 
 
-def _await_preload(preload: threading.Thread, device: str) -> None:
-    """Wait for the preload with the item claimed (its heartbeat beating), then select the device;
-    a signal meanwhile re-queues the item as at any other moment (``work``)."""
-    preload.join()
+def _await_preload(preload: _Preload, device: str) -> None:
+    """Wait for the preload's imports (not its settling of runs), then select the device; a
+    signal meanwhile interrupts the worker as at any other moment (``work``)."""
+    while not preload.loaded.wait(0.5):  # in slices: a signal's handler runs between them
+        pass
     select_device(device)
 
 
@@ -596,10 +610,10 @@ def work(
 def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_running: bool, checkpoint_every: int,
           max_items: int | None, signals: Signals, current: _Current) -> dict[str, int]:
     study = current.study = open_study(study_name, stores)
-    # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here,
-    # so the first claim does not wait for it; the item's heartbeat runs from the claim on. The
-    # same thread then ends what a kill left between a run's results and its record.
-    preload = _preload(lambda: settle_runs(study, stores.tracking))
+    # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here
+    # while the worker reads the queue; the same thread then ends what a kill left between a run's
+    # results and its record (training does not wait for that).
+    preload = _Preload(stores.tracking, lambda: settle_runs(study, stores.tracking))
     try:
         return _serve(study, stores, device, emit, wait_for_running, checkpoint_every, max_items, signals, current,
                       preload)
@@ -619,8 +633,13 @@ def _sequential_spec(study: optuna.Study) -> Any:
 
 def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_for_running: bool,
            checkpoint_every: int, max_items: int | None, signals: Signals, current: _Current,
-           preload: threading.Thread) -> dict[str, int]:
+           preload: _Preload) -> dict[str, int]:
     """Claim and run items until none is left (what ``work`` documents)."""
+    if queue.count(study, (TrialState.WAITING,)):
+        # An item is claimed by a worker ready to train it: its imports are done first. Claimed
+        # while they load, it would be held idle for seconds that another, ready worker could use,
+        # and its trial would last those seconds longer than the worker's later ones.
+        _await_preload(preload, device)
     outcomes: dict[str, int] = {}
     in_a_row = 0  # infrastructure failures
     requeue_deadline = time.monotonic() + REQUEUE_WAIT_S  # also at start: a verdict may be in flight
