@@ -286,9 +286,6 @@ def worker(
     out.print(f"worker finished: {outcomes}")
 
 
-STATUSES = ("complete", "pruned", "running", "pending", "diverged", "failed", "killed")  # results' item statuses
-
-
 @app.command()
 def status(
     study: str,
@@ -300,74 +297,32 @@ def status(
     """Print a study's progress per cell and what is running, then exit."""
     import json
 
-    from ablate import design
-    from ablate.runner import progress, sequential
-    from ablate.runner import standing as sd
+    from ablate import results
+    from ablate.runner import progress
     from ablate.runner import study as st
-    from ablate.stores import resolve
 
-    # One read-only opening of the study for everything below, and the items' statuses read as
-    # ablate.results reports them (runner.standing.statuses) without its polars frames.
-    try:
-        opt = None
-        given = resolve(storage, tracking_uri, create=False)
-        if sd.existing_store_url(given.storage) is not None:
-            try:
-                opt = st.open_study(study, given, read_only=True)
-            except st.StorageError:  # not there: results.locate searches further and says where it looked
-                opt = None
-        if opt is None:
-            from ablate import results
-
-            opt = st.open_study(study, results.locate(study, storage, tracking_uri), read_only=True)
-        spec_data = opt.user_attrs["spec"]
-        spec = design.validate(spec_data, f"study {study}")
-        todo = sequential.items(spec, opt)  # a sequential study: the seeds its looks planned
-        found = sd.statuses(opt, todo)
-        snap = progress.snapshot(opt)
+    try:  # one read-only opening of the study, its items' statuses read from the queue alone
+        found = results.status(study, storage, tracking_uri)
+        snap = progress.snapshot(found.study)
     except st.StorageError as exc:
         raise _store_error(exc) from None
     workers = len({r.worker for r in snap.items}) or 1
-    cells: dict[tuple[str, str], dict] = {}
-    for item, s in zip(todo, found, strict=True):
-        cell = cells.setdefault((item.cell.id, item.cell.label), {"cell_id": item.cell.id, "cell_label": item.cell.label,
-                                                                  "trials": 0, **dict.fromkeys(STATUSES, 0)})
-        cell["trials"] += 1
-        if s.status in STATUSES:
-            cell[s.status] += 1
-    per_cell = list(cells.values())
-    # One count for the cells and the totals: the items' statuses (results), which follow the
-    # queue's item states; "failed" in the totals is every item finished without a result.
-    totals = {s: sum(c[s] for c in per_cell) for s in STATUSES}
     if as_json:
-        data = progress.status_json(study, snap, workers)
-        data["counts"] = {"done": totals["complete"] + totals["pruned"], "running": totals["running"], "waiting": totals["pending"],
-                          "failed": totals["diverged"] + totals["failed"] + totals["killed"],
-                          "diverged": totals["diverged"], "total": len(todo)}
-        data["cells"] = per_cell
-        sys.stdout.write(json.dumps(data, default=str) + "\n")
+        sys.stdout.write(json.dumps(found.to_json(progress.status_json(study, snap, workers)), default=str) + "\n")
         return
-    _status_table(study, per_cell)
-    failed = totals["diverged"] + totals["failed"] + totals["killed"]
-    out.print(f"{study}: {totals['complete'] + totals['pruned']} done · {totals['running']} running · {totals['pending']} waiting · "
-              f"{failed} failed ({totals['diverged']} diverged) · ETA {progress.duration(snap.eta_seconds(workers))}",
-              highlight=False, soft_wrap=True)
+    _status_table(study, found.cells)
+    out.print(found.summary(progress.duration(snap.eta_seconds(workers))), highlight=False, soft_wrap=True)
     if snap.items:
         out.print(progress.table(study, snap, workers).renderables[-1])
-    if spec.sequential is not None:
-        done = [s.seconds for s in found if s.status == "complete" and s.seconds is not None]
-        for line in sequential.lines(spec, sequential.load_state(opt), sum(done) / len(done) if done else None):
-            out.print(line, highlight=False, soft_wrap=True)
-    if st.extends_runs(spec_data) or any(s.continued for s in found):
-        trials = opt.get_trials(deepcopy=False)
-        for line in st.extension_lines(trials) + st.lineage_lines(trials):  # until converged; WSD continuations
-            out.print(line, highlight=False, soft_wrap=True)
+    for line in found.sequential + found.extension_lines():  # looks; until converged; WSD continuations
+        out.print(line, highlight=False, soft_wrap=True)
 
 
 def _status_table(study: str, per_cell: list[dict]) -> None:
     """The per-cell counts of ``status``: a rich table, or above ``planning.PLAIN_ROWS`` cells plain
     aligned lines, as ``plan`` prints them (rich lays out 100 rows in seconds on a busy machine)."""
     from ablate.planning import PLAIN_ROWS, plain_table
+    from ablate.runner.standing import STATUSES
 
     title = f"{study}: status per cell"
     rows = [[c["cell_label"], *[str(c[s]) for s in STATUSES]] for c in per_cell]

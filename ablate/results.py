@@ -10,6 +10,8 @@
     export(res, DIR) / read_export(DIR)  the same as files (Parquet, the spec, a sha256 manifest) that
                       read back equal without a store: `ablate export`, `ablate report --data`
     read_exports([DIR, …])  several exports as one ``Studies``, as ``load([...])``: `ablate compare --data`
+    status("quickstart")    the items counted by status per cell and in total, read from the queue
+                            alone (no MLflow, no frames): what `ablate status` prints
 
 Every frame is polars (``.to_pandas()`` for pandas: Enum columns become ``Categorical``). The
 columns and their dtypes (docs/results.md has the same with examples):
@@ -59,6 +61,7 @@ columns and their dtypes (docs/results.md has the same with examples):
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -83,10 +86,11 @@ from optuna.trial import FrozenTrial, TrialState
 from ablate import design
 from ablate.runner import sequential, tracking
 from ablate.runner.items import item_state, trials_by_item
-from ablate.runner.standing import existing_store_url
+from ablate.runner.standing import StudyStatus, existing_store_url, study_status
 from ablate.runner.study import (
     WHERE_STORES_ARE,
     StorageError,
+    extends_runs,
     factor_distributions,
     longest_run,
     missing_study,
@@ -402,6 +406,38 @@ def locate(study: str, storage_url: str | None = None, tracking_uri: str | None 
             message += f" (searched {', '.join(searched)}" + (f"; did you mean {' or '.join(close)}?)" if close
                                                              else ")")
     raise StorageError(f"{message}; {WHERE_STORES_ARE}")
+
+
+def located_study(study: str, storage_url: str | None = None, tracking_uri: str | None = None,
+                  home: str | Path | None = None) -> tuple[Stores, optuna.Study]:
+    """The stores that hold ``study`` (as ``locate`` finds them) and the study opened read-only
+    from them: one opening when the given stores hold it, ``locate``'s search only when they do
+    not. Creates nothing; raises StorageError as ``locate`` does."""
+    given = resolve(storage_url, tracking_uri, home, create=False)
+    if existing_store_url(given.storage) is not None:
+        try:
+            return given, open_study(study, given, read_only=True)
+        except StorageError:  # not there: locate searches further and says where it looked
+            pass
+    stores = locate(study, storage_url, tracking_uri, home)
+    return stores, open_study(study, stores, read_only=True)
+
+
+def status(study: str, storage: str | None = None, tracking_uri: str | None = None,
+           home: str | Path | None = None) -> StudyStatus:
+    """What ``ablate status`` prints of ``study``, found as ``locate`` says: its items (a
+    sequential study's: the seeds its looks planned) counted by status per cell and in total, as
+    the ``status`` column of ``load``'s trials counts them, read from the queue alone (no MLflow,
+    no frames); ``sequential`` holds a sequential study's lines (its looks and decisions). Reads
+    only; raises StorageError, and SpecError for a stored spec this code does not accept."""
+    _, opt = located_study(study, storage, tracking_uri, home)
+    spec_data = opt.user_attrs["spec"]
+    spec = design.validate(spec_data, f"study {study}")
+    found = study_status(study, opt, sequential.items(spec, opt), extends=extends_runs(spec_data))
+    if spec.sequential is None:
+        return found
+    return dataclasses.replace(found, sequential=sequential.lines(spec, sequential.load_state(opt),
+                                                                  found.seconds_per_item()))
 
 
 @overload

@@ -264,6 +264,40 @@ def test_load_from_another_directory(accuracy_study, tmp_path, monkeypatch):
     assert results.load(NAME, curves=False).trials.height == 18
 
 
+def test_status_counts_a_queued_study_found_from_a_subfolder(tmp_path, monkeypatch):
+    """``results.status`` (what ``ablate status`` prints) in process: a sequential study queued and
+    not run, read from a subfolder of its project (the .ablate above), its first look's seeds
+    counted per cell and its design's lines; a misspelt name says where it looked."""
+    from ablate import design, results
+    from ablate.runner import sequential
+    from ablate.runner import study as st
+    from ablate.runner.study import StorageError
+    from ablate.stores import resolve
+
+    for key in ("ABLATE_HOME", "ABLATE_STORAGE", "ABLATE_TRACKING_URI"):
+        monkeypatch.delenv(key, raising=False)
+    spec = design.validate({"name": "seq", "task": {"name": "listops", "max_length": 20, "train_size": 32},
+                            "model": {"d_model": 8, "state_dim": 8, "layers": 1, "heads": 2},
+                            "factors": {"model.normalisation": ["xi", "gamma"]},
+                            "seeds": {"min": 3, "max": 7, "step": 2, "measures": ["test_accuracy"]}})
+    root = tmp_path / "project"
+    st.prepare(spec, sequential.items(spec), resolve(home_dir=root / ".ablate"))
+    nested = root / "analysis"
+    nested.mkdir()
+    monkeypatch.chdir(nested)
+    got = results.status("seq")
+    assert got.counts() == {"done": 0, "running": 0, "waiting": 6, "failed": 0, "diverged": 0, "total": 6}
+    cells = [(c["cell_label"], c["trials"], c["pending"]) for c in got.cells]
+    assert cells == [("normalisation=xi", 3, 3), ("normalisation=gamma", 3, 3)]
+    assert got.sequential[0].startswith("sequential seeds: looks at 3, 5, 7 seeds per cell"), got.sequential
+    assert got.extension_lines() == [] and got.seconds_per_item() is None
+    stores, opt = results.located_study("seq")
+    assert stores.storage == f"sqlite:///{(root / '.ablate').resolve() / 'optuna.db'}" and opt.study_name == "seq"
+    with pytest.raises(StorageError, match=r"no study named 'seqq'.*did you mean 'seq' in "):
+        results.status("seqq")
+    assert not (nested / ".ablate").exists()  # a read creates nothing
+
+
 # --- whatever the stores hold: duplicate runs, a lost tracking store --------------------------------
 
 

@@ -110,7 +110,8 @@ def test_statuses_are_the_results_apis(tmp_path, monkeypatch):
 
 def test_status_counts_each_cell_as_the_results_api(tmp_path, monkeypatch):
     """``ablate status`` reads the statuses without the results API's frames: the same counts."""
-    from ablate.cli import STATUSES, app
+    from ablate.cli import app
+    from ablate.runner.standing import STATUSES
 
     spec = _mixed_study(tmp_path, monkeypatch)
     res = CliRunner().invoke(app, ["status", spec.name, "--json"])
@@ -131,3 +132,32 @@ def test_status_counts_each_cell_as_the_results_api(tmp_path, monkeypatch):
     assert (f"{spec.name}: {c['done']} done · {c['running']} running · {c['waiting']} waiting · {c['failed']} failed "
             f"({c['diverged']} diverged)") in text.output
     assert "continued: " in text.output  # the continued result's line (WSD continuations)
+
+
+def test_study_status_counts_cells_and_totals_in_process(tmp_path, monkeypatch):
+    """``study_status``, what ``ablate status`` prints, driven without the command: the counts per
+    cell and in total, the ``--json`` counts, the summary line, the seconds per item and the
+    continued result's line."""
+    from ablate.stores import resolve
+
+    spec = _mixed_study(tmp_path, monkeypatch)
+    items = design.items(spec)
+    opt = st.open_study(spec.name, resolve(), read_only=True)
+    got = sd.study_status(spec.name, opt, items)
+    found = sd.statuses(opt, items)
+    assert got.found == found and got.study is opt
+    assert [c["cell_label"] for c in got.cells] == list(dict.fromkeys(i.cell.label for i in items))
+    assert sum(c["trials"] for c in got.cells) == len(items)
+    for s in sd.STATUSES:
+        assert got.totals[s] == sum(f.status == s for f in found) == sum(c[s] for c in got.cells)
+    t = got.totals
+    assert t["complete"] == 2 and t["pruned"] == 1 and t["diverged"] == 1 and t["running"] == 1
+    assert got.counts() == {"done": 3, "running": 1, "waiting": t["pending"], "failed": 1 + t["failed"] + t["killed"],
+                            "diverged": 1, "total": len(items)}
+    assert got.summary("5s") == (f"mixed: 3 done · 1 running · {t['pending']} waiting · {got.failed} failed "
+                                 "(1 diverged) · ETA 5s")
+    snapshot = {"study": "mixed", "counts": {"done": 0}, "eta_seconds": None}
+    as_json = got.to_json(snapshot)
+    assert list(as_json) == ["study", "counts", "eta_seconds", "cells"] and as_json["counts"] == got.counts()
+    assert got.seconds_per_item() == (1.5 + 2.0) / 2  # the complete items' representatives (not the dropped run)
+    assert got.sequential == [] and any(line.startswith("continued: ") for line in got.extension_lines())

@@ -1,7 +1,8 @@
 """What a storage holds for a spec, read without writing anything (``ablate plan``, the results
 API and ``ablate status`` on a store that may not exist yet): the store's URL if there is one,
 each item's state, what other studies hold for the unfinished items, the study's orphans, and
-each item's status as the results API reports it (``statuses``: what ``ablate status`` counts).
+each item's status as the results API reports it (``statuses``), and those statuses counted per
+cell and in total (``study_status``: what ``ablate status`` prints, ``results.status`` reads).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ablate.runner import queue
 from ablate.runner.housekeeping import Orphans, orphans
 from ablate.runner.items import DROPPED, STATE_KEYS, item_state, states_by_item
 from ablate.runner.reuse import Reuse, find_reusable
-from ablate.runner.study import longest_run, recorded_tracking, storage
+from ablate.runner.study import extension_lines, lineage_lines, longest_run, recorded_tracking, storage
 from ablate.stores import resolve, sqlite_path
 
 
@@ -154,3 +155,82 @@ def statuses(study: optuna.Study, items: Sequence[Item]) -> list[Status]:
         out.append(Status(status, float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool)
                           else None, isinstance(trial.user_attrs.get("continued_from"), dict)))
     return out
+
+
+# --- a study's standing per cell: what ``ablate status`` prints ----------------------------------
+
+# The items' statuses (as ``statuses`` reports them), in the order ``ablate status`` shows them.
+STATUSES = ("complete", "pruned", "running", "pending", "diverged", "failed", "killed")
+
+
+@dataclass(frozen=True)
+class StudyStatus:
+    """A study's items counted by status, per cell and in total (``study_status``; ``ablate status``
+    prints it, ``results.status`` reads it). ``cells``: one row per cell, in the items' order —
+    ``cell_id``, ``cell_label``, ``trials`` (its items) and a count per status of ``STATUSES``;
+    ``totals``: the counts over every cell; ``found``: each item's ``Status``; ``study``: the Optuna
+    study it was read from (read only). "failed" in ``counts`` is every item finished without a
+    result: diverged, failed with an error, or killed."""
+
+    name: str
+    study: optuna.Study
+    cells: list[dict[str, Any]]
+    totals: dict[str, int]
+    found: list[Status]
+    extends: bool = False  # the spec may extend runs (``train.until_converged``)
+    sequential: list[str] = field(default_factory=list)  # a sequential study's lines (``results.status``)
+
+    @property
+    def done(self) -> int:
+        return self.totals["complete"] + self.totals["pruned"]
+
+    @property
+    def failed(self) -> int:
+        return self.totals["diverged"] + self.totals["failed"] + self.totals["killed"]
+
+    def counts(self) -> dict[str, int]:
+        """The totals as ``ablate status --json`` reports them (``counts``)."""
+        return {"done": self.done, "running": self.totals["running"], "waiting": self.totals["pending"],
+                "failed": self.failed, "diverged": self.totals["diverged"], "total": len(self.found)}
+
+    def to_json(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """``ablate status --json``: the progress snapshot's plain data (``progress.status_json``)
+        with these ``counts`` in place of its own, and the ``cells``."""
+        return {**snapshot, "counts": self.counts(), "cells": self.cells}
+
+    def summary(self, eta: str) -> str:
+        """The line under the table: done, running, waiting, failed (diverged), and ``eta``."""
+        t = self.totals
+        return (f"{self.name}: {self.done} done · {t['running']} running · {t['pending']} waiting · "
+                f"{self.failed} failed ({t['diverged']} diverged) · ETA {eta}")
+
+    def seconds_per_item(self) -> float | None:
+        """The mean training seconds of the complete items that recorded theirs (None: none did)."""
+        done = [s.seconds for s in self.found if s.status == "complete" and s.seconds is not None]
+        return sum(done) / len(done) if done else None
+
+    def extension_lines(self) -> list[str]:
+        """The items trained until converged and the runs that continued a kept checkpoint (WSD),
+        one line each (``study.extension_lines``, ``study.lineage_lines``); reads the study's whole
+        trials only when the spec may extend runs or an item continued."""
+        if not self.extends and not any(s.continued for s in self.found):
+            return []
+        trials = self.study.get_trials(deepcopy=False)
+        return extension_lines(trials) + lineage_lines(trials)
+
+
+def study_status(name: str, study: optuna.Study, items: Sequence[Item], extends: bool = False) -> StudyStatus:
+    """The items of ``study`` counted by status per cell and in total (``statuses``: the counts of
+    ``ablate.results``' ``status`` column). ``extends``: the spec may extend runs
+    (``study.extends_runs``). Reads the queue only; raises StorageError."""
+    found = statuses(study, items)
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for item, s in zip(items, found, strict=True):
+        cell = cells.setdefault((item.cell.id, item.cell.label), {"cell_id": item.cell.id, "cell_label": item.cell.label,
+                                                                  "trials": 0, **dict.fromkeys(STATUSES, 0)})
+        cell["trials"] += 1
+        if s.status in STATUSES:
+            cell[s.status] += 1
+    per_cell = list(cells.values())
+    totals = {s: sum(c[s] for c in per_cell) for s in STATUSES}
+    return StudyStatus(name, study, per_cell, totals, found, extends)
