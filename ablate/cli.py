@@ -12,16 +12,13 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
 from ablate.spec import Spec, SpecError
-
-if TYPE_CHECKING:
-    from ablate.results import Studies
 
 app = typer.Typer(add_completion=False, rich_markup_mode="markdown", no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Systematic ablation studies of linear recurrent sequence models.")
@@ -636,43 +633,21 @@ def export_(
     names, dest = list(dict.fromkeys(args[:-1])), Path(args[-1])
     if len(names) == 1 and _is_spec_file(names[0]):
         names = [_load(Path(names[0]), None).name]
-    targets = {name: dest if len(names) == 1 else dest / name for name in names}
-    try:  # every directory checked before any study is read or any file written
-        if len(names) > 1 and os.path.lexists(dest) and not dest.is_dir():
-            raise results.ExportError(f"{dest} exists and is not a directory")
-        for name, target in targets.items():
-            results.check_export_dir(target, name)
-    except (results.ExportError, OSError) as exc:
+    try:  # every directory checked and every study read before any file is written
+        written = results.export_many(names, dest, storage, tracking_uri)
+    except results.ExportError as exc:
         raise _export_error(exc) from None
-    try:
-        read = {name: results.load(name, storage, tracking_uri) for name in names}
     except st.StorageError as exc:
         raise _store_error(exc) from None
-    for name, res in read.items():
-        try:
-            manifest = results.export(res, targets[name])
-        except results.ExportError as exc:
-            raise _export_error(exc) from None
-        rows, files = manifest["rows"], manifest["files"]
-        size = sum(f["bytes"] for f in files.values())
-        out.print(f"wrote {targets[name]}: {rows['trials']:,} trials, {rows['metrics']:,} metric rows, "
-                  f"{rows['curves']:,} curve rows ({len(files) + 1} files, {size / 1e6:.2f} MB)", highlight=False)
-        for line in res.missing:
-            err.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
-
-
-def _exports(folder: Path) -> list[Path]:
-    """The exports ``--data`` names: the folder itself, else its subfolders that are exports (what
-    `ablate export A B DIR` writes); ExportError when there are none."""
-    from ablate import results
-
     try:
-        if os.path.lexists(folder / results.MANIFEST) or not folder.is_dir():
-            return [folder]
-        found = sorted(d for d in folder.iterdir() if d.is_dir() and os.path.lexists(d / results.MANIFEST))
-    except OSError as exc:
-        raise results.ExportError(f"cannot read {folder}: {exc.strerror or type(exc).__name__}") from None
-    return found or [folder]  # none: reading the folder says why it is not an export
+        for done in written:
+            rows = done.rows
+            out.print(f"wrote {done.path}: {rows['trials']:,} trials, {rows['metrics']:,} metric rows, "
+                      f"{rows['curves']:,} curve rows ({done.files} files, {done.size / 1e6:.2f} MB)", highlight=False)
+            for line in done.missing:
+                err.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
+    except results.ExportError as exc:
+        raise _export_error(exc) from None
 
 
 @app.command()
@@ -762,7 +737,7 @@ def _report_from_exports(data: Path, out_dir: Path | None, formats: tuple[str, .
     from ablate import results
 
     try:  # every export verified before any report is rendered
-        read = [results.read_export(folder) for folder in _exports(data)]
+        read = [results.read_export(folder) for folder in results.exports_in(data)]
     except results.ExportError as exc:
         raise _export_error(exc) from None
     for res in read:
@@ -805,30 +780,10 @@ def compare(
     _compare(studies or [], cells, spec, name, out_dir, _formats(fmt), storage, tracking_uri, param, data)
 
 
-def _read_exports(data: list[Path], studies: list[str]) -> Studies:
-    """The exports under ``data`` (each an export or a folder of them) as one ``Studies``: those of
-    ``studies`` in that order when it names some, else all in the order found; exit 2 on an export
-    that cannot be read, or a study they do not hold."""
-    from ablate import results
-
-    try:  # every export verified before anything is rendered
-        read = results.read_exports([folder for d in data for folder in _exports(d)])
-    except results.ExportError as exc:
-        raise _export_error(exc) from None
-    if not studies:
-        return read
-    absent = [s for s in studies if s not in read.names]
-    if absent:
-        err.print(f"[red]error[/red] the exports hold no study {absent[0]!r} (they hold: {', '.join(read.names)})",
-                  highlight=False)
-        raise typer.Exit(2)
-    return results.Studies.of([read[s] for s in studies])
-
-
 def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, name: str | None, out_dir: Path | None,
              formats: tuple[str, ...], storage: str | None, tracking_uri: str | None, param: list[str] | None,
              data: list[Path] | None = None) -> None:
-    from ablate import design
+    from ablate import design, results
     from ablate.report.render import ReportError, render_comparison
     from ablate.runner import study as st
     from ablate.stores import resolve
@@ -842,7 +797,10 @@ def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, nam
         studies = [e.study for e in spec.compare]
         selectors = {e.study: e.selectors for e in spec.compare if e.selectors}
         name = name or spec.name
-    exported = _read_exports(data, studies) if data else None
+    try:  # every export verified before anything is rendered
+        exported = results.read_exports_in(data, studies) if data else None
+    except results.ExportError as exc:
+        raise _export_error(exc) from None
     if exported is not None:
         studies = exported.names
     if not studies:

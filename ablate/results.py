@@ -10,8 +10,11 @@
     export(res, DIR) / read_export(DIR)  the same as files (Parquet, the spec, a sha256 manifest) that
                       read back equal without a store: `ablate export`, `ablate report --data`
     read_exports([DIR, …])  several exports as one ``Studies``, as ``load([...])``: `ablate compare --data`
-    status("quickstart")    the items counted by status per cell and in total, read from the queue
-                            alone (no MLflow, no frames): what `ablate status` prints
+                      (``read_exports_in``: folders of exports, some studies of them, in order)
+    export_many([...], DIR)  several studies exported into DIR/STUDY each, every directory checked and
+                      every study read before anything is written: `ablate export`
+    status("quickstart")  the items counted by status per cell and in total, read from the queue
+                      alone (no MLflow, no frames): what `ablate status` prints
 
 Every frame is polars (``.to_pandas()`` for pandas: Enum columns become ``Categorical``). The
 columns and their dtypes (docs/results.md has the same with examples):
@@ -73,7 +76,7 @@ import shutil
 import stat
 import tempfile
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -788,6 +791,84 @@ def read_exports(paths: Sequence[str | Path]) -> Studies:
                               f"{_shown(repr(res.study))}: give one of them")
         read[res.study] = (folder, res)
     return Studies.of([res for _, res in read.values()])
+
+
+def exports_in(folder: str | Path) -> list[Path]:
+    """The exports a ``--data`` folder names: the folder itself when it is one (or is not a
+    folder), else its subfolders that are exports (what ``ablate export A B DIR`` writes), in name
+    order; none: the folder itself, whose reading says why it is not an export."""
+    folder = Path(folder)
+    try:
+        if os.path.lexists(folder / MANIFEST) or not folder.is_dir():
+            return [folder]
+        found = sorted(d for d in folder.iterdir() if d.is_dir() and os.path.lexists(d / MANIFEST))
+    except OSError as exc:
+        raise ExportError(f"cannot read {folder}: {exc.strerror or type(exc).__name__}") from None
+    return found or [folder]
+
+
+def read_exports_in(folders: Sequence[str | Path], studies: Sequence[str] = ()) -> Studies:
+    """The exports under ``folders`` (each an export or a folder of them, ``exports_in``) as one
+    ``Studies``, as ``read_exports`` reads them: those of ``studies`` in that order when it names
+    some, else all in the order found. Every export is verified before this returns; ExportError
+    for one that cannot be read, or a study they do not hold."""
+    read = read_exports([export for folder in folders for export in exports_in(folder)])
+    if not studies:
+        return read
+    absent = [s for s in studies if s not in read.names]
+    if absent:
+        raise ExportError(f"the exports hold no study {absent[0]!r} (they hold: {', '.join(read.names)})")
+    return Studies.of([read[s] for s in studies])
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A study ``export_many`` wrote: into ``path``, its ``manifest`` (``export``'s) and what
+    could not be read of it (``Results.missing``)."""
+
+    study: str
+    path: Path
+    manifest: dict[str, Any]
+    missing: list[str]
+
+    @property
+    def rows(self) -> dict[str, int]:
+        """Rows written per frame (``trials``, ``metrics``, ``curves``) and of provenance."""
+        return self.manifest["rows"]
+
+    @property
+    def files(self) -> int:
+        """The files written, the manifest included."""
+        return len(self.manifest["files"]) + 1
+
+    @property
+    def size(self) -> int:
+        """The bytes of the files the manifest lists (its own not counted)."""
+        return sum(f["bytes"] for f in self.manifest["files"].values())
+
+
+def export_many(studies: Sequence[str], path: str | Path, storage: str | None = None,
+                tracking_uri: str | None = None, home: str | Path | None = None) -> Iterator[Exported]:
+    """Export each of ``studies`` (each once, found as ``locate`` says): one into the directory
+    ``path``, several into ``path/STUDY`` each (``ablate export``). Every directory is checked
+    (``check_export_dir``: new, empty, or an export of the same study) and every study read before
+    anything is written: this call raises ExportError or StorageError. The iterator it returns
+    writes one study at a time and yields it written; an ExportError there leaves the studies
+    before it written."""
+    names = list(dict.fromkeys(studies))
+    if not names:
+        raise ValueError("export_many() needs at least one study name")
+    dest = Path(path)
+    targets = {name: dest if len(names) == 1 else dest / name for name in names}
+    try:
+        if len(names) > 1 and os.path.lexists(dest) and not dest.is_dir():
+            raise ExportError(f"{dest} exists and is not a directory")
+        for name, target in targets.items():
+            check_export_dir(target, name)
+    except OSError as exc:
+        raise ExportError(str(exc)) from None
+    read = {name: load(name, storage, tracking_uri, home=home) for name in names}
+    return (Exported(name, targets[name], export(res, targets[name]), list(res.missing)) for name, res in read.items())
 
 
 def _parquet(file: Path) -> pl.DataFrame:

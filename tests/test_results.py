@@ -514,6 +514,53 @@ def test_an_export_of_a_partial_study_and_of_one_that_never_ran(res, tmp_path):
     assert back.trials.schema["model.heads"] == pl.Enum(["2", "16", "4"])
 
 
+def test_export_many_checks_and_reads_everything_first_then_writes_each(tmp_path):
+    """``export_many`` (``ablate export``) and ``read_exports_in`` (``--data``) in process, on two
+    studies only queued: every directory checked and every study read before anything is written,
+    then one study at a time into DIR/STUDY; read back from the folder in the order asked."""
+    import os
+
+    from ablate import design, results
+    from ablate.runner import study as st
+    from ablate.runner.study import StorageError
+    from ablate.stores import resolve
+
+    home = tmp_path / "h"
+    items = {}
+    for name, heads in (("qa", [2, 4]), ("qb", [2])):
+        spec = design.validate({"name": name, "task": {"name": "listops", "max_length": 20, "train_size": 32},
+                                "model": {"d_model": 8, "state_dim": 8, "layers": 1}, "factors": {"model.heads": heads}})
+        items[name] = len(design.items(spec))
+        st.prepare(spec, design.items(spec), resolve(home_dir=home))
+    data = tmp_path / "data"
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "mine.txt").write_text("")
+    (tmp_path / "file").write_text("")
+    refused = {(("qa",), "busy"): "is not empty and is not an export of study 'qa'",
+               (("qa", "qb"), "file"): "file exists and is not a directory"}
+    for (names, where), message in refused.items():
+        with pytest.raises(results.ExportError, match=message):
+            results.export_many(names, tmp_path / where, home=home)
+    with pytest.raises(StorageError, match="no study named 'nope'"):
+        results.export_many(["qa", "nope"], data, home=home)
+    written = results.export_many(["qa", "qb", "qa"], data, home=home)
+    assert not data.exists()  # checked and read; each is written as the iterator is taken
+    done = list(written)
+    assert [(d.study, d.path) for d in done] == [("qa", data / "qa"), ("qb", data / "qb")]
+    for d in done:
+        assert d.files == len(os.listdir(d.path)) and d.missing == []
+        assert d.rows["trials"] == items[d.study]
+        assert d.size == sum((d.path / f).stat().st_size for f in d.manifest["files"])
+    assert results.exports_in(data) == [data / "qa", data / "qb"]
+    assert results.exports_in(data / "qa") == [data / "qa"] and results.exports_in(tmp_path / "busy") == [tmp_path / "busy"]
+    assert results.read_exports_in([data]).names == ["qa", "qb"]
+    assert results.read_exports_in([data], ["qb", "qa"]).names == ["qb", "qa"]
+    with pytest.raises(results.ExportError, match=r"the exports hold no study 'nope' \(they hold: qa, qb\)"):
+        results.read_exports_in([data], ["qa", "nope"])
+    with pytest.raises(results.ExportError, match="has no manifest.json"):
+        results.read_exports_in([tmp_path / "busy"])
+
+
 def _listing(folder):
     return sorted((str(p.relative_to(folder)), p.stat().st_size if p.is_file() else -1) for p in folder.rglob("*"))
 
