@@ -498,11 +498,11 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
     """Measure, on throwaway SQLite stores in a temporary folder (``folder``: there, kept), what
     ``ablate run`` spends besides training: queueing the study (``runner.study.prepare`` with the
     MLflow parent run; up to ``QUEUE_SAMPLE`` items, scaled to all), a worker's start (its imports,
-    timed in a fresh process), and one trial's bookkeeping through the worker's own path: its claim
-    and ``runner.worker.run_item`` under a heartbeat (start attributes, MLflow run, record, Optuna
-    commit, the run's end), with a stand-in for training that reports what a trial of ``config``
-    reports (its metrics and curve rows) and returns a complete result; the second of two, the first
-    paying the stores' first use. Local SQLite stores: a remote server or database adds its round
+    timed in a fresh process), and one trial's bookkeeping through the worker's own loop
+    (``runner.worker.work``: claim, heartbeat, start attributes, MLflow run, record, Optuna commit,
+    the run's end), with a stand-in for training that reports what a trial of ``config`` reports
+    (its metrics and curve rows) and returns a complete result; the second of two, from the first's
+    end to its own (the first pays the stores' first use). Local SQLite stores: a remote server or database adds its round
     trips."""
     import contextlib
     import subprocess
@@ -521,9 +521,8 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
 
     from ablate.design import spec_hash
     from ablate.probes import CURVE_SCHEMA
-    from ablate.runner import phases, tracking, worker
     from ablate.runner import study as st
-    from ablate.runner.heartbeat import Heartbeat
+    from ablate.runner import tracking, worker
     from ablate.stores import Stores
     from ablate.training import TrialResult
 
@@ -568,20 +567,22 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
         study, _ = st.prepare(spec, sample, stores, lambda: tracking.start_parent_run(
             stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec)))
         queued = (time.perf_counter() - start) * max(1.0, len(items) / max(1, len(sample)))
-        cycle = 0.0
-        for _ in range(min(2, len(sample))):
-            start = time.perf_counter()
-            st.recover_stale(study)  # the worker's claim (runner.worker's loop): stale trials, then the oldest item
-            trial = phases.claim(study)
-            if trial is None:
-                break
-            with Heartbeat(study, trial.number):
-                outcome = worker.run_item(study, trial, stores, "cpu", lambda event, info: events.append((event, info)),
-                                          train=train)
-            if outcome != "complete":
-                raise RuntimeError(f"measuring a trial's bookkeeping: the worker's outcome was {outcome!r} "
-                                   f"({events[-1][1].get('message', '') if events else ''})")
-            cycle = time.perf_counter() - start
+        # A worker's loop (runner.worker.work, as `ablate worker` runs it) over two items: the
+        # second's cycle, from the first's end to its own, is one trial's bookkeeping.
+        ends: list[float] = []
+
+        def emit(event: str, info: dict[str, Any]) -> None:
+            events.append((event, info))
+            if event == "complete":
+                ends.append(time.perf_counter())
+
+        start = time.perf_counter()
+        outcomes = worker.work(spec.name, stores, "cpu", emit, wait_for_running=False, checkpoint_every=0,
+                               max_items=min(2, len(sample)), train=train)
+        if set(outcomes) != {"complete"}:
+            raise RuntimeError(f"measuring a trial's bookkeeping: the worker's outcomes were {outcomes} "
+                               f"({events[-1][1].get('message', '') if events else ''})")
+        cycle = ends[-1] - (ends[-2] if len(ends) > 1 else start)
     return Overheads(queued, imports, cycle)
 
 

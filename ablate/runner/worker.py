@@ -575,9 +575,12 @@ def work(
     wait_for_running: bool = True,
     checkpoint_every: int = 100,
     max_items: int | None = None,
+    train: Train | None = None,
 ) -> dict[str, int]:
     """Run items until none is waiting; with ``wait_for_running``, also outlive other workers'
     running items so that a killed worker's item (re-queued after its grace period) gets run.
+    ``train``: the training function (None: ``ablate.training.run_trial``; ``ablate plan
+    --estimate`` times this path with a stand-in).
 
     Raises Interrupted (SIGINT/SIGTERM, after re-queueing what it held), WorkerStopped (the stores
     failed: a full disk, MLflow down, a study storage that cannot be written) and StorageError
@@ -588,7 +591,7 @@ def work(
         current = _Current()
         try:
             return _work(study_name, stores, device, emit, wait_for_running, checkpoint_every, max_items,
-                         signals, current)
+                         signals, current, train)
         except Interrupted as exc:
             signals.delivered = True  # from here on signals are ignored: the clean-up completes
             raise Interrupted(exc.signum, _abandon(stores, current)) from None
@@ -608,7 +611,7 @@ def work(
 
 
 def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_running: bool, checkpoint_every: int,
-          max_items: int | None, signals: Signals, current: _Current) -> dict[str, int]:
+          max_items: int | None, signals: Signals, current: _Current, train: Train | None = None) -> dict[str, int]:
     study = current.study = open_study(study_name, stores)
     # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here
     # while the worker reads the queue; the same thread then ends what a kill left between a run's
@@ -616,7 +619,7 @@ def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_ru
     preload = _Preload(stores.tracking, lambda: settle_runs(study, stores.tracking))
     try:
         return _serve(study, stores, device, emit, wait_for_running, checkpoint_every, max_items, signals, current,
-                      preload)
+                      preload, train)
     finally:
         preload.join(PRELOAD_WAIT_S)  # not exiting mid-import (a daemon thread inside torch's init)
 
@@ -633,7 +636,7 @@ def _sequential_spec(study: optuna.Study) -> Any:
 
 def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_for_running: bool,
            checkpoint_every: int, max_items: int | None, signals: Signals, current: _Current,
-           preload: _Preload) -> dict[str, int]:
+           preload: _Preload, train: Train | None = None) -> dict[str, int]:
     """Claim and run items until none is left (what ``work`` documents)."""
     if queue.count(study, (TrialState.WAITING,)):
         # An item is claimed by a worker ready to train it: its imports are done first. Claimed
@@ -681,7 +684,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
         # run_item's heartbeat (which lends it the step) and can take seconds.
         with Heartbeat(study, trial.number):
             _await_preload(preload, device)
-            outcome = run_item(study, trial, stores, device, emit, checkpoint_every, current, signals)
+            outcome = run_item(study, trial, stores, device, emit, checkpoint_every, current, signals, train)
         current.take(None)
         if extending and outcome == "complete":  # this process finished it: it queues its extension
             faults.inject("extend")
