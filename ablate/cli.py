@@ -783,55 +783,31 @@ def compare(
 def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, name: str | None, out_dir: Path | None,
              formats: tuple[str, ...], storage: str | None, tracking_uri: str | None, param: list[str] | None,
              data: list[Path] | None = None) -> None:
-    from ablate import design, results
-    from ablate.report.render import ReportError, render_comparison
-    from ablate.runner import study as st
-    from ablate.stores import resolve
+    from rich.markup import escape
 
-    selectors: dict[str, list[dict]] | list[dict] = []
-    if spec is not None:
-        if not spec.compare:
-            err.print(f"[red]error[/red] {spec.name}: the spec has no `compare:` section (e.g. compare: "
-                      "\\[studyA, {study: studyB, cells: {model.heads: 8}}])")
-            raise typer.Exit(2)
-        studies = [e.study for e in spec.compare]
-        selectors = {e.study: e.selectors for e in spec.compare if e.selectors}
-        name = name or spec.name
-    try:  # every export verified before anything is rendered
-        exported = results.read_exports_in(data, studies) if data else None
+    from ablate import results
+    from ablate.report.render import ComparisonError, ReportError, comparison, render_comparison
+    from ablate.runner import study as st
+
+    try:
+        asked = comparison(studies, cells, spec, name, storage, tracking_uri, data)
+    except ComparisonError as exc:
+        for line in exc.lines:
+            err.print(f"[red]error[/red] {escape(line)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     except results.ExportError as exc:
         raise _export_error(exc) from None
-    if exported is not None:
-        studies = exported.names
-    if not studies:
-        err.print("[red]error[/red] name the studies to compare (or --spec FILE)")
-        raise typer.Exit(2)
-    try:
-        if cells:
-            selectors = [design.parse_selector(text) for text in cells]
-        if exported is not None:  # the specs as the exports hold them, validated by this code
-            specs = {r.study: r.spec for r in exported.results}
-        else:
-            stores = resolve(storage, tracking_uri)
-            specs = {s: design.validate(st.open_study(s, stores).user_attrs["spec"], f"study {s}") for s in studies}
     except SpecError as exc:
         for line in str(exc).splitlines():
             err.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except st.StorageError as exc:
         raise _store_error(exc) from None
-    problems = design.comparison_problems(specs, selectors)
-    if problems:
-        from rich.markup import escape
-
-        for line in problems:
-            err.print(f"[red]error[/red] {escape(line)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
-    name = name or "-".join(studies)
     parameters = _report_parameters(param or [], ["comparison"])
     try:
-        for path in render_comparison(studies, out_dir or Path("reports") / f"compare-{name}", selectors, formats,
-                                      storage, tracking_uri, parameters, title=name, data=exported):
+        for path in render_comparison(asked.studies, out_dir or Path("reports") / f"compare-{asked.name}",
+                                      asked.selectors, formats, storage, tracking_uri, parameters, title=asked.name,
+                                      data=asked.data):
             out.print(f"wrote {path}")
     except (st.StorageError, ReportError) as exc:
         raise _store_error(exc) from None

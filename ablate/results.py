@@ -443,6 +443,14 @@ def status(study: str, storage: str | None = None, tracking_uri: str | None = No
                                                                   found.seconds_per_item()))
 
 
+def stored_specs(studies: Sequence[str], storage: str | None = None, tracking_uri: str | None = None) -> dict[str, Spec]:
+    """Each study's spec as its study stored it, validated by this code (what a comparison checks
+    its cells against), from the given stores (``ablate.stores.resolve``'s). Raises StorageError
+    for a study they do not hold, SpecError for a spec this code does not accept."""
+    stores = resolve(storage, tracking_uri)
+    return {s: design.validate(open_study(s, stores).user_attrs["spec"], f"study {s}") for s in studies}
+
+
 @overload
 def load(study: str, storage: str | None = None, tracking_uri: str | None = None, curves: bool = True,
          metrics: bool | None = None, home: str | Path | None = None) -> Results: ...

@@ -265,3 +265,68 @@ def test_parse_parameters_types_values_by_the_notebooks_defaults():
     with pytest.raises(render.ParameterError, match="KEY one of: alpha"):
         render.parse_parameters(["cells_per_figure=4"], ["norm_stability"])
     assert render.parse_parameters(["cells_per_figure=4"], ["norm_stability", "accuracy"]) == {"cells_per_figure": 4}
+
+
+# --- what a command renders, decided before any kernel starts -------------------------------------
+
+
+def _queued(home: Path) -> tuple[str, str]:
+    """Two studies queued, not run, in ``home``: qa (heads 2 and 4) and qb (heads 2); their stores."""
+    from ablate import design
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    stores = resolve(home_dir=home)
+    for name, heads in (("qa", [2, 4]), ("qb", [2])):
+        spec = design.validate({"name": name, "task": {"name": "listops", "max_length": 20, "train_size": 32},
+                                "model": {"d_model": 8, "state_dim": 8, "layers": 1}, "factors": {"model.heads": heads}})
+        st.prepare(spec, design.items(spec), stores)
+    return stores.storage, stores.tracking
+
+
+def test_comparison_decides_studies_cells_and_name_or_says_why_not(tmp_path):
+    """``render.comparison`` (``ablate compare`` before it renders) in process: the studies, their
+    cells and the name from the arguments, a spec's ``compare:`` or exports; each refusal typed."""
+    from ablate import design, results
+    from ablate.runner.study import StorageError
+    from ablate.spec import SpecError
+
+    storage, tracking = _queued(tmp_path / "h")
+    assert render.comparison(["qa", "qb"], storage=storage, tracking_uri=tracking) == \
+        render.Comparison(["qa", "qb"], [], "qa-qb")
+    got = render.comparison(["qa", "qb"], ["model.heads=2", "{model.heads: [2, 4]}"], name="x", storage=storage,
+                            tracking_uri=tracking)
+    assert got.selectors == [{"model.heads": 2}, {"model.heads": [2, 4]}] and got.name == "x"
+    base = {"task": {"name": "listops"}}
+    spec = design.validate({**base, "name": "c", "compare": ["qa", {"study": "qb", "cells": {"model.heads": 2}}]})
+    assert render.comparison([], spec=spec, storage=storage, tracking_uri=tracking) == \
+        render.Comparison(["qa", "qb"], {"qb": [{"model.heads": 2}]}, "c")
+    refused = {
+        (): "name the studies to compare (or --spec FILE)",
+        ("qa",): "--cells (study qa): cells.model.heads: 16 is not a level of model.heads; levels: 2, 4",
+    }
+    for studies, line in refused.items():
+        with pytest.raises(render.ComparisonError) as info:
+            render.comparison(list(studies), ["model.heads=16"], storage=storage, tracking_uri=tracking)
+        assert info.value.lines == [line]
+    with pytest.raises(render.ComparisonError) as info:
+        render.comparison([], spec=design.validate({**base, "name": "nc"}), storage=storage, tracking_uri=tracking)
+    assert info.value.lines == ["nc: the spec has no `compare:` section (e.g. compare: [studyA, {study: studyB, "
+                                "cells: {model.heads: 8}}])"]
+    with pytest.raises(SpecError, match="'model.heads' is not of the form key=value"):
+        render.comparison(["qa"], ["model.heads"], storage=storage, tracking_uri=tracking)
+    with pytest.raises(render.ComparisonError, match="'haeds' is not a key of the baseline; did you mean 'model.heads'"):
+        render.comparison(["qa"], ["model.haeds=4"], storage=storage, tracking_uri=tracking)
+    with pytest.raises(StorageError, match="no study named 'nope'"):
+        render.comparison(["qa", "nope"], storage=storage, tracking_uri=tracking)
+    # From exports: their studies (or those the spec names, in its order), and no store opened.
+    assert list(results.export_many(["qa", "qb"], tmp_path / "data", storage, tracking))
+    nowhere = f"sqlite:///{tmp_path / 'none' / 'optuna.db'}"
+    got = render.comparison([], data=[tmp_path / "data"], storage=nowhere, tracking_uri=nowhere)
+    assert (got.studies, got.name, got.data.names) == (["qa", "qb"], "qa-qb", ["qa", "qb"])
+    flipped = design.validate({**base, "name": "f", "compare": ["qb", "qa"]})
+    assert render.comparison([], spec=flipped, data=[tmp_path / "data"], storage=nowhere).data.names == ["qb", "qa"]
+    with pytest.raises(results.ExportError, match=r"the exports hold no study 'nope' \(they hold: qa, qb\)"):
+        render.comparison([], spec=design.validate({**base, "name": "m", "compare": ["qa", "nope"]}),
+                          data=[tmp_path / "data"])
+    assert not (tmp_path / "none").exists()

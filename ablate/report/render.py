@@ -43,6 +43,7 @@ from ablate.report import COMPARISONS, REPORTS, fonts
 
 if TYPE_CHECKING:
     from ablate.results import Results, Studies
+    from ablate.spec import Spec
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
@@ -455,6 +456,66 @@ def _preload() -> None:
     """Import what turns notebooks into pages while the kernel starts on the first one."""
     import nbconvert  # noqa: F401
     import weasyprint  # noqa: F401
+
+
+class ComparisonError(ValueError):
+    """A comparison that cannot be made as asked: no study named, a spec without a ``compare:``
+    section, or cells that select nothing (``design.comparison_problems``); one line a problem
+    (``lines``)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = list(lines)
+        super().__init__("\n".join(self.lines))
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """What one comparison report renders (``comparison``): ``studies`` in order, ``selectors``
+    of their cells (one list for every study, or per study), its ``name`` (the title, and
+    ``reports/compare-NAME``), and ``data``, the studies already read when they come from exports."""
+
+    studies: list[str]
+    selectors: dict[str, list[dict]] | list[dict]
+    name: str
+    data: Studies | None = None
+
+
+def comparison(studies: list[str], cells: list[str] | None = None, spec: Spec | None = None, name: str | None = None,
+               storage: str | None = None, tracking_uri: str | None = None,
+               data: list[Path] | None = None) -> Comparison:
+    """The comparison ``ablate compare`` renders: of ``studies``, or of those a spec's ``compare:``
+    section names (with their cells; its name), or of the exports under ``data`` (each an export
+    or a folder of them: every study, or those the spec names, in order; no store is opened).
+    ``cells``: selectors as text (``design.parse_selector``) for every study, in place of the
+    spec's. Each study's spec (as stored, or as its export holds it) is validated and the cells
+    checked against it before anything is rendered. Raises ComparisonError, SpecError (a
+    selector, or a spec this code does not accept), ExportError (an export that cannot be read, a
+    study the exports do not hold) and StorageError (a study the stores do not hold)."""
+    from ablate import design, results
+
+    selectors: dict[str, list[dict]] | list[dict] = []
+    if spec is not None:
+        if not spec.compare:
+            raise ComparisonError([f"{spec.name}: the spec has no `compare:` section (e.g. compare: "
+                                   "[studyA, {study: studyB, cells: {model.heads: 8}}])"])
+        studies = [e.study for e in spec.compare]
+        selectors = {e.study: e.selectors for e in spec.compare if e.selectors}
+        name = name or spec.name
+    exported = results.read_exports_in(data, studies) if data else None  # every export verified
+    if exported is not None:
+        studies = exported.names
+    if not studies:
+        raise ComparisonError(["name the studies to compare (or --spec FILE)"])
+    if cells:
+        selectors = [design.parse_selector(text) for text in cells]
+    if exported is not None:  # the specs as the exports hold them, validated by this code
+        specs = {r.study: r.spec for r in exported.results}
+    else:
+        specs = results.stored_specs(studies, storage, tracking_uri)
+    problems = design.comparison_problems(specs, selectors)
+    if problems:
+        raise ComparisonError(problems)
+    return Comparison(list(studies), selectors, name or "-".join(studies), exported)
 
 
 def render_comparison(
