@@ -674,7 +674,7 @@ def report(
     """Render a study's reports (HTML and PDF) with papermill; several studies: each one's, or with
     --compare one report over all. A spec file renders its study's reports, and its `compare:`
     comparison if it names one. --data DIR renders from an export, with no store."""
-    from ablate.report import REPORTS
+    from ablate.report.render import study_reports
     from ablate.runner import study as st
 
     formats = _formats(fmt)
@@ -701,18 +701,12 @@ def report(
     if len(studies) == 1 and _is_spec_file(studies[0]):
         spec = _load(Path(studies[0]), None)
         studies = [spec.name]
-    if only:
-        names = _only(only)
-    from ablate import results
-
+    chosen = _only(only) if only else None
     for study in studies:
         try:  # the stores that hold it (a subfolder of the project finds its .ablate above)
-            stores = results.locate(study, storage, tracking_uri)
-            opt = st.open_study(study, stores, read_only=True) if not only else None
+            stores, names = study_reports(study, storage, tracking_uri, chosen)
         except st.StorageError as exc:
             raise _store_error(exc) from None
-        if opt is not None:
-            names = list(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
         parameters = _report_parameters(param or [], names)
         target = out_dir / study if out_dir is not None and len(studies) > 1 else out_dir
         _render(study, names, target or Path("reports") / study, formats, stores.storage, stores.tracking,
@@ -735,13 +729,14 @@ def _only(only: str) -> list[str]:
 def _report_from_exports(data: Path, out_dir: Path | None, formats: tuple[str, ...], only: str | None,
                          param: list[str] | None, export: bool) -> None:
     from ablate import results
+    from ablate.report.render import export_reports
 
     try:  # every export verified before any report is rendered
         read = [results.read_export(folder) for folder in results.exports_in(data)]
     except results.ExportError as exc:
         raise _export_error(exc) from None
     for res in read:
-        names = _only(only) if only else list(res.spec_data.get("reports", res.spec.reports))
+        names = export_reports(res, _only(only) if only else None)
         parameters = _report_parameters(param or [], names)
         target = out_dir / res.study if out_dir is not None and len(read) > 1 else out_dir
         _render(res.study, names, target or Path("reports") / res.study, formats, None, None, parameters, export,

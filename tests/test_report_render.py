@@ -271,15 +271,17 @@ def test_parse_parameters_types_values_by_the_notebooks_defaults():
 
 
 def _queued(home: Path) -> tuple[str, str]:
-    """Two studies queued, not run, in ``home``: qa (heads 2 and 4) and qb (heads 2); their stores."""
+    """Two studies queued, not run, in ``home``: qa (heads 2 and 4; its spec lists the accuracy
+    report) and qb (heads 2; every report); their stores."""
     from ablate import design
     from ablate.runner import study as st
     from ablate.stores import resolve
 
     stores = resolve(home_dir=home)
-    for name, heads in (("qa", [2, 4]), ("qb", [2])):
+    for name, heads, reports in (("qa", [2, 4], {"reports": ["accuracy"]}), ("qb", [2], {})):
         spec = design.validate({"name": name, "task": {"name": "listops", "max_length": 20, "train_size": 32},
-                                "model": {"d_model": 8, "state_dim": 8, "layers": 1}, "factors": {"model.heads": heads}})
+                                "model": {"d_model": 8, "state_dim": 8, "layers": 1}, "factors": {"model.heads": heads},
+                                **reports})
         st.prepare(spec, design.items(spec), stores)
     return stores.storage, stores.tracking
 
@@ -330,3 +332,30 @@ def test_comparison_decides_studies_cells_and_name_or_says_why_not(tmp_path):
         render.comparison([], spec=design.validate({**base, "name": "m", "compare": ["qa", "nope"]}),
                           data=[tmp_path / "data"])
     assert not (tmp_path / "none").exists()
+
+
+def test_the_reports_of_a_study_or_an_export_come_from_its_spec(tmp_path, monkeypatch):
+    """``render.study_reports`` and ``export_reports`` (``ablate report`` before it renders) in
+    process: the reports the spec lists (every one when it lists none) unless some are chosen, and
+    the stores found from a subfolder of the project."""
+    from ablate import results
+    from ablate.report import REPORTS
+    from ablate.runner.study import StorageError
+
+    for key in ("ABLATE_HOME", "ABLATE_STORAGE", "ABLATE_TRACKING_URI"):
+        monkeypatch.delenv(key, raising=False)
+    storage, tracking = _queued(tmp_path / ".ablate")
+    nested = tmp_path / "analysis"
+    nested.mkdir()
+    monkeypatch.chdir(nested)
+    stores, names = render.study_reports("qa")
+    assert (stores.storage, stores.tracking, names) == (storage, tracking, ["accuracy"])
+    assert render.study_reports("qb")[1] == list(REPORTS)
+    assert render.study_reports("qa", only=["norm_stability"]) == (stores, ["norm_stability"])
+    with pytest.raises(StorageError, match=r"no study named 'qc'.*no .ablate folder above .* holds it either"):
+        render.study_reports("qc")
+    exported = {d.study: results.read_export(d.path) for d in results.export_many(["qa", "qb"], tmp_path / "data")}
+    assert render.export_reports(exported["qa"]) == ["accuracy"]
+    assert render.export_reports(exported["qb"]) == list(REPORTS)
+    assert render.export_reports(exported["qb"], ["accuracy"]) == ["accuracy"]
+    assert not (nested / ".ablate").exists()

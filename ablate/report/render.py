@@ -44,6 +44,7 @@ from ablate.report import COMPARISONS, REPORTS, fonts
 if TYPE_CHECKING:
     from ablate.results import Results, Studies
     from ablate.spec import Spec
+    from ablate.stores import Stores
 
 FORMATS = ("html", "pdf")
 # nbconvert's template loads MathJax and require.js from a CDN and imports mermaid from one in an
@@ -369,6 +370,25 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def study_reports(study: str, storage: str | None = None, tracking_uri: str | None = None,
+                  only: list[str] | None = None) -> tuple[Stores, list[str]]:
+    """The stores that hold ``study`` (``results.locate``: from a subfolder of the project, the
+    .ablate above) and its reports to render (``ablate report STUDY``): ``only``, else those its
+    stored spec lists (every report when it lists none). Reads only; raises StorageError."""
+    from ablate import results
+
+    if only:
+        return results.locate(study, storage, tracking_uri), list(only)
+    stores, opt = results.located_study(study, storage, tracking_uri)
+    return stores, list(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
+
+
+def export_reports(res: Results, only: list[str] | None = None) -> list[str]:
+    """The reports to render of an export (``ablate report --data``): ``only``, else those its spec
+    as it ran lists (the spec's default when it lists none)."""
+    return list(only) if only else list(res.spec_data.get("reports", res.spec.reports))
 
 
 def render(
