@@ -242,6 +242,11 @@ class Results:
     def select(self, selectors: Selectors) -> Studies:
         return self.as_studies().select(selectors)
 
+    @property
+    def selectors(self) -> dict[str, list[dict[str, Any]]]:
+        """The selectors applied, as ``Studies.selectors``: none (a loaded study shows every cell)."""
+        return {}
+
     def variants(self) -> pl.DataFrame:
         return self.as_studies().variants()
 
@@ -1161,6 +1166,9 @@ class Studies:
             if r.study == name:
                 return r
         raise KeyError(f"no study {name!r} here; studies: {', '.join(self.names)}")
+
+    def __dir__(self) -> list[str]:  # a collection of one lists the one study's members it answers
+        return sorted(set(super().__dir__()) | (_ONE_STUDY if len(self.results) == 1 else set()))
 
     def __getattr__(self, name: str) -> Any:
         # One study's members (spec, chance, stability(), …) on a collection of one answer as that

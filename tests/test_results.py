@@ -674,5 +674,11 @@ def test_one_study_and_a_collection_of_one_answer_the_same(study):
         _ = two.spec
     with pytest.raises(AttributeError):
         _ = one.no_such_member
+    # Every public member of either answers on both (dir() included: what a notebook completes).
+    members = {m for m in dir(res) if not m.startswith("_")} | {m for m in dir(one) if not m.startswith("_")}
+    members -= {"of", "as_studies"}  # constructors: Studies.of builds a collection, Results.as_studies one of one
+    assert {m for m in members if not hasattr(res, m)} == set() and {m for m in members if not hasattr(one, m)} == set()
+    assert {m for m in dir(one) if not m.startswith("_")} >= {m for m in dir(res) if not m.startswith("_")} - {"as_studies"}
+    assert res.selectors == one.selectors == {}
     # The columns a reader looks for come first: the cell, then its factors in the spec's order.
     assert res.trials.columns[: 2 + len(res.spec.factors)] == ["cell_id", "cell_label", *res.spec.factors]
