@@ -411,43 +411,40 @@ def rm(
     """Remove a study: its queue entries (every trial) and its MLflow runs, after confirmation.
     Runs another study reuses stay (with their parent run); its links to other studies' runs
     remove nothing of theirs. With --orphans, drop only its orphaned trials."""
-    from ablate import design
     from ablate.runner import housekeeping as hk
     from ablate.runner import sequential
-    from ablate.runner import study as st
-    from ablate.runner.worker import checkpoint_dir
     from ablate.stores import resolve
 
     stores = resolve(storage, tracking_uri)
     try:
         if orphans:
-            opt = st.open_study(study, stores)
-            items = sequential.items(design.validate(opt.user_attrs["spec"], f"study {study}"), opt)
-            found = hk.orphans(opt, items)
-            if not found:
-                out.print(f"{study}: no orphaned trials")
-                return
-            _confirm(f"drop {found.trials} finished trials ({len(found.finished)} items) and "
-                     f"{len(found.unfinished)} queued items of {study!r} that belong to no cell of its spec?", yes)
-            dropped = hk.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking))
-            out.print(f"{study}: dropped {_n(dropped.trials, 'trial')}; deleted {_n(dropped.runs_deleted, 'MLflow run')}"
-                      + (f", kept {len(dropped.runs_kept)} that other studies reuse" if dropped.runs_kept else "")
-                      + (f"; {_n(dropped.running, 'running item')} left alone" if dropped.running else ""))
-            return
-        plan = hk.removal(study, stores)
-    except (typer.Exit, KeyboardInterrupt):
-        raise
+            found = hk.study_orphans(study, stores, sequential.items)
+        else:
+            plan = hk.removal(study, stores, force)
+    except hk.StudyRunning as exc:
+        err.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(1) from None
     except Exception as exc:  # the stores, MLflow included, unreachable or refusing: nothing was removed
         raise _store_error(exc) from None
-    if plan.running and not force:
-        err.print(f"[red]error[/red] {study} has {_n(plan.running, 'running trial')} (workers at work): stop them first, "
-                  "or pass --force")
-        raise typer.Exit(1)
-    users = sorted({s for studies in plan.kept.values() for s in studies})
+    if orphans:
+        if not found.found:
+            out.print(f"{study}: no orphaned trials")
+            return
+        _confirm(f"drop {found.found.trials} finished trials ({len(found.found.finished)} items) and "
+                 f"{len(found.found.unfinished)} queued items of {study!r} that belong to no cell of its spec?", yes)
+        try:
+            dropped = hk.drop(found)
+        except Exception as exc:
+            raise _store_error(exc) from None
+        out.print(f"{study}: dropped {_n(dropped.trials, 'trial')}; deleted {_n(dropped.runs_deleted, 'MLflow run')}"
+                  + (f", kept {len(dropped.runs_kept)} that other studies reuse" if dropped.runs_kept else "")
+                  + (f"; {_n(dropped.running, 'running item')} left alone" if dropped.running else ""))
+        return
+    users = plan.users
     kept = f"; keep {_n(len(plan.kept), 'run')} that {', '.join(users)} reuse" if plan.kept else ""
     _confirm(f"remove study {study!r}: {_n(plan.trials, 'trial')}, {_n(len(plan.runs), 'MLflow run')}{kept}?", yes)
     try:
-        renamed = hk.remove(plan, stores, checkpoint_dir() / study)
+        renamed = hk.remove(plan, stores)
     except Exception as exc:  # half done: running the same command again finishes it
         raise _store_error(exc) from None
     out.print(f"removed {study}: {_n(plan.trials, 'trial')}, {_n(len(plan.runs), 'MLflow run')} (deleted: `mlflow gc` purges "
@@ -464,11 +461,8 @@ def keep(
 ) -> None:
     """Keep the orphaned trials of STUDY as study NEW: NEW gets the spec they were queued under
     (renamed) and links them (nothing runs; the MLflow runs are shared); STUDY drops them."""
-    from ablate import design
     from ablate.runner import housekeeping as hk
-    from ablate.runner import items as its
     from ablate.runner import sequential
-    from ablate.runner import standing as sd
     from ablate.runner import study as st
     from ablate.spec import NAME, NAME_RULE
     from ablate.stores import resolve
@@ -476,43 +470,26 @@ def keep(
     if not NAME.match(new):
         err.print(f"[red]error[/red] NEW: {new!r}: {NAME_RULE}")
         raise typer.Exit(2)
-    stores = resolve(storage, tracking_uri)
     try:
-        opt = st.open_study(study, stores)
-        if sd.item_states(new, [], stores.storage) is not None:
-            err.print(f"[red]error[/red] a study named {new!r} exists already: choose another name")
-            raise typer.Exit(2)
-        items = sequential.items(design.validate(opt.user_attrs["spec"], f"study {study}"), opt)
-        found = hk.orphans(opt, items)
-        if not found.finished:
-            out.print(f"{study}: no finished orphaned trials to keep")
-            return
-        chosen = hk.spec_for(opt, set(found.finished))
-        if chosen is None:
-            err.print(f"[red]error[/red] the spec these trials ran under was not recorded (stores from before ablate "
-                      f"recorded spec history); run that spec under a new name instead: `ablate run OLD.yaml --set "
-                      f"name={new} --workers 0` links them")
-            raise typer.Exit(1)
-        old, covered = chosen
-        spec = design.validate({**old.model_dump(mode="json"), "name": new}, f"study {new}")
-        prepared = st.prepare(spec, design.items(spec), stores, enqueue_new=False)
-        states = its.states_by_item(prepared.study)
-        kept = {k for k in found.finished if states.get(k) in ("done", "failed")}
-        if not kept:  # nothing could be linked: leave no empty study behind under that name
-            hk.remove(hk.removal(new, stores), stores)
-            why = "; ".join(dict.fromkeys(prepared.reuse.held.values())) or "none of them is a finished result"
-            err.print(f"[red]error[/red] none of the {len(found.finished)} orphaned items of {study} could be kept "
-                      f"as {new}: {why}", highlight=False)
-            raise typer.Exit(1)
-        dropped = hk.drop_orphans(opt, items, st.recorded_tracking(opt, stores.tracking),
-                                  {"why": f"kept as study {new}", "kept_as": new}, only=kept)
+        done = hk.keep(study, new, resolve(storage, tracking_uri), sequential.items)
+    except hk.NameTaken as exc:
+        err.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(2) from None
+    except hk.SpecNotRecorded as exc:
+        err.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(1) from None
+    except hk.NoneKept as exc:
+        err.print(f"[red]error[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
     except st.StorageError as exc:
         raise _store_error(exc) from None
-    left = len(found.finished) - len(kept)
-    out.print(f"kept {len(kept)} orphaned items of {study} as study {new} ({covered} of them in the spec they were "
-              f"queued under, spec hash {design.spec_hash(spec)}; nothing was run); {study} dropped "
-              f"{dropped.trials} trials" + (f"; {left} orphaned items are not in that spec and stay" if left else ""),
-              highlight=False)
+    if done.dropped is None:
+        out.print(f"{study}: no finished orphaned trials to keep")
+        return
+    out.print(f"kept {len(done.kept)} orphaned items of {study} as study {new} ({done.covered} of them in the spec they "
+              f"were queued under, spec hash {done.spec_hash}; nothing was run); {study} dropped "
+              f"{done.dropped.trials} trials" + (f"; {done.left} orphaned items are not in that spec and stay"
+                                                  if done.left else ""), highlight=False)
 
 
 @app.command()

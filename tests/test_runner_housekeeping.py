@@ -139,3 +139,97 @@ def test_rm_refuses_while_workers_run_and_names_unknown_studies(tmp_path):
     assert res.exit_code == 1 and "1 running trial (workers at work)" in res.output
     res = CliRunner().invoke(app, ["rm", "nope", "--yes"], env=env)
     assert res.exit_code == 1 and "no study named 'nope'" in res.output
+
+
+# --- the workflows of ``rm --orphans``, ``keep`` and ``rm``, in process -----------------------------
+
+
+def _changed(stores: Stores, name: str, outcome=None, **changes) -> design.Spec:
+    """Study ``name`` run (``changes`` to the plain spec; its items finished as ``outcome`` says),
+    then its spec changed (train.lr) and prepared: its first items are finished orphans; returns
+    the changed spec."""
+    first = spec(name, **changes)
+    st.prepare(first, design.items(first), stores)
+    finish_all(st.open_study(name, stores), outcome)
+    changed = spec(name, **changes, train={**PLAIN["train"], "lr": 0.001})
+    st.prepare(changed, design.items(changed), stores)
+    return changed
+
+
+def test_study_orphans_opens_validates_and_drop_drops_them(tmp_path):
+    stores = where(tmp_path)
+    changed = _changed(stores, "s")
+    asked = []
+
+    def items_of(s, study):
+        asked.append((s.name, study.study_name))
+        return design.items(s)
+
+    found = hk.study_orphans("s", stores, items_of)
+    assert asked == [("s", "s")] and len(found.found.finished) == 4 and found.found.trials == 4
+    assert {i.key for i in found.items} == {i.key for i in design.items(changed)}
+    assert hk.orphans(st.open_study("s", stores), design.items(changed)).trials == 4  # nothing written yet
+    dropped = hk.drop(found)
+    assert (dropped.trials, dropped.running) == (4, 0)
+    assert not hk.study_orphans("s", stores, items_of).found
+    with pytest.raises(st.StorageError, match="no study named 'nope'"):
+        hk.study_orphans("nope", stores, items_of)
+
+
+def test_keep_links_the_finished_orphans_as_a_new_study_and_drops_them(tmp_path):
+    stores = where(tmp_path)
+    changed = _changed(stores, "s")
+    done = hk.keep("s", "s-old", stores, lambda s, study: design.items(s))
+    assert (done.study, done.new, done.finished, len(done.kept), done.covered, done.left) == ("s", "s-old", 4, 4, 4, 0)
+    assert done.dropped is not None and done.dropped.trials == 4
+    old = st.open_study("s-old", stores)
+    assert done.spec_hash == design.spec_hash(design.validate(old.user_attrs["spec"]))
+    assert its.Progress.of(old, design.items(design.validate(old.user_attrs["spec"]))).done == 4
+    assert not hk.orphans(st.open_study("s", stores), design.items(changed))
+    nothing = hk.keep("s", "s-older", stores, lambda s, study: design.items(s))  # none left to keep
+    assert (nothing.finished, nothing.kept, nothing.dropped) == (0, set(), None)
+    assert "s-older" not in {r.name for r in hk.overview(stores)}
+
+
+def test_keep_refuses_a_taken_name_an_unrecorded_spec_and_orphans_it_cannot_link(tmp_path):
+    stores = where(tmp_path)
+    _changed(stores, "s")
+    items_of = lambda s, study: design.items(s)  # noqa: E731
+    with pytest.raises(hk.NameTaken, match="a study named 's' exists already: choose another name"):
+        hk.keep("s", "s", stores, items_of)
+    with pytest.raises(st.StorageError, match="no study named 'nope'"):
+        hk.keep("nope", "x", stores, items_of)
+    study = st.open_study("s", stores)
+    recorded = study.user_attrs["specs"]
+    study.set_user_attr("specs", {})  # stores from before ablate recorded spec history
+    with pytest.raises(hk.SpecNotRecorded, match="--set name=s-old --workers 0` links them"):
+        hk.keep("s", "s-old", stores, items_of)
+    study.set_user_attr("specs", recorded)
+    assert {r.name for r in hk.overview(stores)} == {"s"}
+    # Orphans that failed with an error are no result to link: the new study is not left behind.
+    other = {"model": {**PLAIN["model"], "d_model": 8}}  # not the cells of s, whose results it would link
+    changed = _changed(stores, "e", outcome=lambda attrs: "error", **other)
+    with pytest.raises(hk.NoneKept, match="none of the 4 orphaned items of e could be kept as e-old: none of them "
+                                          "is a finished result"):
+        hk.keep("e", "e-old", stores, items_of)
+    assert isinstance(hk.NoneKept("x"), hk.KeepRefused)
+    assert "e-old" not in {r.name for r in hk.overview(stores)}
+    assert hk.orphans(st.open_study("e", stores), design.items(changed)).trials == 4
+
+
+def test_removal_refuses_a_running_study_unless_forced_and_remove_takes_its_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    stores = where(tmp_path)
+    first = spec("busy")
+    st.prepare(first, design.items(first), stores)
+    phases.claim(st.open_study("busy", stores))
+    with pytest.raises(hk.StudyRunning, match=r"^busy has 1 running trial \(workers at work\): stop them first, "
+                                              "or pass --force$"):
+        hk.removal("busy", stores)
+    plan = hk.removal("busy", stores, force=True)
+    assert (plan.trials, plan.running, plan.users) == (4, 1, [])
+    assert plan.checkpoints == tmp_path / "ckpt" / "busy"
+    (plan.checkpoints / "x").mkdir(parents=True)
+    hk.remove(plan, stores)
+    assert not plan.checkpoints.exists() and "busy" not in {r.name for r in hk.overview(stores)}
+    assert hk.Removal("a", 1, 0, None, kept={"r1": ["c", "b"], "r2": ["b"], "parent": []}).users == ["b", "c"]

@@ -1,6 +1,7 @@
 """Housekeeping of a storage's studies: orphans (trials whose items left the spec), dropping them
-(``ablate rm --orphans``, ``ablate keep``), removing a study (``ablate rm``) and the list of
-studies (``ablate ls``).
+(``ablate rm --orphans``: ``study_orphans``, then ``drop``), keeping them as a study of their own
+(``ablate keep``: ``keep``), removing a study (``ablate rm``: ``removal``, then ``remove``) and the
+list of studies (``ablate ls``: ``overview``).
 
 Dropped trials are marked, not deleted: their study keeps their numbers (Optuna numbers trials
 by count). A run another study references (a link, runner/reuse.py) is never deleted.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import datetime
 import shutil
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,15 @@ from optuna.trial import TrialState
 from ablate import design
 from ablate.design import Item
 from ablate.runner import queue
-from ablate.runner.items import BUDGET, DROPPED, item_state, utc_stamp
+from ablate.runner.items import BUDGET, DROPPED, item_state, states_by_item, utc_stamp
 from ablate.runner.queue import StorageError
-from ablate.runner.study import open_study, recorded_tracking, storage
+from ablate.runner.study import open_study, prepare, recorded_tracking, storage
 from ablate.spec import Spec
-from ablate.stores import Stores, redact
+from ablate.stores import Stores, checkpoint_dir, redact
+
+# A study's current items for its spec: ``runner.sequential.items`` (a sequential study's are the
+# seeds its looks planned). sequential sits above housekeeping, so the caller hands it in.
+ItemsOf = Callable[[Spec, optuna.Study], Sequence[Item]]
 
 # What orphans and removals read of a study's trials.
 ORPHAN_KEYS = ("item", "cell_id", "cell_label", "failure_kind", DROPPED, "spec_hash", "mlflow_run_id", "reused_from",
@@ -126,6 +131,33 @@ def drop_orphans(study: optuna.Study, items: Sequence[Item], tracking_uri: str |
 
 
 @dataclass
+class StudyOrphans:
+    """A study opened with its current spec's items, and its orphans (``ablate rm --orphans``
+    asks about ``found``, then ``drop`` drops them)."""
+
+    study: optuna.Study
+    items: list[Item]
+    found: Orphans
+    stores: Stores
+
+
+def study_orphans(name: str, stores: Stores, items_of: ItemsOf) -> StudyOrphans:
+    """Open study ``name``, validate the spec it stored and find its orphans (``orphans``), writing
+    nothing; StorageError when there is no such study."""
+    return _orphans_of(open_study(name, stores), stores, items_of)
+
+
+def _orphans_of(study: optuna.Study, stores: Stores, items_of: ItemsOf) -> StudyOrphans:
+    items = list(items_of(design.validate(study.user_attrs["spec"], f"study {study.study_name}"), study))
+    return StudyOrphans(study, items, orphans(study, items), stores)
+
+
+def drop(found: StudyOrphans, why: dict[str, Any] | None = None, only: set[str] | None = None) -> Dropped:
+    """``drop_orphans`` of the study ``study_orphans`` opened, with the tracking store it recorded."""
+    return drop_orphans(found.study, found.items, recorded_tracking(found.study, found.stores.tracking), why, only)
+
+
+@dataclass
 class Removal:
     """What ``ablate rm STUDY`` removes: the study (its queue entries, every trial) and the runs of
     its MLflow experiment, except the runs another study references (and their parent)."""
@@ -136,10 +168,25 @@ class Removal:
     tracking: str | None
     runs: list[str] = field(default_factory=list)  # run ids to delete
     kept: dict[str, list[str]] = field(default_factory=dict)  # run id → studies referencing it
+    checkpoints: Path | None = None  # the study's checkpoint folder
+
+    @property
+    def users(self) -> list[str]:
+        """The other studies that reference the kept runs, sorted."""
+        return sorted({s for studies in self.kept.values() for s in studies})
 
 
-def removal(name: str, stores: Stores) -> Removal:
-    """What removing study ``name`` would remove, read-only; StorageError when there is no such study."""
+class StudyRunning(Exception):
+    """``ablate rm`` refused: workers run the study's trials (the message says how many)."""
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def removal(name: str, stores: Stores, force: bool = False) -> Removal:
+    """What removing study ``name`` would remove, read-only; StorageError when there is no such
+    study, StudyRunning when workers run its trials (unless ``force``)."""
     study = open_study(name, stores)
     entries = queue.entries(study)
     tracking_uri = recorded_tracking(study, stores.tracking)
@@ -152,20 +199,26 @@ def removal(name: str, stores: Stores) -> Removal:
     parents = {parent for run_id, parent, _ in runs if run_id in kept and parent}
     for parent in parents:  # the kept runs' parent stays, so the MLflow UI still nests them
         kept.setdefault(parent, [])
-    return Removal(name, len(entries), sum(e.state == TrialState.RUNNING for e in entries), tracking_uri,
-                   [r for r, _, _ in runs if r not in kept], kept)
+    running = sum(e.state == TrialState.RUNNING for e in entries)
+    if running and not force:
+        raise StudyRunning(f"{name} has {_n(running, 'running trial')} (workers at work): stop them first, "
+                           "or pass --force")
+    return Removal(name, len(entries), running, tracking_uri, [r for r, _, _ in runs if r not in kept], kept,
+                   checkpoint_dir() / name)
 
 
 def remove(plan: Removal, stores: Stores, checkpoints: Path | None = None) -> str | None:
     """Remove the study as ``plan`` says (see ``removal``): its runs, then the study with every
-    trial (links other studies hold are copies and stay), then its checkpoints. The experiment is
-    renamed (its name freed) and deleted unless it keeps runs others reference; returns its new name."""
+    trial (links other studies hold are copies and stay), then its checkpoints (``checkpoints``, or
+    the plan's). The experiment is renamed (its name freed) and deleted unless it keeps runs others
+    reference; returns its new name."""
     renamed = None
+    checkpoints = checkpoints or plan.checkpoints
     if plan.tracking:
         from ablate.runner import tracking
 
         tracking.delete_runs(plan.tracking, plan.runs)
-        users = sorted({s for studies in plan.kept.values() for s in studies})
+        users = plan.users
         note = (f"study {plan.study} removed {utc_stamp()}; kept {len(plan.kept)} runs referenced by " + ", ".join(users)
                 if plan.kept else f"study {plan.study} removed {utc_stamp()}")
         renamed = tracking.retire_experiment(plan.tracking, plan.study, delete=not plan.kept, note=note)
@@ -193,6 +246,73 @@ def spec_for(study: optuna.Study, keys: set[str]) -> tuple[Spec, int] | None:
         if covered and (best is None or covered > best[1]):
             best = (spec, covered)
     return best
+
+
+class KeepRefused(Exception):
+    """``ablate keep`` kept nothing; the message says why."""
+
+
+class NameTaken(KeepRefused):
+    """A study of the new name exists already."""
+
+
+class SpecNotRecorded(KeepRefused):
+    """The study did not record the spec its orphans ran under (stores from before spec history)."""
+
+
+class NoneKept(KeepRefused):
+    """None of the finished orphans could be linked to the new study (which is removed again)."""
+
+
+@dataclass
+class KeptAs:
+    """What ``keep`` did: ``kept`` of the ``finished`` orphaned items of ``study`` are linked by
+    study ``new`` (``covered`` of them in the spec they were queued under, hashed ``spec_hash``)
+    and dropped by ``study`` (``dropped``); None of that when it had no finished orphans."""
+
+    study: str
+    new: str
+    finished: int
+    kept: set[str] = field(default_factory=set)
+    covered: int = 0
+    spec_hash: str = ""
+    dropped: Dropped | None = None
+
+    @property
+    def left(self) -> int:
+        """Finished orphaned items not in the recorded spec: they stay orphans of ``study``."""
+        return self.finished - len(self.kept)
+
+
+def keep(name: str, new: str, stores: Stores, items_of: ItemsOf) -> KeptAs:
+    """Keep the finished orphans of study ``name`` as study ``new``: ``new`` gets the spec they were
+    queued under (``spec_for``, renamed) and links them (nothing runs; the MLflow runs are shared),
+    then ``name`` drops the ones linked. Raises NameTaken, SpecNotRecorded or NoneKept (a
+    KeepRefused; ``new`` is not left behind), StorageError when there is no study ``name``, and
+    SpecError on a ``new`` that is no study name (``ablate keep`` checks that as it parses)."""
+    study = open_study(name, stores)
+    if new in optuna.get_all_study_names(queue.storage_of(study)):
+        raise NameTaken(f"a study named {new!r} exists already: choose another name")
+    found = _orphans_of(study, stores, items_of)
+    orphaned = found.found
+    if not orphaned.finished:
+        return KeptAs(name, new, 0)
+    chosen = spec_for(study, set(orphaned.finished))
+    if chosen is None:
+        raise SpecNotRecorded(
+            f"the spec these trials ran under was not recorded (stores from before ablate recorded spec history); "
+            f"run that spec under a new name instead: `ablate run OLD.yaml --set name={new} --workers 0` links them")
+    old, covered = chosen
+    spec = design.validate({**old.model_dump(mode="json"), "name": new}, f"study {new}")
+    prepared = prepare(spec, design.items(spec), stores, enqueue_new=False)
+    states = states_by_item(prepared.study)
+    kept = {k for k in orphaned.finished if states.get(k) in ("done", "failed")}
+    if not kept:  # nothing could be linked: leave no empty study behind under that name
+        remove(removal(new, stores, force=True), stores)
+        why = "; ".join(dict.fromkeys(prepared.reuse.held.values())) or "none of them is a finished result"
+        raise NoneKept(f"none of the {len(orphaned.finished)} orphaned items of {name} could be kept as {new}: {why}")
+    dropped = drop(found, {"why": f"kept as study {new}", "kept_as": new}, only=kept)
+    return KeptAs(name, new, len(orphaned.finished), kept, covered, design.spec_hash(spec), dropped)
 
 
 @dataclass
