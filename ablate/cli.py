@@ -502,36 +502,26 @@ def gc(
     """Remove the stable-phase checkpoints WSD runs kept (under the checkpoint folder's stable/) whose
     cell is in no study on the storage any more (after `ablate rm`); --all removes them all. A longer
     run of a cell whose checkpoint is gone trains from step 0."""
-    from ablate.runner import phases, queue
-    from ablate.runner import standing as sd
+    from ablate.runner import phases
     from ablate.runner import study as st
-    from ablate.runner.items import DROPPED
-    from ablate.stores import checkpoint_dir
 
-    root = checkpoint_dir()
-    kept = phases.kept_checkpoints(root)
+    try:
+        found = phases.garbage(storage, every)
+    except phases.NoStores as exc:
+        err.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(1) from None
+    except st.StorageError as exc:
+        raise _store_error(exc) from None
+    kept, drop = found.kept, found.drop
     if not kept:
-        out.print(f"no kept checkpoints under {root / 'stable'}")
+        out.print(f"no kept checkpoints under {found.root / 'stable'}")
         return
-    live: set[str] = set()
-    url = sd.existing_store_url(storage)
-    if url is None and not every:  # not "no study has them": the studies may be on another storage
-        err.print("[red]error[/red] no stores here to tell which cells are still studied: pass --storage, or --all")
-        raise typer.Exit(1)
-    if not every:
-        try:
-            found = queue.find(st.storage(url, read_only=True), None, (), ("cell_id", DROPPED))
-        except st.StorageError as exc:
-            raise _store_error(exc) from None
-        live = {str(e.user_attrs["cell_id"]) for e in found if e.user_attrs.get("cell_id") and not e.user_attrs.get(DROPPED)}
-    drop = [k for k in kept if every or k.cell_id not in live]
-    size = sum(k.size for k in kept)
     if not drop:
-        out.print(f"{_n(len(kept), 'kept checkpoint')} ({size / 2**20:.1f} MiB), each of a cell a study still has: "
+        out.print(f"{_n(len(kept), 'kept checkpoint')} ({found.size / 2**20:.1f} MiB), each of a cell a study still has: "
                   "nothing to remove (--all removes them anyway)")
         return
     cells = sorted({f"{k.cell_label} ({k.cell_id})" for k in drop})
-    _confirm(f"remove {_n(len(drop), 'kept checkpoint')} ({sum(k.size for k in drop) / 2**20:.1f} MiB) of "
+    _confirm(f"remove {_n(len(drop), 'kept checkpoint')} ({found.drop_size / 2**20:.1f} MiB) of "
              f"{_n(len(cells), 'cell')}: {', '.join(cells[:5])}{' …' if len(cells) > 5 else ''}?", yes)
     freed = phases.drop_kept(drop)
     out.print(f"removed {_n(len(drop), 'kept checkpoint')}, {freed / 2**20:.1f} MiB; kept {len(kept) - len(drop)}",

@@ -233,3 +233,13 @@ def test_removal_refuses_a_running_study_unless_forced_and_remove_takes_its_chec
     hk.remove(plan, stores)
     assert not plan.checkpoints.exists() and "busy" not in {r.name for r in hk.overview(stores)}
     assert hk.Removal("a", 1, 0, None, kept={"r1": ["c", "b"], "r2": ["b"], "parent": []}).users == ["b", "c"]
+
+
+def test_studied_cells_are_those_of_trials_not_dropped(tmp_path):
+    stores = where(tmp_path)
+    changed = _changed(stores, "s")
+    first_cells = {c.id for c in design.cells(spec("s"))}
+    now = {c.id for c in design.cells(changed)}
+    assert first_cells.isdisjoint(now) and hk.studied_cells(stores.storage) == first_cells | now
+    hk.drop(hk.study_orphans("s", stores, lambda s, study: design.items(s)))
+    assert hk.studied_cells(stores.storage) == now

@@ -256,3 +256,36 @@ def test_successive_halving_keeps_its_rungs_on_the_trials_and_prunes_the_worst_t
     # The next trial's setting is sampled with the pruned one in its history (TPE ranks it by its values).
     attrs = phases.prepare_item(study, phases.claim(study))
     assert attrs["phase"] == "tune" and 1e-4 <= attrs["params"]["train.lr"] <= 1e-1
+
+
+# --- which kept stable-phase checkpoints `ablate gc` removes ------------------------------------------
+
+
+def _kept_checkpoint(root: Path, cell_id: str, seed: int = 0, steps: int = 20, size: int = 1000) -> Path:
+    folder = root / "stable" / f"lineage-{cell_id}" / f"replicate-seed{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{steps}.pt").write_bytes(b"x" * size)
+    (folder / f"{steps}.json").write_text(json.dumps({"cell_id": cell_id, "cell_label": f"cell {cell_id}",
+                                                      "seed": seed, "train": {"steps": steps}}))
+    return folder / f"{steps}.pt"
+
+
+def test_garbage_is_the_kept_checkpoints_of_cells_no_study_has(tmp_path):
+    s = stores(tmp_path)
+    spec = design.validate({**copy.deepcopy(RAW), "name": "g"})
+    st.prepare(spec, design.items(spec), s)
+    studied = design.cells(spec)[0].id
+    root = tmp_path / "ckpt"
+    assert phases.garbage(s.storage, root=root) == phases.Garbage(root, [], [])  # none kept: no store asked
+    _kept_checkpoint(root, studied, size=100)
+    gone = _kept_checkpoint(root, "deadbeef0000", size=300)
+    found = phases.garbage(s.storage, root=root)
+    assert [k.path for k in found.drop] == [gone] and len(found.kept) == 2
+    assert (found.size, found.drop_size) == (400, 300)
+    assert {k.cell_id for k in phases.garbage(s.storage, every=True, root=root).drop} == {studied, "deadbeef0000"}
+    with pytest.raises(phases.NoStores, match="no stores here to tell which cells are still studied: pass "
+                                              "--storage, or --all"):
+        phases.garbage(f"sqlite:///{tmp_path / 'none.db'}", root=root)
+    assert len(phases.garbage(f"sqlite:///{tmp_path / 'none.db'}", every=True, root=root).drop) == 2
+    assert phases.drop_kept(found.drop) == 300 and not gone.exists()
+    assert phases.garbage(s.storage, root=root).drop == []

@@ -315,6 +315,12 @@ def keep(name: str, new: str, stores: Stores, items_of: ItemsOf) -> KeptAs:
     return KeptAs(name, new, len(orphaned.finished), kept, covered, design.spec_hash(spec), dropped)
 
 
+def studied_cells(storage_url: str) -> set[str]:
+    """The cell ids some study on the storage still has (trials not dropped), read-only."""
+    found = queue.find(storage(storage_url, read_only=True), None, (), ("cell_id", DROPPED))
+    return {str(e.user_attrs["cell_id"]) for e in found if e.user_attrs.get("cell_id") and not e.user_attrs.get(DROPPED)}
+
+
 @dataclass
 class StudyRow:
     """One study of a storage, for ``ablate ls``."""

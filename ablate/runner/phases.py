@@ -389,3 +389,46 @@ def drop_kept(kept: list[Kept]) -> int:
             except OSError:  # not empty: other seeds' or budgets' checkpoints stay
                 break
     return freed
+
+
+class NoStores(Exception):
+    """``ablate gc`` cannot tell which cells are still studied: there are no stores here."""
+
+
+@dataclass
+class Garbage:
+    """What ``ablate gc`` would remove: of the ``kept`` checkpoints under ``root``, those to ``drop``."""
+
+    root: Path
+    kept: list[Kept]
+    drop: list[Kept]
+
+    @property
+    def size(self) -> int:
+        """Bytes of every kept checkpoint."""
+        return sum(k.size for k in self.kept)
+
+    @property
+    def drop_size(self) -> int:
+        """Bytes of those to drop."""
+        return sum(k.size for k in self.drop)
+
+
+def garbage(storage_url: str | None, every: bool = False, root: Path | None = None) -> Garbage:
+    """The kept stable-phase checkpoints under ``root`` (the checkpoint folder) whose cell no study
+    on the storage has any more (``every``: all of them), read-only; ``drop_kept`` removes them.
+    Raises NoStores when there is no store to ask (unless ``every``: the studies may be on
+    another storage), StorageError when it cannot be read."""
+    from ablate.runner.housekeeping import studied_cells
+    from ablate.runner.standing import existing_store_url
+    from ablate.stores import checkpoint_dir
+
+    root = root or checkpoint_dir()
+    kept = kept_checkpoints(root)
+    if not kept:
+        return Garbage(root, [], [])
+    url = existing_store_url(storage_url)
+    if url is None and not every:
+        raise NoStores("no stores here to tell which cells are still studied: pass --storage, or --all")
+    live = studied_cells(url) if not every else set()
+    return Garbage(root, kept, [k for k in kept if every or k.cell_id not in live])
