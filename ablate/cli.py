@@ -153,34 +153,23 @@ def schema(
     `ablate schema > spec.schema.json` works as `ablate schema spec.schema.json`."""
     from ablate import schema as schema_mod
 
-    if target is not None and out_file is not None:
-        err.print("[red]error[/red] give the schema's destination once: TARGET or --out")
-        raise typer.Exit(2)
-    dest = target if target is not None else (str(out_file) if out_file is not None else None)
-    if dest is None:  # the Unix habit: redirected, it goes where it is sent
-        dest = "docs/spec.schema.json" if sys.stdout.isatty() or docs is not None or check else "-"
-    if dest == "-":
-        if check:
-            err.print("[red]error[/red] --check compares files: give a file, not standard output")
-            raise typer.Exit(2)
-        sys.stdout.write(schema_mod.schema_text())
+    try:
+        outputs = schema_mod.outputs(target, out_file, docs, check, terminal=sys.stdout.isatty())
+    except schema_mod.DestinationError as exc:
+        err.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(2) from None
+    if outputs.stdout is not None:
+        sys.stdout.write(outputs.stdout)
         sys.stdout.flush()
-        if docs is not None:
-            docs.parent.mkdir(parents=True, exist_ok=True)
-            docs.write_text(schema_mod.reference_markdown(), encoding="utf-8")
-            err.print(f"wrote {docs}")
+        for p in outputs.write():  # the reference, with --docs
+            err.print(f"wrote {p}")
         return
-    targets = {Path(dest): schema_mod.schema_text()}
-    if docs is not None:
-        targets[docs] = schema_mod.reference_markdown()
-    stale = [p for p, text in targets.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
     if check:
+        stale = outputs.stale()
         for p in stale:
             err.print(f"[red]stale[/red] {p}: run `ablate schema --docs docs/spec.md` to regenerate")
         raise typer.Exit(1 if stale else 0)
-    for p, text in targets.items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
+    for p in outputs.write():
         out.print(f"wrote {p}")
 
 

@@ -2,13 +2,16 @@
 ``ablate.spec`` and the registries (model levels, tasks, reports), so neither can drift from what
 validation accepts.
 
-``ablate schema --docs docs/spec.md`` writes both; tests/test_schema.py fails when either file in
-docs/ is stale.
+``ablate schema --docs docs/spec.md`` writes both (``outputs``: where, and which files are stale
+for ``--check``); tests/test_schema.py fails when either file in docs/ is stale.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -341,3 +344,54 @@ def reference_markdown() -> str:
                 "MAX_BYTES"):
         out.append(f"| `{key}` | {getattr(spec, key):,} |")
     return "\n".join(out).rstrip() + "\n"
+
+
+# --- where `ablate schema` writes ---------------------------------------------------------------
+
+SCHEMA_FILE = "docs/spec.schema.json"
+
+
+class DestinationError(ValueError):
+    """``ablate schema``'s arguments name no one place to write the schema; the message says why."""
+
+
+@dataclass
+class Outputs:
+    """What ``ablate schema`` writes: the schema's text to standard output (``stdout``; None when
+    it goes to a file) and ``files``, path → text (the schema's file, the reference's)."""
+
+    stdout: str | None
+    files: dict[Path, str]
+
+    def stale(self) -> list[Path]:
+        """The files that are missing or differ from their text (what ``--check`` reports)."""
+        return [p for p, text in self.files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+
+    def write(self) -> Iterator[Path]:
+        """Write each file (its folder created), yielding its path once written."""
+        for p, text in self.files.items():
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+            yield p
+
+
+def outputs(target: str | None = None, out: Path | None = None, docs: Path | None = None, check: bool = False,
+            terminal: bool = True) -> Outputs:
+    """Where ``ablate schema [TARGET] [--out FILE] [--docs FILE] [--check]`` writes: TARGET or
+    ``out`` ('-': standard output); neither, docs/spec.schema.json on a ``terminal`` or with
+    ``docs`` or ``check``, else standard output (the Unix habit: redirected, it goes where it is
+    sent). With ``docs`` the reference goes to that file. DestinationError on both TARGET and
+    ``out``, or ``check`` of standard output."""
+    if target is not None and out is not None:
+        raise DestinationError("give the schema's destination once: TARGET or --out")
+    dest = target if target is not None else (str(out) if out is not None else None)
+    if dest is None:
+        dest = SCHEMA_FILE if terminal or docs is not None or check else "-"
+    if dest == "-":
+        if check:
+            raise DestinationError("--check compares files: give a file, not standard output")
+        return Outputs(schema_text(), {docs: reference_markdown()} if docs is not None else {})
+    files = {Path(dest): schema_text()}
+    if docs is not None:
+        files[docs] = reference_markdown()
+    return Outputs(None, files)

@@ -73,3 +73,21 @@ def test_cli_schema_check_and_write(tmp_path):
     res = subprocess.run([*ABLATE, "schema", "--out", str(tmp_path / "s.json")],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0 and (tmp_path / "s.json").read_text() == schema.schema_text()
+
+
+def test_outputs_choose_the_destination_and_the_stale_files(tmp_path):
+    assert schema.outputs(terminal=True).files == {Path("docs/spec.schema.json"): schema.schema_text()}
+    piped = schema.outputs(terminal=False)  # redirected, it goes where it is sent
+    assert piped.stdout == schema.schema_text() and piped.files == {}
+    assert schema.outputs("-", docs=tmp_path / "d.md").files == {tmp_path / "d.md": schema.reference_markdown()}
+    for kwargs in ({"docs": tmp_path / "d.md"}, {"check": True}):
+        assert schema.outputs(terminal=False, **kwargs).stdout is None
+    with pytest.raises(schema.DestinationError, match="^give the schema's destination once: TARGET or --out$"):
+        schema.outputs("a.json", tmp_path / "b.json")
+    with pytest.raises(schema.DestinationError, match="^--check compares files: give a file, not standard output$"):
+        schema.outputs("-", check=True)
+    both = schema.outputs(None, tmp_path / "x" / "s.json", tmp_path / "y" / "d.md")
+    assert both.stdout is None and both.stale() == [tmp_path / "x" / "s.json", tmp_path / "y" / "d.md"]
+    assert list(both.write()) == [tmp_path / "x" / "s.json", tmp_path / "y" / "d.md"] and both.stale() == []
+    (tmp_path / "y" / "d.md").write_text("old", encoding="utf-8")
+    assert both.stale() == [tmp_path / "y" / "d.md"]
