@@ -131,11 +131,9 @@ def plan(
     for line in planning.sequential_lines(spec, storage) + planning.until_converged_lines(spec, storage):
         out.print(line, highlight=False, soft_wrap=True)
     if estimate:
-        threads = None
-        if workers > 1 and device == "cpu":  # each worker of a pool gets its share of the cores
-            from ablate.runner.pool import threads_per_worker
+        from ablate.runner.pool import estimate_threads
 
-            threads = threads_per_worker(workers)
+        threads = estimate_threads(workers, device)  # each worker of a CPU pool gets its share of the cores
         planning.render_estimate(planning.estimate(the_plan, device, workers=workers, threads=threads), out)
 
 
@@ -292,7 +290,7 @@ def status(
         snap = progress.snapshot(found.study)
     except st.StorageError as exc:
         raise _store_error(exc) from None
-    workers = len({r.worker for r in snap.items}) or 1
+    workers = snap.workers
     if as_json:
         sys.stdout.write(json.dumps(found.to_json(progress.status_json(study, snap, workers)), default=str) + "\n")
         return

@@ -194,3 +194,9 @@ def test_a_worker_killed_while_the_other_finishes_the_study_is_a_warning_and_exi
     assert len(warned) == 1 and "SIGKILL" in warned[0], err
     assert "2 done, 0 failed, 0 unfinished" in out, out
     assert sorted(procs.assert_consistent(tmp_path).values()) == ["done", "done"]
+
+
+def test_the_estimate_times_a_trial_with_a_cpu_pool_workers_share(monkeypatch) -> None:
+    monkeypatch.setattr(pool.os, "cpu_count", lambda: 8)
+    assert pool.estimate_threads(4, "cpu") == 2
+    assert pool.estimate_threads(1, "cpu") is None and pool.estimate_threads(4, "cuda") is None

@@ -305,3 +305,9 @@ def test_a_finish_read_a_look_late_still_carries_its_count():
     late = progress.frame(look(6, 2, [], 2), slots, both, 6.0, 1, [ok])
     lines = progress.event_lines([ok], [], both, first) + progress.event_lines([ok], [], late, both)
     assert [line.split(" · ")[2] for line in lines] == ["1/4 done", "2/4 done"]
+
+
+def test_a_snapshot_counts_the_workers_running_its_items_at_least_one():
+    running = [progress.Running(w, "c", 0, "replicate", 1, 10, None) for w in ("host:1", "host:2", "host:1")]
+    assert progress.Snapshot(0, 0, 3, 0, 0, None, running).workers == 2
+    assert progress.Snapshot(0, 0, 0, 3, 0, None).workers == 1

@@ -54,6 +54,12 @@ def threads_per_worker(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
+def estimate_threads(workers: int, device: str) -> int | None:
+    """The torch threads of the trial ``ablate plan --estimate`` times for ``workers`` local
+    workers on ``device``: a CPU pool's worker gets its share of the cores; otherwise None (all)."""
+    return threads_per_worker(workers) if workers > 1 and device == "cpu" else None
+
+
 def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: int,
           verbose: bool = False) -> list[subprocess.Popen]:
     procs = []

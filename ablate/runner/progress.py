@@ -82,6 +82,11 @@ class Snapshot:
     def total(self) -> int:
         return self.done + self.failed + self.remaining
 
+    @property
+    def workers(self) -> int:
+        """The workers running its items (at least 1): what ``ablate status`` divides the work by."""
+        return len({r.worker for r in self.items}) or 1
+
     def eta_seconds(self, workers: int) -> float | None:
         """Seconds until every item is finished with ``workers`` workers; 0 when nothing is left,
         None before anything was measured."""
