@@ -179,6 +179,13 @@ def test_several_attributes_are_one_write_and_none_on_a_finished_trial(tmp_path)
         queue.set_running_attrs(study, trial, {"steps": 3, "seconds": 1.0})
     assert writes == [] and queue.trial(study, trial.number).user_attrs["worker"] == "h:2"
     assert trial.user_attrs["steps"] == [1, 2] and "seconds" not in trial.user_attrs
+    # A WAITING trial (an orphan dropped before any worker claimed it) is unfinished too.
+    queue.enqueue(study, {"item": "b"})
+    waiting = study.get_trials(deepcopy=False)[-1]
+    assert waiting.state == optuna.trial.TrialState.WAITING
+    assert queue.fail_running(study, waiting.number, {"status": "dropped"})
+    dropped = queue.trial(study, waiting.number)
+    assert dropped.state == optuna.trial.TrialState.FAIL and dropped.user_attrs["status"] == "dropped"
 
 
 def test_a_silent_running_trial_is_stale(tmp_path):

@@ -487,13 +487,13 @@ def set_running_attrs(study: optuna.Study, trial: optuna.Trial, attrs: Mapping[s
     """``trial.set_user_attr`` for each of ``attrs``, in one transaction rather than one each
     (a trial's record sets a dozen: each its own write lock and, on SQLite, its own connection),
     the trial object's own copy updated as ``set_user_attr`` updates it. Raises
-    optuna.exceptions.UpdateFinishedTrialError, writing nothing, when the trial is no longer
-    RUNNING (as Optuna's does): checked under the row lock (SQLite: the write lock)."""
-    _set_attrs_if_running(study, trial._trial_id, trial.number, attrs)
+    optuna.exceptions.UpdateFinishedTrialError, writing nothing, when the trial has finished
+    (as Optuna's does): checked under the row lock (SQLite: the write lock)."""
+    _set_attrs_if_unfinished(study, trial._trial_id, trial.number, attrs)
     trial._cached_frozen_trial.user_attrs.update(attrs)
 
 
-def _set_attrs_if_running(study: optuna.Study, trial_id: int, number: int, attrs: Mapping[str, Any]) -> None:
+def _set_attrs_if_unfinished(study: optuna.Study, trial_id: int, number: int, attrs: Mapping[str, Any]) -> None:
     from sqlalchemy import delete, insert, select
 
     if not attrs:
@@ -504,7 +504,7 @@ def _set_attrs_if_running(study: optuna.Study, trial_id: int, number: int, attrs
         if conn.dialect.name != "sqlite":  # SQLite's BEGIN IMMEDIATE already holds the write lock
             query = query.with_for_update()
         state = conn.execute(query).scalar()
-        if state not in ("RUNNING", TrialState.RUNNING):
+        if state not in ("RUNNING", "WAITING", TrialState.RUNNING, TrialState.WAITING):  # Optuna's rule: not finished
             raise optuna.exceptions.UpdateFinishedTrialError(
                 f"trial {number} is {state}: its attributes cannot change")
         conn.execute(delete(attr_table).where(attr_table.c.trial_id == trial_id, attr_table.c.key.in_(list(attrs))))
@@ -513,13 +513,13 @@ def _set_attrs_if_running(study: optuna.Study, trial_id: int, number: int, attrs
 
 
 def fail_running(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> bool:
-    """Fail a RUNNING trial of some other process, its ``attrs`` set (in one transaction) while it
-    is still RUNNING (a finished trial's attributes are frozen); False when another process got
-    there first or the trial has just finished. The row-locked FAIL flip picks the one process
-    that wins."""
+    """Fail an unfinished trial of some other process (RUNNING, or a WAITING orphan that is
+    dropped), its ``attrs`` set (in one transaction) while it is still unfinished (a finished
+    trial's attributes are frozen); False when another process got there first or the trial has
+    just finished. The row-locked FAIL flip picks the one process that wins."""
     trial_id = _trial_id(study, number)
     try:
-        _set_attrs_if_running(study, trial_id, number, attrs)
+        _set_attrs_if_unfinished(study, trial_id, number, attrs)
         return bool(_store(study).set_trial_state_values(trial_id, state=TrialState.FAIL))
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
