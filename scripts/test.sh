@@ -73,4 +73,5 @@ fi
 # Three processes on two cores: the cluster, server and subprocess tests spend much of their time
 # waiting (SLURM's scheduling, a time limit, workers starting), which a third process overlaps
 # (measured on this machine with other work on it: 1,783 s with -n 2, 1,572 s with -n 3).
-$PY -m pytest -q -n 3 "$@"
+# -rs: the reason of every skip, grouped, so a CI log shows whether the SLURM and server tests ran.
+$PY -m pytest -q -rs -n 3 "$@"
