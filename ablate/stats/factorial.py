@@ -4,6 +4,7 @@ factorial ANOVA with seeds as replicates."""
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -240,8 +241,14 @@ def anova_applicable(
     single = [f for f in factors if done[f].nunique() < 2]
     if single:
         return False, f"factor(s) {', '.join(single)} have fewer than two levels with completed runs"
+    if not is_full_factorial(trials, factors, phase=phase):
+        rows = phase_rows(trials, phase)
+        combos = len(rows[factors].drop_duplicates())
+        total = math.prod(len(ordered_unique(rows[f])) for f in factors)
+        return False, (f"the design is not a full factorial: it has {combos} of the {total} combinations "
+                       "of the factors' levels")
     if not is_full_factorial(trials, factors, metric, phase):
-        return False, "not a full factorial design with completed runs in every cell (yet)"
+        return False, "the design is full factorial, but not every cell has a completed run with a value"
     n_cells = done.groupby(factors, observed=True).ngroups
     if len(done) <= n_cells:
         return False, "no replication: a cell needs at least two completed seeds"
