@@ -407,13 +407,13 @@ def test_an_item_is_claimed_once_the_imports_are_loaded_and_trains_without_waiti
     imported, settled, seen, preloads = threading.Event(), threading.Event(), [], []
 
     class HeldPreload(worker._Preload):
-        def _load(self, tracking_uri=None, then=None) -> None:
+        def _load(self, tracking_uri=None, then=None, device="cpu") -> None:
             imported.wait()
             self.loaded.set()
             settled.wait()  # the settling never ends while the worker trains
 
-    def held(tracking_uri=None, then=None):
-        preloads.append(HeldPreload(tracking_uri, then))
+    def held(tracking_uri=None, then=None, device="cpu"):
+        preloads.append(HeldPreload(tracking_uri, then, device))
         threading.Timer(0.5, imported.set).start()  # the imports end half a second after the start
         return preloads[-1]
 

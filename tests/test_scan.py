@@ -368,3 +368,33 @@ def test_nan_propagates_forward(any_backend: tuple[str, str], kind: str) -> None
     poisoned = torch.zeros_like(out, dtype=torch.bool)
     poisoned[1, 7:, 2] = True
     assert torch.equal(out.isnan(), poisoned)
+
+
+def test_warm_up_loads_the_kernels_a_first_training_step_would():
+    # In a fresh process (this one has run the kernels already): before warm_up no kernel has a
+    # compiled signature; after it, the float32 and complex64 forward and backward kernels do, and
+    # a scan of the shapes a model uses adds none (it was loaded, not compiled on first use).
+    import json
+    import subprocess
+    import sys
+
+    if "numba" not in available_backends("cpu"):
+        pytest.skip("numba not importable")
+    code = """
+import json
+import torch
+from ablate.ops import scan, scan_numba as k
+names = ("_linear_fwd", "_linear_bwd", "_log_fwd", "_log_bwd")
+count = lambda: {n: len(getattr(k, n).signatures) for n in names}
+before = count()
+scan.warm_up()
+warm = count()
+a = torch.rand(32, 64, 16, dtype=torch.complex64, requires_grad=True)
+scan.linear_scan(a, torch.rand(32, 64, 16, dtype=torch.complex64, requires_grad=True)).abs().sum().backward()
+print(json.dumps([before, warm, count()]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    before, warm, after = json.loads(out)
+    assert set(before.values()) == {0}
+    assert warm == {"_linear_fwd": 2, "_linear_bwd": 2, "_log_fwd": 1, "_log_bwd": 1}
+    assert after == warm

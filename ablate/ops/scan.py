@@ -241,3 +241,18 @@ def log_scan(
         return log_scan_reference(*_widen(log_a, log_b, log_h0)).to(dtype)
     la, lb, lh0 = _prepare(log_a, log_b, log_h0, compute)
     return LogScan.apply(la, lb, lh0, _kernels(name)).to(dtype)
+
+
+def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.complex64)) -> None:
+    """Run each CPU scan once, forward and backward, on a tiny input of each dtype.
+
+    The first call of a compiled kernel in a process loads it from numba's disk cache (or
+    compiles it): about 0.1 s a kernel, half a second for a model's first training steps. A worker
+    calls this while it waits for work, so that its first trial runs as fast as its later ones.
+    """
+    for dtype in dtypes:
+        a = torch.rand(2, 4, 8, dtype=dtype, requires_grad=True)
+        b = torch.rand(2, 4, 8, dtype=dtype, requires_grad=True)
+        linear_scan(a, b, torch.zeros(2, 8, dtype=dtype, requires_grad=True)).abs().sum().backward()
+        if not dtype.is_complex:
+            log_scan(a.detach().log().requires_grad_(), b.detach().log().requires_grad_()).sum().backward()

@@ -508,19 +508,21 @@ def _abandon(stores: Stores, current: _Current, crash: BaseException | None = No
 
 
 class _Preload:
-    """Import torch, the models and MLflow in a daemon thread and open the tracking store
-    (``tracking``: its first client builds MLflow's store, checking a SQLite store's schema), then
+    """Import torch, the models and MLflow in a daemon thread, load the scan kernels (on a CPU
+    worker: ``scan.warm_up``) and open the tracking store (``tracking``: its first client builds
+    MLflow's store, checking a SQLite store's schema), then
     call ``then`` (the settling of runs a kill left RUNNING: MLflow queries that training need not
     wait for). ``loaded`` is set once the imports and the store are done, or failed: an import
     error is left for the item that needs the module to raise (and record) when it imports it."""
 
-    def __init__(self, tracking_uri: str | None = None, then: Callable[[], Any] | None = None) -> None:
+    def __init__(self, tracking_uri: str | None = None, then: Callable[[], Any] | None = None,
+                 device: str = "cpu") -> None:
         self.loaded = threading.Event()
-        self.thread = threading.Thread(target=self._load, args=(tracking_uri, then), name="ablate-preload",
+        self.thread = threading.Thread(target=self._load, args=(tracking_uri, then, device), name="ablate-preload",
                                        daemon=True)
         self.thread.start()
 
-    def _load(self, tracking_uri: str | None, then: Callable[[], Any] | None) -> None:
+    def _load(self, tracking_uri: str | None, then: Callable[[], Any] | None, device: str) -> None:
         try:
             import mlflow.tracking  # noqa: F401
             import torch
@@ -530,6 +532,11 @@ class _Preload:
 
             # The first optimiser built in a process imports torch._dynamo (seconds): here, not in the first trial.
             torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+            if device == "cpu":  # the scan kernels' first call loads them (~0.5 s): here too
+                from ablate.ops import scan
+
+                scan.warm_up()
+            provenance.record(device)  # git and package versions, cached: 0.1 s the first trial would pay
             if tracking_uri:
                 tracking.client(tracking_uri)
         except Exception:
@@ -616,7 +623,7 @@ def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_ru
     # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here
     # while the worker reads the queue; the same thread then ends what a kill left between a run's
     # results and its record (training does not wait for that).
-    preload = _Preload(stores.tracking, lambda: settle_runs(study, stores.tracking))
+    preload = _Preload(stores.tracking, lambda: settle_runs(study, stores.tracking), device)
     try:
         return _serve(study, stores, device, emit, wait_for_running, checkpoint_every, max_items, signals, current,
                       preload, train)
