@@ -84,18 +84,16 @@ from typing import Any, overload
 import optuna
 import polars as pl
 import yaml
-from optuna.trial import FrozenTrial, TrialState
 
 from ablate import design
 from ablate.runner import sequential, tracking
-from ablate.runner.items import item_state, trials_by_item
-from ablate.runner.standing import StudyStatus, existing_store_url, study_status
+from ablate.runner.items import trials_by_item
+from ablate.runner.standing import StudyStatus, existing_store_url, representative, study_status
 from ablate.runner.study import (
     WHERE_STORES_ARE,
     StorageError,
     extends_runs,
     factor_distributions,
-    longest_run,
     missing_study,
     open_study,
     run_budget,
@@ -351,37 +349,6 @@ def _lineage(t: pl.DataFrame) -> dict[str, Any]:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _status(trial: FrozenTrial) -> str:
-    if trial.state == TrialState.COMPLETE:
-        return "complete"
-    if trial.state == TrialState.RUNNING:
-        return "running"
-    if trial.state == TrialState.WAITING:
-        return "pending"
-    return str(trial.user_attrs.get("status", "failed"))
-
-
-# An item's state (runner.study.item_state, what `ablate status` and the live view count) → the
-# trial that stands for it; its status is the trial's, except an item waiting for a re-run.
-_STANDS_FOR = {"done": ("complete", "pruned"), "failed": ("diverged", "failed", "killed"), "running": ("running",),
-               "waiting": ("pending",)}
-
-
-def _representative(trials: list[FrozenTrial]) -> tuple[FrozenTrial, str]:
-    """The trial that stands for an item and the item's status: its completion (its longest
-    finished run, also while a longer one trains: ``runner.study.longest_run``), else its terminal
-    failure, else its running or waiting trial, else (a failure about to be re-run) the latest."""
-    state = item_state(trials)
-    done = longest_run(trials)
-    if done is not None and state in ("running", "waiting"):  # a longer run is to come: the longest so far
-        return done, "complete"
-    wanted = _STANDS_FOR.get(state, ())
-    order = {"complete": 0, "pruned": 0, "diverged": 1, "failed": 2, "killed": 3, "running": 4, "pending": 5}
-    ranked = sorted(trials, key=lambda t: (_status(t) not in wanted, order.get(_status(t), 6), -t.number))
-    trial = ranked[0] if wanted else max(trials, key=lambda t: t.number)
-    return trial, _status(trial) if wanted else "pending"
 
 
 def locate(study: str, storage_url: str | None = None, tracking_uri: str | None = None,
@@ -931,7 +898,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
         }
         trials = by_item.get(item.key, [])
         if trials:
-            trial, status = _representative(trials)
+            trial, status = representative(trials)
             attrs = trial.user_attrs
             row.update(
                 status=status,
