@@ -4,6 +4,7 @@ objective for the tune-then-replicate tests (no torch, no MLflow)."""
 from __future__ import annotations
 
 import copy
+import json
 import math
 import sys
 from pathlib import Path
@@ -97,3 +98,14 @@ class FakeRun:
         pass
 
     write = end = log_params = finish
+
+
+def kept_checkpoint(root: Path, cell_id: str, seed: int = 0, steps: int = 20, size: int = 1000) -> Path:
+    """A kept stable-phase checkpoint of ``cell_id`` under the checkpoint root ``root``, laid out as
+    the worker keeps one (``<root>/stable/lineage-<cell>/replicate-seed<seed>/<steps>.pt`` + .json)."""
+    folder = root / "stable" / f"lineage-{cell_id}" / f"replicate-seed{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{steps}.pt").write_bytes(b"x" * size)
+    (folder / f"{steps}.json").write_text(json.dumps({"cell_id": cell_id, "cell_label": f"cell {cell_id}",
+                                                      "seed": seed, "train": {"steps": steps}}))
+    return folder / f"{steps}.pt"

@@ -3,22 +3,12 @@ cell, all of them with --all, none without a store to ask (ablate.runner.phases.
 
 from __future__ import annotations
 
-import json
-
 import yaml
+from support import kept_checkpoint
 from test_cli import BASE, cli
 
 from ablate.runner import phases, queue
 from ablate.runner import study as st
-
-
-def _kept(root, cell_id, seed=0, steps=20, size=1000):
-    folder = root / "stable" / f"lineage-{cell_id}" / f"replicate-seed{seed}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{steps}.pt").write_bytes(b"x" * size)
-    (folder / f"{steps}.json").write_text(json.dumps({"cell_id": cell_id, "cell_label": f"cell {cell_id}",
-                                                      "seed": seed, "train": {"steps": steps}}))
-    return folder / f"{steps}.pt"
 
 
 def test_gc_removes_the_checkpoints_of_cells_no_study_has(tmp_path, monkeypatch):
@@ -28,7 +18,7 @@ def test_gc_removes_the_checkpoints_of_cells_no_study_has(tmp_path, monkeypatch)
     monkeypatch.delenv("ABLATE_STORAGE", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     root = home / "checkpoints"
-    gone = _kept(root, "deadbeef0000", size=3 * 2**20)
+    gone = kept_checkpoint(root, "deadbeef0000", size=3 * 2**20)
     assert cli("gc", "--yes").exit_code == 1  # no store yet: cannot tell which cells are studied
 
     spec = tmp_path / "s.yaml"
@@ -38,7 +28,7 @@ def test_gc_removes_the_checkpoints_of_cells_no_study_has(tmp_path, monkeypatch)
     found = queue.find(st.storage(f"sqlite:///{home / 'optuna.db'}"), None, (), ("cell_id",))
     studied = {e.user_attrs["cell_id"] for e in found if e.user_attrs.get("cell_id")}
     assert len(studied) == 1
-    stays = [_kept(root, next(iter(studied)), seed=s) for s in (0, 1)]
+    stays = [kept_checkpoint(root, next(iter(studied)), seed=s) for s in (0, 1)]
     assert len(phases.kept_checkpoints(root)) == 3
 
     res = cli("gc", "--yes")

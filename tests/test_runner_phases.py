@@ -14,7 +14,7 @@ import optuna
 import polars as pl
 import pytest
 from optuna.trial import TrialState
-from support import RAW, FakeRun, finish, score, stores, tune_trials
+from support import RAW, FakeRun, finish, kept_checkpoint, score, stores, tune_trials
 
 from ablate import design
 from ablate.runner import items as its
@@ -261,15 +261,6 @@ def test_successive_halving_keeps_its_rungs_on_the_trials_and_prunes_the_worst_t
 # --- which kept stable-phase checkpoints `ablate gc` removes ------------------------------------------
 
 
-def _kept_checkpoint(root: Path, cell_id: str, seed: int = 0, steps: int = 20, size: int = 1000) -> Path:
-    folder = root / "stable" / f"lineage-{cell_id}" / f"replicate-seed{seed}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{steps}.pt").write_bytes(b"x" * size)
-    (folder / f"{steps}.json").write_text(json.dumps({"cell_id": cell_id, "cell_label": f"cell {cell_id}",
-                                                      "seed": seed, "train": {"steps": steps}}))
-    return folder / f"{steps}.pt"
-
-
 def test_garbage_is_the_kept_checkpoints_of_cells_no_study_has(tmp_path):
     s = stores(tmp_path)
     spec = design.validate({**copy.deepcopy(RAW), "name": "g"})
@@ -277,8 +268,8 @@ def test_garbage_is_the_kept_checkpoints_of_cells_no_study_has(tmp_path):
     studied = design.cells(spec)[0].id
     root = tmp_path / "ckpt"
     assert phases.garbage(s.storage, root=root) == phases.Garbage(root, [], [])  # none kept: no store asked
-    _kept_checkpoint(root, studied, size=100)
-    gone = _kept_checkpoint(root, "deadbeef0000", size=300)
+    kept_checkpoint(root, studied, size=100)
+    gone = kept_checkpoint(root, "deadbeef0000", size=300)
     found = phases.garbage(s.storage, root=root)
     assert [k.path for k in found.drop] == [gone] and len(found.kept) == 2
     assert (found.size, found.drop_size) == (400, 300)
