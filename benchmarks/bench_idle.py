@@ -13,7 +13,9 @@ else the machine runs) and "busy" (one busy-loop process per core, started here)
   ``datetime_start`` to ``datetime_complete``; target ≤ 20 % slower), the seconds between
   trainings on one worker (from one trial's completion to the next's, less the next's own
   ``run_trial`` seconds: claiming, recording, MLflow, the next model's build; target ≤ 0.5 s), and
-  the per-trial training time (the trials' ``seconds``) those are set against.
+  the per-trial training time (the trials' ``seconds``) those are set against;
+- the first trial against the later ones again with one worker alone (``--workers 1``): whether the
+  first trial's extra depends on a second worker starting beside it.
 
 Commands are timed as a user meets them (a subprocess, wall clock, interpreter start included);
 the median of ``--repeats`` is shown, after one untimed call, with the CPU seconds of its
@@ -148,6 +150,12 @@ def measure(condition: str, root: Path, args: argparse.Namespace) -> dict[str, f
         print(f"[{condition}] training {small.stem} ({2 * half} trials, 2 workers)", file=sys.stderr, flush=True)
         out["run_study"], out["run_study_cpu"] = ablate(["run", small.name, "--workers", "2"], folder, env)
         out.update(worker_times(small.stem, home))
+        # The same study with one worker: whether a first trial's extra depends on a second worker.
+        lone = write_spec(folder, f"idle-lone-{condition}", {"train.lr": [1e-3, 3e-3]}, half, args.steps)
+        print(f"[{condition}] training {lone.stem} ({2 * half} trials, 1 worker)", file=sys.stderr, flush=True)
+        ablate(["run", lone.name, "--workers", "1"], folder, env)
+        times = worker_times(lone.stem, home)
+        out["lone_first"], out["lone_later"] = times["first"], times["later"]
         median_of(args.repeats, ["run", small.name, "--workers", "2"], folder, idle_env, out, "run_finished")
         print(f"[{condition}] queueing {large.stem} ({args.cells} cells)", file=sys.stderr, flush=True)
         ablate(["run", large.name, "--workers", "0"], folder, env)
@@ -180,6 +188,7 @@ def main() -> None:
         ("`ablate ls` (s)", "ls", "≤ 1.5 s"),
         (f"`ablate plan`, {args.cells} cells (s)", "plan", "≤ 1.5 s"),
         ("a worker's first trial / its later ones (claim to completion)", "first_vs_later", "≤ 1.20×"),
+        ("the same, one worker alone", "lone_first_vs_later", "≤ 1.20×"),
         ("seconds between trainings on a worker (median)", "gap", "≤ 0.5 s"),
         ("seconds between trainings on a worker (max)", "gap_max", "≤ 0.5 s"),
         ("first trial, claim to completion (s)", "first", ""),
@@ -190,7 +199,8 @@ def main() -> None:
     ]
     for r in results.values():
         r["first_vs_later"] = r["first"] / r["later"]
-    limits = {**TARGETS, "gap_max": TARGETS["gap"]}
+        r["lone_first_vs_later"] = r["lone_first"] / r["lone_later"]
+    limits = {**TARGETS, "gap_max": TARGETS["gap"], "lone_first_vs_later": TARGETS["first_vs_later"]}
     header = "| measure | " + " | ".join(f"{c} | met" for c in conds) + " | target |"
     print(f"\n{args.trials} trials of {args.steps} steps (2 workers), {args.cells}-cell study for status/ls/plan, "
           f"{os.cpu_count()} CPU cores; load average at the end: "
@@ -203,7 +213,7 @@ def main() -> None:
         cells = []
         for c in conds:
             value = results[c][key]
-            text = f"{value:.2f}×" if key == "first_vs_later" else f"{value:.2f}"
+            text = f"{value:.2f}×" if key.endswith("first_vs_later") else f"{value:.2f}"
             if f"{key}_cpu" in results[c]:
                 text += f" ({results[c][key + '_cpu']:.2f} CPU)"
             met = ("yes" if value <= limits[key] else "no") if key in limits else ""
