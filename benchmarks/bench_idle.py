@@ -150,11 +150,13 @@ def measure(condition: str, root: Path, args: argparse.Namespace) -> dict[str, f
         print(f"[{condition}] training {small.stem} ({2 * half} trials, 2 workers)", file=sys.stderr, flush=True)
         out["run_study"], out["run_study_cpu"] = ablate(["run", small.name, "--workers", "2"], folder, env)
         out.update(worker_times(small.stem, home))
-        # The same study with one worker: whether a first trial's extra depends on a second worker.
+        # The same study with one worker, in stores of its own as the first study had (fresh: not
+        # behind another study's runs): whether a first trial's extra depends on a second worker.
         lone = write_spec(folder, f"idle-lone-{condition}", {"train.lr": [1e-3, 3e-3]}, half, args.steps)
         print(f"[{condition}] training {lone.stem} ({2 * half} trials, 1 worker)", file=sys.stderr, flush=True)
-        ablate(["run", lone.name, "--workers", "1"], folder, env)
-        times = worker_times(lone.stem, home)
+        lone_home = folder / ".ablate-lone"
+        ablate(["run", lone.name, "--workers", "1"], folder, {**env, "ABLATE_HOME": str(lone_home)})
+        times = worker_times(lone.stem, lone_home)
         out["lone_first"], out["lone_later"] = times["first"], times["later"]
         median_of(args.repeats, ["run", small.name, "--workers", "2"], folder, idle_env, out, "run_finished")
         print(f"[{condition}] queueing {large.stem} ({args.cells} cells)", file=sys.stderr, flush=True)
