@@ -369,11 +369,6 @@ def ls(storage: StorageOpt = None, tracking_uri: TrackingOpt = None) -> None:
     _table(f"studies on {redact(url)}", headers, table, set(headers[1:-1]))
 
 
-def _n(count: int, noun: str) -> str:
-    """"1 trial", "2 trials"."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
-
-
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
@@ -423,20 +418,22 @@ def rm(
             dropped = hk.drop(found)
         except Exception as exc:
             raise _store_error(exc) from None
-        out.print(f"{study}: dropped {_n(dropped.trials, 'trial')}; deleted {_n(dropped.runs_deleted, 'MLflow run')}"
+        out.print(f"{study}: dropped {hk.counted(dropped.trials, 'trial')}; "
+                  f"deleted {hk.counted(dropped.runs_deleted, 'MLflow run')}"
                   + (f", kept {len(dropped.runs_kept)} that other studies reuse" if dropped.runs_kept else "")
-                  + (f"; {_n(dropped.running, 'running item')} left alone" if dropped.running else ""))
+                  + (f"; {hk.counted(dropped.running, 'running item')} left alone" if dropped.running else ""))
         return
     users = plan.users
-    kept = f"; keep {_n(len(plan.kept), 'run')} that {', '.join(users)} reuse" if plan.kept else ""
-    _confirm(f"remove study {study!r}: {_n(plan.trials, 'trial')}, {_n(len(plan.runs), 'MLflow run')}{kept}?", yes)
+    kept = f"; keep {hk.counted(len(plan.kept), 'run')} that {', '.join(users)} reuse" if plan.kept else ""
+    removed = f"{hk.counted(plan.trials, 'trial')}, {hk.counted(len(plan.runs), 'MLflow run')}"
+    _confirm(f"remove study {study!r}: {removed}{kept}?", yes)
     try:
         renamed = hk.remove(plan, stores)
     except Exception as exc:  # half done: running the same command again finishes it
         raise _store_error(exc) from None
-    out.print(f"removed {study}: {_n(plan.trials, 'trial')}, {_n(len(plan.runs), 'MLflow run')} (deleted: `mlflow gc` purges "
-              f"them and their artifacts)" + (f"; kept {_n(len(plan.kept), 'run')} in experiment {renamed!r}, reused by "
-                                              f"{', '.join(users)}" if plan.kept else ""), highlight=False)
+    out.print(f"removed {study}: {removed} (deleted: `mlflow gc` purges them and their artifacts)"
+              + (f"; kept {hk.counted(len(plan.kept), 'run')} in experiment {renamed!r}, reused by {', '.join(users)}"
+                 if plan.kept else ""), highlight=False)
 
 
 @app.command()
@@ -489,6 +486,7 @@ def gc(
     """Remove the stable-phase checkpoints WSD runs kept (under the checkpoint folder's stable/) whose
     cell is in no study on the storage any more (after `ablate rm`); --all removes them all. A longer
     run of a cell whose checkpoint is gone trains from step 0."""
+    from ablate.runner import housekeeping as hk
     from ablate.runner import phases
     from ablate.runner import study as st
 
@@ -504,14 +502,14 @@ def gc(
         out.print(f"no kept checkpoints under {found.root / 'stable'}")
         return
     if not drop:
-        out.print(f"{_n(len(kept), 'kept checkpoint')} ({found.size / 2**20:.1f} MiB), each of a cell a study still has: "
-                  "nothing to remove (--all removes them anyway)")
+        out.print(f"{hk.counted(len(kept), 'kept checkpoint')} ({found.size / 2**20:.1f} MiB), each of a cell a "
+                  "study still has: nothing to remove (--all removes them anyway)")
         return
     cells = sorted({f"{k.cell_label} ({k.cell_id})" for k in drop})
-    _confirm(f"remove {_n(len(drop), 'kept checkpoint')} ({found.drop_size / 2**20:.1f} MiB) of "
-             f"{_n(len(cells), 'cell')}: {', '.join(cells[:5])}{' …' if len(cells) > 5 else ''}?", yes)
+    _confirm(f"remove {hk.counted(len(drop), 'kept checkpoint')} ({found.drop_size / 2**20:.1f} MiB) of "
+             f"{hk.counted(len(cells), 'cell')}: {', '.join(cells[:5])}{' …' if len(cells) > 5 else ''}?", yes)
     freed = phases.drop_kept(drop)
-    out.print(f"removed {_n(len(drop), 'kept checkpoint')}, {freed / 2**20:.1f} MiB; kept {len(kept) - len(drop)}",
+    out.print(f"removed {hk.counted(len(drop), 'kept checkpoint')}, {freed / 2**20:.1f} MiB; kept {len(kept) - len(drop)}",
               highlight=False)
 
 

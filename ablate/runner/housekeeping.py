@@ -180,7 +180,8 @@ class StudyRunning(Exception):
     """``ablate rm`` refused: workers run the study's trials (the message says how many)."""
 
 
-def _n(count: int, noun: str) -> str:
+def counted(count: int, noun: str) -> str:
+    """"1 trial", "2 trials": a count and its noun, as the housekeeping commands print them."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
@@ -201,7 +202,7 @@ def removal(name: str, stores: Stores, force: bool = False) -> Removal:
         kept.setdefault(parent, [])
     running = sum(e.state == TrialState.RUNNING for e in entries)
     if running and not force:
-        raise StudyRunning(f"{name} has {_n(running, 'running trial')} (workers at work): stop them first, "
+        raise StudyRunning(f"{name} has {counted(running, 'running trial')} (workers at work): stop them first, "
                            "or pass --force")
     return Removal(name, len(entries), running, tracking_uri, [r for r, _, _ in runs if r not in kept], kept,
                    checkpoint_dir() / name)
