@@ -21,6 +21,7 @@ __all__ = [
     "anova",
     "anova_applicable",
     "anova_on_finished_levels",
+    "factor_combinations",
     "interaction_table",
     "is_full_factorial",
     "main_effects",
@@ -61,6 +62,15 @@ def is_full_factorial(
     have = rows if metric is None else completed_runs(trials, metric, phase)
     present = set(map(tuple, have[factors].drop_duplicates().itertuples(index=False)))
     return all(combo in present for combo in itertools.product(*levels))
+
+
+def factor_combinations(trials: pd.DataFrame, factors: Sequence[str],
+                        phase: str | None = "replicate") -> tuple[int, int]:
+    """How many combinations of the factors' levels are cells of ``trials``, and how many a full
+    factorial has (the product of the level counts): equal when, and only when, it is one."""
+    rows = phase_rows(trials, phase)
+    factors = list(factors)
+    return len(rows[factors].drop_duplicates()), math.prod(len(ordered_unique(rows[f])) for f in factors)
 
 
 def _cell_stats(done: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
@@ -241,11 +251,9 @@ def anova_applicable(
     single = [f for f in factors if done[f].nunique() < 2]
     if single:
         return False, f"factor(s) {', '.join(single)} have fewer than two levels with completed runs"
-    if not is_full_factorial(trials, factors, phase=phase):
-        rows = phase_rows(trials, phase)
-        combos = len(rows[factors].drop_duplicates())
-        total = math.prod(len(ordered_unique(rows[f])) for f in factors)
-        return False, (f"the design is not a full factorial: it has {combos} of the {total} combinations "
+    have, total = factor_combinations(trials, factors, phase)
+    if have < total:
+        return False, (f"the design is not a full factorial: it has {have} of the {total} combinations "
                        "of the factors' levels")
     if not is_full_factorial(trials, factors, metric, phase):
         return False, "the design is full factorial, but not every cell has a completed run with a value"

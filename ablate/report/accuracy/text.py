@@ -156,9 +156,8 @@ def no_anova_text(why: str, trials: pd.DataFrame, factors: Sequence[str], summar
     """Why there is no ANOVA table (``why`` from ``stats.anova_applicable``), in the design's terms."""
     empty = summary.loc[summary.n == 0, "cell_label"].tolist()
     if not full:
-        combos = trials[list(factors)].drop_duplicates()
-        total = math.prod(trials[f].nunique() for f in factors)
-        why = (f"the design ({design}) is not a full factorial: it has {len(combos)} of the {total} "
+        have, total = stats.factor_combinations(trials, factors, phase=None)
+        why = (f"the design ({design}) is not a full factorial: it has {have} of the {total} "
                "combinations of the factors' levels. A factorial ANOVA needs them all; read the comparisons "
                "with the reference instead")
     elif empty:
