@@ -502,8 +502,8 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
     (``runner.worker.work``: claim, heartbeat, start attributes, MLflow run, record, Optuna commit,
     the run's end), with a stand-in for training that reports what a trial of ``config`` reports
     (its metrics and curve rows) and returns a complete result; the second of two, from the first's
-    end to its own (the first pays the stores' first use). Local SQLite stores: a remote server or database adds its round
-    trips."""
+    end to its own (the first pays the stores' first use). Local SQLite stores: a remote server or
+    database adds its round trips."""
     import contextlib
     import subprocess
     import sys
