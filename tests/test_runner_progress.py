@@ -91,6 +91,28 @@ def test_view_in_a_pipe_is_one_line_per_event(study):
     assert all("\x1b[" not in line for line in lines)
 
 
+def test_a_trial_shorter_than_a_look_still_has_its_start_line(study):
+    # Started and finished between two looks (no look saw it running): its start line comes with
+    # its done line, before it; a trial no worker recorded itself on (never started) gets none.
+    log = io.StringIO()
+    view = progress.View(study, Console(file=log, force_terminal=False, width=80), [("host:1", lambda: None)])
+    with view:
+        view.poll()
+        trial = phases.claim(study)
+        queue.beat(study, trial.number, {"worker": "host:1", "step": 5})
+        finish(study, trial)
+        unstarted = phases.claim(study)
+        queue.finish(study, unstarted, TrialState.FAIL, {"status": "failed", "failure_kind": "error",
+                                                         "failure_message": "boom"})
+        view.poll()
+        view.poll()
+    lines = log.getvalue().splitlines()
+    assert lines[:3] == [f"start RotRNN · seed 0 (replicate, trial {trial.number}) on host:1",
+                         lines[1], "error RotRNN · seed 1: boom"]
+    assert lines[1].startswith("done RotRNN · seed 0: val acc 0.500 · test acc 0.250 · ")
+    assert sum(line.startswith("start ") for line in lines) == 1
+
+
 def test_eta_from_measured_seconds_per_step():
     snap = progress.Snapshot(done=2, failed=0, running=1, waiting=3, new=0, seconds_per_step=0.5,
                              items=[progress.Running("w", "c", 0, "replicate", 40, 100, None)], mean_steps=100)

@@ -383,16 +383,25 @@ class Finished:
     wall: float | None = None
     kind: str = ""  # a failure's kind
     message: str = ""
+    start: str = ""  # its start line, when it started and ended between two looks (none showed it running)
+
+
+def start_line(cell: str, seed: Any, phase: str, number: int, worker: str) -> str:
+    """The event line of a trial's start."""
+    return f"start {cell} · seed {seed} ({phase}, trial {number}) on {worker}"
 
 
 def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Frame, prev: Frame | None) -> list[str]:
-    """The lines of one look: each finish and failure, then each start. A finish that moved the
-    done counter carries it (each its own number) and the ETA; one that did not (a duplicate
-    attempt, an item outside the spec) carries neither, so no count repeats."""
+    """The lines of one look: each finish and failure (after its start, when no look saw it
+    running), then each start. A finish that moved the done counter carries it (each its own
+    number) and the ETA; one that did not (a duplicate attempt, an item outside the spec) carries
+    neither, so no count repeats."""
     shown = prev.logged if prev else f.logged - min(f.logged, sum(e.ok for e in finished))
     counted = {id(e): shown + i + 1 for i, e in enumerate([e for e in finished if e.ok][:max(0, f.logged - shown)])}
     lines = []
     for e in finished:
+        if e.start:
+            lines.append(e.start)
         if not e.ok:
             lines.append(f"{e.kind or 'failed'} {e.label}: {e.message}")
             continue
@@ -402,7 +411,7 @@ def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Fra
                 f" ({f.eta_note})" if f.eta_note else "")
         lines.append(f"done {e.label}: {e.scores}{duration(e.wall)}{tail}")
     for r in started:
-        lines.append(f"start {r.cell} · seed {r.seed} ({r.phase}, trial {r.number}) on {r.worker}")
+        lines.append(start_line(r.cell, r.seed, r.phase, r.number, r.worker))
     return lines
 
 
@@ -547,7 +556,8 @@ class View:
         usually ended before the next began)."""
         out = []
         cutoff, self.since = self.since, datetime.now() - timedelta(seconds=5)  # overlap: clocks and commits
-        keys = ("cell_label", "seed", "phase", "val_accuracy", "test_accuracy", "failure_kind", "failure_message")
+        keys = ("cell_label", "seed", "phase", "val_accuracy", "test_accuracy", "failure_kind", "failure_message",
+                "worker")
         for e in queue.entries(self.study, keys=keys, states=(TrialState.COMPLETE, TrialState.FAIL),
                                finished_after=cutoff):
             if e.number in self.finished:
@@ -555,15 +565,21 @@ class View:
             self.finished.add(e.number)
             a = e.user_attrs
             label = f"{a.get('cell_label')} · seed {a.get('seed')}"
+            start = ""
+            worker = str(a.get("worker") or "")
+            if e.number not in self.started and worker not in ("", "?"):  # a trial shorter than a look
+                self.started.add(e.number)
+                start = start_line(str(a.get("cell_label")), a.get("seed"), str(a.get("phase", "")), e.number, worker)
             wall = (e.finished - e.started).total_seconds() if e.finished and e.started else None
             if e.state == TrialState.COMPLETE:
                 scores = "".join(f"{name} {a[k]:.3f} · " for k, name in (("val_accuracy", "val acc"),
                                                                           ("test_accuracy", "test acc"))
                                  if isinstance(a.get(k), int | float))
-                out.append(Finished(label, True, scores, wall))
+                out.append(Finished(label, True, scores, wall, start=start))
             else:
                 message = " ".join(str(a.get("failure_message") or "").split())
-                out.append(Finished(label, False, kind=str(a.get("failure_kind") or ""), message=message))
+                out.append(Finished(label, False, kind=str(a.get("failure_kind") or ""), message=message,
+                                    start=start))
         return out
 
     def _started(self, snap: Snapshot) -> list[Running]:
