@@ -254,7 +254,8 @@ def test_scancel_term_mid_trial_requeues_the_item(cluster, tmp_path, postgres_db
     """(b) `scancel --batch --signal=TERM` of the task running a trial: the worker re-queues the item
     and exits 143, the other task runs it; the study completes with every item once."""
     name, storage, tracking = names("b"), postgres_db, mlflow_server
-    queue(tmp_path, name, storage, tracking, items=2, **SLOW)
+    # 40 slow steps (~8 s): under a loaded CI the ~4-s trials of SLOW had ended before the signal came.
+    queue(tmp_path, name, storage, tracking, items=2, **RESUMABLE)
     start = time.monotonic()
     job = cluster.submit(tmp_path, name, storage, tracking, "--array=0-1", ABLATE_FAULT="slow@2")
     victim = wait_training(name, storage)
