@@ -281,12 +281,11 @@ def status(
     """Print a study's progress per cell and what is running, then exit."""
     import json
 
-    from ablate import results
-    from ablate.runner import progress
+    from ablate.runner import locate, progress
     from ablate.runner import study as st
 
     try:  # one read-only opening of the study, its items' statuses read from the queue alone
-        found = results.status(study, storage, tracking_uri)
+        found = locate.status(study, storage, tracking_uri)
         snap = progress.snapshot(found.study)
     except st.StorageError as exc:
         raise _store_error(exc) from None

@@ -64,8 +64,6 @@ columns and their dtypes (docs/results.md has the same with examples):
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -81,27 +79,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
-import optuna
 import polars as pl
 import yaml
 
 from ablate import design
 from ablate.runner import sequential, tracking
 from ablate.runner.items import trials_by_item
-from ablate.runner.standing import StudyStatus, existing_store_url, representative, study_status
-from ablate.runner.study import (
-    WHERE_STORES_ARE,
-    StorageError,
-    extends_runs,
-    factor_distributions,
-    missing_study,
-    open_study,
-    run_budget,
-)
-from ablate.runner.study import storage as open_storage
+
+# Re-exported: finding a study's stores and its status need no frames (ablate.runner.locate).
+from ablate.runner.locate import locate as locate
+from ablate.runner.locate import located_study as located_study
+from ablate.runner.locate import status as status
+from ablate.runner.locate import stored_specs as stored_specs
+from ablate.runner.standing import representative
+from ablate.runner.study import factor_distributions, open_study, run_budget
 from ablate.spec import Spec, SpecError, get_path, parse_yaml
 from ablate.spec.errors import clip
-from ablate.stores import Stores, home_is_default, homes_above, redact, resolve, sqlite_path
+from ablate.stores import Stores, redact, sqlite_path
 
 # The value the curve artifacts store where a coordinate does not apply (ablate.probes.SUMMARY:
 # probes imports torch, which reading results does not need).
@@ -284,7 +278,7 @@ class Results:
         rows = []
         for (cid, label), group in self.trials.group_by(["cell_id", "cell_label"], maintain_order=True):
             tune = group.filter(pl.col("phase") == "tune")
-            status = tune["status"].to_list()
+            states = tune["status"].to_list()
             finished = []
             for r in tune.iter_rows(named=True):
                 value = r.get(objective.metric)
@@ -295,9 +289,9 @@ class Results:
             sources = sorted({s for s in reps["tuned_from"].to_list() if s}) if "tuned_from" in reps.columns else []
             rows.append({
                 "cell_id": cid, "cell_label": label, "planned": tune.height,
-                "complete": status.count("complete"), "pruned": status.count("pruned"),
-                "failed": sum(s in ("failed", "diverged", "killed") for s in status),
-                "unfinished": sum(s in ("pending", "running") for s in status),
+                "complete": states.count("complete"), "pruned": states.count("pruned"),
+                "failed": sum(s in ("failed", "diverged", "killed") for s in states),
+                "unfinished": sum(s in ("pending", "running") for s in states),
                 "best_index": best[0] if best else None,
                 "best_value": next(v for i, _, v in finished if i == best[0]) if best else None,
                 "best_params": json.dumps(best[1], sort_keys=True) if best else None,
@@ -349,78 +343,6 @@ def _lineage(t: pl.DataFrame) -> dict[str, Any]:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def locate(study: str, storage_url: str | None = None, tracking_uri: str | None = None,
-           home: str | Path | None = None) -> Stores:
-    """The stores that hold ``study``: the given ones, else the environment's, else the home folder
-    (``home``, ``$ABLATE_HOME``, ``./.ablate``), else — when nothing was given — the ``.ablate``
-    folders above the working directory. Creates nothing; raises StorageError naming what was
-    searched and the closest study names."""
-    given = resolve(storage_url, tracking_uri, home, create=False)
-    url = existing_store_url(given.storage)
-    if url is not None:
-        names = optuna.get_all_study_names(open_storage(url, read_only=True))
-        if study in names:
-            return given
-        message = missing_study(study, names, url)
-    else:
-        message = f"no study named {study!r}: there is no store at {redact(given.storage)}"
-    searched, close = [], []
-    if storage_url is None and tracking_uri is None and not os.environ.get("ABLATE_STORAGE") \
-            and not os.environ.get("ABLATE_TRACKING_URI") and home_is_default(home):
-        for folder in homes_above():
-            above = resolve(None, None, folder, create=False)
-            names = optuna.get_all_study_names(open_storage(above.storage, read_only=True))
-            if study in names:
-                return above
-            searched.append(str(folder))
-            close += [f"{c!r} in {folder}" for c in difflib.get_close_matches(study, names, n=2, cutoff=0.6)]
-        message += f"; no .ablate folder above {Path.cwd()} holds it either"
-        if searched:
-            message += f" (searched {', '.join(searched)}" + (f"; did you mean {' or '.join(close)}?)" if close
-                                                             else ")")
-    raise StorageError(f"{message}; {WHERE_STORES_ARE}")
-
-
-def located_study(study: str, storage_url: str | None = None, tracking_uri: str | None = None,
-                  home: str | Path | None = None) -> tuple[Stores, optuna.Study]:
-    """The stores that hold ``study`` (as ``locate`` finds them) and the study opened read-only
-    from them: one opening when the given stores hold it, ``locate``'s search only when they do
-    not. Creates nothing; raises StorageError as ``locate`` does."""
-    given = resolve(storage_url, tracking_uri, home, create=False)
-    if existing_store_url(given.storage) is not None:
-        try:
-            return given, open_study(study, given, read_only=True)
-        except StorageError:  # not there: locate searches further and says where it looked
-            pass
-    stores = locate(study, storage_url, tracking_uri, home)
-    return stores, open_study(study, stores, read_only=True)
-
-
-def status(study: str, storage: str | None = None, tracking_uri: str | None = None,
-           home: str | Path | None = None) -> StudyStatus:
-    """What ``ablate status`` prints of ``study``, found as ``locate`` says: its items (a
-    sequential study's: the seeds its looks planned) counted by status per cell and in total, as
-    the ``status`` column of ``load``'s trials counts them, read from the queue alone (no MLflow,
-    no frames); ``sequential`` holds a sequential study's lines (its looks and decisions). Reads
-    only; raises StorageError, and SpecError for a stored spec this code does not accept."""
-    _, opt = located_study(study, storage, tracking_uri, home)
-    spec_data = opt.user_attrs["spec"]
-    spec = design.validate(spec_data, f"study {study}")
-    found = study_status(study, opt, sequential.items(spec, opt), extends=extends_runs(spec_data))
-    if spec.sequential is None:
-        return found
-    return dataclasses.replace(found, sequential=sequential.lines(spec, sequential.load_state(opt),
-                                                                  found.seconds_per_item()))
-
-
-def stored_specs(studies: Sequence[str], storage: str | None = None, tracking_uri: str | None = None) -> dict[str, Spec]:
-    """Each study's spec as its study stored it, validated by this code (what a comparison checks
-    its cells against), from the given stores (``ablate.stores.resolve``'s). Raises StorageError
-    for a study they do not hold, SpecError for a spec this code does not accept."""
-    stores = resolve(storage, tracking_uri)
-    return {s: design.validate(open_study(s, stores).user_attrs["spec"], f"study {s}") for s in studies}
 
 
 @overload

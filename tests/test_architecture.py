@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.housekeeping",),
     ("ablate.runner.standing",),
     ("ablate.runner.sequential",),
+    ("ablate.runner.locate",),
     ("ablate.runner.phases",),
     ("ablate.runner.progress",),
     ("ablate.runner.heartbeat", "ablate.runner.signals"),

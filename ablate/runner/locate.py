@@ -1,0 +1,97 @@
+"""Finding the stores that hold a study, and its status read from the queue alone: what ``ablate
+status`` prints and ``ablate report``/``compare`` look up before reading frames. Kept apart from
+``ablate.results`` so that a command which only counts items does not import polars (about a
+fifth of a second of CPU at every call); ``results`` re-exports each function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import optuna
+
+from ablate import design
+from ablate.runner import sequential
+from ablate.runner.standing import StudyStatus, existing_store_url, study_status
+from ablate.runner.study import WHERE_STORES_ARE, StorageError, extends_runs, missing_study, open_study
+from ablate.runner.study import storage as open_storage
+from ablate.spec import Spec
+from ablate.stores import Stores, home_is_default, homes_above, redact, resolve
+
+__all__ = ["locate", "located_study", "status", "stored_specs"]
+
+
+def locate(study: str, storage_url: str | None = None, tracking_uri: str | None = None,
+           home: str | Path | None = None) -> Stores:
+    """The stores that hold ``study``: the given ones, else the environment's, else the home folder
+    (``home``, ``$ABLATE_HOME``, ``./.ablate``), else — when nothing was given — the ``.ablate``
+    folders above the working directory. Creates nothing; raises StorageError naming what was
+    searched and the closest study names."""
+    given = resolve(storage_url, tracking_uri, home, create=False)
+    url = existing_store_url(given.storage)
+    if url is not None:
+        names = optuna.get_all_study_names(open_storage(url, read_only=True))
+        if study in names:
+            return given
+        message = missing_study(study, names, url)
+    else:
+        message = f"no study named {study!r}: there is no store at {redact(given.storage)}"
+    searched, close = [], []
+    if storage_url is None and tracking_uri is None and not os.environ.get("ABLATE_STORAGE") \
+            and not os.environ.get("ABLATE_TRACKING_URI") and home_is_default(home):
+        for folder in homes_above():
+            above = resolve(None, None, folder, create=False)
+            names = optuna.get_all_study_names(open_storage(above.storage, read_only=True))
+            if study in names:
+                return above
+            searched.append(str(folder))
+            close += [f"{c!r} in {folder}" for c in difflib.get_close_matches(study, names, n=2, cutoff=0.6)]
+        message += f"; no .ablate folder above {Path.cwd()} holds it either"
+        if searched:
+            message += f" (searched {', '.join(searched)}" + (f"; did you mean {' or '.join(close)}?)" if close
+                                                             else ")")
+    raise StorageError(f"{message}; {WHERE_STORES_ARE}")
+
+
+def located_study(study: str, storage_url: str | None = None, tracking_uri: str | None = None,
+                  home: str | Path | None = None) -> tuple[Stores, optuna.Study]:
+    """The stores that hold ``study`` (as ``locate`` finds them) and the study opened read-only
+    from them: one opening when the given stores hold it, ``locate``'s search only when they do
+    not. Creates nothing; raises StorageError as ``locate`` does."""
+    given = resolve(storage_url, tracking_uri, home, create=False)
+    if existing_store_url(given.storage) is not None:
+        try:
+            return given, open_study(study, given, read_only=True)
+        except StorageError:  # not there: locate searches further and says where it looked
+            pass
+    stores = locate(study, storage_url, tracking_uri, home)
+    return stores, open_study(study, stores, read_only=True)
+
+
+def status(study: str, storage: str | None = None, tracking_uri: str | None = None,
+           home: str | Path | None = None) -> StudyStatus:
+    """What ``ablate status`` prints of ``study``, found as ``locate`` says: its items (a
+    sequential study's: the seeds its looks planned) counted by status per cell and in total, as
+    the ``status`` column of ``load``'s trials counts them, read from the queue alone (no MLflow,
+    no frames); ``sequential`` holds a sequential study's lines (its looks and decisions). Reads
+    only; raises StorageError, and SpecError for a stored spec this code does not accept."""
+    _, opt = located_study(study, storage, tracking_uri, home)
+    spec_data = opt.user_attrs["spec"]
+    spec = design.validate(spec_data, f"study {study}")
+    found = study_status(study, opt, sequential.items(spec, opt), extends=extends_runs(spec_data))
+    if spec.sequential is None:
+        return found
+    return dataclasses.replace(found, sequential=sequential.lines(spec, sequential.load_state(opt),
+                                                                  found.seconds_per_item()))
+
+
+def stored_specs(studies: Sequence[str], storage: str | None = None, tracking_uri: str | None = None) -> dict[str, Spec]:
+    """Each study's spec as its study stored it, validated by this code (what a comparison checks
+    its cells against), from the given stores (``ablate.stores.resolve``'s). Raises StorageError
+    for a study they do not hold, SpecError for a spec this code does not accept."""
+    stores = resolve(storage, tracking_uri)
+    return {s: design.validate(open_study(s, stores).user_attrs["spec"], f"study {s}") for s in studies}
