@@ -87,8 +87,18 @@ def client(tracking_uri: str, read_only: bool = False):
         if path is not None and not path.is_file():
             raise FileNotFoundError(f"the tracking store {path} is missing")
         return MlflowClient(tracking_uri=tracking_uri)
-    with sqlite_lock(tracking_uri):  # a process's first client creates a fresh SQLite store's tables
+    if tracking_uri in _BUILT:
         return MlflowClient(tracking_uri=tracking_uri)
+    with sqlite_lock(tracking_uri):  # a process's first client creates a fresh SQLite store's tables
+        mlc = MlflowClient(tracking_uri=tracking_uri)
+    _BUILT.add(tracking_uri)
+    return mlc
+
+
+# The tracking URIs whose store this process has built (MLflow keeps it): its later clients do not
+# wait on the lock, which another worker holds for as long as it builds its own store (about half
+# a second at start-up, paid by this worker's first trial: benchmarks/bench_idle.py).
+_BUILT: set[str] = set()
 
 
 # MLflow 3's UI opens an experiment in its GenAI view unless the experiment says it holds model

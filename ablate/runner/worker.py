@@ -509,11 +509,12 @@ def _abandon(stores: Stores, current: _Current, crash: BaseException | None = No
 
 class _Preload:
     """Import torch, the models and MLflow in a daemon thread, load the scan kernels (on a CPU
-    worker: ``scan.warm_up``) and open the tracking store (``tracking``: its first client builds
-    MLflow's store, checking a SQLite store's schema), then
-    call ``then`` (the settling of runs a kill left RUNNING: MLflow queries that training need not
-    wait for). ``loaded`` is set once the imports and the store are done, or failed: an import
-    error is left for the item that needs the module to raise (and record) when it imports it."""
+    worker: ``scan.warm_up``), open the tracking store (``tracking``: its first client builds
+    MLflow's store, checking a SQLite store's schema) and call ``then`` (the settling of runs a kill
+    left RUNNING). ``loaded`` is set once all that is done, or failed: an import error is left for
+    the item that needs the module to raise (and record) when it imports it. The first claim waits
+    for ``loaded``: settling runs while a first item trains made that item wait on MLflow's store
+    and on the interpreter (tenths of a second, a fifth of a small trial: benchmarks/bench_idle.py)."""
 
     def __init__(self, tracking_uri: str | None = None, then: Callable[[], Any] | None = None,
                  device: str = "cpu") -> None:
@@ -539,15 +540,12 @@ class _Preload:
             provenance.record(device)  # git and package versions, cached: 0.1 s the first trial would pay
             if tracking_uri:
                 tracking.client(tracking_uri)
-        except Exception:
-            return
-        finally:
-            self.loaded.set()
-        try:
             if then is not None:
                 then()
-        except Exception:  # best effort: the next worker to start (or a recovery) does it again
-            pass
+        except Exception:  # best effort: an import error is raised (and recorded) by the item that needs
+            return  # the module; runs left unsettled are settled by the next worker to start
+        finally:
+            self.loaded.set()
 
     def join(self, timeout: float | None = None) -> None:
         """Until the thread ends (the imports and ``then``), at most ``timeout`` seconds."""
@@ -567,7 +565,7 @@ def select_device(device: str) -> None:
 
 
 def _await_preload(preload: _Preload, device: str) -> None:
-    """Wait for the preload's imports (not its settling of runs), then select the device; a
+    """Wait for the preload (its imports, store and settling of runs), then select the device; a
     signal meanwhile interrupts the worker as at any other moment (``work``)."""
     while not preload.loaded.wait(0.5):  # in slices: a signal's handler runs between them
         pass
@@ -622,7 +620,7 @@ def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_ru
     study = current.study = open_study(study_name, stores)
     # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here
     # while the worker reads the queue; the same thread then ends what a kill left between a run's
-    # results and its record (training does not wait for that).
+    # results and its record, before this worker claims an item.
     preload = _Preload(stores.tracking, lambda: settle_runs(study, stores.tracking), device)
     try:
         return _serve(study, stores, device, emit, wait_for_running, checkpoint_every, max_items, signals, current,
