@@ -88,7 +88,22 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def _interpreter_runs_on_this_numpy() -> bool:
+    """Triton's interpreter turns 1-element arrays into loop bounds with ``int()``, which numpy
+    2.5 refuses ("only 0-dimensional arrays can be converted"): seen with triton 3.6.0 and numpy
+    2.5.2 on an H200 (2026-12-04), where the compiled kernels passed test_scan.py."""
+    import numpy as np
+
+    try:
+        int(np.array([3]))
+    except TypeError:
+        return False
+    return True
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(not _interpreter_runs_on_this_numpy(),
+                    reason="Triton's interpreter calls int() on 1-element arrays, which this numpy refuses")
 def test_triton_kernels_in_interpreter() -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
