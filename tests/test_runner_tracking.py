@@ -158,3 +158,28 @@ def test_a_light_run_cut_short_is_made_again(stores):
     assert mlc.get_run(cut.info.run_id).info.lifecycle_stage == "deleted"
     runs = mlc.search_runs([mlc.get_experiment_by_name("dst").experiment_id])
     assert sorted(r.info.status for r in runs) == ["FINISHED", "RUNNING"]  # the light run, and the open parent
+
+
+def test_a_process_takes_the_store_lock_only_for_its_first_client(stores, tmp_path):
+    """A process's first client builds the store under the lock beside a SQLite file; its later
+    clients (every trial's run, every settling) do not wait on that lock, which another worker
+    holds for as long as it builds its own store: here held by another process for good."""
+    import subprocess
+    import sys
+    import threading
+
+    tracking.client(stores.tracking)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
+                               "print('held', flush=True); time.sleep(600)", f"{tmp_path / 'mlflow.db'}.lock"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        got = []
+        later = threading.Thread(target=lambda: got.append(tracking.client(stores.tracking)), daemon=True)
+        later.start()
+        later.join(60)
+        assert got and got[0].search_experiments() is not None  # returned, and the client works
+    finally:
+        holder.kill()
+        holder.wait()

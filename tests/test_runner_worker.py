@@ -387,12 +387,11 @@ def test_a_full_disk_stops_the_worker_saying_where(tmp_path):
         subprocess.run(["umount", "--lazy", str(home)])
 
 
-def test_an_item_is_claimed_once_the_imports_are_loaded_and_trains_without_waiting_for_the_settling(
-        tmp_path, monkeypatch):
+def test_an_item_is_claimed_once_the_imports_are_loaded_and_old_runs_settled(tmp_path, monkeypatch):
     """With items waiting, the worker claims only once torch, the models and MLflow are imported
-    (held back here until the test lets them go), so that no item is held by a worker still
-    starting and its first trial lasts as its later ones; the preload's settling of old runs
-    (held back here for good) does not hold training up."""
+    and the runs a kill left RUNNING are settled (each held back here until the test lets it go):
+    no item is held by a worker still starting, and its first trial lasts as its later ones
+    (settling while it trained made it wait on MLflow's store and the interpreter)."""
     import threading
     import types
 
@@ -404,27 +403,31 @@ def test_an_item_is_claimed_once_the_imports_are_loaded_and_trains_without_waiti
     s = design.validate(SPEC)
     where = Stores(f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}", None)
     st.prepare(s, design.items(s), where)
-    imported, settled, seen, preloads = threading.Event(), threading.Event(), [], []
+    imported, settled, seen, preloads, done = threading.Event(), threading.Event(), [], [], []
 
     class HeldPreload(worker._Preload):
-        def _load(self, tracking_uri=None, then=None, device="cpu") -> None:
+        @staticmethod
+        def _prepare(tracking_uri=None, device="cpu") -> None:
             imported.wait()
-            self.loaded.set()
-            settled.wait()  # the settling never ends while the worker trains
 
     def held(tracking_uri=None, then=None, device="cpu"):
         preloads.append(HeldPreload(tracking_uri, then, device))
-        threading.Timer(0.5, imported.set).start()  # the imports end half a second after the start
+        threading.Timer(0.3, imported.set).start()  # the imports end a moment after the start
         return preloads[-1]
+
+    def settle_runs(study, tracking_uri, dead=None):
+        if dead is None:  # the preload's settling: over half a second after the imports
+            settled.wait()
+            done.append("settled")
 
     real_claim = worker.phases.claim
 
     def claim(study):
-        seen.append(("claim", preloads[0].loaded.is_set()))
+        seen.append(("claim", preloads[0].loaded.is_set(), done == ["settled"]))
         return real_claim(study)
 
     def run_trial(config, seed, probes, reporter=None, device="cpu", **options):
-        seen.append(("train", preloads[0].loaded.is_set(), preloads[0].thread.is_alive()))
+        seen.append(("train", preloads[0].loaded.is_set()))
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
                                      reason="", convergence={})
 
@@ -433,14 +436,11 @@ def test_an_item_is_claimed_once_the_imports_are_loaded_and_trains_without_waiti
     monkeypatch.setitem(sys.modules, "ablate.training", fake)
     monkeypatch.setattr(worker.tracking, "TrialRun", FakeRun)
     monkeypatch.setattr(worker, "_Preload", held)
-    monkeypatch.setattr(worker, "PRELOAD_WAIT_S", 0.1)
+    monkeypatch.setattr(worker, "settle_runs", settle_runs)
     monkeypatch.setattr(worker.phases, "claim", claim)
-    try:
-        assert worker.work(s.name, where, max_items=1) == {"complete": 1}
-    finally:
-        settled.set()
-    # Claimed once loaded; trained while the settling still ran.
-    assert seen == [("claim", True), ("train", True, True)]
+    threading.Timer(0.8, settled.set).start()
+    assert worker.work(s.name, where, max_items=1) == {"complete": 1}
+    assert seen == [("claim", True, True), ("train", True)]
 
 
 WSD = {**SPEC["train"], "schedule": "wsd", "steps": 12, "warmup_steps": 2, "decay_steps": 3}

@@ -525,27 +525,31 @@ class _Preload:
 
     def _load(self, tracking_uri: str | None, then: Callable[[], Any] | None, device: str) -> None:
         try:
-            import mlflow.tracking  # noqa: F401
-            import torch
-
-            import ablate.ops.scan_numba  # noqa: F401  (numba and its cached kernels: seconds, in the first forward)
-            import ablate.training  # noqa: F401
-
-            # The first optimiser built in a process imports torch._dynamo (seconds): here, not in the first trial.
-            torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
-            if device == "cpu":  # the scan kernels' first call loads them (~0.5 s): here too
-                from ablate.ops import scan
-
-                scan.warm_up()
-            provenance.record(device)  # git and package versions, cached: 0.1 s the first trial would pay
-            if tracking_uri:
-                tracking.client(tracking_uri)
+            self._prepare(tracking_uri, device)
             if then is not None:
                 then()
         except Exception:  # best effort: an import error is raised (and recorded) by the item that needs
             return  # the module; runs left unsettled are settled by the next worker to start
         finally:
             self.loaded.set()
+
+    @staticmethod
+    def _prepare(tracking_uri: str | None, device: str) -> None:
+        import mlflow.tracking  # noqa: F401
+        import torch
+
+        import ablate.ops.scan_numba  # noqa: F401  (numba and its cached kernels: seconds, in the first forward)
+        import ablate.training  # noqa: F401
+
+        # The first optimiser built in a process imports torch._dynamo (seconds): here, not in the first trial.
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+        if device == "cpu":  # the scan kernels' first call loads them (~0.5 s): here too
+            from ablate.ops import scan
+
+            scan.warm_up()
+        provenance.record(device)  # git and package versions, cached: 0.1 s the first trial would pay
+        if tracking_uri:
+            tracking.client(tracking_uri)
 
     def join(self, timeout: float | None = None) -> None:
         """Until the thread ends (the imports and ``then``), at most ``timeout`` seconds."""
