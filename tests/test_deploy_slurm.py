@@ -77,10 +77,19 @@ class Cluster:
         while self.active(job):
             if time.monotonic() - start > timeout:
                 left = self.active(job)
-                pytest.fail(f"job {job} still has {left} after {timeout:.0f} s\n{queue_state(storage)}\n"
-                            f"{logs(root)[-4000:]}")
+                pytest.fail(f"job {job} still has {left} after {timeout:.0f} s\n{self.why()}\n"
+                            f"{queue_state(storage)}\n{logs(root)[-4000:]}")
             time.sleep(POLL_S)
         return time.monotonic() - start
+
+    def why(self) -> str:
+        """What SLURM says of its queue and node, and the end of its controller's log: for a
+        failure's message (a task left PENDING says why only here)."""
+        queue = self.cmd("squeue", "-h", "-o", "%i %T %r", check=False)
+        node = self.cmd("sinfo", "-h", "-N", "-o", "%N %T %E", check=False)
+        log = Path(self.conf).parent / "log" / "slurmctld.log"
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.is_file() else "(no log)"
+        return f"squeue (id, state, reason):\n{queue}sinfo (node, state, reason):\n{node}slurmctld.log:\n{tail}"
 
     def records(self, job: str) -> list[dict[str, str]]:
         """The job's records (JobState, ExitCode, …; one per array task), as scontrol keeps them for MinJobAge."""
