@@ -25,6 +25,7 @@ trial recorded, KILLED otherwise; results read only the recorded run of each ite
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -528,15 +529,16 @@ class _Preload:
         try:
             self._prepare(tracking_uri, device)
             if then is not None:
-                then()
+                with contextlib.suppress(Exception):  # best effort: the next worker to start settles them
+                    then()
             # The imports left millions of objects that the collector's first full pass, set off by
             # any allocation, walks in a few tenths of a second: in the first claim or MLflow run,
             # were it not done here. Frozen, they are never walked again (they live as long as the
             # worker), so later passes in training and bookkeeping are short too.
             gc.collect()
             gc.freeze()
-        except Exception:  # best effort: an import error is raised (and recorded) by the item that needs
-            return  # the module; runs left unsettled are settled by the next worker to start
+        except Exception:  # an import error is raised (and recorded) by the item that needs the module
+            return
         finally:
             self.loaded.set()
 
