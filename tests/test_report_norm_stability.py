@@ -14,6 +14,7 @@ from frames import curve_frame, steady_and_wild
 from pdfs import has, pages, svg_groups
 
 from ablate.report import format as fmt
+from ablate.report import norm_figures as nf
 from ablate.report import norm_stability as ns
 from ablate.report import plotting
 from ablate.report.plotting import Channels
@@ -110,10 +111,10 @@ def test_tables_write_missing_values_as_the_one_dash():
 def test_figures_fit_the_page():
     df, _ = steady_and_wild()
     order = sn.variants(df)
-    fig = ns.norm_vs_step(sn.layer_norms(df), order)
+    fig = nf.norm_vs_step(sn.layer_norms(df), order)
     assert fig.get_figwidth() <= plotting.WIDTH
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["layer 0", "layer 1", "layer 2"]
-    empty = ns.norm_vs_time(df, order)  # no dense curves in this frame
+    empty = nf.norm_vs_time(df, order)  # no dense curves in this frame
     assert [t.get_text() for ax in empty.axes for t in ax.texts] == ["no probe data yet"]
 
 
@@ -175,7 +176,7 @@ def test_an_interaction_figure_draws_each_level_in_its_channel():
     trials = pd.DataFrame([{"cell_id": f"c{i}", **factors[k]} for i, k in enumerate(values)])
     ps = sn.per_seed(sn.layer_norms(df), trials)
     channels = Channels.from_trials(ps, ["m.p", "m.h"])
-    fig = ns.interaction_figure(ps, "m.p", "m.h", channels)
+    fig = nf.interaction_figure(ps, "m.p", "m.h", channels)
     groups = svg_groups(plotting.svg(fig), "level:")
     for lv in ("rot", "diag"):
         assert channels.color[lv].lower() in groups[f"level:m.p={lv}"]
@@ -188,7 +189,7 @@ def test_norm_figures_use_the_reports_one_mapping():
     order = sn.variants(df)
     channels = Channels.from_factors(["variant"], {"variant": ["steady", "wild"]},
                                      {"c0": {"variant": "steady"}, "c1": {"variant": "wild"}})
-    fig = ns.norm_vs_step(sn.layer_norms(df), order, channels=channels)
+    fig = nf.norm_vs_step(sn.layer_norms(df), order, channels=channels)
     groups = svg_groups(plotting.svg(fig), "cell:")
     assert {g: c & {channels.color["steady"].lower(), channels.color["wild"].lower()} for g, c in groups.items()} == {
         "cell:c0": {channels.color["steady"].lower()}, "cell:c1": {channels.color["wild"].lower()}}

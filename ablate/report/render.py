@@ -13,7 +13,7 @@ Every report has the same layout, one way from data to page:
 
     analysis        ablate.stats (accuracy), ablate.stats.norms (norm stability):
                     pure functions, frames in, numeric frames out; no formatting, no figures
-    presentation    ablate.report.accuracy, ablate.report.norm_stability: that report's
+    presentation    ablate.report.accuracy, ablate.report.norm_stability (+ norm_figures): that report's
                     tables (display frames), sentences and figures, from the analysis' frames
     notebook        ablate/report/notebooks/<report>.py: loads results, calls the two, shows
                     the output; thin
@@ -239,7 +239,7 @@ def kernel(workdir: Path) -> Iterator[Kernel]:
 WARM_UP = ("import pandas, polars, numpy, scipy.stats, statsmodels.stats.multitest, matplotlib.figure, IPython.display\n"
            "import ablate.results, ablate.stats.comparisons, ablate.stats.few_run, ablate.stats.factorial, "
            "ablate.stats.convergence, ablate.stats.norms\n"
-           "import ablate.report.accuracy, ablate.report.norm_stability, ablate.report.display")
+           "import ablate.report.accuracy, ablate.report.norm_stability, ablate.report.norm_figures, ablate.report.display")
 _RESET = "get_ipython().run_line_magic('reset', '-f')  # a shared kernel: no names left by the previous report"
 
 

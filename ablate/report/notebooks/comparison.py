@@ -23,6 +23,7 @@ from ablate import results, stats
 from ablate.report import accuracy as acc
 from ablate.report import comparison as cmp
 from ablate.report import format as fmt
+from ablate.report import norm_figures as nf
 from ablate.report import norm_stability as ns
 from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
@@ -108,7 +109,7 @@ order = sn.variants(df, trials_pl) if len(df) else []
 fig_order, key = ns.short_order(order)
 if len(df):
     per_layer = sn.layer_norms(df, "probe")
-    show_figure(ns.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step")
+    show_figure(nf.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step")
     seeds = sn.per_seed(per_layer, trials_pl, factors)  # one row per run: the unit of every test
     stab = sn.stability(seeds, per_layer, fig_order, confidence)
     show(ns.stability_table(stab, confidence), intro=(

@@ -16,6 +16,7 @@ max_interactions = 6  # two-factor interaction figures shown at most
 import itertools
 
 from ablate import results
+from ablate.report import norm_figures as nf
 from ablate.report import norm_stability as ns
 from ablate.report import provenance
 from ablate.report import sequential as seqrep
@@ -82,7 +83,7 @@ else:
 
 # %%
 if len(df):
-    show_figure(ns.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step")
+    show_figure(nf.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step")
 
 # %% [markdown]
 # **Figure 2.** The same summary on the training batches, from the training forward pass itself
@@ -91,7 +92,7 @@ if len(df):
 # %%
 train_norms = sn.layer_norms(df, "train") if len(df) else []
 if len(train_norms):
-    show_figure(ns.norm_vs_step(train_norms, fig_order, key=key, channels=channels), name="norm-vs-step-train")
+    show_figure(nf.norm_vs_step(train_norms, fig_order, key=key, channels=channels), name="norm-vs-step-train")
 else:
     say("No training-batch norms recorded.")
 
@@ -106,7 +107,7 @@ else:
 
 # %%
 for part in chunks(fig_order, CHUNK) if order else []:
-    show_figure(ns.norm_vs_time(df, part, channels=channels), name="norm-vs-time")
+    show_figure(nf.norm_vs_time(df, part, channels=channels), name="norm-vs-time")
 
 # %% [markdown]
 # **Figure 4.** The white-noise norm divided by the theory, against t, every variant on one panel: 1 means
@@ -114,7 +115,7 @@ for part in chunks(fig_order, CHUNK) if order else []:
 
 # %%
 if order:
-    show_figure(ns.theory_ratio(df, fig_order, channels=channels), name="noise-over-theory")
+    show_figure(nf.theory_ratio(df, fig_order, channels=channels), name="noise-over-theory")
 
 # %% [markdown]
 # ## Stability per variant
@@ -182,7 +183,7 @@ else:
     if len(pairs) > max_interactions:
         say(f"{len(pairs)} factor pairs; the first {max_interactions} are shown (report parameter `max_interactions`).")
     for i, (f1, f2) in enumerate(pairs[:max_interactions]):
-        show_figure(ns.interaction_figure(seeds, f1, f2, channels, confidence), name="interaction",
+        show_figure(nf.interaction_figure(seeds, f1, f2, channels, confidence), name="interaction",
                     title=f"Figure 5{'abcdefgh'[i] if len(pairs) > 1 else ''}. {f1} × {f2}: geometric marginal "
                           "means per measure; parallel lines mean the two factors act independently.")
 
@@ -207,7 +208,7 @@ if len(df) and len(drift):
         "**Table 6. Spectrum drift from the first to the last probe step.** Per mode (all layers and seeds); "
         "the input scale is what multiplies B: ξ_h, the LRU's learned γ_j, or sqrt(1 − |λ|²)."))
 for i, part in enumerate(chunks(fig_order, CHUNK) if order else []):
-    show_figure(ns.spectrum_figure(df, part, channels=channels), name="spectrum", title=(
+    show_figure(nf.spectrum_figure(df, part, channels=channels), name="spectrum", title=(
         "Figure 6. Eigenvalue magnitudes |λ| (γ_h for rotation heads), phases (θ) and the stationary theory "
         "norm E‖x∞ʰ‖² per head over training." if i == 0 else "Figure 6 (continued)."))
 
@@ -218,7 +219,7 @@ for i, part in enumerate(chunks(fig_order, CHUNK) if order else []):
 
 # %%
 if len(df):
-    show_figure(ns.grad_figure(df, fig_order), name="gradients")
+    show_figure(nf.grad_figure(df, fig_order), name="gradients")
 
 # %% [markdown]
 # ## Definitions
