@@ -4,9 +4,14 @@ The loop knows nothing of Optuna or MLflow: it reports through a ``Reporter`` an
 ``TrialResult``. Divergence (non-finite loss, a state norm past the bound) is a result.
 
     make_optimiser(model, train)  AdamW over the model's parameter groups + the schedule (``schedule``)
-    train_step(...)               one step: forward, backward (accumulated), divergence check, clip,
-                                  optimiser and scheduler step; ``run_trial`` and ``ablate plan
-                                  --estimate`` (``ablate.planning.measure``) both train through it
+    train_step(...)               one step: forward, backward (accumulated), then ``update``;
+                                  ``run_trial`` and ``ablate plan --estimate``
+                                  (``ablate.planning.measure``) both train through it
+    update(...)                   divergence check, gradient probes, clip, optimiser and scheduler
+                                  step: also what the fused trainer runs per replicate
+    Trial                         one trial's state and what follows each step (logging, validation,
+                                  early stopping, probes, final evaluation): ``run_trial`` holds one,
+                                  ``ablate.training_fused`` one per replicate
     evaluate(model, x, y)         loss, accuracy and bits per character on a split
     Plateau                       the monitored validation metric: best value and step, early
                                   stopping (``train.patience``), the passes the convergence flag
@@ -211,10 +216,24 @@ def train_step(
     before_clip: Callable[[], None] | None = None,
 ) -> StepResult:
     """One training step on the batch (x, y): gradients over ``accumulate`` micro-batches (the
-    full-batch mean), then, unless the batch diverged, ``before_clip`` (the gradient probes read the
-    raw gradients there), clipping to ``train.grad_clip``, the optimiser and the scheduler step."""
+    full-batch mean), then ``update``."""
     optimiser.zero_grad(set_to_none=True)
     result = StepResult(*_forward_backward(model, x, y, accumulate))
+    return update(model, optimiser, scheduler, result, train, before_clip)
+
+
+def update(
+    model: Network,
+    optimiser: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    result: StepResult,
+    train: TrainSpec,
+    before_clip: Callable[[], None] | None = None,
+) -> StepResult:
+    """The rest of a step once the gradients are in: unless the batch diverged, ``before_clip``
+    (the gradient probes read the raw gradients there), clipping to ``train.grad_clip``, the
+    optimiser and the scheduler step. The fused trainer (``ablate.training_fused``) calls it per
+    replicate after one backward pass of all of them."""
     norms = result.layer_norms
     if not math.isfinite(result.loss):
         return replace(result, diverged="non-finite loss")
@@ -280,105 +299,142 @@ def run_trial(
     same cell and seed (``continuable`` says when one fits): a run without a resume checkpoint of
     its own starts there and trains only the remaining steps, reaching what training from step 0
     would (the same weights, optimiser state, data order and random numbers up to there)."""
-    probes = probes or ProbeSpec()
-    train = TrainSpec.model_validate(config["train"])
-    when = Schedule.of(train, probes)
-    start = time.perf_counter()
-
-    data = data or load_task(config["task"])
-    torch.manual_seed(seed)
-    model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
-    optimiser, scheduler = make_optimiser(model, train)
-
-    x_train, y_train = (t.to(device) for t in data.train)
-    x_val, y_val = (t.to(device) for t in data.val)
-    x_probe = x_val[: probes.batch]  # the same inputs for every cell and seed of a task
-    sampler = torch.Generator().manual_seed(seed)
-    prober = Prober(model, probes, x_probe, optimiser.param_groups)  # ablate.probes: what is measured
-    first = 1
-    key, maximize = monitored(data.info.metric)
-    plateau = Plateau(maximize, train.min_delta, keep=train.patience is not None)
+    trial = Trial(config, seed, probes, device, data, on_eval)
+    when, train = trial.when, trial.train
     saved = torch.load(checkpoint, weights_only=False) if checkpoint and checkpoint.exists() else None
     if saved is None and branch is not None:
         saved = _branched(torch.load(branch, weights_only=False), when)
-    if saved is not None:
-        model.load_state_dict(saved["model"])
-        optimiser.load_state_dict(saved["optimiser"])
-        scheduler.load_state_dict(saved["scheduler"])
-        sampler.set_state(saved["sampler"])
-        torch.set_rng_state(saved["rng"])
-        first = saved["step"] + 1
-        prober.pending_train = saved.get("pending_train", [])
-        if saved.get("plateau") is not None:
-            plateau.restore(saved["plateau"])
-    reporter = Recorder(reporter or NullReporter(), saved["history"] if saved else None)
+    first = trial.begin(reporter, saved)
+    for step in range(first, train.steps + 1):
+        faults.inject(step, accumulate)  # ABLATE_FAULT: recovery tests end to end
+        idx = trial.batch()
+        done = train_step(trial.model, trial.optimiser, trial.scheduler, trial.x_train[idx], trial.y_train[idx],
+                          train, accumulate, trial.grad_probe(step))
+        ended = trial.after_step(step, done)
+        if ended is not None:
+            return ended
+        if stable_checkpoint and step == stable_end(train) and not stable_checkpoint.exists():
+            trial.save(stable_checkpoint, step)
+        if checkpoint and checkpoint_every and step % checkpoint_every == 0 and step != train.steps:
+            faults.inject("checkpoint")
+            trial.save(checkpoint, step)
+    return trial.finish("complete", train.steps)
 
-    def finish(status: str, step: int, reason: str = "", stopped: bool = False) -> TrialResult:
-        reporter.log_curves(prober.train_rows())  # also for a diverged trial: its norms show why
+
+class Trial:
+    """One trial's state from its set-up to its result: model, optimiser and schedule, data order,
+    probes, the monitored metric and the reports. ``run_trial`` holds one; the fused trainer
+    (``ablate.training_fused``) one per replicate, so that what happens after a step (logging,
+    validation, early stopping, probes, the final evaluation) is the same code in both."""
+
+    def __init__(self, config: dict[str, Any], seed: int, probes: ProbeSpec | None, device: str,
+                 data: TaskData | None, on_eval: Callable[[int, dict[str, float]], None] | None) -> None:
+        self.probes = probes = probes or ProbeSpec()
+        self.train = train = TrainSpec.model_validate(config["train"])
+        self.when = Schedule.of(train, probes)
+        self.start = time.perf_counter()
+        self.data = data = data or load_task(config["task"])
+        self.device, self.on_eval = device, on_eval
+        torch.manual_seed(seed)
+        self.model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
+        self.optimiser, self.scheduler = make_optimiser(self.model, train)
+        self.x_train, self.y_train = (t.to(device) for t in data.train)
+        self.x_val, self.y_val = (t.to(device) for t in data.val)
+        x_probe = self.x_val[: probes.batch]  # the same inputs for every cell and seed of a task
+        self.sampler = torch.Generator().manual_seed(seed)
+        # ablate.probes: what is measured
+        self.prober = Prober(self.model, probes, x_probe, self.optimiser.param_groups)
+        self.key, self.maximize = monitored(data.info.metric)
+        self.plateau = Plateau(self.maximize, train.min_delta, keep=train.patience is not None)
+        self.reporter = Recorder(NullReporter())
+
+    def begin(self, reporter: Reporter | None, saved: dict[str, Any] | None = None) -> int:
+        """Resume from ``saved`` (a checkpoint) if given, else report step 0; the first step to train."""
+        first = 1
+        if saved is not None:
+            self.model.load_state_dict(saved["model"])
+            self.optimiser.load_state_dict(saved["optimiser"])
+            self.scheduler.load_state_dict(saved["scheduler"])
+            self.sampler.set_state(saved["sampler"])
+            torch.set_rng_state(saved["rng"])
+            first = saved["step"] + 1
+            self.prober.pending_train = saved.get("pending_train", [])
+            if saved.get("plateau") is not None:
+                self.plateau.restore(saved["plateau"])
+        self.reporter = Recorder(reporter or NullReporter(), saved["history"] if saved else None)
+        if saved is None:
+            self.reporter.log_metrics(0, self.prober.fingerprints())
+            self.reporter.log_curves(self.prober.probe(0))
+        return first
+
+    def batch(self) -> torch.Tensor:
+        """The indices of the next training batch, from this trial's own data order."""
+        return torch.randint(len(self.x_train), (self.train.batch_size,), generator=self.sampler)
+
+    def grad_probe(self, step: int) -> Callable[[], None] | None:
+        """Gradient norms at probe steps only, before clipping: ``update`` calls this between the two."""
+        if not self.when.measures_grads(step):
+            return None
+        return lambda: self.reporter.log_curves(self.prober.grad_rows(step))
+
+    def after_step(self, step: int, done: StepResult) -> TrialResult | None:
+        """Logging, validation, early stopping and probes after ``step``; the result if the trial ended."""
+        when, train, reporter, plateau = self.when, self.train, self.reporter, self.plateau
+        if done.diverged:
+            return self.finish("diverged", step, f"{done.diverged} at step {step}")
+        if when.logs(step):
+            values = {"train/loss": done.loss, "train/accuracy": done.correct / max(done.counted, 1)}
+            values["train/lr"] = self.scheduler.get_last_lr()[0]
+            values.update({f"train_state_norm/layer{i}": v for i, v in enumerate(done.layer_norms)})
+            reporter.log_metrics(step, values)
+            self.prober.keep_train(done.summary, step)
+        if when.checks(step):  # for the convergence flag only: early stopping and pruning do not see it
+            val = evaluate(self.model, self.x_val, self.y_val)
+            reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
+            plateau.checks.append((step, val[self.key]))
+        if when.validates(step):
+            val = evaluate(self.model, self.x_val, self.y_val)
+            reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
+            plateau.update(step, val[self.key], self.model)
+            if self.on_eval is not None:
+                self.on_eval(step, val)
+            if train.patience is not None and plateau.bad >= train.patience:
+                return self.finish("complete", step, stopped=True)
+        if when.probes(step) and step != train.steps:
+            reporter.log_curves(self.prober.probe(step))
+            reporter.log_curves(self.prober.train_rows())
+        return None
+
+    def finish(self, status: str, step: int, reason: str = "", stopped: bool = False) -> TrialResult:
+        reporter, plateau, model, data = self.reporter, self.plateau, self.model, self.data
+        reporter.log_curves(self.prober.train_rows())  # also for a diverged trial: its norms show why
         metrics: dict[str, float] = {"chance": data.info.chance}
         done: dict[str, Any] = {"converged": None, "val_gain_last": None, "val_gain_se": None}
         if status == "complete":
             val = None
             if not stopped:  # the last step's validation pass (an early stop's was made in the loop)
-                val = evaluate(model, x_val, y_val)
-                plateau.update(step, val[key], model)
+                val = evaluate(model, self.x_val, self.y_val)
+                plateau.update(step, val[self.key], model)
             # The window ends at the last step, or a WSD schedule's stable end (``ablate.schedule``).
-            end = when.window[1] if step == train.steps else step
-            done = last_fifth(plateau.passes(), end, maximize, train.converged_tol, stopped)
+            end = self.when.window[1] if step == self.train.steps else step
+            done = last_fifth(plateau.passes(), end, self.maximize, self.train.converged_tol, stopped)
             if plateau.best_state is not None and plateau.best_step != step:
                 model.load_state_dict(plateau.best_state)  # patience: the final metrics are the best step's
                 val = None
-            splits = (("val", (x_val, y_val)), ("test", data.test))
+            splits = (("val", (self.x_val, self.y_val)), ("test", data.test))
             for split, (x, y) in splits:
-                measured = val if split == "val" and val is not None else evaluate(model, x.to(device), y.to(device))
+                measured = (val if split == "val" and val is not None
+                            else evaluate(model, x.to(self.device), y.to(self.device)))
                 for name, value in measured.items():
                     metrics[f"{split}_{name}"] = value
             reporter.log_metrics(step, {k.replace("_", "/", 1): v for k, v in metrics.items()})
-            reporter.log_curves(prober.probe(step))
+            reporter.log_curves(self.prober.probe(step))
         done.update(steps=step, stopped_early=stopped, best_step=plateau.best_step)
-        return TrialResult(status, metrics, step, time.perf_counter() - start, reason, done)
+        return TrialResult(status, metrics, step, time.perf_counter() - self.start, reason, done)
 
-    if saved is None:
-        reporter.log_metrics(0, prober.fingerprints())
-        reporter.log_curves(prober.probe(0))
-    for step in range(first, train.steps + 1):
-        faults.inject(step, accumulate)  # ABLATE_FAULT: recovery tests end to end
-        idx = torch.randint(len(x_train), (train.batch_size,), generator=sampler)
-        # Gradient norms at probe steps only, before clipping: train_step calls this between the two.
-        grads = (lambda s=step: reporter.log_curves(prober.grad_rows(s))) if when.measures_grads(step) else None
-        done = train_step(model, optimiser, scheduler, x_train[idx], y_train[idx], train, accumulate, grads)
-        if done.diverged:
-            return finish("diverged", step, f"{done.diverged} at step {step}")
-
-        if when.logs(step):
-            values = {"train/loss": done.loss, "train/accuracy": done.correct / max(done.counted, 1)}
-            values["train/lr"] = scheduler.get_last_lr()[0]
-            values.update({f"train_state_norm/layer{i}": v for i, v in enumerate(done.layer_norms)})
-            reporter.log_metrics(step, values)
-            prober.keep_train(done.summary, step)
-        if when.checks(step):  # for the convergence flag only: early stopping and pruning do not see it
-            val = evaluate(model, x_val, y_val)
-            reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
-            plateau.checks.append((step, val[key]))
-        if when.validates(step):
-            val = evaluate(model, x_val, y_val)
-            reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
-            plateau.update(step, val[key], model)
-            if on_eval is not None:
-                on_eval(step, val)
-            if train.patience is not None and plateau.bad >= train.patience:
-                return finish("complete", step, stopped=True)
-        if when.probes(step) and step != train.steps:
-            reporter.log_curves(prober.probe(step))
-            reporter.log_curves(prober.train_rows())
-        if stable_checkpoint and step == stable_end(train) and not stable_checkpoint.exists():
-            _save(stable_checkpoint, step, model, optimiser, scheduler, sampler, reporter.history,
-                  prober.pending_train, plateau.state())
-        if checkpoint and checkpoint_every and step % checkpoint_every == 0 and step != train.steps:
-            faults.inject("checkpoint")
-            _save(checkpoint, step, model, optimiser, scheduler, sampler, reporter.history, prober.pending_train,
-                  plateau.state())
-    return finish("complete", train.steps)
+    def save(self, path: Path, step: int) -> None:
+        _save(path, step, self.model, self.optimiser, self.scheduler, self.sampler, self.reporter.history,
+              self.prober.pending_train, self.plateau.state())
 
 
 def _forward_backward(
