@@ -1,6 +1,7 @@
 """The JSON Schema of a study spec and its Markdown reference, both from the pydantic models of
 ``ablate.spec`` and the registries (model levels, tasks, reports), so neither can drift from what
-validation accepts.
+validation accepts. Installed plug-ins (``ablate.plugins``) are in what ``ablate schema`` prints
+or writes for an editor; the files in docs/ list the built-ins only, the same on every machine.
 
 ``ablate schema --docs docs/spec.md`` writes both (``outputs``: where, and which files are stale
 for ``--check``); tests/test_schema.py fails when either file in docs/ is stale.
@@ -16,18 +17,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ablate import spec
+from ablate import plugins, spec
 from ablate.models.registry import MODEL_FACTORS
 from ablate.report import REPORTS
-from ablate.tasks.registry import TASK_NAMES, task_params_model
+from ablate.tasks.registry import BUILTIN_TASK_NAMES, TASK_NAMES, task_params_model
 
 SCHEMA_ID = "https://ablate.dev/spec.schema.json"
 MODELINE = "# yaml-language-server: $schema=../docs/spec.schema.json"
 
 
-def _task_schemas(defs: dict[str, Any]) -> list[dict[str, Any]]:
+def _task_schemas(defs: dict[str, Any], installed: bool) -> list[dict[str, Any]]:
     out = []
-    for name in TASK_NAMES:
+    for name in TASK_NAMES if installed else BUILTIN_TASK_NAMES:
         model = task_params_model(name)
         sch = model.model_json_schema(ref_template="#/$defs/{model}")
         defs.update(sch.pop("$defs", {}))
@@ -40,15 +41,32 @@ def _task_schemas(defs: dict[str, Any]) -> list[dict[str, Any]]:
             "required": ["name", *sch.get("required", [])],
             "additionalProperties": False,
         })
+    out.append({"title": "task: a plug-in by path", "description": "a builder registered with register_task, "
+                "named as package.module:build, and its parameters", "type": "object",
+                "properties": {"name": {"type": "string", "pattern": plugins.TARGET.pattern}}, "required": ["name"]})
     return out
 
 
-def json_schema() -> dict[str, Any]:
-    """The spec's JSON Schema (draft 2020-12) for editors: completion, hover text, checks."""
+def _plugin_levels(defs: dict[str, Any], installed: bool) -> None:
+    """The model factors that take plug-ins: their names (built-in, and installed plug-ins' when
+    ``installed``) or a plug-in by path."""
+    for key, levels in MODEL_FACTORS.items():
+        if levels.kind is None:
+            continue
+        prop = defs["ModelSpec"]["properties"][key.removeprefix("model.")]
+        names = levels.names if installed else levels.builtin_names
+        prop["anyOf"] = [{"enum": list(names)},
+                         {"type": "string", "pattern": plugins.TARGET.pattern, "title": "a plug-in by path"}]
+
+
+def json_schema(installed: bool = True) -> dict[str, Any]:
+    """The spec's JSON Schema (draft 2020-12) for editors: completion, hover text, checks.
+    ``installed``: with the names of the installed plug-ins (else the built-ins only)."""
     sch = spec.Spec.model_json_schema(ref_template="#/$defs/{model}")
     defs = sch.setdefault("$defs", {})
+    _plugin_levels(defs, installed)
     props = sch["properties"]
-    props["task"] = {"description": props["task"].get("description", ""), "oneOf": _task_schemas(defs)}
+    props["task"] = {"description": props["task"].get("description", ""), "oneOf": _task_schemas(defs, installed)}
     props["factors"]["propertyNames"] = {
         "pattern": r"^((task|model|train)(\.[A-Za-z0-9_]+)+|[A-Za-z_][A-Za-z0-9_-]*)$",
         "description": "a dotted path into the baseline, or a plain name for a named factor",
@@ -65,8 +83,8 @@ def json_schema() -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **sch}
 
 
-def schema_text() -> str:
-    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+def schema_text(installed: bool = True) -> str:
+    return json.dumps(json_schema(installed), indent=2, ensure_ascii=False) + "\n"
 
 
 # --- the Markdown reference ---------------------------------------------------------------------
@@ -215,6 +233,8 @@ def _fmt(value: Any) -> str:
 
 
 def _type(prop: dict[str, Any]) -> str:
+    if prop.get("title") == "a plug-in by path":
+        return "`package.module:attribute` (a plug-in, docs/plugins.md)"
     if "enum" in prop:
         return " \\| ".join(f"`{v}`" for v in prop["enum"])
     if "const" in prop:
@@ -304,7 +324,7 @@ WHERE = {
 
 def reference_markdown() -> str:
     """docs/spec.md: the guide above, then one table per model and per task, and the limits."""
-    sch = json_schema()
+    sch = json_schema(installed=False)
     defs = sch["$defs"]
     out = [
         "# Study spec reference",
@@ -324,6 +344,8 @@ def reference_markdown() -> str:
         out += [f"## {name}", "", f"{WHERE[name]}. {doc}".strip(), "", *_table(model, props), ""]
     out += ["## Tasks", "", "`task:` is `name:` and that task's parameters (all optional).", ""]
     for entry in sch["properties"]["task"]["oneOf"]:
+        if "const" not in entry["properties"]["name"]:  # a plug-in by path: docs/plugins.md
+            continue
         task = entry["properties"]["name"]["const"]
         model = task_params_model(task)
         params = {k: v for k, v in entry["properties"].items() if k != "name"}
@@ -333,10 +355,12 @@ def reference_markdown() -> str:
             "| key | level | meaning |", "|---|---|---|"]
     for key, levels in MODEL_FACTORS.items():
         for lvl in levels:
+            if lvl.plugin is not None:
+                continue
             meaning = lvl.description.replace("|", "\\|")
             out.append(f"| `{key}` | `{lvl.name}` | {meaning} |")
     out += ["", "| key | names |", "|---|---|"]
-    for key, names in (("task.name", TASK_NAMES), ("reports", REPORTS),
+    for key, names in (("task.name", BUILTIN_TASK_NAMES), ("reports", REPORTS),
                        ("tune.objective.metric", spec.OBJECTIVE_METRICS)):
         out.append(f"| `{key}` | {', '.join(f'`{n}`' for n in names)} |")
     out += ["", "## Limits", "", "| limit | value |", "|---|---|"]
@@ -391,7 +415,8 @@ def outputs(target: str | None = None, out: Path | None = None, docs: Path | Non
         if check:
             raise DestinationError("--check compares files: give a file, not standard output")
         return Outputs(schema_text(), {docs: reference_markdown()} if docs is not None else {})
-    files = {Path(dest): schema_text()}
+    # docs/: the built-ins only, the same on every machine; elsewhere what is installed here
+    files = {Path(dest): schema_text(installed=Path(dest) != Path(SCHEMA_FILE))}
     if docs is not None:
         files[docs] = reference_markdown()
     return Outputs(None, files)

@@ -215,7 +215,8 @@ def test_seeds_count_list_and_errors():
 
 def test_bad_factor_level_names_path_and_choices():
     msg = spec_errors(with_("factors", {"model.normalisation": ["xi", "zeta"]}))
-    assert msg == "factors.model.normalisation[1]: 'zeta' is not one of: xi, gamma, gamma_recomputed, none"
+    assert msg == ("factors.model.normalisation[1]: 'zeta' is not one of: xi, gamma, gamma_recomputed, none; "
+                   "or a plug-in as package.module:attribute")
 
 
 def test_bad_factor_heads():

@@ -31,7 +31,17 @@ def _literal(field: str) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("key", list(SPEC_FIELD))
 def test_spec_choices_are_exactly_the_registry_names(key: str) -> None:
-    assert _literal(SPEC_FIELD[key]) == registry.MODEL_FACTORS[key].names
+    levels = registry.MODEL_FACTORS[key]
+    if levels.kind is None:  # a closed factor: a Literal of its names
+        assert _literal(SPEC_FIELD[key]) == levels.names
+        return
+    # a factor that takes plug-ins: every registered name, and no other plain name
+    field = SPEC_FIELD[key]
+    for name in levels.names:
+        assert getattr(spec.ModelSpec.model_validate({field: name}, context={"defer_combinations": True}),
+                       field) == name
+    with pytest.raises(spec.SpecError, match=f"'zzz' is not one of: {', '.join(levels.names)}; or a plug-in"):
+        spec.parse({"name": "x", "task": {"name": "listops"}, "model": {field: "zzz"}})
 
 
 def test_init_schemes_of_the_spec_are_the_registry_names() -> None:
@@ -97,7 +107,8 @@ def test_every_level_resolves_and_builds_a_model(key: str, name: str) -> None:
 
 def test_unknown_names_are_refused_with_the_valid_ones() -> None:
     valid = ", ".join(registry.PARAMETERISATIONS.names)
-    with pytest.raises(ValueError, match=f"unknown parameterisation 'nope'; valid: {valid}$"):
+    with pytest.raises(ValueError, match=f"unknown parameterisation 'nope'; valid: {valid}; or a plug-in as "
+                                         "package.module:attribute$"):
         registry.PARAMETERISATIONS.load("nope")
     with pytest.raises(ValueError, match="unknown normalisation 'zeta'"):
         LinearRecurrence(4, 4, 1, "rotation", "zeta", "none", spec.RotrnnInit(), horizon=16)

@@ -52,7 +52,7 @@ def test_errors_carry_file_and_line(tmp_path):
         f"{path}:6: model.layer: unknown key; did you mean 'layers'?" in msg
     path = write(tmp_path, "s.yaml", GOOD.replace("[xi, gamma]", "[xi, zeta]"))
     assert load_error(path) == (f"{path}:9: factors.model.normalisation[1]: 'zeta' is not one of: "
-                                "xi, gamma, gamma_recomputed, none")
+                                "xi, gamma, gamma_recomputed, none; or a plug-in as package.module:attribute")
     path = write(tmp_path, "s.yaml", GOOD.replace("layers: 1", "layer: 1"))
     assert load_error(path).startswith(f"{path}:6: model.layer: unknown key; did you mean 'layers'?")
 

@@ -21,6 +21,11 @@ and different ids are the same experiment run by different code: results of the 
 ``code_version`` is the code part as text, recorded with every trial. Trials stored before
 config keys were recorded were all written at code version ``"1"`` with no level versions, so
 their cell id is ``original_cell_id`` of their config: that is how they are found as stale.
+
+A level or task from a plug-in (``ablate.plugins``) enters the id as the level versions do, by
+its identity — target, distribution and version, a hash of its module's source — and stays out of
+the config key: a cell run with an edited plug-in is a new cell, and its old results are stale.
+A task plug-in's source also enters its data version, so its cached data are regenerated.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from ablate import plugins
 from ablate.models.registry import MODEL_FACTORS
 from ablate.spec import BUDGET_KEYS, Spec, get_path
 
@@ -63,8 +69,10 @@ def canonical_json(data: Any) -> str:
 
 
 @lru_cache(maxsize=256)
-def task_data_version(task_json: str) -> str:
-    """The data version of a task given as canonical JSON (cached: cells share their task)."""
+def task_data_version(task_json: str, source: str | None = None) -> str:
+    """The data version of a task given as canonical JSON (cached: cells share their task);
+    ``source``: a task plug-in's source hash, part of the cache's key (the plug-in's entry
+    carries it in its version, ``ablate.tasks.registry.task_entry``)."""
     from ablate.tasks.cache import data_version as version_of
     from ablate.tasks.registry import task_entry
 
@@ -74,9 +82,18 @@ def task_data_version(task_json: str) -> str:
     return version_of(task["name"], params, entry.version)
 
 
+def task_source(name: str) -> str | None:
+    """The source hash of the plug-in providing task ``name``; None for a built-in task."""
+    from ablate.tasks.registry import plugin_of
+
+    plugin = plugin_of(name)
+    return None if plugin is None else plugins.source_hash(plugin)
+
+
 def data_version(task: dict[str, Any]) -> str:
-    """The task's data version: a hash of its name, parameters and generator version."""
-    return task_data_version(canonical_json(task))
+    """The task's data version: a hash of its name, parameters and generator version (and a task
+    plug-in's source hash)."""
+    return task_data_version(canonical_json(task), task_source(task["name"]))
 
 
 def identity_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -105,21 +122,45 @@ def level_versions(config: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def plugin_identities(config: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """``factor path`` (or ``task.name``) → identity (``ablate.plugins.identity``) of each plug-in
+    the config uses; empty for a config of built-ins only."""
+    from ablate.tasks.registry import plugin_of
+
+    out = {}
+    for path, levels in MODEL_FACTORS.items():
+        if levels.kind is None:
+            continue
+        try:
+            name = get_path(config, path)
+        except KeyError:
+            continue
+        if levels.accepts(name) and (plugin := levels.level(name).plugin) is not None:
+            out[path] = plugins.identity(plugin)
+    task = plugin_of(config["task"]["name"])
+    if task is not None:
+        out["task.name"] = plugins.identity(task)
+    return out
+
+
 def _hash(config: dict[str, Any], tune: dict[str, Any] | None, code: str | None, levels: dict[str, int],
-          n: int) -> str:
+          n: int, plugin_ids: dict[str, dict[str, str]] | None = None) -> str:
     key: dict[str, Any] = {"config": identity_config(config), "data": data_version(config["task"])}
     if code is not None:
         key["code"] = code
     if levels:
         key["levels"] = levels
+    if plugin_ids:
+        key["plugins"] = plugin_ids
     if tune:
         key["tune"] = tune
     return hashlib.sha256(canonical_json(key).encode()).hexdigest()[:n]
 
 
 def cell_id(config: dict[str, Any], tune: dict[str, Any] | None = None, n: int = 12) -> str:
-    """hash(resolved config + task data version + code version [+ level versions] [+ tuning protocol])."""
-    return _hash(config, tune, CODE_VERSION, level_versions(config), n)
+    """hash(resolved config + task data version + code version [+ level versions] [+ plug-in
+    identities] [+ tuning protocol])."""
+    return _hash(config, tune, CODE_VERSION, level_versions(config), n, plugin_identities(config))
 
 
 def config_key(config: dict[str, Any], tune: dict[str, Any] | None = None, n: int = 12) -> str:
@@ -136,13 +177,18 @@ def lineage_key(config: dict[str, Any], n: int = 12) -> str:
     count in steps are the same warm-up (an until-converged extension pins the count), and
     ``continuable`` compares it in steps."""
     train = {k: v for k, v in config.get("train", {}).items() if k not in BUDGET_KEYS and k not in ("warmup", "warmup_steps")}
-    return _hash({**config, "train": train}, None, CODE_VERSION, level_versions(config), n)
+    return _hash({**config, "train": train}, None, CODE_VERSION, level_versions(config), n, plugin_identities(config))
 
 
 def code_version(config: dict[str, Any]) -> str:
     """The code part of the config's cell id as text: ``CODE_VERSION``, then each level version
-    above 1 it uses, e.g. ``"2"`` or ``"1, model.parameterisation v2"``."""
-    return CODE_VERSION + "".join(f", {path} v{v}" for path, v in sorted(level_versions(config).items()))
+    above 1 it uses, e.g. ``"2"`` or ``"1, model.parameterisation v2"``, then each plug-in's
+    identity (``, model.parameterisation my_pkg.givens:Givens (ablate-givens 0.1.0) source 1a2b…``)."""
+    text = CODE_VERSION + "".join(f", {path} v{v}" for path, v in sorted(level_versions(config).items()))
+    for path, ident in sorted(plugin_identities(config).items()):
+        dist = f" ({ident['distribution']})" if "distribution" in ident else ""
+        text += f", {path} {ident['target']}{dist} source {ident['source']}"
+    return text
 
 
 #: The code version of every trial stored before trials recorded theirs.

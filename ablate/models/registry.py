@@ -6,7 +6,9 @@ implementations up through it. It imports nothing heavy: an implementation ("mod
 is imported on first use, so ``ablate validate`` never imports torch.
 
 Adding a level is one implementation (a class or function with the same signature as the other
-levels of its factor) and one line here.
+levels of its factor) and one line here. Levels from outside the package — entry points of an
+installed distribution, or ``"module:attribute"`` written in a spec — join the registries of the
+factors ``ablate.plugins.GROUPS`` names (docs/plugins.md); a built-in name is never replaced.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from ablate import plugins
 
 
 @dataclass(frozen=True)
@@ -35,8 +39,12 @@ class Level:
     description: str
     modes: str = ""
     version: int = 1
+    plugin: plugins.Plugin | None = None
+    """Set for a level from outside the package: its identity enters the cell id."""
 
     def load(self) -> Any:
+        if self.plugin is not None:
+            return self.plugin.load()
         if self.target is None:
             return None
         module, _, attribute = self.target.partition(":")
@@ -46,16 +54,36 @@ class Level:
 class Registry:
     """The levels of one factor, in the order specs, errors and docs list them."""
 
-    def __init__(self, factor: str, *levels: Level):
+    def __init__(self, factor: str, *levels: Level, kind: str | None = None):
         names = [lvl.name for lvl in levels]
         if len(set(names)) != len(names):
             raise ValueError(f"{factor}: a level name appears twice in {names}")
         self.factor = factor
-        self._levels = {lvl.name: lvl for lvl in levels}
+        self.kind = kind
+        """The plug-in kind (``ablate.plugins.GROUPS``) whose levels join this factor; None: closed."""
+        self._builtin = {lvl.name: lvl for lvl in levels}
+
+    @property
+    def _levels(self) -> dict[str, Level]:
+        """Built-in levels, then installed plug-ins (read once per process)."""
+        if self.kind is None:
+            return self._builtin
+        return {**self._builtin, **{p.name: Level(p.name, p.target, f"plug-in from {p.origin}", plugin=p)
+                                    for p in self.plugins()}}
+
+    def plugins(self) -> tuple[plugins.Plugin, ...]:
+        """The installed plug-ins of this factor whose names do not shadow a built-in level."""
+        if self.kind is None:
+            return ()
+        return tuple(p for p in plugins.installed_of(self.kind) if p.name not in self._builtin)
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self._levels)
+
+    @property
+    def builtin_names(self) -> tuple[str, ...]:
+        return tuple(self._builtin)
 
     def __iter__(self) -> Iterator[Level]:
         return iter(self._levels.values())
@@ -63,11 +91,19 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return name in self._levels
 
+    def accepts(self, name: object) -> bool:
+        """A level name, or (for a factor that takes plug-ins) ``module:attribute``."""
+        return name in self._levels or (self.kind is not None and plugins.is_target(name))
+
     def level(self, name: str) -> Level:
-        """The level called ``name``; ValueError naming the valid ones otherwise."""
-        if name not in self._levels:
-            raise ValueError(f"unknown {self.factor} {name!r}; valid: {', '.join(self._levels)}")
-        return self._levels[name]
+        """The level called ``name`` (or a plug-in by path); ValueError naming the valid ones otherwise."""
+        if name in self._levels:
+            return self._levels[name]
+        if self.kind is not None and plugins.is_target(name):
+            plugin = plugins.by_path(self.kind, name)
+            return Level(name, name, f"plug-in by path from {plugin.origin}", plugin=plugin)
+        raise ValueError(f"unknown {self.factor} {name!r}; valid: {', '.join(self._levels)}"
+                         + ("; or a plug-in as package.module:attribute" if self.kind else ""))
 
     def load(self, name: str) -> Any:
         """The implementation of ``name`` (imported on first use)."""
@@ -96,6 +132,7 @@ PARAMETERISATIONS = Registry(
     # unit circle, where the stationary ξ went 0·∞); the init's basis by skew_expm
     Level("dense", "ablate.models.parameterisations:Dense",
           "an unconstrained block per head (sequential only)", modes="real", version=2),
+    kind="parameterisation",
 )
 
 NORMALISATIONS = Registry(
@@ -105,6 +142,7 @@ NORMALISATIONS = Registry(
     Level("gamma_recomputed", "ablate.models.normalisations:GammaRecomputed",
           "sqrt(1 − |λ|²) from the live eigenvalues every pass"),
     Level("none", "ablate.models.normalisations:NoNormalisation", "no input scaling"),
+    kind="normalisation",
 )
 
 NONLINEARITIES = Registry(
@@ -112,6 +150,7 @@ NONLINEARITIES = Registry(
     Level("none", None, "linear: the parallel scan applies"),
     Level("tanh", "torch:tanh", "tanh inside the recurrence (sequential)"),
     Level("relu", "torch:relu", "ReLU inside the recurrence (sequential)"),
+    kind="nonlinearity",
 )
 
 ACTIVATIONS = Registry(
@@ -119,6 +158,7 @@ ACTIVATIONS = Registry(
     Level("gelu", "ablate.models.network:Gelu", "GELU"),
     Level("glu", "ablate.models.network:GLU", "GELU then W₁x ⊙ σ(W₂x): the LRU block's full GLU"),
     Level("half_glu", "ablate.models.network:HalfGLU", "GELU then x ⊙ σ(Wx): one matrix instead of two"),
+    kind="activation",
 )
 
 NORMS = Registry(

@@ -102,8 +102,7 @@ def _message(err: dict[str, Any]) -> str:
     if kind in _WANTED:
         return _type_message(kind, value)
     if kind == "literal_error":
-        names = ", ".join(_QUOTED.findall(str(ctx.get("expected", ""))))
-        return f"{short(value)} is not one of: {names}"
+        return not_one_of(value, _QUOTED.findall(str(ctx.get("expected", ""))))
     if kind == "union_tag_invalid":
         names = ", ".join(_QUOTED.findall(str(ctx.get("expected_tags", ""))))
         return f"{short(ctx.get('tag'))} is not one of: {names}"
@@ -123,6 +122,15 @@ def short(value: Any, n: int = 60) -> str:
     """``repr(value)``, at most ``n`` characters (what a message shows of a value or a key)."""
     text = repr(value)
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def not_one_of(value: Any, names: list[str] | tuple[str, ...], plugins: bool = False) -> str:
+    """'x is not one of: a, b', with the closest valid name; ``plugins``: the factor also takes a
+    plug-in by path (``ablate.plugins``), which the message says."""
+    close = difflib.get_close_matches(value, list(names), n=1) if isinstance(value, str) and len(value) <= 100 else []
+    tail = "; or a plug-in as package.module:attribute" if plugins else ""
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{short(value)} is not one of: {', '.join(names)}{tail}{hint}"
 
 
 def validation_problems(exc: ValidationError, root: type[BaseModel]) -> Problems:

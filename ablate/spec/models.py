@@ -18,6 +18,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -29,11 +30,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import WithJsonSchema
 
 from ablate import stores
 from ablate.models import registry
 from ablate.report import REPORTS
-from ablate.spec.errors import Problems, SpecError, validation_problems
+from ablate.spec.errors import Problems, SpecError, not_one_of, validation_problems
 from ablate.tasks.registry import task_params_model
 
 # --- limits: a spec is refused, with a message, past these --------------------------------------
@@ -59,6 +61,18 @@ class Strict(BaseModel):
 
 def _choice(names: tuple[str, ...]) -> Any:
     return Literal[names]  # type: ignore[valid-type]
+
+
+def _level(levels: registry.Registry) -> Any:
+    """A level of a factor that takes plug-ins: a registered name (built-in or an installed
+    plug-in's) or ``module:attribute``; the JSON Schema's names are filled in by ``ablate.schema``."""
+
+    def check(value: str) -> str:
+        if not levels.accepts(value):
+            raise ValueError(not_one_of(value, levels.names, plugins=True))
+        return value
+
+    return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
 
 
 # Validation context key: leave out the checks of how a model's (or init's) values fit together
@@ -118,11 +132,11 @@ class ModelSpec(Strict):
     d_model: int = Field(64, ge=1, le=65_536, description="width of the residual stream")
     state_dim: int = Field(64, ge=2, le=65_536, description="N: real state size per layer (complex modes count twice)")
     layers: int = Field(2, ge=1, le=1_024, description="residual blocks")
-    parameterisation: _choice(registry.PARAMETERISATIONS.names) = Field("rotation", description="how the state matrix is built")
-    normalisation: _choice(registry.NORMALISATIONS.names) = Field("xi", description="input scaling of the recurrence")
+    parameterisation: _level(registry.PARAMETERISATIONS) = Field("rotation", description="how the state matrix is built")
+    normalisation: _level(registry.NORMALISATIONS) = Field("xi", description="input scaling of the recurrence")
     heads: int = Field(1, ge=1, le=65_536, description="groups of state sharing a decay (rotation) / a ξ")
-    nonlinearity: _choice(registry.NONLINEARITIES.names) = Field("none", description="inside the recurrence; none = linear scan")
-    activation: _choice(registry.ACTIVATIONS.names) = Field("gelu", description="between layers")
+    nonlinearity: _level(registry.NONLINEARITIES) = Field("none", description="inside the recurrence; none = linear scan")
+    activation: _level(registry.ACTIVATIONS) = Field("gelu", description="between layers")
     norm: _choice(registry.NORMS.names) = Field("layer", description="pre-norm of each block")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     bidirectional: bool = False

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ablate.plugins import Plugin
+
 if TYPE_CHECKING:
     from ablate.tasks.base import BuildContext, Generated
 
@@ -40,8 +42,11 @@ class TaskEntry:
     name: str
     params: type[TaskParams]
     build: Builder
-    version: int
-    """Generator version: bump it whenever the generated data change, so caches are invalidated."""
+    version: int | str
+    """Generator version: bump it whenever the generated data change, so caches are invalidated.
+    A plug-in's reads ``"k+<source hash>"`` (``ablate.tasks.registry.task_entry``): its edits do too."""
+    plugin: Plugin | None = None
+    """Set for a task from outside the package (``ablate.plugins``): its identity enters cell ids."""
 
 
 #: Task name → its entry, filled by ``register_task`` as the task modules are imported.

@@ -5,13 +5,21 @@ Each task module defines a ``TaskParams`` subclass and a ``build`` function deco
 import that, not this, so that this module can import them). Importing this module imports every task module
 (listed in ``TASK_MODULES``), so ``TASK_NAMES`` is complete as soon as it is imported. Task
 modules import numpy at most; torch is only imported by ``ablate.tasks.load_task``.
+
+Tasks from outside the package (``ablate.plugins``): the entry points of group ``ablate.tasks``
+name a builder decorated with ``register_task`` under the entry's name; their modules are imported
+with the built-ins (one that fails is recorded in ``PLUGIN_ERRORS`` and its name fails with the
+import's message). A spec may also name a registered builder by path, ``task.name:
+package.module:build``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
+from ablate import plugins
 from ablate.tasks.registration import REGISTERED as _REGISTRY
 from ablate.tasks.registration import TaskEntry, TaskParams, register_task
 
@@ -33,14 +41,56 @@ TASK_MODULES = (
 
 
 def _unknown(name: object) -> ValueError:
-    return ValueError(f"{name!r} is not one of: {', '.join(_REGISTRY)}")
+    import difflib
+
+    close = difflib.get_close_matches(name, list(_REGISTRY), n=1) if isinstance(name, str) and len(name) < 100 else []
+    return ValueError(f"{name!r} is not one of: {', '.join(_REGISTRY)}; or a plug-in as package.module:build"
+                      + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
+#: Task plug-in name → why it could not be loaded (its import's message).
+PLUGIN_ERRORS: dict[str, str] = {}
+
+
+def _by_path(target: str) -> TaskEntry:
+    """The entry of a builder a spec names by ``module:attribute`` (registered when imported)."""
+    plugin = plugins.by_path("task", target)
+    try:
+        build = plugin.load()
+    except plugins.PluginError as exc:
+        raise ValueError(str(exc)) from None
+    for entry in list(_REGISTRY.values()):
+        if entry.build is build:
+            return _sourced(dataclasses.replace(entry, name=target, plugin=plugin))
+    raise ValueError(f"task plug-in {target!r}: not a builder registered with ablate.tasks.register_task")
 
 
 def task_entry(name: str) -> TaskEntry:
-    """The registered entry of ``name``; ``ValueError`` listing the valid names otherwise."""
+    """The registered entry of ``name`` (or a builder by path); ``ValueError`` listing the valid
+    names otherwise, or saying why a plug-in task could not be loaded."""
+    if isinstance(name, str) and name in PLUGIN_ERRORS:
+        raise ValueError(PLUGIN_ERRORS[name])
+    if isinstance(name, str) and name not in _REGISTRY and plugins.is_target(name):
+        return _by_path(name)
     if not isinstance(name, str) or name not in _REGISTRY:
         raise _unknown(name)
-    return _REGISTRY[name]
+    return _sourced(_REGISTRY[name])
+
+
+def _sourced(entry: TaskEntry) -> TaskEntry:
+    """A plug-in's entry with its source hash in its version: an edited generator, new data."""
+    if entry.plugin is None:
+        return entry
+    try:
+        source = plugins.source_hash(entry.plugin)
+    except plugins.PluginError as exc:
+        raise ValueError(str(exc)) from None
+    return dataclasses.replace(entry, version=f"{entry.version}+{source}")
+
+
+def plugin_of(name: str) -> plugins.Plugin | None:
+    """The plug-in that provides task ``name``; None for a built-in task."""
+    return task_entry(name).plugin
 
 
 def task_params_model(name: str) -> type[TaskParams]:
@@ -102,5 +152,26 @@ def memory_problem(task: dict[str, Any]) -> tuple[str, str] | None:
 
 for _module in TASK_MODULES:
     importlib.import_module(f"ablate.tasks.{_module}")
+
+BUILTIN_TASK_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def _load_plugins() -> None:
+    for plugin in plugins.installed_of("task"):
+        if plugin.name in BUILTIN_TASK_NAMES:  # a built-in name is never replaced
+            continue
+        try:
+            plugin.load()
+        except (plugins.PluginError, ValueError) as exc:
+            PLUGIN_ERRORS[plugin.name] = str(exc)
+            continue
+        if plugin.name not in _REGISTRY:
+            PLUGIN_ERRORS[plugin.name] = (f"task plug-in {plugin.name!r} ({plugin.target}): its module registered "
+                                          f"no task named {plugin.name!r} (register_task({plugin.name!r}, ...))")
+            continue
+        _REGISTRY[plugin.name] = dataclasses.replace(_REGISTRY[plugin.name], plugin=plugin)
+
+
+_load_plugins()
 
 TASK_NAMES: tuple[str, ...] = tuple(_REGISTRY)

@@ -1,0 +1,181 @@
+"""Plug-ins: factor levels and tasks from a researcher's own package, found by name.
+
+Two ways in, both resolved to a ``"module:attribute"`` target:
+
+- an entry point: a distribution declares, in its ``pyproject.toml``,
+  ``[project.entry-points."ablate.parameterisations"]  givens = "my_pkg.givens:Givens"``;
+  the entry's name (``givens``) is then a level a spec names beside the built-ins. ``GROUPS``
+  holds the one group of each kind;
+- a path: a spec writes the target itself where a level name goes
+  (``model.parameterisation: my_pkg.givens:Givens``), for code that is importable but not installed
+  as a distribution.
+
+A plug-in's *identity* is its distribution's name and version (where a distribution provides the
+module) and a hash of the source file of the module its target names. It enters the id of every
+cell that uses it (``ablate.design.identity``): editing the plug-in's source makes new cells, and
+the old ones are stale, as after a ``CODE_VERSION`` change.
+
+This module imports nothing heavy: discovery reads the installed distributions' metadata, and a
+target is imported only when it is loaded (``Plugin.load``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from importlib import metadata
+from typing import Any
+
+#: kind of plug-in → the entry-point group a distribution declares it in.
+GROUPS: dict[str, str] = {
+    "parameterisation": "ablate.parameterisations",
+    "normalisation": "ablate.normalisations",
+    "nonlinearity": "ablate.nonlinearities",
+    "activation": "ablate.activations",
+    "task": "ablate.tasks",
+}
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+TARGET = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
+"""What a spec writes for a plug-in by path: ``package.module:attribute``."""
+
+HASH_CHARS = 12  # of a plug-in's source hash, as a cell id's
+
+
+class PluginError(Exception):
+    """A plug-in cannot be found, imported or used; the message names it and says why."""
+
+
+def is_target(name: object) -> bool:
+    """True when ``name`` is written as ``module:attribute`` (a plug-in by path)."""
+    return isinstance(name, str) and len(name) <= 500 and TARGET.match(name) is not None
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One plug-in: its kind, the name a spec gives it, its target and where it comes from.
+
+    ``distribution`` / ``version``: of the installed distribution that declares the entry point
+    (or, for a plug-in by path, that provides its top-level package); None where none does."""
+
+    kind: str
+    name: str
+    target: str
+    distribution: str | None = None
+    version: str | None = None
+
+    @property
+    def module(self) -> str:
+        return self.target.partition(":")[0]
+
+    @property
+    def origin(self) -> str:
+        """Where it comes from, for people: ``ablate-givens 0.1.0`` or ``path``."""
+        return f"{self.distribution} {self.version}" if self.distribution else "path (no distribution)"
+
+    def load(self) -> Any:
+        """The object the target names; ``PluginError`` naming the plug-in and the import's
+        message when it cannot be imported (never a silent fall-back)."""
+        return load_target(self.target, f"{self.kind} plug-in {self.name!r}")
+
+
+def load_target(target: str, what: str) -> Any:
+    """Import ``module`` and follow ``attribute`` (dots allowed) of ``"module:attribute"``."""
+    if not is_target(target):
+        raise PluginError(f"{what}: {target!r} is not of the form package.module:attribute")
+    module_name, _, attribute = target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # any failure of a plug-in's import is reported as the plug-in's
+        raise PluginError(f"{what}: cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise PluginError(f"{what}: module {module_name!r} has no attribute {attribute!r}") from None
+    return obj
+
+
+@cache
+def installed() -> tuple[Plugin, ...]:
+    """Every plug-in the installed distributions declare, in group then name order. Read once per
+    process (installing a plug-in needs a new process, as it does for any Python package)."""
+    out = []
+    for kind, group in GROUPS.items():
+        for ep in sorted(metadata.entry_points(group=group), key=lambda e: e.name):
+            dist = ep.dist
+            out.append(Plugin(kind, ep.name, ep.value.split("[")[0].strip(),
+                              dist.metadata["Name"] if dist is not None else None,
+                              dist.version if dist is not None else None))
+    return tuple(out)
+
+
+def installed_of(kind: str) -> tuple[Plugin, ...]:
+    """The installed plug-ins of one kind (``GROUPS``)."""
+    if kind not in GROUPS:
+        raise ValueError(f"unknown plug-in kind {kind!r}; valid: {', '.join(GROUPS)}")
+    return tuple(p for p in installed() if p.kind == kind)
+
+
+@lru_cache(maxsize=64)
+def _distribution_of(top: str) -> tuple[str, str] | None:
+    names = metadata.packages_distributions().get(top) or []
+    for name in names:
+        try:
+            return metadata.metadata(name)["Name"], metadata.version(name)
+        except metadata.PackageNotFoundError:  # pragma: no cover - listed but gone
+            continue
+    return None
+
+
+def by_path(kind: str, target: str) -> Plugin:
+    """The plug-in a spec names by ``module:attribute``, with the distribution that provides its
+    top-level package if one does (so its version enters the identity as an entry point's does)."""
+    if not is_target(target):
+        raise PluginError(f"{kind} plug-in {target!r} is not of the form package.module:attribute")
+    dist = _distribution_of(target.split(".")[0].split(":")[0])
+    return Plugin(kind, target, target, *(dist or (None, None)))
+
+
+@lru_cache(maxsize=256)
+def _hash_file(path: str, _mtime_ns: int, _size: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:HASH_CHARS]
+
+
+def source_hash(plugin: Plugin) -> str:
+    """sha256 of the source file of the module the plug-in's target names (its package's
+    ``__init__.py`` for a package). Found without importing that module (its parent packages are
+    imported), so ``ablate plan`` keeps off torch; re-read when the file changes."""
+    try:
+        spec = importlib.util.find_spec(plugin.module)
+    except Exception as exc:  # a parent package that fails to import
+        raise PluginError(f"{plugin.kind} plug-in {plugin.name!r}: cannot find {plugin.module!r}: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        raise PluginError(f"{plugin.kind} plug-in {plugin.name!r}: no source file for module {plugin.module!r}"
+                          + (" (is its package installed in this environment?)" if spec is None else ""))
+    st = os.stat(spec.origin)
+    return _hash_file(spec.origin, st.st_mtime_ns, st.st_size)
+
+
+def identity(plugin: Plugin) -> dict[str, str]:
+    """What enters a cell's id for a plug-in: its target, distribution and version, source hash."""
+    out = {"target": plugin.target, "source": source_hash(plugin)}
+    if plugin.distribution:
+        out["distribution"] = f"{plugin.distribution} {plugin.version}"
+    return out
+
+
+def describe(plugin: Plugin) -> str:
+    """One line for ``ablate plugins`` and provenance: ``name = target (origin, source hash)``."""
+    try:
+        source = source_hash(plugin)
+    except PluginError as exc:
+        source = f"unavailable: {exc}"
+    return f"{plugin.name} = {plugin.target} ({plugin.origin}; source {source})"
