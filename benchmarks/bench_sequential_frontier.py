@@ -21,7 +21,7 @@ import math
 import numpy as np
 from scipy import stats as sps
 
-from ablate.stats.sequential import SequentialDesign, t_bound
+from ablate.stats.sequential import SequentialDesign
 
 COMPARISONS = 3
 
@@ -30,8 +30,7 @@ def stops(design: SequentialDesign, diffs: np.ndarray) -> tuple[np.ndarray, np.n
     """Per comparison (the last axis of ``diffs`` runs over seeds): the seeds at which it was
     decided, and its estimate's sign where significant (0 elsewhere)."""
     looks = design.looks
-    bounds = [(t_bound(e, n - 1), t_bound(q, n - 1), t_bound(f, n - 1)) for n, e, q, f in
-              zip(looks, design.efficacy_z(), design.equivalence_z(), design.futility_z(), strict=True)]
+    bounds = list(zip(design.efficacy_t(), design.equivalence_t(), design.futility_t(), strict=True))
     open_ = np.ones(diffs.shape[:-1], bool)
     sign = np.zeros(diffs.shape[:-1])
     stop = np.full(diffs.shape[:-1], looks[-1])

@@ -97,7 +97,7 @@ def test_futility_stops_a_small_effect_early_without_claiming_equivalence():
     d = design()
     base = np.array([0.3, -0.5, 0.6, 0.1, -0.2, 0.4, 0.0, 0.2, -0.3, 0.1, 0.3])
     # 11 seeds (look 5), estimate 0.1, se 0.3: within min_effect (1) at the futility boundary's
-    # level (t 2.82 at 10 df) but not at the equivalence boundary's (t 3.15)
+    # level (t 2.91 at 10 df) but not at the equivalence boundary's (t 3.28)
     x = list(0.1 + (base - base.mean()) / base.std(ddof=1) * 0.3 * math.sqrt(11))
     r = sq.decide(d, diffs=x)
     assert r["look"] == 5 and r["decision"] == "futile" and math.isnan(r["p"])
@@ -122,3 +122,64 @@ def test_futility_stops_an_effect_of_min_effect_at_most_at_its_beta():
                 futile += r["decision"] == "futile"
                 break
     assert futile / runs <= sq.FUTILITY_BETA + 3 * math.sqrt(sq.FUTILITY_BETA / runs)
+
+
+def paired_t(x: np.ndarray, looks: tuple[int, ...]) -> np.ndarray:
+    """The paired t statistics of the rows of ``x`` on their first n seeds, per look (columns)."""
+    return np.stack([x[:, :n].mean(1) / (x[:, :n].std(1, ddof=1) / math.sqrt(n)) for n in looks], axis=1)
+
+
+def test_t_boundaries_hold_their_rate_where_tail_matched_z_boundaries_do_not():
+    """Independent null studies (not the boundaries' own simulated paths), looked at 3, 5, …, 16
+    seeds with the efficacy boundaries alone: the t boundaries cross at α/m within the 99.9% band,
+    the z boundaries turned into t by their tail probability above it (issue 41)."""
+    rng = np.random.default_rng(11)
+    studies = 200_000
+    d = design(comparisons=3, shape="power3")
+    t = np.abs(paired_t(rng.standard_normal((studies, 16)), d.looks))
+    half = 3.29 * math.sqrt(d.level * (1 - d.level) / studies)
+    exact = (t >= np.array(d.efficacy_t())).any(axis=1).mean()
+    matched = (t >= np.array([sq.t_bound(z, n - 1) for z, n in zip(d.efficacy_z(), d.looks, strict=True)])).any(axis=1).mean()
+    assert abs(exact - d.level) <= half, (exact, d.level, half)
+    assert matched > d.level + half, (matched, d.level, half)
+
+
+def test_t_boundaries_start_at_the_exact_t_test_and_are_seeded():
+    d = design(comparisons=3, shape="power3")
+    bounds = d.efficacy_t()
+    # the first look is a fixed two-sided t test at what it spends; one look is the fixed t test
+    assert bounds[0] == pytest.approx(sps.t.isf(sq.spent(3 / 16, d.level, "power3") / 2, 2), rel=1e-9)
+    assert sq.t_boundaries((8,), 0.05) == pytest.approx((sps.t.isf(0.025, 7),))
+    assert sq.t_boundaries((8,), 0.05, "pocock", sides=1) == pytest.approx((sps.t.isf(0.05, 7),))
+    # the estimated sd makes the joint tails heavier: never below the tail-matched z boundaries
+    matched = [sq.t_bound(z, n - 1) for z, n in zip(d.efficacy_z(), d.looks, strict=True)]
+    assert all(b >= m - 1e-9 for b, m in zip(bounds, matched, strict=True))
+    assert bounds[-1] > matched[-1] + 0.02
+    # seeded: the simulated paths, and so the boundaries, are the same in a fresh computation
+    first = sq.t_paths(d.looks)[:, :5].copy()
+    sq.t_paths.cache_clear()
+    assert np.array_equal(sq.t_paths(d.looks)[:, :5], first)
+    with pytest.raises(ValueError, match="increasing"):
+        sq.t_boundaries((5, 3), 0.05)
+
+
+def test_the_t_stagewise_p_is_the_t_tail_at_the_first_look_and_alpha_at_the_last_boundary():
+    d = design(comparisons=3, shape="obrien_fleming")
+    bounds = d.efficacy_t()
+    assert sq.t_stagewise_p(d.looks, d.level, d.shape, 0, 30.0) == pytest.approx(2 * sps.t.sf(30.0, 2), rel=1e-9)
+    # crossing at or before a look's boundary, under no effect, is what the design spent by then
+    for k in (3, len(d.looks) - 1):
+        p = sq.t_stagewise_p(d.looks, d.level, d.shape, k, bounds[k])
+        assert p == pytest.approx(sq.spent(d.fractions[k], d.level, d.shape), abs=4e-4)
+    ps = [sq.t_stagewise_p(d.looks, d.level, d.shape, 5, t) for t in (3.0, 4.0, 6.0)]
+    assert ps[0] > ps[1] > ps[2] > sq.spent(d.fractions[4], d.level, d.shape) - 4e-4
+
+
+def test_a_look_on_fewer_seeds_or_welch_takes_the_boundary_to_its_own_df():
+    d = design()
+    x = [0.3, 1.2, 0.8, 1.1, 0.9, 1.4]  # 6 seeds: look 2 (5 seeds), at 5 df rather than 4
+    r = sq.decide(d, diffs=x)
+    assert r["look"] == 2 and r["bound"] == pytest.approx(sq.at_df(d.efficacy_t()[1], 4, 5))
+    assert r["bound"] < d.efficacy_t()[1]  # more df, same tail: a smaller t
+    w = sq.decide(d, cell=[1.0, 1.3, 0.9, 1.2, 1.1], ref=[0.1, -0.2, 0.3, 0.0, 0.2])
+    assert w["look"] == 2 and w["bound"] == pytest.approx(sq.at_df(d.efficacy_t()[1], 4, w["df"]))

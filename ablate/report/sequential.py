@@ -18,7 +18,7 @@ import pandas as pd
 from ablate.report.format import DASH, NBSP, num, pval, signed
 from ablate.runner import sequential as runner_sequential
 from ablate.spec import Spec
-from ablate.stats.sequential import FUTILITY_BETA, spent, t_bound
+from ablate.stats.sequential import FUTILITY_BETA, spent
 
 __all__ = ["decision_words", "decisions", "decisions_table", "looks_table", "procedure", "sentences"]
 
@@ -37,6 +37,11 @@ def _value(x: Any, measure: str, sign: bool = True) -> str:
     if measure.startswith("norm."):
         return f"{math.exp(float(x)):.3g}×"
     return signed(x) if sign else num(x)
+
+
+def family_size(spec: Spec) -> int:
+    """The sequential design's family: its comparisons (cell × measure), each tested at α/m."""
+    return len(runner_sequential.comparisons(spec))
 
 
 def procedure(spec: Spec) -> list[str]:
@@ -65,11 +70,11 @@ def procedure(spec: Spec) -> list[str]:
 
 def looks_table(spec: Spec) -> pd.DataFrame:
     """Per look: seeds per cell, information fraction, α spent by then (per comparison), the
-    efficacy boundary on the z scale and on the paired t scale at the look's degrees of freedom,
-    and the equivalence boundary (t). The same for every measure (they share α and the looks)."""
+    efficacy boundary for a known sd (z) and the one the looks use, for the paired t statistic at
+    the look's degrees of freedom, and the equivalence boundary (t). The same for every measure (they share α and the looks)."""
     seq = spec.sequential
     d = next(iter(runner_sequential.designs(spec).values()))
-    eff, eq = d.efficacy_z(), d.equivalence_z()
+    eff, eff_t, eq = d.efficacy_z(), d.efficacy_t(), d.equivalence_t()
 
     def shown(x: float) -> str:
         return num(x, 2) if math.isfinite(x) else "∞"
@@ -79,9 +84,9 @@ def looks_table(spec: Spec) -> pd.DataFrame:
         "seeds per cell": str(n),
         "information": f"{t:.2f}",
         "α spent (per comparison)": num(spent(t, d.level, seq.spending), 2, sig=True),
-        "boundary |z|": shown(eff[k]),
-        "boundary |t| (paired)": shown(t_bound(eff[k], n - 1)),
-        "equivalence t": shown(t_bound(eq[k], n - 1)),
+        "boundary |z| (known sd)": shown(eff[k]),
+        "boundary |t| (paired)": shown(eff_t[k]),
+        "equivalence t": shown(eq[k]),
     } for k, (n, t) in enumerate(zip(d.looks, d.fractions, strict=True))])
 
 

@@ -40,8 +40,21 @@ efficacy boundaries ignore it (non-binding): whether or not a study stops at the
 boundary, its false-positive rate is what the α-spending gives, so a study that started without
 it (or ignores it) keeps its error rate.
 
-A z boundary becomes a t boundary at the look's degrees of freedom by matching its tail probability (the usual small-sample substitute; the calibration benchmark,
-``benchmarks/bench_sequential.py``, measures what it gives at 3–16 seeds).
+**On the t scale.** The looks test with the paired t statistic, whose sd is estimated from the
+same few seeds, so the Brownian-motion boundaries above (known sd) do not hold its rate: turned
+into t boundaries by matching each look's tail probability, they let 0.0185 (power3) and 0.0190
+(O'Brien–Fleming) through per comparison at α/m = 0.0167 with looks at 3, 5, …, 16 seeds. The
+boundaries used are therefore computed for the t statistics themselves (``t_boundaries``): the joint
+law of the paired t statistics T_1, …, T_K on the first n_1 < … < n_K of n_K independent normal
+differences under no effect does not depend on their sd, so ``PATHS`` (2²⁰) such sequences are
+simulated once per set of looks with a fixed seed (``t_paths``, kept in memory), and look k's
+boundary is the value that exactly the share of the simulated paths the look spends crosses there
+for the first time. The first look's is the exact t quantile; a later look that spends fewer than
+``MIN_PATHS`` paths' worth gets the t quantile of what it spends, ignoring the earlier looks
+(conservative). The crossing probabilities are then off by Monte Carlo error alone, about
+√(α/PATHS) (1.3·10⁻⁴ at α = 0.0167); ``benchmarks/bench_sequential.py`` measures the rate. A look
+analysed on another number of seeds (runs that failed) or with Welch's df takes its boundary's
+tail probability to its own degrees of freedom (an approximation there).
 
 **Valid inference after a data-dependent stop.** A look's repeated confidence interval, estimate ±
 boundary × se, covers the effect at every look at once with probability 1 − α (Jennison & Turnbull
@@ -74,6 +87,9 @@ __all__ = [
     "spent",
     "stagewise_p",
     "t_bound",
+    "t_boundaries",
+    "t_paths",
+    "t_stagewise_p",
 ]
 
 #: The α-spending shapes: name → α(t) for total α.
@@ -198,6 +214,107 @@ def t_bound(z: float, df: float) -> float:
     return float(-stdtrit(df, tail))
 
 
+#: Simulated t paths per set of looks, their generator's seed, and the fewest crossings a look's
+#: boundary is read from (below it the look's own t quantile, conservative); see the docstring.
+PATHS = 1 << 20
+PATH_SEED = 20_260_105
+MIN_PATHS = 100
+
+
+def at_df(c: float, df_from: float, df_to: float) -> float:
+    """The t boundary at ``df_to`` degrees of freedom with the tail probability that ``c`` has at
+    ``df_from``."""
+    if not math.isfinite(c) or df_from == df_to:
+        return c
+    tail = float(stdtr(df_from, -c))
+    return math.inf if tail <= 1e-300 else float(-stdtrit(df_to, tail))
+
+
+def _check_looks(looks: tuple[int, ...]) -> None:
+    if not looks or looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:], strict=False)):
+        raise ValueError(f"looks must be increasing seed counts from 2 on: {looks}")
+
+
+@lru_cache(maxsize=4)
+def t_paths(looks: tuple[int, ...]) -> np.ndarray:
+    """The paired t statistics of ``PATHS`` simulated studies under no effect at each look (rows;
+    float32): the first n_k of n_K independent N(0, 1) differences. Their law is that of any sd,
+    so these serve every design with these looks. Seeded: the same numbers on every call."""
+    _check_looks(looks)
+    rng = np.random.default_rng([PATH_SEED, *looks])
+    out = np.empty((len(looks), PATHS), np.float32)
+    n, mean, ss = 0, np.zeros(PATHS), np.zeros(PATHS)
+    for k, nk in enumerate(looks):
+        # the new seeds enter through their mean and their own sum of squares (Chan et al.'s update)
+        m = nk - n
+        block = rng.standard_normal(PATHS) / math.sqrt(m)
+        within = rng.chisquare(m - 1, PATHS) if m > 1 else 0.0
+        ss = ss + within + (n * m / nk) * (mean - block) ** 2
+        mean = (n * mean + m * block) / nk
+        n = nk
+        out[k] = mean / np.sqrt(ss / ((nk - 1) * nk))
+    return out
+
+
+@lru_cache(maxsize=64)
+def _t_design(looks: tuple[int, ...], alpha: float, shape: str, sides: int
+              ) -> tuple[tuple[float, ...], tuple[np.ndarray, ...], tuple[float, ...]]:
+    """The t boundaries, and per look the sorted |T_k| of the paths that crossed earlier with
+    their share (for the stage-wise p; two-sided only)."""
+    paths = t_paths(looks)
+    if sides == 1:  # T and −T are equally likely: both halves of the sample count
+        paths = np.concatenate([paths, -paths], axis=1)
+    else:
+        paths = np.abs(paths)
+    size = paths.shape[1]
+    alive = np.ones(size, bool)
+    bounds: list[float] = []
+    earlier: list[np.ndarray] = []
+    shares: list[float] = []
+    before = 0.0
+    for k, n in enumerate(looks):
+        stat = paths[k]
+        earlier.append(np.sort(stat[~alive]) if sides == 2 else np.empty(0, np.float32))
+        shares.append(float(1.0 - alive.mean()))
+        now = spent(n / looks[-1], alpha, shape)
+        target, before = now - before, now
+        count = int(round(target * size))
+        if target <= 1e-15:
+            c = math.inf
+        elif k == 0 or count < MIN_PATHS:
+            c = float(stdtrit(n - 1, 1.0 - target / sides))
+        else:
+            cand = stat[alive]
+            cut = cand.size - count
+            part = np.partition(cand, [cut - 1, cut])
+            c = float(0.5 * (float(part[cut - 1]) + float(part[cut])))
+        bounds.append(c)
+        alive &= stat < c
+    return tuple(bounds), tuple(earlier), tuple(shares)
+
+
+def t_boundaries(looks: tuple[int, ...], alpha: float, shape: str = "obrien_fleming", sides: int = 2
+                 ) -> tuple[float, ...]:
+    """The boundaries on the scale of the paired t statistic at each look's n_k − 1 degrees of
+    freedom (looks: seed counts) spending ``alpha`` along ``shape``: two-sided (|T_k| ≥ c_k) or
+    one-sided (T_k ≥ c_k). A look that would spend nothing gets an infinite boundary."""
+    return _t_design(tuple(int(n) for n in looks), float(alpha), shape, int(sides))[0]
+
+
+def t_stagewise_p(looks: tuple[int, ...], alpha: float, shape: str, k: int, t: float, df: float | None = None
+                  ) -> float:
+    """The two-sided stage-wise p of stopping at look ``k`` (0-based) with t statistic ``t`` (at
+    ``df`` degrees of freedom, default the look's n_k − 1): under no effect, the chance of crossing a
+    boundary earlier, or at look ``k`` with |T_k| ≥ |t| — the latter as the t tail less the
+    simulated paths that crossed before and are there as well (exact at the first look)."""
+    _, earlier, shares = _t_design(tuple(int(n) for n in looks), float(alpha), shape, 2)
+    n = looks[k]
+    a = abs(at_df(abs(t), df, n - 1)) if df is not None else abs(t)
+    tail = 2.0 * float(stdtr(n - 1, -a))
+    both = (earlier[k].size - np.searchsorted(earlier[k], a, side="left")) / PATHS
+    return float(min(1.0, max(shares[k] + tail - both, 0.0)))
+
+
 @dataclass(frozen=True)
 class SequentialDesign:
     """The looks (seeds per cell at each), the comparisons' family, and the spending.
@@ -248,6 +365,20 @@ class SequentialDesign:
             return (math.inf,) * len(self.looks)
         return (*boundaries(self.fractions, self.futility_beta, self.futility_shape, 1)[:-1], math.inf)
 
+    def efficacy_t(self) -> tuple[float, ...]:
+        """The efficacy boundaries on the paired t scale, each at its look's n_k − 1 df (the ones
+        the looks use)."""
+        return t_boundaries(self.looks, self.level, self.shape, 2)
+
+    def equivalence_t(self) -> tuple[float, ...]:
+        return t_boundaries(self.looks, self.beta, self.beta_shape, 1)
+
+    def futility_t(self) -> tuple[float, ...]:
+        """As ``futility_z``, on the t scale."""
+        if self.futility_beta <= 0:
+            return (math.inf,) * len(self.looks)
+        return (*t_boundaries(self.looks, self.futility_beta, self.futility_shape, 1)[:-1], math.inf)
+
     def look_index(self, n: int) -> int:
         """The look a comparison on ``n`` seeds is at: the last look whose count it reaches."""
         k = max((i for i, m in enumerate(self.looks) if m <= n), default=-1)
@@ -267,7 +398,8 @@ def decide(design: SequentialDesign, diffs: Sequence[float] | None = None,
     last look when ``|estimate| + futility_bound × se < min_effect``), ``rci_low`` / ``rci_high`` (the repeated
     confidence interval at 1 − α/m), ``decision`` (``significant``, ``equivalent``, ``futile`` or
     ``open``), ``p`` (stage-wise, when significant; else the probability of an efficacy crossing at
-    some look of the design, 1 − … is not a p and is left NaN), and ``z_bounds`` (the design's).
+    some look of the design, 1 − … is not a p and is left NaN). The boundaries are the design's t
+    boundaries (``efficacy_t`` …) taken to the look's own df when it differs from n_k − 1.
     A look needs at least two values with some spread; with none it is ``open`` (no variance: no
     test)."""
     if diffs is not None:
@@ -288,7 +420,7 @@ def decide(design: SequentialDesign, diffs: Sequence[float] | None = None,
         df = float((va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))) if se > 0 else math.nan
     out: dict[str, Any] = {"look": 0, "n": n, "estimate": est, "se": se, "df": df, "t": math.nan, "bound": math.nan,
                            "equivalence_bound": math.nan, "futility_bound": math.nan, "rci_low": math.nan, "rci_high": math.nan,
-                           "decision": "open", "p": math.nan, "z_bounds": design.efficacy_z()}
+                           "decision": "open", "p": math.nan}
     if n < design.looks[0]:
         return out
     k = design.look_index(n)
@@ -297,14 +429,13 @@ def decide(design: SequentialDesign, diffs: Sequence[float] | None = None,
     if not (math.isfinite(se) and se > 0):
         out["decision"] = "futile" if last else "open"
         return out
-    z_eff, z_eq = design.efficacy_z()[k], design.equivalence_z()[k]
-    bound, eq, fut = t_bound(z_eff, df), t_bound(z_eq, df), t_bound(design.futility_z()[k], df)
+    own = design.looks[k] - 1  # the df the look's boundaries are computed for
+    bound, eq, fut = (at_df(b[k], own, df) for b in (design.efficacy_t(), design.equivalence_t(), design.futility_t()))
     t = est / se
     out.update(t=t, bound=bound, equivalence_bound=eq, futility_bound=fut, rci_low=est - bound * se, rci_high=est + bound * se)
     if abs(t) >= bound:
-        z_obs = float(-ndtri(stdtr(df, -abs(t))))  # the z with the t statistic's tail probability
         out.update(decision="significant",
-                   p=stagewise_p(design.fractions, design.efficacy_z(), k, z_obs) if p_value else math.nan)
+                   p=t_stagewise_p(design.looks, design.level, design.shape, k, t, df) if p_value else math.nan)
     elif est + eq * se < design.min_effect and est - eq * se > -design.min_effect:
         out["decision"] = "equivalent"
     elif last or abs(est) + fut * se < design.min_effect:
