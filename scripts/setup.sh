@@ -19,6 +19,7 @@ fi
 # Pin the CPU build: an unpinned torch pulls a multi-GB CUDA build.
 if [ "${ABLATE_TORCH:-}" != "skip" ]; then .venv/bin/pip install -q "torch==2.13.0"; fi
 .venv/bin/pip install -q -e ".[dev]"
+.venv/bin/pip install -q -e examples/ablate-cayley  # the plug-in example (docs/plugins.md), used by the tests
 # The reports use the DejaVu files matplotlib ships, by file (ablate/report/fonts.py), never the
 # host's fonts: check they came with it. (fonts-dejavu-core above only serves other programs.)
 .venv/bin/python -c "from ablate.report import fonts; missing = [str(f) for f in fonts.files() if not f.is_file()]; assert not missing, f'report fonts missing: {missing}'"
