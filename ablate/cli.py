@@ -285,7 +285,7 @@ def status(
     from ablate.runner import study as st
 
     try:  # one read-only opening of the study, its items' statuses read from the queue alone
-        found = locate.status(study, storage, tracking_uri)
+        found = locate.status(study, storage, tracking_uri, settle=True)  # ends what a kill left RUNNING
         snap = progress.snapshot(found.study)
     except st.StorageError as exc:
         raise _store_error(exc) from None

@@ -17,6 +17,9 @@
     committed   Optuna recorded the trial; the MLflow run is not yet marked finished
     extend      the trial is recorded and its MLflow run ended; a study training until converged
                 has not yet queued the run's extension (``ablate.runner.study.extend_runs``)
+    settle      every item is finished and the trials' runs are ended; the study's MLflow parent
+                run is about to be ended (``ablate.runner.study.settle_runs``)
+    settled     the parent run is ended; the mark that says so is not yet written
     look        a sequential study's look was analysed and its state written; its next seeds are
                 not queued yet (``ablate.runner.sequential.advance``)
 
@@ -42,7 +45,8 @@ import signal
 import time
 from functools import lru_cache
 
-POINTS = ("flip", "claim", "open_run", "checkpoint", "record", "commit", "committed", "extend", "look")
+POINTS = ("flip", "claim", "open_run", "checkpoint", "record", "commit", "committed", "extend", "settle", "settled",
+          "look")
 KINDS = ("error", "oom", "slow", "pause", "kill", "enospc")
 _fired: set[tuple[str, str]] = set()
 

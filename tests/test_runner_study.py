@@ -58,3 +58,50 @@ def test_runs_are_settled_once_per_change_of_the_finished_trials(tmp_path):
     assert st.settle_runs(study, stores.tracking) == 1
     assert tracking.running_runs(stores.tracking, "settle") == []
     assert second != first
+
+
+def _parent(stores: Stores, study: optuna.Study):
+    from ablate.runner import tracking
+
+    return tracking.client(stores.tracking).get_run(study.user_attrs["mlflow_parent_run_id"]).info.status
+
+
+def _with_parent(name: str, stores: Stores) -> optuna.Study:
+    from ablate.runner import tracking
+
+    s = spec(name)
+    st.prepare(s, design.items(s), stores, lambda: tracking.start_parent_run(stores, name, "{}", "hash"))
+    return st.open_study(name, stores)
+
+
+def test_a_parent_run_left_running_once_all_is_done_is_ended_by_the_next_settling(tmp_path):
+    """Every item recorded, the workers killed before one ended the parent run (and a trial's run):
+    the next settling ends both, once; an old store's mark (written before parents were settled)
+    does not hide them."""
+    from cell_store import finish_all
+
+    stores = where(tmp_path)
+    study = _with_parent("parent", stores)
+    assert st.parent_status(study) is None  # items waiting: the parent stays open
+    finish_all(study, stores=stores)
+    study.set_user_attr("ablate.runs_settled", st._finished_mark(study))  # the old mark: ignored
+    assert _parent(stores, study) == "RUNNING" and st.parent_status(study) == "FINISHED"
+    assert st.settle_runs(study, stores.tracking) == 1
+    assert _parent(stores, study) == "FINISHED"
+    assert st.settle_runs(study, stores.tracking) == 0  # marked: no MLflow until a trial finishes again
+
+
+def test_a_parent_ends_failed_when_an_item_errored_and_diverged_items_are_results(tmp_path):
+    """A diverged item is a result (FINISHED); an item failed with an error is not (FAILED)."""
+    from cell_store import finish_all
+
+    stores = where(tmp_path)
+    study = _with_parent("diverging", stores)
+    finish_all(study, lambda attrs: "diverged" if attrs["seed"] == 0 else None, stores)
+    assert st.parent_status(study) == "FINISHED"
+    (tmp_path / "other").mkdir()
+    stores2 = where(tmp_path / "other")
+    failing = _with_parent("failing", stores2)
+    finish_all(failing, lambda attrs: "error" if attrs["seed"] == 0 else None, stores2)
+    assert st.parent_status(failing) == "FAILED"
+    assert st.settle_runs(failing, stores2.tracking) == 1 and _parent(stores2, failing) == "FAILED"

@@ -6,6 +6,7 @@ fifth of a second of CPU at every call); ``results`` re-exports each function.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import os
@@ -13,11 +14,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import optuna
+from optuna.trial import TrialState
 
 from ablate import design
-from ablate.runner import sequential
+from ablate.runner import queue, sequential
 from ablate.runner.standing import StudyStatus, existing_store_url, study_status
-from ablate.runner.study import WHERE_STORES_ARE, StorageError, extends_runs, missing_study, open_study
+from ablate.runner.study import (
+    WHERE_STORES_ARE,
+    StorageError,
+    extends_runs,
+    missing_study,
+    open_study,
+    recorded_tracking,
+    settle_runs,
+)
 from ablate.runner.study import storage as open_storage
 from ablate.spec import Spec
 from ablate.stores import Stores, home_is_default, homes_above, redact, resolve
@@ -73,13 +83,16 @@ def located_study(study: str, storage_url: str | None = None, tracking_uri: str 
 
 
 def status(study: str, storage: str | None = None, tracking_uri: str | None = None,
-           home: str | Path | None = None) -> StudyStatus:
+           home: str | Path | None = None, settle: bool = False) -> StudyStatus:
     """What ``ablate status`` prints of ``study``, found as ``locate`` says: its items (a
     sequential study's: the seeds its looks planned) counted by status per cell and in total, as
     the ``status`` column of ``load``'s trials counts them, read from the queue alone (no MLflow,
     no frames); ``sequential`` holds a sequential study's lines (its looks and decisions). Reads
-    only; raises StorageError, and SpecError for a stored spec this code does not accept."""
-    _, opt = located_study(study, storage, tracking_uri, home)
+    only (``settle``: but first ends what a kill left RUNNING in MLflow once nothing is left to run,
+    ``settle_finished``); raises StorageError, and SpecError for a stored spec this code does not accept."""
+    stores, opt = located_study(study, storage, tracking_uri, home)
+    if settle:
+        settle_finished(opt, stores)
     spec_data = opt.user_attrs["spec"]
     spec = design.validate(spec_data, f"study {study}")
     found = study_status(study, opt, sequential.items(spec, opt), extends=extends_runs(spec_data))
@@ -87,6 +100,17 @@ def status(study: str, storage: str | None = None, tracking_uri: str | None = No
         return found
     return dataclasses.replace(found, sequential=sequential.lines(spec, sequential.load_state(opt),
                                                                   found.seconds_per_item()))
+
+
+def settle_finished(opt: optuna.Study, stores: Stores) -> None:
+    """When no trial of ``opt`` waits or runs, end its MLflow runs a kill left RUNNING, the parent run
+    included (``study.settle_runs``, through a writable opening); best effort: a store that cannot
+    be written is left to the next run. While trials run, their workers settle."""
+    if queue.count(opt, (TrialState.WAITING, TrialState.RUNNING)):
+        return
+    with contextlib.suppress(Exception):
+        writable = open_study(opt.study_name, stores)
+        settle_runs(writable, recorded_tracking(writable, stores.tracking))
 
 
 def stored_specs(studies: Sequence[str], storage: str | None = None, tracking_uri: str | None = None) -> dict[str, Spec]:

@@ -27,6 +27,7 @@ which the dashboard's importance, parallel-coordinate and slice views read.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import difflib
@@ -40,15 +41,18 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate import design
+from ablate import design, faults
 from ablate.design import Item, spec_hash
 from ablate.runner import queue
 from ablate.runner.items import (
     BUDGET,
+    DROPPED,
     EXTENDED_FROM,
     MAX_RETRIES,
     PARAM_DISTRIBUTIONS,
+    STATE_KEYS,
     item_attrs,
+    item_state,
     states_by_item,
 )
 from ablate.runner.queue import StorageError
@@ -73,7 +77,7 @@ OBJECTIVE = "val_accuracy"
 NOTE_SAVED = "ablate.dashboard_note"
 # The finished trials (numbers and states, hashed) when every MLflow run was last settled: a run is
 # left RUNNING only by a trial that finished (or died) since, so an unchanged set needs no MLflow.
-RUNS_SETTLED = "ablate.runs_settled"
+RUNS_SETTLED = "ablate.settled"  # was "ablate.runs_settled", written before the parent run was settled too
 
 
 # The tracking URI each study of this process reports to (the study's attribute holds it with the
@@ -163,53 +167,108 @@ def _on_stale(study: optuna.Study, trial: FrozenTrial) -> None:
 def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int] | None = None) -> int:
     """End the RUNNING MLflow runs of finished trials (of ``numbers``, or all) as Optuna recorded
     them: the run a COMPLETE trial recorded FINISHED, a failed trial's recorded run FAILED, any
-    other run KILLED (a killed or interrupted attempt, or one superseded by a retry). How many
-    runs it ended; tracking failures are swallowed (the Optuna record is what counts).
+    other run KILLED (a killed or interrupted attempt, or one superseded by a retry). With no
+    ``numbers`` also the study's parent run, once every item is finished (``end_parent``): what
+    a kill anywhere in the end-of-study sequence left RUNNING is ended by the next command that
+    settles (a run, a worker, ``ablate status``). How many runs it ended; tracking failures are
+    swallowed (the Optuna record is what counts) and leave the settling to the next command.
 
     The Optuna record is the commit point of a trial: its run stays RUNNING until then, so a
     kill between the two leaves no second FINISHED run for an item."""
     if not tracking:
         return 0
-    mark = None
-    if numbers is None:  # all: skipped (with MLflow's seconds of import) when no trial finished since the last
-        finished = sorted((t.number, t.state.name) for t in study.get_trials(deepcopy=False) if t.state.is_finished())
-        mark = hashlib.sha256(json.dumps(finished).encode()).hexdigest()[:16]
-        if study.user_attrs.get(RUNS_SETTLED) == mark:
+    if numbers is not None:
+        return _settled(lambda tr: _end_trial_runs(study, tracking, tr, numbers))
+    # All: skipped (with MLflow's seconds of import) when no trial finished since the last settling.
+    # The mark is written only once the parent run was seen to, so a kill before that is redone.
+    mark = _finished_mark(study)
+    if study.user_attrs.get(RUNS_SETTLED) == mark:
+        return 0
+    writable = "mode=ro" not in str(getattr(queue.storage_of(study), "url", ""))
+    with queue.lock(study, f"ablate-settle:{study.study_name}") if writable else contextlib.nullcontext():
+        if writable and _fresh_attrs(study).get(RUNS_SETTLED) == mark:  # another process settled meanwhile
             return 0
+        ended = _settled(lambda tr: _end_trial_runs(study, tracking, tr, None) + end_parent(study, tracking, tr))
+        if ended:
+            faults.inject("settled")
+        if ended is not None and writable:
+            with contextlib.suppress(Exception):  # the next command that can write records it
+                study.set_user_attr(RUNS_SETTLED, mark)
+    return ended or 0
+
+
+def _finished_mark(study: optuna.Study) -> str:
+    finished = sorted((t.number, t.state.name) for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+    return hashlib.sha256(json.dumps(finished).encode()).hexdigest()[:16]
+
+
+def _fresh_attrs(study: optuna.Study) -> dict[str, Any]:
+    return queue.storage_of(study).get_study_user_attrs(study._study_id)
+
+
+def _settled(fn: Callable[[Any], int]) -> int | None:
+    """``fn(tracking module)``, or None when tracking failed (the trial state is what counts)."""
     from ablate.runner import tracking as tr
 
-    ended = 0
     try:
-        for run in tr.running_runs(tracking, study.study_name, numbers):
-            try:
-                trial = queue.trial(study, run.trial_number)
-            except KeyError:
-                continue
-            if trial.state in (TrialState.RUNNING, TrialState.WAITING) or \
-                    trial.user_attrs.get("cell_id") != run.cell_id:  # alive, or not this study's trial
-                continue
-            kind = trial.user_attrs.get("failure_kind")
-            recorded = trial.user_attrs.get("mlflow_run_id") == run.run_id
-            if trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and recorded:  # pruned: a result too
-                status, tags = "FINISHED", {"ablate.committed": "true"}
-            elif trial.state == TrialState.FAIL and recorded and kind in RECORDED_KINDS:
-                status, tags = "FAILED", {"ablate.committed": "true", "ablate.failure_kind": str(kind)}
-            else:
-                why = kind if kind in ("killed", "interrupted") else "superseded"
-                tags = {"ablate.failure": str(trial.user_attrs.get("failure_message") or why)}
-                if why != "killed":  # a worker declared dead may be alive and tag its run superseded itself
-                    tags["ablate.failure_kind"] = why
-                status = "KILLED"
-            tr.terminate(tracking, run.run_id, status, tags=tags)
-            ended += 1
-    except Exception:  # tracking unreachable: the trial state is what counts
-        return ended
-    if mark is not None:
+        return fn(tr)
+    except Exception:
+        return None
+
+
+def _end_trial_runs(study: optuna.Study, tracking: str, tr: Any, numbers: Sequence[int] | None) -> int:
+    ended = 0
+    for run in tr.running_runs(tracking, study.study_name, numbers):
         try:
-            study.set_user_attr(RUNS_SETTLED, mark)
-        except Exception:  # a read-only store: the next run that can write records it
-            pass
+            trial = queue.trial(study, run.trial_number)
+        except KeyError:
+            continue
+        if trial.state in (TrialState.RUNNING, TrialState.WAITING) or \
+                trial.user_attrs.get("cell_id") != run.cell_id:  # alive, or not this study's trial
+            continue
+        kind = trial.user_attrs.get("failure_kind")
+        recorded = trial.user_attrs.get("mlflow_run_id") == run.run_id
+        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and recorded:  # pruned: a result too
+            status, tags = "FINISHED", {"ablate.committed": "true"}
+        elif trial.state == TrialState.FAIL and recorded and kind in RECORDED_KINDS:
+            status, tags = "FAILED", {"ablate.committed": "true", "ablate.failure_kind": str(kind)}
+        else:
+            why = kind if kind in ("killed", "interrupted") else "superseded"
+            tags = {"ablate.failure": str(trial.user_attrs.get("failure_message") or why)}
+            if why != "killed":  # a worker declared dead may be alive and tag its run superseded itself
+                tags["ablate.failure_kind"] = why
+            status = "KILLED"
+        tr.terminate(tracking, run.run_id, status, tags=tags)
+        ended += 1
     return ended
+
+
+def parent_status(study: optuna.Study) -> str | None:
+    """How the study's parent run ends, once every item with a trial is finished (None before):
+    FINISHED when each has a result (a diverged cell's is one), FAILED when one failed otherwise
+    (an error, or retries used up)."""
+    by_item: dict[str, list[Any]] = {}
+    for entry in queue.entries(study, None, STATE_KEYS):
+        key = entry.user_attrs.get("item")
+        if key and not entry.user_attrs.get(DROPPED):
+            by_item.setdefault(key, []).append(entry)
+    states = {key: item_state(trials) for key, trials in by_item.items()}
+    if not states or any(s not in ("done", "failed") for s in states.values()):
+        return None
+    failed = [by_item[key] for key, s in states.items() if s == "failed"]
+    return "FAILED" if any(not any(t.user_attrs.get("failure_kind") == "diverged" for t in trials)
+                           for trials in failed) else "FINISHED"
+
+
+def end_parent(study: optuna.Study, tracking: str, tr: Any) -> int:
+    """End the study's MLflow parent run as its items stand (``parent_status``), if it is not so
+    already: 1 when it did. A parent a later retry re-opened ends again when that retry is done."""
+    parent = study.user_attrs.get("mlflow_parent_run_id")
+    status = parent_status(study) if parent else None
+    if status is None:
+        return 0
+    faults.inject("settle")
+    return int(tr.end_run(tracking, parent, status))
 
 
 def factor_distributions(spec: Spec, known: Mapping[str, Any] | None = None

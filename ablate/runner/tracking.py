@@ -321,6 +321,23 @@ def terminate(tracking_uri: str, run_id: str, status: str, reason: str = "",
         mlc.set_terminated(run_id, status)
 
 
+def end_run(tracking_uri: str, run_id: str, status: str) -> bool:
+    """Set a run's end ``status`` (a study's parent run: RUNNING, or ended otherwise before a retry
+    of its failed items) unless it has it already; False too for a run the store does not hold (a
+    tracking store replaced since the study began: nothing to end)."""
+    mlc = client(tracking_uri)
+    try:
+        run = mlc.get_run(run_id)
+    except Exception as exc:
+        if getattr(exc, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise
+    if run.info.status == status:
+        return False
+    mlc.set_terminated(run_id, status)
+    return True
+
+
 @dataclass(frozen=True)
 class OpenRun:
     """A RUNNING trial run, with the tags that name its trial."""

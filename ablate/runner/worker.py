@@ -466,17 +466,6 @@ def _requeue_in_flight(study: optuna.Study) -> bool:
     return "new" in states_by_item(study).values()
 
 
-def _close_parent_if_done(study: optuna.Study, stores: Stores) -> None:
-    """The study's MLflow parent run ends when nothing is left to run (by whichever worker sees it)."""
-    parent = study.user_attrs.get("mlflow_parent_run_id")
-    settle_runs(study, stores.tracking)  # runs a kill left RUNNING after (or before) their record
-    if parent and not queue.count(study, (TrialState.WAITING, TrialState.RUNNING)):
-        try:
-            tracking.terminate(stores.tracking, parent, "FINISHED")
-        except Exception:  # tracking unreachable: the trials are what counts
-            pass
-
-
 def _abandon(stores: Stores, current: _Current, crash: BaseException | None = None) -> list[str]:
     """After a signal: fail the held trial ``interrupted`` and re-queue its item (unless it was
     recorded meanwhile), and end its MLflow runs as Optuna now has it. The labels re-queued.
@@ -696,7 +685,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             if wait_for_running and time.monotonic() < requeue_deadline and _requeue_in_flight(study):
                 signals.sleep(1.0)
                 continue
-            _close_parent_if_done(study, stores)
+            settle_runs(study, stores.tracking)  # what kills left RUNNING, and the parent run once all is done
             return outcomes
         # Beat from the claim on: choosing the setting and opening the MLflow run come before
         # run_item's heartbeat (which lends it the step) and can take seconds.

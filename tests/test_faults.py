@@ -1,0 +1,55 @@
+"""What a kill or a bad file leaves is settled or recovered by the next command, and said: real
+``ablate`` processes on real stores with faults injected (``ABLATE_FAULT``, ablate/faults.py)."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+from pathlib import Path
+
+import processes as procs
+import pytest
+
+
+def parent_statuses(root: Path) -> list[str]:
+    with sqlite3.connect(f"file:{root / '.ablate' / 'mlflow.db'}?mode=ro", uri=True, timeout=30) as conn:
+        return [s for (s,) in conn.execute("SELECT r.status FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+                                           "WHERE t.key = 'ablate.role' AND t.value = 'study'")]
+
+
+# Each point of the end-of-study sequence, and the command run next: any of them settles.
+END_OF_STUDY = [("committed", ("status", "faults")), ("settle", ("run", "spec.yaml")),
+                ("settled", ("worker", "faults"))]
+
+
+@pytest.mark.parametrize(("point", "then"), END_OF_STUDY)
+def test_a_kill_in_the_end_of_study_sequence_is_settled_by_the_next_command(tmp_path, point, then):
+    """kill -9 once the last item is recorded: before its run is ended (committed), before the
+    parent run is ended (settle), after it but before that is marked (settled). The next command,
+    whichever it is, leaves no run RUNNING and the parent FINISHED, as an undisturbed run does."""
+    procs.write_spec(tmp_path, seeds=1)
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", ABLATE_FAULT=f"kill@{point}")
+    proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    if point != "settled":
+        assert parent_statuses(tmp_path) == ["RUNNING"]
+    res = procs.ablate(tmp_path, *then)
+    assert res.returncode == 0, res.stderr
+    assert procs.assert_consistent(tmp_path) == {procs.trials(tmp_path)[0]["item"]: "done"}
+    assert parent_statuses(tmp_path) == ["FINISHED"]
+    assert [t["state"] for t in procs.trials(tmp_path)] == ["COMPLETE"]  # nothing re-ran
+
+
+def test_two_workers_killed_with_their_run_once_all_is_recorded_leave_nothing_running(tmp_path):
+    """The issue's reproduction: 2 seeds, ``--workers 2``, the whole process group SIGKILLed at the
+    parent's end; a later ``ablate run`` finds 0 to run, starts no worker, and still ends it."""
+    procs.write_spec(tmp_path)
+    proc = procs.spawn(tmp_path, "run", "spec.yaml", "--workers", "2", group=True, ABLATE_FAULT="pause@settle",
+                       ABLATE_FAULT_PAUSE_S="300")
+    procs.wait_for(lambda: (tmp_path / "fault.mark").exists(), "the parent's end", proc)
+    procs.stop(proc, signal.SIGKILL, group=True)
+    assert parent_statuses(tmp_path) == ["RUNNING"]
+    res = procs.ablate(tmp_path, "run", "spec.yaml")
+    assert res.returncode == 0 and "0 to run" in res.stdout, res.stdout + res.stderr
+    assert set(procs.assert_consistent(tmp_path).values()) == {"done"}
+    assert parent_statuses(tmp_path) == ["FINISHED"]
