@@ -1,7 +1,7 @@
 """Why the sequential benchmark's bands cannot all hold at a paired sd of 1.0 δ: the trade-offs of
 the design's choices, measured fast enough to sweep.
 
-    python benchmarks/bench_sequential_frontier.py [--sims 10000] [--noise 0.85 1.0]
+    python benchmarks/bench_sequential_frontier.py [--sims 10000] [--noise 0.85 1.0] [--tiny]
 
 A vectorised copy of the look rule of ``ablate.stats.sequential.decide`` (paired t; significant,
 equivalent, futile, on the design's own boundaries) over simulated studies shaped as in
@@ -9,7 +9,8 @@ equivalent, futile, on the design's own boundaries) over simulated studies shape
 over every cell, the reference at its latest comparison's stop). It agrees with that benchmark,
 which runs the runner itself, within Monte Carlo error; use it to explore, that one for the table.
 Rows: the efficacy spending shapes alone (no equivalence or futility stop), then the default
-design with the futility spending raised, then the fixed design's power by seeds.
+design with the futility spending raised, then the fixed design's power by seeds. ``--tiny``: 400
+studies per setting at one noise level (seconds, for the tests).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -70,12 +72,15 @@ def line(label: str, design: SequentialDesign, sd: float, sims: int, seed: int) 
             f"{one['fixed']:.3f} loss {loss:.3f} seeds {one['used']:.3f} │ 2δ seeds {two['used']:.3f} │ {verdict}")
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sims", type=int, default=10000, help="studies per setting")
     parser.add_argument("--noise", type=float, nargs="+", default=[0.85, 1.0], help="paired sd in units of δ")
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    parser.add_argument("--tiny", action="store_true", help="400 studies per setting, one noise level")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.sims, args.noise = min(args.sims, 400), args.noise[:1]
     # the spec's default efficacy spending (ablate.spec: seeds.spending)
     base = SequentialDesign.of(3, 16, 2, comparisons=COMPARISONS, min_effect=1.0, shape="power3")
     for sd in args.noise:

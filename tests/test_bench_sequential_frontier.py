@@ -26,3 +26,12 @@ def test_the_vectorised_rule_stops_where_decide_does():
         kinds.add(r["decision"])
         assert r["n"] == n and (r["decision"] == "significant") == (s != 0), (r, n, s)
     assert kinds == {"significant", "equivalent", "futile"}
+
+
+def test_tiny_prints_every_row(capsys):
+    frontier.main(["--tiny"])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 11  # five shapes alone, five futility levels, the fixed design's power
+    assert all("│ null seeds" in line and ("all" in line or "misses" in line) for line in out[:10])
+    powers = [float(p.split(": ")[1]) for p in out[10].split("seeds: ")[1].split(", ")]
+    assert powers == sorted(powers) and 0 < powers[0] < powers[-1] < 1  # more seeds, more power
