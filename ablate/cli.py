@@ -41,6 +41,8 @@ out = _Console()
 err = _Console(stderr=True)
 
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a spec value: path=value (YAML)")]
+MultiOpt = Annotated[list[str] | None, typer.Option("-m", "--multirun", help="a factor for this study: path=level,"
+                                                    "level,… (YAML each); recorded in the stored spec")]
 StorageOpt = Annotated[str | None, typer.Option("--storage", help="Optuna storage URL [env ABLATE_STORAGE]")]
 TrackingOpt = Annotated[
     str | None, typer.Option("--tracking-uri", help="MLflow tracking URI [env ABLATE_TRACKING_URI]")
@@ -51,11 +53,19 @@ ReuseStaleOpt = Annotated[bool, typer.Option("--reuse-stale", help="also reuse r
                                                                    "run by another code version (stale)")]
 
 
-def _load(path: Path, overrides: list[str] | None) -> Spec:
+def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = None, plugins: bool = False) -> Spec:
+    """The validated spec; ``plugins``: also run each plug-in it uses on a tiny batch."""
     from ablate import design
+    from ablate.spec.files import multirun_overrides
 
     try:
-        return design.load(path, overrides or [])
+        spec = design.load(path, [*(overrides or []), *multirun_overrides(multirun or [])])
+        if plugins:
+            from ablate.models.contract import spec_problems
+
+            if problems := spec_problems(spec):
+                raise SpecError(problems)
+        return spec
     except SpecError as exc:
         for line in str(exc).splitlines():
             err.print(f"[red]error[/red] {line}", highlight=False, markup=True, soft_wrap=True)
@@ -98,9 +108,9 @@ def _unexpected(exc: BaseException) -> typer.Exit:
 
 
 @app.command()
-def validate(file: Path, set_: SetOpt = None) -> None:
-    """Check a study spec; print OK or each error with its key path (exit 2)."""
-    spec = _load(file, set_)
+def validate(file: Path, set_: SetOpt = None, multirun: MultiOpt = None) -> None:
+    """Check a study spec, and each plug-in it uses on a tiny batch; print OK or each error with its key path (exit 2)."""
+    spec = _load(file, set_, multirun, plugins=True)
     from ablate.design import cells
 
     out.print(f"OK {spec.name}: {len(cells(spec))} cells × {len(spec.seed_list)} seeds")
@@ -110,6 +120,7 @@ def validate(file: Path, set_: SetOpt = None) -> None:
 def plan(
     file: Path,
     set_: SetOpt = None,
+    multirun: MultiOpt = None,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     estimate: Annotated[bool, typer.Option("--estimate", help="time a few training steps per model shape "
@@ -122,7 +133,7 @@ def plan(
 ) -> None:
     """One row per cell: id, level labels, trials, done / partial / reused / stale / new, where
     results come from; totals; orphaned trials; --estimate."""
-    spec = _load(file, set_)
+    spec = _load(file, set_, multirun)
     from ablate import planning
 
     # Reads the study's storage only if it exists.
@@ -180,6 +191,7 @@ VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log each item
 def run(
     file: Path,
     set_: SetOpt = None,
+    multirun: MultiOpt = None,
     storage: StorageOpt = None,
     tracking_uri: TrackingOpt = None,
     device: DeviceOpt = "cpu",
@@ -193,7 +205,7 @@ def run(
 ) -> None:
     """Run every (cell, seed) of a study not already finished; resumes where it stopped. Items
     another study on the stores has finished are linked, not run again (--no-reuse runs them)."""
-    spec = _load(file, set_)
+    spec = _load(file, set_, multirun, plugins=True)
     from rich.markup import escape
 
     from ablate.runner import study as st
@@ -225,6 +237,18 @@ def run(
         err.print(f"{after.unfinished} item(s) unfinished: run the same command to resume, or "
                   f"see `ablate status {spec.name}`", highlight=False)
         raise typer.Exit(1)
+
+
+@app.command("plugins")
+def plugins_command() -> None:
+    """The installed plug-ins (docs/plugins.md): kind, name, target, distribution, source hash, and whether each loads."""
+    from ablate.models.contract import installed_rows
+
+    rows = installed_rows()
+    if not rows:
+        out.print("no plug-ins installed (docs/plugins.md)")
+        return
+    _table("plug-ins", ["kind", "name", "target", "from", "source", "status"], rows)
 
 
 @app.command()

@@ -74,6 +74,44 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets, braces and quotes: ``1,[2,3],'a,b'`` is three."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
+
+
+def multirun_overrides(items: list[str]) -> list[str]:
+    """``-m path=v1,v2,...`` (Hydra's habit) as the ``--set`` overrides that make ``path`` a factor
+    with those levels: ``factors.path=[v1, v2, ...]``, added or replacing a factor of that path.
+    Each level is parsed as YAML; commas inside brackets or quotes do not split."""
+    out = []
+    for item in items:
+        path, sep, text = item.partition("=")
+        path = path.strip()
+        if not sep or not path or not text.strip():
+            raise SpecError([("-m", f"{item!r} is not of the form path=level,level,… (e.g. model.layers=1,2,4)")])
+        if path.startswith("factors."):
+            raise SpecError([("-m", f"{item!r}: give the path the factor moves (e.g. {path.removeprefix('factors.')}"
+                                    f"=…), not factors.…")])
+        levels = [part.strip() for part in _top_level_split(text)]
+        if any(not level for level in levels):
+            raise SpecError([("-m", f"{item!r}: an empty level (two commas, or one at an end)")])
+        out.append(f"factors.{path}=[{', '.join(levels)}]")
+    return out
+
+
 def merge(base: Any, child: Any, key: str = "") -> Any:
     """``extends``: mappings merge key by key (the child wins), ``null`` removes an inherited key,
     lists and scalars replace; a mapping whose ``scheme`` (an init) or ``name`` (the task) differs
