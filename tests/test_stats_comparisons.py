@@ -335,6 +335,49 @@ def test_comparisons_carry_the_exact_intervals_from_three_seeds():
     row = stats.compare_to_reference(trials, METRIC, "base").iloc[0]
     up = trials.loc[trials.cell_id == "up", METRIC].to_numpy()
     base = trials.loc[trials.cell_id == "base", METRIC].to_numpy()
-    assert (row["es_ci_low"], row["es_ci_high"]) == pytest.approx(stats.effect_size_ci(up, base, paired=True))
+    assert (row["es_ci_low"], row["es_ci_high"]) == pytest.approx(
+        stats.effect_size_ci(up, base, paired=True, confidence=stats.robust_level(0.95)))
     assert row["es_ci_low"] <= row["effect_size"] <= row["es_ci_high"]
     assert (row["pi_ci_low"], row["pi_ci_high"]) == pytest.approx(stats.prob_improvement_ci(up, base))
+
+
+def test_differences_of_round_off_are_no_differences():
+    """A cell exactly 1.1× its reference, computed as log(1.1 a) − log(a) against log(1.1): differences
+    of 2e-16 that the sign-flip test counted as evidence (p 0.125 at four seeds)."""
+    a = np.array([0.7, 1.3, 2.9, 5.1])
+    x, y = np.log(1.1 * a) - np.log(a), np.full(4, np.log(1.1))
+    assert np.any(x != y)  # the round-off is there
+    res = stats.permutation_test(x, y, paired=True)
+    assert res.p == 1.0 and res.p_min == 1.0
+    assert stats.permutation_test([1.0, 1.0, 1.0], [sum([0.1] * 10), 1.0, 1.0], paired=False).p == 1.0
+
+
+def test_cells_at_one_and_at_099_with_no_spread_get_no_t_and_no_interval():
+    """1.0 against 0.99 on three seeds each with no spread but round-off: the t-test gave p 1.5e-54."""
+    trials = make_trials({"base": 0.0, "top": 0.0}, seeds={"base": [0, 1, 2], "top": [3, 4, 5]}, sd=0.0)
+    trials.loc[trials.cell_id == "base", METRIC] = [0.99, 0.1 * 9.9, 1 - 0.01]
+    trials.loc[trials.cell_id == "top", METRIC] = 1.0
+    row = stats.compare_to_reference(trials, METRIC, "base").iloc[0]
+    assert not row["paired"] and row["testable"]
+    assert np.isnan(row["t_p"]) and np.isnan(row["diff_ci_low"]) and np.isnan(row["es_ci_low"])
+    assert row["ci_note"] == "no spread: each cell's runs equal" and row["sd_diff"] == 0.0
+    assert row["p"] == pytest.approx(0.1)  # the exact relabelling test: 2 of C(6, 3) arrangements
+    assert np.isnan(row["power_now"])  # no spread, no power line (was two seeds from an sd of 1e-17)
+
+
+def test_paired_differences_equal_to_round_off_have_no_interval():
+    trials = make_trials({"base": 0.0, "up": 0.0}, seeds=4, sd=0.0)
+    trials.loc[trials.cell_id == "base", METRIC] = [0.8, 0.7, 0.9, 0.6]
+    trials.loc[trials.cell_id == "up", METRIC] = [0.81, 0.71, 0.91, 0.61]  # + 0.01 each, to round-off
+    row = stats.compare_to_reference(trials, METRIC, "base").iloc[0]
+    assert row["paired"] and row["sd_diff"] == 0.0 and row["ci_note"] == "no spread: every Δ equal"
+    assert np.isnan(row["diff_ci_low"]) and np.isnan(row["t_p"]) and row["p"] == pytest.approx(0.125)
+
+
+def test_a_difference_interval_of_accuracies_stays_inside_plus_minus_one():
+    trials = make_trials({"base": 0.0, "up": 0.0}, seeds=3, sd=0.0)
+    trials.loc[trials.cell_id == "base", METRIC] = [0.05, 0.9, 0.5]
+    trials.loc[trials.cell_id == "up", METRIC] = [1.0, 0.95, 0.3]
+    row = stats.compare_to_reference(trials, METRIC, "base").iloc[0]
+    assert row["diff_ci_low"] == -1.0 or row["diff_ci_high"] == 1.0
+    assert -1.0 <= row["diff_ci_low"] < row["mean_diff"] < row["diff_ci_high"] <= 1.0

@@ -21,10 +21,11 @@ def test_cell_summary_exact_values_and_t_interval():
     assert row["mean"] == pytest.approx(0.83)
     assert row["median"] == pytest.approx(0.83)
     assert row["sd"] == pytest.approx(np.std(values, ddof=1))
-    half = sps.t.ppf(0.975, 3) * np.std(values, ddof=1) / 2
+    half = sps.t.ppf(0.995, 3) * np.std(values, ddof=1) / 2  # a report's 95%: t at robust_level, 99%
     assert row["ci_low"] == pytest.approx(0.83 - half)
     assert row["ci_high"] == pytest.approx(0.83 + half)
     assert (row["min"], row["max"]) == (pytest.approx(0.80), pytest.approx(0.86))
+    assert row["ci_note"] == ""
 
 
 def test_an_accuracy_interval_stays_inside_zero_and_one():
@@ -33,8 +34,9 @@ def test_an_accuracy_interval_stays_inside_zero_and_one():
     trials = make_trials({"c": 0.0}, seeds=3, sd=0.0)
     trials[METRIC] = values
     row = stats.cell_summary(trials, METRIC, CHANCE).iloc[0]
-    assert METRIC.endswith("accuracy") and stats.t_interval(values).ci_high > 1.0
-    assert row["ci_high"] == 1.0 and row["ci_low"] == pytest.approx(stats.t_interval(values).ci_low)
+    t = stats.t_interval(values, stats.robust_level(0.95))
+    assert METRIC.endswith("accuracy") and t.ci_high > 1.0
+    assert row["ci_high"] == 1.0 and row["ci_low"] == pytest.approx(t.ci_low)
     assert stats.metric_range("test_loss") == (-np.inf, np.inf)
 
 
@@ -109,7 +111,8 @@ def test_bootstrap_ci_is_deterministic_and_sensible():
     ci = stats.bootstrap_ci(x, seed=1)
     assert ci == stats.bootstrap_ci(x, seed=1)
     assert ci[0] < x.mean() < ci[1]
-    assert stats.bootstrap_ci([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    assert all(np.isnan(stats.bootstrap_ci([1.0, 1.0, 1.0])))  # nothing to resample: no interval
+    assert all(np.isnan(stats.bootstrap_ci([0.3, 0.1 + 0.2, 0.3])))  # 0.1 + 0.2 is 0.30000000000000004
     assert all(np.isnan(stats.bootstrap_ci([1.0])))
 
 
@@ -146,3 +149,38 @@ def test_marks():
         "",
         "",
     ]
+
+
+def test_no_interval_of_nothing_a_three_seed_cell_at_one():
+    """Three runs at 1.0, and three that are 1.0 up to round-off (a sum of ten 0.1s): the mean, no
+    interval, and why — never 1.000 [1.000, 1.000]."""
+    for values in ([1.0, 1.0, 1.0], [sum([0.1] * 10), 1.0, 1.0]):
+        trials = make_trials({"c": 0.0}, seeds=3, sd=0.0)
+        trials[METRIC] = values
+        row = stats.cell_summary(trials, METRIC, CHANCE).iloc[0]
+        assert row["mean"] == pytest.approx(1.0)
+        assert np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])
+        assert row["ci_note"] == "no spread: 3 runs equal"
+        assert np.isnan(stats.t_interval(values).ci_low)
+
+
+def test_round_off_is_judged_relative_to_the_values_scale():
+    assert stats.no_spread([1.0, 1.0 + 1e-15]) and stats.no_spread([0.0, 0.0]) and stats.no_spread([5.0])
+    assert not stats.no_spread([1.0, 1.0 + 1e-6])
+    assert not stats.no_spread([1e-12, 2e-12])  # tiny values that differ by half their size do spread
+    assert stats.no_spread([0.01, 0.01 + 1e-16], scale=1.0) and not stats.no_spread([0.01, 0.0101], scale=1.0)
+    assert stats.interval_note([0.8]) == "one run" and stats.interval_note([]) == "no runs"
+    assert stats.interval_note([0.8, 0.81]) == ""
+    est = stats.t_interval([1e-12, 2e-12, 1.5e-12])
+    assert est.ci_low < 1.5e-12 < est.ci_high
+
+
+def test_the_reports_interval_is_wider_than_exact_and_clipped():
+    assert stats.robust_level(0.95) == pytest.approx(0.99)
+    with pytest.raises(ValueError, match="confidence"):
+        stats.robust_level(1.0)
+    values = [0.992, 0.997, 1.0, 0.999]
+    est, note = stats.mean_interval(values, 0.95, stats.metric_range(METRIC))
+    exact = stats.t_interval(values, 0.99)
+    assert note == "" and est.ci_high == 1.0 and est.ci_low == pytest.approx(exact.ci_low)
+    assert exact.ci_low < stats.t_interval(values, 0.95).ci_low

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 from frames import METRIC, A, B, factorial, make_trials, set_status
 from scipy import stats as sps
@@ -25,8 +26,9 @@ def test_main_effects_are_unweighted_marginal_means_with_ci():
     assert rot["mean"] == pytest.approx(cell_means[["rotation-xi", "rotation-none", "rotation-layer"]].mean())
     assert rot["n_cells"] == 3 and rot["n"] == 12 and rot["df"] == 3 and rot["interval"] == "seed-blocked t"
     per_seed = trials[trials[A] == "rotation"].groupby("seed")[METRIC].mean()
-    est = stats.t_interval(per_seed)
+    est = stats.t_interval(per_seed, stats.robust_level(0.95))  # the report's 95%: t at 99%
     assert (rot["ci_low"], rot["ci_high"]) == pytest.approx((est.ci_low, est.ci_high))
+    assert rot["ci_note"] == ""
     a = eff[eff["factor"] == A].set_index("level")
     assert a.loc["diagonal", "ci_low"] > a.loc["rotation", "ci_high"]  # the planted effect shows
 
@@ -42,7 +44,7 @@ def test_marginal_means_pool_the_within_cell_variance_when_seeds_are_each_cells_
     mse = (resid**2).sum() / (16 - 4)
     se = np.sqrt(mse * 2 / 4) / 2
     assert rot["interval"] == "pooled t" and rot["df"] == 12 and rot["se"] == pytest.approx(se)
-    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.975, 12) * se)
+    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.995, 12) * se)
 
 
 def test_marginal_means_are_not_tilted_by_unbalanced_cells():
@@ -153,3 +155,47 @@ def test_anova_on_the_levels_with_results(res):
     assert list(table.term) == ["model.normalisation", "model.layers", "model.normalisation × model.layers",
                                 "Residual"]
     assert table.loc[table.term == "Residual", "df"].item() == 7 - 4
+
+
+def _two_cells(values: dict[str, list[float]]) -> pd.DataFrame:
+    cells = {c: 0.0 for c in values}
+    factors = {c: {A: c} for c in values}
+    trials = make_trials(cells, seeds=len(next(iter(values.values()))), sd=0.0, factors=factors)
+    for c, v in values.items():
+        trials.loc[trials.cell_id == c, METRIC] = v
+    return trials
+
+
+def test_anova_refuses_a_residual_of_round_off():
+    """Every run at 1.0 in two cells (one run a sum of ten 0.1s) gave F 3.6, p 0.13, partial η² 0.47;
+    cells at 1.0 and 0.99 with no spread gave p 1.5e-54 ***. Neither has a residual to test against."""
+    at_one = _two_cells({"rotation": [1.0, 1.0, 1.0], "diagonal": [sum([0.1] * 10), 1.0, 1.0]})
+    apart = _two_cells({"rotation": [1.0, 1.0, 1.0], "diagonal": [0.99, 0.1 * 9.9, 1 - 0.01]})
+    for trials in (at_one, apart):
+        ok, why = stats.anova_applicable(trials, METRIC, [A])
+        assert not ok and "no spread within the cells" in why
+        with pytest.raises(stats.AnovaNotApplicable, match="round-off"):
+            stats.anova(trials, METRIC, [A])
+    spread = _two_cells({"rotation": [1.0, 0.99, 0.995], "diagonal": [0.97, 0.96, 0.965]})
+    assert stats.anova(spread, METRIC, [A]).set_index("term").loc[A, "p"] < 0.05
+
+
+def test_seed_blocked_marginal_means_at_the_ceiling_have_no_interval():
+    """Two cells sharing seeds, every run 1.0: the marginal mean is 1.0 with no interval (was [1.0, 1.0])."""
+    cells = {"rotation-xi": 0.0, "rotation-none": 0.0}
+    factors = {c: {A: "rotation", B: c.split("-")[1]} for c in cells}
+    trials = make_trials(cells, seeds=4, sd=0.0, factors=factors)
+    trials[METRIC] = 1.0
+    row = stats.main_effects(trials, METRIC, [A]).iloc[0]
+    assert row["interval"] == "seed-blocked t" and row["mean"] == 1.0
+    assert np.isnan(row["ci_low"]) and np.isnan(row["ci_high"]) and row["ci_note"] == "no spread: 4 seeds' means equal"
+
+
+def test_marginal_means_of_an_accuracy_stay_inside_zero_and_one():
+    """A marginal mean near 1.0 printed 1.000 [0.994, 1.006]: its interval is clipped to [0, 1]."""
+    cells = {"rotation-xi": 0.0, "rotation-none": 0.0}
+    factors = {c: {A: "rotation", B: c.split("-")[1]} for c in cells}
+    trials = make_trials(cells, seeds=3, sd=0.0, factors=factors)
+    trials[METRIC] = [1.0, 0.996, 1.0, 1.0, 1.0, 0.998]
+    row = stats.main_effects(trials, METRIC, [A]).iloc[0]
+    assert row["ci_high"] == 1.0 and row["ci_low"] < row["mean"] < 1.0 and row["ci_note"] == ""

@@ -16,7 +16,7 @@ from scipy.optimize import brentq
 from scipy.special import nctdtr
 from statsmodels.stats.multitest import multipletests
 
-from ablate.stats.estimators import mark_for
+from ablate.stats.estimators import ROUNDOFF, mark_for, metric_range, no_spread, robust_level
 from ablate.stats.selection import completed_runs, resolve_cell
 
 __all__ = [
@@ -67,6 +67,7 @@ COMPARISON_COLUMNS = [
     "sd_diff",
     "diff_ci_low",
     "diff_ci_high",
+    "ci_note",
     "p",
     "p_min",
     "exact",
@@ -131,6 +132,10 @@ def permutation_test(
     (scipy's convention; the same as |statistic| ≥ |observed| when the null distribution is
     symmetric, as the sign-flip's always is). NaN p for an empty side.
 
+    A difference within round-off of zero (at most ``estimators.ROUNDOFF`` × the values' largest
+    magnitude) counts as zero, and a pooled sample with no spread beyond round-off gives p = 1: two
+    cells that are 1.1× a reference computed two ways differ by 2e-16, which is not evidence.
+
     A non-finite value (NaN, ±inf) is refused with a ``ValueError`` naming the side and the count:
     a run without a value is not an observation to permute, and arithmetic on it would make every
     arrangement's statistic NaN (scipy then reports p = 0). Drop such runs first — for a paired test
@@ -149,6 +154,8 @@ def permutation_test(
         if x.shape != y.shape:
             raise ValueError("a paired test needs one value of each side per seed")
         d = x - y
+        scale = float(max(np.max(np.abs(x), initial=0.0), np.max(np.abs(y), initial=0.0)))
+        d = np.where(np.abs(d) <= ROUNDOFF * scale, 0.0, d)
         nonzero = int(np.count_nonzero(d))
         arrangements = 2.0 ** d.size
         if d.size == 0:
@@ -163,6 +170,8 @@ def permutation_test(
         if x.size == 0 or y.size == 0:
             return PermutationResult(np.nan, True, np.nan, 0.0)
         arrangements = float(math.comb(x.size + y.size, x.size))
+        if no_spread(np.concatenate([x, y])):
+            return PermutationResult(1.0, True, 1.0, arrangements)
         data = (x, y)
         statistic = _difference_of_means
         kind = "independent"
@@ -395,6 +404,7 @@ def _by_seed(done: pd.DataFrame, metric: str) -> dict[Any, BySeed]:
 
 def _compare_one(
     ref_by_seed: BySeed, cell_by_seed: BySeed, confidence: float, seed: int | None, permutations: int,
+    bounds: tuple[float, float] = (-np.inf, np.inf),
 ) -> dict[str, Any]:
     (ref_seeds, ref), (cell_seeds, cell) = ref_by_seed, cell_by_seed
     shared, in_ref, in_cell = np.intersect1d(ref_seeds, cell_seeds, return_indices=True)
@@ -411,6 +421,7 @@ def _compare_one(
         "values_ref": tuple(float(v) for v in ref),
         "effect_size_kind": "",
         "exact": False,
+        "ci_note": "",
     }
     nan_keys = ("mean_diff", "sd_diff", "diff_ci_low", "diff_ci_high", "statistic", "df", "t_p", "p", "p_min",
                 "effect_size", "es_ci_low", "es_ci_high", "prob_improvement", "pi_ci_low", "pi_ci_high")
@@ -431,27 +442,35 @@ def _compare_one(
         n = int(min(x.size, y.size))
         if n >= 2:  # the pooled sd of the runs: what an unpaired power line needs
             res["sd_diff"] = float(np.sqrt((x.var(ddof=1) + y.var(ddof=1)) / 2.0))
+    scale = float(max(np.max(np.abs(x), initial=0.0), np.max(np.abs(y), initial=0.0)))
+    # Round-off is no spread: an sd of 1e-17 would make a t of 1e14 and a power line of two seeds.
+    flat = no_spread(d, scale) if paired else (no_spread(x, scale) and no_spread(y, scale))
+    if flat and np.isfinite(res["sd_diff"]):
+        res["sd_diff"] = 0.0
     res["n"] = n
     res["testable"] = n >= MIN_N_TEST
     if not res["testable"]:
         res["test"] = f"too few seeds (n = {n})" if n else "no results"
+        res["ci_note"] = f"n = {n}: not tested"
         return res
     perm = permutation_test(x, y, paired=paired, n_resamples=permutations, seed=seed)
     kind = "sign-flip" if paired else "permutation"
     res.update(test=f"{'exact' if perm.exact else 'Monte Carlo'} {kind}", p=perm.p, p_min=perm.p_min,
                exact=perm.exact)
-    spread = res["sd_diff"] > 0 if paired else (x.std() > 0 or y.std() > 0)
-    if not spread:  # every difference equal: the exact p stands, t-based columns are undefined
+    if flat:  # every difference equal (to round-off): the exact p stands, t-based columns are undefined
+        res["ci_note"] = "no spread: every Δ equal" if paired else "no spread: each cell's runs equal"
         return res
+    level = robust_level(confidence)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         t = sps.ttest_rel(x, y) if paired else sps.ttest_ind(x, y, equal_var=False)
-        ci = t.confidence_interval(confidence)
-    res.update(diff_ci_low=float(ci.low), diff_ci_high=float(ci.high), statistic=float(t.statistic),
-               df=float(t.df), t_p=float(t.pvalue))
+        ci = t.confidence_interval(level)
+    widest = bounds[1] - bounds[0]  # a difference of two values in [lo, hi] lies in [lo − hi, hi − lo]
+    res.update(diff_ci_low=float(np.clip(ci.low, -widest, widest)), diff_ci_high=float(np.clip(ci.high, -widest, widest)),
+               statistic=float(t.statistic), df=float(t.df), t_p=float(t.pvalue))
     res.update(effect_size_kind="d_z" if paired else "hedges_g",
                effect_size=float(_dz(d) if paired else _hedges_g(x, y)))
-    res["es_ci_low"], res["es_ci_high"] = effect_size_ci(x, y, paired=paired, confidence=confidence)
+    res["es_ci_low"], res["es_ci_high"] = effect_size_ci(x, y, paired=paired, confidence=level)
     return res
 
 
@@ -493,9 +512,13 @@ def compare_to_reference(
       seed) or ``values_cell`` / ``values_ref`` carry the raw numbers instead;
     - beside it, the classical t-test (``ttest_rel`` / Welch's ``ttest_ind``): ``statistic``,
       ``df``, ``t_p``, ``t_p_adj`` and the t interval of the difference in ``diff_ci_low`` /
-      ``diff_ci_high`` — NaN when every difference is equal (the t statistic divides by a zero sd);
-    - effect size: Cohen's d_z (paired) or Hedges' g, with the exact noncentral-t interval of the
-      standardised difference (``effect_size_ci``) wherever the comparison is tested and has spread;
+      ``diff_ci_high`` (at ``robust_level(confidence)``, clipped to the differences the metric
+      allows: ±1 for an accuracy) — NaN when every difference is equal to round-off
+      (``estimators.no_spread`` on the values' scale: the t statistic would divide by a zero or
+      1e-17 sd; ``sd_diff`` is then 0), and ``ci_note`` says why;
+    - effect size: Cohen's d_z (paired) or Hedges' g, with the noncentral-t interval of the
+      standardised difference (``effect_size_ci`` at ``robust_level(confidence)``) wherever the
+      comparison is tested and has spread;
     - rliable's **probability of improvement** P(cell > reference) over all pairs of runs, with
       Newcombe's continuity-corrected score interval (``prob_improvement_ci``) from ``MIN_N_TEST``
       runs a side;
@@ -525,7 +548,7 @@ def compare_to_reference(
     for cid, label in labels.items():
         if cid == ref_id:
             continue
-        res = _compare_one(ref, values.get(cid, empty), confidence, seed, permutations)
+        res = _compare_one(ref, values.get(cid, empty), confidence, seed, permutations, metric_range(metric))
         rows.append({"cell_id": cid, "cell_label": label, "reference_id": ref_id, "reference_label": labels[ref_id],
                      **res})
     out = pd.DataFrame(rows, columns=COMPARISON_COLUMNS)

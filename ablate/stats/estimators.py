@@ -17,15 +17,22 @@ __all__ = [
     "Estimate",
     "MARKS",
     "MIN_N_BOOTSTRAP",
+    "ROBUST_WIDENING",
+    "ROUNDOFF",
     "SUMMARY_COLUMNS",
     "binomial_se",
     "bootstrap_ci",
     "cell_summary",
+    "clip_to",
     "cv",
     "cv_by",
     "cv_with_ci",
+    "interval_note",
     "mark_for",
+    "mean_interval",
     "metric_range",
+    "no_spread",
+    "robust_level",
     "t_interval",
 ]
 
@@ -48,15 +55,72 @@ class Estimate(NamedTuple):
     n: int
 
 
+#: A spread (largest − smallest value) at most this share of the values' scale (their largest
+#: magnitude) is round-off, not data: an interval, F or p made of it would be a number about the
+#: floating-point arithmetic (an sd of 1e-16 over five equal accuracies, an F of 3.6 between cells
+#: that are all 1.0). Every "is there any spread" question in ``ablate.stats`` asks ``no_spread``.
+ROUNDOFF = 1e-9
+
+#: A report's interval at level 1 − a is the t (or noncentral t) interval at level 1 − a / this:
+#: 99% for the 95% the report prints. Exact t intervals cover 0.85–0.89 at five to eight seeds when
+#: runs are skewed (a few runs that lose points) or sit at the ceiling of an accuracy; nothing in
+#: five runs that happen not to include such a run can tell, so the interval is widened for every
+#: sample — it then covers ≥ 0.93 there and ~0.99 on normal runs (``robust_level``; measured by
+#: ``benchmarks/bench_stats_calibration.py``, tables in docs/calibration.md).
+ROBUST_WIDENING = 5.0
+
+
+def robust_level(confidence: float) -> float:
+    """The level whose exact-under-normality interval a report prints as ``confidence``:
+    1 − (1 − confidence) / ``ROBUST_WIDENING`` (0.99 for 0.95)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), not {confidence!r}")
+    return 1.0 - (1.0 - confidence) / ROBUST_WIDENING
+
+
+def no_spread(values: Sequence[float] | np.ndarray, scale: float | None = None) -> bool:
+    """Whether the finite ``values`` have no spread beyond round-off: their range is at most
+    ``ROUNDOFF`` × ``scale`` (default: their largest magnitude). Pass the scale of the quantities
+    the values were computed from when they are differences (0.01 − 0.01 is a round-off of 1.0,
+    not of 0.01). True for fewer than two values (nothing spreads)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return True
+    size = float(np.max(np.abs(x))) if scale is None else abs(float(scale))
+    return bool(np.ptp(x) <= ROUNDOFF * size)
+
+
+def interval_note(values: Sequence[float] | np.ndarray, scale: float | None = None, what: str = "runs") -> str:
+    """Why ``values`` have no interval, in a few words for a table (``''`` when they have one):
+    ``no runs``, ``one run``, ``no spread: 3 runs equal``."""
+    x = np.asarray(values, dtype=float)
+    n = int(np.isfinite(x).sum())
+    if n == 0:
+        return f"no {what}"
+    if n == 1:
+        return f"one {what.rstrip('s')}"
+    return f"no spread: {n} {what} equal" if no_spread(x, scale) else ""
+
+
+def clip_to(estimate: Estimate, bounds: tuple[float, float]) -> Estimate:
+    """``estimate`` with its interval clipped to ``bounds`` (an accuracy's [0, 1]); NaN stays NaN."""
+    low, high = bounds
+    return Estimate(estimate.value, float(np.clip(estimate.ci_low, low, high)),
+                    float(np.clip(estimate.ci_high, low, high)), estimate.n)
+
+
 def metric_range(metric: str) -> tuple[float, float]:
     """The values a metric can take: [0, 1] for an accuracy (a proportion), else unbounded."""
     return (0.0, 1.0) if metric.endswith("accuracy") else (-np.inf, np.inf)
 
 
 def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> Estimate:
-    """Mean with the t-based interval ``mean ± t_{n-1} · sd/√n`` (scipy.stats.t).
+    """Mean with the t-based interval ``mean ± t_{n-1} · sd/√n`` (scipy.stats.t), exact for normal
+    values at ``confidence``.
 
-    NaN bounds for fewer than two values; a zero-width interval when all values are equal.
+    NaN bounds for fewer than two values and when they have no spread beyond round-off
+    (``no_spread``): an interval of width zero, or of 1e-16, is not an interval.
     """
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
@@ -66,11 +130,21 @@ def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -
     mean = float(x.mean())
     if n < 2:
         return Estimate(mean, np.nan, np.nan, n)
+    if no_spread(x):
+        return Estimate(mean, np.nan, np.nan, n)
     sem = float(x.std(ddof=1) / np.sqrt(n))
-    if sem == 0.0:
-        return Estimate(mean, mean, mean, n)
     low, high = sps.t.interval(confidence, n - 1, loc=mean, scale=sem)
     return Estimate(mean, float(low), float(high), n)
+
+
+def mean_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95,
+                  bounds: tuple[float, float] = (-np.inf, np.inf)) -> tuple[Estimate, str]:
+    """The mean of the finite ``values`` with the interval a report prints at ``confidence``: the t
+    interval at ``robust_level(confidence)``, clipped to ``bounds`` (``metric_range``), and why it
+    is missing (``interval_note``; ``''`` when it is not)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    return clip_to(t_interval(x, robust_level(confidence)), bounds), interval_note(x)
 
 
 def bootstrap_ci(
@@ -86,8 +160,8 @@ def bootstrap_ci(
 
     ``stat`` must accept an ``axis`` keyword (vectorised), as numpy reductions do. Non-finite
     values are dropped (per sample; pairs are dropped together when ``paired``). Returns NaNs when
-    any sample has fewer than two values; ``(s, s)`` when resampling cannot change the statistic
-    (all values equal). ``BCa`` falls back to ``percentile`` when its correction is undefined.
+    any sample has fewer than two values, and when no sample has spread beyond round-off
+    (``no_spread``: resampling cannot change the statistic, and a zero-width interval says nothing). ``BCa`` falls back to ``percentile`` when its correction is undefined.
     """
     arrays = [np.asarray(s, dtype=float) for s in samples]
     if paired:
@@ -97,10 +171,8 @@ def bootstrap_ci(
         arrays = [a[np.isfinite(a)] for a in arrays]
     if not arrays or min(a.size for a in arrays) < 2 or n_resamples <= 0:
         return (np.nan, np.nan)
-    if all(np.all(a == a[0]) for a in arrays):
-        with np.errstate(all="ignore"):
-            s = float(stat(*arrays, axis=-1))
-        return (s, s)
+    if all(no_spread(a) for a in arrays):
+        return (np.nan, np.nan)
     methods = [method] if method == "percentile" else [method, "percentile"]
     low = high = np.nan
     for m in methods:
@@ -229,6 +301,7 @@ SUMMARY_COLUMNS = [
     "mean",
     "ci_low",
     "ci_high",
+    "ci_note",
     "sd",
     "sem",
     "median",
@@ -254,16 +327,18 @@ def cell_summary(
     confidence: float = 0.95,
     phase: str | None = "replicate",
 ) -> pd.DataFrame:
-    """One row per cell: n, mean with its t-based CI, spread, and outcome counts kept apart.
+    """One row per cell: n, mean with its CI (``mean_interval``), spread, and outcome counts kept apart.
 
     Columns: ``cell_id``, ``cell_label``, the factor columns (after ``cell_label``), then
 
     - ``status``: ``complete`` (nothing pending or running), ``partial`` (some results, more
       coming), ``pending`` (no completed run yet and some pending/running, or no rows at all),
       ``no_results`` (nothing left to run and no completed run: all diverged or failed);
-    - ``n``: completed runs with a finite metric; ``mean``, ``ci_low``, ``ci_high`` (t interval at
-      ``confidence``, clipped to the metric's range: an accuracy's interval stays in [0, 1]), ``sd`` (ddof 1), ``sem``, ``median``, ``min``, ``max`` over them — NaN when
-      ``n`` is 0 (and CI/sd/sem when ``n`` is 1);
+    - ``n``: completed runs with a finite metric; ``mean``, ``ci_low``, ``ci_high`` (``mean_interval``:
+      the t interval at ``robust_level(confidence)``, clipped to the metric's range — an accuracy's
+      interval stays in [0, 1]), ``ci_note`` (why the interval is NaN: ``one run``, ``no spread: 3
+      runs equal``; ``''`` when it is not), ``sd`` (ddof 1), ``sem``, ``median``, ``min``, ``max``
+      over them — NaN when ``n`` is 0 (and CI/sd/sem when ``n`` is 1);
     - ``mean_learned``: mean over completed runs with ``metric > chance + margin``;
     - ``n_finished`` = complete + diverged; ``n_diverged``, ``diverged_share``;
       ``n_never_learned`` (complete, ``metric ≤ chance + margin``), ``never_learned_share``; shares
@@ -288,9 +363,7 @@ def cell_summary(
         n_pending = int(status.isin(UNFINISHED).sum())
         n_never = int((x <= threshold).sum()) if known else np.nan
         n_finished = n + n_div
-        est = t_interval(x, confidence)
-        low, high = metric_range(metric)
-        est = Estimate(est.value, float(np.clip(est.ci_low, low, high)), float(np.clip(est.ci_high, low, high)), est.n)
+        est, note = mean_interval(x, confidence, metric_range(metric))
         if n_pending and n_finished:
             cell_status = "partial"
         elif n_pending or len(rows) == 0:
@@ -310,6 +383,7 @@ def cell_summary(
                 "mean": est.value,
                 "ci_low": est.ci_low,
                 "ci_high": est.ci_high,
+                "ci_note": note,
                 "sd": float(x.std(ddof=1)) if n > 1 else np.nan,
                 "sem": float(x.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan,
                 "median": float(np.median(x)) if n else np.nan,

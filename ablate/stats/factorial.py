@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ablate.stats.estimators import mark_for
+from ablate.stats.estimators import ROUNDOFF, mark_for, metric_range, no_spread, robust_level
 from ablate.stats.selection import completed_runs, infer_factors, ordered_unique, phase_rows
 
 __all__ = [
@@ -119,22 +119,33 @@ def marginal_means(
       averaged out).
 
     Cells with no completed run are left out (``n_cells`` says how many went in, ``n_cells_total``
-    how many exist).
+    how many exist). The interval is the t interval at ``estimators.robust_level(confidence)``
+    (wider than exact under normality, so that it holds on skewed and ceiling accuracies), clipped
+    to the metric's range (``metric_range``); NaN when its spread is round-off relative to the
+    values (``estimators.no_spread``: per-seed means that all agree, or a residual sd ≤
+    ``ROUNDOFF`` × the largest value), with ``ci_note`` saying why (``''`` when there is one).
 
     Columns: the ``by`` columns, ``n_cells``, ``n_cells_total``, ``n`` (runs), ``mean``, ``se``,
-    ``ci_low``, ``ci_high``, ``df``, ``mean_runs`` (plain mean over the runs, for reference),
-    ``interval`` (which of the two).
+    ``ci_low``, ``ci_high``, ``ci_note``, ``df``, ``mean_runs`` (plain mean over the runs, for
+    reference), ``interval`` (which of the two).
     """
     by = _check_factors(trials, by)
     done = completed_runs(trials, metric, phase)
     all_cells = phase_rows(trials, phase).drop_duplicates("cell_id")
-    cols = [*by, "n_cells", "n_cells_total", "n", "mean", "se", "ci_low", "ci_high", "df", "mean_runs", "interval"]
+    cols = [*by, "n_cells", "n_cells_total", "n", "mean", "se", "ci_low", "ci_high", "ci_note", "df", "mean_runs",
+            "interval"]
     if done.empty:
         return pd.DataFrame(columns=cols)
+    level = robust_level(confidence)
+    low_bound, high_bound = metric_range(metric)
+    scale = float(done[metric].abs().max())
     cs = _cell_stats(done, metric, by)
     df_resid = int(cs["n"].sum() - len(cs))
     mse = float(cs["ss"].sum() / df_resid) if df_resid > 0 else np.nan
-    tq = float(sps.t.ppf(0.5 + confidence / 2, df_resid)) if df_resid > 0 else np.nan
+    pooled_note = "no replicated cell" if df_resid <= 0 else ""
+    if df_resid > 0 and not np.sqrt(mse) > ROUNDOFF * scale:
+        mse, pooled_note = np.nan, "no spread: each cell's runs equal"
+    tq = float(sps.t.ppf(0.5 + level / 2, df_resid)) if df_resid > 0 else np.nan
     levels = [ordered_unique(phase_rows(trials, phase)[f]) for f in by]
     rows = []
     for combo in itertools.product(*levels):
@@ -149,12 +160,14 @@ def marginal_means(
         mean = float(sub["mean"].mean()) if k else np.nan
         se = float(np.sqrt(mse * (1.0 / sub["n"]).sum()) / k) if k else np.nan
         runs = done[np.logical_and.reduce([done[f] == lv for f, lv in zip(by, combo, strict=True)])]
-        df, q, kind = (df_resid if df_resid > 0 else np.nan), tq, "pooled t"
+        df, q, kind, note = (df_resid if df_resid > 0 else np.nan), tq, "pooled t", pooled_note
         blocked = _seed_means(runs, metric) if k >= 2 else None
         if blocked is not None:
             n_s = len(blocked)
             mean, se = float(blocked.mean()), float(blocked.std(ddof=1) / np.sqrt(n_s))
-            df, q, kind = n_s - 1, float(sps.t.ppf(0.5 + confidence / 2, n_s - 1)), "seed-blocked t"
+            df, q, kind, note = n_s - 1, float(sps.t.ppf(0.5 + level / 2, n_s - 1)), "seed-blocked t", ""
+            if no_spread(blocked.to_numpy(float), scale):
+                se, note = np.nan, f"no spread: {n_s} seeds' means equal"
         rows.append(
             {
                 **dict(zip(by, combo, strict=True)),
@@ -163,8 +176,9 @@ def marginal_means(
                 "n": int(sub["n"].sum()) if k else 0,
                 "mean": mean,
                 "se": se,
-                "ci_low": mean - q * se,
-                "ci_high": mean + q * se,
+                "ci_low": float(np.clip(mean - q * se, low_bound, high_bound)),
+                "ci_high": float(np.clip(mean + q * se, low_bound, high_bound)),
+                "ci_note": note if k else "no runs",
                 "df": df,
                 "mean_runs": float(runs[metric].mean()) if len(runs) else np.nan,
                 "interval": kind,
@@ -184,7 +198,8 @@ def main_effects(
 
     See ``marginal_means`` for the estimator. ``factors`` defaults to ``infer_factors(trials)``.
     Columns: ``factor``, ``level``, ``n_cells``, ``n_cells_total``, ``n``, ``mean``, ``se``,
-    ``ci_low``, ``ci_high``, ``df``, ``mean_runs``; factors in the order given, levels in order.
+    ``ci_low``, ``ci_high``, ``ci_note``, ``df``, ``mean_runs``, ``interval``; factors in the order
+    given, levels in order.
     """
     factors = infer_factors(trials) if factors is None else _check_factors(trials, factors)
     parts = []
@@ -201,6 +216,7 @@ def main_effects(
         "se",
         "ci_low",
         "ci_high",
+        "ci_note",
         "df",
         "mean_runs",
         "interval",
@@ -260,7 +276,17 @@ def anova_applicable(
     n_cells = done.groupby(factors, observed=True).ngroups
     if len(done) <= n_cells:
         return False, "no replication: a cell needs at least two completed seeds"
+    if _roundoff_residual(done[metric].to_numpy(float), done.groupby(factors, observed=True)[metric].transform("mean")):
+        return False, ("no spread within the cells: every cell's runs are equal (to round-off), so there is no "
+                       "residual variance to test the factors against")
     return True, ""
+
+
+def _roundoff_residual(y: np.ndarray, fitted: Any) -> bool:
+    """Whether the residual sd of ``y`` around ``fitted`` is round-off relative to the values' scale
+    (``estimators.ROUNDOFF``): an F over it is a ratio of floating-point noise."""
+    resid = y - np.asarray(fitted, dtype=float)
+    return bool(np.sqrt(np.mean(resid**2)) <= ROUNDOFF * float(np.max(np.abs(y))))
 
 
 def anova(
@@ -278,7 +304,9 @@ def anova(
     factor, every cell has a completed run, and some cell is replicated (see
     ``anova_applicable``). Columns: ``term`` (``a``, ``a × b``, …, ``Residual``), ``df``,
     ``sum_sq``, ``mean_sq``, ``F``, ``p``, ``eta_sq_partial`` (SS_term / (SS_term + SS_resid)),
-    ``mark`` (on the uncorrected p, alpha 0.05).
+    ``mark`` (on the uncorrected p, alpha 0.05). Also raises when the model's residual sd is
+    round-off relative to the values (``estimators.ROUNDOFF``): two cells whose runs are all 1.0
+    would otherwise give an F of a few and a partial η² of 0.5 from 1e-16 residuals.
     """
     from statsmodels.formula.api import ols
     from statsmodels.stats.anova import anova_lm
@@ -301,6 +329,9 @@ def anova(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = ols("y ~ " + " + ".join(terms), data=data).fit()
+        if _roundoff_residual(data["y"].to_numpy(float), fit.fittedvalues):
+            raise AnovaNotApplicable("ANOVA not applicable: the model leaves no residual spread beyond round-off, "
+                                     "so there is nothing to test the terms against")
         table = anova_lm(fit, typ=typ)
     back = {f"C({a})": f for f, a in alias.items()}
     names = [

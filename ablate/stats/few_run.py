@@ -15,7 +15,14 @@ import pandas as pd
 from scipy import stats as sps
 
 from ablate.stats.comparisons import MIN_N_TEST, prob_improvement, prob_improvement_ci
-from ablate.stats.estimators import Estimate, t_interval
+from ablate.stats.estimators import (
+    ROUNDOFF,
+    Estimate,
+    clip_to,
+    mean_interval,
+    metric_range,
+    robust_level,
+)
 from ablate.stats.selection import cell_rows, completed_runs, resolve_cell
 
 __all__ = [
@@ -26,6 +33,7 @@ __all__ = [
     "few_run_estimates",
     "iqm",
     "iqm_interval",
+    "iqm_note",
     "performance_profile",
 ]
 
@@ -83,7 +91,8 @@ def iqm_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95)
     ``benchmarks/bench_stats_calibration.py`` measures it on simulated accuracies.
 
     NaN bounds below ``IQM_MIN_N`` values, where nothing is trimmed (the IQM is the mean: use its t
-    interval), and when the middle values tie (a winsorised spread of zero: nothing to scale by)."""
+    interval), and when the middle values tie (a winsorised spread of zero, or of round-off — an se
+    at most ``ROUNDOFF`` × the values' scale: nothing to scale by; ``iqm_note`` says so)."""
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     n = int(x.size)
@@ -94,10 +103,21 @@ def iqm_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95)
         return Estimate(centre, np.nan, np.nan, n)
     _, se = _trimmed_studentised(x)
     se = float(se)
-    if not se > 0:
+    if not se > ROUNDOFF * float(np.max(np.abs(x))):
         return Estimate(centre, np.nan, np.nan, n)
     half = _iqm_critical(n, float(confidence)) * se
     return Estimate(centre, centre - half, centre + half, n)
+
+
+def iqm_note(values: Sequence[float] | np.ndarray) -> str:
+    """Why ``iqm_interval`` has no interval for ``values`` (``''`` when it has one)."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < IQM_MIN_N:
+        return f"n < {IQM_MIN_N}: nothing trimmed" if x.size else "no runs"
+    if np.isnan(iqm_interval(x).ci_low):
+        return f"no spread: the middle {x.size - 2 * int(IQM_TRIM * x.size)} runs equal"
+    return ""
 
 
 def clopper_pearson(k: Any, n: Any, confidence: float = 0.95) -> tuple[Any, Any]:
@@ -113,8 +133,9 @@ def clopper_pearson(k: Any, n: Any, confidence: float = 0.95) -> tuple[Any, Any]
     return (float(low), float(high)) if low.ndim == 0 else (low, high)
 
 
-FEW_RUN_COLUMNS = ["cell_id", "cell_label", "n", "mean", "mean_ci_low", "mean_ci_high", "iqm", "iqm_trim",
-                   "iqm_ci_low", "iqm_ci_high", "prob_improvement", "pi_ci_low", "pi_ci_high"]
+FEW_RUN_COLUMNS = ["cell_id", "cell_label", "n", "mean", "mean_ci_low", "mean_ci_high", "mean_ci_note", "iqm",
+                   "iqm_trim", "iqm_ci_low", "iqm_ci_high", "iqm_ci_note", "prob_improvement", "pi_ci_low",
+                   "pi_ci_high"]
 
 
 def few_run_estimates(
@@ -125,9 +146,12 @@ def few_run_estimates(
     phase: str | None = "replicate",
 ) -> pd.DataFrame:
     """rliable's few-run estimates (Agarwal et al. 2021) per cell, with intervals that cover at a
-    handful of seeds: the mean with its t interval (``t_interval``), the interquartile mean with its
-    trimmed-t interval (``iqm_interval``; ``iqm_trim`` runs cut from each end — zero below
-    ``IQM_MIN_N``, where the IQM is the mean and has no interval of its own), and — against
+    handful of seeds: the mean with its interval (``estimators.mean_interval``: t at
+    ``robust_level(confidence)``), the interquartile mean with its trimmed-t interval
+    (``iqm_interval`` at ``robust_level(confidence)``; ``iqm_trim`` runs cut from each end — zero
+    below ``IQM_MIN_N``, where the IQM is the mean and has no interval of its own), both clipped to
+    the metric's range (``metric_range``), with ``mean_ci_note`` / ``iqm_ci_note`` saying why an
+    interval is NaN (``interval_note``, ``iqm_note``; ``''`` when it is not), and — against
     ``reference_cell`` — the probability of improvement P(cell > reference) over every pair of runs
     with Newcombe's score interval (``prob_improvement_ci``).
 
@@ -139,19 +163,23 @@ def few_run_estimates(
     done = completed_runs(trials, metric, phase)
     ref_id = resolve_cell(trials, reference_cell) if reference_cell is not None else None
     ref = done.loc[done["cell_id"] == ref_id, metric].to_numpy(float) if ref_id is not None else np.array([])
+    bounds = metric_range(metric)
     rows = []
     for _, cell in cell_rows(trials).iterrows():
         x = done.loc[done["cell_id"] == cell["cell_id"], metric].to_numpy(float)
         row: dict[str, Any] = {"cell_id": cell["cell_id"], "cell_label": cell["cell_label"], "n": int(x.size)}
         row.update(dict.fromkeys(FEW_RUN_COLUMNS[3:], np.nan))
         row["iqm_trim"] = int(IQM_TRIM * x.size)
+        few = f"n < {MIN_N_TEST}" if x.size else "no runs"
+        row["mean_ci_note"] = row["iqm_ci_note"] = few
         if x.size:
             row.update(mean=float(x.mean()), iqm=float(iqm(x)))
         if x.size >= MIN_N_TEST:
-            mean = t_interval(x, confidence)
+            mean, row["mean_ci_note"] = mean_interval(x, confidence, bounds)
             row["mean_ci_low"], row["mean_ci_high"] = mean.ci_low, mean.ci_high
-            middle = iqm_interval(x, confidence)
+            middle = clip_to(iqm_interval(x, robust_level(confidence)), bounds)
             row["iqm_ci_low"], row["iqm_ci_high"] = middle.ci_low, middle.ci_high
+            row["iqm_ci_note"] = iqm_note(x)
         if ref_id is not None and cell["cell_id"] != ref_id and x.size and ref.size:
             row["prob_improvement"] = prob_improvement(x, ref)
             if min(x.size, ref.size) >= MIN_N_TEST:
