@@ -1,0 +1,223 @@
+"""K replicates of one network run as one: a forward pass over a leading replicate axis.
+
+    stacked_forward(models, x, masks, return_norms) -> logits (K, ...), norms [(K, B, L, H)]
+    per_replicate(models) -> the modules that run replicate by replicate (not fused)
+
+The K ``Network``s keep their own parameters (each its own initialisation, optimiser, clipping,
+probes and checkpoints, exactly as a trial alone); every forward stacks them and runs the
+batch-sized work once for all: matrices as batched products, the scans over replicates ×
+channels (decays are per channel, so replicate k's channels are simply channels k·D … k·D + D − 1
+of one scan; the compiled scans are custom autograd Functions, which ``torch.func.vmap`` cannot
+batch), norms and activations elementwise. What depends on the parameters alone (a layer's
+``system()``: λ, B, C, a rotation's basis) is computed per replicate by the layer's own code and
+stacked, so the fused pass computes what each replicate would alone, to rounding.
+
+A module of a kind this file does not know (torch's GRU/LSTM, the batch norm, a plug-in) runs
+replicate by replicate on its slice: still exact, only not faster. ``per_replicate`` lists them.
+
+Dropout takes the masks the caller drew from each replicate's own random stream (``masks``, one
+(K, B, L, d) tensor per block), so replicate k's masks are the ones its trial alone would draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ablate.models.minrnn import MinGRU, MinLSTM, log_g
+from ablate.models.network import GLU, PAD, Block, Gelu, HalfGLU, Network, NoNorm, RMSNorm
+from ablate.models.recurrent import LinearRecurrence, conv_scan
+from ablate.ops.scan import linear_scan, log_scan, widened
+
+_NORMS = (NoNorm, RMSNorm, nn.LayerNorm)
+_ACTIVATIONS = (Gelu, GLU, HalfGLU)
+_LAYERS = (LinearRecurrence, MinGRU, MinLSTM)
+
+
+def _stack(modules: Sequence[nn.Module], name: str) -> torch.Tensor:
+    return torch.stack([getattr(m, name) for m in modules])
+
+
+def _rows(x: torch.Tensor, W: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x (K, ..., i) times W (K, o, i) transposed, plus bias (K, o): replicate k's ``F.linear``."""
+    K, i = x.shape[0], x.shape[-1]
+    flat = x.reshape(K, -1, i)
+    out = torch.bmm(flat, W.mT) if bias is None else torch.baddbmm(bias[:, None], flat, W.mT)
+    return out.reshape(*x.shape[:-1], W.shape[1])
+
+
+def _linear(mods: Sequence[nn.Linear], x: torch.Tensor) -> torch.Tensor:
+    bias = None if mods[0].bias is None else _stack(mods, "bias")
+    return _rows(x, _stack(mods, "weight"), bias)
+
+
+def _one_by_one(mods: Sequence[nn.Module], x: torch.Tensor, *args: Any) -> torch.Tensor:
+    return torch.stack([m(x[k], *args) for k, m in enumerate(mods)])
+
+
+def _broadcast(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(K, d) → (K, 1, …, 1, d) against x (K, …, d)."""
+    return v.reshape(v.shape[0], *([1] * (x.dim() - 2)), v.shape[-1])
+
+
+def _fold(b: torch.Tensor) -> torch.Tensor:
+    """(K, B, L, D) → (B, L, K·D): the replicate axis folded into the scan's channels."""
+    K, B, L, D = b.shape
+    return b.permute(1, 2, 0, 3).reshape(B, L, K * D)
+
+
+def _unfold(h: torch.Tensor, K: int) -> torch.Tensor:
+    B, L, KD = h.shape
+    return h.reshape(B, L, K, KD // K).permute(2, 0, 1, 3)
+
+
+# --- pieces of a block ---------------------------------------------------------------------------
+
+
+def _norm(mods: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    kind = type(mods[0])
+    if kind is NoNorm:
+        return x
+    if kind is RMSNorm:
+        eps = mods[0].eps
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * _broadcast(_stack(mods, "weight"), x)
+    if kind is nn.LayerNorm and mods[0].elementwise_affine and mods[0].bias is not None:
+        ln = mods[0]
+        h = F.layer_norm(x, ln.normalized_shape, None, None, ln.eps)
+        return h * _broadcast(_stack(mods, "weight"), x) + _broadcast(_stack(mods, "bias"), x)
+    return _one_by_one(mods, x)
+
+
+def _activation(mods: Sequence[nn.Module], y: torch.Tensor) -> torch.Tensor:
+    kind = type(mods[0])
+    if kind is Gelu:
+        return F.gelu(y)
+    if kind is GLU:
+        x = F.gelu(y)
+        return _linear([m.w1 for m in mods], x) * torch.sigmoid(_linear([m.w2 for m in mods], x))
+    if kind is HalfGLU:
+        x = F.gelu(y)
+        return x * torch.sigmoid(_linear([m.w for m in mods], x))
+    return _one_by_one(mods, y)
+
+
+def _linear_recurrence(layers: Sequence[LinearRecurrence], u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``LinearRecurrence.forward(u, return_norms=True)`` of each replicate, at once."""
+    first = layers[0]
+    systems = [layer.system() for layer in layers]  # parameters only: each replicate's own code
+    K, Bn, L, _ = u.shape
+    if first.mode == "sequential" or not first.parallel:
+        natural = [m.natural() for m in systems]
+        A = torch.stack([n[0] for n in natural])
+        B = torch.stack([n[1] for n in natural])
+        C = torch.stack([n[2] for n in natural])
+        projected = _rows(u, B)
+        bu = projected.to(A.dtype)
+        x = bu.new_zeros(K, Bn, bu.shape[-1])
+        out = []
+        for bu_t in bu.unbind(2):  # as ``sequential_loop``, one bmm for every replicate
+            x = torch.bmm(x, A.mT) + bu_t
+            if first.act is not None:
+                x = first.act(x)
+            out.append(x)
+        s = torch.stack(out, 2).to(projected.dtype)
+    else:
+        scan = conv_scan if first.mode == "conv" else linear_scan
+        v = _rows(u, torch.stack([m.B for m in systems]))
+        lam = torch.stack([m.lam for m in systems])  # (K, modes)
+        if systems[0].complex_modes:
+            b = torch.view_as_complex(v.to(widened(v.dtype)).reshape(K, Bn, L, -1, 2))
+            z = _unfold(scan(lam.reshape(-1), _fold(b)), K)
+            s = torch.view_as_real(z).reshape(K, Bn, L, -1).to(v.dtype)
+        else:
+            s = _unfold(scan(lam.reshape(-1), _fold(v)), K)
+        C = torch.stack([m.C for m in systems])
+    D = torch.stack([m.D for m in systems])
+    y = _rows(s, C) + u * _broadcast(D, u)
+    N = s.shape[-1]
+    return y, s.reshape(K, Bn, L, first.heads, N // first.heads).square().sum(-1)
+
+
+def _min_rnn(layers: Sequence[MinGRU | MinLSTM], u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``MinRNN.forward(u, return_norms=True)`` (the log-space scan) of each replicate, at once."""
+    first, K = layers[0], u.shape[0]
+    p = _linear([layer.proj for layer in layers], u).unflatten(-1, (first.n_gates + 1, first.state_dim))
+    log_a, log_w = first.log_coefficients(p[..., :-1, :])  # elementwise in the gates: no parameters
+    h = torch.exp(_unfold(log_scan(_fold(log_a), _fold(log_w + log_g(p[..., -1, :]))), K))
+    y = h if isinstance(first.out, nn.Identity) else _linear([layer.out for layer in layers], h)
+    return y, h.square().sum(-1, keepdim=True)
+
+
+def _recurrence(layers: Sequence[nn.Module], u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    kind = type(layers[0])
+    if kind is LinearRecurrence:
+        return _linear_recurrence(layers, u)  # type: ignore[arg-type]
+    if kind in (MinGRU, MinLSTM) and layers[0].mode == "scan":
+        return _min_rnn(layers, u)  # type: ignore[arg-type]
+    pairs = [layer(u[k], return_norms=True) for k, layer in enumerate(layers)]
+    return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+
+
+def _block(blocks: Sequence[Block], x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, list]:
+    h = _norm([b.norm for b in blocks], x)
+    y, n = _recurrence([b.forward_layer for b in blocks], h)
+    norms = [n]
+    if blocks[0].backward_layer is not None:
+        yb, nb = _recurrence([b.backward_layer for b in blocks], h.flip(2))
+        norms.append(nb)
+        y = y + yb.flip(2)
+    a = _activation([b.activation for b in blocks], y)
+    return x + (a if mask is None else a * mask), norms
+
+
+def stacked_forward(
+    models: Sequence[Network], x: torch.Tensor, masks: Sequence[torch.Tensor] | None = None
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Logits (K, B, C) or (K, B, L, C) and per recurrent layer norms (K, B, L, H) of replicate k's
+    ``models[k](x[k], return_norms=True)``, in one pass. ``masks``: per block the dropout mask
+    (K, B, L, d) the replicates' own streams drew (already divided by 1 − p), or None without dropout;
+    the models must be in training mode for them to apply (eval: pass None)."""
+    first, K = models[0], len(models)
+    if x.shape[0] != K:
+        raise ValueError(f"stacked_forward: x has {x.shape[0]} replicates, there are {K} models")
+    pad_mask = (x != PAD) if first.input_kind == "tokens" else None
+    encoder = type(first.encoder)
+    if encoder is nn.Embedding and first.encoder.padding_idx is None and first.encoder.max_norm is None:
+        W = _stack([m.encoder for m in models], "weight")  # (K, V, d): row k·V + i is replicate k's token i
+        offset = torch.arange(K, device=x.device).view(K, *([1] * (x.dim() - 1))) * W.shape[1]
+        h = F.embedding(x + offset, W.reshape(-1, W.shape[-1]))
+    elif encoder is nn.Linear:
+        h = _linear([m.encoder for m in models], x)
+    else:
+        h = _one_by_one([m.encoder for m in models], x)
+    norms: list[torch.Tensor] = []
+    for i in range(len(first.blocks)):
+        active = masks[i] if masks is not None and first.training else None
+        h, n = _block([m.blocks[i] for m in models], h, active)
+        norms += n
+    if first.output_kind == "classification":
+        flat_mask = None if pad_mask is None else pad_mask.flatten(0, 1)
+        h = first.pool(h.flatten(0, 1), flat_mask).unflatten(0, (K, x.shape[1]))
+    return _linear([m.decoder for m in models], h), norms
+
+
+def per_replicate(model: Network) -> list[str]:
+    """The modules of ``model`` a fused pass runs replicate by replicate (correct, not faster):
+    empty where every part fuses."""
+    out: list[str] = []
+    if not (type(model.encoder) is nn.Linear or type(model.encoder) is nn.Embedding):
+        out.append(f"encoder {type(model.encoder).__name__}")
+    block = model.blocks[0] if len(model.blocks) else None
+    if block is not None:
+        if type(block.norm) not in _NORMS:
+            out.append(f"norm {type(block.norm).__name__}")
+        if type(block.activation) not in _ACTIVATIONS:
+            out.append(f"activation {type(block.activation).__name__}")
+        layer = block.forward_layer
+        if type(layer) not in _LAYERS or (type(layer) in (MinGRU, MinLSTM) and layer.mode != "scan"):
+            out.append(f"recurrent layer {type(layer).__name__}")
+    return out

@@ -1,0 +1,186 @@
+"""K replicates of one cell trained as one model: the same results as K ``run_trial`` calls.
+
+    run_fused(configs, seeds, ...) -> [TrialResult | BaseException]   one per replicate, in order
+    fusable(configs) -> None, or why these configurations cannot train together
+
+The replicates are a cell's seeds, or tuning trials that differ only in ``train.lr``,
+``train.weight_decay``, ``train.recurrent_lr_factor``, ``train.grad_clip`` or
+``train.divergence_norm`` (``FREE``): every step of every replicate then has the same shapes and the
+same schedule of logging, validation and probes. Each replicate is an ``ablate.training.Trial``,
+built exactly as ``run_trial`` builds it (its seed, its initialisation, its data order, its
+optimiser and learning-rate schedule, its probes and reports), and after each step runs the same
+``update`` (divergence check, gradient probes, clipping, optimiser, schedule) and ``after_step``
+(logging, validation, early stopping, probes, final evaluation). Only the forward and backward
+pass is shared: ``ablate.models.stacked.stacked_forward`` computes every live replicate's batch at
+once, and one backward of the sum of their losses gives each its own gradients.
+
+A replicate that diverges (non-finite loss, a state norm past the bound) is recorded ``diverged``
+at that step and leaves the fused pass, untouched by the others and touching none; one that stops
+early (``train.patience``) stops; one whose ``on_eval`` raises (a pruned tuning trial) ends with
+that exception in its place of the result list, and the others go on.
+
+Dropout masks are drawn from each replicate's own copy of the global random stream, in the order
+its trial alone draws them, so fused equals apart with dropout too (on the CPU; CUDA's dropout
+kernel draws differently). Checkpoints, WSD branches and fault injection are ``run_trial``'s only:
+a worker that claims K items at once (``--fuse K``, issue 47) is where fused checkpoints go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ablate.models.stacked import stacked_forward
+from ablate.probes import train_summary
+from ablate.spec import ProbeSpec
+from ablate.tasks import TaskData, load_task
+from ablate.training import (
+    IGNORE,
+    Reporter,
+    StepResult,
+    Trial,
+    TrialResult,
+    _layer_means,
+    loss_and_correct,
+    update,
+)
+
+#: train settings that may differ between fused replicates: none changes a shape or a schedule step
+FREE = ("lr", "weight_decay", "recurrent_lr_factor", "grad_clip", "divergence_norm")
+
+
+def fusable(configs: Sequence[dict[str, Any]]) -> str | None:
+    """None when ``configs`` can train fused, else the reason they cannot (a sentence)."""
+    if not configs:
+        return "no replicates to fuse"
+    first = configs[0]
+    for i, config in enumerate(configs[1:], 1):
+        for part in ("task", "model"):
+            if config.get(part) != first.get(part):
+                return f"replicate {i} has another {part} than replicate 0: only the seed and train.{{{', '.join(FREE)}}} may differ"
+        fixed = {k: v for k, v in config["train"].items() if k not in FREE}
+        if fixed != {k: v for k, v in first["train"].items() if k not in FREE}:
+            differ = sorted(k for k in set(fixed) | set(first["train"]) - set(FREE)
+                            if config["train"].get(k) != first["train"].get(k))
+            return f"replicate {i} differs from replicate 0 in train.{', train.'.join(differ)}: only train.{{{', '.join(FREE)}}} may"
+    return None
+
+
+def run_fused(
+    configs: Sequence[dict[str, Any]],
+    seeds: Sequence[int],
+    probes: ProbeSpec | None = None,
+    reporters: Sequence[Reporter | None] | None = None,
+    device: str = "cpu",
+    data: TaskData | None = None,
+    accumulate: int = 1,
+    on_evals: Sequence[Callable[[int, dict[str, float]], None] | None] | None = None,
+) -> list[TrialResult | BaseException]:
+    """Train ``configs[k]`` on ``seeds[k]`` for every k as one model; what ``run_trial(configs[k],
+    seeds[k], probes, reporters[k], device, data, accumulate=accumulate, on_eval=on_evals[k])``
+    would report and return, replicate by replicate (an exception ``on_eval`` raised is returned
+    in its replicate's place)."""
+    K = len(configs)
+    if len(seeds) != K:
+        raise ValueError(f"run_fused: {K} configs but {len(seeds)} seeds")
+    reason = fusable(configs)
+    if reason is not None:
+        raise ValueError(f"run_fused: these replicates cannot train fused: {reason}")
+    reporters = list(reporters) if reporters is not None else [None] * K
+    on_evals = list(on_evals) if on_evals is not None else [None] * K
+    if len(reporters) != K or len(on_evals) != K:
+        raise ValueError(f"run_fused: {K} replicates need {K} reporters and on_evals")
+    data = data or load_task(configs[0]["task"])
+    trials, streams = [], []
+    for config, seed, on_eval in zip(configs, seeds, on_evals, strict=True):
+        trials.append(Trial(config, seed, probes, device, data, on_eval))
+        streams.append(torch.get_rng_state())  # what the trial alone draws its dropout masks from
+    for trial, reporter in zip(trials, reporters, strict=True):
+        trial.begin(reporter)
+    results: list[TrialResult | BaseException | None] = [None] * K
+    steps = trials[0].train.steps
+    for step in range(1, steps + 1):
+        live = [k for k in range(K) if results[k] is None]
+        if not live:
+            break
+        batches = [trials[k].batch() for k in live]
+        x = torch.stack([trials[k].x_train[i] for k, i in zip(live, batches, strict=True)])
+        y = torch.stack([trials[k].y_train[i] for k, i in zip(live, batches, strict=True)])
+        for k in live:
+            trials[k].optimiser.zero_grad(set_to_none=True)
+        drawn = [streams[k] for k in live]
+        masks = _masks([trials[k] for k in live], drawn, x, accumulate)
+        for k, state in zip(live, drawn, strict=True):
+            streams[k] = state
+        per = _forward_backward([trials[k].model for k in live], x, y, accumulate, masks)
+        for k, parts in zip(live, per, strict=True):
+            trial = trials[k]
+            try:
+                done = update(trial.model, trial.optimiser, trial.scheduler, StepResult(*parts), trial.train,
+                              trial.grad_probe(step))
+                results[k] = trial.after_step(step, done)
+            except Exception as exc:  # noqa: BLE001 - a pruned replicate ends alone; the caller re-raises it
+                results[k] = exc
+    for k in range(K):
+        if results[k] is None:
+            results[k] = trials[k].finish("complete", steps)
+    return [r for r in results if r is not None]
+
+
+def _masks(trials: list[Trial], streams: list[torch.Tensor], x: torch.Tensor,
+           accumulate: int) -> list[list[torch.Tensor]] | None:
+    """Per micro-batch, per block, the (K, b, L, d) dropout masks each replicate's own stream draws
+    in the order its trial alone draws them (``streams`` advance in place); None without dropout."""
+    if not any(isinstance(block.dropout, nn.Dropout) for block in trials[0].model.blocks):
+        return None
+    chunks = [len(c) for c in x[0].chunk(accumulate)]
+    drawn = []  # [replicate][micro-batch][block]
+    for j, trial in enumerate(trials):
+        torch.set_rng_state(streams[j])
+        model = trial.model
+        shape, dtype = (x.shape[2], model.decoder.in_features), model.decoder.weight.dtype
+        drawn.append([[_keep((b, *shape), block.dropout.p, dtype) for block in model.blocks
+                       if isinstance(block.dropout, nn.Dropout)] for b in chunks])
+        streams[j] = torch.get_rng_state()
+    return [[torch.stack([d[c][i] for d in drawn]).to(x.device) for i in range(len(drawn[0][c]))]
+            for c in range(len(chunks))]
+
+
+def _keep(shape: tuple[int, ...], p: float, dtype: torch.dtype) -> torch.Tensor:
+    """The mask ``F.dropout`` draws on the CPU: Bernoulli(1 − p), divided by 1 − p."""
+    return torch.empty(shape, dtype=dtype).bernoulli_(1 - p).div_(1 - p)
+
+
+def _forward_backward(models: list, x: torch.Tensor, y: torch.Tensor, accumulate: int,
+                      masks: list[list[torch.Tensor]] | None) -> list[tuple]:
+    """``ablate.training._forward_backward`` of every replicate in one pass: per replicate its
+    (loss, correct, counted, layer norms, train summary), gradients in each model's own ``.grad``."""
+    K = len(models)
+    totals = [int((y[k] != IGNORE).sum().item()) for k in range(K)]
+    loss_sum, correct, counted = [0.0] * K, [0] * K, [0] * K
+    norm_sums: list[list[float] | None] = [None] * K
+    summary: list[torch.Tensor | None] = [None] * K
+    for c, (xs, ys) in enumerate(zip(x.chunk(accumulate, 1), y.chunk(accumulate, 1), strict=True)):
+        logits, norms = stacked_forward(models, xs, None if masks is None else masks[c])
+        objective = None
+        for k in range(K):
+            loss, right, n = loss_and_correct(logits[k], ys[k])
+            if n:  # a micro-batch with every target ignored has a NaN mean loss and adds no gradient
+                term = loss * (n / max(totals[k], 1))
+                objective = term if objective is None else objective + term
+                loss_sum[k] += loss.item() * n
+            correct[k], counted[k] = correct[k] + right, counted[k] + n
+            mine = [sq[k] for sq in norms]
+            means = [m * xs.shape[1] for m in _layer_means(mine)]
+            if mine:
+                part = train_summary(mine) * (xs.shape[1] / x.shape[1])
+                summary[k] = part if summary[k] is None else summary[k] + part
+            prev = norm_sums[k]
+            norm_sums[k] = means if prev is None else [a + b for a, b in zip(prev, means, strict=True)]
+        if objective is not None:
+            objective.backward()
+    return [(loss_sum[k] / max(counted[k], 1), correct[k], counted[k],
+             [v / x.shape[1] for v in norm_sums[k] or []], summary[k]) for k in range(K)]
