@@ -97,7 +97,7 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
     return {"loss": loss, "accuracy": correct / max(counted, 1), "bpc": loss / math.log(2)}
 
 
-def _layer_means(norms: list[torch.Tensor]) -> list[float]:
+def layer_means(norms: list[torch.Tensor]) -> list[float]:
     # Mean over batch, time and heads: per-head norms are comparable across head counts.
     return [sq.detach().float().mean().item() for sq in norms]
 
@@ -301,9 +301,9 @@ def run_trial(
     would (the same weights, optimiser state, data order and random numbers up to there)."""
     trial = Trial(config, seed, probes, device, data, on_eval)
     when, train = trial.when, trial.train
-    saved = torch.load(checkpoint, weights_only=False) if checkpoint and checkpoint.exists() else None
+    saved = _load(checkpoint) if checkpoint and checkpoint.exists() else None
     if saved is None and branch is not None:
-        saved = _branched(torch.load(branch, weights_only=False), when)
+        saved = _branched(_load(branch), when)
     first = trial.begin(reporter, saved)
     for step in range(first, train.steps + 1):
         faults.inject(step, accumulate)  # ABLATE_FAULT: recovery tests end to end
@@ -452,7 +452,7 @@ def _forward_backward(
             (loss * (n / max(total, 1))).backward()
             loss_sum += loss.item() * n
         correct, counted = correct + c, counted + n
-        means = [m * len(xs) for m in _layer_means(norms)]
+        means = [m * len(xs) for m in layer_means(norms)]
         if norms:
             part = train_summary(norms) * (len(xs) / len(x))
             summary = part if summary is None else summary + part
@@ -494,6 +494,14 @@ def _branched(saved: dict[str, Any], when: Schedule) -> dict[str, Any]:
                if not (kind == "metrics" and payload[0] not in kept and payload[0] > 0
                        and all(k.startswith("val/") for k in payload[1]))]
     return {**saved, "plateau": plateau, "history": history}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    """A checkpoint; an unreadable one raises an error that names its file (torch's does not)."""
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as exc:
+        raise RuntimeError(f"checkpoint {path} cannot be read: {type(exc).__name__}: {exc}") from exc
 
 
 def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history, pending_train, plateau) -> None:

@@ -43,7 +43,7 @@ from ablate.training import (
     StepResult,
     Trial,
     TrialResult,
-    _layer_means,
+    layer_means,
     loss_and_correct,
     update,
 )
@@ -174,7 +174,7 @@ def _forward_backward(models: list, x: torch.Tensor, y: torch.Tensor, accumulate
                 loss_sum[k] += loss.item() * n
             correct[k], counted[k] = correct[k] + right, counted[k] + n
             mine = [sq[k] for sq in norms]
-            means = [m * xs.shape[1] for m in _layer_means(mine)]
+            means = [m * xs.shape[1] for m in layer_means(mine)]
             if mine:
                 part = train_summary(mine) * (xs.shape[1] / x.shape[1])
                 summary[k] = part if summary[k] is None else summary[k] + part

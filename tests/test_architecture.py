@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.spec",),
     ("ablate.design", "ablate.tuning", "ablate.models", "ablate.schema", "ablate.schedule"),
     ("ablate.probes",),
-    ("ablate.training",),
+    ("ablate.training", "ablate.training_fused"),
     ("ablate.runner.queue",),
     ("ablate.runner.tracking",),
     ("ablate.runner.items",),
