@@ -32,8 +32,8 @@ look's own standard error, so no planning variance is needed). It is the equival
 at a weaker level, and claims less: not that the effect is within ±min_effect, only that the power
 to find one of min_effect is spent. Stopping with an effect of min_effect happens at most with
 probability ``futility_beta``; since most such paths would not have become significant either,
-it costs less power than that (about 0.005 at a paired sd of 0.85 min_effect, where it cuts the
-seeds a null study uses from 74% to 69% of the last look's: ``benchmarks/bench_sequential.py``).
+it costs less power than that (about 0.003 at a paired sd of 0.85 min_effect, where it cuts the
+seeds a null study uses from 76% to 70.5% of the last look's: ``benchmarks/bench_sequential_frontier.py``).
 The power2 shape spends little at the first looks, where the t boundaries at 2–6 degrees of
 freedom are wide, and more from the middle on, where it saves most seeds under no effect. The
 efficacy boundaries ignore it (non-binding): whether or not a study stops at the futility
@@ -95,7 +95,8 @@ __all__ = [
 #: The α-spending shapes: name → α(t) for total α.
 SHAPES = ("obrien_fleming", "pocock")
 #: The futility boundary's default spending: β = 0.03 of the power against min_effect along β t²
-#: (chosen on benchmarks/bench_sequential.py: every band holds at a paired sd of 0.85 min_effect).
+#: (chosen on benchmarks/bench_sequential.py, where with the t boundaries every band holds at a
+#: paired sd of 0.6 min_effect and power and null seeds miss theirs narrowly at 0.85: README).
 FUTILITY_BETA = 0.03
 FUTILITY_SHAPE = "power2"
 GRID = 801  # points of the numerical integration per look (error ≪ 1e-5 on the boundaries)
