@@ -59,3 +59,8 @@ def test_the_tables_print_the_recorded_decisions():
     said = " ".join(seqrep.sentences(state, spec, labels, labels[ref]))
     assert "significant" in said and labels[big] in said and "Seeds used" in said
     assert f"{sum(st.planned.values())} runs" in said
+
+
+def test_the_procedure_says_which_test_the_looks_use():
+    said = seqrep.procedure(spec_mod.parse(RAW))[0]
+    assert "Each look tests it with the paired t test" in said and "Welch" in said

@@ -290,6 +290,7 @@ def test_status_counts_a_queued_study_found_from_a_subfolder(tmp_path, monkeypat
     cells = [(c["cell_label"], c["trials"], c["pending"]) for c in got.cells]
     assert cells == [("normalisation=xi", 3, 3), ("normalisation=gamma", 3, 3)]
     assert got.sequential[0].startswith("sequential seeds: looks at 3, 5, 7 seeds per cell"), got.sequential
+    assert got.sequential[1].startswith("test: at each look the paired t test"), got.sequential  # which test, once
     assert got.extension_lines() == [] and got.seconds_per_item() is None
     stores, opt = results.located_study("seq")
     assert stores.storage == f"sqlite:///{(root / '.ablate').resolve() / 'optuna.db'}" and opt.study_name == "seq"

@@ -299,7 +299,8 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
     head = (f"sequential seeds: looks at {', '.join(map(str, seq.looks))} seeds per cell; {len(cmp)} comparisons with "
             f"{labels[ref]} on {', '.join(seq.measures)}; {seq.spending} α-spending, family α {seq.alpha:g} "
             f"(Bonferroni), equivalence within {spec.stats.min_effect:g} (norms: ×{spec.stats.min_ratio:g})")
-    out = [head]
+    out = [head, "test: at each look the paired t test of each cell against the reference on their shared seeds "
+           "(Welch's when they share fewer than two), against boundaries computed for that t statistic"]
     where = ("finished" if st.finished else f"look {st.look + 1} of {len(seq.looks)} ({seq.looks[st.look]} seeds) "
              f"running")
     out.append(f"state: {where}; {len(st.decided)} of {len(cmp)} comparisons decided")

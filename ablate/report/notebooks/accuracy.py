@@ -92,8 +92,8 @@ if sequential:
     say("## Sequential seeds", *seqrep.procedure(res.spec))
     show(seqrep.looks_table(res.spec), name="sequential-looks", intro=(
         "The looks and their boundaries: a comparison is significant at a look when |t| of its paired difference "
-        "reaches the look's t boundary (the z boundary of the α-spending function at the t distribution's tail on "
-        "the look's degrees of freedom); equivalent when the interval estimate ± the equivalence t × se lies "
+        "reaches the look's t boundary (where the paired t statistic's first crossing, simulated under no effect, "
+        "spends what the α-spending function gives the look; the |z| column is the boundary for a known sd); equivalent when the interval estimate ± the equivalence t × se lies "
         "inside ±min_effect."))
     decided = seqrep.decisions_table(res.sequential, res.spec, labels)
     if len(decided):
