@@ -47,6 +47,7 @@ class CellPlan:
     linked: dict[str, str] = field(default_factory=dict)  # item key → study it was reused from (done)
     held: str = ""  # why results of this cell elsewhere are not reused
     branches: dict[str, Any] = field(default_factory=dict)  # item key → phases.Branch it continues from
+    unsound: dict[str, str] = field(default_factory=dict)  # item key → its unsound kept checkpoints, and what then
 
     @property
     def counts(self) -> Counter:
@@ -177,7 +178,7 @@ def build(spec: Spec, storage: str | None = None, tracking_uri: str | None = Non
 def _find_branches(plans: list[CellPlan]) -> None:
     """The kept stable-phase checkpoints the pending replicates of WSD cells will continue from.
     Cells that tune are left out: their replicates' setting is known only once tuning is done."""
-    from ablate.runner.phases import find_branch
+    from ablate.runner.phases import checked_branch
     from ablate.stores import checkpoint_dir
 
     root = checkpoint_dir()
@@ -188,19 +189,24 @@ def _find_branches(plans: list[CellPlan]) -> None:
             if item.phase != "replicate" or item.tune or plan.states.get(item.key) in FINISHED \
                     or item.key in plan.reusable:
                 continue
-            branch = find_branch(root, plan.cell.config, item.seed, item.phase)
+            branch, problems = checked_branch(root, plan.cell.config, item.seed, item.phase)
             if branch is not None:
                 plan.branches[item.key] = branch
+            if problems:
+                then = f"continues from step {branch.step} instead" if branch else "trains from step 0"
+                plan.unsound[item.key] = f"seed {item.seed}: {'; '.join(problems)} — {then}"
 
 
 def continuation_lines(plan: Plan) -> list[str]:
-    """One line per pending item that continues a shorter run of its lineage."""
+    """One line per pending item that continues a shorter run of its lineage, and one per item whose
+    kept checkpoint is unsound (missing, damaged, its description unreadable: trained from step 0)."""
     lines = []
     for c in plan.cells:
         steps = int(c.cell.config["train"]["steps"])
         for b in c.branches.values():
             lines.append(f"{c.cell.id}: continues {b.cell_label} · seed {b.seed} from step {b.step}: "
                          f"{steps - b.step} of {steps} steps to train")
+        lines += [f"{c.cell.id}: {why}" for why in c.unsound.values()]
     return lines
 
 

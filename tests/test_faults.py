@@ -53,3 +53,60 @@ def test_two_workers_killed_with_their_run_once_all_is_recorded_leave_nothing_ru
     assert res.returncode == 0 and "0 to run" in res.stdout, res.stdout + res.stderr
     assert set(procs.assert_consistent(tmp_path).values()) == {"done"}
     assert parent_statuses(tmp_path) == ["FINISHED"]
+
+
+WSD = {**procs.SPEC["train"], "schedule": "wsd", "steps": 12, "warmup_steps": 2, "decay_steps": 3}
+
+
+@pytest.fixture(scope="module")
+def short_wsd(tmp_path_factory) -> Path:
+    """A 12-step WSD study run to the end: its seed's stable-phase checkpoint kept and sealed."""
+    root = tmp_path_factory.mktemp("short")
+    procs.write_spec(root, name="wsd", train=WSD, seeds=1)
+    res = procs.ablate(root, "run", "spec.yaml")
+    assert res.returncode == 0, res.stderr
+    return root
+
+
+def kept(root: Path) -> Path:
+    (path,) = (root / ".ablate" / "checkpoints" / "stable").glob("*/replicate-seed0/*.pt")
+    return path
+
+
+def damage(path: Path, how: str) -> Path:
+    """Damage the kept checkpoint ``path`` (or its description) as ``how`` says; the file damaged."""
+    target = path.with_suffix(".json") if how == "truncated json" else path
+    if how == "missing checkpoint":
+        path.unlink()
+    else:
+        data = target.read_bytes()
+        target.write_bytes(data[: len(data) // 2])
+    return target
+
+
+@pytest.mark.parametrize("how", ["truncated checkpoint", "missing checkpoint", "truncated json"])
+def test_an_unsound_kept_checkpoint_trains_from_step_zero_and_says_so(short_wsd, tmp_path, how):
+    """The doubled budget would continue the kept checkpoint; damaged, deleted, or with its
+    description cut short, the item trains from step 0 instead (the result is the same), never
+    fails: ``plan`` says so before, ``run`` prints a warning naming the file, the trial and its
+    MLflow run carry the warning."""
+    import json
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(short_wsd, root)
+    assert json.loads(kept(root).with_suffix(".json").read_text())["sha256"]  # sealed when its run ended
+    damaged = damage(kept(root), how)
+    procs.write_spec(root, name="wsd_long", train={**WSD, "steps": 24}, seeds=1)
+    plan = " ".join(procs.ablate(root, "plan", "spec.yaml").stdout.split())
+    assert "seed 0: kept checkpoint" in plan and "— trains from step 0" in plan and "continues" not in plan, plan
+    res = procs.ablate(root, "run", "spec.yaml")
+    assert res.returncode == 0, res.stderr
+    warning = [line for line in res.stderr.splitlines() if line.startswith("warning")]
+    assert len(warning) == 1 and damaged.name in warning[0] and "trains from step 0" in warning[0], res.stderr
+    (trial,) = [t for t in procs.trials(root) if t["state"] == "COMPLETE" and t.get("steps") == 24]
+    assert trial["continued_from"] is None and trial["steps_trained"] == 24
+    assert "trains from step 0" in trial["checkpoint_warning"]
+    assert [r.get("ablate.checkpoint_warning") for r in procs.runs(root)
+            if r["run_id"] == trial["mlflow_run_id"]] == [trial["checkpoint_warning"]]
+

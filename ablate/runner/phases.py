@@ -325,25 +325,100 @@ def keep_stable(root: Path, attrs: Mapping[str, Any]) -> Path | None:
 
 def find_branch(root: Path, config: dict[str, Any], seed: int, phase: str = "replicate") -> Branch | None:
     """The kept stable-phase checkpoint of the shorter run of ``config``'s lineage and ``seed``
-    that a run of ``config`` can continue from (the latest such stable end), or None."""
+    that a run of ``config`` can continue from (the latest sound such stable end), or None."""
+    return checked_branch(root, config, seed, phase)[0]
+
+
+def checked_branch(root: Path, config: dict[str, Any], seed: int, phase: str = "replicate",
+                   load: bool = False) -> tuple[Branch | None, list[str]]:
+    """``find_branch``'s checkpoint, verified, and what is wrong with the kept checkpoints that a
+    run of ``config`` would have continued from instead (each naming its file): missing, damaged
+    (its checksum, ``seal_stable``, does not match), its description unreadable, or (with
+    ``load``, for one not sealed yet: its run was killed after its stable end) not loadable."""
     from ablate.training import continuable
 
     if phase != "replicate":
-        return None
+        return None, []
     long = TrainSpec.model_validate(config["train"])
-    found = None
+    found, problems = None, []
     folder = _lineage_dir(root, config, seed)
     for meta in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         path = meta.with_suffix(".pt")
         try:
             kept = json.loads(meta.read_text())
             short = TrainSpec.model_validate(kept["train"])
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
+            if path.exists():
+                problems.append((math.inf, f"kept checkpoint {path}: its description {meta.name} is unreadable"))
             continue
         step = continuable(short, long)
-        if step is not None and path.exists() and (found is None or step > found.step):
+        if step is None or found is not None and step <= found.step:
+            continue
+        problem = _unsound(path, kept, load)
+        if problem:
+            problems.append((step, problem))
+        elif path.exists():
             found = Branch(path, kept["cell_id"], kept["cell_label"], seed, step, short.steps)
-    return found
+    return found, [text for step, text in problems if found is None or step > found.step]
+
+
+# The key of a kept checkpoint's description that holds the checkpoint's SHA-256 (``seal_stable``).
+CHECKSUM = "sha256"
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _unsound(path: Path, kept: Mapping[str, Any], load: bool) -> str:
+    """What is wrong with a kept checkpoint ("" when it can be continued from, or when it was never
+    written: its run had not reached its stable end)."""
+    if not path.exists():
+        return f"kept checkpoint {path} is missing" if kept.get(CHECKSUM) else ""
+    if kept.get(CHECKSUM):
+        return "" if _digest(path) == kept[CHECKSUM] else f"kept checkpoint {path} is damaged (checksum mismatch)"
+    if load:
+        import torch
+
+        try:
+            torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:
+            return f"kept checkpoint {path} is damaged ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+    return ""
+
+
+def seal_stable(path: Path | None) -> None:
+    """Record the SHA-256 of a kept stable-phase checkpoint in its description, once its run ended
+    (the checkpoint is complete): a run that continues from it verifies it first."""
+    meta = path.with_suffix(".json") if path is not None else None
+    if meta is None or not path.exists():
+        return
+    try:
+        kept = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return  # reported by the next run that looks for a branch of this lineage
+    if kept.get(CHECKSUM):
+        return
+    tmp = meta.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({**kept, CHECKSUM: _digest(path)}))
+    tmp.replace(meta)
+
+
+def continuation(root: Path, attrs: Mapping[str, Any], resumes: bool) -> tuple[Path | None, Branch | None, str]:
+    """For a claimed item: where it keeps its stable-phase checkpoint (``keep_stable``), the kept
+    checkpoint it continues from (none when it ``resumes`` a checkpoint of its own), and a warning
+    when kept checkpoints it would have continued from are unsound ("" when none is)."""
+    stable = keep_stable(root, attrs)
+    if stable is None or resumes:
+        return stable, None, ""
+    branch, problems = checked_branch(root, attrs["config"], attrs["seed"], attrs["phase"], load=True)
+    if not problems:
+        return stable, branch, ""
+    return stable, branch, "; ".join(problems) + (f" — continues from step {branch.step} instead" if branch
+                                                  else " — trains from step 0")
 
 
 @dataclass(frozen=True)

@@ -222,11 +222,12 @@ def _train_item(
     start.update(worker=WORKER_ID, provenance=provenance.record(device))
     # WSD replicates keep their stable-phase checkpoint; a longer run of the same lineage and seed
     # starts from one (a retry that has its own resume checkpoint resumes from that instead).
-    stable = phases.keep_stable(checkpoint_dir(), attrs)
-    branch = None if stable is None or checkpoint.exists() else phases.find_branch(
-        checkpoint_dir(), attrs["config"], attrs["seed"], attrs["phase"])
+    stable, branch, warning = phases.continuation(checkpoint_dir(), attrs, checkpoint.exists())
     if stable is not None and not checkpoint.exists():
         start["continued_from"] = branch.attr() if branch else None
+    if warning:  # a damaged or missing kept checkpoint: trained from step 0 (the same result), and said
+        start["checkpoint_warning"] = attrs["checkpoint_warning"] = warning
+        emit("warning", {**info, "message": warning})
     queue.set_running_attrs(study, trial, start)
     lineage = trial.user_attrs.get("continued_from") if stable is not None else None
     if lineage:
@@ -246,6 +247,7 @@ def _train_item(
                                branch=branch.path if branch else None)
                 if heartbeat.lost.is_set():  # taken away after the last report: the re-run's result counts
                     raise Superseded()
+                phases.seal_stable(stable)  # complete now: its checksum, for the runs that continue from it
                 # Over all attempts: the steps from the branch point (0 when trained from scratch).
                 trained = result.steps - (lineage["step"] if lineage else 0)
                 return _record(study, trial, run, result, trained, info, current, emit, signals)
@@ -368,6 +370,7 @@ def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], 
             "ablate.worker": WORKER_ID,
             **provenance.record(device),
             **({"ablate.continued_from": attrs["continued_from"]} if attrs.get("continued_from") else {}),
+            **({"ablate.checkpoint_warning": attrs["checkpoint_warning"]} if attrs.get("checkpoint_warning") else {}),
         },
         attrs.get("settings"),
     )
