@@ -1,0 +1,231 @@
+"""Plug-ins (ablate.plugins, the registries, ablate.models.contract): the example package
+(examples/ablate-cayley, installed by scripts/setup.sh) adds a parameterisation and a task that a
+spec names beside the built-ins; a plug-in by path works the same; a broken plug-in is refused by
+``validate`` with a message naming it; an edited plug-in makes new cells and its old ones stale;
+one that a worker cannot import fails its item as an error with the import's message."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ablate import design, plugins
+from ablate.design import identity
+from ablate.models import contract, registry
+from ablate.spec import SpecError
+from ablate.spec.files import multirun_overrides
+from ablate.tasks.registry import TASK_NAMES, task_entry
+from tests.support import ABLATE
+
+SMALL = {"d_model": 8, "state_dim": 8, "heads": 2, "layers": 1}
+PARITY = {"name": "parity", "seq_len": 8, "train_size": 64, "val_size": 16, "test_size": 16}
+
+
+def spec_text(**over) -> str:
+    data = {"name": "plug", "task": PARITY, "model": SMALL, "train": {"steps": 4, "batch_size": 8}, "seeds": 1,
+            "factors": {"model.parameterisation": ["rotation", "cayley"]}}
+    data.update(over)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def test_the_example_package_is_installed_by_entry_point() -> None:
+    kinds = {(p.kind, p.name): p for p in plugins.installed()}
+    cayley, parity = kinds[("parameterisation", "cayley")], kinds[("task", "parity")]
+    assert (cayley.target, cayley.distribution) == ("ablate_cayley.cayley:CayleyRotation", "ablate-cayley")
+    assert parity.target == "ablate_cayley.parity:build"
+    assert "cayley" in registry.PARAMETERISATIONS.names and "cayley" not in registry.PARAMETERISATIONS.builtin_names
+    assert "parity" in TASK_NAMES and task_entry("parity").plugin == parity
+
+
+def test_ablate_plugins_lists_them_and_where_they_come_from() -> None:
+    done = subprocess.run([*ABLATE, "plugins"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split()[1]: line for line in done.stdout.splitlines()[2:]}
+    assert "ablate_cayley.cayley:CayleyRotation" in lines["cayley"] and "ablate-cayley 0.1.0" in lines["cayley"]
+    assert lines["cayley"].rstrip().endswith("ok") and lines["parity"].rstrip().endswith("ok")
+    assert plugins.source_hash(task_entry("parity").plugin) in lines["parity"]
+
+
+def test_a_spec_uses_plugins_by_name_beside_the_builtins_and_they_keep_their_contract() -> None:
+    spec = design.loads(spec_text())
+    grid = design.cells(spec)
+    assert [c.config["model"]["parameterisation"] for c in grid] == ["rotation", "cayley"]
+    assert contract.spec_problems(spec) == []
+    # the plug-in level composes with the built-in factors, as the built-ins do
+    spec = design.loads(spec_text(factors={"model.parameterisation": ["cayley"],
+                                           "model.normalisation": list(registry.NORMALISATIONS.builtin_names),
+                                           "model.nonlinearity": ["none", "tanh"]}))
+    assert len(design.cells(spec)) == 8 and contract.spec_problems(spec) == []
+
+
+def test_unknown_names_say_the_closest_plugin_or_builtin() -> None:
+    with pytest.raises(SpecError, match="'cayly' is not one of: .*cayley; or a plug-in .*did you mean 'cayley'"):
+        design.loads(spec_text(factors={"model.parameterisation": ["rotation", "cayly"]}))
+    with pytest.raises(SpecError, match="'party' is not one of: .*parity.*did you mean 'parity'"):
+        design.loads(spec_text(task={**PARITY, "name": "party"}))
+
+
+BROKEN = '''
+import dataclasses
+
+from ablate.models.parameterisations import RealDiagonal, Rotation, System
+
+
+class NaNs(RealDiagonal):
+    """Promises a real diagonal; its input matrix is NaN."""
+
+    def system(self, scale):
+        s = super().system(scale)
+        s.B = s.B * float("nan")
+        return s
+
+
+class Transposed(System):
+    def natural(self):
+        A, B, C = super().natural()
+        return A.T, B, C
+
+
+class LoopsBackwards(Rotation):
+    """Its sequential form iterates Aᵀ where its scan iterates A: the two disagree."""
+
+    def system(self, scale):
+        return Transposed(**{f.name: getattr(s, f.name) for s in [super().system(scale)]
+                             for f in dataclasses.fields(s)})
+
+
+def not_a_class(*args):
+    raise RuntimeError("I am no parameterisation")
+'''
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder on sys.path for plug-in modules by path (removed from sys.modules after)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in [m for m in sys.modules if m.startswith("my_plugin")]:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("attribute,broken", [
+    ("NaNs", "the forward pass's output is not finite"),
+    ("LoopsBackwards", "the parallel scan and the sequential loop disagree"),
+    ("not_a_class", "building the network failed: RuntimeError: I am no parameterisation"),
+    ("Missing", "module 'my_plugin_broken' has no attribute 'Missing'"),
+])
+def test_validate_rejects_a_plugin_that_breaks_its_contract_naming_it(plugin_dir: Path, attribute: str,
+                                                                      broken: str) -> None:
+    (plugin_dir / "my_plugin_broken.py").write_text(BROKEN)
+    target = f"my_plugin_broken:{attribute}"
+    spec = design.loads(spec_text(factors={"model.parameterisation": ["rotation", target]}))
+    (where, message), = contract.spec_problems(spec)
+    assert where == "model.parameterisation"
+    assert message.startswith(f"model.parameterisation plug-in '{target}' ({target}, path (no distribution)): ")
+    assert broken in message
+
+
+def test_validate_command_exits_2_naming_the_broken_plugin(tmp_path: Path) -> None:
+    (tmp_path / "my_plugin_cli.py").write_text(BROKEN)
+    path = tmp_path / "s.yaml"
+    path.write_text(spec_text(factors={"model.parameterisation": ["rotation", "my_plugin_cli:NaNs"]}))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([*ABLATE, "validate", str(path)], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 2
+    assert "model.parameterisation plug-in 'my_plugin_cli:NaNs'" in done.stderr and "not finite" in done.stderr
+
+
+def test_a_task_plugin_that_yields_bad_data_is_refused(plugin_dir: Path) -> None:
+    (plugin_dir / "my_plugin_task.py").write_text(textwrap.dedent('''
+        import numpy as np
+        from ablate.tasks.base import Generated
+        from ablate.tasks.registration import TaskParams, register_task
+
+        @register_task("my_plugin_bad_labels", TaskParams, version=1)
+        def build(p, ctx):
+            x = np.ones((4, 5), np.uint8)
+            y = np.full(4, 7, np.int16)  # class 7 of 2
+            return Generated(splits={s: (x, y) for s in ("train", "val", "test")}, input_kind="tokens",
+                             vocab_size=3, num_classes=2, output_kind="classification")
+    '''))
+    spec = design.loads(spec_text(task={"name": "my_plugin_task:build"}, factors={}))
+    (where, message), = contract.spec_problems(spec)
+    assert where == "task.name" and "task plug-in 'my_plugin_task:build'" in message
+    assert "targets outside [0, num_classes=2)" in message
+
+
+def test_editing_a_plugin_makes_new_cells_and_the_old_ones_stale(plugin_dir: Path) -> None:
+    module = plugin_dir / "my_plugin_edit.py"
+    module.write_text("from ablate.models.parameterisations import Rotation as Mine\n")
+    spec = design.loads(spec_text(factors={"model.parameterisation": ["rotation", "my_plugin_edit:Mine"]}))
+    builtin, mine = design.cells(spec)
+    before = identity.cell_id(mine.config), identity.config_key(mine.config), identity.cell_id(builtin.config)
+    assert "my_plugin_edit:Mine" in identity.code_version(mine.config)
+    module.write_text("from ablate.models.parameterisations import Rotation as Mine  # edited\n")
+    after = identity.cell_id(mine.config), identity.config_key(mine.config), identity.cell_id(builtin.config)
+    assert after[0] != before[0]  # a new cell
+    assert after[1] == before[1]  # the same experiment: the old results are stale, not lost
+    assert after[2] == before[2]  # cells of built-ins only are untouched
+
+
+def test_a_task_plugins_source_enters_its_data_version(plugin_dir: Path) -> None:
+    source = "from ablate_cayley.parity import ParityParams, build  # {}\n"
+    module = plugin_dir / "my_plugin_data.py"
+    module.write_text(source.format(1))
+    task = {"name": "my_plugin_data:build", **{k: v for k, v in PARITY.items() if k != "name"}}
+    first = identity.data_version(task)
+    module.write_text(source.format(2))
+    assert identity.data_version(task) != first
+
+
+def test_multirun_overrides_make_factors() -> None:
+    assert multirun_overrides(["model.layers=1,2,4", "train.lr=1e-3, 3e-3", "model.init={scheme: ring},[1, 2]"]) == [
+        "factors.model.layers=[1, 2, 4]", "factors.train.lr=[1e-3, 3e-3]",
+        "factors.model.init=[{scheme: ring}, [1, 2]]"]
+    for bad, why in (("model.layers", "path=level"), ("model.layers=1,,2", "an empty level"),
+                     ("factors.model.layers=1", "not factors")):
+        with pytest.raises(SpecError, match=why):
+            multirun_overrides([bad])
+    spec = design.loads(spec_text(), overrides=multirun_overrides(["model.layers=1,2", "train.lr=1e-3,3e-3"]))
+    assert len(design.cells(spec)) == 8 and spec.factors["train.lr"] == [1e-3, 3e-3]
+
+
+def test_the_example_study_runs_with_a_grid_from_the_command_line(tmp_path: Path) -> None:
+    """The example's study (examples/ablate-cayley/parity.yaml), shortened, with -m: run, then
+    status reads the stored spec's grid (the factor -m added included)."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "ablate-cayley" / "parity.yaml"
+    run = subprocess.run([*ABLATE, "run", str(example), "--set", "train.steps=5", "--set", "task.train_size=200",
+                          "--set", "seeds=1", "-m", "model.layers=1,2", "--workers", "1"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "cayley_parity: 6 done, 0 failed, 0 unfinished" in run.stdout
+    status = subprocess.run([*ABLATE, "status", "cayley_parity"], capture_output=True, text=True, timeout=300,
+                            cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    for cell in ("Cayley, layers=1", "Cayley, layers=2", "RotRNN, layers=2", "LRU, layers=1"):
+        assert cell in status.stdout
+
+
+def test_a_plugin_a_worker_cannot_import_fails_its_item_as_an_error(tmp_path: Path) -> None:
+    (tmp_path / "plug").mkdir()
+    (tmp_path / "plug" / "my_plugin_gone.py").write_text("from ablate.models.parameterisations import Rotation as R\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(spec_text(name="gone", task={**PARITY, "name": "parity"},
+                              factors={"model.parameterisation": ["my_plugin_gone:R"]}))
+    with_plugin = {**os.environ, "PYTHONPATH": str(tmp_path / "plug")}
+    queued = subprocess.run([*ABLATE, "run", str(path), "--workers", "0"], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path, env=with_plugin)
+    assert queued.returncode == 0, queued.stderr[-2000:]
+    work = subprocess.run([*ABLATE, "worker", "gone", "-v"], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    text = work.stdout + work.stderr
+    assert "worker finished: {'error': 1}" in text, text[-3000:]
+    assert "error parameterisation=my_plugin_gone:R · seed 0 PluginError: parameterisation plug-in 'my_plugin_gone:R':" \
+           " cannot import 'my_plugin_gone': ModuleNotFoundError: No module named 'my_plugin_gone'" in text
