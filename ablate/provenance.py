@@ -1,4 +1,5 @@
-"""What produced a result: code commit, package versions, host and device."""
+"""What produced a result: code commit, package versions (plug-in distributions included), the
+installed plug-ins, host and device."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+
+from ablate import plugins
 
 PACKAGES = ("ablate", "torch", "numpy", "optuna", "mlflow", "numba", "polars")
 
@@ -33,6 +36,22 @@ def versions() -> dict[str, str]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
+    for plugin in plugins.installed():  # the distributions that provide plug-ins
+        if plugin.distribution and plugin.version:
+            out[plugin.distribution] = plugin.version
+    return out
+
+
+def plugin_tags() -> dict[str, str]:
+    """``ablate.plugin.<kind>.<name>`` → target and source hash of each installed plug-in (a cell's
+    id holds the identity of those it uses; this says what else the worker had)."""
+    out = {}
+    for plugin in plugins.installed():
+        try:
+            source = plugins.source_hash(plugin)
+        except plugins.PluginError:
+            source = "unavailable"
+        out[f"ablate.plugin.{plugin.kind}.{plugin.name}"] = f"{plugin.target} ({plugin.origin}; source {source})"
     return out
 
 
@@ -48,4 +67,5 @@ def record(device: str) -> dict[str, str]:
     """Provenance of one trial, as flat string tags."""
     tags = {"ablate.git_commit": git_commit(), "ablate.host": platform.node(), "ablate.device": device_name(device)}
     tags.update({f"ablate.version.{k}": v for k, v in versions().items()})
+    tags.update(plugin_tags())
     return tags
