@@ -66,8 +66,8 @@ def _index() -> dict[str, str]:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "norms":
-        return importlib.import_module("ablate.stats.norms")
+    if name in ("norms", "family"):
+        return importlib.import_module(f"ablate.stats.{name}")
     mod = _index().get(name)
     if mod is None:
         raise AttributeError(f"module 'ablate.stats' has no attribute {name!r}")
@@ -75,4 +75,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*_index(), "norms", *MODULES])
+    return sorted([*_index(), "norms", "family", *MODULES])

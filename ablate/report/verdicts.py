@@ -1,0 +1,244 @@
+"""The answer page: every verdict of a study on one page, in every report, from one family.
+
+``study_verdicts`` runs each test the study's reports make — every cell against the declared
+reference and every ANOVA term (main effects and two-way interactions), on accuracy and on each norm
+measure — adjusts them together (``stats.family``: one Holm family for the whole study), and hands
+the adjusted frames back to the reports, which print them in their bodies. ``answer_table`` is the
+page-one table: one row per question (a factor, an interaction, a comparison), one column per
+measure, each cell the effect with its interval and the verdict, made from the same frames the
+body's tables print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ablate import stats
+from ablate.report import format as fmt
+from ablate.stats import family as fam
+
+__all__ = ["Verdicts", "answer_table", "study_verdicts"]
+
+NORM_WORDS = {"training": "‖x‖² CV over training", "depth": "‖x‖² CV over layers",
+              "seeds": "‖x‖² spread over seeds", "final": "final ‖x‖²"}
+
+
+@dataclass
+class Verdicts:
+    """Every test of a study, adjusted over one family. Frames are empty where a report's analysis
+    does not apply (no norm data, a measure nobody has, too few seeds)."""
+
+    family: pd.DataFrame
+    alpha: float
+    metric: str
+    reference: tuple[str, str]
+    min_effect: float
+    min_ratio: float
+    sequential: bool
+    comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)  # accuracy: stats.compare_to_reference
+    anova: pd.DataFrame = field(default_factory=pd.DataFrame)  # accuracy: terms, p_adj from the family
+    anova_why: str = ""
+    effects: pd.DataFrame = field(default_factory=pd.DataFrame)  # accuracy: stats.main_effects
+    norm_comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)  # stats.norms.compare
+    norm_anova: pd.DataFrame = field(default_factory=pd.DataFrame)
+    norm_anova_why: dict[str, str] = field(default_factory=dict)
+    norm_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
+    flags: dict[str, list[str]] = field(default_factory=dict)  # cell id → flags (unconverged, diverged, …)
+
+    sequential_m: int | None = None  # a sequential design's comparisons (its family), else None
+
+    def policy(self) -> str:
+        """The report's one sentence on the family (``stats.family.policy_sentence``)."""
+        return fam.policy_sentence(self.family, self.alpha, self.sequential_m)
+
+
+def accuracy_anova(trials: pd.DataFrame, metric: str, factors: list[str]) -> tuple[pd.DataFrame, str]:
+    """The accuracy ANOVA the family takes (main effects and two-way interactions, seeds as
+    replicates, at least ``MIN_N_TEST`` seeds in every cell, as every other test needs), on the
+    finished levels of a partial study; or an empty frame and why not."""
+    varied = [f for f in factors if f in trials.columns and trials[f].nunique() > 1]
+    if not varied:
+        return pd.DataFrame(), "no factor has two levels or more"
+    ok, why = stats.anova_applicable(trials, metric, varied)
+    data = trials
+    if not ok:
+        subset, dropped = stats.anova_on_finished_levels(trials, metric, varied)
+        if dropped and stats.anova_applicable(subset, metric, varied)[0]:
+            data, ok = subset, True
+    if not ok:
+        return pd.DataFrame(), why
+    done = stats.completed_runs(data, metric)
+    fewest = int(done.groupby("cell_id").size().min()) if len(done) else 0
+    if fewest < stats.MIN_N_TEST:
+        return pd.DataFrame(), (f"too few seeds to test (a cell has {fewest}; at least {stats.MIN_N_TEST} are "
+                                "needed)")
+    try:
+        table = stats.anova(data, metric, varied, max_order=2)
+    except stats.AnovaNotApplicable as exc:  # e.g. no spread at all: nothing to test
+        return pd.DataFrame(), str(exc)
+    return table[table["term"] != "Residual"].reset_index(drop=True), ""
+
+
+def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple[str, str], alpha: float = 0.05,
+                   confidence: float = 0.95, min_effect: float | None = None, seeds: pd.DataFrame | None = None,
+                   per_layer: pd.DataFrame | None = None, order: Any = None) -> Verdicts:
+    """Every test of the study on ``metric`` and, when the norm frames are given (``seeds``:
+    ``stats.norms.per_seed``; ``per_layer``: ``stats.norms.layer_norms``; ``order``: the variants
+    as a report names them), on each norm measure, adjusted over one family."""
+    spec = res.spec
+    effect = spec.stats.min_effect if min_effect is None else min_effect
+    sequential = spec.sequential is not None
+    factors = [f for f in res.factors if f in trials.columns]
+    ref_id = reference[0]
+    comp = stats.compare_to_reference(trials, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
+                                      power=spec.stats.power)
+    anova, why = accuracy_anova(trials, metric, factors)
+    effects = stats.main_effects(trials, metric, [f for f in factors if trials[f].nunique() > 1], confidence) \
+        if any(trials[f].nunique() > 1 for f in factors) else pd.DataFrame()
+    ncomp = pd.DataFrame()
+    nanova, nwhy, neffects = pd.DataFrame(), {}, pd.DataFrame()
+    if seeds is not None and len(seeds):
+        from ablate.stats import norms as sn
+
+        ncomp = sn.compare(seeds, per_layer, ref_id, order, alpha, confidence, spec.stats.min_ratio,
+                           spec.stats.power)
+        nanova, nwhy = sn.factor_anova(seeds, factors, alpha)
+        neffects = sn.main_effects(seeds, factors, confidence)
+    members = fam.members([(metric, comp), ("norm", ncomp)], [(metric, anova), ("norm", nanova)])
+    if sequential:  # the seeds depended on the results: only the sequential design's tests are valid
+        members = members.iloc[0:0]
+    adjusted = fam.adjust(members, alpha)
+    comp = fam.apply(comp, adjusted, metric, "comparison", alpha)
+    if len(anova):
+        anova = fam.apply(anova, adjusted, metric, "term", alpha)
+    if len(ncomp):
+        ncomp = fam.apply(ncomp, adjusted, "norm", "comparison", alpha)
+    if len(nanova):
+        nanova = fam.apply(nanova, adjusted, "norm", "term", alpha)
+    seq_m = None
+    if sequential:
+        from ablate.report.sequential import family_size
+
+        seq_m = family_size(spec)
+    return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
+                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds), seq_m)
+
+
+def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None) -> dict[str, list[str]]:
+    """Per cell: the states a reader must see beside its verdicts."""
+    out: dict[str, list[str]] = {}
+    rep = stats.phase_rows(trials, "replicate")
+    for cid, g in rep.groupby("cell_id", sort=False):
+        flags = []
+        k = int((g["status"] == "diverged").sum())
+        if k:
+            flags.append(f"{k} diverged")
+        if "failed" in set(g["status"]):
+            flags.append(f"{int((g['status'] == 'failed').sum())} failed")
+        if seeds is not None and "nonfinite" in seeds.columns:
+            bad = int(seeds.loc[seeds["cell_id"] == cid, "nonfinite"].fillna(False).astype(bool).sum())
+            if bad:
+                flags.append(f"{bad} non-finite norm{'s' if bad > 1 else ''}")
+        if flags:
+            out[str(cid)] = flags
+    return out
+
+
+# --- the page-one table ------------------------------------------------------------------------------
+
+
+def _verdict_word(significant: bool, low: float, high: float, bound: tuple[float, float] | None,
+                  needed: Any, tested: bool) -> str:
+    if not tested:
+        return "not tested"
+    if significant:
+        return "**significant**"
+    if bound is not None and np.isfinite(low) and np.isfinite(high) and bound[0] <= low and high <= bound[1]:
+        return "equivalent"
+    if fmt.finite(needed):
+        return f"undecided (~{int(needed)} seeds)"
+    return "undecided"
+
+
+def _comparison_cell(r: pd.Series, ratio: bool, v: Verdicts) -> str:
+    if ratio:
+        value, low, high = r["ratio"], r["ratio_low"], r["ratio_high"]
+        text = fmt.with_ci(value, low, high, 2, sig=True) + "×" if fmt.finite(low) else f"{fmt.num(value, 3, sig=True)}×"
+        bound = (1 / v.min_ratio, v.min_ratio)
+    else:
+        value, low, high = r["mean_diff"], r["diff_ci_low"], r["diff_ci_high"]
+        text = fmt.with_ci(value, low, high, 3, sign=True) if fmt.finite(low) else fmt.signed(value, 3)
+        bound = (-v.min_effect, v.min_effect)
+    word = _verdict_word(bool(r["significant"]), float(low), float(high), bound, r.get("seeds_needed"),
+                         bool(r["testable"]) and fmt.finite(r["p"]))
+    return f"{text} {word}" if fmt.finite(value) else fmt.DASH
+
+
+def _level_means(effects: pd.DataFrame, factor: str, measure: str | None, digits: int = 3) -> str:
+    sub = effects[effects["factor"] == factor]
+    if measure is not None:
+        sub = sub[sub["measure"] == measure]
+        pieces = [f"{lv} {fmt.num(val, digits, sig=True)}" for lv, val in zip(sub["level"], sub["value"], strict=True)]
+    else:
+        pieces = [f"{lv} {fmt.num(val, digits)}" for lv, val in zip(sub["level"], sub["mean"], strict=True)]
+    return " · ".join(pieces)
+
+
+def _term_cell(table: pd.DataFrame, term: str, effects: pd.DataFrame, measure: str | None) -> str:
+    row = table[table["term"] == term]
+    if row.empty:
+        return fmt.DASH
+    r = row.iloc[0]
+    what = (_level_means(effects, term, measure) if " × " not in term and len(effects)
+            else f"partial η² {fmt.num(r['eta_sq_partial'], 2)}")
+    word = "**significant**" if bool(r["significant"]) else "not significant"
+    return f"{what}: {word} (p {fmt.pval(r['p_adj'])})"
+
+
+def answer_table(v: Verdicts) -> pd.DataFrame:
+    """One row per question — each factor's main effect, each two-way interaction, each cell
+    against the reference — and one column per measure tested: the effect (a difference, or a ratio
+    for a norm measure, with its interval; a factor's marginal means per level), the verdict
+    (significant at the family's Holm-adjusted p; equivalent when the interval lies within
+    ±``min_effect`` or [1/``min_ratio``, ``min_ratio``]; else undecided with the seeds the power line
+    asks for) and the cell's flags."""
+    measures = [v.metric] + [m for m in ("training", "depth", "seeds", "final")
+                             if len(v.norm_comparisons) and m in set(v.norm_comparisons["measure"])
+                             or len(v.norm_anova) and m in set(v.norm_anova["measure"])]
+    heads = {v.metric: fmt.metric_name(v.metric), **NORM_WORDS}
+    rows: list[dict[str, str]] = []
+    terms = list(dict.fromkeys([*(v.anova["term"] if len(v.anova) else []),
+                                *(v.norm_anova["term"] if len(v.norm_anova) else [])]))
+    for term in sorted(terms, key=lambda t: t.count(" × ")):
+        row = {"question": f"factor {term}" if " × " not in term else f"interaction {term}", "flags": ""}
+        for m in measures:
+            if m == v.metric:
+                row[heads[m]] = _term_cell(v.anova, term, v.effects, None) if len(v.anova) else fmt.DASH
+            else:
+                sub = v.norm_anova[v.norm_anova["measure"] == m] if len(v.norm_anova) else v.norm_anova
+                row[heads[m]] = _term_cell(sub, term, v.norm_effects, m) if len(sub) else fmt.DASH
+        rows.append(row)
+    cells = list(dict.fromkeys([*(v.comparisons["cell_id"] if len(v.comparisons) else []),
+                                *(v.norm_comparisons["cell_id"] if len(v.norm_comparisons) else [])]))
+    labels = dict(zip(v.comparisons["cell_id"], v.comparisons["cell_label"], strict=True)) if len(v.comparisons) \
+        else {}
+    for cid in cells:
+        row = {"question": f"{labels.get(cid, cid)} vs {v.reference[1] if len(v.reference) > 1 else v.reference[0]}",
+               "flags": ", ".join(v.flags.get(str(cid), []))}
+        for m in measures:
+            if m == v.metric:
+                sub = v.comparisons[v.comparisons["cell_id"] == cid]
+                row[heads[m]] = _comparison_cell(sub.iloc[0], False, v) if len(sub) else fmt.DASH
+            else:
+                sub = v.norm_comparisons[(v.norm_comparisons["cell_id"] == cid) & (v.norm_comparisons["measure"] == m)]
+                row[heads[m]] = _comparison_cell(sub.iloc[0], True, v) if len(sub) else fmt.DASH
+        rows.append(row)
+    cols = ["question", *[heads[m] for m in measures], "flags"]
+    out = pd.DataFrame(rows, columns=cols)
+    if not out["flags"].astype(bool).any():
+        out = out.drop(columns=["flags"])
+    return out
