@@ -25,6 +25,7 @@ from ablate.report.plotting import Channels, wrap
 from ablate.stats import norms as sn
 
 __all__ = [
+    "flagged_runs",
     "grad_figure",
     "interaction_figure",
     "norm_vs_step",
@@ -56,99 +57,200 @@ def _legend(fig: Figure, order: Order, channels: Channels, extra: Sequence[Any] 
         channels.legend(fig, extra=extra)
         return
     handles = [mpl.lines.Line2D([], [], color="black", lw=2, label=wrap(lbl, 40)) for _, lbl in order]
-    fig.legend(handles=handles + list(extra), loc="outside upper center", ncols=3, frameon=False, fontsize=7)
+    fig.legend(handles=handles, loc="outside upper center", ncols=plotting.legend_columns([h.get_label() for h in handles]),
+               frameon=False, fontsize=7)
+    if extra:
+        fig.legend(handles=list(extra), loc="outside lower center",
+                   ncols=plotting.legend_columns([h.get_label() for h in extra]), frameon=False, fontsize=7)
+
+
+#: A panel of more variants than this draws each variant's mean only: a dozen variants' seeds and
+#: bands on one panel hide the means they belong to.
+BUSY = 4
+#: A panel of at most this many variants shades its band (min–max over layers, or 10–90% over modes).
+BANDS = 3
+FLAG = {"marker": "X", "s": 34, "edgecolors": "black", "linewidths": 0.6, "zorder": 4}
+
+
+def _facet_rows(order: Order, channels: Channels) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The variants of each facet (the levels of the factors past colour and line style), facets in
+    their levels' order; one row holding every variant when the study has no third factor."""
+    facets = channels.facets([c for c, _ in order])
+    rows = [(f, [(c, lbl) for c, lbl in order if channels.facet(c) == f]) for f in facets]
+    return [(f, m) for f, m in rows if m] or [("", list(order))]
+
+
+def flagged_runs(*frames: pd.DataFrame | None) -> set[tuple[str, Any]]:
+    """The (cell, seed) runs to mark as diverged: those any frame flags in an optional boolean
+    ``nonfinite`` column, and those with a non-finite ``value``."""
+    out: set[tuple[str, Any]] = set()
+    for frame in frames:
+        if frame is None or frame.empty or not {"cell_id", "seed"} <= set(frame.columns):
+            continue
+        bad = pd.Series(False, index=frame.index)
+        if "nonfinite" in frame.columns:
+            bad |= frame["nonfinite"].fillna(False).astype(bool)
+        if "value" in frame.columns:
+            bad |= ~np.isfinite(frame["value"].to_numpy(float))
+        out |= set(frame.loc[bad, ["cell_id", "seed"]].itertuples(index=False, name=None))
+    return out
+
+
+def _flag_handle() -> Any:
+    return mpl.lines.Line2D([], [], ls="", marker="X", ms=6, mfc="0.5", mec="black", mew=0.6,
+                            label="run flagged diverged / non-finite (its last finite value)")
+
+
+def _mark_flagged(ax: Any, wide: pd.DataFrame, seeds: Sequence[Any], look: dict[str, Any]) -> None:
+    """Each flagged seed's curve, ending in an × at its last finite value."""
+    for seed in seeds:
+        if seed not in wide.columns:
+            continue
+        curve = wide[seed].dropna()
+        if curve.empty:
+            continue
+        ax.plot(curve.index, curve.to_numpy(), lw=0.7, color=look["color"], ls=look["linestyle"], gid=look["gid"])
+        ax.scatter([curve.index[-1]], [curve.iloc[-1]], color=look["color"], gid=look["gid"], **FLAG)
+
+
+def _grid(layers: Sequence[Sequence[Any]], ncols: int) -> list[tuple[int, int]]:
+    """Where the panels of a facet × column grid go: a row per facet, its columns in order; one
+    facet's columns wrapped at ``ncols``, as are rows longer than ``ncols`` + 2."""
+    if len(layers) == 1 or max(len(x) for x in layers) > ncols + 2:
+        return plotting.wrapped_places(sum(len(x) for x in layers), ncols)
+    return [(r, c) for r, cols in enumerate(layers) for c in range(len(cols))]
+
+
+def _titles(axes: Sequence[Any], names: Sequence[str], ncols: int) -> None:
+    """Each panel's title, wrapped to its column's width."""
+    for ax, name in zip(axes, names, strict=True):
+        ax.set_title(wrap(name, max(18, 100 // max(1, ncols))), fontsize=7.5)
 
 
 def norm_vs_step(norms: pd.DataFrame, order: Order, *, ylabel: str = f"{NORM} (mean over t, heads)",
-                 ncols: int = 4, key: str = "", channels: Channels | None = None) -> Figure:
-    """A panel per layer (``stats.norms.layer_norms``) — and per facet level when the study has a
-    third factor — with every variant in its colour and line style: each seed a thin line, the
-    mean over seeds thick, the min–max band. A log axis when the norms span more than 5×."""
+                 ncols: int = 4, key: str = "", channels: Channels | None = None,
+                 flags: pd.DataFrame | None = None) -> Figure:
+    """Small multiples of ``stats.norms.layer_norms``: a row of panels per facet (the levels of the
+    factors past colour and line style), a panel per layer that facet's variants have, every variant
+    in its colour and line style with one legend for all. Up to ``BUSY`` variants a panel: each seed
+    a thin line, the mean over seeds thick, the min–max band; beyond, the mean alone. Runs flagged
+    diverged / non-finite (a ``nonfinite`` column of ``norms`` or of the per-seed frame ``flags``,
+    or a non-finite value) end in an ×. A log axis when the norms span more than 5×."""
     if norms.empty:
         return plotting.empty("no probe data yet")
     channels = _channels(order, channels)
-    layers = sorted(norms["layer"].unique())
-    facets = channels.facets([c for c, _ in order])
-    panels = [(f, layer) for f in facets for layer in layers]
-    ncols = max(1, min(ncols, len(layers)))
-    nrows = math.ceil(len(panels) / ncols)
+    flagged = flagged_runs(norms, flags)
+    norms = norms.assign(value=norms["value"].where(np.isfinite(norms["value"].to_numpy(float))))
+    rows = _facet_rows(order, channels)
+    layers = [sorted(norms.loc[norms["cell_id"].isin([c for c, _ in m]), "layer"].dropna().unique()) for _, m in rows]
+    keep = [i for i, x in enumerate(layers) if len(x)]
+    rows, layers = [rows[i] for i in keep], [layers[i] for i in keep]
+    if not rows:
+        return plotting.empty("no probe data yet")
+    panels = [(facet, members, layer) for (facet, members), ls in zip(rows, layers, strict=True) for layer in ls]
+    places = _grid(layers, ncols)
+    nrows = 1 + max(r for r, _ in places)
+    busy = max(len(m) for _, m in rows) > BUSY
     with plotting.style():
-        fig = plotting.figure(1.3 + 1.6 * nrows)
-        axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)).ravel()
-        for ax, (facet, layer) in zip(axes, panels, strict=False):
+        fig = plotting.figure(1.4 + 1.6 * nrows)
+        axes = plotting.panel_grid(fig, places)
+        for ax, (_, members, layer) in zip(axes, panels, strict=True):
             sub = norms[norms["layer"] == layer]
-            for cid, _ in order:
-                if channels.facet(cid) != facet:
-                    continue
+            for cid, _ in members:
                 v = sub[sub["cell_id"] == cid]
                 if v.empty:
                     continue
                 look = channels.style(cid)
                 wide = v.pivot_table(index="step", columns="seed", values="value").sort_index()
-                for seed in wide.columns:
-                    ax.plot(wide.index, wide[seed], lw=0.5, alpha=0.4, color=look["color"], ls=look["linestyle"], gid=look["gid"])
-                if wide.shape[1] > 1:
-                    ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=look["color"], alpha=0.12,
-                                    lw=0, gid=look["gid"])
-                ax.plot(wide.index, wide.mean(axis=1), lw=1.7, color=look["color"], ls=look["linestyle"], gid=look["gid"])
-            # The layer column is nullable (float in pandas): name it as the integer it is.
-            name = f"layer {int(layer)}" if layer == layer else ""
-            ax.set_title(wrap(" · ".join(filter(None, [facet, name])), max(18, 100 // ncols)), fontsize=7.5)
-        for ax in axes[len(panels):]:
-            ax.set_axis_off()
-        plotting.log_axis_if_wide(axes[: len(panels)], norms["value"].to_numpy(float))
-        plotting.xlabel(axes, len(panels), ncols, "training step")
-        fig.supylabel(ylabel, fontsize=8)
-        extra = [mpl.lines.Line2D([], [], color="0.3", lw=0.5, label="seed"),
-                 mpl.lines.Line2D([], [], color="0.3", lw=1.7, label="mean over seeds"),
-                 mpl.patches.Patch(color="0.3", alpha=0.15, label="min–max over seeds")]
+                if not busy:
+                    for seed in wide.columns:
+                        ax.plot(wide.index, wide[seed], lw=0.5, alpha=0.4, color=look["color"], ls=look["linestyle"],
+                                gid=look["gid"])
+                    if wide.shape[1] > 1:
+                        ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=look["color"],
+                                        alpha=0.12, lw=0, gid=look["gid"])
+                ax.plot(wide.index, wide.mean(axis=1), lw=1.7 if not busy else 1.3, color=look["color"],
+                        ls=look["linestyle"], gid=look["gid"])
+                _mark_flagged(ax, wide, [s for c, s in flagged if c == cid], look)
+        # The layer column is nullable (float in pandas): name it as the integer it is.
+        _titles(axes, [" · ".join(filter(None, [facet, f"layer {int(layer)}"])) for facet, _, layer in panels],
+                1 + max(c for _, c in places))
+        plotting.log_axis_if_wide(axes, norms["value"].to_numpy(float))
+        for i in plotting.bottom_row(places):
+            axes[i].set_xlabel("training step", fontsize=8)
+            axes[i].tick_params(labelbottom=True)
+        plotting.supylabel(fig, ylabel)
+        if busy:
+            extra = [mpl.lines.Line2D([], [], color="0.3", lw=1.3, label="mean over seeds (seeds and bands left out: "
+                                      f"over {BUSY} variants a panel)")]
+        else:
+            extra = [mpl.lines.Line2D([], [], color="0.3", lw=0.5, label="seed"),
+                     mpl.lines.Line2D([], [], color="0.3", lw=1.7, label="mean over seeds"),
+                     mpl.patches.Patch(color="0.3", alpha=0.15, label="min–max over seeds")]
+        if flagged:
+            extra.append(_flag_handle())
         _legend(fig, order, channels, extra)
     return fig
 
 
+def _edge(df: pd.DataFrame, cid: str) -> tuple[int, int]:
+    return sn.edge_steps(df[df["cell_id"] == cid])
+
+
 def norm_vs_time(df: pd.DataFrame, order: Order, channels: Channels | None = None) -> Figure:
-    """Rows: variants; columns: first and last probe step. ‖x_t‖² (mean over heads, layers and seeds)
-    on the probe batch in the variant's colour (band: min–max over layers), on white noise
-    (dashed grey), and the white-input theory (dotted black)."""
+    """Small multiples: a row per facet, a panel at the first and one at the last probe step.
+    ‖x_t‖² (mean over heads, layers and seeds) on the probe batch in each variant's colour and line
+    style (band: min–max over layers, on panels of up to ``BANDS`` variants), on white noise (dashed
+    grey) and the white-input theory (dotted black), one legend for all."""
     probe, noise, theory = (sn.time_curves(df, k) for k in ("probe", "white_noise", "theory"))
     shown = [(c, lbl) for c, lbl in order if (probe["cell_id"] == c).any()]
     if not shown:
         return plotting.empty("no probe data yet")
     channels = _channels(order, channels)
+    rows = _facet_rows(shown, channels)
+    edges = {cid: _edge(df, cid) for cid, _ in shown}
+    same = len(set(edges.values())) == 1
     with plotting.style():
-        fig = plotting.figure(0.9 + 1.6 * len(shown))
-        axes = np.atleast_2d(fig.subplots(len(shown), 2, sharex=True, squeeze=False))
-        everything = []
-        for row, (cid, label) in enumerate(shown):
-            look = channels.style(cid)
-            first, last = sn.edge_steps(df[df["cell_id"] == cid])
-            for col, (when, step) in enumerate((("initialisation", first), ("end", last))):
-                ax = axes[row, col]
-                for frame_, kind in ((probe, "probe"), (noise, "noise"), (theory, "theory")):
-                    v = frame_[(frame_["cell_id"] == cid) & (frame_["step"] == step)]
-                    if v.empty:
-                        continue
-                    by_layer = v.groupby(["layer", "t"])["value"].mean().unstack("layer")
-                    x = by_layer.index.to_numpy() + 1
-                    mean = by_layer.mean(axis=1).to_numpy()
-                    everything.append(mean)
-                    if kind == "probe":
-                        if by_layer.shape[1] > 1:
-                            ax.fill_between(x, by_layer.min(axis=1), by_layer.max(axis=1), color=look["color"],
-                                            alpha=0.18, lw=0, gid=look["gid"])
-                            everything.append(by_layer.to_numpy().ravel())
-                        ax.plot(x, mean, color=look["color"], ls=look["linestyle"], lw=1.5, gid=look["gid"])
-                    elif kind == "noise":
-                        ax.plot(x, mean, color=NOISE_COLOR, lw=1.1, ls="--")
-                    else:
-                        ax.plot(x, mean, color=THEORY_COLOR, lw=1.1, ls=":")
-                ax.set_title(wrap(f"{label} · {when} (step {step})", 58), fontsize=7.5)
-        plotting.log_axis_if_wide(axes.ravel(), np.concatenate(everything) if everything else np.array([]))
-        plotting.xlabel(axes.ravel(), axes.size, 2, "time step t")
-        fig.supylabel(f"{NORM_T} (mean over heads, layers, seeds)", fontsize=8)
-        extra = [mpl.lines.Line2D([], [], color="0.3", lw=1.5, label="probe batch (band: min–max over layers)"),
-                 mpl.lines.Line2D([], [], color=NOISE_COLOR, lw=1.1, ls="--", label="white-noise input"),
-                 mpl.lines.Line2D([], [], color=THEORY_COLOR, lw=1.1, ls=":", label=r"theory (white input, $x_0 = 0$)")]
+        fig = plotting.figure(1.2 + 1.9 * len(rows))
+        places = [(r, col) for r in range(len(rows)) for col in range(2)]
+        axes = plotting.panel_grid(fig, places)
+        everything, names = [], []
+        for r, (facet, members) in enumerate(rows):
+            for col, when in enumerate(("initialisation", "end")):
+                ax = axes[2 * r + col]
+                step = next(iter(edges.values()))[col] if same else None
+                names.append(" · ".join(filter(None, [facet, f"{when} (step {step})" if same else
+                                                      f"{when} ({'first' if col == 0 else 'last'} probe step)"])))
+                for cid, _ in members:
+                    look, at = channels.style(cid), edges[cid][col]
+                    for frame_, kind in ((probe, "probe"), (noise, "noise"), (theory, "theory")):
+                        v = frame_[(frame_["cell_id"] == cid) & (frame_["step"] == at)]
+                        if v.empty:
+                            continue
+                        by_layer = v.groupby(["layer", "t"])["value"].mean().unstack("layer")
+                        x = by_layer.index.to_numpy() + 1
+                        mean = by_layer.mean(axis=1).to_numpy()
+                        everything.append(mean)
+                        if kind == "probe":
+                            if by_layer.shape[1] > 1 and len(members) <= BANDS:
+                                ax.fill_between(x, by_layer.min(axis=1), by_layer.max(axis=1), color=look["color"],
+                                                alpha=0.18, lw=0, gid=look["gid"])
+                                everything.append(by_layer.to_numpy().ravel())
+                            ax.plot(x, mean, color=look["color"], ls=look["linestyle"], lw=1.5, gid=look["gid"])
+                        elif kind == "noise":
+                            ax.plot(x, mean, color=NOISE_COLOR, lw=0.9, ls="--")
+                        else:
+                            ax.plot(x, mean, color=THEORY_COLOR, lw=0.9, ls=":")
+        _titles(axes, names, 2)
+        plotting.log_axis_if_wide(axes, np.concatenate(everything) if everything else np.array([]))
+        for i in plotting.bottom_row(places):
+            axes[i].set_xlabel("time step t", fontsize=8)
+            axes[i].tick_params(labelbottom=True)
+        plotting.supylabel(fig, f"{NORM_T} (mean over heads, layers, seeds)")
+        band = " (band: min–max over layers)" if max(len(m) for _, m in rows) <= BANDS else ""
+        extra = [mpl.lines.Line2D([], [], color="0.3", lw=1.5, label=f"probe batch{band}"),
+                 mpl.lines.Line2D([], [], color=NOISE_COLOR, lw=0.9, ls="--", label="white-noise input"),
+                 mpl.lines.Line2D([], [], color=THEORY_COLOR, lw=0.9, ls=":", label=r"theory (white input, $x_0 = 0$)")]
         _legend(fig, order, channels, extra)
     return fig
 
@@ -184,44 +286,54 @@ def theory_ratio(df: pd.DataFrame, order: Order, channels: Channels | None = Non
             ax.set_title(f"{when} (first probe step)" if when == "initialisation" else "end (last probe step)")
         plotting.log_axis_if_wide(axes, both["ratio"].to_numpy(float))
         plotting.xlabel(axes, 2, 2, "time step t")
-        fig.supylabel(f"white-noise {NORM_T} / theory", fontsize=8)
+        plotting.supylabel(fig, f"white-noise {NORM_T} / theory")
         extra = [mpl.lines.Line2D([], [], color=THEORY_COLOR, lw=0.9, ls=":", label="theory holds (ratio 1)")]
         _legend(fig, order, channels, extra)
     return fig
 
 
 def spectrum_figure(df: pd.DataFrame, order: Order, channels: Channels | None = None) -> Figure:
-    """Rows: variants. Columns: |λ|, phase and the stationary theory norm per head against the training
-    step: the median over modes (or heads) of all layers and seeds, with the 10–90% band, in the
-    variant's colour and line style."""
+    """Small multiples: a row per facet; columns |λ|, phase and the stationary theory norm per head
+    against the training step. Each variant's median over modes (or heads) of all layers and seeds
+    in its colour and line style, with the 10–90% band on panels of up to ``BANDS`` variants."""
     spec = df[df["kind"] == "spectrum"]
     stat = df[(df["kind"] == "theory") & (df["quantity"] == "norm_sq_stationary")]
     shown = [(c, lbl) for c, lbl in order if (spec["cell_id"] == c).any()]
     if not shown:
         return plotting.empty("no spectra recorded (input-dependent recurrences have none)")
     channels = _channels(order, channels)
-    panels = (("abs", spec, LAMBDA), ("phase", spec, r"phase of $\lambda$ (rad)"),
-              ("norm_sq_stationary", stat, f"stationary theory {STATIONARY}"))
+    rows = _facet_rows(shown, channels)
+    cols = [(q, src, title) for q, src, title in (("abs", spec, LAMBDA), ("phase", spec, r"phase of $\lambda$ (rad)"),
+                                                  ("norm_sq_stationary", stat, f"stationary theory {STATIONARY}"))
+            if (src["quantity"] == q).any()]
+    places = [(r, c) for r in range(len(rows)) for c in range(len(cols))]
+    banded = max(len(m) for _, m in rows) <= BANDS
     with plotting.style():
-        fig = plotting.figure(0.6 + 1.45 * len(shown))
-        axes = np.atleast_2d(fig.subplots(len(shown), 3, sharex=True, squeeze=False))
-        for row, (cid, label) in enumerate(shown):
-            look = channels.style(cid)
-            for col, (quantity, source, title) in enumerate(panels):
-                ax = axes[row, col]
-                v = source[(source["cell_id"] == cid) & (source["quantity"] == quantity)]
-                if v.empty:
-                    ax.set_axis_off()
-                    continue
-                q = v.groupby("step")["value"].quantile([0.1, 0.5, 0.9]).unstack()
-                ax.fill_between(q.index, q[0.1], q[0.9], color=look["color"], alpha=0.2, lw=0, gid=look["gid"])
-                ax.plot(q.index, q[0.5], color=look["color"], ls=look["linestyle"], lw=1.5, gid=look["gid"])
-                plotting.readable_limits(ax, q.to_numpy(float))
-                if row == 0:
-                    ax.set_title(title)
-                if col == 0:
-                    ax.set_ylabel(wrap(label, 26), fontsize=7)
-        fig.supxlabel("training step (median over modes of all layers and seeds; band 10–90%)", fontsize=8)
+        fig = plotting.figure(1.2 + 1.7 * len(rows))
+        axes = plotting.panel_grid(fig, places, sharey=False)
+        names = []
+        for r, (facet, members) in enumerate(rows):
+            for c, (quantity, source, title) in enumerate(cols):
+                ax = axes[r * len(cols) + c]
+                names.append(" · ".join(filter(None, [facet, title])))
+                seen = []
+                for cid, _ in members:
+                    v = source[(source["cell_id"] == cid) & (source["quantity"] == quantity)]
+                    if v.empty:
+                        continue
+                    look = channels.style(cid)
+                    q = v.groupby("step")["value"].quantile([0.1, 0.5, 0.9]).unstack()
+                    if banded:
+                        ax.fill_between(q.index, q[0.1], q[0.9], color=look["color"], alpha=0.2, lw=0, gid=look["gid"])
+                    ax.plot(q.index, q[0.5], color=look["color"], ls=look["linestyle"], lw=1.4, gid=look["gid"])
+                    seen.append(q.to_numpy(float).ravel() if banded else q[0.5].to_numpy(float))
+                plotting.readable_limits(ax, np.concatenate(seen) if seen else np.array([]))
+        _titles(axes, names, len(cols))
+        for i in plotting.bottom_row(places):
+            axes[i].set_xlabel("training step", fontsize=8)
+            axes[i].tick_params(labelbottom=True)
+        what = "median over modes of all layers and seeds" + ("; band 10–90%" if banded else "")
+        _legend(fig, order, channels, [mpl.lines.Line2D([], [], color="0.3", lw=1.4, label=what)])
     return fig
 
 
@@ -259,50 +371,53 @@ def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels
             ax.set_title(COLUMN_WORDS[m], fontsize=8)
             ax.grid(axis="x", visible=False)
         for ax in axes[len(tables):]:
-            ax.set_axis_off()
+            ax.remove()
         names = channels.factors or (f1, f2)
-        fig.supxlabel(wrap(plotting.factor_name(f2, names), 60), fontsize=8)
-        fig.supylabel(f"geometric marginal mean ± {fmt.level(confidence)} CI", fontsize=8)
+        plotting.xlabel(axes, len(tables), ncols, wrap(plotting.factor_name(f2, names), 60))
+        plotting.supylabel(fig, f"geometric marginal mean ± {fmt.level(confidence)} CI")
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, title=wrap(plotting.factor_name(f1, names), 40), loc="outside upper center",
                    ncols=min(len(labels), 6), frameon=False, fontsize=7, title_fontsize=7.5)
+        flagged = flagged_runs(seeds.assign(value=0.0)) if "nonfinite" in seeds.columns else set()
+        if flagged:  # a marginal mean hides its runs: say how many of them diverged
+            note = mpl.lines.Line2D([], [], ls="", label=f"{len(flagged)} of {len(seeds)} runs flagged diverged / "
+                                    "non-finite")
+            fig.legend(handles=[note], loc="outside lower center", frameon=False, fontsize=7)
     return fig
 
 
-#: Optimiser groups are drawn in greys and line styles: colours belong to the factor levels.
-GROUP_STYLE = (("0.1", "-"), ("0.45", "-"), ("0.65", "-."), ("0.1", "--"))
-
-
-def grad_figure(df: pd.DataFrame, order: Order, ncols: int = 3) -> Figure:
-    """A panel per variant: gradient norm per optimiser group against the step (mean over seeds), each
-    group in its grey and line style (the total dashed)."""
+def grad_figure(df: pd.DataFrame, order: Order, ncols: int = 4, channels: Channels | None = None) -> Figure:
+    """Small multiples: a row per facet, a panel per optimiser group (recurrent parameters, decayed
+    matrices, the rest, the total): the gradient norm against the step, mean over seeds, each
+    variant in its colour and line style, on log axes."""
     g = df[(df["kind"] == "grad") & (df["layer"].isna() | (df["layer"] == -1))]  # group rows: no layer (-1 before)
     shown = [(c, lbl) for c, lbl in order if (g["cell_id"] == c).any()]
     if not shown:
         return plotting.empty("no gradient norms recorded")
-    groups = list(dict.fromkeys(g["quantity"]))
-    others = [n for n in groups if n != "total"]
-    look = {n: GROUP_STYLE[i % 3] for i, n in enumerate(others)}
-    look["total"] = GROUP_STYLE[3]
-    ncols = max(1, min(ncols, len(shown)))
-    nrows = math.ceil(len(shown) / ncols)
+    channels = _channels(order, channels)
+    rows = _facet_rows(shown, channels)
+    groups = [n for n in dict.fromkeys(g["quantity"]) if n != "total"]
+    groups += ["total"] if (g["quantity"] == "total").any() else []
+    places = _grid([groups] * len(rows), ncols)
+    panels = [(facet, members, group) for facet, members in rows for group in groups]
+    nrows = 1 + max(r for r, _ in places)
+    mean = g.groupby(["cell_id", "quantity", "step"])["value"].mean()
     with plotting.style():
-        fig = plotting.figure(0.8 + 1.7 * nrows)
-        axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)).ravel()
-        for ax, (cid, label) in zip(axes, shown, strict=False):
-            v = g[g["cell_id"] == cid].groupby(["quantity", "step"])["value"].mean()
-            for name in groups:
-                if name in v.index.get_level_values(0):
-                    s = v.loc[name]
-                    color, ls = look[name]
-                    ax.plot(s.index, s.to_numpy(), color=color, lw=1.2, ls=ls)
+        fig = plotting.figure(1.2 + 1.6 * nrows)
+        axes = plotting.panel_grid(fig, places)
+        for ax, (_, members, group) in zip(axes, panels, strict=True):
+            for cid, _ in members:
+                if (cid, group) not in mean.index.droplevel("step"):
+                    continue
+                s = mean.loc[(cid, group)]
+                look = channels.style(cid)
+                ax.plot(s.index, s.to_numpy(), color=look["color"], ls=look["linestyle"], lw=1.2, gid=look["gid"])
             ax.set_yscale("log")
-            ax.set_title(wrap(label, max(18, 100 // ncols)), fontsize=7)
-        for ax in axes[len(shown):]:
-            ax.set_axis_off()
-        plotting.xlabel(axes, len(shown), ncols, "training step")
-        fig.supylabel("gradient norm (before clipping)", fontsize=8)
-        handles = [mpl.lines.Line2D([], [], color=look[n][0], lw=1.2, ls=look[n][1], label=n) for n in groups]
-        fig.legend(handles=handles, title="optimiser group", loc="outside upper center", ncols=len(groups),
-                   frameon=False, fontsize=7, title_fontsize=7.5)
+        _titles(axes, [" · ".join(filter(None, [facet, group])) for facet, _, group in panels],
+                1 + max(c for _, c in places))
+        for i in plotting.bottom_row(places):
+            axes[i].set_xlabel("training step", fontsize=8)
+            axes[i].tick_params(labelbottom=True)
+        plotting.supylabel(fig, "gradient norm before clipping (mean over seeds)")
+        _legend(fig, order, channels)
     return fig

@@ -53,21 +53,31 @@ __all__ = [
     "factor_name",
     "figure",
     "figure_html",
+    "MAX_HEIGHT",
+    "bottom_row",
+    "legend_columns",
     "log_axis_if_wide",
     "no_data",
+    "panel_grid",
     "palette",
     "pdf",
     "png",
     "readable_limits",
     "save_figure",
     "style",
+    "supylabel",
     "svg",
     "wrap",
+    "wrapped_places",
     "xlabel",
 ]
 
 #: Figure width in inches: fits an A4 page (8.27 in) with margins.
 WIDTH = 6.8
+#: The tallest figure, in inches: one A4 page's text height less a title and a caption. Figures
+#: that grow with the cells (a row per cell, a row of panels per facet) shrink their rows to stay
+#: under it, so a 48-cell study's figure is still one page.
+MAX_HEIGHT = 9.2
 #: Resolution of raster output drawn on screen (figures are embedded as vector graphics).
 DPI = 150
 #: Resolution of the PNG a report exports beside each figure's PDF and SVG.
@@ -146,11 +156,38 @@ def wrap(label: Any, width: int = 30) -> str:
 
 
 def figure(height: float, width: float = WIDTH) -> Figure:
-    """An empty figure ``height`` inches tall, at most the page's ``WIDTH`` wide, laid out by
-    matplotlib's constrained layout."""
-    fig = Figure(figsize=(min(width, WIDTH), height), layout="constrained", dpi=DPI)
+    """An empty figure ``height`` inches tall (at most ``MAX_HEIGHT``), at most the page's ``WIDTH``
+    wide, laid out by matplotlib's constrained layout."""
+    fig = Figure(figsize=(min(width, WIDTH), min(height, MAX_HEIGHT)), layout="constrained", dpi=DPI)
     FigureCanvasAgg(fig)
     return fig
+
+
+def panel_grid(fig: Figure, places: Sequence[tuple[int, int]], *, sharex: bool = True,
+               sharey: bool = True) -> list[Any]:
+    """One axes at each (row, column) of ``places`` on a grid just big enough for them, and none
+    elsewhere: a grid of small multiples whose rows have fewer panels (a one-layer facet beside a
+    four-layer one) leaves a blank, never an empty frame. Axes share their x and y with the first."""
+    nrows = 1 + max(r for r, _ in places)
+    ncols = 1 + max(c for _, c in places)
+    spec = fig.add_gridspec(nrows, ncols)
+    axes: list[Any] = []
+    for r, c in places:
+        first = axes[0] if axes else None
+        axes.append(fig.add_subplot(spec[r, c], sharex=first if sharex else None, sharey=first if sharey else None))
+    return axes
+
+
+def wrapped_places(n: int, ncols: int) -> list[tuple[int, int]]:
+    """``n`` panels row by row, ``ncols`` to a row: their (row, column)."""
+    ncols = max(1, ncols)
+    return [(i // ncols, i % ncols) for i in range(n)]
+
+
+def bottom_row(places: Sequence[tuple[int, int]]) -> list[int]:
+    """Of panels at ``places``, those with no panel below them (where the x label and ticks go)."""
+    last = {c: max(r for r, cc in places if cc == c) for _, c in places}
+    return [i for i, (r, c) in enumerate(places) if r == last[c]]
 
 
 def xlabel(axes: Sequence[Any], used: int, ncols: int, text: str) -> None:
@@ -159,6 +196,15 @@ def xlabel(axes: Sequence[Any], used: int, ncols: int, text: str) -> None:
     for i, ax in enumerate(list(axes)[:used]):
         if i + ncols >= used:
             ax.set_xlabel(text, fontsize=8)
+
+
+def supylabel(fig: Figure, text: str) -> None:
+    """``text`` along the figure's left edge, wrapped to the panels' height (the legend above the
+    panels must not meet it on a short figure)."""
+    # Mathtext must not break: its spaces are held while the words are wrapped.
+    held = re.sub(r"\$[^$]*\$", lambda m: m.group(0).replace(" ", "\0"), text)
+    lines = wrap(held, max(16, int((fig.get_figheight() - 1.3) * 13)))
+    fig.supylabel(lines.replace("\0", " "), fontsize=8)
 
 
 def no_data(fig: Figure, message: str) -> Figure:
@@ -317,6 +363,20 @@ class Channels:
                    for combo in combos]
         return [f for f in ordered if f in present] or [""]
 
+    def compact(self, cell: str, label: str = "") -> str:
+        """A cell as a row of a figure names it when the legend or an axis label says the factors
+        (``key``): its levels of every factor (``rotation · xi · 4``); ``label`` when the mapping
+        does not know the cell or the study has no factor."""
+        levels = self._levels(cell)
+        if not self.factors or not all(f in levels for f in self.factors):
+            return label or str(cell)
+        return " · ".join(levels[f] for f in self.factors)
+
+    @property
+    def key(self) -> str:
+        """What ``compact`` labels list, in order: the factors' names (``parameterisation · normalisation``)."""
+        return " · ".join(self.name(f) for f in self.factors)
+
     def levels_of(self, cell: str) -> str:
         """The cell's colour and style levels as a compact label (``rotation · xi``), facets apart."""
         levels = self._levels(cell)
@@ -355,8 +415,19 @@ class Channels:
             fig.legend(handles=handles, title=title, loc=loc if len(blocks) > 1 else "outside upper center",
                        ncols=ncols, frameon=False, alignment="left", fontsize=7, title_fontsize=7.5)
         if extra:
-            fig.legend(handles=list(extra), title=extra_title, loc="outside lower center", ncols=len(extra),
-                       frameon=False, fontsize=7)
+            fig.legend(handles=list(extra), title=extra_title, loc="outside lower center",
+                       ncols=legend_columns([h.get_label() for h in extra]), frameon=False, fontsize=7)
+
+
+def legend_columns(labels: Sequence[str], width: int = 110) -> int:
+    """Columns for a legend of ``labels`` across the page: all in one row when their text fits
+    ``width`` characters, else as many as the longest label allows (never text past the page)."""
+    if not labels:
+        return 1
+    lengths = [max(len(line) for line in str(t).splitlines() or [""]) + 5 for t in labels]
+    if sum(lengths) <= width:
+        return len(labels)
+    return max(1, min(len(labels), width // max(lengths)))
 
 
 def log_axis_if_wide(axes: Sequence[Any], values: np.ndarray, ratio: float = 5.0) -> bool:

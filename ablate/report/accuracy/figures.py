@@ -30,15 +30,45 @@ NEVER_COLOR = plotting.GREY["reference"]
 CHANCE_COLOR = plotting.GREY["reference"]
 
 
-def _chance_line(ax: Any, chance: float | None, vertical: bool = False) -> None:
+def _chance_line(ax: Any, chance: float | None, vertical: bool = False) -> bool:
+    """The chance line where it falls inside the axis the data set; whether it was drawn. Chance
+    never widens the axis: cells at 0.35-0.40 with chance at 0.12 would be squeezed into a sliver."""
     if chance is None or not np.isfinite(chance):
-        return
+        return False
+    lo, hi = ax.get_xlim() if vertical else ax.get_ylim()
+    if not min(lo, hi) <= chance <= max(lo, hi):
+        return False
     line = ax.axvline if vertical else ax.axhline
     line(chance, color=CHANCE_COLOR, ls="--", lw=1, label="chance", zorder=1)
+    (ax.set_xlim if vertical else ax.set_ylim)(lo, hi)
+    return True
 
 
-def _chance_handle() -> Any:
-    return mpl.lines.Line2D([], [], ls="--", lw=1, color=CHANCE_COLOR, label="chance")
+def _chance_handle(chance: float | None = None, drawn: bool = True) -> Any:
+    """The legend's chance entry: the line, or — when it is off every axis — where chance is."""
+    if drawn:
+        return mpl.lines.Line2D([], [], ls="--", lw=1, color=CHANCE_COLOR, label="chance")
+    return mpl.lines.Line2D([], [], ls="", label=f"chance ({chance:.3g}) is off the axis")
+
+
+def _rows(n: int, lines: int) -> tuple[float, float]:
+    """(height, tick label size) of a figure with a row per cell: ``n`` rows of ``lines`` label lines
+    in all, shrunk to fit ``plotting.MAX_HEIGHT``."""
+    want = 1.3 + 0.17 * lines + 0.12 * n
+    room = plotting.MAX_HEIGHT - 1.5  # the legend above, the axis label and the extra legend below
+    height = max(2.2, min(want, plotting.MAX_HEIGHT))
+    pitch = min(room, height - 1.3) / max(1, n)
+    return height, (7.5 if pitch >= 0.2 else 6.5 if pitch >= 0.15 else 5.5)
+
+
+def _row_labels(rows: pd.DataFrame, channels: Channels, width: int) -> tuple[list[str], str]:
+    """Each row's label and what the labels list: with a factor mapping that knows every cell,
+    its levels (``rotation · xi · 4``, the key naming the factors) on one line; else the cell
+    label, wrapped at ``width``."""
+    known = bool(channels.factors) and all(str(c) in channels.cells for c in rows["cell_id"])
+    if known:
+        return [channels.compact(str(c)) for c in rows["cell_id"]], channels.key
+    return [wrap(lbl, width) for lbl in rows["cell_label"]], ""
 
 
 def _channels(trials: pd.DataFrame, channels: Channels | None) -> Channels:
@@ -69,9 +99,8 @@ def accuracy_by_cell(
     channels = _channels(trials, channels)
     summary = stats.cell_summary(trials, metric, chance, margin, confidence, phase)
     done = stats.completed_runs(trials, metric, phase)
-    labels = [wrap(lbl, label_width) for lbl in summary["cell_label"]]
-    lines = sum(max(1, lbl.count("\n") + 1) for lbl in labels)
-    height = max(2.2, 1.3 + 0.17 * lines + 0.12 * len(labels))
+    labels, key = _row_labels(summary, channels, label_width)
+    height, size = _rows(len(labels), sum(max(1, lbl.count("\n") + 1) for lbl in labels))
     with plotting.style():
         fig = plotting.figure(height)
         if summary.empty:
@@ -98,18 +127,19 @@ def accuracy_by_cell(
             hi = row["ci_high"] - row["mean"] if finite(row["ci_high"]) else 0.0
             ax.errorbar(row["mean"], i, xerr=[[lo], [hi]], fmt=look["marker"], ms=5, color=look["color"],
                         mec="black", mew=0.6, ecolor=look["color"], elinewidth=1.4, capsize=2.5, zorder=3, gid=look["gid"])
-        _chance_line(ax, chance, vertical=True)
         if metric.endswith("accuracy"):  # a CI past [0, 1] (few seeds, wide spread) must not squash the points
             low, high = ax.get_xlim()
             ax.set_xlim(max(low, -0.02), min(high, 1.02))
+        drawn = _chance_line(ax, chance, vertical=True)
         ax.set_yticks(y, labels)
+        ax.tick_params(axis="y", labelsize=size)
         ax.set_ylim(len(summary) - 0.5, -0.5)
         ax.set_xlabel(metric_name(metric))
         # Right margin: counts per cell, on a twin axis so the layout engine makes room for it.
         right = ax.twinx()
         right.set_ylim(ax.get_ylim())
         right.set_yticks(y, [_counts_note(row) for _, row in summary.iterrows()])
-        right.tick_params(axis="y", length=0, labelsize=7, labelcolor="0.3")
+        right.tick_params(axis="y", length=0, labelsize=min(7, size), labelcolor="0.3")
         right.grid(False)
         right.spines[["right", "top"]].set_visible(False)
         extra = [
@@ -121,11 +151,17 @@ def accuracy_by_cell(
             extra.append(mpl.patches.Patch(color="0.85", label=f"±2 SE of the test set (N = {n_test:,})"))
         if chance is not None:
             extra += [mpl.lines.Line2D([], [], ls="", marker="x", color=NEVER_COLOR, label="never learned"),
-                      _chance_handle()]
+                      _chance_handle(chance, drawn)]
         channels.legend(fig, line=False, extra=extra)
-        if title:
-            ax.set_title(wrap(title, 80))
+        _key_title(ax, key, title)
     return fig
+
+
+def _key_title(ax: Any, key: str, title: str | None = None) -> None:
+    """The figure's title and what its row labels list (``rows: parameterisation · normalisation``)."""
+    text = "\n".join(filter(None, [wrap(title, 80) if title else "", f"rows: {key}" if key else ""]))
+    if text:
+        ax.set_title(text, loc="left" if not title else "center", fontsize=7.5)
 
 
 def _counts_note(row: pd.Series) -> str:
@@ -161,7 +197,8 @@ def main_effects_plot(
         fig = plotting.figure(0.4 + 2.3 * nrows)
         if effects.empty or effects["mean"].isna().all():
             return plotting.no_data(fig, "no completed runs yet")
-        axes = np.atleast_1d(fig.subplots(nrows, ncols, sharey=True, squeeze=False)).ravel()
+        places = plotting.wrapped_places(len(factors), ncols)
+        axes = plotting.panel_grid(fig, places, sharex=False, sharey=True)
         tick_width = max(8, int(34 / ncols))
         for ax, factor in zip(axes, factors, strict=False):
             sub = effects[effects["factor"] == factor].reset_index(drop=True)
@@ -177,20 +214,21 @@ def main_effects_plot(
                        [r["ci_high"] - r["mean"] if finite(r["ci_high"]) else 0.0]]
                 ax.errorbar(xi, r["mean"], yerr=err, fmt=look["marker"], ms=5, capsize=3, color=look["color"],
                             mec="black", mew=0.5, zorder=2, gid=look["gid"])
-            _chance_line(ax, chance)
             ticks = [str(lv) for lv in sub["level"]]
-            if sum(len(t) for t in ticks) + 2 * len(ticks) > 2 * tick_width:  # crowded: slant, do not wrap
-                ax.set_xticks(x, [wrap(t, 2 * tick_width) for t in ticks], rotation=30, ha="right",
-                              rotation_mode="anchor")
+            if sum(len(t) for t in ticks) + 2 * len(ticks) > 2 * tick_width:  # crowded: upright, do not wrap
+                ax.set_xticks(x, [wrap(t, 2 * tick_width) for t in ticks], rotation=90)
             else:
                 ax.set_xticks(x, [wrap(t, tick_width) for t in ticks])
             ax.set_xlim(-0.5, len(sub) - 0.5)
             ax.set_title(wrap(plotting.factor_name(factor, factors), 12 * (4 - ncols) + 18))
             ax.grid(axis="x", visible=False)
-        for ax in axes[len(factors) :]:
-            ax.set_axis_off()
-        for row in range(nrows):
-            axes[row * ncols].set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
+        for ax in axes:  # after every panel has its points: the shared axis is the data's
+            _chance_line(ax, chance)
+        for ax, (_, col) in zip(axes, places, strict=True):
+            if col == 0:
+                ax.set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
+            else:
+                ax.tick_params(labelleft=False)
     return fig
 
 
@@ -247,10 +285,10 @@ def comparison_plot(comparisons: pd.DataFrame, *, label_width: int = 34, metric:
     ``sequential`` (cell id → its sequential decision, as the decisions table words it) replaces
     the fixed tests' marks and fill: a sequential study prints no fixed-design p."""
     channels = channels if channels is not None else Channels((), {})
-    labels = [wrap(lbl, label_width) for lbl in comparisons["cell_label"]]
-    lines = sum(lbl.count("\n") + 1 for lbl in labels)
+    labels, key = _row_labels(comparisons, channels, label_width)
+    height, size = _rows(len(labels), sum(lbl.count("\n") + 1 for lbl in labels))
     with plotting.style():
-        fig = plotting.figure(max(2.2, 1.3 + 0.17 * lines + 0.12 * len(labels)))
+        fig = plotting.figure(height)
         if comparisons.empty:
             return plotting.no_data(fig, "nothing to compare")
         ax = fig.add_subplot()
@@ -270,6 +308,7 @@ def comparison_plot(comparisons: pd.DataFrame, *, label_width: int = 34, metric:
                         mfc=face, mec=look["color"], capsize=2.5, lw=1.3, zorder=3, gid=look["gid"])
         ax.axvline(0, color=plotting.GREY["reference"], lw=0.8)
         ax.set_yticks(y, labels)
+        ax.tick_params(axis="y", labelsize=size)
         ax.set_ylim(len(comparisons) - 0.5, -0.5)
         ref = comparisons["reference_label"].iloc[0]
         what = metric_name(metric) if metric else "metric"
@@ -282,13 +321,14 @@ def comparison_plot(comparisons: pd.DataFrame, *, label_width: int = 34, metric:
             notes = [(f"{row['mark'] or 'n.s.'}  p_adj {p_is(row['p_adj'])} ({row['test']})" if row["testable"]
                       else test_verdict(row).replace(NBSP, " ")) for _, row in comparisons.iterrows()]
         right.set_yticks(y, notes)
-        right.tick_params(axis="y", length=0, labelsize=7, labelcolor="0.3")
+        right.tick_params(axis="y", length=0, labelsize=min(7, size), labelcolor="0.3")
         right.grid(False)
         right.spines[["right", "top"]].set_visible(False)
         extra = [mpl.lines.Line2D([], [], ls="-", marker="o", color="0.3", label="Δ ± t CI, significant"),
                  mpl.lines.Line2D([], [], ls="-", marker="o", mfc="white", color="0.3", label="not significant"),
                  mpl.lines.Line2D([], [], ls="", marker="x", color="0.3", label="Δ per seed (not tested)")]
         channels.legend(fig, line=False, extra=extra)
+        _key_title(ax, key)
     return fig
 
 
@@ -313,10 +353,36 @@ def _cell_order(curves: pd.DataFrame, cells: Sequence[str] | pd.DataFrame | None
     return out
 
 
-def _panels(order: list[tuple[str, str]], channels: Channels) -> list[tuple[str, list[tuple[str, str]]]]:
-    """The cells of each facet panel, panels in the facet factors' order ('' when there are none)."""
+def _panels(order: list[tuple[str, str]], channels: Channels,
+            most: int | None = None) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The cells of each facet panel, panels in the facet factors' order ('' when there are none);
+    with ``most``, a panel of more cells is split further by the style factor's levels."""
     facets = channels.facets([c for c, _ in order])
-    return [(f, [(c, lbl) for c, lbl in order if channels.facet(c) == f]) for f in facets]
+    panels = [(f, [(c, lbl) for c, lbl in order if channels.facet(c) == f]) for f in facets]
+    split = channels.style_factor
+    if most is None or split is None or max(len(m) for _, m in panels) <= most:
+        return panels
+    out = []
+    for facet, members in panels:
+        for lv in channels.levels[split]:
+            these = [(c, lbl) for c, lbl in members if channels.cells.get(c, {}).get(split) == lv]
+            if these:
+                out.append((" · ".join(filter(None, [facet, f"{channels.name(split)} = {lv}"])), these))
+    return out
+
+
+def _remove_unused(axes: Sequence[Any], used: int) -> list[Any]:
+    """The first ``used`` axes; the rest of the grid taken off the figure (no empty frame)."""
+    for ax in axes[used:]:
+        ax.remove()
+    return list(axes[:used])
+
+
+#: A performance-profile panel draws its cells' bands only up to this many cells: beyond, a dozen
+#: overlapping bands hide the lines they belong to.
+PROFILE_BANDS = 3
+#: Cells on one performance-profile panel before the panels are split by the style factor too.
+PROFILE_CELLS = 6
 
 
 def learning_curves(
@@ -352,7 +418,8 @@ def learning_curves(
         fig = plotting.figure(1.4 + 2.2 * nrows)
         if not order or data.empty:
             return plotting.no_data(fig, f"no {metric_name(metric)} curves yet")
-        axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)).ravel()
+        axes = _remove_unused(np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)).ravel(),
+                              len(panels))
         unlabelled = not channels.factors
         for ax, (facet, members) in zip(axes, panels, strict=False):
             if facet:
@@ -373,17 +440,15 @@ def learning_curves(
             if waiting:
                 ax.text(0.02, 0.02, "pending: " + wrap(", ".join(waiting), 60), transform=ax.transAxes, fontsize=6.5,
                         color="0.45", va="bottom")
-            _chance_line(ax, chance)
-        for ax in axes[len(panels) :]:
-            ax.set_axis_off()
-        for ax in axes[: len(panels)]:
+        drawn = [_chance_line(ax, chance) for ax in axes]  # after every panel's curves: the shared axis is theirs
+        for ax in axes:
             ax.tick_params(labelbottom=True)
         plotting.xlabel(axes, len(panels), ncols, "step")
-        fig.supylabel(metric_name(metric), fontsize=8)
+        plotting.supylabel(fig, metric_name(metric))
         extra = [mpl.patches.Patch(color="0.5", alpha=0.25, label="lowest–highest seed"),
                  mpl.lines.Line2D([], [], lw=1.6, color="0.3", label="mean over seeds")]
         if chance is not None:
-            extra.append(_chance_handle())
+            extra.append(_chance_handle(chance, any(drawn)))
         if unlabelled:
             axes[0].legend(fontsize=6.5, frameon=False, loc="lower right")
         channels.legend(fig, extra=extra)
@@ -394,40 +459,43 @@ def performance_profile_plot(profile: pd.DataFrame, metric: str = "test_accuracy
                              channels: Channels | None = None, ncols: int = 2, confidence: float = 0.95) -> Figure:
     """rliable's performance profiles (``stats.performance_profile``): per cell the share of runs
     scoring above τ against τ, as a step line in the cell's colour and line style with its
-    pointwise exact (Clopper–Pearson) band; one panel per facet."""
+    pointwise exact (Clopper–Pearson) band; one panel per facet, split further by the style factor
+    beyond ``PROFILE_CELLS`` cells a panel, and the bands drawn only on panels of at most
+    ``PROFILE_BANDS`` cells."""
     channels = channels if channels is not None else Channels((), {})
     order = list(profile.drop_duplicates("cell_id")[["cell_id", "cell_label"]].itertuples(index=False, name=None))
-    panels = _panels(order, channels)
-    ncols = max(1, min(ncols, len(panels)))
+    panels = _panels(order, channels, PROFILE_CELLS) if order else [("", [])]
+    ncols = max(1, min(ncols if len(panels) <= 6 else 3, len(panels)))
     nrows = max(1, math.ceil(len(panels) / ncols))
+    bands = max(len(m) for _, m in panels) <= PROFILE_BANDS
     with plotting.style():
         fig = plotting.figure(1.3 + 2.2 * nrows)
         if profile.empty:
             return plotting.no_data(fig, "no completed runs yet")
-        axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)).ravel()
+        axes = _remove_unused(np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False)).ravel(),
+                              len(panels))
         for ax, (facet, members) in zip(axes, panels, strict=False):
             if facet:
-                ax.set_title(wrap(facet, 60), fontsize=7.5)
+                ax.set_title(wrap(facet, 100 // ncols), fontsize=7.5)
             for cid, label in members:
                 sub = profile[profile["cell_id"] == cid]
                 look = channels.style(cid)
-                if sub["ci_low"].notna().any():
+                if bands and sub["ci_low"].notna().any():
                     ax.fill_between(sub["tau"], sub["ci_low"], sub["ci_high"], step="post", color=look["color"],
                                     alpha=0.13, lw=0, gid=look["gid"])
                 ax.step(sub["tau"], sub["fraction"], where="post", color=look["color"], ls=look["linestyle"], lw=1.5,
                         label=wrap(label, 40) if not channels.factors else None, gid=look["gid"])
-            _chance_line(ax, chance, vertical=True)
             ax.set_ylim(-0.03, 1.03)
-        for ax in axes[len(panels):]:
-            ax.set_axis_off()
-        for ax in axes[: len(panels)]:
+        drawn = [_chance_line(ax, chance, vertical=True) for ax in axes]
+        for ax in axes:
             ax.tick_params(labelbottom=True)
         plotting.xlabel(axes, len(panels), ncols, f"τ ({metric_name(metric)})")
-        fig.supylabel(f"share of runs with {metric_name(metric)} > τ", fontsize=8)
-        extra = [mpl.patches.Patch(color="0.5", alpha=0.25,
-                                   label=f"{level(confidence)} Clopper–Pearson band (pointwise)")]
+        plotting.supylabel(fig, f"share of runs with {metric_name(metric)} > τ")
+        band = f"{level(confidence)} Clopper–Pearson band (pointwise)"
+        extra = [mpl.patches.Patch(color="0.5", alpha=0.25, label=band) if bands else
+                 mpl.lines.Line2D([], [], ls="", label=f"{band}s left out: over {PROFILE_BANDS} cells a panel")]
         if chance is not None:
-            extra.append(_chance_handle())
+            extra.append(_chance_handle(chance, any(drawn)))
         if not channels.factors:
             axes[0].legend(fontsize=6.5, frameon=False, loc="lower left")
         channels.legend(fig, extra=extra)

@@ -13,7 +13,7 @@ confidence = 0.95
 margin = 0.02  # a run with metric ≤ chance + margin never learned
 min_effect = -1.0  # the difference worth detecting for the power line; < 0: the spec's stats.min_effect
 max_interactions = 6  # two-factor interaction plots shown at most
-cells_per_figure = 16
+cells_per_figure = 64  # rows of the per-cell figures: one figure (one page, rows shrunk to fit) up to this many
 export_dir = None  # a directory: every table and figure also written to its tables/ and figures/
 results_file = None  # a file of ablate.results.save (the renderer's one read of the stores), read instead
 
@@ -27,6 +27,7 @@ from ablate import results, stats
 from ablate.report import accuracy as acc
 from ablate.report import format as fmt
 from ablate.report import sequential as seqrep
+from ablate.report import verdicts
 from ablate.report.display import chunks, export_table, export_to, say, show, show_figure, show_text
 from ablate.report.plotting import Channels
 
@@ -34,7 +35,7 @@ warnings.filterwarnings("ignore")
 export_to(export_dir, "accuracy")
 
 res = (results.read(results_file) if results_file else
-       results.load(study, storage=storage, tracking_uri=tracking_uri, curves=False, metrics=True))
+       results.load(study, storage=storage, tracking_uri=tracking_uri, metrics=True))
 trials = res.trials.to_pandas()
 factors = [f for f in res.factors if f in trials.columns]
 channels = Channels.from_trials(trials, factors)  # one factor → colour / line style / facet mapping for every figure
@@ -53,12 +54,25 @@ labels = dict(zip(trials.cell_id, trials.cell_label, strict=False))
 say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
 
 # %% [markdown]
+# ## The answer
+# One row per question — each factor, each two-way interaction, each cell against the reference — and one
+# column per measure the study's reports test, made from the tables of both reports' bodies. The verdicts
+# use one multiplicity family for the whole study (the sentence below), so this page and the norm report's
+# say the same thing.
+
+# %%
+norm_in = verdicts.norm_inputs(res, trials, factors) if "norm_stability" in res.spec.reports else None
+verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alpha, confidence, effect, norm_in)
+comparisons = verdict.comparisons
+say(verdict.policy())
+if not sequential:
+    show(verdicts.answer_table(verdict), name="answer", intro=verdicts.answer_intro(verdict, confidence))
+
+# %% [markdown]
 # ## Summary
 
 # %%
 summary = stats.cell_summary(trials, metric, chance, margin, confidence)
-comparisons = stats.compare_to_reference(trials, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
-                                         power=res.spec.stats.power)
 conv = stats.cell_convergence(trials, stats.step_budget(trials, res.spec.train.steps), min_gain=effect)
 tuned = res.tuning().to_pandas()
 say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, higher_is_better, confidence, conv)
@@ -206,8 +220,8 @@ else:
         subset, dropped = stats.anova_on_finished_levels(trials, metric, varied)
         if dropped:
             ok = stats.anova_applicable(subset, metric, varied)[0]
-    if ok:
-        table = stats.anova(subset, metric, varied)
+    if ok and len(verdict.anova):  # the family's ANOVA: main effects and two-way interactions, Holm over the study
+        table = verdict.anova
         shown = acc.anova_table(table)
         intro = acc.anova_intro(dropped)
         if sequential:
@@ -216,7 +230,7 @@ else:
                      "are not valid and are not shown; the sums of squares and effect sizes are descriptive."]
         show(shown, intro=intro, name="anova", data=table)
     else:
-        say(acc.no_anova_text(why, trials, varied, summary, res.spec.design, full))
+        say(acc.no_anova_text(why if not ok else verdict.anova_why, trials, varied, summary, res.spec.design, full))
 
 # %% [markdown]
 # ## Convergence

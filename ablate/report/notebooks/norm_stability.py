@@ -20,7 +20,7 @@ from ablate.report import norm_figures as nf
 from ablate.report import norm_stability as ns
 from ablate.report import provenance
 from ablate.report import sequential as seqrep
-from ablate.report.display import chunks, export_to, say, show, show_figure
+from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
 from ablate.stats import norms as sn
 
@@ -31,7 +31,6 @@ channels = Channels.from_trials(trials, res.factors)  # one factor → colour / 
 df = sn.prepare(res.curves, res.trials)
 order = sn.variants(df, res.trials) if len(df) else []
 fig_order, key = ns.short_order(order)  # compact labels for figures: "rotation · xi · 4"
-CHUNK = 4  # variants per figure in the per-variant figures (one A4 page)
 say(*ns.header_lines(res, trials, order, key))
 
 # A sequential study's seeds depended on its results: its comparisons are the sequential design's, and
@@ -45,6 +44,9 @@ if len(df):
     stab = sn.stability(seeds, per_layer, fig_order, confidence)  # tables name variants as the figures do
     comp = sn.compare(seeds, per_layer, ref[0], fig_order, alpha, confidence, res.spec.stats.min_ratio,
                       res.spec.stats.power)
+    # Runs flagged for late growth are left out above; the comparisons with them put back:
+    back = sn.sensitivity(seeds, per_layer, ref[0], fig_order, alpha, confidence, res.spec.stats.min_ratio,
+                          res.spec.stats.power)
     anova, anova_why = sn.factor_anova(seeds, factors, alpha)
     effects = sn.main_effects(seeds, factors, confidence)
     check = sn.theory_check(df, fig_order)
@@ -70,20 +72,22 @@ if len(df) and sequential:
              "analysed on the log scale), the look that made it, the estimate with its repeated confidence interval "
              "and the stage-wise p, and its t statistic at each look (seeds: t (boundary)).")
 elif len(df):
-    say(ns.summary_text(stab, comp, ref, anova, effects, check, alpha, confidence))
+    say(ns.summary_text(stab, comp, ref, anova, effects, check, alpha, confidence, back))
 else:
     say("No completed runs with probe data yet.")
 
 # %% [markdown]
 # ## State norm vs training step
 # **Figure 1.** Probe-batch ‖x‖² (batch mean, averaged over time steps and heads) at every probe step,
-# one panel per recurrent layer (a bidirectional block has two); every variant in its colour and line
-# style (the legend names the factors and levels); thin lines are seeds, the thick line their mean, the
-# band their min–max. On a log axis when the norms span more than 5×.
+# one panel per recurrent layer (a bidirectional block has two) and a row of panels per level of the
+# factors past colour and line style; every variant in its colour and line style (the legend names the
+# factors and levels); thin lines are seeds, the thick line their mean, the band their min–max (on panels
+# of more than four variants the mean alone). A run flagged diverged / non-finite ends in an ×. On a log
+# axis when the norms span more than 5×.
 
 # %%
 if len(df):
-    show_figure(nf.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step")
+    show_figure(nf.norm_vs_step(per_layer, fig_order, key=key, channels=channels, flags=seeds), name="norm-vs-step")
 
 # %% [markdown]
 # **Figure 2.** The same summary on the training batches, from the training forward pass itself
@@ -99,15 +103,16 @@ else:
 # %% [markdown]
 # ## State norm vs time step at initialisation and at the end, with theory
 # **Figure 3.** ‖x<sub>t</sub>‖² against the time step t within the sequence, at the first and the last
-# probe step: probe batch (the variant's colour; band: min–max over layers), white-noise input fed
+# probe step, a row per facet: probe batch (the variant's colour and line style; band: min–max over
+# layers, on panels of up to three variants), white-noise input fed
 # straight into each recurrent layer (dashed), and the theory for white unit-variance input from
 # x<sub>0</sub> = 0 (dotted): 1 − γ<sub>h</sub><sup>2t</sup> for ξ layers,
 # Σ<sub>j</sub> |γ<sub>j</sub>|² ‖B<sub>j</sub>‖² (1 − |λ<sub>j</sub>|<sup>2t</sup>) / (1 − |λ<sub>j</sub>|²)
 # per head for γ layers.
 
 # %%
-for part in chunks(fig_order, CHUNK) if order else []:
-    show_figure(nf.norm_vs_time(df, part, channels=channels), name="norm-vs-time")
+if order:  # one figure: a row of panels per facet, every variant of the facet on its panels
+    show_figure(nf.norm_vs_time(df, fig_order, channels=channels), name="norm-vs-time")
 
 # %% [markdown]
 # **Figure 4.** The white-noise norm divided by the theory, against t, every variant on one panel: 1 means
@@ -134,9 +139,13 @@ if len(df):
         "layers; docs/science.md §13.5)"
         + ("; Table 2's ratios over layers are of geometric means, so they need not equal the quotient of two "
            "values here" if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")
-        + ". Over seeds: the sd of log ‖x‖² across seeds (per layer and step, as the root of the mean unbiased "
-        "variance: it does not depend on the number of seeds; about the CV across seeds when small), with a "
-        "chi-square interval on seeds − 1 degrees of freedom."))
+        + ". Over seeds: the spread of log ‖x‖² across seeds — each run's mean absolute deviation from the median "
+        "of the other runs (over layers and steps), scaled to be the sd for normal log norms at any number of "
+        "seeds (about the CV across seeds when small) — averaged over the runs, with a t interval on them (none "
+        "at two seeds: each run's deviation is then the other's). Without spread beyond round-off an interval "
+        "says so instead. **flagged**: runs with non-finite or zero ‖x‖², or whose ‖x‖² grew late far more than "
+        "their variant's other runs — left out of every value and test, named in the summary, marked in the "
+        "figures."))
     if len(comp):
         ratios = ns.ratio_table(comp, confidence, res.spec.stats.min_ratio)
         if sequential:  # descriptive only: the tests are the sequential design's
@@ -146,8 +155,9 @@ if len(df):
             f"({ref[1]}). The ratio is exp(mean log difference) over the seeds, with the t interval of that "
             "difference; over seeds, the ratio of the two sds on the same seeds with an F interval. The test is the "
             "exact permutation test of the per-seed log values — sign-flip on shared seeds, relabelling otherwise "
-            "(over seeds: sign-flip of the runs' log deviations from their variant's mean on shared seeds, a "
-            "Levene-type test; on different seeds, the permutation of whole seeds' residuals between the two) — "
+            "(over seeds: each variant's runs aligned on their median, whole runs permuted between the two — or "
+            "each shared seed's pair swapped — and both spreads recomputed, the interval the ratios that test "
+            "does not reject) — "
             "Holm-corrected within each measure; fewer than three seeds are not tested and their per-seed values "
             f"are shown. The last column: the seeds a ratio of {res.spec.stats.min_ratio:g}× would need (power "
             f"{res.spec.stats.power:g}, t-test at Holm's first threshold)."
@@ -207,19 +217,20 @@ if len(df) and len(drift):
     show(ns.drift_table(drift), name="spectrum-drift", data=drift, intro=(
         "**Table 6. Spectrum drift from the first to the last probe step.** Per mode (all layers and seeds); "
         "the input scale is what multiplies B: ξ_h, the LRU's learned γ_j, or sqrt(1 − |λ|²)."))
-for i, part in enumerate(chunks(fig_order, CHUNK) if order else []):
-    show_figure(nf.spectrum_figure(df, part, channels=channels), name="spectrum", title=(
+if order:
+    show_figure(nf.spectrum_figure(df, fig_order, channels=channels), name="spectrum", title=(
         "Figure 6. Eigenvalue magnitudes |λ| (γ_h for rotation heads), phases (θ) and the stationary theory "
-        "norm E‖x∞ʰ‖² per head over training." if i == 0 else "Figure 6 (continued)."))
+        "norm E‖x∞ʰ‖² per head over training."))
 
 # %% [markdown]
 # ## Gradient norms
 # **Figure 7.** Gradient norm per optimiser group (recurrent parameters, decayed matrices, the rest) and
-# in total, before clipping, at the probe steps (mean over seeds).
+# in total, before clipping, at the probe steps (mean over seeds): a panel per group, a row per facet,
+# every variant in its colour and line style.
 
 # %%
 if len(df):
-    show_figure(nf.grad_figure(df, fig_order), name="gradients")
+    show_figure(nf.grad_figure(df, fig_order, channels=channels), name="gradients")
 
 # %% [markdown]
 # ## Definitions
