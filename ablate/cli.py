@@ -202,6 +202,8 @@ def run(
     verbose: VerboseOpt = False,
     reuse: ReuseOpt = True,
     reuse_stale: ReuseStaleOpt = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="re-queue the items that failed with an "
+                                               "error (not diverged), keeping their failed attempts")] = False,
 ) -> None:
     """Run every (cell, seed) of a study not already finished; resumes where it stopped. Items
     another study on the stores has finished are linked, not run again (--no-reuse runs them)."""
@@ -215,7 +217,8 @@ def run(
 
     try:
         after = run_study(spec, resolve(storage, tracking_uri), out, err, workers=workers, device=device,
-                          checkpoint_every=checkpoint_every, verbose=verbose, reuse=reuse, reuse_stale=reuse_stale)
+                          checkpoint_every=checkpoint_every, verbose=verbose, reuse=reuse, reuse_stale=reuse_stale,
+                          retry_failed=retry_failed)
     except Stopped as exc:
         raise _interrupted(exc.signum, exc.requeued, exc.what) from None
     except (WorkerStopped, st.StorageError) as exc:
@@ -231,7 +234,8 @@ def run(
     if report:
         _render(spec.name, spec.reports, Path("reports") / spec.name, ("html", "pdf"), storage, tracking_uri)
     if after.failed and after.errors:  # a diverged cell is a result; an error is a bug to look at
-        err.print(f"{after.errors} item(s) failed with an error; see `ablate status {spec.name}` and the report")
+        err.print(f"{after.errors} item(s) failed with an error; see `ablate status {spec.name}` and the report; "
+                  "after a fix, `ablate run SPEC --retry-failed` re-runs them", highlight=False)
         raise typer.Exit(1)
     if after.unfinished:
         err.print(f"{after.unfinished} item(s) unfinished: run the same command to resume, or "

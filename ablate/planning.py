@@ -100,6 +100,7 @@ class Plan:
     note: str = ""
     orphans: Any = None  # study.Orphans of this study name, when it exists
     storage: str | None = None  # the storage it was read from (as given; None: the default)
+    retryable: dict[str, str] = field(default_factory=dict)  # item key → why it failed (--retry-failed re-runs it)
 
     @property
     def items(self) -> list[Item]:
@@ -172,7 +173,8 @@ def build(spec: Spec, storage: str | None = None, tracking_uri: str | None = Non
                       if i.key in found.reuse.stale and i.key not in plan.reusable}
         plan.held = found.reuse.held.get(plan.cell.id, "")
     _find_branches(plans)
-    return Plan(spec, plans, bool(found and found.stored), note, found.orphans if found else None, storage)
+    return Plan(spec, plans, bool(found and found.stored), note, found.orphans if found else None, storage,
+                found.retryable if found else {})
 
 
 def _find_branches(plans: list[CellPlan]) -> None:
@@ -282,6 +284,16 @@ def counts_line(plan: Plan) -> str:
     return text + f", pending {len(plan.pending())}"
 
 
+def retry_lines(plan: Plan) -> list[str]:
+    """The items that failed otherwise than by diverging, which ``ablate run --retry-failed`` re-runs."""
+    if not plan.retryable:
+        return []
+    label = {i.key: f"{i.cell.id} {i.cell.label} · seed {i.seed}" for i in plan.items}
+    lines = [f"failed with an error: {len(plan.retryable)} item(s); after a fix `ablate run SPEC "
+             f"--retry-failed` re-runs them (their failed attempts kept):"]
+    return lines + [f"  {label.get(key, key)}: {why[:200]}" for key, why in plan.retryable.items()]
+
+
 def stale_lines(plan: Plan, reuse_stale: bool = False) -> list[str]:
     """What is stale and the choice: ``--reuse-stale`` reuses it."""
     if reuse_stale or not plan.stale:
@@ -352,7 +364,8 @@ def render(plan: Plan, console: Any, reuse_stale: bool = False) -> None:
         console.print(table)
     console.print(summary_line(spec, len(plan.cells)))
     console.print(counts_line(plan) + (f"  ({plan.note})" if plan.note else ""))
-    for line in continuation_lines(plan) + stale_lines(plan, reuse_stale) + orphan_lines(plan.orphans, spec.name):
+    for line in continuation_lines(plan) + retry_lines(plan) + stale_lines(plan, reuse_stale) + \
+            orphan_lines(plan.orphans, spec.name):
         console.print(line, highlight=False, soft_wrap=True)
 
 

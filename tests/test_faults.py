@@ -110,3 +110,27 @@ def test_an_unsound_kept_checkpoint_trains_from_step_zero_and_says_so(short_wsd,
     assert [r.get("ablate.checkpoint_warning") for r in procs.runs(root)
             if r["run_id"] == trial["mlflow_run_id"]] == [trial["checkpoint_warning"]]
 
+
+
+def test_an_errored_item_is_rerun_by_retry_failed_after_a_fix_keeping_its_failed_attempt(tmp_path):
+    """A bug at step 1 fails the item with an error (not retried: the run exits 1, and runs again
+    find 0 to run); ``plan`` lists it; after the fix ``run --retry-failed`` re-runs it, its failed
+    attempt stays in the record, the run exits 0 and the parent run ends FINISHED (FAILED before)."""
+    procs.write_spec(tmp_path, seeds=1)
+    res = procs.ablate(tmp_path, "run", "spec.yaml", ABLATE_FAULT="error@1")
+    assert res.returncode == 1 and "--retry-failed" in res.stderr, res.stderr
+    assert parent_statuses(tmp_path) == ["FAILED"]
+    again = procs.ablate(tmp_path, "run", "spec.yaml")
+    assert again.returncode == 1 and "0 to run" in again.stdout, again.stdout
+    plan = " ".join(procs.ablate(tmp_path, "plan", "spec.yaml").stdout.split())
+    assert "failed with an error: 1 item(s)" in plan and "--retry-failed" in plan and "seed 0: error:" in plan, plan
+    assert "injected fault at step 1" in plan
+    res = procs.ablate(tmp_path, "run", "spec.yaml", "--retry-failed")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "retrying 1 failed item(s)" in res.stdout and "1 to run" in res.stdout, res.stdout
+    found = procs.trials(tmp_path)
+    assert [(t["state"], t.get("failure_kind"), bool(t.get("retried"))) for t in found] == [
+        ("FAIL", "error", True), ("COMPLETE", None, False)]
+    assert procs.assert_consistent(tmp_path) == {found[0]["item"]: "done"}
+    assert parent_statuses(tmp_path) == ["FINISHED"]
+    assert "failed with an error" not in procs.ablate(tmp_path, "plan", "spec.yaml").stdout

@@ -29,8 +29,11 @@ BUDGET = "budget"
 EXTENDED_FROM = "extended_from"
 # A failed item counts as done when it failed for one of these reasons: re-running gives the same.
 TERMINAL_KINDS = ("diverged", "error")
+# A failed trial re-queued by ``ablate run --retry-failed`` (the moment): kept in the record, it no
+# longer decides its item's state.
+RETRIED = "retried"
 # The user attributes item_state reads.
-STATE_KEYS = ("item", "failure_kind", "dropped", BUDGET)
+STATE_KEYS = ("item", "failure_kind", "dropped", BUDGET, RETRIED)
 # The user attribute that removes a trial from its study's results (``ablate rm --orphans``).
 DROPPED = "dropped"
 # Failures that are not the item's: re-queued without a bound.
@@ -73,7 +76,8 @@ def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
         if TrialState.RUNNING in longer:
             return "running"
         return "waiting" if TrialState.WAITING in longer else "done"
-    if any(t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") in TERMINAL_KINDS for t in trials):
+    failures = [t for t in trials if t.state == TrialState.FAIL and not t.user_attrs.get(RETRIED)]
+    if any(t.user_attrs.get("failure_kind") in TERMINAL_KINDS for t in failures):
         return "failed"
     if TrialState.RUNNING in states:
         return "running"
@@ -81,10 +85,36 @@ def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
         return "waiting"
     # Retries are bounded for failures that re-running may fix; a signal's interruption and a
     # store's outage are not the item's (a worker stops after a few outages in a row instead).
-    retried = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("failure_kind") not in UNBOUNDED]
+    retried = [t for t in failures if t.user_attrs.get("failure_kind") not in UNBOUNDED]
     if len(retried) > MAX_RETRIES:
         return "failed"
     return "new"
+
+
+def retryable(study: optuna.Study) -> dict[str, list[Any]]:
+    """The items failed for good otherwise than by diverging (a diverged cell is a result; an error
+    or retries used up are not), each with its failed trials not yet retried: what ``ablate run
+    --retry-failed`` re-queues and ``ablate plan`` lists."""
+    by_item: dict[str, list[queue.Entry]] = {}
+    for entry in queue.entries(study, None, (*STATE_KEYS, "failure_message", "cell_label", "seed")):
+        key = entry.user_attrs.get("item")
+        if key and not entry.user_attrs.get(DROPPED):
+            by_item.setdefault(key, []).append(entry)
+    return {key: [t for t in trials if t.state == TrialState.FAIL and not t.user_attrs.get(RETRIED)]
+            for key, trials in by_item.items() if item_state(trials) == "failed"
+            and not any(t.user_attrs.get("failure_kind") == "diverged" for t in trials)}
+
+
+def retry_failed(study: optuna.Study) -> list[str]:
+    """Mark the failed trials of ``retryable`` items retried, so that each item is new again and is
+    queued once more (``study.prepare``, under its queue lock); their attempts stay in the record.
+    The items' labels (cell · seed)."""
+    found = retryable(study)
+    numbers = [t.number for trials in found.values() for t in trials]
+    if numbers:
+        queue.set_finished_attrs(study, numbers, {RETRIED: utc_stamp()})
+    return [f"{trials[-1].user_attrs.get('cell_label')} · seed {trials[-1].user_attrs.get('seed')}"
+            for trials in found.values()]
 
 
 def trials_by_item(study: optuna.Study) -> dict[str, list[FrozenTrial]]:

@@ -120,9 +120,10 @@ def settle_after_stop(name: str, stores: Stores) -> int:
 
 def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
               checkpoint_every: int = 100, verbose: bool = False, reuse: bool = True,
-              reuse_stale: bool = False) -> Outcome | None:
-    """Queue every item of ``spec`` not already finished and, unless ``workers`` is 0 (queue only:
-    ``None``), run them on ``workers`` local workers on ``device``; the study's state after."""
+              reuse_stale: bool = False, retry_failed: bool = False) -> Outcome | None:
+    """Queue every item of ``spec`` not already finished (``retry_failed``: and those that failed
+    otherwise than by diverging, their failed attempts kept) and, unless ``workers`` is 0 (queue
+    only: ``None``), run them on ``workers`` local workers on ``device``; the study's state after."""
     todo = sequential.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
 
     def parent_run() -> str:
@@ -135,7 +136,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
                                          f"{type(exc).__name__}: {first}")) from None
 
     try:
-        prepared = st.prepare(spec, todo, stores, parent_run, reuse=reuse, reuse_stale=reuse_stale)
+        prepared = st.prepare(spec, todo, stores, parent_run, reuse=reuse, reuse_stale=reuse_stale,
+                              retry_failed=retry_failed)
         study, queued = prepared
         before = its.Progress.of(study, todo)
         orphans = hk.orphans(study, todo)
@@ -145,6 +147,11 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         raise Stopped(signal.SIGINT, [], "interrupted while queueing") from None
     except Exception as exc:  # a store that fails while items are queued (read-only, full, gone)
         raise st.StorageError(storage_problem(stores.storage, exc)) from None
+    if prepared.retried:
+        shown = "; ".join(prepared.retried[:5]) + (f"; … {len(prepared.retried) - 5} more" if len(prepared.retried) > 5
+                                                   else "")
+        out.print(f"retrying {len(prepared.retried)} failed item(s), their failed attempts kept: {shown}",
+                  highlight=False, soft_wrap=True)
     linked = "".join(f", {n} reused from {source}" for source, n in prepared.linked.items())
     if prepared.stale:
         linked += f" ({prepared.stale} of them stale, by --reuse-stale)"
@@ -208,7 +215,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         view = st.open_study(spec.name, stores, read_only=True) if device_list else study
         todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds
         after = its.Progress.of(view, todo)
-        errors = [e for e in queue.entries(view, keys=("failure_kind",)) if e.user_attrs.get("failure_kind") == "error"]
+        errors = [e for e in queue.entries(view, keys=("failure_kind", its.RETRIED))
+                  if e.user_attrs.get("failure_kind") == "error" and not e.user_attrs.get(its.RETRIED)]
     except Exception as exc:
         raise st.StorageError(storage_problem(stores.storage, exc)) from None
     return Outcome(done=after.done, failed=after.failed, unfinished=after.waiting + after.running,

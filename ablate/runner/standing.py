@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from ablate.design import Item
 from ablate.runner import queue
 from ablate.runner.housekeeping import Orphans, orphans
-from ablate.runner.items import DROPPED, STATE_KEYS, item_state, states_by_item
+from ablate.runner.items import DROPPED, STATE_KEYS, item_state, retryable, states_by_item
 from ablate.runner.reuse import Reuse, find_reusable
 from ablate.runner.study import extension_lines, lineage_lines, longest_run, recorded_tracking, storage
 from ablate.stores import resolve, sqlite_path
@@ -56,6 +56,7 @@ class Standing:
     linked: dict[str, str] = field(default_factory=dict)  # item key → the study it was reused from
     reuse: Reuse = field(default_factory=Reuse)  # what other studies hold for the unfinished items
     orphans: Orphans | None = None
+    retryable: dict[str, str] = field(default_factory=dict)  # item key → why it failed (``items.retryable``)
 
 
 def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
@@ -80,6 +81,8 @@ def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
             if isinstance(origin, dict) and not entry.user_attrs.get(DROPPED):
                 out.linked[str(entry.user_attrs.get("item"))] = str(origin.get("study"))
         out.orphans = orphans(opt, items)
+        out.retryable = {key: f"{t[-1].user_attrs.get('failure_kind')}: {t[-1].user_attrs.get('failure_message')}"
+                         for key, t in retryable(opt).items() if t}
     else:
         out.states = {i.key: "new" for i in items}
     new = [i for i in items if out.states[i.key] == "new"]

@@ -43,6 +43,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ablate import design, faults
 from ablate.design import Item, spec_hash
+from ablate.runner import items as its
 from ablate.runner import queue
 from ablate.runner.items import (
     BUDGET,
@@ -353,6 +354,7 @@ class Prepared:
     linked: Counter = field(default_factory=Counter)  # source study → items linked from it
     stale: int = 0  # of the linked, how many are stale (another code version)
     reuse: Reuse | None = None  # what other studies hold for the items that were not finished here
+    retried: list[str] = field(default_factory=list)  # the failed items re-queued (--retry-failed)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.study, self.queued))
@@ -360,11 +362,12 @@ class Prepared:
 
 def prepare(spec: Spec, items: list[Item], stores: Stores,
             parent_run: Callable[[], str] | None = None, *, reuse: bool = True, reuse_stale: bool = False,
-            enqueue_new: bool = True) -> Prepared:
+            enqueue_new: bool = True, retry_failed: bool = False) -> Prepared:
     """Create or resume the study; link the items another study on the storage has finished
     (``reuse``; stale ones too with ``reuse_stale``), enqueue the others that have no live or
     finished trial (unless not ``enqueue_new``). ``parent_run`` starts the study's MLflow parent
-    run (returning its id) if it has none yet."""
+    run (returning its id) if it has none yet. ``retry_failed``: re-queue the items that failed
+    otherwise than by diverging (``items.retry_failed``)."""
     queue.quiet_optuna()  # creating or loading the study would say so on stderr
     study = open_study(spec.name, stores, create=True)
     describe(study, spec)  # first: the description heads the dashboard's table of study attributes
@@ -382,6 +385,8 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     with queue.lock(study, f"ablate-queue:{study.study_name}"):
         if parent_run is not None and not study.user_attrs.get("mlflow_parent_run_id"):
             study.set_user_attr("mlflow_parent_run_id", parent_run())
+        if retry_failed:  # items failed with an error: new again, their failed attempts kept
+            done.retried = its.retry_failed(study)
         existing = states_by_item(study)
         new = [item for item in items if existing.get(item.key, "new") == "new"]
         done.reuse = find_reusable(queue.storage_of(study), spec.name, stores.tracking, new) if reuse and new \
