@@ -214,6 +214,19 @@ inherited key, lists and scalars replace, and a mapping whose `scheme` (an init)
 task) differs from the inherited one replaces it whole. On the command line
 `--set path=value` (the value is YAML) overrides after merging:
 `--set train.steps=50`, `--set 'factors.model.layers=[1, 2]'`, `--set tune.space.train.lr.high=0.1`.
+`-m path=level,level,…` (Hydra's habit; `validate`, `plan`, `run`) makes `path` a factor with
+those levels, added or replacing one of that path: `ablate run study.yaml -m model.layers=1,2,4 -m
+train.lr=1e-3,3e-3`. Each level is YAML; commas inside brackets or quotes do not split. The study
+stored by `run` holds the grid, so `ablate status NAME` and the reports see it; `plan FILE` sees it
+when given the same `-m`.
+
+## Plug-ins
+
+`model.parameterisation`, `model.normalisation`, `model.nonlinearity`, `model.activation` and
+`task.name` also take the levels of installed plug-in packages (`ablate plugins` lists them) and
+`package.module:attribute` for code on the Python path. `validate` and `run` exercise each plug-in
+a cell uses on a tiny batch first; a cell's id holds the identity of its plug-ins (distribution,
+version, source hash). See docs/plugins.md.
 
 ## Errors
 

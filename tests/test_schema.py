@@ -26,7 +26,20 @@ def validator() -> jsonschema.Draft202012Validator:
 
 
 def test_schema_file_is_current():
-    assert (ROOT / "docs/spec.schema.json").read_text(encoding="utf-8") == schema.schema_text(), REGENERATE
+    assert (ROOT / "docs/spec.schema.json").read_text(encoding="utf-8") == schema.schema_text(installed=False), \
+        REGENERATE
+
+
+def test_the_schema_for_an_editor_knows_the_installed_plugins_and_docs_only_the_builtins():
+    def names(sch: dict) -> tuple[list, list]:
+        param = sch["$defs"]["ModelSpec"]["properties"]["parameterisation"]["anyOf"]
+        tasks = [t["properties"]["name"].get("const") for t in sch["properties"]["task"]["oneOf"]]
+        return param[0]["enum"], tasks
+
+    params, tasks = names(schema.json_schema())  # the example plug-in package is installed (scripts/setup.sh)
+    assert "cayley" in params and "parity" in tasks
+    params, tasks = names(schema.json_schema(installed=False))
+    assert "cayley" not in params and "parity" not in tasks and "rotation" in params and "listops" in tasks
 
 
 def test_reference_docs_are_current():
@@ -76,7 +89,7 @@ def test_cli_schema_check_and_write(tmp_path):
 
 
 def test_outputs_choose_the_destination_and_the_stale_files(tmp_path):
-    assert schema.outputs(terminal=True).files == {Path("docs/spec.schema.json"): schema.schema_text()}
+    assert schema.outputs(terminal=True).files == {Path("docs/spec.schema.json"): schema.schema_text(installed=False)}
     piped = schema.outputs(terminal=False)  # redirected, it goes where it is sent
     assert piped.stdout == schema.schema_text() and piped.files == {}
     assert schema.outputs("-", docs=tmp_path / "d.md").files == {tmp_path / "d.md": schema.reference_markdown()}
