@@ -84,17 +84,27 @@ def loss_and_correct(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tenso
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 256) -> dict[str, float]:
     model.eval()
-    total_loss, correct, counted = 0.0, 0, 0
+    totals = [0.0, 0, 0]
     for i in range(0, len(x), batch):
-        logits = model(x[i : i + batch])
-        loss, c, n = loss_and_correct(logits, y[i : i + batch])
-        if n:  # a batch with every target ignored has a 0/0 = NaN mean loss and weighs nothing
-            total_loss += loss.item() * n
-        correct += c
-        counted += n
+        add_batch(totals, model(x[i : i + batch]), y[i : i + batch])
     model.train()
-    loss = total_loss / max(counted, 1)
-    return {"loss": loss, "accuracy": correct / max(counted, 1), "bpc": loss / math.log(2)}
+    return split_metrics(totals)
+
+
+def add_batch(totals: list, logits: torch.Tensor, y: torch.Tensor) -> None:
+    """Add one evaluation batch to ``totals`` = [loss sum, correct, counted] (``evaluate``'s, and
+    the fused trainer's per replicate)."""
+    loss, c, n = loss_and_correct(logits, y)
+    if n:  # a batch with every target ignored has a 0/0 = NaN mean loss and weighs nothing
+        totals[0] += loss.item() * n
+    totals[1] += c
+    totals[2] += n
+
+
+def split_metrics(totals: list) -> dict[str, float]:
+    """Loss, accuracy and bits per character from ``add_batch``'s totals."""
+    loss = totals[0] / max(totals[2], 1)
+    return {"loss": loss, "accuracy": totals[1] / max(totals[2], 1), "bpc": loss / math.log(2)}
 
 
 def layer_means(norms: list[torch.Tensor]) -> list[float]:
@@ -347,6 +357,8 @@ class Trial:
         self.key, self.maximize = monitored(data.info.metric)
         self.plateau = Plateau(self.maximize, train.min_delta, keep=train.patience is not None)
         self.reporter = Recorder(NullReporter())
+        #: a validation pass already made for this step (the fused trainer makes every replicate's at once)
+        self.val_ahead: dict[str, float] | None = None
 
     def begin(self, reporter: Reporter | None, saved: dict[str, Any] | None = None) -> int:
         """Resume from ``saved`` (a checkpoint) if given, else report step 0; the first step to train."""
@@ -389,11 +401,11 @@ class Trial:
             reporter.log_metrics(step, values)
             self.prober.keep_train(done.summary, step)
         if when.checks(step):  # for the convergence flag only: early stopping and pruning do not see it
-            val = evaluate(self.model, self.x_val, self.y_val)
+            val = self.validate()
             reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
             plateau.checks.append((step, val[self.key]))
         if when.validates(step):
-            val = evaluate(self.model, self.x_val, self.y_val)
+            val = self.validate()
             reporter.log_metrics(step, {f"val/{k}": v for k, v in val.items()})
             plateau.update(step, val[self.key], self.model)
             if self.on_eval is not None:
@@ -405,6 +417,11 @@ class Trial:
             reporter.log_curves(self.prober.train_rows())
         return None
 
+    def validate(self) -> dict[str, float]:
+        """This step's validation metrics: ``val_ahead`` if made already, else a pass now."""
+        val, self.val_ahead = self.val_ahead, None
+        return val if val is not None else evaluate(self.model, self.x_val, self.y_val)
+
     def finish(self, status: str, step: int, reason: str = "", stopped: bool = False) -> TrialResult:
         reporter, plateau, model, data = self.reporter, self.plateau, self.model, self.data
         reporter.log_curves(self.prober.train_rows())  # also for a diverged trial: its norms show why
@@ -413,7 +430,7 @@ class Trial:
         if status == "complete":
             val = None
             if not stopped:  # the last step's validation pass (an early stop's was made in the loop)
-                val = evaluate(model, self.x_val, self.y_val)
+                val = self.validate()
                 plateau.update(step, val[self.key], model)
             # The window ends at the last step, or a WSD schedule's stable end (``ablate.schedule``).
             end = self.when.window[1] if step == self.train.steps else step

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ablate.models import Network
 from ablate.models.stacked import stacked_forward
 from ablate.probes import train_summary
 from ablate.spec import ProbeSpec
@@ -43,8 +44,10 @@ from ablate.training import (
     StepResult,
     Trial,
     TrialResult,
+    add_batch,
     layer_means,
     loss_and_correct,
+    split_metrics,
     update,
 )
 
@@ -116,18 +119,47 @@ def run_fused(
         for k, state in zip(live, drawn, strict=True):
             streams[k] = state
         per = _forward_backward([trials[k].model for k in live], x, y, accumulate, masks)
+        dones: dict[int, StepResult] = {}
         for k, parts in zip(live, per, strict=True):
             trial = trials[k]
             try:
-                done = update(trial.model, trial.optimiser, trial.scheduler, StepResult(*parts), trial.train,
-                              trial.grad_probe(step))
-                results[k] = trial.after_step(step, done)
+                dones[k] = update(trial.model, trial.optimiser, trial.scheduler, StepResult(*parts), trial.train,
+                                  trial.grad_probe(step))
+            except Exception as exc:  # noqa: BLE001 - a replicate's failure ends it alone; the caller re-raises it
+                results[k] = exc
+        when = trials[0].when  # the same for every replicate (``fusable``)
+        if when.checks(step) or when.validates(step) or step == steps:  # the final pass is ``finish``'s
+            valid = [k for k, done in dones.items() if not done.diverged]
+            if valid:
+                vals = evaluate_fused([trials[k].model for k in valid], trials[0].x_val, trials[0].y_val)
+                for k, val in zip(valid, vals, strict=True):
+                    trials[k].val_ahead = val
+        for k, done in dones.items():
+            try:
+                results[k] = trials[k].after_step(step, done)
             except Exception as exc:  # noqa: BLE001 - a pruned replicate ends alone; the caller re-raises it
                 results[k] = exc
     for k in range(K):
         if results[k] is None:
             results[k] = trials[k].finish("complete", steps)
     return [r for r in results if r is not None]
+
+
+@torch.no_grad()
+def evaluate_fused(models: Sequence[Network], x: torch.Tensor, y: torch.Tensor,
+                   batch: int = 256) -> list[dict[str, float]]:
+    """``ablate.training.evaluate`` of every model on the same split, in one stacked pass a batch."""
+    for model in models:
+        model.eval()
+    totals = [[0.0, 0, 0] for _ in models]
+    for i in range(0, len(x), batch):
+        xs = x[i : i + batch]
+        logits, _ = stacked_forward(models, xs.expand(len(models), *xs.shape))
+        for k, total in enumerate(totals):
+            add_batch(total, logits[k], y[i : i + batch])
+    for model in models:
+        model.train()
+    return [split_metrics(total) for total in totals]
 
 
 def _masks(trials: list[Trial], streams: list[torch.Tensor], x: torch.Tensor,
