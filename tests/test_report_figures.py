@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from frames import METRIC, make_trials
-from matplotlib.collections import Collection
+from matplotlib.collections import Collection, PathCollection
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.lines import Line2D
@@ -232,3 +232,74 @@ def test_every_figure_reads_at_every_size(study: Study) -> None:
         if fig.get_figwidth() > plotting.WIDTH:
             problems.append(f"{name}: {fig.get_figwidth():.1f} in wide")
     assert not problems, f"{len(study.order)} cells:\n" + "\n".join(problems)
+
+
+def test_the_checks_see_what_a_reader_would() -> None:
+    """The checks above catch an empty panel and labels drawn over each other (else they prove nothing)."""
+    with plotting.style():
+        fig = plotting.figure(2.0)
+        full, blank = fig.subplots(1, 2)
+        full.plot([0, 1], [0, 1])
+        full.set_xticks([0, 0.01], ["a long tick label", "another long one"])
+    assert empty_axes(fig) == ["axes 1"]
+    assert overlaps(fig) == ["'a long tick label' over 'another long one'"]
+
+
+def test_the_issues_layers_grid_draws_a_panel_per_layer_a_facet_has() -> None:
+    """Layers 1/2/4 as the facet: rows of 1, 2 and 4 panels (7), where a full grid drew 12, 5 of them empty."""
+    s = Study(12)
+    fig = nf.norm_vs_step(sn.layer_norms(s.norms), s.fig_order, channels=s.channels)
+    rows = {}
+    for ax in fig.axes:
+        facet, layer = ax.get_title().rsplit(" · ", 1)
+        rows.setdefault(facet, []).append(layer)
+    assert rows == {"layers = 1": ["layer 0"], "layers = 2": ["layer 0", "layer 1"],
+                    "layers = 4": ["layer 0", "layer 1", "layer 2", "layer 3"]}
+
+
+def test_accuracy_axes_sit_on_the_data_and_chance_is_drawn_only_inside() -> None:
+    s = Study(12)
+    fig = acc.accuracy_by_cell(s.trials, METRIC, CHANCE, channels=s.channels)
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    summary = stats.cell_summary(s.trials, METRIC, CHANCE)
+    low, high = min(s.trials[METRIC].min(), summary["ci_low"].min()), max(s.trials[METRIC].max(), summary["ci_high"].max())
+    assert low - 0.1 * (high - low) <= lo <= low and high <= hi <= high + 0.1 * (high - low)  # the data's, not chance's
+    assert lo > CHANCE
+    assert not [ln for ln in ax.get_lines() if ln.get_label() == "chance"]
+    assert "chance (0.12) is off the axis" in [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    effects = acc.main_effects_plot(s.trials, METRIC, list(s.factors), CHANCE, channels=s.channels)
+    assert all(ax.get_ylim()[0] > CHANCE for ax in effects.axes)
+    # Chance inside the data's range: drawn, and the axis is still the data's.
+    near = s.trials.assign(**{METRIC: s.trials[METRIC] - 0.25})
+    fig = acc.accuracy_by_cell(near, METRIC, CHANCE, channels=s.channels)
+    ax = fig.axes[0]
+    assert [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_label() == "chance"] == [CHANCE]
+    assert 0 < ax.get_xlim()[0] < CHANCE < ax.get_xlim()[1] < near[METRIC].max() + 0.1
+
+
+def test_a_forest_of_seventeen_rows_is_one_figure_on_one_axis() -> None:
+    s = Study(18)
+    comparisons = stats.compare_to_reference(s.trials, METRIC, "c0")
+    fig = acc.comparison_plot(comparisons, metric=METRIC, channels=s.channels)
+    ax = fig.axes[0]
+    assert len(comparisons) == 17 and len(ax.get_yticks()) == 17
+    assert [t.get_text() for t in ax.get_yticklabels()][0] == "rotation · xi · 2"  # levels, the key above
+    assert ax.get_title(loc="left") == "rows: parameterisation · normalisation · layers"
+    assert fig.get_figheight() <= plotting.MAX_HEIGHT
+
+
+def test_runs_flagged_nonfinite_are_marked() -> None:
+    s = Study(4)
+    per_layer = sn.layer_norms(s.norms)
+    finite = per_layer[np.isfinite(per_layer["value"])]
+    calm = nf.norm_vs_step(finite, s.fig_order, channels=s.channels)
+    assert not [c for ax in calm.axes for c in ax.collections if isinstance(c, PathCollection)]
+    flags = pd.DataFrame({"cell_id": ["c2"], "seed": [0], "nonfinite": [True]})
+    for fig, cells in ((nf.norm_vs_step(finite, s.fig_order, channels=s.channels, flags=flags), {"cell:c2"}),
+                       (nf.norm_vs_step(per_layer, s.fig_order, channels=s.channels), {"cell:c1"})):  # inf values
+        marked = {c.get_gid() for ax in fig.axes for c in ax.collections if isinstance(c, PathCollection)}
+        assert marked == cells
+        assert "run flagged diverged / non-finite (its last finite value)" in [
+            t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert nf.flagged_runs(flags, per_layer) == {("c2", 0), FLAGGED}
