@@ -85,10 +85,11 @@ def say(*paragraphs: str) -> None:
 
 
 def show(frame: pd.DataFrame, intro: str | Iterable[str] = (), heading: str | None = None, *,
-         name: str | None = None, data: pd.DataFrame | None = None) -> None:
+         name: str | None = None, data: pd.DataFrame | None = None, align_left: Iterable[str] = ()) -> None:
     """A display frame as a table, with its heading and introduction kept on its page; exported as
-    ``name`` (with ``data``, the numeric frame behind it) when the report exports."""
-    display(HTML(fmt.table_block(frame, intro, heading)))
+    ``name`` (with ``data``, the numeric frame behind it) when the report exports. ``align_left``:
+    the columns set flush left (default: the text columns ``format.LEFT`` names)."""
+    display(HTML(fmt.table_block(frame, intro, heading, align_left)))
     if name:
         intro_text = intro if isinstance(intro, str) else " ".join(i for i in intro if i)
         _EXPORT.table(frame, name, heading or _plain(intro_text), data)

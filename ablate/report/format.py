@@ -110,15 +110,18 @@ def ci(low: Any, high: Any, digits: int = 3, *, sig: bool = False) -> str:
 
 
 def with_ci(value: Any, low: Any, high: Any, digits: int = 3, sign: bool = False, *, sig: bool = False,
-            unit: str = "") -> str:
-    """``value [low, high]`` (``unit`` after the value: ``1.8× [0.49, 6.4]``); the value alone when
-    the interval is missing; ``—`` when the value is."""
+            unit: str = "", why: Any = "") -> str:
+    """``value [low, high]`` (``unit`` after the value: ``1.8× [0.49, 6.4]``); when the interval is
+    missing, the value alone, or ``value [— why]`` given the reason (``1.000 [— no spread: 3 runs
+    equal]``, from a ``ci_note`` column); ``—`` when the value is."""
     text = signed(value, digits, sig=sig) if sign else num(value, digits, sig=sig)
     if text == DASH:
         return DASH
     text += unit if finite(value) else ""
     bounds = ci(low, high, digits, sig=sig)
-    return text if bounds == DASH else f"{text} {bounds}"
+    if bounds == DASH:
+        return f"{text} [{DASH} {why}]" if isinstance(why, str) and why else text
+    return f"{text} {bounds}"
 
 
 #: The thresholds a printed p is read against: α as the reports use it by default and the marks'
@@ -323,14 +326,15 @@ def table_html(frame: pd.DataFrame, *, classes: str = "", align_left: Iterable[s
     return "".join(out)
 
 
-def table_block(frame: pd.DataFrame, intro: str | Iterable[str] = (), heading: str | None = None) -> str:
+def table_block(frame: pd.DataFrame, intro: str | Iterable[str] = (), heading: str | None = None,
+                align_left: Iterable[str] = ()) -> str:
     """A table with its heading and introduction (markdown paragraphs) as one HTML block, so that
     the print stylesheet keeps the text with the table's first rows on one page."""
     intro = [intro] if isinstance(intro, str) else list(intro)
     parts = [f"<h2>{_html.escape(heading)}</h2>"] if heading else []
     parts += [f"<p>{inline_markdown(text)}</p>" for text in intro if text]
     whole = " whole" if len(frame) <= WHOLE_ROWS else ""  # a short table stays on one page with its text
-    return f'<div class="ablate-block{whole}">' + "".join(parts) + table_html(frame) + "</div>"
+    return f'<div class="ablate-block{whole}">' + "".join(parts) + table_html(frame, align_left=align_left) + "</div>"
 
 
 def preformatted_block(text: str, title: str | None = None) -> str:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ablate import stats
 from ablate.report import format as fmt
+from ablate.report.accuracy.tables import floor_and_threshold, seeds_text
 from ablate.stats import norms as sn
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "drift_table",
     "effects_table",
     "factor_sentences",
+    "flag_lines",
     "header_lines",
     "provenance_rows",
     "ratio_table",
@@ -41,8 +43,9 @@ __all__ = [
 #: Each measure of ``stats.norms.MEASURES`` in words: where it varies, what varies, and as a column heading.
 MEASURE_WORDS = {"training": "over training steps", "depth": "over layers", "seeds": "over seeds",
                  "final": "at the end of training"}
-VALUE_WORDS = {"training": "CV of ‖x‖²", "depth": "CV of ‖x‖²", "seeds": "sd of log ‖x‖²", "final": "‖x‖²"}
-COLUMN_WORDS = {"training": "CV over training steps", "depth": "CV over layers", "seeds": "sd of log ‖x‖² over seeds",
+VALUE_WORDS = {"training": "CV of ‖x‖²", "depth": "CV of ‖x‖²", "seeds": "spread of log ‖x‖²", "final": "‖x‖²"}
+COLUMN_WORDS = {"training": "CV over training steps", "depth": "CV over layers",
+                "seeds": "spread of log ‖x‖² over seeds",
                 "final": "final ‖x‖²"}
 
 Order = Sequence[tuple[str, str]]
@@ -104,25 +107,48 @@ def _alpha(confidence: float) -> str:
     return f"α = {1 - confidence:.2g}"
 
 
+#: Why an interval is missing that a reader sees without being told (one seed: a single value).
+_PLAIN = ("", "one seed", "no seeds")
+
+
+def _no_interval(cell: str, note: Any) -> str:
+    """``cell`` with why it has no interval, when the reason is not plain: "0.23 (no interval: …)"."""
+    if cell == fmt.DASH or "[" in cell or not isinstance(note, str) or note in _PLAIN:
+        return cell
+    return f"{cell} (no interval: {note})"
+
+
+def _value_only(cell: str) -> str:
+    """The value of a printed "value [CI]" or "value (no interval: …)" cell."""
+    return cell.split(" [")[0].split(" (")[0]
+
+
 def _value_cells(table: pd.DataFrame, confidence: float = 0.95) -> dict[str, list[str]]:
-    """Each measure's column of ``stability_table`` as it prints: value [CI] per variant."""
+    """Each measure's column of ``stability_table`` as it prints: value [CI] per variant, or the
+    value and why it has no interval."""
     out = {}
     for m in sn.MEASURES:
-        col = sn.VALUE[m]  # geometric means; over layers (mean √CV)²; over seeds the sd
+        col = sn.VALUE[m]  # geometric means; over layers (mean √CV)²; over seeds the mean deviation
         v, lo, hi = table[col], table[f"{col}_low"], table[f"{col}_high"]
-        out[m] = [fmt.with_ci(a, b, c, sig=True) for a, b, c in zip(v, lo, hi, strict=True)]
+        notes = table[f"{col}_note"] if f"{col}_note" in table.columns else [""] * len(table)
+        out[m] = [_no_interval(fmt.with_ci(a, b, c, sig=True), n) for a, b, c, n in zip(v, lo, hi, notes, strict=True)]
     return out
 
 
 def _ratio_cell(r: pd.Series) -> str:
-    """A comparison's ratio as its table prints it: ratio [CI], or the raw values when untested."""
+    """A comparison's ratio as its table prints it: ratio [CI], or the raw values when untested,
+    or the ratio and why it has no interval."""
+    note = r["note"] if "note" in r.index and isinstance(r["note"], str) else ""
     if not r["testable"] and r["measure"] == "seeds":  # one spread per side: no per-seed values to show
-        return f"{_sig(r['ratio'])}×" if fmt.finite(r["ratio"]) else fmt.DASH
+        text = f"{_sig(r['ratio'])}×" if fmt.finite(r["ratio"]) else fmt.DASH
+        return f"{text} ({note})" if note and text != fmt.DASH and not note.endswith("not tested") else text
+    if not r["testable"] and note.startswith("no spread"):
+        return f"{_sig(r['ratio'])}× on every seed" if fmt.finite(r["ratio"]) else fmt.DASH
     if not r["testable"]:
         cell = ", ".join(_sig(np.exp(v)) for v in r["values_cell"] or ())
         ref = ", ".join(_sig(np.exp(v)) for v in r["values_ref"] or ())
         return f"{_sig(r['ratio'])}× (per seed {cell or fmt.DASH} vs {ref or fmt.DASH})" if fmt.finite(r["ratio"]) else fmt.DASH
-    return fmt.with_ci(r["ratio"], r["ratio_low"], r["ratio_high"], sig=True, unit="×")
+    return _no_interval(fmt.with_ci(r["ratio"], r["ratio_low"], r["ratio_high"], sig=True, unit="×"), note)
 
 
 #: Why a variant can lack a measure.
@@ -131,6 +157,9 @@ _NO_VALUE = {"training": "fewer than two probe steps", "depth": "one layer", "se
 
 
 def _verdict(r: pd.Series) -> str:
+    note = r["note"] if "note" in r.index and isinstance(r["note"], str) else ""
+    if not r["testable"] and (note.startswith("no spread") or "has no spread" in note):
+        return fmt.verdict(None, few=f"not tested: {note}")
     if not r["testable"]:
         return fmt.verdict(None, few=f"too few seeds to test (n{fmt.NBSP}={fmt.NBSP}{int(r['n'])})")
     return fmt.verdict(bool(r["significant"]))
@@ -144,21 +173,23 @@ def _unreachable(comp: pd.DataFrame, alpha: float) -> dict[str, str]:
         tested = group[group["testable"]]
         if tested.empty:
             continue
-        floor, holm = float(tested["p_min"].min()), alpha / max(1, len(tested))
+        floor, holm, m_family = floor_and_threshold(tested, alpha)
         if floor > holm:
-            out[str(m)] = (f"with {int(tested['n'].max())} seeds the exact test cannot give a p below {fmt.pval(floor)}, "
-                           f"and Holm's first threshold over {len(tested)} comparisons is {fmt.pval(holm)}: "
-                           "no comparison can be significant")
+            out[str(m)] = (f"with {seeds_text(tested)} the exact test cannot give a p below {fmt.pval(floor)} on any "
+                           f"comparison, and Holm's first threshold over the study's {m_family} tests is "
+                           f"{fmt.pval(holm)}: no comparison can be significant")
     return out
 
 
 def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, str],
                  anova: pd.DataFrame | None = None, effects: pd.DataFrame | None = None,
-                 check: pd.DataFrame | None = None, alpha: float = 0.05, confidence: float = 0.95) -> str:
+                 check: pd.DataFrame | None = None, alpha: float = 0.05, confidence: float = 0.95,
+                 sensitivity: pd.DataFrame | None = None) -> str:
     """Markdown: how each variant's norm compares with the declared ``reference`` (cell id, why)
     on each measure, which factor effects the ANOVA finds, and the white-noise check — every number
     as the tables print it (``stability_table``, ``ratio_table``, ``anova_table``, ``effects_table``,
-    ``check_table``), the verdicts in the one wording (``format.verdict``)."""
+    ``check_table``), the verdicts in the one wording (``format.verdict``); the runs left out
+    and what putting the late-growing ones back changes (``flag_lines``)."""
     if table.empty:
         return "No probe data yet."
     ref_id, why = reference
@@ -197,7 +228,7 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
         parts = [f"{head_words}: {ref_label} {ref_cell}"]
         for _, r in rows.iterrows():
             i = table.index.get_loc(table.index[table["cell_id"] == r["cell_id"]][0])
-            value = cells[m][i].split(" [")[0]
+            value = _value_only(cells[m][i])
             if r["testable"]:
                 parts.append(f"{labels[r['cell_id']]} {value}, {_ratio_cell(r)} the reference's ({_verdict(r)})")
             elif fmt.finite(r["ratio"]):  # the head or Table 2 says why it is not tested
@@ -211,6 +242,7 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
             text += f" ({floors[m][:1].upper() + floors[m][1:]}.)"
         lines.append(text)
     lines += factor_sentences(anova, effects, alpha)
+    lines += flag_lines(table, comp, sensitivity)
     if check is not None and not check.empty:
         printed = check_table(check)
         init = check.index[(check["when"] == "init") & check["noise_over_theory"].notna()]
@@ -250,12 +282,38 @@ def factor_sentences(anova: pd.DataFrame | None, effects: pd.DataFrame | None, a
             sub = effects[(effects["measure"] == r["measure"]) & (effects["factor"] == r["term"])]
             if len(sub):
                 col = shown.columns[-1]
-                text += ": " + ", ".join(f"{sub.loc[j, 'level']} {shown.loc[j, col].split(' [')[0]}" for j in sub.index)
+                text += ": " + ", ".join(f"{sub.loc[j, 'level']} {_value_only(shown.loc[j, col])}" for j in sub.index)
         out.append(text + ".")
     if not out:
         out.append(f"- **Factor effects**: no factor or two-factor interaction changes any measure significantly "
                    f"(ANOVA of the per-seed values, {len(anova)} terms, Holm across them, α = {alpha:g}; Table 3).")
     return out
+
+
+def flag_lines(table: pd.DataFrame, comp: pd.DataFrame | None = None,
+               sensitivity: pd.DataFrame | None = None) -> list[str]:
+    """The runs ``stats.norms.per_seed`` flagged (``stability``'s ``flags``), as one line: which,
+    why, and that the values and tests leave them out; and, with ``sensitivity`` (the comparisons
+    with the late-growing runs put back), which verdicts that changes — or that it changes none."""
+    if table.empty or "flagged" not in table.columns or not table["flagged"].sum():
+        return []
+    named = "; ".join(f"{r.variant}: {r.flags}" for r in table.itertuples() if r.flagged)
+    total = int(table["flagged"].sum())
+    line = (f"- **{total} run{'s' if total != 1 else ''} flagged and left out** of every value, interval and test "
+            f"above (marked in the figures): {named}.")
+    if sensitivity is not None and comp is not None and len(comp):
+        key = ["measure", "cell_id"]
+        both = comp[[*key, "significant"]].merge(sensitivity[[*key, "significant", "p_adj"]], on=key,
+                                                 suffixes=("", "_back"))
+        changed = both[both["significant"] != both["significant_back"]]
+        if changed.empty:
+            line += " Put back (the late-growing ones), no verdict changes."
+        else:
+            what = "; ".join(f"{r.cell_id} {MEASURE_WORDS[r.measure]} becomes "
+                             f"{fmt.verdict(bool(r.significant_back))} (p (Holm) {fmt.pval(r.p_adj)})"
+                             for r in changed.itertuples())
+            line += f" Put back (the late-growing ones), these verdicts change — they rest on those runs: {what}."
+    return [line]
 
 
 def provenance_rows(df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -268,7 +326,9 @@ def provenance_rows(df: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def stability_table(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """``stats.norms.stability`` for print: counts, mean norm, and each measure's value [CI]."""
+    """``stats.norms.stability`` for print: counts, mean norm, and each measure's value [CI] (or
+    why it has none); with a ``flagged`` column of the runs left out when there are any
+    (``flag_lines`` names them)."""
     out = pd.DataFrame({
         "variant": table["variant"],
         "seeds": table["seeds"],
@@ -276,6 +336,8 @@ def stability_table(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFra
         "probe steps": table["steps"],
         "mean ‖x‖²": table["mean_norm"].map(_sig),
     })
+    if "flagged" in table.columns and table["flagged"].sum():  # runs left out: counted, named below the table
+        out.insert(2, "flagged", table["flagged"].astype(int).astype(str))
     pct = fmt.level(confidence)
     for m, cells in _value_cells(table, confidence).items():
         out[f"{COLUMN_WORDS[m]} [{pct} CI]"] = cells
@@ -327,8 +389,10 @@ def effects_table(effects: pd.DataFrame, confidence: float = 0.95) -> pd.DataFra
         "measure": effects["measure"].map(lambda m: f"{COLUMN_WORDS[m]}"),
         "factor": effects["factor"], "level": effects["level"].astype(str),
         "cells": effects["n_cells"].astype(int).astype(str), "runs": effects["n"].astype(int).astype(str),
-        f"geometric marginal mean [{pct} CI]": [fmt.with_ci(v, lo, hi, sig=True) for v, lo, hi in
-                                               zip(effects["value"], effects["low"], effects["high"], strict=True)],
+        f"geometric marginal mean [{pct} CI]": [
+            _no_interval(fmt.with_ci(v, lo, hi, sig=True), n) for v, lo, hi, n in
+            zip(effects["value"], effects["low"], effects["high"],
+                effects["note"] if "note" in effects.columns else [""] * len(effects), strict=True)],
     }, index=effects.index)
 
 

@@ -39,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.report import COMPARISONS, REPORTS, fonts
+from ablate.report import COMPARISONS, REPORTS, fonts, sections
 
 if TYPE_CHECKING:
     from ablate.results import Results, Studies
@@ -155,7 +155,8 @@ def parse_parameters(pairs: list[str], reports: list[str]) -> dict[str, Any]:
 
     known: dict[str, object] = {}
     for r in reports:
-        known.update(declared_parameters(r))
+        if not sections.is_section(r):  # a section plug-in takes no parameters
+            known.update(declared_parameters(r))
     for name in COMMAND_PARAMETERS:
         known.pop(name, None)
     out: dict[str, Any] = {}
@@ -320,7 +321,6 @@ def _drop_stderr(notebook) -> None:
 def to_html(notebook, title: str, missing: list[str] | None = None) -> str:
     """The executed notebook as one self-contained page: outputs only, no scripts, our stylesheet;
     ``missing`` (what the data lack) as a note on top."""
-    import html as _html
 
     from nbconvert import HTMLExporter
 
@@ -331,7 +331,13 @@ def to_html(notebook, title: str, missing: list[str] | None = None) -> str:
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(notebook)
-    body = _SCRIPT.sub("", body)
+    return page(_SCRIPT.sub("", body), title, missing)
+
+
+def page(body: str, title: str, missing: list[str] | None = None) -> str:
+    """A report's HTML body as one self-contained page in our stylesheet, ``missing`` on top."""
+    import html as _html
+
     if missing:
         body = _MISSING.format("".join(f"<li>{_html.escape(line)}</li>" for line in dict.fromkeys(missing))) + body
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -412,8 +418,6 @@ def render(
     then no store is opened, or even looked for."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import polars as pl
-
     from ablate import results
     from ablate.stores import resolve
 
@@ -424,7 +428,17 @@ def render(
     target = out_dir.resolve()
 
     def write(nb, report: str, missing: list[str]) -> list[Path]:
-        html = to_html(nb, f"{study} — {report.replace('_', ' ')}", missing)
+        return save(to_html(nb, f"{study} — {report.replace('_', ' ')}", missing), report)
+
+    def write_section(name: str, res: Results, missing: list[str]) -> list[Path]:
+        """A report-section plug-in's page (``ablate.report.sections``)."""
+        try:
+            body, _ = sections.body(name, res, target if export else None)
+        except sections.SectionError as exc:
+            raise ReportError(str(exc)) from None
+        return save(page(body, f"{study} — {name}", missing), sections.stem(name))
+
+    def save(html: str, report: str) -> list[Path]:
         paths = []
         if "html" in formats:
             (target / f"{report}.html").write_text(html, encoding="utf-8")
@@ -447,29 +461,27 @@ def render(
             # While the kernel imports, this process reads the stores, once for every report: the
             # notebooks read that file (their ``results_file``), not the stores.
             snapshot = Path(tmp) / "results.pickle"
-            curves = any(r not in _NO_CURVES for r in reports)
+            # Every report reads the curves: the study's one multiplicity family (report.verdicts) spans the
+            # norm measures too, so even the accuracy report needs them to adjust its p-values.
             if data is None:
-                loaded = results.load(study, stores.storage, stores.tracking, metrics=True, curves=curves)
+                loaded = results.load(study, stores.storage, stores.tracking, metrics=True, curves=True)
                 results.save(loaded, snapshot)
                 read_missing = list(loaded.missing)
             else:
-                # What the load above would have given: no curves where no report reads them, so that
-                # a page rendered from an export is the page rendered from the stores.
-                results.save(data if curves else dataclasses.replace(data, curves=pl.DataFrame()), snapshot)
+                results.save(data, snapshot)
                 read_missing = list(data.missing)
             writer.submit(_preload)
             done = []
-            for report in reports:
+            for report in [r for r in reports if not sections.is_section(r)]:
                 work = Path(tmp) / report
                 work.mkdir()
                 params = {"study": study, "export_dir": str(target) if export else None, "results_file": str(snapshot)}
                 nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
                 done.append(writer.submit(write, nb, report, read_missing))
+            for name in [r for r in reports if sections.is_section(r)]:
+                done.append(writer.submit(write_section, name, loaded if data is None else data, read_missing))
             return [path for future in done for path in future.result()]
 
-
-#: Reports whose notebook reads no curves (the dense, costly part of ``results.load``).
-_NO_CURVES = frozenset({"accuracy"})
 
 
 def _preload() -> None:

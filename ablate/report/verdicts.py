@@ -21,7 +21,7 @@ from ablate import stats
 from ablate.report import format as fmt
 from ablate.stats import family as fam
 
-__all__ = ["Verdicts", "answer_table", "study_verdicts"]
+__all__ = ["NormInputs", "Verdicts", "answer_intro", "answer_table", "norm_inputs", "show_answer", "study_verdicts"]
 
 NORM_WORDS = {"training": "‖x‖² CV over training", "depth": "‖x‖² CV over layers",
               "seeds": "‖x‖² spread over seeds", "final": "final ‖x‖²"}
@@ -56,6 +56,35 @@ class Verdicts:
         return fam.policy_sentence(self.family, self.alpha, self.sequential_m)
 
 
+@dataclass
+class NormInputs:
+    """The norm analysis's inputs, as the norm report builds them: the prepared curves, the probe
+    norms per layer, one row per run (the unit of every test) and the variants as figures name them."""
+
+    df: pd.DataFrame
+    per_layer: pd.DataFrame
+    seeds: pd.DataFrame
+    order: list[tuple[str, str]]
+    fig_order: list[tuple[str, str]]
+    key: str
+
+
+def norm_inputs(res: Any, trials: pd.DataFrame, factors: list[str]) -> NormInputs | None:
+    """``NormInputs`` of a study whose curves were read, or None when it has no probe data."""
+    from ablate.report import norm_stability as ns
+    from ablate.stats import norms as sn
+
+    if res.curves is None or len(res.curves) == 0:
+        return None
+    df = sn.prepare(res.curves, res.trials)
+    if not len(df):
+        return None
+    order = sn.variants(df, res.trials)
+    fig_order, key = ns.short_order(order)
+    per_layer = sn.layer_norms(df, "probe")
+    return NormInputs(df, per_layer, sn.per_seed(per_layer, trials, factors), order, fig_order, key)
+
+
 def accuracy_anova(trials: pd.DataFrame, metric: str, factors: list[str]) -> tuple[pd.DataFrame, str]:
     """The accuracy ANOVA the family takes (main effects and two-way interactions, seeds as
     replicates, at least ``MIN_N_TEST`` seeds in every cell, as every other test needs), on the
@@ -84,27 +113,29 @@ def accuracy_anova(trials: pd.DataFrame, metric: str, factors: list[str]) -> tup
 
 
 def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple[str, str], alpha: float = 0.05,
-                   confidence: float = 0.95, min_effect: float | None = None, seeds: pd.DataFrame | None = None,
-                   per_layer: pd.DataFrame | None = None, order: Any = None) -> Verdicts:
-    """Every test of the study on ``metric`` and, when the norm frames are given (``seeds``:
-    ``stats.norms.per_seed``; ``per_layer``: ``stats.norms.layer_norms``; ``order``: the variants
-    as a report names them), on each norm measure, adjusted over one family."""
+                   confidence: float = 0.95, min_effect: float | None = None, norms: NormInputs | None = None
+                   ) -> Verdicts:
+    """Every test of the study on ``metric`` and, when ``norms`` is given (``norm_inputs``), on each
+    norm measure, adjusted over one family."""
+    seeds = norms.seeds if norms is not None else None
     spec = res.spec
     effect = spec.stats.min_effect if min_effect is None else min_effect
     sequential = spec.sequential is not None
     factors = [f for f in res.factors if f in trials.columns]
     ref_id = reference[0]
-    comp = stats.compare_to_reference(trials, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
-                                      power=spec.stats.power)
-    anova, why = accuracy_anova(trials, metric, factors)
-    effects = stats.main_effects(trials, metric, [f for f in factors if trials[f].nunique() > 1], confidence) \
-        if any(trials[f].nunique() > 1 for f in factors) else pd.DataFrame()
+    comp, anova, why, effects = pd.DataFrame(), pd.DataFrame(), f"no {metric} recorded", pd.DataFrame()
+    if metric in trials.columns:  # a task without the metric (a loss-only task) tests the norm measures alone
+        comp = stats.compare_to_reference(trials, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
+                                          power=spec.stats.power)
+        anova, why = accuracy_anova(trials, metric, factors)
+        varied = [f for f in factors if trials[f].nunique() > 1]
+        effects = stats.main_effects(trials, metric, varied, confidence) if varied else pd.DataFrame()
     ncomp = pd.DataFrame()
     nanova, nwhy, neffects = pd.DataFrame(), {}, pd.DataFrame()
     if seeds is not None and len(seeds):
         from ablate.stats import norms as sn
 
-        ncomp = sn.compare(seeds, per_layer, ref_id, order, alpha, confidence, spec.stats.min_ratio,
+        ncomp = sn.compare(seeds, norms.per_layer, ref_id, norms.fig_order, alpha, confidence, spec.stats.min_ratio,
                            spec.stats.power)
         nanova, nwhy = sn.factor_anova(seeds, factors, alpha)
         neffects = sn.main_effects(seeds, factors, confidence)
@@ -112,11 +143,14 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
     if sequential:  # the seeds depended on the results: only the sequential design's tests are valid
         members = members.iloc[0:0]
     adjusted = fam.adjust(members, alpha)
-    comp = fam.apply(comp, adjusted, metric, "comparison", alpha)
+    m = max(1, len(adjusted))
+    if len(comp):
+        comp = _repower(fam.apply(comp, adjusted, metric, "comparison", alpha), alpha / m, effect, spec.stats.power)
     if len(anova):
         anova = fam.apply(anova, adjusted, metric, "term", alpha)
     if len(ncomp):
-        ncomp = fam.apply(ncomp, adjusted, "norm", "comparison", alpha)
+        ncomp = _repower(fam.apply(ncomp, adjusted, "norm", "comparison", alpha), alpha / m,
+                         float(np.log(spec.stats.min_ratio)), spec.stats.power)
     if len(nanova):
         nanova = fam.apply(nanova, adjusted, "norm", "term", alpha)
     seq_m = None
@@ -126,6 +160,17 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
         seq_m = family_size(spec)
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
                     effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds), seq_m)
+
+
+def _repower(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float) -> pd.DataFrame:
+    """The power line at the family's first Holm threshold ``alpha_m`` (α over the whole family, not
+    over one report's comparisons)."""
+    out = comp.assign(power_alpha=alpha_m)
+    lines = [stats.power_line(r.sd_diff, int(r.n), min_effect, alpha_m, power, bool(r.paired))
+             for r in out.itertuples()]
+    out["power_now"] = [now for now, _ in lines]
+    out["seeds_needed"] = [need for _, need in lines]
+    return out
 
 
 def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None) -> dict[str, list[str]]:
@@ -156,7 +201,7 @@ def _verdict_word(significant: bool, low: float, high: float, bound: tuple[float
     if not tested:
         return "not tested"
     if significant:
-        return "**significant**"
+        return "SIGNIFICANT"
     if bound is not None and np.isfinite(low) and np.isfinite(high) and bound[0] <= low and high <= bound[1]:
         return "equivalent"
     if fmt.finite(needed):
@@ -195,8 +240,8 @@ def _term_cell(table: pd.DataFrame, term: str, effects: pd.DataFrame, measure: s
     r = row.iloc[0]
     what = (_level_means(effects, term, measure) if " × " not in term and len(effects)
             else f"partial η² {fmt.num(r['eta_sq_partial'], 2)}")
-    word = "**significant**" if bool(r["significant"]) else "not significant"
-    return f"{what}: {word} (p {fmt.pval(r['p_adj'])})"
+    word = "SIGNIFICANT" if bool(r["significant"]) else "n.s."
+    return f"{what}; {word} (p {fmt.pval(r['p_adj'])})"
 
 
 def answer_table(v: Verdicts) -> pd.DataFrame:
@@ -242,3 +287,29 @@ def answer_table(v: Verdicts) -> pd.DataFrame:
     if not out["flags"].astype(bool).any():
         out = out.drop(columns=["flags"])
     return out
+
+
+def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
+    """What the answer table's cells mean, with the thresholds it used (printed under the table)."""
+    level = fmt.level(confidence)
+    return (f"A comparison's cell is the difference from the reference **{v.reference[1]}** (a ratio for a norm "
+            f"measure) with its {level} interval; a factor's cell its marginal mean per level (geometric for a "
+            "norm measure), an interaction's its partial η², with the family's Holm-adjusted p (n.s.: not "
+            f"significant). **SIGNIFICANT**: p (Holm) < {v.alpha:g}; **equivalent**: the interval lies within "
+            f"±{fmt.num(v.min_effect)} (the spec's `stats.min_effect`) or, for a norm ratio, within "
+            f"[1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`); **undecided**: neither, with the seeds the "
+            "power line asks for; **not tested**: too few seeds or no spread. Flags: runs that diverged, failed or "
+            "have non-finite norms.")
+
+
+def show_answer(v: Verdicts, confidence: float = 0.95) -> None:
+    """Page one's block: the family sentence, the answer table, what its cells mean."""
+    from ablate.report.display import say, show
+
+    if v.sequential:
+        say(v.policy())
+        return
+    table = answer_table(v)
+    show(table, name="answer", align_left=list(table.columns),
+         intro=f"Every verdict of the study at the family's Holm-adjusted p (α = {v.alpha:g}); how to read it below.")
+    say(v.policy(), answer_intro(v, confidence))

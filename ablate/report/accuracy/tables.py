@@ -57,7 +57,7 @@ def cell_table(summary: pd.DataFrame, reference_id: str | None = None, confidenc
             "cell": label,
             "status": str(r["status"]).replace("_", " "),
             "n": int(r["n"]),
-            f"mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"]),
+            f"mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"], why=r.get("ci_note", "")),
             "sd over seeds": num(r["sd"]),
         }
         if se_col:
@@ -115,14 +115,15 @@ def comparison_table(comp: pd.DataFrame, confidence: float = 0.95, conv: pd.Data
             n = f"{int(r['n_pairs'])}{NBSP}pairs"
         else:
             n = f"{int(r['n_cell'])}{NBSP}vs{NBSP}{int(r['n_ref'])}"
+        note = r.get("ci_note", "")
         es = DASH
         if finite(r["effect_size"]):
             es = f"{_ES.get(r['effect_size_kind'], r['effect_size_kind'])}{NBSP}" + with_ci(
                 r["effect_size"], r["es_ci_low"], r["es_ci_high"], digits=2, sign=True)
+        elif r["testable"] and isinstance(note, str) and note:
+            es = f"{DASH} ({note})"
         if r["testable"]:
-            diff = with_ci(r["mean_diff"], r["diff_ci_low"], r["diff_ci_high"], sign=True)
-            if not finite(r["diff_ci_low"]) and r["paired"] and r["diffs"]:
-                diff += " (every seed: no spread)"
+            diff = with_ci(r["mean_diff"], r["diff_ci_low"], r["diff_ci_high"], sign=True, why=note)
         else:
             diff = _diffs_text(r)
         mark = r["mark"] or ("n.s." if r["testable"] else "")
@@ -158,15 +159,28 @@ def comparison_intro(comp: pd.DataFrame, alpha: float = 0.05) -> list[str]:
         "(paired) or Hedges' g, its interval the exact one for the standardised difference (noncentral t).",
     ]
     if len(tested):
-        floor = tested["p_min"].max()
-        holm = alpha / len(tested)
-        n = int(tested["n"].min())
+        floor, holm, m = floor_and_threshold(tested, alpha)
         if floor > holm:
-            text.append(f"**With {n} seeds no comparison can be significant here:** the exact test cannot give a "
-                        f"p below {pval(floor, alpha)}, and Holm's first threshold over the {len(tested)} tested "
-                        f"comparisons is α/{len(tested)} = {pval(holm, alpha)}. The power table says how many "
-                        "seeds would.")
+            text.append(f"**With {seeds_text(tested)} no comparison can be significant here:** the exact test cannot "
+                        f"give a p below {pval(floor, alpha)} on any of them, and Holm's first threshold over the "
+                        f"study's {m} tests is α/{m} = {pval(holm, alpha)}. The power table says how many seeds "
+                        "would.")
     return text
+
+
+def floor_and_threshold(tested: pd.DataFrame, alpha: float) -> tuple[float, float, int]:
+    """(the smallest p the exact test can give on any tested comparison, Holm's first threshold,
+    the family's size m): no comparison can be significant exactly when the first exceeds the second.
+    The threshold is the comparisons' ``power_alpha`` — α over the study's whole family when the
+    report took it from ``report.verdicts`` — else α over these comparisons."""
+    holm = float(tested["power_alpha"].iloc[0]) if "power_alpha" in tested and len(tested) else alpha / len(tested)
+    return float(tested["p_min"].min()), holm, max(1, round(alpha / holm))
+
+
+def seeds_text(tested: pd.DataFrame) -> str:
+    """"4 seeds", or "3–5 seeds" when the comparisons have different counts."""
+    lo, hi = int(tested["n"].min()), int(tested["n"].max())
+    return f"{lo} seeds" if lo == hi else f"{lo}–{hi} seeds"
 
 
 def power_table(comp: pd.DataFrame, power: float = 0.8) -> pd.DataFrame:
@@ -208,11 +222,12 @@ def few_run_table(few: pd.DataFrame, reference_id: str | None, confidence: float
         if 0 < n < stats.IQM_MIN_N:
             middle = f"the mean (n{NBSP}<{NBSP}{stats.IQM_MIN_N}: nothing trimmed)"
         else:
-            middle = with_ci(r["iqm"], r["iqm_ci_low"], r["iqm_ci_high"])
+            middle = with_ci(r["iqm"], r["iqm_ci_low"], r["iqm_ci_high"], why=r.get("iqm_ci_note", ""))
         rows.append({
             "cell": str(r["cell_label"]) + (" (reference)" if r["cell_id"] == reference_id else ""),
             "n": n,
-            f"mean [{pct} t CI]": with_ci(r["mean"], r["mean_ci_low"], r["mean_ci_high"]),
+            f"mean [{pct} t CI]": with_ci(r["mean"], r["mean_ci_low"], r["mean_ci_high"],
+                                          why=r.get("mean_ci_note", "")),
             iqm_col: middle,
             f"P(cell > reference) [{pct} Newcombe CI]": (
                 with_ci(r["prob_improvement"], r["pi_ci_low"], r["pi_ci_high"], digits=2)
@@ -280,7 +295,7 @@ def main_effects_table(effects: pd.DataFrame, confidence: float = 0.95) -> pd.Da
             "level": str(r["level"]),
             "cells": f"{int(r['n_cells'])}/{int(r['n_cells_total'])}",
             "runs": int(r["n"]),
-            f"marginal mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"]),
+            f"marginal mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"], why=r.get("ci_note", "")),
         })
     return pd.DataFrame(rows, columns=["factor", "level", "cells", "runs", f"marginal mean [{pct} CI]"])
 
@@ -295,20 +310,26 @@ def interaction_grid(wide: pd.DataFrame, f1: str, f2: str) -> pd.DataFrame:
 
 
 def anova_table(table: pd.DataFrame) -> pd.DataFrame:
-    """``stats.anova`` formatted: term, df, sums of squares, F, p with mark, partial η²."""
+    """``stats.anova`` formatted: term, df, sums of squares, F, p, partial η²; with ``p_adj`` (the
+    study's family, ``report.verdicts``) a "p (Holm)" column carries the mark, else the mark is on p."""
+    adjusted = "p_adj" in table.columns
     rows = []
     for _, r in table.iterrows():
         resid = r["term"] == "Residual"
-        rows.append({
+        row = {
             "term": r["term"],
             "df": num(r["df"], 0),
             "sum sq": num(r["sum_sq"], 4, sig=True),
             "mean sq": num(r["mean_sq"], 4, sig=True),
             "F": "" if resid else num(r["F"], 2),
-            "p": "" if resid else f"{pval(r['p'])} {r['mark']}".strip(),
-            "partial η²": "" if resid else num(r["eta_sq_partial"], 3),
-        })
-    return pd.DataFrame(rows, columns=["term", "df", "sum sq", "mean sq", "F", "p", "partial η²"])
+            "p": "" if resid else (pval(r["p"]) if adjusted else f"{pval(r['p'])} {r['mark']}".strip()),
+        }
+        if adjusted:
+            row["p (Holm)"] = "" if resid else f"{pval(r['p_adj'])} {r['mark']}".strip()
+        row["partial η²"] = "" if resid else num(r["eta_sq_partial"], 3)
+        rows.append(row)
+    cols = ["term", "df", "sum sq", "mean sq", "F", "p", *(["p (Holm)"] if adjusted else []), "partial η²"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 FAILED = ("diverged", "failed", "killed")
@@ -401,7 +422,8 @@ def reference_table(refs: pd.DataFrame, trials: pd.DataFrame, summary_by_metric:
             if finite(m["ci_low"]) and finite(m["ci_high"]):
                 inside = "yes" if m["ci_low"] <= r["value"] <= m["ci_high"] else "no"
             rows.append({**base, "cell": str(m["cell_label"]),
-                         "ours": with_ci(m["mean"], m["ci_low"], m["ci_high"]) if m["n"] else str(m["status"]),
+                         "ours": (with_ci(m["mean"], m["ci_low"], m["ci_high"], why=m.get("ci_note", "")) if m["n"]
+                                  else str(m["status"])),
                          "n": str(int(m["n"])),
                          "ours − published": signed(m["mean"] - r["value"]) if m["n"] else DASH,
                          "published in our CI": inside})

@@ -17,8 +17,10 @@ from ablate.report.accuracy.tables import (
     comparison_table,
     convergence_table,
     extended_text,
+    floor_and_threshold,
     gain_points,
     power_table,
+    seeds_text,
     test_verdict,
 )
 from ablate.report.format import (
@@ -141,9 +143,10 @@ def tuning_intro(tune: Any) -> str:
 
 def anova_intro(dropped: dict[str, list[Any]]) -> str:
     """What the ANOVA table is, and which factor levels a partial study's ANOVA leaves out."""
-    text = ("Type II ANOVA of a full factorial model (every main effect and interaction) fitted by "
-            "least squares (statsmodels). Marks on the uncorrected p: \\* < 0.05, \\*\\* < 0.01, "
-            "\\*\\*\\* < 0.001.")
+    text = ("Type II ANOVA (statsmodels) of the main effects and two-way interactions, seeds as replicates, "
+            f"tested only when every cell has at least {stats.MIN_N_TEST} seeds. p (Holm) is adjusted over the "
+            "study's one confirmatory family (the answer page says what it holds); its marks: \\* < 0.05, "
+            "\\*\\* < 0.01, \\*\\*\\* < 0.001.")
     if dropped:
         left = "; ".join(f"{f}: {', '.join(map(str, lv))}" for f, lv in dropped.items())
         text += (f" **Partial study:** over the levels with results so far — left out until they have "
@@ -236,11 +239,11 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
         out.append(f"Not tested, the largest raw difference is {r['cell_label']}'s: {t[delta]}; "
                    f"{test_verdict(r).replace(NBSP, ' ')}.")
     if len(tested):
-        floor, holm = tested["p_min"].max(), alpha / len(tested)
+        floor, holm, m_family = floor_and_threshold(tested, alpha)
         if floor > holm:
-            out.append(f"With {int(tested['n'].min())} seeds no comparison can be {verdict(True, at)} here: the exact "
-                       f"test cannot give a p below {pval(floor, alpha)}, above Holm's first threshold "
-                       f"{pval(holm, alpha)}.")
+            out.append(f"With {seeds_text(tested)} no comparison can be {verdict(True, at)} here: the exact "
+                       f"test cannot give a p below {pval(floor, alpha)} on any of them, above Holm's first threshold "
+                       f"over the study's {m_family} tests, {pval(holm, alpha)}.")
     pw = power_table(comp, power)
     need = f"seeds for {power:.0%} power"
     have = pw[pw[need] != DASH]
@@ -249,9 +252,9 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
         span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
         effect = comp["min_effect"].iloc[0]
         now = sorted({int(v) for v in comp["n"]})
-        m = max(1, len(tested))
+        m = floor_and_threshold(tested, alpha)[2] if len(tested) else 1
         out.append(f"To detect a difference of {num(effect)} (stats.min_effect) with {power:.0%} power at "
-                   f"α/m = {pw['at α/m'].iloc[0]} (m = {_plural(m, 'tested comparison')}), a comparison needs "
+                   f"α/m = {pw['at α/m'].iloc[0]} (m = {_plural(m, 'test')} in the study's family), a comparison needs "
                    f"{span} seeds (it has {', '.join(map(str, now))}).")
     return out
 

@@ -64,9 +64,7 @@ say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
 norm_in = verdicts.norm_inputs(res, trials, factors) if "norm_stability" in res.spec.reports else None
 verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alpha, confidence, effect, norm_in)
 comparisons = verdict.comparisons
-say(verdict.policy())
-if not sequential:
-    show(verdicts.answer_table(verdict), name="answer", intro=verdicts.answer_intro(verdict, confidence))
+verdicts.show_answer(verdict, confidence)
 
 # %% [markdown]
 # ## Summary
@@ -135,12 +133,12 @@ else:
                                         sequential=seqrep.decision_words(res.sequential, res.spec, metric)
                                         if sequential else None),
                     name="comparisons")
-    tested = max(1, int(comparisons.testable.sum()))
+    family_m = max(1, len(verdict.family))
     show(acc.power_table(comparisons, res.spec.stats.power), name="power", intro=(
         f"**Power line.** The power a t-test on this many seeds has to detect a difference of {fmt.num(effect)} "
         f"(the spec's `stats.min_effect`) given the spread observed, and the seeds that would reach "
-        f"{res.spec.stats.power:.0%} power (statsmodels), at α/{tested} = "
-        f"{fmt.pval(comparisons.power_alpha.iloc[0], alpha)}, Holm's first threshold over the comparisons tested; "
+        f"{res.spec.stats.power:.0%} power (statsmodels), at α/{family_m} = "
+        f"{fmt.pval(comparisons.power_alpha.iloc[0], alpha)}, Holm's first threshold over the study's family; "
         "never fewer than the exact test needs to reach it at all."))
 
 # %% [markdown]

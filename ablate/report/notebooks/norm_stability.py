@@ -18,7 +18,7 @@ import itertools
 from ablate import results
 from ablate.report import norm_figures as nf
 from ablate.report import norm_stability as ns
-from ablate.report import provenance
+from ablate.report import provenance, verdicts
 from ablate.report import sequential as seqrep
 from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
@@ -51,13 +51,28 @@ if len(df):
     effects = sn.main_effects(seeds, factors, confidence)
     check = sn.theory_check(df, fig_order)
     drift = sn.spectrum_drift(df, fig_order)
+# One multiplicity family for the whole study (report.verdicts): the accuracy report adjusts over the same tests,
+# so both reports print the same p (Holm) for the same test.
+ref_label = dict(zip(trials.cell_id, trials.cell_label, strict=False)).get(ref[0], ref[0])
+norm_in = verdicts.NormInputs(df, per_layer, seeds, order, fig_order, key) if len(df) else None
+verdict = verdicts.study_verdicts(res, trials, "test_accuracy", (ref[0], ref_label), alpha, confidence, norms=norm_in)
+if len(df):
+    comp, anova = verdict.norm_comparisons, verdict.norm_anova
+
+# %% [markdown]
+# ## The answer
+# One row per question — each factor, each two-way interaction, each variant against the reference — and one
+# column per measure the study's reports test (the accuracy report's page one is the same table).
+
+# %%
+verdicts.show_answer(verdict, confidence)
 
 # %% [markdown]
 # ## Summary
 # Generated from the numbers of the tables below. Each run (cell × seed) gives one value per measure;
 # variants are compared with the declared reference on those values by exact permutation tests (paired
-# on shared seeds, Holm within each measure, never below three seeds), factors by an ANOVA with seeds
-# as replicates (Holm across its terms).
+# on shared seeds, never below three seeds), factors by an ANOVA with seeds as replicates; every p (Holm)
+# is adjusted over the study's one family (above).
 
 # %%
 if len(df) and sequential:
@@ -158,7 +173,7 @@ if len(df):
             "(over seeds: each variant's runs aligned on their median, whole runs permuted between the two — or "
             "each shared seed's pair swapped — and both spreads recomputed, the interval the ratios that test "
             "does not reject) — "
-            "Holm-corrected within each measure; fewer than three seeds are not tested and their per-seed values "
+            "Holm-corrected over the study's one family (page one); fewer than three seeds are not tested and their per-seed values "
             f"are shown. The last column: the seeds a ratio of {res.spec.stats.min_ratio:g}× would need (power "
             f"{res.spec.stats.power:g}, t-test at Holm's first threshold)."
             + ns.unreferenced_note(comp, dict(fig_order).get(ref[0], ref[0]))))
@@ -167,7 +182,7 @@ if len(df):
 # ## Factor effects
 # Which factor carries the stability, and whether one factor's effect depends on another: an ANOVA of every
 # run's log value per measure (main effects and two-way interactions, seeds as replicates), its p-values
-# Holm-corrected across every term and measure.
+# Holm-corrected over the study's one family (page one).
 
 # %%
 varied = [f for f in factors if trials[f].nunique() > 1] if len(df) else []
