@@ -1,0 +1,94 @@
+"""The answer page (ablate.report.verdicts): every test of the study once, adjusted over one family,
+and a page-one table whose every cell is traced to the body's frames."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from ablate.report import format as fmt
+from ablate.report import verdicts
+from ablate.report.accuracy.tables import floor_and_threshold
+from tests.frames import METRIC, A, B, factorial
+
+
+def _res(trials, min_effect: float = 0.01) -> SimpleNamespace:
+    spec = SimpleNamespace(stats=SimpleNamespace(min_effect=min_effect, power=0.8, min_ratio=1.25), sequential=None)
+    return SimpleNamespace(spec=spec, factors=[A, B])
+
+
+def _verdicts(trials, **kw):
+    ref = trials["cell_id"].iloc[0], trials["cell_label"].iloc[0]
+    return verdicts.study_verdicts(_res(trials, **kw), trials, METRIC, ref)
+
+
+def test_a_strong_factor_is_significant_on_the_page_and_in_the_body() -> None:
+    trials = factorial(effect_a=0.05, seeds=6, sd=0.005, rng=np.random.default_rng(3))
+    v = _verdicts(trials)
+    # One family: 5 comparisons + 3 terms (two mains, one interaction), all adjusted together.
+    assert len(v.family) == 8 and set(v.family["kind"]) == {"comparison", "term"}
+    assert list(v.anova["term"]) == [A, B, f"{A} × {B}"]
+    table = verdicts.answer_table(v)
+    row = table[table["question"] == f"factor {A}"].iloc[0]
+    body = v.anova[v.anova["term"] == A].iloc[0]
+    assert row[fmt.metric_name(METRIC)].endswith(f"SIGNIFICANT (p {fmt.pval(body['p_adj'])})")
+    assert body["p_adj"] == pytest.approx(v.family.loc[v.family["key"] == A, "p_adj"].iloc[0])
+    # The level means on the page are the main-effects table's.
+    means = v.effects[v.effects["factor"] == A]
+    for level, mean in zip(means["level"], means["mean"], strict=True):
+        assert f"{level} {fmt.num(mean)}" in row[fmt.metric_name(METRIC)]
+    # Each comparison's cell quotes its difference and interval as the comparison frame has them.
+    for r in v.comparisons.itertuples():
+        cell = table.loc[table["question"].str.startswith(f"{r.cell_label} vs"), fmt.metric_name(METRIC)].iloc[0]
+        assert cell.startswith(fmt.with_ci(r.mean_diff, r.diff_ci_low, r.diff_ci_high, 3, sign=True))
+
+
+def test_equivalence_and_undecided_follow_the_interval_and_min_effect() -> None:
+    trials = factorial(seeds=8, sd=0.001, rng=np.random.default_rng(4))
+    v = _verdicts(trials, min_effect=0.05)  # every interval is far inside ±0.05
+    cells = verdicts.answer_table(v)[fmt.metric_name(METRIC)]
+    comparison_cells = [c for q, c in zip(verdicts.answer_table(v)["question"], cells, strict=True) if " vs " in q]
+    assert comparison_cells and all(c.endswith("equivalent") for c in comparison_cells)
+    v = _verdicts(trials, min_effect=0.0001)  # now the intervals are wider than ±min_effect
+    table = verdicts.answer_table(v)
+    assert all("undecided" in c for q, c in zip(table["question"], table[fmt.metric_name(METRIC)], strict=True)
+               if " vs " in q)
+
+
+def test_the_anova_needs_three_seeds_a_cell_as_every_other_test() -> None:
+    trials = factorial(effect_a=0.05, seeds=2, rng=np.random.default_rng(5))
+    v = _verdicts(trials)
+    assert v.anova.empty and "too few seeds" in v.anova_why
+    assert v.family.empty  # nothing is tested at 2 seeds: no comparison either
+    assert "Nothing is tested" in v.policy()
+
+
+def test_the_power_line_and_floor_use_the_whole_family() -> None:
+    trials = factorial(effect_a=0.05, seeds=4, sd=0.01, rng=np.random.default_rng(6))
+    v = _verdicts(trials)
+    m = len(v.family)
+    assert v.comparisons["power_alpha"].to_numpy() == pytest.approx(np.full(len(v.comparisons), 0.05 / m))
+    floor, holm, m_said = floor_and_threshold(v.comparisons[v.comparisons["testable"]], 0.05)
+    assert m_said == m and holm == pytest.approx(0.05 / m)
+    assert floor == pytest.approx(v.comparisons["p_min"].min())
+
+
+def test_mixed_floors_do_not_claim_that_nothing_can_pass() -> None:
+    """One comparison at 3 paired seeds (floor 0.25), another at 8 (floor 1/128): the claim that no
+    comparison can be significant would be false, so the floor used is the smallest."""
+    import pandas as pd
+
+    tested = pd.DataFrame({"p_min": [0.25, 1 / 128], "n": [3, 8], "power_alpha": [0.025, 0.025]})
+    floor, holm, m = floor_and_threshold(tested, 0.05)
+    assert floor == pytest.approx(1 / 128) and not floor > holm and m == 2
+
+
+def test_flags_show_diverged_runs_beside_their_comparison() -> None:
+    trials = factorial(seeds=4, rng=np.random.default_rng(7))
+    cell = trials["cell_id"].unique()[1]
+    trials.loc[(trials["cell_id"] == cell) & (trials["seed"] == 0), ["status", METRIC]] = ["diverged", np.nan]
+    table = verdicts.answer_table(_verdicts(trials))
+    label = trials.loc[trials["cell_id"] == cell, "cell_label"].iloc[0]
+    assert table.loc[table["question"].str.startswith(f"{label} vs"), "flags"].iloc[0] == "1 diverged"
