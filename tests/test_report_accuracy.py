@@ -296,7 +296,7 @@ def test_every_number_and_verdict_of_the_summary_comes_from_a_table_cell():
     tables = [acc.cell_table(summary, "base", conv=conv), acc.comparison_table(comp, conv=conv), acc.power_table(comp),
               acc.convergence_table(conv)]
     printed = _cells_text(*tables)
-    allowed = {"0.05", "95%", "80%", "20%", "3", "2", "8", "4"}  # α, levels, counts said in words
+    allowed = {"0.05", "95%", "80%", "20%", "3", "2", "8", "4", "0.010"}  # α, levels, counts, min_effect in words
     for sentence in sentences:
         for token in NUMBER.findall(sentence.replace("\u00a0", " ")):
             assert token in printed or token.lstrip("+") in allowed or token in allowed, (token, sentence)
@@ -577,3 +577,15 @@ def test_profile_band_is_labelled_by_what_it_is():
     labels = [t.get_text() for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
               for t in legend.get_texts()]
     assert "95% Clopper–Pearson band (pointwise)" in labels
+
+
+def test_a_clear_difference_held_back_by_the_family_says_why() -> None:
+    """A cell ahead of the reference on every one of 4 seeds, its interval well above 0, is not
+    significant after Holm over 12 tests (the exact test's floor is 0.125): the sentence says so
+    rather than calling it one of 'the differences that are not significant' and leaving it there."""
+    trials = make_trials({"ref": 0.30, "better": 0.58, "same": 0.30}, seeds=4, sd=0.01, rng=np.random.default_rng(8))
+    comp = stats.compare_to_reference(trials, METRIC, "ref").assign(power_alpha=0.05 / 12)
+    text = " ".join(acc.comparison_sentences(comp, METRIC))
+    assert "the largest is better" in text
+    assert "Its interval excludes 0 and it is ahead on every seed, yet not significant" in text
+    assert "the exact test's smallest p is 0.125" in text and "over the study's 12 tests is 0.0042" in text
