@@ -134,3 +134,20 @@ def test_an_errored_item_is_rerun_by_retry_failed_after_a_fix_keeping_its_failed
     assert procs.assert_consistent(tmp_path) == {found[0]["item"]: "done"}
     assert parent_statuses(tmp_path) == ["FINISHED"]
     assert "failed with an error" not in procs.ablate(tmp_path, "plan", "spec.yaml").stdout
+
+
+def test_both_reports_render_what_remains_when_the_reference_lost_its_runs_with_the_tracking_store(tmp_path):
+    """The reference cell (the baseline, trained first) recorded, then mlflow.db removed, the study
+    finished into a fresh one: the reference's runs (its curves, its norm data) are gone. Both
+    reports render (exit 0), the norm report saying the reference has nothing to compare with."""
+    procs.write_spec(tmp_path, seeds=1, factors={"model.layers": [1, 2]})
+    assert procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "0").returncode == 0
+    assert procs.ablate(tmp_path, "worker", "faults", "--max-items", "1").returncode == 0
+    (tmp_path / ".ablate" / "mlflow.db").unlink()
+    res = procs.ablate(tmp_path, "run", "spec.yaml")
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = procs.ablate(tmp_path, "report", "faults", "--format", "html", "--out", "out")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stdout + res.stderr
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.html")) == ["accuracy.html", "norm_stability.html"]
+    page = (tmp_path / "out" / "norm_stability.html").read_text()
+    assert "no value there, so nothing is compared" in page or "has no value" in page

@@ -549,7 +549,7 @@ def compare_to_reference(
         if cid == ref_id:
             continue
         res = _compare_one(ref, values.get(cid, empty), confidence, seed, permutations, metric_range(metric))
-        rows.append({"cell_id": cid, "cell_label": label, "reference_id": ref_id, "reference_label": labels[ref_id],
+        rows.append({"cell_id": cid, "cell_label": label, "reference_id": ref_id, "reference_label": labels.get(ref_id, ref_id),
                      **res})
     out = pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
     for col in ("p", "t_p", "p_min", "sd_diff"):

@@ -3,6 +3,7 @@ finite metric, cells in order, a cell by id or label (the conventions of ``ablat
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -68,8 +69,11 @@ def cell_rows(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def resolve_cell(trials: pd.DataFrame, cell: str) -> str:
+    """The id of ``cell`` (an id or a label) in ``trials``. A cell id (as the design makes them)
+    with no rows here is returned as it is: a cell whose runs hold no data for this measure (its
+    comparisons then have no reference values, which a report says); other text raises KeyError."""
     ids = trials["cell_id"].to_numpy()
-    if cell in set(ids):
+    if cell in set(ids) or re.fullmatch(r"[0-9a-f]{12}", str(cell)):
         return cell
     cells = trials[["cell_id", "cell_label"]].drop_duplicates("cell_id")
     by_label = cells.loc[cells["cell_label"] == cell, "cell_id"]
