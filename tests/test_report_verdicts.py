@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from frames import METRIC, A, B, factorial
 
 from ablate.report import format as fmt
 from ablate.report import verdicts
 from ablate.report.accuracy.tables import floor_and_threshold
-from tests.frames import METRIC, A, B, factorial
 
 
 def _res(trials, min_effect: float = 0.01) -> SimpleNamespace:

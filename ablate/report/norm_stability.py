@@ -43,6 +43,8 @@ __all__ = [
 #: Each measure of ``stats.norms.MEASURES`` in words: where it varies, what varies, and as a column heading.
 MEASURE_WORDS = {"training": "over training steps", "depth": "over layers", "seeds": "over seeds",
                  "final": "at the end of training"}
+#: "CV" in every table and sentence is this: said once in the report's header.
+CV_WORDS = "CV is the coefficient of variation, sd / mean, of ‖x‖² (over a run's probe steps, or over its layers)"
 VALUE_WORDS = {"training": "CV of ‖x‖²", "depth": "CV of ‖x‖²", "seeds": "spread of log ‖x‖²", "final": "‖x‖²"}
 COLUMN_WORDS = {"training": "CV over training steps", "depth": "CV over layers",
                 "seeds": "spread of log ‖x‖² over seeds",
@@ -76,6 +78,7 @@ def header_lines(res: Any, trials: pd.DataFrame, order: Order, key: str = "") ->
                      f"**{'yes' if same else 'NO — cells differ in their task; compare with care'}**.")
     if key:
         lines.append(f"Figures label variants by their levels of: **{key}**.")
+    lines.append(f"{CV_WORDS}.")
     return lines
 
 

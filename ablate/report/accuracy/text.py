@@ -168,6 +168,14 @@ def no_anova_text(why: str, trials: pd.DataFrame, factors: Sequence[str], summar
     return f"No ANOVA table: {why}."
 
 
+def _one_sided(r: pd.Series) -> bool:
+    """Every paired difference on one side of zero, and an interval that excludes it."""
+    diffs = r.get("diffs")
+    same_side = (diffs is not None and len(diffs) > 0 and (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)))
+    low, high = r.get("diff_ci_low"), r.get("diff_ci_high")
+    return bool(same_side and finite(low) and finite(high) and (low > 0 or high < 0))
+
+
 def _direction(diff: float, higher_is_better: bool | None) -> str:
     if higher_is_better is None:
         return "is above" if diff > 0 else "is below"
@@ -231,8 +239,16 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
     if len(rest):
         i = rest["mean_diff"].abs().idxmax()
         r, t = comp.loc[i], table.loc[i]
-        out.append(f"Of the differences that are {verdict(False, at)}, the largest is {r['cell_label']}: {t[delta]}, "
-                   f"p_adj = {t['p (Holm)']}." + _caveat(r["cell_id"], conv))
+        text = (f"Of the differences that are {verdict(False, at)}, the largest is {r['cell_label']}: {t[delta]}, "
+                f"p_adj = {t['p (Holm)']}.")
+        if _one_sided(r):  # a clear effect the family's correction or the seeds' floor holds back: say which
+            floor, holm, m = floor_and_threshold(tested, alpha)
+            why = (f"with {int(r['n'])} seeds the exact test's smallest p is {pval(r['p_min'], alpha)}"
+                   if r["p_min"] > holm else f"its p = {pval(r['p'], alpha)} before correction")
+            text += (f" Its interval excludes 0 and it is {'ahead' if r['mean_diff'] > 0 else 'behind'} on every "
+                     f"seed, yet not significant: {why}, and Holm's first threshold over the study's {m} tests is "
+                     f"{pval(holm, alpha)} — more seeds would decide it.")
+        out.append(text + _caveat(r["cell_id"], conv))
     if len(untested) and untested["mean_diff"].notna().any():
         i = untested["mean_diff"].abs().idxmax()
         r, t = comp.loc[i], table.loc[i]
