@@ -10,6 +10,7 @@ from frames import curve_frame, steady_and_wild
 
 from ablate import stats
 from ablate.stats import norms as sn
+from ablate.stats.estimators import robust_level
 
 
 def seeded(values: dict[str, np.ndarray], factors: dict[str, dict[str, str]] | None = None
@@ -33,26 +34,49 @@ def test_each_run_is_one_value_per_measure_computed_from_its_own_curves():
     assert run["cv_depth"] == pytest.approx(np.mean([stats.cv(steady[2, :, k]) for k in range(6)]))
     assert run["final_norm"] == pytest.approx(np.exp(np.log(steady[2, :, -1]).mean()))
     logs = np.log(steady[:, :, :])  # seeds × layers × steps
-    dev = np.sqrt(np.mean((logs[2] - logs.mean(axis=0)) ** 2 * 4 / 3))
-    assert run["dev_seeds"] == pytest.approx(dev)
+    others = np.median(np.delete(logs, 2, axis=0), axis=0)  # the median of the other three seeds
+    assert run["dev_seeds"] == pytest.approx(np.mean(np.abs(logs[2] - others)) / sn.norm_seeds.kappa(4))
+    assert run["flag"] == "" and run["bad_norms"] == 0
     assert run["log_cv_training"] == pytest.approx(np.log(run["cv_training"]))
 
 
 def test_the_spread_over_seeds_does_not_depend_on_how_many_seeds():
-    """The mean unbiased seed variance: on average the same with 3 seeds as with 12 (a CV across n
-    seeds shrinks with n — the comparison report once compared 2 seeds with 3)."""
+    """The mean leave-one-out-median deviation over κ(n): on average the sd of log ‖x‖² with 3
+    seeds as with 12 (a CV across n seeds shrinks with n — the comparison report once compared 2
+    seeds with 3)."""
     rng = np.random.default_rng(0)
     few, many = [], []
     for _ in range(300):
         values = np.exp(rng.normal(0, 0.3, (12, 1, 1)) + rng.normal(0, 0.05, (12, 2, 4)))
         norms = sn.layer_norms(curve_frame({"a": values}))
-        few.append(sn.sd_over_seeds(norms, seeds=[0, 1, 2])[0] ** 2)
-        many.append(sn.sd_over_seeds(norms)[0] ** 2)
-    assert np.mean(few) == pytest.approx(np.mean(many), rel=0.08)
-    direct = np.sqrt(np.mean(np.var(np.log(values), axis=0, ddof=1)))
-    assert sn.sd_over_seeds(norms)[0] == pytest.approx(direct)
+        few.append(sn.sd_over_seeds(norms, seeds=[0, 1, 2])[0])
+        many.append(sn.sd_over_seeds(norms)[0])
+    sd = np.sqrt(0.3**2 + 0.05**2)
+    assert np.mean(few) == pytest.approx(sd, rel=0.06) and np.mean(many) == pytest.approx(sd, rel=0.03)
+    logs = np.log(values).reshape(12, -1)
+    direct = np.mean([np.mean(np.abs(logs[i] - np.median(np.delete(logs, i, 0), 0))) for i in range(12)])
+    assert sn.sd_over_seeds(norms)[0] == pytest.approx(direct / sn.norm_seeds.kappa(12))
 
 
+def test_kappa_is_the_normal_mean_deviation_from_the_others_median():
+    """κ(2) = E|Z₁ − Z₂| = 2/√π; κ(n) at larger n against a Monte Carlo of a million draws."""
+    assert sn.norm_seeds.kappa(2) == pytest.approx(2 / np.sqrt(np.pi), rel=1e-6)
+    rng = np.random.default_rng(1)
+    for n in (3, 4, 7):
+        z = rng.standard_normal((200_000, n))
+        mc = np.mean(np.abs(z[:, 0] - np.median(z[:, 1:], axis=1)))
+        assert sn.norm_seeds.kappa(n) == pytest.approx(mc, rel=0.01)
+
+
+def test_one_odd_run_moves_the_other_runs_deviations_little():
+    """The old deviation from a shared mean moved every run of the variant when one run was off;
+    from the median of the others, the other runs barely move."""
+    rng = np.random.default_rng(4)
+    logs = rng.normal(0, 0.2, (6, 2, 5))
+    odd = logs.copy()
+    odd[5] += 5.0  # one run e⁵ ≈ 150× off
+    dev = [sn.per_seed(sn.layer_norms(curve_frame({"a": np.exp(x)})))["dev_seeds"].to_numpy() for x in (logs, odd)]
+    assert np.max(np.abs(dev[1][:5] / dev[0][:5] - 1)) < 0.6 and dev[1][5] > 10 * dev[0][5]
 def test_a_variants_value_is_the_interval_of_scipy_on_its_scale():
     """Over training and at the end: exp of the t interval of the mean log; over layers: the t
     interval of the mean √CV, squared (scipy's one-sample t, computed independently)."""
@@ -102,10 +126,11 @@ def test_variants_are_compared_with_the_declared_reference_not_the_most_stable()
     assert set(comp["reference_id"]) == {"c0"} and set(comp["cell_id"]) == {"c1"}
     assert list(comp["measure"]) == ["training", "depth", "seeds", "final"]
     training = comp[comp["measure"] == "training"].iloc[0]
-    # The ratio is exp(mean log difference) with the t interval of the paired differences.
+    # The ratio is exp(mean log difference) with the t interval of the paired differences (at the
+    # level compare_to_reference prints as 95%: stats.robust_level).
     d = ps[ps.cell_id == "c1"]["log_cv_training"].to_numpy() - ps[ps.cell_id == "c0"]["log_cv_training"].to_numpy()
     assert training["ratio"] == pytest.approx(np.exp(d.mean()))
-    low, high = stats.t_interval(d)[1:3]
+    low, high = stats.t_interval(d, robust_level(0.95))[1:3]
     assert (training["ratio_low"], training["ratio_high"]) == pytest.approx((np.exp(low), np.exp(high)))
     assert training["paired"] and training["test"] == "exact sign-flip" and training["significant"]
     assert training["ratio_high"] < 0.2  # "calm" varies far less over training than the reference
@@ -215,27 +240,161 @@ def test_a_measure_some_levels_cannot_have_is_analysed_on_the_levels_that_have_i
     assert "model.layers" in set(anova.loc[anova["measure"] == "training", "term"])
 
 
-def test_the_residual_permutation_enumerates_every_split_and_finds_a_wider_spread():
+def test_the_spread_test_enumerates_every_split_and_finds_a_wider_spread():
     rng = np.random.default_rng(11)
     same = rng.normal(0, 1, (4, 6))
-    p, exact, p_min = sn.variance_permutation(same, same.copy())
+    p, exact, p_min = sn.norm_seeds.spread_test(same, same.copy(), paired=False)
     assert exact and p == 1.0 and p_min == pytest.approx(2 / 70)  # C(8, 4) splits, none more extreme
     wide, narrow = rng.normal(0, 3, (6, 6)), rng.normal(0, 1, (6, 6))
-    p, exact, _ = sn.variance_permutation(wide, narrow)
+    p, exact, _ = sn.norm_seeds.spread_test(wide, narrow, paired=False)
     assert exact and p < 0.01
     # Monte Carlo beyond the limit gives (hits + 1)/(B + 1) near the exact p.
-    p_mc, exact_mc, p_min_mc = sn.variance_permutation(wide, narrow, n_resamples=500)
+    p_mc, exact_mc, p_min_mc = sn.norm_seeds.spread_test(wide, narrow, paired=False, n_resamples=500)
     assert not exact_mc and p_min_mc == pytest.approx(2 / 501) and p_mc == pytest.approx(p, abs=0.02)
+    # Paired: the 2⁶ swaps of each seed's two runs.
+    p, exact, p_min = sn.norm_seeds.spread_test(wide, narrow, paired=True)
+    assert exact and p_min == pytest.approx(2 / 64) and p <= 2 / 64 + 1e-12
 
 
-def test_over_seeds_on_different_seeds_is_the_residual_permutation():
+def test_a_level_difference_is_not_a_spread_difference():
+    """Each variant is aligned on its own median first: a variant 10× the reference's norm with the
+    same spread is not called different over seeds."""
+    rng = np.random.default_rng(12)
+    ref = rng.normal(0, 0.3, (6, 8))
+    p, _, _ = sn.norm_seeds.spread_test(ref[::-1] + np.log(10), ref, paired=False)
+    assert p == 1.0
+
+
+def test_the_ratio_interval_inverts_the_test_and_says_when_it_cannot():
+    rng = np.random.default_rng(13)
+    cell, ref = rng.normal(0, 0.6, (8, 10)), rng.normal(0, 0.3, (8, 10))
+    low, high, why = sn.norm_seeds.ratio_interval(cell, ref, paired=True)
+    ratio = sn.norm_seeds.spread(cell) / sn.norm_seeds.spread(ref)
+    assert why == "" and low < ratio < high
+    # At its bounds the test's p sits at α: just inside is not rejected, just outside is.
+    for bound, inside in ((low, 1.01), (high, 0.99)):
+        assert sn.norm_seeds.spread_test(cell / (bound * inside), ref, paired=True)[0] > 0.05
+        assert sn.norm_seeds.spread_test(cell / (bound / inside), ref, paired=True)[0] <= 0.05
+    low, high, why = sn.norm_seeds.ratio_interval(cell[:5], ref[:5], paired=True)
+    assert np.isnan(low) and np.isnan(high) and "5 paired seeds: the test's smallest p is 0.062" in why
+
+
+def test_over_seeds_on_different_seeds_is_the_whole_run_permutation():
     """Relabelling per-seed deviations rejects too often under the null (they share their variant's
-    mean); different seeds take the residual permutation, and find a real difference."""
+    centre); different seeds take the whole-run permutation, and find a real difference."""
     rng = np.random.default_rng(3)
     norms, _, order = seeded({"narrow": np.exp(rng.normal(0, 0.1, (6, 1, 1)) + rng.normal(0, 0.01, (6, 2, 4))),
                               "wide": np.exp(rng.normal(0, 0.6, (6, 1, 1)) + rng.normal(0, 0.01, (6, 2, 4)))})
     norms.loc[norms["cell_id"] == "c1", "seed"] += 100  # no seed shared
     ps = sn.per_seed(norms)
     row = sn.compare(ps, norms, "c0", order).set_index("measure").loc["seeds"]
-    assert not row["paired"] and row["test"] == "exact residual permutation" and row["n"] == 6
+    assert not row["paired"] and row["test"] == "exact whole-run permutation" and row["n"] == 6
     assert row["p"] < 0.05 and row["ratio"] > 2 and row["ratio_low"] > 1
+
+
+# --- runs that diverged, and round-off --------------------------------------------------------------
+
+
+def test_a_run_with_infinite_or_zero_norms_is_flagged_not_dropped():
+    """A layer that overflows to inf at the last two probes once gave a normal-looking final ‖x‖²
+    from the layers left; an all-zero layer vanished from "training" and "final"."""
+    rng = np.random.default_rng(20)
+    values = np.exp(rng.normal(0, 0.2, (5, 2, 6)))
+    values[1, 0, -2:] = np.inf
+    values[3, 1, :] = 0.0
+    norms = sn.layer_norms(curve_frame({"a": values}))
+    assert np.isinf(norms["value"]).sum() == 2 and norms["bad"].sum() == 8
+    ps = sn.per_seed(norms).set_index("seed")
+    assert ps.loc[1, "bad_norms"] == 2 and ps.loc[3, "bad_norms"] == 6
+    assert ps.loc[1, "flag"].startswith("non-finite or zero ‖x‖² at 2") and ps.loc[3, "flag"]
+    assert ps.loc[[1, 3], ["cv_training", "cv_depth", "final_norm", "dev_seeds"]].isna().all().all()
+    table = sn.stability(ps.reset_index(), norms, [("c0", "a")])
+    assert table.loc[0, "seeds"] == 5 and table.loc[0, "flagged"] == 2 and table.loc[0, "n_final"] == 3
+    assert "seed 1: non-finite" in table.loc[0, "flags"] and "seed 3: non-finite" in table.loc[0, "flags"]
+    # A head that is NaN makes its layer's value NaN (pandas' mean would have skipped it).
+    two = pd.concat([curve_frame({"a": values[:1]}).assign(head=h) for h in range(2)], ignore_index=True)
+    two.loc[(two["head"] == 1) & (two["step"] == 0) & (two["layer"] == 0), "value"] = np.nan
+    assert np.isnan(sn.layer_norms(two).query("layer == 0 and step == 0")["value"]).all()
+
+
+def null_study(seeds: int, paired: bool, late: bool, seed: int) -> dict[str, np.ndarray]:
+    """Four identical variants (seed offset, drift, layer offset, noise on the log scale); with
+    ``late``, one run's ‖x‖² grows 10⁴× over the second half of its probe steps (finite)."""
+    rng = np.random.default_rng(seed)
+    k = np.linspace(0, 1, 11)
+    shared = rng.normal(0, 0.3, (seeds, 1, 1))
+    out = {}
+    for name in ("ref", "a", "b", "c"):
+        own = rng.normal(0, 0.3, (seeds, 1, 1))
+        logs = ((shared if paired else 0) + own + rng.normal(0, 0.4, (seeds, 1, 1)) * k
+                + rng.normal(0, 0.1, (seeds, 2, 1)) + rng.normal(0, 0.05, (seeds, 2, 11)))
+        out[name] = logs
+    out["b"][2] += np.log(1e4) * np.clip((k - 0.5) / 0.5, 0, 1) if late else 0
+    return {name: np.exp(v) for name, v in out.items()}
+
+
+@pytest.mark.parametrize(("seeds", "paired"), [(5, False), (8, True)])
+def test_four_identical_variants_with_a_late_diverging_run_call_nothing_and_show_it(seeds, paired):
+    values = null_study(seeds, paired, late=True, seed=seeds + 1)
+    grid = {"ref": ("p0", "q0"), "a": ("p0", "q1"), "b": ("p1", "q0"), "c": ("p1", "q1")}
+    norms, ps, order = seeded(values, {k: {"f.p": v[0], "f.q": v[1]} for k, v in grid.items()})
+    if not paired:
+        norms["seed"] += 100 * norms["cell_id"].str[1:].astype(int)
+        ps = sn.per_seed(norms, ps[["cell_id", "f.p", "f.q"]].drop_duplicates())
+    flagged = ps[ps["flag"] != ""]
+    assert len(flagged) == 1 and flagged.iloc[0]["cell_id"] == "c2"
+    assert flagged.iloc[0]["flag"].startswith("late growth: ‖x‖² grew")
+    table = sn.stability(ps, norms, order)
+    assert table.set_index("cell_id").loc["c2", "flagged"] == 1 and "late growth" in table.loc[2, "flags"]
+    comp = sn.compare(ps, norms, "c0", order)
+    anova, _ = sn.factor_anova(ps, ["f.p", "f.q"])
+    assert not comp["significant"].any() and not anova["significant"].any()
+    assert comp.loc[comp["cell_id"] == "c2", "n_cell"].min() == seeds - 1  # the primary analysis leaves it out
+    # What the late run changes: nothing — the same verdicts, p and ratios as with the run deleted.
+    gone = norms[~((norms["cell_id"] == "c2") & (norms["seed"] == flagged.iloc[0]["seed"]))]
+    ps_gone = sn.per_seed(gone, ps[["cell_id", "f.p", "f.q"]].drop_duplicates())
+    pd.testing.assert_frame_equal(comp, sn.compare(ps_gone, gone, "c0", order))
+    back = sn.sensitivity(ps, norms, "c0", order)
+    assert back is not None and back.loc[back["cell_id"] == "c2", "n_cell"].max() == seeds
+    assert sn.sensitivity(ps[ps["flag"] == ""], norms, "c0", order) is None
+
+
+def test_a_cell_exactly_a_multiple_of_its_reference_is_not_tested_on_round_off():
+    """A cell exactly 1.1× its reference: its CVs equal the reference's up to 2e-16, once a
+    sign-flip p of 0.125; identical seeds once printed 0.23 [0.23, 0.23]."""
+    rng = np.random.default_rng(21)
+    ref = np.exp(rng.normal(0, 0.3, (5, 2, 6)))
+    norms, ps, order = seeded({"ref": ref, "cell": 1.1 * ref})
+    comp = sn.compare(ps, norms, "c0", order).set_index("measure")
+    for m in ("training", "depth"):
+        assert np.isnan(comp.loc[m, "p"]) and not comp.loc[m, "testable"] and np.isnan(comp.loc[m, "ratio_low"])
+        assert comp.loc[m, "note"].startswith("no spread beyond round-off")
+    assert comp.loc["seeds", "ratio"] == pytest.approx(1.0)
+    same = np.repeat(np.exp(rng.normal(0, 0.3, (1, 2, 6))), 4, axis=0)
+    norms, ps, order = seeded({"same": same, "other": ref[:4]})
+    table = sn.stability(ps, norms, order).set_index("cell_id")
+    for m in ("training", "depth", "final"):
+        col = sn.VALUE[m]
+        assert np.isnan(table.loc["c0", f"{col}_low"]) and table.loc["c0", f"{col}_note"] == "no spread beyond round-off"
+        assert np.isfinite(table.loc["c1", f"{col}_low"]) and table.loc["c1", f"{col}_note"] == ""
+    assert table.loc["c0", "sd_seeds"] == 0.0 and np.isnan(table.loc["c0", "sd_seeds_low"])
+
+
+def test_the_anova_refuses_runs_equal_to_round_off():
+    values, factors = {}, {}
+    for p in ("x", "y"):
+        for q in ("u", "v"):
+            values[f"{p}{q}"] = np.tile(np.exp(np.linspace(0, 1, 6))[None, None, :] * (2.0 if p == "y" else 1.0),
+                                        (3, 2, 1))
+            factors[f"{p}{q}"] = {"f.p": p, "f.q": q}
+    _, ps, _ = seeded(values, factors)
+    anova, why = sn.factor_anova(ps, ["f.p", "f.q"])
+    assert anova.empty or not (anova["measure"] == "training").any()
+    assert why["training"].startswith("no ANOVA") and "round-off" in why["training"]
+
+
+def test_two_seeds_give_no_interval_over_seeds_and_say_why():
+    rng = np.random.default_rng(22)
+    norms, ps, order = seeded({"a": np.exp(rng.normal(0, 0.3, (2, 2, 5)))})
+    row = sn.stability(ps, norms, order).iloc[0]
+    assert np.isnan(row["sd_seeds_low"]) and row["sd_seeds_note"].startswith("2 seeds")

@@ -17,46 +17,45 @@ on shared seeds, never below three seeds, Holm within each measure's family):
     depth      the run's CV across layers at each probe step, averaged over probe steps
     final      the run's whole-state ‖x‖² (summed over heads) at its last probe step (geometric
                mean over layers)
-    seeds      how far the run's log ‖x‖² lies from its variant's mean over seeds, as the root mean
-               square over (layer, step) with the n/(n − 1) correction — a Levene-type deviation
-               whose mean square over seeds is the unbiased seed variance of log ‖x‖², so a
-               variant's value does not depend on how many seeds it has
+    seeds      how far the run's log ‖x‖² lies from the median of its variant's other runs, as the
+               mean absolute deviation over (layer, step), scaled to be the sd across seeds for normal
+               log norms at any number of seeds (``stats.norm_seeds``: a Brown–Forsythe-type
+               deviation; one odd run moves a median little, so it does not move the other runs')
+
+Runs that diverged are never dropped in silence (``norm_seeds.flags``): a run with a non-finite or
+zero ‖x‖² has no value of any measure and is counted and named; a run whose ‖x‖² grew late far more
+than its variant's other runs is flagged, shown, left out of the primary analysis (``stability``,
+``compare``, ``factor_anova``, ``main_effects``) and put back in by ``sensitivity``. ``per_seed``'s
+``flag`` column says which runs and why ("" for the others).
 
 A variant's value over training and at the end is the geometric mean over its seeds (``exp`` of the
 mean log) with a t interval on the logs; over layers it is the mean over seeds on the square-root
 scale, (mean √CV)², with a t interval on √CV, squared (``value_interval``: a CV of a few layers is
 a spread of a few values, skewed even on the log scale, and the t interval of its mean log covered
 0.92–0.93 at 3–8 seeds on the calibration benchmark; √CV is close to symmetric there and in the
-committed studies); over seeds, ``sd_seeds`` = sqrt(mean over (layer, step) of the seed variance of
-log ‖x‖²) (≈ the CV across seeds for small spreads) with a chi-square interval on n − 1 degrees of
-freedom (conservative: the (layer, step) units of one seed are not independent). A comparison's
-ratio is exp(mean log difference) with the t interval of that difference; over seeds both sides
-use the same seeds (the first common ones, else the first k of each) and the ratio of their
-``sd_seeds`` has an F interval on (k − 1, k − 1) degrees of freedom. Factor effects are ANOVAs of
-the per-seed log values with seeds as replicates (``stats.anova``), Holm-corrected across every
-term and measure of the report.
+committed studies); over seeds, ``sd_seeds`` is the mean of its runs' deviations with the interval
+of that spread for normal runs (``seeds_interval``). A comparison's ratio is exp(mean log difference) with the t interval
+of that difference; over seeds both sides use the same seeds (the shared ones, else the first k of
+each) and the (layer, step) units all of them measured, the test permutes whole runs (or swaps each
+shared seed's pair) and recomputes the spreads, and the ratio's interval inverts that test
+(``norm_seeds.spread_test``, ``norm_seeds.ratio_interval``). Factor effects are ANOVAs of the per-seed
+log values with seeds as replicates (``stats.anova``), Holm-corrected across every term and measure
+of the report. No spread beyond round-off (``estimators.no_spread``) gives no interval, test or F,
+and a note that says so.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from ablate.stats.comparisons import (
-    COMPARISON_COLUMNS,
-    MIN_N_TEST,
-    PERMUTATIONS,
-    compare_to_reference,
-    power_line,
-)
-from ablate.stats.estimators import Estimate, mark_for, t_interval
+from ablate.stats import norm_seeds
+from ablate.stats.comparisons import COMPARISON_COLUMNS, MIN_N_TEST, compare_to_reference, power_line
+from ablate.stats.estimators import Estimate, mark_for, no_spread, t_interval
 from ablate.stats.factorial import AnovaNotApplicable, anova, anova_applicable, anova_on_finished_levels
 from ablate.stats.factorial import main_effects as factor_means
 from ablate.stats.selection import STANDARD_COLUMNS, infer_factors
@@ -75,14 +74,16 @@ __all__ = [
     "main_effects",
     "per_seed",
     "prepare",
+    "primary",
     "probe_batch_check",
     "sd_over_seeds",
+    "seeds_interval",
+    "sensitivity",
     "spectrum_drift",
     "stability",
     "theory_check",
     "time_curves",
     "value_interval",
-    "variance_permutation",
     "variants",
 ]
 
@@ -137,10 +138,18 @@ def variants(df: pd.DataFrame, trials: Any = None) -> list[tuple[str, str]]:
 
 def layer_norms(df: pd.DataFrame, kind: str = "probe", quantity: str = "norm_sq_mean") -> pd.DataFrame:
     """One row per (cell, seed, layer, step): the head mean of ``quantity`` rows of ``kind``
-    (``value``; per head, so that head counts compare) and the number of heads (``heads``)."""
+    (``value``; per head, so that head counts compare; NaN when a head's is NaN, inf when one
+    overflowed), the number of heads (``heads``) and of heads whose value is non-finite or not
+    positive (``bad``: a diverged or dead state, which ``per_seed`` flags)."""
     sub = df[(df["kind"] == kind) & (df["quantity"] == quantity)]
+    v = sub["value"].to_numpy(float)
+    with np.errstate(invalid="ignore"):
+        sub = sub.assign(nan=np.isnan(v), bad=~np.isfinite(v) | (v <= 0))
     cols = ["cell_id", "cell_label", "seed", "layer", "step"]
-    return sub.groupby(cols, as_index=False, sort=False).agg(value=("value", "mean"), heads=("value", "size"))
+    out = sub.groupby(cols, as_index=False, sort=False).agg(value=("value", "mean"), heads=("value", "size"),
+                                                            nan=("nan", "any"), bad=("bad", "sum"))
+    out.loc[out["nan"], "value"] = np.nan  # pandas' mean skips NaN: a head that is NaN would vanish
+    return out.drop(columns="nan").astype({"bad": int})
 
 
 def time_curves(df: pd.DataFrame, kind: str) -> pd.DataFrame:
@@ -177,18 +186,26 @@ def _log(x: Any) -> np.ndarray:
         return np.where(a > 0, np.log(np.where(a > 0, a, 1.0)), np.nan)
 
 
-def _deviations(norms: pd.DataFrame) -> pd.Series:
-    """(cell_id, seed) → the run's Levene-type deviation over its cell's seeds (module docstring):
-    sqrt of the mean over (layer, step) of n/(n − 1) · (log ‖x‖² − its mean over the cell's seeds)²,
-    over the units two or more seeds measured; NaN for a cell with one seed."""
-    logs = norms.assign(log=_log(norms["value"]))
-    logs = logs[np.isfinite(logs["log"])]
-    unit = logs.groupby(["cell_id", "layer", "step"], sort=False)["log"]
-    n = unit.transform("count")
-    with np.errstate(all="ignore"):
-        sq = ((logs["log"] - unit.transform("mean")) ** 2 * n / (n - 1)).where(n >= 2)
-    dev = np.sqrt(sq.groupby([logs["cell_id"], logs["seed"]], sort=False).mean())
-    return dev.rename("dev_seeds")
+def _deviations(norms: pd.DataFrame, flag: pd.Series) -> pd.Series:
+    """(cell_id, seed) → the run's deviation over seeds (``norm_seeds.loo_deviations``) among its
+    variant's unflagged runs, on the (layer, step) units they all measured; a run flagged for late
+    growth: its deviation from the median of all of them (how far it lies from the others). NaN
+    for a variant with one unflagged run and for a run with non-finite or zero norms."""
+    out = {}
+    for cid, sub in norms.groupby("cell_id", sort=False):
+        late = [s for s in pd.unique(sub["seed"]) if flag.get((cid, s), "").startswith("late")]
+        seeds, x, _ = norm_seeds.profiles(sub)
+        keep = ~np.isin(seeds, late)
+        if keep.sum() < 2 or x.shape[1] == 0:
+            continue
+        dev = norm_seeds.loo_deviations(x[keep])
+        if no_spread((x[keep] - np.median(x[keep], axis=0)).ravel(), max(1.0, float(np.max(np.abs(x[keep]))))):
+            dev = np.zeros_like(dev)  # runs equal to round-off: no deviation, not one of 1e-16
+        out.update({(cid, s): float(d) for s, d in zip(seeds[keep], dev, strict=True)})
+        centre = np.median(x[keep], axis=0)
+        for s, row in zip(seeds[~keep], x[~keep], strict=True):
+            out[(cid, s)] = float(np.mean(np.abs(row - centre)) / norm_seeds.kappa(int(keep.sum()) + 1))
+    return pd.Series(out, dtype=float, name="dev_seeds")
 
 
 def _cv_over(norms: pd.DataFrame, within: list[str]) -> pd.Series:
@@ -201,32 +218,41 @@ def _cv_over(norms: pd.DataFrame, within: list[str]) -> pd.Series:
 
 def per_seed(norms: pd.DataFrame, trials: Any = None, factors: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per run (cell, seed) with its value of every measure (module docstring) — the frame
-    every test, interval and ANOVA of the norm report is computed from, and what a notebook fits
-    its own model to (``ablate.results`` exposes it as ``Results.stability()``).
+    every test, interval and ANOVA of the norm report is computed from (its unflagged runs:
+    ``primary``), and what a notebook fits its own model to (``Results.stability()``).
 
     ``norms`` is ``layer_norms`` (one row per cell, seed, layer, step). Columns: ``cell_id``,
     ``cell_label``, ``seed``, ``phase`` ("replicate"), ``status`` ("complete"), ``layers``,
-    ``steps`` (probe steps of the run), ``cv_training``, ``cv_depth`` (NaN with one layer),
-    ``final_norm``, ``dev_seeds`` (NaN for a cell with one seed), their logs ``log_cv_training``,
-    ``log_cv_depth``, ``log_final_norm``, ``log_dev_seeds``, and the columns ``factors`` of
-    ``trials`` (when given; default its dotted-path columns — a named factor has no dot: name it)."""
-    cols = ["cell_id", "cell_label", "seed", "layers", "steps", "cv_training", "cv_depth", "final_norm", "dev_seeds"]
-    norms = norms[np.isfinite(norms["value"].to_numpy(float))]
+    ``steps`` (probe steps of the run), ``bad_norms``, ``nonfinite`` (``bad_norms`` > 0),
+    ``late_growth``, ``flag`` (``norm_seeds.flags``: "" for a run analysed as usual, else why it is
+    not), ``flagged`` (``flag`` non-empty: the column figures mark runs by),
+    ``cv_training``, ``cv_depth`` (NaN with one layer), ``final_norm``, ``dev_seeds`` (NaN for a
+    variant with one unflagged run), their logs ``log_cv_training``, ``log_cv_depth``,
+    ``log_final_norm``, ``log_dev_seeds``, and the columns ``factors`` of ``trials`` (when given;
+    default its dotted-path columns — a named factor has no dot: name it). A run with a non-finite
+    or zero ‖x‖² anywhere has NaN measures: a final norm computed from the layers that stayed
+    finite would look like a normal run's."""
+    head = ["cell_id", "cell_label", "seed", "layers", "steps", "bad_norms", "nonfinite", "late_growth", "flag", "flagged"]
+    cols = [*head, "cv_training", "cv_depth", "final_norm", "dev_seeds"]
     if norms.empty:
         out = pd.DataFrame(columns=cols)
     else:
         run = ["cell_id", "seed"]
+        flags = norm_seeds.flags(norms).set_index(run)
         base = norms.groupby(run, sort=False).agg(cell_label=("cell_label", "first"), layers=("layer", "nunique"),
-                                                  steps=("step", "nunique"))
-        training = _cv_over(norms, [*run, "layer"]).groupby(level=[0, 1], sort=False).mean()
-        depth = _cv_over(norms, [*run, "step"]).groupby(level=[0, 1], sort=False).mean()
-        last = norms[norms["step"] == norms.groupby(run, sort=False)["step"].transform("max")]
+                                                  steps=("step", "nunique")).join(flags)
+        base = base.assign(nonfinite=base["bad_norms"] > 0, flagged=base["flag"] != "")
+        ok_runs = base.index[base["bad_norms"] == 0]
+        good = norms[pd.MultiIndex.from_frame(norms[run]).isin(ok_runs)]
+        training = _cv_over(good, [*run, "layer"]).groupby(level=[0, 1], sort=False).mean()
+        depth = _cv_over(good, [*run, "step"]).groupby(level=[0, 1], sort=False).mean()
+        last = good[good["step"] == good.groupby(run, sort=False)["step"].transform("max")]
         # The whole state's ‖x‖² (the head mean times the heads): a per-head norm of the same state
         # shrinks as its heads get smaller, which would make the head count look like an effect.
         whole = last["value"] * (last["heads"] if "heads" in last.columns else 1)
         final = np.exp(last.assign(log=_log(whole)).groupby(run, sort=False)["log"].mean())
         out = base.assign(cv_training=training, cv_depth=depth.where(base["layers"] > 1), final_norm=final,
-                          dev_seeds=_deviations(norms)).reset_index()[cols]
+                          dev_seeds=_deviations(good, flags["flag"])).reset_index()[cols]
     for name in ("cv_training", "cv_depth", "final_norm", "dev_seeds"):
         out[f"log_{name}"] = _log(out[name].to_numpy(float))
     out.insert(3, "phase", "replicate")
@@ -241,27 +267,48 @@ def per_seed(norms: pd.DataFrame, trials: Any = None, factors: Sequence[str] | N
     return out
 
 
+def primary(seeds: pd.DataFrame, include_flagged: bool = False) -> pd.DataFrame:
+    """The runs the primary analysis uses: those ``per_seed`` did not flag (with
+    ``include_flagged``, the late-growing ones too — the sensitivity analysis; a run with
+    non-finite or zero norms has no values either way)."""
+    if "flag" not in seeds.columns:
+        return seeds
+    keep = seeds["flag"].eq("") | (include_flagged & seeds["flag"].str.startswith("late"))
+    return seeds[keep]
+
+
+def _primary_norms(norms: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The ``layer_norms`` rows of ``runs`` (a ``primary`` frame) only."""
+    keys = pd.MultiIndex.from_frame(runs[["cell_id", "seed"]])
+    return norms[pd.MultiIndex.from_frame(norms[["cell_id", "seed"]]).isin(keys)]
+
+
 def sd_over_seeds(norms: pd.DataFrame, seeds: Sequence[Any] | None = None) -> tuple[float, int]:
-    """(sd of log ‖x‖² across seeds, seeds used) of one cell's ``layer_norms``: the square root of
-    the mean over (layer, step) of the unbiased seed variance (``ddof = 1``), so it does not depend on
-    the number of seeds; only ``seeds`` when given. NaN below two seeds."""
-    if seeds is not None:
-        norms = norms[norms["seed"].isin(list(seeds))]
-    dev = _deviations(norms) if len(norms) else pd.Series(dtype=float)
-    n = int(norms["seed"].nunique()) if len(norms) else 0
-    if n < 2 or not np.isfinite(dev).any():
-        return np.nan, n
-    return float(np.sqrt(np.nanmean(dev.to_numpy(float) ** 2))), n
+    """(spread of log ‖x‖² over seeds, seeds used) of one cell's ``layer_norms``: the mean of its
+    runs' ``norm_seeds.loo_deviations`` on the units every run measured (the sd across seeds for
+    normal log norms, at any number of seeds); only ``seeds`` when given. NaN below two seeds."""
+    used, x, _ = norm_seeds.profiles(norms, seeds) if len(norms) else (np.array([]), np.zeros((0, 0)), None)
+    if len(used) < 2 or x.shape[1] == 0:
+        return np.nan, len(used)
+    return float(norm_seeds.spread(x)), len(used)
 
 
-def _chi2_interval(sd: float, n: int, confidence: float) -> tuple[float, float]:
-    """The interval of an sd on n − 1 degrees of freedom (normal theory; conservative when the
-    averaged units are correlated, which they are within a seed)."""
-    if not (np.isfinite(sd) and n >= 2):
-        return np.nan, np.nan
-    q = (1 - confidence) / 2
-    df = n - 1
-    return float(sd * np.sqrt(df / sps.chi2.ppf(1 - q, df))), float(sd * np.sqrt(df / sps.chi2.ppf(q, df)))
+def seeds_interval(deviations: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[Estimate, str]:
+    """A variant's spread over seeds (the mean of its runs' deviations, ``per_seed``'s
+    ``dev_seeds``) with its interval (``norm_seeds.spread_interval``), and why it has none: at two
+    seeds both runs' deviations are the same number (each is the other's distance), so a spread of
+    them is one degree of freedom; without spread beyond round-off, nothing."""
+    d = np.asarray(deviations, dtype=float)
+    d = d[np.isfinite(d)]
+    value = float(d.mean()) if d.size else np.nan
+    if d.size < 2:
+        return Estimate(value, np.nan, np.nan, int(d.size)), ("one seed" if d.size else "no seeds")
+    if d.size == 2:
+        return Estimate(value, np.nan, np.nan, 2), "2 seeds: one distance between them"
+    if value <= 0:  # per_seed gives 0 to runs that differ by round-off only
+        return Estimate(value, np.nan, np.nan, int(d.size)), "no spread beyond round-off"
+    low, high = norm_seeds.spread_interval(value, int(d.size), confidence)
+    return Estimate(value, low, high, int(d.size)), ""
 
 
 def value_interval(values: Sequence[float] | np.ndarray, measure: str, confidence: float = 0.95) -> Estimate:
@@ -276,7 +323,8 @@ def value_interval(values: Sequence[float] | np.ndarray, measure: str, confidenc
     mean log covered 0.92–0.93 at 3, 5 and 8 seeds on ``benchmarks/bench_norm_calibration.py``;
     on √CV, nearly symmetric there (skew −0.25 against −0.80 on the log), it covers 0.94–0.95
     (the benchmark's ``--parts depth`` prints every candidate tried). Non-positive and non-finite
-    values are left out; NaN bounds below two values."""
+    values are left out; NaN bounds below two values and where they have no spread beyond
+    round-off (``value_note`` says why)."""
     if measure not in ("training", "depth", "final"):
         raise ValueError(f"value_interval takes a per-run measure (training, depth or final), not {measure!r}")
     v = np.asarray(values, dtype=float)
@@ -289,42 +337,72 @@ def value_interval(values: Sequence[float] | np.ndarray, measure: str, confidenc
     return Estimate(est.value**2, low**2, est.ci_high**2, est.n)
 
 
+def value_note(values: Sequence[float] | np.ndarray) -> str:
+    """Why ``value_interval`` of these runs' values has no interval ("" when it has one)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size < 2:
+        return "one seed" if v.size else "no seeds"
+    return "no spread beyond round-off" if no_spread(np.log(v), max(1.0, float(np.max(np.abs(np.log(v)))))) else ""
+
+
 #: The per-run value ``value_interval`` takes for each measure (``per_seed``'s columns).
 RAW = {"training": "cv_training", "depth": "cv_depth", "final": "final_norm"}
 
 
-def stability(seeds: pd.DataFrame, norms: pd.DataFrame, order: Order, confidence: float = 0.95) -> pd.DataFrame:
-    """Per variant: counts, the mean norm, and per measure its value with its interval.
+def _flag_text(runs: pd.DataFrame) -> str:
+    """The flagged runs of one variant, for a table cell: "seed 3: late growth …; seed 4: …"."""
+    bad = runs[runs["flag"].ne("")] if "flag" in runs.columns else runs.iloc[0:0]
+    return "; ".join(f"seed {r.seed}: {r.flag}" for r in bad.itertuples())
 
-    ``seeds`` is ``per_seed``. Columns: ``cell_id``, ``variant``, ``seeds``, ``layers``, ``steps``,
-    ``mean_norm``; for ``training`` and ``final``: ``gm_m`` (geometric mean over seeds), ``gm_m_low``,
-    ``gm_m_high`` (t interval of the mean log, exponentiated; from two seeds); for ``depth``:
-    ``sqm_depth`` ((mean √CV over seeds)²), ``sqm_depth_low``, ``sqm_depth_high`` (t interval on
-    √CV, squared: ``value_interval``); ``n_m`` (seeds with a value) for the three; for ``seeds``:
-    ``sd_seeds``, ``sd_seeds_low``, ``sd_seeds_high`` (chi-square, from two seeds) and ``n_seeds``.
-    ``VALUE`` names each measure's value column."""
+
+def stability(seeds: pd.DataFrame, norms: pd.DataFrame, order: Order, confidence: float = 0.95,
+              include_flagged: bool = False) -> pd.DataFrame:
+    """Per variant: counts, the mean norm, the flagged runs, and per measure its value with its
+    interval, on the ``primary`` runs.
+
+    ``seeds`` is ``per_seed``. Columns: ``cell_id``, ``variant``, ``seeds`` (runs with probe data,
+    flagged ones included), ``layers``, ``steps``, ``mean_norm`` (of the primary runs), ``flagged``
+    (runs left out), ``flags`` (which and why, ``_flag_text``); for ``training`` and ``final``:
+    ``gm_m`` (geometric mean over seeds), ``gm_m_low``, ``gm_m_high`` (t interval of the mean log,
+    exponentiated; from two seeds); for ``depth``: ``sqm_depth`` ((mean √CV over seeds)²),
+    ``sqm_depth_low``, ``sqm_depth_high`` (t interval on √CV, squared: ``value_interval``); ``n_m``
+    (seeds with a value) for the three; for ``seeds``: ``sd_seeds`` (the mean deviation),
+    ``sd_seeds_low``, ``sd_seeds_high`` (``seeds_interval``) and ``n_seeds``; per measure
+    ``{value column}_note``, why there is no interval ("" when there is). ``VALUE`` names each
+    measure's value column."""
+    runs_all = seeds
+    seeds = primary(seeds, include_flagged)
+    norms = _primary_norms(norms, seeds) if len(seeds) else norms.iloc[0:0]
     rows = []
     for cid, label in order:
         sub = norms[norms["cell_id"] == cid]
         runs = seeds[seeds["cell_id"] == cid]
+        every = runs_all[runs_all["cell_id"] == cid]
+        v = sub["value"].to_numpy(float)
         row: dict[str, Any] = {
-            "cell_id": cid, "variant": label, "seeds": sub["seed"].nunique(), "layers": sub["layer"].nunique(),
-            "steps": sub["step"].nunique(), "mean_norm": float(sub["value"].mean()) if len(sub) else np.nan,
+            "cell_id": cid, "variant": label, "seeds": int(every["seed"].nunique()),
+            "layers": sub["layer"].nunique(), "steps": sub["step"].nunique(),
+            "mean_norm": float(v[np.isfinite(v)].mean()) if np.isfinite(v).any() else np.nan,
+            "flagged": int(len(every) - len(runs)), "flags": _flag_text(every),
         }
         for m in ("training", "depth", "final"):
-            est = value_interval(runs[RAW[m]].to_numpy(float), m, confidence)
+            values = runs[RAW[m]].to_numpy(float)
+            est = value_interval(values, m, confidence)
             col = VALUE[m]
-            row.update({col: est.value, f"{col}_low": est.ci_low, f"{col}_high": est.ci_high, f"n_{m}": est.n})
-        sd, n = sd_over_seeds(sub)
-        low, high = _chi2_interval(sd, n, confidence)
-        row.update({"sd_seeds": sd, "sd_seeds_low": low, "sd_seeds_high": high, "n_seeds": n})
+            row.update({col: est.value, f"{col}_low": est.ci_low, f"{col}_high": est.ci_high, f"n_{m}": est.n,
+                        f"{col}_note": value_note(values)})
+        est, note = seeds_interval(runs["dev_seeds"].to_numpy(float), confidence)
+        row.update({"sd_seeds": est.value, "sd_seeds_low": est.ci_low, "sd_seeds_high": est.ci_high,
+                    "n_seeds": est.n, "sd_seeds_note": note})
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-#: Columns of ``compare``: the measure, ``stats.compare_to_reference``'s, and the ratio on the
-#: measure's own scale with its interval.
-COMPARE_COLUMNS = ["measure", *COMPARISON_COLUMNS, "ratio", "ratio_low", "ratio_high"]
+#: Columns of ``compare``: the measure, ``stats.compare_to_reference``'s, the ratio on the
+#: measure's own scale with its interval, and ``note``: why a row has no test or interval.
+COMPARE_COLUMNS = ["measure", *[c for c in COMPARISON_COLUMNS if c != "ci_note"], "ratio", "ratio_low", "ratio_high",
+                   "note"]
 
 
 def _common_seeds(a: pd.Series, b: pd.Series) -> tuple[list[Any], list[Any]]:
@@ -338,60 +416,13 @@ def _common_seeds(a: pd.Series, b: pd.Series) -> tuple[list[Any], list[Any]]:
     return sa[:k], sb[:k]
 
 
-def _residuals(norms: pd.DataFrame, units: pd.MultiIndex) -> np.ndarray:
-    """One cell's (seed × unit) matrix of log ‖x‖² minus the unit's mean over the cell's seeds,
-    times sqrt(n/(n − 1)) — each row has the expected square of the seed variance."""
-    logs = norms.assign(log=_log(norms["value"])).pivot_table(index="seed", columns=["layer", "step"],
-                                                                values="log", aggfunc="mean")
-    x = logs.reindex(columns=units).to_numpy(float)
-    n = x.shape[0]
-    return (x - x.mean(axis=0)) * np.sqrt(n / (n - 1))
-
-
-def variance_permutation(cell: np.ndarray, ref: np.ndarray, n_resamples: int = PERMUTATIONS,
-                         seed: int | None = 0) -> tuple[float, bool, float]:
-    """(p, exact, p_min) of the two-sided test that two variants with different seeds
-    vary as much across seeds, on their residual matrices (``_residuals``, the same units).
-
-    Under the null a seed's whole residual vector is as likely to have come from either variant, so
-    the vectors are permuted between the sides (every split of the 2k seeds into two of k, Monte
-    Carlo beyond ``n_resamples``); the statistic is |log(V_cell / V_ref)| with V a side's seed
-    variance per unit (recentred, ddof 1) averaged over units. Relabelling the per-seed deviations
-    instead ignores that they share their variant's mean, and rejects too often (0.073–0.08 at 5
-    seeds and α = 0.05 in the calibration benchmark; this test: 0.035 at 5, 0.042 at 8)."""
-    r = np.vstack([cell, ref])
-    k, big = cell.shape[0], r.shape[0]
-    arrangements = math.comb(big, k)
-    exact = arrangements <= n_resamples
-    if exact:
-        picks = np.array(list(itertools.combinations(range(big), k)))
-    else:
-        rng = np.random.default_rng(seed)
-        picks = np.vstack([np.arange(k), np.argsort(rng.random((n_resamples, big)), axis=1)[:, :k]])
-    mask = np.zeros((len(picks), big), dtype=float)
-    mask[np.arange(len(picks))[:, None], picks] = 1.0
-
-    def spread(m: np.ndarray) -> np.ndarray:
-        s1, s2, n = m @ r, m @ r**2, m.sum(axis=1, keepdims=True)
-        return ((s2 - s1**2 / n) / (n - 1)).mean(axis=1)
-
-    with np.errstate(all="ignore"):
-        stat = np.abs(np.log(spread(mask) / spread(1.0 - mask)))
-    observed = stat[0]  # the first split is the observed one (seeds 0..k−1 are the cell's)
-    if not np.isfinite(observed):
-        return np.nan, exact, np.nan
-    # The observed split is one of the splits counted (exact) or drawn (Monte Carlo: (h + 1)/(B + 1)).
-    hits = int(np.count_nonzero(stat >= observed - 1e-12 * max(1.0, abs(observed))))
-    p_min = 2.0 / arrangements if exact else 2.0 / (n_resamples + 1)
-    return float(min(1.0, hits / len(stat))), exact, float(p_min)
-
-
 def _seeds_comparisons(norms: pd.DataFrame, ref: str, order: Order, alpha: float, confidence: float,
-                       min_ratio: float, power: float) -> pd.DataFrame:
+                       min_ratio: float, power: float, interval: bool = True) -> pd.DataFrame:
     """The over-seeds family: per variant, both sides on the same seeds (``_common_seeds``) and the
-    (layer, step) units both measured; shared seeds: the sign-flip test of the per-seed log
-    deviations (``compare_to_reference``); different seeds: ``variance_permutation``. The ratio of
-    the sds on those seeds and units, with its F interval on (k − 1, k − 1) degrees of freedom."""
+    (layer, step) units every one of them measured; the ratio of the two spreads, the whole-run
+    permutation test (``norm_seeds.spread_test``: pairs swapped on shared seeds) and the interval
+    that inverts it (``norm_seeds.ratio_interval``). The frame's other columns are
+    ``compare_to_reference``'s of the runs' log deviations on those seeds and units."""
     labels = dict(order)
     ref_norms = norms[norms["cell_id"] == ref]
     rows = []
@@ -400,18 +431,15 @@ def _seeds_comparisons(norms: pd.DataFrame, ref: str, order: Order, alpha: float
             continue
         cell_norms = norms[norms["cell_id"] == cid]
         use_cell, use_ref = _common_seeds(cell_norms["seed"], ref_norms["seed"])
-        sides = [sub[sub["seed"].isin(use)] for sub, use in ((cell_norms, use_cell), (ref_norms, use_ref))]
-        # The units every used seed of both sides measured: a seed's residual vector is then one
-        # observation on the same coordinates whichever side it is put on.
-        seen = [s.groupby(["layer", "step"])["seed"].nunique() for s in sides]
-        full = [set(n.index[n == len(use)]) for n, use in zip(seen, (use_cell, use_ref), strict=True)]
-        units = pd.MultiIndex.from_tuples(sorted(full[0] & full[1]), names=["layer", "step"])
+        (sc, xc, uc), (sr, xr, ur) = (norm_seeds.profiles(cell_norms, use_cell), norm_seeds.profiles(ref_norms, use_ref))
+        units = uc.intersection(ur) if len(sc) and len(sr) else pd.MultiIndex.from_tuples([], names=["layer", "step"])
+        xc, xr = xc[:, uc.get_indexer(units)], xr[:, ur.get_indexer(units)]
+        k = min(len(sc), len(sr)) if len(units) else 0
         parts = []
-        for c, sub in zip((cid, ref), sides, strict=True):
-            keep = sub.set_index(["layer", "step"]).index.isin(units)
-            dev = _deviations(sub[keep]) if keep.any() else pd.Series(dtype=float)
-            parts += [{"cell_id": c, "cell_label": labels[c], "seed": s, "phase": "replicate", "status": "complete",
-                       "log_dev_seeds": float(_log(v))} for (_, s), v in dev.items()]
+        for c, s, x in ((cid, sc, xc), (ref, sr, xr)):
+            dev = norm_seeds.loo_deviations(x) if len(s) >= 2 and len(units) else np.full(len(s), np.nan)
+            parts += [{"cell_id": c, "cell_label": labels[c], "seed": si, "phase": "replicate", "status": "complete",
+                       "log_dev_seeds": float(_log(d))} for si, d in zip(s, dev, strict=True)]
         frame = pd.DataFrame(parts, columns=["cell_id", "cell_label", "seed", "phase", "status", "log_dev_seeds"])
         if frame.empty or not (frame["cell_id"] == ref).any():
             frame = pd.concat([frame, pd.DataFrame([{"cell_id": ref, "cell_label": labels[ref], "seed": -1,
@@ -419,31 +447,67 @@ def _seeds_comparisons(norms: pd.DataFrame, ref: str, order: Order, alpha: float
         one = compare_to_reference(frame, "log_dev_seeds", ref, alpha, confidence=confidence,
                                    min_effect=float(np.log(min_ratio)), power=power)
         one = one[one["cell_id"] == cid].copy()
-        k = min(len(use_cell), len(use_ref)) if len(units) else 0
         ratio = low = high = np.nan
+        note = "" if k >= MIN_N_TEST else f"{k} seed{'s' if k != 1 else ''} a side: not tested"
+        one["p"], one["exact"], one["p_min"] = np.nan, False, np.nan
         if k >= 2:
-            rc, rr = _residuals(sides[0], units), _residuals(sides[1], units)
             with np.errstate(all="ignore"):
-                vc, vr = np.mean(rc**2), np.mean(rr**2)  # the seed variances (ddof 1), averaged over units
-                ratio = float(np.sqrt(vc / vr)) if vr > 0 else np.nan
-            if np.isfinite(ratio):
-                f = float(sps.f.ppf(1 - (1 - confidence) / 2, k - 1, k - 1))
-                low, high = ratio / np.sqrt(f), ratio * np.sqrt(f)
-            if not bool(one["paired"].iloc[0]) and bool(one["testable"].iloc[0]):
-                p, exact, p_min = variance_permutation(rc, rr)
+                spread_c, spread_r = norm_seeds.spread(xc), norm_seeds.spread(xr)
+                ratio = float(spread_c / spread_r) if spread_r > 0 else np.nan
+            scale = max(1.0, float(np.max(np.abs(np.concatenate([xc.ravel(), xr.ravel()])))))
+            flat = [no_spread(x - np.median(x, axis=0), scale) for x in (xc, xr)]
+            if all(flat):
+                ratio, note = np.nan, "no spread over seeds on either side beyond round-off"
+            elif any(flat):
+                ratio, note = np.nan, f"{'the reference' if flat[1] else 'the variant'} has no spread beyond round-off"
+            elif k >= MIN_N_TEST:
+                paired = bool(one["paired"].iloc[0])
+                p, exact, p_min = norm_seeds.spread_test(xc, xr, paired)
+                if interval:
+                    low, high, note = norm_seeds.ratio_interval(xc, xr, paired, confidence)
                 one["p"], one["exact"], one["p_min"] = p, exact, p_min
-                one["test"] = f"{'exact' if exact else 'Monte Carlo'} residual permutation"
-        rows.append(one.assign(ratio=ratio, ratio_low=low, ratio_high=high))
+                kind = "pair-swap" if paired else "whole-run permutation"
+                one["test"] = f"{'exact' if exact else 'Monte Carlo'} {kind}"
+        if not np.isfinite(one["p"].iloc[0]):
+            one["testable"] = False
+        rows.append(one.assign(ratio=ratio, ratio_low=low, ratio_high=high, note=note))
     if not rows:
         return pd.DataFrame(columns=COMPARE_COLUMNS)
     out = _holm(pd.concat(rows, ignore_index=True), alpha)
-    # Each row was tested alone: the power line's α is Holm's first threshold over the family's tests.
+    return _power(out, alpha, min_ratio, power)
+
+
+def _power(out: pd.DataFrame, alpha: float, min_ratio: float, power: float) -> pd.DataFrame:
+    """The power line of each row of one family, at Holm's first threshold over its tested rows."""
     out["power_alpha"] = alpha / max(1, int(out["p"].notna().sum()))
     lines = [power_line(r.sd_diff, int(r.n), float(np.log(min_ratio)), r.power_alpha, power, bool(r.paired))
              for r in out.itertuples()]
     out["power_now"] = [now for now, _ in lines]
     out["seeds_needed"] = [need for _, need in lines]
     return out
+
+
+def _untested_flat(comp: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose per-seed values (paired: their differences) have no spread beyond round-off:
+    no p and no interval, and a note (a ratio of exactly 1.1 on every seed is not evidence of a
+    test, and a sign-flip p of 0.125 on differences of 2e-16 is about the arithmetic)."""
+    comp = comp.copy()
+    comp["note"] = comp["ci_note"].fillna("") if "ci_note" in comp.columns else ""
+    for i, r in comp.iterrows():
+        if r["paired"] and r["diffs"]:
+            values = np.asarray(r["diffs"], dtype=float)
+            scale = max(1.0, *np.abs(r["values_cell"] or [0.0]), *np.abs(r["values_ref"] or [0.0]))
+            flat = no_spread(values, scale)
+        else:
+            cell, ref = np.asarray(r["values_cell"] or [], float), np.asarray(r["values_ref"] or [], float)
+            scale = max(1.0, *np.abs(cell), *np.abs(ref)) if cell.size + ref.size else 1.0
+            flat = cell.size + ref.size > 0 and no_spread(cell, scale) and no_spread(ref, scale)
+        if flat and (cell_n := int(r["n"])) >= 2:
+            comp.loc[i, ["p", "diff_ci_low", "diff_ci_high", "t_p"]] = np.nan
+            comp.at[i, "testable"] = False
+            comp.at[i, "note"] = (f"no spread beyond round-off: every seed's difference the same ({cell_n} seeds)"
+                                  if r["paired"] else f"no spread beyond round-off within either variant ({cell_n} seeds)")
+    return comp
 
 
 def _holm(out: pd.DataFrame, alpha: float) -> pd.DataFrame:
@@ -458,27 +522,34 @@ def _holm(out: pd.DataFrame, alpha: float) -> pd.DataFrame:
 
 
 def compare(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order: Order, alpha: float = 0.05,
-            confidence: float = 0.95, min_ratio: float = 1.25, power: float = 0.8) -> pd.DataFrame:
-    """Every variant against the declared ``reference`` cell, per measure (module docstring): the
-    rows of ``stats.compare_to_reference`` on the per-seed log values (one family per measure,
-    Holm within it; nothing tested below three seeds), with ``measure`` and ``ratio`` (exp of the
-    mean log difference; over seeds, the ratio of the sds on common seeds), ``ratio_low``,
-    ``ratio_high``. The power line asks for a ratio of ``min_ratio``. Columns ``COMPARE_COLUMNS``;
-    a measure no variant has a value of is left out."""
+            confidence: float = 0.95, min_ratio: float = 1.25, power: float = 0.8,
+            include_flagged: bool = False, ratio_intervals: bool = True) -> pd.DataFrame:
+    """Every variant against the declared ``reference`` cell, per measure (module docstring), on the
+    ``primary`` runs: the rows of ``stats.compare_to_reference`` on the per-seed log values (one
+    family per measure, Holm within it; nothing tested below three seeds nor without spread beyond
+    round-off), with ``measure`` and ``ratio`` (exp of the mean log difference; over seeds, the
+    ratio of the spreads on common seeds), ``ratio_low``, ``ratio_high``, ``note``. The power
+    line asks for a ratio of ``min_ratio``. Columns ``COMPARE_COLUMNS``; a measure no variant has
+    a value of is left out. ``ratio_intervals`` False skips the over-seeds ratio's interval (it
+    inverts the test, some 20 tests a bound: the calibration benchmark times it apart)."""
+    seeds = primary(seeds, include_flagged)
+    norms = _primary_norms(norms, seeds) if len(seeds) else norms.iloc[0:0]
     parts = []
     for m in ("training", "depth", "final"):
         if not np.isfinite(seeds[COLUMN[m]].to_numpy(float)).any():
             continue
-        comp = compare_to_reference(seeds, COLUMN[m], reference, alpha, confidence=confidence,
-                                    min_effect=float(np.log(min_ratio)), power=power)
+        comp = _untested_flat(compare_to_reference(seeds, COLUMN[m], reference, alpha, confidence=confidence,
+                                                   min_effect=float(np.log(min_ratio)), power=power))
+        if comp["note"].str.startswith("no spread beyond").any():  # tests taken away: Holm and power anew
+            comp = _power(_holm(comp, alpha), alpha, min_ratio, power)
         with np.errstate(all="ignore"):
             comp = comp.assign(ratio=np.exp(comp["mean_diff"].astype(float)),
                                ratio_low=np.exp(comp["diff_ci_low"].astype(float)),
                                ratio_high=np.exp(comp["diff_ci_high"].astype(float)))
         parts.append(comp.assign(measure=m))
     if seeds["seed"].nunique() >= 2 and np.isfinite(seeds["log_dev_seeds"].to_numpy(float)).any():
-        parts.append(_seeds_comparisons(norms, reference, order, alpha, confidence, min_ratio, power)
-                     .assign(measure="seeds"))
+        parts.append(_seeds_comparisons(norms, reference, order, alpha, confidence, min_ratio, power,
+                                        ratio_intervals).assign(measure="seeds"))
     if not parts:
         return pd.DataFrame(columns=COMPARE_COLUMNS)
     out = pd.concat(parts, ignore_index=True)
@@ -488,7 +559,18 @@ def compare(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order: Ord
     out["measure"] = pd.Categorical(out["measure"], categories=list(MEASURES))
     out = out.sort_values("measure", kind="stable").reset_index(drop=True)
     out["measure"] = out["measure"].astype(str)
+    out["note"] = out["note"].fillna("")
     return out[COMPARE_COLUMNS]
+
+
+def sensitivity(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order: Order, alpha: float = 0.05,
+                confidence: float = 0.95, min_ratio: float = 1.25, power: float = 0.8) -> pd.DataFrame | None:
+    """The comparisons with the late-growing runs put back (``compare(include_flagged=True)``), or
+    None when no run was flagged for late growth. A verdict that differs from the primary one's
+    depends on those runs."""
+    if "flag" not in seeds.columns or not seeds["flag"].str.startswith("late").any():
+        return None
+    return compare(seeds, norms, reference, order, alpha, confidence, min_ratio, power, include_flagged=True)
 
 
 # --- factor effects ------------------------------------------------------------------------------------
@@ -503,13 +585,20 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
     every term of every measure (the report's factor screen is one family). A measure some levels
     cannot have (over layers, at one layer) is analysed on the levels that have it. Returns the
     terms (``ANOVA_COLUMNS``, residual rows left out) and, per measure analysed partly or not at
-    all, a sentence saying so."""
+    all, a sentence saying so. On the ``primary`` runs; a measure whose runs vary within their cells
+    by round-off only has no ANOVA (its F would be a ratio of round-offs)."""
+    seeds = primary(seeds)
     varied = [f for f in factors if f in seeds.columns and seeds[f].nunique() > 1]
     rows, why = [], {}
     for m in MEASURES:
         col = COLUMN[m]
         if not varied:
             why[m] = "no ANOVA: no factor was varied"
+            continue
+        have = seeds[np.isfinite(seeds[col].to_numpy(float))].groupby("cell_id").size()
+        if len(have) and int(have.min()) < MIN_N_TEST:  # said first: at two seeds nothing else matters
+            why[m] = (f"no ANOVA: too few seeds to test (a cell has {int(have.min())}; at least {MIN_N_TEST} "
+                      "are needed)")
             continue
         data, terms = seeds, varied
         ok, reason = anova_applicable(seeds, col, varied)
@@ -524,6 +613,12 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
         if ok and (counts.empty or int(counts.min()) < MIN_N_TEST):
             ok, reason = False, (f"too few seeds to test (a cell has {int(counts.min()) if len(counts) else 0}; "
                                  f"at least {MIN_N_TEST} are needed)")
+        if ok:
+            v = data[col].to_numpy(float)
+            fin = np.isfinite(v)
+            resid = v[fin] - data.loc[fin, col].groupby(data.loc[fin, "cell_id"]).transform("mean").to_numpy(float)
+            if no_spread(resid, max(1.0, float(np.max(np.abs(v[fin]))))):
+                ok, reason = False, "the runs of every cell are equal to round-off (no spread to test against)"
         if not ok:
             why[m] = f"no ANOVA: {reason}"
             continue
@@ -543,9 +638,11 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
 
 def main_effects(seeds: pd.DataFrame, factors: Sequence[str], confidence: float = 0.95) -> pd.DataFrame:
     """Per measure, factor and level: the geometric marginal mean over the cells at that level
-    (``stats.main_effects`` of the per-seed log values, exponentiated) with its interval.
+    (``stats.main_effects`` of the ``primary`` runs' log values, exponentiated) with its interval;
+    none, and ``note`` saying why, where it would have no width beyond round-off.
 
-    Columns: ``measure``, ``factor``, ``level``, ``n_cells``, ``n``, ``value``, ``low``, ``high``."""
+    Columns: ``measure``, ``factor``, ``level``, ``n_cells``, ``n``, ``value``, ``low``, ``high``, ``note``."""
+    seeds = primary(seeds)
     varied = [f for f in factors if f in seeds.columns and seeds[f].nunique() > 1]
     parts = []
     for m in MEASURES:
@@ -559,8 +656,16 @@ def main_effects(seeds: pd.DataFrame, factors: Sequence[str], confidence: float 
                                        "value": np.exp(eff["mean"].astype(float)),
                                        "low": np.exp(eff["ci_low"].astype(float)),
                                        "high": np.exp(eff["ci_high"].astype(float))}))
-    cols = ["measure", "factor", "level", "n_cells", "n", "value", "low", "high"]
-    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+    cols = ["measure", "factor", "level", "n_cells", "n", "value", "low", "high", "note"]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(parts, ignore_index=True)
+    with np.errstate(all="ignore"):  # on the log scale, where the interval was computed
+        width = np.log(out["high"].astype(float)) - np.log(out["low"].astype(float))
+        flat = np.isfinite(width) & (width <= 1e-9 * np.maximum(1.0, np.abs(np.log(out["value"].astype(float)))))
+    out["note"] = np.where(flat, "no spread beyond round-off", "")
+    out.loc[flat, ["low", "high"]] = np.nan
+    return out[cols]
 
 # --- theory check and spectrum drift ----------------------------------------------------------------
 

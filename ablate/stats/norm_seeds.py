@@ -1,0 +1,315 @@
+"""The norm report's spread over seeds, and the runs it must not hide (``ablate.stats.norms`` uses it).
+
+**Per run.** A run's deviation over seeds is the mean over the (layer, probe step) units every run
+of its variant measured of |log ‖x‖²_s − the median of the *other* runs' log ‖x‖²| (a leave-one-out
+median: Brown & Forsythe's centre, with the run itself left out so that no run sits at exactly zero),
+divided by κ(n), the value of that mean absolute deviation for standard normal log norms at n runs
+(``kappa``): it is then the sd of log ‖x‖² across seeds for normal log norms at every n, and about the
+CV across seeds when small. One odd run moves a median little, so it moves the other runs' values
+little — a shared mean (the earlier Levene-type deviation) moved every run of the variant.
+
+**A variant's value** is the mean of its runs' deviations (``spread``).
+
+**The test** (``spread_test``) compares two variants on the same number k of seeds: each variant's
+log profiles are first aligned on their own median over seeds (unit by unit: a difference in level
+is not a difference in spread), then whole runs are permuted between the two — all C(2k, k) splits,
+or within each shared seed's pair (2ᵏ flips) when the seeds are shared — and the statistic
+|log(spread₁ / spread₂)| is recomputed from the permuted profiles, medians included. Under the null
+of identical variants the runs are exchangeable, so the test is exact; the per-run deviations
+themselves are not (they share their variant's centre), which is why they are never relabelled.
+**Its interval** (``ratio_interval``) inverts that test: the ratios ρ at which the cell's aligned
+profiles divided by ρ are not rejected at 1 − confidence (each run's deviation scales by exactly 1/ρ).
+
+**Flags** (``flags``): a run with a non-finite or non-positive ‖x‖² at any (layer, step) diverged:
+its measures are not numbers, it is counted and named, never dropped in silence. A run whose log ‖x‖²
+grows over the second half of its probe steps by more than ``LATE_GROWTH`` times what the other runs
+of its variant grow (their median, per layer) diverged late without failing: it is flagged, shown,
+left out of the primary analysis and put back in for the sensitivity analysis.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import integrate
+from scipy.special import gammaln, ndtr
+
+from ablate.stats.comparisons import PERMUTATIONS
+from ablate.stats.estimators import ROUNDOFF
+
+__all__ = [
+    "LATE_GROWTH",
+    "flags",
+    "kappa",
+    "loo_deviations",
+    "profiles",
+    "ratio_interval",
+    "spread",
+    "spread_interval",
+    "spread_test",
+]
+
+#: A run whose ‖x‖² grows over the second half of its probe steps by more than this factor times
+#: the growth of the other runs of its variant (their median, per layer) is flagged as diverging
+#: late. Heavy-tailed seed drifts in the calibration benchmark (log-normal σ = 1) stay under 10×;
+#: a run that blows up grows 10³–10⁴× or more.
+LATE_GROWTH = 100.0
+
+#: Resamples of a Monte Carlo interval (test inversion evaluates the test some 40 times).
+INTERVAL_PERMUTATIONS = 999
+
+
+@lru_cache(maxsize=256)
+def kappa(n: int) -> float:
+    """E|Z − median(Z₁ … Z_{n−1})| for independent standard normals: what a run's deviation from
+    the median of the other n − 1 runs averages to when log ‖x‖² is normal with sd 1 (2/√π at
+    n = 2). Exact by quadrature over the median's distribution."""
+    if n < 2:
+        raise ValueError(f"kappa needs two or more runs, not {n}")
+    m = n - 1
+    if m > 200:  # the median of m normals is normal with variance π/(2m) to O(1/m²)
+        return math.sqrt(2 / math.pi) * math.sqrt(1 + math.pi / (2 * m))
+    if m % 2:  # the middle order statistic of m
+        j = (m + 1) // 2
+        const = math.exp(gammaln(m + 1) - gammaln(j) - gammaln(m - j + 1))
+
+        def f(t: float) -> float:
+            c = float(ndtr(t))
+            return float(_mean_abs(np.asarray(t))) * const * c ** (j - 1) * (1 - c) ** (m - j) * float(_pdf(np.asarray(t)))
+
+        return float(integrate.quad(f, -12, 12, limit=200)[0])
+    # The mean of order statistics j and j + 1 of m: their joint density in (u, w) = (the j-th, the
+    # gap to the next), a rectangle on which Simpson's rule is accurate to ~1e-9.
+    j = m // 2
+    const = math.exp(gammaln(m + 1) - gammaln(j) - gammaln(m - j))
+    u = np.linspace(-9, 9, 1441)[:, None]
+    w = np.linspace(0, min(12.0, 80.0 / m), 961)[None, :]  # the gap is about 1/(m φ(0)) in size
+    v = u + w
+    dens = const * ndtr(u) ** (j - 1) * _pdf(u) * _pdf(v) * ndtr(-v) ** (m - j - 1)
+    inner = integrate.simpson(_mean_abs(u + w / 2) * dens, x=w.ravel(), axis=1)
+    return float(integrate.simpson(inner, x=u.ravel()))
+
+
+def _pdf(t: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * t**2) / math.sqrt(2 * math.pi)
+
+
+def _mean_abs(t: np.ndarray) -> np.ndarray:
+    """E|Z − t| for Z standard normal."""
+    return 2 * _pdf(t) + t * (2 * ndtr(t) - 1)
+
+
+def _loo_median(x: np.ndarray) -> np.ndarray:
+    """The median over axis −2 (runs) of every run's others, for every run: (…, n, U) → (…, n, U).
+    From the sorted middle of all n alone: which of its values are the others' middle depends only
+    on whether the run lies below, at or above the middle (ties give equal candidates)."""
+    n = x.shape[-2]
+    j = (n - 1) // 2
+    kth = sorted({max(j - 1, 0), j, min(j + 1, n - 1)})
+    s = np.partition(x, kth, axis=-2)
+
+    def at(i: int) -> np.ndarray:
+        return s[..., [i], :]
+
+    if n % 2 == 0:  # the others are odd in number: one middle, the lower or upper middle of all n
+        return np.where(x <= at(j), at(j + 1), at(j))
+    if n == 1:
+        return np.full_like(x, np.nan)
+    mid = at(j)
+    return np.where(x < mid, (mid + at(j + 1)) / 2, np.where(x > mid, (at(j - 1) + mid) / 2, (at(j - 1) + at(j + 1)) / 2))
+
+
+def loo_deviations(x: np.ndarray) -> np.ndarray:
+    """Each run's deviation over seeds (module docstring) from a (…, runs, units) array of log
+    ‖x‖² with no missing value: (…, runs). NaN with fewer than two runs."""
+    n = x.shape[-2]
+    if n < 2:
+        return np.full(x.shape[:-1], np.nan)
+    return np.mean(np.abs(x - _loo_median(x)), axis=-1) / kappa(n)
+
+
+def spread(x: np.ndarray) -> np.ndarray:
+    """A variant's spread over seeds: the mean of its runs' ``loo_deviations``, (…, runs, units) → (…)."""
+    return loo_deviations(x).mean(axis=-1)
+
+
+#: Draws of the Monte Carlo behind ``spread_interval``'s quantiles (seeded: the same every call).
+SPREAD_DRAWS = 200_000
+
+
+@lru_cache(maxsize=64)
+def _spread_quantiles(n: int, confidence: float) -> tuple[float, float]:
+    """The (1 − c)/2 and (1 + c)/2 quantiles of ``spread`` of n standard normal runs on one unit."""
+    z = np.random.default_rng(0).standard_normal((SPREAD_DRAWS, n, 1))
+    q = (1 - confidence) / 2
+    lo, hi = np.quantile(spread(z), [q, 1 - q])
+    return float(lo), float(hi)
+
+
+def spread_interval(value: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The interval of a variant's spread ``value`` over ``n`` runs: [value / q_high, value / q_low]
+    with q the quantiles of the spread of n normal runs of sd 1 on a single (layer, step) unit. A
+    variant's units are correlated (they share each run's offset and drift); taking them as one
+    makes the interval exact when they move together and conservative when they do not. NaN bounds
+    below three runs."""
+    if n < 3 or not np.isfinite(value):
+        return np.nan, np.nan
+    lo, hi = _spread_quantiles(int(n), float(confidence))
+    return float(value / hi), float(value / lo)
+
+
+def profiles(norms: pd.DataFrame, seeds: Any = None) -> tuple[np.ndarray, np.ndarray, pd.MultiIndex]:
+    """(seeds, runs × units matrix of log ‖x‖², units) of one variant's ``layer_norms``: the units
+    (layer, step) every run measured with a positive finite value; only ``seeds`` when given."""
+    if seeds is not None:
+        norms = norms[norms["seed"].isin(list(seeds))]
+    v = norms["value"].to_numpy(float)
+    with np.errstate(all="ignore"):
+        logs = norms.assign(log=np.where(np.isfinite(v) & (v > 0), np.log(np.where(v > 0, v, 1.0)), np.nan))
+    wide = logs.pivot_table(index="seed", columns=["layer", "step"], values="log", aggfunc="mean", dropna=False)
+    wide = wide.loc[:, wide.notna().all(axis=0)]
+    return wide.index.to_numpy(), wide.to_numpy(float), pd.MultiIndex.from_tuples(list(wide.columns),
+                                                                                 names=["layer", "step"])
+
+
+def _align(x: np.ndarray) -> np.ndarray:
+    """A variant's log profiles minus their median over runs, unit by unit."""
+    return x - np.median(x, axis=0, keepdims=True)
+
+
+def _arrangements(k: int, paired: bool, n_resamples: int, seed: int | None) -> tuple[np.ndarray, bool, float]:
+    """(which run goes to the cell's side in each arrangement, exact, the test's smallest p). Paired:
+    a (B, k) mask of swapped pairs; unpaired: (B, k) indices into the 2k pooled runs. The first
+    arrangement is the observed one."""
+    count = 2.0**k if paired else float(math.comb(2 * k, k))
+    exact = count <= n_resamples
+    rng = np.random.default_rng(seed)
+    if paired:
+        if exact:
+            picks = np.array(list(itertools.product((False, True), repeat=k)), dtype=bool)
+        else:
+            picks = np.vstack([np.zeros((1, k), dtype=bool), rng.random((n_resamples, k)) < 0.5])
+    elif exact:
+        picks = np.array(list(itertools.combinations(range(2 * k), k)))
+    else:
+        picks = np.vstack([np.arange(k), np.sort(np.argsort(rng.random((n_resamples, 2 * k)), axis=1)[:, :k], axis=1)])
+    return picks, exact, (2.0 / count if exact else 2.0 / (n_resamples + 1))
+
+
+def _statistics(cell: np.ndarray, ref: np.ndarray, picks: np.ndarray, paired: bool, chunk: int = 512) -> np.ndarray:
+    """log(spread of the cell's side / spread of the reference's side) in every arrangement."""
+    k = cell.shape[0]
+    out = []
+    pool = np.vstack([cell, ref])
+    for start in range(0, len(picks), chunk):
+        p = picks[start:start + chunk]
+        if paired:
+            swap = p[:, :, None]
+            a, b = np.where(swap, ref[None], cell[None]), np.where(swap, cell[None], ref[None])
+        else:
+            mask = np.zeros((len(p), 2 * k), dtype=bool)
+            mask[np.arange(len(p))[:, None], p] = True
+            rest = np.argsort(mask, axis=1, kind="stable")[:, :k]  # the unpicked runs, in order
+            a, b = pool[p], pool[rest]
+        with np.errstate(all="ignore"):
+            out.append(np.log(spread(a)) - np.log(spread(b)))
+    return np.concatenate(out)
+
+
+def _p(stat: np.ndarray) -> float:
+    observed = abs(stat[0])
+    tol = ROUNDOFF * max(1.0, observed)
+    return float(np.count_nonzero(np.abs(stat) >= observed - tol) / len(stat))
+
+
+def spread_test(cell: np.ndarray, ref: np.ndarray, paired: bool, n_resamples: int = PERMUTATIONS,
+                seed: int | None = 0) -> tuple[float, bool, float]:
+    """(p, exact, p_min) of the two-sided test that two variants spread as much over seeds (module
+    docstring), from their (k × units) log profiles on the same units — row i of both the same seed
+    when ``paired``. NaN p when a side has no spread."""
+    a, b = _align(cell), _align(ref)
+    picks, exact, p_min = _arrangements(cell.shape[0], paired, n_resamples, seed)
+    stat = _statistics(a, b, picks, paired)
+    if not np.isfinite(stat[0]):
+        return np.nan, exact, p_min
+    return _p(stat), exact, p_min
+
+
+def ratio_interval(cell: np.ndarray, ref: np.ndarray, paired: bool, confidence: float = 0.95,
+                   n_resamples: int = PERMUTATIONS, seed: int | None = 0) -> tuple[float, float, str]:
+    """(low, high, why not) of the ratio spread(cell) / spread(ref): every ρ at which the test on
+    the cell's aligned profiles divided by ρ has p > 1 − confidence (found by bisection on log ρ to
+    0.2 %). NaN bounds and a reason where the test cannot reach that level at these seeds."""
+    a, b = _align(cell), _align(ref)
+    alpha = 1 - confidence
+    resamples = n_resamples if _arrangements(cell.shape[0], paired, n_resamples, seed)[1] else INTERVAL_PERMUTATIONS
+    picks, exact, p_min = _arrangements(cell.shape[0], paired, resamples, seed)
+    if p_min > alpha:
+        what = f"{cell.shape[0]} {'paired ' if paired else ''}seeds"
+        return np.nan, np.nan, f"{what}: the test's smallest p is {p_min:.2g}, above {alpha:.2g}"
+    with np.errstate(all="ignore"):
+        centre = float(np.log(spread(a) / spread(b)))
+    if not np.isfinite(centre):
+        return np.nan, np.nan, "a side has no spread"
+
+    def p_at(log_rho: float) -> float:
+        return _p(_statistics(a / math.exp(log_rho), b, picks, paired))
+
+    bounds = []
+    for direction in (-1.0, 1.0):
+        inside, step = centre, 0.5
+        outside = centre + direction * step
+        while p_at(outside) > alpha:
+            inside, step = outside, step * 2
+            outside = centre + direction * step
+            if step > 64:
+                return np.nan, np.nan, "the test rejects no ratio"
+        while abs(outside - inside) > 2e-3:
+            mid = (inside + outside) / 2
+            inside, outside = (mid, outside) if p_at(mid) > alpha else (inside, mid)
+        bounds.append(math.exp(inside))
+    return bounds[0], bounds[1], ""
+
+
+def flags(norms: pd.DataFrame) -> pd.DataFrame:
+    """Per run (cell, seed) of ``layer_norms``: ``bad_norms`` (units with a non-finite or
+    non-positive ‖x‖² in any head), ``late_growth`` (the run's growth of ‖x‖² over the second half
+    of its probe steps over the median growth of its variant's other runs, largest over layers; NaN
+    without another run or two steps) and ``flag`` ("" or why the run is flagged)."""
+    run = ["cell_id", "seed"]
+    v = norms["value"].to_numpy(float)
+    bad_heads = norms["bad"].to_numpy(float) if "bad" in norms.columns else np.zeros(len(norms))
+    with np.errstate(invalid="ignore"):
+        bad = pd.Series(~np.isfinite(v) | (v <= 0) | (bad_heads > 0), index=norms.index)
+    out = bad.groupby([norms["cell_id"], norms["seed"]], sort=False).sum().rename("bad_norms").to_frame()
+    ok = norms[~bad]
+    # Per run and layer: log ‖x‖² at the last probe step minus at the middle one (of the run's steps).
+    at = ok.groupby([*run, "layer", "step"], sort=True)["value"].mean()
+    steps = at.reset_index().groupby([*run, "layer"], sort=False)["step"]
+    ends = steps.agg(last="max", mid=lambda x: np.sort(x.to_numpy())[(len(x) - 1) // 2], count="size")
+    ends = ends[ends["count"] >= 2]
+    g = pd.Series(np.log(at.reindex(pd.MultiIndex.from_arrays([*(ends.index.get_level_values(i) for i in range(3)),
+                                                                ends["last"]])).to_numpy(float))
+                  - np.log(at.reindex(pd.MultiIndex.from_arrays([*(ends.index.get_level_values(i) for i in range(3)),
+                                                                  ends["mid"]])).to_numpy(float)), index=ends.index)
+    growth: dict[tuple[Any, Any], float] = {}
+    for _, sub in g.groupby(level=["cell_id", "layer"], sort=False):
+        vals = sub.to_numpy(float)
+        for i, key in enumerate(sub.index):
+            if len(vals) > 1:
+                others = float(np.median(np.delete(vals, i)))
+                growth[key[:2]] = max(growth.get(key[:2], -np.inf), vals[i] - others)
+    out["late_growth"] = [growth.get(key, np.nan) for key in out.index]
+    limit = math.log(LATE_GROWTH)
+    out["flag"] = [
+        f"non-finite or zero ‖x‖² at {int(b)} (layer, step)" if b else
+        f"late growth: ‖x‖² grew {math.exp(lg):.2g}× more than its variant's other runs"
+        if np.isfinite(lg) and lg > limit else ""
+        for b, lg in zip(out["bad_norms"], out["late_growth"], strict=True)]
+    out["bad_norms"] = out["bad_norms"].astype(int)
+    return out.reset_index()
