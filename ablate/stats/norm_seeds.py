@@ -1,4 +1,5 @@
-"""The norm report's spread over seeds, and the runs it must not hide (``ablate.stats.norms`` uses it).
+"""The norm report's spread over seeds, its test and interval, and the runs it must not hide
+(``ablate.stats.norms`` uses it; ``seeds_comparisons`` is that report's over-seeds family).
 
 **Per run.** A run's deviation over seeds is the mean over the (layer, probe step) units every run
 of its variant measured of |log ‖x‖²_s − the median of the *other* runs' log ‖x‖²| (a leave-one-out
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -38,17 +40,27 @@ import numpy as np
 import pandas as pd
 from scipy import integrate
 from scipy.special import gammaln, ndtr
+from statsmodels.stats.multitest import multipletests
 
-from ablate.stats.comparisons import PERMUTATIONS
-from ablate.stats.estimators import ROUNDOFF
+from ablate.stats.comparisons import (
+    COMPARISON_COLUMNS,
+    MIN_N_TEST,
+    PERMUTATIONS,
+    compare_to_reference,
+    power_line,
+)
+from ablate.stats.estimators import ROUNDOFF, mark_for, no_spread
 
 __all__ = [
     "LATE_GROWTH",
     "flags",
+    "holm",
     "kappa",
     "loo_deviations",
+    "power_lines",
     "profiles",
     "ratio_interval",
+    "seeds_comparisons",
     "spread",
     "spread_interval",
     "spread_test",
@@ -313,3 +325,101 @@ def flags(norms: pd.DataFrame) -> pd.DataFrame:
         for b, lg in zip(out["bad_norms"], out["late_growth"], strict=True)]
     out["bad_norms"] = out["bad_norms"].astype(int)
     return out.reset_index()
+
+
+# --- the over-seeds family of the norm report's comparisons ---------------------------------------------
+
+Order = Sequence[tuple[str, str]]  # (cell_id, cell_label) of the variants, in the plan's order
+
+
+def _common_seeds(a: pd.Series, b: pd.Series) -> tuple[list[Any], list[Any]]:
+    """The seeds both sides of an over-seeds comparison use, as many on each side: the shared ones
+    when two or more are shared, else the first k of each (k the smaller count)."""
+    sa, sb = sorted(pd.unique(a)), sorted(pd.unique(b))
+    shared = sorted(set(sa) & set(sb))
+    if len(shared) >= 2:
+        return shared, shared
+    k = min(len(sa), len(sb))
+    return sa[:k], sb[:k]
+
+
+def seeds_comparisons(norms: pd.DataFrame, ref: str, order: Order, alpha: float, confidence: float,
+                      min_ratio: float, power: float, interval: bool = True) -> pd.DataFrame:
+    """The over-seeds family: per variant, both sides on the same seeds (``_common_seeds``) and the
+    (layer, step) units every one of them measured; the ratio of the two spreads, the whole-run
+    permutation test (``spread_test``: pairs swapped on shared seeds) and the interval
+    that inverts it (``ratio_interval``). The frame's other columns are
+    ``compare_to_reference``'s of the runs' log deviations on those seeds and units."""
+    labels = dict(order)
+    ref_norms = norms[norms["cell_id"] == ref]
+    rows = []
+    for cid, _ in order:
+        if cid == ref:
+            continue
+        cell_norms = norms[norms["cell_id"] == cid]
+        use_cell, use_ref = _common_seeds(cell_norms["seed"], ref_norms["seed"])
+        (sc, xc, uc), (sr, xr, ur) = (profiles(cell_norms, use_cell), profiles(ref_norms, use_ref))
+        units = uc.intersection(ur) if len(sc) and len(sr) else pd.MultiIndex.from_tuples([], names=["layer", "step"])
+        xc, xr = xc[:, uc.get_indexer(units)], xr[:, ur.get_indexer(units)]
+        k = min(len(sc), len(sr)) if len(units) else 0
+        parts = []
+        for c, s, x in ((cid, sc, xc), (ref, sr, xr)):
+            dev = loo_deviations(x) if len(s) >= 2 and len(units) else np.full(len(s), np.nan)
+            parts += [{"cell_id": c, "cell_label": labels[c], "seed": si, "phase": "replicate", "status": "complete",
+                       "log_dev_seeds": float(np.log(d)) if d > 0 else np.nan} for si, d in zip(s, dev, strict=True)]
+        frame = pd.DataFrame(parts, columns=["cell_id", "cell_label", "seed", "phase", "status", "log_dev_seeds"])
+        if frame.empty or not (frame["cell_id"] == ref).any():
+            frame = pd.concat([frame, pd.DataFrame([{"cell_id": ref, "cell_label": labels[ref], "seed": -1,
+                                                     "phase": "replicate", "status": "failed"}])])
+        one = compare_to_reference(frame, "log_dev_seeds", ref, alpha, confidence=confidence,
+                                   min_effect=float(np.log(min_ratio)), power=power)
+        one = one[one["cell_id"] == cid].copy()
+        ratio = low = high = np.nan
+        note = "" if k >= MIN_N_TEST else f"{k} seed{'s' if k != 1 else ''} a side: not tested"
+        one["p"], one["exact"], one["p_min"] = np.nan, False, np.nan
+        if k >= 2:
+            with np.errstate(all="ignore"):
+                spread_c, spread_r = spread(xc), spread(xr)
+                ratio = float(spread_c / spread_r) if spread_r > 0 else np.nan
+            scale = max(1.0, float(np.max(np.abs(np.concatenate([xc.ravel(), xr.ravel()])))))
+            flat = [no_spread(x - np.median(x, axis=0), scale) for x in (xc, xr)]
+            if all(flat):
+                ratio, note = np.nan, "no spread over seeds on either side beyond round-off"
+            elif any(flat):
+                ratio, note = np.nan, f"{'the reference' if flat[1] else 'the variant'} has no spread beyond round-off"
+            elif k >= MIN_N_TEST:
+                paired = bool(one["paired"].iloc[0])
+                p, exact, p_min = spread_test(xc, xr, paired)
+                if interval:
+                    low, high, note = ratio_interval(xc, xr, paired, confidence)
+                one["p"], one["exact"], one["p_min"] = p, exact, p_min
+                kind = "pair-swap" if paired else "whole-run permutation"
+                one["test"] = f"{'exact' if exact else 'Monte Carlo'} {kind}"
+        if not np.isfinite(one["p"].iloc[0]):
+            one["testable"] = False
+        rows.append(one.assign(ratio=ratio, ratio_low=low, ratio_high=high, note=note))
+    if not rows:
+        return pd.DataFrame(columns=["measure", *COMPARISON_COLUMNS, "ratio", "ratio_low", "ratio_high", "note"])
+    out = holm(pd.concat(rows, ignore_index=True), alpha)
+    return power_lines(out, alpha, min_ratio, power)
+
+
+def power_lines(out: pd.DataFrame, alpha: float, min_ratio: float, power: float) -> pd.DataFrame:
+    """The power line of each row of one family, at Holm's first threshold over its tested rows."""
+    out["power_alpha"] = alpha / max(1, int(out["p"].notna().sum()))
+    lines = [power_line(r.sd_diff, int(r.n), float(np.log(min_ratio)), r.power_alpha, power, bool(r.paired))
+             for r in out.itertuples()]
+    out["power_now"] = [now for now, _ in lines]
+    out["seeds_needed"] = [need for _, need in lines]
+    return out
+
+
+def holm(out: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """Holm across the family ``out`` (its tested rows), with the marks and power's α from it."""
+    tested = out["p"].notna()
+    out["p_adj"] = np.nan
+    if tested.any():
+        out.loc[tested, "p_adj"] = multipletests(out.loc[tested, "p"].to_numpy(float), method="holm")[1]
+    out["mark"] = [mark_for(p, alpha) for p in out["p_adj"]]
+    out["significant"] = (out["p_adj"] < alpha).astype(bool)
+    return out

@@ -51,11 +51,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.multitest import multipletests
 
 from ablate.stats import norm_seeds
-from ablate.stats.comparisons import COMPARISON_COLUMNS, MIN_N_TEST, compare_to_reference, power_line
-from ablate.stats.estimators import Estimate, mark_for, no_spread, t_interval
+from ablate.stats.comparisons import COMPARISON_COLUMNS, MIN_N_TEST, compare_to_reference
+from ablate.stats.estimators import Estimate, no_spread, t_interval
 from ablate.stats.factorial import AnovaNotApplicable, anova, anova_applicable, anova_on_finished_levels
 from ablate.stats.factorial import main_effects as factor_means
 from ablate.stats.selection import STANDARD_COLUMNS, infer_factors
@@ -405,88 +404,6 @@ COMPARE_COLUMNS = ["measure", *[c for c in COMPARISON_COLUMNS if c != "ci_note"]
                    "note"]
 
 
-def _common_seeds(a: pd.Series, b: pd.Series) -> tuple[list[Any], list[Any]]:
-    """The seeds both sides of an over-seeds comparison use, as many on each side: the shared ones
-    when two or more are shared, else the first k of each (k the smaller count)."""
-    sa, sb = sorted(pd.unique(a)), sorted(pd.unique(b))
-    shared = sorted(set(sa) & set(sb))
-    if len(shared) >= 2:
-        return shared, shared
-    k = min(len(sa), len(sb))
-    return sa[:k], sb[:k]
-
-
-def _seeds_comparisons(norms: pd.DataFrame, ref: str, order: Order, alpha: float, confidence: float,
-                       min_ratio: float, power: float, interval: bool = True) -> pd.DataFrame:
-    """The over-seeds family: per variant, both sides on the same seeds (``_common_seeds``) and the
-    (layer, step) units every one of them measured; the ratio of the two spreads, the whole-run
-    permutation test (``norm_seeds.spread_test``: pairs swapped on shared seeds) and the interval
-    that inverts it (``norm_seeds.ratio_interval``). The frame's other columns are
-    ``compare_to_reference``'s of the runs' log deviations on those seeds and units."""
-    labels = dict(order)
-    ref_norms = norms[norms["cell_id"] == ref]
-    rows = []
-    for cid, _ in order:
-        if cid == ref:
-            continue
-        cell_norms = norms[norms["cell_id"] == cid]
-        use_cell, use_ref = _common_seeds(cell_norms["seed"], ref_norms["seed"])
-        (sc, xc, uc), (sr, xr, ur) = (norm_seeds.profiles(cell_norms, use_cell), norm_seeds.profiles(ref_norms, use_ref))
-        units = uc.intersection(ur) if len(sc) and len(sr) else pd.MultiIndex.from_tuples([], names=["layer", "step"])
-        xc, xr = xc[:, uc.get_indexer(units)], xr[:, ur.get_indexer(units)]
-        k = min(len(sc), len(sr)) if len(units) else 0
-        parts = []
-        for c, s, x in ((cid, sc, xc), (ref, sr, xr)):
-            dev = norm_seeds.loo_deviations(x) if len(s) >= 2 and len(units) else np.full(len(s), np.nan)
-            parts += [{"cell_id": c, "cell_label": labels[c], "seed": si, "phase": "replicate", "status": "complete",
-                       "log_dev_seeds": float(_log(d))} for si, d in zip(s, dev, strict=True)]
-        frame = pd.DataFrame(parts, columns=["cell_id", "cell_label", "seed", "phase", "status", "log_dev_seeds"])
-        if frame.empty or not (frame["cell_id"] == ref).any():
-            frame = pd.concat([frame, pd.DataFrame([{"cell_id": ref, "cell_label": labels[ref], "seed": -1,
-                                                     "phase": "replicate", "status": "failed"}])])
-        one = compare_to_reference(frame, "log_dev_seeds", ref, alpha, confidence=confidence,
-                                   min_effect=float(np.log(min_ratio)), power=power)
-        one = one[one["cell_id"] == cid].copy()
-        ratio = low = high = np.nan
-        note = "" if k >= MIN_N_TEST else f"{k} seed{'s' if k != 1 else ''} a side: not tested"
-        one["p"], one["exact"], one["p_min"] = np.nan, False, np.nan
-        if k >= 2:
-            with np.errstate(all="ignore"):
-                spread_c, spread_r = norm_seeds.spread(xc), norm_seeds.spread(xr)
-                ratio = float(spread_c / spread_r) if spread_r > 0 else np.nan
-            scale = max(1.0, float(np.max(np.abs(np.concatenate([xc.ravel(), xr.ravel()])))))
-            flat = [no_spread(x - np.median(x, axis=0), scale) for x in (xc, xr)]
-            if all(flat):
-                ratio, note = np.nan, "no spread over seeds on either side beyond round-off"
-            elif any(flat):
-                ratio, note = np.nan, f"{'the reference' if flat[1] else 'the variant'} has no spread beyond round-off"
-            elif k >= MIN_N_TEST:
-                paired = bool(one["paired"].iloc[0])
-                p, exact, p_min = norm_seeds.spread_test(xc, xr, paired)
-                if interval:
-                    low, high, note = norm_seeds.ratio_interval(xc, xr, paired, confidence)
-                one["p"], one["exact"], one["p_min"] = p, exact, p_min
-                kind = "pair-swap" if paired else "whole-run permutation"
-                one["test"] = f"{'exact' if exact else 'Monte Carlo'} {kind}"
-        if not np.isfinite(one["p"].iloc[0]):
-            one["testable"] = False
-        rows.append(one.assign(ratio=ratio, ratio_low=low, ratio_high=high, note=note))
-    if not rows:
-        return pd.DataFrame(columns=COMPARE_COLUMNS)
-    out = _holm(pd.concat(rows, ignore_index=True), alpha)
-    return _power(out, alpha, min_ratio, power)
-
-
-def _power(out: pd.DataFrame, alpha: float, min_ratio: float, power: float) -> pd.DataFrame:
-    """The power line of each row of one family, at Holm's first threshold over its tested rows."""
-    out["power_alpha"] = alpha / max(1, int(out["p"].notna().sum()))
-    lines = [power_line(r.sd_diff, int(r.n), float(np.log(min_ratio)), r.power_alpha, power, bool(r.paired))
-             for r in out.itertuples()]
-    out["power_now"] = [now for now, _ in lines]
-    out["seeds_needed"] = [need for _, need in lines]
-    return out
-
-
 def _untested_flat(comp: pd.DataFrame) -> pd.DataFrame:
     """Rows whose per-seed values (paired: their differences) have no spread beyond round-off:
     no p and no interval, and a note (a ratio of exactly 1.1 on every seed is not evidence of a
@@ -510,17 +427,6 @@ def _untested_flat(comp: pd.DataFrame) -> pd.DataFrame:
     return comp
 
 
-def _holm(out: pd.DataFrame, alpha: float) -> pd.DataFrame:
-    """Holm across the family ``out`` (its tested rows), with the marks and power's α from it."""
-    tested = out["p"].notna()
-    out["p_adj"] = np.nan
-    if tested.any():
-        out.loc[tested, "p_adj"] = multipletests(out.loc[tested, "p"].to_numpy(float), method="holm")[1]
-    out["mark"] = [mark_for(p, alpha) for p in out["p_adj"]]
-    out["significant"] = (out["p_adj"] < alpha).astype(bool)
-    return out
-
-
 def compare(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order: Order, alpha: float = 0.05,
             confidence: float = 0.95, min_ratio: float = 1.25, power: float = 0.8,
             include_flagged: bool = False, ratio_intervals: bool = True) -> pd.DataFrame:
@@ -541,14 +447,14 @@ def compare(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order: Ord
         comp = _untested_flat(compare_to_reference(seeds, COLUMN[m], reference, alpha, confidence=confidence,
                                                    min_effect=float(np.log(min_ratio)), power=power))
         if comp["note"].str.startswith("no spread beyond").any():  # tests taken away: Holm and power anew
-            comp = _power(_holm(comp, alpha), alpha, min_ratio, power)
+            comp = norm_seeds.power_lines(norm_seeds.holm(comp, alpha), alpha, min_ratio, power)
         with np.errstate(all="ignore"):
             comp = comp.assign(ratio=np.exp(comp["mean_diff"].astype(float)),
                                ratio_low=np.exp(comp["diff_ci_low"].astype(float)),
                                ratio_high=np.exp(comp["diff_ci_high"].astype(float)))
         parts.append(comp.assign(measure=m))
     if seeds["seed"].nunique() >= 2 and np.isfinite(seeds["log_dev_seeds"].to_numpy(float)).any():
-        parts.append(_seeds_comparisons(norms, reference, order, alpha, confidence, min_ratio, power,
+        parts.append(norm_seeds.seeds_comparisons(norms, reference, order, alpha, confidence, min_ratio, power,
                                         ratio_intervals).assign(measure="seeds"))
     if not parts:
         return pd.DataFrame(columns=COMPARE_COLUMNS)
@@ -632,7 +538,7 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
             rows.append({"measure": m, "term": r.term, "df": float(r.df), "df_resid": resid, "F": float(r.F),
                          "p": float(r.p), "eta_sq_partial": float(r.eta_sq_partial)})
     out = pd.DataFrame(rows, columns=[c for c in ANOVA_COLUMNS if c not in ("p_adj", "mark", "significant")])
-    out = _holm(out, alpha) if len(out) else out.assign(p_adj=np.nan, mark="", significant=False)
+    out = norm_seeds.holm(out, alpha) if len(out) else out.assign(p_adj=np.nan, mark="", significant=False)
     return out[ANOVA_COLUMNS], why
 
 
