@@ -695,11 +695,11 @@ def report(
 
 
 def _only(only: str) -> list[str]:
-    from ablate.report import REPORTS
+    from ablate.report import REPORTS, sections
 
     names = [n.strip() for n in only.split(",") if n.strip()]
     for n in names:
-        if n not in REPORTS:
+        if n not in REPORTS and not sections.is_section(n):
             err.print(f"[red]error[/red] --reports: {n!r} is not one of: {', '.join(REPORTS)}")
             raise typer.Exit(2)
     return names

@@ -38,6 +38,7 @@ GROUPS: dict[str, str] = {
     "nonlinearity": "ablate.nonlinearities",
     "activation": "ablate.activations",
     "task": "ablate.tasks",
+    "section": "ablate.report_sections",
 }
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"

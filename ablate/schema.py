@@ -66,6 +66,9 @@ def json_schema(installed: bool = True) -> dict[str, Any]:
     defs = sch.setdefault("$defs", {})
     _plugin_levels(defs, installed)
     props = sch["properties"]
+    sections = [p.name for p in plugins.installed_of("section") if p.name not in REPORTS] if installed else []
+    props["reports"]["items"] = {"anyOf": [{"enum": [*REPORTS, *sections]}, {
+        "type": "string", "pattern": plugins.TARGET.pattern, "title": "a plug-in by path"}]}
     props["task"] = {"description": props["task"].get("description", ""), "oneOf": _task_schemas(defs, installed)}
     props["factors"]["propertyNames"] = {
         "pattern": r"^((task|model|train)(\.[A-Za-z0-9_]+)+|[A-Za-z_][A-Za-z0-9_-]*)$",

@@ -32,7 +32,7 @@ from pydantic import (
 )
 from pydantic.json_schema import WithJsonSchema
 
-from ablate import stores
+from ablate import plugins, stores
 from ablate.models import registry
 from ablate.report import REPORTS
 from ablate.spec.errors import Problems, SpecError, not_one_of, validation_problems
@@ -70,6 +70,18 @@ def _level(levels: registry.Registry) -> Any:
     def check(value: str) -> str:
         if not levels.accepts(value):
             raise ValueError(not_one_of(value, levels.names, plugins=True))
+        return value
+
+    return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
+
+
+def _report_name() -> Any:
+    """A built-in report, an installed report-section plug-in, or a section by path."""
+
+    def check(value: str) -> str:
+        sections = tuple(p.name for p in plugins.installed_of("section") if p.name not in REPORTS)
+        if value not in REPORTS and value not in sections and not plugins.is_target(value):
+            raise ValueError(not_one_of(value, (*REPORTS, *sections), plugins=True))
         return value
 
     return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
@@ -175,6 +187,11 @@ DECAY_SHAPES = ("1-sqrt", "linear", "cosine")
 BUDGET_KEYS = ("steps", "decay", "decay_steps", "until_converged")
 
 
+#: A WSD schedule's default warm-up in steps (``wsd_warmup``): fixed, so that a longer budget of the
+#: same cell keeps it and continues from the shorter run's stable phase (a fraction would grow with it).
+WSD_WARMUP_STEPS = 20
+
+
 class UntilConverged(Strict):
     """Training a WSD cell on past its budget while it is still improving (``ablate.runner.study``: training until converged):
     a replicate that ends flagged "still improving" is continued from its stable-phase checkpoint
@@ -195,7 +212,8 @@ class TrainSpec(Strict):
     lr: float = Field(3e-3, gt=0.0, description="peak learning rate")
     recurrent_lr_factor: float = Field(0.5, gt=0.0, description="learning-rate factor for ν, θ, γ, M, B")
     weight_decay: float = Field(0.05, ge=0.0)
-    warmup: float = Field(0.1, ge=0.0, lt=1.0, description="fraction of steps of linear warm-up")
+    warmup: float = Field(0.1, ge=0.0, lt=1.0, description=f"fraction of steps of linear warm-up (schedule: wsd — at "
+                           f"this default, {WSD_WARMUP_STEPS} steps, at most a fifth of the steps: a longer budget keeps it)")
     warmup_steps: int | None = Field(
         None, ge=0, description="linear warm-up in steps (must be below `steps`); replaces `warmup` when set")
     schedule: _choice(SCHEDULES) = Field(
@@ -257,6 +275,29 @@ class TrainSpec(Strict):
                 raise ValueError(f"train.decay_steps/decay: the warm-up ({warm} steps) and the decay ({decay} "
                                  f"steps) of a wsd schedule must fit in steps ({self.steps})")
         return self
+
+
+#: Tuned paths a WSD default warm-up would override or depend on: a spec tuning one keeps the fraction.
+WARMUP_TUNED = ("train.warmup", "train.warmup_steps", "train.steps", "train.schedule", "train.decay", "train.decay_steps")
+
+
+def wsd_warmup(train: dict[str, Any]) -> dict[str, Any]:
+    """A resolved cell's train settings with a WSD schedule's default warm-up fixed in steps: where
+    ``warmup`` is at its default and ``warmup_steps`` unset, ``WSD_WARMUP_STEPS``, at most a fifth of
+    the steps and the stable phase (tiny runs), written as ``warmup_steps`` only where it differs from
+    the fraction's count (so cells it does not change keep their id). Other schedules, a ``warmup``
+    other than its default or a ``warmup_steps``: unchanged. ``ablate.design`` applies it to every cell
+    (not to stored configs: those ran with what they say)."""
+    if train.get("schedule") != "wsd" or train.get("warmup_steps") is not None \
+            or train.get("warmup", TrainSpec.model_fields["warmup"].default) != TrainSpec.model_fields["warmup"].default:
+        return train
+    steps = int(train["steps"])  # the stable end as ablate.schedule.stable_end counts it (a layer above)
+    decay = train.get("decay_steps") or max(1, int(float(train.get("decay", TrainSpec.model_fields["decay"].default))
+                                                    * steps))
+    warm = max(1, min(WSD_WARMUP_STEPS, steps // 5, steps - decay))
+    if warm == max(1, int(TrainSpec.model_fields["warmup"].default * steps)):
+        return train
+    return {**train, "warmup_steps": warm}
 
 
 class ProbeSpec(Strict):
@@ -596,7 +637,10 @@ class Spec(Strict):
     tune: TuneSpec | None = Field(None, description="per-cell tuning before replication")
     references: list[Reference] = Field(
         default_factory=list, description="published values to compare with in the accuracy report")
-    reports: list[_choice(REPORTS)] = Field(default_factory=lambda: list(REPORTS))
+    reports: list[_report_name()] = Field(
+        default_factory=lambda: list(REPORTS),
+        description="the reports to render: built-in reports, and report sections of plug-ins (by name, or "
+                    "package.module:attribute), each a page of its own (docs/plugins.md)")
     stats: StatsSpec = Field(default_factory=StatsSpec, description="how the reports judge the results")
     compare: list[CompareItem] = Field(
         default_factory=list,
@@ -650,9 +694,17 @@ class Spec(Strict):
             return list(range(self.seeds.max))
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
 
-    def baseline(self) -> dict[str, Any]:
-        """The resolved baseline configuration (defaults filled) as plain data."""
-        return self.model_dump(include={"task", "model", "train"})
+    def baseline(self, declared: bool = False) -> dict[str, Any]:
+        """The resolved baseline configuration (defaults filled) as plain data, as its cell has it (a
+        WSD schedule's default warm-up fixed in steps, ``wsd_warmup``); ``declared``: without that
+        (what the design moves factors from, so that a level of steps or warm-up gets its own)."""
+        data = self.model_dump(include={"task", "model", "train"})
+        return data if declared or self.tunes_warmup else {**data, "train": wsd_warmup(data["train"])}
+
+    @property
+    def tunes_warmup(self) -> bool:
+        """Whether tuning moves a setting the WSD default warm-up depends on (then it stays a fraction)."""
+        return self.tune is not None and any(path in self.tune.space for path in WARMUP_TUNED)
 
 
 # --- shape-only validation --------------------------------------------------------------------
