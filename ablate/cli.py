@@ -826,30 +826,6 @@ def serve(
     raise typer.Exit(code)
 
 
-@app.command()
-def bench(
-    lengths: Annotated[str | None, typer.Option(help="comma-separated sequence lengths [1024; "
-                                                     "--full: 256,1024,4096,16384]")] = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:k")] = "cpu",
-    layers: Annotated[bool, typer.Option("--layers/--no-layers", help="also time whole layers and a training step")]
-    = True,
-    repeats: Annotated[int | None, typer.Option(min=1, help="timed rounds [up to 3 within a 30-s budget; --full: 5]")] = None,
-    full: Annotated[bool, typer.Option("--full", help="the long sweep: 4 lengths, 5 rounds, the torch "
-                                                      "reference in the layer table (minutes)")] = False,
-) -> None:
-    """Scan kernels vs the per-step loop and the memory-bandwidth bound, then layers and training
-    steps of a 2-layer model at L=512 with their scan share and speed-up over the torch reference,
-    measured side by side (about 20 s of CPU; its timed rounds stop after 30 s; --full: minutes)."""
-    from ablate.models.bench import run_bench
-
-    try:
-        sizes = tuple(int(x) for x in lengths.split(",")) if lengths else None
-    except ValueError:
-        err.print(f"[red]error[/red] --lengths: comma-separated integers, got {lengths!r}")
-        raise typer.Exit(2) from None
-    run_bench(lengths=sizes, device=device, layers=layers, repeats=repeats, full=full)
-
-
 def main() -> None:  # pragma: no cover
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     try:

@@ -18,8 +18,8 @@
    (4, 32), (32, 4); interleaved the same way. On a busy machine threaded LAPACK/BLAS calls at
    these sizes wait on descheduled threads: the load average printed says how busy it was.
 
-Bytes per element (the bound): ``ablate.ops.bench.BYTES_PER_ELEM`` (real 12 fwd, 32 f+b; complex 24,
-64; log 12, 36). The allocator is tuned as in ``ablate bench`` so 64 MB outputs reuse warm pages.
+Bytes per element (the bound): ``harness.ops.BYTES_PER_ELEM`` (real 12 fwd, 32 f+b; complex 24,
+64; log 12, 36). The allocator is tuned as in ``bench_scan.py`` so 64 MB outputs reuse warm pages.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from harness.ops import BYTES_PER_ELEM, tune_allocator
 
 from ablate.ops import scan as scan_mod
 from ablate.ops import scan_numba
-from ablate.ops.bench import BYTES_PER_ELEM, tune_allocator
 from ablate.ops.expm import skew_expm
 
 ROOT = Path(__file__).resolve().parents[1]

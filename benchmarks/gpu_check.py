@@ -36,8 +36,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a bare checkout
 
+from harness.ops import BYTES_PER_ELEM  # noqa: E402
+
 from ablate.ops import available_backends, linear_scan, linear_scan_reference, log_scan, skew_expm  # noqa: E402
-from ablate.ops.bench import BYTES_PER_ELEM  # noqa: E402
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 6e-3}
 

@@ -1,16 +1,16 @@
-"""``ablate bench``: the scan benchmark of ``ablate.ops.bench``, then whole layers and training steps.
+"""The scan benchmark of ``harness.ops``, then whole layers and training steps (benchmarks/bench_scan.py).
 
     run_bench()               prints the tables and returns their rows (under a minute on a busy
                               2-core machine: L=1024, a 2-layer model at L=512, rounds within a budget)
     run_bench(full=True)      the longer sweep: four lengths, 5 rounds, a 4-layer model at L=1024
-    python -m ablate.models.bench [--full]
+    python benchmarks/bench_scan.py [--full]
 
-1. Scans (``ablate.ops.bench``): kernels vs the per-step loop and the memory-bandwidth bound.
+1. Scans (``harness.ops``): kernels vs the per-step loop and the memory-bandwidth bound.
 2. One recurrent layer, forward+backward, per model (minGRU, LRU, RotRNN at heads 1, 4 and 32).
 3. A training step of a 4-layer model of each.
 
 The scan time of a layer or step is the compiled kernels' own time inside it
-(``ablate.ops.bench.scans_timed``: every forward and backward kernel call timed), so scan share =
+(``harness.ops.scans_timed``: every forward and backward kernel call timed), so scan share =
 kernel time / step time and rest = step − kernel time, with no profiler. The torch reference
 (the per-step loop; the cumsum form for minGRU's log scan) is timed too, for the speed-up column;
 its scan time is its step time minus that rest. Without a compiled backend the rest is the step
@@ -39,7 +39,9 @@ import torch.nn.functional as F
 
 from ablate.models.network import Network, build_model
 from ablate.ops import scan as scan_mod
-from ablate.ops.bench import (
+from ablate.spec import ModelSpec
+from ablate.tasks.base import TaskInfo
+from harness.ops import (
     ScanClock,
     console,
     forced_backend,
@@ -48,8 +50,6 @@ from ablate.ops.bench import (
     scans_stubbed,
     scans_timed,
 )
-from ablate.spec import ModelSpec
-from ablate.tasks.base import TaskInfo
 
 ROTRNN = {"family": "linear_rnn", "parameterisation": "rotation"}
 LAYER_SPECS: dict[str, dict[str, Any]] = {
@@ -304,11 +304,7 @@ def run_bench(
         out = console()
         print_scans(result, out)
         print_layers(result, out)
-        out.print(f"ablate bench took {result['seconds']:.0f} s" + ("" if full else " (--full: the longer sweep)"))
+        out.print(f"the benchmark took {result['seconds']:.0f} s" + ("" if full else " (--full: the longer sweep)"))
     return result
 
 
-if __name__ == "__main__":
-    import sys
-
-    run_bench(full="--full" in sys.argv[1:])

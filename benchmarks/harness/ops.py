@@ -6,8 +6,8 @@
                        speedup over the per-step torch loop
     print_scans(...)   their table
 
-and the timing tools the layer and training-step benchmarks (``ablate.models.bench``, which
-``ablate bench`` runs) share: ``time_ms``, ``time_interleaved``, ``forced_backend``,
+and the timing tools the layer and training-step benchmarks (``harness.models``, which
+``benchmarks/bench_scan.py`` runs) share: ``time_ms``, ``time_interleaved``, ``forced_backend``,
 ``ScanClock`` / ``scans_timed`` (the compiled scan kernels' own time inside a step: every forward
 and backward kernel call timed where it runs, by CUDA events on a GPU, so nothing is synchronised
 that the step would not) and ``scans_stubbed`` (every scan replaced by ``b + 0*a``: same shapes,
