@@ -3,6 +3,10 @@ every interval the report labels 95%, and the convergence flag.
 
     python benchmarks/bench_stats_calibration.py [--studies 200] [--coverage-studies 40] [--runs 2000]
         [--alpha 0.05] [--seed 2024] [--parts null,coverage,convergence] [--noise-from HOME] [--before]
+        [--tiny]
+
+``--tiny`` runs a handful of studies of every part in seconds (``tests/test_bench_stats_calibration.py``
+runs it): it checks that the benchmark runs, not the rates.
 
 **Null false-positive rates.** Each null study is a reference and three other cells with the same
 true accuracy, compared by ``ablate.stats.compare_to_reference`` exactly as the report does. Per
@@ -10,16 +14,23 @@ setting it prints the false-positive rate per comparison (uncorrected p < α, ov
 comparisons) and family-wise (any comparison significant after Holm, over the studies), for the
 report's test (the exact permutation test), for the t-test it prints beside it, and for the t-test
 the report used before (from two seeds on, zero spread giving p = 0), with the share of comparisons
-that were not tested (too few seeds), and a 99.9% binomial band around α. Settings: paired seeds
-(each seed shifts every cell alike, as a shared data order does) with 2, 3, 5 and 8 seeds; unpaired
-5 vs 5 runs; and *discrete* accuracies — each run's accuracy is the share of a 200-example test set
-it gets right, so ties between runs are common. A valid test stays at or below α; one far below α
-cannot detect anything there (its smallest p is above α).
+that were not tested (too few seeds), and a 99.9% binomial band around α; and the rate of the 2 × 2
+ANOVA of the same four cells per term. Settings: paired seeds (each seed shifts every cell alike, as
+a shared data order does) with 2, 3, 5 and 8 seeds; unpaired 5 vs 5 runs; *discrete* accuracies —
+each run's accuracy is the share of a 200-example test set it gets right, so ties between runs are
+common; and the nulls that training gives beside the Gaussian ones: a heavy left tail (15% of runs
+lose an exponential number of points, mean 6), log-normal seed effects (σ 0.5 and 1, their heavy
+tail on the bad side), and accuracies at the ceiling (1 − Exp(0.003), a 1,000-example test set:
+many runs tie at 1.0). A valid test stays at or below α; one far below α cannot detect anything
+there (its smallest p is above α).
 
 **Coverage.** Simulated studies of realistic seed-to-seed spread — a 2 × 2 × 2 factorial of eight
-cells around accuracies 0.6–0.8, run-to-run sd 0.01–0.03, in three settings: paired seeds with a
-shared seed effect; the same with each run's accuracy a binomial share of a 1,000-example test set;
-unpaired runs — analysed by the functions the report's notebook calls (``cell_summary``,
+cells around accuracies 0.6–0.8, run-to-run sd 0.01–0.03, in three Gaussian settings: paired seeds
+with a shared seed effect; the same with each run's accuracy a binomial share of a 1,000-example
+test set; unpaired runs — and in the skewed ones of the nulls (a heavy left tail; log-normal seed
+effects σ 0.5 and 1, paired and unpaired; accuracies at the ceiling, 0.99–1.0 with ties at 1.0,
+exact and on a 1,000-example test set; and, as a stress beyond them, runs whose only noise is
+log-normal σ 1) — analysed by the functions the report's notebook calls (``cell_summary``,
 ``compare_to_reference``, ``few_run_estimates``, ``performance_profile``, ``main_effects``). Each
 interval's coverage is the share of the intervals the report would print that contain the true
 value (from the simulation's parameters, or from a million draws of it where no closed form
@@ -67,18 +78,37 @@ REQUIRED, REQUIRED_AT, FLOOR = 0.93, (5, 8), 0.90
 # --- null false-positive rates ------------------------------------------------------------------
 
 
-def null_trials(rng: np.random.Generator, seeds: int, paired: bool, test_size: int | None) -> pd.DataFrame:
-    """One null study: every cell at accuracy 0.8; seed-to-seed sd 0.01 (+0.01 shared by a seed when
-    paired); with ``test_size``, each accuracy is a binomial share of that many examples."""
-    shared = rng.normal(0, 0.01, seeds) if paired else np.zeros(seeds)
+#: The null study's cells as a 2 × 2 factorial, for the ANOVA's false-positive rate.
+NULL_LEVELS = {"base": ("x0", "y0"), "a": ("x1", "y0"), "b": ("x0", "y1"), "c": ("x1", "y1")}
+
+
+def null_settings() -> list[tuple[Setting, int]]:
+    """(setting, seeds) of the null studies: every cell at the same true accuracy."""
+    gauss = Setting("paired", 0.8, 0.01, 0.01, None, True)
+    binom = Setting("paired, 200-example test set", 0.8, 0.01, 0.01, 200, True)
+    tail = Setting("paired, 15% of runs lose Exp(6 pt)", 0.8, 0.0125, 0.005, None, True, 0.15, 0.06)
+    tail_u = Setting("unpaired, 15% of runs lose Exp(6 pt)", 0.8, 0.0125, 0.0, None, False, 0.15, 0.06)
+    ln5 = Setting("paired, log-normal seeds σ 0.5", 0.7, 0.01, 0.01, None, True, seed_lognormal=0.5)
+    ln1 = Setting("paired, log-normal seeds σ 1", 0.7, 0.005, 0.01, None, True, seed_lognormal=1.0)
+    ln1_u = Setting("unpaired, log-normal seeds σ 1", 0.7, 0.01, 0.01, None, False, seed_lognormal=1.0)
+    ceil = Setting("paired, ceiling, 1,000-ex. test set", 1.0, 0.0, 0.001, 1000, True, 1.0, 0.003)
+    ceil_u = Setting("unpaired, ceiling, exact", 1.0, 0.0, 0.0, None, False, 1.0, 0.003)
+    return [(gauss, 2), (gauss, 3), (gauss, 5), (gauss, 8), (Setting("unpaired", 0.8, 0.01, 0.0, None, False), 5),
+            (binom, 2), (binom, 5), (binom, 8), (tail, 5), (tail, 8), (tail_u, 5), (ln5, 5), (ln5, 8), (ln1, 5),
+            (ln1, 8), (ln1_u, 5), (ln1_u, 8), (ceil, 5), (ceil, 8), (ceil_u, 5)]
+
+
+def null_trials(rng: np.random.Generator, setting: Setting, seeds: int) -> pd.DataFrame:
+    """One null study: every cell at ``setting.base``, with its noise, seed effects, tail and ceiling
+    (shared seeds when paired); the cells are the 2 × 2 factorial ``NULL_LEVELS``."""
+    shared = seed_effects(setting, seeds, rng)
     rows = []
     for i, cell in enumerate(CELLS):
-        for s in range(seeds):
-            p = 0.8 + shared[s] + rng.normal(0, 0.01)
-            if test_size:
-                p = rng.binomial(test_size, min(max(p, 0.0), 1.0)) / test_size
-            rows.append({"cell_id": cell, "cell_label": cell, "seed": s if paired else 100 * i + s,
-                         "phase": "replicate", "status": "complete", METRIC: p})
+        values = _draw(setting, 0.0, shared if setting.paired else seed_effects(setting, seeds, rng), rng)
+        x, y = NULL_LEVELS[cell]
+        for s, p in enumerate(values):
+            rows.append({"cell_id": cell, "cell_label": cell, "seed": s if setting.paired else 100 * i + s,
+                         "phase": "replicate", "status": "complete", METRIC: float(p), "model.x": x, "model.y": y})
     return pd.DataFrame(rows)
 
 
@@ -98,14 +128,16 @@ def t_test_as_before(cmp: pd.DataFrame) -> np.ndarray:
     return np.nan_to_num(np.asarray(out, dtype=float), nan=1.0)  # 0/0 (no difference at all): not a finding
 
 
-def calibrate(studies: int, seeds: int, paired: bool, test_size: int | None, alpha: float,
+def calibrate(studies: int, setting: Setting, seeds: int, alpha: float,
               rng: np.random.Generator) -> dict[str, float]:
     from statsmodels.stats.multitest import multipletests
 
     per = per_t = family = family_t = per_old = family_old = untested = 0
+    anova_terms = anova_any = anova_runs = 0
     p_min = np.nan
     for _ in range(studies):
-        cmp = stats.compare_to_reference(null_trials(rng, seeds, paired, test_size), METRIC, "base", alpha=alpha)
+        trials = null_trials(rng, setting, seeds)
+        cmp = stats.compare_to_reference(trials, METRIC, "base", alpha=alpha)
         per += int((cmp["p"] < alpha).sum())
         per_t += int((cmp["t_p"] < alpha).sum())
         family += bool(cmp["significant"].any())
@@ -115,37 +147,58 @@ def calibrate(studies: int, seeds: int, paired: bool, test_size: int | None, alp
         per_old += int((old < alpha).sum())
         family_old += bool(multipletests(old, method="holm")[1].min() < alpha)
         p_min = np.nanmin([p_min, *cmp["p_min"]]) if cmp["p_min"].notna().any() else p_min
+        try:
+            table = stats.anova(trials, METRIC, ["model.x", "model.y"])
+        except stats.AnovaNotApplicable:
+            continue  # no spread within the cells (ties at the ceiling): no F, counted as not significant
+        finally:
+            anova_runs += 1
+        terms = table.loc[table["term"] != "Residual", "p"].to_numpy(float)
+        anova_terms += int((terms < alpha).sum())
+        anova_any += bool((terms < alpha).any())
     k = len(CELLS) - 1
     return {"per": per / (k * studies), "per_t": per_t / (k * studies), "family": family / studies,
             "family_t": family_t / studies, "per_old": per_old / (k * studies), "family_old": family_old / studies,
-            "untested": untested / (k * studies), "p_min": p_min}
+            "untested": untested / (k * studies), "p_min": p_min, "anova_term": anova_terms / (3 * anova_runs),
+            "anova_any": anova_any / anova_runs}
 
 
-def null_tables(studies: int, alpha: float, rng: np.random.Generator) -> None:
-    settings = [("paired", 2, None), ("paired", 3, None), ("paired", 5, None), ("paired", 8, None),
-                ("unpaired", 5, None), ("paired, 200-example test set", 2, 200),
-                ("paired, 200-example test set", 5, 200), ("paired, 200-example test set", 8, 200)]
+def null_tables(studies: int, alpha: float, rng: np.random.Generator) -> list[str]:
+    """Print the null table; return the rates above their 99.9% band (the rule: a test's rate at or
+    below α within sampling error; the t-tests are printed, not held to it)."""
     k = len(CELLS) - 1
     lo, hi = sps.binom.interval(0.999, k * studies, alpha)
     flo, fhi = sps.binom.interval(0.999, studies, alpha)
+    alo, ahi = sps.binom.interval(0.999, 3 * studies, alpha)
     print(f"NULL FALSE-POSITIVE RATES: {studies} null studies per setting (reference + {k} cells, no effect), "
           f"α = {alpha:g}; 99.9% band around α: per comparison [{lo / (k * studies):.3f}, {hi / (k * studies):.3f}], "
-          f"family-wise [{flo / studies:.3f}, {fhi / studies:.3f}]")
+          f"family-wise [{flo / studies:.3f}, {fhi / studies:.3f}], ANOVA per term [{alo / (3 * studies):.3f}, "
+          f"{ahi / (3 * studies):.3f}]")
     print()
-    header = (f"{'setting':<32}{'seeds':>6}{'untested':>10}{'smallest p':>12}{'exact: per':>12}{'family':>8}"
-              f"{'t beside: per':>15}{'family':>8}{'t before: per':>15}{'family':>8}")
+    header = (f"{'setting':<38}{'seeds':>6}{'untested':>10}{'smallest p':>12}{'exact: per':>12}{'family':>8}"
+              f"{'t beside: per':>15}{'family':>8}{'t before: per':>15}{'family':>8}{'ANOVA: term':>13}{'any':>7}")
     print(header)
     print("-" * len(header))
-    for name, seeds, test_size in settings:
-        r = calibrate(studies, seeds, name.startswith("paired"), test_size, alpha, rng)
+    misses = []
+    for setting, seeds in null_settings():
+        r = calibrate(studies, setting, seeds, alpha, rng)
         p_min = "—" if np.isnan(r["p_min"]) else f"{r['p_min']:.4f}"
-        print(f"{name:<32}{seeds:>6}{r['untested']:>10.0%}{p_min:>12}{r['per']:>12.3f}{r['family']:>8.3f}"
-              f"{r['per_t']:>15.3f}{r['family_t']:>8.3f}{r['per_old']:>15.3f}{r['family_old']:>8.3f}")
+        print(f"{setting.name:<38}{seeds:>6}{r['untested']:>10.0%}{p_min:>12}{r['per']:>12.3f}{r['family']:>8.3f}"
+              f"{r['per_t']:>15.3f}{r['family_t']:>8.3f}{r['per_old']:>15.3f}{r['family_old']:>8.3f}"
+              f"{r['anova_term']:>13.3f}{r['anova_any']:>7.3f}")
+        for what, rate, top in (("exact test per comparison", r["per"], hi / (k * studies)),
+                                ("exact test family-wise (Holm)", r["family"], fhi / studies),
+                                ("ANOVA per term", r["anova_term"], ahi / (3 * studies))):
+            if rate > top:
+                misses.append(f"null {setting.name}, {seeds} seeds: {what} {rate:.3f} above its band (≤ {top:.3f})")
     print()
     print("per: share of comparisons with uncorrected p < α; family: share of studies with any comparison "
           "significant after Holm. exact: the report's test; t beside: the t-test the report prints beside it "
           "(from 3 seeds); t before: the t-test the report used before, from 2 seeds, a zero spread giving p = 0. "
-          "Untested comparisons (fewer than 3 seeds) count as not significant.")
+          "Untested comparisons (fewer than 3 seeds) count as not significant. ANOVA: the 2 × 2 factorial ANOVA "
+          "of the same four cells (type II), share of its three terms with p < α (each printed uncorrected) and of "
+          "studies with any; a study whose cells have no spread beyond round-off gets no ANOVA (not significant).")
+    return misses
 
 
 # --- coverage of the report's 95% intervals -----------------------------------------------------
@@ -161,17 +214,38 @@ SEED_COUNTS = (3, 4, 5, 6, 8)
 @dataclass(frozen=True)
 class Setting:
     name: str
-    base: float  # the reference cell's accuracy
+    base: float  # the reference cell's accuracy (before the tail and the ceiling)
     sd: float  # run-to-run sd within a cell (beyond the shared seed effect)
     seed_sd: float  # sd of the effect a seed has on every cell alike (0: unpaired, no shared seeds)
     test_size: int | None  # each accuracy a binomial share of this many examples, or exact
     paired: bool
+    tail_share: float = 0.0  # the share of runs that lose points ...
+    tail_mean: float = 0.0  # ... an exponential number of them, with this mean
+    seed_lognormal: float = 0.0  # σ of log-normal seed effects (their lower tail heavy), 0: normal
+    effect_scale: float = 1.0  # the factorial's effects times this (near the ceiling they are smaller)
+
+    @property
+    def gaussian(self) -> bool:
+        """Whether every true value has a closed form (normal noise, no tail, nowhere near 0 or 1)."""
+        return not (self.tail_share or self.seed_lognormal) and 0.05 < self.base < 0.95
 
 
 SETTINGS = (
     Setting("paired, sd 0.02 + seed 0.01", 0.70, 0.02, 0.01, None, True),
     Setting("paired, sd 0.01 + seed 0.01, 1,000-example test set", 0.80, 0.01, 0.01, 1000, True),
     Setting("unpaired, sd 0.03", 0.60, 0.03, 0.0, None, False),
+    Setting("paired, heavy left tail: 15% of runs lose Exp(6 points)", 0.80, 0.0125, 0.005, None, True, 0.15, 0.06),
+    Setting("paired, log-normal seed effects σ 0.5 (sd 0.01) + sd 0.01", 0.70, 0.01, 0.01, None, True,
+            seed_lognormal=0.5),
+    Setting("paired, log-normal seed effects σ 1 (sd 0.01) + sd 0.005", 0.70, 0.005, 0.01, None, True,
+            seed_lognormal=1.0),
+    Setting("unpaired, log-normal seed effects σ 1 (sd 0.01) + sd 0.01", 0.70, 0.01, 0.01, None, False,
+            seed_lognormal=1.0),
+    # Beyond the nulls above: every run's noise log-normal σ 1 (skewness 6), nothing normal beside it.
+    Setting("stress: unpaired, runs all log-normal σ 1 (sd 0.02)", 0.70, 0.0, 0.02, None, False, seed_lognormal=1.0),
+    Setting("ceiling: 0.99–1.0, 1,000-example test set (ties at 1.0)", 1.0, 0.0, 0.001, 1000, True, 1.0, 0.003,
+            effect_scale=0.1),
+    Setting("ceiling: 0.99–1.0, exact (ties at 1.0)", 1.0, 0.0, 0.001, None, True, 1.0, 0.003, effect_scale=0.1),
 )
 
 
@@ -185,20 +259,34 @@ def _cells() -> list[tuple[str, dict[str, str], float]]:
     return out
 
 
+def seed_effects(setting: Setting, size: int, rng: np.random.Generator) -> np.ndarray:
+    """The effect of each of ``size`` seeds, mean 0 and sd ``seed_sd``: normal, or minus a centred
+    log-normal (a seed that does badly does much worse than one that does well does better)."""
+    if not setting.seed_lognormal:
+        return rng.normal(0.0, setting.seed_sd, size)
+    s2 = setting.seed_lognormal**2
+    z = rng.lognormal(0.0, setting.seed_lognormal, size)
+    return -setting.seed_sd * (z - math.exp(s2 / 2)) / math.sqrt((math.exp(s2) - 1) * math.exp(s2))
+
+
 def _draw(setting: Setting, mu: float, shared: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    p = setting.base + mu + shared + rng.normal(0.0, setting.sd, shared.shape)
+    p = setting.base + setting.effect_scale * mu + shared + rng.normal(0.0, setting.sd, shared.shape)
+    if setting.tail_share:
+        p = p - (rng.random(shared.shape) < setting.tail_share) * rng.exponential(setting.tail_mean, shared.shape)
+    p = np.clip(p, 0.0, 1.0)  # an accuracy: at the ceiling, runs tie at 1.0
     if setting.test_size:
-        return rng.binomial(setting.test_size, np.clip(p, 0.0, 1.0)) / setting.test_size
+        return rng.binomial(setting.test_size, p) / setting.test_size
     return p
 
 
 def study_trials(setting: Setting, seeds: int, rng: np.random.Generator) -> pd.DataFrame:
-    """One simulated study of the factorial: ``seeds`` runs per cell (shared seeds when paired)."""
+    """One simulated study of the factorial: ``seeds`` runs per cell (shared seeds when paired; each
+    unpaired run then has its own draw of the seed effect)."""
     cells = _cells()
-    seed_effect = rng.normal(0.0, setting.seed_sd, seeds) if setting.paired else np.zeros(seeds)
+    shared = seed_effects(setting, seeds, rng)
     rows = []
     for k, (cid, levels, mu) in enumerate(cells):
-        values = _draw(setting, mu, seed_effect if setting.paired else np.zeros(seeds), rng)
+        values = _draw(setting, mu, shared if setting.paired else seed_effects(setting, seeds, rng), rng)
         label = ", ".join(f"{f.split('.')[-1]}={lv}" for f, lv in levels.items())
         for s, v in enumerate(values):
             rows.append({"cell_id": cid, "cell_label": label, "seed": s if setting.paired else 100 * k + s,
@@ -223,11 +311,13 @@ class Truth:
 
 
 def truth_of(setting: Setting, draws: int, rng: np.random.Generator) -> Truth:
-    """The true values: in closed form where they are exact — means, differences, marginal means and
-    standardised differences, from the run variance σ² + τ² + E[p(1 − p)]/N (a paired difference's
-    from 2σ² and both cells' binomial terms, the seed effect τ cancelling) — and from ``draws``
-    independent runs per cell where not (the IQM, P(improvement) and the profile's shares of
-    binomial shares); their Monte Carlo error is far below any interval's width."""
+    """The true values. For a Gaussian setting in closed form where they are exact — means,
+    differences, marginal means and standardised differences, from the run variance
+    σ² + τ² + E[p(1 − p)]/N (a paired difference's from 2σ² and both cells' binomial terms, the seed
+    effect τ cancelling) — and otherwise (a tail, log-normal seed effects, the ceiling) from
+    ``draws`` runs per cell: independent ones (their own seed effects) for the IQM, P(improvement),
+    the profile's shares and an unpaired standardised difference, runs sharing one seed effect per
+    draw for a paired one. Their Monte Carlo error is far below any interval's width."""
     cells = _cells()
     ref, (_, _, mu_ref) = cells[0][0], cells[0]
     v_seed = setting.sd**2 + setting.seed_sd**2
@@ -235,19 +325,29 @@ def truth_of(setting: Setting, draws: int, rng: np.random.Generator) -> Truth:
     def binomial(m: float) -> float:  # E[p(1 − p)]/N: the test set's own variance of one run
         return (m * (1 - m) - v_seed) / setting.test_size if setting.test_size else 0.0
 
-    mean = {cid: setting.base + mu for cid, _, mu in cells}
-    big = {cid: _draw(setting, mu, rng.normal(0.0, setting.seed_sd, draws), rng) for cid, _, mu in cells}
+    big = {cid: _draw(setting, mu, seed_effects(setting, draws, rng), rng) for cid, _, mu in cells}
+    if setting.gaussian:
+        mean = {cid: setting.base + mu for cid, _, mu in cells}
+    else:
+        mean = {cid: float(v.mean()) for cid, v in big.items()}
+        shared = seed_effects(setting, draws, rng)
+        together = {cid: _draw(setting, mu, shared, rng) for cid, _, mu in cells}
     taus = np.quantile(big[ref], [0.25, 0.5, 0.75])
     diff, std_diff, pi = {}, {}, {}
     for cid, _, mu in cells[1:]:
-        diff[cid] = mu - mu_ref
-        if setting.paired:
-            var = 2 * setting.sd**2 + binomial(mean[cid]) + binomial(mean[ref])
-        else:
-            var = v_seed + (binomial(mean[cid]) + binomial(mean[ref])) / 2
-        std_diff[cid] = diff[cid] / math.sqrt(var)
         x, y = big[cid], big[ref]  # drawn with their own seed effects: runs of different seeds
         pi[cid] = float(np.mean(x > y) + 0.5 * np.mean(x == y))
+        if setting.gaussian:
+            diff[cid] = mu - mu_ref
+            if setting.paired:
+                var = 2 * setting.sd**2 + binomial(mean[cid]) + binomial(mean[ref])
+            else:
+                var = v_seed + (binomial(mean[cid]) + binomial(mean[ref])) / 2
+        else:
+            diff[cid] = mean[cid] - mean[ref]
+            var = (float(np.var(together[cid] - together[ref])) if setting.paired
+                   else (float(x.var()) + float(y.var())) / 2)
+        std_diff[cid] = diff[cid] / math.sqrt(var)
     marginal = {(f, lv): float(np.mean([mean[cid] for cid, levels, _ in cells if levels[f] == lv]))
                 for f in FACTORS for lv in ("l0", "l1")}
     return Truth(mean=mean, iqm={cid: float(stats.iqm(v)) for cid, v in big.items()},
@@ -350,7 +450,8 @@ def score_before(trials: pd.DataFrame, comp: pd.DataFrame, truth: Truth, n: int,
         tally.add("before: effect size, BCa bootstrap", n, low, high, truth.std_diff[r.cell_id])
 
 
-def coverage_tables(studies: int, rng: np.random.Generator, before: bool) -> list[str]:
+def coverage_tables(studies: int, rng: np.random.Generator, before: bool, seed_counts: tuple[int, ...] = SEED_COUNTS,
+                    draws: int = 1_000_000) -> list[str]:
     """Print one coverage table per setting; return the entries that miss the report's rule."""
     misses = []
     rows = [(name, what, first) for name, what, first in INTERVALS]
@@ -361,19 +462,19 @@ def coverage_tables(studies: int, rng: np.random.Generator, before: bool) -> lis
           f", a × b {INTERACTION:+g}). Rule: ≥ {REQUIRED} at {' and '.join(map(str, REQUIRED_AT))} seeds, never below "
           f"{FLOOR}. Band: the 99.9% binomial band around 0.95 for that row's intervals at 5 seeds.")
     for setting in SETTINGS:
-        truth = truth_of(setting, 1_000_000, rng)
+        truth = truth_of(setting, draws, rng)
         tally = Tally()
-        for n in SEED_COUNTS:
+        for n in seed_counts:
             for _ in range(studies):
                 score_study(study_trials(setting, n, rng), truth, n, tally, before)
         print()
         print(f"{setting.name} (reference accuracy {setting.base:g})")
-        head = f"{'interval':<38}" + "".join(f"{f'{n} seeds':>14}" for n in SEED_COUNTS) + f"{'band':>16}  printed as"
+        head = f"{'interval':<38}" + "".join(f"{f'{n} seeds':>14}" for n in seed_counts) + f"{'band':>16}  printed as"
         print(head)
         print("-" * (len(head) + 40))
         for name, what, first in rows:
             cells = []
-            for n in SEED_COUNTS:
+            for n in seed_counts:
                 key = (name, n)
                 if n < first or not tally.shown.get(key):
                     cells.append(f"{'—':>14}")
@@ -522,7 +623,8 @@ def convergence_tables(runs: int, home: str | None, rng: np.random.Generator) ->
     return misses
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[str]:
+    """Run the parts asked for, print their tables; return the misses of the rules."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--studies", type=int, default=200, help="null studies per setting")
     parser.add_argument("--coverage-studies", type=int, default=40, help="studies per setting and seed count")
@@ -532,14 +634,21 @@ def main() -> None:
     parser.add_argument("--parts", default="null,coverage,convergence")
     parser.add_argument("--noise-from", default=None, help="home of a finished quickstart study (its .ablate)")
     parser.add_argument("--before", action="store_true", help="also the intervals the report printed before")
-    args = parser.parse_args()
+    parser.add_argument("--tiny", action="store_true",
+                        help="a few studies of everything, in seconds: checks the benchmark runs, not the rates")
+    args = parser.parse_args(argv)
+    seed_counts, draws = SEED_COUNTS, 1_000_000
+    if args.tiny:
+        args.studies, args.coverage_studies, args.runs = 4, 1, 40
+        seed_counts, draws = (3, 5), 20_000
     parts = set(args.parts.split(","))
     rng = np.random.default_rng(args.seed)
     gc.freeze()  # statsmodels' Holm runs gc.collect() on each call: keep the long-lived heap out of it
     misses: list[str] = []
     sections: list[tuple[str, Callable[[], Any]]] = [
-        ("null", lambda: null_tables(args.studies, args.alpha, rng)),
-        ("coverage", lambda: misses.extend(coverage_tables(args.coverage_studies, rng, args.before))),
+        ("null", lambda: misses.extend(null_tables(args.studies, args.alpha, rng))),
+        ("coverage", lambda: misses.extend(coverage_tables(args.coverage_studies, rng, args.before, seed_counts,
+                                                           draws))),
         ("convergence", lambda: misses.extend(convergence_tables(args.runs, args.noise_from, rng))),
     ]
     with warnings.catch_warnings():
@@ -548,10 +657,11 @@ def main() -> None:
             if name in parts:
                 run()
                 print()
-    if {"coverage", "convergence"} & parts:
+    if {"null", "coverage", "convergence"} & parts:
         print("Misses of the rules above:" if misses else "Every entry meets its rule.")
         for m in misses:
             print(f"  {m}")
+    return misses
 
 
 if __name__ == "__main__":
