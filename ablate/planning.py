@@ -35,6 +35,8 @@ CLI_START_S = 1.0
 # Items queued for real when the queueing is measured; the rest are scaled from them.
 QUEUE_SAMPLE = 200
 FINISHED = ("done", "failed")
+# What a plan's rows and its summary line count (``CellPlan.tally``), in their order.
+TALLIED = ("done", "failed", "running", "reused", "pending")
 
 
 @dataclass
@@ -58,10 +60,22 @@ class CellPlan:
         return sum(self.counts[s] for s in FINISHED)
 
     @property
+    def tally(self) -> Counter:
+        """Its items as the row and the summary line count them, each once: done, failed, running,
+        reused (to be linked from another study) and pending (waiting or not queued yet)."""
+        out: Counter = Counter(dict.fromkeys(TALLIED, 0))
+        for item in self.items:
+            state = self.states.get(item.key, "new")
+            out[state if state in ("done", "failed", "running") else
+                "reused" if item.key in self.reusable else "pending"] += 1
+        return out
+
+    @property
     def status(self) -> str:
-        """done / reused (all that is left comes from other studies) / partial / stale / new."""
+        """done / failed (all finished, some without a result) / reused (all that is left comes
+        from other studies) / partial / stale / new."""
         if self.finished == len(self.items):
-            return "done"
+            return "failed" if self.counts["failed"] else "done"
         if self.reusable and self.finished + len(self.reusable) == len(self.items):
             return "reused"
         if self.finished or self.counts["running"] or self.reusable:
@@ -115,6 +129,13 @@ class Plan:
         total: Counter = Counter()
         for c in self.cells:
             total.update(c.counts)
+        return total
+
+    def tally(self) -> Counter:
+        """The rows' tallies summed: what the summary line prints."""
+        total: Counter = Counter(dict.fromkeys(TALLIED, 0))
+        for c in self.cells:
+            total.update(c.tally)
         return total
 
     @property
@@ -276,12 +297,12 @@ def summary_line(spec: Spec, n_cells: int) -> str:
 
 
 def counts_line(plan: Plan) -> str:
-    counts = plan.counts()
-    reused = sum(plan.reused.values())
-    text = f"done {counts['done']}, failed {counts['failed']}, running {counts['running']}"
-    if reused:
-        text += f", reused {reused} ({', '.join(f'{n} from {s}' for s, n in plan.reused.items())})"
-    return text + f", pending {len(plan.pending())}"
+    """The summary line: the rows' columns summed (``Plan.tally``)."""
+    tally = plan.tally()
+    text = f"done {tally['done']}, failed {tally['failed']}, running {tally['running']}"
+    if tally["reused"]:
+        text += f", reused {tally['reused']} ({', '.join(f'{n} from {s}' for s, n in plan.reused.items())})"
+    return text + f", pending {tally['pending']}"
 
 
 def retry_lines(plan: Plan) -> list[str]:
@@ -344,20 +365,22 @@ def render(plan: Plan, console: Any, reuse_stale: bool = False) -> None:
     spec = plan.spec
     title = f"{spec.name}: plan ({spec.design})"
     sources = any(c.source for c in plan.cells)
-    headers = ["cell id", *spec.factors, "trials", "done", "status", *(["source"] if sources else [])]
-    rows = [[c.cell.id, *[c.cell.labels[name] for name in spec.factors], str(len(c.items)), str(c.finished),
-             c.status, *([c.source] if sources else [])] for c in plan.cells]
+    shown = [t for t in TALLIED if t != "reused" or plan.reused]  # the summary line's counts, per cell
+    headers = ["cell id", *spec.factors, "trials", *shown, "status", *(["source"] if sources else [])]
+    rows = [[c.cell.id, *[c.cell.labels[name] for name in spec.factors], str(len(c.items)),
+             *[str(c.tally[t]) for t in shown], c.status, *([c.source] if sources else [])] for c in plan.cells]
     if len(rows) > PLAIN_ROWS:
-        console.print("\n".join(plain_table(title, headers, rows, {"trials", "done"})), highlight=False, markup=False,
+        console.print("\n".join(plain_table(title, headers, rows, {"trials", *shown})), highlight=False, markup=False,
                       soft_wrap=True)
     else:
         from rich.table import Table
 
-        colour = {"done": "green", "partial": "yellow", "new": "cyan", "reused": "blue", "stale": "magenta"}
+        colour = {"done": "green", "failed": "red", "partial": "yellow", "new": "cyan", "reused": "blue",
+                  "stale": "magenta"}
         status = headers.index("status")
         table = Table(title=title)
         for h in headers:
-            table.add_column(h, justify="right" if h in ("trials", "done") else "left")
+            table.add_column(h, justify="right" if h in ("trials", *shown) else "left")
         for row in rows:
             row[status] = f"[{colour[row[status]]}]{row[status]}[/]"
             table.add_row(*row)

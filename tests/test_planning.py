@@ -69,10 +69,10 @@ def test_a_plan_of_many_cells_prints_one_plain_line_per_cell(tmp_path, monkeypat
     res = CliRunner().invoke(app, ["plan", str(path)])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert lines[:2] == ["tuned: plan (full)", "cell id       train.lr  trials  done  status"]
+    assert lines[:2] == ["tuned: plan (full)", "cell id       train.lr  trials  done  failed  running  pending  status"]
     rows = [line.split() for line in lines[2 : 2 + planning.PLAIN_ROWS + 1]]
     assert [r[0] for r in rows] == [c.id for c in design.cells(design.validate(raw))]
-    assert all(r[2:] == ["1", "0", "new"] for r in rows) and "│" not in res.output
+    assert all(r[2:] == ["1", "0", "0", "0", "1", "new"] for r in rows) and "│" not in res.output
 
 
 def test_invalid_specs_exit_2_and_write_nothing(tmp_path, monkeypatch):
@@ -231,3 +231,73 @@ def test_measured_bookkeeping_is_the_workers_own_path(tmp_path, monkeypatch):
         assert r.info.status == "FINISHED" and r.data.tags["ablate.committed"] == "true"
         assert r.data.tags["ablate.worker"] == worker.WORKER_ID and r.data.metrics["final/val_accuracy"] == 0.5
     assert "ABLATE_CHECKPOINT_DIR" not in __import__("os").environ  # the worker's checkpoints went to the folder
+
+
+def _row_numbers(text: str, headers: list[str]) -> dict[str, dict[str, int]]:
+    """Cell id → the integer columns of a rendered rich table's rows."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if len(cells) == len(headers) and cells[0] not in ("cell id", "cell"):
+            rows[cells[0]] = {h: int(c) for h, c in zip(headers, cells, strict=True) if c.isdigit()}
+    return rows
+
+
+def test_plan_and_status_rows_agree_with_their_summaries(tmp_path):
+    """On a study with done, failed, retried (waiting again), running, reused and reusable items,
+    plan's rows sum to its summary line, status's rows to its summary, and the two agree."""
+    import re
+
+    from cell_store import finish_all, spec, where
+    from optuna.trial import TrialState
+
+    from ablate.runner import items as its
+    from ablate.runner import locate, queue
+
+    stores = where(tmp_path)
+    source = spec("source", seeds=4)
+    finish_all(st.prepare(source, design.items(source), stores).study)  # what "agree" can reuse
+    two = spec("agree", seeds=3)
+    study = st.prepare(two, design.items(two), stores, reuse=False).study
+
+    def claim_and(outcome: str) -> None:
+        trial = phases.claim(study)
+        attrs = phases.prepare_item(study, trial)
+        if outcome == "complete":
+            finish(study, trial, attrs)
+        elif outcome == "error":
+            queue.finish(study, trial, TrialState.FAIL, {"status": "failed", "failure_kind": "error",
+                                                         "failure_message": "a bug"})
+
+    claim_and("error")
+    assert len(its.retry_failed(study)) == 1  # new again, its failed attempt kept
+    for outcome in ("complete", "error", "running"):
+        claim_and(outcome)
+    three = spec("agree", seeds=4)  # seed 3 of each cell (and the retried item): reusable from "source"
+    for stage in ("before", "after"):
+        if stage == "after":
+            st.prepare(three, design.items(three), stores)  # links the reusable items, re-queues the retried
+        plan = planning.build(three, stores.storage, stores.tracking)
+        console = Console(file=io.StringIO(), width=250)
+        planning.render(plan, console)
+        text = console.file.getvalue()
+        headers = ["cell id", "variant", "trials", *[t for t in planning.TALLIED if t != "reused" or plan.reused],
+                   "status", *(["source"] if any(c.source for c in plan.cells) else [])]
+        rows = _row_numbers(text, headers)
+        assert len(rows) == 2, text
+        (line,) = [line for line in text.splitlines() if line.startswith("done ")]
+        summary = {name: int(n) for name, n in re.findall(r"(\w+) (\d+)", line)}
+        for column in summary:
+            assert summary[column] == sum(r[column] for r in rows.values()), (column, text)
+        assert all(sum(r[c] for c in summary) == r["trials"] for r in rows.values()), text
+        if stage == "before":
+            assert (summary["reused"], summary["running"], summary["done"], summary["failed"]) == (3, 1, 1, 1), text
+    found = locate.status("agree", stores.storage, stores.tracking)
+    for cell in found.cells:
+        assert sum(cell[s] for s in ("complete", "pruned", "running", "pending", "diverged", "failed", "killed")) \
+            == cell["trials"]
+    counts = found.counts()
+    assert (counts["done"], counts["failed"], counts["running"], counts["waiting"]) == (
+        summary["done"], summary["failed"], summary["running"], summary["pending"]), (counts, summary)
+    assert f"{counts['done']} done · {counts['running']} running · {counts['waiting']} waiting · " \
+           f"{counts['failed']} failed" in found.summary("?")
