@@ -41,7 +41,7 @@ def test_a_strong_factor_is_significant_on_the_page_and_in_the_body() -> None:
         assert f"{level} {fmt.num(mean)}" in row[fmt.metric_name(METRIC)]
     # Each comparison's cell quotes its difference and interval as the comparison frame has them.
     for r in v.comparisons.itertuples():
-        cell = table.loc[table["question"].str.startswith(f"{r.cell_label} vs"), fmt.metric_name(METRIC)].iloc[0]
+        cell = table.loc[table["question"].str.startswith(f"{v.labels[r.cell_id]} vs"), fmt.metric_name(METRIC)].iloc[0]
         assert cell.startswith(fmt.with_ci(r.mean_diff, r.diff_ci_low, r.diff_ci_high, 3, sign=True))
 
 
@@ -89,6 +89,8 @@ def test_flags_show_diverged_runs_beside_their_comparison() -> None:
     trials = factorial(seeds=4, rng=np.random.default_rng(7))
     cell = trials["cell_id"].unique()[1]
     trials.loc[(trials["cell_id"] == cell) & (trials["seed"] == 0), ["status", METRIC]] = ["diverged", np.nan]
-    table = verdicts.answer_table(_verdicts(trials))
-    label = trials.loc[trials["cell_id"] == cell, "cell_label"].iloc[0]
+    v = _verdicts(trials)
+    table = verdicts.answer_table(v)
+    label = v.labels[cell]
+    assert " · " in label and v.key == "parameterisation · normalisation"
     assert table.loc[table["question"].str.startswith(f"{label} vs"), "flags"].iloc[0] == "1 diverged"

@@ -50,6 +50,8 @@ class Verdicts:
     flags: dict[str, list[str]] = field(default_factory=dict)  # cell id → flags (unconverged, diverged, …)
 
     sequential_m: int | None = None  # a sequential design's comparisons (its family), else None
+    labels: dict[str, str] = field(default_factory=dict)  # cell id → the short label both reports print
+    key: str = ""  # what the short labels' parts are ("parameterisation · normalisation · layers")
 
     def policy(self) -> str:
         """The report's one sentence on the family (``stats.family.policy_sentence``)."""
@@ -158,8 +160,12 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
         from ablate.report.sequential import family_size
 
         seq_m = family_size(spec)
+    from ablate.report.norm_stability import short_order
+
+    order = list(dict(zip(trials["cell_id"], trials["cell_label"], strict=True)).items())
+    short, key = short_order(order)
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
-                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds), seq_m)
+                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds), seq_m, dict(short), key)
 
 
 def _repower(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float) -> pd.DataFrame:
@@ -269,11 +275,11 @@ def answer_table(v: Verdicts) -> pd.DataFrame:
         rows.append(row)
     cells = list(dict.fromkeys([*(v.comparisons["cell_id"] if len(v.comparisons) else []),
                                 *(v.norm_comparisons["cell_id"] if len(v.norm_comparisons) else [])]))
-    labels = dict(zip(v.comparisons["cell_id"], v.comparisons["cell_label"], strict=True)) if len(v.comparisons) \
-        else {}
+    labels = v.labels or (dict(zip(v.comparisons["cell_id"], v.comparisons["cell_label"], strict=True))
+                          if len(v.comparisons) else {})
+    ref = labels.get(v.reference[0], v.reference[1])
     for cid in cells:
-        row = {"question": f"{labels.get(cid, cid)} vs {v.reference[1] if len(v.reference) > 1 else v.reference[0]}",
-               "flags": ", ".join(v.flags.get(str(cid), []))}
+        row = {"question": f"{labels.get(cid, cid)} vs {ref}", "flags": ", ".join(v.flags.get(str(cid), []))}
         for m in measures:
             if m == v.metric:
                 sub = v.comparisons[v.comparisons["cell_id"] == cid]
@@ -310,6 +316,8 @@ def show_answer(v: Verdicts, confidence: float = 0.95) -> None:
         say(v.policy())
         return
     table = answer_table(v)
+    named = f" Variants are named by their levels of {v.key}." if v.key else ""
     show(table, name="answer", align_left=list(table.columns),
-         intro=f"Every verdict of the study at the family's Holm-adjusted p (α = {v.alpha:g}); how to read it below.")
+         intro=f"Every verdict of the study at the family's Holm-adjusted p (α = {v.alpha:g}); how to read it "
+               f"below.{named}")
     say(v.policy(), answer_intro(v, confidence))
