@@ -114,7 +114,7 @@ def test_a_comparison_renders_from_exports_with_no_store(exports, tmp_path, monk
     assert {r[0] for r in ratios} == set(MEASURE_WORDS.values())
     assert all(r[1] == "heads=4" and r[2] == "3 pairs" for r in ratios), ratios
     text = " ".join(_html.unescape(re.sub(r"<[^>]+>", "", page)).split())
-    assert "Over seeds (sd of log ‖x‖²): 0 of 1 tested comparisons are significant at α = 0.05" in text
+    assert "Over seeds (spread of log ‖x‖²): 0 of 1 tested comparisons are significant at α = 0.05" in text
     assert "With 3 seeds none can be: the exact test cannot give a p below 0.25" in text
 
 

@@ -103,7 +103,7 @@ def test_tables_write_missing_values_as_the_one_dash():
     norms = sn.layer_norms(one)
     table = sn.stability(sn.per_seed(norms), norms, sn.variants(df))
     printed = ns.stability_table(table)
-    assert (printed["sd of log ‖x‖² over seeds [95% CI]"] == fmt.DASH).all()  # one seed: no spread over seeds
+    assert (printed["spread of log ‖x‖² over seeds [95% CI]"] == fmt.DASH).all()  # one seed: no spread over seeds
     assert printed["CV over training steps [95% CI]"].str.fullmatch(r"[\d.]+").all()  # one seed: no interval
     assert not printed.isin(["n/a", "nan"]).any().any()
 
@@ -196,3 +196,28 @@ def test_norm_figures_use_the_reports_one_mapping():
     assert [leg.get_title().get_text() for leg in fig.legends][0] == "variant"
     # The wild variant's norms span far more than 5×: a log axis.
     assert {ax.get_yscale() for ax in fig.axes if ax.get_title()} == {"log"}
+
+
+def test_flagged_runs_are_counted_named_and_put_back():
+    """A run whose ‖x‖² grew 10⁴× over its last probe steps: a count in Table 1, a line naming it
+    in the summary, and what putting it back changes; identical seeds print why there is no interval."""
+    rng = np.random.default_rng(30)
+    k = np.linspace(0, 1, 8)
+    values = {name: np.exp(rng.normal(0, 0.3, (5, 1, 1)) + rng.normal(0, 0.05, (5, 2, 8))) for name in ("ref", "b")}
+    values["b"][3] *= np.exp(np.log(1e4) * np.clip((k - 0.5) / 0.5, 0, 1))
+    values["same"] = np.repeat(values["ref"][:1], 5, axis=0)
+    values["scaled"] = 1.1 * values["ref"]  # the same CVs as the reference, to round-off
+    df = curve_frame(values)
+    norms, order = sn.layer_norms(df), sn.variants(df)
+    ps = sn.per_seed(norms)
+    table, comp = sn.stability(ps, norms, order), sn.compare(ps, norms, "c0", order)
+    back = sn.sensitivity(ps, norms, "c0", order)
+    printed = ns.stability_table(table)
+    assert printed["flagged"].tolist() == ["0", "1", "0", "0"]
+    assert printed.loc[2, "CV over training steps [95% CI]"].endswith("(no interval: no spread beyond round-off)")
+    text = ns.summary_text(table, comp, ("c0", "the spec's baseline"), sensitivity=back)
+    assert "**1 run flagged and left out** of every value, interval and test above" in text
+    assert "b: seed 3: late growth: ‖x‖² grew" in text and "Put back (the late-growing ones)" in text
+    row = ns.ratio_table(comp).set_index(["measure", "variant"]).loc[(ns.MEASURE_WORDS["training"], "scaled")]
+    assert row["verdict"].startswith("not tested: no spread beyond round-off") and row["p"] == fmt.DASH
+    assert row["ratio to the reference [95% CI]"] == "1× on every seed"

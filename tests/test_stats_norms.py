@@ -355,7 +355,9 @@ def test_four_identical_variants_with_a_late_diverging_run_call_nothing_and_show
     ps_gone = sn.per_seed(gone, ps[["cell_id", "f.p", "f.q"]].drop_duplicates())
     pd.testing.assert_frame_equal(comp, sn.compare(ps_gone, gone, "c0", order))
     back = sn.sensitivity(ps, norms, "c0", order)
-    assert back is not None and back.loc[back["cell_id"] == "c2", "n_cell"].max() == seeds
+    assert back is not None and back.loc[back["cell_id"] == "c2", "n_cell_back"].max() == seeds
+    assert (back["significant"] == comp.set_index(["measure", "cell_id"]).loc[
+        list(zip(back["measure"], back["cell_id"], strict=True)), "significant"].to_numpy()).all()
     assert sn.sensitivity(ps[ps["flag"] == ""], norms, "c0", order) is None
 
 

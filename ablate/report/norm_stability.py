@@ -245,7 +245,7 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
             text += f" ({floors[m][:1].upper() + floors[m][1:]}.)"
         lines.append(text)
     lines += factor_sentences(anova, effects, alpha)
-    lines += flag_lines(table, comp, sensitivity)
+    lines += flag_lines(table, sensitivity)
     if check is not None and not check.empty:
         printed = check_table(check)
         init = check.index[(check["when"] == "init") & check["noise_over_theory"].notna()]
@@ -293,27 +293,24 @@ def factor_sentences(anova: pd.DataFrame | None, effects: pd.DataFrame | None, a
     return out
 
 
-def flag_lines(table: pd.DataFrame, comp: pd.DataFrame | None = None,
-               sensitivity: pd.DataFrame | None = None) -> list[str]:
+def flag_lines(table: pd.DataFrame, sensitivity: pd.DataFrame | None = None) -> list[str]:
     """The runs ``stats.norms.per_seed`` flagged (``stability``'s ``flags``), as one line: which,
-    why, and that the values and tests leave them out; and, with ``sensitivity`` (the comparisons
-    with the late-growing runs put back), which verdicts that changes — or that it changes none."""
+    why, and that the values and tests leave them out; and, with ``sensitivity``
+    (``stats.norms.sensitivity``), which verdicts putting the late-growing ones back changes — or
+    that it changes none."""
     if table.empty or "flagged" not in table.columns or not table["flagged"].sum():
         return []
     named = "; ".join(f"{r.variant}: {r.flags}" for r in table.itertuples() if r.flagged)
     total = int(table["flagged"].sum())
     line = (f"- **{total} run{'s' if total != 1 else ''} flagged and left out** of every value, interval and test "
             f"above (marked in the figures): {named}.")
-    if sensitivity is not None and comp is not None and len(comp):
-        key = ["measure", "cell_id"]
-        both = comp[[*key, "significant"]].merge(sensitivity[[*key, "significant", "p_adj"]], on=key,
-                                                 suffixes=("", "_back"))
-        changed = both[both["significant"] != both["significant_back"]]
+    if sensitivity is not None and len(sensitivity):
+        changed = sensitivity[sensitivity["significant"].fillna(False) != sensitivity["significant_back"].fillna(False)]
         if changed.empty:
-            line += " Put back (the late-growing ones), no verdict changes."
+            line += " Put back (the late-growing ones), no comparison's verdict changes."
         else:
-            what = "; ".join(f"{r.cell_id} {MEASURE_WORDS[r.measure]} becomes "
-                             f"{fmt.verdict(bool(r.significant_back))} (p (Holm) {fmt.pval(r.p_adj)})"
+            what = "; ".join(f"{r.cell_label} {MEASURE_WORDS[r.measure]} becomes "
+                             f"{fmt.verdict(bool(r.significant_back))} (p (Holm) {fmt.pval(r.p_adj_back)})"
                              for r in changed.itertuples())
             line += f" Put back (the late-growing ones), these verdicts change — they rest on those runs: {what}."
     return [line]

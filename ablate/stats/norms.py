@@ -471,12 +471,19 @@ def compare(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order: Ord
 
 def sensitivity(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order: Order, alpha: float = 0.05,
                 confidence: float = 0.95, min_ratio: float = 1.25, power: float = 0.8) -> pd.DataFrame | None:
-    """The comparisons with the late-growing runs put back (``compare(include_flagged=True)``), or
-    None when no run was flagged for late growth. A verdict that differs from the primary one's
-    depends on those runs."""
+    """What the late-growing runs change: every comparison of ``compare`` without them and with
+    them put back (``include_flagged``), each with Holm within its measure; None when no run was
+    flagged for late growth. Columns: ``measure``, ``cell_id``, ``cell_label``, ``n_cell``,
+    ``n_ref``, ``p_adj``, ``significant`` (without), ``n_cell_back``, ``n_ref_back``, ``p_adj_back``,
+    ``significant_back`` (with). A verdict that differs rests on those runs."""
     if "flag" not in seeds.columns or not seeds["flag"].str.startswith("late").any():
         return None
-    return compare(seeds, norms, reference, order, alpha, confidence, min_ratio, power, include_flagged=True)
+    cols = ["measure", "cell_id", "cell_label", "n_cell", "n_ref", "p_adj", "significant"]
+    without = compare(seeds, norms, reference, order, alpha, confidence, min_ratio, power, ratio_intervals=False)
+    back = compare(seeds, norms, reference, order, alpha, confidence, min_ratio, power, include_flagged=True,
+                   ratio_intervals=False)
+    return without[cols].merge(back[cols].drop(columns="cell_label"), on=["measure", "cell_id"], how="outer",
+                               suffixes=("", "_back"))
 
 
 # --- factor effects ------------------------------------------------------------------------------------

@@ -116,7 +116,8 @@ if len(df):
         "**Table 4. Stability of the state norm per variant** (as in the norm-stability report): per run its CV "
         "over training steps, over layers and its final ‖x‖², geometric means over the seeds with t intervals on "
         "the logs, except over layers: (mean √CV over the seeds)², with the t interval on √CV, squared; over seeds "
-        "the sd of log ‖x‖² across seeds, which does not depend on how many seeds a variant has."))
+        "the spread of log ‖x‖² across seeds (each run's deviation from the median of the others, scaled to the sd "
+        "for normal log norms), which does not depend on how many seeds a variant has; flagged runs are left out."))
     near = per_layer[per_layer.cell_id.isin(comparable)]
     if near.cell_id.nunique() > 1 and ref_id in set(near.cell_id):
         comp_norms = sn.compare(seeds[seeds.cell_id.isin(comparable)], near, ref_id,
