@@ -139,13 +139,19 @@ def plan(
     # Reads the study's storage only if it exists.
     the_plan = planning.build(spec, storage, tracking_uri, reuse=reuse, reuse_stale=reuse_stale)
     planning.render(the_plan, out, reuse_stale)
-    for line in planning.sequential_lines(spec, storage) + planning.until_converged_lines(spec, storage):
+    from ablate import plan_checks
+
+    for line in planning.sequential_lines(spec, storage) + planning.until_converged_lines(spec, storage) + \
+            plan_checks.blocker_lines(the_plan) + plan_checks.significance_lines(spec):
         out.print(line, highlight=False, soft_wrap=True)
     if estimate:
         from ablate.runner.pool import estimate_threads
 
         threads = estimate_threads(workers, device)  # each worker of a CPU pool gets its share of the cores
         planning.render_estimate(planning.estimate(the_plan, device, workers=workers, threads=threads), out)
+    seconds = plan_checks.measured_seconds(the_plan, device) if estimate else None
+    for line in plan_checks.sequential_price_lines(the_plan, seconds, workers):
+        out.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -232,7 +238,7 @@ def run(
         err.print(f"{kind} {escape(line)}", highlight=False, soft_wrap=True)
     out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {after.unfinished} unfinished")
     if report:
-        _render(spec.name, spec.reports, Path("reports") / spec.name, ("html", "pdf"), storage, tracking_uri)
+        _render(spec.name, spec.report_names, Path("reports") / spec.name, ("html", "pdf"), storage, tracking_uri)
     if after.failed and after.errors:  # a diverged cell is a result; an error is a bug to look at
         err.print(f"{after.errors} item(s) failed with an error; see `ablate status {spec.name}` and the report; "
                   "after a fix, `ablate run SPEC --retry-failed` re-runs them", highlight=False)

@@ -359,3 +359,37 @@ def test_the_reports_of_a_study_or_an_export_come_from_its_spec(tmp_path, monkey
     assert render.export_reports(exported["qb"]) == list(REPORTS)
     assert render.export_reports(exported["qb"], ["accuracy"]) == ["accuracy"]
     assert not (nested / ".ablate").exists()
+
+
+# --- a report's options (spec.reports): the cells, their order, the sections ----------------------------
+
+
+def test_report_options_select_cells_and_order_variants() -> None:
+    import synthetic_study
+
+    from ablate.report.render import apply_options
+    from ablate.spec.reports import ReportOptions
+
+    res = synthetic_study.scaled(synthetic_study.GRIDS[12], seeds=2)
+    opts = ReportOptions(name="accuracy", cells=[{"model.layers": 1}, {"model.layers": 4}],
+                         order=["model.normalisation", "model.layers"])
+    shown = apply_options(res, opts)
+    trials = shown.trials
+    assert set(trials["model.layers"].cast(str)) == {"1", "4"}
+    assert set(shown.curves["cell_id"]) == set(trials["cell_id"])  # every frame cut alike
+    order = trials.select("model.normalisation", "model.layers").unique(maintain_order=True).rows()
+    assert order == [("xi", "1"), ("xi", "4"), ("gamma", "1"), ("gamma", "4")]
+    assert apply_options(res, ReportOptions(name="accuracy")).trials.equals(res.trials)
+
+
+def test_sections_keep_the_header_and_follow_the_order_given() -> None:
+    from nbformat.v4 import new_code_cell, new_markdown_cell
+
+    from ablate.report.render import keep_sections
+
+    cells = [new_markdown_cell("# Accuracy"), new_code_cell("header"), new_markdown_cell("## The answer"),
+             new_code_cell("answer"), new_markdown_cell("## Summary\nwhat it says"), new_code_cell("summary"),
+             new_markdown_cell("## Few-run estimates"), new_code_cell("few")]
+    kept = keep_sections(cells, ["few-run-estimates", "the-answer"])
+    assert [c.source for c in kept] == ["# Accuracy", "header", "## Few-run estimates", "few", "## The answer",
+                                        "answer"]

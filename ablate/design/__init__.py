@@ -26,6 +26,7 @@ from ablate.design.cells import (
     cells_and_problems,
     comparison_problems,
     items,
+    report_problems,
     select,
     selection_problems,
 )
@@ -74,7 +75,7 @@ def check(spec: Spec) -> None:
     grid, problems = cells_and_problems(spec)
     if problems:
         raise SpecError(problems)
-    problems = until_converged_problems(grid)
+    problems = until_converged_problems(grid) + report_problems(spec, grid)
     if problems:
         raise SpecError(problems)
     per_cell = len(spec.seed_list) + (spec.tune.trials if spec.tune else 0)

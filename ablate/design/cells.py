@@ -31,7 +31,7 @@ from ablate.design.identity import (
 )
 from ablate.design.selectors import condition_problems, matches, selector_problems
 from ablate.design.space import tune_protocol
-from ablate.spec import MAX_CELLS, Problems, Spec, SpecError, get_path, parse, set_path
+from ablate.spec import MAX_CELLS, Problems, Spec, SpecError, get_path, parse, set_path, wsd_warmup
 
 MAX_INVALID_SHOWN = 5
 
@@ -153,7 +153,7 @@ def _build(choice: dict[str, Level], fs: list[Factor], base: dict[str, Any],
 
 def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
     fs, problems = parse_factors(spec)
-    base = spec.baseline()
+    base = spec.baseline(declared=True)
     problems += condition_problems(fs, base)
     if problems:
         return [], problems
@@ -183,7 +183,9 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
                     problems.append((f"{where}.{name}", f"does not apply to this cell: its condition (when: "
                                                         f"{by_name[name].when}) does not hold"))
         try:
-            resolved = parse({"name": spec.name, **built.config}).baseline()
+            resolved = parse({"name": spec.name, **built.config}).baseline(declared=True)
+            if not spec.tunes_warmup:  # a tuned warm-up or budget must not meet a warm-up fixed before it
+                resolved["train"] = wsd_warmup(resolved["train"])
             error = None
         except SpecError as exc:
             resolved, error = built.config, exc.problems[0]
@@ -292,6 +294,41 @@ def selection_problems(spec: Spec, selector: Any, where: str = "cells") -> Probl
     if problems:
         return problems
     return selector_problems(selector, where, {f.name: f for f in fs}, spec.baseline())
+
+
+def report_problems(spec: Spec, grid: list[Cell]) -> Problems:
+    """What is wrong with the options of the spec's ``reports:`` entries, given its cells: sections
+    the report lacks, selectors naming unknown factors or levels or matching no cell, ``order``
+    naming no factor, a ``reference`` that is no cell's label or id (each with the valid choices)."""
+    from ablate.spec.errors import not_one_of
+    from ablate.spec.reports import ReportOptions
+
+    problems: Problems = []
+    factors = [f.name for f in parse_factors(spec)[0]]
+    for i, entry in enumerate(spec.reports):
+        if not isinstance(entry, ReportOptions):
+            continue
+        where = f"reports[{i}]"
+        problems += entry.section_problems(where)
+        for k, sel in enumerate(entry.selectors):
+            at = f"{where}.cells" + (f"[{k}]" if isinstance(entry.cells, list) else "")
+            found = selection_problems(spec, sel, at)
+            if not found and not select(spec, sel):
+                found = [(at, "matches no cell of the design")]
+            problems += found
+        problems += [(f"{where}.order[{k}]", not_one_of(f, factors) if factors else "the spec varies no factor")
+                     for k, f in enumerate(entry.order) if f not in factors]
+        shown = ([c for c in grid if any(c in select(spec, sel) for sel in entry.selectors)]
+                 if entry.selectors else grid)
+        if entry.reference is not None and not any(entry.reference in (c.id, c.label) for c in shown):
+            problems.append((f"{where}.reference", not_one_of(entry.reference, [c.label for c in shown])))
+        elif entry.reference is None and entry.selectors and shown and not any(c.config == spec.baseline()
+                                                                             for c in shown):
+            problems.append((f"{where}.reference", "the selected cells leave out the baseline, which the report "
+                                                   "compares with by default: name one of them as the reference "
+                                                   f"({', '.join(c.label for c in shown[:6])}"
+                                                   f"{' …' if len(shown) > 6 else ''})"))
+    return problems
 
 
 def comparison_problems(specs: Mapping[str, Spec],

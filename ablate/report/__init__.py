@@ -15,3 +15,17 @@ REPORTS: tuple[str, ...] = tuple(sorted(
     entry.name.removesuffix(".py") for entry in resources.files(__name__).joinpath("notebooks").iterdir()
     if entry.name.endswith(".py") and not entry.name.startswith("_") and entry.name.removesuffix(".py") not in COMPARISONS
 ))
+
+
+def slug(heading: str) -> str:
+    """A section heading as a spec names it: lower case, words joined by '-' ("Few-run estimates" →
+    "few-run-estimates")."""
+    words = "".join(ch.lower() if ch.isalnum() else " " for ch in heading).split()
+    return "-".join(words)
+
+
+def headings(report: str) -> tuple[str, ...]:
+    """The sections of a report (the ``## `` headings of its notebook, as ``slug``s), in order:
+    what a spec's ``reports: [{name: …, sections: […]}]`` may list."""
+    text = resources.files(__name__).joinpath("notebooks", f"{report}.py").read_text(encoding="utf-8")
+    return tuple(dict.fromkeys(slug(line[5:]) for line in text.splitlines() if line.startswith("# ## ")))

@@ -388,13 +388,18 @@ def study_reports(study: str, storage: str | None = None, tracking_uri: str | No
     if only:
         return results.locate(study, storage, tracking_uri), list(only)
     stores, opt = results.located_study(study, storage, tracking_uri)
-    return stores, list(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
+    return stores, report_names(opt.user_attrs.get("spec", {}).get("reports", REPORTS))
+
+
+def report_names(entries: list[Any]) -> list[str]:
+    """A stored spec's ``reports:`` entries by name (an entry with options is a mapping)."""
+    return [e["name"] if isinstance(e, dict) else e for e in entries]
 
 
 def export_reports(res: Results, only: list[str] | None = None) -> list[str]:
     """The reports to render of an export (``ablate report --data``): ``only``, else those its spec
     as it ran lists (the spec's default when it lists none)."""
-    return list(only) if only else list(res.spec_data.get("reports", res.spec.reports))
+    return list(only) if only else report_names(res.spec_data.get("reports", res.spec.report_names))
 
 
 def render(
@@ -471,17 +476,71 @@ def render(
                 results.save(data, snapshot)
                 read_missing = list(data.missing)
             writer.submit(_preload)
+            whole = loaded if data is None else data
             done = []
             for report in [r for r in reports if not sections.is_section(r)]:
                 work = Path(tmp) / report
                 work.mkdir()
+                options = whole.spec.report_options(report) if report in REPORTS else None
                 params = {"study": study, "export_dir": str(target) if export else None, "results_file": str(snapshot)}
+                if options is not None and (options.selectors or options.order):
+                    # What this report shows of the study: its own snapshot; the other reports keep theirs.
+                    params["results_file"] = str(work / "results.pickle")
+                    results.save(apply_options(whole, options), work / "results.pickle")
+                if options is not None and options.reference is not None:
+                    params["reference"] = options.reference
                 nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
+                if options is not None and options.sections:
+                    nb.cells = keep_sections(nb.cells, options.sections)
                 done.append(writer.submit(write, nb, report, read_missing))
             for name in [r for r in reports if sections.is_section(r)]:
                 done.append(writer.submit(write_section, name, loaded if data is None else data, read_missing))
             return [path for future in done for path in future.result()]
 
+
+def apply_options(res: Results, options: Any) -> Results:
+    """``res`` as a report with ``options`` (``spec.reports.ReportOptions``) shows it: only the cells
+    its selectors match (any of them), the variants sorted by its ``order`` factors' levels (the
+    reports keep the trials frame's order of first appearance)."""
+    import polars as pl
+
+    from ablate import design
+
+    keep = {c.id for sel in options.selectors for c in design.select(res.spec, sel)} if options.selectors else None
+
+    def cut(frame: pl.DataFrame) -> pl.DataFrame:
+        if keep is None or "cell_id" not in frame.columns or not frame.height:
+            return frame
+        return frame.filter(pl.col("cell_id").is_in(sorted(keep)))
+
+    trials = cut(res.trials)
+    if options.order:
+        ranks = []
+        for factor in options.order:
+            seen = trials[factor].cast(pl.Utf8).unique(maintain_order=True).to_list()
+            if isinstance(trials[factor].dtype, pl.Enum):  # the factor's own level order
+                seen = [lv for lv in trials[factor].dtype.categories.to_list() if lv in set(seen)]
+            ranks.append(pl.col(factor).cast(pl.Utf8).replace_strict(seen, list(range(len(seen))),
+                                                                     default=len(seen)))
+        trials = trials.with_row_index("_row").sort([*ranks, "_row"]).drop("_row")
+    return dataclasses.replace(res, trials=trials, metrics=cut(res.metrics), curves=cut(res.curves))
+
+
+def keep_sections(cells: list[Any], wanted: list[str]) -> list[Any]:
+    """The executed notebook's cells with only the ``wanted`` sections (``ablate.report.slug`` of
+    their ``## `` headings), in that order, after what precedes the first section (title, header)."""
+    from ablate.report import slug
+
+    head: list[Any] = []
+    parts: dict[str, list[Any]] = {}
+    current = head
+    for cell in cells:
+        text = cell.get("source", "") if cell.get("cell_type") == "markdown" else ""
+        title = next((line[3:] for line in text.splitlines() if line.startswith("## ")), None)
+        if title is not None:
+            current = parts.setdefault(slug(title), [])
+        current.append(cell)
+    return head + [c for name in wanted for c in parts.get(name, [])]
 
 
 def _preload() -> None:

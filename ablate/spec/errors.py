@@ -55,6 +55,10 @@ _QUOTED = re.compile(r"'([^']*)'")
 _UNION_TAGS = INIT_SCHEMES.names  # the tags of the one discriminated union (model.init)
 
 
+#: The tags of a ``reports:`` entry's two forms (``spec.models._report_entry``).
+REPORT_TAGS = ("report-name", "report-options")
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for i, part in enumerate(loc):
@@ -62,6 +66,8 @@ def _loc(loc: tuple[Any, ...]) -> str:
             out += f"[{part}]"
         elif part in _UNION_TAGS and i and loc[i - 1] == "init":
             continue  # the discriminated union adds the tag to the path; the user never wrote it
+        elif part in REPORT_TAGS and i >= 2 and loc[i - 2] == "reports":
+            continue  # likewise a reports: entry's form (a name, or a mapping with options)
         elif isinstance(part, str) and (part.startswith(("function-", "list[", "dict[")) or part in ("int", "str")):
             continue  # pydantic names a union member or validator; the user never wrote it
         else:

@@ -22,8 +22,10 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainValidator,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_serializer,
@@ -35,7 +37,8 @@ from pydantic.json_schema import WithJsonSchema
 from ablate import plugins, stores
 from ablate.models import registry
 from ablate.report import REPORTS
-from ablate.spec.errors import Problems, SpecError, not_one_of, validation_problems
+from ablate.spec.errors import REPORT_TAGS, Problems, SpecError, not_one_of, validation_problems
+from ablate.spec.reports import ReportOptions
 from ablate.tasks.registry import task_params_model
 
 # --- limits: a spec is refused, with a message, past these --------------------------------------
@@ -85,6 +88,18 @@ def _report_name() -> Any:
         return value
 
     return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
+
+
+def _report_entry() -> Any:
+    """A ``reports:`` entry: a report's name, or a mapping with its options (``ReportOptions``);
+    told apart by their type, so an error is the one form's, never both."""
+    name_tag, options_tag = REPORT_TAGS
+
+    def which(v: Any) -> str:
+        return options_tag if isinstance(v, dict | ReportOptions) else name_tag
+
+    return Annotated[Annotated[_report_name(), Tag(name_tag)] | Annotated[ReportOptions, Tag(options_tag)],
+                     Discriminator(which)]
 
 
 # Validation context key: leave out the checks of how a model's (or init's) values fit together
@@ -637,10 +652,11 @@ class Spec(Strict):
     tune: TuneSpec | None = Field(None, description="per-cell tuning before replication")
     references: list[Reference] = Field(
         default_factory=list, description="published values to compare with in the accuracy report")
-    reports: list[_report_name()] = Field(
+    reports: list[_report_entry()] = Field(
         default_factory=lambda: list(REPORTS),
         description="the reports to render: built-in reports, and report sections of plug-ins (by name, or "
-                    "package.module:attribute), each a page of its own (docs/plugins.md)")
+                    "package.module:attribute), each a page of its own (docs/plugins.md); a built-in report "
+                    "may be a mapping {name, sections, cells, order, reference} choosing what it shows")
     stats: StatsSpec = Field(default_factory=StatsSpec, description="how the reports judge the results")
     compare: list[CompareItem] = Field(
         default_factory=list,
@@ -681,6 +697,18 @@ class Spec(Strict):
                 if not isinstance(key, str) or not key:
                     raise ValueError(f"factor names are text; got {key!r}")
         return v
+
+    @property
+    def report_names(self) -> list[str]:
+        """The reports to render, by name (an entry with options: its ``name``)."""
+        return [r.name if isinstance(r, ReportOptions) else r for r in self.reports]
+
+    def report_options(self, report: str) -> ReportOptions:
+        """The options of ``report`` (none given: the whole report, every cell)."""
+        for r in self.reports:
+            if isinstance(r, ReportOptions) and r.name == report:
+                return r
+        return ReportOptions(name=report) if report in REPORTS else ReportOptions.model_construct(name=report)
 
     @property
     def sequential(self) -> SequentialSeeds | None:

@@ -61,7 +61,7 @@ say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
 # say the same thing.
 
 # %%
-norm_in = verdicts.norm_inputs(res, trials, factors) if "norm_stability" in res.spec.reports else None
+norm_in = verdicts.norm_inputs(res, trials, factors) if "norm_stability" in res.spec.report_names else None
 verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alpha, confidence, effect, norm_in)
 comparisons = verdict.comparisons
 verdicts.show_answer(verdict, confidence)

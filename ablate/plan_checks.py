@@ -1,0 +1,168 @@
+"""What ``ablate plan`` warns about before a run: a design whose comparisons cannot reach
+significance, the price of a sequential study (now and at most), and the longer WSD cells whose
+kept shorter runs a setting keeps them from continuing.
+
+Kept apart from ``ablate.planning`` (which builds and renders the plan and its estimate): these
+read the plan and say what it implies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ablate.planning import FINISHED, Plan, duration
+from ablate.spec import Spec
+
+#: The measures the norm report tests (``ablate.stats.family``'s names).
+NORM_MEASURES = ("norm.training", "norm.depth", "norm.seeds", "norm.final")
+#: The family-wise α the reports' Holm family is adjusted at (``ablate.stats.family.adjust``'s default).
+REPORT_ALPHA = 0.05
+#: ``ablate.stats.comparisons.PERMUTATIONS``: past this many arrangements the test draws this many, and
+#: its smallest p is 2/(B + 1). Mirrored, not imported: plan does not load SciPy (tests hold them equal).
+PERMUTATIONS = 9999
+
+
+def p_floor(seeds: int) -> float:
+    """The smallest two-sided p the reports' exact sign-flip test (``stats.comparisons.permutation_test``,
+    paired on shared seeds) can give with ``seeds`` seeds: 2/2^n, or 2/(B + 1) once it samples."""
+    return max(2.0 ** (1 - seeds), 2.0 / (PERMUTATIONS + 1)) if 2**seeds > PERMUTATIONS else 2.0 ** (1 - seeds)
+
+
+def seeds_for(threshold: float) -> int | None:
+    """Fewest seeds whose ``p_floor`` is at most ``threshold``; None where no count reaches it."""
+    return next((n for n in range(2, 64) if p_floor(n) <= threshold), None)
+
+
+def family_size(spec: Spec) -> tuple[int, str]:
+    """m of the study's confirmatory family (``ablate.stats.family``) as the design sets it, and how
+    it is made up: every other cell against the reference, and (a full factorial over the varied
+    factors) every main effect and two-way interaction, on every measure the reports test."""
+    from ablate.design import cells
+
+    grid = cells(spec)
+    measures = ((1 if "accuracy" in spec.report_names else 0)
+                + (len(NORM_MEASURES) if "norm_stability" in spec.report_names else 0))
+    varied = [name for name in spec.factors if len({c.labels[name] for c in grid}) > 1]
+    levels = math.prod(len({c.labels[name] for c in grid}) for name in varied) if varied else 1
+    terms = len(varied) + math.comb(len(varied), 2) if varied and len(grid) == levels else 0
+    comparisons = max(0, len(grid) - 1)
+    m = (comparisons + terms) * measures
+    how = f"{comparisons} comparisons" + (f" + {terms} ANOVA terms" if terms else "")
+    how = (f"({how})" if terms else how) + f" × {measures} measure{'s' if measures != 1 else ''}"
+    return m, how
+
+
+def significance_lines(spec: Spec) -> list[str]:
+    """A warning when no comparison with the reference can be significant: the exact sign-flip test's
+    smallest p with the study's seeds (``ablate.stats.comparisons``: 2^(1−n) for n paired seeds)
+    above Holm's first threshold α/m over the family; with the seeds that would reach it, or a
+    sequential design. Nothing when the design can reach it (or tests nothing)."""
+    m, how = family_size(spec)
+    if m == 0:
+        return []
+    seq = spec.sequential
+    alpha = seq.alpha if seq is not None else REPORT_ALPHA
+    n = seq.max if seq is not None else len(spec.seed_list)
+    floor, threshold = p_floor(n), alpha / m
+    if floor <= threshold:
+        return []
+    needed = seeds_for(threshold)
+    then = ("raise seeds.max" if seq is not None
+            else "or a sequential design (seeds: {min, max, until: decided}) that stops each comparison once decided")
+    what = (f"{needed} seeds would reach it ({p_floor(needed):.3g}), {then}" if needed is not None else
+            f"no seed count reaches it (the test samples {PERMUTATIONS} arrangements past 13 seeds): test fewer "
+            f"comparisons or measures")
+    return [f"warning: no comparison with the reference can be significant: the exact test's smallest p with {n} "
+            f"seeds is {floor:.3g}, above Holm's first threshold α/m = {alpha:g}/{m} = {threshold:.3g} over the "
+            f"study's family (m = {how}); {what}"]
+
+
+def sequential_price_lines(plan: Plan, seconds_of: Callable[[dict[str, Any]], float] | None = None,
+                           workers: int = 1) -> list[str]:
+    """A sequential study's cost now (its pending seed items) and the most it may still cost (every
+    cell to the last look), in trials and, given ``seconds_of`` (a cell config → one trial's seconds,
+    from ``plan --estimate``'s timings), in time with ``workers`` workers. Nothing for a fixed count."""
+    seq = plan.spec.sequential
+    if seq is None:
+        return []
+    pending = plan.pending()
+    planned = {c.cell.id: len(c.items) for c in plan.cells}
+    finished = {c.cell.id: sum(c.states.get(i.key) in FINISHED for i in c.items) for c in plan.cells}
+    more = {c.cell.id: max(0, seq.max - planned[c.cell.id]) for c in plan.cells}
+    now_trials, most_trials = len(pending), len(pending) + sum(more.values())
+    line = (f"sequential cost: now {now_trials} trial{'s' if now_trials != 1 else ''} pending (look at "
+            f"{max(planned.values(), default=0)} seeds per cell, {sum(finished.values())} done); at most "
+            f"{most_trials} ({most_trials - now_trials} beyond this look) to the last look ({seq.max} seeds per "
+            f"cell), were no comparison decided early")
+    if seconds_of is not None:
+        configs = {c.cell.id: c.cell.config for c in plan.cells}
+        now = sum(seconds_of(i.cell.config) for i in pending)
+        most = now + sum(k * seconds_of(configs[cid]) for cid, k in more.items())
+        who = "one worker" if workers == 1 else f"{workers} workers"
+        line += f"; ≈ {duration(now / workers)} now, at most ≈ {duration(most / workers)} with {who}"
+    return [line]
+
+
+def blocker_lines(plan: Plan) -> list[str]:
+    """For each pending replicate of a WSD cell that continues nothing although a shorter run of its
+    lineage kept a stable-phase checkpoint: which setting prevents it (``schedule.continuation_blocker``)."""
+    from ablate.design.identity import lineage_key
+    from ablate.schedule import continuation_blocker
+    from ablate.stores import checkpoint_dir
+
+    root, lines = checkpoint_dir(), []
+    for c in plan.cells:
+        train = c.cell.config.get("train", {})
+        if train.get("schedule") != "wsd":
+            continue
+        for item in c.items:
+            if item.phase != "replicate" or item.tune or item.key in c.branches or item.key in c.reusable \
+                    or c.states.get(item.key) in FINISHED:
+                continue
+            # where ablate.runner.phases keeps a lineage's stable-phase checkpoints: <steps>.pt and .json
+            folder = root / "stable" / lineage_key(c.cell.config) / f"replicate-seed{item.seed}"
+            kept = sorted(folder.glob("*.json"), key=lambda p: -_steps(p)) if folder.is_dir() else []
+            for meta in kept:
+                short = _train_of(meta)
+                if short is None or int(short.get("steps", 0)) >= int(train["steps"]):
+                    continue
+                why = continuation_blocker(short, train)
+                if why:
+                    lines.append(f"{c.cell.id}: seed {item.seed} trains from step 0, not from the kept "
+                                 f"{short['steps']}-step run: {why}")
+                break
+    return lines
+
+
+def _steps(meta: Any) -> int:
+    try:
+        return int(meta.stem)
+    except ValueError:
+        return 0
+
+
+def _train_of(meta: Any) -> dict[str, Any] | None:
+    import json
+
+    try:
+        return dict(json.loads(meta.read_text())["train"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def measured_seconds(plan: Plan, device: str = "cpu") -> Callable[[dict[str, Any]], float]:
+    """A cell config → one trial's seconds, each model shape timed once (``planning.measure``)."""
+    from ablate.design import canonical_json
+    from ablate.planning import measure, trial_seconds
+
+    timings: dict[str, Any] = {}
+
+    def seconds_of(config: dict[str, Any]) -> float:
+        key = canonical_json([config["task"], config["model"], config["train"]["batch_size"]])
+        if key not in timings:
+            timings[key] = measure(config, plan.spec.probes, device)
+        return trial_seconds(config, plan.spec.probes, timings[key])
+
+    return seconds_of

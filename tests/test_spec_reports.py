@@ -1,0 +1,64 @@
+"""A ``reports:`` entry with options (ablate.spec.reports): its shape here, what the design knows
+(cells, factors, the reference) by ``design.check``; every wrong entry names its key path, the valid
+choices and the closest one."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ablate import design
+from ablate.report import headings
+from ablate.spec import SpecError
+
+QUICKSTART = yaml.safe_load((Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml").read_text())
+
+
+def _with(reports: list) -> dict:
+    spec = copy.deepcopy(QUICKSTART)
+    spec["reports"] = reports
+    return spec
+
+
+def _error(reports: list) -> str:
+    with pytest.raises(SpecError) as exc:
+        design.validate(_with(reports))
+    return str(exc.value)
+
+
+def test_names_and_entries_with_options_mix() -> None:
+    spec = design.validate(_with(["accuracy", {"name": "norm_stability", "sections": ["the-answer", "summary"],
+                                               "cells": {"model.normalisation": "xi"},
+                                               "order": ["model.parameterisation"],
+                                               "reference": "parameterisation=complex_diagonal, normalisation=xi"}]))
+    assert spec.report_names == ["accuracy", "norm_stability"]
+    opts = spec.report_options("norm_stability")
+    assert opts.sections == ["the-answer", "summary"] and opts.selectors == [{"model.normalisation": "xi"}]
+    assert spec.report_options("accuracy").sections is None  # a bare name: the whole report
+
+
+def test_sections_are_the_notebooks_headings() -> None:
+    assert headings("accuracy")[:2] == ("the-answer", "summary")
+    assert "factor-effects" in headings("norm_stability")
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    ({"name": "norm_stabilty"}, "reports[0].name: 'norm_stabilty' is not one of: accuracy, norm_stability"),
+    ({"name": "accuracy", "sections": ["summray"]}, "reports[0].sections[0]: 'summray' is not one of: the-answer"),
+    ({"name": "accuracy", "sections": ["summary", "summary"]}, "reports[0].sections: lists a section twice"),
+    ({"name": "accuracy", "order": ["model.normalisaton"]}, "did you mean 'model.normalisation'?"),
+    ({"name": "accuracy", "cells": {"model.normalisation": "ksi"}}, "reports[0].cells"),
+    ({"name": "accuracy", "reference": "rotation, xi"}, "reports[0].reference: 'rotation, xi' is not one of"),
+    ({"name": "accuracy", "colour": "red"}, "reports[0].colour"),
+    ({"name": "accuracy", "cells": {"model.normalisation": "gamma"}},
+     "reports[0].reference: the selected cells leave out the baseline"),
+])
+def test_wrong_options_name_their_key_path(entry: dict, expected: str) -> None:
+    assert expected in _error([entry])
+
+
+def test_the_closest_section_is_suggested() -> None:
+    assert "did you mean 'summary'?" in _error([{"name": "accuracy", "sections": ["summray"]}])
