@@ -26,3 +26,9 @@ def test_legend_glyphs_draw_what_the_figure_draws() -> None:
     assert [h.get_marker() for h in styles] == ["o", "s"] and all(h.get_linestyle() == "None" for h in styles)
     (_, styles) = channels.handles(line=True, marker=True)[1]  # a figure whose lines carry markers says so
     assert [h.get_marker() for h in styles] == ["o", "s"]
+
+
+def test_mathtext_is_never_broken() -> None:
+    label = r"layers = 1 · stationary theory $\mathrm{E}\,\Vert x_\infty^h\Vert^2$"
+    assert wrap(label, 20) == "layers = 1 ·\nstationary theory\n" + r"$\mathrm{E}\,\Vert x_\infty^h\Vert^2$"
+    assert wrap(r"$\Vert x\Vert^2$ (mean over t, heads)", 12) == "$\\Vert x\\Vert^2$\n(mean over\nt, heads)"

@@ -119,6 +119,7 @@ def style() -> AbstractContextManager:
 #: Where a word too long for its line breaks: after the ``=`` of a ``key=value`` or a ``,`` with no
 #: space behind it (``parameterisation=`` / ``complex_diagonal,``), never inside a level.
 _BREAK = re.compile(r"(?<=[=,])(?=[^\s,=])")
+_MATH = re.compile(r"\$[^$]*\$")
 #: A piece (between such breaks) of up to this many characters stays whole even on a narrower line:
 #: a level such as ``complex_diagonal`` overflows a short tick label a little rather than split.
 WHOLE = 24
@@ -127,8 +128,9 @@ WHOLE = 24
 def wrap(label: Any, width: int = 30) -> str:
     """Wrap ``label`` onto lines of at most ``width`` characters: whole words where they fit, a
     longer word after the ``=`` or ``,`` inside it; a piece longer than ``width`` stands on a line of
-    its own, broken inside only past ``WHOLE`` characters."""
-    text = str(label)
+    its own, broken inside only past ``WHOLE`` characters. Mathtext (``$…$``) is never broken."""
+    original = str(label)
+    text = _MATH.sub(lambda m: m.group(0).replace(" ", "\0"), original)  # its spaces held while wrapping
     longest = max(width, WHOLE)
     lines: list[str] = []
     line = ""
@@ -136,7 +138,7 @@ def wrap(label: Any, width: int = 30) -> str:
         if len(line) + bool(line) + len(word) <= width:
             line += " " * bool(line) + word
             continue
-        pieces = _BREAK.split(word)
+        pieces = [word] if "$" in word else _BREAK.split(word)
         if len(word) <= width or (len(pieces) == 1 and len(word) <= longest):
             lines.append(line)
             line = word
@@ -147,12 +149,12 @@ def wrap(label: Any, width: int = 30) -> str:
                 line += " " * gap + piece
                 continue
             lines.append(line)
-            while len(piece) > longest:
+            while len(piece) > longest and "$" not in piece:
                 lines.append(piece[:longest])
                 piece = piece[longest:]
             line = piece
     lines.append(line)
-    return "\n".join(x for x in lines if x) or text
+    return "\n".join(x for x in lines if x).replace("\0", " ") or original
 
 
 def figure(height: float, width: float = WIDTH) -> Figure:
@@ -201,10 +203,7 @@ def xlabel(axes: Sequence[Any], used: int, ncols: int, text: str) -> None:
 def supylabel(fig: Figure, text: str) -> None:
     """``text`` along the figure's left edge, wrapped to the panels' height (the legend above the
     panels must not meet it on a short figure)."""
-    # Mathtext must not break: its spaces are held while the words are wrapped.
-    held = re.sub(r"\$[^$]*\$", lambda m: m.group(0).replace(" ", "\0"), text)
-    lines = wrap(held, max(16, int((fig.get_figheight() - 1.3) * 13)))
-    fig.supylabel(lines.replace("\0", " "), fontsize=8)
+    fig.supylabel(wrap(text, max(16, int((fig.get_figheight() - 1.3) * 13))), fontsize=8)
 
 
 def no_data(fig: Figure, message: str) -> Figure:
