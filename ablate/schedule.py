@@ -124,3 +124,33 @@ class Schedule:
             k = CONVERGENCE_PASSES - 1
             extra = {start + round(i * (end - start) / k) for i in range(k)} | {end}
         return frozenset(s for s in extra if 0 < s < self.steps)
+
+
+def continuation_blocker(short: Any, long: Any) -> str | None:
+    """Which setting keeps a run of ``long`` from continuing a run of ``short`` (the same cell but for
+    its budget; ``TrainSpec``s or their dicts) from the shorter's stable end, in words naming it; None
+    where none does. The conditions are ``ablate.training.continuable``'s: both WSD, ``long`` longer,
+    the warm-ups equal in steps, the stable end inside ``long``'s stable phase, and every pass
+    ``long``'s convergence window makes before it one that ``short`` made."""
+    end, long_end = stable_end(short), stable_end(long)
+    if end is None or long_end is None:
+        return "train.schedule: only a wsd schedule continues a shorter run (its learning rate is constant up to its decay)"
+    steps, long_steps = int(_get(short, "steps", 0)), int(_get(long, "steps", 0))
+    if long_steps <= steps:
+        return f"train.steps: {long_steps} is not longer than the kept run's {steps}"
+    warm, long_warm = warmup_steps(short), warmup_steps(long)
+    if warm != long_warm:
+        if _get(long, "warmup_steps", None) is None:
+            return (f"train.warmup: a fraction of the steps ({_get(long, 'warmup', 0.1):g}), so the warm-up is "
+                    f"{long_warm} steps here and was {warm} in the {steps}-step run; set train.warmup_steps: {warm} "
+                    f"(or leave train.warmup at its default: a fixed warm-up on wsd)")
+        return f"train.warmup_steps: {long_warm} here, {warm} in the {steps}-step run"
+    if not warm <= end <= long_end:
+        return (f"train.decay/decay_steps: the {steps}-step run's stable phase ends at step {end}, "
+                f"past this run's ({long_end})")
+    short_when, long_when = Schedule.of(short), Schedule.of(long)
+    early = [s for s in range(end + 1) if long_when.checks(s) and not (short_when.validates(s) or short_when.checks(s))]
+    if early:
+        return (f"train.eval_every: this run's convergence window starts at step {long_when.window[0]}, before the "
+                f"checkpoint at {end}, at validation passes the {steps}-step run never made (e.g. step {early[0]})")
+    return None

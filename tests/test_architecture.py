@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.heartbeat", "ablate.runner.signals"),
     ("ablate.runner.worker",),
     ("ablate.runner.pool", "ablate.planning"),  # planning times a trial through the worker
-    ("ablate.runner.launch",),
+    ("ablate.runner.launch", "ablate.plan_checks"),
     ("ablate.results",),
     ("ablate.report",),
     ("ablate.serve", "ablate.cli"),

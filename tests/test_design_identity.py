@@ -221,3 +221,19 @@ def test_the_wsd_settings_leave_the_ids_of_existing_studies_as_they_were():
     shaped = {c.id for c in design.cells(design.load(QUICKSTART,
                                                      ["train.schedule=wsd", "train.decay_shape=linear"]))}
     assert shaped.isdisjoint(wsd)
+
+
+def test_a_warmup_count_equal_to_its_fraction_is_the_same_cell():
+    # Issue 43: a WSD spec pinning the warm-up count its cells were trained with (a tenth of the
+    # steps, before the wsd default became a fixed count) keeps their ids; another count is a new cell.
+    wsd = {**SPEC_BASE, "train": {**SPEC_BASE.get("train", {}), "steps": 400, "schedule": "wsd"}}
+    fraction = {**wsd, "train": {**wsd["train"], "warmup": 0.1, "warmup_steps": None}}
+    config = design.cells(design.validate(wsd))[0].config
+    assert config["train"]["warmup_steps"] == spec.WSD_WARMUP_STEPS  # the new default: 20, not 40
+    pinned = {**wsd, "train": {**wsd["train"], "warmup_steps": 40}}
+    old = copy.deepcopy(config)
+    old["train"]["warmup_steps"] = None  # as the fraction resolved before: 40 steps
+    assert design.cells(design.validate(pinned))[0].id == identity.cell_id(old)
+    assert design.cells(design.validate(pinned))[0].config_key == identity.config_key(old)
+    # warmup: 0.1 written out is the default's value: 20 steps on wsd, a new cell
+    assert design.cells(design.validate(fraction))[0].id != identity.cell_id(old)

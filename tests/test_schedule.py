@@ -95,3 +95,49 @@ def test_a_longer_wsd_run_continues_only_where_its_window_has_the_shorter_runs_p
     assert training.continuable(short, short.model_copy(update={"steps": 2000})) == 800
     # 1,100 steps: its window [704, 880] starts before the checkpoint at 800, at passes 1,000 never made.
     assert training.continuable(short, short.model_copy(update={"steps": 1100})) is None
+
+
+def test_a_continuation_blocker_names_the_setting_continuable_refuses_on():
+    from ablate.schedule import continuation_blocker
+
+    short = TrainSpec(steps=1000, schedule="wsd", decay=0.2, eval_every=300, warmup_steps=50)
+    for update in ({"steps": 2000}, {"steps": 4000, "decay_steps": 100}):
+        long = short.model_copy(update=update)
+        assert training.continuable(short, long) is not None and continuation_blocker(short, long) is None
+    cases = {"train.eval_every": {"steps": 1100}, "train.steps": {"steps": 900},
+             "train.warmup_steps": {"steps": 2000, "warmup_steps": 60},
+             "train.warmup:": {"steps": 2000, "warmup_steps": None, "warmup": 0.1},
+             "train.decay": {"steps": 2000, "decay_steps": 1500},
+             "train.schedule": {"steps": 2000, "schedule": "cosine"}}
+    for setting, update in cases.items():
+        long = short.model_copy(update=update)
+        assert training.continuable(short, long) is None, setting
+        assert continuation_blocker(short, long).startswith(setting), (setting, continuation_blocker(short, long))
+
+
+def test_a_doubled_wsd_budget_with_default_settings_continues():
+    # Issue 43: the natural edit (steps 120 → 240) keeps the default warm-up, fixed in steps on wsd.
+    from ablate import design
+    from ablate.spec import WSD_WARMUP_STEPS, parse
+
+    def cell(train: dict, **extra: object) -> dict:
+        raw = {"name": "w", "task": {"name": "adding"}, "train": {"eval_every": 50, **train}, **extra}
+        return design.cells(parse(raw))
+
+    short, long = (cell({"schedule": "wsd", "steps": n})[0].config["train"] for n in (120, 240))
+    assert short["warmup_steps"] == long["warmup_steps"] == WSD_WARMUP_STEPS
+    assert training.continuable(TrainSpec.model_validate(short), TrainSpec.model_validate(long)) == 96
+    # A cosine schedule, a declared fraction or count: as before (no warmup_steps written: ids unchanged).
+    assert cell({"steps": 120})[0].config["train"]["warmup_steps"] is None
+    assert cell({"schedule": "wsd", "steps": 120, "warmup": 0.2})[0].config["train"]["warmup_steps"] is None
+    assert cell({"schedule": "wsd", "steps": 120, "warmup_steps": 7})[0].config["train"]["warmup_steps"] == 7
+    # Where the fixed count equals the fraction's (200 steps: 20) nothing is written either.
+    assert cell({"schedule": "wsd", "steps": 200})[0].config["train"]["warmup_steps"] is None
+    # Tiny runs: at most a fifth of the steps; a factor's levels get their own warm-up.
+    assert cell({"schedule": "wsd", "steps": 30})[0].config["train"]["warmup_steps"] == 6
+    levels = cell({"schedule": "wsd", "steps": 120}, factors={"train.warmup": [0.1, 0.25]})
+    assert [c.config["train"]["warmup_steps"] for c in levels] == [WSD_WARMUP_STEPS, None]
+    # Tuning a setting the warm-up depends on keeps the fraction.
+    tuned = cell({"schedule": "wsd", "steps": 120},
+                 tune={"trials": 2, "space": {"train.warmup": {"low": 0.05, "high": 0.2}}})
+    assert tuned[0].config["train"]["warmup_steps"] is None

@@ -146,7 +146,7 @@ def parse_factors(spec: Spec) -> tuple[list[Factor], Problems]:
 
 def _parse_factors(spec: Spec) -> tuple[tuple[Factor, ...], Problems]:
     problems: Problems = []
-    base = spec.baseline()
+    base = spec.baseline(declared=True)
     base_json = canonical_json(base)
     out: list[Factor] = []
     owner: dict[str, str] = {}  # path → factor setting it
@@ -209,7 +209,7 @@ def _parse_factors(spec: Spec) -> tuple[tuple[Factor, ...], Problems]:
             for path, v in settings.items():
                 set_path(alone, path, copy.deepcopy(v))
             try:
-                resolved = parse({"name": spec.name, **alone}).baseline()
+                resolved = parse({"name": spec.name, **alone}).baseline(declared=True)
             except SpecError as exc:
                 for err_path, msg in exc.problems:  # only errors of the level's own paths: others
                     for path in settings:  # may depend on the cell and are checked per cell

@@ -37,7 +37,7 @@ from typing import Any
 
 from ablate import plugins
 from ablate.models.registry import MODEL_FACTORS
-from ablate.spec import BUDGET_KEYS, Spec, get_path
+from ablate.spec import BUDGET_KEYS, Spec, TrainSpec, get_path
 
 # Bump when a change to models or training makes old results incomparable (task generators
 # carry their own version, which enters the id through the data version).
@@ -97,8 +97,15 @@ def data_version(task: dict[str, Any]) -> str:
 
 
 def identity_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The resolved config as the id sees it: ``NEUTRAL`` settings at their neutral value removed."""
+    """The resolved config as the id sees it: ``NEUTRAL`` settings at their neutral value removed, and
+    a ``train.warmup_steps`` equal to the count its ``warmup`` fraction gives (the same warm-up: a spec
+    pinning the count a cell was trained with keeps its cells)."""
     out = json.loads(canonical_json(config))
+    train = out.get("train")
+    if isinstance(train, dict) and train.get("warmup_steps") is not None and \
+            train["warmup_steps"] == max(1, int(float(train.get("warmup", TrainSpec.model_fields["warmup"].default))
+                                                  * int(train.get("steps", 0)))):
+        train["warmup_steps"] = None
     for path, neutral in NEUTRAL.items():
         *parents, key = path.split(".")
         node = out

@@ -39,6 +39,7 @@ from ablate.spec.models import (
     OBJECTIVE_METRICS,
     REFERENCE_METRICS,
     TUNE_SEED_BASE,
+    WSD_WARMUP_STEPS,
     CompareEntry,
     FactorSpec,
     InitSpec,
@@ -57,16 +58,17 @@ from ablate.spec.models import (
     UntilConverged,
     parse,
     resolve_task,
+    wsd_warmup,
 )
 from ablate.spec.paths import ROOTS, get_path, leaf_paths, overlap, path_problem, set_path
 
 __all__ = [
     "BUDGET_KEYS", "MAX_BYTES", "MAX_CELLS", "MAX_DEPTH", "MAX_EXTENDS", "MAX_ITEMS", "MAX_NAME", "MAX_NODES", "MAX_SEED", "MAX_SEEDS",
     "MAX_TUNE_TRIALS", "NAME", "NAME_RULE", "OBJECTIVE_METRICS", "REFERENCE_METRICS", "ROOTS", "TUNE_SEED_BASE",
-    "CompareEntry", "FactorSpec", "InitSpec", "LabelledLevel", "ModelSpec", "Objective", "Origins", "Problems",
+    "WSD_WARMUP_STEPS", "CompareEntry", "FactorSpec", "InitSpec", "LabelledLevel", "ModelSpec", "Objective", "Origins", "Problems",
     "ProbeSpec", "Reference", "RingInit", "RotrnnInit", "Spec", "SpecError", "StatsSpec", "TrainSpec", "TuneParam",
     "TuneSpec", "UntilConverged",
     "apply_overrides", "get_path", "leaf_paths", "locate", "located", "merge", "overlap", "parse", "parse_yaml",
     "parse_yaml_lines", "path_problem", "read", "read_raw", "reads", "reads_raw", "resolve_task", "set_path",
-    "split_override", "validation_problems",
+    "split_override", "validation_problems", "wsd_warmup",
 ]

@@ -1,0 +1,134 @@
+"""What ``ablate plan`` warns about (ablate.plan_checks): a design that cannot reach significance, a
+sequential study's price, a longer WSD cell that a setting keeps from continuing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from support import RAW
+from typer.testing import CliRunner
+
+from ablate import design, plan_checks, planning
+from ablate.cli import app
+from ablate.design.identity import lineage_key
+from ablate.stats.comparisons import PERMUTATIONS, permutation_test
+from ablate.stores import checkpoint_dir
+
+
+@pytest.fixture
+def tmp_path(shm_tmp_path: Path) -> Path:
+    return shm_tmp_path
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    monkeypatch.delenv("ABLATE_CHECKPOINT_DIR", raising=False)
+    return tmp_path / "home"
+
+
+def spec_of(seeds: object, widths: int = 12, reports: tuple[str, ...] = ("accuracy",), **extra: object):
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    raw["factors"] = {"model.d_model": [8 * (k + 1) for k in range(widths)]}
+    return design.validate({**raw, "seeds": seeds, "reports": list(reports), **extra})
+
+
+def smallest_seeds(threshold: float) -> int:
+    # The sign-flip test's smallest two-sided p with n paired seeds is 2/2^n.
+    return next(n for n in range(2, 64) if 2.0 / 2**n <= threshold)
+
+
+def lineage_folder(config: dict, seed: int) -> Path:
+    return checkpoint_dir() / "stable" / lineage_key(config) / f"replicate-seed{seed}"
+
+
+def test_the_floor_is_the_permutation_tests_own():
+    assert plan_checks.PERMUTATIONS == PERMUTATIONS
+    for n in (2, 3, 5, 8, 12, 13, 14, 16):
+        real = permutation_test([float(k) for k in range(1, n + 1)], [0.0] * n, paired=True).p_min
+        assert plan_checks.p_floor(n) == pytest.approx(real, rel=1e-12), n
+    assert plan_checks.seeds_for(1e-5) is None  # below 2/(B + 1): the sampled test never gets there
+
+
+def test_an_underpowered_design_is_warned_with_the_seeds_that_would_reach_significance():
+    # 12 cells, one factor: 11 comparisons + 1 ANOVA term on the accuracy: m = 12.
+    spec = spec_of(4)
+    assert plan_checks.family_size(spec) == (12, "(11 comparisons + 1 ANOVA terms) × 1 measure")
+    (line,) = plan_checks.significance_lines(spec)
+    need = smallest_seeds(0.05 / 12)
+    assert "smallest p with 4 seeds is 0.125" in line and "0.05/12 = 0.00417" in line
+    assert f"{need} seeds would reach it" in line and "sequential design" in line
+    assert plan_checks.significance_lines(spec_of(need)) == []  # enough seeds: nothing to say
+    # The norm report's four measures join the family: m = 12 × 5, and more seeds are needed.
+    both = spec_of(need, reports=("accuracy", "norm_stability"))
+    assert plan_checks.family_size(both)[0] == 60
+    (line,) = plan_checks.significance_lines(both)
+    assert f"{smallest_seeds(0.05 / 60)} seeds would reach it" in line
+    # A non-factorial design has no ANOVA terms: one_at_a_time over two factors.
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    raw.update(factors={"model.d_model": [8, 16, 32], "model.layers": [1, 2]}, design="one_at_a_time",
+               reports=["accuracy"], seeds=3)
+    assert plan_checks.family_size(design.validate(raw)) == (3, "3 comparisons × 1 measure")
+
+
+def test_plan_prints_the_warning_and_a_sequential_studys_price(tmp_path, home):
+    path = tmp_path / "s.yaml"
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    raw.update(factors={"model.d_model": [8, 16, 32]}, reports=["accuracy"], seeds=3)
+    path.write_text(yaml.safe_dump(raw))
+    res = CliRunner().invoke(app, ["plan", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "warning: no comparison with the reference can be significant" in res.output
+    raw["seeds"] = {"min": 3, "max": 9, "step": 3, "measures": ["test_accuracy"]}
+    path.write_text(yaml.safe_dump(raw))
+    res = CliRunner().invoke(app, ["plan", str(path)])
+    assert res.exit_code == 0, res.output
+    # Before the first look: 3 cells × 3 seeds pending now, and 3 × 9 at most to the last look.
+    assert "sequential cost: now 9 trials pending" in res.output
+    assert "at most 27 (18 beyond this look) to the last look (9 seeds per cell)" in res.output
+
+
+def test_a_sequential_price_in_time_adds_each_cells_trials_at_its_own_cost(home):
+    spec = spec_of({"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]}, widths=3)
+    plan = planning.build(spec)
+    cost = {c.id: 10.0 * (k + 1) for k, c in enumerate(design.cells(spec))}  # 10, 20, 30 s a trial
+    by_config = {json.dumps(c.config, sort_keys=True): cost[c.id] for c in design.cells(spec)}
+    (line,) = plan_checks.sequential_price_lines(plan, lambda cfg: by_config[json.dumps(cfg, sort_keys=True)], 2)
+    # now: 3 seeds × (10 + 20 + 30) = 180 s; at most: 6 seeds × 60 = 360 s; over 2 workers.
+    assert "now 9 trials pending" in line and "at most 18 (9 beyond this look)" in line
+    assert "≈ 1 min 30 s now, at most ≈ 3 min 00 s with 2 workers" in line
+
+
+def test_plan_names_the_setting_that_keeps_a_longer_wsd_cell_from_continuing(tmp_path, home):
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    del raw["factors"]
+    raw.update(seeds=1, reports=["accuracy"],
+               train={"steps": 120, "schedule": "wsd", "eval_every": 20, "warmup": 0.2})
+    short = design.cells(design.validate(raw))[0]
+    folder = lineage_folder(short.config, 0)
+    folder.mkdir(parents=True)
+    (folder / "120.json").write_text(json.dumps({"train": short.config["train"], "cell_id": short.id,
+                                                 "cell_label": "short"}))
+    (folder / "120.pt").write_bytes(b"")
+    longer = design.validate({**raw, "train": {**raw["train"], "steps": 240}})
+    (line,) = plan_checks.blocker_lines(planning.build(longer))
+    assert line.startswith(f"{design.cells(longer)[0].id}: seed 0 trains from step 0, not from the kept 120-step run")
+    assert "train.warmup: a fraction of the steps (0.2)" in line and "set train.warmup_steps: 24" in line
+    # With the default warm-up (fixed in steps on wsd) the same doubling has nothing to warn about.
+    raw["train"].pop("warmup")
+    short = design.cells(design.validate(raw))[0]
+    folder = lineage_folder(short.config, 0)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "120.json").write_text(json.dumps({"train": short.config["train"], "cell_id": short.id,
+                                                 "cell_label": "short"}))
+    longer = design.validate({**raw, "train": {**raw["train"], "steps": 240}})
+    assert plan_checks.blocker_lines(planning.build(longer)) == []
