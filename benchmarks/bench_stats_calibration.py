@@ -496,6 +496,59 @@ def coverage_tables(studies: int, rng: np.random.Generator, before: bool, seed_c
     return misses
 
 
+# --- the widening: exact t against the report's interval, one cell at a time -----------------------
+
+WIDTH_SEEDS = (3, 4, 5, 6, 8, 10, 15)
+
+
+def _minus_lognormal(rng: np.random.Generator, shape: tuple[int, int], sigma: float, sd: float) -> np.ndarray:
+    z = rng.lognormal(0.0, sigma, shape)
+    s2 = sigma**2
+    return -sd * (z - math.exp(s2 / 2)) / math.sqrt((math.exp(s2) - 1) * math.exp(s2))
+
+
+def width_tables(samples: int, rng: np.random.Generator) -> list[str]:
+    """Coverage of a cell mean's exact 95% t interval and of the report's (``stats.robust_level``),
+    ``samples`` cells of each seed count, on one cell's runs drawn from each null: the widening's
+    effect without the factorial around it (vectorised: the same formula as ``stats.t_interval``)."""
+    def tail(sd: float) -> Callable[[tuple[int, int]], np.ndarray]:
+        return lambda sh: 0.8 + rng.normal(0, sd, sh) - (rng.random(sh) < 0.15) * rng.exponential(0.06, sh)
+
+    nulls = [
+        ("15% lose Exp(6 pt), sd 0.0125", tail(0.0125), 0.8 - 0.15 * 0.06),
+        ("15% lose Exp(6 pt), sd 0.01", tail(0.01), 0.8 - 0.15 * 0.06),
+        ("ceiling: 1 − Exp(0.003)", lambda sh: 1.0 - rng.exponential(0.003, sh), 1.0 - 0.003),
+        ("log-normal σ 1 (0.01) + normal 0.01", lambda sh: 0.7 + _minus_lognormal(rng, sh, 1.0, 0.01)
+         + rng.normal(0, 0.01, sh), 0.7),
+        ("log-normal σ 1 only (stress)", lambda sh: 0.7 + _minus_lognormal(rng, sh, 1.0, 0.02), 0.7),
+        ("log-normal σ 0.5 only", lambda sh: 0.7 + _minus_lognormal(rng, sh, 0.5, 0.02), 0.7),
+        ("normal", lambda sh: rng.normal(0.7, 0.01, sh), 0.7),
+    ]
+    robust = stats.robust_level(LEVEL)
+    print(f"THE WIDENING: coverage of a cell mean's interval, {samples} cells per entry, at "
+          f"{' / '.join(map(str, WIDTH_SEEDS))} seeds: the exact t interval at {LEVEL:.0%} and the report's "
+          f"(t at {robust:.0%}, printed as {LEVEL:.0%})")
+    print()
+    head = f"{'runs':<40}{'exact t':<44}report's"
+    print(head)
+    print("-" * 92)
+    misses = []
+    for name, draw, truth in nulls:
+        exact, report = [], []
+        for n in WIDTH_SEEDS:
+            x = draw((samples, n))
+            m, se = x.mean(axis=1), x.std(axis=1, ddof=1) / math.sqrt(n)
+            for level, out in ((LEVEL, exact), (robust, report)):
+                q = float(sps.t.ppf(0.5 + level / 2, n - 1))
+                out.append(float(np.mean((m - q * se <= truth) & (truth <= m + q * se))))
+        print(f"{name:<40}{' '.join(f'{v:.3f}' for v in exact):<44}{' '.join(f'{v:.3f}' for v in report)}")
+        for n, v in zip(WIDTH_SEEDS, report, strict=True):
+            if v < FLOOR or (n in REQUIRED_AT and v < REQUIRED):
+                misses.append(f"widening: {name} at {n} seeds covers {v:.3f}")
+    print()
+    return misses
+
+
 # --- the convergence flag ------------------------------------------------------------------------
 
 #: (steps, eval_every) of the budgets simulated: the quickstart's, and two longer runs.
@@ -631,15 +684,18 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--runs", type=int, default=2000, help="simulated runs per convergence entry")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--parts", default="null,coverage,convergence")
+    parser.add_argument("--parts", default="null,coverage,widths,convergence")
+    parser.add_argument("--width-samples", type=int, default=40_000, help="cells per entry of the widening table")
     parser.add_argument("--noise-from", default=None, help="home of a finished quickstart study (its .ablate)")
     parser.add_argument("--before", action="store_true", help="also the intervals the report printed before")
+    parser.add_argument("--seeds", default=",".join(map(str, SEED_COUNTS)),
+                        help="the seed counts of the coverage tables, comma-separated")
     parser.add_argument("--tiny", action="store_true",
                         help="a few studies of everything, in seconds: checks the benchmark runs, not the rates")
     args = parser.parse_args(argv)
-    seed_counts, draws = SEED_COUNTS, 1_000_000
+    seed_counts, draws = tuple(int(n) for n in args.seeds.split(",")), 1_000_000
     if args.tiny:
-        args.studies, args.coverage_studies, args.runs = 4, 1, 40
+        args.studies, args.coverage_studies, args.runs, args.width_samples = 4, 1, 40, 2000
         seed_counts, draws = (3, 5), 20_000
     parts = set(args.parts.split(","))
     rng = np.random.default_rng(args.seed)
@@ -649,6 +705,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         ("null", lambda: misses.extend(null_tables(args.studies, args.alpha, rng))),
         ("coverage", lambda: misses.extend(coverage_tables(args.coverage_studies, rng, args.before, seed_counts,
                                                            draws))),
+        ("widths", lambda: misses.extend(width_tables(args.width_samples, rng))),
         ("convergence", lambda: misses.extend(convergence_tables(args.runs, args.noise_from, rng))),
     ]
     with warnings.catch_warnings():
@@ -657,7 +714,7 @@ def main(argv: list[str] | None = None) -> list[str]:
             if name in parts:
                 run()
                 print()
-    if {"null", "coverage", "convergence"} & parts:
+    if {"null", "coverage", "widths", "convergence"} & parts:
         print("Misses of the rules above:" if misses else "Every entry meets its rule.")
         for m in misses:
             print(f"  {m}")

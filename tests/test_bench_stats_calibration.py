@@ -21,7 +21,7 @@ def test_tiny_runs_every_part_and_prints_every_setting(capsys: pytest.CaptureFix
         misses = bench.main(["--tiny"])
     out = capsys.readouterr().out
     assert isinstance(misses, list) and all(isinstance(m, str) for m in misses)
-    for head in ("NULL FALSE-POSITIVE RATES", "COVERAGE of every interval", "CONVERGENCE FLAG"):
+    for head in ("NULL FALSE-POSITIVE RATES", "COVERAGE of every interval", "THE WIDENING", "CONVERGENCE FLAG"):
         assert head in out
     for setting, seeds in bench.null_settings():
         row = next(line for line in out.splitlines() if line.startswith(setting.name) and
