@@ -303,3 +303,14 @@ def test_runs_flagged_nonfinite_are_marked() -> None:
         assert "run flagged diverged / non-finite (its last finite value)" in [
             t.get_text() for leg in fig.legends for t in leg.get_texts()]
     assert nf.flagged_runs(flags, per_layer) == {("c2", 0), FLAGGED}
+
+
+def test_rows_keep_their_labels_where_the_levels_do_not_tell_the_cells_apart() -> None:
+    """A comparison over studies: "minGRU" and "RotRNN" would read "8" and "16" by their heads alone."""
+    trials = make_trials({"a": 0.4, "b": 0.5}, 3, factors={"a": {"model.heads": "8"}, "b": {"model.heads": "16"}})
+    channels = Channels.from_trials(trials, ["model.heads"])
+    fig = acc.accuracy_by_cell(trials, METRIC, CHANCE, channels=channels)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["8", "16"]  # labels "heads=8": levels
+    trials["cell_label"] = trials["cell_id"].map({"a": "minGRU", "b": "RotRNN"})
+    fig = acc.accuracy_by_cell(trials, METRIC, CHANCE, channels=channels)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["minGRU", "RotRNN"]

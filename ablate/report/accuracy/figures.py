@@ -66,8 +66,13 @@ def _row_labels(rows: pd.DataFrame, channels: Channels, width: int) -> tuple[lis
     its levels (``rotation · xi · 4``, the key naming the factors) on one line; else the cell
     label, wrapped at ``width``."""
     known = bool(channels.factors) and all(str(c) in channels.cells for c in rows["cell_id"])
-    if known:
-        return [channels.compact(str(c)) for c in rows["cell_id"]], channels.key
+    compact = [channels.compact(str(c)) for c in rows["cell_id"]] if known else []
+    # Only where the levels are what tells the cells apart: each cell's label names its levels (not
+    # "minGRU" of another study beside a factor it does not vary), and no two rows read the same.
+    if known and len(set(compact)) == len(compact) and all(
+            all(lv in str(lbl) for lv in channels.cells[str(c)].values())
+            for c, lbl in zip(rows["cell_id"], rows["cell_label"], strict=True)):
+        return compact, channels.key
     return [wrap(lbl, width) for lbl in rows["cell_label"]], ""
 
 
