@@ -2,6 +2,7 @@
 
     python benchmarks/bench_claim.py                       # SQLite, and PostgreSQL at $ABLATE_TEST_POSTGRES
     python benchmarks/bench_claim.py --start-postgres      # ... on a throwaway server started here
+    python benchmarks/bench_claim.py --tiny                # 10 waiting, 2 claims: a check that it runs
     python benchmarks/bench_claim.py --queued 100 1000 10000 --backends sqlite postgresql \\
         --postgres postgresql+psycopg://postgres@127.0.0.1:5433/postgres
 
@@ -216,7 +217,13 @@ def main() -> None:
     parser.add_argument("--start-postgres", action="store_true", help="start a throwaway PostgreSQL server")
     parser.add_argument("--claims", type=int, default=20, help="new-way claims per measurement")
     parser.add_argument("--old-claims", type=int, default=5, help="old-way claims per measurement (they are slow)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="10 waiting items, 2 claims (1 old), on the backends given (a check that it runs)")
     args = parser.parse_args()
+    if args.tiny:
+        args.queued, args.claims, args.old_claims = [10], 2, 1  # tuned: 5 claimable, 3 claimed
+    if min(*args.queued, args.claims, args.old_claims) < 1:
+        parser.error("--queued, --claims and --old-claims: at least 1")
     with throwaway_postgres() if args.start_postgres else _given(args.postgres) as admin:
         backends = [b for b in args.backends if b == "sqlite" or admin]
         if len(backends) < len(args.backends):

@@ -1,6 +1,7 @@
 """A WSD budget doubled: the longer study continues the shorter one's stable-phase checkpoints.
 
     python benchmarks/bench_continuation.py [--steps 300] [--workers 1] [--seeds 2]
+    python benchmarks/bench_continuation.py --tiny     # one cell, one seed, 20 → 40 steps, a 200-example ListOps
 
 The quickstart's grid on a WSD schedule (``warmup_steps`` 15, decay over the last fifth), in a
 fresh ``ABLATE_HOME`` (a temporary folder) and the task cache you already have:
@@ -35,12 +36,16 @@ ROOT = Path(__file__).resolve().parent.parent
 ABLATE = [sys.executable, "-m", "ablate.cli"]
 
 
-def spec(steps: int, seeds: int) -> dict:
+def spec(steps: int, seeds: int, warmup_steps: int = 15, tiny: bool = False) -> dict:
     raw = yaml.safe_load((ROOT / "studies" / "quickstart.yaml").read_text())
     raw.pop("reports", None)
     raw["name"] = f"wsd-{steps}"
     raw["seeds"] = seeds
-    raw["train"] = {**raw["train"], "steps": steps, "schedule": "wsd", "warmup_steps": 15, "decay": 0.2}
+    raw["train"] = {**raw["train"], "steps": steps, "schedule": "wsd", "warmup_steps": warmup_steps,
+                    "decay": 0.2}
+    if tiny:  # the baseline cell alone on a small ListOps: the same commands, seconds of training
+        raw.pop("factors", None)
+        raw["task"] = {**raw["task"], "train_size": 200}
     return raw
 
 
@@ -72,8 +77,15 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300, help="the shorter budget (the longer is twice it)")
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--tiny", action="store_true",
+                   help="the baseline cell alone, 1 seed, 20 → 40 steps, 200 training examples (a check that it runs)")
     args = p.parse_args()
-    short, long = spec(args.steps, args.seeds), spec(2 * args.steps, args.seeds)
+    if args.tiny:
+        args.steps, args.seeds = 20, 1
+    if args.steps < 5 or min(args.seeds, args.workers) < 1:
+        p.error("--steps: at least 5 (the decay is the last fifth); --seeds, --workers: at least 1")
+    warmup = min(15, args.steps // 4)  # the same in both: a different warm-up is a different lineage
+    short, long = (spec(steps, args.seeds, warmup, args.tiny) for steps in (args.steps, 2 * args.steps))
     long["name"] = short["name"].replace(str(args.steps), str(2 * args.steps))
     with tempfile.TemporaryDirectory(prefix="bench-continuation-") as tmp:
         root = Path(tmp)
@@ -104,6 +116,8 @@ def main() -> None:
     print()
     print(f"continued / from scratch: {t_continued / t_scratch:.2f} (steps trained: {trained} of {2 * args.steps} "
           f"per run, {trained / (2 * args.steps):.2f}; the rest is per-trial start-up, evaluation and bookkeeping)")
+    if not lines:  # every figure above would then compare two runs from step 0
+        sys.exit("the doubled study's plan continues nothing: no stable-phase checkpoint was found or it was refused")
     same = continued == scratch
     print(f"test accuracy per run, continued vs from scratch: {'equal' if same else 'DIFFERENT'} "
           f"({cells} runs)")

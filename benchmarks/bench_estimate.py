@@ -1,6 +1,7 @@
 """``ablate plan --estimate`` against the measured wall time of ``ablate run``, side by side.
 
     python benchmarks/bench_estimate.py [--workers 1] [--only quickstart,steps1500,tuned]
+    python benchmarks/bench_estimate.py --tiny     # the tuned study alone at 10 steps on a 200-example ListOps
 
 Three studies, each in a fresh ``ABLATE_HOME`` (the task cache is shared and warmed first, as a
 second run of a study would find it): the quickstart (4 cells × 2 seeds × 300 steps), the
@@ -36,11 +37,15 @@ STUDIES = {
 }
 
 
+TINY = ["train.steps=10", "train.eval_every=10", "probes.every=5", "task.train_size=200"]
+
+
 def estimate(key: str, home: Path, workers: int) -> dict:
     """The estimate, computed in a fresh process as `ablate plan --estimate` would be (what a
     first build imports lazily is then measured, not already imported by this one)."""
+    tiny = ["--tiny"] if TINY[0] in STUDIES[key] else []  # the child process builds the same overrides
     res = subprocess.run([sys.executable, __file__, "--estimate-only", key, "--workers", str(workers),
-                          "--home", str(home)], capture_output=True, text=True, check=True)
+                          "--home", str(home), *tiny], capture_output=True, text=True, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -86,7 +91,15 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(STUDIES))
     parser.add_argument("--estimate-only", help=argparse.SUPPRESS)
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--tiny", action="store_true",
+                        help="the tuned study alone (both phases) at 10 steps, 200 examples (a check that it runs)")
     args = parser.parse_args()
+    if args.tiny:
+        args.only = "tuned"
+        STUDIES["tuned"] = [*STUDIES["tuned"], *TINY]
+    unknown = sorted(set(args.only.split(",")) - set(STUDIES))
+    if unknown:
+        parser.error(f"--only: unknown studies {unknown}; known: {', '.join(STUDIES)}")
     if args.estimate_only:
         _estimate_here(args.estimate_only, args.home, args.workers)
         return
@@ -94,8 +107,8 @@ def main() -> None:
     from ablate.planning import duration
     from ablate.tasks import load_task
 
-    for overrides in STUDIES.values():  # the data, generated once: not what either side measures
-        for cell in design.cells(design.load(QUICKSTART, overrides)):
+    for key in args.only.split(","):  # the data, generated once: not what either side measures
+        for cell in design.cells(design.load(QUICKSTART, STUDIES[key])):
             load_task(cell.config["task"], progress=False)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-estimate-") as tmp:

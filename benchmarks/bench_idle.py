@@ -1,6 +1,7 @@
 """Seconds spent doing nothing (issue 29): commands with nothing to do and the time a worker is not training.
 
     python benchmarks/bench_idle.py [--cells 100] [--trials 6] [--steps 150] [--repeats 3] [--conditions idle busy]
+    python benchmarks/bench_idle.py --tiny     # idle only, 4 cells, 4 trials of 5 steps, one timing each
 
 In a fresh ``ABLATE_HOME`` (a temporary folder), under each condition in turn — "idle" (whatever
 else the machine runs) and "busy" (one busy-loop process per core, started here) — it measures:
@@ -178,7 +179,13 @@ def main() -> None:
     p.add_argument("--conditions", nargs="+", default=["idle", "busy"], choices=["idle", "busy"])
     p.add_argument("--no-bytecode", dest="bytecode", action="store_false",
                    help="time the idle commands in this environment as it is, PYTHONDONTWRITEBYTECODE included")
+    p.add_argument("--tiny", action="store_true",
+                   help="idle only, 4 cells, 4 trials of 5 steps, one timing each (a check that it runs)")
     args = p.parse_args()
+    if args.tiny:
+        args.cells, args.trials, args.steps, args.repeats, args.conditions = 4, 4, 5, 1, ["idle"]
+    if min(args.cells, args.trials, args.steps, args.repeats) < 1:
+        p.error("--cells, --trials, --steps and --repeats: at least 1")
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         for condition in args.conditions:

@@ -1,6 +1,7 @@
 """Training-step time of every family at the issue-3 speed floor size (not a test).
 
     python benchmarks/bench_models.py [--length 1024] [--batch 16] [--repeats 3]
+    python benchmarks/bench_models.py --tiny      # every row at L=16, batch 2, one layer, one timed step: seconds
 
 One step = forward + backward + AdamW on a 4-layer network, d_model 64, state 64, token input,
 mean-pooled classification. Each row gives the fastest of ``--repeats`` steps after a warm-up
@@ -20,6 +21,7 @@ from types import SimpleNamespace as NS
 import torch
 
 from ablate.models import build_model
+from ablate.spec import ModelSpec
 
 FLOOR_S = 1.0
 
@@ -51,28 +53,13 @@ ROWS: list[tuple[str, dict]] = [
 ]
 
 
-def make(overrides: dict, length: int) -> tuple[torch.nn.Module, str]:
+def make(overrides: dict, length: int, layers: int = 4) -> tuple[torch.nn.Module, str]:
+    """The row's network: the spec's own defaults (``ModelSpec``) at the floor size, the row's levels over them."""
     mode = overrides.pop("mode", "scan")
-    spec = dict(
-        family="linear_rnn",
-        d_model=64,
-        state_dim=64,
-        layers=4,
-        parameterisation="rotation",
-        normalisation="xi",
-        heads=1,
-        nonlinearity="none",
-        activation="gelu",
-        norm="layer",
-        dropout=0.0,
-        bidirectional=False,
-        pooling="mean",
-        init=NS(scheme="rotrnn"),
-    )
-    spec.update(overrides)
+    spec = ModelSpec(d_model=64, state_dim=64, layers=layers, **overrides)
     task = NS(input_kind="tokens", vocab_size=16, input_dim=1, num_classes=10, output_kind="classification",
               seq_len=length)
-    net = build_model(NS(**spec), task)
+    net = build_model(spec, task)
     net.set_mode(mode)
     return net, mode
 
@@ -103,7 +90,7 @@ def copy_yardstick(batch: int, length: int, width: int, layers: int) -> float:
     return (time.perf_counter() - t0) / 10
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[tuple[str, float, float]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--length", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=16)
@@ -112,7 +99,14 @@ def main() -> None:
     ap.add_argument(
         "--skip-baselines", action="store_true", help="leave out torch's GRU and LSTM (slow on CPU)"
     )
-    args = ap.parse_args()
+    ap.add_argument("--layers", type=int, default=4, help=argparse.SUPPRESS)
+    ap.add_argument("--tiny", action="store_true",
+                    help="every row at L=16, batch 2, one layer, one timed step (a check it runs)")
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.length, args.batch, args.repeats, args.layers = 16, 2, 1, 1
+    if min(args.length, args.batch, args.repeats) < 1:
+        ap.error("--length, --batch and --repeats: at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -123,13 +117,13 @@ def main() -> None:
     for name, overrides in ROWS:
         if args.skip_baselines and overrides.get("family") in ("gru", "lstm"):
             continue
-        net, _ = make(dict(overrides), args.length)
+        net, _ = make(dict(overrides), args.length, args.layers)
         results.append((name, *step_time(net, x, y, args.repeats)))
     ref = results[0][1]
-    copy = copy_yardstick(args.batch, args.length, 64, 4)
+    copy = copy_yardstick(args.batch, args.length, 64, args.layers)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load0:.1f} → "
-        f"{os.getloadavg()[0]:.1f}; B={args.batch} L={args.length}, 4 layers, d_model 64, state 64"
+        f"{os.getloadavg()[0]:.1f}; B={args.batch} L={args.length}, {args.layers} layers, d_model 64, state 64"
     )
     print(f"state-copy yardstick {copy * 1e3:.1f} ms per step; speed floor {FLOOR_S:.1f} s (linear families)")
     print(f"{'model':44s} {'wall s':>7s} {'cpu s':>7s} {'/RotRNN':>8s} {'/copy':>7s}  floor")
@@ -137,6 +131,7 @@ def main() -> None:
         print(
             f"{name:44s} {wall:7.3f} {cpu:7.3f} {wall / ref:8.2f} {wall / copy:7.0f}  {'ok' if wall < FLOOR_S else 'OVER'}"
         )
+    return results
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_ops.py                       # ~3-5 minutes on a 2-core machine
     python benchmarks/bench_ops.py --lengths 1024 4096 --rounds 9 --no-expm
-    python benchmarks/bench_ops.py --quick               # tiny sizes: checks that it runs
+    python benchmarks/bench_ops.py --tiny                # tiny sizes: checks that it runs (also --quick)
 
 1. Scans (real, complex64, log; float32 on CPU): ms, GB/s, x the copy-bandwidth bound and the
    speed-up over the torch backend (the per-step loop; Heinsen's cumsum form for the log scan),
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--baseline", default=BASELINE, help="git ref of the old kernels")
     p.add_argument("--no-scans", action="store_true")
     p.add_argument("--no-expm", action="store_true")
-    p.add_argument("--quick", action="store_true", help="tiny sizes, one round: a smoke run")
+    p.add_argument("--tiny", "--quick", dest="quick", action="store_true", help="tiny sizes, one round: a smoke run")
     args = p.parse_args(argv)
     if args.quick:
         args.lengths, args.batch, args.channels, args.rounds, args.torch_repeats = [64], 2, 16, 1, 1

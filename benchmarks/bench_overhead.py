@@ -1,6 +1,7 @@
 """Overhead of tracking and probes on a trial: the same trial with both on and both off.
 
     python benchmarks/bench_overhead.py [--study studies/quickstart.yaml] [--steps 7000] [--repeats 2]
+    python benchmarks/bench_overhead.py --tiny     # 10 steps, probes every 5, one pair: seconds
 
 Runs alternate (off, on, on, off, …) in one process so a steady drift on a shared machine hits
 both alike; prints each wall and CPU time and the overhead ratio of the medians. Whole-trial times on a
@@ -64,7 +65,12 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=ProbeSpec().every, help="steps between probes")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads (0: torch's default); 1 is steadier on a shared machine")
+    parser.add_argument("--tiny", action="store_true", help="10 steps, probes every 5, one off/on pair")
     args = parser.parse_args()
+    if args.tiny:
+        args.steps, args.every, args.repeats = 10, 5, 1
+    if min(args.steps, args.every, args.repeats) < 1:
+        parser.error("--steps, --every and --repeats: at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
 

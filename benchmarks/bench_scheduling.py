@@ -2,6 +2,7 @@
 
     python benchmarks/bench_scheduling.py --postgres postgresql+psycopg://postgres@127.0.0.1:5433/postgres
     python benchmarks/bench_scheduling.py --workers 1 2 4 --per-worker 5 --tracking-uri http://127.0.0.1:5000
+    python benchmarks/bench_scheduling.py --tiny    # 1 and 2 workers, 2 items each of 0.1 s (still PostgreSQL)
 
 Each item is a dummy that sleeps ``--item-s`` seconds instead of training (the benchmark's workers
 replace ``ablate.training.run_trial``; nothing in ablate changes), so the table measures what the
@@ -114,7 +115,12 @@ def main() -> None:
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--per-worker", type=int, default=8, help="items per worker in each configuration")
     p.add_argument("--item-s", type=float, default=1.0, help="seconds each dummy item sleeps")
+    p.add_argument("--tiny", action="store_true", help="1 and 2 workers, 2 items each of 0.1 s (a check that it runs)")
     args = p.parse_args()
+    if args.tiny:
+        args.workers, args.per_worker, args.item_s = [1, 2], 2, 0.1
+    if min(args.per_worker, *args.workers) < 1 or args.item_s <= 0:
+        p.error("--workers and --per-worker: at least 1; --item-s: positive")
     if not args.postgres:
         p.error("--postgres (or $ABLATE_TEST_POSTGRES) is required")
 

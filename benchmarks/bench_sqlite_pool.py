@@ -1,6 +1,7 @@
 """What opening a SQLite connection per operation costs a worker (not a test).
 
     python benchmarks/bench_sqlite_pool.py [--items 40] [--rounds 3] [--dir /tmp]
+    python benchmarks/bench_sqlite_pool.py --tiny     # 3 items, 2 rounds: a check that it runs
 
 ``runner/queue.connect`` gives SQLite storages a NullPool: no connection outlives an operation, so
 that a file or filesystem turning read-only gives an error instead of SIGBUS in a process whose
@@ -70,7 +71,12 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default=tempfile.gettempdir())
+    parser.add_argument("--tiny", action="store_true", help="3 items, 2 rounds (a check that it runs)")
     args = parser.parse_args()
+    if args.tiny:
+        args.items, args.rounds = 3, 2
+    if min(args.items, args.rounds) < 1:
+        parser.error("--items and --rounds: at least 1")
     times: dict[str, list[float]] = {"pooled": [], "nullpool": []}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for r in range(args.rounds):

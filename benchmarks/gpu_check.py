@@ -2,7 +2,7 @@
 half and says what it skipped.
 
     python3 benchmarks/gpu_check.py              # from the repository root; ~2-3 minutes on an H200
-    python3 benchmarks/gpu_check.py --quick      # tiny sizes (what the CPU test runs)
+    python3 benchmarks/gpu_check.py --tiny       # tiny sizes (what the CPU tests run; also --quick)
 
 On the device machine (torch, Triton and numba there; no optuna, mlflow, polars or papermill,
 which ``ablate.ops`` does not need):
@@ -214,7 +214,7 @@ def run_timings(dev: str, quick: bool) -> list[tuple[str, str, bool]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny sizes")
+    p.add_argument("--tiny", "--quick", dest="quick", action="store_true", help="tiny sizes")
     p.add_argument("--cpu-timings", action="store_true", help="run (c) on CPU too (exercises its code)")
     args = p.parse_args(argv)
     dev = "cuda" if torch.cuda.is_available() else "cpu"

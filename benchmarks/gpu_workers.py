@@ -1,4 +1,4 @@
-"""The rest of issue 19's device list, for a session lent a GPU: ``ablate bench --device cuda``,
+"""The rest of issue 19's device list, for a session lent a GPU: ``benchmarks/bench_scan.py --device cuda``,
 a 2-worker study on one GPU through ``ablate run --workers 2 --device cuda:0``, and trials/hour
 with 1, 2 and 4 workers sharing that GPU (``benchmarks/bench_workers.py --device cuda:0``).
 
@@ -80,14 +80,14 @@ def part(title: str, cmd: list[str], cwd: Path, env: dict[str, str], timeout: fl
     return res.returncode == 0
 
 
-def two_workers_on_one_gpu(env: dict[str, str], timeout: float) -> bool:
+def two_workers_on_one_gpu(env: dict[str, str], timeout: float, steps: int = 200) -> bool:
     """``ablate run --workers 2 --device cuda:0`` on a 4-trial study: every trial completes."""
     with tempfile.TemporaryDirectory(prefix="gpu-workers-") as tmp:
         spec = {"name": "gpu_two_workers",
                 "task": {"name": "listops", "max_depth": 3, "max_args": 5, "min_length": 10, "max_length": 64,
                          "train_size": 2000, "val_size": 256, "test_size": 256},
                 "model": {"d_model": 64, "state_dim": 64, "layers": 2, "heads": 4},
-                "train": {"steps": 200, "batch_size": 32, "eval_every": 100}, "seeds": 4}
+                "train": {"steps": steps, "batch_size": 32, "eval_every": max(steps // 2, 1)}, "seeds": 4}
         Path(tmp, "spec.yaml").write_text(yaml.safe_dump(spec))
         run_env = {**env, "ABLATE_HOME": str(Path(tmp, ".ablate"))}
         ok = part("ablate run --workers 2 --device cuda:0",
@@ -102,6 +102,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=8)
     p.add_argument("--trial-s", type=float, default=8.0)
+    p.add_argument("--tiny", action="store_true", help="every part at its tiny size (a check that it runs)")
     args = p.parse_args()
     import torch
 
@@ -111,16 +112,17 @@ def main() -> None:
     if gaps:
         sys.exit("missing packages (carry them as this script's docstring says): " + "; ".join(gaps))
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores", flush=True)
+    tiny = ["--tiny"] if args.tiny else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "PYTHONWARNINGS": "ignore"}
     results = {
-        "bench": part("ablate bench --device cuda", [sys.executable, "-m", "ablate.cli", "bench", "--device", "cuda"],
-                      ROOT, env, 150),
-        "two workers": two_workers_on_one_gpu(env, 120),
+        "bench": part("bench_scan.py --device cuda",
+                      [sys.executable, str(ROOT / "benchmarks" / "bench_scan.py"), "--device", "cuda", *tiny], ROOT, env, 150),
+        "two workers": two_workers_on_one_gpu(env, 120, 10 if args.tiny else 200),
         "trials/hour": part(
             "workers sharing cuda:0",
             [sys.executable, str(ROOT / "benchmarks" / "bench_workers.py"), "--device", "cuda:0", "--workers", "1", "2",
-             "4", "--trials", str(args.trials), "--trial-s", str(args.trial_s)], ROOT, env, 330),
+             "4", "--trials", str(args.trials), "--trial-s", str(args.trial_s), *tiny], ROOT, env, 330),
     }
     print("\n" + "; ".join(f"{k}: {'ok' if v else 'FAILED'}" for k, v in results.items()))
     sys.exit(0 if all(results.values()) else 1)
