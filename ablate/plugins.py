@@ -107,8 +107,9 @@ def installed() -> tuple[Plugin, ...]:
     """Every plug-in the installed distributions declare, in group then name order. Read once per
     process (installing a plug-in needs a new process, as it does for any Python package)."""
     out = []
+    every = metadata.entry_points()  # one scan of the installed distributions (~0.1 s), then a select per group
     for kind, group in GROUPS.items():
-        for ep in sorted(metadata.entry_points(group=group), key=lambda e: e.name):
+        for ep in sorted(every.select(group=group), key=lambda e: e.name):
             dist = ep.dist
             out.append(Plugin(kind, ep.name, ep.value.split("[")[0].strip(),
                               dist.metadata["Name"] if dist is not None else None,
