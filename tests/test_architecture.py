@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.sequential",),
     ("ablate.runner.locate",),
     ("ablate.runner.phases",),
-    ("ablate.runner.progress",),
+    ("ablate.runner.costs", "ablate.runner.progress"),
     ("ablate.runner.heartbeat", "ablate.runner.signals"),
     ("ablate.runner.worker",),
     ("ablate.runner.pool", "ablate.planning"),  # planning times a trial through the worker

@@ -13,6 +13,13 @@ items' remaining steps, then the waiting items at the mean steps per item), spre
 workers, and never less than the longest running item's remainder. Each cell's steps are
 priced at that cell's own rate once one of its trials finished or runs, the study's otherwise:
 cells of one study can differ twofold per step (a sequential tanh recurrence, four layers).
+
+A cost model comes first where the cells' configs are known (``trial_cost``: a trial's work from
+its cell's shape — layers, width, state, sequence length, batch — and its counts of steps and
+validation passes, ``ablate.schedule``): each cell's trial is priced at what its own finished
+trials took, else at the cost model's units times the seconds per unit the finished trials measured
+(``cell_costs``: a per-trial overhead plus a rate, fitted once their costs differ), else, before
+any finished, at the running ones' pace. So the first, cheap cells do not price the expensive ones.
 """
 
 from __future__ import annotations
@@ -35,12 +42,12 @@ from rich.text import Text
 
 from ablate.design import Item
 from ablate.runner import queue
+from ablate.runner.costs import RECENT, cell_costs, trial_cost
 from ablate.runner.items import DROPPED, counts
 
 # Seconds between two looks at the store, and between status lines in a pipe when nothing happens.
 POLL_S = 1.0
 QUIET_LINE_S = 60.0
-RECENT = 20  # finished trials the seconds per step are measured on
 
 
 @dataclass
@@ -73,6 +80,9 @@ class Snapshot:
     taken: datetime = field(default_factory=datetime.now)
     cell_rates: dict[str, float] = field(default_factory=dict)  # cell id → its own seconds per step
     waiting_cells: list[str] = field(default_factory=list)  # the cell id of each waiting item
+    # The cost model's (``cell_costs``): cell id → seconds of one trial; the cell of each item not queued.
+    cell_costs: dict[str, float] = field(default_factory=dict)
+    new_cells: list[str] = field(default_factory=list)
 
     @property
     def remaining(self) -> int:
@@ -97,11 +107,14 @@ class Snapshot:
         def rate(cell: str) -> float:
             return self.cell_rates.get(cell, self.seconds_per_step)
 
-        running = [max(0, r.steps - r.step) * rate(r.cell_id) for r in self.items]
-        left = self.waiting + self.new  # items not claimed yet; "new" ones have no trial, so no cell
-        known = self.waiting_cells[:left]
-        per_step = sum(rate(c) for c in known) + (left - len(known)) * self.seconds_per_step
-        queued = (self.mean_steps or 0.0) * per_step
+        costs = self.cell_costs
+        running = [(costs[r.cell_id] * max(0, r.steps - r.step) / r.steps if r.cell_id in costs and r.steps
+                    else max(0, r.steps - r.step) * rate(r.cell_id)) for r in self.items]
+        left = self.waiting + self.new  # items not claimed yet
+        known = (self.waiting_cells + self.new_cells)[:left] if costs else self.waiting_cells[:left]
+        priced = [c for c in known if c in costs]
+        per_step = sum(rate(c) for c in known if c not in costs) + (left - len(known)) * self.seconds_per_step
+        queued = sum(costs[c] for c in priced) + (self.mean_steps or 0.0) * per_step
         return max(max(running, default=0.0), (sum(running) + queued) / max(1, workers))
 
 
@@ -120,7 +133,10 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
     cells the spec no longer has (orphans of an earlier version) are neither done nor waiting."""
     c = counts(study, list(items) if items is not None else None)
     keys = {i.key for i in items} if items is not None else None
-    finished = queue.entries(study, keys=("steps", "cell_id"), states=(TrialState.COMPLETE,))
+    # The cells' configs price their trials (``trial_cost``): the spec's items', else the trials' own.
+    configs = {i.cell.id: i.cell.config for i in items} if items is not None else {}
+    extra = ("config",) if items is None else ()
+    finished = queue.entries(study, keys=("steps", "cell_id", *extra), states=(TrialState.COMPLETE,))
     running = [
         Running(
             worker=str(t.user_attrs.get("worker", "?")),
@@ -155,12 +171,44 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
         rate = _pace([m for ms in moving.values() for m in ms]) if moving else None
     cell_rates = {cell: _pace(ms) for cell, ms in moving.items()} | {cell: _rate(ms) for cell, ms in by_cell.items()}
     waiting: dict[str, str] = {}
-    for e in queue.entries(study, keys=("item", "cell_id", DROPPED), states=(TrialState.WAITING,)):
+    for e in queue.entries(study, keys=("item", "cell_id", DROPPED, *extra), states=(TrialState.WAITING,)):
         if e.user_attrs.get("item") and not e.user_attrs.get(DROPPED) and (keys is None or e.user_attrs["item"] in keys):
             waiting.setdefault(e.user_attrs["item"], str(e.user_attrs.get("cell_id", "")))
+            if isinstance(e.user_attrs.get("config"), dict):
+                configs.setdefault(str(e.user_attrs.get("cell_id", "")), e.user_attrs["config"])
+    for e in finished:
+        if isinstance(e.user_attrs.get("config"), dict):
+            configs.setdefault(str(e.user_attrs.get("cell_id", "")), e.user_attrs["config"])
+    for t in queue.trials(study, states=(TrialState.RUNNING,)) if items is None else ():
+        configs.setdefault(str(t.user_attrs.get("cell_id", "")), t.user_attrs.get("config", {}))
+    new_cells: list[str] = []
+    if items is not None and c["new"]:
+        queued = {e.user_attrs.get("item") for e in queue.entries(study, keys=("item",))}
+        new_cells = [i.cell.id for i in items if i.key not in queued]
+    costs = _costs(configs, timed, running, now)
     seen = [n for _, n in measured] + [r.steps for r in running if r.steps]
     return Snapshot(c["done"], c["failed"], c["running"], c["waiting"], c["new"], rate, running,
-                    statistics.fmean(seen) if seen else None, now, cell_rates, list(waiting.values()))
+                    statistics.fmean(seen) if seen else None, now, cell_rates, list(waiting.values()),
+                    costs, new_cells)
+
+
+def _costs(configs: dict[str, dict[str, Any]], timed: Sequence[tuple[str, float, int]], running: Sequence[Running],
+           now: datetime) -> dict[str, float]:
+    """``cell_costs`` from the store's trials: each cell's units, its finished trials' walls and the
+    share of their cell's steps they ran, the running ones' pace (a quarter in at least: a trial's
+    first steps carry its start-up)."""
+    try:
+        units = {cell: trial_cost(config) for cell, config in configs.items() if config.get("train")}
+    except Exception:  # a config this version cannot read: no cost model, the rates alone
+        return {}
+
+    def share(cell: str, steps: int) -> float:
+        total = int(configs.get(cell, {}).get("train", {}).get("steps", 0) or 0)
+        return min(1.0, steps / total) if total else 0.0
+
+    moving = [(r.cell_id, r.elapsed(now) or 0.0, r.step / r.steps) for r in running
+              if r.steps and 4 * r.step >= r.steps]
+    return cell_costs(units, [(cell, wall, share(cell, n)) for cell, wall, n in timed], moving)
 
 
 def duration(seconds: float | None) -> str:
@@ -235,6 +283,8 @@ def status_json(name: str, snap: Snapshot, workers: int) -> dict[str, Any]:
 # Workers of other processes (another host's, a killed run's) shown as rows of their own; the
 # rest are folded into one "other workers" line.
 OTHER_ROWS = 8
+# Seconds a terminal keeps the reason of an ETA's rise beside it.
+NOTE_S = 15.0
 @dataclass(frozen=True)
 class Row:
     """One worker: the item it runs, or its state (``starting``, ``idle``, ``exited N``)."""
@@ -266,9 +316,13 @@ class Frame:
     others: int = 0  # running items on workers without a row of their own
     logged: int = 0  # the done count a log has shown (finish lines carry it), at most ``done``
     overdue: bool = False  # the ETA ran out with work left: unknown ("?") until an item finishes
+    # The latest rise's reason and when it was given: a terminal keeps showing it for NOTE_S.
+    kept_note: str = ""
+    noted: float | None = None
 
     def summary(self, name: str) -> str:
-        note = f" ({self.eta_note})" if self.eta_note else ""
+        shown = self.eta_note or self.kept_note
+        note = f" ({shown})" if shown else ""
         return (f"{name}: {self.done} done · {self.running} running · {self.waiting} waiting · "
                 f"{self.failed} failed · ETA {duration(self.eta)}{note}")
 
@@ -349,11 +403,17 @@ def frame(snap: Snapshot, slots: Sequence[Slot], prev: Frame | None, clock: floa
     counts each of them)."""
     done = max(snap.done, prev.done if prev else 0)
     eta, note, overdue = _eta(snap, snap.eta_seconds(workers), done, workers, prev, clock, {s.worker for s in slots})
+    # A terminal redraws several times a second: the reason of a rise stays beside it a while, not
+    # one frame (a log prints it once, with the rise).
+    kept, noted = (note, clock) if note else ("", None)
+    if not note and prev is not None and prev.noted is not None and clock - prev.noted < NOTE_S \
+            and eta is not None and not overdue:
+        kept, noted = prev.kept_note, prev.noted
     rows, others = _rows(snap, slots, clock)
     ok = sum(e.ok for e in finished)
     logged = min(done, prev.logged + ok) if prev else done
     return Frame(clock, done, max(snap.total, done), snap.running, snap.waiting + snap.new, snap.failed, workers,
-                 eta, note, rows, others, logged, overdue)
+                 eta, note, rows, others, logged, overdue, kept, noted)
 
 
 def frame_table(name: str, f: Frame) -> Group:
