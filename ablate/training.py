@@ -196,10 +196,13 @@ class Plateau:
 
 
 def make_optimiser(
-    model: Network, train: TrainSpec
+    model: Network, train: TrainSpec, foreach: bool | None = None
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over ``Network.param_groups`` (recurrent lr factor, no decay on vectors) and its schedule."""
-    optimiser = torch.optim.AdamW(model.param_groups(train.lr, train.recurrent_lr_factor, train.weight_decay))
+    """AdamW over ``Network.param_groups`` (recurrent lr factor, no decay on vectors) and its schedule.
+    ``foreach``: torch's multi-tensor update (the same arithmetic, one call per group instead of a
+    few per parameter; None: torch's default, per parameter on the CPU)."""
+    groups = model.param_groups(train.lr, train.recurrent_lr_factor, train.weight_decay)
+    optimiser = torch.optim.AdamW(groups, foreach=foreach)
     return optimiser, torch.optim.lr_scheduler.LambdaLR(optimiser, schedule(train))
 
 
@@ -338,16 +341,17 @@ class Trial:
     validation, early stopping, probes, the final evaluation) is the same code in both."""
 
     def __init__(self, config: dict[str, Any], seed: int, probes: ProbeSpec | None, device: str,
-                 data: TaskData | None, on_eval: Callable[[int, dict[str, float]], None] | None) -> None:
+                 data: TaskData | None, on_eval: Callable[[int, dict[str, float]], None] | None,
+                 foreach: bool | None = None) -> None:
         self.probes = probes = probes or ProbeSpec()
         self.train = train = TrainSpec.model_validate(config["train"])
         self.when = Schedule.of(train, probes)
         self.start = time.perf_counter()
         self.data = data = data or load_task(config["task"])
-        self.device, self.on_eval = device, on_eval
+        self.device, self.on_eval, self.seed = device, on_eval, seed
         torch.manual_seed(seed)
         self.model = build_model(ModelSpec.model_validate(config["model"]), data.info).to(device)
-        self.optimiser, self.scheduler = make_optimiser(self.model, train)
+        self.optimiser, self.scheduler = make_optimiser(self.model, train, foreach)
         self.x_train, self.y_train = (t.to(device) for t in data.train)
         self.x_val, self.y_val = (t.to(device) for t in data.val)
         x_probe = self.x_val[: probes.batch]  # the same inputs for every cell and seed of a task

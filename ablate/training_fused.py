@@ -99,7 +99,8 @@ def run_fused(
     data = data or load_task(configs[0]["task"])
     trials, streams = [], []
     for config, seed, on_eval in zip(configs, seeds, on_evals, strict=True):
-        trials.append(Trial(config, seed, probes, device, data, on_eval))
+        # foreach: the optimiser's multi-tensor step, K of them a step (the same arithmetic as per tensor)
+        trials.append(Trial(config, seed, probes, device, data, on_eval, foreach=True))
         streams.append(torch.get_rng_state())  # what the trial alone draws its dropout masks from
     for trial, reporter in zip(trials, reporters, strict=True):
         trial.begin(reporter)

@@ -22,7 +22,7 @@ from ablate.models import build_model
 from ablate.models.stacked import per_replicate, stacked_forward
 from ablate.spec import ModelSpec, ProbeSpec
 from ablate.tasks.base import TaskData, TaskInfo
-from ablate.training import run_trial
+from ablate.training import Trial, run_trial
 from ablate.training_fused import fusable, run_fused
 
 CLASSES = TaskInfo("toy", "tokens", 12, 1, 3, "classification", "accuracy", 1 / 3, 10, "v0")
@@ -115,14 +115,38 @@ def _same_reports(alone: Keep, fused: Keep, rtol: float) -> None:
         np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=rtol, atol=rtol)
 
 
+@contextmanager
+def final_parameters():
+    """Every trial's parameters as it finishes (``Trial.finish``, which both paths end in), by seed."""
+    kept: dict[int, dict[str, torch.Tensor]] = {}
+    finish = Trial.finish
+
+    def keeping(self, *args, **kwargs):
+        result = finish(self, *args, **kwargs)
+        kept[self.seed] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return result
+
+    Trial.finish = keeping
+    try:
+        yield kept
+    finally:
+        Trial.finish = finish
+
+
 def _compare(configs: list[dict], seeds: list[int], info: TaskInfo, rtol: float, **kw) -> list:
     data = _data(info)
     alone_reports = [Keep() for _ in seeds]
     alone = []
-    for config, seed, rep in zip(configs, seeds, alone_reports, strict=True):
-        alone.append(run_trial(config, seed, PROBES, rep, data=data, **kw))
+    with final_parameters() as alone_params:
+        for config, seed, rep in zip(configs, seeds, alone_reports, strict=True):
+            alone.append(run_trial(config, seed, PROBES, rep, data=data, **kw))
     fused_reports = [Keep() for _ in seeds]
-    fused = run_fused(configs, seeds, PROBES, fused_reports, data=data, **kw)
+    with final_parameters() as fused_params:
+        fused = run_fused(configs, seeds, PROBES, fused_reports, data=data, **kw)
+    assert alone_params.keys() == fused_params.keys() == set(seeds)
+    for seed in seeds:
+        for name, value in alone_params[seed].items():
+            torch.testing.assert_close(fused_params[seed][name], value, rtol=rtol, atol=rtol, msg=name)
     for a, f, ra, rf in zip(alone, fused, alone_reports, fused_reports, strict=True):
         assert not isinstance(f, BaseException), f
         assert (a.status, a.steps, a.reason) == (f.status, f.steps, f.reason)
@@ -191,7 +215,8 @@ def test_early_stopping_and_a_pruned_replicate_end_alone():
         assert a.metrics == pytest.approx(f.metrics, rel=F64)
 
 
-def test_final_parameters_equal_and_stacked_forward_equals_each_model():
+@pytest.mark.parametrize("mode", ["scan", "conv"])
+def test_stacked_forward_equals_each_model(mode):
     data = _data(CLASSES)
     spec = ModelSpec.model_validate(_config(FAMILIES[0])["model"])
     with default_dtype(torch.float64):
@@ -199,6 +224,7 @@ def test_final_parameters_equal_and_stacked_forward_equals_each_model():
         for seed in (0, 1):
             torch.manual_seed(seed)
             models.append(build_model(spec, data.info))
+            models[-1].set_mode(mode)
         x = torch.stack([data.train[0][:5], data.train[0][5:10]])
         logits, norms = stacked_forward(models, x)
         for k, m in enumerate(models):

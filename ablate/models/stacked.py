@@ -5,10 +5,12 @@
 
 The K ``Network``s keep their own parameters (each its own initialisation, optimiser, clipping,
 probes and checkpoints, exactly as a trial alone); every forward stacks them and runs the
-batch-sized work once for all: matrices as batched products, the scans over replicates ×
-channels (decays are per channel, so replicate k's channels are simply channels k·D … k·D + D − 1
-of one scan; the compiled scans are custom autograd Functions, which ``torch.func.vmap`` cannot
-batch), norms and activations elementwise. What depends on the parameters alone (a layer's
+batch-sized work once for all: matrices as batched products, norms and activations elementwise,
+and one scan for every replicate. The compiled scans are custom autograd Functions, which
+``torch.func.vmap`` cannot batch; they need no batching rule, because their decays are per channel
+and may be per sequence: replicate k's sequences are rows k·B … k·B + B − 1 of one scan whose
+decay ``a`` (K·B, 1, D) repeats each replicate's λ over its rows (the conv mode, whose kernel is per
+channel only, puts the replicates side by side in the channels instead). What depends on the parameters alone (a layer's
 ``system()``: λ, B, C, a rotation's basis) is computed per replicate by the layer's own code and
 stacked, so the fused pass computes what each replicate would alone, to rounding.
 
@@ -126,15 +128,16 @@ def _linear_recurrence(layers: Sequence[LinearRecurrence], u: torch.Tensor) -> t
             out.append(x)
         s = torch.stack(out, 2).to(projected.dtype)
     else:
-        scan = conv_scan if first.mode == "conv" else linear_scan
         v = _rows(u, torch.stack([m.B for m in systems]))
         lam = torch.stack([m.lam for m in systems])  # (K, modes)
-        if systems[0].complex_modes:
-            b = torch.view_as_complex(v.to(widened(v.dtype)).reshape(K, Bn, L, -1, 2))
-            z = _unfold(scan(lam.reshape(-1), _fold(b)), K)
-            s = torch.view_as_real(z).reshape(K, Bn, L, -1).to(v.dtype)
-        else:
-            s = _unfold(scan(lam.reshape(-1), _fold(v)), K)
+        b = v.to(widened(v.dtype)).reshape(K, Bn, L, -1, 2) if systems[0].complex_modes else v
+        b = torch.view_as_complex(b) if systems[0].complex_modes else b
+        if first.mode == "conv":  # a time-invariant kernel per channel: replicates side by side in channels
+            z = _unfold(conv_scan(lam.reshape(-1), _fold(b)), K)
+        else:  # replicates stacked in the batch, each sequence with its replicate's decays: no copies
+            a = lam[:, None].expand(K, Bn, lam.shape[-1]).reshape(K * Bn, 1, -1)
+            z = linear_scan(a, b.reshape(K * Bn, L, -1)).reshape(b.shape)
+        s = torch.view_as_real(z).reshape(K, Bn, L, -1).to(v.dtype) if systems[0].complex_modes else z
         C = torch.stack([m.C for m in systems])
     D = torch.stack([m.D for m in systems])
     y = _rows(s, C) + u * _broadcast(D, u)
@@ -144,10 +147,11 @@ def _linear_recurrence(layers: Sequence[LinearRecurrence], u: torch.Tensor) -> t
 
 def _min_rnn(layers: Sequence[MinGRU | MinLSTM], u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``MinRNN.forward(u, return_norms=True)`` (the log-space scan) of each replicate, at once."""
-    first, K = layers[0], u.shape[0]
+    first = layers[0]
     p = _linear([layer.proj for layer in layers], u).unflatten(-1, (first.n_gates + 1, first.state_dim))
     log_a, log_w = first.log_coefficients(p[..., :-1, :])  # elementwise in the gates: no parameters
-    h = torch.exp(_unfold(log_scan(_fold(log_a), _fold(log_w + log_g(p[..., -1, :]))), K))
+    flat = (-1, *log_a.shape[2:])  # replicates stacked in the batch: the gates are per sequence anyway
+    h = torch.exp(log_scan(log_a.reshape(flat), (log_w + log_g(p[..., -1, :])).reshape(flat))).reshape(log_a.shape)
     y = h if isinstance(first.out, nn.Identity) else _linear([layer.out for layer in layers], h)
     return y, h.square().sum(-1, keepdim=True)
 
