@@ -76,20 +76,21 @@ def test_one_odd_run_moves_the_other_runs_deviations_little():
     odd = logs.copy()
     odd[5] += 5.0  # one run e⁵ ≈ 150× off
     dev = [sn.per_seed(sn.layer_norms(curve_frame({"a": np.exp(x)})))["dev_seeds"].to_numpy() for x in (logs, odd)]
-    assert np.max(np.abs(dev[1][:5] / dev[0][:5] - 1)) < 0.6 and dev[1][5] > 10 * dev[0][5]
+    assert np.max(np.abs(dev[1][:5] / dev[0][:5] - 1)) < 0.15 and dev[1][5] > 10 * dev[0][5]
 def test_a_variants_value_is_the_interval_of_scipy_on_its_scale():
     """Over training and at the end: exp of the t interval of the mean log; over layers: the t
-    interval of the mean √CV, squared (scipy's one-sample t, computed independently)."""
+    interval of the mean √CV, squared (scipy's one-sample t, computed independently), at the level
+    the reports print as 95 % (``robust_level``)."""
     from scipy import stats as sps
 
     v = np.array([0.12, 0.31, 0.22, 0.47, 0.18])
     for m in ("training", "final"):
         est = sn.value_interval(v, m)
-        ci = sps.ttest_1samp(np.log(v), 0).confidence_interval(0.95)
+        ci = sps.ttest_1samp(np.log(v), 0).confidence_interval(robust_level(0.95))
         assert (est.value, est.ci_low, est.ci_high, est.n) == pytest.approx(
             (np.exp(np.log(v).mean()), np.exp(ci.low), np.exp(ci.high), 5))
     est = sn.value_interval(v, "depth")
-    ci = sps.ttest_1samp(np.sqrt(v), 0).confidence_interval(0.95)
+    ci = sps.ttest_1samp(np.sqrt(v), 0).confidence_interval(robust_level(0.95))
     assert (est.value, est.ci_low, est.ci_high) == pytest.approx((np.sqrt(v).mean() ** 2, ci.low**2, ci.high**2))
     # Where the interval on √CV reaches below 0 its square would turn back up: the lower end is 0.
     wide = sn.value_interval([0.01, 0.9, 0.02], "depth")
@@ -114,8 +115,9 @@ def test_the_interval_over_layers_covers_where_the_log_scale_did_not():
     pool = cvs(1_000_000)
     sqm, gm = np.sqrt(pool).mean() ** 2, np.exp(np.log(pool).mean())
     draws = cvs(2500 * 5).reshape(2500, 5)
-    now = np.mean([e.ci_low <= sqm <= e.ci_high for e in (sn.value_interval(d, "depth") for d in draws)])
-    before = np.mean([e.ci_low <= gm <= e.ci_high for e in (sn.value_interval(d, "training") for d in draws)])
+    exact = 0.75  # the level robust_level widens to 95 %: the plain t intervals at 95 %, compared as such
+    now = np.mean([e.ci_low <= sqm <= e.ci_high for e in (sn.value_interval(d, "depth", exact) for d in draws)])
+    before = np.mean([e.ci_low <= gm <= e.ci_high for e in (sn.value_interval(d, "training", exact) for d in draws)])
     assert now >= 0.93 and before < now - 0.02
 
 
