@@ -150,8 +150,8 @@ if len(df):
         "over layers). A variant's value over training and at the end is the geometric mean over its seeds with "
         "a t interval on the logs. Over layers, where a run's CV is a spread of a few values and skewed even on "
         "the log scale, it is the mean over its seeds on the square-root scale, (mean √CV)², with the t interval "
-        "on √CV, squared: it covers 0.942–0.945 at 3–8 seeds on the calibration benchmark's null studies (two "
-        "layers; docs/science.md §13.5)"
+        "on √CV, squared. Each t interval is computed at 99% and printed as 95%, as in the accuracy report: at "
+        "95% they covered 0.90–0.93 when the seeds' effects are skewed (docs/calibration.md)"
         + ("; Table 2's ratios over layers are of geometric means, so they need not equal the quotient of two "
            "values here" if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")
         + ". Over seeds: the spread of log ‖x‖² across seeds — each run's mean absolute deviation from the median "
