@@ -118,3 +118,42 @@ def test_a_stopped_run_leaves_no_mlflow_run_of_a_recorded_trial_running(tmp_path
     with pytest.raises(launch.Stopped):
         run_study(design.validate(SPEC), where, out, err, workers=1)
     assert MlflowClient(where.tracking).get_run(opened[0]).info.status == "FINISHED"
+
+
+def test_look_decisions_lists_every_look_since_with_what_it_decided():
+    from ablate.runner.launch import look_decisions
+    from ablate.runner.sequential import State
+
+    spec = design.validate({**SPEC, "factors": {"model.normalisation": ["xi", "gamma", "none"]},
+                            "seeds": {"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]}})
+    ref, a, b = design.cells(spec)
+    row = {"measure": "test_accuracy", "estimate": 0.1, "rci_low": 0.02, "rci_high": 0.2, "p": 0.004}
+    first = [{**row, "cell_id": a.id, "decision": "better", "seeds": 3, "look": 1},
+             {**row, "cell_id": b.id, "decision": "open", "seeds": 3, "look": 1}]
+    second = [{**row, "cell_id": b.id, "decision": "equivalent", "seeds": 6, "look": 2, "p": None}]
+    state = State(look=1, planned={}, decided={}, history=[first, second], finished=True)
+    lines = look_decisions(spec, state)
+    assert lines == ["look 1 (3 seeds): 1 of 2 open comparison(s) decided",
+                     f"  better: {a.label} on test_accuracy: 0.1 [0.02, 0.2], p 0.004",
+                     "look 2 (6 seeds): 1 of 1 open comparison(s) decided; the sequential design is finished",
+                     f"  equivalent: {b.label} on test_accuracy: 0.1 [0.02, 0.2]"]
+    assert look_decisions(spec, state, since=1) == lines[2:]
+    assert look_decisions(spec, None) == [] and look_decisions(design.validate(SPEC), state) == []
+
+
+def test_a_pooled_sequential_run_prints_every_look(tmp_path, monkeypatch):
+    # Issue 43: with two workers (a pool) run printed look 1 and nothing for the looks after it.
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    spec = design.validate({**SPEC, "name": "looks", "seeds": {"min": 3, "max": 6, "step": 3,
+                                                                "measures": ["test_accuracy"]}})
+    out, _, err, e = consoles()
+    outcome = run_study(spec, stores(tmp_path), out, err, workers=2)
+    assert outcome is not None and not outcome.unfinished
+    text = e.getvalue()
+    assert "look 1 (3 seeds): " in text
+    from ablate.runner import sequential
+    from ablate.runner import study as st
+
+    state = sequential.load_state(st.open_study("looks", stores(tmp_path), read_only=True))
+    for k in range(1, len(state.history) + 1):
+        assert f"look {k} (" in text

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from ablate import planning
-from ablate.design import spec_hash
+from ablate.design import cells, spec_hash
 from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
 from ablate.runner import pool, queue, sequential, tracking
@@ -58,6 +58,31 @@ def look_line(info: dict) -> str:
         return f"look {info['look']}: {info['decided']} comparison(s) decided; the sequential design is finished"
     return (f"look {info['look']}: {info['decided']} comparison(s) decided, {info['open']} open; "
             f"{info['queued']} seed item(s) queued for the next look")
+
+
+def look_decisions(spec: Spec, state: sequential.State | None, since: int = 0) -> list[str]:
+    """Every look a sequential study analysed after its first ``since``: what it decided, each
+    comparison (cell on measure: its decision, estimate and repeated interval, p), and how many stay
+    open — what ``ablate run`` prints of the looks its workers made (a pool's workers report theirs
+    to their own process)."""
+    if state is None or spec.sequential is None:
+        return []
+    labels = {c.id: c.label for c in cells(spec)}
+
+    def num(v: object) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else "?"
+
+    out = []
+    for k, rows in enumerate(state.history[since:], start=since + 1):
+        decided = [r for r in rows if r.get("decision") != "open"]
+        seeds = rows[0]["seeds"] if rows else "?"
+        out.append(f"look {k} ({seeds} seeds): {len(decided)} of {len(rows)} open comparison(s) decided"
+                   + ("; the sequential design is finished" if state.finished and k == len(state.history) else ""))
+        for r in decided:
+            p = f", p {num(r.get('p'))}" if isinstance(r.get("p"), float) else ""
+            out.append(f"  {r['decision']}: {labels.get(r['cell_id'], r['cell_id'])} on {r['measure']}: "
+                       f"{num(r.get('estimate'))} [{num(r.get('rci_low'))}, {num(r.get('rci_high'))}]{p}")
+    return out
 
 
 def worker_events(err: Console, verbose: bool) -> Callable[[str, dict], None]:
@@ -174,6 +199,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     if workers == 0:  # queue only: workers on other machines run the items
         return None
     idle = not (before.waiting + before.running)
+    looked = len(seq.history) if (seq := sequential.load_state(study)) is not None else 0
     if idle and spec.sequential is not None:  # a look a kill left unanalysed: analyse it here
         try:
             advanced = sequential.advance(study, spec, stores)
@@ -215,9 +241,12 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         view = st.open_study(spec.name, stores, read_only=True) if device_list else study
         todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds
         after = its.Progress.of(view, todo)
+        looks = look_decisions(spec, sequential.load_state(view), looked) if spec.sequential is not None else []
         errors = [e for e in queue.entries(view, keys=("failure_kind", its.RETRIED))
                   if e.user_attrs.get("failure_kind") == "error" and not e.user_attrs.get(its.RETRIED)]
     except Exception as exc:
         raise st.StorageError(storage_problem(stores.storage, exc)) from None
+    for line in looks:
+        err.print(line, highlight=False, markup=False, soft_wrap=True)
     return Outcome(done=after.done, failed=after.failed, unfinished=after.waiting + after.running,
                    errors=len(errors), worker_failures=failed)
