@@ -15,8 +15,9 @@ module) and a hash of the source file of the module its target names. It enters 
 cell that uses it (``ablate.design.identity``): editing the plug-in's source makes new cells, and
 the old ones are stale, as after a ``CODE_VERSION`` change.
 
-This module imports nothing heavy: discovery reads the installed distributions' metadata, and a
-target is imported only when it is loaded (``Plugin.load``).
+This module imports nothing heavy: discovery reads the installed distributions' metadata (about a
+tenth of a second, once per process, and only when a name is not a built-in's), and a target is
+imported only when it is loaded (``Plugin.load``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import os
 import re
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from importlib import metadata
 from typing import Any
 
 #: kind of plug-in → the entry-point group a distribution declares it in.
@@ -107,6 +107,8 @@ def installed() -> tuple[Plugin, ...]:
     """Every plug-in the installed distributions declare, in group then name order. Read once per
     process (installing a plug-in needs a new process, as it does for any Python package)."""
     out = []
+    from importlib import metadata
+
     every = metadata.entry_points()  # one scan of the installed distributions (~0.1 s), then a select per group
     for kind, group in GROUPS.items():
         for ep in sorted(every.select(group=group), key=lambda e: e.name):
@@ -126,6 +128,8 @@ def installed_of(kind: str) -> tuple[Plugin, ...]:
 
 @lru_cache(maxsize=64)
 def _distribution_of(top: str) -> tuple[str, str] | None:
+    from importlib import metadata
+
     names = metadata.packages_distributions().get(top) or []
     for name in names:
         try:

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from ablate import plugins, spec
 from ablate.models.registry import MODEL_FACTORS
 from ablate.report import REPORTS
-from ablate.tasks.registry import BUILTIN_TASK_NAMES, TASK_NAMES, task_params_model
+from ablate.tasks.registry import BUILTIN_TASK_NAMES, task_names, task_params_model
 
 SCHEMA_ID = "https://ablate.dev/spec.schema.json"
 MODELINE = "# yaml-language-server: $schema=../docs/spec.schema.json"
@@ -28,7 +28,7 @@ MODELINE = "# yaml-language-server: $schema=../docs/spec.schema.json"
 
 def _task_schemas(defs: dict[str, Any], installed: bool) -> list[dict[str, Any]]:
     out = []
-    for name in TASK_NAMES if installed else BUILTIN_TASK_NAMES:
+    for name in task_names() if installed else BUILTIN_TASK_NAMES:
         model = task_params_model(name)
         sch = model.model_json_schema(ref_template="#/$defs/{model}")
         defs.update(sch.pop("$defs", {}))

@@ -229,3 +229,15 @@ def test_a_plugin_a_worker_cannot_import_fails_its_item_as_an_error(tmp_path: Pa
     assert "worker finished: {'error': 1}" in text, text[-3000:]
     assert "error parameterisation=my_plugin_gone:R · seed 0 PluginError: parameterisation plug-in 'my_plugin_gone:R':" \
            " cannot import 'my_plugin_gone': ModuleNotFoundError: No module named 'my_plugin_gone'" in text
+
+
+def test_a_spec_of_builtins_never_looks_for_plugins() -> None:
+    """Entry points are read on first need (a name that is not a built-in's): `ablate validate`
+    and `plan` of a study of built-ins pay nothing for plug-ins."""
+    code = ("from ablate import design, plugins\n"
+            "spec = design.load('studies/rotrnn_vs_lru.yaml')\n"
+            "assert design.cells(spec) and design.items(spec)\n"
+            "assert plugins.installed.cache_info().currsize == 0, 'entry points were read'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]

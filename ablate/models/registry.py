@@ -62,14 +62,18 @@ class Registry:
         self.kind = kind
         """The plug-in kind (``ablate.plugins.GROUPS``) whose levels join this factor; None: closed."""
         self._builtin = {lvl.name: lvl for lvl in levels}
+        self._all: dict[str, Level] | None = None
 
     @property
     def _levels(self) -> dict[str, Level]:
-        """Built-in levels, then installed plug-ins (read once per process)."""
+        """Built-in levels, then installed plug-ins (read once per process, on first need: a
+        built-in name is found without looking for plug-ins)."""
         if self.kind is None:
             return self._builtin
-        return {**self._builtin, **{p.name: Level(p.name, p.target, f"plug-in from {p.origin}", plugin=p)
-                                    for p in self.plugins()}}
+        if self._all is None:
+            self._all = {**self._builtin, **{p.name: Level(p.name, p.target, f"plug-in from {p.origin}", plugin=p)
+                                             for p in self.plugins()}}
+        return self._all
 
     def plugins(self) -> tuple[plugins.Plugin, ...]:
         """The installed plug-ins of this factor whose names do not shadow a built-in level."""
@@ -89,14 +93,16 @@ class Registry:
         return iter(self._levels.values())
 
     def __contains__(self, name: object) -> bool:
-        return name in self._levels
+        return name in self._builtin or name in self._levels
 
     def accepts(self, name: object) -> bool:
         """A level name, or (for a factor that takes plug-ins) ``module:attribute``."""
-        return name in self._levels or (self.kind is not None and plugins.is_target(name))
+        return name in self or (self.kind is not None and plugins.is_target(name))
 
     def level(self, name: str) -> Level:
         """The level called ``name`` (or a plug-in by path); ValueError naming the valid ones otherwise."""
+        if name in self._builtin:
+            return self._builtin[name]
         if name in self._levels:
             return self._levels[name]
         if self.kind is not None and plugins.is_target(name):

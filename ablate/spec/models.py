@@ -82,8 +82,10 @@ def _report_name() -> Any:
     """A built-in report, an installed report-section plug-in, or a section by path."""
 
     def check(value: str) -> str:
+        if value in REPORTS or plugins.is_target(value):
+            return value
         sections = tuple(p.name for p in plugins.installed_of("section") if p.name not in REPORTS)
-        if value not in REPORTS and value not in sections and not plugins.is_target(value):
+        if value not in sections:
             raise ValueError(not_one_of(value, (*REPORTS, *sections), plugins=True))
         return value
 

@@ -23,7 +23,7 @@ import numpy as np
 from ablate.tasks import cache
 from ablate.tasks.base import SPLITS, BuildContext, Generated, TaskData, TaskInfo, chance_level
 from ablate.tasks.progress import Reporter
-from ablate.tasks.registry import TASK_NAMES, task_entry, task_params_model
+from ablate.tasks.registry import task_entry, task_names, task_params_model
 
 __all__ = ["TASK_NAMES", "TaskData", "TaskInfo", "load_task", "task_params_model", "task_cache_path"]
 
@@ -122,3 +122,10 @@ def _to_torch(splits: dict[str, tuple[np.ndarray, np.ndarray]], meta: dict[str, 
             xt = torch.from_numpy(xf)
         out[split] = (xt, torch.from_numpy(y.astype(np.int64)))
     return TaskData(info=info, **out)
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # TASK_NAMES (built-in and plug-in tasks) is read on first use, as ``registry.TASK_NAMES``
+    if name == "TASK_NAMES":
+        return task_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,13 +3,13 @@
 Each task module defines a ``TaskParams`` subclass and a ``build`` function decorated with
 ``@register_task(name, Params, version=k)`` (``ablate.tasks.registration``: the task modules
 import that, not this, so that this module can import them). Importing this module imports every task module
-(listed in ``TASK_MODULES``), so ``TASK_NAMES`` is complete as soon as it is imported. Task
+(listed in ``TASK_MODULES``), so ``BUILTIN_TASK_NAMES`` is complete as soon as it is imported. Task
 modules import numpy at most; torch is only imported by ``ablate.tasks.load_task``.
 
 Tasks from outside the package (``ablate.plugins``): the entry points of group ``ablate.tasks``
 name a builder decorated with ``register_task`` under the entry's name; their modules are imported
-with the built-ins (one that fails is recorded in ``PLUGIN_ERRORS`` and its name fails with the
-import's message). A spec may also name a registered builder by path, ``task.name:
+on first need — a name that is not a built-in's, or ``TASK_NAMES`` (built-ins, then plug-ins) — and
+one that fails is recorded in ``PLUGIN_ERRORS``, its name failing with the import's message. A spec may also name a registered builder by path, ``task.name:
 package.module:build``.
 """
 
@@ -23,8 +23,8 @@ from ablate import plugins
 from ablate.tasks.registration import REGISTERED as _REGISTRY
 from ablate.tasks.registration import TaskEntry, TaskParams, register_task
 
-__all__ = ["TASK_MODULES", "TASK_NAMES", "TaskEntry", "TaskParams", "memory_limit", "memory_problem",
-           "register_task", "task_entry", "task_params_model"]
+__all__ = ["BUILTIN_TASK_NAMES", "TASK_MODULES", "TaskEntry", "TaskParams", "memory_limit", "memory_problem",
+           "register_task", "task_entry", "task_names", "task_params_model"]
 
 TASK_MODULES = (
     "listops",
@@ -68,6 +68,8 @@ def _by_path(target: str) -> TaskEntry:
 def task_entry(name: str) -> TaskEntry:
     """The registered entry of ``name`` (or a builder by path); ``ValueError`` listing the valid
     names otherwise, or saying why a plug-in task could not be loaded."""
+    if name not in BUILTIN_TASK_NAMES:
+        _ensure_plugins()
     if isinstance(name, str) and name in PLUGIN_ERRORS:
         raise ValueError(PLUGIN_ERRORS[name])
     if isinstance(name, str) and name not in _REGISTRY and plugins.is_target(name):
@@ -172,6 +174,24 @@ def _load_plugins() -> None:
         _REGISTRY[plugin.name] = dataclasses.replace(_REGISTRY[plugin.name], plugin=plugin)
 
 
-_load_plugins()
+_loaded = False
 
-TASK_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+
+def _ensure_plugins() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        _load_plugins()
+
+
+def task_names() -> tuple[str, ...]:
+    """Every task name: the built-ins, then the installed plug-ins'."""
+    _ensure_plugins()
+    return tuple(_REGISTRY)
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # TASK_NAMES is read on first use: a spec of built-in tasks never looks for plug-ins
+    if name == "TASK_NAMES":
+        return task_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
