@@ -58,6 +58,9 @@ def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = 
     from ablate import design
     from ablate.spec.files import multirun_overrides
 
+    if not path.exists() and not path.suffix and len(path.parts) == 1:  # a study's name, not a file
+        err.print(_not_a_file(path.name), highlight=False, markup=True, soft_wrap=True)
+        raise typer.Exit(2)
     try:
         spec = design.load(path, [*(overrides or []), *multirun_overrides(multirun or [])])
         if plugins:
@@ -70,6 +73,16 @@ def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = 
         for line in str(exc).splitlines():
             err.print(f"[red]error[/red] {line}", highlight=False, markup=True, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def _not_a_file(name: str) -> str:
+    """The error for a study's name where a spec file is asked for (issue 43: ``ablate run NAME``)."""
+    from rich.markup import escape
+
+    found = [p for p in (Path("studies") / f"{name}.yaml", Path(f"{name}.yaml")) if p.is_file()]
+    hint = f"; did you mean {escape(str(found[0]))}?" if found else ""
+    return (f"[red]error[/red] {escape(name)} is not a file: this command takes a spec file (status, report and "
+            f"worker take a study's name){hint}")
 
 
 def _store_error(exc: Exception) -> typer.Exit:

@@ -308,3 +308,18 @@ def test_the_installed_command_runs_main_and_is_what_these_tests_run():
     assert Path(ABLATE[0]).is_file() and "from ablate.cli import main" in Path(ABLATE[0]).read_text()
     res = subprocess.run([*ABLATE, "validate", "/nonexistent.yaml"], capture_output=True, text=True)
     assert res.returncode == 2 and res.stderr.startswith("error") and "Traceback" not in res.stderr
+
+
+def test_cli_run_and_plan_given_a_study_name_say_they_take_a_spec_file(tmp_path, monkeypatch):
+    # Issue 43: `ablate run NAME` answered "cannot read NAME: No such file or directory".
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    for command in ("run", "plan", "validate"):
+        res = cli(command, "quickstart")
+        assert res.exit_code == 2
+        assert "quickstart is not a file: this command takes a spec file (status, report and worker take a " \
+               "study's name)" in res.output and "did you mean" not in res.output
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "quickstart.yaml").write_text("name: quickstart\n")
+    assert "did you mean studies/quickstart.yaml?" in cli("run", "quickstart").output
+    assert not (tmp_path / "home").exists()  # nothing created

@@ -411,3 +411,15 @@ def test_the_snapshot_prices_cells_by_the_cost_model_once_a_trial_finished(study
     assert snap.eta_seconds(1) == pytest.approx(sum(snap.cell_costs[c] for c in snap.waiting_cells))
     # ablate status reads the trials' own configs (no spec items): the same prices.
     assert progress.snapshot(study).cell_costs == pytest.approx(snap.cell_costs)
+
+
+def test_status_shows_an_item_claimed_before_its_worker_recorded_itself_as_starting(study):
+    trial = phases.claim(study)  # claimed: RUNNING, no worker recorded yet
+    screen = Console(record=True, width=160, file=io.StringIO())
+    screen.print(progress.table("s", progress.snapshot(study), 1))
+    text = screen.export_text()
+    assert progress.UNRECORDED in text and "│ ?" not in text
+    queue.beat(study, trial.number, {"worker": "host:1", "step": 2})
+    screen = Console(record=True, width=160, file=io.StringIO())
+    screen.print(progress.table("s", progress.snapshot(study), 1))
+    assert "host:1" in screen.export_text() and progress.UNRECORDED not in screen.export_text()

@@ -249,7 +249,9 @@ def table(name: str, snap: Snapshot, workers: int, slots: Sequence[Slot] = ()) -
     now = datetime.now()
     busy = {r.worker for r in snap.items}
     for r in sorted(snap.items, key=lambda r: r.worker):
-        tab.add_row(r.worker, r.cell, str(r.seed), r.phase, f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
+        # Claimed a moment ago: its worker records itself with the item's start (not a "?" worker).
+        who: str | Text = r.worker if r.worker not in ("", "?") else Text(UNRECORDED, style="dim")
+        tab.add_row(who, r.cell, str(r.seed), r.phase, f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
     for s in slots:
         if s.worker not in busy:
             tab.add_row(s.worker, Text(f"({s.state})", style="dim"), "", "", "", "",
@@ -283,6 +285,8 @@ def status_json(name: str, snap: Snapshot, workers: int) -> dict[str, Any]:
 # Workers of other processes (another host's, a killed run's) shown as rows of their own; the
 # rest are folded into one "other workers" line.
 OTHER_ROWS = 8
+# A running item's worker before it recorded itself (it does with the item's start, just after the claim).
+UNRECORDED = "(starting)"
 # Seconds a terminal keeps the reason of an ETA's rise beside it.
 NOTE_S = 15.0
 @dataclass(frozen=True)
