@@ -3,8 +3,7 @@ subprocess, as a user runs it, so that a changed spec or API fails here rather t
 benchmark a user tries. The GPU-only scripts refuse cleanly without CUDA; the ones that need
 PostgreSQL run against $ABLATE_TEST_POSTGRES (scripts/test.sh starts one) and skip without it.
 
-Scripts with tests of their own (bench_fused, bench_sequential, bench_sequential_frontier,
-bench_norm_calibration, bench_stats_calibration) are run there; ``test_every_script_is_run``
+Scripts with tests of their own (``TESTED_ELSEWHERE``) are run there; ``test_every_script_is_run``
 fails when a new script is in neither list."""
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ except ImportError:  # pragma: no cover
 CASES: dict[str, tuple[list[str], list[str]]] = {
     "bench_models.py": (["--tiny"], ["mingru (log-space scan)", "lstm (torch)", "/RotRNN"]),
     "bench_scan.py": (["--tiny"], ["copy bandwidth", "×loop", "RotRNN step / LRU step", "scan share"]),
-    "bench_ops.py": (["--tiny"], ["new/old", "skew_expm"]),
     "bench_probes.py": (["--tiny"], ["RotRNN", "LRU", "est. overhead"]),
     "bench_overhead.py": (["--tiny"], ["overhead", "inside probe and tracking calls"]),
     "bench_tasks.py": (["--tiny"], ["adding", "delayed_copy", "metric"]),
@@ -42,11 +40,17 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "bench_idle.py": (["--tiny"], ["`ablate status`, 4 cells", "seconds between trainings"]),
     "bench_workers.py": (["--tiny"], ["2 workers vs 1", "trials/hour"]),
     "bench_scheduling.py": (["--tiny"], ["| 1 | 2 |", "| 2 | 4 |", "items/s"]),
-    "gpu_check.py": (["--tiny"], ["skew_expm"]),
     "gpu_workers.py": (["--tiny"], ["bench_scan.py --device cuda", "trials/hour"]),
 }
-TESTED_ELSEWHERE = {"bench_fused.py", "bench_sequential.py", "bench_sequential_frontier.py",
-                    "bench_norm_calibration.py", "bench_stats_calibration.py"}
+TESTED_ELSEWHERE = {  # script → the test file that runs its tiny mode
+    "bench_fused.py": "test_bench_fused.py",
+    "bench_sequential.py": "test_bench_sequential.py",
+    "bench_sequential_frontier.py": "test_bench_sequential_frontier.py",
+    "bench_norm_calibration.py": "test_bench_norm_calibration.py",
+    "bench_stats_calibration.py": "test_bench_stats_calibration.py",
+    "bench_ops.py": "test_ops.py",  # --tiny (--quick) against the old kernels' commit, when the clone has it
+    "gpu_check.py": "test_ops.py",  # --tiny on CPU with only torch installed
+}
 NEEDS_POSTGRES = {"bench_scheduling.py"}
 NEEDS_CUDA = {"gpu_workers.py"}
 
@@ -59,9 +63,9 @@ def run(script: str, args: list[str], timeout: float = 600) -> subprocess.Comple
 
 def test_every_script_is_run() -> None:
     scripts = {p.name for p in BENCHMARKS.glob("*.py")}
-    assert scripts - TESTED_ELSEWHERE == set(CASES), "a benchmark without a tiny-mode test"
-    for name in TESTED_ELSEWHERE:
-        assert (ROOT / "tests" / f"test_{name}").exists() or name not in scripts, name
+    assert scripts - set(TESTED_ELSEWHERE) == set(CASES), "a benchmark without a tiny-mode test"
+    for script, test in TESTED_ELSEWHERE.items():
+        assert script not in scripts or f"benchmarks/{script}" in (ROOT / "tests" / test).read_text(), script
 
 
 @pytest.mark.slow
