@@ -198,8 +198,12 @@ def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int
     return ended or 0
 
 
+FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
 def _finished_mark(study: optuna.Study) -> str:
-    finished = sorted((t.number, t.state.name) for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+    """The finished trials (numbers and states), hashed; read without their attributes."""
+    finished = sorted((t.number, t.state.name) for t in queue.entries(study, states=FINISHED_STATES))
     return hashlib.sha256(json.dumps(finished).encode()).hexdigest()[:16]
 
 

@@ -226,9 +226,10 @@ def _train_item(
     if stable is not None and not checkpoint.exists():
         start["continued_from"] = branch.attr() if branch else None
     if warning:  # a damaged or missing kept checkpoint: trained from step 0 (the same result), and said
-        start["checkpoint_warning"] = attrs["checkpoint_warning"] = warning
+        start["checkpoint_warning"] = warning
         emit("warning", {**info, "message": warning})
     queue.set_running_attrs(study, trial, start)
+    attrs["checkpoint_warning"] = trial.user_attrs.get("checkpoint_warning")  # a retry's too: it resumes that attempt
     lineage = trial.user_attrs.get("continued_from") if stable is not None else None
     if lineage:
         attrs = {**attrs, "continued_from": f"{lineage['label']} ({lineage['cell']}) · seed {lineage['seed']} "
