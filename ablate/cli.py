@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -415,6 +415,22 @@ def ls(storage: StorageOpt = None, tracking_uri: TrackingOpt = None) -> None:
     _table(f"studies on {redact(url)}", headers, table, set(headers[1:-1]))
 
 
+def removal_question(plan: Any) -> tuple[str, str]:
+    """What ``ablate rm`` removes, in words, and the question it asks (``plan``: a
+    ``housekeeping.Removal``). The runs other studies reuse stay (the parent run's with them), and
+    their results stay reusable: ``plan`` of those studies still names the removed study as where
+    they were trained (issue 43: "48 trials, 0 MLflow runs; keep 49 runs that …" said neither)."""
+    from ablate.runner import housekeeping as hk
+
+    users = plan.users
+    removed = hk.counted(plan.trials, "trial") + (f", {hk.counted(len(plan.runs), 'MLflow run')}"
+                                                  if plan.runs or not plan.kept else "")
+    kept = (f"; {hk.counted(len(plan.kept), 'MLflow run')} (the parent run's included) stay, since "
+            f"{', '.join(users)} reuse{'s' if len(users) == 1 else ''} them: their results stay reusable, "
+            f"and plan still names {plan.study!r} as where they were trained") if plan.kept else ""
+    return removed, f"remove study {plan.study!r}: {removed}{kept}?"
+
+
 def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
@@ -469,16 +485,14 @@ def rm(
                   + (f", kept {len(dropped.runs_kept)} that other studies reuse" if dropped.runs_kept else "")
                   + (f"; {hk.counted(dropped.running, 'running item')} left alone" if dropped.running else ""))
         return
-    users = plan.users
-    kept = f"; keep {hk.counted(len(plan.kept), 'run')} that {', '.join(users)} reuse" if plan.kept else ""
-    removed = f"{hk.counted(plan.trials, 'trial')}, {hk.counted(len(plan.runs), 'MLflow run')}"
-    _confirm(f"remove study {study!r}: {removed}{kept}?", yes)
+    removed, question = removal_question(plan)
+    _confirm(question, yes)
     try:
         renamed = hk.remove(plan, stores)
     except Exception as exc:  # half done: running the same command again finishes it
         raise _store_error(exc) from None
     out.print(f"removed {study}: {removed} (deleted: `mlflow gc` purges them and their artifacts)"
-              + (f"; kept {hk.counted(len(plan.kept), 'run')} in experiment {renamed!r}, reused by {', '.join(users)}"
+              + (f"; kept {hk.counted(len(plan.kept), 'run')} in experiment {renamed!r}, reused by {', '.join(plan.users)}"
                  if plan.kept else ""), highlight=False)
 
 

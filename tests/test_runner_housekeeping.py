@@ -243,3 +243,21 @@ def test_studied_cells_are_those_of_trials_not_dropped(tmp_path):
     assert first_cells.isdisjoint(now) and hk.studied_cells(stores.storage) == first_cells | now
     hk.drop(hk.study_orphans("s", stores, lambda s, study: design.items(s)))
     assert hk.studied_cells(stores.storage) == now
+
+
+def test_rm_asks_plainly_what_it_removes_and_what_stays_reusable():
+    # Issue 43: "48 trials, 0 MLflow runs; keep 49 runs that norm_depth reuse?" said neither that the
+    # runs stay reusable nor that plan keeps naming the removed study.
+    from ablate.cli import removal_question
+
+    every = hk.Removal("old", 48, 0, None, runs=[], kept={f"r{k}": ["norm_depth"] for k in range(49)})
+    removed, question = removal_question(every)
+    assert removed == "48 trials"
+    assert question == ("remove study 'old': 48 trials; 49 MLflow runs (the parent run's included) stay, since "
+                        "norm_depth reuses them: their results stay reusable, and plan still names 'old' as where "
+                        "they were trained?")
+    some = hk.Removal("a", 4, 0, None, runs=["x", "y"], kept={"p": ["b", "c"], "q": ["b"]})
+    assert removal_question(some)[0] == "4 trials, 2 MLflow runs"
+    assert "2 MLflow runs (the parent run's included) stay, since b, c reuse them" in removal_question(some)[1]
+    alone = hk.Removal("z", 1, 0, None, runs=["x"])
+    assert removal_question(alone) == ("1 trial, 1 MLflow run", "remove study 'z': 1 trial, 1 MLflow run?")
