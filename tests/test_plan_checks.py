@@ -132,3 +132,28 @@ def test_plan_names_the_setting_that_keeps_a_longer_wsd_cell_from_continuing(tmp
                                                  "cell_label": "short"}))
     longer = design.validate({**raw, "train": {**raw["train"], "steps": 240}})
     assert plan_checks.blocker_lines(planning.build(longer)) == []
+
+
+def test_a_wsd_study_run_at_120_steps_then_planned_at_240_continues_with_default_settings(tmp_path, home):
+    # Issue 43's done criterion: the natural edit (double train.steps, nothing else) continues.
+    from io import StringIO
+
+    from rich.console import Console
+    from support import stores
+
+    from ablate.runner.launch import run_study
+
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    del raw["factors"]
+    raw.update(name="wsd120", seeds=1, reports=["accuracy"], probes={"every": 60, "batch": 8},
+               train={"steps": 120, "schedule": "wsd", "eval_every": 20, "log_every": 20, "batch_size": 8})
+    where = stores(tmp_path)
+    quiet = Console(file=StringIO())
+    outcome = run_study(design.validate(raw), where, quiet, quiet, workers=1)
+    assert outcome is not None and outcome.done == 1
+    longer = design.validate({**raw, "name": "wsd240", "train": {**raw["train"], "steps": 240}})
+    plan = planning.build(longer, where.storage, where.tracking)
+    lines = planning.continuation_lines(plan)
+    assert len(lines) == 1 and "continues" in lines[0] and "from step 96: 144 of 240 steps to train" in lines[0]
+    assert plan_checks.blocker_lines(plan) == []
