@@ -74,7 +74,7 @@ def test_a_two_seed_study_tests_nothing_and_says_why():
     assert "**Nothing is tested: 2 seeds per variant.** A test needs at least 3" in text
     assert "significant" not in text and "not tested" in text
     printed = ns.ratio_table(comp)
-    assert set(printed["verdict"]) == {"too few seeds to test (n\u00a0=\u00a02)"}
+    assert set(printed["p (Holm)"]) == {"too few seeds to test (n\u00a0=\u00a02)"}
     assert set(printed["p"]) == {fmt.DASH}
 
 
@@ -219,5 +219,32 @@ def test_flagged_runs_are_counted_named_and_put_back():
     assert "**1 run flagged and left out** of every value, interval and test above" in text
     assert "b: seed 3: late growth: ‖x‖² grew" in text and "Put back (the late-growing ones)" in text
     row = ns.ratio_table(comp).set_index(["measure", "variant"]).loc[(ns.MEASURE_WORDS["training"], "scaled")]
-    assert row["verdict"].startswith("not tested: no spread beyond round-off") and row["p"] == fmt.DASH
+    assert row["p (Holm)"].startswith("not tested: no spread beyond round-off") and row["p"] == fmt.DASH
     assert row["ratio to the reference [95% CI]"] == "1× on every seed"
+
+
+def test_the_ratio_grid_is_the_long_table_one_row_per_variant():
+    rng = np.random.default_rng(11)
+    values = {"ref": np.exp(0.3 * rng.standard_normal((5, 3, 6)))}
+    values |= {f"v{i}": np.exp(0.3 * rng.standard_normal((5, 3, 6)) + 0.2 * i) for i in range(4)}
+    _, comp, _, _ = analysis(values)
+    long, grid = ns.ratio_table(comp), ns.ratio_grid(comp)
+    assert list(grid["variant"]) == ["v0", "v1", "v2", "v3"]
+    assert list(grid.columns[2:]) == list(dict.fromkeys(long["measure"]))
+    for _, r in long.iterrows():
+        cell = grid.loc[grid["variant"] == r["variant"], r["measure"]].iloc[0]
+        assert cell.startswith(r["ratio to the reference [95% CI]"]) and r["p (Holm)"] in cell
+    descriptive = ns.ratio_grid(comp, tested=False)
+    assert "p (Holm)" not in " ".join(descriptive.iloc[:, 2:].to_numpy().ravel())
+
+
+def test_the_summary_names_only_the_significant_variants_past_a_few():
+    rng = np.random.default_rng(12)
+    values = {"ref": np.exp(0.05 * rng.standard_normal((10, 3, 6)))}
+    values |= {f"v{i}": np.exp(0.05 * rng.standard_normal((10, 3, 6))) for i in range(4)}
+    values["far"] = np.exp(0.05 * rng.standard_normal((10, 3, 6)) + 3.0)
+    table, comp, _, _ = analysis(values)
+    text = ns.summary_text(table, comp, ("c0", "the spec's baseline"))
+    assert "(every variant's ratio: the answer table)" in text
+    final = next(line for line in text.splitlines() if line.startswith("- **At the end"))
+    assert "far" in final and "v3" not in final

@@ -29,3 +29,17 @@ def headings(report: str) -> tuple[str, ...]:
     what a spec's ``reports: [{name: …, sections: […]}]`` may list."""
     text = resources.files(__name__).joinpath("notebooks", f"{report}.py").read_text(encoding="utf-8")
     return tuple(dict.fromkeys(slug(line[5:]) for line in text.splitlines() if line.startswith("# ## ")))
+
+
+#: Sections a report leaves out unless a spec's ``reports:`` entry names them (diagnostics beyond the
+#: five-minute read; the report's last lines say they exist and how to add them).
+OPTIONAL_SECTIONS: dict[str, tuple[str, ...]] = {
+    "norm_stability": ("appendix-training-batch-norms", "appendix-spectrum-drift-over-training",
+                       "appendix-gradient-norms"),
+}
+
+
+def default_sections(report: str) -> tuple[str, ...]:
+    """The sections a report shows when its spec entry names none: all but ``OPTIONAL_SECTIONS``."""
+    left_out = set(OPTIONAL_SECTIONS.get(report, ()))
+    return tuple(h for h in headings(report) if h not in left_out)

@@ -34,10 +34,12 @@ __all__ = [
     "flag_lines",
     "header_lines",
     "provenance_rows",
+    "ratio_grid",
     "ratio_table",
     "short_order",
     "stability_table",
     "summary_text",
+    "tests_text",
 ]
 
 #: Each measure of ``stats.norms.MEASURES`` in words: where it varies, what varies, and as a column heading.
@@ -184,6 +186,11 @@ def _unreachable(comp: pd.DataFrame, alpha: float) -> dict[str, str]:
     return out
 
 
+#: Variants a summary sentence names inline; past this, the significant ones (at most this many),
+#: and the answer table every one.
+INLINE_VARIANTS = 3
+
+
 def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, str],
                  anova: pd.DataFrame | None = None, effects: pd.DataFrame | None = None,
                  check: pd.DataFrame | None = None, alpha: float = 0.05, confidence: float = 0.95,
@@ -229,7 +236,13 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
                          f"compared with it; the factor analysis below takes these: {listed}.")
             continue
         parts = [f"{head_words}: {ref_label} {ref_cell}"]
-        for _, r in rows.iterrows():
+        listed = rows
+        if len(rows) > INLINE_VARIANTS:  # past a few variants the answer table holds them: name the significant
+            listed = rows[rows["significant"].astype(bool)].head(INLINE_VARIANTS)
+            tested = int(rows["testable"].sum())
+            parts.append(f"{int(rows['significant'].sum())} of {tested} tested variant{'s' if tested != 1 else ''} "
+                         "differ significantly" + (" (every variant's ratio: the answer table)" if tested else ""))
+        for _, r in listed.iterrows():
             i = table.index.get_loc(table.index[table["cell_id"] == r["cell_id"]][0])
             value = _value_only(cells[m][i])
             if r["testable"]:
@@ -345,23 +358,56 @@ def stability_table(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFra
 
 
 def ratio_table(comp: pd.DataFrame, confidence: float = 0.95, min_ratio: float | None = None) -> pd.DataFrame:
-    """``stats.norms.compare`` for print: per measure and variant, the seeds, the ratio to the
-    reference [CI] (or the per-seed values when untested), the exact test, p, Holm's p, verdict,
-    and — with ``min_ratio`` — the seeds a ratio of ``min_ratio`` would need (the power line)."""
+    """``stats.norms.compare`` for print, one line a row: per measure and variant, the seeds, the
+    ratio to the reference [CI] (or the per-seed values when untested), p, Holm's p with its mark (or
+    why it is not tested), and — with ``min_ratio`` — the seeds a ratio of ``min_ratio`` would need
+    (the power line). Which exact test each row ran: ``tests_text``; the verdicts: the answer page."""
     pct = fmt.level(confidence)
     rows = []
     for _, r in comp[~comp["measure"].isin(unreferenced(comp))].iterrows():
         n = f"{int(r['n_pairs'])}{fmt.NBSP}pairs" if r["paired"] else f"{int(r['n_cell'])}{fmt.NBSP}vs{fmt.NBSP}{int(r['n_ref'])}"
         rows.append({"measure": MEASURE_WORDS[r["measure"]], "variant": r["cell_label"], "seeds": n,
-                     f"ratio to the reference [{pct} CI]": _ratio_cell(r),
-                     "test": str(r["test"]) if r["testable"] else fmt.DASH, "p": fmt.pval(r["p"]),
-                     "p (Holm)": fmt.pval(r["p_adj"]), "verdict": f"{_verdict(r)} {r['mark']}".strip(),
+                     f"ratio to the reference [{pct} CI]": _ratio_cell(r), "p": fmt.pval(r["p"]),
+                     "p (Holm)": f"{fmt.pval(r['p_adj'])} {r['mark']}".strip() if r["testable"] else _verdict(r),
                      "power": fmt.count(r["seeds_needed"]) if fmt.finite(r["seeds_needed"]) else fmt.DASH})
-    cols = ["measure", "variant", "seeds", f"ratio to the reference [{pct} CI]", "test", "p", "p (Holm)", "verdict"]
+    cols = ["measure", "variant", "seeds", f"ratio to the reference [{pct} CI]", "p", "p (Holm)"]
     out = pd.DataFrame(rows, columns=[*cols, "power"])
     if min_ratio is None:
         return out[cols]
     return out.rename(columns={"power": f"seeds for {fmt.num(min_ratio, 3, sig=True)}×"})
+
+
+def ratio_grid(comp: pd.DataFrame, confidence: float = 0.95, min_ratio: float | None = None,
+               tested: bool = True) -> pd.DataFrame:
+    """``ratio_table`` one row per variant and one column per measure, each cell "ratio [CI]; p (Holm)
+    and mark" (or why it is not tested): a page for 17 variants where the long form takes three.
+    ``tested=False`` (a sequential study): the ratios alone."""
+    long = ratio_table(comp, confidence, min_ratio)
+    if long.empty:
+        return long
+    ratio = f"ratio to the reference [{fmt.level(confidence)} CI]"
+    seeds = long.groupby("variant", sort=False)["seeds"].first()
+    grid = pd.DataFrame({"variant": list(seeds.index), "seeds": list(seeds)})
+    for words in dict.fromkeys(long["measure"]):
+        sub = long[long["measure"] == words].set_index("variant")
+        cells = []
+        for v in grid["variant"]:
+            if v not in sub.index:
+                cells.append(fmt.DASH)
+                continue
+            r = sub.loc[v]
+            holm = str(r["p (Holm)"])
+            cells.append(r[ratio] if not tested else f"{r[ratio]}; p (Holm) {holm}" if holm[:1].isdigit()
+                         or holm.startswith("<") else f"{r[ratio]}; {holm}")
+        grid[words] = cells
+    return grid
+
+
+def tests_text(comp: pd.DataFrame) -> str:
+    """The exact tests ``ratio_table``'s rows ran, counted: "exact sign-flip (51), exact permutation (4)"."""
+    tested = comp[comp["testable"].astype(bool)] if len(comp) else comp
+    counts = tested["test"].astype(str).value_counts(sort=False) if len(tested) else pd.Series(dtype=int)
+    return ", ".join(f"{name} ({int(k)})" for name, k in counts.items()) or fmt.DASH
 
 
 def unreferenced(comp: pd.DataFrame) -> list[str]:

@@ -39,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.report import COMPARISONS, REPORTS, fonts, sections
+from ablate.report import COMPARISONS, OPTIONAL_SECTIONS, REPORTS, default_sections, fonts, sections
 
 if TYPE_CHECKING:
     from ablate.results import Results, Studies
@@ -490,8 +490,10 @@ def render(
                 if options is not None and options.reference is not None:
                     params["reference"] = options.reference
                 nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
-                if options is not None and options.sections:
-                    nb.cells = keep_sections(nb.cells, options.sections)
+                if options is not None:
+                    nb.cells = keep_sections(nb.cells, options.sections or list(default_sections(report)))
+                    if not options.sections and OPTIONAL_SECTIONS.get(report):
+                        nb.cells.append(_left_out_note(report))
                 done.append(writer.submit(write, nb, report, read_missing))
             for name in [r for r in reports if sections.is_section(r)]:
                 done.append(writer.submit(write_section, name, loaded if data is None else data, read_missing))
@@ -524,6 +526,17 @@ def apply_options(res: Results, options: Any) -> Results:
                                                                      default=len(seen)))
         trials = trials.with_row_index("_row").sort([*ranks, "_row"]).drop("_row")
     return dataclasses.replace(res, trials=trials, metrics=cut(res.metrics), curves=cut(res.curves))
+
+
+def _left_out_note(report: str) -> Any:
+    """The last lines of a report that left out its optional sections: which, and how to add them."""
+    from nbformat.v4 import new_markdown_cell
+
+    names = ", ".join(f"`{h}`" for h in OPTIONAL_SECTIONS[report])
+    return new_markdown_cell(
+        f"*Left out of this report by default (diagnostics beyond its five-minute read): {names}. A spec adds "
+        f"them with `reports: [{{name: {report}, sections: [...]}}]` listing the sections wanted "
+        "(docs/reports.md).*")
 
 
 def keep_sections(cells: list[Any], wanted: list[str]) -> list[Any]:

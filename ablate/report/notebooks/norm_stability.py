@@ -105,17 +105,6 @@ if len(df):
     show_figure(nf.norm_vs_step(per_layer, fig_order, key=key, channels=channels, flags=seeds), name="norm-vs-step")
 
 # %% [markdown]
-# **Figure 2.** The same summary on the training batches, from the training forward pass itself
-# (every logging step, train mode).
-
-# %%
-train_norms = sn.layer_norms(df, "train") if len(df) else []
-if len(train_norms):
-    show_figure(nf.norm_vs_step(train_norms, fig_order, key=key, channels=channels), name="norm-vs-step-train")
-else:
-    say("No training-batch norms recorded.")
-
-# %% [markdown]
 # ## State norm vs time step at initialisation and at the end, with theory
 # **Figure 3.** ‖x<sub>t</sub>‖² against the time step t within the sequence, at the first and the last
 # probe step, a row per facet: probe batch (the variant's colour and line style; band: min–max over
@@ -138,48 +127,7 @@ if order:
     show_figure(nf.theory_ratio(df, fig_order, channels=channels), name="noise-over-theory")
 
 # %% [markdown]
-# ## Stability per variant
-
-# %%
-if len(df):
-    show(ns.stability_table(stab, confidence), name="stability", data=stab, intro=(
-        "**Table 1. The state norm's stability per variant, over its seeds.** Each run gives one value per "
-        "measure: its CV of the probe-batch ‖x‖² across probe steps (per layer, averaged over layers), its CV "
-        "across layers (per probe step, averaged over steps), its whole state's ‖x‖² (summed over heads) at its "
-        "last probe step (geometric mean "
-        "over layers). A variant's value over training and at the end is the geometric mean over its seeds with "
-        "a t interval on the logs. Over layers, where a run's CV is a spread of a few values and skewed even on "
-        "the log scale, it is the mean over its seeds on the square-root scale, (mean √CV)², with the t interval "
-        "on √CV, squared. Each t interval is computed at 99% and printed as 95%, as in the accuracy report: at "
-        "95% they covered 0.90–0.93 when the seeds' effects are skewed (docs/calibration.md)"
-        + ("; Table 2's ratios over layers are of geometric means, so they need not equal the quotient of two "
-           "values here" if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")
-        + ". Over seeds: the spread of log ‖x‖² across seeds — each run's mean absolute deviation from the median "
-        "of the other runs (over layers and steps), scaled to be the sd for normal log norms at any number of "
-        "seeds (about the CV across seeds when small) — averaged over the runs, with a t interval on them (none "
-        "at two seeds: each run's deviation is then the other's). Without spread beyond round-off an interval "
-        "says so instead. **flagged**: runs with non-finite or zero ‖x‖², or whose ‖x‖² grew late far more than "
-        "their variant's other runs — left out of every value and test, named in the summary, marked in the "
-        "figures."))
-    if len(comp):
-        ratios = ns.ratio_table(comp, confidence, res.spec.stats.min_ratio)
-        if sequential:  # descriptive only: the tests are the sequential design's
-            ratios = ratios.drop(columns=["test", "p", "p (Holm)", "verdict"])
-        show(ratios, name="ratios", data=comp, intro=(
-            f"**Table 2. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** "
-            f"({ref[1]}). The ratio is exp(mean log difference) over the seeds, with the t interval of that "
-            "difference; over seeds, the ratio of the two sds on the same seeds with an F interval. The test is the "
-            "exact permutation test of the per-seed log values — sign-flip on shared seeds, relabelling otherwise "
-            "(over seeds: each variant's runs aligned on their median, whole runs permuted between the two — or "
-            "each shared seed's pair swapped — and both spreads recomputed, the interval the ratios that test "
-            "does not reject) — "
-            "Holm-corrected over the study's one family (page one); fewer than three seeds are not tested and their per-seed values "
-            f"are shown. The last column: the seeds a ratio of {res.spec.stats.min_ratio:g}× would need (power "
-            f"{res.spec.stats.power:g}, t-test at Holm's first threshold)."
-            + ns.unreferenced_note(comp, dict(fig_order).get(ref[0], ref[0]))))
-
-# %% [markdown]
-# ## Factor effects
+# ## Appendix: factor effects
 # Which factor carries the stability, and whether one factor's effect depends on another: an ANOVA of every
 # run's log value per measure (main effects and two-way interactions, seeds as replicates), its p-values
 # Holm-corrected over the study's one family (page one).
@@ -213,7 +161,61 @@ else:
                           "means per measure; parallel lines mean the two factors act independently.")
 
 # %% [markdown]
-# ## Normalisation check on white-noise input
+# ## Appendix: stability per variant
+# Per-variant detail behind the answer page: every variant's value per measure (Table 1) and its ratio
+# to the reference with the test's p-values (Table 2).
+
+# %%
+if len(df):
+    show(ns.stability_table(stab, confidence), name="stability", data=stab, intro=(
+        "**Table 1. The state norm's stability per variant, over its seeds.** Each run gives one value per "
+        "measure: its CV of the probe-batch ‖x‖² across probe steps (per layer, averaged over layers), its CV "
+        "across layers (per probe step, averaged over steps), its whole state's ‖x‖² (summed over heads) at its "
+        "last probe step (geometric mean "
+        "over layers). A variant's value over training and at the end is the geometric mean over its seeds with "
+        "a t interval on the logs. Over layers, where a run's CV is a spread of a few values and skewed even on "
+        "the log scale, it is the mean over its seeds on the square-root scale, (mean √CV)², with the t interval "
+        "on √CV, squared. Each t interval is computed at 99% and printed as 95%, as in the accuracy report: at "
+        "95% they covered 0.90–0.93 when the seeds' effects are skewed (docs/calibration.md)"
+        + ("; Table 2's ratios over layers are of geometric means, so they need not equal the quotient of two "
+           "values here" if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")
+        + ". Over seeds: the spread of log ‖x‖² across seeds — each run's mean absolute deviation from the median "
+        "of the other runs (over layers and steps), scaled to be the sd for normal log norms at any number of "
+        "seeds (about the CV across seeds when small) — averaged over the runs, with a t interval on them (none "
+        "at two seeds: each run's deviation is then the other's). Without spread beyond round-off an interval "
+        "says so instead. **flagged**: runs with non-finite or zero ‖x‖², or whose ‖x‖² grew late far more than "
+        "their variant's other runs — left out of every value and test, named in the summary, marked in the "
+        "figures."))
+    if len(comp):
+        ratios = ns.ratio_grid(comp, confidence, res.spec.stats.min_ratio, tested=not sequential)
+        show(ratios, name="ratios", data=comp, intro=(
+            f"**Table 2. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** "
+            f"({ref[1]}). The ratio is exp(mean log difference) over the seeds, with the t interval of that "
+            "difference; over seeds, the ratio of the two sds on the same seeds with an F interval. The test is the "
+            f"exact permutation test of the per-seed log values ({ns.tests_text(comp)}) — sign-flip on shared seeds, "
+            "relabelling otherwise "
+            "(over seeds: each variant's runs aligned on their median, whole runs permuted between the two — or "
+            "each shared seed's pair swapped — and both spreads recomputed, the interval the ratios that test "
+            "does not reject) — "
+            "Holm-corrected over the study's one family (page one); fewer than three seeds are not tested and their per-seed values "
+            "are shown. A row per variant, a column per measure: the ratio [CI], then p (Holm) with its mark, or "
+            "why the comparison is not tested; the answer page gives each verdict and the seeds a decision needs."
+            + ns.unreferenced_note(comp, dict(fig_order).get(ref[0], ref[0]))))
+
+# %% [markdown]
+# ## Appendix: training-batch norms
+# **Figure 2.** The same summary as Figure 1 on the training batches, from the training forward pass itself
+# (every logging step, train mode).
+
+# %%
+train_norms = sn.layer_norms(df, "train") if len(df) else []
+if len(train_norms):
+    show_figure(nf.norm_vs_step(train_norms, fig_order, key=key, channels=channels), name="norm-vs-step-train")
+else:
+    say("No training-batch norms recorded.")
+
+# %% [markdown]
+# ## Appendix: normalisation check on white-noise input
 
 # %%
 if len(df) and len(check):
@@ -223,7 +225,7 @@ if len(df) and len(check):
         "input, their ratio, and the stationary theory E‖x∞ʰ‖² per head (1 for ξ by construction)."))
 
 # %% [markdown]
-# ## Spectrum drift over training
+# ## Appendix: spectrum drift over training
 
 # %%
 # The table before the figure: the figure is most of a page, and after it a short table would
@@ -238,7 +240,7 @@ if order:
         "norm E‖x∞ʰ‖² per head over training."))
 
 # %% [markdown]
-# ## Gradient norms
+# ## Appendix: gradient norms
 # **Figure 7.** Gradient norm per optimiser group (recurrent parameters, decayed matrices, the rest) and
 # in total, before clipping, at the probe steps (mean over seeds): a panel per group, a row per facet,
 # every variant in its colour and line style.
