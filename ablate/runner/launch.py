@@ -133,6 +133,17 @@ def show_reused(study: optuna.Study, stores: Stores, err: Console) -> int:
         return 0
 
 
+def checkpoint_warnings(study: optuna.Study) -> set[str]:
+    """The warning lines of the items that trained from step 0 for want of a sound kept checkpoint,
+    as an in-process worker prints them (``worker_events``; a retry repeats its attempt's line)."""
+    try:
+        found = queue.entries(study, keys=("checkpoint_warning", "cell_label", "seed"))
+    except Exception:  # a line the store cannot give is not worth failing the run for
+        return set()
+    return {f"warning {e.user_attrs.get('cell_label')} · seed {e.user_attrs.get('seed')} "
+            f"{e.user_attrs['checkpoint_warning']}" for e in found if e.user_attrs.get("checkpoint_warning")}
+
+
 def settle_after_stop(name: str, stores: Stores) -> int:
     """After a signal stopped the workers: end the MLflow runs of the trials they recorded but
     had no time to end (a worker ends its run after the Optuna record, its commit point). A
@@ -226,7 +237,10 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
                 work(spec.name, stores, device=device_list[0], emit=worker_events(err, verbose),
                      checkpoint_every=checkpoint_every)
         elif device_list:
+            warned = checkpoint_warnings(study)
             outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items)
+            for line in sorted(checkpoint_warnings(study) - warned):  # the workers wrote theirs to their logs
+                err.print(line, highlight=False, markup=False, soft_wrap=True)
             if outcome.signum is not None:
                 settle_after_stop(spec.name, stores)
                 raise Stopped(outcome.signum, outcome.requeued)
