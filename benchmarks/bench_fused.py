@@ -16,7 +16,8 @@ Shapes (whole trials: set-up, steps, validation and convergence passes, probes, 
 Rows: ``apart`` is one ``run_trial`` (today's worker trains one item at a time); ``fused K`` trains
 K replicates (seeds 0 … K − 1) in one ``run_fused``. Rows run interleaved over the repeats, so a
 drift in the shared machine's load hits every row alike; each row prints its median wall time,
-trials per hour (K · 3600 / median) and the ratio to ``apart``'s trials per hour.
+trials per hour (K · 3600 / median) and the ratio to ``apart``'s trials per hour, and the same from
+the process's CPU time (steadier than wall time where other processes share the cores).
 """
 
 from __future__ import annotations
@@ -79,9 +80,10 @@ def measure(name: str, fuse: list[int], repeats: int, steps: int | None) -> list
     run_fused([config] * 2, [0, 1], probes, data=data)  # compiled kernels and first code paths, untimed
     rows = [("apart", 1)] + [("fused", k) for k in fuse]
     walls: dict[tuple[str, int], list[float]] = {row: [] for row in rows}
+    cpus: dict[tuple[str, int], list[float]] = {row: [] for row in rows}
     for r in range(repeats):
         for kind, k in rows if r % 2 == 0 else rows[::-1]:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             if kind == "apart":
                 result = run_trial(config, 0, probes, data=data)
                 statuses = [result.status]
@@ -89,14 +91,18 @@ def measure(name: str, fuse: list[int], repeats: int, steps: int | None) -> list
                 statuses = [getattr(x, "status", repr(x)) for x in run_fused([config] * k, list(range(k)), probes,
                                                                                data=data)]
             walls[(kind, k)].append(time.perf_counter() - start)
-            print(f"  {name} {kind} K={k} run {r}: {walls[(kind, k)][-1]:.2f} s  {statuses}", flush=True)
+            cpus[(kind, k)].append(time.process_time() - cpu)
+            print(f"  {name} {kind} K={k} run {r}: {walls[(kind, k)][-1]:.2f} s wall {cpus[(kind, k)][-1]:.2f} s CPU "
+                  f"{statuses}", flush=True)
     out = []
     for kind, k in rows:
         median = statistics.median(walls[(kind, k)])
-        out.append({"shape": name, "row": kind, "K": k, "wall": median, "per_hour": k * 3600 / median})
-    base = out[0]["per_hour"]
+        cpu = statistics.median(cpus[(kind, k)])
+        out.append({"shape": name, "row": kind, "K": k, "wall": median, "per_hour": k * 3600 / median,
+                    "cpu": cpu, "per_cpu_hour": k * 3600 / cpu})
     for row in out:
-        row["ratio"] = row["per_hour"] / base
+        row["ratio"] = row["per_hour"] / out[0]["per_hour"]
+        row["cpu_ratio"] = row["per_cpu_hour"] / out[0]["per_cpu_hour"]
     return out
 
 
@@ -120,10 +126,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error("--fuse takes counts of at least 1 and --repeats at least 1")
     rows = [row for name in names for row in measure(name, fuse, repeats, args.steps)]
     print(f"\n{torch.get_num_threads()} torch threads, {repeats} repeats, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'shape':<11}{'row':<7}{'K':>3}{'median s':>10}{'trials/h':>10}{'vs apart':>10}")
+    print(f"{'shape':<11}{'row':<7}{'K':>3}{'median s':>10}{'trials/h':>10}{'vs apart':>10}{'CPU s':>8}"
+          f"{'per CPU-h':>11}{'vs apart':>10}")
     for row in rows:
         print(f"{row['shape']:<11}{row['row']:<7}{row['K']:>3}{row['wall']:>10.2f}{row['per_hour']:>10.0f}"
-              f"{row['ratio']:>9.2f}x")
+              f"{row['ratio']:>9.2f}x{row['cpu']:>8.2f}{row['per_cpu_hour']:>11.0f}{row['cpu_ratio']:>9.2f}x")
     return rows
 
 

@@ -25,6 +25,7 @@ def test_tiny_mode_prints_a_row_per_k_with_consistent_rates(capsys):
         assert row["wall"] > 0
         assert math.isclose(row["per_hour"], row["K"] * 3600 / row["wall"])
         assert math.isclose(row["ratio"], row["per_hour"] / rows[0]["per_hour"])
+        assert row["cpu"] > 0 and math.isclose(row["per_cpu_hour"], row["K"] * 3600 / row["cpu"])
     out = capsys.readouterr().out
     assert "trials/h" in out and "['complete', 'complete']" in out
 
