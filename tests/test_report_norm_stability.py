@@ -231,9 +231,15 @@ def test_the_ratio_grid_is_the_long_table_one_row_per_variant():
     long, grid = ns.ratio_table(comp), ns.ratio_grid(comp)
     assert list(grid["variant"]) == ["v0", "v1", "v2", "v3"]
     assert list(grid.columns[2:]) == list(dict.fromkeys(long["measure"]))
+    notes = grid.attrs["notes"]
     for _, r in long.iterrows():
         cell = grid.loc[grid["variant"] == r["variant"], r["measure"]].iloc[0]
-        assert cell.startswith(r["ratio to the reference [95% CI]"]) and r["p (Holm)"] in cell
+        printed = r["ratio to the reference [95% CI]"]
+        if "(no interval: " in printed:  # the reason is a footnote, said once below the table
+            head, reason = printed.split(" (no interval: ")
+            assert cell.startswith(head + " (no interval") and reason.rstrip(")") in notes
+        else:
+            assert cell.startswith(printed) and r["p (Holm)"] in cell
     descriptive = ns.ratio_grid(comp, tested=False)
     assert "p (Holm)" not in " ".join(descriptive.iloc[:, 2:].to_numpy().ravel())
 
@@ -248,3 +254,24 @@ def test_the_summary_names_only_the_significant_variants_past_a_few():
     assert "(every variant's ratio: the answer table)" in text
     final = next(line for line in text.splitlines() if line.startswith("- **At the end"))
     assert "far" in final and "v3" not in final
+
+
+def test_the_anova_and_effects_grids_quote_the_long_tables():
+    rng = np.random.default_rng(13)
+    values, factors = {}, {}
+    for a in ("x", "y"):
+        for b in ("p", "q"):
+            label = f"{a}{b}"
+            values[label] = np.exp(0.2 * rng.standard_normal((4, 2, 5)) + (1.0 if a == "y" else 0.0))
+            factors[label] = {"m.a": a, "m.b": b}
+    _, _, anova, effects = analysis(values, factors)
+    long, grid = ns.anova_table(anova), ns.anova_grid(anova)
+    assert list(grid["term"]) == list(dict.fromkeys(anova["term"]))
+    for i, r in long.iterrows():
+        cell = grid.loc[grid["term"] == r["term"], r["measure"]].iloc[0]
+        assert cell.startswith(f"F({r['df']}) = {r['F']}, p {r['p (Holm)']}") and cell.endswith(r["partial η²"])
+        assert (anova.loc[i, "mark"] in cell) if anova.loc[i, "mark"] else True
+    assert "p " not in " ".join(ns.anova_grid(anova, tested=False).iloc[:, 1:].to_numpy().ravel())
+    printed = ns.effects_table(effects)
+    levels = ns.wide(printed, ["factor", "level"], lambda r: r["geometric marginal mean [95% CI]"])
+    assert len(levels) == 4 and set(levels.columns[2:]) == set(printed["measure"])

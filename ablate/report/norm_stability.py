@@ -11,6 +11,7 @@ computes a statistic, and the sentences use only the numbers the tables print, f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "COLUMN_WORDS",
     "MEASURE_WORDS",
     "VALUE_WORDS",
+    "anova_grid",
     "anova_table",
     "check_table",
     "drift_table",
@@ -33,6 +35,7 @@ __all__ = [
     "factor_sentences",
     "flag_lines",
     "header_lines",
+    "grid_notes",
     "provenance_rows",
     "ratio_grid",
     "ratio_table",
@@ -40,6 +43,7 @@ __all__ = [
     "stability_table",
     "summary_text",
     "tests_text",
+    "wide",
 ]
 
 #: Each measure of ``stats.norms.MEASURES`` in words: where it varies, what varies, and as a column heading.
@@ -379,13 +383,25 @@ def ratio_table(comp: pd.DataFrame, confidence: float = 0.95, min_ratio: float |
 
 def ratio_grid(comp: pd.DataFrame, confidence: float = 0.95, min_ratio: float | None = None,
                tested: bool = True) -> pd.DataFrame:
-    """``ratio_table`` one row per variant and one column per measure, each cell "ratio [CI]; p (Holm)
-    and mark" (or why it is not tested): a page for 17 variants where the long form takes three.
-    ``tested=False`` (a sequential study): the ratios alone."""
+    """``ratio_table`` one row per variant and one column per measure, each cell "ratio [CI]; p" (p
+    Holm-adjusted, with its mark) or why it is not tested: a page for 17 variants where the long form
+    takes three. The reasons, long and repeated from row to row, are numbered footnotes (``¹``) whose
+    texts are ``grid.attrs["notes"]``, in number order. ``tested=False`` (a sequential study): the
+    ratios alone."""
     long = ratio_table(comp, confidence, min_ratio)
     if long.empty:
         return long
     ratio = f"ratio to the reference [{fmt.level(confidence)} CI]"
+    notes: list[str] = []
+
+    def mark(note: str) -> str:
+        if note not in notes:
+            notes.append(note)
+        return _SUPERSCRIPT[notes.index(note) % len(_SUPERSCRIPT)]
+
+    def shorten(text: str) -> str:
+        return _NO_INTERVAL.sub(lambda m: f" (no interval{mark(m.group(1))})", text)
+
     seeds = long.groupby("variant", sort=False)["seeds"].first()
     grid = pd.DataFrame({"variant": list(seeds.index), "seeds": list(seeds)})
     for words in dict.fromkeys(long["measure"]):
@@ -396,11 +412,25 @@ def ratio_grid(comp: pd.DataFrame, confidence: float = 0.95, min_ratio: float | 
                 cells.append(fmt.DASH)
                 continue
             r = sub.loc[v]
-            holm = str(r["p (Holm)"])
-            cells.append(r[ratio] if not tested else f"{r[ratio]}; p (Holm) {holm}" if holm[:1].isdigit()
-                         or holm.startswith("<") else f"{r[ratio]}; {holm}")
+            value, holm = str(r[ratio]), str(r["p (Holm)"])
+            first, _, why = value.partition("; ")  # "1× on every seed; not tested: …"
+            text = shorten(first) + (f"; not tested{mark(why)}" if why else "")
+            if tested and not why:
+                text += f"; p {holm}" if holm[:1].isdigit() or holm.startswith("<") else f"; not tested{mark(holm)}"
+            cells.append(text)
         grid[words] = cells
+    grid.attrs["notes"] = notes
     return grid
+
+
+#: Footnote marks of ``ratio_grid``.
+_SUPERSCRIPT = "¹²³⁴⁵⁶⁷⁸⁹"
+_NO_INTERVAL = re.compile(r" \(no interval: (.*)\)$")
+
+
+def grid_notes(grid: pd.DataFrame) -> str:
+    """``ratio_grid``'s footnotes as one line: "¹ 4 paired seeds: …; ² …"."""
+    return "; ".join(f"{_SUPERSCRIPT[i % len(_SUPERSCRIPT)]} {n}" for i, n in enumerate(grid.attrs.get("notes", [])))
 
 
 def tests_text(comp: pd.DataFrame) -> str:
@@ -456,6 +486,32 @@ def anova_table(anova: pd.DataFrame) -> pd.DataFrame:
         "verdict": [f"{fmt.verdict(bool(s))} {mk}".strip() for s, mk in zip(anova["significant"], anova["mark"],
                                                                             strict=True)],
     }, index=anova.index)
+
+
+def wide(long: pd.DataFrame, rows: list[str], cell: Any) -> pd.DataFrame:
+    """A long per-measure table (``anova_table``, ``effects_table``) one row per ``rows`` key and one
+    column per measure, each cell ``cell(row)`` of the long table's row: a table of terms or levels
+    instead of one of terms × measures."""
+    if long.empty:
+        return long
+    keys = list(dict.fromkeys(tuple(r[c] for c in rows) for _, r in long.iterrows()))
+    out = pd.DataFrame([dict(zip(rows, k, strict=True)) for k in keys], columns=rows)
+    for measure in dict.fromkeys(long["measure"]):
+        sub = {tuple(r[c] for c in rows): cell(r) for _, r in long[long["measure"] == measure].iterrows()}
+        out[measure] = [sub.get(k, fmt.DASH) for k in keys]
+    return out
+
+
+def anova_grid(anova: pd.DataFrame, tested: bool = True) -> pd.DataFrame:
+    """``anova_table`` a row per term and a column per measure: "F(df) = F, p (Holm) mark; η² x" —
+    without the p where the seeds depended on the results (``tested=False``: a sequential study)."""
+    printed = anova_table(anova).assign(mark=anova["mark"].to_numpy())
+
+    def cell(r: pd.Series) -> str:
+        p = f", p {r['p (Holm)']} {r['mark']}".rstrip() if tested else ""
+        return f"F({r['df']}) = {r['F']}{p}; η² {r['partial η²']}"
+
+    return wide(printed, ["term"], cell)
 
 
 def check_table(check: pd.DataFrame) -> pd.DataFrame:

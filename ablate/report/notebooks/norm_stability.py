@@ -16,6 +16,7 @@ max_interactions = 6  # two-factor interaction figures shown at most
 import itertools
 
 from ablate import results
+from ablate.report import format as fmt
 from ablate.report import norm_figures as nf
 from ablate.report import norm_stability as ns
 from ablate.report import provenance, verdicts
@@ -138,20 +139,22 @@ if not len(df) or not varied:
     say("No factor was varied: there are no factor effects." if len(df) else "No probe data yet.")
 else:
     if len(anova):
-        shown = ns.anova_table(anova)
-        if sequential:
-            shown = shown.drop(columns=["p", "p (Holm)", "verdict"])
-        show(shown, name="anova", data=anova, intro=(
-            "**Table 3. ANOVA of the per-seed log values** (type II; F on the term's and the residual degrees "
-            "of freedom)." + (" A sequential study: the seeds depended on the results, so the F tests' p-values "
-                             "are not valid and are not shown." if sequential else "")))
+        show(ns.anova_grid(anova, tested=not sequential), name="anova", data=anova, intro=(
+            "**Table 3. ANOVA of the per-seed log values** (type II), a row per term, a column per measure: F on "
+            "the term's and the residual degrees of freedom"
+            + (", partial η². A sequential study: the seeds depended on the results, so the F tests' p-values "
+               "are not valid and are not shown." if sequential else
+               ", p (Holm, over the study's one family) with its mark, partial η².")))
     for m, why in anova_why.items():
         say(f"- {ns.COLUMN_WORDS[m]}: {why}.")
     if len(effects):
-        show(ns.effects_table(effects, confidence), name="main-effects", data=effects, intro=(
+        show(ns.wide(ns.effects_table(effects, confidence), ["factor", "level"],
+                     lambda r: r[f"geometric marginal mean [{fmt.level(confidence)} CI]"]),
+             name="main-effects", data=effects, intro=(
             "**Table 4. Geometric marginal means per factor level**: exp of the unweighted mean of the cells' "
             "mean log values at that level, with a seed-blocked t interval (of the per-seed means over the level's "
-            "cells) where those cells share their seeds, else a t interval on the pooled within-cell variance."))
+            "cells) where those cells share their seeds, else a t interval on the pooled within-cell variance; "
+            f"a row per factor level, a column per measure ({fmt.level(confidence)} intervals)."))
     pairs = list(itertools.combinations(varied, 2))
     if len(pairs) > max_interactions:
         say(f"{len(pairs)} factor pairs; the first {max_interactions} are shown (report parameter `max_interactions`).")
@@ -200,6 +203,7 @@ if len(df):
             "Holm-corrected over the study's one family (page one); fewer than three seeds are not tested and their per-seed values "
             "are shown. A row per variant, a column per measure: the ratio [CI], then p (Holm) with its mark, or "
             "why the comparison is not tested; the answer page gives each verdict and the seeds a decision needs."
+            + (f" Notes: {ns.grid_notes(ratios)}." if ns.grid_notes(ratios) else "")
             + ns.unreferenced_note(comp, dict(fig_order).get(ref[0], ref[0]))))
 
 # %% [markdown]
