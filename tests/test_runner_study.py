@@ -84,7 +84,7 @@ def test_a_parent_run_left_running_once_all_is_done_is_ended_by_the_next_settlin
     study = _with_parent("parent", stores)
     assert st.parent_status(study) is None  # items waiting: the parent stays open
     finish_all(study, stores=stores)
-    study.set_user_attr("ablate.runs_settled", st._finished_mark(study))  # the old mark: ignored
+    study.set_user_attr("ablate.runs_settled", st.finished_mark(study))  # the old mark: ignored
     assert _parent(stores, study) == "RUNNING" and st.parent_status(study) == "FINISHED"
     assert st.settle_runs(study, stores.tracking) == 1
     assert _parent(stores, study) == "FINISHED"

@@ -20,9 +20,11 @@ from ablate import design
 from ablate.runner import queue, sequential
 from ablate.runner.standing import StudyStatus, existing_store_url, study_status
 from ablate.runner.study import (
+    RUNS_SETTLED,
     WHERE_STORES_ARE,
     StorageError,
     extends_runs,
+    finished_mark,
     missing_study,
     open_study,
     recorded_tracking,
@@ -106,7 +108,8 @@ def settle_finished(opt: optuna.Study, stores: Stores) -> None:
     """When no trial of ``opt`` waits or runs, end its MLflow runs a kill left RUNNING, the parent run
     included (``study.settle_runs``, through a writable opening); best effort: a store that cannot
     be written is left to the next run. While trials run, their workers settle."""
-    if queue.count(opt, (TrialState.WAITING, TrialState.RUNNING)):
+    if queue.count(opt, (TrialState.WAITING, TrialState.RUNNING)) or \
+            opt.user_attrs.get(RUNS_SETTLED) == finished_mark(opt):  # settled since the last trial finished
         return
     with contextlib.suppress(Exception):
         writable = open_study(opt.study_name, stores)

@@ -182,7 +182,7 @@ def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int
         return _settled(lambda tr: _end_trial_runs(study, tracking, tr, numbers))
     # All: skipped (with MLflow's seconds of import) when no trial finished since the last settling.
     # The mark is written only once the parent run was seen to, so a kill before that is redone.
-    mark = _finished_mark(study)
+    mark = finished_mark(study)
     if study.user_attrs.get(RUNS_SETTLED) == mark:
         return 0
     writable = "mode=ro" not in str(getattr(queue.storage_of(study), "url", ""))
@@ -201,7 +201,7 @@ def settle_runs(study: optuna.Study, tracking: str | None, numbers: Sequence[int
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
-def _finished_mark(study: optuna.Study) -> str:
+def finished_mark(study: optuna.Study) -> str:
     """The finished trials (numbers and states), hashed; read without their attributes."""
     finished = sorted((t.number, t.state.name) for t in queue.entries(study, states=FINISHED_STATES))
     return hashlib.sha256(json.dumps(finished).encode()).hexdigest()[:16]
