@@ -493,7 +493,7 @@ def render(
                 if options is not None:
                     nb.cells = keep_sections(nb.cells, options.sections or list(default_sections(report)))
                     if not options.sections and OPTIONAL_SECTIONS.get(report):
-                        nb.cells.append(_left_out_note(report))
+                        nb.cells.insert(_appendix_start(nb.cells), _left_out_note(report))
                 done.append(writer.submit(write, nb, report, read_missing))
             for name in [r for r in reports if sections.is_section(r)]:
                 done.append(writer.submit(write_section, name, loaded if data is None else data, read_missing))
@@ -529,14 +529,22 @@ def apply_options(res: Results, options: Any) -> Results:
 
 
 def _left_out_note(report: str) -> Any:
-    """The last lines of a report that left out its optional sections: which, and how to add them."""
+    """The line at the end of the body of a report that left out its optional sections: which, and how to add them."""
     from nbformat.v4 import new_markdown_cell
 
     names = ", ".join(f"`{h}`" for h in OPTIONAL_SECTIONS[report])
     return new_markdown_cell(
-        f"*Left out of this report by default (diagnostics beyond its five-minute read): {names}. A spec adds "
+        f"*The appendices follow. Left out by default (diagnostics beyond the five-minute read): {names}; a spec adds "
         f"them with `reports: [{{name: {report}, sections: [...]}}]` listing the sections wanted "
         "(docs/reports.md).*")
+
+
+def _appendix_start(cells: list[Any]) -> int:
+    """The index of the first appendix's heading cell (the end of the report's body), else the end."""
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") == "markdown" and "\n## Appendix" in "\n" + cell.get("source", ""):
+            return i
+    return len(cells)
 
 
 def keep_sections(cells: list[Any], wanted: list[str]) -> list[Any]:

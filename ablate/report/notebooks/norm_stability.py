@@ -172,23 +172,16 @@ else:
 if len(df):
     show(ns.stability_table(stab, confidence), name="stability", data=stab, intro=(
         "**Table 1. The state norm's stability per variant, over its seeds.** Each run gives one value per "
-        "measure: its CV of the probe-batch ‖x‖² across probe steps (per layer, averaged over layers), its CV "
-        "across layers (per probe step, averaged over steps), its whole state's ‖x‖² (summed over heads) at its "
-        "last probe step (geometric mean "
-        "over layers). A variant's value over training and at the end is the geometric mean over its seeds with "
-        "a t interval on the logs. Over layers, where a run's CV is a spread of a few values and skewed even on "
-        "the log scale, it is the mean over its seeds on the square-root scale, (mean √CV)², with the t interval "
-        "on √CV, squared. Each t interval is computed at 99% and printed as 95%, as in the accuracy report: at "
-        "95% they covered 0.90–0.93 when the seeds' effects are skewed (docs/calibration.md)"
-        + ("; Table 2's ratios over layers are of geometric means, so they need not equal the quotient of two "
-           "values here" if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")
-        + ". Over seeds: the spread of log ‖x‖² across seeds — each run's mean absolute deviation from the median "
-        "of the other runs (over layers and steps), scaled to be the sd for normal log norms at any number of "
-        "seeds (about the CV across seeds when small) — averaged over the runs, with a t interval on them (none "
-        "at two seeds: each run's deviation is then the other's). Without spread beyond round-off an interval "
-        "says so instead. **flagged**: runs with non-finite or zero ‖x‖², or whose ‖x‖² grew late far more than "
-        "their variant's other runs — left out of every value and test, named in the summary, marked in the "
-        "figures."))
+        "measure: its CV of the probe-batch ‖x‖² across probe steps (per layer, averaged over layers), across "
+        "layers (per probe step, averaged over steps), its whole state's ‖x‖² at its last probe step, and the "
+        "spread of log ‖x‖² over seeds (each run's scaled mean absolute deviation from the median of the other "
+        "runs). A variant's value is the geometric mean over its seeds (over layers (mean √CV)²; over seeds the "
+        "mean deviation) with a t interval computed at 99% and printed as 95%, as in the accuracy report "
+        "(docs/science.md §13.5, docs/calibration.md); no interval where there is no spread beyond round-off or "
+        "at two seeds. **flagged**: runs with non-finite or zero ‖x‖², or that grew late far more than their "
+        "variant's other runs — left out of every value and test, named in the summary, marked in the figures."
+        + (" Table 2's ratios over layers are of geometric means, so they need not equal the quotient of two "
+           "values here." if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")))
     if len(comp):
         ratios = ns.ratio_grid(comp, confidence, res.spec.stats.min_ratio, tested=not sequential)
         show(ratios, name="ratios", data=comp, intro=(
