@@ -145,7 +145,8 @@ def test_nothing_is_tested_below_three_seeds():
     comp = sn.compare(ps, norms, "c0", order)
     assert not comp["testable"].any() and comp["p"].isna().all() and not comp["significant"].any()
     anova, why = sn.factor_anova(ps, ["m.p"])
-    assert anova.empty and all(w.startswith("no ANOVA: too few seeds") for w in why.values())
+    assert anova.empty and all(w.startswith("no ANOVA: too few seeds") for m, w in why.items() if m != "seeds")
+    assert why["seeds"] == sn.NO_SEEDS_ANOVA  # never: the runs' deviations share their variant's median
 
 
 def test_over_seeds_both_sides_use_the_same_seeds():
@@ -238,8 +239,22 @@ def test_a_measure_some_levels_cannot_have_is_analysed_on_the_levels_that_have_i
     _, ps, _ = seeded(values, factors)
     anova, why = sn.factor_anova(ps, ["model.parameterisation", "model.layers"])
     assert set(anova.loc[anova["measure"] == "depth", "term"]) == {"model.parameterisation"}
-    assert why["depth"] == "ANOVA on the cells that have the measure only (model.layers = 4)"
+    assert why["depth"] == "ANOVA on the cells that have the measure only (left out: model.layers = 1)"
     assert "model.layers" in set(anova.loc[anova["measure"] == "training", "term"])
+
+
+def test_a_partial_anova_names_what_it_left_out_when_the_factor_still_varies():
+    """Layers 1/2/4: over layers the one-layer cells drop out and layers still varies (2, 4); the
+    sentence named the collapsed factors only and printed "()"."""
+    rng = np.random.default_rng(10)
+    values, factors = {}, {}
+    for p in ("rotation", "complex"):
+        for layers in (1, 2, 4):
+            values[f"{p}-{layers}"] = np.exp(0.2 * rng.standard_normal((4, layers, 5)))
+            factors[f"{p}-{layers}"] = {"model.parameterisation": p, "model.layers": str(layers)}
+    _, ps, _ = seeded(values, factors)
+    _, why = sn.factor_anova(ps, ["model.parameterisation", "model.layers"])
+    assert why["depth"] == "ANOVA on the cells that have the measure only (left out: model.layers = 1)"
 
 
 def test_the_spread_test_enumerates_every_split_and_finds_a_wider_spread():

@@ -64,6 +64,7 @@ __all__ = [
     "COLUMN",
     "COMPARE_COLUMNS",
     "MEASURES",
+    "NO_SEEDS_ANOVA",
     "RAW",
     "VALUE",
     "compare",
@@ -494,6 +495,9 @@ def sensitivity(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order:
 # --- factor effects ------------------------------------------------------------------------------------
 
 ANOVA_COLUMNS = ["measure", "term", "df", "df_resid", "F", "p", "p_adj", "eta_sq_partial", "mark", "significant"]
+#: Why the factor analysis leaves out the spread over seeds (``factor_anova``, ``main_effects``).
+NO_SEEDS_ANOVA = ("no ANOVA: a run's deviation over seeds is measured from its variant's other runs, so the runs "
+                  "are not independent replicates; Table 2 compares the variants' spreads by permuting whole runs")
 
 
 def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.05
@@ -504,7 +508,10 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
     cannot have (over layers, at one layer) is analysed on the levels that have it. Returns the
     terms (``ANOVA_COLUMNS``, residual rows left out) and, per measure analysed partly or not at
     all, a sentence saying so. On the ``primary`` runs; a measure whose runs vary within their cells
-    by round-off only has no ANOVA (its F would be a ratio of round-offs)."""
+    by round-off only has no ANOVA (its F would be a ratio of round-offs). Over seeds has none
+    (``NO_SEEDS_ANOVA``): its per-run deviations share their variant's median, so they are not
+    independent replicates, and with log-normal seed effects the F test of them rejected a null
+    factor in 0.13 of studies (``benchmarks/bench_norm_calibration.py``)."""
     seeds = primary(seeds)
     varied = [f for f in factors if f in seeds.columns and seeds[f].nunique() > 1]
     rows, why = [], {}
@@ -512,6 +519,9 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
         col = COLUMN[m]
         if not varied:
             why[m] = "no ANOVA: no factor was varied"
+            continue
+        if m == "seeds":
+            why[m] = NO_SEEDS_ANOVA
             continue
         have = seeds[np.isfinite(seeds[col].to_numpy(float))].groupby("cell_id").size()
         if len(have) and int(have.min()) < MIN_N_TEST:  # said first: at two seeds nothing else matters
@@ -525,8 +535,8 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
             rest = [f for f in varied if subset[f].nunique() > 1]
             if dropped and rest and anova_applicable(subset, col, rest)[0]:
                 data, terms, ok = subset, rest, True
-                kept = "; ".join(f"{f} = {', '.join(map(str, pd.unique(subset[f])))}" for f in varied if f not in rest)
-                why[m] = f"ANOVA on the cells that have the measure only ({kept})"
+                gone = "; ".join(f"{f} = {', '.join(map(str, lv))}" for f, lv in dropped.items())
+                why[m] = f"ANOVA on the cells that have the measure only (left out: {gone})"
         counts = data[np.isfinite(data[col].to_numpy(float))].groupby("cell_id").size()
         if ok and (counts.empty or int(counts.min()) < MIN_N_TEST):
             ok, reason = False, (f"too few seeds to test (a cell has {int(counts.min()) if len(counts) else 0}; "
@@ -557,13 +567,14 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
 def main_effects(seeds: pd.DataFrame, factors: Sequence[str], confidence: float = 0.95) -> pd.DataFrame:
     """Per measure, factor and level: the geometric marginal mean over the cells at that level
     (``stats.main_effects`` of the ``primary`` runs' log values, exponentiated) with its interval;
-    none, and ``note`` saying why, where it would have no width beyond round-off.
+    none, and ``note`` saying why, where it would have no width beyond round-off. Not over seeds
+    (``NO_SEEDS_ANOVA``: the runs' deviations are not independent replicates).
 
     Columns: ``measure``, ``factor``, ``level``, ``n_cells``, ``n``, ``value``, ``low``, ``high``, ``note``."""
     seeds = primary(seeds)
     varied = [f for f in factors if f in seeds.columns and seeds[f].nunique() > 1]
     parts = []
-    for m in MEASURES:
+    for m in (m for m in MEASURES if m != "seeds"):
         col = COLUMN[m]
         if not varied or not np.isfinite(seeds[col].to_numpy(float)).any():
             continue
