@@ -223,7 +223,7 @@ else:
         shown = acc.anova_table(table)
         intro = acc.anova_intro(dropped)
         if sequential:
-            shown = shown.drop(columns=["p"])
+            shown = shown.drop(columns=[c for c in ("p", "p (Holm)") if c in shown.columns])
             intro = [intro, "A sequential study: the seeds per cell depended on the results, so the F tests' p-values "
                      "are not valid and are not shown; the sums of squares and effect sizes are descriptive."]
         show(shown, intro=intro, name="anova", data=table)
