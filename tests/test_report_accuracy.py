@@ -589,3 +589,15 @@ def test_a_clear_difference_held_back_by_the_family_says_why() -> None:
     assert "the largest is better" in text
     assert "Its interval excludes 0 and it is ahead on every seed, yet not significant" in text
     assert "the exact test's smallest p is 0.13" in text and "over the study's 12 tests is 0.004 " in text
+
+
+def test_a_three_seed_cell_at_one_prints_no_interval_but_why():
+    """The issue's cell at 1.0: never ``1.000 [1.000, 1.000]`` in the cell or the few-run table."""
+    trials = make_trials({"base": 0.9, "top": 1.0}, seeds=3, sd=0.0)
+    trials.loc[trials.cell_id == "base", METRIC] = [0.9, 0.92, 0.95]
+    trials.loc[trials.cell_id == "top", METRIC] = [1.0, sum([0.1] * 10), 1.0]  # 1.0 to round-off
+    cells = acc.cell_table(stats.cell_summary(trials, METRIC, 0.5), "base").set_index("cell")
+    assert cells.loc["top", "mean [95% CI]"] == "1.000 [— no spread: 3 runs equal]"
+    few = acc.few_run_table(stats.few_run_estimates(trials, METRIC, "base"), "base").set_index("cell")
+    assert few.loc["top", "mean [95% t CI]"] == "1.000 [— no spread: 3 runs equal]"
+    assert "[1.000, 1.000]" not in few.to_string() + cells.to_string()

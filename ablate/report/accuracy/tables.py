@@ -34,6 +34,12 @@ def _improving(conv: pd.DataFrame | None) -> set[str]:
     return set(conv.loc[conv["still_improving"].astype(bool), "cell_id"])
 
 
+def _why(note: Any) -> str:
+    """The reason to print in place of a refused interval: a spread of round-off (``stats.no_spread``).
+    Too few runs says itself in the n column beside it, where the value stands alone as before."""
+    return note if isinstance(note, str) and note.startswith("no spread") else ""
+
+
 def _name(label: Any, cid: Any, improving: set[str]) -> str:
     return str(label) + (f" {STILL_IMPROVING}" if cid in improving else "")
 
@@ -57,7 +63,7 @@ def cell_table(summary: pd.DataFrame, reference_id: str | None = None, confidenc
             "cell": label,
             "status": str(r["status"]).replace("_", " "),
             "n": int(r["n"]),
-            f"mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"], why=r.get("ci_note", "")),
+            f"mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"], why=_why(r.get("ci_note"))),
             "sd over seeds": num(r["sd"]),
         }
         if se_col:
@@ -115,12 +121,12 @@ def comparison_table(comp: pd.DataFrame, confidence: float = 0.95, conv: pd.Data
             n = f"{int(r['n_pairs'])}{NBSP}pairs"
         else:
             n = f"{int(r['n_cell'])}{NBSP}vs{NBSP}{int(r['n_ref'])}"
-        note = r.get("ci_note", "")
+        note = _why(r.get("ci_note"))
         es = DASH
         if finite(r["effect_size"]):
             es = f"{_ES.get(r['effect_size_kind'], r['effect_size_kind'])}{NBSP}" + with_ci(
                 r["effect_size"], r["es_ci_low"], r["es_ci_high"], digits=2, sign=True)
-        elif r["testable"] and isinstance(note, str) and note:
+        elif r["testable"] and note:
             es = f"{DASH} ({note})"
         if r["testable"]:
             diff = with_ci(r["mean_diff"], r["diff_ci_low"], r["diff_ci_high"], sign=True, why=note)
@@ -222,12 +228,12 @@ def few_run_table(few: pd.DataFrame, reference_id: str | None, confidence: float
         if 0 < n < stats.IQM_MIN_N:
             middle = f"the mean (n{NBSP}<{NBSP}{stats.IQM_MIN_N}: nothing trimmed)"
         else:
-            middle = with_ci(r["iqm"], r["iqm_ci_low"], r["iqm_ci_high"], why=r.get("iqm_ci_note", ""))
+            middle = with_ci(r["iqm"], r["iqm_ci_low"], r["iqm_ci_high"], why=_why(r.get("iqm_ci_note")))
         rows.append({
             "cell": str(r["cell_label"]) + (" (reference)" if r["cell_id"] == reference_id else ""),
             "n": n,
             f"mean [{pct} t CI]": with_ci(r["mean"], r["mean_ci_low"], r["mean_ci_high"],
-                                          why=r.get("mean_ci_note", "")),
+                                          why=_why(r.get("mean_ci_note"))),
             iqm_col: middle,
             f"P(cell > reference) [{pct} Newcombe CI]": (
                 with_ci(r["prob_improvement"], r["pi_ci_low"], r["pi_ci_high"], digits=2)
@@ -295,7 +301,7 @@ def main_effects_table(effects: pd.DataFrame, confidence: float = 0.95) -> pd.Da
             "level": str(r["level"]),
             "cells": f"{int(r['n_cells'])}/{int(r['n_cells_total'])}",
             "runs": int(r["n"]),
-            f"marginal mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"], why=r.get("ci_note", "")),
+            f"marginal mean [{pct} CI]": with_ci(r["mean"], r["ci_low"], r["ci_high"], why=_why(r.get("ci_note"))),
         })
     return pd.DataFrame(rows, columns=["factor", "level", "cells", "runs", f"marginal mean [{pct} CI]"])
 
@@ -422,7 +428,7 @@ def reference_table(refs: pd.DataFrame, trials: pd.DataFrame, summary_by_metric:
             if finite(m["ci_low"]) and finite(m["ci_high"]):
                 inside = "yes" if m["ci_low"] <= r["value"] <= m["ci_high"] else "no"
             rows.append({**base, "cell": str(m["cell_label"]),
-                         "ours": (with_ci(m["mean"], m["ci_low"], m["ci_high"], why=m.get("ci_note", "")) if m["n"]
+                         "ours": (with_ci(m["mean"], m["ci_low"], m["ci_high"], why=_why(m.get("ci_note"))) if m["n"]
                                   else str(m["status"])),
                          "n": str(int(m["n"])),
                          "ours − published": signed(m["mean"] - r["value"]) if m["n"] else DASH,
