@@ -77,7 +77,7 @@ class Study:
         labels = dict(self.order)
         for cid, lv in levels.items():
             layers = int(lv.get(L, "2"))
-            scale = {"xi": 1.0, "gamma": 8.0, "none": 60.0}[lv[N]]
+            scale = {"xi": 1.0, "gamma": 8.0, "none": 3000.0}[lv[N]]  # four decades: a log axis must still tick
             for seed, layer, head in itertools.product(range(SEEDS), range(layers), range(2)):
                 base = dict(cell_id=cid, cell_label=labels[cid], seed=seed, layer=layer, head=head)
                 for k, step in enumerate(STEPS):
@@ -170,7 +170,7 @@ def _tick_labels(ax) -> list:
     out = []
     for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
         lo, hi = min(lo, hi), max(lo, hi)
-        for tick in axis.get_major_ticks():
+        for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]:  # a log axis inside a decade labels minors
             if not tick.get_visible() or not lo - 1e-9 * abs(hi - lo) <= tick.get_loc() <= hi + 1e-9 * abs(hi - lo):
                 continue
             out += [lbl for lbl in (tick.label1, tick.label2) if lbl.get_visible() and lbl.get_text().strip()]
@@ -209,6 +209,19 @@ def overlaps(fig: Figure) -> list[str]:
     return found
 
 
+def unlabelled_axes(fig: Figure) -> list[str]:
+    """Panels with data whose y axis reads nowhere: fewer than two y tick labels on it and on every
+    panel with the same y limits and scale (a shared axis labelled on its row's first panel)."""
+    fig.canvas.draw()
+    def labelled(ax) -> bool:
+        mine = {id(lbl) for tk in [*ax.yaxis.get_major_ticks(), *ax.yaxis.get_minor_ticks()]
+                for lbl in (tk.label1, tk.label2)}
+        return sum(id(t) in mine for t in _tick_labels(ax)) >= 2
+    shown = [(ax.get_ylim(), ax.get_yscale()) for ax in fig.axes if labelled(ax)]
+    return [ax.get_title() or "axes" for ax in fig.axes if _has_data(ax) and not labelled(ax)
+            and (ax.get_ylim(), ax.get_yscale()) not in shown]
+
+
 def off_page(fig: Figure) -> list[str]:
     """Texts that run past the figure's edges (a pixel of slack)."""
     renderer = fig.canvas.get_renderer()
@@ -227,6 +240,7 @@ def test_every_figure_reads_at_every_size(study: Study) -> None:
         problems += [f"{name}: empty axes {e!r}" for e in empty_axes(fig)]
         problems += [f"{name}: {o}" for o in overlaps(fig)[:3]]
         problems += [f"{name}: off the page {o!r}" for o in off_page(fig)[:3]]
+        problems += [f"{name}: no y tick labels on {u!r}" for u in unlabelled_axes(fig)[:3]]
         if fig.get_figheight() > MAX_HEIGHT:
             problems.append(f"{name}: {fig.get_figheight():.1f} in tall")
         if fig.get_figwidth() > plotting.WIDTH:

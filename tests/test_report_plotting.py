@@ -32,3 +32,27 @@ def test_mathtext_is_never_broken() -> None:
     label = r"layers = 1 · stationary theory $\mathrm{E}\,\Vert x_\infty^h\Vert^2$"
     assert wrap(label, 20) == "layers = 1 ·\nstationary theory\n" + r"$\mathrm{E}\,\Vert x_\infty^h\Vert^2$"
     assert wrap(r"$\Vert x\Vert^2$ (mean over t, heads)", 12) == "$\\Vert x\\Vert^2$\n(mean over\nt, heads)"
+
+
+def _labels_in_view(ax) -> list[str]:
+    ax.figure.canvas.draw()
+    lo, hi = ax.get_ylim()
+    return [t.get_text() for t in ax.get_yticklabels() if t.get_text() and lo <= t.get_position()[1] <= hi]
+
+
+def test_a_log_axis_labels_its_ticks_at_any_span_on_a_short_panel() -> None:
+    """matplotlib's LogLocator given 1-2-5 subs drew no tick at all on a short panel spanning four
+    decades (the 18-cell norm report's panels had no y labels), and crowded minor labels inside one."""
+    import numpy as np
+
+    from ablate.report import plotting
+
+    for low, high in ((0.49, 19005.0), (0.5, 40.0), (0.31, 0.48), (0.62, 0.7)):
+        with plotting.style():
+            fig = plotting.figure(1.3)
+            ax = fig.add_subplot()
+            ax.plot([0, 1], [low, high])
+            plotting.log_axis([ax], np.array([low, high]))
+            labels = _labels_in_view(ax)
+        assert len(labels) >= 2, (low, high, labels)
+        assert all("times" not in t for t in labels)  # plain numbers, no 3×10⁻¹

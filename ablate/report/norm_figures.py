@@ -365,7 +365,7 @@ def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels
                 err = [np.nan_to_num(mean - low), np.nan_to_num(high - mean)]
                 ax.errorbar(x, mean, yerr=err, fmt=look["marker"], ls=look["linestyle"], ms=4.5, lw=1.3, capsize=3,
                             color=look["color"], mec="black", mew=0.5, label=wrap(lv, 22), gid=look["gid"])
-            ax.set_yscale("log")
+            plotting.log_axis([ax], np.concatenate([np.exp(table[c].to_numpy(float)) for c in ("mean", "ci_low", "ci_high")]))
             ax.set_xticks(range(len(xs)), [wrap(lv, max(8, int(40 / max(1, len(xs))))) for lv in xs])
             ax.set_xlim(-0.5, len(xs) - 0.5)
             ax.set_title(COLUMN_WORDS[m], fontsize=8)
@@ -412,7 +412,7 @@ def grad_figure(df: pd.DataFrame, order: Order, ncols: int = 4, channels: Channe
                 s = mean.loc[(cid, group)]
                 look = channels.style(cid)
                 ax.plot(s.index, s.to_numpy(), color=look["color"], ls=look["linestyle"], lw=1.2, gid=look["gid"])
-            ax.set_yscale("log")
+        plotting.log_axis(axes, mean.to_numpy(float))
         _titles(axes, [" · ".join(filter(None, [facet, group])) for facet, _, group in panels],
                 1 + max(c for _, c in places))
         for i in plotting.bottom_row(places):

@@ -56,6 +56,7 @@ __all__ = [
     "MAX_HEIGHT",
     "bottom_row",
     "legend_columns",
+    "log_axis",
     "log_axis_if_wide",
     "no_data",
     "panel_grid",
@@ -434,13 +435,27 @@ def log_axis_if_wide(axes: Sequence[Any], values: np.ndarray, ratio: float = 5.0
     than ``ratio``; returns whether it did."""
     v = values[np.isfinite(values) & (values > 0)]
     if v.size and values[np.isfinite(values)].min() > 0 and v.max() / v.min() > ratio:
-        for ax in axes:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_locator(mpl.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda y, _: f"{y:g}"))
-            ax.yaxis.set_minor_formatter(mpl.ticker.NullFormatter())
+        log_axis(axes, v)
         return True
     return False
+
+
+def log_axis(axes: Sequence[Any], values: np.ndarray) -> None:
+    """Put ``axes`` on a log y axis whose labelled ticks suit the span of the positive ``values``:
+    plain numbers (``0.5``, ``20``) where a span of under 3× gets evenly spaced ones, 1-2-5 up to two
+    decades, decades beyond — never matplotlib's crowded minor labels (``3×10⁻¹`` over ``4×10⁻¹``)
+    nor none at all (its LogLocator draws no tick when it must skip decades and is given subs)."""
+    v = values[np.isfinite(values) & (values > 0)]
+    span = float(v.max() / v.min()) if v.size else 10.0
+    for ax in axes:  # a locator per axis: one instance serves the axis it was last given to
+        if span < 3:
+            locator: Any = mpl.ticker.MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10])
+        else:
+            locator = mpl.ticker.LogLocator(subs=(1.0, 2.0, 5.0) if span <= 100 else (1.0,))
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(locator)
+        ax.yaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.yaxis.set_minor_formatter(mpl.ticker.NullFormatter())
 
 
 def readable_limits(ax: Any, values: np.ndarray) -> None:
