@@ -394,6 +394,28 @@ def test_saved_results_read_back_as_they_were(study, tmp_path):
         results.read(tmp_path / "other.pickle")
 
 
+def test_results_saved_when_the_classes_lived_in_ablate_results_still_read(tmp_path, monkeypatch):
+    """A pickle names a class by its module: what ``save`` wrote before ``ablate/results.py`` became
+    a package names ``ablate.results.Results`` / ``.Studies``, which the package still holds."""
+    import pickle
+
+    from ablate import results
+
+    res = results.read_export(Path(__file__).resolve().parents[1] / "reports" / "norm_heads" / "data")
+    for obj in (res, results.Studies.of([res])):
+        cls = type(obj)
+        for old in (results.Results, results.Studies):  # as the old module wrote them
+            monkeypatch.setattr(old, "__module__", "ablate.results")
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        monkeypatch.undo()
+        assert b"ablate.results.frames" not in data and b"ablate.results" in data
+        (tmp_path / "old.pickle").write_bytes(data)
+        back = results.read(tmp_path / "old.pickle")
+        assert type(back) is cls
+        for name in ("trials", "metrics", "curves"):
+            assert getattr(back, name).equals(getattr(obj, name))
+
+
 def test_several_studies_hold_each_cells_own_setting_where_another_study_varies_it(tmp_path):
     """A study that sets a dotted path through a named factor holds each cell's own value in the
     stacked column, not its baseline's (an LRU variant must not read as rotation); the other
