@@ -83,8 +83,9 @@ say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, h
 # %%
 show(acc.cell_table(summary, ref_id, confidence, chance is not None, n_test=n_test, conv=conv),
      heading=f"{name[:1].upper() + name[1:]} per cell", name="cells", data=summary,
-     intro=["Mean with its t-based confidence interval (kept inside [0, 1] for an accuracy) over completed replicate "
-            "runs; *n* counts them. The sd "
+     intro=["Mean with its t-based confidence interval (kept inside [0, 1] for an accuracy; computed at the 99% "
+            "level so that it covers at least 95% on skewed and ceiling runs, docs/calibration.md) over completed "
+            "replicate runs; *n* counts them. The sd "
             "over seeds is the seed-to-seed spread"
             + (f"; the test-set SE is how much one run's accuracy would move on another test set of the same "
                f"{n_test:,} examples (binomial, sqrt(p(1 − p)/N)): where the two are alike, the seeds differ by "
