@@ -70,6 +70,12 @@ def root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+class StorageError(Exception):
+    """The study's storage cannot be reached or opened; the message is safe to show. Here, with
+    the message's maker (``storage_problem``), so that every layer may raise and catch it;
+    ``ablate.runner.queue``, ``runner.study`` and ``runner.locate`` re-export it."""
+
+
 def storage_problem(url: str, exc: BaseException) -> str:
     """One line, without the password, saying why a storage URL could not be opened and where."""
     safe = redact(url)

@@ -72,6 +72,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import faults
+from ablate.stores import StorageError as StorageError  # re-exported: where it was defined before
 from ablate.stores import sqlite_lock, sqlite_path, storage_problem
 
 # Seconds between a running trial's heartbeats, and of silence before it counts as killed.
@@ -133,10 +134,6 @@ def _install_version_check() -> None:
 
 
 _install_version_check()
-
-
-class StorageError(Exception):
-    """The study's storage cannot be reached or opened; the message is safe to show."""
 
 
 # --- opening -----------------------------------------------------------------------------------
