@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
-# the order is the flow of one item: queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
+# the order is the flow of one item: rdb ← queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
 # sequential ← phases ← progress ← heartbeat, signals ← worker ← pool, planning ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.design", "ablate.tuning", "ablate.models", "ablate.schema", "ablate.schedule"),
     ("ablate.probes",),
     ("ablate.training", "ablate.training_fused"),
+    ("ablate.runner.rdb",),
     ("ablate.runner.queue",),
     ("ablate.runner.tracking",),
     ("ablate.runner.items",),

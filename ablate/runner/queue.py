@@ -1,4 +1,5 @@
-"""An Optuna study's RDB storage used as a work queue: the one module that touches Optuna's
+"""An Optuna study's RDB storage used as a work queue: with ``ablate.runner.rdb`` (opening the
+storage, its lock, the tables and ids under a ``Study``), the only module that touches Optuna's
 storage internals (private names, the SQLAlchemy engine under the storage, raw SQL).
 
 Every other module of the runner goes through the functions here or Optuna's public API
@@ -8,10 +9,9 @@ flip fails for every process but one), kept alive by heartbeats, finished COMPLE
 with attributes, re-queued as a fresh WAITING copy within a retry bound. Trials are named by
 their ``number`` (public); the storage's trial ids stay in here.
 
-- ``connect(url)``: SQLite serialised (BEGIN IMMEDIATE + WAL), PostgreSQL with timeouts,
-  tables and ablate's indexes created by one process at a time;
-- ``lock(study, name)``: an exclusive lock between processes (PostgreSQL advisory lock, a lock
-  file beside a SQLite database);
+- ``connect(url)``, ``lock(study, name)``, ``quiet_optuna``, ``storage_of``, ``HEARTBEAT_S``,
+  ``GRACE_S`` and ``StaleCallback``: ``ablate.runner.rdb``'s, and ``StorageError``:
+  ``ablate.stores``', re-exported here, where they were defined before (``x as x`` imports);
 - ``enqueue``, ``claim`` (oldest claimable first, optionally through a ``Gate``), ``beat``,
   ``finish`` (the attributes and the outcome: two transactions), ``set_running_attrs`` (several
   attributes of a running trial in one transaction), ``fail_running``, ``requeue``, ``stale``;
@@ -50,305 +50,48 @@ On an upgrade, re-check (tests/test_runner_queue.py exercises each):
 - ``optuna.storages._rdb.storage._VersionManager`` (``_init_alembic``,
   ``check_table_schema_compatibility``), the tables ``version_info`` (schema_version,
   library_version: set at creation and by ``upgrade``) and ``alembic_version``: an opening skips
-  alembic for a store stamped by the running Optuna version (``_stamped_by_this_optuna``).
+  alembic for a store stamped by the running Optuna version (``rdb._stamped_by_this_optuna``).
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
-import os
-import re
-import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import faults
-from ablate.stores import StorageError as StorageError  # re-exported: where it was defined before
-from ablate.stores import sqlite_lock, sqlite_path, storage_problem
+from ablate.runner.rdb import GRACE_S as GRACE_S
+from ablate.runner.rdb import HEARTBEAT_S as HEARTBEAT_S
+from ablate.runner.rdb import StaleCallback as StaleCallback
+from ablate.runner.rdb import (
+    backend_of,
+    cache_of,
+    checked,
+    engine_of,
+    key_is,
+    other_tables,
+    study_id_of,
+    tables,
+    trial_id_of,
+)
+from ablate.runner.rdb import connect as connect
+from ablate.runner.rdb import lock as lock
+from ablate.runner.rdb import quiet_optuna as quiet_optuna
+from ablate.runner.rdb import storage_of as storage_of
+from ablate.stores import StorageError as StorageError
 
-# Seconds between a running trial's heartbeats, and of silence before it counts as killed.
-HEARTBEAT_S = int(os.environ.get("ABLATE_HEARTBEAT_S", "10"))
-GRACE_S = int(os.environ.get("ABLATE_GRACE_S", "30"))
 # Oldest WAITING ids a claim reads at once; pages grow when a gate holds candidates back.
 PAGE = 16
 MAX_PAGE = 1024
 
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
-StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
-
-
-def quiet_optuna() -> None:
-    """Optuna's INFO lines (a study created, each trial finished) are noise beside ablate's own
-    output: warnings only, from where ablate creates studies or a worker starts — not at import,
-    which would change the logging of any program that merely imports ablate."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def _stamped_by_this_optuna(engine: Any) -> bool:
-    """Whether the store's schema was created or upgraded by the running Optuna: then it is at
-    Optuna's head revision, which Optuna otherwise finds by importing alembic and parsing every
-    migration script (~0.4 s of CPU, on each opening of every command)."""
-    from optuna.storages._rdb.models import SCHEMA_VERSION
-    from sqlalchemy import exc, text
-
-    try:
-        with engine.connect() as conn:
-            info = conn.execute(text("SELECT schema_version, library_version FROM version_info")).first()
-            revision = conn.execute(text("SELECT version_num FROM alembic_version")).first()
-    except exc.SQLAlchemyError:  # tables not there yet: Optuna's own path creates and stamps them
-        return False
-    return revision is not None and info is not None and tuple(info) == (SCHEMA_VERSION, optuna.__version__)
-
-
-def _install_version_check() -> None:
-    """Optuna's schema versioning, alembic left out for a store this Optuna version stamped
-    (``optuna storage upgrade`` stamps its version too); any other store takes Optuna's path."""
-    from optuna.storages._rdb import storage as rdb
-
-    base = rdb._VersionManager
-    if getattr(base, "ablate_stamped", False):
-        return
-
-    class StampedVersions(base):  # type: ignore[misc, valid-type]
-        ablate_stamped = True
-
-        def _init_alembic(self) -> None:
-            if not _stamped_by_this_optuna(self.engine):
-                super()._init_alembic()
-
-        def check_table_schema_compatibility(self) -> None:
-            if not _stamped_by_this_optuna(self.engine):
-                super().check_table_schema_compatibility()
-
-    rdb._VersionManager = StampedVersions
-
-
-_install_version_check()
-
-
-# --- opening -----------------------------------------------------------------------------------
-
-
-def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | None = None,
-            read_only: bool = False) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage at ``url``, with heartbeats, ready for several processes at once.
-
-    ``indexed`` names user attributes that ``where`` lookups start from: each gets a partial
-    index over its values. ``on_stale`` is Optuna's stale-trial callback (used by
-    ``optuna.storages.fail_stale_trials``). ``read_only`` opens an existing store for reading
-    only (status, results, reports), writing nothing, not even a lock file: it works on a
-    read-only filesystem. Raises StorageError, its message without the password."""
-    engine_kwargs: dict[str, Any] = {}
-    engine_url = url
-    if url.startswith("sqlite"):
-        from sqlalchemy.pool import NullPool
-
-        # Several local worker processes share one file: wait for the lock instead of failing.
-        engine_kwargs["connect_args"] = {"timeout": 60}
-        # No connection outlives an operation: SQLite maps the WAL index (-shm) into memory, and a
-        # mapping still open when the file or its filesystem turns read-only kills the process with
-        # SIGBUS at its next write; a fresh connection finds the file read-only and gets an error.
-        engine_kwargs["poolclass"] = NullPool
-        if read_only:
-            engine_url = _read_only_sqlite(url)
-    else:
-        engine_kwargs["pool_pre_ping"] = True
-        if url.startswith("postgresql"):  # an unreachable host fails in seconds, not minutes
-            engine_kwargs["connect_args"] = {"connect_timeout": 10}
-            if read_only:
-                engine_kwargs["connect_args"]["options"] = "-c default_transaction_read_only=on"
-    try:
-        if read_only:
-            store = optuna.storages.RDBStorage(engine_url, engine_kwargs=engine_kwargs, skip_table_creation=True)
-        else:
-            with _schema_lock(url, engine_kwargs):
-                store = optuna.storages.RDBStorage(
-                    url,
-                    engine_kwargs=engine_kwargs,
-                    heartbeat_interval=HEARTBEAT_S,
-                    grace_period=GRACE_S,
-                    heartbeat_stale_trial_callback=on_stale,
-                )
-                _create_indexes(store.engine, indexed)
-    except Exception as exc:  # sqlalchemy/driver errors carry the URL; never echo the password
-        raise StorageError(storage_problem(url, exc)) from None
-    if url.startswith("sqlite") and not read_only:
-        _serialise_sqlite(store.engine)
-    return store
-
-
-def _read_only_sqlite(url: str) -> str:
-    """A URL that opens a SQLite file for reading only. Where the folder is read-only too, SQLite
-    cannot create the WAL index it reads through: then the file is opened as immutable, which is
-    right only when no write-ahead log is left beside it (a log is read through ``mode=ro``)."""
-    from urllib.parse import quote
-
-    path = sqlite_path(url)
-    if path is None:
-        return url
-    if not path.is_file():
-        raise StorageError(f"no study storage at {path}")
-    options = "mode=ro"
-    if not os.access(path.parent, os.W_OK) and not Path(f"{path}-wal").exists():
-        options += "&immutable=1"
-    return f"sqlite:///file:{quote(str(path.resolve()))}?{options}&uri=true"
-
-
-@contextmanager
-def _schema_lock(url: str, engine_kwargs: dict[str, Any]) -> Iterator[None]:
-    """The first process on a fresh database creates Optuna's tables alone: processes starting
-    together would race ("table ... already exists", "duplicate key ... pg_type")."""
-    from sqlalchemy import create_engine
-
-    engine = create_engine(url, **engine_kwargs)  # its own: the storage's engine does not exist yet
-    try:
-        with _db_lock(engine, "ablate-schema"):
-            yield
-    finally:
-        engine.dispose()
-
-
-@contextmanager
-def _db_lock(engine: Any, name: str) -> Iterator[None]:
-    """An exclusive lock between processes: a PostgreSQL session-level advisory lock named
-    ``name`` on its own connection, or the lock file beside a SQLite database (one host);
-    nothing on other databases."""
-    if engine.url.get_backend_name() == "sqlite":
-        with sqlite_lock(engine.url.render_as_string()):
-            yield
-        return
-    if engine.url.get_backend_name() != "postgresql":
-        yield
-        return
-    from sqlalchemy import text
-
-    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-    with engine.connect() as conn:
-        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
-        try:
-            yield
-        finally:
-            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-
-
-_KEY = re.compile(r"[a-z_][a-z0-9_]*")
-
-
-def _create_indexes(engine: Any, indexed: Sequence[str]) -> None:
-    """ablate's own indexes on Optuna's tables (SQLite and PostgreSQL; other databases go without).
-
-    Optuna indexes trials by study only, so finding the oldest WAITING trial walks every trial
-    before it, and trial attributes by trial only. Partial indexes (``WHERE key = '...'``)
-    keep the large ``config`` values out; queries name the key as a literal so the planner can
-    use them. Adding indexes leaves the stores readable by any Optuna and optuna-dashboard."""
-    if engine.url.get_backend_name() not in ("sqlite", "postgresql"):
-        return
-    from sqlalchemy import inspect, text
-
-    trial_table, attr_table = _tables()
-    wanted = {"ablate_trials_queue": f"ON {trial_table.name} (study_id, state, trial_id)"}
-    for key in indexed:
-        wanted[f"ablate_attr_{_checked(key)}"] = f"ON {attr_table.name} (value_json, trial_id) WHERE key = '{key}'"
-    with engine.begin() as conn:
-        # Only what is missing: creating an index locks its table against writes (PostgreSQL).
-        present = {ix["name"] for table in (trial_table, attr_table) for ix in inspect(conn).get_indexes(table.name)}
-        for name, definition in wanted.items():
-            if name not in present:
-                conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} {definition}"))
-
-
-def _checked(key: str) -> str:
-    """An attribute key that may be written into SQL as a literal (ours, never user input)."""
-    if not _KEY.fullmatch(key):
-        raise ValueError(f"attribute key {key!r} is not a lower-case identifier")
-    return key
-
-
-def _serialise_sqlite(engine: Any) -> None:
-    """Make every SQLite transaction take the write lock at BEGIN.
-
-    pysqlite starts a transaction only at the first write, so Optuna's read-then-update of a
-    trial's state (row-locked on PostgreSQL) is not atomic on SQLite: two workers could both
-    flip the same WAITING trial to RUNNING. BEGIN IMMEDIATE (SQLAlchemy's documented recipe)
-    serialises them; WAL keeps readers unblocked meanwhile."""
-    from sqlalchemy import event
-
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, record: Any) -> None:
-        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
-        dbapi_connection.execute("PRAGMA journal_mode=WAL")
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    engine.dispose()  # connections made before the listeners existed are dropped
-
-
-@contextmanager
-def lock(study: optuna.Study, name: str) -> Iterator[None]:
-    """Hold an exclusive lock named ``name`` between all processes on the study's storage."""
-    with _db_lock(_engine(study), name):
-        yield
-
-
-# --- the internals, in one place ---------------------------------------------------------------
-
-
-def _tables() -> tuple[Any, Any]:
-    from optuna.storages._rdb import models
-
-    return models.TrialModel.__table__, models.TrialUserAttributeModel.__table__
-
-
-def _other_tables() -> tuple[Any, Any]:
-    """The studies and heartbeat tables (reads across studies)."""
-    from optuna.storages._rdb import models
-
-    return models.StudyModel.__table__, models.TrialHeartbeatModel.__table__
-
-
-def _store(study: optuna.Study) -> Any:
-    return study._storage
-
-
-def _backend(study: optuna.Study) -> optuna.storages.RDBStorage:
-    """The RDB storage under the study's (Optuna wraps it in a cache)."""
-    store = study._storage
-    return getattr(store, "_backend", store)
-
-
-def storage_of(study: optuna.Study) -> optuna.storages.RDBStorage:
-    """The RDB storage a study lives in (to open the other studies of the same storage)."""
-    return _backend(study)
-
-
-def _engine(study: optuna.Study) -> Any:
-    return _backend(study).engine
-
-
-def _study_id(study: optuna.Study) -> int:
-    return study._study_id
-
-
-def _trial_id(study: optuna.Study, number: int) -> int:
-    return _store(study).get_trial_id_from_study_id_trial_number(_study_id(study), number)
-
-
-def _key_is(column: Any, key: str) -> Any:
-    from sqlalchemy import literal_column
-
-    return column == literal_column(f"'{_checked(key)}'")  # a literal: partial indexes match it
+# --- the queries the claim and the reads share ------------------------------------------------
 
 
 def _matching(where: Mapping[str, Any]) -> Any:
@@ -356,13 +99,13 @@ def _matching(where: Mapping[str, Any]) -> Any:
     driven by its first key (give an indexed one)."""
     from sqlalchemy import exists, select
 
-    _, attr_table = _tables()
+    _, attr_table = tables()
     first, *rest = where
     a = attr_table.alias("a")
-    query = select(a.c.trial_id).where(_key_is(a.c.key, first), a.c.value_json == json.dumps(where[first]))
+    query = select(a.c.trial_id).where(key_is(a.c.key, first), a.c.value_json == json.dumps(where[first]))
     for key in rest:
         b = attr_table.alias(f"b_{key}")
-        query = query.where(exists().where(b.c.trial_id == a.c.trial_id, _key_is(b.c.key, key),
+        query = query.where(exists().where(b.c.trial_id == a.c.trial_id, key_is(b.c.key, key),
                                            b.c.value_json == json.dumps(where[key])))
     return query
 
@@ -370,7 +113,7 @@ def _matching(where: Mapping[str, Any]) -> Any:
 def _attrs_of(conn: Any, ids: Sequence[int], keys: Sequence[str]) -> dict[int, dict[str, Any]]:
     from sqlalchemy import select
 
-    _, attr_table = _tables()
+    _, attr_table = tables()
     out: dict[int, dict[str, Any]] = {i: {} for i in ids}
     if not keys or not ids:
         return out
@@ -407,19 +150,19 @@ def claim(study: optuna.Study, gate: Gate | None = None) -> optuna.Trial | None:
     None when there is none. Concurrent claims never take the same trial."""
     from sqlalchemy import select
 
-    trial_table, _ = _tables()
-    store = _store(study)
+    trial_table, _ = tables()
+    store = cache_of(study)
     holds: list[Mapping[str, Any]] = []
     after, page = -1, PAGE
     while True:
-        query = select(trial_table.c.trial_id).where(trial_table.c.study_id == _study_id(study),
+        query = select(trial_table.c.trial_id).where(trial_table.c.study_id == study_id_of(study),
                                                      trial_table.c.state == TrialState.WAITING,
                                                      trial_table.c.trial_id > after)
         for held in holds:
             query = query.where(trial_table.c.trial_id.not_in(_matching(held)))
         # A short read of its own: the gate and the flip open connections, and on SQLite every
         # transaction holds the write lock.
-        with _engine(study).connect() as conn:
+        with engine_of(study).connect() as conn:
             ids = list(conn.execute(query.order_by(trial_table.c.trial_id).limit(page)).scalars())
             attrs = _attrs_of(conn, ids, gate.keys) if gate is not None else {}
         if not ids:
@@ -454,13 +197,13 @@ def beat(study: optuna.Study, number: int, attrs: Mapping[str, Any] | None = Non
     when the trial is no longer RUNNING (another process declared its worker dead)."""
     from sqlalchemy import select
 
-    trial_table, _ = _tables()
-    trial_id = _trial_id(study, number)
-    with _engine(study).connect() as conn:
+    trial_table, _ = tables()
+    trial_id = trial_id_of(study, number)
+    with engine_of(study).connect() as conn:
         state = conn.execute(select(trial_table.c.state).where(trial_table.c.trial_id == trial_id)).scalar_one()
     if state != TrialState.RUNNING:
         return False
-    store = _store(study)
+    store = cache_of(study)
     store.record_heartbeat(trial_id)
     for key, value in (attrs or {}).items():
         store.set_trial_user_attr(trial_id, key, value)
@@ -495,8 +238,8 @@ def _set_attrs_if_unfinished(study: optuna.Study, trial_id: int, number: int, at
 
     if not attrs:
         return
-    trial_table, attr_table = _tables()
-    with _engine(study).begin() as conn:
+    trial_table, attr_table = tables()
+    with engine_of(study).begin() as conn:
         query = select(trial_table.c.state).where(trial_table.c.trial_id == trial_id)
         if conn.dialect.name != "sqlite":  # SQLite's BEGIN IMMEDIATE already holds the write lock
             query = query.with_for_update()
@@ -514,10 +257,10 @@ def fail_running(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> 
     dropped), its ``attrs`` set (in one transaction) while it is still unfinished (a finished
     trial's attributes are frozen); False when another process got there first or the trial has
     just finished. The row-locked FAIL flip picks the one process that wins."""
-    trial_id = _trial_id(study, number)
+    trial_id = trial_id_of(study, number)
     try:
         _set_attrs_if_unfinished(study, trial_id, number, attrs)
-        return bool(_store(study).set_trial_state_values(trial_id, state=TrialState.FAIL))
+        return bool(cache_of(study).set_trial_state_values(trial_id, state=TrialState.FAIL))
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
 
@@ -525,7 +268,7 @@ def fail_running(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> 
 def requeue(study: optuna.Study, number: int, max_retry: int | None) -> None:
     """Enqueue a WAITING copy of a failed trial (its user attributes, parameters and retry
     history), unless it has already been retried ``max_retry`` times (None: no bound)."""
-    frozen = _store(study).get_trial(_trial_id(study, number))
+    frozen = cache_of(study).get_trial(trial_id_of(study, number))
     system_attrs: dict[str, Any] = {"failed_trial": number, **frozen.system_attrs}
     system_attrs["retry_history"] = [*system_attrs.get("retry_history", []), number]
     if max_retry is not None and max_retry < len(system_attrs["retry_history"]):
@@ -540,8 +283,8 @@ def set_params(study: optuna.Study, number: int,
     """Record ``params`` (name → (value, distribution)) on a running trial as Optuna parameters,
     those it does not have yet (a re-queued copy carries its predecessor's). Raises ValueError
     when a distribution does not match the one the study already has under that name."""
-    backend = _backend(study)  # the cache in front of it knows only the trials this process made
-    trial_id = _trial_id(study, number)
+    backend = backend_of(study)  # the cache in front of it knows only the trials this process made
+    trial_id = trial_id_of(study, number)
     have = backend.get_trial(trial_id).params
     for name, (value, dist) in params.items():
         if name not in have:
@@ -556,14 +299,14 @@ def backfill_params(study: optuna.Study, dists: Mapping[str, optuna.distribution
     from sqlalchemy import insert, select
 
     params = models.TrialParamModel.__table__
-    trial_table, attr_table = _tables()
+    trial_table, attr_table = tables()
     as_json = {name: optuna.distributions.distribution_to_json(d) for name, d in dists.items()}
-    with _engine(study).begin() as conn:
+    with engine_of(study).begin() as conn:
         bare = select(trial_table.c.trial_id).where(
-            trial_table.c.study_id == _study_id(study),
+            trial_table.c.study_id == study_id_of(study),
             trial_table.c.trial_id.not_in(select(params.c.trial_id).distinct()))
         rows = conn.execute(select(attr_table.c.trial_id, attr_table.c.value_json)
-                            .where(attr_table.c.trial_id.in_(bare), _key_is(attr_table.c.key, "settings")))
+                            .where(attr_table.c.trial_id.in_(bare), key_is(attr_table.c.key, "settings")))
         out = []
         for trial_id, value_json in rows:
             settings = json.loads(value_json) or {}
@@ -585,13 +328,13 @@ def recode_params(study: optuna.Study, name: str, dist: optuna.distributions.Cat
     from sqlalchemy import select, update
 
     table = models.TrialParamModel.__table__
-    trial_table, _ = _tables()
+    trial_table, _ = tables()
     new_json = optuna.distributions.distribution_to_json(dist)
     changed = 0
-    with _engine(study).begin() as conn:
+    with engine_of(study).begin() as conn:
         rows = conn.execute(select(table.c.param_id, table.c.param_value, table.c.distribution_json)
                             .join(trial_table, trial_table.c.trial_id == table.c.trial_id)
-                            .where(trial_table.c.study_id == _study_id(study), table.c.param_name == name))
+                            .where(trial_table.c.study_id == study_id_of(study), table.c.param_name == name))
         for param_id, value, old_json in list(rows):
             if old_json == new_json:
                 continue
@@ -605,8 +348,8 @@ def recode_params(study: optuna.Study, name: str, dist: optuna.distributions.Cat
 
 def stale(study: optuna.Study) -> list[int]:
     """Numbers of the RUNNING trials whose heartbeat is older than the grace period."""
-    ids = _backend(study)._get_stale_trial_ids(_study_id(study))
-    return [_store(study).get_trial(i).number for i in ids]
+    ids = backend_of(study)._get_stale_trial_ids(study_id_of(study))
+    return [cache_of(study).get_trial(i).number for i in ids]
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -631,8 +374,8 @@ def entries(study: optuna.Study, where: Mapping[str, Any] | None = None, keys: S
     (configs included) as ``Study.get_trials`` does."""
     from sqlalchemy import select
 
-    trial_table, attr_table = _tables()
-    chosen = [trial_table.c.study_id == _study_id(study)]
+    trial_table, attr_table = tables()
+    chosen = [trial_table.c.study_id == study_id_of(study)]
     if states is not None:
         chosen.append(trial_table.c.state.in_(list(states)))
     if where:
@@ -640,7 +383,7 @@ def entries(study: optuna.Study, where: Mapping[str, Any] | None = None, keys: S
     if finished_after is not None:
         chosen.append(trial_table.c.datetime_complete >= finished_after)
     found: dict[int, dict[str, Any]] = {}
-    with _engine(study).connect() as conn:
+    with engine_of(study).connect() as conn:
         rows = list(conn.execute(select(trial_table.c.trial_id, trial_table.c.number, trial_table.c.state,
                                         trial_table.c.datetime_start, trial_table.c.datetime_complete)
                                  .where(*chosen).order_by(trial_table.c.trial_id)))
@@ -661,33 +404,33 @@ def trials(study: optuna.Study, where: Mapping[str, Any] | None = None,
     if where is None:
         if states is None:
             return study.get_trials(deepcopy=False)
-        return _backend(study).get_all_trials(_study_id(study), deepcopy=False, states=tuple(states))
+        return backend_of(study).get_all_trials(study_id_of(study), deepcopy=False, states=tuple(states))
     from sqlalchemy import select
 
-    trial_table, _ = _tables()
-    query = select(trial_table.c.trial_id).where(trial_table.c.study_id == _study_id(study),
+    trial_table, _ = tables()
+    query = select(trial_table.c.trial_id).where(trial_table.c.study_id == study_id_of(study),
                                            trial_table.c.trial_id.in_(_matching(where)))
     if states is not None:
         query = query.where(trial_table.c.state.in_(list(states)))
-    with _engine(study).connect() as conn:
+    with engine_of(study).connect() as conn:
         ids = list(conn.execute(query.order_by(trial_table.c.trial_id)).scalars())
-    store = _store(study)
+    store = cache_of(study)
     return [store.get_trial(i) for i in ids]
 
 
 def trial(study: optuna.Study, number: int) -> FrozenTrial:
     """One trial, as stored now."""
-    return _store(study).get_trial(_trial_id(study, number))
+    return cache_of(study).get_trial(trial_id_of(study, number))
 
 
 def count(study: optuna.Study, states: Sequence[TrialState]) -> int:
     """How many of the study's trials are in ``states``."""
     from sqlalchemy import func, select
 
-    trial_table, _ = _tables()
-    query = select(func.count()).select_from(trial_table).where(trial_table.c.study_id == _study_id(study),
+    trial_table, _ = tables()
+    query = select(func.count()).select_from(trial_table).where(trial_table.c.study_id == study_id_of(study),
                                                           trial_table.c.state.in_(list(states)))
-    with _engine(study).connect() as conn:
+    with engine_of(study).connect() as conn:
         return int(conn.execute(query).scalar_one())
 
 
@@ -719,8 +462,8 @@ def find(storage: optuna.storages.RDBStorage, key: str | None, values: Sequence[
     all of them). Give an indexed ``key``: the lookup starts from its index."""
     from sqlalchemy import select
 
-    trial_table, attr_table = _tables()
-    study_table, _ = _other_tables()
+    trial_table, attr_table = tables()
+    study_table, _ = other_tables()
     base = (select(trial_table.c.trial_id, trial_table.c.number, trial_table.c.state, study_table.c.study_name)
             .join(study_table, study_table.c.study_id == trial_table.c.study_id))
     if states is not None:
@@ -732,7 +475,7 @@ def find(storage: optuna.storages.RDBStorage, key: str | None, values: Sequence[
         else:
             wanted = sorted({json.dumps(v) for v in values})
             for i in range(0, len(wanted), CHUNK):
-                ids = select(attr_table.c.trial_id).where(_key_is(attr_table.c.key, key),
+                ids = select(attr_table.c.trial_id).where(key_is(attr_table.c.key, key),
                                                           attr_table.c.value_json.in_(wanted[i : i + CHUNK]))
                 rows += list(conn.execute(base.where(trial_table.c.trial_id.in_(ids))))
         rows.sort(key=lambda r: r.trial_id)
@@ -763,8 +506,8 @@ def activity(storage: optuna.storages.RDBStorage) -> list[Activity]:
     latest start, completion or heartbeat of any of its trials."""
     from sqlalchemy import func, select
 
-    trial_table, _ = _tables()
-    study_table, beat_table = _other_tables()
+    trial_table, _ = tables()
+    study_table, beat_table = other_tables()
     with storage.engine.connect() as conn:
         names = {r[0]: r[1] for r in conn.execute(select(study_table.c.study_id, study_table.c.study_name))}
         states: dict[int, Counter] = {i: Counter() for i in names}
@@ -808,12 +551,12 @@ def set_finished_attrs(study: optuna.Study, numbers: Sequence[int], attrs: Mappi
     read these trials before keeps its cached copies; open the study again to see the marks."""
     from sqlalchemy import delete, insert
 
-    _, attr_table = _tables()
-    ids = [_trial_id(study, n) for n in numbers]
-    with _engine(study).begin() as conn:
+    _, attr_table = tables()
+    ids = [trial_id_of(study, n) for n in numbers]
+    with engine_of(study).begin() as conn:
         for i in range(0, len(ids), CHUNK):
             chunk = ids[i : i + CHUNK]
             conn.execute(delete(attr_table).where(attr_table.c.trial_id.in_(chunk),
                                                   attr_table.c.key.in_(list(attrs))))
-            conn.execute(insert(attr_table), [{"trial_id": t, "key": _checked(k), "value_json": json.dumps(v)}
+            conn.execute(insert(attr_table), [{"trial_id": t, "key": checked(k), "value_json": json.dumps(v)}
                                               for t in chunk for k, v in attrs.items()])
