@@ -120,14 +120,22 @@ def test_figures_fit_the_page():
 
 @pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) is not installed")
 def test_report_renders_with_its_figures_and_tables(study):
+    import dataclasses
+
+    from ablate.report import headings
     from ablate.report.render import render
+    from ablate.spec.reports import ReportOptions
 
     res, stores, root = study
     out = root / f"out-{uuid.uuid4().hex[:8]}"
-    written = render(res.study, ["norm_stability"], out, storage=stores.storage, tracking_uri=stores.tracking)
+    # Every section, the optional diagnostics too (a spec's reports: entry naming them all).
+    every = ReportOptions(name="norm_stability", sections=list(headings("norm_stability")))
+    data = dataclasses.replace(res, spec=res.spec.model_copy(update={"reports": [every]}))
+    written = render(res.study, ["norm_stability"], out, data=data)
     html = (out / "norm_stability.html").read_text()
     assert not re.search(r"<script[^>]+src=\"https?://", html)
     assert len(re.findall(r'<img[^>]* src="data:image/svg\+xml;base64,', html)) >= 6
+    assert "Left out by default" not in html
     pdf = out / "norm_stability.pdf"
     assert pdf in written
     text = " ".join(pages(pdf))

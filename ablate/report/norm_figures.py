@@ -82,14 +82,16 @@ def _facet_rows(order: Order, channels: Channels) -> list[tuple[str, list[tuple[
 
 def flagged_runs(*frames: pd.DataFrame | None) -> set[tuple[str, Any]]:
     """The (cell, seed) runs to mark as diverged: those any frame flags in an optional boolean
-    ``nonfinite`` column, and those with a non-finite ``value``."""
+    ``nonfinite`` or ``flagged`` column (``stats.norms.per_seed``), and those with a non-finite
+    ``value``."""
     out: set[tuple[str, Any]] = set()
     for frame in frames:
         if frame is None or frame.empty or not {"cell_id", "seed"} <= set(frame.columns):
             continue
         bad = pd.Series(False, index=frame.index)
-        if "nonfinite" in frame.columns:
-            bad |= frame["nonfinite"].fillna(False).astype(bool)
+        for column in ("nonfinite", "flagged"):  # stats.norms.per_seed: flagged = any flag (late growth too)
+            if column in frame.columns:
+                bad |= frame[column].fillna(False).astype(bool)
         if "value" in frame.columns:
             bad |= ~np.isfinite(frame["value"].to_numpy(float))
         out |= set(frame.loc[bad, ["cell_id", "seed"]].itertuples(index=False, name=None))

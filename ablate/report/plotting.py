@@ -75,10 +75,11 @@ __all__ = [
 
 #: Figure width in inches: fits an A4 page (8.27 in) with margins.
 WIDTH = 6.8
-#: The tallest figure, in inches: one A4 page's text height less a title and a caption. Figures
-#: that grow with the cells (a row per cell, a row of panels per facet) shrink their rows to stay
-#: under it, so a 48-cell study's figure is still one page.
-MAX_HEIGHT = 9.2
+#: The tallest figure, in inches: one A4 page's text height (269 mm) less a heading and a caption of
+#: up to six lines, so that a caption is never left alone at the foot of the page before its figure.
+#: Figures that grow with the cells (a row per cell, a row of panels per facet) shrink their rows to
+#: stay under it, so a 48-cell study's figure is still one page.
+MAX_HEIGHT = 8.5
 #: Resolution of raster output drawn on screen (figures are embedded as vector graphics).
 DPI = 150
 #: Resolution of the PNG a report exports beside each figure's PDF and SVG.
