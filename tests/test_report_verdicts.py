@@ -94,3 +94,18 @@ def test_flags_show_diverged_runs_beside_their_comparison() -> None:
     label = v.labels[cell]
     assert " · " in label and v.key == "parameterisation · normalisation"
     assert table.loc[table["question"].str.startswith(f"{label} vs"), "flags"].iloc[0] == "1 diverged"
+
+
+def test_past_max_rows_the_undecided_comparisons_are_counted_not_listed() -> None:
+    trials = factorial(effect_a=0.05, seeds=10, sd=0.004, rng=np.random.default_rng(3))
+    v = _verdicts(trials, min_effect=0.001)  # the other level of A: significant; the same level: undecided
+    full = verdicts.answer_table(v)
+    short = verdicts.answer_table(v, max_rows=2)
+    comparisons = full[full["question"].str.contains(" vs ")]
+    column = fmt.metric_name(METRIC)
+    decided = comparisons[comparisons[column].str.contains("SIGNIFICANT|equivalent")]
+    assert len(decided) and len(decided) < len(comparisons)
+    rest = len(comparisons) - len(decided)
+    assert list(short["question"]) == [*full["question"][~full["question"].str.contains(" vs ")], *decided["question"],
+                                       f"the other {rest} comparisons"]
+    assert short[column].iloc[-1] == f"{rest} undecided"

@@ -251,13 +251,40 @@ def _term_cell(table: pd.DataFrame, term: str, effects: pd.DataFrame, measure: s
     return f"{what}; {word} (p {fmt.pval(r['p_adj'])})"
 
 
-def answer_table(v: Verdicts) -> pd.DataFrame:
+#: Comparisons the answer table lists one by one; past this, the decided ones and one row counting
+#: the rest (every comparison's row: the appendix's Table 2 and the accuracy report's comparisons).
+MAX_COMPARISON_ROWS = 16
+
+
+def _decided_first(rows: list[dict[str, str]], columns: list[str], max_rows: int) -> list[dict[str, str]]:
+    """``rows`` when at most ``max_rows``; else those with a verdict (SIGNIFICANT or equivalent) on
+    some measure or a flag, and one row counting the others' verdicts per measure."""
+    if len(rows) <= max_rows:
+        return rows
+
+    def decided(row: dict[str, str]) -> bool:
+        return bool(row["flags"]) or any(w in row[c] for c in columns for w in ("SIGNIFICANT", "equivalent"))
+
+    kept, rest = [r for r in rows if decided(r)], [r for r in rows if not decided(r)]
+    if not rest:
+        return kept
+    summary = {"question": f"the other {len(rest)} comparisons", "flags": ""}
+    for c in columns:
+        words = ["undecided" if "undecided" in r[c] else "not tested" if "not tested" in r[c] else fmt.DASH
+                 for r in rest]
+        counts = {w: words.count(w) for w in ("undecided", "not tested") if words.count(w)}
+        summary[c] = ", ".join(f"{k} {w}" for w, k in counts.items()) or fmt.DASH
+    return [*kept, summary]
+
+
+def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFrame:
     """One row per question — each factor's main effect, each two-way interaction, each cell
     against the reference — and one column per measure tested: the effect (a difference, or a ratio
     for a norm measure, with its interval; a factor's marginal means per level), the verdict
     (significant at the family's Holm-adjusted p; equivalent when the interval lies within
     ±``min_effect`` or [1/``min_ratio``, ``min_ratio``]; else undecided with the seeds the power line
-    asks for) and the cell's flags."""
+    asks for) and the cell's flags. Past ``max_rows`` comparisons, those decided on some measure (or
+    flagged) and one row counting the others' verdicts."""
     measures = [v.metric] + [m for m in ("training", "depth", "seeds", "final")
                              if len(v.norm_comparisons) and m in set(v.norm_comparisons["measure"])
                              or len(v.norm_anova) and m in set(v.norm_anova["measure"])]
@@ -279,6 +306,7 @@ def answer_table(v: Verdicts) -> pd.DataFrame:
     labels = v.labels or (dict(zip(v.comparisons["cell_id"], v.comparisons["cell_label"], strict=True))
                           if len(v.comparisons) else {})
     ref = labels.get(v.reference[0], v.reference[1])
+    compared = []
     for cid in cells:
         row = {"question": f"{labels.get(cid, cid)} vs {ref}", "flags": ", ".join(v.flags.get(str(cid), []))}
         for m in measures:
@@ -288,7 +316,8 @@ def answer_table(v: Verdicts) -> pd.DataFrame:
             else:
                 sub = v.norm_comparisons[(v.norm_comparisons["cell_id"] == cid) & (v.norm_comparisons["measure"] == m)]
                 row[heads[m]] = _comparison_cell(sub.iloc[0], True, v) if len(sub) else fmt.DASH
-        rows.append(row)
+        compared.append(row)
+    rows += _decided_first(compared, [heads[m] for m in measures], max_rows)
     cols = ["question", *[heads[m] for m in measures], "flags"]
     out = pd.DataFrame(rows, columns=cols)
     if not out["flags"].astype(bool).any():
