@@ -141,10 +141,10 @@ def test_report_renders_with_its_figures_and_tables(study):
     text = " ".join(pages(pdf))
     for title in ("Summary", "State norm vs training step", "Figure 1.", "Figure 2.", "Figure 7.",
                   "State norm vs time step at initialisation and at the end, with theory", "Figure 3.",
-                  "Stability per variant", "Table 1. The state norm's stability per variant",
+                  "Appendix: stability per variant", "Table 1. The state norm's stability per variant",
                   "Table 2. Each variant against the reference", "Table 5. White-noise check",
-                  "Spectrum drift over training", "Figure 4.", "Table 6. Spectrum drift",
-                  "Gradient norms", "Figure 6.", "Probe batch identical across all 4 runs: yes",
+                  "Appendix: spectrum drift over training", "Figure 4.", "Table 6. Spectrum drift",
+                  "Appendix: gradient norms", "Figure 6.", "Probe batch identical across all 4 runs: yes",
                   "RotRNN", "LRU"):
         assert has(text, title), title
     # Two seeds per variant: the report tests nothing, and says so before anything else.
