@@ -20,6 +20,8 @@ from pydantic import BaseModel
 from ablate import plugins, spec
 from ablate.models.registry import MODEL_FACTORS
 from ablate.report import REPORTS
+from ablate.spec.models import SequentialSeeds
+from ablate.spec.reports import ReportOptions
 from ablate.tasks.registry import BUILTIN_TASK_NAMES, task_names, task_params_model
 
 SCHEMA_ID = "https://ablate.dev/spec.schema.json"
@@ -311,12 +313,14 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("ProbeSpec", spec.ProbeSpec),
     ("FactorSpec", spec.FactorSpec),
     ("LabelledLevel", spec.LabelledLevel),
+    ("SequentialSeeds", SequentialSeeds),
     ("TuneSpec", spec.TuneSpec),
     ("TuneParam", spec.TuneParam),
     ("Objective", spec.Objective),
     ("Reference", spec.Reference),
     ("StatsSpec", spec.StatsSpec),
     ("CompareEntry", spec.CompareEntry),
+    ("ReportOptions", ReportOptions),
 ]
 
 WHERE = {
@@ -329,12 +333,15 @@ WHERE = {
     "ProbeSpec": "`probes:`",
     "FactorSpec": "the long form of a factor under `factors:`",
     "LabelledLevel": "a labelled level in a factor's list",
+    "SequentialSeeds": "`seeds:` as a mapping: sequential seeds (docs/science.md §14)",
     "TuneSpec": "`tune:`",
     "TuneParam": "each entry of `tune.space` (a list is short for `{choices: [...]}`)",
     "Objective": "`tune.objective`",
     "Reference": "each entry of `references:`",
     "StatsSpec": "`stats:`",
     "CompareEntry": "each entry of `compare:` (a study's name alone is short for `{study: NAME}`)",
+    "ReportOptions": "an entry of `reports:` as a mapping (a report's name alone shows all of it; "
+                     "docs/reports.md)",
 }
 
 
