@@ -109,3 +109,20 @@ def test_past_max_rows_the_undecided_comparisons_are_counted_not_listed() -> Non
     assert list(short["question"]) == [*full["question"][~full["question"].str.contains(" vs ")], *decided["question"],
                                        f"the other {rest} comparisons"]
     assert short[column].iloc[-1] == f"{rest} undecided"
+
+
+def test_a_baseline_whose_id_moved_with_the_code_is_found_by_its_label() -> None:
+    """An export rendered by newer code: a changed default gives the baseline cell a new id, its runs
+    keep the old one; the reports compare with those runs, found by the cell's label."""
+    import synthetic_study
+
+    res = synthetic_study.scaled(synthetic_study.GRIDS[4], seeds=3)
+    trials = res.trials.to_pandas()
+    base = res.baseline_cell
+    assert verdicts.reference(res, trials) == res.reference_cell()
+    moved = trials.assign(cell_id=trials["cell_id"].replace({base: "0ld1d0f0ld1d"}))
+    ref_id, why = verdicts.reference(res, moved)
+    assert ref_id == "0ld1d0f0ld1d" and "found by its label" in why
+    gone = moved[moved["cell_id"] != "0ld1d0f0ld1d"]
+    ref_id, why = verdicts.reference(res, gone)
+    assert ref_id == gone["cell_id"].iloc[0] and why.startswith("the first cell")

@@ -22,7 +22,8 @@ from ablate.report import format as fmt
 from ablate.stats import family as fam
 from ablate.stats.estimators import robust_level
 
-__all__ = ["NormInputs", "Verdicts", "answer_intro", "answer_table", "norm_inputs", "show_answer", "study_verdicts"]
+__all__ = ["NormInputs", "Verdicts", "answer_intro", "answer_table", "norm_inputs", "reference", "show_answer",
+           "study_verdicts"]
 
 NORM_WORDS = {"training": "‖x‖² CV over training", "depth": "‖x‖² CV over layers",
               "seeds": "‖x‖² spread over seeds", "final": "final ‖x‖²"}
@@ -86,6 +87,23 @@ def norm_inputs(res: Any, trials: pd.DataFrame, factors: list[str]) -> NormInput
     fig_order, key = ns.short_order(order)
     per_layer = sn.layer_norms(df, "probe")
     return NormInputs(df, per_layer, sn.per_seed(per_layer, trials, factors), order, fig_order, key)
+
+
+def reference(res: Any, trials: pd.DataFrame, chosen: str | None = None) -> tuple[str, str]:
+    """(cell id, why) of the declared reference as the trials name it: ``res.reference_cell``, and
+    when that id has no rows — the baseline's id moved with the code, as a changed default moves it
+    for a study rendered from an older export — the trials' cell with the baseline cell's label."""
+    from ablate import design
+
+    ref_id, why = res.reference_cell(chosen)
+    ids = set(trials["cell_id"])
+    if ref_id in ids or not len(trials):
+        return ref_id, why
+    label = next((c.label for c in design.cells(res.spec) if c.id == ref_id), None)
+    match = trials.loc[trials["cell_label"] == label, "cell_id"] if label is not None else trials.iloc[0:0]
+    if len(match):
+        return str(match.iloc[0]), f"{why}; found by its label: its id changed with the code since these runs"
+    return str(trials["cell_id"].iloc[0]), "the first cell: the spec's baseline has no runs here"
 
 
 def accuracy_anova(trials: pd.DataFrame, metric: str, factors: list[str]) -> tuple[pd.DataFrame, str]:

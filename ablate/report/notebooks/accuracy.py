@@ -44,7 +44,7 @@ higher_is_better = True if accuracy_like else False
 chance = res.chance if accuracy_like else None
 n_test = res.spec.task.get("test_size") if accuracy_like and not any(f.startswith("task.") for f in factors) else None
 effect = min_effect if min_effect >= 0 else res.spec.stats.min_effect
-ref_id, ref_why = res.reference_cell(reference)
+ref_id, ref_why = verdicts.reference(res, trials, reference)
 ref_label = trials.loc[trials.cell_id == ref_id, "cell_label"].iloc[0]
 name = fmt.metric_name(metric)
 # A sequential study's seeds depended on its results: its comparisons are the sequential design's

@@ -37,7 +37,7 @@ say(*ns.header_lines(res, trials, order, key))
 # A sequential study's seeds depended on its results: its comparisons are the sequential design's, and
 # no fixed-design p-value is printed.
 sequential = res.spec.sequential is not None
-ref = res.reference_cell(reference)  # declared before the results: the parameter, else the spec's baseline
+ref = verdicts.reference(res, trials, reference)  # declared before the results: the parameter, else the baseline
 factors = [f for f in res.factors if f in trials.columns]
 if len(df):
     per_layer = sn.layer_norms(df, "probe")
