@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
 # the order is the flow of one item: rdb ← queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
-# sequential ← phases ← progress ← heartbeat, signals ← worker ← pool, planning ← launch.
+# sequential ← phases ← progress ← heartbeat, signals, preload ← worker ← pool, planning ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
     ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.plugins", "ablate.ops", "ablate.tasks", "ablate.models.registry",
@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.locate",),
     ("ablate.runner.phases",),
     ("ablate.runner.costs", "ablate.runner.progress"),
-    ("ablate.runner.heartbeat", "ablate.runner.signals"),
+    ("ablate.runner.heartbeat", "ablate.runner.signals", "ablate.runner.preload"),
     ("ablate.runner.worker",),
     ("ablate.runner.pool", "ablate.planning"),  # planning times a trial through the worker
     ("ablate.runner.launch", "ablate.plan_checks"),

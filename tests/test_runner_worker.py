@@ -396,8 +396,8 @@ def test_an_item_is_claimed_once_the_imports_are_loaded_and_old_runs_settled(tmp
     import types
 
     from ablate import design
+    from ablate.runner import preload, worker
     from ablate.runner import study as st
-    from ablate.runner import worker
     from ablate.stores import Stores
 
     s = design.validate(SPEC)
@@ -405,7 +405,7 @@ def test_an_item_is_claimed_once_the_imports_are_loaded_and_old_runs_settled(tmp
     st.prepare(s, design.items(s), where)
     imported, settled, seen, preloads, done = threading.Event(), threading.Event(), [], [], []
 
-    class HeldPreload(worker._Preload):
+    class HeldPreload(preload.Preload):
         @staticmethod
         def _prepare(tracking_uri=None, device="cpu") -> None:
             imported.wait()
@@ -435,7 +435,7 @@ def test_an_item_is_claimed_once_the_imports_are_loaded_and_old_runs_settled(tmp
     fake.run_trial = run_trial
     monkeypatch.setitem(sys.modules, "ablate.training", fake)
     monkeypatch.setattr(worker.tracking, "TrialRun", FakeRun)
-    monkeypatch.setattr(worker, "_Preload", held)
+    monkeypatch.setattr(worker, "Preload", held)
     monkeypatch.setattr(worker, "settle_runs", settle_runs)
     monkeypatch.setattr(worker.phases, "claim", claim)
     threading.Timer(0.8, settled.set).start()

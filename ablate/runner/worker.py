@@ -15,6 +15,8 @@ worker (``WorkerStopped``): its item is re-queued by the heartbeat's silence.
 
 The heartbeat is runner/heartbeat.py's; when a signal interrupts the worker, and which sections
 it must not cut in two, runner/signals.py's: here, what the worker does then (``_abandon``).
+What loads in the background while the worker reads the queue (torch, MLflow, the settling of
+runs a kill left), and the selection of its device, are runner/preload.py's.
 
 Exactly once in both stores: the Optuna record is the commit point. A trial's run gets its
 results (tag ``ablate.committed=false``) and stays RUNNING until Optuna recorded the trial; only
@@ -25,8 +27,6 @@ trial recorded, KILLED otherwise; results read only the recorded run of each ite
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import socket
 import threading
@@ -44,12 +44,13 @@ from ablate import faults, provenance
 from ablate.runner import phases, queue, sequential, tracking
 from ablate.runner.heartbeat import Heartbeat
 from ablate.runner.items import BUDGET, MAX_RETRIES, UNBOUNDED, states_by_item
-from ablate.runner.queue import StorageError
+from ablate.runner.preload import Preload, await_preload
+from ablate.runner.preload import select_device as select_device  # re-exported: defined here before
 from ablate.runner.reuse import link_if_done_elsewhere
 from ablate.runner.signals import Interrupted, Signals
 from ablate.runner.study import extend_runs, extends_runs, open_study, recover_stale, settle_runs
 from ablate.spec import ProbeSpec
-from ablate.stores import Stores, checkpoint_dir, no_space, redact, sqlite_path, storage_problem
+from ablate.stores import StorageError, Stores, checkpoint_dir, no_space, redact, sqlite_path, storage_problem
 
 if TYPE_CHECKING:
     from ablate.training import TrialResult
@@ -502,82 +503,6 @@ def _abandon(stores: Stores, current: _Current, crash: BaseException | None = No
     return requeued
 
 
-class _Preload:
-    """Import torch, the models and MLflow in a daemon thread, load the scan kernels (on a CPU
-    worker: ``scan.warm_up``), open the tracking store (``tracking``: its first client builds
-    MLflow's store, checking a SQLite store's schema) and call ``then`` (the settling of runs a kill
-    left RUNNING). ``loaded`` is set once all that is done, or failed: an import error is left for
-    the item that needs the module to raise (and record) when it imports it. The first claim waits
-    for ``loaded``: settling runs while a first item trains made that item wait on MLflow's store
-    and on the interpreter (tenths of a second, a fifth of a small trial: benchmarks/bench_idle.py)."""
-
-    def __init__(self, tracking_uri: str | None = None, then: Callable[[], Any] | None = None,
-                 device: str = "cpu") -> None:
-        self.loaded = threading.Event()
-        self.thread = threading.Thread(target=self._load, args=(tracking_uri, then, device), name="ablate-preload",
-                                       daemon=True)
-        self.thread.start()
-
-    def _load(self, tracking_uri: str | None, then: Callable[[], Any] | None, device: str) -> None:
-        try:
-            self._prepare(tracking_uri, device)
-            if then is not None:
-                with contextlib.suppress(Exception):  # best effort: the next worker to start settles them
-                    then()
-            # The imports left millions of objects that the collector's first full pass, set off by
-            # any allocation, walks in a few tenths of a second: in the first claim or MLflow run,
-            # were it not done here. Frozen, they are never walked again (they live as long as the
-            # worker), so later passes in training and bookkeeping are short too.
-            gc.collect()
-            gc.freeze()
-        except Exception:  # an import error is raised (and recorded) by the item that needs the module
-            return
-        finally:
-            self.loaded.set()
-
-    @staticmethod
-    def _prepare(tracking_uri: str | None, device: str) -> None:
-        import mlflow.tracking  # noqa: F401
-        import torch
-
-        import ablate.ops.scan_numba  # noqa: F401  (numba and its cached kernels: seconds, in the first forward)
-        import ablate.training  # noqa: F401
-
-        # The first optimiser built in a process imports torch._dynamo (seconds): here, not in the first trial.
-        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
-        if device == "cpu":  # the scan kernels' first call loads them (~0.5 s): here too
-            from ablate.ops import scan
-
-            scan.warm_up()
-        provenance.record(device)  # git and package versions, cached: 0.1 s the first trial would pay
-        if tracking_uri:
-            tracking.client(tracking_uri)
-
-    def join(self, timeout: float | None = None) -> None:
-        """Until the thread ends (the imports and ``then``), at most ``timeout`` seconds."""
-        self.thread.join(timeout)
-
-
-def select_device(device: str) -> None:
-    """Make ``cuda:k`` this process's current CUDA device, so that work launched without a device
-    of its own (Triton's kernels, cuBLAS and cuDNN handles) runs on the worker's GPU: several
-    workers can share one GPU, or each take its own, with no CUDA_VISIBLE_DEVICES."""
-    if device.startswith("cuda"):
-        import torch
-
-        index = torch.device(device).index
-        if index is not None:
-            torch.cuda.set_device(index)
-
-
-def _await_preload(preload: _Preload, device: str) -> None:
-    """Wait for the preload (its imports, store and settling of runs), then select the device; a
-    signal meanwhile interrupts the worker as at any other moment (``work``)."""
-    while not preload.loaded.wait(0.5):  # in slices: a signal's handler runs between them
-        pass
-    select_device(device)
-
-
 def work(
     study_name: str,
     stores: Stores,
@@ -627,7 +552,7 @@ def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_ru
     # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here
     # while the worker reads the queue; the same thread then ends what a kill left between a run's
     # results and its record, before this worker claims an item.
-    preload = _Preload(stores.tracking, lambda: settle_runs(study, stores.tracking), device)
+    preload = Preload(stores.tracking, lambda: settle_runs(study, stores.tracking), device)
     try:
         return _serve(study, stores, device, emit, wait_for_running, checkpoint_every, max_items, signals, current,
                       preload, train)
@@ -647,13 +572,13 @@ def _sequential_spec(study: optuna.Study) -> Any:
 
 def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_for_running: bool,
            checkpoint_every: int, max_items: int | None, signals: Signals, current: _Current,
-           preload: _Preload, train: Train | None = None) -> dict[str, int]:
+           preload: Preload, train: Train | None = None) -> dict[str, int]:
     """Claim and run items until none is left (what ``work`` documents)."""
     if queue.count(study, (TrialState.WAITING,)):
         # An item is claimed by a worker ready to train it: its imports are done first. Claimed
         # while they load, it would be held idle for seconds that another, ready worker could use,
         # and its trial would last those seconds longer than the worker's later ones.
-        _await_preload(preload, device)
+        await_preload(preload, device)
     outcomes: dict[str, int] = {}
     in_a_row = 0  # infrastructure failures
     requeue_deadline = time.monotonic() + REQUEUE_WAIT_S  # also at start: a verdict may be in flight
@@ -694,7 +619,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
         # Beat from the claim on: choosing the setting and opening the MLflow run come before
         # run_item's heartbeat (which lends it the step) and can take seconds.
         with Heartbeat(study, trial.number):
-            _await_preload(preload, device)
+            await_preload(preload, device)
             outcome = run_item(study, trial, stores, device, emit, checkpoint_every, current, signals, train)
         current.take(None)
         if extending and outcome == "complete":  # this process finished it: it queues its extension
