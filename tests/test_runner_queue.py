@@ -241,22 +241,6 @@ def test_light_reads_load_only_what_is_asked(tmp_path):
     assert [t.number for t in queue.trials(study, states=(TrialState.RUNNING,))] == [0]
 
 
-def test_an_earlier_store_gets_the_indexes_and_stays_readable_by_plain_optuna(tmp_path):
-    path = tmp_path / "optuna.db"
-    url = f"sqlite:///{path}"
-    plain = optuna.create_study(study_name="old", storage=url)  # Optuna's own schema, no ablate index
-    plain.enqueue_trial({}, user_attrs={"item": "0", "cell_id": "c"})
-    index_names = "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'ablate_%'"
-    with sqlite3.connect(path) as db:
-        assert db.execute(index_names).fetchall() == []
-    study = optuna.load_study(study_name="old", storage=storage(url))
-    with sqlite3.connect(path) as db:
-        assert sorted(r[0] for r in db.execute(index_names)) == ["ablate_attr_cell_id", "ablate_attr_config_key",
-                                                                  "ablate_trials_queue"]
-    assert claim(study).user_attrs["item"] == "0"
-    assert [t.state for t in optuna.load_study(study_name="old", storage=url).trials] == [TrialState.RUNNING]
-
-
 def test_a_bad_attribute_key_never_reaches_sql(tmp_path):
     study = optuna.create_study(study_name="keys", storage=storage(f"sqlite:///{tmp_path / 'optuna.db'}"))
     with pytest.raises(ValueError, match="not a lower-case identifier"):
@@ -363,27 +347,3 @@ def test_entries_finished_after(tmp_path):
     assert [e.number for e in queue.entries(study, finished_after=mark)] == [second.number]
     done = queue.entries(study, states=(TrialState.COMPLETE,))[0]
     assert done.started is not None and done.finished >= done.started
-
-
-def test_a_store_stamped_by_this_optuna_opens_without_alembic_and_any_other_takes_optunas_check(
-        tmp_path, monkeypatch):
-    from optuna.storages._rdb import storage as rdb
-
-    url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    optuna.create_study(study_name="s", storage=storage(url))  # created and stamped by Optuna's own path
-    optunas = rdb._VersionManager.__mro__[1]
-    calls: list[str] = []
-    monkeypatch.setattr(optunas, "_init_alembic", lambda self: calls.append("init"))
-    monkeypatch.setattr(optunas, "check_table_schema_compatibility", lambda self: calls.append("check"))
-    for read_only in (False, True):
-        optuna.load_study(study_name="s", storage=storage(url, read_only=read_only))
-    assert calls == []
-    with sqlite3.connect(tmp_path / "optuna.db") as db:  # as a store an older Optuna left
-        db.execute("UPDATE version_info SET library_version = '4.0.0'")
-    storage(url)
-    assert calls == ["init", "check"]
-    monkeypatch.undo()
-    with sqlite3.connect(tmp_path / "optuna.db") as db:  # a schema this Optuna does not know
-        db.execute("UPDATE alembic_version SET version_num = 'v9.9.9'")
-    with pytest.raises(queue.StorageError, match="no longer compatible"):
-        storage(url)
