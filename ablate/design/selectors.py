@@ -19,25 +19,12 @@ from typing import Any
 
 from ablate.design.factors import Factor
 from ablate.spec import Problems, get_path, path_problem
+from ablate.spec.files import split_top_level
 
 
 def _split_top(text: str) -> list[str]:
-    """``text`` cut at the commas outside brackets and quotes."""
-    parts, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
+    """``text`` cut at the commas outside brackets and quotes, each part stripped, empty ones dropped."""
+    return [p.strip() for p in split_top_level(text) if p.strip()]
 
 
 def parse_selector(text: str, where: str = "--cells") -> dict[str, Any]:

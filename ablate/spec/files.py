@@ -74,17 +74,18 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def _top_level_split(text: str) -> list[str]:
-    """``text`` split at the commas outside brackets, braces and quotes: ``1,[2,3],'a,b'`` is three."""
+def split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets, braces, parentheses and quotes:
+    ``1,[2,3],'a,b'`` is three (the ``-m`` values here, the selectors of ``ablate.design``)."""
     parts, depth, quote, start = [], 0, "", 0
     for i, ch in enumerate(text):
         if quote:
             quote = "" if ch == quote else quote
         elif ch in "'\"":
             quote = ch
-        elif ch in "[{":
+        elif ch in "[{(":
             depth += 1
-        elif ch in "]}":
+        elif ch in "]})":
             depth -= 1
         elif ch == "," and depth == 0:
             parts.append(text[start:i])
@@ -105,7 +106,7 @@ def multirun_overrides(items: list[str]) -> list[str]:
         if path.startswith("factors."):
             raise SpecError([("-m", f"{item!r}: give the path the factor moves (e.g. {path.removeprefix('factors.')}"
                                     f"=…), not factors.…")])
-        levels = [part.strip() for part in _top_level_split(text)]
+        levels = [part.strip() for part in split_top_level(text)]
         if any(not level for level in levels):
             raise SpecError([("-m", f"{item!r}: an empty level (two commas, or one at an end)")])
         out.append(f"factors.{path}=[{', '.join(levels)}]")
