@@ -114,3 +114,15 @@ def test_unknown_names_are_refused_with_the_valid_ones() -> None:
         LinearRecurrence(4, 4, 1, "rotation", "zeta", "none", spec.RotrnnInit(), horizon=16)
     with pytest.raises(ValueError, match="a level name appears twice"):
         registry.Registry("x", registry.Level("a", None, "one"), registry.Level("a", None, "two"))
+
+
+def test_the_settings_each_family_reads_match_how_its_layer_is_built() -> None:
+    """``FAMILY_READS`` (what a report leaves out of a minGRU cell's label) says what
+    ``network.recurrent_layer`` does: the layer settings go to a LinearRecurrence family only."""
+    assert set(registry.FAMILY_READS) == set(registry.FAMILIES.builtin_names)
+    assert set(registry.RECURRENCE_SETTINGS) <= set(spec.ModelSpec.model_fields)
+    for family, reads in registry.FAMILY_READS.items():
+        linear = issubclass(registry.FAMILIES.load(family), LinearRecurrence)
+        assert (reads == registry.RECURRENCE_SETTINGS) is linear and (reads == ()) is (not linear), family
+        assert set(registry.unread_settings(family)) == set(registry.RECURRENCE_SETTINGS) - set(reads)
+    assert registry.unread_settings("mypkg.layers:Custom") == ()  # a plug-in: assumed to read them

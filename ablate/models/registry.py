@@ -126,6 +126,24 @@ FAMILIES = Registry(
     Level("lstm", "ablate.models.baselines:TorchLSTM", "torch's LSTM, a nonlinear baseline"),
 )
 
+#: The model settings only the composed linear recurrence reads: ``network.recurrent_layer`` passes
+#: them to a family whose layer is a ``LinearRecurrence`` and builds every other family from the
+#: sizes alone, so a minGRU cell's parameterisation is a default that changes nothing in it.
+RECURRENCE_SETTINGS = ("parameterisation", "normalisation", "heads", "nonlinearity", "init")
+#: Built-in family → the ``RECURRENCE_SETTINGS`` it reads (a test checks it against the layers).
+FAMILY_READS: dict[str, tuple[str, ...]] = {
+    "linear_rnn": RECURRENCE_SETTINGS, "mingru": (), "minlstm": (), "gru": (), "lstm": (),
+}
+
+
+def unread_settings(family: str) -> tuple[str, ...]:
+    """The model settings (keys of ``model``) that ``family`` does not read. A plug-in family is
+    assumed to read them all: whether its layer is a ``LinearRecurrence`` is known only once it is
+    imported, and saying a setting matters when it does not is the safer error."""
+    reads = FAMILY_READS.get(family, RECURRENCE_SETTINGS)
+    return tuple(s for s in RECURRENCE_SETTINGS if s not in reads)
+
+
 PARAMETERISATIONS = Registry(
     "parameterisation",
     Level("rotation", "ablate.models.parameterisations:Rotation",
@@ -186,6 +204,7 @@ INIT_SCHEMES = Registry(
     Level("ring", "ablate.models.inits:RingInit", "LRU ring: |λ|² ~ U[r_min², r_max²], phase ~ U[0, max_phase]"),
     Level("rotrnn", "ablate.models.inits:RotrnnInit",
           "RotRNN: −log γ log-uniform between −log γ_max and −log γ_min, θ ~ U[0, max_phase]"),
+    kind="initialisation",
 )
 
 #: spec key → the registry of its levels (``model.init.scheme`` is the init scheme).
