@@ -444,6 +444,40 @@ def test_several_studies_hold_each_cells_own_setting_where_another_study_varies_
     assert v.filter(pl.col("label") == "heads=4")["studies"].to_list() == ["by-path, by-name"]
 
 
+def test_variants_across_studies_name_each_value_one_way_and_leave_out_settings_a_family_ignores(tmp_path):
+    """One study labels its levels (RotRNN-rot, ξ), the other varies the family and the
+    normalisation by value: a cell only the second holds reads "RotRNN-rot" as the first names it
+    (not "rotation"), and a minGRU cell says nothing of a parameterisation or normalisation it does
+    not read (registry.FAMILY_READS)."""
+    from ablate import design, results
+    from ablate.runner import study as st
+    from ablate.stores import resolve
+
+    base = {"task": {"name": "listops", "max_length": 20, "train_size": 32},
+            "model": {"d_model": 8, "state_dim": 32, "layers": 1, "heads": 2}}
+    labelled = design.validate({**base, "name": "labelled", "factors": {
+        "model.parameterisation": {"RotRNN-rot": "rotation", "LRU-c": "complex_diagonal"},
+        "model.normalisation": {"ξ": "xi", "γ": "gamma"}}})
+    plain = design.validate({**base, "name": "plain", "factors": {
+        "model.family": ["linear_rnn", "mingru"],
+        "model.normalisation": {"levels": ["xi", "none"], "when": {"model.family": "linear_rnn"}}}})
+    stores = resolve(home_dir=tmp_path / "h")
+    for s in (labelled, plain):
+        st.prepare(s, design.items(s), stores)
+    v = results.load(["labelled", "plain"], home=tmp_path / "h", curves=False).variants()
+    by_label = dict(v.select("label", "studies").iter_rows())
+    assert by_label == {
+        "parameterisation=RotRNN-rot, normalisation=ξ, family=linear_rnn": "labelled, plain",
+        "parameterisation=RotRNN-rot, normalisation=γ, family=linear_rnn": "labelled",
+        "parameterisation=LRU-c, normalisation=ξ, family=linear_rnn": "labelled",
+        "parameterisation=LRU-c, normalisation=γ, family=linear_rnn": "labelled",
+        "parameterisation=RotRNN-rot, normalisation=none, family=linear_rnn": "plain",
+        "family=mingru": "plain",
+    }
+    mingru = json.loads(v.filter(pl.col("label") == "family=mingru")["config"].item())["model"]
+    assert mingru["family"] == "mingru" and mingru["parameterisation"] == "rotation"  # kept in the config
+
+
 def test_variants_with_equal_settings_and_other_tuning_are_told_apart_by_their_study(tmp_path):
     """Cells whose configurations are equal but whose tuning differs (rotation_heads tuned by TPE
     draws, then on a grid): the same factor levels and settings, two cells — labelled by study."""

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from ablate import design
+from ablate.models import registry
 from ablate.spec import Spec, get_path
 from ablate.stores import redact
 
@@ -347,6 +348,47 @@ def difference_labels(configs: Sequence[dict[str, Any]]) -> list[str]:
             for f in flat]
 
 
+def _read_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The config without the model settings its family does not read (a minGRU cell's
+    parameterisation is a default nothing uses: ``registry.unread_settings``)."""
+    model = config.get("model")
+    if not isinstance(model, dict) or "family" not in model:
+        return config
+    unread = registry.unread_settings(model["family"])
+    return {**config, "model": {k: v for k, v in model.items() if k not in unread}}
+
+
+def _path_level_names(results: list[Results]) -> dict[str, dict[str, str]]:
+    """Path factor → value (canonical JSON) → the label the first study that labels it gives it,
+    so a value reads the same in every study's cells ("RotRNN-rot" for rotation in both, not
+    "RotRNN-rot" in one and "rotation" in the other)."""
+    out: dict[str, dict[str, str]] = {}
+    for res in results:
+        for factor in design.parse_factors(res.spec)[0]:
+            if factor.named:
+                continue
+            for level in factor.levels:
+                if level.labelled:
+                    out.setdefault(factor.name, {}).setdefault(design.canonical_json(level.value), level.label)
+    return out
+
+
+def _path_level(config: dict[str, Any], path: str, names: dict[str, str], own: str) -> str | None:
+    """How a variant's label names its value at a path factor: None where the cell's family does
+    not read the setting, else the label some study gives the value, else the value (``own``, the
+    study's level, where the config lacks the path)."""
+    parts = path.split(".")
+    model = config.get("model")
+    if parts[0] == "model" and len(parts) > 1 and isinstance(model, dict) and "family" in model \
+            and parts[1] in registry.unread_settings(model["family"]):
+        return None
+    try:
+        value = get_path(config, path)
+    except KeyError:
+        return own
+    return names.get(design.canonical_json(value), design.level_label(value))
+
+
 @dataclass
 class Studies:
     """Several studies' results: each one's ``Results`` and their frames stacked with a ``study``
@@ -451,8 +493,9 @@ class Studies:
         """One row per distinct cell of the selection (a cell several studies hold is one), in
         study then design order: ``cell_id``, ``study`` (the first holding it), ``studies``
         (all, comma-separated), ``cell_label`` (the first study's), ``label`` (the factor levels
-        that differ between the selected cells, then any other setting that tells two of them
-        apart), ``task`` (JSON), ``data_version``, ``code_version``, ``config`` (JSON)."""
+        that differ between the selected cells — a path factor's value by the label the first
+        study labelling it gives, else the value; a model setting the cell's family does not read
+        left out — then any other setting that tells two of them apart), ``task`` (JSON), ``data_version``, ``code_version``, ``config`` (JSON)."""
         configs: dict[str, dict[str, Any]] = {}
         for res in self.results:
             for cell in design.cells(res.spec):
@@ -471,16 +514,27 @@ class Studies:
                          "config": config, "levels": {f: row[f] for f in factors},
                          "task": design.canonical_json(task), "data_version": design.data_version(task) if task else None,
                          "code_version": design.code_version(config) if config else None}
-        varied = [f for f in factors if len({r["levels"][f] for r in rows.values()}) > 1]
+        names = _path_level_names(self.results)
+        for r in rows.values():
+            for f in factors:
+                if "." in f and r["levels"][f] is not None:
+                    r["levels"][f] = _path_level(r["config"], f, names.get(f, {}), r["levels"][f])
+        # A path factor varies when two cells read different values; a named factor also when some
+        # cells are another study's (no level of it).
+        varied = [f for f in factors if len({r["levels"][f] for r in rows.values()
+                                              if r["levels"][f] is not None or "." not in f}) > 1]
         for r in rows.values():
             r["label"] = ", ".join(f"{f.rsplit('.', 1)[-1]}={r['levels'][f]}" for f in varied
-                                   if r["levels"][f] is not None)  # a named factor of another study: not this cell's
+                                   if r["levels"][f] is not None)  # another study's named factor, or unread
         by_label: dict[str, list[dict[str, Any]]] = {}
         for r in rows.values():
             by_label.setdefault(r["label"], []).append(r)
         for same in by_label.values():  # cells the factors do not tell apart: say what does
             if len(same) > 1:
-                for r, extra in zip(same, difference_labels([x["config"] for x in same]), strict=True):
+                extras = difference_labels([_read_settings(x["config"]) for x in same])
+                if len(set(extras)) < len(extras):  # they differ only in settings their family ignores
+                    extras = difference_labels([x["config"] for x in same])
+                for r, extra in zip(same, extras, strict=True):
                     r["label"] = ", ".join(x for x in (r["label"], extra) if x and x != "baseline")
         # Cells whose configurations are equal differ where no setting shows (their tuning protocol,
         # their code): the study that holds each tells them apart.
