@@ -35,6 +35,7 @@ from typing import Any
 GROUPS: dict[str, str] = {
     "parameterisation": "ablate.parameterisations",
     "normalisation": "ablate.normalisations",
+    "initialisation": "ablate.initialisations",
     "nonlinearity": "ablate.nonlinearities",
     "activation": "ablate.activations",
     "task": "ablate.tasks",

@@ -55,6 +55,12 @@ def _plugin_levels(defs: dict[str, Any], installed: bool) -> None:
     for key, levels in MODEL_FACTORS.items():
         if levels.kind is None:
             continue
+        target = {"type": "string", "pattern": plugins.TARGET.pattern, "title": "a plug-in by path"}
+        if key == "model.init.scheme":  # the init union's last branch is the plug-ins' (spec.PluginInit)
+            names = [n for n in levels.names if n not in levels.builtin_names] if installed else []
+            branch = defs["ModelSpec"]["properties"]["init"]["oneOf"][-1]
+            branch["properties"]["scheme"] = {"anyOf": [{"enum": names}, target] if names else [target]}
+            continue
         prop = defs["ModelSpec"]["properties"][key.removeprefix("model.")]
         names = levels.names if installed else levels.builtin_names
         prop["anyOf"] = [{"enum": list(names)},

@@ -45,8 +45,9 @@ def test_spec_choices_are_exactly_the_registry_names(key: str) -> None:
 
 
 def test_init_schemes_of_the_spec_are_the_registry_names() -> None:
-    schemes = tuple(m.model_fields["scheme"].default for m in typing.get_args(spec.InitSpec))
-    assert schemes == registry.INIT_SCHEMES.names
+    *builtin, plugin = typing.get_args(spec.InitSpec)  # a shape per built-in scheme, then the plug-ins' base
+    assert tuple(m.model_fields["scheme"].default for m in builtin) == registry.INIT_SCHEMES.builtin_names
+    assert plugin is spec.PluginInit
     with pytest.raises(spec.SpecError, match="is not one of: ring, rotrnn"):
         spec.parse({"name": "x", "task": {"name": "listops"}, "model": {"init": {"scheme": "circle"}}})
 

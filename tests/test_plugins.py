@@ -241,3 +241,105 @@ def test_a_spec_of_builtins_never_looks_for_plugins() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# --- initialisation schemes ----------------------------------------------------------------------
+
+BROKEN_INITS = '''
+import torch
+
+from ablate.models.inits import RotrnnInit
+from ablate.spec import PluginInit
+
+
+class Mine(RotrnnInit):
+    """RotRNN's scheme under another name, with RotRNN's parameters (its Params)."""
+
+    class Params(PluginInit):
+        gamma_min: float = 0.5
+        gamma_max: float = 0.9
+
+
+class Unstable(Mine):
+    """Magnitudes past the unit circle: log(−log |λ|) is NaN for them."""
+
+    def magnitudes(self, n):
+        return torch.full((n,), 1.5)
+
+
+class BadPhases(Mine):
+    def phases(self, shape):
+        return torch.zeros(3)
+
+
+class NoParams:
+    Params = dict
+'''
+
+
+def init_spec_text(*inits: dict) -> str:
+    return spec_text(factors={"model.init": list(inits),
+                              "model.parameterisation": list(registry.PARAMETERISATIONS.names)})
+
+
+def test_an_init_plugin_is_a_scheme_with_its_own_parameters_beside_the_builtins() -> None:
+    s4d = next(p for p in plugins.installed() if (p.kind, p.name) == ("initialisation", "s4d_lin"))
+    assert s4d.target == "ablate_cayley.inits:S4DLin" and "s4d_lin" in registry.INIT_SCHEMES.names
+    spec = design.loads(init_spec_text({"scheme": "ring"}, {"scheme": "s4d_lin", "dt": 0.1}))
+    grid = design.cells(spec)
+    # it composes with every parameterisation, built-in and plug-in, and keeps its contract in each
+    assert len(grid) == 2 * len(registry.PARAMETERISATIONS.names) and contract.spec_problems(spec) == []
+    mine = [c for c in grid if c.config["model"]["init"]["scheme"] == "s4d_lin"]
+    assert {c.config["model"]["init"]["dt"] for c in mine} == {0.1}
+    assert {c.config["model"]["init"]["real"] for c in mine} == {0.5}  # its default, filled in
+    for cell in grid:
+        ids = identity.plugin_identities(cell.config)
+        assert ("model.init.scheme" in ids) == (cell in mine)
+    assert identity.plugin_identities(mine[0].config)["model.init.scheme"]["distribution"] == "ablate-cayley 0.1.0"
+
+
+@pytest.mark.parametrize("init,where,message", [
+    ({"scheme": "s4d_lni"}, "model.init.scheme", "'s4d_lni' is not one of: ring, rotrnn, s4d_lin; or a plug-in as "
+                                                 "package.module:attribute; did you mean 's4d_lin'?"),
+    ({"scheme": "s4d_lin", "dt": 0.0}, "model.init.dt", "greater than 0"),
+    ({"scheme": "s4d_lin", "dt": "0.1"}, "model.init.dt", "must be a number, not text"),
+    ({"scheme": "s4d_lin", "dtt": 0.1}, "model.init.dtt", "unknown key"),
+    ({"dt": 0.1}, "model.init", "needs a 'scheme' key"),
+])
+def test_an_init_plugins_parameters_are_validated_like_a_builtins(init: dict, where: str, message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        design.loads(spec_text(model={**SMALL, "init": init}, factors={}))
+    (path, text), = info.value.problems
+    assert path == where and message in text
+
+
+@pytest.mark.parametrize("attribute,broken", [
+    ("Unstable", "magnitudes() are not all in (0, 1)"),
+    ("BadPhases", "phases((2, 4)) has shape (3,), not (2, 4)"),
+])
+def test_validate_rejects_an_init_plugin_that_breaks_its_contract_naming_it(plugin_dir: Path, attribute: str,
+                                                                            broken: str) -> None:
+    (plugin_dir / "my_plugin_inits.py").write_text(BROKEN_INITS)
+    target = f"my_plugin_inits:{attribute}"
+    spec = design.loads(init_spec_text({"scheme": "my_plugin_inits:Mine"}, {"scheme": target, "gamma_max": 0.8}))
+    (where, message), = contract.spec_problems(spec)  # once, not once per parameterisation
+    assert where == "model.init.scheme"
+    assert message.startswith(f"model.init.scheme plug-in '{target}' ({target}, path (no distribution)): ")
+    assert broken in message
+
+
+def test_an_init_plugin_without_a_parameter_model_is_refused(plugin_dir: Path) -> None:
+    (plugin_dir / "my_plugin_inits.py").write_text(BROKEN_INITS)
+    with pytest.raises(SpecError, match=r"model.init.scheme: initialisation plug-in 'my_plugin_inits:NoParams': "
+                                        r"its Params is not a subclass of ablate.spec.PluginInit"):
+        design.loads(spec_text(model={**SMALL, "init": {"scheme": "my_plugin_inits:NoParams"}}, factors={}))
+
+
+def test_editing_an_init_plugin_makes_new_cells(plugin_dir: Path) -> None:
+    module = plugin_dir / "my_plugin_init_edit.py"
+    module.write_text("from ablate.models.inits import RotrnnInit as Mine\n")
+    spec = design.loads(spec_text(model={**SMALL, "init": {"scheme": "my_plugin_init_edit:Mine"}}, factors={}))
+    cell, = design.cells(spec)
+    before = identity.cell_id(cell.config), identity.config_key(cell.config)
+    module.write_text("from ablate.models.inits import RotrnnInit as Mine  # edited\n")
+    assert identity.cell_id(cell.config) != before[0] and identity.config_key(cell.config) == before[1]

@@ -1,12 +1,13 @@
 """The contract a plug-in promises, checked on a tiny batch before anything runs (``ablate
 validate``, ``ablate run``): each cell that uses a plug-in level is built and run once.
 
-A model plug-in (parameterisation, normalisation, nonlinearity, activation) must give, in every
+A model plug-in (parameterisation, normalisation, nonlinearity, activation, init scheme) must give, in every
 cell that uses it, a network that builds, whose forward pass on a batch of 2 × 8 steps returns
 the network's shapes and dtype with finite values, whose backward gives finite gradients (and
 some to the recurrent parameters it declares, which must be its own), whose layer's ``dynamics``
 (what the probes read) computes, and — where it claims both a parallel scan and a step — whose
-scan, sequential loop and step-by-step outputs agree. A task plug-in must generate three splits
+scan, sequential loop and step-by-step outputs agree; an init scheme must also give magnitudes in
+(0, 1), phases of the shape asked and finite, and positive scales of B and C. A task plug-in must generate three splits
 whose inputs and targets fit what it declares (``ablate.tasks.base``). Each broken promise is one
 problem naming the plug-in (its spec name, target and origin) and what it broke.
 """
@@ -26,6 +27,7 @@ BATCH, STEPS = 2, 8
 AGREE = 1e-3
 
 Problems = list[tuple[str, str]]
+INIT_PATH = "model.init.scheme"
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,18 @@ class Broken(Exception):
     """One broken promise (the message says which)."""
 
 
+def _setting(model: dict[str, Any], path: str) -> Any:
+    """The value of a ``model.…`` path (``model.init.scheme``) in a model mapping; None if absent."""
+    node: Any = model
+    for part in path.split(".")[1:]:
+        node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
+    return node
+
+
 def _plugin_levels(model: dict[str, Any]) -> list[tuple[str, registry.Level]]:
     out = []
     for path, levels in registry.MODEL_FACTORS.items():
-        name = model.get(path.removeprefix("model."))
+        name = _setting(model, path)
         if levels.kind is not None and levels.accepts(name):
             level = levels.level(name)
             if level.plugin is not None:
@@ -89,8 +99,10 @@ def check_model(model: dict[str, Any]) -> None:
     from ablate.spec import ModelSpec
 
     torch.manual_seed(0)
+    with _promise("validating the model"):
+        spec = ModelSpec.model_validate(model)
     with _promise("building the network"):
-        net = build_model(ModelSpec.model_validate(model), _Tokens())
+        net = build_model(spec, _Tokens())
     x = torch.randint(1, _Tokens.vocab_size, (BATCH, STEPS))
     with _promise("the forward pass"):
         logits = net(x)
@@ -108,6 +120,39 @@ def check_model(model: dict[str, Any]) -> None:
     for layer in net.recurrent_layers():
         if isinstance(layer, LinearRecurrence):
             _check_layer(layer)
+
+
+def check_init(model: dict[str, Any]) -> None:
+    """The init scheme of ``model`` (``ablate.models.inits.InitScheme``) built from its spec:
+    magnitudes in (0, 1) — every parameterisation takes log(−log |λ|) — phases of the asked shape,
+    finite, and two positive standard deviations for B and C. ``Broken`` on the first broken promise."""
+    import torch
+
+    from ablate.models.inits import make_init
+    from ablate.spec import ModelSpec
+
+    with _promise("building the init scheme"):
+        spec = ModelSpec.model_validate(model)
+        scheme = make_init(spec.init)
+    d_model, state_dim = spec.d_model, spec.state_dim
+    n = max(state_dim // 2, 1)
+    with _promise("magnitudes(n)"):
+        mags = scheme.magnitudes(n)
+    if not isinstance(mags, torch.Tensor) or mags.shape != (n,):
+        raise Broken(f"magnitudes({n}) has shape {tuple(getattr(mags, 'shape', ()))}, not {(n,)}")
+    _finite(mags, "magnitudes()")
+    if not bool(((mags > 0) & (mags < 1)).all()):
+        raise Broken(f"magnitudes() are not all in (0, 1) (from {float(mags.min()):.3g} to {float(mags.max()):.3g})")
+    shape = (2, n)
+    with _promise("phases(shape)"):
+        phases = scheme.phases(shape)
+    if not isinstance(phases, torch.Tensor) or phases.shape != shape:
+        raise Broken(f"phases({shape}) has shape {tuple(getattr(phases, 'shape', ()))}, not {shape}")
+    _finite(phases, "phases()")
+    with _promise("io_std(d_model, state_dim)"):
+        stds = tuple(float(v) for v in scheme.io_std(d_model, state_dim))
+    if len(stds) != 2 or not all(0 < v < float("inf") for v in stds):
+        raise Broken(f"io_std() gives {stds}, not two positive finite standard deviations (of B and C)")
 
 
 def _check_layer(layer: Any) -> None:
@@ -180,17 +225,30 @@ def problems(configs: Iterable[dict[str, Any]]) -> Problems:
 
     out: Problems = []
     seen: set[str] = set()
+    broken_inits: set[str] = set()
     for config in configs:
         model, task = config["model"], config["task"]
         levels = _plugin_levels(model)
         key = repr(sorted(model.items(), key=lambda kv: kv[0]))
         if levels and key not in seen:
             seen.add(key)
-            try:
-                check_model(model)
-            except (Broken, plugins.PluginError) as exc:
-                who = " with ".join(_who(p, lvl.plugin) for p, lvl in levels if lvl.plugin is not None)
-                out.append((levels[0][0], f"{who}: {exc}"))
+            # an init scheme is checked once per scheme and size, and a broken one is reported
+            # as its own (not as the failure of every network built from it)
+            init = next((lvl.plugin for path, lvl in levels if path == INIT_PATH), None)
+            ikey = repr((sorted((model.get("init") or {}).items()), model.get("d_model"), model.get("state_dim")))
+            if init is not None and ikey not in seen:
+                seen.add(ikey)
+                try:
+                    check_init(model)
+                except (Broken, plugins.PluginError) as exc:
+                    out.append((INIT_PATH, f"{_who(INIT_PATH, init)}: {exc}"))
+                    broken_inits.add(ikey)
+            if init is None or ikey not in broken_inits:
+                try:
+                    check_model(model)
+                except (Broken, plugins.PluginError) as exc:
+                    who = " with ".join(_who(p, lvl.plugin) for p, lvl in levels if lvl.plugin is not None)
+                    out.append((levels[0][0], f"{who}: {exc}"))
         tkey = repr(sorted(task.items()))
         task_plugin = plugin_of(task["name"])
         if task_plugin is not None and tkey not in seen:

@@ -5,8 +5,11 @@ its own parameters (ν_log, γ_log, θ, ...). One scheme therefore serves every 
 "RotRNN with the LRU's ring initialisation" is a valid cell of a study.
 
 A scheme is built from its spec (``ablate.spec.RingInit`` / ``RotrnnInit``), where its
-parameters and their defaults are declared. Draws use torch's global generator: the training
-loop seeds it once per trial.
+parameters and their defaults are declared. A scheme from a plug-in (entry-point group
+``ablate.initialisations``, or ``model.init.scheme: package.module:Class``; docs/plugins.md)
+subclasses ``InitScheme`` and declares its parameters as ``Params``, a subclass of
+``ablate.spec.PluginInit``, which the spec validates under ``model.init``. Draws use torch's
+global generator: the training loop seeds it once per trial.
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ if TYPE_CHECKING:
 
 
 class InitScheme:
-    """Base: eigenvalue magnitudes, phases, and the standard deviations of B and C entries."""
+    """Base: eigenvalue magnitudes, phases, and the standard deviations of B and C entries.
+
+    The contract (``ablate.models.contract.check_init``): ``magnitudes(n)`` n values in (0, 1),
+    ``phases(shape)`` finite, of that shape, ``io_std`` two positive numbers."""
+
+    Params: type | None = None
+    """A plug-in scheme's parameter model (a subclass of ``ablate.spec.PluginInit``); the built-in
+    schemes' are in ``ablate.spec`` (``RingInit``, ``RotrnnInit``)."""
 
     def __init__(self, spec: InitSpec):
         self.max_phase = float(spec.max_phase)
@@ -82,5 +92,6 @@ class RotrnnInit(InitScheme):
 
 
 def make_init(spec: InitSpec) -> InitScheme:
-    """The scheme named by ``spec.scheme`` (``registry.INIT_SCHEMES``) with the spec's parameters."""
+    """The scheme named by ``spec.scheme`` (``registry.INIT_SCHEMES``: built-in or plug-in) with
+    the spec's parameters."""
     return registry.INIT_SCHEMES.load(spec.scheme)(spec)

@@ -46,6 +46,7 @@ from ablate.spec.models import (
     LabelledLevel,
     ModelSpec,
     Objective,
+    PluginInit,
     ProbeSpec,
     Reference,
     RingInit,
@@ -65,7 +66,7 @@ from ablate.spec.paths import ROOTS, get_path, leaf_paths, overlap, path_problem
 __all__ = [
     "BUDGET_KEYS", "MAX_BYTES", "MAX_CELLS", "MAX_DEPTH", "MAX_EXTENDS", "MAX_ITEMS", "MAX_NAME", "MAX_NODES", "MAX_SEED", "MAX_SEEDS",
     "MAX_TUNE_TRIALS", "NAME", "NAME_RULE", "OBJECTIVE_METRICS", "REFERENCE_METRICS", "ROOTS", "TUNE_SEED_BASE",
-    "WSD_WARMUP_STEPS", "CompareEntry", "FactorSpec", "InitSpec", "LabelledLevel", "ModelSpec", "Objective", "Origins", "Problems",
+    "WSD_WARMUP_STEPS", "CompareEntry", "FactorSpec", "InitSpec", "LabelledLevel", "ModelSpec", "Objective", "Origins", "PluginInit", "Problems",
     "ProbeSpec", "Reference", "RingInit", "RotrnnInit", "Spec", "SpecError", "StatsSpec", "TrainSpec", "TuneParam",
     "TuneSpec", "UntilConverged",
     "apply_overrides", "get_path", "leaf_paths", "locate", "located", "merge", "overlap", "parse", "parse_yaml",

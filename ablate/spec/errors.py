@@ -52,7 +52,9 @@ class SpecError(Exception):
 
 
 _QUOTED = re.compile(r"'([^']*)'")
-_UNION_TAGS = INIT_SCHEMES.names  # the tags of the one discriminated union (model.init)
+# the tags of the one discriminated union (model.init): a built-in scheme's name, or a plug-in's
+# (spec.models.PLUGIN_INIT_TAG); built-ins only, so that a spec of built-ins never reads entry points
+_UNION_TAGS = (*INIT_SCHEMES.builtin_names, "plugin-init")
 
 
 #: The tags of a ``reports:`` entry's two forms (``spec.models._report_entry``).
