@@ -4,8 +4,10 @@ the study's recorded looks, decisions at the looks that made them."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 
 from ablate import spec as spec_mod
 from ablate.report import sequential as seqrep
@@ -22,7 +24,7 @@ RAW = {
 }
 
 
-def run_looks():
+def run_looks(with_values: bool = False):
     spec = spec_mod.parse(RAW)
     cells = [c.id for c in sequential.design.cells(spec)]
     ref = sequential.reference_cell(spec)
@@ -35,7 +37,7 @@ def run_looks():
     st = sequential.State(planned={c: 3 for c in cells})
     while not st.finished:
         sequential.step(spec, st, vals)
-    return spec, st, big, null, ref
+    return (spec, st, big, null, ref, vals) if with_values else (spec, st, big, null, ref)
 
 
 def test_the_tables_print_the_recorded_decisions():
@@ -64,3 +66,59 @@ def test_the_tables_print_the_recorded_decisions():
 def test_the_procedure_says_which_test_the_looks_use():
     said = seqrep.procedure(spec_mod.parse(RAW))[0]
     assert "Each look tests it with the paired t test" in said and "Welch" in said
+
+
+def _trials(spec, st, vals) -> pd.DataFrame:
+    """The trials frame the reports read of the study ``run_looks`` ran: each cell's planned seeds."""
+    cells = {c.id: c for c in sequential.design.cells(spec)}
+    rows = [{"cell_id": cid, "cell_label": cells[cid].label, "seed": s, "phase": "replicate", "status": "complete",
+             "failure_kind": None, "failure_message": None, "model.heads": str(cells[cid].config["model"]["heads"]),
+             "test_accuracy": vals["test_accuracy"][cid][s]}
+            for cid, n in st.planned.items() for s in spec.seed_list[:n]]
+    return pd.DataFrame(rows)
+
+
+def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_test(monkeypatch):
+    """The strong cell is decided significant at look 1 (3 seeds: its t crosses the boundary); the
+    exact sign-flip test on those 3 seeds cannot go below 2/2³ = 0.25, so the fixed design would
+    not call it: the page shows both, marks the difference, and says why."""
+    from ablate.report import format as fmt
+    from ablate.report import verdicts
+    from ablate.stats import family as fam
+
+    spec, st, big, null, ref, vals = run_looks(with_values=True)
+    state = {"look": st.look, "planned": st.planned, "decided": st.decided, "history": st.history,
+             "finished": st.finished}
+    trials = _trials(spec, st, vals)
+    labels = {c.id: c.label for c in sequential.design.cells(spec)}
+    res = SimpleNamespace(spec=spec, factors=["model.heads"], sequential=state)
+    v = verdicts.study_verdicts(res, trials, "test_accuracy", (ref, labels[ref]))
+    beside = v.sequential_beside
+    assert list(beside["measure"]) == ["test_accuracy", "test_accuracy"]
+    decided = st.decided[f"{big}:test_accuracy"]
+    row = beside[beside["cell"] == v.labels[big]].iloc[0]
+    assert row["sequential decision (valid)"] == (f"significant at look {decided['look']} ({decided['seeds']} seeds), "
+                                                  f"stage-wise p {fmt.pval(decided['p'])}")
+    # The fixed column is the body's exact test, Holm-adjusted over the fixed design's whole family.
+    comp = v.comparisons.set_index("cell_id").loc[big]
+    assert comp["n"] == decided["seeds"] == 3 and comp["p_min"] == 0.25 and comp["p"] >= comp["p_min"]
+    would = fam.adjust(fam.members([("test_accuracy", v.comparisons)], [("test_accuracy", v.anova)]))
+    holm = would.set_index("key").loc[big, "p_adj"]
+    assert row[seqrep.FIXED_COLUMN] == (f"not significant: p {fmt.pval(comp['p'])}, floor {fmt.pval(0.25)} at 3 seeds; "
+                                        f"Holm p {fmt.pval(holm)}")
+    assert row["differ"] == "yes"
+    assert f"α/2 = {fmt.pval(0.025)}" in v.sequential_why and f"family of {len(would)} tests" in v.sequential_why
+    floors = sorted(v.comparisons["p_min"])  # 2/2⁹ for the cell that ran to 9 seeds, 2/2³ for the strong one
+    assert f"(2/2ⁿ paired; here {fmt.pval(floors[0])} to {fmt.pval(floors[-1])})" in v.sequential_why
+    from ablate.report import display
+
+    shown: list[str] = []
+    monkeypatch.setattr(display, "display", lambda obj: shown.append(obj.data))
+    verdicts.show_answer(v)
+    page = "\n".join(shown)
+    assert "Why the two can differ" in page and seqrep.FIXED_COLUMN in page and row[seqrep.FIXED_COLUMN] in page
+
+
+def test_without_a_look_the_answer_page_has_no_sequential_rows():
+    spec = spec_mod.parse(RAW)
+    assert seqrep.fixed_beside(None, spec, {}, {}).empty

@@ -10,7 +10,7 @@ after a data-dependent stop is wrong, so the reports print these in place of the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -20,7 +20,8 @@ from ablate.runner import sequential as runner_sequential
 from ablate.spec import Spec
 from ablate.stats.sequential import FUTILITY_BETA, spent
 
-__all__ = ["decision_words", "decisions", "decisions_table", "looks_table", "procedure", "sentences"]
+__all__ = ["decision_words", "decisions", "decisions_table", "fixed_beside", "fixed_why", "looks_table", "procedure",
+           "sentences"]
 
 SHAPE_NAMES = {"obrien_fleming": "O'Brien–Fleming", "pocock": "Pocock", "power3": "power (α·t³)"}
 
@@ -182,3 +183,60 @@ def sentences(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping[str, 
     out.append(f"Seeds used: {seeds} runs over {cells} cells, {seeds / cells:.1f} per cell on average, against "
                f"{seq.max} per cell for a fixed design at the largest size ({seeds / (cells * seq.max):.0%}).")
     return out
+
+
+#: The fixed-design column's heading: what it would say, and that it is not a verdict.
+FIXED_COLUMN = "fixed-design exact test, same seeds (descriptive)"
+
+
+def _fixed_words(r: Mapping[str, Any] | None, alpha: float) -> tuple[str, bool | None]:
+    """A fixed-design comparison row in words, and whether it is significant (None: not tested)."""
+    if r is None:
+        return f"not in this report{NBSP}{DASH}", None
+    p, n = r.get("p"), r.get("n")
+    seeds = f"{int(n)} seeds" if n is not None and math.isfinite(float(n)) else "seeds"
+    if p is None or not math.isfinite(float(p)):
+        return f"not tested ({r.get('test') or 'too few seeds'})", None
+    significant = bool(math.isfinite(float(r.get("p_adj", math.nan))) and float(r["p_adj"]) < alpha)
+    floor = f", floor {pval(r['p_min'])}" if r.get("p_min") is not None and math.isfinite(float(r["p_min"])) else ""
+    return (f"{'significant' if significant else 'not significant'}: p {pval(p)}{floor} at {seeds}; "
+            f"Holm p {pval(r.get('p_adj'))}"), significant
+
+
+def fixed_beside(state: Mapping[str, Any] | None, spec: Spec, fixed: Mapping[str, pd.DataFrame],
+                 labels: Mapping[str, str], alpha: float = 0.05) -> pd.DataFrame:
+    """Per sequential comparison: its decision (look, seeds, stage-wise p) beside what the
+    fixed-design exact test on the seeds the report holds would say. ``fixed``: measure (as the
+    sequential design names it: ``test_accuracy``, ``norm.final``) → that measure's comparison
+    frame (``cell_id``, ``n``, ``p``, ``p_min``, ``p_adj`` Holm over the fixed design's family).
+    ``differ``: the two disagree on significance (an open comparison is not compared)."""
+    rows = []
+    for r in decisions(state, spec):
+        frame = fixed.get(r["measure"])
+        hit = frame[frame["cell_id"] == r["cell_id"]] if frame is not None and len(frame) else None
+        words, fixed_sig = _fixed_words(hit.iloc[0].to_dict() if hit is not None and len(hit) else None, alpha)
+        decision = r["decision"]
+        p = f", stage-wise p {pval(r['p'])}" if decision == "significant" and r.get("p") is not None else ""
+        seq_words = (f"open at look {r['look']} ({r['seeds']} seeds)" if decision == "open"
+                     else f"{decision} at look {r['look']} ({r['seeds']} seeds){p}")
+        differ = (decision != "open" and fixed_sig is not None and (decision == "significant") != fixed_sig)
+        rows.append({"cell": labels.get(r["cell_id"], r["cell_id"]), "measure": r["measure"],
+                     "sequential decision (valid)": seq_words, FIXED_COLUMN: words,
+                     "differ": "yes" if differ else ""})
+    return pd.DataFrame(rows, columns=["cell", "measure", "sequential decision (valid)", FIXED_COLUMN, "differ"])
+
+
+def fixed_why(spec: Spec, fixed_m: int, floors: Sequence[float] = (), alpha: float = 0.05) -> str:
+    """Why the two columns can differ, with the numbers of this study: the sequential design's
+    per-comparison α and t boundary, the exact tests' floors (``floors``: the comparisons'
+    ``p_min``) and the fixed family's size."""
+    m = max(1, family_size(spec))
+    seen = sorted({float(f) for f in floors if math.isfinite(float(f))})
+    low = (f"; here {pval(seen[0])}" + (f" to {pval(seen[-1])}" if len(seen) > 1 else "")) if seen else ""
+    return (f"**Why the two can differ.** The sequential look compares the paired t statistic with its "
+            f"boundary at α/{m} = {pval(alpha / m)} spent over the looks: when a cell's differences from the "
+            "reference barely vary, t crosses it at a few seeds. The exact permutation test makes no "
+            "normality assumption, so its p cannot fall below a floor set by the seeds alone (2/2ⁿ paired"
+            f"{low}), and the fixed design would Holm-adjust it over its whole family of {fixed_m} tests (every "
+            "comparison and ANOVA term on every measure). The fixed column is descriptive only: the number of "
+            "seeds depended on the results, so its p-values are not valid; the verdicts are the sequential ones.")

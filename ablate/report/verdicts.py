@@ -54,6 +54,10 @@ class Verdicts:
     sequential_m: int | None = None  # a sequential design's comparisons (its family), else None
     labels: dict[str, str] = field(default_factory=dict)  # cell id → the short label both reports print
     key: str = ""  # what the short labels' parts are ("parameterisation · normalisation · layers")
+    #: a sequential study: per comparison its decision beside the fixed-design exact test on the same
+    #: seeds (``report.sequential.fixed_beside``; descriptive), and why the two can differ
+    sequential_beside: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sequential_why: str = ""
 
     def policy(self) -> str:
         """The report's one sentence on the family (``stats.family.policy_sentence``)."""
@@ -160,9 +164,16 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
                            spec.stats.power)
         nanova, nwhy = sn.factor_anova(seeds, factors, alpha)
         neffects = sn.main_effects(seeds, factors, confidence)
-    members = fam.members([(metric, comp), ("norm", ncomp)], [(metric, anova), ("norm", nanova)])
-    if sequential:  # the seeds depended on the results: only the sequential design's tests are valid
-        members = members.iloc[0:0]
+    members = members_all = fam.members([(metric, comp), ("norm", ncomp)], [(metric, anova), ("norm", nanova)])
+    fixed: dict[str, pd.DataFrame] = {}  # a sequential study: measure → the fixed design's comparisons, Holm over its family
+    if sequential:
+        would = fam.adjust(members, alpha)
+        if len(comp):
+            fixed[metric] = fam.apply(comp, would, metric, "comparison", alpha)
+        if len(ncomp):
+            norm_fixed = fam.apply(ncomp, would, "norm", "comparison", alpha)
+            fixed.update({f"{fam.NORM_PREFIX}{m}": f for m, f in norm_fixed.groupby("measure", sort=False)})
+        members = members.iloc[0:0]  # the seeds depended on the results: only the sequential tests are valid
     adjusted = fam.adjust(members, alpha)
     m = max(1, len(adjusted))
     if len(comp):
@@ -174,17 +185,21 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
                          float(np.log(spec.stats.min_ratio)), spec.stats.power)
     if len(nanova):
         nanova = fam.apply(nanova, adjusted, "norm", "term", alpha)
-    seq_m = None
-    if sequential:
-        from ablate.report.sequential import family_size
-
-        seq_m = family_size(spec)
     from ablate.report.norm_stability import short_order
 
     order = list(dict(zip(trials["cell_id"], trials["cell_label"], strict=True)).items())
     short, key = short_order(order)
+    seq_m, beside, seq_why = None, pd.DataFrame(), ""
+    if sequential:
+        from ablate.report import sequential as seqrep
+
+        seq_m = seqrep.family_size(spec)
+        beside = seqrep.fixed_beside(res.sequential, spec, fixed, dict(short), alpha)
+        floors = [x for f in fixed.values() for x in f["p_min"]]
+        seq_why = seqrep.fixed_why(spec, len(members_all), floors, alpha)
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
-                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds), seq_m, dict(short), key)
+                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds), seq_m, dict(short), key,
+                    beside, seq_why)
 
 
 def _repower(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float) -> pd.DataFrame:
@@ -365,6 +380,11 @@ def show_answer(v: Verdicts, confidence: float = 0.95) -> None:
 
     if v.sequential:
         say(v.policy())
+        if len(v.sequential_beside):
+            show(v.sequential_beside, name="sequential-vs-fixed", align_left=list(v.sequential_beside.columns),
+                 intro="Each sequential comparison's decision beside what a fixed-design exact test on the same "
+                       "seeds would say (descriptive, not valid after a data-dependent stop).")
+            say(v.sequential_why)
         return
     table = answer_table(v)
     named = f" Variants are named by their levels of {v.key}." if v.key else ""
