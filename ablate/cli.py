@@ -147,7 +147,8 @@ def plan(
     """One row per cell: id, level labels, trials, done / partial / reused / stale / new, where
     results come from; totals; orphaned trials; --estimate."""
     spec = _load(file, set_, multirun)
-    from ablate import planning
+    from ablate.runner import estimate as est
+    from ablate.runner import plan as planning
 
     # Reads the study's storage only if it exists.
     the_plan = planning.build(spec, storage, tracking_uri, reuse=reuse, reuse_stale=reuse_stale)
@@ -161,7 +162,7 @@ def plan(
         from ablate.runner.pool import estimate_threads
 
         threads = estimate_threads(workers, device)  # each worker of a CPU pool gets its share of the cores
-        planning.render_estimate(planning.estimate(the_plan, device, workers=workers, threads=threads), out)
+        est.render_estimate(est.estimate(the_plan, device, workers=workers, threads=threads), out)
     seconds = plan_checks.measured_seconds(the_plan, device) if estimate else None
     for line in plan_checks.sequential_price_lines(the_plan, seconds, workers):
         out.print(line, highlight=False, soft_wrap=True)
@@ -349,9 +350,9 @@ def status(
 
 
 def _status_table(study: str, per_cell: list[dict]) -> None:
-    """The per-cell counts of ``status``: a rich table, or above ``planning.PLAIN_ROWS`` cells plain
+    """The per-cell counts of ``status``: a rich table, or above ``plan.PLAIN_ROWS`` cells plain
     aligned lines, as ``plan`` prints them (rich lays out 100 rows in seconds on a busy machine)."""
-    from ablate.planning import PLAIN_ROWS, plain_table
+    from ablate.runner.plan import PLAIN_ROWS, plain_table
     from ablate.runner.standing import STATUSES
 
     title = f"{study}: status per cell"

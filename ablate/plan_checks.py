@@ -2,7 +2,7 @@
 significance, the price of a sequential study (now and at most), and the longer WSD cells whose
 kept shorter runs a setting keeps them from continuing.
 
-Kept apart from ``ablate.planning`` (which builds and renders the plan and its estimate): these
+Kept apart from ``ablate.runner.plan`` (which builds and renders the plan) and ``ablate.runner.estimate``: these
 read the plan and say what it implies.
 """
 
@@ -12,7 +12,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ablate.planning import FINISHED, Plan, duration
+from ablate.runner.estimate import duration, measure, trial_seconds
+from ablate.runner.plan import FINISHED, Plan
 from ablate.spec import Spec
 
 #: The measures the norm report tests (``ablate.stats.family``'s names).
@@ -153,9 +154,8 @@ def _train_of(meta: Any) -> dict[str, Any] | None:
 
 
 def measured_seconds(plan: Plan, device: str = "cpu") -> Callable[[dict[str, Any]], float]:
-    """A cell config → one trial's seconds, each model shape timed once (``planning.measure``)."""
+    """A cell config → one trial's seconds, each model shape timed once (``estimate.measure``)."""
     from ablate.design import canonical_json
-    from ablate.planning import measure, trial_seconds
 
     timings: dict[str, Any] = {}
 

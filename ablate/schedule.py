@@ -1,7 +1,7 @@
 """When a trial evaluates, checks convergence, logs, probes and measures gradients.
 
 One object answers for every step of a trial, so the training loop (``ablate.training``), the
-prober (``ablate.probes``) and the cost estimate (``ablate.planning``) cannot count differently.
+prober (``ablate.probes``) and the cost estimate (``ablate.runner.estimate``) cannot count differently.
 
     validation   every ``train.eval_every`` steps before the last (the passes early stopping and
                  the tuning pruner watch), then the final pass at the last step

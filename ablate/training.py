@@ -6,7 +6,7 @@ The loop knows nothing of Optuna or MLflow: it reports through a ``Reporter`` an
     make_optimiser(model, train)  AdamW over the model's parameter groups + the schedule (``schedule``)
     train_step(...)               one step: forward, backward (accumulated), then ``update``;
                                   ``run_trial`` and ``ablate plan --estimate``
-                                  (``ablate.planning.measure``) both train through it
+                                  (``ablate.runner.estimate.measure``) both train through it
     update(...)                   divergence check, gradient probes, clip, optimiser and scheduler
                                   step: also what the fused trainer runs per replicate
     Trial                         one trial's state and what follows each step (logging, validation,

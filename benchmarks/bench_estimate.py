@@ -50,13 +50,14 @@ def estimate(key: str, home: Path, workers: int) -> dict:
 
 
 def _estimate_here(key: str, home: Path, workers: int) -> None:
-    from ablate import design, planning
+    from ablate import design
+    from ablate.runner import estimate, plan
     from ablate.runner.pool import threads_per_worker
 
     spec = design.load(QUICKSTART, STUDIES[key])
-    plan = planning.build(spec, f"sqlite:///{home / 'optuna.db'}")
+    the_plan = plan.build(spec, f"sqlite:///{home / 'optuna.db'}")
     threads = threads_per_worker(workers) if workers > 1 else None
-    est = planning.estimate(plan, "cpu", workers=workers, threads=threads)
+    est = estimate.estimate(the_plan, "cpu", workers=workers, threads=threads)
     print(json.dumps({"name": spec.name, **dataclasses.asdict(est)}))
 
 
@@ -104,7 +105,7 @@ def main() -> None:
         _estimate_here(args.estimate_only, args.home, args.workers)
         return
     from ablate import design
-    from ablate.planning import duration
+    from ablate.runner.estimate import duration
     from ablate.tasks import load_task
 
     for key in args.only.split(","):  # the data, generated once: not what either side measures

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
 # the order is the flow of one item: rdb ← queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
-# sequential ← phases ← progress ← heartbeat, signals, preload ← worker ← pool, planning ← launch.
+# sequential ← locate ← phases ← costs, progress, plan ← heartbeat, signals, preload ← worker ← pool, estimate ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
     ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.plugins", "ablate.ops", "ablate.tasks", "ablate.models.registry",
@@ -35,10 +35,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.sequential",),
     ("ablate.runner.locate",),
     ("ablate.runner.phases",),
-    ("ablate.runner.costs", "ablate.runner.progress"),
+    ("ablate.runner.costs", "ablate.runner.progress", "ablate.runner.plan"),  # plan reads phases, standing
     ("ablate.runner.heartbeat", "ablate.runner.signals", "ablate.runner.preload"),
     ("ablate.runner.worker",),
-    ("ablate.runner.pool", "ablate.planning"),  # planning times a trial through the worker
+    ("ablate.runner.pool", "ablate.runner.estimate"),  # the estimate times a trial through the worker
     ("ablate.runner.launch", "ablate.plan_checks"),
     ("ablate.results",),
     ("ablate.report",),
@@ -257,6 +257,18 @@ def plant(tmp_path: Path, files: dict[str, str]) -> Path:
 def test_an_upward_import_is_caught_however_it_is_written(tmp_path: Path, how: str) -> None:
     root = plant(tmp_path, {"stats/__init__.py": "", "stats/x.py": how, "results/__init__.py": ""})
     assert upward_imports(root), how
+
+
+@pytest.mark.parametrize(("module", "how"), [
+    ("runner/plan.py", "def f():\n    from ablate.runner import estimate\n"),  # the plan prices nothing
+    ("runner/plan.py", "from ablate.runner import launch\n"),
+    ("runner/estimate.py", "from ablate import plan_checks\n"),
+    ("runner/launch.py", "from ablate import cli\n"),
+])
+def test_an_arrow_back_up_inside_the_runner_is_caught(tmp_path: Path, module: str, how: str) -> None:
+    root = plant(tmp_path, {"runner/__init__.py": "", module: how, "runner/estimate.py": "", "runner/launch.py": "",
+                            "plan_checks.py": "", "cli.py": "", **{module: how}})
+    assert upward_imports(root), (module, how)
 
 
 def test_a_circle_inside_one_layer_is_caught(tmp_path: Path) -> None:

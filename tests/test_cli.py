@@ -135,8 +135,8 @@ def test_cli_status_json_and_table_agree(tmp_path, monkeypatch):
 def test_cli_status_of_many_cells_prints_one_plain_line_per_cell(tmp_path, monkeypatch):
     from optuna.trial import TrialState
 
-    from ablate import planning
     from ablate.runner import phases, queue
+    from ablate.runner import plan as planning
     from ablate.runner import study as st
     from ablate.stores import resolve
 

@@ -12,9 +12,10 @@ import yaml
 from support import RAW
 from typer.testing import CliRunner
 
-from ablate import design, plan_checks, planning
+from ablate import design, plan_checks
 from ablate.cli import app
 from ablate.design.identity import lineage_key
+from ablate.runner import plan as planning
 from ablate.stats.comparisons import PERMUTATIONS, permutation_test
 from ablate.stores import checkpoint_dir
 

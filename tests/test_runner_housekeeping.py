@@ -12,11 +12,12 @@ import pytest
 from cell_store import PLAIN, finish_all, spec, trials_of, where
 from typer.testing import CliRunner
 
-from ablate import design, planning
+from ablate import design
 from ablate.cli import app
 from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
 from ablate.runner import phases
+from ablate.runner import plan as planning
 from ablate.runner import study as st
 from ablate.stores import Stores
 

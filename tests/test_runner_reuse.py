@@ -18,12 +18,13 @@ from optuna.trial import TrialState
 from support import ABLATE, RAW, score
 from typer.testing import CliRunner
 
-from ablate import design, planning
+from ablate import design
 from ablate.cli import app
 from ablate.design import identity
 from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
 from ablate.runner import phases, queue
+from ablate.runner import plan as planning
 from ablate.runner import study as st
 from ablate.stores import Stores
 

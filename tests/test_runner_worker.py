@@ -509,7 +509,8 @@ def test_until_converged_extends_the_improving_run_once_per_budget_and_equals_sc
     and branching from the declared run's stable-phase checkpoint; seed 2 (converged) is not.
     The item's result, its 40-step run, equals training 40 steps from scratch. (Two processes
     queueing at once: tests/test_runner_study_extend.py.)"""
-    from ablate import design, planning
+    from ablate import design
+    from ablate.runner import plan as planning
     from ablate.spec import ProbeSpec
     from ablate.training import run_trial
 

@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 import torch
 
-from ablate import planning, training
+from ablate import training
+from ablate.runner import estimate
 from ablate.schedule import CONVERGENCE_PASSES, Schedule, window_start
 from ablate.spec import ProbeSpec, TrainSpec
 from ablate.tasks.base import TaskData, TaskInfo
@@ -54,8 +55,8 @@ def test_a_real_trial_validates_logs_and_probes_where_the_schedule_says(steps, e
     assert sorted(curves.filter(pl.col("kind") == "grad")["step"].unique()) == [
         s for s in range(steps + 1) if when.measures_grads(s)]
     # The estimate prices exactly those counts: a validation, a probe and a gradient pass at 1 s each.
-    t = planning.ShapeTiming(setup=0.0, step=0.0, val=1.0, test=0.0, probe=10.0, grads=100.0)
-    priced = planning.trial_seconds({"train": train}, probes, t, overhead=0.0)
+    t = estimate.ShapeTiming(setup=0.0, step=0.0, val=1.0, test=0.0, probe=10.0, grads=100.0)
+    priced = estimate.trial_seconds({"train": train}, probes, t, overhead=0.0)
     grad_steps = len([s for s in range(steps + 1) if when.measures_grads(s)])
     probe_steps = len([s for s in range(steps + 1) if when.probes(s)])
     assert priced == pytest.approx(len(val) + 10.0 * probe_steps + 100.0 * grad_steps)

@@ -121,8 +121,9 @@ def test_results_stored_before_config_keys_are_reused_and_found_stale_after_a_co
     """The earlier trials carry no config key or code version: a new study of the same cells
     links them at code version 1, and after a code change finds them (by the id their configs had
     at version 1) as stale: not reused unless asked."""
-    from ablate import design, planning
+    from ablate import design
     from ablate.design import identity
+    from ablate.runner import plan as planning
     from ablate.runner import study as st
     from ablate.stores import Stores
 

@@ -19,12 +19,12 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from ablate import planning
 from ablate.design import cells, spec_hash
 from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
 from ablate.runner import pool, queue, sequential, tracking
 from ablate.runner import study as st
+from ablate.runner.plan import orphan_lines
 from ablate.runner.signals import Interrupted
 from ablate.runner.worker import work
 from ablate.spec import Spec
@@ -204,7 +204,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         out.print(f"cell {cell_id}: {why}", highlight=False, soft_wrap=True)
     if len(held) > 3:
         out.print(f"… and {len(held) - 3} more tuned cells not reused (see `ablate plan`)")
-    for line in planning.orphan_lines(orphans, spec.name):
+    for line in orphan_lines(orphans, spec.name):
         out.print(line, highlight=False, soft_wrap=True)
     show_reused(study, stores, err)
     if workers == 0:  # queue only: workers on other machines run the items
