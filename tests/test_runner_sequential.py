@@ -104,3 +104,34 @@ def test_kill9_at_a_look_on_postgresql_with_a_tracking_server(tmp_path, postgres
     done = Counter(t.user_attrs["item"] for t in trials if t.state == optuna.trial.TrialState.COMPLETE)
     assert set(done.values()) == {1}, done  # no seed ran twice
     assert dict(Counter(key.split("/")[0] for key in done)) == st.planned  # and none is missing
+
+
+def test_looks_read_the_norm_measures_without_the_runs_the_report_leaves_out():
+    """A run flagged for late growth has finite per-run values in per_seed, but the fixed-design
+    report leaves it out (norms.primary): the sequential looks must leave it out too."""
+    import numpy as np
+    import pandas as pd
+
+    from ablate.runner.sequential import per_run_values
+    from ablate.stats import norms
+
+    rng = np.random.default_rng(3)
+    steps = np.arange(9)
+    rows = []
+    for cell in ("ref", "a"):
+        for seed in range(5):
+            for layer in range(2):
+                logs = 0.3 * steps / 8 + rng.normal(0, 0.05, len(steps)) + rng.normal(0, 0.2)
+                if (cell, seed) == ("a", 2):  # grows 10⁴× over the second half, finite throughout
+                    logs = logs + np.log(1e4) * np.clip((steps - 4) / 4, 0, 1)
+                rows += [{"cell_id": cell, "cell_label": cell, "seed": seed, "layer": layer, "step": 100 * int(k),
+                          "value": float(np.exp(v))} for k, v in zip(steps, logs, strict=True)]
+    ps = norms.per_seed(pd.DataFrame(rows))
+    late = ps[(ps["cell_id"] == "a") & (ps["seed"] == 2)]
+    assert late["flag"].iloc[0].startswith("late"), ps[["cell_id", "seed", "flag"]]
+    for measure in ("training", "final", "seeds"):
+        col = norms.COLUMN[measure]
+        assert np.isfinite(late[col].iloc[0]) or measure == "seeds"
+        got = per_run_values(ps, measure)
+        assert 2 not in got["a"], (measure, got)
+        assert set(got["ref"]) == set(range(5)) and set(got["a"]) == {0, 1, 3, 4}, (measure, got)

@@ -180,10 +180,18 @@ def _norm_values(stores: Stores, done: Mapping[str, tuple[Item, Any]], measure: 
     if not parts:
         return {}
     df = norms.prepare(pd.concat(parts, ignore_index=True))
-    ps = norms.per_seed(norms.layer_norms(df, "probe"))
+    return per_run_values(norms.per_seed(norms.layer_norms(df, "probe")), measure)
+
+
+def per_run_values(per_seed: Any, measure: str) -> dict[str, dict[int, float]]:
+    """{cell: {seed: log value of ``measure``}} of a ``stats.norms.per_seed`` frame, on the runs the
+    fixed-design report analyses (``norms.primary``: flagged runs left out), so a look never tests
+    a run the report would not."""
+    from ablate.stats import norms
+
     col = norms.COLUMN[measure]
     out: dict[str, dict[int, float]] = {}
-    for r in ps.itertuples(index=False):
+    for r in norms.primary(per_seed).itertuples(index=False):
         value = getattr(r, col)
         if np.isfinite(value):
             out.setdefault(r.cell_id, {})[int(r.seed)] = float(value)
