@@ -68,13 +68,13 @@ def test_the_procedure_says_which_test_the_looks_use():
     assert "Each look tests it with the paired t test" in said and "Welch" in said
 
 
-def _trials(spec, st, vals) -> pd.DataFrame:
+def _trials(spec, planned, vals) -> pd.DataFrame:
     """The trials frame the reports read of the study ``run_looks`` ran: each cell's planned seeds."""
     cells = {c.id: c for c in sequential.design.cells(spec)}
     rows = [{"cell_id": cid, "cell_label": cells[cid].label, "seed": s, "phase": "replicate", "status": "complete",
              "failure_kind": None, "failure_message": None, "model.heads": str(cells[cid].config["model"]["heads"]),
              "test_accuracy": vals["test_accuracy"][cid][s]}
-            for cid, n in st.planned.items() for s in spec.seed_list[:n]]
+            for cid, n in planned.items() for s in spec.seed_list[:n]]
     return pd.DataFrame(rows)
 
 
@@ -82,6 +82,7 @@ def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_te
     """The strong cell is decided significant at look 1 (3 seeds: its t crosses the boundary); the
     exact sign-flip test on those 3 seeds cannot go below 2/2³ = 0.25, so the fixed design would
     not call it: the page shows both, marks the difference, and says why."""
+    from ablate import stats
     from ablate.report import format as fmt
     from ablate.report import verdicts
     from ablate.stats import family as fam
@@ -89,7 +90,9 @@ def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_te
     spec, st, big, null, ref, vals = run_looks(with_values=True)
     state = {"look": st.look, "planned": st.planned, "decided": st.decided, "history": st.history,
              "finished": st.finished}
-    trials = _trials(spec, st, vals)
+    # The strong cell ran on to 9 seeds (as when another of its measures was still open): the fixed
+    # column still tests the 3 its decision used.
+    trials = _trials(spec, {**st.planned, big: 9}, vals)
     labels = {c.id: c.label for c in sequential.design.cells(spec)}
     res = SimpleNamespace(spec=spec, factors=["model.heads"], sequential=state)
     v = verdicts.study_verdicts(res, trials, "test_accuracy", (ref, labels[ref]))
@@ -99,17 +102,22 @@ def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_te
     row = beside[beside["cell"] == v.labels[big]].iloc[0]
     assert row["sequential decision (valid)"] == (f"significant at look {decided['look']} ({decided['seeds']} seeds), "
                                                   f"stage-wise p {fmt.pval(decided['p'])}")
-    # The fixed column is the body's exact test, Holm-adjusted over the fixed design's whole family.
-    comp = v.comparisons.set_index("cell_id").loc[big]
+    # The fixed column is the exact test on the seeds the look used (every cell's first 3), Holm-adjusted
+    # over that fixed design's whole family (both comparisons and the ANOVA term).
+    at = trials[trials["seed"].isin(spec.seed_list[:decided["seeds"]])]
+    comps = stats.compare_to_reference(at, "test_accuracy", ref)
+    comp = comps.set_index("cell_id").loc[big]
     assert comp["n"] == decided["seeds"] == 3 and comp["p_min"] == 0.25 and comp["p"] >= comp["p_min"]
-    would = fam.adjust(fam.members([("test_accuracy", v.comparisons)], [("test_accuracy", v.anova)]))
+    would = fam.adjust(fam.members([("test_accuracy", comps)],
+                                   [("test_accuracy", verdicts.accuracy_anova(at, "test_accuracy", ["model.heads"])[0])]))
+    assert len(would) == 3
     holm = would.set_index("key").loc[big, "p_adj"]
     assert row[seqrep.FIXED_COLUMN] == (f"not significant: p {fmt.pval(comp['p'])}, floor {fmt.pval(0.25)} at 3 seeds; "
                                         f"Holm p {fmt.pval(holm)}")
     assert row["differ"] == "yes"
     assert f"α/2 = {fmt.pval(0.025)}" in v.sequential_why and f"family of {len(would)} tests" in v.sequential_why
-    floors = sorted(v.comparisons["p_min"])  # 2/2⁹ for the cell that ran to 9 seeds, 2/2³ for the strong one
-    assert f"(2/2ⁿ paired; here {fmt.pval(floors[0])} to {fmt.pval(floors[-1])})" in v.sequential_why
+    # The floors of the two fixed designs: 2/2⁹ at the 9 seeds of the futile cell's look, 2/2³ at 3.
+    assert f"(2/2ⁿ paired; here {fmt.pval(2 / 2**9)} to {fmt.pval(0.25)})" in v.sequential_why
     from ablate.report import display
 
     shown: list[str] = []

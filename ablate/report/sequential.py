@@ -203,16 +203,17 @@ def _fixed_words(r: Mapping[str, Any] | None, alpha: float) -> tuple[str, bool |
             f"Holm p {pval(r.get('p_adj'))}"), significant
 
 
-def fixed_beside(state: Mapping[str, Any] | None, spec: Spec, fixed: Mapping[str, pd.DataFrame],
+def fixed_beside(state: Mapping[str, Any] | None, spec: Spec, fixed: Mapping[int, Mapping[str, pd.DataFrame]],
                  labels: Mapping[str, str], alpha: float = 0.05) -> pd.DataFrame:
     """Per sequential comparison: its decision (look, seeds, stage-wise p) beside what the
-    fixed-design exact test on the seeds the report holds would say. ``fixed``: measure (as the
-    sequential design names it: ``test_accuracy``, ``norm.final``) → that measure's comparison
-    frame (``cell_id``, ``n``, ``p``, ``p_min``, ``p_adj`` Holm over the fixed design's family).
-    ``differ``: the two disagree on significance (an open comparison is not compared)."""
+    fixed-design exact test on the same seeds would say. ``fixed``: seeds per cell (a look's) →
+    measure (as the sequential design names it: ``test_accuracy``, ``norm.final``) → the
+    comparison frame of a fixed design on the first that many seeds (``cell_id``, ``n``, ``p``,
+    ``p_min``, ``p_adj`` Holm over that design's family). ``differ``: the two disagree on
+    significance (an open comparison is not compared)."""
     rows = []
     for r in decisions(state, spec):
-        frame = fixed.get(r["measure"])
+        frame = fixed.get(int(r["seeds"]), {}).get(r["measure"])
         hit = frame[frame["cell_id"] == r["cell_id"]] if frame is not None and len(frame) else None
         words, fixed_sig = _fixed_words(hit.iloc[0].to_dict() if hit is not None and len(hit) else None, alpha)
         decision = r["decision"]

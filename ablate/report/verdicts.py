@@ -164,16 +164,9 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
                            spec.stats.power)
         nanova, nwhy = sn.factor_anova(seeds, factors, alpha)
         neffects = sn.main_effects(seeds, factors, confidence)
-    members = members_all = fam.members([(metric, comp), ("norm", ncomp)], [(metric, anova), ("norm", nanova)])
-    fixed: dict[str, pd.DataFrame] = {}  # a sequential study: measure → the fixed design's comparisons, Holm over its family
-    if sequential:
-        would = fam.adjust(members, alpha)
-        if len(comp):
-            fixed[metric] = fam.apply(comp, would, metric, "comparison", alpha)
-        if len(ncomp):
-            norm_fixed = fam.apply(ncomp, would, "norm", "comparison", alpha)
-            fixed.update({f"{fam.NORM_PREFIX}{m}": f for m, f in norm_fixed.groupby("measure", sort=False)})
-        members = members.iloc[0:0]  # the seeds depended on the results: only the sequential tests are valid
+    members = fam.members([(metric, comp), ("norm", ncomp)], [(metric, anova), ("norm", nanova)])
+    if sequential:  # the seeds depended on the results: only the sequential design's tests are valid
+        members = members.iloc[0:0]
     adjusted = fam.adjust(members, alpha)
     m = max(1, len(adjusted))
     if len(comp):
@@ -194,12 +187,43 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
         from ablate.report import sequential as seqrep
 
         seq_m = seqrep.family_size(spec)
+        fixed, sizes = {}, []
+        for n in sorted({int(r["seeds"]) for r in seqrep.decisions(res.sequential, spec)}):
+            fixed[n], size = _fixed_design(spec, trials, metric, ref_id, factors, alpha, norms, n)
+            sizes.append(size)
         beside = seqrep.fixed_beside(res.sequential, spec, fixed, dict(short), alpha)
-        floors = [x for f in fixed.values() for x in f["p_min"]]
-        seq_why = seqrep.fixed_why(spec, len(members_all), floors, alpha)
+        floors = [x for at in fixed.values() for f in at.values() for x in f["p_min"]]
+        seq_why = seqrep.fixed_why(spec, max(sizes, default=0), floors, alpha)
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
                     effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds), seq_m, dict(short), key,
                     beside, seq_why)
+
+
+def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, factors: list[str], alpha: float,
+                  norms: NormInputs | None, n: int) -> tuple[dict[str, pd.DataFrame], int]:
+    """What a fixed design would test on each cell's first ``n`` seeds (the seeds a sequential look
+    analysed): measure → its comparisons with ``p_adj`` Holm over that design's whole family
+    (comparisons and ANOVA terms on every measure), and the family's size."""
+    first = set(spec.seed_list[:n])
+    comp, anova, ncomp, nanova = pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
+    if metric in trials.columns:
+        at = trials[trials["seed"].isin(first)]
+        comp = stats.compare_to_reference(at, metric, ref_id, alpha, min_effect=spec.stats.min_effect,
+                                          power=spec.stats.power)
+        anova, _ = accuracy_anova(at, metric, factors)
+    if norms is not None and len(norms.seeds):
+        from ablate.stats import norms as sn
+
+        seeds = norms.seeds[norms.seeds["seed"].isin(first)]
+        ncomp = sn.compare(seeds, norms.per_layer[norms.per_layer["seed"].isin(first)], ref_id, norms.fig_order,
+                           alpha, min_ratio=spec.stats.min_ratio, power=spec.stats.power, ratio_intervals=False)
+        nanova, _ = sn.factor_anova(seeds, factors, alpha)
+    would = fam.adjust(fam.members([(metric, comp), ("norm", ncomp)], [(metric, anova), ("norm", nanova)]), alpha)
+    out = {metric: fam.apply(comp, would, metric, "comparison", alpha)} if len(comp) else {}
+    if len(ncomp):
+        norm_fixed = fam.apply(ncomp, would, "norm", "comparison", alpha)
+        out.update({f"{fam.NORM_PREFIX}{m}": f for m, f in norm_fixed.groupby("measure", sort=False)})
+    return out, len(would)
 
 
 def _repower(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float) -> pd.DataFrame:
