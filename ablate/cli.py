@@ -147,25 +147,9 @@ def plan(
     """One row per cell: id, level labels, trials, done / partial / reused / stale / new, where
     results come from; totals; orphaned trials; --estimate."""
     spec = _load(file, set_, multirun)
-    from ablate.runner import estimate as est
-    from ablate.runner import plan as planning
-
-    # Reads the study's storage only if it exists.
-    the_plan = planning.build(spec, storage, tracking_uri, reuse=reuse, reuse_stale=reuse_stale)
-    planning.render(the_plan, out, reuse_stale)
     from ablate import plan_checks
 
-    for line in planning.sequential_lines(spec, storage) + planning.until_converged_lines(spec, storage) + \
-            plan_checks.blocker_lines(the_plan) + plan_checks.significance_lines(spec):
-        out.print(line, highlight=False, soft_wrap=True)
-    if estimate:
-        from ablate.runner.pool import estimate_threads
-
-        threads = estimate_threads(workers, device)  # each worker of a CPU pool gets its share of the cores
-        est.render_estimate(est.estimate(the_plan, device, workers=workers, threads=threads), out)
-    seconds = plan_checks.measured_seconds(the_plan, device) if estimate else None
-    for line in plan_checks.sequential_price_lines(the_plan, seconds, workers):
-        out.print(line, highlight=False, soft_wrap=True)
+    plan_checks.report(spec, storage, tracking_uri, reuse, reuse_stale, estimate, device, workers).print(out)
 
 
 @app.command()

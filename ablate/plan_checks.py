@@ -1,6 +1,7 @@
 """What ``ablate plan`` warns about before a run: a design whose comparisons cannot reach
 significance, the price of a sequential study (now and at most), and the longer WSD cells whose
-kept shorter runs a setting keeps them from continuing.
+kept shorter runs a setting keeps them from continuing; and ``report``, the whole of ``ablate plan``
+as a library call (a ``PlanReport`` that prints itself).
 
 Kept apart from ``ablate.runner.plan`` (which builds and renders the plan) and ``ablate.runner.estimate``: these
 read the plan and say what it implies.
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from ablate.runner.estimate import duration, measure, trial_seconds
+from ablate.runner import plan as planning
+from ablate.runner.estimate import Estimate, duration, estimate, measure, render_estimate, trial_seconds
 from ablate.runner.plan import FINISHED, Plan
+from ablate.runner.pool import estimate_threads
 from ablate.spec import Spec
 
 #: The measures the norm report tests (``ablate.stats.family``'s names).
@@ -166,3 +170,38 @@ def measured_seconds(plan: Plan, device: str = "cpu") -> Callable[[dict[str, Any
         return trial_seconds(config, plan.spec.probes, timings[key])
 
     return seconds_of
+
+
+@dataclass
+class PlanReport:
+    """What ``ablate plan`` prints: the plan's table and lines, what it implies (a sequential study's
+    looks, extensions until converged, blocked continuations, unreachable significance), the
+    estimate when asked for, and a sequential study's price."""
+
+    plan: Plan
+    reuse_stale: bool
+    notes: list[str]
+    estimate: Estimate | None
+    prices: list[str]
+
+    def print(self, console: Any) -> None:
+        planning.render(self.plan, console, self.reuse_stale)
+        for line in self.notes:
+            console.print(line, highlight=False, soft_wrap=True)
+        if self.estimate is not None:
+            render_estimate(self.estimate, console)
+        for line in self.prices:
+            console.print(line, highlight=False, soft_wrap=True)
+
+
+def report(spec: Spec, storage: str | None = None, tracking_uri: str | None = None, reuse: bool = True,
+           reuse_stale: bool = False, timed: bool = False, device: str = "cpu", workers: int = 1) -> PlanReport:
+    """``ablate plan`` as a library call: the plan of ``spec`` (its storage read only if it exists)
+    and, ``timed``, the measured estimate of what is pending with ``workers`` local workers."""
+    plan = planning.build(spec, storage, tracking_uri, reuse=reuse, reuse_stale=reuse_stale)
+    notes = (planning.sequential_lines(spec, storage) + planning.until_converged_lines(spec, storage)
+             + blocker_lines(plan) + significance_lines(spec))
+    # Each worker of a CPU pool gets its share of the cores: the estimate times a trial with that share.
+    est = estimate(plan, device, workers=workers, threads=estimate_threads(workers, device)) if timed else None
+    prices = sequential_price_lines(plan, measured_seconds(plan, device) if timed else None, workers)
+    return PlanReport(plan, reuse_stale, notes, est, prices)
