@@ -108,10 +108,15 @@ def not_a_class(*args):
 @pytest.fixture
 def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder on sys.path for plug-in modules by path (removed from sys.modules after)."""
+    from ablate.tasks.registration import REGISTERED
+
+    tasks = dict(REGISTERED)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
     for name in [m for m in sys.modules if m.startswith("my_plugin")]:
         del sys.modules[name]
+    REGISTERED.clear()  # the tasks its modules registered would stay in every later test's task names
+    REGISTERED.update(tasks)
 
 
 @pytest.mark.parametrize("attribute,broken", [

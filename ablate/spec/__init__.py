@@ -25,6 +25,7 @@ from ablate.spec.files import (
     reads_raw,
     split_override,
 )
+from ablate.spec.inits import InitSpec, PluginInit, RingInit, RotrnnInit
 from ablate.spec.loader import MAX_BYTES, MAX_DEPTH, MAX_NODES, parse_yaml, parse_yaml_lines
 from ablate.spec.models import (
     BUDGET_KEYS,
@@ -42,15 +43,11 @@ from ablate.spec.models import (
     WSD_WARMUP_STEPS,
     CompareEntry,
     FactorSpec,
-    InitSpec,
     LabelledLevel,
     ModelSpec,
     Objective,
-    PluginInit,
     ProbeSpec,
     Reference,
-    RingInit,
-    RotrnnInit,
     Spec,
     StatsSpec,
     TrainSpec,

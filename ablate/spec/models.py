@@ -19,12 +19,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
-    PlainSerializer,
     PlainValidator,
     Tag,
     ValidationError,
@@ -34,12 +31,14 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import WithJsonSchema
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ablate import plugins, stores
 from ablate.models import registry
 from ablate.report import REPORTS
+from ablate.spec.base import DEFER_COMBINATIONS, Strict
+from ablate.spec.base import deferred as _deferred
 from ablate.spec.errors import REPORT_TAGS, Problems, SpecError, not_one_of, validation_problems
+from ablate.spec.inits import Init, RotrnnInit
 from ablate.spec.reports import ReportOptions
 from ablate.tasks.registry import task_params_model
 
@@ -55,13 +54,6 @@ MAX_SEED = 2**31 - 1
 MAX_NAME = min(stores.MAX_STUDY_NAME, stores.MAX_EXPERIMENT_NAME, stores.MAX_RUN_NAME,
                stores.MAX_FILE_NAME - stores.FILE_SUFFIX)
 TUNE_SEED_BASE = 10_000  # tune.seeds: k means seeds 10000 … 10000+k−1
-
-
-class Strict(BaseModel):
-    """Unknown keys are errors, and types are strict where a user would be surprised: a boolean is
-    never a number, quoted text never a number, 2.0 never an integer (an integer is a number)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
 
 def _choice(names: tuple[str, ...]) -> Any:
@@ -106,120 +98,7 @@ def _report_entry() -> Any:
                      Discriminator(which)]
 
 
-# Validation context key: leave out the checks of how a model's (or init's) values fit together
-# (heads dividing state_dim, ordered bounds). ``parse(..., combinations=False)`` sets it for the
-# baseline of a spec, whose combinations matter only where a cell keeps them (ablate.design
-# validates every resolved cell in full).
-DEFER_COMBINATIONS = "defer_combinations"
-
-
-def _deferred(info: ValidationInfo) -> bool:
-    return bool(info.context and info.context.get(DEFER_COMBINATIONS))
-
-
 # --- the baseline -------------------------------------------------------------------------------
-
-
-class RingInit(Strict):
-    """LRU ring initialisation: |λ|² ~ U[r_min², r_max²], phase ~ U[0, max_phase]."""
-
-    scheme: Literal["ring"] = "ring"
-    r_min: float = Field(0.9, ge=0.0, lt=1.0, description="smallest eigenvalue magnitude")
-    r_max: float = Field(0.999, gt=0.0, lt=1.0, description="largest eigenvalue magnitude")
-    max_phase: float = Field(6.283, ge=0.0, description="phases drawn from [0, max_phase]")
-    identity_basis: bool = Field(False, description="rotation only: fix P = I instead of learning it")
-
-    @model_validator(mode="after")
-    def _ordered(self, info: ValidationInfo) -> RingInit:
-        if self.r_min > self.r_max and not _deferred(info):
-            raise ValueError(f"r_min ({self.r_min}) must not exceed r_max ({self.r_max})")
-        return self
-
-
-class RotrnnInit(Strict):
-    """RotRNN initialisation: −log γ log-uniform between −log γ_max and −log γ_min, θ ~ U[0, max_phase]."""
-
-    scheme: Literal["rotrnn"] = "rotrnn"
-    gamma_min: float = Field(0.5, gt=0.0, lt=1.0, description="smallest decay γ")
-    gamma_max: float = Field(0.999, gt=0.0, lt=1.0, description="largest decay γ")
-    max_phase: float = Field(0.0314, ge=0.0, description="rotation angles drawn from [0, max_phase]")
-    identity_basis: bool = Field(False, description="fix P = I instead of learning it")
-
-    @model_validator(mode="after")
-    def _ordered(self, info: ValidationInfo) -> RotrnnInit:
-        if self.gamma_min > self.gamma_max and not _deferred(info):
-            raise ValueError(f"gamma_min ({self.gamma_min}) must not exceed gamma_max ({self.gamma_max})")
-        return self
-
-
-class PluginInit(Strict):
-    """The parameters of an initialisation scheme from a plug-in (docs/plugins.md): its scheme
-    class's ``Params``, a subclass of this one that adds its own fields (strict, with their bounds
-    and defaults, as ``RingInit`` and ``RotrnnInit`` declare theirs)."""
-
-    scheme: str = Field(description="an installed plug-in's name, or package.module:attribute")
-    max_phase: float = Field(0.0314, ge=0.0, description="phases drawn from [0, max_phase]")
-    identity_basis: bool = Field(False, description="rotation only: fix P = I instead of learning it")
-
-
-PLUGIN_INIT_TAG = "plugin-init"  # the union's tag of a plug-in scheme (spec.errors hides it from paths)
-
-
-def _init_tag(value: Any) -> str | None:
-    scheme = value.get("scheme") if isinstance(value, dict) else getattr(value, "scheme", None)
-    if scheme is None:
-        return None
-    # a built-in name is told without looking for plug-ins (a spec of built-ins reads no entry points)
-    return scheme if scheme in registry.INIT_SCHEMES.builtin_names else PLUGIN_INIT_TAG
-
-
-def plugin_init_params(scheme: str) -> type[PluginInit]:
-    """The parameter model of a plug-in init scheme (its class's ``Params``, else ``PluginInit``);
-    ValueError naming the valid schemes, built-in and plug-in (the closest one too), for an unknown
-    name, or saying why the plug-in cannot be used."""
-    levels = registry.INIT_SCHEMES
-    if not isinstance(scheme, str) or not levels.accepts(scheme):
-        raise ValueError(not_one_of(scheme, levels.names, plugins=True))
-    try:
-        cls = levels.load(scheme)
-    except plugins.PluginError as exc:
-        raise ValueError(str(exc)) from None
-    params = getattr(cls, "Params", None) or PluginInit  # none declared: max_phase and identity_basis only
-    if not (isinstance(params, type) and issubclass(params, PluginInit)):
-        raise ValueError(f"initialisation plug-in {scheme!r}: its Params is not a subclass of ablate.spec.PluginInit")
-    return params
-
-
-def _plugin_init(value: Any, info: ValidationInfo) -> PluginInit:
-    if isinstance(value, PluginInit):
-        return value
-    if not isinstance(value, dict):
-        raise ValueError("must be a mapping with a 'scheme' and that scheme's parameters")
-    try:
-        params = plugin_init_params(value["scheme"])
-    except ValueError as exc:  # reported at model.init.scheme, where the name was written
-        raise ValidationError.from_exception_data("init", [InitErrorDetails(
-            type=PydanticCustomError("init_scheme", "{message}", {"message": str(exc)}),
-            loc=("scheme",), input=value["scheme"])]) from None
-    # its errors keep their keys (model.init.r_min), as a built-in scheme's do
-    return params.model_validate(value, context=info.context)
-
-
-PluginInitValue = Annotated[
-    PluginInit,
-    PlainValidator(_plugin_init),
-    PlainSerializer(lambda v, info: v.model_dump(mode=info.mode)),
-    WithJsonSchema({"type": "object", "properties": {"scheme": {"type": "string"}}, "required": ["scheme"],
-                    "title": "a plug-in scheme and its parameters"}),
-]
-
-InitSpec = RingInit | RotrnnInit | PluginInit  # one shape per built-in scheme of registry.INIT_SCHEMES, then plug-ins'
-Init = Annotated[
-    Annotated[RingInit, Tag("ring")] | Annotated[RotrnnInit, Tag("rotrnn")]
-    | Annotated[PluginInitValue, Tag(PLUGIN_INIT_TAG)],
-    Discriminator(_init_tag, custom_error_type="union_tag_not_found",
-                  custom_error_context={"discriminator": "'scheme'"}),
-]
 
 
 class ModelSpec(Strict):
