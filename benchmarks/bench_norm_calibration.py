@@ -20,6 +20,11 @@ seeds, 8 paired) it prints, per measure:
 - the runs flagged (``per_seed``'s ``flag``) and, where a run was flagged for late growth, the
   share of studies with any verdict once it is put back (``sensitivity``).
 
+``--parts seeds`` runs the over-seeds test alone (``norm_seeds.spread_test`` on the runs and units
+the report gives it), fast enough for 1,000+ tests per null and setting (``--seeds-studies``, 3
+tests a study), and a "level" null besides: the gaussian one with two variants' log ‖x‖² shifted
+unit by unit (equal spread, different levels), which it must not call a difference.
+
 The process, on the log scale, for variant v, seed s, layer l, probe step k of K:
 
     log ‖x‖² = μ(l, k) + a(s) + b(s)·k/K + c(s, l) + e(s, l, k)
@@ -394,7 +399,7 @@ def estimate(study: str, home: str | None, data: str | None) -> Process:
 SETTINGS = [(False, 5), (True, 8)]
 #: The coverage and depth parts' settings.
 COVERAGE_SETTINGS = [(True, 3), (True, 5), (True, 8), (False, 3), (False, 5), (False, 8)]
-PARTS = ("tests", "coverage", "depth")
+PARTS = ("tests", "seeds", "coverage", "depth")
 #: The null studies of the tests part: (log-normal shape of the seed effects, one late run).
 NULLS = {"gaussian": (0.0, False), "lognormal 0.5": (0.5, False), "lognormal 1": (1.0, False),
          "late run": (0.0, True)}
@@ -449,6 +454,66 @@ def print_tests(process: Process, args: argparse.Namespace, rng: np.random.Gener
           "flagged: runs per_seed flags (non-finite norms or late growth).")
 
 
+#: The seeds part's level null: log ‖x‖² of two variants shifted, unit by unit, by a constant over seeds (their
+#: levels differ, their spreads over seeds do not): the over-seeds test must not call it a difference.
+LEVEL_SHIFT = {"a": 1.0, "c": -0.7}
+
+
+def seeds_rates(p: Process, studies: int, seeds: int, paired: bool, alpha: float, rng: np.random.Generator,
+                level: bool = False) -> tuple[int, int, int]:
+    """(rejections, tests, studies with a flagged run) of the over-seeds test alone over ``studies``
+    null studies, on the runs and units ``seeds_comparisons`` gives it (``flags``' unflagged runs,
+    ``_common_seeds``, the units both sides measured) but without the rest of that family (its
+    t rows and power lines cost ten times the test); ``level``: with ``LEVEL_SHIFT``."""
+    rejected = tested = flagged = 0
+    for _ in range(studies):
+        norms = simulate(p, seeds, paired, rng)
+        if level:
+            k = norms["step"].to_numpy(float) / norms["step"].max()
+            shift = norms["cell_id"].map(LEVEL_SHIFT).fillna(0.0).to_numpy(float) * (1 + k + 0.5 * norms["layer"])
+            norms = norms.assign(value=norms["value"] * np.exp(shift))
+        fl = norm_seeds.flags(norms)
+        bad = fl[fl["flag"] != ""]
+        flagged += bool(len(bad))
+        keep = ~pd.MultiIndex.from_frame(norms[["cell_id", "seed"]]).isin(pd.MultiIndex.from_frame(bad[["cell_id", "seed"]]))
+        norms = norms[keep]
+        ref = norms[norms["cell_id"] == "ref"]
+        for cell in CELLS[1:]:
+            mine = norms[norms["cell_id"] == cell]
+            use_c, use_r = norm_seeds._common_seeds(mine["seed"], ref["seed"])
+            (_, xc, uc), (_, xr, ur) = norm_seeds.profiles(mine, use_c), norm_seeds.profiles(ref, use_r)
+            units = uc.intersection(ur)
+            pv = norm_seeds.spread_test(xc[:, uc.get_indexer(units)], xr[:, ur.get_indexer(units)],
+                                        paired and len(set(use_c) & set(use_r)) >= 2)[0]
+            if np.isfinite(pv):
+                rejected += int(pv < alpha)
+                tested += 1
+    return rejected, tested, flagged
+
+
+def print_seeds(process: Process, args: argparse.Namespace, rng: np.random.Generator) -> None:
+    """The over-seeds test alone, at ``--seeds-studies`` null studies per null and setting (3 tests a
+    study), and on the level null (gaussian, two variants' levels shifted)."""
+    k = len(CELLS) - 1
+    lo, hi = _band(k * args.seeds_studies, args.alpha)
+    print(f"The over-seeds test alone (norm_seeds.spread_test via seeds_comparisons, flagged runs left out): "
+          f"{args.seeds_studies} null studies per null and setting, {k * args.seeds_studies} tests; 99.9% band "
+          f"around α = {args.alpha:g}: [{lo:.3f}, {hi:.3f}]")
+    print(f"{'null':<16}{'setting':<12}{'rejects':>9}{'tests':>7}{'flagged':>9}{'s':>6}")
+    nulls = [*args.nulls, "level"] if "gaussian" in args.nulls else list(args.nulls)
+    for name in nulls:
+        tail, late = NULLS.get(name, (0.0, False))
+        p = replace(process, tail=tail, late=late)
+        for paired, seeds in SETTINGS:
+            start = time.perf_counter()
+            r, n, f = seeds_rates(p, args.seeds_studies, seeds, paired, args.alpha, rng, level=name == "level")
+            setting = f"{seeds} {'paired' if paired else 'unpaired'}"
+            print(f"{name:<16}{setting:<12}{r / n if n else np.nan:>9.3f}{n:>7}{f / args.seeds_studies:>9.3f}"
+                  f"{time.perf_counter() - start:>6.0f}", flush=True)
+    print("rejects: share of the tests with p < α; flagged: share of studies with a flagged run (left out); level: "
+          f"the gaussian null with variants a and c shifted by {LEVEL_SHIFT} × (1 + k/K + layer/2) on log ‖x‖².")
+
+
 def print_coverage(process: Process, args: argparse.Namespace, rng: np.random.Generator) -> None:
     """The value intervals' coverage alone, at ``--draws`` intervals per null and setting (no tests: fast)."""
     band = 3.29 * math.sqrt(0.05 * 0.95 / args.draws)
@@ -499,6 +564,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--studies", type=int, default=100)
     parser.add_argument("--interval-studies", type=int, default=40,
                         help="studies per setting on which the over-seeds ratio's interval (test inversion) is computed")
+    parser.add_argument("--seeds-studies", type=int, default=400,
+                        help="null studies per null and setting of the seeds part (the over-seeds test alone, 3 a study)")
     parser.add_argument("--nulls", nargs="+", choices=list(NULLS), default=list(NULLS))
     parser.add_argument("--truth-runs", type=int, default=20000, help="runs of the Monte Carlo for the true values")
     parser.add_argument("--tiny", action="store_true", help="one study per null and setting, small Monte Carlos: "
@@ -513,7 +580,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", help="an `ablate export` folder to estimate from instead of stores")
     args = parser.parse_args(argv)
     if args.tiny:
-        args.studies, args.interval_studies, args.truth_runs, args.draws = 1, 1, 500, 100
+        args.studies, args.interval_studies, args.truth_runs, args.draws, args.seeds_studies = 1, 1, 500, 100, 1
     warnings.simplefilter("ignore")
     process = estimate(args.estimate, args.home, args.data) if args.estimate or args.data else Process()
     src = f"estimated from {args.estimate or args.data}" if args.estimate or args.data else "defaults"
@@ -527,6 +594,8 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if part == "tests":
             print_tests(process, args, rng)
+        elif part == "seeds":
+            print_seeds(process, args, rng)
         else:
             if part == "coverage":
                 print_coverage(process, args, rng)
