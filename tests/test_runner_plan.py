@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import copy
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,6 +78,19 @@ def test_a_plan_of_many_cells_prints_one_plain_line_per_cell(tmp_path, monkeypat
     rows = [line.split() for line in lines[2 : 2 + planning.PLAIN_ROWS + 1]]
     assert [r[0] for r in rows] == [c.id for c in design.cells(design.validate(raw))]
     assert all(r[2:] == ["1", "0", "0", "0", "1", "new"] for r in rows) and "│" not in res.output
+
+
+def test_plan_loads_neither_torch_nor_mlflow_nor_scipy(tmp_path):
+    """``ablate plan`` imports the estimate's module (and through it the worker) at the top: what
+    they import at the top must stay light, or every plan pays torch's and MLflow's seconds."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(RAW))
+    code = ("import sys\nfrom ablate.cli import app\ntry:\n    app(['plan', sys.argv[1]], standalone_mode=False)\n"
+            "finally:\n    print(sorted(m for m in ('torch', 'mlflow', 'scipy') if m in sys.modules), file=sys.stderr)")
+    env = {**os.environ, "ABLATE_HOME": str(tmp_path / "home")}
+    env.pop("ABLATE_STORAGE", None)
+    done = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True, text=True, env=env, check=True)
+    assert "cells" in done.stdout and done.stderr.strip().splitlines()[-1] == "[]", done.stderr
 
 
 def test_invalid_specs_exit_2_and_write_nothing(tmp_path, monkeypatch):
