@@ -280,6 +280,18 @@ def test_a_level_difference_is_not_a_spread_difference():
     ref = rng.normal(0, 0.3, (6, 8))
     p, _, _ = sn.norm_seeds.spread_test(ref[::-1] + np.log(10), ref, paired=False)
     assert p == 1.0
+    # Paired or not, any level that is the same over seeds (unit by unit) leaves the test's p as it is,
+    # while the same shift in one seed alone (a spread) moves it.
+    cell = rng.normal(0, 0.3, (8, 8))
+    level = rng.normal(0, 2, (1, 8))
+    ref8 = rng.normal(0, 0.3, (8, 8))
+    for paired in (False, True):
+        p = sn.norm_seeds.spread_test(cell, ref8, paired)[0]
+        assert sn.norm_seeds.spread_test(cell + level, ref8, paired)[0] == pytest.approx(p, abs=1e-12)
+        assert sn.norm_seeds.spread_test(cell, ref8 - level, paired)[0] == pytest.approx(p, abs=1e-12)
+        one = np.zeros_like(cell)
+        one[3] = 3.0
+        assert sn.norm_seeds.spread_test(cell + one, ref8, paired)[0] < p
 
 
 def test_the_ratio_interval_inverts_the_test_and_says_when_it_cannot():
