@@ -39,6 +39,7 @@ GROUPS: dict[str, str] = {
     "nonlinearity": "ablate.nonlinearities",
     "activation": "ablate.activations",
     "task": "ablate.tasks",
+    "metric": "ablate.metrics",
     "section": "ablate.report_sections",
 }
 

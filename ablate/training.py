@@ -91,6 +91,19 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
     return split_metrics(totals)
 
 
+@torch.no_grad()
+def plugin_metrics(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, names: list[str],
+                   batch: int = 256) -> dict[str, float]:
+    """``test_<name>`` → each metric plug-in's value on the scored positions of (x, y)
+    (``ablate.metrics``)."""
+    from ablate import metrics
+
+    model.eval()
+    parts = [metrics.scored(model(x[i : i + batch]), y[i : i + batch]) for i in range(0, len(x), batch)]
+    model.train()
+    return metrics.compute(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), names)
+
+
 def add_batch(totals: list, logits: torch.Tensor, y: torch.Tensor) -> None:
     """Add one evaluation batch to ``totals`` = [loss sum, correct, counted] (``evaluate``'s, and
     the fused trainer's per replicate)."""
@@ -448,6 +461,8 @@ class Trial:
                             else evaluate(model, x.to(self.device), y.to(self.device)))
                 for name, value in measured.items():
                     metrics[f"{split}_{name}"] = value
+            if self.train.metrics:  # plug-in metrics (ablate.metrics), on the test set only
+                metrics.update(plugin_metrics(model, *(t.to(self.device) for t in data.test), self.train.metrics))
             reporter.log_metrics(step, {k.replace("_", "/", 1): v for k, v in metrics.items()})
             reporter.log_curves(self.prober.probe(step))
         done.update(steps=step, stopped_early=stopped, best_step=plateau.best_step)

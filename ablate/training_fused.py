@@ -60,6 +60,8 @@ def fusable(configs: Sequence[dict[str, Any]]) -> str | None:
     if not configs:
         return "no replicates to fuse"
     first = configs[0]
+    if first["train"].get("metrics"):  # computed by the trial's own loop (ablate.training.plugin_metrics)
+        return "plug-in metrics (train.metrics) are computed by unfused trials only"
     for i, config in enumerate(configs[1:], 1):
         for part in ("task", "model"):
             if config.get(part) != first.get(part):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ablate import design, plugins
+from ablate import design, metrics, plugins
 from ablate.design import identity
 from ablate.models import contract, registry
 from ablate.spec import SpecError
@@ -216,6 +216,13 @@ def test_the_example_study_runs_with_a_grid_from_the_command_line(tmp_path: Path
     assert status.returncode == 0, status.stderr
     for cell in ("Cayley, layers=1", "Cayley, layers=2", "RotRNN, layers=2", "LRU, layers=1"):
         assert cell in status.stdout
+    # the package's metric (train.metrics: [macro_f1]) is a column of the trials frame
+    code = ("from ablate import results\nt = results.load('cayley_parity', curves=False).trials\n"
+            "print(t['test_macro_f1'].to_list(), t['test_accuracy'].to_list())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    f1, accuracy = (yaml.safe_load(part + "]") for part in done.stdout.strip()[:-1].split("] "))
+    assert len(f1) == 6 and all(0.0 <= v <= 1.0 for v in f1) and f1 != accuracy
 
 
 def test_a_plugin_a_worker_cannot_import_fails_its_item_as_an_error(tmp_path: Path) -> None:
@@ -348,3 +355,59 @@ def test_editing_an_init_plugin_makes_new_cells(plugin_dir: Path) -> None:
     before = identity.cell_id(cell.config), identity.config_key(cell.config)
     module.write_text("from ablate.models.inits import RotrnnInit as Mine  # edited\n")
     assert identity.cell_id(cell.config) != before[0] and identity.config_key(cell.config) == before[1]
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+BROKEN_METRICS = '''
+def nan(logits, targets):
+    return float("nan")
+
+
+def raises(logits, targets):
+    raise RuntimeError("no metric today")
+
+
+def mean_target(logits, targets):
+    return targets.float().mean()
+'''
+
+
+def test_a_metric_plugin_is_chosen_in_train_metrics_and_enters_the_cell_id(plugin_dir: Path) -> None:
+    (plugin_dir / "my_plugin_metrics.py").write_text(BROKEN_METRICS)
+    plain = design.cells(design.loads(spec_text(factors={})))[0]
+    spec = design.loads(spec_text(train={"steps": 4, "batch_size": 8, "metrics": ["macro_f1"]}, factors={}))
+    cell, = design.cells(spec)
+    assert contract.spec_problems(spec) == []
+    ident = identity.plugin_identities(cell.config)["train.metrics.macro_f1"]
+    assert ident["target"] == "ablate_cayley.metrics:macro_f1" and ident["distribution"] == "ablate-cayley 0.1.0"
+    assert cell.id != plain.id and "train.metrics" not in identity.plugin_identities(plain.config)
+    # no metrics is the neutral setting: the cells of a spec without them keep their ids
+    assert "metrics" not in identity.identity_config(plain.config)["train"]
+    assert metrics.column("macro_f1") == "test_macro_f1"
+    assert metrics.column("my_plugin_metrics:mean_target") == "test_mean_target"
+    import torch
+
+    logits, targets = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]]), torch.tensor([0, 1, 1])
+    assert metrics.compute(logits, targets, ["macro_f1", "my_plugin_metrics:mean_target"]) == pytest.approx(
+        {"test_macro_f1": 2 / 3, "test_mean_target": 2 / 3})  # F1 of each class: 2/3 (P 1/2, R 1; P 1, R 1/2)
+
+
+def test_unknown_metrics_say_the_closest(plugin_dir: Path) -> None:
+    with pytest.raises(SpecError, match=r"train.metrics\[0\]: .macro_f2. is not one of: macro_f1; or a plug-in .*"
+                                        "did you mean 'macro_f1'"):
+        design.loads(spec_text(train={"steps": 4, "metrics": ["macro_f2"]}, factors={}))
+
+
+@pytest.mark.parametrize("attribute,broken", [
+    ("nan", "gives nan on a batch of 8 rows of 3 classes"),
+    ("raises", "RuntimeError: no metric today"),
+    ("missing", "has no attribute 'missing'"),
+])
+def test_validate_rejects_a_metric_plugin_that_breaks_its_contract(plugin_dir: Path, attribute: str,
+                                                                   broken: str) -> None:
+    (plugin_dir / "my_plugin_metrics.py").write_text(BROKEN_METRICS)
+    target = f"my_plugin_metrics:{attribute}"
+    spec = design.loads(spec_text(train={"steps": 4, "metrics": [target]}, factors={}))
+    (where, message), = contract.spec_problems(spec)
+    assert where == "train.metrics" and target in message and broken in message

@@ -35,7 +35,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from ablate import plugins
+from ablate import metrics, plugins
 from ablate.models.registry import MODEL_FACTORS
 from ablate.spec import BUDGET_KEYS, Spec, TrainSpec, get_path
 
@@ -60,6 +60,8 @@ NEUTRAL: dict[str, Any] = {
     "train.decay_shape": "1-sqrt",
     # issue 28: training until converged (absent: the budget is train.steps, as before)
     "train.until_converged": None,
+    # issue 46: metric plug-ins (none: the built-in metrics only)
+    "train.metrics": [],
 }
 
 
@@ -147,6 +149,8 @@ def plugin_identities(config: dict[str, Any]) -> dict[str, dict[str, str]]:
     task = plugin_of(config["task"]["name"])
     if task is not None:
         out["task.name"] = plugins.identity(task)
+    for name in config.get("train", {}).get("metrics") or ():
+        out[f"train.metrics.{name}"] = plugins.identity(metrics.plugin(name))
     return out
 
 

@@ -8,7 +8,8 @@ some to the recurrent parameters it declares, which must be its own), whose laye
 (what the probes read) computes, and — where it claims both a parallel scan and a step — whose
 scan, sequential loop and step-by-step outputs agree; an init scheme must also give magnitudes in
 (0, 1), phases of the shape asked and finite, and positive scales of B and C. A task plug-in must generate three splits
-whose inputs and targets fit what it declares (``ablate.tasks.base``). Each broken promise is one
+whose inputs and targets fit what it declares (``ablate.tasks.base``); a metric plug-in
+(``ablate.metrics``) a finite number on a tiny batch. Each broken promise is one
 problem naming the plug-in (its spec name, target and origin) and what it broke.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ablate import plugins
+from ablate import metrics, plugins
 from ablate.models import registry
 
 BATCH, STEPS = 2, 8
@@ -249,6 +250,13 @@ def problems(configs: Iterable[dict[str, Any]]) -> Problems:
                 except (Broken, plugins.PluginError) as exc:
                     who = " with ".join(_who(p, lvl.plugin) for p, lvl in levels if lvl.plugin is not None)
                     out.append((levels[0][0], f"{who}: {exc}"))
+        for name in config.get("train", {}).get("metrics") or ():
+            if f"metric:{name}" not in seen:
+                seen.add(f"metric:{name}")
+                try:
+                    metrics.check(name)
+                except (plugins.PluginError, ValueError) as exc:
+                    out.append(("train.metrics", str(exc)))
         tkey = repr(sorted(task.items()))
         task_plugin = plugin_of(task["name"])
         if task_plugin is not None and tkey not in seen:

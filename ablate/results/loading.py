@@ -13,6 +13,7 @@ from typing import Any, overload
 import polars as pl
 
 from ablate import design
+from ablate.metrics import column as metric_column
 from ablate.results.frames import CONVERGENCE, SUMMARY, SUMMARY_SENTINEL, TEXT_AND_COUNTS, Results, Studies
 from ablate.runner import sequential, tracking
 from ablate.runner.items import trials_by_item
@@ -108,6 +109,8 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
                 finished=trial.datetime_complete,
             )
             row.update({k: attrs.get(k) for k in SUMMARY})
+            # metric plug-ins the cell chose (train.metrics): a test_<name> column each
+            row.update({k: attrs.get(k) for k in map(metric_column, item.cell.config["train"].get("metrics") or ())})
             row.update({k: attrs.get(k) for k in CONVERGENCE})
             prov = attrs.get("provenance") or {}
             row.update(git_commit=prov.get("ablate.git_commit"), device=prov.get("ablate.device"),

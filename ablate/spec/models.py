@@ -32,12 +32,12 @@ from pydantic import (
 )
 from pydantic.json_schema import WithJsonSchema
 
-from ablate import plugins, stores
+from ablate import metrics, plugins, stores
 from ablate.models import registry
 from ablate.report import REPORTS
 from ablate.spec.base import DEFER_COMBINATIONS, Strict
 from ablate.spec.base import deferred as _deferred
-from ablate.spec.errors import REPORT_TAGS, Problems, SpecError, not_one_of, validation_problems
+from ablate.spec.errors import REPORT_TAGS, Problems, SpecError, not_one_of, short, validation_problems
 from ablate.spec.inits import Init, RotrnnInit
 from ablate.spec.reports import ReportOptions
 from ablate.tasks.registry import task_params_model
@@ -67,6 +67,22 @@ def _level(levels: registry.Registry) -> Any:
     def check(value: str) -> str:
         if not levels.accepts(value):
             raise ValueError(not_one_of(value, levels.names, plugins=True))
+        return value
+
+    return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
+
+
+def _metric_name() -> Any:
+    """A metric plug-in (``ablate.metrics``): an installed one's name, or ``module:function``."""
+
+    def check(value: str) -> str:
+        if plugins.is_target(value):
+            return value
+        names = metrics.installed_names()
+        if value not in names:
+            raise ValueError(not_one_of(value, names, plugins=True) if names else
+                             f"{short(value)} is not an installed metric plug-in (`ablate plugins` lists them); "
+                             "or a plug-in as package.module:attribute")
         return value
 
     return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
@@ -215,6 +231,10 @@ class TrainSpec(Strict):
         "SQLite MLflow store: every 25 keeps logging under 1% of a small model's trial)",
     )
     divergence_norm: float = Field(1e6, gt=0.0, description="a state norm past this marks the run diverged")
+    metrics: list[_metric_name()] = Field(
+        default_factory=list, max_length=metrics.MAX_METRICS,
+        description="metric plug-ins computed on the test set after training (docs/plugins.md): each is a "
+        "test_<name> column of the trials frame and a metric the accuracy report can take")
     until_converged: UntilConverged | None = Field(
         None,
         description="schedule: wsd — a replicate that ends still improving is trained on, extend_by steps at a "
