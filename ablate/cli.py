@@ -8,9 +8,11 @@ No traceback reaches the terminal unless ``ABLATE_TRACEBACK=1``: errors are one 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,8 +21,31 @@ from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
 from ablate.spec import Spec, SpecError
+from ablate.stores import StorageError
 
-app = typer.Typer(add_completion=False, rich_markup_mode="markdown", no_args_is_help=True, pretty_exceptions_enable=False,
+
+class _App(typer.Typer):
+    """Typer whose every command turns a store error (unreachable, refusing, not ablate's) into
+    one line and exit 1, wherever in the command it is raised."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        register = super().command(*args, **kwargs)
+
+        def decorator(f: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(f)  # typer reads the options from the wrapped signature
+            def guarded(*a: Any, **k: Any) -> Any:
+                try:
+                    return f(*a, **k)
+                except StorageError as exc:
+                    raise _store_error(exc) from None
+
+            register(guarded)
+            return f
+
+        return decorator
+
+
+app = _App(add_completion=False, rich_markup_mode="markdown", no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Systematic ablation studies of linear recurrent sequence models.")
 
 # Lines as long as they need in a pipe or log file (SLURM, `tee`): wrapped or truncated at 80
@@ -214,7 +239,6 @@ def run(
     spec = _load(file, set_, multirun, plugins=True)
     from rich.markup import escape
 
-    from ablate.runner import study as st
     from ablate.runner.launch import Stopped, run_study
     from ablate.runner.worker import WorkerStopped
     from ablate.stores import resolve
@@ -225,7 +249,7 @@ def run(
                           retry_failed=retry_failed)
     except Stopped as exc:
         raise _interrupted(exc.signum, exc.requeued, exc.what) from None
-    except (WorkerStopped, st.StorageError) as exc:
+    except WorkerStopped as exc:
         raise _store_error(exc) from None
     if after is None:  # queue only
         return
@@ -271,7 +295,6 @@ def worker(
     verbose: VerboseOpt = False,
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""
-    from ablate.runner import study as st
     from ablate.runner.signals import Interrupted
     from ablate.runner.worker import WorkerStopped, work
     from ablate.stores import resolve
@@ -295,7 +318,7 @@ def worker(
                         checkpoint_every=checkpoint_every, max_items=max_items)
     except Interrupted as exc:
         raise _interrupted(exc.signum, exc.requeued, "worker interrupted") from None
-    except (st.StorageError, WorkerStopped) as exc:
+    except WorkerStopped as exc:
         raise _store_error(exc) from None
     except KeyboardInterrupt:  # before the worker installed its handlers: nothing was claimed
         raise _interrupted(signal.SIGINT, [], "worker interrupted") from None
@@ -314,13 +337,10 @@ def status(
     import json
 
     from ablate.runner import locate, progress
-    from ablate.runner import study as st
 
-    try:  # one read-only opening of the study, its items' statuses read from the queue alone
-        found = locate.status(study, storage, tracking_uri, settle=True)  # ends what a kill left RUNNING
-        snap = progress.snapshot(found.study)
-    except st.StorageError as exc:
-        raise _store_error(exc) from None
+    # One read-only opening of the study, its items' statuses read from the queue alone.
+    found = locate.status(study, storage, tracking_uri, settle=True)  # ends what a kill left RUNNING
+    snap = progress.snapshot(found.study)
     workers = snap.workers
     if as_json:
         sys.stdout.write(json.dumps(found.to_json(progress.status_json(study, snap, workers)), default=str) + "\n")
@@ -383,17 +403,13 @@ def ls(storage: StorageOpt = None, tracking_uri: TrackingOpt = None) -> None:
     many were reused from other studies), last activity."""
     from ablate.runner import housekeeping as hk
     from ablate.runner import standing as sd
-    from ablate.runner import study as st
     from ablate.stores import redact, resolve
 
     url = sd.existing_store_url(storage)
     if url is None:
         out.print("no stores yet: no study has run here (see --storage, ABLATE_HOME)")
         return
-    try:
-        rows = hk.overview(resolve(url, tracking_uri, create=False))
-    except st.StorageError as exc:
-        raise _store_error(exc) from None
+    rows = hk.overview(resolve(url, tracking_uri, create=False))
     headers = ["study", "cells", "done", "reused", "failed", "running", "waiting", "dropped", "last activity"]
     table = [[r.name, str(r.cells), str(r.done), str(r.reused), str(r.failed), str(r.running), str(r.waiting),
               str(r.dropped), r.last.astimezone().strftime("%Y-%m-%d %H:%M:%S") if r.last else "-"] for r in rows]
@@ -492,7 +508,6 @@ def keep(
     (renamed) and links them (nothing runs; the MLflow runs are shared); STUDY drops them."""
     from ablate.runner import housekeeping as hk
     from ablate.runner import sequential
-    from ablate.runner import study as st
     from ablate.spec import NAME, NAME_RULE
     from ablate.stores import resolve
 
@@ -510,8 +525,6 @@ def keep(
     except hk.NoneKept as exc:
         err.print(f"[red]error[/red] {exc}", highlight=False)
         raise typer.Exit(1) from None
-    except st.StorageError as exc:
-        raise _store_error(exc) from None
     if done.dropped is None:
         out.print(f"{study}: no finished orphaned trials to keep")
         return
@@ -533,15 +546,12 @@ def gc(
     run of a cell whose checkpoint is gone trains from step 0."""
     from ablate.runner import housekeeping as hk
     from ablate.runner import phases
-    from ablate.runner import study as st
 
     try:
         found = phases.garbage(storage, every)
     except phases.NoStores as exc:
         err.print(f"[red]error[/red] {exc}")
         raise typer.Exit(1) from None
-    except st.StorageError as exc:
-        raise _store_error(exc) from None
     kept, drop = found.kept, found.drop
     if not kept:
         out.print(f"no kept checkpoints under {found.root / 'stable'}")
@@ -561,7 +571,6 @@ def gc(
 def _render(study: str, reports: list[str], out_dir: Path, formats: tuple[str, ...], storage, tracking_uri,
             parameters: dict | None = None, export: bool = False, data=None) -> None:
     from ablate.report.render import ReportError, render
-    from ablate.runner import study as st
 
     try:
         for path in render(study, reports, out_dir, formats, storage, tracking_uri, parameters, export, data):
@@ -571,8 +580,6 @@ def _render(study: str, reports: list[str], out_dir: Path, formats: tuple[str, .
                 files = sorted((out_dir / kind).glob("*")) if (out_dir / kind).is_dir() else []
                 stems = {f.name.split(".")[0] for f in files if not f.name.endswith("-data.csv")}
                 out.print(f"wrote {len(stems)} {kind} ({exts}) to {out_dir / kind}")
-    except st.StorageError as exc:
-        raise _store_error(exc) from None
     except ReportError as exc:  # the report, the cell and the error, not a notebook traceback
         from rich.markup import escape
 
@@ -622,7 +629,6 @@ def export_(
     DuckDB read it without ablate. Several studies: DIR/STUDY each. DIR must be new, empty or an
     export of the same study (replaced)."""
     from ablate import results
-    from ablate.runner import study as st
 
     if len(args) < 2:
         err.print("[red]error[/red] give a study and a directory: ablate export STUDY... DIR")
@@ -634,8 +640,6 @@ def export_(
         written = results.export_many(names, dest, storage, tracking_uri)
     except results.ExportError as exc:
         raise _export_error(exc) from None
-    except st.StorageError as exc:
-        raise _store_error(exc) from None
     try:
         for done in written:
             rows = done.rows
@@ -672,7 +676,6 @@ def report(
     --compare one report over all. A spec file renders its study's reports, and its `compare:`
     comparison if it names one. --data DIR renders from an export, with no store."""
     from ablate.report.render import study_reports
-    from ablate.runner import study as st
 
     formats = _formats(fmt)
     studies = studies or []
@@ -700,10 +703,8 @@ def report(
         studies = [spec.name]
     chosen = _only(only) if only else None
     for study in studies:
-        try:  # the stores that hold it (a subfolder of the project finds its .ablate above)
-            stores, names = study_reports(study, storage, tracking_uri, chosen)
-        except st.StorageError as exc:
-            raise _store_error(exc) from None
+        # The stores that hold it (a subfolder of the project finds its .ablate above).
+        stores, names = study_reports(study, storage, tracking_uri, chosen)
         parameters = _report_parameters(param or [], names)
         target = out_dir / study if out_dir is not None and len(studies) > 1 else out_dir
         _render(study, names, target or Path("reports") / study, formats, stores.storage, stores.tracking,
@@ -779,7 +780,6 @@ def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, nam
 
     from ablate import results
     from ablate.report.render import ComparisonError, ReportError, comparison, render_comparison
-    from ablate.runner import study as st
 
     try:
         asked = comparison(studies, cells, spec, name, storage, tracking_uri, data)
@@ -793,15 +793,13 @@ def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, nam
         for line in str(exc).splitlines():
             err.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    except st.StorageError as exc:
-        raise _store_error(exc) from None
     parameters = _report_parameters(param or [], ["comparison"])
     try:
         for path in render_comparison(asked.studies, out_dir or Path("reports") / f"compare-{asked.name}",
                                       asked.selectors, formats, storage, tracking_uri, parameters, title=asked.name,
                                       data=asked.data):
             out.print(f"wrote {path}")
-    except (st.StorageError, ReportError) as exc:
+    except ReportError as exc:
         raise _store_error(exc) from None
 
 
