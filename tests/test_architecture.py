@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 # sequential ← locate ← phases ← costs, progress, plan ← heartbeat, signals, preload ← worker ← pool, estimate ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
-    ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.plugins", "ablate.ops", "ablate.tasks", "ablate.models.registry",
+    ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.plugins", "ablate.metrics", "ablate.ops", "ablate.tasks", "ablate.models.registry",
      "ablate.report.__init__", "ablate.runner.__init__", "ablate.stats", "ablate.__init__"),
     ("ablate.spec",),
     ("ablate.design", "ablate.tuning", "ablate.models", "ablate.schema", "ablate.schedule"),
