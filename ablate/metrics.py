@@ -83,3 +83,20 @@ def check(name: str) -> None:
         p = plugin(name)
         raise plugins.PluginError(f"metric plug-in {name!r} ({p.target}): gives {value} on a batch of 8 rows "
                                   "of 3 classes (a finite number wanted)")
+
+
+#: Metrics where smaller is better (a trials-frame column test_/val_ + one of these).
+LOWER_IS_BETTER = ("loss", "bpc")
+
+
+def higher_is_better(metric: str) -> bool:
+    """Whether a larger value of the trials-frame column ``metric`` is better: not for a loss or
+    bits per character; a metric plug-in says so with a ``higher_is_better`` attribute on its
+    function (default True), so the accuracy report words its directions right."""
+    base = metric.split("_", 1)[1] if metric.startswith(("test_", "val_")) else metric
+    if base in LOWER_IS_BETTER:
+        return False
+    for p in plugins.installed_of("metric"):
+        if column(p.name) == f"test_{base}":
+            return bool(getattr(p.load(), "higher_is_better", True))
+    return True
