@@ -179,6 +179,14 @@ def level(confidence: float) -> str:
     return f"{confidence:.0%}"
 
 
+def higher_is_better(metric: str) -> bool:
+    """Which way ``metric`` (a trials-frame column) is better, as the reports word it
+    (``ablate.metrics.higher_is_better``: a loss or bpc lower, a plug-in as it declares)."""
+    from ablate import metrics
+
+    return metrics.higher_is_better(metric)
+
+
 def metric_name(metric: str) -> str:
     """A metric's name in prose and axis labels: ``val/accuracy`` → ``val accuracy``."""
     return metric.replace("_", " ").replace("/", " ")

@@ -23,7 +23,7 @@ import warnings
 
 import pandas as pd
 
-from ablate import metrics, results, stats
+from ablate import results, stats
 from ablate.report import accuracy as acc
 from ablate.report import format as fmt
 from ablate.report import sequential as seqrep
@@ -40,7 +40,7 @@ trials = res.trials.to_pandas()
 factors = [f for f in res.factors if f in trials.columns]
 channels = Channels.from_trials(trials, factors)  # one factor → colour / line style / facet mapping for every figure
 accuracy_like = metric.endswith("accuracy")
-higher_is_better = metrics.higher_is_better(metric)  # a loss or bpc: lower; a plug-in metric says
+higher_is_better = fmt.higher_is_better(metric)  # a loss or bpc: lower; a plug-in metric says
 chance = res.chance if accuracy_like else None
 n_test = res.spec.task.get("test_size") if accuracy_like and not any(f.startswith("task.") for f in factors) else None
 effect = min_effect if min_effect >= 0 else res.spec.stats.min_effect
