@@ -15,7 +15,8 @@ from ablate.report.accuracy.tables import floor_and_threshold
 
 
 def _res(trials, min_effect: float = 0.01) -> SimpleNamespace:
-    spec = SimpleNamespace(stats=SimpleNamespace(min_effect=min_effect, power=0.8, min_ratio=1.25), sequential=None)
+    spec = SimpleNamespace(stats=SimpleNamespace(min_effect=min_effect, power=0.8, min_ratio=1.25), sequential=None,
+                           train=SimpleNamespace(steps=100))
     return SimpleNamespace(spec=spec, factors=[A, B])
 
 
@@ -126,3 +127,15 @@ def test_a_baseline_whose_id_moved_with_the_code_is_found_by_its_label() -> None
     gone = moved[moved["cell_id"] != "0ld1d0f0ld1d"]
     ref_id, why = verdicts.reference(res, gone)
     assert ref_id == gone["cell_id"].iloc[0] and why.startswith("the first cell")
+
+
+def test_a_cell_still_improving_is_flagged() -> None:
+    trials = factorial(seeds=4, rng=np.random.default_rng(7))
+    cell = trials["cell_id"].unique()[2]
+    # Every run of one cell used its whole budget and gained two points over its last fifth, far beyond noise.
+    trials = trials.assign(steps=100, converged=True, val_gain_last=0.0, val_gain_se=0.001, stopped_early=False)
+    mine = trials["cell_id"] == cell
+    trials.loc[mine, ["converged", "val_gain_last"]] = [False, 0.02]
+    v = _verdicts(trials)
+    assert v.flags.get(cell) == ["still improving"]
+    assert all(cid == cell for cid in v.flags)

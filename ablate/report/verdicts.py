@@ -49,8 +49,7 @@ class Verdicts:
     norm_anova: pd.DataFrame = field(default_factory=pd.DataFrame)
     norm_anova_why: dict[str, str] = field(default_factory=dict)
     norm_effects: pd.DataFrame = field(default_factory=pd.DataFrame)
-    flags: dict[str, list[str]] = field(default_factory=dict)  # cell id → flags (unconverged, diverged, …)
-
+    flags: dict[str, list[str]] = field(default_factory=dict)  # cell id → flags (diverged, still improving, …)
     sequential_m: int | None = None  # a sequential design's comparisons (its family), else None
     labels: dict[str, str] = field(default_factory=dict)  # cell id → the short label both reports print
     key: str = ""  # what the short labels' parts are ("parameterisation · normalisation · layers")
@@ -195,7 +194,7 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
         floors = [x for at in fixed.values() for f in at.values() for x in f["p_min"]]
         seq_why = seqrep.fixed_why(spec, max(sizes, default=0), floors, alpha)
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
-                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds), seq_m, dict(short), key,
+                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect), seq_m, dict(short), key,
                     beside, seq_why)
 
 
@@ -237,9 +236,16 @@ def _repower(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float
     return out
 
 
-def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None) -> dict[str, list[str]]:
-    """Per cell: the states a reader must see beside its verdicts."""
+def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None, steps: int | None = None,
+           min_gain: float = 0.01) -> dict[str, list[str]]:
+    """Per cell: the states a reader must see beside its verdicts — runs diverged, failed, with
+    non-finite or late-growing norms (``flagged``), and a cell still improving when its step budget
+    ran out (``stats.cell_convergence``, as the accuracy report's convergence table has it)."""
     out: dict[str, list[str]] = {}
+    improving: set[str] = set()
+    if steps is not None:
+        conv = stats.cell_convergence(trials, stats.step_budget(trials, steps), min_gain=min_gain)
+        improving = {str(c) for c in conv.loc[conv["still_improving"].fillna(False).astype(bool), "cell_id"]}
     rep = stats.phase_rows(trials, "replicate")
     for cid, g in rep.groupby("cell_id", sort=False):
         flags = []
@@ -248,10 +254,13 @@ def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None) -> dic
             flags.append(f"{k} diverged")
         if "failed" in set(g["status"]):
             flags.append(f"{int((g['status'] == 'failed').sum())} failed")
-        if seeds is not None and "nonfinite" in seeds.columns:
-            bad = int(seeds.loc[seeds["cell_id"] == cid, "nonfinite"].fillna(False).astype(bool).sum())
+        column = "flagged" if seeds is not None and "flagged" in seeds.columns else "nonfinite"
+        if seeds is not None and column in seeds.columns:
+            bad = int(seeds.loc[seeds["cell_id"] == cid, column].fillna(False).astype(bool).sum())
             if bad:
-                flags.append(f"{bad} non-finite norm{'s' if bad > 1 else ''}")
+                flags.append(f"{bad} run{'s' if bad > 1 else ''} with non-finite or late-growing norms")
+        if str(cid) in improving:
+            flags.append("still improving")
         if flags:
             out[str(cid)] = flags
     return out
@@ -392,7 +401,8 @@ def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
             f"±{fmt.num(v.min_effect)} (the spec's `stats.min_effect`) or, for a norm ratio, within "
             f"[1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`); **undecided**: neither, with the seeds the "
             "power line asks for; **not tested**: too few seeds or no spread. Flags: runs that diverged, failed or "
-            f"have non-finite norms. Every interval labelled {level} is built to cover at least that: t-based "
+            "have non-finite or late-growing norms, and a cell still improving when its step budget ran out. "
+            f"Every interval labelled {level} is built to cover at least that: t-based "
             f"intervals are computed at the {fmt.level(robust_level(confidence))} level, since at {level} they "
             "covered only 0.84–0.89 at 5–8 seeds when runs are skewed or pile up at the ceiling "
             "(docs/calibration.md).")
