@@ -43,13 +43,9 @@ if len(df):
     per_layer = sn.layer_norms(df, "probe")
     seeds = sn.per_seed(per_layer, trials, factors)  # one row per run: the unit of every test below
     stab = sn.stability(seeds, per_layer, fig_order, confidence)  # tables name variants as the figures do
-    comp = sn.compare(seeds, per_layer, ref[0], fig_order, alpha, confidence, res.spec.stats.min_ratio,
-                      res.spec.stats.power)
     # Runs flagged for late growth are left out above; the comparisons with them put back:
     back = sn.sensitivity(seeds, per_layer, ref[0], fig_order, alpha, confidence, res.spec.stats.min_ratio,
                           res.spec.stats.power)
-    anova, anova_why = sn.factor_anova(seeds, factors, alpha)
-    effects = sn.main_effects(seeds, factors, confidence)
     check = sn.theory_check(df, fig_order)
     drift = sn.spectrum_drift(df, fig_order)
 # One multiplicity family for the whole study (report.verdicts): the accuracy report adjusts over the same tests,
@@ -57,8 +53,9 @@ if len(df):
 ref_label = dict(zip(trials.cell_id, trials.cell_label, strict=False)).get(ref[0], ref[0])
 norm_in = verdicts.NormInputs(df, per_layer, seeds, order, fig_order, key) if len(df) else None
 verdict = verdicts.study_verdicts(res, trials, "test_accuracy", (ref[0], ref_label), alpha, confidence, norms=norm_in)
-if len(df):
-    comp, anova = verdict.norm_comparisons, verdict.norm_anova
+# The norm comparisons, ANOVA and marginal means are the verdicts' (computed once, adjusted over the family).
+comp, anova, anova_why, effects = (verdict.norm_comparisons, verdict.norm_anova, verdict.norm_anova_why,
+                                   verdict.norm_effects)
 
 # %% [markdown]
 # ## The answer
