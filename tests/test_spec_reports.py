@@ -42,7 +42,7 @@ def test_names_and_entries_with_options_mix() -> None:
 
 def test_sections_are_the_notebooks_headings() -> None:
     assert headings("accuracy")[:2] == ("the-answer", "summary")
-    assert "factor-effects" in headings("norm_stability")
+    assert "appendix-factor-effects" in headings("norm_stability")
 
 
 @pytest.mark.parametrize(("entry", "expected"), [
