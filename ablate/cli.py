@@ -457,13 +457,13 @@ def rm(
     Runs another study reuses stay (with their parent run); its links to other studies' runs
     remove nothing of theirs. With --orphans, drop only its orphaned trials."""
     from ablate.runner import housekeeping as hk
-    from ablate.runner import sequential
+    from ablate.runner import sequential_looks
     from ablate.stores import resolve
 
     stores = resolve(storage, tracking_uri)
     try:
         if orphans:
-            found = hk.study_orphans(study, stores, sequential.items)
+            found = hk.study_orphans(study, stores, sequential_looks.items)
         else:
             plan = hk.removal(study, stores, force)
     except hk.StudyRunning as exc:
@@ -507,7 +507,7 @@ def keep(
     """Keep the orphaned trials of STUDY as study NEW: NEW gets the spec they were queued under
     (renamed) and links them (nothing runs; the MLflow runs are shared); STUDY drops them."""
     from ablate.runner import housekeeping as hk
-    from ablate.runner import sequential
+    from ablate.runner import sequential_looks
     from ablate.spec import NAME, NAME_RULE
     from ablate.stores import resolve
 
@@ -515,7 +515,7 @@ def keep(
         err.print(f"[red]error[/red] NEW: {new!r}: {NAME_RULE}")
         raise typer.Exit(2)
     try:
-        done = hk.keep(study, new, resolve(storage, tracking_uri), sequential.items)
+        done = hk.keep(study, new, resolve(storage, tracking_uri), sequential_looks.items)
     except hk.NameTaken as exc:
         err.print(f"[red]error[/red] {exc}")
         raise typer.Exit(2) from None

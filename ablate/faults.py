@@ -21,7 +21,7 @@
                 run is about to be ended (``ablate.runner.study.settle_runs``)
     settled     the parent run is ended; the mark that says so is not yet written
     look        a sequential study's look was analysed and its state written; its next seeds are
-                not queued yet (``ablate.runner.sequential.advance``)
+                not queued yet (``ablate.runner.sequential_looks.advance``)
 
 ``kind``:
 

@@ -64,7 +64,7 @@ def compute(logits: Any, targets: Any, names: list[str]) -> dict[str, float]:
 
 def scored(logits: Any, y: Any) -> tuple[Any, Any]:
     """(logits (M, C), targets (M,)) of the scored positions of a batch's output."""
-    from ablate.tasks.base import IGNORE
+    from ablate.tasks.data import IGNORE
 
     flat_logits, flat_y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
     keep = flat_y != IGNORE

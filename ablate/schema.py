@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ablate import plugins, spec
-from ablate.models.registry import MODEL_FACTORS
+from ablate.models.catalogue import MODEL_FACTORS
 from ablate.report import REPORTS
 from ablate.spec.models import SequentialSeeds
 from ablate.spec.reports import ReportOptions
@@ -380,7 +380,7 @@ def reference_markdown() -> str:
         params = {k: v for k, v in entry["properties"].items() if k != "name"}
         out += [f"### task: {task}", "", *([entry["description"], ""] if entry["description"] else []),
                 *_table(model, params), ""]
-    out += ["## Valid names", "", "The levels of each model factor (`ablate/models/registry.py`):", "",
+    out += ["## Valid names", "", "The levels of each model factor (`ablate/models/catalogue.py`):", "",
             "| key | level | meaning |", "|---|---|---|"]
     for key, levels in MODEL_FACTORS.items():
         for lvl in levels:

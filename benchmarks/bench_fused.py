@@ -33,7 +33,7 @@ import torch
 from ablate import design
 from ablate.spec import ProbeSpec
 from ablate.tasks import TaskData, load_task
-from ablate.tasks.base import TaskInfo
+from ablate.tasks.data import TaskInfo
 from ablate.training import run_trial
 from ablate.training_fused import run_fused
 

@@ -29,7 +29,7 @@ import torch
 from ablate.models import build_model
 from ablate.probes import Prober
 from ablate.spec import ModelSpec, ProbeSpec
-from ablate.tasks.base import TaskData, TaskInfo
+from ablate.tasks.data import TaskData, TaskInfo
 from ablate.training import run_trial
 
 VARIANTS = {

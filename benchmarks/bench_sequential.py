@@ -10,7 +10,7 @@ run-to-run noise, sized so that one paired difference has sd ``noise`` × δ, δ
 cancels in the paired differences).
 
 **calibration** (vectorised, ``--studies`` null studies per row; ``bench_sequential_frontier.stops``,
-the look rule of ``ablate.stats.sequential.decide`` tested against it, on the runner's designs):
+the look rule of ``ablate.stats.group_sequential.decide`` tested against it, on the runner's designs):
 
 - *efficacy alone* (equivalence and futility spending nothing, so nothing stops early for them):
   the per-comparison false-positive rate with its 99.9% band around α/m — it must lie inside: the
@@ -22,7 +22,7 @@ the look rule of ``ablate.stats.sequential.decide`` tested against it, on the ru
   which may only lie below their bands' tops (non-binding stops only lower them).
 
 **runner** (``--sims`` studies per setting): the looks run by exactly the rule of the runner
-(``ablate.runner.sequential.step`` on a real spec: analyse the open comparisons on the first n_k
+(``ablate.runner.sequential_looks.step`` on a real spec: analyse the open comparisons on the first n_k
 seeds, record decisions, add ``step`` seeds to the cells of open comparisons and the reference).
 Per noise level, against the issue's bands:
 
@@ -35,7 +35,7 @@ Per noise level, against the issue's bands:
 - **2δ**: the power and the seeds used.
 
 ``--futility`` is what the non-binding futility boundary spends of the power against δ (default:
-the design's, ``ablate.stats.sequential.FUTILITY_BETA``; 0 switches it off, the rule before it
+the design's, ``ablate.stats.group_sequential.FUTILITY_BETA``; 0 switches it off, the rule before it
 existed, so those rows compare with earlier tables). ``--tiny``: a few thousand studies, one noise
 level, a handful through the runner — seconds, for the tests.
 
@@ -55,8 +55,8 @@ import numpy as np
 from scipy import stats as sps
 
 from ablate import spec as spec_mod
-from ablate.runner import sequential
-from ablate.stats.sequential import FUTILITY_BETA, SequentialDesign, t_bound
+from ablate.runner import sequential_looks
+from ablate.stats.group_sequential import FUTILITY_BETA, SequentialDesign, t_bound
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_sequential_frontier import stops  # noqa: E402  (the vectorised look rule, tested against decide)
@@ -87,15 +87,15 @@ def _per_spec(fn: Callable, futility: float | None = None) -> Callable:
     return wrapped
 
 
-RUNNER = {name: getattr(sequential, name) for name in ("reference_cell", "comparisons", "designs")}
+RUNNER = {name: getattr(sequential_looks, name) for name in ("reference_cell", "comparisons", "designs")}
 
 
 def use_runner(futility: float) -> None:
     """The runner's look rule as it is, its pure functions of the spec memoised; the designs'
     futility spending ``futility`` (the runner takes the design's default)."""
-    sequential.reference_cell = _per_spec(RUNNER["reference_cell"])
-    sequential.comparisons = _per_spec(RUNNER["comparisons"])
-    sequential.designs = _per_spec(RUNNER["designs"], futility)
+    sequential_looks.reference_cell = _per_spec(RUNNER["reference_cell"])
+    sequential_looks.comparisons = _per_spec(RUNNER["comparisons"])
+    sequential_looks.designs = _per_spec(RUNNER["designs"], futility)
 
 
 def make_spec(args: argparse.Namespace, shape: str, beta: float | None = None) -> spec_mod.Spec:
@@ -107,18 +107,18 @@ def make_spec(args: argparse.Namespace, shape: str, beta: float | None = None) -
 
 
 def simulate(spec: spec_mod.Spec, effect: float, sd_diff: float, rng: np.random.Generator
-             ) -> tuple[sequential.State, dict[str, np.ndarray]]:
+             ) -> tuple[sequential_looks.State, dict[str, np.ndarray]]:
     """One study run to its end by the runner's rule: its final state and the values drawn."""
     seq = spec.sequential
-    ref = sequential.reference_cell(spec)
-    cells = [c.id for c in sequential.design.cells(spec)]
+    ref = sequential_looks.reference_cell(spec)
+    cells = [c.id for c in sequential_looks.design.cells(spec)]
     n, sd_run = seq.max, sd_diff / math.sqrt(2.0)
     seed_effect = rng.normal(0.0, 0.02, n)
     drawn = {c: 0.6 + seed_effect + rng.normal(0.0, sd_run, n) + (0.0 if c == ref else effect) for c in cells}
     values = {"test_accuracy": {c: dict(zip(spec.seed_list, v.tolist(), strict=True)) for c, v in drawn.items()}}
-    st = sequential.State(planned={c: seq.looks[0] for c in cells})
+    st = sequential_looks.State(planned={c: seq.looks[0] for c in cells})
     while not st.finished:
-        sequential.step(spec, st, values)
+        sequential_looks.step(spec, st, values)
     return st, drawn
 
 
@@ -134,8 +134,8 @@ def fixed_rejects(drawn: dict[str, np.ndarray], ref: str, level: float, effect: 
 def run_setting(spec: spec_mod.Spec, effect: float, sd_diff: float, sims: int, rng: np.random.Generator
                 ) -> dict[str, float]:
     seq = spec.sequential
-    ref = sequential.reference_cell(spec)
-    m = len(sequential.comparisons(spec))
+    ref = sequential_looks.reference_cell(spec)
+    m = len(sequential_looks.comparisons(spec))
     level = seq.alpha / m
     any_sig, sig, right, wrong_eq, fixed, used = 0, 0, 0, 0, 0, []
     for _ in range(sims):
@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         use_runner(args.futility)
         spec = make_spec(args, shape)
         delta = spec.stats.min_effect
-        m = len(sequential.comparisons(spec))
+        m = len(sequential_looks.comparisons(spec))
         for noise in args.noise:
             null = run_setting(spec, 0.0, noise * delta, args.sims, rng)
             one = run_setting(spec, delta, noise * delta, args.sims // 2, rng)

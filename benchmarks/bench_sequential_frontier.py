@@ -3,7 +3,7 @@ the design's choices, measured fast enough to sweep.
 
     python benchmarks/bench_sequential_frontier.py [--sims 10000] [--noise 0.85 1.0] [--tiny]
 
-A vectorised copy of the look rule of ``ablate.stats.sequential.decide`` (paired t; significant,
+A vectorised copy of the look rule of ``ablate.stats.group_sequential.decide`` (paired t; significant,
 equivalent, futile, on the design's own boundaries) over simulated studies shaped as in
 ``bench_sequential.py`` (a reference and three cells, looks at 3, 5, …, 15, 16 seeds; seeds counted
 over every cell, the reference at its latest comparison's stop). It agrees with that benchmark,
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
-from ablate.stats.sequential import SequentialDesign
+from ablate.stats.group_sequential import SequentialDesign
 
 COMPARISONS = 3
 

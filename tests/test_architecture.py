@@ -15,10 +15,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
 # the order is the flow of one item: rdb ← queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
-# sequential ← locate ← phases ← costs, progress, plan ← heartbeat, signals, preload ← worker ← pool, estimate ← launch.
+# sequential_looks ← locate ← phases ← costs, progress, plan ← heartbeat, signals, preload ← worker ← pool, estimate ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
-    ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.plugins", "ablate.metrics", "ablate.ops", "ablate.tasks", "ablate.models.registry",
+    ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.plugins", "ablate.metrics", "ablate.ops", "ablate.tasks", "ablate.models.catalogue",
      "ablate.report.__init__", "ablate.runner.__init__", "ablate.stats", "ablate.__init__"),
     ("ablate.spec",),
     ("ablate.design", "ablate.tuning", "ablate.models", "ablate.schema", "ablate.schedule"),
@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.study",),
     ("ablate.runner.housekeeping",),
     ("ablate.runner.standing",),
-    ("ablate.runner.sequential",),
+    ("ablate.runner.sequential_looks",),
     ("ablate.runner.locate",),
     ("ablate.runner.phases",),
     ("ablate.runner.costs", "ablate.runner.progress", "ablate.runner.plan"),  # plan reads phases, standing

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.runner import sequential
+from ablate.runner import sequential_looks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_sequential as bench  # noqa: E402
@@ -17,7 +17,7 @@ import bench_sequential as bench  # noqa: E402
 
 def test_tiny_prints_the_calibration_and_the_runner_tables(capsys, monkeypatch):
     for name in bench.RUNNER:  # the benchmark memoises the runner's functions: put them back after
-        monkeypatch.setattr(sequential, name, getattr(sequential, name))
+        monkeypatch.setattr(sequential_looks, name, getattr(sequential_looks, name))
     bench.main(["--tiny"])
     out = capsys.readouterr().out
     for shape in ("power3", "obrien_fleming"):

@@ -1,5 +1,5 @@
 """The frontier benchmark's vectorised look rule (benchmarks/bench_sequential_frontier.py) decides
-as ablate.stats.sequential.decide does, look by look, on the same paired differences."""
+as ablate.stats.group_sequential.decide does, look by look, on the same paired differences."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.stats import sequential as sq
+from ablate.stats import group_sequential as sq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_sequential_frontier as frontier  # noqa: E402

@@ -21,7 +21,7 @@ import real_studies as studies
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.report.norm_stability import MEASURE_WORDS
+from ablate.report.norm_tables import MEASURE_WORDS
 
 REF = {**studies.FIRST, "name": "cmpx-ref", "factors": {"model.normalisation": ["xi"]}, "seeds": 3}
 MORE = {**REF, "name": "cmpx-more", "model": {**REF["model"], "heads": 4}, "seeds": 4}

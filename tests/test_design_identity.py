@@ -128,15 +128,15 @@ def test_a_setting_added_later_stays_out_of_the_id_at_its_neutral_value(monkeypa
 
 
 def test_a_level_version_renews_only_the_cells_that_use_the_level(monkeypatch):
-    from ablate.models import registry
+    from ablate.models import catalogue
 
     s = design.validate(SPEC_BASE)
     before = {c.labels["model.parameterisation"] + "/" + c.labels["model.normalisation"]: c.id for c in design.cells(s)}
-    bumped = [registry.Level(lv.name, lv.target, lv.description, lv.modes,
+    bumped = [catalogue.Level(lv.name, lv.target, lv.description, lv.modes,
                              version=2 if lv.name == "complex_diagonal" else lv.version)
-              for lv in registry.PARAMETERISATIONS]
-    monkeypatch.setitem(registry.MODEL_FACTORS, "model.parameterisation",
-                        registry.Registry("parameterisation", *bumped))
+              for lv in catalogue.PARAMETERISATIONS]
+    monkeypatch.setitem(catalogue.MODEL_FACTORS, "model.parameterisation",
+                        catalogue.Registry("parameterisation", *bumped))
     after = {c.labels["model.parameterisation"] + "/" + c.labels["model.normalisation"]:
              identity.cell_id(c.config) for c in design.cells(s)}
     for label, cid in before.items():
@@ -154,11 +154,11 @@ def test_config_key_is_the_id_without_the_code_and_old_ids_stay_computable(monke
     assert [c.config_key for c in renewed] == [c.config_key for c in cells]
     assert [c.original_id for c in renewed] == [c.id for c in cells]
     assert {c.code_version for c in renewed} == {"2"}
-    from ablate.models import registry
+    from ablate.models import catalogue
 
-    bumped = [registry.Level(lv.name, lv.target, lv.description, lv.modes, version=3 if lv.name == "rotation" else 1)
-              for lv in registry.PARAMETERISATIONS]
-    monkeypatch.setitem(registry.MODEL_FACTORS, "model.parameterisation", registry.Registry("parameterisation", *bumped))
+    bumped = [catalogue.Level(lv.name, lv.target, lv.description, lv.modes, version=3 if lv.name == "rotation" else 1)
+              for lv in catalogue.PARAMETERISATIONS]
+    monkeypatch.setitem(catalogue.MODEL_FACTORS, "model.parameterisation", catalogue.Registry("parameterisation", *bumped))
     rotation = next(c for c in cells if c.labels["model.parameterisation"] == "rotation")
     assert identity.code_version(rotation.config) == "2, model.parameterisation v3"
     assert identity.config_key(rotation.config) == rotation.config_key

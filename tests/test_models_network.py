@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ablate import models
-from ablate.models import build_model, registry
+from ablate.models import build_model, catalogue
 
 TOKENS = NS(input_kind="tokens", vocab_size=12, input_dim=1, num_classes=5, output_kind="classification", seq_len=5)
 CONTINUOUS = NS(input_kind="continuous", vocab_size=None, input_dim=3, num_classes=7, output_kind="per_step",
@@ -50,7 +50,7 @@ def _train_step(net: models.Network, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize(
-    "param,norm", list(itertools.product(registry.PARAMETERISATIONS.names, registry.NORMALISATIONS.names))
+    "param,norm", list(itertools.product(catalogue.PARAMETERISATIONS.names, catalogue.NORMALISATIONS.names))
 )
 def test_every_parameterisation_and_normalisation_trains(param: str, norm: str) -> None:
     torch.manual_seed(0)
@@ -64,7 +64,7 @@ def test_every_parameterisation_and_normalisation_trains(param: str, norm: str) 
     assert all(n.shape == (4, 10, 2) and (n >= 0).all() for n in norms)
 
 
-@pytest.mark.parametrize("family", registry.FAMILIES.names)
+@pytest.mark.parametrize("family", catalogue.FAMILIES.names)
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_every_family_per_step_continuous(family: str, bidirectional: bool) -> None:
     torch.manual_seed(0)
@@ -182,7 +182,7 @@ def test_builds_from_a_model_spec() -> None:
     ms = spec_module.ModelSpec(d_model=8, state_dim=8, heads=2, layers=1)
     net = build_model(ms, TOKENS)
     assert net(torch.randint(1, 12, (2, 5))).shape == (2, 5)
-    for p in registry.PARAMETERISATIONS.names:
+    for p in catalogue.PARAMETERISATIONS.names:
         ms = spec_module.ModelSpec(
             d_model=8, state_dim=8, heads=2, layers=1, parameterisation=p, init={"scheme": "ring"}
         )

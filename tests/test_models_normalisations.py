@@ -11,7 +11,7 @@ from ablate import training
 from ablate.models.parameterisations import log_state_power
 from ablate.models.recurrent import LinearRecurrence
 from ablate.spec import ProbeSpec, RotrnnInit
-from ablate.tasks.base import TaskData, TaskInfo
+from ablate.tasks.data import TaskData, TaskInfo
 
 INIT = RotrnnInit(gamma_min=0.5, gamma_max=0.9, max_phase=0.5)
 

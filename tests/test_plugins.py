@@ -17,7 +17,7 @@ import yaml
 
 from ablate import design, metrics, plugins
 from ablate.design import identity
-from ablate.models import contract, registry
+from ablate.models import catalogue, contract
 from ablate.spec import SpecError
 from ablate.spec.files import multirun_overrides
 from ablate.tasks.registry import TASK_NAMES, task_entry
@@ -39,7 +39,7 @@ def test_the_example_package_is_installed_by_entry_point() -> None:
     cayley, parity = kinds[("parameterisation", "cayley")], kinds[("task", "parity")]
     assert (cayley.target, cayley.distribution) == ("ablate_cayley.cayley:CayleyRotation", "ablate-cayley")
     assert parity.target == "ablate_cayley.parity:build"
-    assert "cayley" in registry.PARAMETERISATIONS.names and "cayley" not in registry.PARAMETERISATIONS.builtin_names
+    assert "cayley" in catalogue.PARAMETERISATIONS.names and "cayley" not in catalogue.PARAMETERISATIONS.builtin_names
     assert "parity" in TASK_NAMES and task_entry("parity").plugin == parity
 
 
@@ -59,7 +59,7 @@ def test_a_spec_uses_plugins_by_name_beside_the_builtins_and_they_keep_their_con
     assert contract.spec_problems(spec) == []
     # the plug-in level composes with the built-in factors, as the built-ins do
     spec = design.loads(spec_text(factors={"model.parameterisation": ["cayley"],
-                                           "model.normalisation": list(registry.NORMALISATIONS.builtin_names),
+                                           "model.normalisation": list(catalogue.NORMALISATIONS.builtin_names),
                                            "model.nonlinearity": ["none", "tanh"]}))
     assert len(design.cells(spec)) == 8 and contract.spec_problems(spec) == []
 
@@ -150,7 +150,7 @@ def test_validate_command_exits_2_naming_the_broken_plugin(tmp_path: Path) -> No
 def test_a_task_plugin_that_yields_bad_data_is_refused(plugin_dir: Path) -> None:
     (plugin_dir / "my_plugin_task.py").write_text(textwrap.dedent('''
         import numpy as np
-        from ablate.tasks.base import Generated
+        from ablate.tasks.data import Generated
         from ablate.tasks.registration import TaskParams, register_task
 
         @register_task("my_plugin_bad_labels", TaskParams, version=1)
@@ -291,16 +291,16 @@ class NoParams:
 
 def init_spec_text(*inits: dict) -> str:
     return spec_text(factors={"model.init": list(inits),
-                              "model.parameterisation": list(registry.PARAMETERISATIONS.names)})
+                              "model.parameterisation": list(catalogue.PARAMETERISATIONS.names)})
 
 
 def test_an_init_plugin_is_a_scheme_with_its_own_parameters_beside_the_builtins() -> None:
     s4d = next(p for p in plugins.installed() if (p.kind, p.name) == ("initialisation", "s4d_lin"))
-    assert s4d.target == "ablate_cayley.inits:S4DLin" and "s4d_lin" in registry.INIT_SCHEMES.names
+    assert s4d.target == "ablate_cayley.inits:S4DLin" and "s4d_lin" in catalogue.INIT_SCHEMES.names
     spec = design.loads(init_spec_text({"scheme": "ring"}, {"scheme": "s4d_lin", "dt": 0.1}))
     grid = design.cells(spec)
     # it composes with every parameterisation, built-in and plug-in, and keeps its contract in each
-    assert len(grid) == 2 * len(registry.PARAMETERISATIONS.names) and contract.spec_problems(spec) == []
+    assert len(grid) == 2 * len(catalogue.PARAMETERISATIONS.names) and contract.spec_problems(spec) == []
     mine = [c for c in grid if c.config["model"]["init"]["scheme"] == "s4d_lin"]
     assert {c.config["model"]["init"]["dt"] for c in mine} == {0.1}
     assert {c.config["model"]["init"]["real"] for c in mine} == {0.5}  # its default, filled in

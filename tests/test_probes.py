@@ -14,7 +14,7 @@ from ablate import probes
 from ablate.models import build_model
 from ablate.models.recurrent import LinearRecurrence
 from ablate.spec import ModelSpec, ProbeSpec, RotrnnInit
-from ablate.tasks.base import TaskData, TaskInfo
+from ablate.tasks.data import TaskData, TaskInfo
 
 INFO = TaskInfo("toy", "tokens", 12, 1, 3, "classification", "accuracy", 1 / 3, 16, "v0")
 ROTRNN = {"parameterisation": "rotation", "normalisation": "xi", "init": {"scheme": "rotrnn"}}

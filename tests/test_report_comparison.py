@@ -1,4 +1,4 @@
-"""The comparison report (``ablate.report.comparison`` and its notebook) over real studies on one
+"""The comparison report (``ablate.report.comparison_tables`` and its notebook) over real studies on one
 store (``tests/real_studies.py``: cmp-a, its follow-up cmp-b that reuses half of it, and cmp-c on
 other data): what it compares, what it refuses to, and that the rendered PDF shows both studies."""
 
@@ -15,7 +15,7 @@ from pdfs import page_problems
 from typer.testing import CliRunner
 
 from ablate import stats
-from ablate.report import comparison as cmp
+from ablate.report import comparison_tables as cmp
 from ablate.stats import norms as sn
 
 NAMES = [studies.FIRST["name"], studies.FOLLOW_UP["name"], studies.OTHER_DATA["name"]]

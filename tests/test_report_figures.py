@@ -22,7 +22,7 @@ from matplotlib.patches import Patch
 from ablate import stats
 from ablate.report import accuracy as acc
 from ablate.report import norm_figures as nf
-from ablate.report import norm_stability as ns
+from ablate.report import norm_tables as ns
 from ablate.report import plotting
 from ablate.report.plotting import Channels
 from ablate.stats import norms as sn

@@ -1,4 +1,4 @@
-"""The norm-stability report's presentation (``ablate.report.norm_stability``): its sentences and
+"""The norm-stability report's presentation (``ablate.report.norm_tables``): its sentences and
 tables on constructed frames, its figures, and the report rendered from a real study."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pdfs import has, pages, svg_groups
 
 from ablate.report import format as fmt
 from ablate.report import norm_figures as nf
-from ablate.report import norm_stability as ns
+from ablate.report import norm_tables as ns
 from ablate.report import plotting
 from ablate.report.plotting import Channels
 from ablate.stats import norms as sn

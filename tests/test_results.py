@@ -182,7 +182,7 @@ def test_load_of_several_studies_gives_one_frame_with_a_study_column(studies_roo
     per_study = {s: sorted(g["value"].to_list()) for (s,), g in pick.group_by(["study"])}
     assert per_study["cmp-a"] == per_study["cmp-b"] and per_study["cmp-a"]
     assert three["cmp-b"].provenance()["reused_from"] == {"cmp-a": 4} and not three["cmp-a"].provenance()["reused_from"]
-    from ablate.report.provenance import provenance_table
+    from ablate.report.provenance_tables import provenance_table
 
     rows = dict(provenance_table(three["cmp-b"].provenance()).itertuples(index=False, name=None))
     assert rows["reused"] == "4 items trained by study cmp-a"
@@ -269,7 +269,7 @@ def test_status_counts_a_queued_study_found_from_a_subfolder(tmp_path, monkeypat
     not run, read from a subfolder of its project (the .ablate above), its first look's seeds
     counted per cell and its design's lines; a misspelt name says where it looked."""
     from ablate import design, results
-    from ablate.runner import sequential
+    from ablate.runner import sequential_looks
     from ablate.runner import study as st
     from ablate.runner.study import StorageError
     from ablate.stores import resolve
@@ -281,7 +281,7 @@ def test_status_counts_a_queued_study_found_from_a_subfolder(tmp_path, monkeypat
                             "factors": {"model.normalisation": ["xi", "gamma"]},
                             "seeds": {"min": 3, "max": 7, "step": 2, "measures": ["test_accuracy"]}})
     root = tmp_path / "project"
-    st.prepare(spec, sequential.items(spec), resolve(home_dir=root / ".ablate"))
+    st.prepare(spec, sequential_looks.items(spec), resolve(home_dir=root / ".ablate"))
     nested = root / "analysis"
     nested.mkdir()
     monkeypatch.chdir(nested)
@@ -448,7 +448,7 @@ def test_variants_across_studies_name_each_value_one_way_and_leave_out_settings_
     """One study labels its levels (RotRNN-rot, ξ), the other varies the family and the
     normalisation by value: a cell only the second holds reads "RotRNN-rot" as the first names it
     (not "rotation"), and a minGRU cell says nothing of a parameterisation or normalisation it does
-    not read (registry.FAMILY_READS)."""
+    not read (catalogue.FAMILY_READS)."""
     from ablate import design, results
     from ablate.runner import study as st
     from ablate.stores import resolve

@@ -122,7 +122,7 @@ def test_a_stopped_run_leaves_no_mlflow_run_of_a_recorded_trial_running(tmp_path
 
 def test_look_decisions_lists_every_look_since_with_what_it_decided():
     from ablate.runner.launch import look_decisions
-    from ablate.runner.sequential import State
+    from ablate.runner.sequential_looks import State
 
     spec = design.validate({**SPEC, "factors": {"model.normalisation": ["xi", "gamma", "none"]},
                             "seeds": {"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]}})
@@ -151,9 +151,9 @@ def test_a_pooled_sequential_run_prints_every_look(tmp_path, monkeypatch):
     assert outcome is not None and not outcome.unfinished
     text = e.getvalue()
     assert "look 1 (3 seeds): " in text
-    from ablate.runner import sequential
+    from ablate.runner import sequential_looks
     from ablate.runner import study as st
 
-    state = sequential.load_state(st.open_study("looks", stores(tmp_path), read_only=True))
+    state = sequential_looks.load_state(st.open_study("looks", stores(tmp_path), read_only=True))
     for k in range(1, len(state.history) + 1):
         assert f"look {k} (" in text

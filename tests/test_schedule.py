@@ -11,7 +11,7 @@ from ablate import training
 from ablate.runner import estimate
 from ablate.schedule import CONVERGENCE_PASSES, Schedule, window_start
 from ablate.spec import ProbeSpec, TrainSpec
-from ablate.tasks.base import TaskData, TaskInfo
+from ablate.tasks.data import TaskData, TaskInfo
 
 INFO = TaskInfo("toy", "tokens", 12, 1, 3, "classification", "accuracy", 1 / 3, 10, "v0")
 MODEL = {"d_model": 8, "state_dim": 8, "layers": 1, "heads": 2}

@@ -101,9 +101,9 @@ def test_not_a_mapping_and_extends_are_refused():
 
 def test_spec_and_design_import_no_torch() -> None:
     """Validation stays torch-free (fast): the registries load implementations only when asked."""
-    code = ("import sys\nfrom ablate import design, spec, tuning, schema\nfrom ablate.models import registry\n"
+    code = ("import sys\nfrom ablate import design, spec, tuning, schema\nfrom ablate.models import catalogue\n"
             "s = design.load('studies/quickstart.yaml')\nassert design.items(s)\nschema.reference_markdown()\n"
-            "assert registry.PARAMETERISATIONS.names\nassert 'torch' not in sys.modules, 'torch imported'\n")
+            "assert catalogue.PARAMETERISATIONS.names\nassert 'torch' not in sys.modules, 'torch imported'\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
 

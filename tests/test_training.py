@@ -15,7 +15,7 @@ from torch import nn
 from ablate import training
 from ablate.models import build_model
 from ablate.spec import ModelSpec, ProbeSpec, TrainSpec
-from ablate.tasks.base import TaskData, TaskInfo
+from ablate.tasks.data import TaskData, TaskInfo
 
 CLASSES = TaskInfo("toy", "tokens", 12, 1, 3, "classification", "accuracy", 1 / 3, 10, "v0")
 PER_STEP = TaskInfo("toy", "tokens", 12, 1, 12, "per_step", "bpc", 3.0, 10, "v0")

@@ -21,7 +21,7 @@ import torch
 from ablate.models import build_model
 from ablate.models.stacked import per_replicate, stacked_forward
 from ablate.spec import ModelSpec, ProbeSpec
-from ablate.tasks.base import TaskData, TaskInfo
+from ablate.tasks.data import TaskData, TaskInfo
 from ablate.training import Trial, run_trial
 from ablate.training_fused import fusable, run_fused
 

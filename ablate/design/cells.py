@@ -263,7 +263,7 @@ def cells(spec: Spec) -> list[Cell]:
 def items(spec: Spec, planned: Mapping[str, int] | None = None) -> list[Item]:
     """Tuning items of every cell first (when the spec tunes), then the replicates. A sequential
     spec (``seeds: {min, max, …}``) replicates each cell on its first ``planned[cell id]`` seeds —
-    what its looks have asked for so far (``ablate.runner.sequential``) — and on ``min`` where
+    what its looks have asked for so far (``ablate.runner.sequential_looks``) — and on ``min`` where
     nothing was planned yet."""
     grid = cells(spec)
     tune = tune_protocol(spec)

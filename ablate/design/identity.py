@@ -10,7 +10,7 @@ Two rules keep the ids of cells run by earlier versions valid while the code gro
 - A setting added to the spec later is left out of the id while it holds the value that
   reproduces the behaviour before it existed (``NEUTRAL``); any other value makes a new cell.
 - A factor level whose implementation changed so that its old results are not comparable gets a
-  ``version`` in ``ablate.models.registry``; versions above 1 enter the id of the cells using it
+  ``version`` in ``ablate.models.catalogue``; versions above 1 enter the id of the cells using it
   (so only those cells become new), version 1 stays out. ``CODE_VERSION`` is for changes that
   touch every cell.
 
@@ -36,7 +36,7 @@ from functools import lru_cache
 from typing import Any
 
 from ablate import metrics, plugins
-from ablate.models.registry import MODEL_FACTORS
+from ablate.models.catalogue import MODEL_FACTORS
 from ablate.spec import BUDGET_KEYS, Spec, TrainSpec, get_path
 
 # Bump when a change to models or training makes old results incomparable (task generators

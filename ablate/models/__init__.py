@@ -2,7 +2,7 @@
 
     build_model(model_spec, task) -> Network
 
-``ablate.models.registry`` names every level of every model factor and where it is implemented.
+``ablate.models.catalogue`` names every level of every model factor and where it is implemented.
 Attributes load lazily (PEP 562), so importing the registry does not import torch.
 """
 

@@ -8,7 +8,7 @@ some to the recurrent parameters it declares, which must be its own), whose laye
 (what the probes read) computes, and — where it claims both a parallel scan and a step — whose
 scan, sequential loop and step-by-step outputs agree; an init scheme must also give magnitudes in
 (0, 1), phases of the shape asked and finite, and positive scales of B and C. A task plug-in must generate three splits
-whose inputs and targets fit what it declares (``ablate.tasks.base``); a metric plug-in
+whose inputs and targets fit what it declares (``ablate.tasks.data``); a metric plug-in
 (``ablate.metrics``) a finite number on a tiny batch. Each broken promise is one
 problem naming the plug-in (its spec name, target and origin) and what it broke.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate import metrics, plugins
-from ablate.models import registry
+from ablate.models import catalogue
 
 BATCH, STEPS = 2, 8
 #: scan against the sequential loop and the step, relative to the output's scale (float32)
@@ -55,9 +55,9 @@ def _setting(model: dict[str, Any], path: str) -> Any:
     return node
 
 
-def _plugin_levels(model: dict[str, Any]) -> list[tuple[str, registry.Level]]:
+def _plugin_levels(model: dict[str, Any]) -> list[tuple[str, catalogue.Level]]:
     out = []
-    for path, levels in registry.MODEL_FACTORS.items():
+    for path, levels in catalogue.MODEL_FACTORS.items():
         name = _setting(model, path)
         if levels.kind is not None and levels.accepts(name):
             level = levels.level(name)
@@ -200,7 +200,7 @@ def _check_layer(layer: Any) -> None:
 def check_task(task: dict[str, Any]) -> None:
     """Generate the task (``ablate.tasks.load_task``: cached) and check what it yields."""
     from ablate.tasks import load_task
-    from ablate.tasks.base import IGNORE
+    from ablate.tasks.data import IGNORE
 
     with _promise("generating the data"):
         data = load_task(task, progress=False)
@@ -280,7 +280,7 @@ def installed_rows() -> list[list[str]]:
     source hash, and whether it loads (``ok``, or why not: its import's message, a built-in name)."""
     from ablate.tasks.registry import BUILTIN_TASK_NAMES, PLUGIN_ERRORS
 
-    builtin = {levels.kind: levels.builtin_names for levels in registry.MODEL_FACTORS.values() if levels.kind}
+    builtin = {levels.kind: levels.builtin_names for levels in catalogue.MODEL_FACTORS.values() if levels.kind}
     builtin["task"] = BUILTIN_TASK_NAMES
     rows = []
     for p in plugins.installed():

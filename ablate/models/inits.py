@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ablate.models import registry
+from ablate.models import catalogue
 
 if TYPE_CHECKING:
     from ablate.spec import InitSpec
@@ -92,6 +92,6 @@ class RotrnnInit(InitScheme):
 
 
 def make_init(spec: InitSpec) -> InitScheme:
-    """The scheme named by ``spec.scheme`` (``registry.INIT_SCHEMES``: built-in or plug-in) with
+    """The scheme named by ``spec.scheme`` (``catalogue.INIT_SCHEMES``: built-in or plug-in) with
     the spec's parameters."""
-    return registry.INIT_SCHEMES.load(spec.scheme)(spec)
+    return catalogue.INIT_SCHEMES.load(spec.scheme)(spec)

@@ -2,7 +2,7 @@
 
     block(x) = x + dropout(activation(recurrence(norm(x))))       (pre-norm residual, as the LRU)
 
-Every name in a ``ModelSpec`` is looked up in ``ablate.models.registry``, which says where each
+Every name in a ``ModelSpec`` is looked up in ``ablate.models.catalogue``, which says where each
 level is implemented (the activations, norms and poolings are here), so a new level is one
 implementation and one registry line. The spec is read as typed: its defaults live in
 ``ablate.spec`` only.
@@ -16,14 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate.models import registry
+from ablate.models import catalogue
 from ablate.models.recurrent import LinearRecurrence, RecurrentLayer
 
 if TYPE_CHECKING:
     from ablate.spec import ModelSpec
-    from ablate.tasks.base import TaskInfo
+    from ablate.tasks.data import TaskInfo
 
-PAD = 0  # token id reserved for padding (ablate.tasks.base.PAD); pooling skips it
+PAD = 0  # token id reserved for padding (ablate.tasks.data.PAD); pooling skips it
 
 
 # --- activations: between the recurrence and the residual (S5/LRU names) ---------------------
@@ -109,8 +109,8 @@ def last_pool(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 def recurrent_layer(spec: ModelSpec, horizon: int) -> RecurrentLayer:
     """One recurrent layer of the spec's family: the composed linear recurrence takes the layer
     factors and the ``horizon`` (the task's sequence length); every other family
-    (registry.FAMILIES) is built from the sizes alone."""
-    layer = registry.FAMILIES.load(spec.family)
+    (catalogue.FAMILIES) is built from the sizes alone."""
+    layer = catalogue.FAMILIES.load(spec.family)
     if issubclass(layer, LinearRecurrence):
         return layer(spec.d_model, spec.state_dim, spec.heads, spec.parameterisation, spec.normalisation,
                      spec.nonlinearity, spec.init, horizon)
@@ -123,10 +123,10 @@ class Block(nn.Module):
     def __init__(self, spec: ModelSpec, horizon: int):
         super().__init__()
         d = spec.d_model
-        self.norm = registry.NORMS.load(spec.norm)(d)
+        self.norm = catalogue.NORMS.load(spec.norm)(d)
         self.forward_layer: RecurrentLayer = recurrent_layer(spec, horizon)
         self.backward_layer: RecurrentLayer | None = recurrent_layer(spec, horizon) if spec.bidirectional else None
-        self.activation = registry.ACTIVATIONS.load(spec.activation)(d)
+        self.activation = catalogue.ACTIVATIONS.load(spec.activation)(d)
         self.dropout = nn.Dropout(spec.dropout) if spec.dropout > 0 else nn.Identity()  # p = 0 still copies
 
     def layers(self) -> list[RecurrentLayer]:
@@ -168,7 +168,7 @@ class Network(nn.Module):
         if self.output_kind not in ("classification", "per_step"):
             raise ValueError(f"unknown output_kind {task.output_kind!r}; valid: classification, per_step")
         self.blocks = nn.ModuleList(Block(spec, task.seq_len) for _ in range(spec.layers))
-        self.pool = registry.POOLINGS.load(spec.pooling)
+        self.pool = catalogue.POOLINGS.load(spec.pooling)
         self.decoder = nn.Linear(d, task.num_classes)
 
     def forward(self, x: torch.Tensor, return_norms: bool = False) -> Any:
@@ -214,6 +214,6 @@ class Network(nn.Module):
 
 def build_model(model: ModelSpec, task: TaskInfo) -> Network:
     """A ``Network`` for ``model`` (an ``ablate.spec.ModelSpec``, or anything with all its fields)
-    and ``task`` (an ``ablate.tasks.base.TaskInfo``, or anything with the fields the network reads:
+    and ``task`` (an ``ablate.tasks.data.TaskInfo``, or anything with the fields the network reads:
     input_kind, vocab_size, input_dim, num_classes, output_kind, seq_len)."""
     return Network(model, task)

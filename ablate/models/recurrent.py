@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ablate.models import registry
+from ablate.models import catalogue
 from ablate.models.inits import make_init
 from ablate.models.parameterisations import System, one_minus_mag_sq
 from ablate.ops.scan import linear_scan, widened
@@ -203,7 +203,7 @@ def sequential_loop(
 
 class LinearRecurrence(RecurrentLayer):
     """The composed layer: parameterisation × normalisation × heads × nonlinearity, each a level of
-    ``ablate.models.registry``; ``init`` is the scheme's spec (``ablate.spec.RingInit`` / ``RotrnnInit``).
+    ``ablate.models.catalogue``; ``init`` is the scheme's spec (``ablate.spec.RingInit`` / ``RotrnnInit``).
     ``horizon``: the sequence length it is built for (``TaskInfo.seq_len``), over which ξ normalises
     a dense head's state power (docs/science.md §3.1)."""
 
@@ -219,9 +219,9 @@ class LinearRecurrence(RecurrentLayer):
         horizon: int,
     ):
         super().__init__()
-        param_class = registry.PARAMETERISATIONS.load(parameterisation)
-        norm_class = registry.NORMALISATIONS.load(normalisation)
-        act: Callable[[torch.Tensor], torch.Tensor] | None = registry.NONLINEARITIES.load(nonlinearity)
+        param_class = catalogue.PARAMETERISATIONS.load(parameterisation)
+        norm_class = catalogue.NORMALISATIONS.load(normalisation)
+        act: Callable[[torch.Tensor], torch.Tensor] | None = catalogue.NONLINEARITIES.load(nonlinearity)
         self.param = param_class(d_model, state_dim, heads, make_init(init))
         self.norm = norm_class(self.param, horizon)
         self.horizon = horizon

@@ -3,7 +3,7 @@ the white-noise check, spectra, factor interactions and gradient norms.
 
 Every function takes the frames of ``ablate.stats.norms`` (or the tidy curve frame) and the
 report's ``plotting.Channels`` and returns a matplotlib Figure; nothing here computes a
-statistic. The tables and sentences of the same report are ``ablate.report.norm_stability``.
+statistic. The tables and sentences of the same report are ``ablate.report.norm_tables``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from ablate import stats
 from ablate.report import format as fmt
 from ablate.report import plotting
-from ablate.report.norm_stability import COLUMN_WORDS, Order
+from ablate.report.norm_tables import COLUMN_WORDS, Order
 from ablate.report.plotting import Channels, wrap
 from ablate.stats import norms as sn
 

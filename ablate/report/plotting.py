@@ -17,7 +17,7 @@ theory), never for a level. Legends name the factor and its levels.
 Figures go on the page as vector graphics (``figure_html``: an SVG image, text as outlines) and,
 when a report exports, alone into ``figures/`` as PDF, SVG and 300-dpi PNG (``save_figure``). A
 report's own figures live in its presentation module (``ablate.report.accuracy``,
-``ablate.report.norm_stability``) and are built from these helpers.
+``ablate.report.norm_tables``) and are built from these helpers.
 """
 
 from __future__ import annotations

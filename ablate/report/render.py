@@ -13,13 +13,13 @@ Every report has the same layout, one way from data to page:
 
     analysis        ablate.stats (accuracy), ablate.stats.norms (norm stability):
                     pure functions, frames in, numeric frames out; no formatting, no figures
-    presentation    ablate.report.accuracy, ablate.report.norm_stability (+ norm_figures): that report's
+    presentation    ablate.report.accuracy, ablate.report.norm_tables (+ norm_figures): that report's
                     tables (display frames), sentences and figures, from the analysis' frames
     notebook        ablate/report/notebooks/<report>.py: loads results, calls the two, shows
                     the output; thin
     shared          ablate.report.format (numbers, intervals, p-values, dashes, HTML and LaTeX tables),
                     ablate.report.plotting (figure size, style, the factor → channel mapping,
-                    palettes, labels, SVG, exports), ablate.report.fonts, ablate.report.provenance,
+                    palettes, labels, SVG, exports), ablate.report.fonts, ablate.report.provenance_tables,
                     ablate.report.display (how a notebook puts a block on the page), this module
 
 Adding a section to a report touches its analysis function, its presentation module and its
@@ -240,7 +240,7 @@ def kernel(workdir: Path) -> Iterator[Kernel]:
 WARM_UP = ("import pandas, polars, numpy, scipy.stats, statsmodels.stats.multitest, matplotlib.figure, IPython.display\n"
            "import ablate.results, ablate.stats.comparisons, ablate.stats.few_run, ablate.stats.factorial, "
            "ablate.stats.convergence, ablate.stats.norms\n"
-           "import ablate.report.accuracy, ablate.report.norm_stability, ablate.report.norm_figures, ablate.report.display")
+           "import ablate.report.accuracy, ablate.report.norm_tables, ablate.report.norm_figures, ablate.report.display")
 _RESET = "get_ipython().run_line_magic('reset', '-f')  # a shared kernel: no names left by the previous report"
 
 

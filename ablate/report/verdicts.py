@@ -78,7 +78,7 @@ class NormInputs:
 
 def norm_inputs(res: Any, trials: pd.DataFrame, factors: list[str]) -> NormInputs | None:
     """``NormInputs`` of a study whose curves were read, or None when it has no probe data."""
-    from ablate.report import norm_stability as ns
+    from ablate.report import norm_tables as ns
     from ablate.stats import norms as sn
 
     if res.curves is None or len(res.curves) == 0:
@@ -177,13 +177,13 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
                          float(np.log(spec.stats.min_ratio)), spec.stats.power)
     if len(nanova):
         nanova = fam.apply(nanova, adjusted, "norm", "term", alpha)
-    from ablate.report.norm_stability import short_order
+    from ablate.report.norm_tables import short_order
 
     order = list(dict(zip(trials["cell_id"], trials["cell_label"], strict=True)).items())
     short, key = short_order(order)
     seq_m, beside, seq_why = None, pd.DataFrame(), ""
     if sequential:
-        from ablate.report import sequential as seqrep
+        from ablate.report import sequential_section as seqrep
 
         seq_m = seqrep.family_size(spec)
         fixed, sizes = {}, []

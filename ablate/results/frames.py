@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from ablate import design
-from ablate.models import registry
+from ablate.models import catalogue
 from ablate.spec import Spec, get_path
 from ablate.stores import redact
 
@@ -54,7 +54,7 @@ class Results:
     #: the spec as the study stored it (plain data): ``spec`` is it validated by this code, which
     #: may add settings of its own; an export keeps this one, what the study ran
     spec_data: dict[str, Any] = field(default_factory=dict)
-    #: a sequential study's state (``ablate.runner.sequential.State`` as plain data: its looks'
+    #: a sequential study's state (``ablate.runner.sequential_looks.State`` as plain data: its looks'
     #: analyses and decisions), else None
     sequential: dict[str, Any] | None = None
 
@@ -350,11 +350,11 @@ def difference_labels(configs: Sequence[dict[str, Any]]) -> list[str]:
 
 def _read_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The config without the model settings its family does not read (a minGRU cell's
-    parameterisation is a default nothing uses: ``registry.unread_settings``)."""
+    parameterisation is a default nothing uses: ``catalogue.unread_settings``)."""
     model = config.get("model")
     if not isinstance(model, dict) or "family" not in model:
         return config
-    unread = registry.unread_settings(model["family"])
+    unread = catalogue.unread_settings(model["family"])
     return {**config, "model": {k: v for k, v in model.items() if k not in unread}}
 
 
@@ -380,7 +380,7 @@ def _path_level(config: dict[str, Any], path: str, names: dict[str, str], own: s
     parts = path.split(".")
     model = config.get("model")
     if parts[0] == "model" and len(parts) > 1 and isinstance(model, dict) and "family" in model \
-            and parts[1] in registry.unread_settings(model["family"]):
+            and parts[1] in catalogue.unread_settings(model["family"]):
         return None
     try:
         value = get_path(config, path)

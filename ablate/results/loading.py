@@ -15,7 +15,7 @@ import polars as pl
 from ablate import design
 from ablate.metrics import column as metric_column
 from ablate.results.frames import CONVERGENCE, SUMMARY, SUMMARY_SENTINEL, TEXT_AND_COUNTS, Results, Studies
-from ablate.runner import sequential, tracking
+from ablate.runner import sequential_looks, tracking
 from ablate.runner.items import trials_by_item
 from ablate.runner.locate import locate
 from ablate.runner.standing import representative
@@ -81,7 +81,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
     rows: list[dict[str, Any]] = []
     run_ids: dict[str, tuple[str, int, str]] = {}
     provenance: dict[str, dict[str, str]] = {}
-    for item in sequential.items(spec, opt):  # a sequential study: the seeds its looks planned
+    for item in sequential_looks.items(spec, opt):  # a sequential study: the seeds its looks planned
         row: dict[str, Any] = {
             "cell_id": item.cell.id,
             "cell_label": item.cell.label,
@@ -174,7 +174,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
 
 
 def _sequential_state(opt: Any) -> dict[str, Any] | None:
-    st = sequential.load_state(opt)
+    st = sequential_looks.load_state(opt)
     return None if st is None else json.loads(st.dump())
 
 

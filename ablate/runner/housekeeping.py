@@ -29,7 +29,7 @@ from ablate.runner.study import open_study, prepare, recorded_tracking, storage
 from ablate.spec import Spec
 from ablate.stores import Stores, checkpoint_dir, redact
 
-# A study's current items for its spec: ``runner.sequential.items`` (a sequential study's are the
+# A study's current items for its spec: ``runner.sequential_looks.items`` (a sequential study's are the
 # seeds its looks planned). sequential sits above housekeeping, so the caller hands it in.
 ItemsOf = Callable[[Spec, optuna.Study], Sequence[Item]]
 

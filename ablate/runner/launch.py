@@ -22,7 +22,7 @@ from rich.console import Console
 from ablate.design import cells, spec_hash
 from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
-from ablate.runner import pool, queue, sequential, tracking
+from ablate.runner import pool, queue, sequential_looks, tracking
 from ablate.runner import study as st
 from ablate.runner.plan import orphan_lines
 from ablate.runner.signals import Interrupted
@@ -60,7 +60,7 @@ def look_line(info: dict) -> str:
             f"{info['queued']} seed item(s) queued for the next look")
 
 
-def look_decisions(spec: Spec, state: sequential.State | None, since: int = 0) -> list[str]:
+def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int = 0) -> list[str]:
     """Every look a sequential study analysed after its first ``since``: what it decided, each
     comparison (cell on measure: its decision, estimate and repeated interval, p), and how many stay
     open — what ``ablate run`` prints of the looks its workers made (a pool's workers report theirs
@@ -160,7 +160,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     """Queue every item of ``spec`` not already finished (``retry_failed``: and those that failed
     otherwise than by diverging, their failed attempts kept) and, unless ``workers`` is 0 (queue
     only: ``None``), run them on ``workers`` local workers on ``device``; the study's state after."""
-    todo = sequential.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
+    todo = sequential_looks.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
 
     def parent_run() -> str:
         try:
@@ -210,10 +210,10 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     if workers == 0:  # queue only: workers on other machines run the items
         return None
     idle = not (before.waiting + before.running)
-    looked = len(seq.history) if (seq := sequential.load_state(study)) is not None else 0
+    looked = len(seq.history) if (seq := sequential_looks.load_state(study)) is not None else 0
     if idle and spec.sequential is not None:  # a look a kill left unanalysed: analyse it here
         try:
-            advanced = sequential.advance(study, spec, stores)
+            advanced = sequential_looks.advance(study, spec, stores)
         except Exception as exc:
             raise st.StorageError(storage_problem(stores.storage, exc)) from None
         if advanced is not None:
@@ -226,7 +226,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         workers = 0
     device_list = pool.devices(device, workers) if workers else []
     # The live view's totals: a sequential study's grow as its looks add seeds.
-    view_items = (lambda study: sequential.items(spec, study)) if spec.sequential is not None else todo
+    view_items = (lambda study: sequential_looks.items(spec, study)) if spec.sequential is not None else todo
     failed: list[str] = []
     try:
         if len(device_list) == 1:  # this process is the worker; the view follows it from a thread
@@ -253,9 +253,9 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     try:  # read-only: the storage may have failed for writing (that may be why workers stopped); when no
         # worker ran, the study opened above reads the same store (a command opens its storage once)
         view = st.open_study(spec.name, stores, read_only=True) if device_list else study
-        todo = sequential.items(spec, view)  # a sequential study's looks may have added seeds
+        todo = sequential_looks.items(spec, view)  # a sequential study's looks may have added seeds
         after = its.Progress.of(view, todo)
-        looks = look_decisions(spec, sequential.load_state(view), looked) if spec.sequential is not None else []
+        looks = look_decisions(spec, sequential_looks.load_state(view), looked) if spec.sequential is not None else []
         errors = [e for e in queue.entries(view, keys=("failure_kind", its.RETRIED))
                   if e.user_attrs.get("failure_kind") == "error" and not e.user_attrs.get(its.RETRIED)]
     except Exception as exc:

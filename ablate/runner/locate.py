@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ablate import design
-from ablate.runner import queue, sequential
+from ablate.runner import queue, sequential_looks
 from ablate.runner.standing import StudyStatus, existing_store_url, study_status
 from ablate.runner.study import (
     RUNS_SETTLED,
@@ -97,10 +97,10 @@ def status(study: str, storage: str | None = None, tracking_uri: str | None = No
         settle_finished(opt, stores)
     spec_data = opt.user_attrs["spec"]
     spec = design.validate(spec_data, f"study {study}")
-    found = study_status(study, opt, sequential.items(spec, opt), extends=extends_runs(spec_data))
+    found = study_status(study, opt, sequential_looks.items(spec, opt), extends=extends_runs(spec_data))
     if spec.sequential is None:
         return found
-    return dataclasses.replace(found, sequential=sequential.lines(spec, sequential.load_state(opt),
+    return dataclasses.replace(found, sequential=sequential_looks.lines(spec, sequential_looks.load_state(opt),
                                                                   found.seconds_per_item()))
 
 

@@ -14,7 +14,7 @@ import optuna
 
 from ablate import design
 from ablate.design import Cell, Item, cells
-from ablate.runner import sequential
+from ablate.runner import sequential_looks
 from ablate.runner.phases import checked_branch
 from ablate.runner.standing import existing_store_url, standing
 from ablate.runner.study import StorageError, extends_runs, extension_lines
@@ -146,7 +146,7 @@ def build(spec: Spec, storage: str | None = None, tracking_uri: str | None = Non
     studies there hold for the rest (reused; stale ones too with ``reuse_stale``), the orphans."""
     grid = cells(spec)
     # A sequential study's items are the seeds its looks have planned so far.
-    work = design.items(spec) if spec.sequential is None else sequential.stored_items(spec, storage)
+    work = design.items(spec) if spec.sequential is None else sequential_looks.stored_items(spec, storage)
     by_cell: dict[str, list[Item]] = {c.id: [] for c in grid}
     for item in work:
         by_cell[item.cell.id].append(item)
@@ -211,7 +211,7 @@ def continuation_lines(plan: Plan) -> list[str]:
 
 
 def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
-    """A sequential study's design and where it stands (``ablate.runner.sequential.lines``), read
+    """A sequential study's design and where it stands (``ablate.runner.sequential_looks.lines``), read
     from its storage when it has one; nothing for a fixed number of seeds."""
     if spec.sequential is None:
         return []
@@ -219,10 +219,10 @@ def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
     url = existing_store_url(storage)
     if url is not None:
         try:
-            st = sequential.load_state(optuna.load_study(study_name=spec.name, storage=open_storage(url, read_only=True)))
+            st = sequential_looks.load_state(optuna.load_study(study_name=spec.name, storage=open_storage(url, read_only=True)))
         except KeyError:
             st = None
-    return sequential.lines(spec, st)
+    return sequential_looks.lines(spec, st)
 
 
 def until_converged_lines(spec: Spec, storage: str | None = None) -> list[str]:

@@ -41,7 +41,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ablate import faults, provenance
-from ablate.runner import phases, queue, sequential, tracking
+from ablate.runner import phases, queue, sequential_looks, tracking
 from ablate.runner.heartbeat import Heartbeat
 from ablate.runner.items import BUDGET, MAX_RETRIES, UNBOUNDED, states_by_item
 from ablate.runner.preload import Preload, await_preload
@@ -601,7 +601,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
                         continue
             if spec is not None:  # a sequential study: a finished look queues the next one's seeds
                 with signals.critical():
-                    advanced = sequential.advance(study, spec, stores)
+                    advanced = sequential_looks.advance(study, spec, stores)
                 if advanced is not None:
                     emit("look", {"look": advanced.look, "decided": len(advanced.decided), "open": advanced.open,
                                   "queued": advanced.queued, "finished": advanced.finished})

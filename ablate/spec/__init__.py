@@ -25,7 +25,7 @@ from ablate.spec.files import (
     reads_raw,
     split_override,
 )
-from ablate.spec.inits import InitSpec, PluginInit, RingInit, RotrnnInit
+from ablate.spec.init_params import InitSpec, PluginInit, RingInit, RotrnnInit
 from ablate.spec.loader import MAX_BYTES, MAX_DEPTH, MAX_NODES, parse_yaml, parse_yaml_lines
 from ablate.spec.models import (
     BUDGET_KEYS,

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ValidationError
 
-from ablate.models.registry import INIT_SCHEMES
+from ablate.models.catalogue import INIT_SCHEMES
 
 Problems = list[tuple[str, str]]
 

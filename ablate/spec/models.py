@@ -4,7 +4,7 @@ The baseline (``task``, ``model``, ``train``, ``probes``) is one complete config
 ``factors`` move dotted paths of it through levels; ``design``, ``exclude``/``include`` and
 ``when`` choose the cells; ``tune`` searches some paths per cell before replicating the best.
 This module holds their shape and every default; what factors, designs and constraints mean is
-``ablate.design``'s. The level names come from the registries (``ablate.models.registry``, the
+``ablate.design``'s. The level names come from the registries (``ablate.models.catalogue``, the
 task registry, the report notebooks), none of which imports torch.
 
 ``parse`` checks plain data against these shapes only. To run, plan or report a study, validate
@@ -32,12 +32,12 @@ from pydantic import (
 from pydantic.json_schema import WithJsonSchema
 
 from ablate import metrics, plugins, stores
-from ablate.models import registry
+from ablate.models import catalogue
 from ablate.report import REPORTS
-from ablate.spec.base import DEFER_COMBINATIONS, Strict
-from ablate.spec.base import deferred as _deferred
+from ablate.spec.basemodel import DEFER_COMBINATIONS, Strict
+from ablate.spec.basemodel import deferred as _deferred
 from ablate.spec.errors import REPORT_TAGS, Problems, SpecError, not_one_of, short, validation_problems
-from ablate.spec.inits import Init, RotrnnInit
+from ablate.spec.init_params import Init, RotrnnInit
 from ablate.spec.reports import ReportOptions
 from ablate.spec.seeds import (  # noqa: F401 - re-exported: ablate.spec and older callers
     MAX_SEED,
@@ -68,7 +68,7 @@ MAX_NAME = min(stores.MAX_STUDY_NAME, stores.MAX_EXPERIMENT_NAME, stores.MAX_RUN
                stores.MAX_FILE_NAME - stores.FILE_SUFFIX)
 
 
-def _level(levels: registry.Registry) -> Any:
+def _level(levels: catalogue.Registry) -> Any:
     """A level of a factor that takes plug-ins: a registered name (built-in or an installed
     plug-in's) or ``module:attribute``; the JSON Schema's names are filled in by ``ablate.schema``."""
 
@@ -128,19 +128,19 @@ def _report_entry() -> Any:
 class ModelSpec(Strict):
     """The network: an encoder, ``layers`` residual blocks around a recurrence, a head."""
 
-    family: _choice(registry.FAMILIES.names) = Field("linear_rnn", description="model family")
+    family: _choice(catalogue.FAMILIES.names) = Field("linear_rnn", description="model family")
     d_model: int = Field(64, ge=1, le=65_536, description="width of the residual stream")
     state_dim: int = Field(64, ge=2, le=65_536, description="N: real state size per layer (complex modes count twice)")
     layers: int = Field(2, ge=1, le=1_024, description="residual blocks")
-    parameterisation: _level(registry.PARAMETERISATIONS) = Field("rotation", description="how the state matrix is built")
-    normalisation: _level(registry.NORMALISATIONS) = Field("xi", description="input scaling of the recurrence")
+    parameterisation: _level(catalogue.PARAMETERISATIONS) = Field("rotation", description="how the state matrix is built")
+    normalisation: _level(catalogue.NORMALISATIONS) = Field("xi", description="input scaling of the recurrence")
     heads: int = Field(1, ge=1, le=65_536, description="groups of state sharing a decay (rotation) / a ξ")
-    nonlinearity: _level(registry.NONLINEARITIES) = Field("none", description="inside the recurrence; none = linear scan")
-    activation: _level(registry.ACTIVATIONS) = Field("gelu", description="between layers")
-    norm: _choice(registry.NORMS.names) = Field("layer", description="pre-norm of each block")
+    nonlinearity: _level(catalogue.NONLINEARITIES) = Field("none", description="inside the recurrence; none = linear scan")
+    activation: _level(catalogue.ACTIVATIONS) = Field("gelu", description="between layers")
+    norm: _choice(catalogue.NORMS.names) = Field("layer", description="pre-norm of each block")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     bidirectional: bool = False
-    pooling: _choice(registry.POOLINGS.names) = Field("mean", description="sequence pooling before a classification head")
+    pooling: _choice(catalogue.POOLINGS.names) = Field("mean", description="sequence pooling before a classification head")
     init: Init = Field(default_factory=RotrnnInit, description="initialisation scheme and its parameters (a "
                        "plug-in scheme: its own, docs/plugins.md)")
 
@@ -148,7 +148,7 @@ class ModelSpec(Strict):
     def _state_shape(self, info: ValidationInfo) -> ModelSpec:
         if self.family != "linear_rnn" or _deferred(info):  # the only family with a parameterisation and heads
             return self
-        modes = registry.PARAMETERISATIONS.level(self.parameterisation).modes
+        modes = catalogue.PARAMETERISATIONS.level(self.parameterisation).modes
         if modes in ("rotation", "complex") and self.state_dim % 2:
             raise ValueError(f"state_dim must be even for {self.parameterisation} (got {self.state_dim})")
         units = self.state_dim // 2 if modes == "complex" else self.state_dim

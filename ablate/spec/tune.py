@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from ablate.spec.base import Strict
+from ablate.spec.basemodel import Strict
 from ablate.spec.seeds import MAX_TUNE_TRIALS, TUNE_SEED_BASE, Scalar, check_seeds, choice
 
 __all__ = ["OBJECTIVE_METRICS", "PRUNERS", "Objective", "TuneDim", "TuneParam", "TuneSpec"]

@@ -44,7 +44,7 @@ storage, no torch):
 ``stats.compare_to_reference``, ...), imported on first use, so that a process that needs one
 module (the training loop needs ``convergence``) does not import the others' libraries. The
 accuracy report's tables, sentences and figures are ``ablate.report.accuracy``, the norm report's
-``ablate.report.norm_stability``.
+``ablate.report.norm_tables``.
 """
 
 from __future__ import annotations

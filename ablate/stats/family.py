@@ -9,7 +9,7 @@ often than α (13–20 % of null norm studies when Holm ran per measure). So the
 once — by default every comparison with the reference and every ANOVA term on every measure the
 study's reports test — and every p-value of it is Holm-adjusted over all of it, whichever report
 prints it. Holm's first threshold is α/m, the Bonferroni share a sequential design gives each of
-its comparisons (``runner.sequential.designs``), so the two designs spend α the same way; the
+its comparisons (``runner.sequential_looks.designs``), so the two designs spend α the same way; the
 sequential one cannot use Holm's later steps, because its comparisons stop at different looks.
 
 Measures are named as the sequential design names them: a metric (``test_accuracy``) or a norm

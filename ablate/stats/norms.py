@@ -3,7 +3,7 @@
 Input is ``Results.curves`` (``ablate.probes.CURVE_SCHEMA`` plus ``cell_id``, ``cell_label``,
 ``seed`` and the factor columns) as pandas. A *variant* is a cell of the study. Nothing here
 formats, draws, reads storage or imports torch; every function is deterministic. How the numbers
-are shown — tables, sentences, figures — is ``ablate.report.norm_stability``.
+are shown — tables, sentences, figures — is ``ablate.report.norm_tables``.
 
 The norm of a run at a probe step and layer is the probe batch's ‖x_t^h‖² averaged over t and heads
 (``norm_sq_mean`` rows of kind ``probe``). **The seed is the unit of replication**: the probe steps

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from ablate.tasks import cache
-from ablate.tasks.base import SPLITS, BuildContext, Generated, TaskData, TaskInfo, chance_level
-from ablate.tasks.progress import Reporter
+from ablate.tasks.data import SPLITS, BuildContext, Generated, TaskData, TaskInfo, chance_level
+from ablate.tasks.progress_bar import Reporter
 from ablate.tasks.registry import task_entry, task_names, task_params_model
 
 __all__ = ["TASK_NAMES", "TaskData", "TaskInfo", "load_task", "task_params_model", "task_cache_path"]

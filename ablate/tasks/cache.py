@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
-from ablate.tasks.base import SPLITS, Generated
+from ablate.tasks.data import SPLITS, Generated
 
 FORMAT_VERSION = 1
 """Version of the cache layout and of the shared code (splitting, chance); bump on change."""

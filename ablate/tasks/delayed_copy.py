@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from ablate.tasks.base import IGNORE, BuildContext, Generated
+from ablate.tasks.data import IGNORE, BuildContext, Generated
 from ablate.tasks.registration import register_task
 from ablate.tasks.synthetic import SyntheticParams, per_step_token_task
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ablate.tasks.base import BuildContext, Generated
+from ablate.tasks.data import BuildContext, Generated
 from ablate.tasks.realdata import FractionSplitParams, fraction_split, scalar_stats
 from ablate.tasks.registration import register_task
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from ablate.tasks.base import BuildContext, Generated
+from ablate.tasks.data import BuildContext, Generated
 from ablate.tasks.realdata import scalar_stats
 from ablate.tasks.registration import TaskParams, register_task
 

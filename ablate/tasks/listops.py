@@ -18,7 +18,7 @@ import random
 import numpy as np
 from pydantic import Field, model_validator
 
-from ablate.tasks.base import BuildContext, Generated, pad_sequences
+from ablate.tasks.data import BuildContext, Generated, pad_sequences
 from ablate.tasks.registration import register_task
 from ablate.tasks.synthetic import Example, SyntheticParams, disjoint_splits
 

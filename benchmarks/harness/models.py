@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from ablate.models.network import Network, build_model
 from ablate.ops import scan as scan_mod
 from ablate.spec import ModelSpec
-from ablate.tasks.base import TaskInfo
+from ablate.tasks.data import TaskInfo
 from harness.ops import (
     ScanClock,
     console,

@@ -54,7 +54,7 @@ from ablate.report.accuracy.text import (
     tuning_intro,
     tuning_sentences,
 )
-from ablate.report.provenance import provenance_table, spec_text, versions_table
+from ablate.report.provenance_tables import provenance_table, spec_text, versions_table
 
 __all__ = [
     "STILL_IMPROVING",

@@ -26,7 +26,7 @@ import pandas as pd
 from ablate import results, stats
 from ablate.report import accuracy as acc
 from ablate.report import format as fmt
-from ablate.report import sequential as seqrep
+from ablate.report import sequential_section as seqrep
 from ablate.report import verdicts
 from ablate.report.display import chunks, export_table, export_to, say, show, show_figure, show_text
 from ablate.report.plotting import Channels

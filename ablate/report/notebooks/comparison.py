@@ -21,10 +21,10 @@ import warnings
 
 from ablate import results, stats
 from ablate.report import accuracy as acc
-from ablate.report import comparison as cmp
+from ablate.report import comparison_tables as cmp
 from ablate.report import format as fmt
 from ablate.report import norm_figures as nf
-from ablate.report import norm_stability as ns
+from ablate.report import norm_tables as ns
 from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
 from ablate.stats import norms as sn

@@ -18,9 +18,9 @@ import itertools
 from ablate import results
 from ablate.report import format as fmt
 from ablate.report import norm_figures as nf
-from ablate.report import norm_stability as ns
-from ablate.report import provenance, verdicts
-from ablate.report import sequential as seqrep
+from ablate.report import norm_tables as ns
+from ablate.report import provenance_tables, verdicts
+from ablate.report import sequential_section as seqrep
 from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
 from ablate.stats import norms as sn
@@ -258,6 +258,6 @@ if len(df):
 
 # %%
 prov = res.provenance()
-show(provenance.provenance_table(prov, ns.provenance_rows(df)), name="provenance")
+show(provenance_tables.provenance_table(prov, ns.provenance_rows(df)), name="provenance")
 if prov["versions"]:
-    show(provenance.versions_table(prov), intro="**Package versions** (as recorded by each run)", name="versions")
+    show(provenance_tables.versions_table(prov), intro="**Package versions** (as recorded by each run)", name="versions")

@@ -12,7 +12,7 @@ import random
 import numpy as np
 from pydantic import Field
 
-from ablate.tasks.base import BuildContext, Generated
+from ablate.tasks.data import BuildContext, Generated
 from ablate.tasks.registration import register_task
 from ablate.tasks.synthetic import Example, SyntheticParams, disjoint_splits, stack
 

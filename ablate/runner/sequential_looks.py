@@ -10,7 +10,7 @@ the decisions of a look are a function of its data (the first n_k seeds of each 
 items are queued only where no trial exists (``study.prepare``), and the state is written before
 the queueing, so a process killed at any point leaves what the next call repeats or completes.
 
-The analysis is ``ablate.stats.sequential`` (boundaries, decisions, valid p-values and repeated
+The analysis is ``ablate.stats.group_sequential`` (boundaries, decisions, valid p-values and repeated
 intervals); the values per seed are the trials' own metrics (``test_accuracy``, …) or the norm
 report's per-run measures (``norm.training``, …: ``ablate.stats.norms.per_seed`` of the runs'
 curves).
@@ -36,7 +36,7 @@ from ablate.spec import Spec
 from ablate.stores import Stores
 
 if TYPE_CHECKING:
-    from ablate.stats.sequential import SequentialDesign
+    from ablate.stats.group_sequential import SequentialDesign
 
 __all__ = ["STATE", "Advanced", "State", "advance", "comparisons", "designs", "items", "load_state", "reference_cell",
            "step", "stored_items"]
@@ -128,7 +128,9 @@ def designs(spec: Spec) -> dict[str, SequentialDesign]:
     """Measure → its group-sequential design: the spec's looks, the family's α shared by Bonferroni
     over every comparison, the smallest effect (``stats.min_effect``; the log of
     ``stats.min_ratio`` for a norm measure, compared on the log scale)."""
-    from ablate.stats.sequential import SequentialDesign  # scipy: not at import (ablate status, results.load)
+    from ablate.stats.group_sequential import (
+        SequentialDesign,  # scipy: not at import (ablate status, results.load)
+    )
 
     seq = spec.sequential
     m = len(comparisons(spec))
@@ -200,7 +202,7 @@ def per_run_values(per_seed: Any, measure: str) -> dict[str, dict[int, float]]:
 
 def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[dict[str, Any]]:
     """The analysis of the current look: every comparison still open, on the first n_k seeds."""
-    from ablate.stats.sequential import decide
+    from ablate.stats.group_sequential import decide
 
     ref = reference_cell(spec)
     seeds = spec.seed_list

@@ -20,9 +20,9 @@ from pydantic.json_schema import WithJsonSchema
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ablate import plugins
-from ablate.models import registry
-from ablate.spec.base import Strict
-from ablate.spec.base import deferred as _deferred
+from ablate.models import catalogue
+from ablate.spec.basemodel import Strict
+from ablate.spec.basemodel import deferred as _deferred
 from ablate.spec.errors import not_one_of
 
 
@@ -76,14 +76,14 @@ def _init_tag(value: Any) -> str | None:
     if scheme is None:
         return None
     # a built-in name is told without looking for plug-ins (a spec of built-ins reads no entry points)
-    return scheme if scheme in registry.INIT_SCHEMES.builtin_names else PLUGIN_INIT_TAG
+    return scheme if scheme in catalogue.INIT_SCHEMES.builtin_names else PLUGIN_INIT_TAG
 
 
 def plugin_init_params(scheme: str) -> type[PluginInit]:
     """The parameter model of a plug-in init scheme (its class's ``Params``, else ``PluginInit``);
     ValueError naming the valid schemes, built-in and plug-in (the closest one too), for an unknown
     name, or saying why the plug-in cannot be used."""
-    levels = registry.INIT_SCHEMES
+    levels = catalogue.INIT_SCHEMES
     if not isinstance(scheme, str) or not levels.accepts(scheme):
         raise ValueError(not_one_of(scheme, levels.names, plugins=True))
     try:
@@ -119,7 +119,7 @@ PluginInitValue = Annotated[
                     "title": "a plug-in scheme and its parameters"}),
 ]
 
-InitSpec = RingInit | RotrnnInit | PluginInit  # one shape per built-in scheme of registry.INIT_SCHEMES, then plug-ins'
+InitSpec = RingInit | RotrnnInit | PluginInit  # one shape per built-in scheme of catalogue.INIT_SCHEMES, then plug-ins'
 Init = Annotated[
     Annotated[RingInit, Tag("ring")] | Annotated[RotrnnInit, Tag("rotrnn")]
     | Annotated[PluginInitValue, Tag(PLUGIN_INIT_TAG)],

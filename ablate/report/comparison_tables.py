@@ -4,7 +4,7 @@ The notebook (``ablate/report/notebooks/comparison.py``) loads the studies with
 ``ablate.results.load([...])``, keeps the chosen cells (``Studies.select``), and analyses the
 variants (``Studies.frames``: each cell once, labelled by what differs) with the accuracy and
 norm-stability analyses (``ablate.stats``, ``ablate.stats.norms``) and their presentation
-(``ablate.report.accuracy``, ``ablate.report.norm_stability``), which it reuses as they are.
+(``ablate.report.accuracy``, ``ablate.report.norm_tables``), which it reuses as they are.
 What is particular to a comparison is here: which studies and cells, which variants can be
 compared (``stats.comparability``: same task and data version), and per-study provenance.
 """
@@ -20,7 +20,7 @@ import pandas as pd
 
 from ablate import stats
 from ablate.report import format as fmt
-from ablate.report import norm_stability as ns
+from ablate.report import norm_tables as ns
 from ablate.stats import norms as sn
 
 __all__ = [

@@ -16,9 +16,9 @@ from typing import Any
 import pandas as pd
 
 from ablate.report.format import DASH, NBSP, num, pval, signed
-from ablate.runner import sequential as runner_sequential
+from ablate.runner import sequential_looks as runner_sequential
 from ablate.spec import Spec
-from ablate.stats.sequential import FUTILITY_BETA, spent
+from ablate.stats.group_sequential import FUTILITY_BETA, spent
 
 __all__ = ["decision_words", "decisions", "decisions_table", "fixed_beside", "fixed_why", "looks_table", "procedure",
            "sentences"]

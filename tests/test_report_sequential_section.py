@@ -1,4 +1,4 @@
-"""The sequential design as the reports print it (ablate.report.sequential): every number from
+"""The sequential design as the reports print it (ablate.report.sequential_section): every number from
 the study's recorded looks, decisions at the looks that made them."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from ablate import spec as spec_mod
-from ablate.report import sequential as seqrep
-from ablate.runner import sequential
+from ablate.report import sequential_section as seqrep
+from ablate.runner import sequential_looks
 
 RAW = {
     "name": "seqreport",
@@ -26,17 +26,17 @@ RAW = {
 
 def run_looks(with_values: bool = False):
     spec = spec_mod.parse(RAW)
-    cells = [c.id for c in sequential.design.cells(spec)]
-    ref = sequential.reference_cell(spec)
+    cells = [c.id for c in sequential_looks.design.cells(spec)]
+    ref = sequential_looks.reference_cell(spec)
     rng = np.random.default_rng(1)
     big, null = [c for c in cells if c != ref]
     base = 0.6 + rng.normal(0, 0.01, 9)
     values = {ref: base + rng.normal(0, 0.002, 9), big: base + 0.05 + rng.normal(0, 0.002, 9),
               null: base + rng.normal(0, 0.05, 9)}
     vals = {"test_accuracy": {c: dict(zip(spec.seed_list, v.tolist(), strict=True)) for c, v in values.items()}}
-    st = sequential.State(planned={c: 3 for c in cells})
+    st = sequential_looks.State(planned={c: 3 for c in cells})
     while not st.finished:
-        sequential.step(spec, st, vals)
+        sequential_looks.step(spec, st, vals)
     return (spec, st, big, null, ref, vals) if with_values else (spec, st, big, null, ref)
 
 
@@ -44,7 +44,7 @@ def test_the_tables_print_the_recorded_decisions():
     spec, st, big, null, ref = run_looks()
     state = {"look": st.look, "planned": st.planned, "decided": st.decided, "history": st.history,
              "finished": st.finished}
-    labels = {c.id: c.label for c in sequential.design.cells(spec)}
+    labels = {c.id: c.label for c in sequential_looks.design.cells(spec)}
     table = seqrep.decisions_table(state, spec, labels)
     assert list(table["cell"]) == [labels[big], labels[null]]
     row = table.iloc[0]
@@ -70,7 +70,7 @@ def test_the_procedure_says_which_test_the_looks_use():
 
 def _trials(spec, planned, vals) -> pd.DataFrame:
     """The trials frame the reports read of the study ``run_looks`` ran: each cell's planned seeds."""
-    cells = {c.id: c for c in sequential.design.cells(spec)}
+    cells = {c.id: c for c in sequential_looks.design.cells(spec)}
     rows = [{"cell_id": cid, "cell_label": cells[cid].label, "seed": s, "phase": "replicate", "status": "complete",
              "failure_kind": None, "failure_message": None, "model.heads": str(cells[cid].config["model"]["heads"]),
              "test_accuracy": vals["test_accuracy"][cid][s]}
@@ -93,7 +93,7 @@ def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_te
     # The strong cell ran on to 9 seeds (as when another of its measures was still open): the fixed
     # column still tests the 3 its decision used.
     trials = _trials(spec, {**st.planned, big: 9}, vals)
-    labels = {c.id: c.label for c in sequential.design.cells(spec)}
+    labels = {c.id: c.label for c in sequential_looks.design.cells(spec)}
     res = SimpleNamespace(spec=spec, factors=["model.heads"], sequential=state)
     v = verdicts.study_verdicts(res, trials, "test_accuracy", (ref, labels[ref]))
     beside = v.sequential_beside

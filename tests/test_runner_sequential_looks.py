@@ -1,4 +1,4 @@
-"""A sequential study end to end (ablate.runner.sequential): seeds added look by look by real
+"""A sequential study end to end (ablate.runner.sequential_looks): seeds added look by look by real
 workers, every planned seed run exactly once, also when a process is killed at a look."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ FACTORS = {"model.normalisation": ["xi", "gamma"]}
 
 
 def state(root):
-    from ablate.runner import sequential
+    from ablate.runner import sequential_looks
     from ablate.runner.study import open_study
     from ablate.stores import Stores
 
     home = root / ".ablate"
     stores = Stores(f"sqlite:///{home / 'optuna.db'}", f"sqlite:///{home / 'mlflow.db'}", (home / "a").as_uri())
-    return sequential.load_state(open_study("faults", stores, read_only=True))
+    return sequential_looks.load_state(open_study("faults", stores, read_only=True))
 
 
 
@@ -84,7 +84,7 @@ def test_kill9_at_a_look_on_postgresql_with_a_tracking_server(tmp_path, postgres
 
     import optuna
 
-    from ablate.runner import sequential
+    from ablate.runner import sequential_looks
 
     name = f"seq-{uuid.uuid4().hex[:8]}"
     procs.write_spec(tmp_path, name=name, seeds=SEQUENTIAL, factors=FACTORS)
@@ -92,12 +92,12 @@ def test_kill9_at_a_look_on_postgresql_with_a_tracking_server(tmp_path, postgres
     proc = procs.spawn(tmp_path, "run", "spec.yaml", *stores, ABLATE_FAULT="kill@look")
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == -signal.SIGKILL, err
-    st = sequential.load_state(optuna.load_study(study_name=name, storage=postgres_db))
+    st = sequential_looks.load_state(optuna.load_study(study_name=name, storage=postgres_db))
     assert st is not None and len(st.history) == 1
     res = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2", *stores)
     assert res.returncode == 0, res.stderr
     study = optuna.load_study(study_name=name, storage=postgres_db)
-    st = sequential.load_state(study)
+    st = sequential_looks.load_state(study)
     assert st is not None and st.finished and len(st.decided) == 2
     trials = study.get_trials(deepcopy=False)
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
@@ -112,7 +112,7 @@ def test_looks_read_the_norm_measures_without_the_runs_the_report_leaves_out():
     import numpy as np
     import pandas as pd
 
-    from ablate.runner.sequential import per_run_values
+    from ablate.runner.sequential_looks import per_run_values
     from ablate.stats import norms
 
     rng = np.random.default_rng(3)

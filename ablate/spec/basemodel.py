@@ -1,5 +1,5 @@
 """The base of every spec model, and the validation context that defers the checks of how a
-model's values fit together (``ablate.spec.models``, ``ablate.spec.inits``)."""
+model's values fit together (``ablate.spec.models``, ``ablate.spec.init_params``)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ablate import spec
-from ablate.models import build_model, registry
+from ablate.models import build_model, catalogue
 from ablate.models.inits import InitScheme, make_init
 from ablate.models.normalisations import Normalisation
 from ablate.models.parameterisations import Parameterisation
@@ -31,7 +31,7 @@ def _literal(field: str) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("key", list(SPEC_FIELD))
 def test_spec_choices_are_exactly_the_registry_names(key: str) -> None:
-    levels = registry.MODEL_FACTORS[key]
+    levels = catalogue.MODEL_FACTORS[key]
     if levels.kind is None:  # a closed factor: a Literal of its names
         assert _literal(SPEC_FIELD[key]) == levels.names
         return
@@ -46,18 +46,18 @@ def test_spec_choices_are_exactly_the_registry_names(key: str) -> None:
 
 def test_init_schemes_of_the_spec_are_the_registry_names() -> None:
     *builtin, plugin = typing.get_args(spec.InitSpec)  # a shape per built-in scheme, then the plug-ins' base
-    assert tuple(m.model_fields["scheme"].default for m in builtin) == registry.INIT_SCHEMES.builtin_names
+    assert tuple(m.model_fields["scheme"].default for m in builtin) == catalogue.INIT_SCHEMES.builtin_names
     assert plugin is spec.PluginInit
     with pytest.raises(spec.SpecError, match="is not one of: ring, rotrnn"):
         spec.parse({"name": "x", "task": {"name": "listops"}, "model": {"init": {"scheme": "circle"}}})
 
 
 def test_every_registry_is_listed_and_every_level_documented() -> None:
-    assert set(registry.MODEL_FACTORS) == {*SPEC_FIELD, "model.init.scheme"}
-    for reg in registry.MODEL_FACTORS.values():
+    assert set(catalogue.MODEL_FACTORS) == {*SPEC_FIELD, "model.init.scheme"}
+    for reg in catalogue.MODEL_FACTORS.values():
         assert reg.names and all(lvl.description for lvl in reg)
     # a parameterisation says what its state is made of: the spec's shape check reads it
-    assert {lvl.modes for lvl in registry.PARAMETERISATIONS if lvl.plugin is None} <= {"real", "complex", "rotation"}
+    assert {lvl.modes for lvl in catalogue.PARAMETERISATIONS if lvl.plugin is None} <= {"real", "complex", "rotation"}
 
 
 KINDS = {  # what each factor's implementations must be
@@ -72,9 +72,9 @@ KINDS = {  # what each factor's implementations must be
 }
 
 
-@pytest.mark.parametrize("key,name", [(k, lvl.name) for k, reg in registry.MODEL_FACTORS.items() for lvl in reg])
+@pytest.mark.parametrize("key,name", [(k, lvl.name) for k, reg in catalogue.MODEL_FACTORS.items() for lvl in reg])
 def test_every_level_resolves_and_builds_a_model(key: str, name: str) -> None:
-    impl = registry.MODEL_FACTORS[key].load(name)
+    impl = catalogue.MODEL_FACTORS[key].load(name)
     assert KINDS[key](impl), (key, name, impl)
     field = key.removeprefix("model.")
     settings: dict = {"d_model": 8, "state_dim": 8, "heads": 2, "layers": 1}
@@ -107,23 +107,23 @@ def test_every_level_resolves_and_builds_a_model(key: str, name: str) -> None:
 
 
 def test_unknown_names_are_refused_with_the_valid_ones() -> None:
-    valid = ", ".join(registry.PARAMETERISATIONS.names)
+    valid = ", ".join(catalogue.PARAMETERISATIONS.names)
     with pytest.raises(ValueError, match=f"unknown parameterisation 'nope'; valid: {valid}; or a plug-in as "
                                          "package.module:attribute$"):
-        registry.PARAMETERISATIONS.load("nope")
+        catalogue.PARAMETERISATIONS.load("nope")
     with pytest.raises(ValueError, match="unknown normalisation 'zeta'"):
         LinearRecurrence(4, 4, 1, "rotation", "zeta", "none", spec.RotrnnInit(), horizon=16)
     with pytest.raises(ValueError, match="a level name appears twice"):
-        registry.Registry("x", registry.Level("a", None, "one"), registry.Level("a", None, "two"))
+        catalogue.Registry("x", catalogue.Level("a", None, "one"), catalogue.Level("a", None, "two"))
 
 
 def test_the_settings_each_family_reads_match_how_its_layer_is_built() -> None:
     """``FAMILY_READS`` (what a report leaves out of a minGRU cell's label) says what
     ``network.recurrent_layer`` does: the layer settings go to a LinearRecurrence family only."""
-    assert set(registry.FAMILY_READS) == set(registry.FAMILIES.builtin_names)
-    assert set(registry.RECURRENCE_SETTINGS) <= set(spec.ModelSpec.model_fields)
-    for family, reads in registry.FAMILY_READS.items():
-        linear = issubclass(registry.FAMILIES.load(family), LinearRecurrence)
-        assert (reads == registry.RECURRENCE_SETTINGS) is linear and (reads == ()) is (not linear), family
-        assert set(registry.unread_settings(family)) == set(registry.RECURRENCE_SETTINGS) - set(reads)
-    assert registry.unread_settings("mypkg.layers:Custom") == ()  # a plug-in: assumed to read them
+    assert set(catalogue.FAMILY_READS) == set(catalogue.FAMILIES.builtin_names)
+    assert set(catalogue.RECURRENCE_SETTINGS) <= set(spec.ModelSpec.model_fields)
+    for family, reads in catalogue.FAMILY_READS.items():
+        linear = issubclass(catalogue.FAMILIES.load(family), LinearRecurrence)
+        assert (reads == catalogue.RECURRENCE_SETTINGS) is linear and (reads == ()) is (not linear), family
+        assert set(catalogue.unread_settings(family)) == set(catalogue.RECURRENCE_SETTINGS) - set(reads)
+    assert catalogue.unread_settings("mypkg.layers:Custom") == ()  # a plug-in: assumed to read them

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from ablate.tasks.progress import Reporter
+from ablate.tasks.progress_bar import Reporter
 
 if TYPE_CHECKING:
     import torch

@@ -1,4 +1,4 @@
-"""Group-sequential comparisons (ablate.stats.sequential): boundaries against published values and
+"""Group-sequential comparisons (ablate.stats.group_sequential): boundaries against published values and
 their defining property, the decisions of a look, error rates under optional stopping."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from ablate.stats import sequential as sq
+from ablate.stats import group_sequential as sq
 
 FIVE = tuple(i / 5 for i in range(1, 6))
 
