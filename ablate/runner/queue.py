@@ -12,6 +12,9 @@ their ``number`` (public); the storage's trial ids stay in here.
 - ``connect(url)``, ``lock(study, name)``, ``quiet_optuna``, ``storage_of``, ``HEARTBEAT_S``,
   ``GRACE_S`` and ``StaleCallback``: ``ablate.runner.rdb``'s, and ``StorageError``:
   ``ablate.stores``', re-exported here, where they were defined before (``x as x`` imports);
+- the studies of a storage (``load``, ``create``, ``names``, ``summaries``, ``delete``) and
+  Optuna's exceptions under ablate's names (``TrialFinished``, ``StorageInternal``, ``Pruned``):
+  ``ablate.runner.rdb``'s, re-exported so that modules below the study reach Optuna through here;
 - ``enqueue``, ``claim`` (oldest claimable first, optionally through a ``Gate``), ``beat``,
   ``finish`` (the attributes and the outcome: two transactions), ``set_running_attrs`` (several
   attributes of a running trial in one transaction), ``fail_running``, ``requeue``, ``stale``;
@@ -68,7 +71,10 @@ from optuna.trial import FrozenTrial, TrialState
 from ablate import faults
 from ablate.runner.rdb import GRACE_S as GRACE_S
 from ablate.runner.rdb import HEARTBEAT_S as HEARTBEAT_S
+from ablate.runner.rdb import Pruned as Pruned
 from ablate.runner.rdb import StaleCallback as StaleCallback
+from ablate.runner.rdb import StorageInternal as StorageInternal
+from ablate.runner.rdb import TrialFinished as TrialFinished
 from ablate.runner.rdb import (
     backend_of,
     cache_of,
@@ -81,9 +87,14 @@ from ablate.runner.rdb import (
     trial_id_of,
 )
 from ablate.runner.rdb import connect as connect
+from ablate.runner.rdb import create as create
+from ablate.runner.rdb import delete as delete
+from ablate.runner.rdb import load as load
 from ablate.runner.rdb import lock as lock
+from ablate.runner.rdb import names as names
 from ablate.runner.rdb import quiet_optuna as quiet_optuna
 from ablate.runner.rdb import storage_of as storage_of
+from ablate.runner.rdb import summaries as summaries
 from ablate.stores import StorageError as StorageError
 
 # Oldest WAITING ids a claim reads at once; pages grow when a gate holds candidates back.

@@ -6,6 +6,9 @@ it: with the queue, the only module that touches Optuna's private names and the 
   time; Optuna's schema check without alembic for a store the running Optuna stamped;
 - ``lock(study, name)``: an exclusive lock between processes (PostgreSQL advisory lock, a lock
   file beside a SQLite database);
+- the studies of a storage: ``load``, ``create``, ``names``, ``summaries``, ``delete``, and
+  Optuna's exceptions under ablate's names (``TrialFinished``, ``StorageInternal``, ``Pruned``):
+  the only place besides the queue, the study and runner/samplers.py that calls Optuna;
 - the internals the queue's SQL is written against: ``tables`` / ``other_tables`` (Optuna's
   table objects), ``cache_of`` / ``backend_of`` / ``storage_of`` / ``engine_of`` (what is under a
   ``Study``), ``study_id_of`` / ``trial_id_of`` (the storage's ids), ``key_is`` and ``checked``
@@ -253,6 +256,43 @@ def lock(study: optuna.Study, name: str) -> Iterator[None]:
     """Hold an exclusive lock named ``name`` between all processes on the study's storage."""
     with _db_lock(engine_of(study), name):
         yield
+
+
+# --- the studies of a storage -------------------------------------------------------------------
+# The rest of ablate opens, lists and deletes studies through these (re-exported by
+# ``ablate.runner.queue`` and ``ablate.runner.study``), so that an Optuna upgrade that renames or
+# re-signatures them is fixed here; tests/test_architecture.py holds other modules to it.
+
+# Optuna's exceptions under ablate's names: what a caller catches or raises.
+TrialFinished = optuna.exceptions.UpdateFinishedTrialError  # another process finished the trial first
+StorageInternal = optuna.exceptions.StorageInternalError  # the storage failed under Optuna
+Pruned = optuna.TrialPruned  # a tuning trial the pruner stopped
+
+
+def load(store: optuna.storages.BaseStorage, name: str) -> optuna.Study:
+    """The study ``name`` in ``store``; raises KeyError when there is none (``study.open_study``
+    says which names are close)."""
+    return optuna.load_study(study_name=name, storage=store)
+
+
+def create(store: optuna.storages.BaseStorage, name: str, direction: str = "maximize") -> optuna.Study:
+    """The study ``name`` in ``store``, created when it does not exist yet."""
+    return optuna.create_study(study_name=name, storage=store, load_if_exists=True, direction=direction)
+
+
+def names(store: optuna.storages.BaseStorage) -> list[str]:
+    """The names of the studies in ``store``."""
+    return list(optuna.get_all_study_names(store))
+
+
+def summaries(store: optuna.storages.BaseStorage) -> list[optuna.study.StudySummary]:
+    """The studies in ``store`` without their trials (name, user attributes, start time)."""
+    return list(optuna.get_all_study_summaries(store, include_best_trial=False))
+
+
+def delete(store: optuna.storages.BaseStorage, name: str) -> None:
+    """Delete the study ``name`` and all its trials from ``store``."""
+    optuna.delete_study(study_name=name, storage=store)
 
 
 # --- the internals, in one place ---------------------------------------------------------------

@@ -6,7 +6,10 @@ Items are enqueued as WAITING trials carrying their cell config in user attribut
 (runner/items.py, which also reads their states); workers claim them atomically (queue.claim,
 with the tuning rule of runner/phases.py). Heartbeats mark trials of killed workers FAIL and
 re-enqueue them, up to a retry bound. Nothing here touches Optuna's storage internals: that is
-runner/queue.py's alone.
+runner/queue.py's alone. The studies of a storage are opened, listed and deleted here (``storage``,
+``open_study``, and ``load``, ``create``, ``names``, ``summaries``, ``delete`` with Optuna's
+exceptions under ablate's names, ``TrialFinished``, ``StorageInternal``, ``Pruned``: runner/rdb.py's,
+re-exported), so that the modules above call no Optuna function themselves.
 
 When a study is prepared, items another study on the storage finished are linked rather than
 queued (runner/reuse.py: one cell store). Orphans, ``ablate rm`` and ``ablate ls`` are
@@ -56,7 +59,15 @@ from ablate.runner.items import (
     item_state,
     states_by_item,
 )
+from ablate.runner.queue import Pruned as Pruned
 from ablate.runner.queue import StorageError
+from ablate.runner.queue import StorageInternal as StorageInternal
+from ablate.runner.queue import TrialFinished as TrialFinished
+from ablate.runner.queue import create as create
+from ablate.runner.queue import delete as delete
+from ablate.runner.queue import load as load
+from ablate.runner.queue import names as names
+from ablate.runner.queue import summaries as summaries
 from ablate.runner.reuse import Reuse, find_reusable, link
 from ablate.schedule import warmup_steps
 from ablate.spec import Spec
@@ -93,14 +104,14 @@ def storage(url: str, read_only: bool = False) -> optuna.storages.RDBStorage:
 
 
 def open_study(name: str, stores: Stores, create: bool = False, read_only: bool = False) -> optuna.Study:
+    """The study ``name`` on ``stores`` (``create``: created when missing; ``read_only``: an
+    existing store, writing nothing); raises StorageError naming the closest studies."""
     store = storage(stores.storage, read_only=read_only and not create)
     _TRACKING[name] = stores.tracking
     try:
-        if create:
-            return optuna.create_study(study_name=name, storage=store, load_if_exists=True, direction="maximize")
-        return optuna.load_study(study_name=name, storage=store)
+        return queue.create(store, name) if create else queue.load(store, name)
     except KeyError:
-        raise StorageError(f"{missing_study(name, optuna.get_all_study_names(store), stores.storage)}; "
+        raise StorageError(f"{missing_study(name, queue.names(store), stores.storage)}; "
                            f"{WHERE_STORES_ARE}") from None
 
 
