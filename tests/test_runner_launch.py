@@ -28,6 +28,12 @@ def consoles() -> tuple[Console, io.StringIO, Console, io.StringIO]:
     return Console(file=o, width=200), o, Console(file=e, width=200), e
 
 
+def _study(spec, tmp_path):
+    import optuna
+
+    return optuna.load_study(study_name=spec.name, storage=stores(tmp_path).storage)
+
+
 def test_queue_only_queues_and_returns_nothing_to_judge(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     spec = design.validate(SPEC)
@@ -37,6 +43,8 @@ def test_queue_only_queues_and_returns_nothing_to_judge(tmp_path, monkeypatch):
     out, o, err, _ = consoles()  # queued already: nothing newly queued
     assert run_study(spec, stores(tmp_path), out, err, workers=0) is None
     assert "2 to run (0 newly queued)" in o.getvalue()
+    # The dashboard's note (seconds of imports) is left to the first run that trains.
+    assert "ablate.dashboard_note" not in _study(spec, tmp_path).user_attrs
 
 
 def test_one_worker_runs_every_item_and_a_second_call_runs_none(tmp_path, monkeypatch):
@@ -47,6 +55,9 @@ def test_one_worker_runs_every_item_and_a_second_call_runs_none(tmp_path, monkey
     after = run_study(spec, stores(tmp_path), out, err, workers=1, checkpoint_every=0)
     assert after is not None
     assert (after.done, after.failed, after.unfinished, after.errors, after.worker_failures) == (2, 0, 0, 0, [])
+    import optuna_dashboard
+
+    assert "an ablation study run by ablate" in optuna_dashboard.get_note(_study(spec, tmp_path))
     out, o, err, _ = consoles()
     again = run_study(spec, stores(tmp_path), out, err, workers=1)
     assert again == after

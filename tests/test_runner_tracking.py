@@ -183,3 +183,45 @@ def test_a_process_takes_the_store_lock_only_for_its_first_client(stores, tmp_pa
     finally:
         holder.kill()
         holder.wait()
+
+
+def _schema(path) -> tuple:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        tables = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+        version = db.execute("SELECT version_num FROM alembic_version").fetchall()
+        experiments = db.execute("SELECT experiment_id, name FROM experiments").fetchall()
+    return tables, version, experiments
+
+
+def test_a_fresh_store_is_a_copy_of_the_first_one_mlflow_built(tmp_path, monkeypatch):
+    """MLflow's migrations run once per MLflow version; every later fresh store is a copy of that
+    first build (the same schema, the same default experiment) and records runs as one built fresh."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    template = tracking.store_template()
+    assert not template.exists()
+    first = tmp_path / "a" / "mlflow.db"
+    first.parent.mkdir()
+    tracking.client(f"sqlite:///{first}")
+    assert template.is_file() and _schema(template) == _schema(first)
+    second = tmp_path / "b" / "mlflow.db"
+    second.parent.mkdir()
+    mlc = tracking.client(f"sqlite:///{second}")
+    assert _schema(second) == _schema(first)
+    run = mlc.create_run(mlc.create_experiment("x"))
+    mlc.log_metric(run.info.run_id, "m", 1.5)
+    assert mlc.get_run(run.info.run_id).data.metrics == {"m": 1.5}
+
+
+def test_a_damaged_template_is_dropped_and_the_store_built_by_mlflow(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    template = tracking.store_template()
+    template.parent.mkdir(parents=True)
+    template.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)  # a truncated file
+    store = tmp_path / "s" / "mlflow.db"
+    store.parent.mkdir()
+    mlc = tracking.client(f"sqlite:///{store}")
+    assert mlc.search_experiments()[0].name == "Default"
+    assert _schema(store)[1]  # migrated to a schema version by MLflow itself
+    assert _schema(template) == _schema(store)  # rebuilt from this store

@@ -9,11 +9,14 @@ the study's state; how that becomes an exit status is the caller's. A signal end
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import signal
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -154,6 +157,19 @@ def settle_after_stop(name: str, stores: Stores) -> int:
         return 0
 
 
+def _note_meanwhile(study: Any, spec: Spec) -> threading.Thread:
+    """Save the dashboard's note (``study.save_note``: seconds of imports) from a thread while the
+    workers start and train, off the way to the first trial. The note only repeats the study's
+    description attribute, so a failure here is not the run's."""
+    def save() -> None:
+        with contextlib.suppress(Exception):
+            st.save_note(study, spec)
+
+    thread = threading.Thread(target=save, name="dashboard-note", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
               checkpoint_every: int = 100, verbose: bool = False, reuse: bool = True,
               reuse_stale: bool = False, retry_failed: bool = False) -> Outcome | None:
@@ -228,6 +244,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     # The live view's totals: a sequential study's grow as its looks add seeds.
     view_items = (lambda study: sequential_looks.items(spec, study)) if spec.sequential is not None else todo
     failed: list[str] = []
+    note = _note_meanwhile(study, spec) if device_list else None
     try:
         if len(device_list) == 1:  # this process is the worker; the view follows it from a thread
             from ablate.runner.progress import View
@@ -248,6 +265,9 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     except Interrupted as exc:
         settle_after_stop(spec.name, stores)
         raise Stopped(exc.signum, exc.requeued) from None
+    finally:
+        if note is not None:
+            note.join()
     if device_list:  # items a worker linked instead of training (finished meanwhile elsewhere)
         show_reused(study, stores, err)
     try:  # read-only: the storage may have failed for writing (that may be why workers stopped); when no

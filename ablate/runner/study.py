@@ -311,8 +311,8 @@ def factor_distributions(spec: Spec, known: Mapping[str, Any] | None = None
 
 def describe(study: optuna.Study, spec: Spec) -> None:
     """What optuna-dashboard needs to show an ablation (see the module docstring): the objective's
-    name, the description, the note, and the factors' distributions; parameters recorded under
-    distributions that changed (a level added) are re-encoded."""
+    name, the description and the factors' distributions (the note: ``save_note``); parameters
+    recorded under distributions that changed (a level added) are re-encoded."""
     study.set_metric_names([OBJECTIVE])
     text = description(spec)
     if study.user_attrs.get("description") != text:
@@ -328,6 +328,14 @@ def describe(study: optuna.Study, spec: Spec) -> None:
     # Trials recorded before levels were parameters (older stores) get them now, so the
     # dashboard's importance and slice views read the whole study.
     queue.backfill_params(study, dists)
+
+
+def save_note(study: optuna.Study, spec: Spec) -> None:
+    """The description as optuna-dashboard's note on the study, if the dashboard is installed and
+    the note is not already this text. Importing the dashboard takes seconds (it imports Optuna's
+    importance module and scikit-learn), so ``ablate run`` calls this while its workers start,
+    never on the way to the first trial; a run that only queues leaves it to the first that trains."""
+    text = description(spec)
     if study.user_attrs.get(NOTE_SAVED) == text:
         return
     try:

@@ -27,6 +27,7 @@ another (``METRICS_ARTIFACT``): what the results API reads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -90,9 +91,56 @@ def client(tracking_uri: str, read_only: bool = False):
     if tracking_uri in _BUILT:
         return MlflowClient(tracking_uri=tracking_uri)
     with sqlite_lock(tracking_uri):  # a process's first client creates a fresh SQLite store's tables
+        path = sqlite_path(tracking_uri)
+        fresh = path is not None and not path.exists()
+        template = store_template()
+        if fresh and template.is_file():
+            _copy_sqlite(template, path)
         mlc = MlflowClient(tracking_uri=tracking_uri)
+        if fresh and not template.is_file():
+            _copy_sqlite(path, template)
     _BUILT.add(tracking_uri)
     return mlc
+
+
+def store_template() -> Path:
+    """An empty SQLite tracking store as this MLflow version builds it, kept in the user's cache.
+
+    MLflow builds a fresh SQLite store by running every Alembic migration since its first schema
+    (about 4 s of CPU, most of a fresh study's start-up); a copy of the first store it built is
+    the same database in milliseconds. MLflow builds it itself, so the schema is exactly MLflow's;
+    the version in the name keeps an upgraded MLflow from reusing an older schema."""
+    from mlflow.version import VERSION
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "ablate" / "stores" / f"mlflow-{VERSION}.db"
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    """Copy a SQLite database through SQLite's backup API, into a temporary file renamed into
+    place (a reader never sees half a file). A copy that fails leaves no target: a store MLflow
+    then builds itself, a cache that is only not written; a damaged template is removed."""
+    import sqlite3
+
+    tmp: Path | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+        os.close(fd)
+        tmp = Path(name)
+        with contextlib.closing(sqlite3.connect(source)) as src, contextlib.closing(sqlite3.connect(tmp)) as dst:
+            src.backup(dst)
+            if not dst.execute("SELECT version_num FROM alembic_version").fetchone():
+                raise sqlite3.DatabaseError("no schema version")
+        os.replace(tmp, target)
+    except sqlite3.DatabaseError:
+        if source == store_template():
+            source.unlink(missing_ok=True)
+    except OSError:
+        pass
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 # The tracking URIs whose store this process has built (MLflow keeps it): its later clients do not
