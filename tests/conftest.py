@@ -20,6 +20,12 @@ from pathlib import Path
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The user's cache (the tracking-store template, measured timings) stays out of the tests: each
+    session, and each xdist worker, gets one of its own; the CLI's subprocesses inherit it."""
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ablate-test-cache-")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -21,6 +21,34 @@ def tmp_path(shm_tmp_path: Path) -> Path:
     return shm_tmp_path
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No timings from another test's call (``estimate.timings_file``)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def test_a_second_estimate_reuses_the_first_ones_timings_and_says_so(monkeypatch):
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    plan = planning.build(design.validate(raw), storage="sqlite:////nonexistent/optuna.db")
+    timing = estimate.ShapeTiming(setup=0.5, step=0.01, val=0.2, test=0.1, probe=0.05, grads=0.02, first_use=3.0)
+    calls = []
+    monkeypatch.setattr(estimate, "measure", lambda config, probes, device, steps: calls.append(device) or timing)
+    monkeypatch.setattr(estimate, "measure_overheads", lambda *a, **k: calls.append("overheads")
+                        or estimate.Overheads(queue=1.5, imports=4.0, trial=0.25))
+    first = estimate.estimate(plan, "cpu")
+    assert calls == ["cpu", "cpu", "overheads"] and first.reused == 0
+    second = estimate.estimate(plan, "cpu")
+    assert calls == ["cpu", "cpu", "overheads"] and second.reused == 2  # nothing measured again
+    assert second.seconds == pytest.approx(first.seconds)
+    out = io.StringIO()
+    estimate.render_estimate(second, Console(file=out, width=300))
+    assert "2 timed by an earlier call within a day (this machine and versions), 0 measured now" in out.getvalue()
+    assert estimate.estimate(plan, "cuda:0").reused == 0  # another device: measured
+    monkeypatch.setattr(estimate.time, "time", lambda: 1e12)  # a day later: measured again
+    assert estimate.estimate(plan, "cpu").reused == 0
+
+
 def test_estimate_scales_measured_timings_by_each_pending_trial(monkeypatch):
     raw = copy.deepcopy(RAW)
     del raw["tune"]

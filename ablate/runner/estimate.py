@@ -11,6 +11,7 @@ queue claims them (a tuned cell's replicates after its tuning).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import json
 import os
@@ -82,6 +83,7 @@ class Estimate:
     extension_steps: int = 0
     extension_seconds: float = 0.0
     extension_trial_seconds: float = 0.0
+    reused: int = 0  # shapes whose timings an earlier call measured (``timings_file``)
 
 
 def _shape_key(config: dict[str, Any]) -> str:
@@ -98,6 +100,55 @@ def _timed(fn: Any, sync: Any, repeats: int = 3) -> float:
         sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+# Timings are reused across calls (``plan --estimate`` again after an edit of the spec times only
+# its new shapes) for a day, on this machine, with these versions: a longer-lived or foreign
+# timing would estimate another machine or other code.
+TIMINGS_TTL_S = 24 * 3600
+
+
+def timings_file() -> Path:
+    """Where measured timings are kept: the user's cache, beside the tracking-store template."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "ablate" / "timings.json"
+
+
+def _context(device: str, threads: int | None, steps: int) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ablate.design.identity import CODE_VERSION
+
+    def v(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "?"
+
+    return canonical_json({"host": os.uname().nodename, "cpus": os.cpu_count(), "device": device,
+                           "threads": threads, "steps": steps, "torch": v("torch"), "ablate": v("ablate"),
+                           "code": CODE_VERSION})
+
+
+def _load_timings() -> dict[str, Any]:
+    try:
+        kept = json.loads(timings_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    now = time.time()
+    return {k: v for k, v in kept.items() if isinstance(v, dict) and now - v.get("at", 0) < TIMINGS_TTL_S} \
+        if isinstance(kept, dict) else {}
+
+
+def _save_timings(kept: dict[str, Any]) -> None:
+    """Written whole through a temporary file (two plans at once: the last one's timings win); a
+    cache that cannot be written is only not kept."""
+    path = timings_file()
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(kept))
+        os.replace(tmp, path)
 
 
 def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", steps: int = 5) -> ShapeTiming:
@@ -357,18 +408,34 @@ def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
     start = time.perf_counter()
     timings: dict[str, ShapeTiming] = {}
     keys: list[str] = []
+    kept = _load_timings()
+    context = _context(device, threads, steps)
+    probes = canonical_json(plan.spec.probes.model_dump(mode="json"))
+    reused = 0
     with _threads(threads):
         for config in [i.cell.config for i in pending] + [config for _, config, _ in extensions]:
             key = _shape_key(config)
             if key not in timings:
-                timings[key] = measure(config, plan.spec.probes, device, steps)
+                entry = f"{context}|{probes}|{key}"
+                if entry in kept:
+                    timings[key] = ShapeTiming(**kept[entry]["timing"])
+                    reused += 1
+                else:
+                    timings[key] = measure(config, plan.spec.probes, device, steps)
+                    kept[entry] = {"at": time.time(), "timing": dataclasses.asdict(timings[key])}
             keys.append(key)
     if not keys:
         return Estimate(0.0, 0, 0, time.perf_counter() - start, device, workers)
     if overheads is None:
         config = pending[0].cell.config if pending else extensions[0][1]
-        overheads = measure_overheads(plan.spec, pending or [i for i, _, _ in extensions], config,
-                                      timings[keys[0]].probe_rows)
+        entry = f"{context}|overheads|{probes}|{_shape_key(config)}"
+        if entry in kept:
+            overheads = Overheads(**kept[entry]["overheads"])
+        else:
+            overheads = measure_overheads(plan.spec, pending or [i for i, _, _ in extensions], config,
+                                          timings[keys[0]].probe_rows)
+            kept[entry] = {"at": time.time(), "overheads": dataclasses.asdict(overheads)}
+    _save_timings(kept)
     branches = {key: b for c in plan.cells for key, b in c.branches.items()}
 
     def trained(item: Item) -> float:
@@ -400,7 +467,7 @@ def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
         extra = max(0.0, both - total)
     return Estimate(total, len(pending), len(timings), time.perf_counter() - start, device, workers,
                     sum(per_item), begin if pending else 0.0, len(extensions), sum(to_train), extra,
-                    sum(per_extension))
+                    sum(per_extension), reused)
 
 
 @contextmanager
@@ -429,6 +496,15 @@ def duration(seconds: float) -> str:
     return f"{hours} h {m:02d} min"
 
 
+def _measured(est: Estimate) -> str:
+    shapes = f"{est.shapes} model shape{'s' if est.shapes != 1 else ''}"
+    if not est.reused:
+        return f"measured {shapes} in {est.measured:.1f} s"
+    fresh = est.shapes - est.reused
+    return (f"{shapes}: {est.reused} timed by an earlier call within a day (this machine and versions), "
+            f"{fresh} measured now; {est.measured:.1f} s")
+
+
 def render_estimate(est: Estimate, console: Any) -> None:
     who = "one worker" if est.workers == 1 else f"{est.workers} workers"
     if not est.trials and not est.extension_runs:
@@ -437,11 +513,9 @@ def render_estimate(est: Estimate, console: Any) -> None:
     if est.trials:
         console.print(f"estimated wall time of the {est.trials} pending trials on {est.device}: ~{duration(est.seconds)} "
                       f"with {who} (trials {duration(est.trial_seconds)} of one worker's time, start-up "
-                      f"{duration(est.start_seconds)}); measured {est.shapes} model shape{'s' if est.shapes != 1 else ''} "
-                      f"in {est.measured:.1f} s", highlight=False, soft_wrap=True)
+                      f"{duration(est.start_seconds)}); {_measured(est)}", highlight=False, soft_wrap=True)
     else:
-        console.print(f"estimate: no declared trial pending; measured {est.shapes} model "
-                      f"shape{'s' if est.shapes != 1 else ''} on {est.device} in {est.measured:.1f} s", highlight=False)
+        console.print(f"estimate: no declared trial pending; on {est.device}, {_measured(est)}", highlight=False)
     if est.extension_runs:
         runs = f"{est.extension_runs} more run{'s' if est.extension_runs != 1 else ''}"
         console.print(f"extensions (until converged): at most {runs}, {est.extension_steps:,} steps to train, "
