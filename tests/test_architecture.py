@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
-# the order is the flow of one item: rdb ← queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
+# the order is the flow of one item: rdb, samplers ← queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
 # sequential_looks ← locate ← phases ← costs, progress, plan ← heartbeat, signals, preload ← worker ← pool, estimate ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.design", "ablate.tuning", "ablate.models", "ablate.schema", "ablate.schedule"),
     ("ablate.probes",),
     ("ablate.training", "ablate.training_fused"),
-    ("ablate.runner.rdb",),
+    ("ablate.runner.rdb", "ablate.runner.samplers"),  # samplers: Optuna's, asked in memory by phases
     ("ablate.runner.queue",),
     ("ablate.runner.tracking",),
     ("ablate.runner.items",),
@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.heartbeat", "ablate.runner.signals", "ablate.runner.preload"),
     ("ablate.runner.worker",),
     ("ablate.runner.pool", "ablate.runner.estimate"),  # the estimate times a trial through the worker
-    ("ablate.runner.launch", "ablate.plan_checks"),
+    ("ablate.runner.launch", "ablate.runner.plan_checks"),
     ("ablate.results",),
     ("ablate.report",),
     ("ablate.serve", "ablate.cli"),
@@ -205,6 +205,87 @@ def private_uses(root: Path = PACKAGE, extra: list[Path] | None = None) -> list[
     return wrong
 
 
+# The modules that call Optuna (docs/architecture.md, "Optuna through the seam"): every other module
+# opens, lists and deletes studies and catches Optuna's exceptions through them, and uses Optuna's
+# names only as types (``optuna.Study``, ``FrozenTrial``, a distribution in ``isinstance``) and
+# ``TrialState``.
+OPTUNA_SEAM = ("ablate.runner.rdb", "ablate.runner.queue", "ablate.runner.study", "ablate.runner.samplers")
+# Calls of an Optuna name allowed anywhere: reading a trial state is not reaching the storage.
+OPTUNA_ANYWHERE = ("optuna.trial.TrialState",)
+# Calls still to convert (module → the Optuna names it calls), in files another change owns;
+# an entry that is no longer needed fails the test below, so the list only shrinks.
+OPTUNA_NOT_YET: dict[str, set[str]] = {
+    "ablate.runner.housekeeping": {"optuna.delete_study", "optuna.get_all_study_names"},
+    "ablate.runner.locate": {"optuna.get_all_study_names"},
+    "ablate.runner.standing": {"optuna.load_study"},
+}
+
+
+def _optuna_bindings(tree: ast.AST) -> dict[str, str]:
+    """Local name → the Optuna name it is bound to, for every import of Optuna at any depth."""
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "optuna":
+                    out[a.asname or "optuna"] = a.name if a.asname else "optuna"
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "optuna":
+            out |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def _dotted(node: ast.AST, bound: dict[str, str]) -> str | None:
+    """The Optuna name an expression (``optuna.x.y``, a name imported from Optuna) stands for."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value, bound)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def optuna_uses(root: Path = PACKAGE, seam: tuple[str, ...] = OPTUNA_SEAM) -> dict[str, dict[str, list[int]]]:
+    """Outside the seam modules, per module: each Optuna name called, raised, caught, or each
+    private Optuna module imported, with its lines."""
+    found: dict[str, dict[str, list[int]]] = {}
+    for path in sources(root):
+        module = module_name(path, root)
+        if module in seam:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bound = _optuna_bindings(tree)
+        if not bound:
+            continue
+        uses: list[tuple[str, int]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                uses.append((_dotted(node.func, bound) or "", node.lineno))
+            elif isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                uses.append((_dotted(exc, bound) or "", node.lineno))
+            elif isinstance(node, ast.ExceptHandler) and node.type is not None:
+                caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+                uses += [(_dotted(c, bound) or "", node.lineno) for c in caught]
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                uses += [(n, node.lineno) for n in names
+                         if n.split(".")[0] == "optuna" and any(p.startswith("_") for p in n.split("."))]
+        for name, line in uses:
+            if name and not any(name == ok or name.startswith(ok + ".") for ok in OPTUNA_ANYWHERE):
+                found.setdefault(module, {}).setdefault(name, []).append(line)
+    return found
+
+
+def test_only_the_seam_calls_optuna() -> None:
+    found = optuna_uses()
+    wrong = [f"{module}:{lines[0]} uses {name}" for module, names in sorted(found.items())
+             for name, lines in sorted(names.items()) if name not in OPTUNA_NOT_YET.get(module, set())]
+    assert not wrong, "call Optuna through runner/study.py, queue.py or rdb.py instead:\n" + "\n".join(wrong)
+    stale = [f"{module}: {name}" for module, names in OPTUNA_NOT_YET.items() for name in names
+             if name not in found.get(module, {})]
+    assert not stale, "converted: delete from OPTUNA_NOT_YET in tests/test_architecture.py:\n" + "\n".join(stale)
+
+
 def test_every_import_goes_to_the_same_layer_or_below() -> None:
     wrong = upward_imports()
     assert not wrong, "\n".join(wrong)
@@ -262,12 +343,12 @@ def test_an_upward_import_is_caught_however_it_is_written(tmp_path: Path, how: s
 @pytest.mark.parametrize(("module", "how"), [
     ("runner/plan.py", "def f():\n    from ablate.runner import estimate\n"),  # the plan prices nothing
     ("runner/plan.py", "from ablate.runner import launch\n"),
-    ("runner/estimate.py", "from ablate import plan_checks\n"),
+    ("runner/estimate.py", "from ablate.runner import plan_checks\n"),
     ("runner/launch.py", "from ablate import cli\n"),
 ])
 def test_an_arrow_back_up_inside_the_runner_is_caught(tmp_path: Path, module: str, how: str) -> None:
     root = plant(tmp_path, {"runner/__init__.py": "", module: how, "runner/estimate.py": "", "runner/launch.py": "",
-                            "plan_checks.py": "", "cli.py": "", **{module: how}})
+                            "runner/plan_checks.py": "", "cli.py": "", **{module: how}})
     assert upward_imports(root), (module, how)
 
 
@@ -284,3 +365,25 @@ def test_a_private_name_reached_through_a_module_is_caught(tmp_path: Path) -> No
                             "stats/c.py": "from ablate.stats.a import _helper\n"})
     found = private_uses(root)
     assert any("reaches a._helper" in w for w in found) and any("imports ablate.stats.a._helper" in w for w in found)
+
+
+@pytest.mark.parametrize("how", [
+    "import optuna\n\ndef f(s):\n    return optuna.load_study(study_name='a', storage=s)\n",
+    "from optuna import get_all_study_names\n\ndef f(s):\n    return get_all_study_names(s)\n",
+    "def f(s):\n    import optuna.storages as st\n    st.fail_stale_trials(s)\n",  # lazy, under an alias
+    "import optuna\n\ndef f(t):\n    try:\n        t.tell(1)\n    except (KeyError, optuna.exceptions.UpdateFinishedTrialError):\n        pass\n",
+    "import optuna\n\ndef f():\n    raise optuna.TrialPruned\n",
+    "from optuna.storages._rdb import models\n",
+])
+def test_an_optuna_call_outside_the_seam_is_caught(tmp_path: Path, how: str) -> None:
+    root = plant(tmp_path, {"runner/__init__.py": "", "runner/items.py": how, "runner/study.py": how})
+    assert list(optuna_uses(root)) == ["ablate.runner.items"], how  # the seam's own copy is allowed
+
+
+def test_optuna_types_and_trial_states_are_allowed_outside_the_seam(tmp_path: Path) -> None:
+    root = plant(tmp_path, {"runner/__init__.py": "", "runner/items.py": (
+        "import optuna\nfrom optuna.distributions import CategoricalDistribution\nfrom optuna.trial import TrialState\n\n"
+        "def f(s: optuna.Study, d: object) -> list[optuna.trial.FrozenTrial]:\n"
+        "    assert isinstance(d, CategoricalDistribution)\n"
+        "    return s.get_trials(states=(TrialState.COMPLETE, optuna.trial.TrialState(1)))\n")})
+    assert optuna_uses(root) == {}

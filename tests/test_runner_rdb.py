@@ -11,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from ablate.runner import queue
 from ablate.runner.queue import claim
 from ablate.runner.study import storage
 from ablate.stores import StorageError
@@ -59,3 +60,34 @@ def test_a_store_stamped_by_this_optuna_opens_without_alembic_and_any_other_take
         db.execute("UPDATE alembic_version SET version_num = 'v9.9.9'")
     with pytest.raises(StorageError, match="no longer compatible"):
         storage(url)
+
+
+def test_the_studies_of_a_storage_are_opened_listed_and_deleted_through_the_seam(tmp_path):
+    from ablate.runner import study as st
+
+    store = st.storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    assert st.names(store) == []
+    made = st.create(store, "a")
+    made.set_user_attr("tracking_uri", "file:///x")
+    assert st.create(store, "a").study_name == "a"  # created once, loaded after
+    st.create(store, "b")
+    assert sorted(st.names(store)) == ["a", "b"]
+    assert {s.study_name: s.user_attrs.get("tracking_uri") for s in st.summaries(store)} == {"a": "file:///x", "b": None}
+    assert st.load(store, "a").user_attrs["tracking_uri"] == "file:///x"
+    st.delete(store, "a")
+    assert st.names(store) == ["b"]
+    with pytest.raises(KeyError):
+        st.load(store, "a")
+
+
+def test_optunas_exceptions_are_caught_under_ablates_names(tmp_path):
+    from ablate.runner import study as st
+
+    made = st.create(st.storage(f"sqlite:///{tmp_path / 'optuna.db'}"), "a")
+    trial = made.ask()
+    made.tell(trial, 1.0)
+    with pytest.raises(st.TrialFinished):  # another process finished it first
+        queue.set_running_attrs(made, trial, {"status": "running"})
+    assert issubclass(st.Pruned, Exception) and issubclass(st.StorageInternal, Exception)
+    dist = optuna.distributions.CategoricalDistribution(["x", "y"])
+    assert queue.stored_distribution(optuna.distributions.distribution_to_json(dist)) == dist

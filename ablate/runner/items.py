@@ -146,12 +146,12 @@ def cell_trials(study: optuna.Study, cell_id: str, phase: str) -> list[FrozenTri
 def level_params(study: optuna.Study, settings: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
     """An item's factor levels as Optuna parameters (name → (label, distribution)) under the
     study's categorical distributions (``PARAM_DISTRIBUTIONS``); levels it does not list are left out."""
-    from optuna.distributions import CategoricalDistribution, json_to_distribution
+    from optuna.distributions import CategoricalDistribution
 
     known = study.user_attrs.get(PARAM_DISTRIBUTIONS) or {}
     out: dict[str, tuple[Any, Any]] = {}
     for name, label in (settings or {}).items():
-        dist = json_to_distribution(known[name]) if name in known else None
+        dist = queue.stored_distribution(known[name]) if name in known else None
         if isinstance(dist, CategoricalDistribution) and label in dist.choices:
             out[name] = (label, dist)
     return out

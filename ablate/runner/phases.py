@@ -20,7 +20,8 @@ is decided:
   bookkeeping, ``pruner_attrs``); a pruned trial ends PRUNED, a result. Replicates never prune.
 
 No per-cell Optuna study is stored: the main study's trials are the history, so both phases
-resume with the queue, and nothing here can disagree with what the results API reads.
+resume with the queue, and nothing here can disagree with what the results API reads. The
+samplers, the pruners and the in-memory study they are asked in are runner/samplers.py's.
 
 ``record_params`` records a claimed item's factor levels (categorical, study.PARAM_DISTRIBUTIONS)
 and its tuned values (the search space's distributions) as the trial's Optuna parameters, for
@@ -37,37 +38,17 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import tuning
 from ablate.design.identity import lineage_key
 from ablate.runner import items as its
 from ablate.runner import queue
+from ablate.runner.samplers import distributions, make_pruner, make_sampler, memory, remember
 from ablate.spec import TrainSpec
 
 UNFINISHED = ("waiting", "running", "new")
-
-
-def distributions(space: dict[str, dict[str, Any]]) -> dict[str, BaseDistribution]:
-    out: dict[str, BaseDistribution] = {}
-    for path, dim in space.items():
-        if dim["type"] == "categorical":
-            out[path] = CategoricalDistribution(dim["choices"])
-        elif dim["type"] == "int":
-            out[path] = IntDistribution(dim["low"], dim["high"], log=dim["log"], step=1 if dim["log"] else dim["step"])
-        else:
-            out[path] = FloatDistribution(dim["low"], dim["high"], log=dim["log"], step=dim.get("step"))
-    return out
-
-
-def make_sampler(protocol: dict[str, Any], startup: int, seed: int) -> optuna.samplers.BaseSampler:
-    name = protocol.get("sampler", "tpe")
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=True)
 
 
 def _tune_trials(study: optuna.Study, cell_id: str) -> list[FrozenTrial]:
@@ -81,20 +62,9 @@ def intermediate(trial: FrozenTrial) -> dict[int, float]:
     return {int(k): float(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
 
-def make_pruner(name: str, steps: int, eval_every: int) -> optuna.pruners.BasePruner:
-    """The pruner of a protocol, sized to the trial's budget (tune.pruner documents the settings):
-    median waits for 2 finished trials and a quarter of the steps, so an early noisy pass cannot
-    stop a trial; successive halving keeps the best third at steps/9 and steps/3."""
-    if name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=steps // 4)
-    if name == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=max(eval_every, steps // 9), reduction_factor=3)
-    raise ValueError(f"unknown pruner {name!r}; valid: median, successive_halving")
-
-
 class Pruning:
     """``run_trial``'s ``on_eval`` for a tuning item whose protocol prunes: records each pass's
-    objective value on the trial and raises ``optuna.TrialPruned`` when the pruner, asked in an
+    objective value on the trial and raises ``queue.Pruned`` (Optuna's ``TrialPruned``) when the pruner, asked in an
     in-memory study of the cell's other tuning trials (finished, pruned and running) plus this
     one, says stop. ``step`` is the last pass reported."""
 
@@ -115,11 +85,11 @@ class Pruning:
         self.values[step], self.step = value, step
         self.trial.set_user_attr("intermediate", {str(s): v for s, v in sorted(self.values.items())})
         if self.should_prune():
-            raise optuna.TrialPruned(f"pruned at step {step}: {self.metric} {value:.4g}")
+            raise queue.Pruned(f"pruned at step {step}: {self.metric} {value:.4g}")
 
     def should_prune(self) -> bool:
         dists = distributions(self.attrs["tune"]["space"])
-        memory = optuna.create_study(direction=self.direction)
+        history = memory(self.direction)
         for t in _tune_trials(self.study, self.attrs["cell_id"]):
             params, value = t.user_attrs.get("params"), _value(t, self.metric)
             if t.number == self.trial.number or not isinstance(params, dict) or t.state not in (
@@ -127,29 +97,19 @@ class Pruning:
                 continue
             if t.state == TrialState.COMPLETE and value is None:
                 continue
-            _add(memory, t.state, params, dists, intermediate(t), value if t.state == TrialState.COMPLETE else None,
-                 t.user_attrs.get("pruner_attrs"))
-        if not _add(memory, TrialState.RUNNING, self.attrs["params"], dists, self.values, None, self.pruner_attrs):
+            remember(history, t.state, params, dists, intermediate(t),
+                     value if t.state == TrialState.COMPLETE else None, t.user_attrs.get("pruner_attrs"))
+        if not remember(history, TrialState.RUNNING, self.attrs["params"], dists, self.values, None,
+                        self.pruner_attrs):
             return False  # this trial's own setting is outside the space: nothing to compare it with
-        current = memory.get_trials(deepcopy=False)[-1]
-        prune = self.pruner.prune(memory, current)
+        current = history.get_trials(deepcopy=False)[-1]
+        prune = self.pruner.prune(history, current)
         # The pruner's bookkeeping (successive halving's rungs) lives on the trial it concerns.
-        kept = dict(memory.get_trials(deepcopy=False)[-1].system_attrs)
+        kept = dict(history.get_trials(deepcopy=False)[-1].system_attrs)
         if kept != self.pruner_attrs:
             self.pruner_attrs = kept
             self.trial.set_user_attr("pruner_attrs", kept)
         return prune
-
-
-def _add(memory: optuna.Study, state: TrialState, params: dict[str, Any], dists: dict[str, BaseDistribution],
-         values: dict[int, float], value: float | None, system_attrs: Any) -> bool:
-    try:
-        memory.add_trial(optuna.create_trial(
-            state=state, params=params, distributions=dists, intermediate_values=values, value=value,
-            system_attrs=dict(system_attrs) if isinstance(system_attrs, dict) else {}))
-    except ValueError:  # a setting outside today's space: not this protocol's history
-        return False
-    return True
 
 
 def pruning(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any]) -> Pruning | None:
@@ -173,25 +133,21 @@ def sample(study: optuna.Study, number: int, attrs: dict[str, Any]) -> dict[str,
     dists = distributions(protocol["space"])
     objective = protocol["objective"]
     startup = int(protocol.get("startup_trials", 10))
-    memory = optuna.create_study(direction=objective["direction"],
-                                 sampler=make_sampler(protocol, startup, tuning.sampler_seed(attrs["cell_id"],
-                                                                                             attrs["index"])))
+    history = memory(objective["direction"],
+                     make_sampler(protocol, startup, tuning.sampler_seed(attrs["cell_id"], attrs["index"])))
     for t in _tune_trials(study, attrs["cell_id"]):
         params = t.user_attrs.get("params")
         if t.number == number or not isinstance(params, dict):
             continue
+        # A setting outside today's space is not this protocol's history: remember() skips it.
         value = _value(t, objective["metric"])
-        try:
-            if t.state == TrialState.COMPLETE and value is not None:
-                memory.add_trial(optuna.create_trial(params=params, distributions=dists, value=value))
-            elif t.state == TrialState.PRUNED:  # TPE ranks a pruned trial by how far it got
-                memory.add_trial(optuna.create_trial(state=TrialState.PRUNED, params=params, distributions=dists,
-                                                     intermediate_values=intermediate(t)))
-            elif t.state == TrialState.RUNNING:
-                memory.add_trial(optuna.create_trial(state=TrialState.RUNNING, params=params, distributions=dists))
-        except ValueError:  # a setting outside today's space: not this protocol's history
-            continue
-    return dict(memory.ask(dists).params)
+        if t.state == TrialState.COMPLETE and value is not None:
+            remember(history, TrialState.COMPLETE, params, dists, value=value)
+        elif t.state == TrialState.PRUNED:  # TPE ranks a pruned trial by how far it got
+            remember(history, TrialState.PRUNED, params, dists, intermediate(t))
+        elif t.state == TrialState.RUNNING:
+            remember(history, TrialState.RUNNING, params, dists)
+    return dict(history.ask(dists).params)
 
 
 def best(study: optuna.Study, attrs: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -10,14 +10,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import optuna
-
 from ablate import design
 from ablate.design import Cell, Item, cells
 from ablate.runner import sequential_looks
 from ablate.runner.phases import checked_branch
 from ablate.runner.standing import existing_store_url, standing
 from ablate.runner.study import StorageError, extends_runs, extension_lines
+from ablate.runner.study import load as load_study
 from ablate.runner.study import storage as open_storage
 from ablate.spec import Spec
 from ablate.stores import checkpoint_dir, resolve
@@ -219,7 +218,7 @@ def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
     url = existing_store_url(storage)
     if url is not None:
         try:
-            st = sequential_looks.load_state(optuna.load_study(study_name=spec.name, storage=open_storage(url, read_only=True)))
+            st = sequential_looks.load_state(load_study(open_storage(url, read_only=True), spec.name))
         except KeyError:
             st = None
     return sequential_looks.lines(spec, st)
@@ -240,7 +239,7 @@ def stored_trials(spec: Spec, storage: str | None) -> list[Any]:
     if url is None:
         return []
     try:
-        return optuna.load_study(study_name=spec.name, storage=open_storage(url, read_only=True)).get_trials(
+        return load_study(open_storage(url, read_only=True), spec.name).get_trials(
             deepcopy=False)
     except (KeyError, StorageError):
         return []

@@ -12,7 +12,8 @@ their ``number`` (public); the storage's trial ids stay in here.
 - ``connect(url)``, ``lock(study, name)``, ``quiet_optuna``, ``storage_of``, ``HEARTBEAT_S``,
   ``GRACE_S`` and ``StaleCallback``: ``ablate.runner.rdb``'s, and ``StorageError``:
   ``ablate.stores``', re-exported here, where they were defined before (``x as x`` imports);
-- the studies of a storage (``load``, ``create``, ``names``, ``summaries``, ``delete``) and
+- the studies of a storage (``load``, ``create``, ``names``, ``summaries``, ``delete``),
+  ``stored_distribution`` (a parameter distribution from its JSON) and
   Optuna's exceptions under ablate's names (``TrialFinished``, ``StorageInternal``, ``Pruned``):
   ``ablate.runner.rdb``'s, re-exported so that modules below the study reach Optuna through here;
 - ``enqueue``, ``claim`` (oldest claimable first, optionally through a ``Gate``), ``beat``,
@@ -94,6 +95,7 @@ from ablate.runner.rdb import lock as lock
 from ablate.runner.rdb import names as names
 from ablate.runner.rdb import quiet_optuna as quiet_optuna
 from ablate.runner.rdb import storage_of as storage_of
+from ablate.runner.rdb import stored_distribution as stored_distribution
 from ablate.runner.rdb import summaries as summaries
 from ablate.stores import StorageError as StorageError
 

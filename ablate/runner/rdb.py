@@ -6,7 +6,8 @@ it: with the queue, the only module that touches Optuna's private names and the 
   time; Optuna's schema check without alembic for a store the running Optuna stamped;
 - ``lock(study, name)``: an exclusive lock between processes (PostgreSQL advisory lock, a lock
   file beside a SQLite database);
-- the studies of a storage: ``load``, ``create``, ``names``, ``summaries``, ``delete``, and
+- the studies of a storage: ``load``, ``create``, ``names``, ``summaries``, ``delete``,
+  ``stored_distribution`` (a parameter distribution from its JSON), and
   Optuna's exceptions under ablate's names (``TrialFinished``, ``StorageInternal``, ``Pruned``):
   the only place besides the queue, the study and runner/samplers.py that calls Optuna;
 - the internals the queue's SQL is written against: ``tables`` / ``other_tables`` (Optuna's
@@ -293,6 +294,12 @@ def summaries(store: optuna.storages.BaseStorage) -> list[optuna.study.StudySumm
 def delete(store: optuna.storages.BaseStorage, name: str) -> None:
     """Delete the study ``name`` and all its trials from ``store``."""
     optuna.delete_study(study_name=name, storage=store)
+
+
+def stored_distribution(text: str) -> optuna.distributions.BaseDistribution:
+    """A parameter distribution from the JSON Optuna stores it as (``study.PARAM_DISTRIBUTIONS``
+    keeps the factors' so)."""
+    return optuna.distributions.json_to_distribution(text)
 
 
 # --- the internals, in one place ---------------------------------------------------------------

@@ -134,7 +134,7 @@ def find_reusable(store: optuna.storages.RDBStorage, study_name: str, tracking_u
     if not found:
         return out
     trackings = {s.study_name: s.user_attrs.get("tracking_uri")
-                 for s in optuna.get_all_study_summaries(store, include_best_trial=False)}
+                 for s in queue.summaries(store)}
     # Per cell, per kind (exact / stale), per source study: that study's trials by item suffix.
     groups: dict[tuple[str, bool, str], dict[str, list[queue.Found]]] = {}
     for entry in sorted(found.values(), key=lambda e: (e.study, e.number)):
@@ -218,7 +218,7 @@ def link(study: optuna.Study, item: Item, source: Source, opened: dict[str, optu
     the source's results and MLflow run, and ``reused_from``."""
     opened = opened if opened is not None else {}
     if source.study not in opened:
-        opened[source.study] = optuna.load_study(study_name=source.study, storage=queue.storage_of(study))
+        opened[source.study] = queue.load(queue.storage_of(study), source.study)
     frozen = queue.trial(opened[source.study], source.number)
     own = item_attrs(item)
     if item.tune:  # a tuned item's config is its sampled (or best) setting's: the source's
@@ -254,7 +254,7 @@ def link_if_done_elsewhere(study: optuna.Study, trial: optuna.Trial) -> str | No
              and not e.user_attrs.get(DROPPED) and e.user_attrs.get(BUDGET) == attrs.get(BUDGET)
              and e.user_attrs.get("code_version", design.ORIGINAL_CODE_VERSION) == attrs["code_version"]]
     for entry in sorted(found, key=_rank):
-        other = optuna.load_study(study_name=entry.study, storage=store)
+        other = queue.load(store, entry.study)
         if other.user_attrs.get("tracking_uri") != study.user_attrs.get("tracking_uri"):
             continue
         source = _source(entry, False)

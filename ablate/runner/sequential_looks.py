@@ -94,13 +94,13 @@ def stored_items(spec: Spec, storage_url: str | None) -> list[Item]:
     if spec.sequential is None:
         return design.items(spec)
     from ablate.runner.standing import existing_store_url
-    from ablate.runner.study import StorageError, storage
+    from ablate.runner.study import StorageError, load, storage
 
     url = existing_store_url(storage_url)
     if url is None:
         return design.items(spec)
     try:
-        opt = optuna.load_study(study_name=spec.name, storage=storage(url, read_only=True))
+        opt = load(storage(url, read_only=True), spec.name)
     except (KeyError, StorageError):
         return design.items(spec)
     return items(spec, opt)

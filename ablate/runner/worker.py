@@ -166,7 +166,7 @@ def run_item(
     try:  # finished meanwhile by another study: link it, do not train it again
         with signals.critical():  # the link finishes the trial: a signal must not cut it in two
             source = link_if_done_elsewhere(study, trial)
-    except optuna.exceptions.UpdateFinishedTrialError:  # declared dead meanwhile: re-queued already
+    except queue.TrialFinished:  # declared dead meanwhile: re-queued already
         emit("superseded", {**who, "message": "declared dead by another worker; the item was re-queued"})
         return "superseded"
     except Exception:  # the lookup only saves work: training the item is always right
@@ -192,7 +192,7 @@ def run_item(
     try:
         return _train_item(study, trial, attrs, info, current, stores, device, emit, checkpoint_every, signals,
                            train)
-    except (Superseded, optuna.exceptions.UpdateFinishedTrialError):
+    except (Superseded, queue.TrialFinished):
         # Another process failed this trial for lack of heartbeats and re-queued its item, which
         # may already be running elsewhere: drop this attempt; its checkpoint stays for the re-run.
         for run in current.runs:
@@ -253,13 +253,13 @@ def _train_item(
                 # Over all attempts: the steps from the branch point (0 when trained from scratch).
                 trained = result.steps - (lineage["step"] if lineage else 0)
                 return _record(study, trial, run, result, trained, info, current, emit, signals)
-            except optuna.TrialPruned as exc:
+            except queue.Pruned as exc:
                 if heartbeat.lost.is_set():
                     raise Superseded() from None
                 steps = on_eval.step if on_eval is not None else run.last_step
                 return _record_pruned(study, trial, run, str(exc), steps, time.perf_counter() - started, info,
                                       current, emit, signals)
-            except (KeyboardInterrupt, Superseded, optuna.exceptions.UpdateFinishedTrialError):
+            except (KeyboardInterrupt, Superseded, queue.TrialFinished):
                 raise
             except Exception as exc:
                 if _storage_failure(exc):
@@ -385,7 +385,7 @@ def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], 
 
 def _storage_failure(exc: BaseException) -> bool:
     """Whether the study storage itself failed (then nothing can be recorded: the worker stops)."""
-    if isinstance(exc, StorageError | optuna.exceptions.StorageInternalError):
+    if isinstance(exc, StorageError | queue.StorageInternal):
         return True
     try:
         import sqlalchemy.exc
@@ -494,7 +494,7 @@ def _abandon(stores: Stores, current: _Current, crash: BaseException | None = No
             requeued.append(current.label)
         elif state == TrialState.COMPLETE and current.checkpoint is not None:  # recorded just before the signal
             current.checkpoint.unlink(missing_ok=True)
-    except optuna.exceptions.UpdateFinishedTrialError:  # declared dead meanwhile: re-queued by another
+    except queue.TrialFinished:  # declared dead meanwhile: re-queued by another
         pass
     except Exception:  # the storage failed: the heartbeat's silence re-queues it after the grace period
         requeued.append(f"{current.label} (after the grace period: the study storage failed)")
