@@ -172,7 +172,7 @@ def plan(
     """One row per cell: id, level labels, trials, done / partial / reused / stale / new, where
     results come from; totals; orphaned trials; --estimate."""
     spec = _load(file, set_, multirun)
-    from ablate import plan_checks
+    from ablate.runner import plan_checks
 
     plan_checks.report(spec, storage, tracking_uri, reuse, reuse_stale, estimate, device, workers).print(out)
 
