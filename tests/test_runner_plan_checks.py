@@ -1,4 +1,4 @@
-"""What ``ablate plan`` warns about (ablate.plan_checks): a design that cannot reach significance, a
+"""What ``ablate plan`` warns about (ablate.runner.plan_checks): a design that cannot reach significance, a
 sequential study's price, a longer WSD cell that a setting keeps from continuing."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import yaml
 from support import RAW
 from typer.testing import CliRunner
 
-from ablate import design, plan_checks
+from ablate import design
 from ablate.cli import app
 from ablate.design.identity import lineage_key
 from ablate.runner import plan as planning
+from ablate.runner import plan_checks
 from ablate.stats.comparisons import PERMUTATIONS, permutation_test
 from ablate.stores import checkpoint_dir
 
