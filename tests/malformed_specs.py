@@ -16,16 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
+from support import spec_dict
 
-BASE: dict[str, Any] = {
-    "name": "corpus",
-    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2, "init": {"scheme": "rotrnn"}},
-    "train": {"steps": 5, "batch_size": 8, "lr": 0.003},
-    "probes": {"every": 5},
-    "factors": {"model.layers": [1, 2]},
-    "seeds": 2,
-}
+# support's base spec with a value at every section a case writes into (init, probes, a factor).
+BASE: dict[str, Any] = spec_dict(
+    name="corpus", factors={"model.layers": [1, 2]}, seeds=2, probes={"every": 5},
+    sets={"model.init": {"scheme": "rotrnn"}, "train.batch_size": 8, "train.lr": 0.003})
 INT_PATHS = ["model.d_model", "model.state_dim", "model.layers", "model.heads", "train.steps", "train.batch_size",
              "train.eval_every", "train.log_every", "probes.every", "probes.batch", "task.train_size",
              "task.max_length", "task.max_depth", "task.seed"]

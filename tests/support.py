@@ -7,7 +7,9 @@ import copy
 import json
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -18,16 +20,43 @@ from ablate.stores import Stores
 #: The installed console script (``pyproject.toml``'s ``[project.scripts]``), run as users run it.
 ABLATE = [str(Path(sys.executable).with_name("ablate"))]
 
-DESIGN_BASE = {
-    "name": "d",
+#: The base spec the tests start from: a tiny listops model, a 2 × 2 design (parameterisation ×
+#: normalisation), 3 seeds. Derive a variant with ``spec_dict``, never a copy of the literal.
+BASE = {
+    "name": "t",
     "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 16, "layers": 1, "heads": 1},
+    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
     "train": {"steps": 5},
+    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
+    "seeds": 3,
 }
+
+
+def spec_dict(base: Mapping[str, Any] = BASE, /, sets: Mapping[str, Any] | None = None, **parts: Any) -> dict[str, Any]:
+    """A fresh copy of ``base`` (default BASE) with top-level ``parts`` replaced (None removes
+    the key) and ``sets`` values put at dotted paths (``{"model.heads": 1}``). Every call is a
+    deep copy: a test may change what it gets without touching another test's base."""
+    raw = copy.deepcopy(dict(base))
+    for key, value in parts.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = copy.deepcopy(value)
+    for path, value in (sets or {}).items():
+        *heads, last = path.split(".")
+        node = raw
+        for head in heads:
+            node = node.setdefault(head, {})
+        node[last] = copy.deepcopy(value)
+    return raw
+
+
 VARIANT = {
     "RotRNN": {"model.parameterisation": "rotation", "model.normalisation": "xi"},
     "LRU": {"model.parameterisation": "complex_diagonal", "model.normalisation": "gamma"},
 }
+#: BASE without a design: the cells are what ``make`` gives it (a one-head model).
+DESIGN_BASE = spec_dict(name="d", factors=None, seeds=None, sets={"model.state_dim": 16, "model.heads": 1})
 
 
 def make(**parts) -> spec.Spec:
@@ -46,17 +75,18 @@ def errors(**parts) -> str:
     return str(info.value)
 
 
-RAW = {
-    "name": "tuned",
-    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 1},
-    "train": {"steps": 5},
-    "factors": {"variant": {"RotRNN": {"model.parameterisation": "rotation", "model.normalisation": "xi"},
-                            "LRU": {"model.parameterisation": "complex_diagonal", "model.normalisation": "gamma"}}},
-    "seeds": 2,
-    "tune": {"trials": 4, "space": {"train.lr": {"low": 1e-4, "high": 1e-1, "log": True},
-                                    "train.batch_size": [8, 16]}},
-}
+#: A spec whose trials really train, in a second or so on one CPU core (workers, faults, signals): a
+#: smaller model on shorter sequences, a validation pass and probes every 3 steps, one seed, no factor.
+TRAINABLE = spec_dict(
+    name="exec", factors=None, seeds=1,
+    task={"name": "listops", "max_depth": 3, "max_length": 30, "train_size": 200, "val_size": 32, "test_size": 32},
+    model={"d_model": 8, "state_dim": 8, "layers": 1, "heads": 2},
+    train={"steps": 6, "batch_size": 8, "eval_every": 3, "log_every": 3},
+    probes={"every": 3, "batch": 8})
+#: BASE tuned: RotRNN against LRU, 2 seeds, 4 tuning trials of the learning rate and batch size.
+RAW = spec_dict(name="tuned", factors={"variant": VARIANT}, seeds=2, sets={"model.heads": 1},
+                tune={"trials": 4, "space": {"train.lr": {"low": 1e-4, "high": 1e-1, "log": True},
+                                             "train.batch_size": [8, 16]}})
 BEST_LR = 10**-2.5
 
 

@@ -7,18 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import VARIANT, errors, make
+from support import BASE, VARIANT, errors, make
 
 from ablate import design, spec
-
-SPEC_BASE = {
-    "name": "t",
-    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
-    "train": {"steps": 5},
-    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
-    "seeds": 3,
-}
 
 
 def spec_errors(raw) -> str:
@@ -28,7 +19,7 @@ def spec_errors(raw) -> str:
 
 
 def with_(path: str, value):
-    raw = yaml.safe_load(yaml.safe_dump(SPEC_BASE))
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
     spec.set_path(raw, path, value) if "." in path else raw.__setitem__(path, value)
     return raw
 
@@ -229,7 +220,7 @@ def test_factor_path_must_exist():
 
 
 def test_grid_counts_and_seeds():
-    s = design.validate(SPEC_BASE)
+    s = design.validate(BASE)
     cells = design.cells(s)
     assert len(cells) == 4
     assert len(design.items(s)) == 12

@@ -8,20 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import DESIGN_BASE as BASE
-from support import VARIANT, make
+from support import BASE, DESIGN_BASE, VARIANT, make
 
 from ablate import design, spec
 from ablate.design import identity
-
-SPEC_BASE = {
-    "name": "t",
-    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
-    "train": {"steps": 5},
-    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
-    "seeds": 3,
-}
 
 
 def spec_errors(raw) -> str:
@@ -31,7 +21,7 @@ def spec_errors(raw) -> str:
 
 
 def with_(path: str, value):
-    raw = yaml.safe_load(yaml.safe_dump(SPEC_BASE))
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
     spec.set_path(raw, path, value) if "." in path else raw.__setitem__(path, value)
     return raw
 
@@ -39,7 +29,7 @@ def with_(path: str, value):
 def test_ids_stable_under_key_order_formatting_and_labels():
     factors = {"variant": VARIANT, "model.layers": [1, 2]}
     a = design.cells(make(factors=factors))
-    reordered = copy.deepcopy(BASE)
+    reordered = copy.deepcopy(DESIGN_BASE)
     reordered = {k: reordered[k] for k in reversed(list(reordered))}
     reordered["model"] = dict(reversed(list(reordered["model"].items())))
     reordered["factors"] = {"model.layers": [1, 2], "variant": {k: dict(reversed(list(v.items())))
@@ -96,9 +86,9 @@ def test_extending_a_grid_or_seeds_reuses_items_and_a_fixed_change_makes_new_cel
 
 
 def test_cell_id_stable_under_key_order_and_formatting():
-    s1 = design.validate(SPEC_BASE)
-    reordered = {k: SPEC_BASE[k] for k in reversed(list(SPEC_BASE))}
-    reordered["model"] = dict(reversed(list(SPEC_BASE["model"].items())))
+    s1 = design.validate(BASE)
+    reordered = {k: BASE[k] for k in reversed(list(BASE))}
+    reordered["model"] = dict(reversed(list(BASE["model"].items())))
     text = yaml.safe_dump(reordered, default_flow_style=True)
     s2 = design.validate(yaml.safe_load(text))
     assert sorted(c.id for c in design.cells(s1)) == sorted(c.id for c in design.cells(s2))
@@ -108,13 +98,13 @@ def test_cell_id_stable_under_key_order_and_formatting():
 
 
 def test_cell_id_changes_with_a_fixed_setting():
-    ids = {c.id for c in design.cells(design.validate(SPEC_BASE))}
+    ids = {c.id for c in design.cells(design.validate(BASE))}
     other = {c.id for c in design.cells(design.validate(with_("train.lr", 1e-3)))}
     assert ids.isdisjoint(other)
 
 
 def test_a_setting_added_later_stays_out_of_the_id_at_its_neutral_value(monkeypatch):
-    s = design.validate(SPEC_BASE)
+    s = design.validate(BASE)
     before = [c.id for c in design.cells(s)]
     config = design.cells(s)[0].config
     # Pretend train.log_every were new, with its current value as the behaviour from before it existed.
@@ -130,7 +120,7 @@ def test_a_setting_added_later_stays_out_of_the_id_at_its_neutral_value(monkeypa
 def test_a_level_version_renews_only_the_cells_that_use_the_level(monkeypatch):
     from ablate.models import catalogue
 
-    s = design.validate(SPEC_BASE)
+    s = design.validate(BASE)
     before = {c.labels["model.parameterisation"] + "/" + c.labels["model.normalisation"]: c.id for c in design.cells(s)}
     bumped = [catalogue.Level(lv.name, lv.target, lv.description, lv.modes,
                              version=2 if lv.name == "complex_diagonal" else lv.version)
@@ -144,7 +134,7 @@ def test_a_level_version_renews_only_the_cells_that_use_the_level(monkeypatch):
 
 
 def test_config_key_is_the_id_without_the_code_and_old_ids_stay_computable(monkeypatch):
-    s = design.validate(SPEC_BASE)
+    s = design.validate(BASE)
     cells = design.cells(s)
     assert all(c.config_key == identity.config_key(c.config) and c.code_version == "1" for c in cells)
     assert all(c.original_id == c.id for c in cells)  # at code version 1 they coincide
@@ -165,13 +155,13 @@ def test_config_key_is_the_id_without_the_code_and_old_ids_stay_computable(monke
 
 
 def test_a_compare_section_leaves_the_spec_hash_of_specs_without_one(monkeypatch):
-    s = design.validate(SPEC_BASE)
-    with_compare = design.validate({**SPEC_BASE, "compare": ["a", {"study": "b", "cells": {"model.heads": 2}}]})
-    assert design.spec_hash(s) == design.spec_hash(design.validate({**SPEC_BASE, "compare": []}))
+    s = design.validate(BASE)
+    with_compare = design.validate({**BASE, "compare": ["a", {"study": "b", "cells": {"model.heads": 2}}]})
+    assert design.spec_hash(s) == design.spec_hash(design.validate({**BASE, "compare": []}))
     assert design.spec_hash(with_compare) != design.spec_hash(s)
     assert [c.id for c in design.cells(with_compare)] == [c.id for c in design.cells(s)]
     assert with_compare.compare[0].study == "a" and with_compare.compare[1].selectors == [{"model.heads": 2}]
-    assert "compare" in spec_errors({**SPEC_BASE, "compare": [{"study": "bad name!"}]})
+    assert "compare" in spec_errors({**BASE, "compare": [{"study": "bad name!"}]})
 
 
 # Issue 18's settings: (path, a value that trains differently). At their defaults they stay out.
@@ -181,7 +171,7 @@ TRAINING_SETTINGS = [("train.schedule", "linear"), ("train.warmup_steps", 2), ("
 
 
 def test_schedule_patience_and_convergence_settings_keep_old_ids_at_their_defaults():
-    config = design.cells(design.validate(SPEC_BASE))[0].config
+    config = design.cells(design.validate(BASE))[0].config
     seen = identity.identity_config(config)["train"]
     for path, _ in TRAINING_SETTINGS:
         assert path.split(".")[1] in config["train"] and path.split(".")[1] not in seen
@@ -191,7 +181,7 @@ def test_schedule_patience_and_convergence_settings_keep_old_ids_at_their_defaul
     for path, _ in TRAINING_SETTINGS:
         del old["train"][path.split(".")[1]]
     assert identity.cell_id(old) == identity.cell_id(config)
-    ids = {c.id for c in design.cells(design.validate(SPEC_BASE))}
+    ids = {c.id for c in design.cells(design.validate(BASE))}
     for path, value in TRAINING_SETTINGS:
         assert ids.isdisjoint(c.id for c in design.cells(design.validate(with_(path, value)))), path
 
@@ -226,7 +216,7 @@ def test_the_wsd_settings_leave_the_ids_of_existing_studies_as_they_were():
 def test_a_warmup_count_equal_to_its_fraction_is_the_same_cell():
     # Issue 43: a WSD spec pinning the warm-up count its cells were trained with (a tenth of the
     # steps, before the wsd default became a fixed count) keeps their ids; another count is a new cell.
-    wsd = {**SPEC_BASE, "train": {**SPEC_BASE.get("train", {}), "steps": 400, "schedule": "wsd"}}
+    wsd = {**BASE, "train": {**BASE.get("train", {}), "steps": 400, "schedule": "wsd"}}
     fraction = {**wsd, "train": {**wsd["train"], "warmup": 0.1, "warmup_steps": None}}
     config = design.cells(design.validate(wsd))[0].config
     assert config["train"]["warmup_steps"] == spec.WSD_WARMUP_STEPS  # the new default: 20, not 40

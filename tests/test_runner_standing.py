@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
+from support import spec_dict
 from typer.testing import CliRunner
 
 from ablate import design
@@ -19,14 +20,7 @@ from ablate.runner import phases, queue
 from ablate.runner import standing as sd
 from ablate.runner import study as st
 
-BASE = {
-    "name": "mixed",
-    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
-    "train": {"steps": 5},
-    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
-    "seeds": 4,
-}
+BASE = spec_dict(name="mixed", seeds=4)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support import BASE
 
 from ablate import design, spec
 
@@ -23,14 +24,6 @@ GOOD = textwrap.dedent("""\
       model.layers: [1, 2]
     seeds: 2
 """)
-BASE = {
-    "name": "t",
-    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
-    "train": {"steps": 5},
-    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
-    "seeds": 3,
-}
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import ABLATE
+from support import ABLATE, VARIANT, spec_dict
 
 from ablate import design, spec
 from ablate.spec import ModelSpec, TrainSpec
@@ -31,21 +31,13 @@ FUZZ = settings(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                        HealthCheck.data_too_large])
 
-VALID = {
-    "name": "fuzz",
-    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
-    "train": {"steps": 5},
-    "factors": {
-        "variant": {"RotRNN": {"model.parameterisation": "rotation", "model.normalisation": "xi"},
-                    "LRU": {"model.parameterisation": "complex_diagonal", "model.normalisation": "gamma"}},
-        "model.heads": {"levels": [1, 2], "when": {"model.parameterisation": "rotation"}},
-        "model.layers": [1, 2],
-    },
-    "exclude": [{"variant": "LRU", "model.layers": 2}],
-    "seeds": 2,
-    "tune": {"trials": 2, "space": {"train.lr": {"low": 1e-4, "high": 1e-2, "log": True}}},
-}
+# BASE with every kind of factor (named variants, a conditional one, a plain one), an exclusion and tuning.
+VALID = spec_dict(name="fuzz", seeds=2, factors={
+    "variant": VARIANT,
+    "model.heads": {"levels": [1, 2], "when": {"model.parameterisation": "rotation"}},
+    "model.layers": [1, 2],
+}, exclude=[{"variant": "LRU", "model.layers": 2}],
+    tune={"trials": 2, "space": {"train.lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
 
 PATHS = ["name", "description", "task", "task.name", "task.max_length", "task.seed", "model", "model.d_model",
          "model.heads", "model.state_dim", "model.init", "model.init.scheme", "model.init.r_min",
