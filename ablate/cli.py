@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console, ConsoleDimensions
-from rich.table import Table
 
 from ablate.spec import Spec, SpecError
 from ablate.stores import StorageError
+from ablate.terminal import PipeConsole, Refused, Stopped, asking, internal_error, store_refused, table
 
 
 class _App(typer.Typer):
     """Typer whose every command turns a store error (unreachable, refusing, not ablate's) into
-    one line and exit 1, wherever in the command it is raised."""
+    one line and exit 1, a refusal (``terminal.Refused``) into its lines and exit status, and a
+    signal (``terminal.Stopped``) into one line and 128 + the signal, wherever they are raised."""
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         register = super().command(*args, **kwargs)
@@ -36,8 +36,13 @@ class _App(typer.Typer):
             def guarded(*a: Any, **k: Any) -> Any:
                 try:
                     return f(*a, **k)
-                except StorageError as exc:
-                    raise _store_error(exc) from None
+                except (StorageError, Refused, Stopped) as exc:
+                    said = store_refused(exc) if isinstance(exc, StorageError) else exc
+                    if isinstance(said, Stopped):  # the clean-up is done: a further signal must not cut its line
+                        for s in (signal.SIGINT, signal.SIGTERM):
+                            signal.signal(s, signal.SIG_IGN)
+                    said.print(err)
+                    raise typer.Exit(said.code) from None
 
             register(guarded)
             return f
@@ -48,30 +53,14 @@ class _App(typer.Typer):
 app = _App(add_completion=False, rich_markup_mode="markdown", no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Systematic ablation studies of linear recurrent sequence models.")
 
-# Lines as long as they need in a pipe or log file (SLURM, `tee`): wrapped or truncated at 80
-# columns, a table cell reads "parameterisatio…" and one event spans two lines.
-PIPE_WIDTH = 10_000
-
-
-class _Console(Console):
-    """A rich console that is as wide as its content when it does not write to a terminal."""
-
-    @property
-    def size(self) -> ConsoleDimensions:
-        size = super().size
-        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
-
-
-out = _Console()
-err = _Console(stderr=True)
+out = PipeConsole()
+err = PipeConsole(stderr=True)
 
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a spec value: path=value (YAML)")]
 MultiOpt = Annotated[list[str] | None, typer.Option("-m", "--multirun", help="a factor for this study: path=level,"
                                                     "level,… (YAML each); recorded in the stored spec")]
 StorageOpt = Annotated[str | None, typer.Option("--storage", help="Optuna storage URL [env ABLATE_STORAGE]")]
-TrackingOpt = Annotated[
-    str | None, typer.Option("--tracking-uri", help="MLflow tracking URI [env ABLATE_TRACKING_URI]")
-]
+TrackingOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI [env ABLATE_TRACKING_URI]")]
 ReuseOpt = Annotated[bool, typer.Option("--reuse/--no-reuse", help="link items other studies on the stores "
                                                                   "have finished instead of running them")]
 ReuseStaleOpt = Annotated[bool, typer.Option("--reuse-stale", help="also reuse results of the same configs "
@@ -84,8 +73,7 @@ def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = 
     from ablate.spec.files import multirun_overrides
 
     if not path.exists() and not path.suffix and len(path.parts) == 1:  # a study's name, not a file
-        err.print(_not_a_file(path.name), highlight=False, markup=True, soft_wrap=True)
-        raise typer.Exit(2)
+        raise Refused(_not_a_file(path.name))
     try:
         spec = design.load(path, [*(overrides or []), *multirun_overrides(multirun or [])])
         if plugins:
@@ -95,9 +83,7 @@ def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = 
                 raise SpecError(problems)
         return spec
     except SpecError as exc:
-        for line in str(exc).splitlines():
-            err.print(f"[red]error[/red] {line}", highlight=False, markup=True, soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise Refused(str(exc).splitlines()) from None
 
 
 def _not_a_file(name: str) -> str:
@@ -106,43 +92,8 @@ def _not_a_file(name: str) -> str:
 
     found = [p for p in (Path("studies") / f"{name}.yaml", Path(f"{name}.yaml")) if p.is_file()]
     hint = f"; did you mean {escape(str(found[0]))}?" if found else ""
-    return (f"[red]error[/red] {escape(name)} is not a file: this command takes a spec file (status, report and "
-            f"worker take a study's name){hint}")
-
-
-def _store_error(exc: Exception) -> typer.Exit:
-    from rich.markup import escape
-
-    from ablate.stores import redact
-
-    err.print(f"[red]error[/red] {escape(redact(str(exc)))}", highlight=False, soft_wrap=True)
-    return typer.Exit(1)
-
-
-def _interrupted(signum: int, requeued: list[str], what: str = "interrupted") -> typer.Exit:
-    """ONE line saying what a signal stopped and what was re-queued; exit 128 + the signal."""
-    for s in (signal.SIGINT, signal.SIGTERM):  # the clean-up is done: a further signal must not cut this line
-        signal.signal(s, signal.SIG_IGN)
-    name = signal.Signals(signum).name
-    items = f"re-queued {len(requeued)} running item(s): {', '.join(requeued)}" if requeued else \
-        "no running item to re-queue"
-    err.print(f"{what} ({name}): {items}; run the same command to resume", highlight=False, markup=False,
-              soft_wrap=True)
-    return typer.Exit(128 + signum)
-
-
-def _unexpected(exc: BaseException) -> typer.Exit:
-    """A bug: one line on the terminal (the traceback with ABLATE_TRACEBACK=1), exit 1."""
-    import traceback
-
-    from ablate.stores import redact
-
-    if os.environ.get("ABLATE_TRACEBACK"):
-        err.print(redact("".join(traceback.format_exception(exc))), highlight=False, markup=False)
-    first = (str(exc).strip().splitlines() or [""])[0]
-    err.print(f"error (internal) {type(exc).__name__}: {redact(first)[:500]}; ABLATE_TRACEBACK=1 shows where",
-              highlight=False, markup=False, soft_wrap=True)
-    return typer.Exit(1)
+    return (f"{escape(name)} is not a file: this command takes a spec file (status, report and worker take a "
+            f"study's name){hint}")
 
 
 @app.command()
@@ -237,38 +188,21 @@ def run(
     """Run every (cell, seed) of a study not already finished; resumes where it stopped. Items
     another study on the stores has finished are linked, not run again (--no-reuse runs them)."""
     spec = _load(file, set_, multirun, plugins=True)
-    from rich.markup import escape
-
-    from ablate.runner.launch import Stopped, run_study
-    from ablate.runner.worker import WorkerStopped
+    from ablate.runner.launch import run_study
     from ablate.stores import resolve
 
-    try:
-        after = run_study(spec, resolve(storage, tracking_uri), out, err, workers=workers, device=device,
-                          checkpoint_every=checkpoint_every, verbose=verbose, reuse=reuse, reuse_stale=reuse_stale,
-                          retry_failed=retry_failed)
-    except Stopped as exc:
-        raise _interrupted(exc.signum, exc.requeued, exc.what) from None
-    except WorkerStopped as exc:
-        raise _store_error(exc) from None
+    after = run_study(spec, resolve(storage, tracking_uri), out, err, workers=workers, device=device,
+                      checkpoint_every=checkpoint_every, verbose=verbose, reuse=reuse, reuse_stale=reuse_stale,
+                      retry_failed=retry_failed)
     if after is None:  # queue only
         return
-    # The exit status is the study's: a worker that died while the others finished every item
-    # (its item recovered and run again) is a warning, not a failed run.
-    for line in after.worker_failures:
-        kind = "[red]error[/red]" if after.unfinished or after.errors else "[yellow]warning[/yellow]"
-        err.print(f"{kind} {escape(line)}", highlight=False, soft_wrap=True)
-    out.print(f"{spec.name}: {after.done} done, {after.failed} failed, {after.unfinished} unfinished")
+    after.print(out, err)
     if report:
-        _render(spec.name, spec.report_names, Path("reports") / spec.name, ("html", "pdf"), storage, tracking_uri)
-    if after.failed and after.errors:  # a diverged cell is a result; an error is a bug to look at
-        err.print(f"{after.errors} item(s) failed with an error; see `ablate status {spec.name}` and the report; "
-                  "after a fix, `ablate run SPEC --retry-failed` re-runs them", highlight=False)
-        raise typer.Exit(1)
-    if after.unfinished:
-        err.print(f"{after.unfinished} item(s) unfinished: run the same command to resume, or "
-                  f"see `ablate status {spec.name}`", highlight=False)
-        raise typer.Exit(1)
+        from ablate.report.commands import render_reports
+
+        render_reports(out, spec.name, spec.report_names, Path("reports") / spec.name, ("html", "pdf"), storage,
+                       tracking_uri)
+    raise typer.Exit(after.verdict(err))
 
 
 @app.command("plugins")
@@ -280,7 +214,7 @@ def plugins_command() -> None:
     if not rows:
         out.print("no plug-ins installed (docs/plugins.md)")
         return
-    _table("plug-ins", ["kind", "name", "target", "from", "source", "status"], rows)
+    table(out, "plug-ins", ["kind", "name", "target", "from", "source", "status"], rows)
 
 
 @app.command()
@@ -295,34 +229,11 @@ def worker(
     verbose: VerboseOpt = False,
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""
-    from ablate.runner.signals import Interrupted
-    from ablate.runner.worker import WorkerStopped, work
+    from ablate.runner.launch import run_worker
     from ablate.stores import resolve
 
-    if threads:
-        # Read by torch, MKL and numba when they load, which the worker does in the background
-        # after opening the study (importing torch here would delay the first claim by seconds).
-        from ablate.runner.pool import thread_env
-
-        os.environ.update(thread_env(threads))
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(threads)
-
-    def emit(event: str, info: dict) -> None:
-        if verbose or event not in ("start", "complete"):
-            err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}",
-                      highlight=False, markup=False)
-
-    try:
-        outcomes = work(study, resolve(storage, tracking_uri), device=device, emit=emit,
-                        checkpoint_every=checkpoint_every, max_items=max_items)
-    except Interrupted as exc:
-        raise _interrupted(exc.signum, exc.requeued, "worker interrupted") from None
-    except WorkerStopped as exc:
-        raise _store_error(exc) from None
-    except KeyboardInterrupt:  # before the worker installed its handlers: nothing was claimed
-        raise _interrupted(signal.SIGINT, [], "worker interrupted") from None
-    out.print(f"worker finished: {outcomes}")
+    run_worker(study, resolve(storage, tracking_uri), err, device=device, threads=threads,
+               checkpoint_every=checkpoint_every, max_items=max_items, verbose=verbose).print(out)
 
 
 @app.command()
@@ -334,113 +245,22 @@ def status(
                                                          "items, ETA) for scripts")] = False,
 ) -> None:
     """Print a study's progress per cell and what is running, then exit."""
-    import json
+    from ablate.runner import views
 
-    from ablate.runner import locate, progress
-
-    # One read-only opening of the study, its items' statuses read from the queue alone.
-    found = locate.status(study, storage, tracking_uri, settle=True)  # ends what a kill left RUNNING
-    snap = progress.snapshot(found.study)
-    workers = snap.workers
-    if as_json:
-        sys.stdout.write(json.dumps(found.to_json(progress.status_json(study, snap, workers)), default=str) + "\n")
-        return
-    _status_table(study, found.cells)
-    out.print(found.summary(progress.duration(snap.eta_seconds(workers))), highlight=False, soft_wrap=True)
-    if snap.items:
-        out.print(progress.table(study, snap, workers).renderables[-1])
-    for line in found.sequential + found.extension_lines():  # looks; until converged; WSD continuations
-        out.print(line, highlight=False, soft_wrap=True)
-
-
-def _status_table(study: str, per_cell: list[dict]) -> None:
-    """The per-cell counts of ``status``: a rich table, or above ``plan.PLAIN_ROWS`` cells plain
-    aligned lines, as ``plan`` prints them (rich lays out 100 rows in seconds on a busy machine)."""
-    from ablate.runner.plan import PLAIN_ROWS, plain_table
-    from ablate.runner.standing import STATUSES
-
-    title = f"{study}: status per cell"
-    rows = [[c["cell_label"], *[str(c[s]) for s in STATUSES]] for c in per_cell]
-    if len(rows) > PLAIN_ROWS:
-        out.print("\n".join(plain_table(title, ["cell", *STATUSES], rows, set(STATUSES))), highlight=False,
-                  markup=False, soft_wrap=True)
-        return
-    out.print(title, highlight=False, soft_wrap=True)  # a table title would pad to the table's width
-    table = Table()
-    table.add_column("cell")
-    for s in STATUSES:
-        table.add_column(s, justify="right")
-    for row in rows:
-        table.add_row(*row)
-    out.print(table)
-
-
-def _table(title: str, headers: list[str], rows: list[list[str]], right: set[str] = frozenset()) -> None:
-    """A table: rich's on a terminal; plain aligned columns, never truncated, when piped."""
-    if out.is_terminal:
-        table = Table(title=title, title_justify="left")
-        for h in headers:
-            table.add_column(h, justify="right" if h in right else "left", overflow="fold")
-        for row in rows:
-            table.add_row(*row)
-        out.print(table)
-        return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if h in right else c.ljust(w)
-                         for c, w, h in zip(cells, widths, headers, strict=True)).rstrip()
-
-    print(title)
-    print(line(headers))
-    for row in rows:
-        print(line(row))
+    views.status(study, storage, tracking_uri, as_json).print(out)
 
 
 @app.command("ls")
 def ls(storage: StorageOpt = None, tracking_uri: TrackingOpt = None) -> None:
     """List the studies on the stores: cells, items done / failed / running / waiting (and how
     many were reused from other studies), last activity."""
-    from ablate.runner import housekeeping as hk
-    from ablate.runner import standing as sd
-    from ablate.stores import redact, resolve
+    from ablate.runner import views
 
-    url = sd.existing_store_url(storage)
-    if url is None:
-        out.print("no stores yet: no study has run here (see --storage, ABLATE_HOME)")
-        return
-    rows = hk.overview(resolve(url, tracking_uri, create=False))
-    headers = ["study", "cells", "done", "reused", "failed", "running", "waiting", "dropped", "last activity"]
-    table = [[r.name, str(r.cells), str(r.done), str(r.reused), str(r.failed), str(r.running), str(r.waiting),
-              str(r.dropped), r.last.astimezone().strftime("%Y-%m-%d %H:%M:%S") if r.last else "-"] for r in rows]
-    _table(f"studies on {redact(url)}", headers, table, set(headers[1:-1]))
+    views.studies(storage, tracking_uri).print(out)
 
 
-def removal_question(plan: Any) -> tuple[str, str]:
-    """What ``ablate rm`` removes, in words, and the question it asks (``plan``: a
-    ``housekeeping.Removal``). The runs other studies reuse stay (the parent run's with them), and
-    their results stay reusable: ``plan`` of those studies still names the removed study as where
-    they were trained (issue 43: "48 trials, 0 MLflow runs; keep 49 runs that …" said neither)."""
-    from ablate.runner import housekeeping as hk
-
-    users = plan.users
-    removed = hk.counted(plan.trials, "trial") + (f", {hk.counted(len(plan.runs), 'MLflow run')}"
-                                                  if plan.runs or not plan.kept else "")
-    kept = (f"; {hk.counted(len(plan.kept), 'MLflow run')} (the parent run's included) stay, since "
-            f"{', '.join(users)} reuse{'s' if len(users) == 1 else ''} them: their results stay reusable, "
-            f"and plan still names {plan.study!r} as where they were trained") if plan.kept else ""
-    return removed, f"remove study {plan.study!r}: {removed}{kept}?"
-
-
-def _confirm(question: str, yes: bool) -> None:
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        err.print("[red]error[/red] not a terminal: nothing removed; pass --yes to remove without a question")
-        raise typer.Exit(1)
-    if not typer.confirm(question, default=False):
-        err.print("nothing removed")
-        raise typer.Exit(1)
+def _confirm(yes: bool) -> Callable[[str], None]:
+    return asking(yes, lambda question: typer.confirm(question, default=False))
 
 
 @app.command("rm")
@@ -456,45 +276,10 @@ def rm(
     """Remove a study: its queue entries (every trial) and its MLflow runs, after confirmation.
     Runs another study reuses stay (with their parent run); its links to other studies' runs
     remove nothing of theirs. With --orphans, drop only its orphaned trials."""
-    from ablate.runner import housekeeping as hk
-    from ablate.runner import sequential_looks
+    from ablate.runner import cleanup
     from ablate.stores import resolve
 
-    stores = resolve(storage, tracking_uri)
-    try:
-        if orphans:
-            found = hk.study_orphans(study, stores, sequential_looks.items)
-        else:
-            plan = hk.removal(study, stores, force)
-    except hk.StudyRunning as exc:
-        err.print(f"[red]error[/red] {exc}")
-        raise typer.Exit(1) from None
-    except Exception as exc:  # the stores, MLflow included, unreachable or refusing: nothing was removed
-        raise _store_error(exc) from None
-    if orphans:
-        if not found.found:
-            out.print(f"{study}: no orphaned trials")
-            return
-        _confirm(f"drop {found.found.trials} finished trials ({len(found.found.finished)} items) and "
-                 f"{len(found.found.unfinished)} queued items of {study!r} that belong to no cell of its spec?", yes)
-        try:
-            dropped = hk.drop(found)
-        except Exception as exc:
-            raise _store_error(exc) from None
-        out.print(f"{study}: dropped {hk.counted(dropped.trials, 'trial')}; "
-                  f"deleted {hk.counted(dropped.runs_deleted, 'MLflow run')}"
-                  + (f", kept {len(dropped.runs_kept)} that other studies reuse" if dropped.runs_kept else "")
-                  + (f"; {hk.counted(dropped.running, 'running item')} left alone" if dropped.running else ""))
-        return
-    removed, question = removal_question(plan)
-    _confirm(question, yes)
-    try:
-        renamed = hk.remove(plan, stores)
-    except Exception as exc:  # half done: running the same command again finishes it
-        raise _store_error(exc) from None
-    out.print(f"removed {study}: {removed} (deleted: `mlflow gc` purges them and their artifacts)"
-              + (f"; kept {hk.counted(len(plan.kept), 'run')} in experiment {renamed!r}, reused by {', '.join(plan.users)}"
-                 if plan.kept else ""), highlight=False)
+    cleanup.rm(study, resolve(storage, tracking_uri), _confirm(yes), orphans, force).print(out)
 
 
 @app.command()
@@ -506,32 +291,10 @@ def keep(
 ) -> None:
     """Keep the orphaned trials of STUDY as study NEW: NEW gets the spec they were queued under
     (renamed) and links them (nothing runs; the MLflow runs are shared); STUDY drops them."""
-    from ablate.runner import housekeeping as hk
-    from ablate.runner import sequential_looks
-    from ablate.spec import NAME, NAME_RULE
+    from ablate.runner import cleanup
     from ablate.stores import resolve
 
-    if not NAME.match(new):
-        err.print(f"[red]error[/red] NEW: {new!r}: {NAME_RULE}")
-        raise typer.Exit(2)
-    try:
-        done = hk.keep(study, new, resolve(storage, tracking_uri), sequential_looks.items)
-    except hk.NameTaken as exc:
-        err.print(f"[red]error[/red] {exc}")
-        raise typer.Exit(2) from None
-    except hk.SpecNotRecorded as exc:
-        err.print(f"[red]error[/red] {exc}")
-        raise typer.Exit(1) from None
-    except hk.NoneKept as exc:
-        err.print(f"[red]error[/red] {exc}", highlight=False)
-        raise typer.Exit(1) from None
-    if done.dropped is None:
-        out.print(f"{study}: no finished orphaned trials to keep")
-        return
-    out.print(f"kept {len(done.kept)} orphaned items of {study} as study {new} ({done.covered} of them in the spec they "
-              f"were queued under, spec hash {done.spec_hash}; nothing was run); {study} dropped "
-              f"{done.dropped.trials} trials" + (f"; {done.left} orphaned items are not in that spec and stay"
-                                                  if done.left else ""), highlight=False)
+    cleanup.keep(study, new, resolve(storage, tracking_uri)).print(out)
 
 
 @app.command()
@@ -544,47 +307,9 @@ def gc(
     """Remove the stable-phase checkpoints WSD runs kept (under the checkpoint folder's stable/) whose
     cell is in no study on the storage any more (after `ablate rm`); --all removes them all. A longer
     run of a cell whose checkpoint is gone trains from step 0."""
-    from ablate.runner import housekeeping as hk
-    from ablate.runner import phases
+    from ablate.runner import cleanup
 
-    try:
-        found = phases.garbage(storage, every)
-    except phases.NoStores as exc:
-        err.print(f"[red]error[/red] {exc}")
-        raise typer.Exit(1) from None
-    kept, drop = found.kept, found.drop
-    if not kept:
-        out.print(f"no kept checkpoints under {found.root / 'stable'}")
-        return
-    if not drop:
-        out.print(f"{hk.counted(len(kept), 'kept checkpoint')} ({found.size / 2**20:.1f} MiB), each of a cell a "
-                  "study still has: nothing to remove (--all removes them anyway)")
-        return
-    cells = sorted({f"{k.cell_label} ({k.cell_id})" for k in drop})
-    _confirm(f"remove {hk.counted(len(drop), 'kept checkpoint')} ({found.drop_size / 2**20:.1f} MiB) of "
-             f"{hk.counted(len(cells), 'cell')}: {', '.join(cells[:5])}{' …' if len(cells) > 5 else ''}?", yes)
-    freed = phases.drop_kept(drop)
-    out.print(f"removed {hk.counted(len(drop), 'kept checkpoint')}, {freed / 2**20:.1f} MiB; kept {len(kept) - len(drop)}",
-              highlight=False)
-
-
-def _render(study: str, reports: list[str], out_dir: Path, formats: tuple[str, ...], storage, tracking_uri,
-            parameters: dict | None = None, export: bool = False, data=None) -> None:
-    from ablate.report.render import ReportError, render
-
-    try:
-        for path in render(study, reports, out_dir, formats, storage, tracking_uri, parameters, export, data):
-            out.print(f"wrote {path}")
-        if export:
-            for kind, exts in (("figures", "PDF, SVG and PNG"), ("tables", "CSV and LaTeX")):
-                files = sorted((out_dir / kind).glob("*")) if (out_dir / kind).is_dir() else []
-                stems = {f.name.split(".")[0] for f in files if not f.name.endswith("-data.csv")}
-                out.print(f"wrote {len(stems)} {kind} ({exts}) to {out_dir / kind}")
-    except ReportError as exc:  # the report, the cell and the error, not a notebook traceback
-        from rich.markup import escape
-
-        err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+    cleanup.gc(storage, _confirm(yes), every).print(out)
 
 
 FormatOpt = Annotated[str, typer.Option("--format", help="comma-separated: html,pdf")]
@@ -593,27 +318,6 @@ ParamOpt = Annotated[list[str] | None, typer.Option(
 CellsOpt = Annotated[list[str] | None, typer.Option(
     "--cells", help="only cells matching a selector, e.g. 'model.heads=8' or 'model.heads=[4, 8], variant=RotRNN' "
                     "(the design's selector syntax); repeat for any of several")]
-
-
-def _formats(fmt: str) -> tuple[str, ...]:
-    formats = tuple(f.strip() for f in fmt.split(",") if f.strip())
-    bad = [f for f in formats if f not in ("html", "pdf")]
-    if bad or not formats:
-        err.print(f"[red]error[/red] --format: {bad[0] if bad else fmt!r} is not one of: html, pdf")
-        raise typer.Exit(2)
-    return formats
-
-
-def _is_spec_file(arg: str) -> bool:
-    return arg.endswith((".yaml", ".yml")) and Path(arg).is_file()
-
-
-def _export_error(exc: Exception) -> typer.Exit:
-    """An export that cannot be written or read: one line, exit 2 (invalid input)."""
-    from rich.markup import escape
-
-    err.print(f"[red]error[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
 
 
 @app.command("export")
@@ -628,27 +332,9 @@ def export_(
     manifest of sha256s. `ablate report --data DIR` renders from it with no store; pandas, polars or
     DuckDB read it without ablate. Several studies: DIR/STUDY each. DIR must be new, empty or an
     export of the same study (replaced)."""
-    from ablate import results
+    from ablate.report import commands
 
-    if len(args) < 2:
-        err.print("[red]error[/red] give a study and a directory: ablate export STUDY... DIR")
-        raise typer.Exit(2)
-    names, dest = list(dict.fromkeys(args[:-1])), Path(args[-1])
-    if len(names) == 1 and _is_spec_file(names[0]):
-        names = [_load(Path(names[0]), None).name]
-    try:  # every directory checked and every study read before any file is written
-        written = results.export_many(names, dest, storage, tracking_uri)
-    except results.ExportError as exc:
-        raise _export_error(exc) from None
-    try:
-        for done in written:
-            rows = done.rows
-            out.print(f"wrote {done.path}: {rows['trials']:,} trials, {rows['metrics']:,} metric rows, "
-                      f"{rows['curves']:,} curve rows ({done.files} files, {done.size / 1e6:.2f} MB)", highlight=False)
-            for line in done.missing:
-                err.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
-    except results.ExportError as exc:
-        raise _export_error(exc) from None
+    commands.export(out, err, args, storage, tracking_uri, lambda path: _load(path, None))
 
 
 @app.command()
@@ -675,70 +361,11 @@ def report(
     """Render a study's reports (HTML and PDF) with papermill; several studies: each one's, or with
     --compare one report over all. A spec file renders its study's reports, and its `compare:`
     comparison if it names one. --data DIR renders from an export, with no store."""
-    from ablate.report.render import study_reports
+    from ablate.report import commands
 
-    formats = _formats(fmt)
-    studies = studies or []
-    if data is not None:
-        if studies:
-            err.print("[red]error[/red] --data renders the studies of its exports: give no study with it")
-            raise typer.Exit(2)
-        if compare_ or cells:
-            _compare([], cells, None, None, out_dir, formats, None, None, param, data=[data])
-        else:
-            _report_from_exports(data, out_dir, formats, only, param, export)
-        return
-    if not studies:
-        err.print("[red]error[/red] name a study (or a spec file), or give --data DIR")
-        raise typer.Exit(2)
-    if compare_ or cells:
-        if any(_is_spec_file(a) for a in studies):
-            err.print("[red]error[/red] --compare takes study names; for a spec's `compare:` use `ablate compare --spec FILE`")
-            raise typer.Exit(2)
-        _compare(studies, cells, None, None, out_dir, formats, storage, tracking_uri, param)
-        return
-    spec = None
-    if len(studies) == 1 and _is_spec_file(studies[0]):
-        spec = _load(Path(studies[0]), None)
-        studies = [spec.name]
-    chosen = _only(only) if only else None
-    for study in studies:
-        # The stores that hold it (a subfolder of the project finds its .ablate above).
-        stores, names = study_reports(study, storage, tracking_uri, chosen)
-        parameters = _report_parameters(param or [], names)
-        target = out_dir / study if out_dir is not None and len(studies) > 1 else out_dir
-        _render(study, names, target or Path("reports") / study, formats, stores.storage, stores.tracking,
-                parameters, export)
-    if spec is not None and spec.compare:
-        _compare([], None, spec, None, None, formats, storage, tracking_uri, param)
-
-
-def _only(only: str) -> list[str]:
-    from ablate.report import REPORTS, sections
-
-    names = [n.strip() for n in only.split(",") if n.strip()]
-    for n in names:
-        if n not in REPORTS and not sections.is_section(n):
-            err.print(f"[red]error[/red] --reports: {n!r} is not one of: {', '.join(REPORTS)}")
-            raise typer.Exit(2)
-    return names
-
-
-def _report_from_exports(data: Path, out_dir: Path | None, formats: tuple[str, ...], only: str | None,
-                         param: list[str] | None, export: bool) -> None:
-    from ablate import results
-    from ablate.report.render import export_reports
-
-    try:  # every export verified before any report is rendered
-        read = [results.read_export(folder) for folder in results.exports_in(data)]
-    except results.ExportError as exc:
-        raise _export_error(exc) from None
-    for res in read:
-        names = export_reports(res, _only(only) if only else None)
-        parameters = _report_parameters(param or [], names)
-        target = out_dir / res.study if out_dir is not None and len(read) > 1 else out_dir
-        _render(res.study, names, target or Path("reports") / res.study, formats, None, None, parameters, export,
-                data=res)
+    commands.report(out, studies or [], lambda path: _load(path, None), storage=storage, tracking_uri=tracking_uri,
+                    out_dir=out_dir, fmt=fmt, only=only, param=param, compare_=compare_, cells=cells, export=export,
+                    data=data)
 
 
 @app.command()
@@ -763,57 +390,10 @@ def compare(
     task and data version). Writes comparison.{html,pdf} under reports/compare-NAME. --data DIR
     (repeated) compares the exported studies, in that order, with no store."""
     spec = _load(spec_file, None) if spec_file is not None else None
-    if spec is not None and studies:
-        err.print("[red]error[/red] give studies or --spec, not both")
-        raise typer.Exit(2)
-    if data and studies:
-        err.print("[red]error[/red] --data compares the studies of its exports: give no study with it "
-                  "(--spec picks among them)")
-        raise typer.Exit(2)
-    _compare(studies or [], cells, spec, name, out_dir, _formats(fmt), storage, tracking_uri, param, data)
+    from ablate.report import commands
 
-
-def _compare(studies: list[str], cells: list[str] | None, spec: Spec | None, name: str | None, out_dir: Path | None,
-             formats: tuple[str, ...], storage: str | None, tracking_uri: str | None, param: list[str] | None,
-             data: list[Path] | None = None) -> None:
-    from rich.markup import escape
-
-    from ablate import results
-    from ablate.report.render import ComparisonError, ReportError, comparison, render_comparison
-
-    try:
-        asked = comparison(studies, cells, spec, name, storage, tracking_uri, data)
-    except ComparisonError as exc:
-        for line in exc.lines:
-            err.print(f"[red]error[/red] {escape(line)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except results.ExportError as exc:
-        raise _export_error(exc) from None
-    except SpecError as exc:
-        for line in str(exc).splitlines():
-            err.print(f"[red]error[/red] {line}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    parameters = _report_parameters(param or [], ["comparison"])
-    try:
-        for path in render_comparison(asked.studies, out_dir or Path("reports") / f"compare-{asked.name}",
-                                      asked.selectors, formats, storage, tracking_uri, parameters, title=asked.name,
-                                      data=asked.data):
-            out.print(f"wrote {path}")
-    except ReportError as exc:
-        raise _store_error(exc) from None
-
-
-def _report_parameters(pairs: list[str], reports: list[str]) -> dict:
-    """The ``--param`` pairs as the reports' parameters; exit 2 on one no report declares."""
-    from rich.markup import escape
-
-    from ablate.report.render import ParameterError, parse_parameters
-
-    try:
-        return parse_parameters(pairs, reports)
-    except ParameterError as exc:
-        err.print(f"[red]error[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+    commands.compare_command(out, studies or [], spec, cells=cells, name=name, out_dir=out_dir, fmt=fmt,
+                             storage=storage, tracking_uri=tracking_uri, param=param, data=data)
 
 
 @app.command()
@@ -838,7 +418,7 @@ def serve(
     try:
         code = run_server(cfg, say=lambda line: out.print(line, highlight=False, markup=False, soft_wrap=True))
     except ServeError as exc:
-        raise _store_error(exc) from None
+        raise store_refused(exc) from None
     raise typer.Exit(code)
 
 
@@ -858,7 +438,7 @@ def main() -> None:  # pragma: no cover
             os._exit(int(exc.code))
         raise
     except Exception as exc:
-        sys.exit(_unexpected(exc).exit_code)
+        sys.exit(internal_error(err, exc))
 
 
 if __name__ == "__main__":  # pragma: no cover

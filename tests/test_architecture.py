@@ -15,11 +15,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
 # the order is the flow of one item: rdb, samplers ← queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
-# sequential_looks ← locate ← phases ← costs, progress, plan ← heartbeat, signals, preload ← worker ← pool, estimate ← launch.
+# sequential_looks ← locate ← phases ← costs, progress, plan ← cleanup, views ← heartbeat, signals, preload ← worker ←
+# pool, estimate ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
     ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.plugins", "ablate.metrics", "ablate.ops", "ablate.tasks", "ablate.models.catalogue",
-     "ablate.report.__init__", "ablate.runner.__init__", "ablate.stats", "ablate.__init__"),
+     "ablate.report.__init__", "ablate.runner.__init__", "ablate.stats", "ablate.__init__", "ablate.terminal"),
     ("ablate.spec",),
     ("ablate.design", "ablate.tuning", "ablate.models", "ablate.schema", "ablate.schedule"),
     ("ablate.probes",),
@@ -36,6 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.locate",),
     ("ablate.runner.phases",),
     ("ablate.runner.costs", "ablate.runner.progress", "ablate.runner.plan"),  # plan reads phases, standing
+    ("ablate.runner.cleanup", "ablate.runner.views"),  # rm, keep, gc; status, ls: as library calls
     ("ablate.runner.heartbeat", "ablate.runner.signals", "ablate.runner.preload"),
     ("ablate.runner.worker",),
     ("ablate.runner.pool", "ablate.runner.estimate"),  # the estimate times a trial through the worker

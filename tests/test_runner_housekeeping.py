@@ -249,7 +249,7 @@ def test_studied_cells_are_those_of_trials_not_dropped(tmp_path):
 def test_rm_asks_plainly_what_it_removes_and_what_stays_reusable():
     # Issue 43: "48 trials, 0 MLflow runs; keep 49 runs that norm_depth reuse?" said neither that the
     # runs stay reusable nor that plan keeps naming the removed study.
-    from ablate.cli import removal_question
+    from ablate.runner.housekeeping import removal_question
 
     every = hk.Removal("old", 48, 0, None, runs=[], kept={f"r{k}": ["norm_depth"] for k in range(49)})
     removed, question = removal_question(every)

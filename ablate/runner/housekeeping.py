@@ -185,6 +185,20 @@ def counted(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
+def removal_question(plan: Removal) -> tuple[str, str]:
+    """What ``ablate rm`` removes, in words, and the question it asks. The runs other studies reuse
+    stay (the parent run's with them), and their results stay reusable: ``plan`` of those studies
+    still names the removed study as where they were trained (issue 43: "48 trials, 0 MLflow runs;
+    keep 49 runs that …" said neither)."""
+    users = plan.users
+    removed = counted(plan.trials, "trial") + (f", {counted(len(plan.runs), 'MLflow run')}"
+                                               if plan.runs or not plan.kept else "")
+    kept = (f"; {counted(len(plan.kept), 'MLflow run')} (the parent run's included) stay, since "
+            f"{', '.join(users)} reuse{'s' if len(users) == 1 else ''} them: their results stay reusable, "
+            f"and plan still names {plan.study!r} as where they were trained") if plan.kept else ""
+    return removed, f"remove study {plan.study!r}: {removed}{kept}?"
+
+
 def removal(name: str, stores: Stores, force: bool = False) -> Removal:
     """What removing study ``name`` would remove, read-only; StorageError when there is no such
     study, StudyRunning when workers run its trials (unless ``force``)."""

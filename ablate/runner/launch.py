@@ -3,8 +3,9 @@ process, or a pool) under the live view, and say how the study stands after.
 
 ``run_study`` prints what it does as it goes (the queue's summary, reuse, orphans, a sequential
 look, the live view, the events a worker prints itself) on the consoles it is given, and returns
-the study's state; how that becomes an exit status is the caller's. A signal ends it with
-``Stopped``; a store that fails with ``StorageError`` or ``WorkerStopped``.
+the study's state (an ``Outcome`` that prints itself and tells its exit status). ``run_worker``
+is ``ablate worker``. A signal ends either with ``Stopped``; a store that fails with
+``StorageError``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 from rich.console import Console
+from rich.markup import escape
 
 from ablate.design import cells, spec_hash
 from ablate.runner import housekeeping as hk
@@ -29,18 +33,10 @@ from ablate.runner import pool, queue, sequential_looks, tracking
 from ablate.runner import study as st
 from ablate.runner.plan import orphan_lines
 from ablate.runner.signals import Interrupted
-from ablate.runner.worker import work
+from ablate.runner.worker import WorkerStopped, work
 from ablate.spec import Spec
-from ablate.stores import Stores, redact, storage_problem
-
-
-class Stopped(Exception):
-    """SIGINT or SIGTERM stopped the run: ``signum``, the labels of the items ``requeued``, and
-    ``what`` was stopped (the CLI's one line)."""
-
-    def __init__(self, signum: int, requeued: list[str], what: str = "interrupted") -> None:
-        super().__init__(f"{what} ({signal.Signals(signum).name})")
-        self.signum, self.requeued, self.what = signum, requeued, what
+from ablate.stores import StorageError, Stores, redact, storage_problem
+from ablate.terminal import Said, Stopped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +49,28 @@ class Outcome:
     unfinished: int
     errors: int
     worker_failures: list[str]
+    study: str = ""
+
+    def print(self, out: Console, err: Console) -> None:
+        """The workers that failed (a warning when the others finished every item: its item was
+        recovered and run again), then the counts."""
+        for line in self.worker_failures:
+            kind = "[red]error[/red]" if self.unfinished or self.errors else "[yellow]warning[/yellow]"
+            err.print(f"{kind} {escape(line)}", highlight=False, soft_wrap=True)
+        out.print(f"{self.study}: {self.done} done, {self.failed} failed, {self.unfinished} unfinished")
+
+    def verdict(self, err: Console) -> int:
+        """The exit status, the study's: 1, with what to do, when items failed with an error (a
+        diverged cell is a result; an error is a bug to look at) or are unfinished; else 0."""
+        if self.failed and self.errors:
+            err.print(f"{self.errors} item(s) failed with an error; see `ablate status {self.study}` and the report; "
+                      "after a fix, `ablate run SPEC --retry-failed` re-runs them", highlight=False)
+            return 1
+        if self.unfinished:
+            err.print(f"{self.unfinished} item(s) unfinished: run the same command to resume, or "
+                      f"see `ablate status {self.study}`", highlight=False)
+            return 1
+        return 0
 
 
 def look_line(info: dict) -> str:
@@ -265,6 +283,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     except Interrupted as exc:
         settle_after_stop(spec.name, stores)
         raise Stopped(exc.signum, exc.requeued) from None
+    except WorkerStopped as exc:  # the stores failed under the in-process worker
+        raise StorageError(str(exc)) from None
     finally:
         if note is not None:
             note.join()
@@ -283,4 +303,33 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     for line in looks:
         err.print(line, highlight=False, markup=False, soft_wrap=True)
     return Outcome(done=after.done, failed=after.failed, unfinished=after.waiting + after.running,
-                   errors=len(errors), worker_failures=failed)
+                   errors=len(errors), worker_failures=failed, study=spec.name)
+
+
+def run_worker(study: str, stores: Stores, err: Console, *, device: str = "cpu", threads: int | None = None,
+               checkpoint_every: int = 100, max_items: int | None = None, verbose: bool = False) -> Said:
+    """``ablate worker``: pull the pending items of ``study`` until none is left (or ``max_items``),
+    printing its events on ``err`` (with ``verbose`` each item's start and end too), with
+    ``threads`` torch CPU threads; what it says when done."""
+    if threads:
+        # Read by torch, MKL and numba when they load, which the worker does in the background
+        # after opening the study (importing torch here would delay the first claim by seconds).
+        os.environ.update(pool.thread_env(threads))
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads)
+
+    def emit(event: str, info: dict) -> None:
+        if verbose or event not in ("start", "complete"):
+            err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}",
+                      highlight=False, markup=False)
+
+    try:
+        outcomes = work(study, stores, device=device, emit=emit, checkpoint_every=checkpoint_every,
+                        max_items=max_items)
+    except Interrupted as exc:
+        raise Stopped(exc.signum, exc.requeued, "worker interrupted") from None
+    except WorkerStopped as exc:
+        raise StorageError(str(exc)) from None
+    except KeyboardInterrupt:  # before the worker installed its handlers: nothing was claimed
+        raise Stopped(signal.SIGINT, [], "worker interrupted") from None
+    return Said([f"worker finished: {outcomes}"])

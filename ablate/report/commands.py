@@ -1,0 +1,187 @@
+"""``ablate export``, ``ablate report`` and ``ablate compare`` as library calls: each checks its
+options, reads every study (or export) before it writes anything, renders with
+``ablate.report.render``, and prints a line per file it writes on the console it is given (a
+render takes minutes: each line as its file is written). A refusal is a ``Refused`` (invalid
+input: exit 2; a report that fails: exit 1), a store that fails a ``StorageError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+
+from ablate import results
+from ablate.report import REPORTS, render, sections
+from ablate.spec import SpecError
+from ablate.stores import redact
+from ablate.terminal import Refused
+
+if TYPE_CHECKING:
+    from ablate.spec import Spec
+
+#: Reads a spec file as the command does (its errors refused with exit 2).
+LoadSpec = Callable[[Path], "Spec"]
+
+
+def formats(fmt: str) -> tuple[str, ...]:
+    """``--format``: comma-separated, each one of ``render.FORMATS``."""
+    chosen = tuple(f.strip() for f in fmt.split(",") if f.strip())
+    bad = [f for f in chosen if f not in render.FORMATS]
+    if bad or not chosen:
+        raise Refused(escape(f"--format: {bad[0] if bad else fmt!r} is not one of: {', '.join(render.FORMATS)}"))
+    return chosen
+
+
+def chosen_reports(only: str) -> list[str]:
+    """``--reports``: comma-separated report (or section) names."""
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    for n in names:
+        if n not in REPORTS and not sections.is_section(n):
+            raise Refused(escape(f"--reports: {n!r} is not one of: {', '.join(REPORTS)}"))
+    return names
+
+
+def report_parameters(pairs: list[str] | None, reports: list[str]) -> dict:
+    """The ``--param`` pairs as the reports' parameters; refused for one no report declares."""
+    try:
+        return render.parse_parameters(pairs or [], reports)
+    except render.ParameterError as exc:
+        raise Refused(escape(str(exc))) from None
+
+
+def is_spec_file(arg: str) -> bool:
+    return arg.endswith((".yaml", ".yml")) and Path(arg).is_file()
+
+
+def _export_refused(exc: Exception) -> Refused:
+    """An export that cannot be written or read: invalid input."""
+    return Refused(escape(str(exc)))
+
+
+def render_reports(out: Console, study: str, reports: list[str], out_dir: Path, formats: tuple[str, ...],
+                   storage: str | None = None, tracking_uri: str | None = None, parameters: dict | None = None,
+                   export: bool = False, data: results.Results | None = None) -> None:
+    """Render a study's ``reports`` (``render.render``), a line per file written, and with
+    ``export`` how many figures and tables went where; a failing report is refused with exit 1
+    (the report, the cell and the error, not a notebook traceback)."""
+    try:
+        for path in render.render(study, reports, out_dir, formats, storage, tracking_uri, parameters, export, data):
+            out.print(f"wrote {path}")
+        if export:
+            for kind, exts in (("figures", "PDF, SVG and PNG"), ("tables", "CSV and LaTeX")):
+                files = sorted((out_dir / kind).glob("*")) if (out_dir / kind).is_dir() else []
+                stems = {f.name.split(".")[0] for f in files if not f.name.endswith("-data.csv")}
+                out.print(f"wrote {len(stems)} {kind} ({exts}) to {out_dir / kind}")
+    except render.ReportError as exc:
+        raise Refused(escape(str(exc)), 1) from None
+
+
+def export(out: Console, err: Console, args: list[str], storage: str | None, tracking_uri: str | None,
+           load: LoadSpec) -> None:
+    """``ablate export STUDY... DIR`` (or ``SPEC DIR``): every directory checked and every study
+    read before any file is written (``results.export_many``), then a line per export."""
+    if len(args) < 2:
+        raise Refused("give a study and a directory: ablate export STUDY... DIR")
+    names, dest = list(dict.fromkeys(args[:-1])), Path(args[-1])
+    if len(names) == 1 and is_spec_file(names[0]):
+        names = [load(Path(names[0])).name]
+    try:
+        for done in results.export_many(names, dest, storage, tracking_uri):
+            rows = done.rows
+            out.print(f"wrote {done.path}: {rows['trials']:,} trials, {rows['metrics']:,} metric rows, "
+                      f"{rows['curves']:,} curve rows ({done.files} files, {done.size / 1e6:.2f} MB)", highlight=False)
+            for line in done.missing:
+                err.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
+    except results.ExportError as exc:
+        raise _export_refused(exc) from None
+
+
+def report(out: Console, studies: list[str], load: LoadSpec, *, storage: str | None = None,
+           tracking_uri: str | None = None, out_dir: Path | None = None, fmt: str = "html,pdf",
+           only: str | None = None, param: list[str] | None = None, compare_: bool = False,
+           cells: list[str] | None = None, export: bool = False, data: Path | None = None) -> None:
+    """``ablate report``: each study's reports (a spec file: its study's, and its ``compare:``
+    comparison if it names one), or with ``compare_`` or ``cells`` one comparison over them; with
+    ``data`` from the exports under it, with no store."""
+    chosen_formats = formats(fmt)
+    if data is not None:
+        if studies:
+            raise Refused("--data renders the studies of its exports: give no study with it")
+        if compare_ or cells:
+            compare(out, [], cells, None, None, out_dir, chosen_formats, None, None, param, data=[data])
+        else:
+            _from_exports(out, data, out_dir, chosen_formats, only, param, export)
+        return
+    if not studies:
+        raise Refused("name a study (or a spec file), or give --data DIR")
+    if compare_ or cells:
+        if any(is_spec_file(a) for a in studies):
+            raise Refused("--compare takes study names; for a spec's `compare:` use `ablate compare --spec FILE`")
+        compare(out, studies, cells, None, None, out_dir, chosen_formats, storage, tracking_uri, param)
+        return
+    spec = None
+    if len(studies) == 1 and is_spec_file(studies[0]):
+        spec = load(Path(studies[0]))
+        studies = [spec.name]
+    names_only = chosen_reports(only) if only else None
+    for study in studies:
+        # The stores that hold it (a subfolder of the project finds its .ablate above).
+        stores, names = render.study_reports(study, storage, tracking_uri, names_only)
+        target = out_dir / study if out_dir is not None and len(studies) > 1 else out_dir
+        render_reports(out, study, names, target or Path("reports") / study, chosen_formats, stores.storage,
+                       stores.tracking, report_parameters(param, names), export)
+    if spec is not None and spec.compare:
+        compare(out, [], None, spec, None, None, chosen_formats, storage, tracking_uri, param)
+
+
+def _from_exports(out: Console, data: Path, out_dir: Path | None, chosen_formats: tuple[str, ...], only: str | None,
+                  param: list[str] | None, export: bool) -> None:
+    try:  # every export verified before any report is rendered
+        read = [results.read_export(folder) for folder in results.exports_in(data)]
+    except results.ExportError as exc:
+        raise _export_refused(exc) from None
+    for res in read:
+        names = render.export_reports(res, chosen_reports(only) if only else None)
+        target = out_dir / res.study if out_dir is not None and len(read) > 1 else out_dir
+        render_reports(out, res.study, names, target or Path("reports") / res.study, chosen_formats, None, None,
+                       report_parameters(param, names), export, data=res)
+
+
+def compare_command(out: Console, studies: list[str], spec: Spec | None, *, cells: list[str] | None = None,
+                    name: str | None = None, out_dir: Path | None = None, fmt: str = "html,pdf",
+                    storage: str | None = None, tracking_uri: str | None = None, param: list[str] | None = None,
+                    data: list[Path] | None = None) -> None:
+    """``ablate compare``: one report over ``studies``, or those ``spec``'s ``compare:`` names, or
+    the studies of the exports under ``data``."""
+    if spec is not None and studies:
+        raise Refused("give studies or --spec, not both")
+    if data and studies:
+        raise Refused("--data compares the studies of its exports: give no study with it (--spec picks among them)")
+    compare(out, studies, cells, spec, name, out_dir, formats(fmt), storage, tracking_uri, param, data)
+
+
+def compare(out: Console, studies: list[str], cells: list[str] | None, spec: Spec | None, name: str | None,
+            out_dir: Path | None, chosen_formats: tuple[str, ...], storage: str | None, tracking_uri: str | None,
+            param: list[str] | None, data: list[Path] | None = None) -> None:
+    """One comparison report (``render.comparison``, checked before anything is rendered, then
+    ``render.render_comparison``), a line per file written."""
+    try:
+        asked = render.comparison(studies, cells, spec, name, storage, tracking_uri, data)
+    except render.ComparisonError as exc:
+        raise Refused([escape(line) for line in exc.lines]) from None
+    except results.ExportError as exc:
+        raise _export_refused(exc) from None
+    except SpecError as exc:
+        raise Refused(str(exc).splitlines()) from None
+    parameters = report_parameters(param, ["comparison"])
+    try:
+        for path in render.render_comparison(asked.studies, out_dir or Path("reports") / f"compare-{asked.name}",
+                                             asked.selectors, chosen_formats, storage, tracking_uri, parameters,
+                                             title=asked.name, data=asked.data):
+            out.print(f"wrote {path}")
+    except render.ReportError as exc:
+        raise Refused(escape(redact(str(exc))), 1) from None

@@ -1,0 +1,97 @@
+"""``ablate status`` and ``ablate ls`` as library calls: each reads the stores once and returns an
+object that prints itself (``StatusView``, ``StudyList``), tables and lines as the commands show
+them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from ablate.runner import housekeeping, locate, progress
+from ablate.runner.plan import PLAIN_ROWS, plain_table
+from ablate.runner.standing import STATUSES, StudyStatus, existing_store_url
+from ablate.stores import redact, resolve
+from ablate.terminal import table
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """What ``ablate status`` prints of a study: its per-cell counts, the summary line with the
+    ETA, what is running, a sequential study's looks and the extended or continued runs; or with
+    ``as_json`` one JSON object for scripts."""
+
+    name: str
+    found: StudyStatus
+    snap: progress.Snapshot
+    as_json: bool = False
+
+    def print(self, console: Console) -> None:
+        snap, workers = self.snap, self.snap.workers
+        if self.as_json:
+            console.file.write(json.dumps(self.found.to_json(progress.status_json(self.name, snap, workers)),
+                                          default=str) + "\n")
+            return
+        self.print_cells(console)
+        console.print(self.found.summary(progress.duration(snap.eta_seconds(workers))), highlight=False,
+                      soft_wrap=True)
+        if snap.items:
+            console.print(progress.table(self.name, snap, workers).renderables[-1])
+        for line in self.found.sequential + self.found.extension_lines():  # looks; until converged; WSD
+            console.print(line, highlight=False, soft_wrap=True)
+
+    def print_cells(self, console: Console) -> None:
+        """The per-cell counts: a rich table, or above ``plan.PLAIN_ROWS`` cells plain aligned
+        lines, as ``plan`` prints them (rich lays out 100 rows in seconds on a busy machine)."""
+        title = f"{self.name}: status per cell"
+        rows = [[c["cell_label"], *[str(c[s]) for s in STATUSES]] for c in self.found.cells]
+        if len(rows) > PLAIN_ROWS:
+            console.print("\n".join(plain_table(title, ["cell", *STATUSES], rows, set(STATUSES))), highlight=False,
+                          markup=False, soft_wrap=True)
+            return
+        console.print(title, highlight=False, soft_wrap=True)  # a table title would pad to the table's width
+        shown = Table()
+        shown.add_column("cell")
+        for s in STATUSES:
+            shown.add_column(s, justify="right")
+        for row in rows:
+            shown.add_row(*row)
+        console.print(shown)
+
+
+def status(study: str, storage: str | None = None, tracking_uri: str | None = None,
+           as_json: bool = False) -> StatusView:
+    """``ablate status``: one read-only opening of the study, its items' statuses read from the
+    queue alone (but first what a kill left RUNNING is ended: ``locate.status``'s ``settle``)."""
+    found = locate.status(study, storage, tracking_uri, settle=True)
+    return StatusView(study, found, progress.snapshot(found.study), as_json)
+
+
+LS_HEADERS = ["study", "cells", "done", "reused", "failed", "running", "waiting", "dropped", "last activity"]
+
+
+@dataclass(frozen=True)
+class StudyList:
+    """What ``ablate ls`` prints: a row per study of the storage at ``url`` (None: no stores yet)."""
+
+    url: str | None
+    rows: list[housekeeping.StudyRow]
+
+    def print(self, console: Console) -> None:
+        if self.url is None:
+            console.print("no stores yet: no study has run here (see --storage, ABLATE_HOME)")
+            return
+        rows = [[r.name, str(r.cells), str(r.done), str(r.reused), str(r.failed), str(r.running), str(r.waiting),
+                 str(r.dropped), r.last.astimezone().strftime("%Y-%m-%d %H:%M:%S") if r.last else "-"]
+                for r in self.rows]
+        table(console, f"studies on {redact(self.url)}", LS_HEADERS, rows, set(LS_HEADERS[1:-1]))
+
+
+def studies(storage: str | None = None, tracking_uri: str | None = None) -> StudyList:
+    """``ablate ls``: the studies on the stores, with their items per state and last activity;
+    creates no store where there is none."""
+    url = existing_store_url(storage)
+    return StudyList(url, housekeeping.overview(resolve(url, tracking_uri, create=False)) if url else [])

@@ -1,0 +1,132 @@
+"""What every command's output shares: a console as wide as its content in a pipe, a table that
+is rich's on a terminal and plain aligned columns when piped, what a command has to say when done
+(``Said``), a command's refusal with its exit status (``Refused``), and a command a signal
+stopped (``Stopped``).
+
+A leaf (rich, and ``stores.redact``), so that any layer's command function may print through it or refuse with it;
+``ablate.cli`` prints a ``Refused`` or ``Stopped`` once, for every command, as it prints a store
+error.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.console import Console, ConsoleDimensions
+from rich.markup import escape
+from rich.table import Table
+
+from ablate.stores import redact
+
+# Lines as long as they need in a pipe or log file (SLURM, `tee`): wrapped or truncated at 80
+# columns, a table cell reads "parameterisatio…" and one event spans two lines.
+PIPE_WIDTH = 10_000
+
+
+class PipeConsole(Console):
+    """A rich console that is as wide as its content when it does not write to a terminal."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+
+class Refused(Exception):
+    """A command that refuses (invalid input, a study at work, nothing removed): its ``lines``, as
+    rich markup, each printed as an error (``error`` in red before it, unless not ``marked``), and
+    the exit status ``code`` (2 for invalid input, 1 otherwise)."""
+
+    def __init__(self, lines: str | list[str], code: int = 2, marked: bool = True) -> None:
+        self.lines = [lines] if isinstance(lines, str) else list(lines)
+        self.code, self.marked = code, marked
+        super().__init__("\n".join(self.lines))
+
+    def print(self, console: Console) -> None:
+        for line in self.lines:
+            console.print(f"[red]error[/red] {line}" if self.marked else line, highlight=False, soft_wrap=True)
+
+
+@dataclass(frozen=True)
+class Said:
+    """What a command says when it is done: plain lines for standard output."""
+
+    lines: list[str]
+
+    def print(self, console: Console) -> None:
+        for line in self.lines:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def table(console: Console, title: str, headers: list[str], rows: list[list[str]],
+          right: set[str] | frozenset[str] = frozenset()) -> None:
+    """A table: rich's on a terminal; plain aligned columns, never truncated, when piped."""
+    if console.is_terminal:
+        shown = Table(title=title, title_justify="left")
+        for h in headers:
+            shown.add_column(h, justify="right" if h in right else "left", overflow="fold")
+        for row in rows:
+            shown.add_row(*row)
+        console.print(shown)
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if h in right else c.ljust(w)
+                         for c, w, h in zip(cells, widths, headers, strict=True)).rstrip()
+
+    for text in (title, line(headers), *map(line, rows)):
+        print(text, file=console.file)
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM stopped a command: ``signum``, the labels of the items ``requeued``, and
+    ``what`` was stopped; it prints ONE line, and its exit status is 128 + the signal."""
+
+    def __init__(self, signum: int, requeued: list[str], what: str = "interrupted") -> None:
+        super().__init__(f"{what} ({signal.Signals(signum).name})")
+        self.signum, self.requeued, self.what = signum, requeued, what
+        self.code = 128 + signum
+
+    def print(self, console: Console) -> None:
+        items = (f"re-queued {len(self.requeued)} running item(s): {', '.join(self.requeued)}" if self.requeued
+                 else "no running item to re-queue")
+        console.print(f"{self}: {items}; run the same command to resume", highlight=False, markup=False,
+                      soft_wrap=True)
+
+
+def store_refused(exc: BaseException) -> Refused:
+    """A store that fails (unreachable, refusing, not ablate's): its message, without a password;
+    exit 1."""
+    return Refused(escape(redact(str(exc))), 1)
+
+
+def asking(yes: bool, ask: Callable[[str], bool]) -> Callable[[str], None]:
+    """The question a removal asks (``ask`` puts it on the terminal): none with ``yes``; refused
+    (exit 1) when no one can answer it, or the answer is no."""
+
+    def confirm(question: str) -> None:
+        if yes:
+            return
+        if not sys.stdin.isatty():
+            raise Refused("not a terminal: nothing removed; pass --yes to remove without a question", 1)
+        if not ask(question):
+            raise Refused("nothing removed", 1, marked=False)
+
+    return confirm
+
+
+def internal_error(console: Console, exc: BaseException) -> int:
+    """A bug: one line (the traceback first with ABLATE_TRACEBACK=1); exit 1."""
+    import traceback
+
+    if os.environ.get("ABLATE_TRACEBACK"):
+        console.print(redact("".join(traceback.format_exception(exc))), highlight=False, markup=False)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    console.print(f"error (internal) {type(exc).__name__}: {redact(first)[:500]}; ABLATE_TRACEBACK=1 shows where",
+                  highlight=False, markup=False, soft_wrap=True)
+    return 1
