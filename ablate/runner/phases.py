@@ -64,9 +64,9 @@ def intermediate(trial: FrozenTrial) -> dict[int, float]:
 
 class Pruning:
     """``run_trial``'s ``on_eval`` for a tuning item whose protocol prunes: records each pass's
-    objective value on the trial and raises ``queue.Pruned`` (Optuna's ``TrialPruned``) when the pruner, asked in an
-    in-memory study of the cell's other tuning trials (finished, pruned and running) plus this
-    one, says stop. ``step`` is the last pass reported."""
+    objective value on the trial and raises ``queue.Pruned`` (Optuna's ``TrialPruned``) when the
+    pruner, asked in an in-memory study of the cell's other tuning trials (finished, pruned and
+    running) plus this one, says stop. ``step`` is the last pass reported."""
 
     def __init__(self, study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any]) -> None:
         protocol, train = attrs["tune"], attrs["config"]["train"]

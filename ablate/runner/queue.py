@@ -197,7 +197,7 @@ def claim(study: optuna.Study, gate: Gate | None = None) -> optuna.Trial | None:
             store.record_heartbeat(trial_id)
             try:
                 taken = store.set_trial_state_values(trial_id, state=TrialState.RUNNING)
-            except optuna.exceptions.UpdateFinishedTrialError:  # claimed and finished since the read
+            except TrialFinished:  # claimed and finished since the read
                 continue
             if taken:
                 faults.inject("flip")
@@ -226,8 +226,8 @@ def beat(study: optuna.Study, number: int, attrs: Mapping[str, Any] | None = Non
 def finish(study: optuna.Study, trial: optuna.Trial, state: TrialState, attrs: Mapping[str, Any],
            value: float | None = None) -> None:
     """Set ``attrs`` on this process's RUNNING trial, then finish it COMPLETE (with ``value``)
-    or FAIL. Raises optuna.exceptions.UpdateFinishedTrialError when another process finished
-    it first (declared its worker dead)."""
+    or FAIL. Raises TrialFinished when another process finished it first (declared its worker
+    dead)."""
     if attrs:
         set_running_attrs(study, trial, attrs)
     if state == TrialState.COMPLETE:
@@ -239,9 +239,8 @@ def finish(study: optuna.Study, trial: optuna.Trial, state: TrialState, attrs: M
 def set_running_attrs(study: optuna.Study, trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
     """``trial.set_user_attr`` for each of ``attrs``, in one transaction rather than one each
     (a trial's record sets a dozen: each its own write lock and, on SQLite, its own connection),
-    the trial object's own copy updated as ``set_user_attr`` updates it. Raises
-    optuna.exceptions.UpdateFinishedTrialError, writing nothing, when the trial has finished
-    (as Optuna's does): checked under the row lock (SQLite: the write lock)."""
+    the trial object's own copy updated as ``set_user_attr`` updates it. Raises TrialFinished,
+    writing nothing, when the trial has finished (as Optuna's does): checked under the row lock (SQLite: the write lock)."""
     _set_attrs_if_unfinished(study, trial._trial_id, trial.number, attrs)
     trial._cached_frozen_trial.user_attrs.update(attrs)
 
@@ -258,7 +257,7 @@ def _set_attrs_if_unfinished(study: optuna.Study, trial_id: int, number: int, at
             query = query.with_for_update()
         state = conn.execute(query).scalar()
         if state not in ("RUNNING", "WAITING", TrialState.RUNNING, TrialState.WAITING):  # Optuna's rule: not finished
-            raise optuna.exceptions.UpdateFinishedTrialError(
+            raise TrialFinished(
                 f"trial {number} is {state}: its attributes cannot change")
         conn.execute(delete(attr_table).where(attr_table.c.trial_id == trial_id, attr_table.c.key.in_(list(attrs))))
         conn.execute(insert(attr_table), [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
@@ -274,7 +273,7 @@ def fail_running(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> 
     try:
         _set_attrs_if_unfinished(study, trial_id, number, attrs)
         return bool(cache_of(study).set_trial_state_values(trial_id, state=TrialState.FAIL))
-    except optuna.exceptions.UpdateFinishedTrialError:
+    except TrialFinished:
         return False
 
 
