@@ -166,6 +166,14 @@ def requeued_by(study: str, stores: Stores, pids: list[int]) -> list[str]:
             if e.user_attrs.get("failure_kind") == "interrupted" and e.user_attrs.get("worker") in workers]
 
 
+def _until_exit(procs: list[subprocess.Popen], seconds: float) -> None:
+    """Sleep ``seconds``, or less when the last worker exits: the run ends when its workers do,
+    not at the view's next look."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+
+
 def watch(study_name: str, stores: Stores, procs: list[subprocess.Popen], console: Console,
           signalled: list[int] | None = None, items: progress.ViewItems = None) -> list[int]:
     """Show the live view (progress.View) until every worker exits (read-only: the parent writes
@@ -187,7 +195,7 @@ def watch(study_name: str, stores: Stores, procs: list[subprocess.Popen], consol
                 for p in procs:
                     if p.poll() is None:
                         p.kill()
-            time.sleep(min(progress.POLL_S, 0.5) if signalled else progress.POLL_S)
+            _until_exit(procs, min(progress.POLL_S, 0.5) if signalled else progress.POLL_S)
         try:
             view.poll()  # the last look: what the workers left (nothing RUNNING after a clean stop)
         except Exception:
