@@ -1,0 +1,103 @@
+"""What the commands' output shares (``ablate.terminal``): a table never truncated in a pipe, a
+refusal's lines and exit status, a signal's one line, the removals' question, a bug's one line."""
+
+from __future__ import annotations
+
+import io
+import signal
+
+import pytest
+from rich.console import Console
+from rich.markup import escape
+
+from ablate import terminal
+from ablate.terminal import Refused, Said, Stopped, asking, internal_error, store_refused, table
+
+
+def piped() -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return terminal.PipeConsole(file=buffer), buffer
+
+
+def test_a_piped_console_is_as_wide_as_its_content():
+    console, buffer = piped()
+    assert console.size.width == terminal.PIPE_WIDTH
+    console.print("x" * 300)
+    assert buffer.getvalue() == "x" * 300 + "\n"
+
+
+def test_a_piped_table_is_plain_aligned_columns_never_truncated():
+    console, buffer = piped()
+    long = "parameterisation=complex_diagonal, normalisation=gamma"
+    table(console, "studies", ["study", "done"], [[long, "12"], ["b", "3"]], {"done"})
+    assert buffer.getvalue().splitlines() == ["studies", f"study{' ' * (len(long) - 5)}  done", f"{long}    12",
+                                              f"b{' ' * (len(long) - 1)}     3"]
+
+
+def test_a_refusal_prints_its_lines_as_errors_with_its_exit_status():
+    console, buffer = piped()
+    refused = Refused([escape("first [x]"), "second"], 1)  # rich markup: the caller escapes what it quotes
+    refused.print(console)
+    assert refused.code == 1 and buffer.getvalue() == "error first [x]\nerror second\n"
+    console, buffer = piped()
+    Refused("nothing removed", 1, marked=False).print(console)
+    assert buffer.getvalue() == "nothing removed\n"
+    assert Refused("bad input").code == 2
+
+
+def test_said_prints_its_lines_as_they_are():
+    console, buffer = piped()
+    Said(["removed s: 1 trial [red]", "kept 0"]).print(console)
+    assert buffer.getvalue() == "removed s: 1 trial [red]\nkept 0\n"
+
+
+def test_a_stopped_command_says_what_was_requeued_and_exits_128_plus_the_signal():
+    console, buffer = piped()
+    stopped = Stopped(signal.SIGTERM, ["a · seed 0", "b · seed 1"], "worker interrupted")
+    stopped.print(console)
+    assert stopped.code == 128 + signal.SIGTERM
+    assert buffer.getvalue() == ("worker interrupted (SIGTERM): re-queued 2 running item(s): a · seed 0, b · seed 1; "
+                                 "run the same command to resume\n")
+    console, buffer = piped()
+    Stopped(signal.SIGINT, []).print(console)
+    assert buffer.getvalue() == "interrupted (SIGINT): no running item to re-queue; run the same command to resume\n"
+
+
+def test_a_store_error_is_one_line_without_its_password():
+    refused = store_refused(RuntimeError("cannot reach postgresql://u:secret@h/db [x]"))
+    assert refused.code == 1 and refused.lines == [r"cannot reach postgresql://u:***@h/db \[x]"]
+
+
+def test_a_removal_asks_unless_yes_and_refuses_without_a_terminal_or_a_yes(monkeypatch):
+    asked: list[str] = []
+
+    def answer(value: bool):
+        return lambda question: asked.append(question) or value
+
+    asking(True, answer(False))("remove?")
+    assert asked == []
+    monkeypatch.setattr("sys.stdin", io.StringIO())
+    with pytest.raises(Refused) as no_terminal:
+        asking(False, answer(True))("remove?")
+    assert no_terminal.value.code == 1 and "pass --yes" in no_terminal.value.lines[0] and asked == []
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    asking(False, answer(True))("remove?")
+    with pytest.raises(Refused) as declined:
+        asking(False, answer(False))("remove again?")
+    assert asked == ["remove?", "remove again?"]
+    assert declined.value.lines == ["nothing removed"] and not declined.value.marked and declined.value.code == 1
+
+
+def test_a_bug_is_one_line_unless_the_traceback_is_asked_for(monkeypatch):
+    monkeypatch.delenv("ABLATE_TRACEBACK", raising=False)
+    console, buffer = piped()
+    assert internal_error(console, ValueError("bad postgresql://u:pw@h/db\nsecond line")) == 1
+    assert buffer.getvalue() == ("error (internal) ValueError: bad postgresql://u:***@h/db; ABLATE_TRACEBACK=1 "
+                                 "shows where\n")
+    monkeypatch.setenv("ABLATE_TRACEBACK", "1")
+    console, buffer = piped()
+    try:
+        raise KeyError("k")
+    except KeyError as exc:
+        internal_error(console, exc)
+    assert "Traceback" in buffer.getvalue() and buffer.getvalue().endswith("ABLATE_TRACEBACK=1 shows where\n")
