@@ -168,3 +168,38 @@ def test_a_pooled_sequential_run_prints_every_look(tmp_path, monkeypatch):
     state = sequential_looks.load_state(st.open_study("looks", stores(tmp_path), read_only=True))
     for k in range(1, len(state.history) + 1):
         assert f"look {k} (" in text
+
+
+def test_an_outcome_prints_itself_and_gives_the_exit_status():
+    from ablate.runner.launch import Outcome
+
+    out, o, err, e = consoles()
+    recovered = Outcome(done=2, failed=1, unfinished=0, errors=0, worker_failures=["worker 1 died"], study="s")
+    recovered.print(out, err)
+    assert o.getvalue() == "s: 2 done, 1 failed, 0 unfinished\n"
+    assert e.getvalue() == "warning worker 1 died\n"  # the others finished every item: a diverged cell is a result
+    assert recovered.verdict(err) == 0
+    out, o, err, e = consoles()
+    broken = Outcome(2, 1, 0, 1, ["worker 1 died [x]"], "s")
+    broken.print(out, err)
+    assert e.getvalue() == "error worker 1 died [x]\n"
+    assert broken.verdict(err) == 1 and "1 item(s) failed with an error; see `ablate status s`" in e.getvalue()
+    out, o, err, e = consoles()
+    assert Outcome(0, 0, 2, 0, [], "s").verdict(err) == 1
+    assert e.getvalue().startswith("2 item(s) unfinished: run the same command to resume")
+
+
+def test_run_worker_pulls_the_queued_items_and_says_so(tmp_path, monkeypatch):
+    from ablate.runner.launch import run_worker
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ABLATE_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    spec = design.validate(SPEC)
+    out, o, err, e = consoles()
+    assert run_study(spec, stores(tmp_path), out, err, workers=0) is None
+    said = run_worker(spec.name, stores(tmp_path), err, checkpoint_every=0, max_items=1, verbose=True)
+    assert len(said.lines) == 1 and said.lines[0].startswith("worker finished: ")
+    assert "start " in e.getvalue() and "complete " in e.getvalue()  # verbose: each item's start and end
+    out, o, err, _ = consoles()
+    assert run_study(spec, stores(tmp_path), out, err, workers=0) is None
+    assert "launch: 2 trials, 1 done, 0 failed, 1 to run" in o.getvalue()
