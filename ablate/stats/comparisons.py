@@ -14,9 +14,9 @@ import pandas as pd
 from scipy import stats as sps
 from scipy.optimize import brentq
 from scipy.special import nctdtr
-from statsmodels.stats.multitest import multipletests
 
 from ablate.stats.estimators import ROUNDOFF, mark_for, metric_range, no_spread, robust_level
+from ablate.stats.multiplicity import adjusted
 from ablate.stats.selection import completed_runs, resolve_cell
 
 __all__ = [
@@ -478,7 +478,7 @@ def _adjust(p: pd.Series, method: str) -> pd.Series:
     out = pd.Series(np.nan, index=p.index, dtype=float)
     ok = p.notna()
     if ok.any():
-        out[ok] = multipletests(p[ok].to_numpy(float), method=method)[1]
+        out[ok] = adjusted(p[ok].to_numpy(float), method)
     return out
 
 

@@ -22,9 +22,9 @@ from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.multitest import multipletests
 
 from ablate.stats.estimators import mark_for
+from ablate.stats.multiplicity import adjusted
 
 __all__ = ["FAMILY_COLUMNS", "adjust", "apply", "members", "policy_sentence"]
 
@@ -65,7 +65,7 @@ def adjust(family: pd.DataFrame, alpha: float = 0.05, method: str = "holm") -> p
     """``family`` with ``p_adj`` (Holm over every row, statsmodels ``multipletests``),
     ``significant`` (``p_adj < alpha``) and ``mark``."""
     out = family.copy()
-    out["p_adj"] = multipletests(out["p"].to_numpy(float), method=method)[1] if len(out) else np.array([])
+    out["p_adj"] = adjusted(out["p"].to_numpy(float), method)
     out["significant"] = (out["p_adj"] < alpha).astype(bool)
     out["mark"] = [mark_for(p, alpha) for p in out["p_adj"]]
     return out

@@ -46,7 +46,6 @@ import numpy as np
 import pandas as pd
 from scipy import integrate
 from scipy.special import gammaln, ndtr
-from statsmodels.stats.multitest import multipletests
 
 from ablate.stats.comparisons import (
     COMPARISON_COLUMNS,
@@ -56,6 +55,7 @@ from ablate.stats.comparisons import (
     power_line,
 )
 from ablate.stats.estimators import ROUNDOFF, mark_for, no_spread
+from ablate.stats.multiplicity import adjusted
 
 __all__ = [
     "LATE_GROWTH",
@@ -425,7 +425,7 @@ def holm(out: pd.DataFrame, alpha: float) -> pd.DataFrame:
     tested = out["p"].notna()
     out["p_adj"] = np.nan
     if tested.any():
-        out.loc[tested, "p_adj"] = multipletests(out.loc[tested, "p"].to_numpy(float), method="holm")[1]
+        out.loc[tested, "p_adj"] = adjusted(out.loc[tested, "p"].to_numpy(float))
     out["mark"] = [mark_for(p, alpha) for p in out["p_adj"]]
     out["significant"] = (out["p_adj"] < alpha).astype(bool)
     return out
