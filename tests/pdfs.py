@@ -67,10 +67,12 @@ def _check_pages() -> ModuleType:
     return module
 
 
-def page_problems(pdf: Path, identifiers: Iterable[str] = ()) -> list[str]:
+def page_problems(pdf: Path, identifiers: Iterable[str] = (), min_fill: float | None = None) -> list[str]:
     """What the page checker finds in ``pdf`` (split identifiers, lines that begin with a separator,
-    near-empty pages), one line each: ``p. 3: split: complex_diagon / al (complex_diagonal)``."""
-    return [str(p) for p in _check_pages().page_problems(pdf, identifiers)]
+    near-empty pages: filled less than ``min_fill``, default the checker's), one line each:
+    ``p. 3: split: complex_diagon / al (complex_diagonal)``."""
+    checker = _check_pages()
+    return [str(p) for p in checker.page_problems(pdf, identifiers, checker.MIN_FILL if min_fill is None else min_fill)]
 
 
 def text_problems(texts: list[str], identifiers: Iterable[str] = ()) -> list[str]:

@@ -350,7 +350,7 @@ def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels
     with plotting.style():
         ncols = max(1, min(2, len(tables)))
         nrows = max(1, math.ceil(len(tables) / ncols))
-        fig = plotting.figure(0.9 + 2.1 * nrows)
+        fig = plotting.figure(0.9 + 1.9 * nrows)  # two to a page: at 2.1 in a row each took a page alone
         if not tables:
             return plotting.no_data(fig, "no per-seed values yet")
         channels = channels or Channels.from_trials(seeds, [f1, f2])
