@@ -9,6 +9,7 @@ normalisation level whose cells stay pending.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -100,13 +101,14 @@ def test_tables_from_the_study(res):
 
 
 HEADERS = [
-    "Summary", "Test accuracy per cell", "mean [95% CI]", "sd over seeds", "median", "diverged", "never learned",
-    "pending", "Comparisons with the reference", "exact permutation test", "verdict", "effect size",
-    "p (Holm)", "t-test p (Holm)", "Power line", "seeds for 80% power", "Few-run estimates", "IQM [95% trimmed-t CI]",
-    "P(cell > reference)", "Performance profiles", "Main effects", "marginal mean [95% CI]", "Interactions",
-    "Analysis of variance", "Convergence", "Learning curves", "Tuning", "best setting",
-    "Against published numbers", "published in our CI", "Failures", "message", "Provenance", "Package versions",
-    "The spec as run",
+    "The answer", "Summary", "Per cell", "Main effects", "Appendix: cells", "Test accuracy per cell", "mean [95% CI]",
+    "sd over seeds", "median", "diverged", "never learned", "pending", "Appendix: comparisons with the reference",
+    "exact permutation test", "verdict", "effect size", "p (Holm)", "t-test p (Holm)", "Power line",
+    "seeds for 80% power", "Appendix: few-run estimates", "IQM [95% trimmed-t CI]", "P(cell > reference)",
+    "Performance profiles", "Appendix: factor effects", "marginal mean [95% CI]", "Interactions",
+    "Analysis of variance", "Appendix: convergence", "Appendix: learning curves", "Learning curves",
+    "Appendix: tuning", "best setting", "Appendix: against published numbers", "published in our CI",
+    "Appendix: failures", "message", "Provenance", "Package versions", "The spec as run",
 ]
 
 
@@ -115,6 +117,10 @@ def test_pdf_has_every_section_and_table_header(rendered):
     text = "".join(pages(rendered / "accuracy.pdf"))
     missing = [h for h in HEADERS if not has(text, h)]  # wherever the host's layout wraps a header
     assert not missing, f"not in the PDF text: {missing}"
+    # The answer first: the body (summary and figures), then every table in an appendix.
+    at = [flat(text).index(flat(h)) for h in ("The answer", "Summary", "Per cell", "Appendix: cells",
+                                               "Appendix: failures", "Provenance")]
+    assert at == sorted(at), at
     assert has(text, "Reference cell: normalisation=xi, layers=2 (chosen with the report parameter")
     # Two seeds a cell (one failed): no ANOVA, as no comparison, is tested below three (one policy for every test).
     assert has(text, "No ANOVA table: too few seeds to test (a cell has 1; at least 3 are needed)")  # its failed seed
@@ -389,6 +395,7 @@ def _figures(trials: pd.DataFrame, curves: pd.DataFrame, channels: Channels) -> 
         "cells": acc.accuracy_by_cell(trials, METRIC, CHANCE, channels=channels, n_test=1000),
         "main": acc.main_effects_plot(trials, METRIC, [A, B], chance=CHANCE, channels=channels),
         "inter": acc.interaction_plot(trials, METRIC, A, B, CHANCE, channels=channels),
+        "inters": acc.interaction_plots(trials, METRIC, [(A, B)], CHANCE, channels=channels),
         "curves": acc.learning_curves(curves, "val_accuracy", cells=trials, chance=CHANCE, channels=channels),
         "compare": acc.comparison_plot(cmp, metric=METRIC, channels=channels),
         "profiles": acc.performance_profile_plot(profile, METRIC, chance=CHANCE, channels=channels),
@@ -494,6 +501,7 @@ def test_figures_of_an_empty_study_say_so_and_plot_nothing(partial_study):
         "cells": acc.accuracy_by_cell(nothing, METRIC, CHANCE),
         "main effects": acc.main_effects_plot(nothing, METRIC, [A, B]),
         "interaction": acc.interaction_plot(nothing, METRIC, A, B),
+        "interactions": acc.interaction_plots(nothing, METRIC, [(A, B)]),
         "curves": acc.learning_curves(curves.iloc[0:0], "val_accuracy", cells=nothing),
         "profiles": acc.performance_profile_plot(stats.performance_profile(nothing, METRIC), METRIC),
         "comparisons": acc.comparison_plot(stats.compare_to_reference(nothing, METRIC, "rotation-xi"), metric=METRIC),
@@ -602,3 +610,43 @@ def test_a_three_seed_cell_at_one_prints_no_interval_but_why():
     few = acc.few_run_table(stats.few_run_estimates(trials, METRIC, "base"), "base").set_index("cell")
     assert few.loc["top", "mean [95% t CI]"] == "1.000 [— no spread: 3 runs equal]"
     assert "[1.000, 1.000]" not in few.to_string() + cells.to_string()
+
+
+def test_appendix_tables_name_cells_by_their_levels_where_the_levels_tell_them_apart():
+    trials = factorial()
+    channels = Channels.from_trials(trials, [A, B])
+    names = acc.level_names(trials, channels)
+    assert names and all(" · " in n for n in names.values()) and len(set(names.values())) == len(names)
+    summary = stats.cell_summary(trials, METRIC, CHANCE)
+    table = acc.cell_table(acc.named(summary, names), trials["cell_id"].iloc[0])
+    assert table["cell"].tolist()[0] == names[trials["cell_id"].iloc[0]] + " (reference)"
+    assert acc.names_line(names, channels) == f"A row names its cell by its levels of {channels.key}."
+    # A label that does not name its levels (another family's cell): the tables keep the labels.
+    odd = trials.assign(cell_label=trials["cell_label"].where(trials["cell_id"] != trials["cell_id"].iloc[0], "minGRU"))
+    assert acc.level_names(odd, channels) == {} and acc.names_line({}, channels) == ""
+    assert acc.named(summary, {}) is summary
+
+
+def test_a_column_with_one_value_on_every_row_is_said_once():
+    trials = _planted(0.05)
+    table = acc.comparison_table(stats.compare_to_reference(trials, "test_accuracy", "base"))
+    shown, said = acc.constant_columns(table, ["n", "test"])
+    assert "n" not in shown.columns and "test" not in shown.columns
+    assert said == f"Every row: n {table['n'].iloc[0]}; test {table['test'].iloc[0]}."
+    one, said = acc.constant_columns(table.iloc[:1], ["n"])
+    assert one.equals(table.iloc[:1]) and said == ""  # one row: nothing to factor out
+    varied = table.assign(n=["8 pairs", "7 pairs"])
+    assert "n" in acc.constant_columns(varied, ["n"])[0].columns
+
+
+def test_interactions_of_three_factors_are_one_figure_with_a_panel_per_pair():
+    from test_report_figures import SIZES, Study, empty_axes, off_page, overlaps
+
+    study = Study(18)
+    names = list(SIZES[18])
+    pairs = list(itertools.combinations(names, 2))
+    fig = acc.interaction_plots(study.trials, METRIC, pairs, CHANCE, channels=study.channels)
+    assert len(fig.axes) == 3 and fig.get_figheight() <= 3.5
+    assert [ax.get_title() for ax in fig.axes] == [
+        f"{plotting.factor_name(a, names)} × {plotting.factor_name(b, names)}" for a, b in pairs]
+    assert not empty_axes(fig) and not overlaps(fig) and not off_page(fig)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ablate import design
-from ablate.report import headings
+from ablate.report import default_sections, headings
 from ablate.spec import SpecError
 
 QUICKSTART = yaml.safe_load((Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml").read_text())
@@ -43,6 +43,16 @@ def test_names_and_entries_with_options_mix() -> None:
 def test_sections_are_the_notebooks_headings() -> None:
     assert headings("accuracy")[:2] == ("the-answer", "summary")
     assert "appendix-factor-effects" in headings("norm_stability")
+    # Both reports: the answer, the summary and the figures, then the appendices, then provenance.
+    for report in ("accuracy", "norm_stability"):
+        shown = headings(report)
+        first = next(i for i, h in enumerate(shown) if h.startswith("appendix-"))
+        assert not any(h.startswith("appendix-") for h in shown[:first]) and shown[-1] == "provenance", report
+        assert all(h.startswith("appendix-") for h in shown[first:] if h not in ("definitions", "provenance")), report
+    assert headings("accuracy")[2:4] == ("main-effects", "per-cell")
+    assert {"appendix-cells", "appendix-comparisons-with-the-reference", "appendix-few-run-estimates",
+            "appendix-factor-effects", "appendix-convergence", "appendix-tuning"} <= set(headings("accuracy"))
+    assert default_sections("accuracy") == headings("accuracy")  # every table by default, in its appendix
 
 
 @pytest.mark.parametrize(("entry", "expected"), [

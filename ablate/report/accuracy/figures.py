@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ablate import stats
 from ablate.report import plotting
-from ablate.report.accuracy.tables import test_verdict
+from ablate.report.accuracy.tables import level_names, test_verdict
 from ablate.report.format import (
     NBSP,
     finite,
@@ -54,7 +54,7 @@ def _chance_handle(chance: float | None = None, drawn: bool = True) -> Any:
 def _rows(n: int, lines: int) -> tuple[float, float]:
     """(height, tick label size) of a figure with a row per cell: ``n`` rows of ``lines`` label lines
     in all, shrunk to fit ``plotting.MAX_HEIGHT``."""
-    want = 1.3 + 0.17 * lines + 0.12 * n
+    want = 1.3 + 0.11 * lines + 0.09 * n  # a one-line row 0.2 in: two 18-row figures share a page
     room = plotting.MAX_HEIGHT - 1.5  # the legend above, the axis label and the extra legend below
     height = max(2.2, min(want, plotting.MAX_HEIGHT))
     pitch = min(room, height - 1.3) / max(1, n)
@@ -65,14 +65,9 @@ def _row_labels(rows: pd.DataFrame, channels: Channels, width: int) -> tuple[lis
     """Each row's label and what the labels list: with a factor mapping that knows every cell,
     its levels (``rotation · xi · 4``, the key naming the factors) on one line; else the cell
     label, wrapped at ``width``."""
-    known = bool(channels.factors) and all(str(c) in channels.cells for c in rows["cell_id"])
-    compact = [channels.compact(str(c)) for c in rows["cell_id"]] if known else []
-    # Only where the levels are what tells the cells apart: each cell's label names its levels (not
-    # "minGRU" of another study beside a factor it does not vary), and no two rows read the same.
-    if known and len(set(compact)) == len(compact) and all(
-            all(lv in str(lbl) for lv in channels.cells[str(c)].values())
-            for c, lbl in zip(rows["cell_id"], rows["cell_label"], strict=True)):
-        return compact, channels.key
+    names = level_names(rows, channels)
+    if names and len(set(rows["cell_id"])) == len(rows):  # no two rows read the same
+        return [names[str(c)] for c in rows["cell_id"]], channels.key
     return [wrap(lbl, width) for lbl in rows["cell_label"]], ""
 
 
@@ -237,6 +232,25 @@ def main_effects_plot(
     return fig
 
 
+def _interaction_lines(ax: Any, table: pd.DataFrame, f1: str, f2: str, channels: Channels, label_width: int) -> None:
+    """``table``'s (``stats.interaction_table``) marginal means over ``f2``'s levels on ``ax``, a line per
+    level of ``f1`` in its channel, dodged so the intervals do not overlap."""
+    lines = list(dict.fromkeys(table[f1]))
+    xs = list(dict.fromkeys(table[f2]))
+    offsets = np.linspace(-0.08, 0.08, len(lines)) if len(lines) > 1 else [0.0]
+    pos = {lv: i for i, lv in enumerate(xs)}
+    for off, lv in zip(offsets, lines, strict=True):
+        look = channels.level_look(f1, lv)
+        sub = table[table[f1] == lv]
+        x = np.array([pos[v] for v in sub[f2]], dtype=float) + off
+        err = [(sub["mean"] - sub["ci_low"]).fillna(0), (sub["ci_high"] - sub["mean"]).fillna(0)]
+        ax.errorbar(x, sub["mean"], yerr=err, fmt=look["marker"], ls=look["linestyle"], ms=4.5, lw=1.3,
+                    capsize=3, color=look["color"], mec="black", mew=0.5, label=wrap(lv, 22), gid=look["gid"])
+    ax.set_xticks(range(len(xs)), [wrap(lv, max(8, int(label_width / max(1, len(xs))))) for lv in xs])
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    ax.grid(axis="x", visible=False)
+
+
 def interaction_plot(
     trials: pd.DataFrame,
     metric: str,
@@ -260,25 +274,58 @@ def interaction_plot(
         if table.empty or table["mean"].isna().all():
             return plotting.no_data(fig, "no completed runs yet")
         ax = fig.add_subplot()
-        lines = list(dict.fromkeys(table[f1]))
-        xs = list(dict.fromkeys(table[f2]))
-        offsets = np.linspace(-0.08, 0.08, len(lines)) if len(lines) > 1 else [0.0]
-        pos = {lv: i for i, lv in enumerate(xs)}
-        for off, lv in zip(offsets, lines, strict=True):
-            look = channels.level_look(f1, lv)
-            sub = table[table[f1] == lv]
-            x = np.array([pos[v] for v in sub[f2]], dtype=float) + off
-            err = [(sub["mean"] - sub["ci_low"]).fillna(0), (sub["ci_high"] - sub["mean"]).fillna(0)]
-            ax.errorbar(x, sub["mean"], yerr=err, fmt=look["marker"], ls=look["linestyle"], ms=4.5, lw=1.3,
-                        capsize=3, color=look["color"], mec="black", mew=0.5, label=wrap(lv, 22), gid=look["gid"])
+        _interaction_lines(ax, table, f1, f2, channels, 80)
         _chance_line(ax, chance)
-        ax.set_xticks(range(len(xs)), [wrap(lv, max(8, int(80 / max(1, len(xs))))) for lv in xs])
-        ax.set_xlim(-0.5, len(xs) - 0.5)
         ax.set_xlabel(wrap(plotting.factor_name(f2, channels.factors or (f1, f2)), 60))
         ax.set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
-        ax.grid(axis="x", visible=False)
         ax.legend(title=wrap(plotting.factor_name(f1, channels.factors or (f1, f2)), 22), loc="center left",
                   bbox_to_anchor=(1.01, 0.5), frameon=False)
+    return fig
+
+
+def interaction_plots(
+    trials: pd.DataFrame,
+    metric: str,
+    pairs: Sequence[tuple[str, str]],
+    chance: float | None = None,
+    *,
+    confidence: float = 0.95,
+    phase: str | None = "replicate",
+    channels: Channels | None = None,
+    ncols: int = 3,
+) -> Figure:
+    """Every factor pair's interaction (``interaction_plot``) as a panel of one figure, ``ncols`` to a
+    row on a shared y axis: a third of a page for three factors where a figure per pair took a page
+    and a half. The colour and style factors' levels are in the figure's legend above the panels; a
+    pair whose first factor has neither channel gets its own legend in its panel."""
+    channels = _channels(trials, channels)
+    tables = [(f1, f2, stats.interaction_table(trials, metric, f1, f2, confidence, phase=phase)) for f1, f2 in pairs]
+    tables = [(f1, f2, t) for f1, f2, t in tables if not t.empty and not t["mean"].isna().all()]
+    ncols = max(1, min(ncols, len(tables)))
+    nrows = max(1, math.ceil(len(tables) / ncols))
+    with plotting.style():
+        fig = plotting.figure(1.0 + 2.4 * nrows)
+        if not tables:
+            return plotting.no_data(fig, "no completed runs yet")
+        places = plotting.wrapped_places(len(tables), ncols)
+        axes = plotting.panel_grid(fig, places, sharex=False, sharey=True)
+        names = channels.factors or tuple(dict.fromkeys(f for pair in pairs for f in pair))
+        for ax, (f1, f2, table) in zip(axes, tables, strict=True):
+            _interaction_lines(ax, table, f1, f2, channels, 34)
+            ax.set_title(wrap(f"{plotting.factor_name(f1, names)} × {plotting.factor_name(f2, names)}", 40),
+                         fontsize=7.5)
+            ax.set_xlabel(wrap(plotting.factor_name(f2, names), 30))
+            if f1 not in (channels.color_factor, channels.style_factor):
+                ax.legend(title=wrap(plotting.factor_name(f1, names), 22), fontsize=6.5, title_fontsize=6.5,
+                          frameon=False, loc="best")
+        for ax in axes:  # after every panel has its points: the shared axis is the data's
+            _chance_line(ax, chance)
+        for ax, (_, col) in zip(axes, places, strict=True):
+            if col == 0:
+                ax.set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
+            else:
+                ax.tick_params(labelleft=False)
+        channels.legend(fig, line=True, marker=True)
     return fig
 
 
@@ -396,7 +443,7 @@ def learning_curves(
     *,
     cells: Sequence[str] | pd.DataFrame | None = None,
     chance: float | None = None,
-    ncols: int = 2,
+    ncols: int = 3,
     label_width: int | None = None,
     channels: Channels | None = None,
 ) -> Figure:
@@ -461,7 +508,7 @@ def learning_curves(
 
 
 def performance_profile_plot(profile: pd.DataFrame, metric: str = "test_accuracy", *, chance: float | None = None,
-                             channels: Channels | None = None, ncols: int = 2, confidence: float = 0.95) -> Figure:
+                             channels: Channels | None = None, ncols: int = 3, confidence: float = 0.95) -> Figure:
     """rliable's performance profiles (``stats.performance_profile``): per cell the share of runs
     scoring above τ against τ, as a step line in the cell's colour and line style with its
     pointwise exact (Clopper–Pearson) band; one panel per facet, split further by the style factor

@@ -4,7 +4,8 @@ analysis' frames (``ablate.stats``) and the results API."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -24,8 +25,55 @@ from ablate.report.format import (
     with_ci,
 )
 
+if TYPE_CHECKING:
+    from ablate.report.plotting import Channels
+
 #: The mark after a cell that was still improving when its step budget ran out.
 STILL_IMPROVING = "†"
+
+
+def level_names(cells: pd.DataFrame, channels: Channels) -> dict[str, str]:
+    """Cell id → the cell named by its levels (``rotation · xi · 4``; ``channels.key`` names the
+    factors), as the per-cell figures name their rows: a table row of one line where the label
+    ``parameterisation=rotation, normalisation=xi, layers=4`` wraps to three. Empty — keep the labels
+    — where the levels do not tell the cells apart, the mapping does not know a cell, or a cell's
+    label does not name its levels (another study's minGRU beside a factor its family does not read)."""
+    pairs = cells.drop_duplicates("cell_id")[["cell_id", "cell_label"]]
+    if not channels.factors or not all(str(c) in channels.cells for c in pairs["cell_id"]):
+        return {}
+    names = {str(c): channels.compact(str(c)) for c in pairs["cell_id"]}
+    if len(set(names.values())) < len(names) or not all(
+            all(str(lv) in str(lbl) for lv in channels.cells[str(c)].values())
+            for c, lbl in pairs.itertuples(index=False, name=None)):
+        return {}
+    return names
+
+
+def named(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """``frame`` with each cell's ``cell_label`` replaced by its name in ``names`` (``level_names``)."""
+    if not names or frame.empty or "cell_label" not in frame.columns:
+        return frame
+    out = frame.copy()
+    out["cell_label"] = [names.get(str(c), lbl) for c, lbl in zip(out["cell_id"], out["cell_label"], strict=True)]
+    return out
+
+
+def constant_columns(table: pd.DataFrame, columns: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """``table`` without those of ``columns`` that print one value on every row (the same test, the same
+    ``4 pairs``), and the sentence that says them once (``Every row: n 4 pairs; test exact sign-flip.``):
+    their room goes to the columns that differ, so that a row of an 18-cell table takes one line or two,
+    not three."""
+    same = [c for c in columns if c in table.columns and len(table) > 1 and table[c].nunique() == 1
+            and str(table[c].iloc[0]) not in ("", DASH)]
+    if not same:
+        return table, ""
+    said = "; ".join(f"{c} {table[c].iloc[0]}" for c in same)
+    return table.drop(columns=same), f"Every row: {said}."
+
+
+def names_line(names: dict[str, str], channels: Channels) -> str:
+    """The sentence that says how the rows name their cells, or nothing when they name them by label."""
+    return f"A row names its cell by its levels of {channels.key}." if names else ""
 
 
 def _improving(conv: pd.DataFrame | None) -> set[str]:

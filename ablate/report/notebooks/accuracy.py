@@ -68,6 +68,9 @@ verdicts.show_answer(verdict, confidence)
 
 # %% [markdown]
 # ## Summary
+# Generated from the numbers of the appendix tables: the cells, the comparisons with the reference (each
+# p (Holm) adjusted over the study's one family, above), convergence and tuning. The figures follow; every
+# table is in an appendix.
 
 # %%
 summary = stats.cell_summary(trials, metric, chance, margin, confidence)
@@ -79,9 +82,39 @@ say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, h
                                   res.spec.stats.power))
       + acc.convergence_sentences(conv)
       + (acc.tuning_sentences(tuned, res.spec.tune) if res.spec.tune is not None else [])])
+# The appendix tables name a cell by its levels where those tell the cells apart, as the figures do.
+names = acc.level_names(trials, channels)
+names_line = acc.names_line(names, channels)
+
+# %% [markdown]
+# ## Main effects
+# The marginal mean of each level with its interval, a panel per factor (the table, the interactions and the
+# ANOVA are in the appendix on factor effects).
 
 # %%
-show(acc.cell_table(summary, ref_id, confidence, chance is not None, n_test=n_test, conv=conv),
+full = bool(factors) and stats.is_full_factorial(trials, factors)
+if not factors:
+    say("No factors were varied: there are no main effects.")
+else:
+    show_figure(acc.main_effects_plot(trials, metric, factors, chance, confidence=confidence, channels=channels),
+                name="main-effects")
+
+# %% [markdown]
+# ## Per cell
+# Every cell's runs: each seed a point in the cell's colour and marker, the mean with its interval as a bar
+# (the appendix's tables give the numbers and each cell's difference from the reference).
+
+# %%
+for part in chunks(summary.cell_id, cells_per_figure):
+    show_figure(acc.accuracy_by_cell(trials[trials.cell_id.isin(part)], metric, chance, margin=margin,
+                                     confidence=confidence, label_width=46, channels=channels, n_test=n_test),
+                name="cells")
+
+# %% [markdown]
+# ## Appendix: cells
+
+# %%
+show(acc.cell_table(acc.named(summary, names), ref_id, confidence, chance is not None, n_test=n_test, conv=conv),
      heading=f"{name[:1].upper() + name[1:]} per cell", name="cells", data=summary,
      intro=["Mean with its t-based confidence interval (kept inside [0, 1] for an accuracy; computed at the 99% "
             "level so that it covers at least 95% on skewed and ceiling runs, docs/calibration.md) over completed "
@@ -93,16 +126,15 @@ show(acc.cell_table(summary, ref_id, confidence, chance is not None, n_test=n_te
             + ". Diverged runs have no value and are left out of the mean; never-learned runs count in it. Both "
             "are shown apart, as shares of the finished runs. *failed* are infrastructure failures (not a property "
             "of the cell); *pending* are runs not finished yet.",
-            f"{acc.STILL_IMPROVING} still improving when its step budget ran out (see Convergence)."
-            if conv.still_improving.any() else ""])
-for part in chunks(summary.cell_id, cells_per_figure):
-    show_figure(acc.accuracy_by_cell(trials[trials.cell_id.isin(part)], metric, chance, margin=margin,
-                                     confidence=confidence, label_width=46, channels=channels, n_test=n_test),
-                name="cells")
+            f"{acc.STILL_IMPROVING} still improving when its step budget ran out (see the appendix on convergence)."
+            if conv.still_improving.any() else "", names_line])
+
+# %% [markdown]
+# ## Appendix: comparisons with the reference
 
 # %%
 if sequential:
-    say("## Sequential seeds", *seqrep.procedure(res.spec))
+    say("### Sequential seeds", *seqrep.procedure(res.spec))
     show(seqrep.looks_table(res.spec), name="sequential-looks", intro=(
         "The looks and their boundaries: a comparison is significant at a look when |t| of its paired difference "
         "reaches the look's t boundary (where the paired t statistic's first crossing, simulated under no effect, "
@@ -113,29 +145,25 @@ if sequential:
         show(decided, name="sequential-decisions", intro=(
             "Every comparison's decision, the look that made it, the estimate with its repeated confidence "
             "interval and the stage-wise p, and its t statistic at each look it was analysed (seeds: t (boundary))."))
-
-# %% [markdown]
-# ## Comparisons with the reference
-
-# %%
 reference_line = f"Reference: **{ref_label}**. α = {alpha:g}; intervals at {fmt.level(confidence)}."
 if comparisons.empty:
     say(reference_line, "There is no other cell to compare with.")
 else:
-    table = acc.comparison_table(comparisons, confidence, conv, alpha)
-    intro = [*acc.comparison_intro(comparisons, alpha), reference_line]
+    table = acc.comparison_table(acc.named(comparisons, names), confidence, conv, alpha)
+    intro = [*acc.comparison_intro(comparisons, alpha), reference_line, names_line]
     if sequential:  # the seeds were added by the results: no fixed-design p or verdict
         table = table.drop(columns=["test", "p", "p (Holm)", "verdict", "t-test p (Holm)"])
         intro = [reference_line, "A sequential study: the differences and intervals below are descriptive, on the "
-                 "seeds each cell got; the tests are the sequential design's (above)."]
-    show(table, intro=intro, name="comparisons", data=comparisons)
+                 "seeds each cell got; the tests are the sequential design's (above).", names_line]
+    shown, every = acc.constant_columns(table, ["n", "test"])
+    show(shown, intro=[*intro, every], name="comparisons", data=comparisons)
     for part in chunks(range(len(comparisons)), cells_per_figure):
         show_figure(acc.comparison_plot(comparisons.iloc[part], metric=metric, label_width=46, channels=channels,
                                         sequential=seqrep.decision_words(res.sequential, res.spec, metric)
                                         if sequential else None),
                     name="comparisons")
     family_m = max(1, len(verdict.family))
-    show(acc.power_table(comparisons, res.spec.stats.power), name="power", intro=(
+    show(acc.power_table(acc.named(comparisons, names), res.spec.stats.power), name="power", intro=(
         f"**Power line.** The power a t-test on this many seeds has to detect a difference of {fmt.num(effect)} "
         f"(the spec's `stats.min_effect`) given the spread observed, and the seeds that would reach "
         f"{res.spec.stats.power:.0%} power (statsmodels), at α/{family_m} = "
@@ -143,7 +171,7 @@ else:
         "never fewer than the exact test needs to reach it at all."))
 
 # %% [markdown]
-# ## Few-run estimates
+# ## Appendix: few-run estimates
 #
 # Following rliable (Agarwal et al. 2021, *Deep RL at the edge of the statistical precipice*): the mean,
 # the interquartile mean (IQM: the mean of the middle half of the runs, a quarter cut from each end) and
@@ -156,62 +184,53 @@ else:
 # them.
 
 # %%
-few = stats.few_run_estimates(trials, metric, ref_id, confidence)
-show(acc.few_run_table(few, ref_id, confidence), name="few-run", data=few)
+# The figure before the table: the table flows on into the page the figure leaves, where a figure after
+# it would leave the rest of the table's last page empty.
 profile = stats.performance_profile(trials, metric, confidence=confidence)
 if len(profile):
     show_figure(acc.performance_profile_plot(profile, metric, chance=chance, channels=channels, confidence=confidence),
                 title="Performance profiles: the share of a cell's runs above each score τ", name="profiles")
+few = stats.few_run_estimates(trials, metric, ref_id, confidence)
+show(acc.few_run_table(acc.named(few, names), ref_id, confidence), name="few-run", data=few, intro=names_line)
 
 # %% [markdown]
-# ## Main effects
+# ## Appendix: factor effects
+# **Main effects, interactions and the analysis of variance** behind the answer page's factor rows.
 
 # %%
-full = bool(factors) and stats.is_full_factorial(trials, factors)
 if not factors:
     say("No factors were varied: there are no main effects.")
 else:
     effects = stats.main_effects(trials, metric, factors, confidence)
     show(acc.main_effects_table(effects, confidence), name="main-effects", data=effects, intro=[
-        "The marginal mean of each level: the unweighted mean of the means of the cells at that level, "
-        "with a seed-blocked t interval (of the per-seed means over the level's cells) where those cells share "
-        "their seeds, else a t interval on the pooled within-cell variance. *cells* counts those with results out "
-        "of those at the level.",
+        "**Main effects.** The marginal mean of each level: the unweighted mean of the means of the cells at that "
+        "level, with a seed-blocked t interval (of the per-seed means over the level's cells) where those cells "
+        "share their seeds, else a t interval on the pooled within-cell variance. *cells* counts those with results "
+        "out of those at the level.",
         "" if full else "**The design is not full factorial**: a level's cells differ in the other factors "
         "too, so these marginal means mix in other factors' effects; the comparisons with the reference "
         "are the cleaner read."])
-    show_figure(acc.main_effects_plot(trials, metric, factors, chance, confidence=confidence, channels=channels),
-                name="main-effects")
-
-# %% [markdown]
-# ## Interactions
-#
-# Two-factor marginal means; parallel lines mean the factors act independently.
-
-# %%
 varied = [f for f in factors if trials[f].nunique() > 1]
 pairs = list(itertools.combinations(varied, 2))
 if not pairs:
-    say("Fewer than two factors were varied: there are no interactions to show.")
+    say("**Interactions.** Fewer than two factors were varied: there are no interactions to show.")
 else:
+    say("**Interactions.** Two-factor marginal means; parallel lines mean the factors act independently.")
     if len(pairs) > max_interactions:
         say(f"{len(pairs)} factor pairs; the first {max_interactions} are shown "
             "(report parameter `max_interactions`).")
+    # One figure of a panel per pair (a figure per pair took a page and a half at three factors), then each
+    # pair's grid of marginal means.
+    show_figure(acc.interaction_plots(trials, metric, pairs[:max_interactions], chance, confidence=confidence,
+                                      channels=channels), name="interaction")
     for f1, f2 in pairs[:max_interactions]:
         wide = stats.interaction_table(trials, metric, f1, f2, confidence, wide=True)
-        grid = acc.interaction_grid(wide, f1, f2) if wide.size else None
-        show_figure(acc.interaction_plot(trials, metric, f1, f2, chance, confidence=confidence, channels=channels),
-                    title=f"{f1} × {f2}", after=fmt.table_html(grid) if grid is not None else "",
-                    name="interaction")
-        if grid is not None:
+        if wide.size:
+            grid = acc.interaction_grid(wide, f1, f2)
+            show(grid)
             export_table(grid, "interaction", f"{f1} × {f2}: marginal means", data=wide.reset_index())
-
-# %% [markdown]
-# ## Analysis of variance
-
-# %%
 if not varied:
-    say("No factor has two levels or more: no ANOVA.")
+    say("**Analysis of variance.** No factor has two levels or more: no ANOVA.")
 else:
     ok, why = stats.anova_applicable(trials, metric, varied)
     subset, dropped = trials, {}
@@ -222,7 +241,7 @@ else:
     if ok and len(verdict.anova):  # the family's ANOVA: main effects and two-way interactions, Holm over the study
         table = verdict.anova
         shown = acc.anova_table(table)
-        intro = acc.anova_intro(dropped)
+        intro = "**Analysis of variance.** " + acc.anova_intro(dropped)
         if sequential:
             shown = shown.drop(columns=[c for c in ("p", "p (Holm)") if c in shown.columns])
             intro = [intro, "A sequential study: the seeds per cell depended on the results, so the F tests' p-values "
@@ -230,28 +249,28 @@ else:
         show(shown, intro=intro, name="anova", data=table)
     else:
         # Applicable on the finished levels but not tested (too few seeds): the design is not the reason.
-        say(acc.no_anova_text(why if not ok else verdict.anova_why, trials, varied, summary, res.spec.design,
-                              full or ok))
+        say("**Analysis of variance.** " + acc.no_anova_text(why if not ok else verdict.anova_why, trials, varied,
+                                                             summary, res.spec.design, full or ok))
 
 # %% [markdown]
-# ## Convergence
+# ## Appendix: convergence
 
 # %%
 if conv.n_known.any() or conv.steps_differ.any():
-    show(acc.convergence_table(conv), name="convergence", data=conv, intro=(
+    show(acc.convergence_table(acc.named(conv, names)), name="convergence", data=conv, intro=[
         "Per cell: the runs still improving when their step budget ran out (the validation metric's trend over "
         "the last 20% of the steps they ran rose beyond its pass-to-pass noise and the tolerance; a run stopped "
         "early ended on its plateau and never counts), the largest such gain, the steps actually used of the budget, "
         "early stops and the median step of the best validation value. A cell is marked "
         f"{acc.STILL_IMPROVING} when its runs taken together were still rising (a one-sided t-test of the gains of "
         "the runs that used their whole budget), not whenever one of them is: one run in twenty of a flat cell is "
-        "flagged by its noise alone."))
+        "flagged by its noise alone.", names_line])
 else:
     say("No convergence record: the study's trials predate it (or ran no validation). Whether more steps "
         "would change the results is not known.")
 
 # %% [markdown]
-# ## Learning curves
+# ## Appendix: learning curves
 #
 # Validation metric against training step: every cell's mean over its replicate seeds in the cell's
 # colour and line style, the band between its lowest and highest seed.
@@ -265,19 +284,20 @@ if not len(curves):
 else:
     curve_chance = chance if curve_metric.endswith("accuracy") else None
     show_figure(acc.learning_curves(curves, curve_metric, cells=summary, chance=curve_chance, channels=channels),
-                name="learning-curves")
+                title="Learning curves: the validation metric against the training step", name="learning-curves")
 
 # %% [markdown]
-# ## Tuning
+# ## Appendix: tuning
 
 # %%
 if res.spec.tune is None:
     say("The study did not tune: every cell ran its configuration as specified.")
 else:
-    show(acc.tuning_table(tuned, res.spec.tune.objective.metric), intro=acc.tuning_intro(res.spec.tune), name="tuning")
+    show(acc.tuning_table(acc.named(tuned, names), res.spec.tune.objective.metric),
+         intro=[acc.tuning_intro(res.spec.tune), names_line], name="tuning")
 
 # %% [markdown]
-# ## Against published numbers
+# ## Appendix: against published numbers
 
 # %%
 refs = res.references().to_pandas()
@@ -295,7 +315,7 @@ else:
         "provisional."))
 
 # %% [markdown]
-# ## Failures
+# ## Appendix: failures
 
 # %%
 failures = acc.failure_table(trials)
