@@ -13,17 +13,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import yaml
-from support import ABLATE
+from support import ABLATE, TRAINABLE, spec_dict
 
-SPEC = {
-    "name": "faults",
-    "task": {"name": "listops", "max_depth": 3, "max_length": 30, "train_size": 200, "val_size": 32,
-             "test_size": 32},
-    "model": {"d_model": 8, "state_dim": 8, "layers": 1, "heads": 2},
-    "train": {"steps": 8, "batch_size": 8, "eval_every": 4, "log_every": 2},
-    "probes": {"every": 4, "batch": 8},
-    "seeds": 2,
-}
+SPEC = spec_dict(TRAINABLE, name="faults", seeds=2,
+                 sets={"train.steps": 8, "train.eval_every": 4, "train.log_every": 2, "probes.every": 4})
 
 
 def env_for(root: Path, **extra: str) -> dict[str, str]:

@@ -14,17 +14,9 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
-from support import ABLATE, FakeRun
+from support import ABLATE, TRAINABLE, FakeRun, spec_dict
 
-SPEC = {
-    "name": "exec",
-    "task": {"name": "listops", "max_depth": 3, "max_length": 30, "train_size": 200, "val_size": 32,
-             "test_size": 32},
-    "model": {"d_model": 8, "state_dim": 8, "layers": 1, "heads": 2},
-    "train": {"steps": 6, "batch_size": 8, "eval_every": 3, "log_every": 3},
-    "probes": {"every": 3, "batch": 8},
-    "seeds": 1,
-}
+SPEC = spec_dict(TRAINABLE)
 
 
 def env_for(root: Path, **extra: str) -> dict[str, str]:
