@@ -68,9 +68,7 @@ verdicts.show_answer(verdict, confidence)
 
 # %% [markdown]
 # ## Summary
-# Generated from the numbers of the appendix tables: the cells, the comparisons with the reference (each
-# p (Holm) adjusted over the study's one family, above), convergence and tuning. The figures follow; every
-# table is in an appendix.
+# Generated from the numbers of the appendix tables; every p (Holm) is adjusted over the study's one family.
 
 # %%
 summary = stats.cell_summary(trials, metric, chance, margin, confidence)
@@ -88,8 +86,7 @@ names_line = acc.names_line(names, channels)
 
 # %% [markdown]
 # ## Main effects
-# The marginal mean of each level with its interval, a panel per factor (the table, the interactions and the
-# ANOVA are in the appendix on factor effects).
+# Each level's marginal mean and interval (the table, interactions and ANOVA: appendix on factor effects).
 
 # %%
 full = bool(factors) and stats.is_full_factorial(trials, factors)
@@ -101,8 +98,7 @@ else:
 
 # %% [markdown]
 # ## Per cell
-# Every cell's runs: each seed a point in the cell's colour and marker, the mean with its interval as a bar
-# (the appendix's tables give the numbers and each cell's difference from the reference).
+# Each seed a point in its cell's colour and marker, the mean and its interval a bar (numbers: the appendix).
 
 # %%
 for part in chunks(summary.cell_id, cells_per_figure):
