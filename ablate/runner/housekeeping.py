@@ -238,7 +238,7 @@ def remove(plan: Removal, stores: Stores, checkpoints: Path | None = None) -> st
                 if plan.kept else f"study {plan.study} removed {utc_stamp()}")
         renamed = tracking.retire_experiment(plan.tracking, plan.study, delete=not plan.kept, note=note)
     try:
-        optuna.delete_study(study_name=plan.study, storage=storage(stores.storage))
+        queue.delete(storage(stores.storage), plan.study)
     except KeyError:
         raise StorageError(f"no study named {plan.study!r} in {redact(stores.storage)}") from None
     if checkpoints is not None and checkpoints.is_dir():
@@ -306,7 +306,7 @@ def keep(name: str, new: str, stores: Stores, items_of: ItemsOf) -> KeptAs:
     KeepRefused; ``new`` is not left behind), StorageError when there is no study ``name``, and
     SpecError on a ``new`` that is no study name (``ablate keep`` checks that as it parses)."""
     study = open_study(name, stores)
-    if new in optuna.get_all_study_names(queue.storage_of(study)):
+    if new in queue.names(queue.storage_of(study)):
         raise NameTaken(f"a study named {new!r} exists already: choose another name")
     found = _orphans_of(study, stores, items_of)
     orphaned = found.found

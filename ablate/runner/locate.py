@@ -46,7 +46,7 @@ def locate(study: str, storage_url: str | None = None, tracking_uri: str | None 
     given = resolve(storage_url, tracking_uri, home, create=False)
     url = existing_store_url(given.storage)
     if url is not None:
-        names = optuna.get_all_study_names(open_storage(url, read_only=True))
+        names = queue.names(open_storage(url, read_only=True))
         if study in names:
             return given
         message = missing_study(study, names, url)
@@ -57,7 +57,7 @@ def locate(study: str, storage_url: str | None = None, tracking_uri: str | None 
             and not os.environ.get("ABLATE_TRACKING_URI") and home_is_default(home):
         for folder in homes_above():
             above = resolve(None, None, folder, create=False)
-            names = optuna.get_all_study_names(open_storage(above.storage, read_only=True))
+            names = queue.names(open_storage(above.storage, read_only=True))
             if study in names:
                 return above
             searched.append(str(folder))

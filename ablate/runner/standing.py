@@ -40,7 +40,7 @@ def item_states(study_name: str, keys: list[str], storage_url: str | None) -> di
     if url is None:
         return None
     try:
-        opt = optuna.load_study(study_name=study_name, storage=storage(url, read_only=True))
+        opt = queue.load(storage(url, read_only=True), study_name)
     except KeyError:
         return None
     states = states_by_item(opt)
@@ -68,7 +68,7 @@ def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
         return None
     store = storage(url)
     try:
-        opt: optuna.Study | None = optuna.load_study(study_name=study_name, storage=store)
+        opt: optuna.Study | None = queue.load(store, study_name)
     except KeyError:
         opt = None
     out = Standing(opt is not None)
