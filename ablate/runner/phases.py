@@ -2,7 +2,8 @@
 
 Every item of a tuned spec is enqueued up front (``study.prepare``): the tuning items of each
 cell, then its replicate items. Claiming stays the one atomic WAITING → RUNNING flip of
-``queue.claim`` (``claim`` here adds the rule below); what changes is *when* an item's setting
+``queue.claim`` (``claim`` here adds the rule below; ``claim_fusable`` takes more of a claimed
+item's cell, for a worker that trains them fused); what changes is *when* an item's setting
 is decided:
 
 - a tuning item (``phase="tune"``) gets its setting when claimed: a sampler (TPE by default)
@@ -232,6 +233,43 @@ def claim(study: optuna.Study) -> optuna.Trial | None:
     """Atomically take the oldest claimable WAITING item (RUNNING from now on), or None: a
     replicate of a tuned cell is claimable once every tuning item of its cell is finished."""
     return queue.claim(study, _TuningGate(study))
+
+
+def fusable_item(attrs: Mapping[str, Any]) -> bool:
+    """Whether a claimed item may train fused with others of its cell (``ablate worker --fuse``,
+    ablate.training_fused): a replicate or tuning item that neither extends a shorter budget
+    (``until_converged``) nor is a WSD replicate (those continue from, and keep, stable-phase
+    checkpoints: ``run_trial``'s alone), and has no plug-in metrics."""
+    config = attrs.get("config")
+    if attrs.get("phase") not in ("replicate", "tune") or attrs.get(its.BUDGET) or not isinstance(config, dict):
+        return False
+    train = TrainSpec.model_validate(config.get("train", {}))
+    return not (attrs["phase"] == "replicate" and train.schedule == "wsd") and not train.metrics
+
+
+class _FusableGate(_TuningGate):
+    """The tuning gate, and items that cannot fuse held back one by one (queue.Gate)."""
+
+    keys = ("cell_id", "after_tune", "item", "phase", "config", its.BUDGET)
+
+    def hold(self, attrs: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        held = super().hold(attrs)
+        if held is not None or fusable_item(attrs):
+            return held
+        return {"cell_id": attrs.get("cell_id"), "item": attrs.get("item")}
+
+
+def claim_fusable(study: optuna.Study, first: optuna.Trial, k: int) -> list[optuna.Trial]:
+    """Up to ``k`` more WAITING items that may train fused with ``first`` (claimed already): of
+    its cell and phase, claimable (``claim``'s rule) and ``fusable_item``, oldest first, each
+    taken by the queue's atomic flip. None when ``first`` itself cannot fuse. Whether their
+    settings really fuse is known once each is prepared (a tuning item's sampled setting):
+    ``ablate.training_fused.fusable`` decides, and what cannot fuse trains apart."""
+    attrs = first.user_attrs
+    if k < 1 or not fusable_item(attrs):
+        return []
+    where = {"cell_id": attrs["cell_id"], "phase": attrs["phase"]}
+    return queue.claim_many(study, k, _FusableGate(study), where)
 
 
 # --- continuation: WSD runs kept at the end of their stable phase ------------------------------

@@ -16,7 +16,8 @@ their ``number`` (public); the storage's trial ids stay in here.
   ``stored_distribution`` (a parameter distribution from its JSON) and
   Optuna's exceptions under ablate's names (``TrialFinished``, ``StorageInternal``, ``Pruned``):
   ``ablate.runner.rdb``'s, re-exported so that modules below the study reach Optuna through here;
-- ``enqueue``, ``claim`` (oldest claimable first, optionally through a ``Gate``), ``beat``,
+- ``enqueue``, ``claim`` (oldest claimable first, optionally through a ``Gate`` and among trials
+  with given attributes), ``claim_many`` (up to k claims, each atomic), ``beat``,
   ``finish`` (the attributes and the outcome: two transactions), ``set_running_attrs`` (several
   attributes of a running trial in one transaction), ``fail_running``, ``requeue``, ``stale``;
 - parameters (what optuna-dashboard plots): ``set_params`` on a running trial, ``recode_params``
@@ -158,9 +159,11 @@ class Gate(Protocol):
     def hold(self, attrs: Mapping[str, Any]) -> Mapping[str, Any] | None: ...
 
 
-def claim(study: optuna.Study, gate: Gate | None = None) -> optuna.Trial | None:
+def claim(study: optuna.Study, gate: Gate | None = None,
+          where: Mapping[str, Any] | None = None) -> optuna.Trial | None:
     """Atomically take the oldest WAITING trial the gate lets through (RUNNING from now on), or
-    None when there is none. Concurrent claims never take the same trial."""
+    None when there is none. Concurrent claims never take the same trial. ``where``: only trials
+    whose user attributes equal these (key → value, the first key indexed)."""
     from sqlalchemy import select
 
     trial_table, _ = tables()
@@ -171,6 +174,8 @@ def claim(study: optuna.Study, gate: Gate | None = None) -> optuna.Trial | None:
         query = select(trial_table.c.trial_id).where(trial_table.c.study_id == study_id_of(study),
                                                      trial_table.c.state == TrialState.WAITING,
                                                      trial_table.c.trial_id > after)
+        if where:
+            query = query.where(trial_table.c.trial_id.in_(_matching(where)))
         for held in holds:
             query = query.where(trial_table.c.trial_id.not_in(_matching(held)))
         # A short read of its own: the gate and the flip open connections, and on SQLite every
@@ -203,6 +208,19 @@ def claim(study: optuna.Study, gate: Gate | None = None) -> optuna.Trial | None:
                 faults.inject("flip")
                 return optuna.Trial(study, trial_id)
         page = min(MAX_PAGE, page * 4)
+
+
+def claim_many(study: optuna.Study, k: int, gate: Gate | None = None,
+               where: Mapping[str, Any] | None = None) -> list[optuna.Trial]:
+    """Up to ``k`` trials, each taken by ``claim``'s atomic flip (oldest first): a worker that
+    trains several at once (``--fuse``). Fewer when fewer are waiting."""
+    taken: list[optuna.Trial] = []
+    while len(taken) < k:
+        trial = claim(study, gate, where)
+        if trial is None:
+            break
+        taken.append(trial)
+    return taken
 
 
 def beat(study: optuna.Study, number: int, attrs: Mapping[str, Any] | None = None) -> bool:
