@@ -11,7 +11,8 @@ Adding a section to the report touches its analysis function in ``ablate.stats``
 sentences / figure here, and the notebook ``ablate/report/notebooks/accuracy.py`` that shows them.
 
     tables.py   the display frames (cells, comparisons, power, few-run, convergence, effects,
-                ANOVA, failures, tuning, references)
+                ANOVA, failures, tuning, references) and how the appendix tables name a cell
+                (by its levels where they tell the cells apart) and say a column of one value once
     text.py     the lines around the tables and the sentences that quote them
     figures.py  the figures
 
