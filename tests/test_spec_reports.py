@@ -72,3 +72,12 @@ def test_wrong_options_name_their_key_path(entry: dict, expected: str) -> None:
 
 def test_the_closest_section_is_suggested() -> None:
     assert "did you mean 'summary'?" in _error([{"name": "accuracy", "sections": ["summray"]}])
+
+
+def test_the_docs_list_every_section_of_both_reports() -> None:
+    """docs/reports.md names each report's sections as the notebooks head them (a renamed heading
+    breaks a user's ``sections:``: the docs must follow)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reports.md").read_text()
+    for report in ("accuracy", "norm_stability"):
+        listed = [s for s in headings(report) if f"`{s}`" not in text]
+        assert not listed, f"docs/reports.md does not name {report}'s sections {listed}"
