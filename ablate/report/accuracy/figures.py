@@ -222,14 +222,20 @@ def main_effects_plot(
             ax.set_xlim(-0.5, len(sub) - 0.5)
             ax.set_title(wrap(plotting.factor_name(factor, factors), 12 * (4 - ncols) + 18))
             ax.grid(axis="x", visible=False)
-        for ax in axes:  # after every panel has its points: the shared axis is the data's
-            _chance_line(ax, chance)
-        for ax, (_, col) in zip(axes, places, strict=True):
-            if col == 0:
-                ax.set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
-            else:
-                ax.tick_params(labelleft=False)
+        _shared_axis(axes, places, chance, metric, confidence)
     return fig
+
+
+def _shared_axis(axes: Any, places: list, chance: float | None, metric: str, confidence: float) -> None:
+    """Panels sharing a y axis: the chance line on each (after every panel has its points, so the
+    axis is the data's) and the axis label on the first column only."""
+    for ax in axes:
+        _chance_line(ax, chance)
+    for ax, (_, col) in zip(axes, places, strict=True):
+        if col == 0:
+            ax.set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
+        else:
+            ax.tick_params(labelleft=False)
 
 
 def _interaction_lines(ax: Any, table: pd.DataFrame, f1: str, f2: str, channels: Channels, label_width: int) -> None:
@@ -318,13 +324,7 @@ def interaction_plots(
             if f1 not in (channels.color_factor, channels.style_factor):
                 ax.legend(title=wrap(plotting.factor_name(f1, names), 22), fontsize=6.5, title_fontsize=6.5,
                           frameon=False, loc="best")
-        for ax in axes:  # after every panel has its points: the shared axis is the data's
-            _chance_line(ax, chance)
-        for ax, (_, col) in zip(axes, places, strict=True):
-            if col == 0:
-                ax.set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
-            else:
-                ax.tick_params(labelleft=False)
+        _shared_axis(axes, places, chance, metric, confidence)
         channels.legend(fig, line=True, marker=True)
     return fig
 
