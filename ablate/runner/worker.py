@@ -33,6 +33,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ablate import faults, provenance
-from ablate.runner import phases, queue, sequential_looks, tracking
+from ablate.runner import fused, phases, queue, sequential_looks, tracking
 from ablate.runner.heartbeat import Heartbeat
 from ablate.runner.items import BUDGET, MAX_RETRIES, UNBOUNDED, states_by_item
 from ablate.runner.preload import Preload, await_preload
@@ -96,13 +97,18 @@ class _Current:
     checkpoint: Path | None = None
     runs: list[tracking.TrialRun] = field(default_factory=list)
     message: str = ""  # the last failure's, for a worker that stops
+    members: list[_Current] = field(default_factory=list)  # a fused group's items, each its own
 
     def take(self, trial: optuna.Trial | None) -> None:
         """Hold ``trial`` (None: nothing) from now on."""
-        self.trial, self.checkpoint, self.runs = trial, None, []
+        self.trial, self.checkpoint, self.runs, self.members = trial, None, [], []
         if trial is not None:
             attrs = trial.user_attrs
             self.label = f"{attrs.get('cell_label', '?')} · seed {attrs.get('seed', '?')}"
+
+    def held(self) -> list[_Current]:
+        """What is held item by item: a fused group's members, or this one item (or nothing)."""
+        return self.members or ([self] if self.trial is not None else [])
 
 
 class _Watched:
@@ -475,13 +481,22 @@ def _abandon(stores: Stores, current: _Current, crash: BaseException | None = No
     """After a signal: fail the held trial ``interrupted`` and re-queue its item (unless it was
     recorded meanwhile), and end its MLflow runs as Optuna now has it. The labels re-queued.
     After a ``crash`` of the worker itself: as a killed worker's (re-queued within the bound)."""
-    trial, study = current.trial, current.study
-    if trial is None or study is None:
+    study, requeued = current.study, []
+    if study is None:
         return []
     # A tracking server that does not answer must not hold the exit up for MLflow's retries.
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "5"
-    requeued = []
+    for held in current.held():
+        requeued += _abandon_one(stores, study, held, crash)
+    current.take(None)
+    return requeued
+
+
+def _abandon_one(stores: Stores, study: optuna.Study, current: _Current, crash: BaseException | None) -> list[str]:
+    trial, requeued = current.trial, []
+    if trial is None:
+        return []
     try:
         state = queue.trial(study, trial.number).state
         if state == TrialState.RUNNING and crash is not None:
@@ -499,7 +514,6 @@ def _abandon(stores: Stores, current: _Current, crash: BaseException | None = No
     except Exception:  # the storage failed: the heartbeat's silence re-queues it after the grace period
         requeued.append(f"{current.label} (after the grace period: the study storage failed)")
     settle_runs(study, stores.tracking, [trial.number])
-    current.take(None)
     return requeued
 
 
@@ -512,11 +526,13 @@ def work(
     checkpoint_every: int = 100,
     max_items: int | None = None,
     train: Train | None = None,
+    fuse: int = 1,
 ) -> dict[str, int]:
     """Run items until none is waiting; with ``wait_for_running``, also outlive other workers'
     running items so that a killed worker's item (re-queued after its grace period) gets run.
     ``train``: the training function (None: ``ablate.training.run_trial``; ``ablate plan
-    --estimate`` times this path with a stand-in).
+    --estimate`` times this path with a stand-in). ``fuse``: claim up to that many items of one
+    cell at once and train them as one model (runner/fused.py; 1: one at a time; no checkpoints).
 
     Raises Interrupted (SIGINT/SIGTERM, after re-queueing what it held), WorkerStopped (the stores
     failed: a full disk, MLflow down, a study storage that cannot be written) and StorageError
@@ -527,7 +543,7 @@ def work(
         current = _Current()
         try:
             return _work(study_name, stores, device, emit, wait_for_running, checkpoint_every, max_items,
-                         signals, current, train)
+                         signals, current, train, fuse)
         except Interrupted as exc:
             signals.delivered = True  # from here on signals are ignored: the clean-up completes
             raise Interrupted(exc.signum, _abandon(stores, current)) from None
@@ -538,8 +554,8 @@ def work(
                 signals.delivered = True
                 _abandon(stores, current, crash=exc)
                 raise
-            if current.trial is not None:  # nothing can be recorded: let the heartbeat's silence re-queue it
-                for run in current.runs:
+            for held in current.held():  # nothing can be recorded: let the heartbeat's silence re-queue it
+                for run in held.runs:
                     _quietly(run.end, "KILLED", {"ablate.failure_kind": "interrupted"})
             problem = no_space(exc, _written_paths(stores)) or (
                 str(exc) if isinstance(exc, StorageError) else storage_problem(stores.storage, exc))
@@ -547,7 +563,8 @@ def work(
 
 
 def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_running: bool, checkpoint_every: int,
-          max_items: int | None, signals: Signals, current: _Current, train: Train | None = None) -> dict[str, int]:
+          max_items: int | None, signals: Signals, current: _Current, train: Train | None = None,
+          fuse: int = 1) -> dict[str, int]:
     study = current.study = open_study(study_name, stores)
     # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here
     # while the worker reads the queue; the same thread then ends what a kill left between a run's
@@ -555,9 +572,26 @@ def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_ru
     preload = Preload(stores.tracking, lambda: settle_runs(study, stores.tracking), device)
     try:
         return _serve(study, stores, device, emit, wait_for_running, checkpoint_every, max_items, signals, current,
-                      preload, train)
+                      preload, train, fuse)
     finally:
         preload.join(PRELOAD_WAIT_S)  # not exiting mid-import (a daemon thread inside torch's init)
+
+
+def _run_group(study: optuna.Study, trials: list[optuna.Trial], stores: Stores, device: str, emit: Event,
+               checkpoint_every: int, current: _Current, signals: Signals) -> list[str]:
+    """Claimed items of one cell, each through ``run_item`` in a thread of its own, trained as one
+    model where they fuse (runner/fused.py); their outcomes, in order."""
+    current.members = []
+    for trial in trials:
+        current.members.append(_Current(study=study))
+        current.members[-1].take(trial)
+    shared = fused.SharedSignals(signals)
+
+    def one(i: int, train: Train) -> str:
+        return run_item(study, trials[i], stores, device, emit, checkpoint_every, current.members[i],
+                        shared, train)  # type: ignore[arg-type]  # Signals' check and critical, thread-safe
+
+    return fused.run_together(len(trials), one, signals.check)
 
 
 def _sequential_spec(study: optuna.Study) -> Any:
@@ -572,8 +606,10 @@ def _sequential_spec(study: optuna.Study) -> Any:
 
 def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_for_running: bool,
            checkpoint_every: int, max_items: int | None, signals: Signals, current: _Current,
-           preload: Preload, train: Train | None = None) -> dict[str, int]:
+           preload: Preload, train: Train | None = None, fuse: int = 1) -> dict[str, int]:
     """Claim and run items until none is left (what ``work`` documents)."""
+    # Fault injection fires once per process at a named point: it tests the path of one item.
+    fuse = 1 if train is not None or os.environ.get("ABLATE_FAULT") else fuse
     if queue.count(study, (TrialState.WAITING,)):
         # An item is claimed by a worker ready to train it: its imports are done first. Claimed
         # while they load, it would be held idle for seconds that another, ready worker could use,
@@ -590,8 +626,11 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             dead = recover_stale(study)
             trial = phases.claim(study)
             current.take(trial)
+            group = [trial] if trial is not None else []
             if trial is not None:
                 faults.inject("claim")
+                room = fuse if max_items is None else min(fuse, max_items - sum(outcomes.values()))
+                group += phases.claim_fusable(study, trial, room - 1)
         if dead:
             settle_runs(study, stores.tracking, dead)
         if trial is None:
@@ -618,23 +657,30 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             return outcomes
         # Beat from the claim on: choosing the setting and opening the MLflow run come before
         # run_item's heartbeat (which lends it the step) and can take seconds.
-        with Heartbeat(study, trial.number):
+        with ExitStack() as beats:
+            for held in group:
+                beats.enter_context(Heartbeat(study, held.number))
             await_preload(preload, device)
-            outcome = run_item(study, trial, stores, device, emit, checkpoint_every, current, signals, train)
+            if len(group) > 1:
+                kinds = _run_group(study, group, stores, device, emit, checkpoint_every, current, signals)
+            else:
+                kinds = [run_item(study, trial, stores, device, emit, checkpoint_every, current, signals, train)]
+        message = "; ".join(m for m in [current.message, *(held.message for held in current.members)] if m)
         current.take(None)
-        if extending and outcome == "complete":  # this process finished it: it queues its extension
-            faults.inject("extend")
-            with signals.critical():
-                extend_runs(study, [trial.user_attrs.get("cell_id")])
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-        in_a_row = in_a_row + 1 if outcome == "infrastructure" else 0
-        if in_a_row >= MAX_INFRASTRUCTURE_IN_A_ROW:
-            raise WorkerStopped(f"stopped after {in_a_row} infrastructure failures in a row (items re-queued); "
-                                f"the last: {current.message}")
-        if outcome in RETRYABLE:  # back off before the next claim (it may be the same item)
-            retries = queue.trial(study, trial.number).system_attrs.get("retry_history", [])
-            signals.sleep(min(60.0, 2.0 ** len(retries)))
-        if outcome == "superseded":
-            requeue_deadline = time.monotonic() + REQUEUE_WAIT_S
+        for trial, outcome in zip(group, kinds, strict=True):
+            if extending and outcome == "complete":  # this process finished it: it queues its extension
+                faults.inject("extend")
+                with signals.critical():
+                    extend_runs(study, [trial.user_attrs.get("cell_id")])
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            in_a_row = in_a_row + 1 if outcome == "infrastructure" else 0
+            if in_a_row >= MAX_INFRASTRUCTURE_IN_A_ROW:
+                raise WorkerStopped(f"stopped after {in_a_row} infrastructure failures in a row (items re-queued); "
+                                    f"the last: {message}")
+            if outcome in RETRYABLE:  # back off before the next claim (it may be the same item)
+                retries = queue.trial(study, trial.number).system_attrs.get("retry_history", [])
+                signals.sleep(min(60.0, 2.0 ** len(retries)))
+            if outcome == "superseded":
+                requeue_deadline = time.monotonic() + REQUEUE_WAIT_S
         if max_items is not None and sum(outcomes.values()) >= max_items:
             return outcomes

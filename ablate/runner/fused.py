@@ -1,0 +1,210 @@
+"""A worker's fused items: several claimed items of one cell trained as one model (``ablate worker
+--fuse K``, issue 47; ``ablate.training_fused``).
+
+Each item goes through the worker's own path (runner/worker.py ``run_item``), in a thread of its
+own: the link to a result found elsewhere, the choice of its setting, its start attributes, its
+MLflow run and reporter, its heartbeat, and the record of its outcome (complete, diverged,
+pruned, error, retried, superseded), exactly as for an item trained alone. Only the training call
+meets here: ``run_item`` is given ``Group.train(i)``, and once every item of the group has either
+asked to train or ended without training (linked, failed before training, superseded), the main
+thread (where signals arrive, as when an item trains alone) trains the ones that fuse with the
+first (``ablate.training_fused.fusable``) in one ``run_fused`` and hands each its result or its
+exception. What does not fuse trains apart with ``run_trial``, one after another: an item whose
+setting differs in more than the free train settings (a tuning item's sampled batch size), one
+that resumes a checkpoint of an earlier attempt or continues a WSD branch, a group of one, and
+every later call (a retry after an out-of-memory error or a tracking failure).
+
+Fused items write no checkpoints: a killed fused worker's items are re-queued by their heartbeats'
+silence, as any killed item, and train again from step 0 (to the same result).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ablate.runner.signals import Signals
+    from ablate.training import TrialResult
+
+WAIT_S = 0.25  # how often the main thread, waiting for its items, lets a signal's Interrupted through
+
+
+@dataclass
+class _Call:
+    """One item's ``run_trial`` call, waiting for its result."""
+
+    index: int  # the item's place in its group
+    config: dict[str, Any]
+    seed: int
+    probes: Any
+    options: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+    def settle(self, outcome: Any) -> None:
+        if isinstance(outcome, BaseException):
+            self.error = outcome
+        else:
+            self.result = outcome
+        self.done.set()
+
+    def fuses(self) -> bool:
+        """Whether this call may train fused: nothing to resume or continue from."""
+        checkpoint = self.options.get("checkpoint")
+        return (self.options.get("stable_checkpoint") is None and self.options.get("branch") is None
+                and not (checkpoint is not None and Path(checkpoint).exists()))
+
+
+class Group:
+    """The meeting point of ``size`` items' training calls (the module's docstring)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._cond = threading.Condition()
+        self._calls: list[_Call] = []
+        self._ended: set[int] = set()
+        self._fused = False  # the one fused training is behind: later calls train apart
+        self._aborted: BaseException | None = None
+
+    def train(self, index: int) -> Callable[..., TrialResult]:
+        """What item ``index`` trains with (called as ``ablate.training.run_trial``)."""
+
+        def call(config: dict[str, Any], seed: int, probes: Any = None, **options: Any) -> TrialResult:
+            mine = _Call(index, config, seed, probes, options)
+            with self._cond:
+                if self._aborted is not None:
+                    raise self._aborted
+                self._calls.append(mine)
+                self._cond.notify_all()
+            mine.done.wait()
+            if mine.error is not None:
+                raise mine.error
+            return mine.result
+
+        return call
+
+    def end(self, index: int) -> None:
+        """Item ``index`` is done (recorded, or failed before or after training)."""
+        with self._cond:
+            self._ended.add(index)
+            self._cond.notify_all()
+
+    def serve(self, check: Callable[[], None]) -> None:
+        """In the main thread, until every item ended: train what they ask for. ``check`` raises a
+        signal's Interrupted; whatever ends this early fails every waiting and later call with it."""
+        try:
+            while True:
+                with self._cond:
+                    while len(self._ended) < self._size and len(self._ended) + len(self._calls) < self._size:
+                        self._cond.wait(WAIT_S)
+                        check()
+                    if len(self._ended) >= self._size:
+                        return
+                    calls, self._calls = sorted(self._calls, key=lambda c: c.index), []  # in claim order
+                self._train(calls)
+        except BaseException as exc:
+            with self._cond:
+                self._aborted = exc
+                calls, self._calls = self._calls, []
+            for waiting in calls:
+                waiting.settle(exc)
+            raise
+
+    def _train(self, calls: list[_Call]) -> None:
+        from ablate.training import run_trial
+        from ablate.training_fused import fusable, run_fused
+
+        together: list[_Call] = []
+        if not self._fused:
+            self._fused = True
+            ready = [c for c in calls if c.fuses()]
+            if ready:
+                first = ready[0]
+                together = [c for c in ready if c.options.get("accumulate", 1) == first.options.get("accumulate", 1)
+                            and c.options.get("device") == first.options.get("device")
+                            and fusable([first.config, c.config]) is None]
+            together = together if len(together) > 1 else []
+        try:
+            if together:
+                try:
+                    outcomes: Sequence[Any] = run_fused(
+                        [c.config for c in together], [c.seed for c in together], together[0].probes,
+                        [c.options.get("reporter") for c in together], together[0].options.get("device", "cpu"),
+                        accumulate=together[0].options.get("accumulate", 1),
+                        on_evals=[c.options.get("on_eval") for c in together])
+                except Exception as exc:  # noqa: BLE001 - every item of the fused pass failed with it; each records it
+                    outcomes = [exc] * len(together)
+                for c, outcome in zip(together, outcomes, strict=True):
+                    c.settle(outcome)
+            for c in calls:
+                if c.done.is_set():
+                    continue
+                try:
+                    c.settle(run_trial(c.config, c.seed, c.probes, **c.options))
+                except Exception as exc:  # noqa: BLE001 - the item's own thread records it
+                    c.settle(exc)
+        except BaseException as exc:  # an Interrupted: the calls not yet answered get it too
+            for c in calls:
+                if not c.done.is_set():
+                    c.settle(exc)
+            raise
+
+
+class SharedSignals:
+    """The worker's ``Signals`` as its item threads use them: the critical sections of several
+    threads counted under a lock (a signal still reaches the main thread only)."""
+
+    def __init__(self, signals: Signals) -> None:
+        self._signals = signals
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        self._signals.check()
+
+    @contextmanager
+    def critical(self) -> Iterator[None]:
+        with self._lock:
+            self._signals._critical += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._signals._critical -= 1
+        self._signals.check()
+
+
+def run_together(size: int, run_one: Callable[[int, Callable[..., TrialResult]], str],
+                 check: Callable[[], None]) -> list[str]:
+    """Run ``run_one(i, train)`` for every item i in a thread of its own, their training calls
+    served by one ``Group`` in this thread; the items' outcomes, in order. Raises, once every
+    thread ended, what ended this early (a signal's Interrupted) or what some item raised (the
+    worker stops: a storage failure, a full disk)."""
+    group = Group(size)
+    outcomes: list[str] = [""] * size
+    raised: list[BaseException | None] = [None] * size
+
+    def item(i: int) -> None:
+        try:
+            outcomes[i] = run_one(i, group.train(i))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread below
+            raised[i] = exc
+        finally:
+            group.end(i)
+
+    threads = [threading.Thread(target=item, args=(i,), name=f"ablate-fused-{i}", daemon=True) for i in range(size)]
+    for thread in threads:
+        thread.start()
+    try:
+        group.serve(check)
+    finally:
+        for thread in threads:
+            thread.join()
+    for exc in sorted((e for e in raised if e is not None), key=lambda e: not isinstance(e, KeyboardInterrupt)):
+        raise exc
+    return outcomes

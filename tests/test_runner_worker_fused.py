@@ -1,0 +1,173 @@
+"""ablate.runner.worker with ``fuse`` (runner/fused.py, issue 47): a worker that claims several items
+of one cell and trains them as one model records each exactly as an item trained alone.
+
+In-process workers on real stores (SQLite, MLflow); the study is support.TRAINABLE with 4 seeds (a
+tiny listops model, 6 steps). Fused and apart results agree to float32 rounding (``F32``, as
+tests/test_training_fused.py: batched products sum in another order)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+from support import TRAINABLE, spec_dict
+
+F32 = 2e-4
+SEEDS = 4
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / ".ablate"))
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _prepare(root: Path, **sets):
+    from ablate import design
+    from ablate.runner import study as st
+    from ablate.stores import Stores
+
+    root.mkdir(parents=True, exist_ok=True)
+    s = design.validate(spec_dict(TRAINABLE, seeds=SEEDS, sets=sets))
+    where = Stores(f"sqlite:///{root / 'optuna.db'}", f"sqlite:///{root / 'mlflow.db'}", (root / "a").as_uri())
+    st.prepare(s, design.items(s), where)
+    return s.name, where
+
+
+def _run(root: Path, fuse: int, **sets):
+    from ablate.runner import study as st
+    from ablate.runner import worker
+
+    name, where = _prepare(root, **sets)
+    events = []
+    outcomes = worker.work(name, where, fuse=fuse, emit=lambda event, info: events.append((event, info)))
+    return outcomes, st.open_study(name, where).trials, where, events
+
+
+def _runs(where, name: str = "exec"):
+    from mlflow.tracking import MlflowClient
+
+    mlc = MlflowClient(where.tracking)
+    exp = mlc.get_experiment_by_name(name)
+    return [r for r in mlc.search_runs([exp.experiment_id]) if r.data.tags.get("ablate.role") == "trial"]
+
+
+def _metrics(trial) -> dict[str, float]:
+    return {k: v for k, v in trial.user_attrs.items()
+            if k.startswith(("val_", "test_", "train_")) and isinstance(v, float)}
+
+
+def test_four_seeds_fused_record_what_four_apart_record(tmp_path):
+    fused_outcomes, fused, where, events = _run(tmp_path / "fused", fuse=4)
+    apart_outcomes, apart, apart_where, _ = _run(tmp_path / "apart", fuse=1)
+    assert fused_outcomes == apart_outcomes == {"complete": SEEDS}
+    assert [t.state for t in fused] == [TrialState.COMPLETE] * SEEDS
+    by_seed = {t.user_attrs["seed"]: t for t in apart}
+    for trial in fused:
+        alone = by_seed[trial.user_attrs["seed"]]
+        mine, theirs = _metrics(trial), _metrics(alone)
+        assert mine and set(mine) == set(theirs)
+        for key, value in theirs.items():
+            assert math.isclose(mine[key], value, rel_tol=F32, abs_tol=F32), key
+        assert math.isclose(trial.value, alone.value, rel_tol=F32, abs_tol=F32)
+        assert trial.user_attrs["steps"] == alone.user_attrs["steps"]
+    # every item its own MLflow run, finished and committed, the one its trial recorded
+    runs = {r.info.run_id: r for r in _runs(where)}
+    assert len(runs) == SEEDS
+    for trial in fused:
+        run = runs[trial.user_attrs["mlflow_run_id"]]
+        assert run.info.status == "FINISHED" and run.data.tags["ablate.committed"] == "true"
+        assert run.data.tags["ablate.seed"] == str(trial.user_attrs["seed"])
+        assert math.isclose(run.data.metrics["final/val_accuracy"], trial.user_attrs["val_accuracy"])
+    # and every metric it logged (its last value: losses, norms, probes) as the run of its seed apart
+    alone = {r.data.tags["ablate.seed"]: r.data.metrics for r in _runs(apart_where)}
+    for run in runs.values():
+        theirs = alone[run.data.tags["ablate.seed"]]
+        assert set(run.data.metrics) == set(theirs)
+        for key, value in theirs.items():
+            assert math.isclose(run.data.metrics[key], value, rel_tol=F32, abs_tol=F32), key
+    assert sum(event == "start" for event, _ in events) == SEEDS
+
+
+def test_a_replicate_that_diverges_is_recorded_diverged_and_the_others_complete(tmp_path, monkeypatch):
+    from ablate import training_fused
+
+    real = training_fused.run_fused
+    seen = []
+
+    def one_diverges(configs, seeds, *args, **kwargs):
+        seen.append(list(seeds))
+        # a divergence bound only the second replicate's state passes (a FREE setting: it fuses)
+        configs = [{**c, "train": {**c["train"], "divergence_norm": 1e-12}} if i == 1 else c
+                   for i, c in enumerate(configs)]
+        return real(configs, seeds, *args, **kwargs)
+
+    monkeypatch.setattr(training_fused, "run_fused", one_diverges)
+    outcomes, trials, where, _ = _run(tmp_path, fuse=4)
+    assert seen and len(seen[0]) == SEEDS  # the four trained fused
+    assert outcomes == {"complete": SEEDS - 1, "diverged": 1}
+    diverged = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(diverged) == 1 and diverged[0].user_attrs["failure_kind"] == "diverged"
+    assert diverged[0].user_attrs["seed"] == seen[0][1]
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == SEEDS - 1
+    statuses = sorted(r.info.status for r in _runs(where))
+    assert statuses == ["FAILED"] + ["FINISHED"] * (SEEDS - 1)
+
+
+def test_items_that_cannot_fuse_train_apart_in_the_group(tmp_path, monkeypatch):
+    """An item resuming a checkpoint of an earlier attempt trains apart with ``run_trial``; the
+    rest of the group trains fused."""
+    from ablate import training, training_fused
+    from ablate.stores import checkpoint_dir
+
+    fused_seeds, apart_seeds = [], []
+    real_fused, real_trial = training_fused.run_fused, training.run_trial
+
+    def spy_fused(configs, seeds, *args, **kwargs):
+        fused_seeds.append(list(seeds))
+        return real_fused(configs, seeds, *args, **kwargs)
+
+    def spy_trial(config, seed, *args, **kwargs):
+        apart_seeds.append(seed)
+        return real_trial(config, seed, *args, **kwargs)
+
+    monkeypatch.setattr(training_fused, "run_fused", spy_fused)
+    monkeypatch.setattr(training, "run_trial", spy_trial)
+    name, where = _prepare(tmp_path)
+    from ablate.runner import study as st
+    from ablate.runner import worker
+
+    study = st.open_study(name, where)
+    last = study.trials[-1].user_attrs
+    # a checkpoint an earlier, killed attempt of the last item left (a 0-step run's: it resumes at 0)
+    path = checkpoint_dir() / name / f"{last['item'].replace('/', '-')}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    monkeypatch.setattr(training, "run_trial", lambda config, seed, *a, **k: spy_trial(
+        config, seed, *a, **{**k, "checkpoint": None}))
+    outcomes = worker.work(name, where, fuse=4)
+    assert outcomes == {"complete": SEEDS}
+    assert fused_seeds == [[t.user_attrs["seed"] for t in study.trials[:-1]]]
+    assert apart_seeds == [last["seed"]]
+
+
+def test_claim_fusable_takes_items_of_the_first_ones_cell_and_phase_only(tmp_path):
+    from ablate.runner import phases
+    from ablate.runner import study as st
+
+    name, where = _prepare(tmp_path, **{"train.steps": 6})
+    study = st.open_study(name, where)
+    first = phases.claim(study)
+    more = phases.claim_fusable(study, first, 2)
+    assert len(more) == 2 and len({t.number for t in [first, *more]}) == 3
+    assert {t.user_attrs["cell_id"] for t in more} == {first.user_attrs["cell_id"]}
+    rest = phases.claim_fusable(study, first, 5)
+    assert len(rest) == SEEDS - 3  # only what was left
+    assert phases.claim_fusable(study, first, 5) == []
+    assert not phases.fusable_item({**first.user_attrs, "budget": 12})
+    assert not phases.fusable_item({**first.user_attrs, "config": {**first.user_attrs["config"], "train": {
+        **first.user_attrs["config"]["train"], "schedule": "wsd"}}})
+    assert phases.fusable_item({**first.user_attrs, "phase": "tune"})
+
