@@ -164,6 +164,10 @@ def schema(
 
 DeviceOpt = Annotated[str, typer.Option(help="cpu, cuda, cuda:k, or auto (one worker per visible GPU)")]
 CheckpointOpt = Annotated[int, typer.Option("--checkpoint-every", help="steps between checkpoints (0: never)")]
+FuseOpt = Annotated[int, typer.Option("--fuse", min=1, help="a worker claims up to K items of one cell (its seeds, or "
+                                      "tuning trials differing only in lr, weight decay or clipping) and trains them "
+                                      "as one model; 1: one at a time. Fused items write no checkpoints: a killed "
+                                      "worker's items train again from step 0")]
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log each item's start and end")]
 
 
@@ -184,6 +188,7 @@ def run(
     reuse_stale: ReuseStaleOpt = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="re-queue the items that failed with an "
                                                "error (not diverged), keeping their failed attempts")] = False,
+    fuse: FuseOpt = 1,
 ) -> None:
     """Run every (cell, seed) of a study not already finished; resumes where it stopped. Items
     another study on the stores has finished are linked, not run again (--no-reuse runs them)."""
@@ -193,7 +198,7 @@ def run(
 
     after = run_study(spec, resolve(storage, tracking_uri), out, err, workers=workers, device=device,
                       checkpoint_every=checkpoint_every, verbose=verbose, reuse=reuse, reuse_stale=reuse_stale,
-                      retry_failed=retry_failed)
+                      retry_failed=retry_failed, fuse=fuse)
     if after is None:  # queue only
         return
     after.print(out, err)
@@ -227,13 +232,14 @@ def worker(
     checkpoint_every: CheckpointOpt = 100,
     max_items: Annotated[int | None, typer.Option(min=1, help="stop after this many items")] = None,
     verbose: VerboseOpt = False,
+    fuse: FuseOpt = 1,
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""
     from ablate.runner.launch import run_worker
     from ablate.stores import resolve
 
     run_worker(study, resolve(storage, tracking_uri), err, device=device, threads=threads,
-               checkpoint_every=checkpoint_every, max_items=max_items, verbose=verbose).print(out)
+               checkpoint_every=checkpoint_every, max_items=max_items, verbose=verbose, fuse=fuse).print(out)
 
 
 @app.command()

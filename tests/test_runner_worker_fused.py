@@ -171,3 +171,75 @@ def test_claim_fusable_takes_items_of_the_first_ones_cell_and_phase_only(tmp_pat
         **first.user_attrs["config"]["train"], "schedule": "wsd"}}})
     assert phases.fusable_item({**first.user_attrs, "phase": "tune"})
 
+
+# --- through the command line, with real worker processes ---------------------------------------
+
+
+def _cli(root: Path, *args: str, **env: str):
+    import os
+    import subprocess
+
+    from support import ABLATE
+
+    full = {**os.environ, "ABLATE_HOME": str(root / ".ablate"), "ABLATE_CACHE_DIR": str(root / "cache"),
+            "ABLATE_HEARTBEAT_S": "1", "ABLATE_GRACE_S": "4", "OMP_NUM_THREADS": "1", **env}
+    return subprocess.Popen([*ABLATE, *args], cwd=root, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _study(root: Path):
+    import optuna
+
+    from ablate.runner.study import storage
+
+    return optuna.load_study(study_name="exec", storage=storage(f"sqlite:///{root / '.ablate' / 'optuna.db'}"))
+
+
+def _spec(root: Path, **train) -> None:
+    import yaml
+
+    root.mkdir(parents=True, exist_ok=True)
+    raw = spec_dict(TRAINABLE, seeds=SEEDS, train={**TRAINABLE["train"], **train})
+    (root / "spec.yaml").write_text(yaml.safe_dump(raw))
+
+
+def test_run_with_fuse_and_two_workers_records_every_item_once(tmp_path):
+    _spec(tmp_path)
+    proc = _cli(tmp_path, "run", "spec.yaml", "--workers", "2", "--fuse", "2")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, (out, err)
+    assert f"{SEEDS} done, 0 failed" in out
+    trials = _study(tmp_path).trials
+    assert len(trials) == SEEDS and {t.state for t in trials} == {TrialState.COMPLETE}
+
+
+def test_a_killed_fused_worker_s_items_are_requeued_and_train_again_from_step_0(tmp_path):
+    import os
+    import signal
+    import time
+
+    steps = 600
+    _spec(tmp_path, steps=steps, eval_every=100, log_every=100)
+    queued = _cli(tmp_path, "run", "spec.yaml", "--workers", "0")
+    assert queued.wait(timeout=300) == 0
+    victim = _cli(tmp_path, "worker", "exec", "--fuse", str(SEEDS), ABLATE_PROGRESS_S="0.2")
+    deadline = time.time() + 300
+    while time.time() < deadline:  # all four training together, past the first checkpoint step
+        running = [t for t in _study(tmp_path).trials if t.state == TrialState.RUNNING]
+        if len(running) == SEEDS and min(t.user_attrs.get("step") or 0 for t in running) > 150:
+            break
+        time.sleep(0.3)
+    else:
+        raise AssertionError(f"the fused items did not train together in time: {victim.communicate(timeout=60)}")
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    assert not list((tmp_path / ".ablate" / "checkpoints").rglob("*.pt"))  # fused items write none
+    rerun = _cli(tmp_path, "worker", "exec", "--fuse", str(SEEDS))  # waits out the grace period, re-queues all
+    out, err = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, (out, err)
+    trials = _study(tmp_path).trials
+    killed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(killed) == SEEDS and {t.user_attrs["failure_kind"] for t in killed} == {"killed"}
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert sorted(t.user_attrs["item"] for t in done) == sorted(t.user_attrs["item"] for t in killed)
+    assert {t.user_attrs["steps_trained"] for t in done} == {steps}  # from step 0: nothing to resume

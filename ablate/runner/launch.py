@@ -190,10 +190,11 @@ def _note_meanwhile(study: Any, spec: Spec) -> threading.Thread:
 
 def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
               checkpoint_every: int = 100, verbose: bool = False, reuse: bool = True,
-              reuse_stale: bool = False, retry_failed: bool = False) -> Outcome | None:
+              reuse_stale: bool = False, retry_failed: bool = False, fuse: int = 1) -> Outcome | None:
     """Queue every item of ``spec`` not already finished (``retry_failed``: and those that failed
     otherwise than by diverging, their failed attempts kept) and, unless ``workers`` is 0 (queue
-    only: ``None``), run them on ``workers`` local workers on ``device``; the study's state after."""
+    only: ``None``), run them on ``workers`` local workers on ``device`` (each training up to
+    ``fuse`` items of a cell as one model); the study's state after."""
     todo = sequential_looks.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
 
     def parent_run() -> str:
@@ -270,10 +271,10 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
 
             with View(st.open_study(spec.name, stores), out, [(WORKER_ID, lambda: None)], view_items).following():
                 work(spec.name, stores, device=device_list[0], emit=worker_events(err, verbose),
-                     checkpoint_every=checkpoint_every)
+                     checkpoint_every=checkpoint_every, fuse=fuse)
         elif device_list:
             warned = checkpoint_warnings(study)
-            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items)
+            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items, fuse)
             for line in sorted(checkpoint_warnings(study) - warned):  # the workers wrote theirs to their logs
                 err.print(line, highlight=False, markup=False, soft_wrap=True)
             if outcome.signum is not None:
@@ -307,10 +308,12 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
 
 
 def run_worker(study: str, stores: Stores, err: Console, *, device: str = "cpu", threads: int | None = None,
-               checkpoint_every: int = 100, max_items: int | None = None, verbose: bool = False) -> Said:
+               checkpoint_every: int = 100, max_items: int | None = None, verbose: bool = False,
+               fuse: int = 1) -> Said:
     """``ablate worker``: pull the pending items of ``study`` until none is left (or ``max_items``),
     printing its events on ``err`` (with ``verbose`` each item's start and end too), with
-    ``threads`` torch CPU threads; what it says when done."""
+    ``threads`` torch CPU threads, up to ``fuse`` items of a cell trained as one model; what it
+    says when done."""
     if threads:
         # Read by torch, MKL and numba when they load, which the worker does in the background
         # after opening the study (importing torch here would delay the first claim by seconds).
@@ -325,7 +328,7 @@ def run_worker(study: str, stores: Stores, err: Console, *, device: str = "cpu",
 
     try:
         outcomes = work(study, stores, device=device, emit=emit, checkpoint_every=checkpoint_every,
-                        max_items=max_items)
+                        max_items=max_items, fuse=fuse)
     except Interrupted as exc:
         raise Stopped(exc.signum, exc.requeued, "worker interrupted") from None
     except WorkerStopped as exc:

@@ -61,7 +61,7 @@ def estimate_threads(workers: int, device: str) -> int | None:
 
 
 def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: int,
-          verbose: bool = False) -> list[subprocess.Popen]:
+          verbose: bool = False, fuse: int = 1) -> list[subprocess.Popen]:
     procs = []
     threads = threads_per_worker(len(device_list))
     for device in device_list:
@@ -70,6 +70,8 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
                "ABLATE_TRACKING_URI": stores.tracking, "ABLATE_TRACEBACK": "1"}  # tracebacks to its log
         cmd = [sys.executable, "-m", "ablate.cli", "worker", study, "--device", device, "--threads", str(threads),
                "--checkpoint-every", str(checkpoint_every)]
+        if fuse > 1:  # each worker claims up to that many items of a cell and trains them as one model
+            cmd += ["--fuse", str(fuse)]
         if verbose:
             cmd.append("-v")
         logs = home() / "logs"
@@ -96,7 +98,7 @@ class Outcome:
 
 
 def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: int, console: Console,
-        verbose: bool = False, items: progress.ViewItems = None) -> Outcome:
+        verbose: bool = False, items: progress.ViewItems = None, fuse: int = 1) -> Outcome:
     """Start the workers, show the live view until they all exit, forwarding SIGINT/SIGTERM."""
     received: list[int] = []
     procs: list[subprocess.Popen] = []
@@ -111,7 +113,7 @@ def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: in
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        procs += start(study, stores, device_list, checkpoint_every, verbose)
+        procs += start(study, stores, device_list, checkpoint_every, verbose, fuse)
         if received:  # a signal while they were starting
             for p in procs:
                 p.send_signal(received[0])
