@@ -116,6 +116,27 @@ def test_a_replicate_that_diverges_is_recorded_diverged_and_the_others_complete(
     assert statuses == ["FAILED"] + ["FINISHED"] * (SEEDS - 1)
 
 
+def test_a_replicate_its_pruner_stops_is_recorded_pruned_and_the_others_complete(tmp_path, monkeypatch):
+    """The pruner's exception (``on_eval``) ends its replicate alone, recorded PRUNED as alone."""
+    from ablate.runner import phases, queue
+
+    class StopAt3:
+        step = 0
+
+        def __call__(self, step: int, val: dict) -> None:
+            self.step = step
+            if step >= 3:
+                raise queue.Pruned(f"pruned at step {step}")
+
+    monkeypatch.setattr(phases, "pruning", lambda study, trial, attrs: StopAt3() if attrs["seed"] == 2 else None)
+    outcomes, trials, where, _ = _run(tmp_path, fuse=4)
+    assert outcomes == {"complete": SEEDS - 1, "pruned": 1}
+    (pruned,) = [t for t in trials if t.state == TrialState.PRUNED]
+    assert pruned.user_attrs["seed"] == 2 and pruned.user_attrs["steps"] == 3
+    assert pruned.user_attrs["status"] == "pruned"
+    assert sorted(r.info.status for r in _runs(where)) == ["FINISHED"] * SEEDS
+
+
 def test_items_that_cannot_fuse_train_apart_in_the_group(tmp_path, monkeypatch):
     """An item resuming a checkpoint of an earlier attempt trains apart with ``run_trial``; the
     rest of the group trains fused."""
@@ -151,6 +172,34 @@ def test_items_that_cannot_fuse_train_apart_in_the_group(tmp_path, monkeypatch):
     assert outcomes == {"complete": SEEDS}
     assert fused_seeds == [[t.user_attrs["seed"] for t in study.trials[:-1]]]
     assert apart_seeds == [last["seed"]]
+
+
+def test_tuning_trials_of_a_cell_train_fused_and_so_do_its_replicates_after_them(tmp_path, monkeypatch):
+    from ablate import training_fused
+
+    real, calls = training_fused.run_fused, []
+
+    def spy(configs, seeds, *args, **kwargs):
+        calls.append(sorted({c["train"]["lr"] for c in configs}))
+        return real(configs, seeds, *args, **kwargs)
+
+    monkeypatch.setattr(training_fused, "run_fused", spy)
+    tune = {"trials": 4, "space": {"train.lr": {"low": 1e-4, "high": 1e-1, "log": True}}}
+    from ablate import design
+    from ablate.runner import study as st
+    from ablate.runner import worker
+    from ablate.stores import Stores
+
+    s = design.validate(spec_dict(TRAINABLE, seeds=2, tune=tune))
+    where = Stores(f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}", None)
+    st.prepare(s, design.items(s), where)
+    assert worker.work(s.name, where, fuse=4) == {"complete": 6}
+    trials = st.open_study(s.name, where).trials
+    tuned = [t for t in trials if t.user_attrs["phase"] == "tune"]
+    lrs = sorted(t.user_attrs["config"]["train"]["lr"] for t in tuned)
+    assert len(calls) == 2 and calls[0] == lrs  # the four sampled settings in one fused pass
+    best = [t.user_attrs["config"]["train"]["lr"] for t in trials if t.user_attrs["phase"] == "replicate"]
+    assert calls[1] == sorted(set(best)) and len(set(best)) == 1  # then both replicates, with the best
 
 
 def test_claim_fusable_takes_items_of_the_first_ones_cell_and_phase_only(tmp_path):
@@ -213,24 +262,52 @@ def test_run_with_fuse_and_two_workers_records_every_item_once(tmp_path):
     assert len(trials) == SEEDS and {t.state for t in trials} == {TrialState.COMPLETE}
 
 
+def _fused_worker_past(root: Path, step: int):
+    """A worker with --fuse 4 on a queued study, once its four items have all trained past ``step``."""
+    import time
+
+    queued = _cli(root, "run", "spec.yaml", "--workers", "0")
+    assert queued.wait(timeout=300) == 0
+    proc = _cli(root, "worker", "exec", "--fuse", str(SEEDS), ABLATE_PROGRESS_S="0.2")
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        running = [t for t in _study(root).trials if t.state == TrialState.RUNNING]
+        if len(running) == SEEDS and min(t.user_attrs.get("step") or 0 for t in running) > step:
+            return proc
+        time.sleep(0.3)
+    raise AssertionError(f"the fused items did not train together in time: {proc.communicate(timeout=60)}")
+
+
+def test_sigint_to_a_fused_worker_requeues_all_its_items(tmp_path):
+    import signal
+
+    _spec(tmp_path, steps=600, eval_every=100, log_every=100)
+    proc = _fused_worker_past(tmp_path, 50)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    trials = _study(tmp_path).trials
+    interrupted = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(interrupted) == SEEDS and {t.user_attrs["failure_kind"] for t in interrupted} == {"interrupted"}
+    assert sum(t.state == TrialState.WAITING for t in trials) == SEEDS
+    runs = _runs(_where(tmp_path))
+    assert len(runs) == SEEDS and {r.info.status for r in runs} == {"KILLED"}
+
+
+def _where(root: Path):
+    from ablate.stores import Stores
+
+    home = root / ".ablate"
+    return Stores(f"sqlite:///{home / 'optuna.db'}", f"sqlite:///{home / 'mlflow.db'}", None)
+
+
 def test_a_killed_fused_worker_s_items_are_requeued_and_train_again_from_step_0(tmp_path):
     import os
     import signal
-    import time
 
     steps = 600
     _spec(tmp_path, steps=steps, eval_every=100, log_every=100)
-    queued = _cli(tmp_path, "run", "spec.yaml", "--workers", "0")
-    assert queued.wait(timeout=300) == 0
-    victim = _cli(tmp_path, "worker", "exec", "--fuse", str(SEEDS), ABLATE_PROGRESS_S="0.2")
-    deadline = time.time() + 300
-    while time.time() < deadline:  # all four training together, past the first checkpoint step
-        running = [t for t in _study(tmp_path).trials if t.state == TrialState.RUNNING]
-        if len(running) == SEEDS and min(t.user_attrs.get("step") or 0 for t in running) > 150:
-            break
-        time.sleep(0.3)
-    else:
-        raise AssertionError(f"the fused items did not train together in time: {victim.communicate(timeout=60)}")
+    victim = _fused_worker_past(tmp_path, 150)  # past the first checkpoint step of an item alone
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
     assert not list((tmp_path / ".ablate" / "checkpoints").rglob("*.pt"))  # fused items write none
