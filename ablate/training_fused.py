@@ -22,7 +22,8 @@ that exception in its place of the result list, and the others go on.
 Dropout masks are drawn from each replicate's own copy of the global random stream, in the order
 its trial alone draws them, so fused equals apart with dropout too (on the CPU; CUDA's dropout
 kernel draws differently). Checkpoints, WSD branches and fault injection are ``run_trial``'s only:
-a worker that claims K items at once (``--fuse K``, issue 47) is where fused checkpoints go.
+a worker that claims K items at once (``--fuse K``, runner/fused.py) trains those apart, and its
+fused items write no checkpoints (killed, they are re-queued and train again from step 0).
 """
 
 from __future__ import annotations

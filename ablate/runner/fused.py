@@ -158,7 +158,9 @@ class Group:
 
 class SharedSignals:
     """The worker's ``Signals`` as its item threads use them: the critical sections of several
-    threads counted under a lock (a signal still reaches the main thread only)."""
+    threads counted under a lock (a signal still reaches the main thread only). It counts in the
+    ``Signals``' own counter, which its handler reads: while a group trains, the main thread enters
+    no critical section of its own, so every change to the counter goes through this lock."""
 
     def __init__(self, signals: Signals) -> None:
         self._signals = signals
