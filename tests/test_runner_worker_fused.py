@@ -236,12 +236,13 @@ def _cli(root: Path, *args: str, **env: str):
                             text=True)
 
 
-def _study(root: Path):
+def _study(root: Path, url: str | None = None):
     import optuna
 
     from ablate.runner.study import storage
 
-    return optuna.load_study(study_name="exec", storage=storage(f"sqlite:///{root / '.ablate' / 'optuna.db'}"))
+    url = url or f"sqlite:///{root / '.ablate' / 'optuna.db'}"
+    return optuna.load_study(study_name="exec", storage=storage(url))
 
 
 def _spec(root: Path, **train) -> None:
@@ -262,16 +263,16 @@ def test_run_with_fuse_and_two_workers_records_every_item_once(tmp_path):
     assert len(trials) == SEEDS and {t.state for t in trials} == {TrialState.COMPLETE}
 
 
-def _fused_worker_past(root: Path, step: int):
+def _fused_worker_past(root: Path, step: int, **stores: str):
     """A worker with --fuse 4 on a queued study, once its four items have all trained past ``step``."""
     import time
 
-    queued = _cli(root, "run", "spec.yaml", "--workers", "0")
+    queued = _cli(root, "run", "spec.yaml", "--workers", "0", **stores)
     assert queued.wait(timeout=300) == 0
-    proc = _cli(root, "worker", "exec", "--fuse", str(SEEDS), ABLATE_PROGRESS_S="0.2")
+    proc = _cli(root, "worker", "exec", "--fuse", str(SEEDS), ABLATE_PROGRESS_S="0.2", **stores)
     deadline = time.time() + 300
     while time.time() < deadline:
-        running = [t for t in _study(root).trials if t.state == TrialState.RUNNING]
+        running = [t for t in _study(root, stores.get("ABLATE_STORAGE")).trials if t.state == TrialState.RUNNING]
         if len(running) == SEEDS and min(t.user_attrs.get("step") or 0 for t in running) > step:
             return proc
         time.sleep(0.3)
@@ -301,22 +302,42 @@ def _where(root: Path):
     return Stores(f"sqlite:///{home / 'optuna.db'}", f"sqlite:///{home / 'mlflow.db'}", None)
 
 
-def test_a_killed_fused_worker_s_items_are_requeued_and_train_again_from_step_0(tmp_path):
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_a_killed_fused_worker_s_items_are_requeued_and_train_again_from_step_0(tmp_path, store, request):
     import os
     import signal
 
+    stores = {} if store == "sqlite" else {"ABLATE_STORAGE": request.getfixturevalue("postgres_db"),
+                                           "ABLATE_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     steps = 600
     _spec(tmp_path, steps=steps, eval_every=100, log_every=100)
-    victim = _fused_worker_past(tmp_path, 150)  # past the first checkpoint step of an item alone
+    victim = _fused_worker_past(tmp_path, 150, **stores)  # past the first checkpoint step of an item alone
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
     assert not list((tmp_path / ".ablate" / "checkpoints").rglob("*.pt"))  # fused items write none
-    rerun = _cli(tmp_path, "worker", "exec", "--fuse", str(SEEDS))  # waits out the grace period, re-queues all
+    rerun = _cli(tmp_path, "worker", "exec", "--fuse", str(SEEDS), **stores)  # after the grace period: re-queues all
     out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, (out, err)
-    trials = _study(tmp_path).trials
+    trials = _study(tmp_path, stores.get("ABLATE_STORAGE")).trials
     killed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(killed) == SEEDS and {t.user_attrs["failure_kind"] for t in killed} == {"killed"}
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     assert sorted(t.user_attrs["item"] for t in done) == sorted(t.user_attrs["item"] for t in killed)
     assert {t.user_attrs["steps_trained"] for t in done} == {steps}  # from step 0: nothing to resume
+
+
+def test_two_fused_workers_on_postgresql_record_every_item_once(tmp_path, postgres_db):
+    import optuna
+    import yaml
+
+    seeds = 2 * SEEDS
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec_dict(TRAINABLE, seeds=seeds)))
+    stores = {"ABLATE_STORAGE": postgres_db, "ABLATE_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    assert _cli(tmp_path, "run", "spec.yaml", "--workers", "0", **stores).wait(timeout=300) == 0
+    workers = [_cli(tmp_path, "worker", "exec", "--fuse", str(SEEDS), **stores) for _ in range(2)]
+    for proc in workers:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, (out, err)
+    trials = optuna.load_study(study_name="exec", storage=postgres_db).trials
+    assert len(trials) == seeds and {t.state for t in trials} == {TrialState.COMPLETE}
+    assert len({t.user_attrs["item"] for t in trials}) == seeds
