@@ -3,6 +3,7 @@ item at a time: the queue, the MLflow runs and the records included, not only th
 
     python benchmarks/bench_fused_worker.py [--steps 300] [--seeds 8] [--fuse 8] [--repeats 2]
                                             [--threads 1]
+    python benchmarks/bench_fused_worker.py --tiny   # 2 seeds of 4 steps, fuse 2, once: a check that it runs
 
 The study is studies/quickstart.yaml's baseline cell (RotRNN, d 32, 2 layers, ListOps up to L 64,
 batch 32) with ``--seeds`` seeds and ``--steps`` steps, prepared afresh in a temporary folder for
@@ -50,7 +51,12 @@ def main() -> None:
     parser.add_argument("--fuse", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tiny", action="store_true", help="2 seeds of 4 steps, fuse 2, one repeat")
     args = parser.parse_args()
+    if args.tiny:
+        args.steps, args.seeds, args.fuse, args.repeats = 4, 2, 2, 1
+    if min(args.steps, args.seeds, args.repeats, args.threads) < 1 or args.fuse < 2:
+        parser.error("--steps, --seeds, --repeats and --threads: at least 1; --fuse: at least 2")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 

@@ -40,6 +40,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "bench_idle.py": (["--tiny"], ["`ablate status`, 4 cells", "seconds between trainings", "fresh stores",
                                   "timings reused"]),
     "bench_workers.py": (["--tiny"], ["2 workers vs 1", "trials/hour"]),
+    "bench_fused_worker.py": (["--tiny"], ["2 seeds x 4 steps", "per CPU-h"]),
     "bench_scheduling.py": (["--tiny"], ["| 1 | 2 |", "| 2 | 4 |", "items/s"]),
     "gpu_workers.py": (["--tiny"], ["bench_scan.py --device cuda", "trials/hour"]),
 }
@@ -88,6 +89,7 @@ def test_tiny_mode_runs(script: str) -> None:
 
 @pytest.mark.parametrize("script, args", [
     ("bench_models.py", ["--repeats", "0"]),
+    ("bench_fused_worker.py", ["--fuse", "1"]),
     ("bench_scan.py", ["--tiny", "--full"]),
     ("bench_tasks.py", ["no_such_task"]),
     ("bench_sqlite_pool.py", ["--items", "0"]),
