@@ -164,10 +164,9 @@ def schema(
 
 DeviceOpt = Annotated[str, typer.Option(help="cpu, cuda, cuda:k, or auto (one worker per visible GPU)")]
 CheckpointOpt = Annotated[int, typer.Option("--checkpoint-every", help="steps between checkpoints (0: never)")]
-FuseOpt = Annotated[int, typer.Option("--fuse", min=1, help="a worker claims up to K items of one cell (its seeds, or "
-                                      "tuning trials differing only in lr, weight decay or clipping) and trains them "
-                                      "as one model; 1: one at a time. Fused items write no checkpoints: a killed "
-                                      "worker's items train again from step 0")]
+FuseOpt = Annotated[int, typer.Option("--fuse", min=1, help="train up to K items of one cell (its seeds, or tuning "
+                                      "trials differing only in lr, weight decay or clipping) as one model; 1: one at a "
+                                      "time. Fused items write no checkpoints: a killed worker's items start again")]
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log each item's start and end")]
 
 

@@ -7,19 +7,11 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from support import ABLATE
+from support import ABLATE, BASE
 
 from ablate import design
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = {
-    "name": "t",
-    "task": {"name": "listops", "max_length": 40, "train_size": 100, "val_size": 50, "test_size": 50},
-    "model": {"d_model": 16, "state_dim": 8, "layers": 1, "heads": 2},
-    "train": {"steps": 5},
-    "factors": {"model.parameterisation": ["rotation", "complex_diagonal"], "model.normalisation": ["xi", "gamma"]},
-    "seeds": 3,
-}
 
 
 def ablate(*args: str) -> subprocess.CompletedProcess:
