@@ -21,14 +21,12 @@ silence, as any killed item, and train again from step 0 (to the same result).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ablate.runner.signals import Signals
     from ablate.training import TrialResult
 
 WAIT_S = 0.25  # how often the main thread, waiting for its items, lets a signal's Interrupted through
@@ -154,31 +152,6 @@ class Group:
                 if not c.done.is_set():
                     c.settle(exc)
             raise
-
-
-class SharedSignals:
-    """The worker's ``Signals`` as its item threads use them: the critical sections of several
-    threads counted under a lock (a signal still reaches the main thread only). It counts in the
-    ``Signals``' own counter, which its handler reads: while a group trains, the main thread enters
-    no critical section of its own, so every change to the counter goes through this lock."""
-
-    def __init__(self, signals: Signals) -> None:
-        self._signals = signals
-        self._lock = threading.Lock()
-
-    def check(self) -> None:
-        self._signals.check()
-
-    @contextmanager
-    def critical(self) -> Iterator[None]:
-        with self._lock:
-            self._signals._critical += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._signals._critical -= 1
-        self._signals.check()
 
 
 def run_together(size: int, run_one: Callable[[int, Callable[..., TrialResult]], str],

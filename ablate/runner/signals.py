@@ -38,6 +38,7 @@ class Signals:
         self.signum: int | None = None
         self.delivered = False
         self._critical = 0
+        self._counting = threading.Lock()  # the item threads of a fused worker enter sections at once
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Signals:
@@ -74,10 +75,14 @@ class Signals:
     @contextmanager
     def critical(self) -> Iterator[None]:
         """A section a signal must not cut in two (a claim, an Optuna record): its Interrupted
-        comes at the end, if the section itself ended normally."""
-        self._critical += 1
+        comes at the end, if the section itself ended normally. Thread-safe: the item threads of a
+        fused worker (runner/fused.py) each enter their own; the handler, in the main thread, only
+        reads the count."""
+        with self._counting:
+            self._critical += 1
         try:
             yield
         finally:
-            self._critical -= 1
+            with self._counting:
+                self._critical -= 1
         self.check()

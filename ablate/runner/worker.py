@@ -585,11 +585,10 @@ def _run_group(study: optuna.Study, trials: list[optuna.Trial], stores: Stores, 
     for trial in trials:
         current.members.append(_Current(study=study))
         current.members[-1].take(trial)
-    shared = fused.SharedSignals(signals)
 
-    def one(i: int, train: Train) -> str:
+    def one(i: int, train: Train) -> str:  # Signals' check and critical are thread-safe
         return run_item(study, trials[i], stores, device, emit, checkpoint_every, current.members[i],
-                        shared, train)  # type: ignore[arg-type]  # Signals' check and critical, thread-safe
+                        signals, train)
 
     return fused.run_together(len(trials), one, signals.check)
 
