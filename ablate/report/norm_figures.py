@@ -356,22 +356,9 @@ def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels
         channels = channels or Channels.from_trials(seeds, [f1, f2])
         axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
         for ax, (m, table) in zip(axes, tables.items(), strict=False):
-            lines, xs = list(dict.fromkeys(table[f1])), list(dict.fromkeys(table[f2]))
-            offsets = np.linspace(-0.08, 0.08, len(lines)) if len(lines) > 1 else [0.0]
-            pos = {lv: i for i, lv in enumerate(xs)}
-            for off, lv in zip(offsets, lines, strict=True):
-                look = channels.level_look(f1, lv)
-                sub = table[table[f1] == lv]
-                x = np.array([pos[v] for v in sub[f2]], dtype=float) + off
-                mean, low, high = (np.exp(sub[c].to_numpy(float)) for c in ("mean", "ci_low", "ci_high"))
-                err = [np.nan_to_num(mean - low), np.nan_to_num(high - mean)]
-                ax.errorbar(x, mean, yerr=err, fmt=look["marker"], ls=look["linestyle"], ms=4.5, lw=1.3, capsize=3,
-                            color=look["color"], mec="black", mew=0.5, label=wrap(lv, 22), gid=look["gid"])
+            plotting.interaction_lines(ax, table, f1, f2, channels, transform=np.exp)
             plotting.log_axis([ax], np.concatenate([np.exp(table[c].to_numpy(float)) for c in ("mean", "ci_low", "ci_high")]))
-            ax.set_xticks(range(len(xs)), [wrap(lv, max(8, int(40 / max(1, len(xs))))) for lv in xs])
-            ax.set_xlim(-0.5, len(xs) - 0.5)
             ax.set_title(COLUMN_WORDS[m], fontsize=8)
-            ax.grid(axis="x", visible=False)
         for ax in axes[len(tables):]:
             ax.remove()
         names = channels.factors or (f1, f2)

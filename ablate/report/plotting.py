@@ -420,6 +420,29 @@ class Channels:
                        ncols=legend_columns([h.get_label() for h in extra]), frameon=False, fontsize=7)
 
 
+def interaction_lines(ax: Any, table: Any, f1: str, f2: str, channels: Channels, label_width: int = 40,
+                      transform: Any = None) -> None:
+    """``table``'s marginal means (``mean``, ``ci_low``, ``ci_high``) over ``f2``'s levels on ``ax``, a
+    line per level of ``f1`` in its channel, dodged so the intervals do not overlap; ``transform``
+    maps the three columns first (the norm report's logs: ``np.exp``)."""
+    lines, xs = list(dict.fromkeys(table[f1])), list(dict.fromkeys(table[f2]))
+    offsets = np.linspace(-0.08, 0.08, len(lines)) if len(lines) > 1 else [0.0]
+    pos = {lv: i for i, lv in enumerate(xs)}
+    for off, lv in zip(offsets, lines, strict=True):
+        look = channels.level_look(f1, lv)
+        sub = table[table[f1] == lv]
+        x = np.array([pos[v] for v in sub[f2]], dtype=float) + off
+        mean, low, high = (sub[c].to_numpy(float) for c in ("mean", "ci_low", "ci_high"))
+        if transform is not None:
+            mean, low, high = transform(mean), transform(low), transform(high)
+        err = [np.nan_to_num(mean - low), np.nan_to_num(high - mean)]
+        ax.errorbar(x, mean, yerr=err, fmt=look["marker"], ls=look["linestyle"], ms=4.5, lw=1.3, capsize=3,
+                    color=look["color"], mec="black", mew=0.5, label=wrap(lv, 22), gid=look["gid"])
+    ax.set_xticks(range(len(xs)), [wrap(lv, max(8, int(label_width / max(1, len(xs))))) for lv in xs])
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    ax.grid(axis="x", visible=False)
+
+
 def legend_columns(labels: Sequence[str], width: int = 110) -> int:
     """Columns for a legend of ``labels`` across the page: all in one row when their text fits
     ``width`` characters, else as many as the longest label allows (never text past the page)."""

@@ -238,25 +238,6 @@ def _shared_axis(axes: Any, places: list, chance: float | None, metric: str, con
             ax.tick_params(labelleft=False)
 
 
-def _interaction_lines(ax: Any, table: pd.DataFrame, f1: str, f2: str, channels: Channels, label_width: int) -> None:
-    """``table``'s (``stats.interaction_table``) marginal means over ``f2``'s levels on ``ax``, a line per
-    level of ``f1`` in its channel, dodged so the intervals do not overlap."""
-    lines = list(dict.fromkeys(table[f1]))
-    xs = list(dict.fromkeys(table[f2]))
-    offsets = np.linspace(-0.08, 0.08, len(lines)) if len(lines) > 1 else [0.0]
-    pos = {lv: i for i, lv in enumerate(xs)}
-    for off, lv in zip(offsets, lines, strict=True):
-        look = channels.level_look(f1, lv)
-        sub = table[table[f1] == lv]
-        x = np.array([pos[v] for v in sub[f2]], dtype=float) + off
-        err = [(sub["mean"] - sub["ci_low"]).fillna(0), (sub["ci_high"] - sub["mean"]).fillna(0)]
-        ax.errorbar(x, sub["mean"], yerr=err, fmt=look["marker"], ls=look["linestyle"], ms=4.5, lw=1.3,
-                    capsize=3, color=look["color"], mec="black", mew=0.5, label=wrap(lv, 22), gid=look["gid"])
-    ax.set_xticks(range(len(xs)), [wrap(lv, max(8, int(label_width / max(1, len(xs))))) for lv in xs])
-    ax.set_xlim(-0.5, len(xs) - 0.5)
-    ax.grid(axis="x", visible=False)
-
-
 def interaction_plot(
     trials: pd.DataFrame,
     metric: str,
@@ -280,7 +261,7 @@ def interaction_plot(
         if table.empty or table["mean"].isna().all():
             return plotting.no_data(fig, "no completed runs yet")
         ax = fig.add_subplot()
-        _interaction_lines(ax, table, f1, f2, channels, 80)
+        plotting.interaction_lines(ax, table, f1, f2, channels, 80)
         _chance_line(ax, chance)
         ax.set_xlabel(wrap(plotting.factor_name(f2, channels.factors or (f1, f2)), 60))
         ax.set_ylabel(f"{metric_name(metric)}\n(marginal mean ± {level(confidence)} CI)")
@@ -317,7 +298,7 @@ def interaction_plots(
         axes = plotting.panel_grid(fig, places, sharex=False, sharey=True)
         names = channels.factors or tuple(dict.fromkeys(f for pair in pairs for f in pair))
         for ax, (f1, f2, table) in zip(axes, tables, strict=True):
-            _interaction_lines(ax, table, f1, f2, channels, 34)
+            plotting.interaction_lines(ax, table, f1, f2, channels, 34)
             ax.set_title(wrap(f"{plotting.factor_name(f1, names)} × {plotting.factor_name(f2, names)}", 40),
                          fontsize=7.5)
             ax.set_xlabel(wrap(plotting.factor_name(f2, names), 30))
