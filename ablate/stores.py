@@ -174,6 +174,12 @@ def checkpoint_dir() -> Path:
     return Path(os.environ.get("ABLATE_CHECKPOINT_DIR") or home() / "checkpoints").resolve()
 
 
+def user_cache() -> Path:
+    """ablate's folder in the user's cache (``$XDG_CACHE_HOME/ablate``, else ``~/.cache/ablate``):
+    what is built once per user and safe to delete (the tracking-store template, measured timings)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate"
+
+
 def home_is_default(explicit: str | os.PathLike[str] | None = None) -> bool:
     """Whether the home folder is only the default (no ``home=``, no ``$ABLATE_HOME``)."""
     return explicit is None and not os.environ.get("ABLATE_HOME")

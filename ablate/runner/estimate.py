@@ -34,7 +34,7 @@ from ablate.runner.plan import Plan, stored_trials
 from ablate.runner.study import extends_runs, extension_history, possible_extensions
 from ablate.schedule import Schedule
 from ablate.spec import Spec
-from ablate.stores import Stores
+from ablate.stores import Stores, user_cache
 
 # A trial's bookkeeping when it is not measured (``measure_overheads`` measures it: ~0.5 s on a
 # local SQLite store of the 2-core development machine), and the seconds `ablate run` takes to
@@ -110,8 +110,7 @@ TIMINGS_TTL_S = 24 * 3600
 
 def timings_file() -> Path:
     """Where measured timings are kept: the user's cache, beside the tracking-store template."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "ablate" / "timings.json"
+    return user_cache() / "timings.json"
 
 
 def _context(device: str, threads: int | None, steps: int) -> str:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.stores import Stores, redact, sqlite_lock, sqlite_path
+from ablate.stores import Stores, redact, sqlite_lock, sqlite_path, user_cache
 
 BATCH = 1000
 FLUSH_S = 30.0  # at most this long between flushes, so the MLflow UI follows a running trial
@@ -112,8 +112,7 @@ def store_template() -> Path:
     the version in the name keeps an upgraded MLflow from reusing an older schema."""
     from mlflow.version import VERSION
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "ablate" / "stores" / f"mlflow-{VERSION}.db"
+    return user_cache() / "stores" / f"mlflow-{VERSION}.db"
 
 
 def _copy_sqlite(source: Path, target: Path) -> None:

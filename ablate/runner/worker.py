@@ -405,10 +405,10 @@ def _written_paths(stores: Stores) -> list[Path]:
     import tempfile
 
     from ablate.stores import home
+    from ablate.tasks.cache import cache_root
 
     paths = [home().resolve(), checkpoint_dir(), Path(tempfile.gettempdir())]
-    cache = os.environ.get("ABLATE_CACHE_DIR")
-    paths.append(Path(cache).expanduser() if cache else Path.home() / ".cache" / "ablate" / "tasks")
+    paths.append(cache_root().expanduser())
     for url in (stores.storage, stores.tracking):
         path = sqlite_path(url)
         if path is not None:
