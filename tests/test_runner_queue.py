@@ -347,3 +347,27 @@ def test_entries_finished_after(tmp_path):
     assert [e.number for e in queue.entries(study, finished_after=mark)] == [second.number]
     done = queue.entries(study, states=(TrialState.COMPLETE,))[0]
     assert done.started is not None and done.finished >= done.started
+
+
+def _enqueue_both_ways(url: str) -> list[optuna.trial.FrozenTrial]:
+    study = optuna.create_study(storage=storage(url), study_name="both")
+    queue.enqueue(study, {"cell_id": "a", "seed": 0, "config": {"lr": 0.1}})
+    queue.enqueue_many(study, [{"cell_id": "b", "seed": s, "config": {"lr": 0.2}} for s in range(3)])
+    queue.enqueue(study, {"cell_id": "c", "seed": 0})
+    queue.enqueue_many(study, [])
+    return optuna.load_study(study_name="both", storage=storage(url)).get_trials(deepcopy=False)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_items_queued_together_are_the_trials_enqueue_writes(tmp_path, backend, request):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}" if backend == "sqlite" else request.getfixturevalue("postgres_db")
+    trials = _enqueue_both_ways(url)
+    assert [t.number for t in trials] == list(range(5))
+    assert [(t.user_attrs.get("cell_id"), t.user_attrs.get("seed")) for t in trials] == \
+        [("a", 0), ("b", 0), ("b", 1), ("b", 2), ("c", 0)]
+    one, many = trials[0], trials[1]
+    for field in ("state", "params", "system_attrs", "datetime_start", "datetime_complete", "value"):
+        assert getattr(many, field) == getattr(one, field), field
+    assert many.user_attrs == {"cell_id": "b", "seed": 0, "config": {"lr": 0.2}}
+    study = optuna.load_study(study_name="both", storage=storage(url))
+    assert [claim(study).number for _ in range(5)] == list(range(5))  # oldest first, as ever

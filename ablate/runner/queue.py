@@ -85,6 +85,7 @@ from ablate.runner.rdb import (
     key_is,
     other_tables,
     study_id_of,
+    system_attr_table,
     tables,
     trial_id_of,
 )
@@ -144,6 +145,35 @@ def _attrs_of(conn: Any, ids: Sequence[int], keys: Sequence[str]) -> dict[int, d
 def enqueue(study: optuna.Study, attrs: Mapping[str, Any]) -> None:
     """Add one WAITING item carrying ``attrs`` as its user attributes."""
     study.enqueue_trial(params={}, user_attrs=dict(attrs), skip_if_exists=False)
+
+
+def enqueue_many(study: optuna.Study, items: Sequence[Mapping[str, Any]]) -> None:
+    """Add WAITING items, each carrying its attributes, in one transaction: the rows that
+    ``enqueue`` writes one transaction each (Optuna's ORM: ~17 ms an item, 1.7 s of a 100-cell
+    ``ablate run --workers 0``). Numbers as Optuna gives them: a trial's number counts the
+    study's trials of lower id, under a lock on the study's row (SQLite's BEGIN IMMEDIATE)."""
+    from sqlalchemy import func, insert, select, update
+
+    if not items:
+        return
+    trial_table, attr_table = tables()
+    study_table, _ = other_tables()
+    system_table = system_attr_table()
+    sid = study_id_of(study)
+    with engine_of(study).begin() as conn:
+        conn.execute(select(study_table.c.study_id).where(study_table.c.study_id == sid).with_for_update())
+        ids = [conn.execute(insert(trial_table).values(study_id=sid, number=None, state=TrialState.WAITING)
+                            ).inserted_primary_key[0] for _ in items]
+        earlier = trial_table.alias("earlier")
+        conn.execute(update(trial_table).where(trial_table.c.trial_id.in_(ids)).values(
+            number=select(func.count()).where(earlier.c.study_id == sid, earlier.c.trial_id < trial_table.c.trial_id)
+            .scalar_subquery()))
+        # enqueue_trial's fixed parameters (none): what Study.ask would read from a WAITING trial
+        conn.execute(insert(system_table), [{"trial_id": t, "key": "fixed_params", "value_json": "{}"} for t in ids])
+        rows = [{"trial_id": t, "key": k, "value_json": json.dumps(v)} for t, attrs in zip(ids, items, strict=True)
+                for k, v in attrs.items()]
+        for i in range(0, len(rows), CHUNK):
+            conn.execute(insert(attr_table), rows[i : i + CHUNK])
 
 
 class Gate(Protocol):

@@ -311,6 +311,12 @@ def tables() -> tuple[Any, Any]:
     return models.TrialModel.__table__, models.TrialUserAttributeModel.__table__
 
 
+def system_attr_table() -> Any:
+    from optuna.storages._rdb import models
+
+    return models.TrialSystemAttributeModel.__table__
+
+
 def other_tables() -> tuple[Any, Any]:
     """The studies and heartbeat tables (reads across studies)."""
     from optuna.storages._rdb import models

@@ -416,6 +416,7 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
             else Reuse()
         chosen = done.reuse.chosen(reuse_stale)
         sources: dict[str, optuna.Study] = {}
+        queued: list[dict[str, Any]] = []
         for item in new:
             source = chosen.get(item.key)
             if source is not None:
@@ -423,8 +424,9 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
                 done.linked[source.study] += 1
                 done.stale += source.stale
             elif enqueue_new:
-                queue.enqueue(study, {**item_attrs(item), "spec_hash": digest})
-                done.queued += 1
+                queued.append({**item_attrs(item), "spec_hash": digest})
+        queue.enqueue_many(study, queued)
+        done.queued += len(queued)
         if enqueue_new and extends_runs(dump):  # those a kill left unqueued (the section at the end)
             done.queued += queue_extensions(study, queue.trials(study, None, tuple(TrialState)))
     return done
