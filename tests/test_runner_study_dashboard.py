@@ -118,3 +118,30 @@ def test_a_misspelt_study_gets_the_closest_names(tmp_path):
     st.prepare(spec, design.items(spec), stores(tmp_path))
     with pytest.raises(st.StorageError, match=r"no study named 'heads_nrom' .*did you mean 'heads_norm'\?"):
         st.open_study("heads_nrom", stores(tmp_path))
+
+
+def test_the_note_is_saved_without_the_dashboards_app_and_reads_back_through_it(tmp_path):
+    # The dashboard package imports its web app and scikit-learn (seconds); save_note runs its
+    # note module alone. In a subprocess: this one has imported the dashboard already.
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    code = (
+        "import sys, optuna\n"
+        "from support import RAW\n"
+        "from ablate import design\n"
+        "from ablate.runner import study as st\n"
+        f"s = optuna.create_study(storage={url!r}, study_name='noted')\n"
+        "st.save_note(s, design.validate(RAW))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('optuna_dashboard', 'sklearn'))))\n"
+    )
+    tests = Path(__file__).parent
+    res = subprocess.run([sys.executable, "-c", code], cwd=tests.parent, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(tests)}, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]"
+    import optuna_dashboard
+
+    study = optuna.load_study(study_name="noted", storage=url)
+    assert optuna_dashboard.get_note(study) == st.description(design.validate(RAW))

@@ -17,9 +17,7 @@ import json
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable
-from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -175,19 +173,6 @@ def settle_after_stop(name: str, stores: Stores) -> int:
         return 0
 
 
-def _note_meanwhile(study: Any, spec: Spec) -> threading.Thread:
-    """Save the dashboard's note (``study.save_note``: seconds of imports) from a thread while the
-    workers start and train, off the way to the first trial. The note only repeats the study's
-    description attribute, so a failure here is not the run's."""
-    def save() -> None:
-        with contextlib.suppress(Exception):
-            st.save_note(study, spec)
-
-    thread = threading.Thread(target=save, name="dashboard-note", daemon=True)
-    thread.start()
-    return thread
-
-
 def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
               checkpoint_every: int = 100, verbose: bool = False, reuse: bool = True,
               reuse_stale: bool = False, retry_failed: bool = False, fuse: int = 1) -> Outcome | None:
@@ -218,6 +203,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         raise Stopped(signal.SIGINT, [], "interrupted while queueing") from None
     except Exception as exc:  # a store that fails while items are queued (read-only, full, gone)
         raise st.StorageError(storage_problem(stores.storage, exc)) from None
+    with contextlib.suppress(Exception):  # the note repeats the description attribute: not worth a failed run
+        st.save_note(study, spec)
     if prepared.retried:
         shown = "; ".join(prepared.retried[:5]) + (f"; … {len(prepared.retried) - 5} more" if len(prepared.retried) > 5
                                                    else "")
@@ -263,7 +250,6 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     # The live view's totals: a sequential study's grow as its looks add seeds.
     view_items = (lambda study: sequential_looks.items(spec, study)) if spec.sequential is not None else todo
     failed: list[str] = []
-    note = _note_meanwhile(study, spec) if device_list else None
     try:
         if len(device_list) == 1:  # this process is the worker; the view follows it from a thread
             from ablate.runner.progress import View
@@ -286,9 +272,6 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         raise Stopped(exc.signum, exc.requeued) from None
     except WorkerStopped as exc:  # the stores failed under the in-process worker
         raise StorageError(str(exc)) from None
-    finally:
-        if note is not None:
-            note.join()
     if device_list:  # items a worker linked instead of training (finished meanwhile elsewhere)
         show_reused(study, stores, err)
     try:  # read-only: the storage may have failed for writing (that may be why workers stopped); when no

@@ -39,6 +39,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -332,19 +333,42 @@ def describe(study: optuna.Study, spec: Spec) -> None:
 
 def save_note(study: optuna.Study, spec: Spec) -> None:
     """The description as optuna-dashboard's note on the study, if the dashboard is installed and
-    the note is not already this text. Importing the dashboard takes seconds (it imports Optuna's
-    importance module and scikit-learn), so ``ablate run`` calls this while its workers start,
-    never on the way to the first trial; a run that only queues leaves it to the first that trains."""
+    the note is not already this text."""
     text = description(spec)
     if study.user_attrs.get(NOTE_SAVED) == text:
         return
-    try:
-        import optuna_dashboard
-    except ImportError:  # an optional tool: the description attribute says the same
+    notes = _dashboard_notes()
+    if notes is None:  # an optional tool: the description attribute says the same
         return
-    if optuna_dashboard.get_note(study) != text:
-        optuna_dashboard.save_note(study, text)
+    if notes.get_note(study) != text:
+        notes.save_note(study, text)
     study.set_user_attr(NOTE_SAVED, text)
+
+
+def _dashboard_notes() -> Any:
+    """optuna-dashboard's note functions (``get_note``, ``save_note``), or None without the
+    dashboard. Its package imports its web app, Optuna's importance module and scikit-learn (1.6 s
+    of CPU, beside the workers starting); its note module imports only Optuna, so it is run from
+    its file alone, and the package imported only if that file moved or no longer runs alone."""
+    import importlib.util
+
+    found = importlib.util.find_spec("optuna_dashboard")
+    if found is None:
+        return None
+    for folder in found.submodule_search_locations or []:
+        path = Path(folder) / "_note.py"
+        module_spec = importlib.util.spec_from_file_location("ablate_dashboard_note", path)
+        if path.is_file() and module_spec is not None and module_spec.loader is not None:
+            module = importlib.util.module_from_spec(module_spec)
+            try:
+                module_spec.loader.exec_module(module)
+            except Exception:
+                break
+            if hasattr(module, "get_note") and hasattr(module, "save_note"):
+                return module
+    import optuna_dashboard
+
+    return optuna_dashboard
 
 
 def description(spec: Spec) -> str:
