@@ -341,9 +341,7 @@ def run_trial(
             return ended
         if stable_checkpoint and step == stable_end(train) and not stable_checkpoint.exists():
             trial.save(stable_checkpoint, step)
-        if checkpoint and checkpoint_every and step % checkpoint_every == 0 and step != train.steps:
-            faults.inject("checkpoint")
-            trial.save(checkpoint, step)
+        trial.keep(checkpoint, checkpoint_every, step)
     return trial.finish("complete", train.steps)
 
 
@@ -468,9 +466,18 @@ class Trial:
         done.update(steps=step, stopped_early=stopped, best_step=plateau.best_step)
         return TrialResult(status, metrics, step, time.perf_counter() - self.start, reason, done)
 
-    def save(self, path: Path, step: int) -> None:
+    def keep(self, path: Path | None, every: int, step: int, rng: torch.Tensor | None = None) -> None:
+        """The resume checkpoint at ``path`` every ``every`` steps but the last: ``run_trial``'s, and
+        each fused replicate's (``ablate.training_fused``), in one format and place."""
+        if path and every and step % every == 0 and step != self.train.steps:
+            faults.inject("checkpoint")
+            self.save(path, step, rng)
+
+    def save(self, path: Path, step: int, rng: torch.Tensor | None = None) -> None:
+        """``rng``: the random stream the trial's dropout draws from (None: torch's global one; a
+        fused replicate keeps its own copy of it)."""
         _save(path, step, self.model, self.optimiser, self.scheduler, self.sampler, self.reporter.history,
-              self.prober.pending_train, self.plateau.state())
+              self.prober.pending_train, self.plateau.state(), rng)
 
 
 def _forward_backward(
@@ -540,7 +547,8 @@ def _load(path: Path) -> dict[str, Any]:
         raise RuntimeError(f"checkpoint {path} cannot be read: {type(exc).__name__}: {exc}") from exc
 
 
-def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history, pending_train, plateau) -> None:
+def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history, pending_train, plateau,
+          rng: torch.Tensor | None = None) -> None:
     state = {
         "plateau": plateau,  # the passes so far, the best value, step and weights, the plateau counter
         "pending_train": pending_train,
@@ -549,7 +557,7 @@ def _save(path: Path, step: int, model, optimiser, scheduler, sampler, history, 
         "optimiser": optimiser.state_dict(),
         "scheduler": scheduler.state_dict(),
         "sampler": sampler.get_state(),
-        "rng": torch.get_rng_state(),
+        "rng": torch.get_rng_state() if rng is None else rng,
         "history": history,
     }
     path.parent.mkdir(parents=True, exist_ok=True)

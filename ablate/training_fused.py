@@ -21,14 +21,18 @@ that exception in its place of the result list, and the others go on.
 
 Dropout masks are drawn from each replicate's own copy of the global random stream, in the order
 its trial alone draws them, so fused equals apart with dropout too (on the CPU; CUDA's dropout
-kernel draws differently). Checkpoints, WSD branches and fault injection are ``run_trial``'s only:
-a worker that claims K items at once (``--fuse K``, runner/fused.py) trains those apart, and its
-fused items write no checkpoints (killed, they are re-queued and train again from step 0).
+kernel draws differently). Each replicate given a ``checkpoints`` path writes its resume
+checkpoint there every ``checkpoint_every`` steps, as ``run_trial`` writes it (``Trial.keep``, its
+own dropout stream as the checkpoint's random state), so a killed fused worker's items resume apart
+with ``run_trial``, reaching what the fused run would have. Resuming a checkpoint, WSD branches and
+fault injection are ``run_trial``'s only: a worker that claims K items at once (``--fuse K``,
+runner/fused.py) trains those apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -84,11 +88,14 @@ def run_fused(
     data: TaskData | None = None,
     accumulate: int = 1,
     on_evals: Sequence[Callable[[int, dict[str, float]], None] | None] | None = None,
+    checkpoints: Sequence[Path | None] | None = None,
+    checkpoint_every: int = 0,
 ) -> list[TrialResult | BaseException]:
     """Train ``configs[k]`` on ``seeds[k]`` for every k as one model; what ``run_trial(configs[k],
-    seeds[k], probes, reporters[k], device, data, accumulate=accumulate, on_eval=on_evals[k])``
-    would report and return, replicate by replicate (an exception ``on_eval`` raised is returned
-    in its replicate's place)."""
+    seeds[k], probes, reporters[k], device, data, accumulate=accumulate, on_eval=on_evals[k],
+    checkpoint=checkpoints[k], checkpoint_every=checkpoint_every)`` would report, write and
+    return, replicate by replicate (an exception ``on_eval`` raised is returned in its replicate's
+    place). The checkpoints are written, never read: a replicate's resumes apart."""
     K = len(configs)
     if len(seeds) != K:
         raise ValueError(f"run_fused: {K} configs but {len(seeds)} seeds")
@@ -97,8 +104,9 @@ def run_fused(
         raise ValueError(f"run_fused: these replicates cannot train fused: {reason}")
     reporters = list(reporters) if reporters is not None else [None] * K
     on_evals = list(on_evals) if on_evals is not None else [None] * K
-    if len(reporters) != K or len(on_evals) != K:
-        raise ValueError(f"run_fused: {K} replicates need {K} reporters and on_evals")
+    checkpoints = list(checkpoints) if checkpoints is not None else [None] * K
+    if len(reporters) != K or len(on_evals) != K or len(checkpoints) != K:
+        raise ValueError(f"run_fused: {K} replicates need {K} reporters, on_evals and checkpoints")
     data = data or load_task(configs[0]["task"])
     trials, streams = [], []
     for config, seed, on_eval in zip(configs, seeds, on_evals, strict=True):
@@ -143,6 +151,8 @@ def run_fused(
                 results[k] = trials[k].after_step(step, done)
             except Exception as exc:  # noqa: BLE001 - a pruned replicate ends alone; the caller re-raises it
                 results[k] = exc
+            if results[k] is None:  # its own stream: what torch's global one is when it trains alone
+                trials[k].keep(checkpoints[k], checkpoint_every, step, streams[k])
     for k in range(K):
         if results[k] is None:
             results[k] = trials[k].finish("complete", steps)

@@ -303,27 +303,51 @@ def _where(root: Path):
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
-def test_a_killed_fused_worker_s_items_are_requeued_and_train_again_from_step_0(tmp_path, store, request):
+def test_a_killed_fused_worker_s_items_are_requeued_and_resume_from_their_checkpoints(tmp_path, store, request):
+    """kill -9 once every fused item wrote its checkpoint; a fresh worker re-queues all four and
+    each resumes from its own: it runs with ``error@1`` (ABLATE_FAULT), which fails any item that
+    trains its step 1 again, and every item completes with the metrics of an uninterrupted fused run."""
     import os
     import signal
+    import time
+
+    import torch
 
     stores = {} if store == "sqlite" else {"ABLATE_STORAGE": request.getfixturevalue("postgres_db"),
                                            "ABLATE_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    steps = 600
-    _spec(tmp_path, steps=steps, eval_every=100, log_every=100)
-    victim = _fused_worker_past(tmp_path, 150, **stores)  # past the first checkpoint step of an item alone
-    os.kill(victim.pid, signal.SIGKILL)
+    train = {"steps": 300, "eval_every": 50, "log_every": 50}
+    _spec(tmp_path, **train)
+    victim = _fused_worker_past(tmp_path, 0, **stores)
+    folder = tmp_path / ".ablate" / "checkpoints"
+    deadline = time.time() + 300
+    while len(list(folder.rglob("*.pt"))) < SEEDS and time.time() < deadline and victim.poll() is None:
+        time.sleep(0.1)
+    if victim.poll() is None:  # else it ended without the checkpoints: the assertion below says so
+        os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
-    assert not list((tmp_path / ".ablate" / "checkpoints").rglob("*.pt"))  # fused items write none
-    rerun = _cli(tmp_path, "worker", "exec", "--fuse", str(SEEDS), **stores)  # after the grace period: re-queues all
-    out, err = rerun.communicate(timeout=600)
-    assert rerun.returncode == 0, (out, err)
+    saved = {path.stem: torch.load(path, weights_only=False)["step"] for path in folder.rglob("*.pt")}
+    assert len(saved) == SEEDS and all(0 < step < train["steps"] for step in saved.values()), saved
+    rerun = _cli(tmp_path, "worker", "exec", ABLATE_FAULT="error@1", **stores)  # after the grace period
+    reference = tmp_path / "uninterrupted"
+    _spec(reference, **train)
+    whole = _cli(reference, "run", "spec.yaml", "--workers", "1", "--fuse", str(SEEDS))
+    for proc in (rerun, whole):
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, (out, err)
     trials = _study(tmp_path, stores.get("ABLATE_STORAGE")).trials
     killed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(killed) == SEEDS and {t.user_attrs["failure_kind"] for t in killed} == {"killed"}
-    done = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert sorted(t.user_attrs["item"] for t in done) == sorted(t.user_attrs["item"] for t in killed)
-    assert {t.user_attrs["steps_trained"] for t in done} == {steps}  # from step 0: nothing to resume
+    done = {t.user_attrs["item"]: t for t in trials if t.state == TrialState.COMPLETE}
+    assert sorted(done) == sorted(t.user_attrs["item"] for t in killed)
+    assert not list(folder.rglob("*.pt"))  # each dropped once its item was recorded
+    expected = {t.user_attrs["item"]: t for t in _study(reference).trials}
+    assert {t.state for t in expected.values()} == {TrialState.COMPLETE}
+    for item, trial in done.items():
+        mine, theirs = _metrics(trial), _metrics(expected[item])
+        assert mine and set(mine) == set(theirs)
+        for key, value in theirs.items():
+            assert math.isclose(mine[key], value, rel_tol=F32, abs_tol=F32), (item, key)
+        assert trial.user_attrs["steps"] == train["steps"]
 
 
 def test_two_fused_workers_on_postgresql_record_every_item_once(tmp_path, postgres_db):

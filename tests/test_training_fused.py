@@ -215,6 +215,33 @@ def test_early_stopping_and_a_pruned_replicate_end_alone():
         assert a.metrics == pytest.approx(f.metrics, rel=F64)
 
 
+def test_fused_checkpoints_are_what_apart_writes_and_resume_apart_to_the_fused_result(tmp_path):
+    """Each replicate's checkpoint (every 8 steps but the last: the one at step 16 is left) holds
+    what ``run_trial`` alone writes at that step, its dropout stream included; ``run_trial``
+    resumes it to the fused run's result and reports (replayed history included)."""
+    model = {"family": "linear_rnn", "parameterisation": "complex_diagonal", "normalisation": "gamma",
+             "dropout": 0.2}
+    configs, seeds, data = [_config(model, lr=1e-2), _config(model, lr=3e-3)], [0, 1], _data(CLASSES)
+    with default_dtype(torch.float64):
+        fused_reports = [Keep() for _ in seeds]
+        paths = [tmp_path / f"fused-{seed}.pt" for seed in seeds]
+        fused = run_fused(configs, seeds, PROBES, fused_reports, data=data, checkpoints=paths, checkpoint_every=8)
+        for config, seed, path, result, report in zip(configs, seeds, paths, fused, fused_reports, strict=True):
+            alone_path = tmp_path / f"alone-{seed}.pt"
+            run_trial(config, seed, PROBES, data=data, checkpoint=alone_path, checkpoint_every=8)
+            mine, theirs = torch.load(path, weights_only=False), torch.load(alone_path, weights_only=False)
+            assert mine.keys() == theirs.keys() and mine["step"] == theirs["step"] == 16
+            assert torch.equal(mine["rng"], theirs["rng"]) and torch.equal(mine["sampler"], theirs["sampler"])
+            for name, value in theirs["model"].items():
+                torch.testing.assert_close(mine["model"][name], value, rtol=F64, atol=F64, msg=name)
+            resumed_report = Keep()
+            resumed = run_trial(config, seed, PROBES, resumed_report, data=data, checkpoint=path, checkpoint_every=8)
+            assert (resumed.status, resumed.steps) == (result.status, result.steps)
+            for key in result.metrics:
+                _close(resumed.metrics[key], result.metrics[key], F64, key)
+            _same_reports(resumed_report, report, F64)
+
+
 @pytest.mark.parametrize("mode", ["scan", "conv"])
 def test_stacked_forward_equals_each_model(mode):
     data = _data(CLASSES)

@@ -14,8 +14,12 @@ setting differs in more than the free train settings (a tuning item's sampled ba
 that resumes a checkpoint of an earlier attempt or continues a WSD branch, a group of one, and
 every later call (a retry after an out-of-memory error or a tracking failure).
 
-Fused items write no checkpoints: a killed fused worker's items are re-queued by their heartbeats'
-silence, as any killed item, and train again from step 0 (to the same result).
+Fused items write their checkpoints where and when each would alone (``run_fused``'s
+``checkpoints``): a killed fused worker's items are re-queued by their heartbeats' silence, as any
+killed item, and each resumes from its own checkpoint, apart. Apart, not fused again: a resume is
+the rare path after a crash, the checkpoints of one group need not be at one step (a replicate that
+stopped early, a retry in another worker), and ``run_trial``'s resume is the one already shown to
+reach the uninterrupted result.
 """
 
 from __future__ import annotations
@@ -135,7 +139,9 @@ class Group:
                         [c.config for c in together], [c.seed for c in together], together[0].probes,
                         [c.options.get("reporter") for c in together], together[0].options.get("device", "cpu"),
                         accumulate=together[0].options.get("accumulate", 1),
-                        on_evals=[c.options.get("on_eval") for c in together])
+                        on_evals=[c.options.get("on_eval") for c in together],
+                        checkpoints=[c.options.get("checkpoint") for c in together],
+                        checkpoint_every=together[0].options.get("checkpoint_every", 0))
                 except Exception as exc:  # noqa: BLE001 - every item of the fused pass failed with it; each records it
                     outcomes = [exc] * len(together)
                 for c, outcome in zip(together, outcomes, strict=True):
