@@ -19,6 +19,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 SCRIPT = textwrap.dedent(
     """
+    import math
     import torch
     from ablate.ops import scan as S, scan_triton as T
 
@@ -53,6 +54,26 @@ SCRIPT = textwrap.dedent(
         for a in (r(B, L, D), r(D), r(B, 1, D)):
             check("linear", a, torch.randn(B, L, D, dtype=dt), torch.randn(B, D, dtype=dt))
         check("linear", r(L, D), torch.randn(B, L, D, dtype=dt), None)
+
+    # complex64 runs the real-decay scan under a fixed-point phase: stress it over 25 chunks with
+    # r near 1 (an error in the phase repeats at every step), angles at and around the quadrant
+    # boundaries (±π, ±π/2) and the reductions' (π/4, π/8), and a = 0 (no phase at all).
+    def hard(*s, dt=torch.complex64):
+        edges = torch.tensor([math.pi, -math.pi, math.pi / 2, -math.pi / 2, math.pi / 4, -3 * math.pi / 4,
+                              math.pi / 8, 0.0], dtype=torch.float64)
+        th = edges[torch.randint(len(edges), s)] + 1e-3 * (2 * torch.rand(*s, dtype=torch.float64) - 1)
+        th.view(-1)[::5] = edges[torch.arange(th.numel())[::5] % len(edges)]  # exactly on them too
+        a = torch.polar(1 - 0.01 * torch.rand(*s, dtype=torch.float64), th)
+        a.view(-1)[3::7] = 0
+        return a.to(dt)
+
+    L = 200
+    cz = lambda *s, dt=torch.complex64: torch.randn(*s, dtype=dt)
+    for a in (hard(B, L, D), hard(D), hard(B, 1, D)):
+        for h0 in (cz(B, D), None):
+            check("linear", a, cz(B, L, D), h0)
+    check("linear", hard(B, L, D, dt=torch.complex128), cz(B, L, D, dt=torch.complex128),
+          cz(B, D, dt=torch.complex128), tol=1e-12)  # complex128: the exact complex product
     la = torch.nn.functional.logsigmoid(torch.randn(B, L, D) + 2)
     check("log", la, torch.randn(B, L, D), torch.randn(B, D))
     check("log", la[0, 0], torch.randn(B, L, D), None)
@@ -76,6 +97,7 @@ SCRIPT = textwrap.dedent(
     # interpreter takes ~30 s a check there).
     T.BLOCK_T, T.BLOCK_D = 64, 32
     L = 256
+    check("linear", hard(B, L, D), cz(B, L, D), cz(B, D))  # the phase summed over 64 rows
     for dt, tol in ((torch.bfloat16, 6e-3), (torch.float16, 1e-3)):
         a = (0.9 + 0.1 * torch.rand(B, L, D)).to(dt)
         check("linear", a, torch.randn(B, L, D).to(dt), torch.randn(B, D).to(dt), tol=tol)
@@ -90,8 +112,10 @@ SCRIPT = textwrap.dedent(
 
 def _interpreter_runs_on_this_numpy() -> bool:
     """Triton's interpreter turns 1-element arrays into loop bounds with ``int()``, which numpy
-    2.5 refuses ("only 0-dimensional arrays can be converted"): seen with triton 3.6.0 and numpy
-    2.5.2 on an H200 (2026-12-04), where the compiled kernels passed test_scan.py."""
+    2.4 and later refuse ("only 0-dimensional arrays can be converted"): seen with triton 3.6.0
+    and numpy 2.5.2 on an H200 (2026-12-04), where the compiled kernels passed test_scan.py, and
+    with numpy 2.4.6 here. numpy 2.3 beside triton (``pip install --target DIR triton numpy<2.4``,
+    then ``PYTHONPATH=DIR``) runs it."""
     import numpy as np
 
     try:
