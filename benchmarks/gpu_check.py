@@ -1,32 +1,50 @@
 """One prepared check of the kernels on a CUDA machine; on a machine without CUDA it runs the CPU
 half and says what it skipped.
 
-    python3 benchmarks/gpu_check.py              # from the repository root; ~2-3 minutes on an H200
-    python3 benchmarks/gpu_check.py --tiny       # tiny sizes (what the CPU tests run; also --quick)
+    python3 benchmarks/gpu_check.py              # from the repository root; within 10 minutes on one GPU
+    python3 benchmarks/gpu_check.py --tiny       # tiny sizes, on CPU in seconds (also --quick)
+    python3 benchmarks/gpu_check.py --parts cde  # some parts only (a rerun of what a first call missed)
 
 On the device machine (torch, Triton and numba there; no optuna, mlflow, polars or papermill,
-which ``ablate.ops`` does not need):
+which ``ablate.ops`` does not need; (d) and (e) need them: carry ``.whl`` and install it as
+benchmarks/gpu_workers.py's docstring says, else they are listed as skipped):
 
-    cd <repo> && PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py 2>&1 | tee $OUT/gpu_check.txt
+    cd <repo> && PYTHONUNBUFFERED=1 timeout 590 python3 benchmarks/gpu_check.py 2>&1 | tee $OUT/gpu_check.txt
 
 (a) Every scan backend on the device (triton and torch on CUDA; numba and torch on CPU) against
     the float64 reference loop: outputs and gradients of a, b and h0, float32 (to 1e-5 of the
     largest magnitude) and bfloat16 (6e-3), real / complex64 / log, several shapes, broadcast a.
 (b) ``skew_expm`` on the device against ``torch.linalg.matrix_exp`` in float64: P, its gradient,
     PᵀP - I in float32, and the forward+backward time ratio, (H, n) = (1, 128), (4, 32), (32, 4).
-(c) CUDA only (``--cpu-timings`` runs it on CPU, untargeted): the scans forward+backward at
-    L = 4096, B x D large enough to fill the GPU, against the HBM copy bandwidth measured in the
-    same process (target: <= 1.5x the bound).
+(c) CUDA only (``--cpu-timings`` runs it on CPU, untargeted): every scan (real, complex, log)
+    forward+backward at L = 4096, B x D large enough to fill the GPU, against the HBM copy
+    bandwidth measured in the same process (target: <= 1.5x the bound).
+(d) One recurrent layer forward+backward, RotRNN (heads 1, 4, 32) against the LRU at the same
+    width (harness.models' FULL_LAYER_CONFIG: L 1024, B 32, d 128, N 128), timed in turn within each
+    round (target: <= 1.3x); a 4-layer training step of each, untargeted.
+(e) Trials per hour: K seeds fused in one process (``run_fused``, K = 1, 8, 32) against 1, 2 and 4
+    worker processes sharing the device (``run_trial`` one after another, each process warmed up
+    before the clock starts), at the quickstart's shape and at studies/gpu/rotation_heads.yaml's
+    (paper scale, cut to a few steps, synthetic tokens); every rate over the one-process rate of
+    the same run (target: the best fused >= 8x). A K that runs out of memory is reported as such.
 
-Prints one table; exits 1 if any check fails. Imports only torch, triton, numba, numpy and
-ablate.ops (tests/test_ops.py runs it with the rest of ablate's dependencies made unimportable).
+(d) and (e) run on CPU only at --tiny, untargeted. No timed round or row of (d) and (e) starts
+after --budget-s (540 s); those not run say so. Prints one table; exits 1 if any check fails
+("info" rows are measurements without a target here). Parts (a)-(c) import only torch, triton,
+numba, numpy and ablate.ops (tests/test_ops.py runs it with the rest of ablate's dependencies
+made unimportable); (d) and (e) import the rest of ablate lazily.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -212,16 +230,234 @@ def run_timings(dev: str, quick: bool) -> list[tuple[str, str, bool]]:
     return rows
 
 
+# --- (d) a RotRNN layer against an LRU layer ------------------------------------------------------
+# Parts (d) and (e) need the rest of ablate (ablate.spec's pydantic, the tasks, the trainers): they
+# import it lazily and are listed as skipped, with the import error, where it is missing.
+
+LAYER_MODELS = ("LRU", "RotRNN", "RotRNN h=4", "RotRNN h=32")
+
+
+def run_layers(dev: str, quick: bool, deadline: float) -> list[tuple[str, str, bool | None]]:
+    """One recurrent layer forward+backward (and a training step of the whole model, untargeted),
+    each RotRNN against the LRU at the same width, timed in turn within every round."""
+    from harness.models import FULL_LAYER_CONFIG, bench_layers
+
+    cfg = ({"seq_len": 16, "batch": 2, "d_model": 32, "state": 64, "layers": 1} if quick
+           else FULL_LAYER_CONFIG)  # fmt: skip
+    device = torch.device(dev)
+    rows = bench_layers(**cfg, device=device, repeats=1 if quick else 7, log=lambda _: None,
+                        models=LAYER_MODELS, deadline=deadline)  # fmt: skip
+    backend = available_backends(dev)[0]
+    shape = f"L={cfg['seq_len']} B={cfg['batch']} d={cfg['d_model']} N={cfg['state']}"
+    out: list[tuple[str, str, bool | None]] = []
+    for row in rows:
+        if row.backend != backend or row.model == "LRU":
+            continue
+        targeted = row.what == "layer" and dev == "cuda"
+        what = f"{row.what} {row.model:11s} vs LRU {backend} {shape}" + (
+            "" if row.what == "layer" else f" x{cfg['layers']} layers"
+        )
+        detail = (
+            f"{row.ms:.3f} ms = {row.vs_lru:.2f}x the LRU's (scan share {row.scan_share:.0%}, "
+            f"{row.rounds} rounds)" + ("; target <= 1.3x" if targeted else "")
+        )
+        out.append((what, detail, row.vs_lru <= 1.3 if targeted else None))
+    return out
+
+
+# --- (e) trials per hour: K seeds fused in one process against N worker processes ----------------
+# One trial is ``ablate.training.run_trial`` (set-up, steps, evaluations, probes, final test); fused
+# K is one ``ablate.training_fused.run_fused`` of K seeds. A worker process builds its data and
+# warms up before the clock starts, as a long-running worker has, then runs its trials one after
+# another; N of them share the device, started together. Every rate is over this run's one-process
+# rate (N = 1), measured in the same run.
+
+FUSE = {"quick": (1, 2), "full": (1, 8, 32)}
+WORKERS = {"quick": (1, 2), "full": (1, 2, 4)}
+PAPER_STEPS = 10  # the paper shape's steps: its 76,800 would take hours; the rates compare like with like
+STUDIES = Path(__file__).resolve().parents[1] / "studies"
+
+
+def trial_shape(name: str) -> tuple[dict, Any, Any]:
+    """(config, data, probes) of a shape: ``quickstart`` and ``tiny`` as benchmarks/bench_fused.py
+    builds them; ``paper`` is studies/gpu/rotation_heads.yaml's baseline cell (RotRNN, d 128, N 128,
+    8 bidirectional layers, batch 50) cut to PAPER_STEPS steps, on synthetic ListOps-shaped tokens at
+    its longest length (2,000) with 200 validation and test sequences."""
+    from bench_fused import shape
+
+    if name != "paper":
+        return shape(name, None)
+    from ablate import design
+    from ablate.tasks.data import TaskData, TaskInfo
+    from ablate.tasks.listops import VOCAB
+
+    spec = design.load(STUDIES / "gpu" / "rotation_heads.yaml", [f"train.steps={PAPER_STEPS}"])
+    config = spec.baseline()
+    L = config["task"]["max_length"]
+    info = TaskInfo(
+        "listops_shape", "tokens", len(VOCAB), 1, 10, "classification", "accuracy", 0.1, L, "synthetic"
+    )
+    g = torch.Generator().manual_seed(0)
+
+    def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randint(1, len(VOCAB), (n, L), generator=g), torch.randint(0, 10, (n,), generator=g)
+
+    return config, TaskData(info, split(2000), split(200), split(200)), spec.probes
+
+
+def _statuses(results: list) -> list[str]:
+    return [type(r).__name__ if isinstance(r, BaseException) else r.status for r in results]
+
+
+def trials_child(arg: str) -> None:
+    """A worker process of (e): build, warm up, say ready, wait for the go, run the trials."""
+    job = json.loads(arg)
+    torch.set_num_threads(job["threads"])
+    from ablate.training import run_trial
+
+    config, data, probes = trial_shape(job["shape"])
+    run_trial(config, job["seed"], probes, device=job["device"], data=data)  # a whole trial: every code path
+    Path(job["ready"]).touch()
+    while not Path(job["go"]).exists():
+        time.sleep(0.005)
+    statuses = [run_trial(config, job["seed"] + i, probes, device=job["device"], data=data).status
+                for i in range(job["trials"])]  # fmt: skip
+    Path(job["done"]).write_text(json.dumps({"end": time.time(), "statuses": statuses}))
+
+
+def _workers(shape: str, n: int, trials: int, dev: str, tmp: Path) -> tuple[float, list[str]]:
+    """Seconds from the go to the last of ``n`` worker processes' ``trials`` trials, and statuses."""
+    jobs = [{"shape": shape, "device": dev, "trials": trials, "seed": 100 * i,
+             "threads": max(1, (os.cpu_count() or 1) // n), "ready": str(tmp / f"{n}-{i}.ready"),
+             "go": str(tmp / f"{n}.go"), "done": str(tmp / f"{n}-{i}.done")} for i in range(n)]  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, __file__, "--trials-child", json.dumps(job)]) for job in jobs]
+    try:
+        while not all(Path(j["ready"]).exists() for j in jobs):
+            if any(p.poll() not in (None, 0) for p in procs):
+                raise RuntimeError(
+                    f"a worker process exited with {[p.poll() for p in procs]} before its trials"
+                )
+            time.sleep(0.01)
+        start = time.time()
+        Path(jobs[0]["go"]).touch()
+        for p in procs:
+            if p.wait() != 0:
+                raise RuntimeError(f"a worker process exited with {p.returncode}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    done = [json.loads(Path(j["done"]).read_text()) for j in jobs]
+    return max(d["end"] for d in done) - start, [s for d in done for s in d["statuses"]]
+
+
+def _fused(config: dict, data: Any, probes: Any, k: int, dev: str) -> tuple[float, list[str]]:
+    from ablate.training_fused import run_fused
+
+    sync(dev)
+    t0 = time.perf_counter()
+    results = run_fused([config] * k, list(range(k)), probes, device=dev, data=data)
+    sync(dev)
+    return time.perf_counter() - t0, _statuses(results)
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc)
+
+
+def run_trials_per_hour(dev: str, quick: bool, deadline: float) -> list[tuple[str, str, bool | None]]:
+    import ablate.training_fused  # noqa: F401  (fails here, not in a worker process, where ablate's deps are missing)
+
+    size = "quick" if quick else "full"
+    rows: list[tuple[str, str, bool | None]] = []
+    for shape in ("tiny",) if quick else ("quickstart", "paper"):
+        config, data, probes = trial_shape(shape)
+        try:
+            _fused(config, data, probes, 2, dev)  # kernels compiled, every code path and cache warm
+        except RuntimeError as exc:
+            if not _out_of_memory(exc):
+                raise
+        gc.collect()
+        torch.cuda.empty_cache()  # the worker processes get the device's memory, not this one's cache
+        rates: dict[str, float] = {}
+        notes: dict[str, str] = {}
+        with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+            for n in WORKERS[size]:
+                what = f"{n} worker process{'es' if n > 1 else ''}"
+                if time.perf_counter() > deadline:
+                    notes[what] = "not run: past the time budget"
+                    continue
+                trials = 1 if shape == "paper" else 2
+                try:
+                    seconds, statuses = _workers(shape, n, trials, dev, Path(tmp))
+                except RuntimeError as exc:  # its output (out of memory?) is above the table
+                    notes[what] = f"failed: {exc}"
+                    continue
+                rates[what] = n * trials * 3600 / seconds
+                notes[what] = f"{n * trials} trials in {seconds:.1f} s {sorted(set(statuses))}"
+                print(f"  (e) {shape} {what}: {notes[what]}", flush=True)
+        for k in FUSE[size]:
+            what = f"fused K={k}"
+            if time.perf_counter() > deadline:
+                notes[what] = "not run: past the time budget"
+                continue
+            if any(n.startswith("out of memory") for n in notes.values()):
+                notes[what] = "not run: a smaller K ran out of memory"
+                continue
+            try:
+                seconds, statuses = _fused(config, data, probes, k, dev)
+            except RuntimeError as exc:
+                if not _out_of_memory(exc):
+                    raise
+                notes[what] = f"out of memory ({str(exc).splitlines()[0][:80]})"
+            if what in notes:  # the exception's frames are gone here, and with them its tensors
+                gc.collect()
+                torch.cuda.empty_cache()
+                continue
+            rates[what] = k * 3600 / seconds
+            notes[what] = f"{k} trials in {seconds:.1f} s {sorted(set(statuses))}"
+            print(f"  (e) {shape} {what}: {notes[what]}", flush=True)
+        one = rates.get("1 worker process")
+        best = max((r for w, r in rates.items() if w.startswith("fused")), default=None)
+        for what, note in notes.items():
+            rate = rates.get(what)
+            ratio = f" = {rate / one:.2f}x one process" if rate is not None and one else ""
+            head = f"{rate:.0f} trials/h{ratio}; " if rate is not None else ""
+            rows.append((f"trials/h {shape:10s} {what}", head + note, None))
+        if one and best is not None:
+            met = best / one >= 8
+            rows.append(
+                (
+                    f"trials/h {shape:10s} best fused vs one process",
+                    f"{best / one:.2f}x" + ("; target >= 8x" if dev == "cuda" else ""),
+                    met if dev == "cuda" else None,
+                )
+            )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", "--quick", dest="quick", action="store_true", help="tiny sizes")
     p.add_argument("--cpu-timings", action="store_true", help="run (c) on CPU too (exercises its code)")
+    p.add_argument("--parts", default="abcde", help="which parts to run (default: all), e.g. --parts cd")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=540.0,
+        help="no timed round or row of (d) and (e) starts after this many seconds",
+    )
+    p.add_argument("--trials-child", help=argparse.SUPPRESS)  # (e)'s worker processes
     args = p.parse_args(argv)
+    if args.trials_child:
+        trials_child(args.trials_child)
+        return 0
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()
+    deadline = t0 + args.budget_s
     backends = available_backends(dev)
     header = f"gpu_check on {dev}"
-    rows = []
+    rows: list[tuple[str, str, bool | None]] = []
     if dev == "cuda":
         header += f" ({torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda})"
         rows.append(
@@ -235,18 +471,37 @@ def main(argv: list[str] | None = None) -> int:
     else:
         skipped = ["Triton kernels (no CUDA)", "skew_expm on CUDA", "HBM-bound timings"]
     print(header + f"; scan backends here: {', '.join(backends)}", flush=True)
-    rows += run_checks(dev, args.quick)
-    rows += run_expm(dev, args.quick)
+    parts: list[tuple[str, Callable[[], list]]] = [
+        ("a", lambda: run_checks(dev, args.quick)),
+        ("b", lambda: run_expm(dev, args.quick)),
+    ]
     if dev == "cuda" or args.cpu_timings:
-        rows += run_timings(dev, args.quick)
+        parts.append(("c", lambda: run_timings(dev, args.quick)))
+    if dev == "cuda" or args.quick:  # on CPU only at --tiny: a check that they run, no targets
+        parts.append(("d", lambda: run_layers(dev, args.quick, deadline)))
+        parts.append(("e", lambda: run_trials_per_hour(dev, args.quick, deadline)))
+    for part, fn in parts:
+        if part not in args.parts:
+            continue
+        try:
+            new = fn()
+        except ImportError as exc:  # (d), (e) on the device image without the rest of ablate's dependencies
+            skipped.append(f"({part}) needs the rest of ablate ({exc})")
+            continue
+        rows += new
+        # as it comes, so that a run cut off by a time limit keeps what it measured
+        print(f"({part}) done at {time.perf_counter() - t0:.0f} s: {len(new)} rows", flush=True)
+        for what, detail, ok in new:
+            print(f"  {'info' if ok is None else 'ok  ' if ok else 'FAIL'} {what}  {detail}", flush=True)
     width = max(len(r[0]) for r in rows)
     print()
     for what, detail, ok in rows:
-        print(f"{'ok  ' if ok else 'FAIL'} {what:{width}s}  {detail}")
-    failed = sum(not ok for *_, ok in rows)
+        print(f"{'info' if ok is None else 'ok  ' if ok else 'FAIL'} {what:{width}s}  {detail}")
+    failed = sum(ok is False for *_, ok in rows)
+    checked = sum(ok is not None for *_, ok in rows)
     if skipped:
-        print(f"\nskipped (CPU only here): {'; '.join(skipped)}")
-    print(f"\n{len(rows) - failed} passed, {failed} failed in {time.perf_counter() - t0:.0f} s")
+        print(f"\nskipped ({'CPU only here' if dev == 'cpu' else 'here'}): {'; '.join(skipped)}")
+    print(f"\n{checked - failed} passed, {failed} failed in {time.perf_counter() - t0:.0f} s")
     return 1 if failed else 0
 
 

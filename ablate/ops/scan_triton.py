@@ -195,7 +195,9 @@ def _angle_units(ar, ai):
     x = tl.where(big, an - ad, an) / tl.where(big, an + ad, tl.where(ad > 0, ad, 1.0))
     z = x * x
     # Cephes' atanf on [-tan(π/8), tan(π/8)].
-    p = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * x + x
+    p = (
+        ((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1
+    ) * z * x + x
     u = (p * _UNITS_PER_RAD + 0.5 - (p < 0).to(p.dtype)).to(tl.int32)  # rounded, |u| <= 2^28
     u = tl.where(big, u + (1 << 29), u)  # + π/4
     u = tl.where((num < 0) != (den < 0), -u, u)
