@@ -164,9 +164,9 @@ def schema(
 
 DeviceOpt = Annotated[str, typer.Option(help="cpu, cuda, cuda:k, or auto (one worker per visible GPU)")]
 CheckpointOpt = Annotated[int, typer.Option("--checkpoint-every", help="steps between checkpoints (0: never)")]
-FuseOpt = Annotated[int, typer.Option("--fuse", min=1, help="train up to K items of one cell (its seeds, or tuning "
+FuseOpt = Annotated[int, typer.Option("--fuse", min=0, help="train up to K items of one cell (its seeds, or tuning "
                                       "trials differing only in lr, weight decay or clipping) as one model; 1: one at a "
-                                      "time. Fused items write no checkpoints: a killed worker's items start again")]
+                                      "time; 0: K chosen by device and model size (where fusing was measured to win)")]
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log each item's start and end")]
 
 
@@ -187,7 +187,7 @@ def run(
     reuse_stale: ReuseStaleOpt = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="re-queue the items that failed with an "
                                                "error (not diverged), keeping their failed attempts")] = False,
-    fuse: FuseOpt = 1,
+    fuse: FuseOpt = 0,
 ) -> None:
     """Run every (cell, seed) of a study not already finished; resumes where it stopped. Items
     another study on the stores has finished are linked, not run again (--no-reuse runs them)."""
@@ -231,7 +231,7 @@ def worker(
     checkpoint_every: CheckpointOpt = 100,
     max_items: Annotated[int | None, typer.Option(min=1, help="stop after this many items")] = None,
     verbose: VerboseOpt = False,
-    fuse: FuseOpt = 1,
+    fuse: FuseOpt = 0,
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""
     from ablate.runner.launch import run_worker

@@ -2,6 +2,7 @@
 
     run_fused(configs, seeds, ...) -> [TrialResult | BaseException]   one per replicate, in order
     fusable(configs) -> None, or why these configurations cannot train together
+    default_fuse(device, config) -> K a worker fuses when not told (``--fuse`` 0): measured here
 
 The replicates are a cell's seeds, or tuning trials that differ only in ``train.lr``,
 ``train.weight_decay``, ``train.recurrent_lr_factor``, ``train.grad_clip`` or
@@ -58,6 +59,48 @@ from ablate.training import (
 
 #: train settings that may differ between fused replicates: none changes a shape or a schedule step
 FREE = ("lr", "weight_decay", "recurrent_lr_factor", "grad_clip", "divergence_norm")
+
+# The K a worker fuses without ``--fuse`` (``default_fuse``). Measured here, whole trials, 1 torch
+# thread, the 2 shared cores (issue 47):
+#   python benchmarks/bench_fused.py --shape quickstart --fuse 1,4,8 --repeats 2 --threads 1
+#     (load average 2.8; batch 32 × L 64 × d 32 = 65,536 values a replicate's layer carries)
+#     trials/h against apart: K = 4 1.18× by wall time, 1.23× by CPU time; K = 8 1.13×, 1.22×
+#   python benchmarks/bench_fused.py --shape l784 --fuse 1,4,8 --repeats 1 --steps 30 --threads 1
+#     (load average 2.1; 32 × 784 × 32 = 802,816): K = 4 0.67× wall, 0.57× CPU; K = 8 0.87×, 0.56×
+# So on the CPU: K = 4 (as good as 8, and it leaves more of a cell's items to other workers) up to
+# twice the quickstart's size, where it was measured to win; apart above, or when the length is
+# not known before the data are loaded (a fixed data set's, such as Fashion-MNIST's 784 pixels).
+CPU_FUSE, CPU_FUSE_MAX_VALUES = 4, 2 * 32 * 64 * 32
+# On CUDA, where the fused pass's larger products fill the device: NOT measured on a GPU yet
+# (benchmarks/gpu_check.py's fused rows, issue 47 point 6, will say).
+CUDA_FUSE = 8
+
+
+def default_fuse(device: str, config: dict[str, Any]) -> int:
+    """How many items of a cell a worker trains fused when ``--fuse`` is not given (0) on
+    ``device``, for an item of resolved configuration ``config``: where it was measured to win (the
+    comment above); 1: apart. The claim takes up to this many: fewer when fewer items are waiting."""
+    if device.startswith("cuda"):
+        return CUDA_FUSE
+    length = _length(config.get("task", {}))
+    size = (length or 0) * int(config.get("model", {}).get("d_model", 64)) * int(
+        config.get("train", {}).get("batch_size", 32))
+    return CPU_FUSE if length and size <= CPU_FUSE_MAX_VALUES else 1
+
+
+def _length(task: dict[str, Any]) -> int | None:
+    """The sequence length a task's parameters declare (``sequence_length``, else the time steps
+    of ``data_shape``); None when only its data say (a fixed data set)."""
+    from ablate.tasks.registry import task_params_model
+
+    try:
+        params = task_params_model(task["name"]).model_validate({k: v for k, v in task.items() if k != "name"})
+    except Exception:  # noqa: BLE001 - a task this worker cannot read: not fused rather than failed
+        return None
+    if hasattr(params, "sequence_length"):
+        return int(params.sequence_length())
+    shape = params.data_shape()
+    return int(shape[1]) if shape else None
 
 
 def fusable(configs: Sequence[dict[str, Any]]) -> str | None:

@@ -202,6 +202,52 @@ def test_tuning_trials_of_a_cell_train_fused_and_so_do_its_replicates_after_them
     assert calls[1] == sorted(set(best)) and len(set(best)) == 1  # then both replicates, with the best
 
 
+def test_without_fuse_the_worker_fuses_as_many_as_default_fuse_picks(tmp_path, monkeypatch):
+    """``fuse=0`` (``--fuse`` not given): the worker claims up to ``default_fuse``'s K for the
+    device and the item's configuration; with 1 there, it trains one item at a time."""
+    from ablate import training_fused
+
+    real, calls, asked = training_fused.run_fused, [], []
+
+    def spy(configs, seeds, *args, **kwargs):
+        calls.append(list(seeds))
+        return real(configs, seeds, *args, **kwargs)
+
+    def picks(k):
+        def default_fuse(device, config):
+            asked.append((device, config["task"]["name"]))
+            return k
+        return default_fuse
+
+    monkeypatch.setattr(training_fused, "run_fused", spy)
+    monkeypatch.setattr(training_fused, "default_fuse", picks(3))
+    outcomes, _, _, _ = _run(tmp_path / "three", fuse=0)
+    assert outcomes == {"complete": SEEDS} and asked[0] == ("cpu", "listops")
+    assert [len(c) for c in calls] == [3]  # three fused, then the fourth alone
+    calls.clear()
+    monkeypatch.setattr(training_fused, "default_fuse", picks(1))
+    assert _run(tmp_path / "one", fuse=0)[0] == {"complete": SEEDS} and calls == []
+
+
+def test_run_passes_its_fuse_to_every_worker_it_starts_even_1(tmp_path, monkeypatch):
+    """A worker's own default is 0 (chosen by device and size): ``ablate run --fuse 1`` must say 1."""
+    from ablate.runner import pool
+    from ablate.stores import Stores
+
+    started = []
+
+    class FakePopen:
+        def __init__(self, cmd, env, stdout, stderr):  # noqa: ANN001
+            started.append(cmd)
+
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path))
+    monkeypatch.setattr(pool.subprocess, "Popen", FakePopen)
+    for fuse in (0, 1, 4):
+        started.clear()
+        pool.start("study", Stores("sqlite:///x.db", "sqlite:///y.db", None), ["cpu", "cpu"], 50, fuse=fuse)
+        assert [cmd[cmd.index("--fuse") + 1] for cmd in started] == [str(fuse)] * 2
+
+
 def test_claim_fusable_takes_items_of_the_first_ones_cell_and_phase_only(tmp_path):
     from ablate.runner import phases
     from ablate.runner import study as st

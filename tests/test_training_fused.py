@@ -23,7 +23,7 @@ from ablate.models.stacked import per_replicate, stacked_forward
 from ablate.spec import ModelSpec, ProbeSpec
 from ablate.tasks.data import TaskData, TaskInfo
 from ablate.training import Trial, run_trial
-from ablate.training_fused import fusable, run_fused
+from ablate.training_fused import CPU_FUSE, CUDA_FUSE, default_fuse, fusable, run_fused
 
 CLASSES = TaskInfo("toy", "tokens", 12, 1, 3, "classification", "accuracy", 1 / 3, 10, "v0")
 PER_STEP = TaskInfo("toy", "continuous", None, 3, 5, "per_step", "bpc", 5.0, 10, "v0")
@@ -280,3 +280,23 @@ def test_fusable_refuses_replicates_that_differ_in_more_than_seed_and_rates():
         run_fused([a, _config(FAMILIES[0], steps=10)], [0, 1], data=_data(CLASSES))
     with pytest.raises(ValueError, match="2 configs but 1 seeds"):
         run_fused([a, a], [0], data=_data(CLASSES))
+
+
+def test_default_fuse_fuses_the_quickstart_s_size_on_the_cpu_not_l_784_and_more_on_cuda():
+    """Where ``benchmarks/bench_fused.py`` measured fusing to win on the CPU (the quickstart's
+    shape), and not where it lost (L 784) or where the length is unknown before the data load."""
+    from pathlib import Path
+
+    from ablate import design
+
+    studies = Path(__file__).resolve().parents[1] / "studies"
+    quickstart = design.load(studies / "quickstart.yaml", []).baseline()
+    fashion = design.load(studies / "lru_ablations.yaml", []).baseline()
+    assert default_fuse("cpu", quickstart) == CPU_FUSE > 1
+    assert default_fuse("cpu", fashion) == 1  # a fixed data set's length: known once loaded only
+    long = {**quickstart, "task": {**quickstart["task"], "max_length": 784}}
+    assert default_fuse("cpu", long) == 1
+    wide = {**quickstart, "model": {**quickstart["model"], "d_model": 512}}
+    assert default_fuse("cpu", wide) == 1
+    assert default_fuse("cpu", {**quickstart, "task": {"name": "no_such_task"}}) == 1
+    assert default_fuse("cuda", fashion) == default_fuse("cuda:1", quickstart) == CUDA_FUSE > CPU_FUSE

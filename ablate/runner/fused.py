@@ -160,6 +160,18 @@ class Group:
             raise
 
 
+def room(fuse: int, device: str, config: dict[str, Any], max_items: int | None = None, done: int = 0) -> int:
+    """Up to how many items of a cell a worker claims with ``--fuse fuse`` on ``device`` for a
+    first item of resolved ``config``, ``done`` of its ``max_items`` run: ``fuse``, or with 0 what
+    ``ablate.training_fused.default_fuse`` measured to win (imported here, at the claim: the
+    worker's start does not wait for torch)."""
+    if not fuse:
+        from ablate.training_fused import default_fuse
+
+        fuse = default_fuse(device, config)
+    return fuse if max_items is None else min(fuse, max_items - done)
+
+
 def run_together(size: int, run_one: Callable[[int, Callable[..., TrialResult]], str],
                  check: Callable[[], None]) -> list[str]:
     """Run ``run_one(i, train)`` for every item i in a thread of its own, their training calls

@@ -70,8 +70,9 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
                "ABLATE_TRACKING_URI": stores.tracking, "ABLATE_TRACEBACK": "1"}  # tracebacks to its log
         cmd = [sys.executable, "-m", "ablate.cli", "worker", study, "--device", device, "--threads", str(threads),
                "--checkpoint-every", str(checkpoint_every)]
-        if fuse > 1:  # each worker claims up to that many items of a cell and trains them as one model
-            cmd += ["--fuse", str(fuse)]
+        # Up to that many items of a cell trained as one model (0: the worker chooses); always
+        # passed: the worker's own default is 0, so a run's --fuse 1 must say 1
+        cmd += ["--fuse", str(fuse)]
         if verbose:
             cmd.append("-v")
         logs = home() / "logs"

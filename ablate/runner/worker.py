@@ -532,7 +532,7 @@ def work(
     running items so that a killed worker's item (re-queued after its grace period) gets run.
     ``train``: the training function (None: ``ablate.training.run_trial``; ``ablate plan
     --estimate`` times this path with a stand-in). ``fuse``: claim up to that many items of one
-    cell at once and train them as one model (runner/fused.py; 1: one at a time).
+    cell at once and train them as one model (runner/fused.py; 1: one at a time; 0: K by device and size).
 
     Raises Interrupted (SIGINT/SIGTERM, after re-queueing what it held), WorkerStopped (the stores
     failed: a full disk, MLflow down, a study storage that cannot be written) and StorageError
@@ -628,7 +628,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             group = [trial] if trial is not None else []
             if trial is not None:
                 faults.inject("claim")
-                room = fuse if max_items is None else min(fuse, max_items - sum(outcomes.values()))
+                room = fused.room(fuse, device, trial.user_attrs["config"], max_items, sum(outcomes.values()))
                 group += phases.claim_fusable(study, trial, room - 1)
         if dead:
             settle_runs(study, stores.tracking, dead)
