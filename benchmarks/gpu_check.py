@@ -16,9 +16,10 @@ benchmarks/gpu_workers.py's docstring says, else they are listed as skipped):
     largest magnitude) and bfloat16 (6e-3), real / complex64 / log, several shapes, broadcast a.
 (b) ``skew_expm`` on the device against ``torch.linalg.matrix_exp`` in float64: P, its gradient,
     PᵀP - I in float32, and the forward+backward time ratio, (H, n) = (1, 128), (4, 32), (32, 4).
-(c) CUDA only (``--cpu-timings`` runs it on CPU, untargeted): every scan (real, complex, log)
-    forward+backward at L = 4096, B x D large enough to fill the GPU, against the HBM copy
-    bandwidth measured in the same process (target: <= 1.5x the bound).
+(c) CUDA only (``--cpu-timings`` runs it on CPU, untargeted): every scan (real, complex, log;
+    complex also under a time-invariant decay, its own kernel path) forward+backward at L = 4096,
+    B x D large enough to fill the GPU, against the HBM copy bandwidth measured in the same process
+    (target: <= 1.5x the bound).
 (d) One recurrent layer forward+backward, RotRNN (heads 1, 4, 32) against the LRU at the same
     width (harness.models' FULL_LAYER_CONFIG: L 1024, B 32, d 128, N 128), timed in turn within each
     round (target: <= 1.3x); a 4-layer training step of each, untargeted.
@@ -206,12 +207,15 @@ def run_timings(dev: str, quick: bool) -> list[tuple[str, str, bool]]:
     rows = []
     src = torch.ones(B * L * D * 2, device=dev)  # as large as one complex input
     dst = torch.empty_like(src)
-    for kind in ("real", "complex", "log"):
-        a, b, _ = inputs(kind, B, L, D, torch.float32, dev)
+    # The complex scan twice: a per-step decay, and a time-invariant one (the LRU's; its own kernel
+    # path), whose bound leaves out a and grad_a: 4 of the 6 and 10 of the 16 units.
+    for kind, a_shape in (("real", "full"), ("complex", "full"), ("complex", "channels"), ("log", "full")):
+        a, b, _ = inputs(kind, B, L, D, torch.float32, dev, a_shape)
         elems, unit = B * L * D, 4
-        f_bytes, fb_bytes = (unit * k * elems for k in BYTES_PER_ELEM[kind])
+        units = BYTES_PER_ELEM[kind] if a_shape == "full" else (4, 10)
+        f_bytes, fb_bytes = (unit * k * elems for k in units)
         for backend in available_backends(dev):
-            if backend == "torch" and kind != "log" and not quick:
+            if backend == "torch" and (kind != "log" and not quick or a_shape != "full"):
                 continue  # the per-step loop: 4096 launches each way, minutes, nothing to learn
             fwd, fb = scan_workloads(kind, backend, a, b)
             bw = [2 * src.numel() * 4 / time_ms(lambda: dst.copy_(src), dev, 10) / 1e6]
@@ -221,7 +225,8 @@ def run_timings(dev: str, quick: bool) -> list[tuple[str, str, bool]]:
             xf, xfb = f_ms / (f_bytes / gbs / 1e6), fb_ms / (fb_bytes / gbs / 1e6)
             rows.append(
                 (
-                    f"time {backend:6s} {kind:7s} B={B} L={L} D={D}",
+                    f"time {backend:6s} {kind:7s} B={B} L={L} D={D}"
+                    + ("" if a_shape == "full" else " a=(D,)"),
                     f"fwd {f_ms:.3f} ms {xf:.2f}x bound, f+b {fb_ms:.3f} ms {xfb:.2f}x bound "
                     f"(copy {gbs:.0f} GB/s; target f+b <= 1.5x)",
                     backend == "torch" or dev == "cpu" or xfb <= 1.5,  # the target is the GPU's
