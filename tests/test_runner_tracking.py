@@ -225,3 +225,34 @@ def test_a_damaged_template_is_dropped_and_the_store_built_by_mlflow(tmp_path, m
     assert mlc.search_experiments()[0].name == "Default"
     assert _schema(store)[1]  # migrated to a schema version by MLflow itself
     assert _schema(template) == _schema(store)  # rebuilt from this store
+
+
+def test_artifacts_of_a_local_store_read_without_mlflow_are_what_mlflow_reads(stores, tmp_path):
+    # results.load reads a local store's artifacts with sqlite3 and polars (MLflow's import and
+    # store set-up were most of a report's load): the same frames, the same None for a run without
+    # the artifact, an error for a run the store does not have, and the same for a deleted run.
+    mlc = tracking.client(stores.tracking)
+    exp = tracking.experiment_id(stores, "arts")
+    ids = []
+    for k in range(3):
+        run = mlc.create_run(exp)
+        if k < 2:
+            frame = pl.DataFrame({"step": [1, 2], "value": [0.5 + k, 0.25]})
+            path = tmp_path / f"m{k}" / tracking.METRICS_ARTIFACT
+            path.parent.mkdir()
+            frame.write_parquet(path)
+            mlc.log_artifact(run.info.run_id, str(path))
+        ids.append(run.info.run_id)
+    mlc.delete_run(ids[1])
+    asked = [*ids, "0" * 32]
+    assert tracking._local_artifact_folders(stores.tracking, asked) is not None  # the fast path is taken
+    fast = tracking.read_parquet_artifacts(stores.tracking, asked, tracking.METRICS_ARTIFACT)
+    for run_id in ids:
+        slow = tracking.read_parquet_artifact(stores.tracking, run_id, tracking.METRICS_ARTIFACT, mlc)
+        assert (fast[run_id] is None and slow is None) or fast[run_id].equals(slow)
+    assert fast[ids[0]]["value"].to_list() == [0.5, 0.25] and fast[ids[2]] is None
+    assert isinstance(fast["0" * 32], Exception)
+    with pytest.raises(Exception, match="not found"):
+        tracking.read_parquet_artifact(stores.tracking, "0" * 32, tracking.METRICS_ARTIFACT, mlc)
+    # A store MLflow must read (not SQLite, or artifacts not in local folders): MLflow reads it.
+    assert tracking._local_artifact_folders("http://127.0.0.1:9/", ids) is None
