@@ -203,7 +203,11 @@ def resolve(storage: str | None = None, tracking: str | None = None,
     artifacts = (root / "mlartifacts").as_uri() if local else None
     for url in (storage, tracking) if create else ():
         if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            folder = Path(url.removeprefix("sqlite:///")).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a store where no folder can be: say which, not an internal error
+                raise StorageError(redact(f"cannot make the folder of the store {url}: {exc.strerror or exc}")) from None
     return Stores(storage, tracking, artifacts)
 
 
@@ -223,5 +227,11 @@ def sqlite_lock(url: str) -> Iterator[None]:
     if path is None:
         yield
         return
-    with FileLock(f"{path}.lock"):
+    lock = f"{path}.lock"
+    try:  # FileLock takes a lock file it cannot create for one held elsewhere, and waits forever
+        with open(lock, "a"):
+            pass
+    except OSError as exc:
+        raise StorageError(redact(f"cannot write beside the store {url}: {exc.strerror or exc}")) from None
+    with FileLock(lock):
         yield

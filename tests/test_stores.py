@@ -188,3 +188,14 @@ def test_no_password_given_in_the_urls_is_written_anywhere(tmp_path, postgres_ur
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_a_store_where_nothing_can_be_written_is_an_error_naming_it_not_a_wait_or_a_traceback(tmp_path):
+    # /proc takes no new files, even from root: FileLock took the lock file it could not create
+    # for one held elsewhere and waited for ever; a folder that cannot be made was an internal error.
+    with pytest.raises(stores.StorageError, match=r"cannot write beside the store sqlite:////proc/x\.db"):
+        with stores.sqlite_lock("sqlite:////proc/x.db"):
+            pass
+    with pytest.raises(stores.StorageError, match=r"cannot make the folder of the store sqlite:////proc/none/m\.db"):
+        stores.resolve(f"sqlite:///{tmp_path / 'optuna.db'}", "sqlite:////proc/none/m.db")
+    assert not list(tmp_path.iterdir())  # nothing written
