@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.tracking",),
     ("ablate.runner.items",),
     ("ablate.runner.reuse",),
+    ("ablate.runner.dashboard",),
     ("ablate.runner.study",),
     ("ablate.runner.housekeeping",),
     ("ablate.runner.standing",),
@@ -211,7 +212,8 @@ def private_uses(root: Path = PACKAGE, extra: list[Path] | None = None) -> list[
 # opens, lists and deletes studies and catches Optuna's exceptions through them, and uses Optuna's
 # names only as types (``optuna.Study``, ``FrozenTrial``, a distribution in ``isinstance``) and
 # ``TrialState``.
-OPTUNA_SEAM = ("ablate.runner.rdb", "ablate.runner.queue", "ablate.runner.study", "ablate.runner.samplers")
+OPTUNA_SEAM = ("ablate.runner.rdb", "ablate.runner.queue", "ablate.runner.study", "ablate.runner.dashboard",
+               "ablate.runner.samplers")
 # Calls of an Optuna name allowed anywhere: reading a trial state is not reaching the storage.
 OPTUNA_ANYWHERE = ("optuna.trial.TrialState",)
 # Calls still to convert (module → the Optuna names it calls), in files another change owns;

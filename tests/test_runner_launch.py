@@ -207,3 +207,21 @@ def test_run_worker_pulls_the_queued_items_and_says_so(tmp_path, monkeypatch):
     out, o, err, _ = consoles()
     assert run_study(spec, stores(tmp_path), out, err, workers=0) is None
     assert "launch: 2 trials, 1 done, 0 failed, 1 to run" in o.getvalue()
+
+
+def test_a_tracking_store_that_cannot_be_written_stops_the_run_with_its_name(tmp_path, monkeypatch):
+    # The parent run is started by the first worker (not while queueing): its failure is the run's.
+    import pytest
+
+    from ablate.stores import StorageError, Stores
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    spec = design.validate(SPEC)
+    good = stores(tmp_path)
+    out, o, err, _ = consoles()
+    assert run_study(spec, good, out, err, workers=0) is None  # queueing needs no tracking store
+    assert "mlflow_parent_run_id" not in _study(spec, tmp_path).user_attrs
+    broken = Stores(good.storage, "sqlite:////proc/mlflow.db", good.artifacts)
+    with pytest.raises(StorageError, match=r"cannot write beside the store sqlite:////proc/mlflow\.db"):
+        run_study(spec, broken, *consoles()[::2], workers=1, checkpoint_every=0)
+    assert [t.state.name for t in _study(spec, tmp_path).get_trials()] == ["WAITING", "WAITING"]  # nothing lost

@@ -138,11 +138,20 @@ def test_two_runs_queueing_at_once_queue_each_item_once(tmp_path):
         assert proc.returncode == 0, err
     items = Counter(t.user_attrs["item"] for t in load(tmp_path).trials)
     assert len(items) == 40 and set(items.values()) == {1}
+    # Queueing starts no parent run; the first worker does (study.ensure_parent_run): two starting
+    # at once start one.
+    assert "mlflow_parent_run_id" not in load(tmp_path).user_attrs
+    procs = [spawn(tmp_path, "worker", "exec", "--max-items", "1") for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
     from mlflow.tracking import MlflowClient
 
     mlc = MlflowClient(f"sqlite:///{tmp_path / '.ablate' / 'mlflow.db'}")
     runs = mlc.search_runs([mlc.get_experiment_by_name("exec").experiment_id])
-    assert len(runs) == 1 and runs[0].data.tags["ablate.role"] == "study"  # one parent run
+    parents = [r for r in runs if r.data.tags["ablate.role"] == "study"]
+    assert len(parents) == 1 and parents[0].info.run_id == load(tmp_path).user_attrs["mlflow_parent_run_id"]
+    assert {r.data.tags.get("mlflow.parentRunId") for r in runs if r.info.run_id != parents[0].info.run_id} == {parents[0].info.run_id}
 
 
 def test_sigint_requeues_the_item_and_rerun_finishes_it(tmp_path):
@@ -402,8 +411,8 @@ def test_an_item_is_claimed_once_the_imports_are_loaded_and_old_runs_settled(tmp
         def _prepare(tracking_uri=None, device="cpu") -> None:
             imported.wait()
 
-    def held(tracking_uri=None, then=None, device="cpu"):
-        preloads.append(HeldPreload(tracking_uri, then, device))
+    def held(tracking_uri=None, then=None, device="cpu", needs=None):
+        preloads.append(HeldPreload(tracking_uri, then, device, needs))
         threading.Timer(0.3, imported.set).start()  # the imports end a moment after the start
         return preloads[-1]
 

@@ -16,10 +16,11 @@ from ablate import design
 from ablate.metrics import column as metric_column
 from ablate.results.frames import CONVERGENCE, SUMMARY, SUMMARY_SENTINEL, TEXT_AND_COUNTS, Results, Studies
 from ablate.runner import sequential_looks, tracking
+from ablate.runner.dashboard import factor_distributions
 from ablate.runner.items import trials_by_item
 from ablate.runner.locate import locate
 from ablate.runner.standing import representative
-from ablate.runner.study import factor_distributions, open_study, run_budget
+from ablate.runner.study import open_study, run_budget
 from ablate.stores import Stores, redact, sqlite_path
 
 

@@ -24,10 +24,10 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.markup import escape
 
-from ablate.design import cells, spec_hash
+from ablate.design import cells
+from ablate.runner import dashboard, pool, queue, sequential_looks, tracking
 from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
-from ablate.runner import pool, queue, sequential_looks, tracking
 from ablate.runner import study as st
 from ablate.runner.plan import orphan_lines
 from ablate.runner.signals import Interrupted
@@ -142,7 +142,7 @@ def show_reused(study: optuna.Study, stores: Stores, err: Console) -> int:
         if study.user_attrs.get(REUSED_SHOWN) == mark:
             return 0
         with queue.lock(study, f"ablate-reused:{study.study_name}"):  # two `ablate run`s: one light run an item
-            made = tracking.log_reused(stores, study.study_name, study.user_attrs.get("mlflow_parent_run_id"), trials)
+            made = tracking.log_reused(stores, study.study_name, study.user_attrs.get(st.PARENT_RUN), trials)
         study.set_user_attr(REUSED_SHOWN, mark)
         return made
     except Exception as exc:
@@ -182,19 +182,11 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     ``fuse`` items of a cell as one model); the study's state after."""
     todo = sequential_looks.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
 
-    def parent_run() -> str:
-        try:
-            return tracking.start_parent_run(stores, spec.name, json.dumps(spec.model_dump(), indent=2),
-                                             spec_hash(spec))
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise st.StorageError(redact(f"cannot write to the tracking store {stores.tracking}: "
-                                         f"{type(exc).__name__}: {first}")) from None
-
     try:
-        prepared = st.prepare(spec, todo, stores, parent_run, reuse=reuse, reuse_stale=reuse_stale,
-                              retry_failed=retry_failed)
+        prepared = st.prepare(spec, todo, stores, reuse=reuse, reuse_stale=reuse_stale, retry_failed=retry_failed)
         study, queued = prepared
+        if prepared.linked:  # the linked items' runs nest under it (show_reused); otherwise the first worker starts it
+            st.ensure_parent_run(study, stores)
         before = its.Progress.of(study, todo)
         orphans = hk.orphans(study, todo)
     except st.StorageError:
@@ -204,7 +196,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     except Exception as exc:  # a store that fails while items are queued (read-only, full, gone)
         raise st.StorageError(storage_problem(stores.storage, exc)) from None
     with contextlib.suppress(Exception):  # the note repeats the description attribute: not worth a failed run
-        st.save_note(study, spec)
+        dashboard.save_note(study, spec)
     if prepared.retried:
         shown = "; ".join(prepared.retried[:5]) + (f"; … {len(prepared.retried) - 5} more" if len(prepared.retried) > 5
                                                    else "")

@@ -17,22 +17,32 @@ from ablate.runner import tracking
 class Preload:
     """Import torch, the models and MLflow in a daemon thread, load the scan kernels (on a CPU
     worker: ``scan.warm_up``), open the tracking store (``tracking``: its first client builds
-    MLflow's store, checking a SQLite store's schema) and call ``then`` (the settling of runs a kill
-    left RUNNING). ``loaded`` is set once all that is done, or failed: an import error is left for
+    MLflow's store, checking a SQLite store's schema), call ``needs`` (the study's parent run: its
+    error is raised by ``await_preload``) and ``then`` (the settling of runs a kill left RUNNING). ``loaded`` is set once all that is done, or failed: an import error is left for
     the item that needs the module to raise (and record) when it imports it. The first claim waits
     for ``loaded``: settling runs while a first item trains made that item wait on MLflow's store
     and on the interpreter (tenths of a second, a fifth of a small trial: benchmarks/bench_idle.py)."""
 
     def __init__(self, tracking_uri: str | None = None, then: Callable[[], Any] | None = None,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", needs: Callable[[], Any] | None = None) -> None:
         self.loaded = threading.Event()
-        self.thread = threading.Thread(target=self._load, args=(tracking_uri, then, device), name="ablate-preload",
-                                       daemon=True)
+        self.failed: Exception | None = None  # what ``needs`` raised: ``await_preload`` raises it
+        self.thread = threading.Thread(target=self._load, args=(tracking_uri, then, device, needs),
+                                       name="ablate-preload", daemon=True)
         self.thread.start()
 
-    def _load(self, tracking_uri: str | None, then: Callable[[], Any] | None, device: str) -> None:
+    def _load(self, tracking_uri: str | None, then: Callable[[], Any] | None, device: str,
+              needs: Callable[[], Any] | None) -> None:
         try:
-            self._prepare(tracking_uri, device)
+            try:
+                self._prepare(tracking_uri, device)
+            finally:  # even after an import error: what no item can do without (the study's parent run)
+                if needs is not None:
+                    try:
+                        needs()
+                    except Exception as exc:
+                        self.failed = exc
+                        return
             if then is not None:
                 with contextlib.suppress(Exception):  # best effort: the next worker to start settles them
                     then()
@@ -87,4 +97,6 @@ def await_preload(preload: Preload, device: str) -> None:
     signal meanwhile interrupts the worker as at any other moment (``work``)."""
     while not preload.loaded.wait(0.5):  # in slices: a signal's handler runs between them
         pass
+    if preload.failed is not None:
+        raise preload.failed
     select_device(device)

@@ -20,12 +20,8 @@ item, one per budget: a run still improving is extended by a longer one queued f
 (``extend_runs``; the section at the end says why the same item, and how it is queued exactly
 once). Its result is its longest finished run (``longest_run``).
 
-So that optuna-dashboard shows an ablation rather than an optimisation, ``describe`` names the
-objective (``val_accuracy``), says in the study's ``description`` attribute (and its dashboard
-note, when optuna-dashboard is installed) what the trials are, and keeps the categorical
-distribution of every factor (its level labels, in the spec's order) in ``PARAM_DISTRIBUTIONS``:
-a running trial records its levels (and tuned values, runner/phases.py) as Optuna parameters,
-which the dashboard's importance, parallel-coordinate and slice views read.
+What optuna-dashboard shows of a study (its objective, description, note and the factors'
+distributions) is written by runner/dashboard.py's ``describe`` as the study is prepared.
 """
 
 from __future__ import annotations
@@ -39,22 +35,20 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ablate import design, faults
+from ablate import faults
 from ablate.design import Item, spec_hash
+from ablate.runner import dashboard, queue
 from ablate.runner import items as its
-from ablate.runner import queue
 from ablate.runner.items import (
     BUDGET,
     DROPPED,
     EXTENDED_FROM,
     MAX_RETRIES,
-    PARAM_DISTRIBUTIONS,
     STATE_KEYS,
     item_attrs,
     item_state,
@@ -83,11 +77,7 @@ SPEC_HISTORY = 16
 RECORDED_KINDS = ("diverged", "error", "oom", "infrastructure")
 
 KILLED_ATTRS = {"status": "killed", "failure_kind": "killed", "failure_message": "worker stopped sending heartbeats"}
-# The objective every COMPLETE trial reports (worker.py tells the study this value).
-OBJECTIVE = "val_accuracy"
-# The description optuna-dashboard's note was last saved with: importing optuna_dashboard to compare
-# costs seconds (it pulls in scikit-learn), on every `ablate run` of a study that has nothing to do.
-NOTE_SAVED = "ablate.dashboard_note"
+PARENT_RUN = "mlflow_parent_run_id"
 # The finished trials (numbers and states, hashed) when every MLflow run was last settled: a run is
 # left RUNNING only by a trial that finished (or died) since, so an unchanged set needs no MLflow.
 RUNS_SETTLED = "ablate.settled"  # was "ablate.runs_settled", written before the parent run was settled too
@@ -280,7 +270,7 @@ def parent_status(study: optuna.Study) -> str | None:
 def end_parent(study: optuna.Study, tracking: str, tr: Any) -> int:
     """End the study's MLflow parent run as its items stand (``parent_status``), if it is not so
     already: 1 when it did. A parent a later retry re-opened ends again when that retry is done."""
-    parent = study.user_attrs.get("mlflow_parent_run_id")
+    parent = study.user_attrs.get(PARENT_RUN)
     status = parent_status(study) if parent else None
     if status is None:
         return 0
@@ -288,108 +278,31 @@ def end_parent(study: optuna.Study, tracking: str, tr: Any) -> int:
     return int(tr.end_run(tracking, parent, status))
 
 
-def factor_distributions(spec: Spec, known: Mapping[str, Any] | None = None
-                         ) -> dict[str, optuna.distributions.CategoricalDistribution]:
-    """Per factor, a categorical distribution over its level labels in the spec's order (and the
-    baseline's label, where a cell shows it: a conditional factor that does not apply, a factor
-    left at the baseline by a one-at-a-time design). ``known`` (name → distribution
-    JSON, as stored) keeps the labels recorded before: those the spec no longer lists follow its
-    own, so that every recorded value stays a choice."""
-    factors, _ = design.parse_factors(spec)
-    shown = {f.name: {c.labels[f.name] for c in design.cells(spec)} for f in factors}
-    out = {}
-    for f in factors:
-        labels = [lvl.label for lvl in f.levels]
-        if f.baseline_label in shown[f.name] and f.baseline_label not in labels:
-            labels.append(f.baseline_label)
-        if known and f.name in known:
-            old = optuna.distributions.json_to_distribution(known[f.name])
-            if isinstance(old, optuna.distributions.CategoricalDistribution):
-                labels += [c for c in old.choices if c not in labels]
-        out[f.name] = optuna.distributions.CategoricalDistribution(labels)
-    return out
+def ensure_parent_run(study: optuna.Study, stores: Stores) -> str:
+    """The study's MLflow parent run, which its items' runs nest under, started now if it has none.
+    Started by the first process that needs it — a worker before its first item, a run that
+    links results — not by every ``ablate run`` as it queues: that imports MLflow (seconds of CPU)
+    in a process that otherwise never does, beside the workers starting. Under the queue's lock,
+    so that two processes never start two."""
+    from ablate.runner import tracking
 
-
-def describe(study: optuna.Study, spec: Spec) -> None:
-    """What optuna-dashboard needs to show an ablation (see the module docstring): the objective's
-    name, the description and the factors' distributions (the note: ``save_note``); parameters
-    recorded under distributions that changed (a level added) are re-encoded."""
-    study.set_metric_names([OBJECTIVE])
-    text = description(spec)
-    if study.user_attrs.get("description") != text:
-        study.set_user_attr("description", text)
-    known = study.user_attrs.get(PARAM_DISTRIBUTIONS) or {}
-    dists = factor_distributions(spec, known)
-    stored = {name: optuna.distributions.distribution_to_json(d) for name, d in dists.items()}
-    if {k: known.get(k) for k in stored} != stored:
-        for name, dist in dists.items():
-            if name in known and known[name] != stored[name]:
-                queue.recode_params(study, name, dist)
-        study.set_user_attr(PARAM_DISTRIBUTIONS, {**known, **stored})
-    # Trials recorded before levels were parameters (older stores) get them now, so the
-    # dashboard's importance and slice views read the whole study.
-    queue.backfill_params(study, dists)
-
-
-def save_note(study: optuna.Study, spec: Spec) -> None:
-    """The description as optuna-dashboard's note on the study, if the dashboard is installed and
-    the note is not already this text."""
-    text = description(spec)
-    if study.user_attrs.get(NOTE_SAVED) == text:
-        return
-    notes = _dashboard_notes()
-    if notes is None:  # an optional tool: the description attribute says the same
-        return
-    if notes.get_note(study) != text:
-        notes.save_note(study, text)
-    study.set_user_attr(NOTE_SAVED, text)
-
-
-def _dashboard_notes() -> Any:
-    """optuna-dashboard's note functions (``get_note``, ``save_note``), or None without the
-    dashboard. Its package imports its web app, Optuna's importance module and scikit-learn (1.6 s
-    of CPU, beside the workers starting); its note module imports only Optuna, so it is run from
-    its file alone, and the package imported only if that file moved or no longer runs alone."""
-    import importlib.util
-
-    found = importlib.util.find_spec("optuna_dashboard")
-    if found is None:
-        return None
-    for folder in found.submodule_search_locations or []:
-        path = Path(folder) / "_note.py"
-        module_spec = importlib.util.spec_from_file_location("ablate_dashboard_note", path)
-        if path.is_file() and module_spec is not None and module_spec.loader is not None:
-            module = importlib.util.module_from_spec(module_spec)
+    parent = study.user_attrs.get(PARENT_RUN)
+    if parent:
+        return parent
+    with queue.lock(study, f"ablate-queue:{study.study_name}"):
+        parent = study.user_attrs.get(PARENT_RUN)
+        if not parent:
             try:
-                module_spec.loader.exec_module(module)
-            except Exception:
-                break
-            if hasattr(module, "get_note") and hasattr(module, "save_note"):
-                return module
-    import optuna_dashboard
-
-    return optuna_dashboard
-
-
-def description(spec: Spec) -> str:
-    """The study's description for optuna-dashboard (Markdown): an ablation queue, not a search."""
-    factors = ", ".join(f"`{name}`" for name in spec.factors) or "none"
-    lines = [
-        f"**{spec.name}: an ablation study run by ablate** — a work queue, not an optimisation.",
-        "",
-        "Each trial trains one cell (a combination of factor levels) on one seed "
-        "(`phase` replicate, or tune while a cell's tuning runs); trials run in queue order, so the "
-        "best-so-far line and \"best trial\" mean only the highest validation accuracy so far.",
-        f"Parameters are the factor levels ({factors}; categorical, in the spec's order) and, for "
-        "tuned studies, the tuned values: importance, parallel coordinates and slices show how each "
-        f"factor moves `{OBJECTIVE}`, the objective (validation accuracy at the end of training).",
-        "User attributes hold the cell (`cell_label`, `cell_id`), `seed`, `phase`, its config and "
-        "any failure. Test metrics, curves and statistics: `ablate report` or "
-        f"`ablate.results.load({spec.name!r})`.",
-    ]
-    if spec.description:
-        lines += ["", spec.description.strip()]
-    return "\n".join(lines)
+                parent = tracking.start_parent_run(stores, study.study_name, json.dumps(study.user_attrs.get("spec"),
+                                                   indent=2), str(study.user_attrs.get("spec_hash", "")))
+            except StorageError:
+                raise
+            except Exception as exc:
+                first = (str(exc).strip().splitlines() or [""])[0]
+                raise StorageError(redact(f"cannot write to the tracking store {stores.tracking}: "
+                                          f"{type(exc).__name__}: {first}")) from None
+            study.set_user_attr(PARENT_RUN, parent)
+    return parent
 
 
 @dataclass
@@ -417,7 +330,7 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     otherwise than by diverging (``items.retry_failed``)."""
     queue.quiet_optuna()  # creating or loading the study would say so on stderr
     study = open_study(spec.name, stores, create=True)
-    describe(study, spec)  # first: the description heads the dashboard's table of study attributes
+    dashboard.describe(study, spec)  # first: the description heads the dashboard's table of study attributes
     dump = spec.model_dump(mode="json")  # unsorted: factor and level order are the spec's
     digest = spec_hash(spec)
     study.set_user_attr("spec", dump)
@@ -430,8 +343,8 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     done = Prepared(study, 0)
     # Two `ablate run`s at once would otherwise both queue every item (docs/multi-host.md).
     with queue.lock(study, f"ablate-queue:{study.study_name}"):
-        if parent_run is not None and not study.user_attrs.get("mlflow_parent_run_id"):
-            study.set_user_attr("mlflow_parent_run_id", parent_run())
+        if parent_run is not None and not study.user_attrs.get(PARENT_RUN):
+            study.set_user_attr(PARENT_RUN, parent_run())
         if retry_failed:  # items failed with an error: new again, their failed attempts kept
             done.retried = its.retry_failed(study)
         existing = states_by_item(study)

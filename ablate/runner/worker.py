@@ -43,6 +43,7 @@ from optuna.trial import TrialState
 
 from ablate import faults, provenance
 from ablate.runner import fused, phases, queue, sequential_looks, tracking
+from ablate.runner import study as st
 from ablate.runner.heartbeat import Heartbeat
 from ablate.runner.items import BUDGET, MAX_RETRIES, UNBOUNDED, states_by_item
 from ablate.runner.preload import Preload, await_preload
@@ -71,6 +72,7 @@ RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
 MAX_INFRASTRUCTURE_IN_A_ROW = 3  # then the stores are down, not flaky: stop rather than fail every item
 REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another process has begun
+MIN_IDLE_WAIT_S, MAX_IDLE_WAIT_S = 0.1, 2.0  # an idle worker's looks at others' running items, doubling
 PRELOAD_WAIT_S = 60.0  # how long a finishing worker lets the background imports complete
 
 
@@ -367,7 +369,7 @@ def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], 
         tracking.TrialRun,
         stores,
         study.study_name,
-        study.user_attrs.get("mlflow_parent_run_id"),
+        st.ensure_parent_run(study, stores),  # started by the preload: here, read
         f"{attrs['cell_label']} · seed {attrs['seed']}",
         attrs["config"],
         {
@@ -569,7 +571,8 @@ def _work(study_name: str, stores: Stores, device: str, emit: Event, wait_for_ru
     # What training needs (torch, the models, mlflow: 5-10 s) loads in the background from here
     # while the worker reads the queue; the same thread then ends what a kill left between a run's
     # results and its record, before this worker claims an item.
-    preload = Preload(stores.tracking, lambda: settle_runs(study, stores.tracking), device)
+    preload = Preload(stores.tracking, lambda: settle_runs(study, stores.tracking), device,
+                      needs=lambda: st.ensure_parent_run(study, stores))
     try:
         return _serve(study, stores, device, emit, wait_for_running, checkpoint_every, max_items, signals, current,
                       preload, train, fuse)
@@ -617,6 +620,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
     outcomes: dict[str, int] = {}
     in_a_row = 0  # infrastructure failures
     requeue_deadline = time.monotonic() + REQUEUE_WAIT_S  # also at start: a verdict may be in flight
+    idle_wait = MIN_IDLE_WAIT_S
     spec = _sequential_spec(study)
     extending = extends_runs(study.user_attrs.get("spec"))  # until_converged: runs still improving go on
     while True:
@@ -646,7 +650,10 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
                     if advanced.queued:
                         continue
             if wait_for_running and queue.count(study, (TrialState.RUNNING,)):
-                signals.sleep(2.0)
+                # Others' items may yet fail and be re-queued. Looked at often at first: the last
+                # item of a run usually ends within a second, and the run ends when its workers do.
+                signals.sleep(idle_wait)
+                idle_wait = min(2 * idle_wait, MAX_IDLE_WAIT_S)
                 continue
             # A trial declared dead is failed first and re-queued a moment later (study.declare_dead).
             if wait_for_running and time.monotonic() < requeue_deadline and _requeue_in_flight(study):
@@ -654,6 +661,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
                 continue
             settle_runs(study, stores.tracking)  # what kills left RUNNING, and the parent run once all is done
             return outcomes
+        idle_wait = MIN_IDLE_WAIT_S
         # Beat from the claim on: choosing the setting and opening the MLflow run come before
         # run_item's heartbeat (which lends it the step) and can take seconds.
         with ExitStack() as beats:

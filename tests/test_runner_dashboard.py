@@ -1,4 +1,4 @@
-"""A study on the queue as optuna-dashboard reads it (ablate.runner.study.describe, phases.record_params):
+"""A study on the queue as optuna-dashboard reads it (ablate.runner.dashboard.describe, phases.record_params):
 factor levels and tuned values as parameters with distributions, the objective's name, the note —
 through the dashboard's own WSGI JSON API on real studies — and the message for a misspelt study."""
 
@@ -15,7 +15,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from support import RAW, finish, stores
 
 from ablate import design
-from ablate.runner import phases
+from ablate.runner import dashboard, phases
 from ablate.runner import study as st
 
 
@@ -24,7 +24,7 @@ def tmp_path(shm_tmp_path: Path) -> Path:
     return shm_tmp_path
 
 
-def dashboard(storage_url: str):
+def dashboard_api(storage_url: str):
     """GET a path of optuna-dashboard's JSON API (what its pages render), as its browser app does."""
     from optuna_dashboard import wsgi
 
@@ -46,19 +46,19 @@ def test_factor_distributions_in_the_specs_order():
            "factors": {"model.heads": {"levels": [2, 4], "when": {"model.parameterisation": "rotation"}},
                        "model.parameterisation": ["rotation", "complex_diagonal"],
                        "model.layers": [16, 2]}}
-    dists = st.factor_distributions(design.validate(raw))
+    dists = dashboard.factor_distributions(design.validate(raw))
     # A conditional factor's cells where it does not apply show its baseline label: a choice too.
     assert dists["model.heads"] == CategoricalDistribution(["2", "4", "1"])
     assert dists["model.layers"] == CategoricalDistribution(["16", "2"])
     known = {"model.layers": optuna.distributions.distribution_to_json(CategoricalDistribution(["2", "8"]))}
-    kept = st.factor_distributions(design.validate(raw), known)
+    kept = dashboard.factor_distributions(design.validate(raw), known)
     assert kept["model.layers"] == CategoricalDistribution(["16", "2", "8"])  # recorded labels stay choices
 
 
 def test_levels_and_tuned_values_are_parameters_and_survive_a_new_level(tmp_path):
     spec = design.validate(RAW)
     study, _ = st.prepare(spec, design.items(spec), stores(tmp_path))
-    assert study.metric_names == [st.OBJECTIVE]
+    assert study.metric_names == [dashboard.OBJECTIVE]
     assert "an ablation study" in study.user_attrs["description"]
     done = []
     while (trial := phases.claim(study)) is not None:
@@ -91,7 +91,7 @@ def test_levels_and_tuned_values_are_parameters_and_survive_a_new_level(tmp_path
 
 def test_dashboard_api_on_a_real_tuned_study(accuracy_study):
     """The accuracy study of tests/real_studies.py: two factors, a tuned lr, a level added later."""
-    get = dashboard(f"sqlite:///{accuracy_study / '.ablate' / 'optuna.db'}")
+    get = dashboard_api(f"sqlite:///{accuracy_study / '.ablate' / 'optuna.db'}")
     study_id = next(s["study_id"] for s in get("/api/studies")["study_summaries"] if s["study_name"] == "accrep")
     detail = get(f"/api/studies/{study_id}")
     assert detail["objective_names"] == ["val_accuracy"]
@@ -131,9 +131,9 @@ def test_the_note_is_saved_without_the_dashboards_app_and_reads_back_through_it(
         "import sys, optuna\n"
         "from support import RAW\n"
         "from ablate import design\n"
-        "from ablate.runner import study as st\n"
+        "from ablate.runner import dashboard\n"
         f"s = optuna.create_study(storage={url!r}, study_name='noted')\n"
-        "st.save_note(s, design.validate(RAW))\n"
+        "dashboard.save_note(s, design.validate(RAW))\n"
         "print(sorted(m for m in sys.modules if m.startswith(('optuna_dashboard', 'sklearn'))))\n"
     )
     tests = Path(__file__).parent
@@ -144,4 +144,4 @@ def test_the_note_is_saved_without_the_dashboards_app_and_reads_back_through_it(
     import optuna_dashboard
 
     study = optuna.load_study(study_name="noted", storage=url)
-    assert optuna_dashboard.get_note(study) == st.description(design.validate(RAW))
+    assert optuna_dashboard.get_note(study) == dashboard.description(design.validate(RAW))
