@@ -13,7 +13,7 @@ import errno
 import os
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,3 +235,33 @@ def sqlite_lock(url: str) -> Iterator[None]:
         raise StorageError(redact(f"cannot write beside the store {url}: {exc.strerror or exc}")) from None
     with FileLock(lock):
         yield
+
+
+def copy_sqlite(source: Path, target: Path, from_template: bool = False) -> None:
+    """Copy a store's SQLite database through SQLite's backup API, into a temporary file renamed
+    into place (a reader never sees half a file): a fresh store as a copy of an empty one its
+    library built once (``runner.tracking.store_template``, ``runner.rdb.store_template``). A copy
+    that fails leaves no target (the library then builds the store itself; a cache is only not
+    written); a ``from_template`` source that is not a stamped database is removed."""
+    import sqlite3
+    import tempfile
+
+    tmp: Path | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+        os.close(fd)
+        tmp = Path(name)
+        with closing(sqlite3.connect(source)) as src, closing(sqlite3.connect(tmp)) as dst:
+            src.backup(dst)
+            if not dst.execute("SELECT version_num FROM alembic_version").fetchone():
+                raise sqlite3.DatabaseError("no schema version")
+        os.replace(tmp, target)
+    except sqlite3.DatabaseError:
+        if from_template:
+            source.unlink(missing_ok=True)
+    except OSError:
+        pass
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)

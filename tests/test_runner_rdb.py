@@ -91,3 +91,34 @@ def test_optunas_exceptions_are_caught_under_ablates_names(tmp_path):
     assert issubclass(st.Pruned, Exception) and issubclass(st.StorageInternal, Exception)
     dist = optuna.distributions.CategoricalDistribution(["x", "y"])
     assert queue.stored_distribution(optuna.distributions.distribution_to_json(dist)) == dist
+
+
+def _tables(path: Path) -> tuple[list, tuple]:
+    with sqlite3.connect(path) as con:
+        schema = sorted(con.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"))
+        return schema, con.execute("SELECT schema_version, library_version FROM version_info").fetchone()
+
+
+def test_a_fresh_study_storage_is_a_copy_of_the_first_one_optuna_built(tmp_path, monkeypatch):
+    """Optuna's table creation and Alembic stamp run once per Optuna version; a later fresh store
+    is a copy of that first build (its schema and version stamp, ablate's indexes), and a damaged
+    copy is dropped and built again by Optuna."""
+    from ablate.runner import rdb
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    template = rdb.store_template()
+    assert not template.exists()
+    first, second = tmp_path / "a.db", tmp_path / "b.db"
+    optuna.create_study(storage=storage(f"sqlite:///{first}"), study_name="one")
+    assert template.is_file()
+    schema, stamp = _tables(template)
+    assert stamp == (optuna.storages._rdb.models.SCHEMA_VERSION, optuna.__version__)
+    assert not sqlite3.connect(template).execute("SELECT * FROM studies").fetchall()  # built before any study
+    study = optuna.create_study(storage=storage(f"sqlite:///{second}"), study_name="two")
+    assert _tables(second) == (schema, stamp) == _tables(first)
+    queue.enqueue_many(study, [{"cell_id": "c", "seed": 0}])
+    assert claim(study).number == 0
+    template.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)  # a truncated file
+    third = tmp_path / "c.db"
+    optuna.create_study(storage=storage(f"sqlite:///{third}"), study_name="three")
+    assert _tables(third) == (schema, stamp) and _tables(template) == (schema, stamp)  # rebuilt from it

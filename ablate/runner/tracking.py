@@ -27,7 +27,6 @@ another (``METRICS_ARTIFACT``): what the results API reads.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import tempfile
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.stores import Stores, redact, sqlite_lock, sqlite_path, user_cache
+from ablate.stores import Stores, copy_sqlite, redact, sqlite_lock, sqlite_path, user_cache
 
 BATCH = 1000
 FLUSH_S = 30.0  # at most this long between flushes, so the MLflow UI follows a running trial
@@ -95,10 +94,10 @@ def client(tracking_uri: str, read_only: bool = False):
         fresh = path is not None and not path.exists()
         template = store_template()
         if fresh and template.is_file():
-            _copy_sqlite(template, path)
+            copy_sqlite(template, path, from_template=True)
         mlc = MlflowClient(tracking_uri=tracking_uri)
         if fresh and not template.is_file():
-            _copy_sqlite(path, template)
+            copy_sqlite(path, template)
     _BUILT.add(tracking_uri)
     return mlc
 
@@ -113,33 +112,6 @@ def store_template() -> Path:
     from mlflow.version import VERSION
 
     return user_cache() / "stores" / f"mlflow-{VERSION}.db"
-
-
-def _copy_sqlite(source: Path, target: Path) -> None:
-    """Copy a SQLite database through SQLite's backup API, into a temporary file renamed into
-    place (a reader never sees half a file). A copy that fails leaves no target: a store MLflow
-    then builds itself, a cache that is only not written; a damaged template is removed."""
-    import sqlite3
-
-    tmp: Path | None = None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-        os.close(fd)
-        tmp = Path(name)
-        with contextlib.closing(sqlite3.connect(source)) as src, contextlib.closing(sqlite3.connect(tmp)) as dst:
-            src.backup(dst)
-            if not dst.execute("SELECT version_num FROM alembic_version").fetchone():
-                raise sqlite3.DatabaseError("no schema version")
-        os.replace(tmp, target)
-    except sqlite3.DatabaseError:
-        if source == store_template():
-            source.unlink(missing_ok=True)
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
 
 
 # The tracking URIs whose store this process has built (MLflow keeps it): its later clients do not
