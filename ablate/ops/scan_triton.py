@@ -28,6 +28,13 @@ from ablate.ops.scan_buffers import grad_a_buffer, reduce_batch
 
 BLOCK_T = 64  # time steps per chunk
 BLOCK_D = 32  # channels per program
+# The complex kernels' tile: at 64 x 32 they took 250-255 registers a thread and spilled (sm_90,
+# 4 warps; compiled here without a GPU, cuobjdump -res-usage), the real kernel 117; at 64 x 8
+# 80-112, no spill (the 32 bytes of stack are float32 sin/cos's never-taken large-argument path).
+# Not fewer rows: a time-invariant decay's rounding repeats at every chunk's carry, and 32-row
+# chunks measured 2.1e-5 of |h| at L = 4096, r in [0.999, 1), against 2.1e-6 at 64 (interpreter).
+COMPLEX_BLOCK_T = 64
+COMPLEX_BLOCK_D = 8
 
 
 # --- combine functions ---------------------------------------------------------------------------
@@ -222,21 +229,76 @@ def _rotated_scan(ar, ai, xr, xi, hr, hi):
 
 
 @triton.jit
+def _cos_sin64(units):
+    """cos and sin of a fixed-point angle in float64, to ~1e-15: the quadrant exactly, Taylor
+    series on the rest (|p| <= π/4). libdevice's float64 cos and sin cost 255 registers and 1.8 KB
+    of spilled stack in the kernels (sm_90, compiled here without a GPU), this nothing of either."""
+    u = units.to(tl.int32).to(tl.int64)
+    n = (u + (1 << 29)) >> 30  # the nearest quarter turn, -2 … 2
+    p = (u - (n << 30)).to(tl.float64) * _RAD_PER_UNIT
+    z = p * p
+    s = p * (
+        1.0
+        + z
+        * (
+            -1.0 / 6
+            + z
+            * (
+                1.0 / 120
+                + z
+                * (
+                    -1.0 / 5040
+                    + z
+                    * (
+                        1.0 / 362880
+                        + z * (-1.0 / 39916800 + z * (1.0 / 6227020800 + z * (-1.0 / 1307674368000)))
+                    )
+                )
+            )
+        )
+    )
+    c = 1.0 + z * (
+        -0.5
+        + z
+        * (
+            1.0 / 24
+            + z
+            * (
+                -1.0 / 720
+                + z
+                * (
+                    1.0 / 40320
+                    + z
+                    * (
+                        -1.0 / 3628800
+                        + z * (1.0 / 479001600 + z * (-1.0 / 87178291200 + z * (1.0 / 20922789888000)))
+                    )
+                )
+            )
+        )
+    )
+    q = n & 3  # e^{i n π/2} (c + i s)
+    cos_t = tl.where(q == 0, c, tl.where(q == 1, -s, tl.where(q == 2, -c, s)))
+    sin_t = tl.where(q == 0, s, tl.where(q == 1, c, tl.where(q == 2, -s, -c)))
+    return cos_t, sin_t
+
+
+@triton.jit
 def _decay_params(ar, ai):
     """(r, angle units, ε) of a time-invariant decay, per channel, so that a = r (1 + ε) e^{iθ}.
 
     A time-invariant decay repeats its rounding at every step: float32's r (0.5 ulp) and the
     polynomial's θ (up to 9e-8) put 4.5e-5 of |h| into L = 4096 with r in [0.999, 1) (the complex
     product 1e-5, these parameters 2e-6; interpreter, 2026-12-05). Per channel, not per element, so
-    float64 costs nothing here: one Newton step on θ (float64 cos and sin) and the relative error ε
-    of float32's r, which the chunk applies as (1 + ε)^k = 1 + k ε."""
+    float64 costs little here: one Newton step on θ (``_cos_sin64``) and the relative error ε of
+    float32's r, which the chunk applies as (1 + ε)^k = 1 + k ε."""
     r = tl.sqrt(ar * ar + ai * ai)
     units = _angle_units(ar, ai)
     ar64 = ar.to(tl.float64)
     ai64 = ai.to(tl.float64)
     r64 = tl.sqrt(ar64 * ar64 + ai64 * ai64)
-    th = units.to(tl.int32).to(tl.float64) * _RAD_PER_UNIT
-    delta = (ai64 * tl.cos(th) - ar64 * tl.sin(th)) / tl.where(r64 > 0, r64, 1.0)  # sin(θ - θ̂)
+    cos_t, sin_t = _cos_sin64(units)
+    delta = (ai64 * cos_t - ar64 * sin_t) / tl.where(r64 > 0, r64, 1.0)  # sin(θ - θ̂)
     fix = (delta * _UNITS_PER_RAD + 0.5 - (delta < 0).to(tl.float64)).to(tl.int32)
     eps = tl.where(r > 0, r64 / tl.where(r > 0, r, 1.0).to(tl.float64) - 1.0, 0.0).to(tl.float32)
     return r, units + fix.to(tl.uint32), eps
@@ -252,14 +314,15 @@ def _rotated_scan_invariant(r, units, eps, xr, xi, hr, hi, n, BT: tl.constexpr):
     lam = k1.to(tl.float32)[:, None] * eps[None, :]
     c = tl.cos(phi)
     s = tl.sin(phi)
-    ci = c * (1.0 - lam)  # e^{-iφ} / (1 + λ), to first order (λ <= 64 ε ~ 4e-6)
-    si = s * (1.0 - lam)
+    # e^{-iφ} / (1 + λ) to first order (λ <= 64 ε ~ 4e-6), as c - c λ: 1 - λ would round λ away
+    ci = c - c * lam
+    si = s - s * lam
     rr = tl.where((tl.arange(0, BT) < n)[:, None], r[None, :], 1.0)
     R, Gr, Gi = tl.associative_scan((rr, xr * ci + xi * si, xi * ci - xr * si), 0, _combine_shared)
     gr = R * hr[None, :] + Gr
     gi = R * hi[None, :] + Gi
-    co = c * (1.0 + lam)
-    so = s * (1.0 + lam)
+    co = c + c * lam
+    so = s + s * lam
     return gr * co - gi * so, gr * so + gi * co
 
 
@@ -492,15 +555,16 @@ def _real(x: torch.Tensor | None) -> torch.Tensor | None:
     return torch.view_as_real(x) if x is not None and x.is_complex() else x
 
 
-def _complex_flags(x: torch.Tensor, a: torch.Tensor) -> dict[str, int]:
-    """The complex kernels' PHASE (the real kernel takes none): 0 the complex product (complex128,
-    whose precision the phase would not keep), 1 the real-decay form (complex64), 2 the same under
-    a time-invariant decay (La = 1), whose parameters are computed once per channel."""
+def _linear_launch(x: torch.Tensor, a: torch.Tensor) -> tuple[tuple[int, int], dict[str, int]]:
+    """(grid, tile and flags) of the linear kernels. The complex kernels take PHASE: 0 the complex
+    product (complex128, whose precision the phase would not keep), 1 the real-decay form
+    (complex64), 2 the same under a time-invariant decay (La = 1), its parameters once per channel."""
     if not x.is_complex():
-        return {}
-    if x.dtype != torch.complex64:
-        return {"PHASE": 0}
-    return {"PHASE": 2 if a.shape[1] == 1 else 1}
+        consts = {"BT": BLOCK_T, "BD": BLOCK_D}
+    else:
+        phase = 0 if x.dtype != torch.complex64 else 2 if a.shape[1] == 1 else 1
+        consts = {"PHASE": phase, "BT": COMPLEX_BLOCK_T, "BD": COMPLEX_BLOCK_D}
+    return (x.shape[0], triton.cdiv(x.shape[2], consts["BD"])), consts
 
 
 @_on_its_device
@@ -508,9 +572,10 @@ def linear_forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None) ->
     out = torch.empty_like(b)
     kernel = _complex_fwd if b.is_complex() else _linear_fwd
     B, L, D = b.shape
-    kernel[_grid(b)](
+    grid, consts = _linear_launch(b, a)
+    kernel[grid](
         _real(a), _real(b), _real(h0 if h0 is not None else b), _real(out), L, D, *_a_strides(a),
-        HAS_H0=h0 is not None, **_complex_flags(b, a), BT=BLOCK_T, BD=BLOCK_D,
+        HAS_H0=h0 is not None, **consts,
     )  # fmt: skip
     return out
 
@@ -524,10 +589,11 @@ def linear_backward(
     gb = torch.empty_like(h)
     gh0 = torch.empty(B, D, device=h.device, dtype=h.dtype)
     kernel = _complex_bwd if h.is_complex() else _linear_bwd
-    kernel[_grid(h)](
+    grid, consts = _linear_launch(h, a)
+    kernel[grid](
         _real(a), _real(h), _real(h0 if h0 is not None else h), _real(grad_h), _real(ga), _real(gb),
         _real(gh0), L, D, *_a_strides(a),
-        HAS_H0=h0 is not None, GA_MODE=mode, **_complex_flags(h, a), BT=BLOCK_T, BD=BLOCK_D,
+        HAS_H0=h0 is not None, GA_MODE=mode, **consts,
     )  # fmt: skip
     return (reduce_batch(ga, a) if need_a else None), gb, gh0
 
