@@ -19,7 +19,7 @@ benchmarks/gpu_workers.py's docstring says, else they are listed as skipped):
 (c) CUDA only (``--cpu-timings`` runs it on CPU, untargeted): every scan (real, complex, log;
     complex also under a time-invariant decay, its own kernel path) forward+backward at L = 4096,
     B x D large enough to fill the GPU, against the HBM copy bandwidth measured in the same process
-    (target: <= 1.5x the bound).
+    (target: <= 1.5x the bound); the complex kernels also at other tiles (info rows).
 (d) One recurrent layer forward+backward, RotRNN (heads 1, 4, 32) against the LRU at the same
     width (harness.models' FULL_LAYER_CONFIG: L 1024, B 32, d 128, N 128), timed in turn within each
     round (target: <= 1.3x); a 4-layer training step of each, untargeted.
@@ -232,6 +232,37 @@ def run_timings(dev: str, quick: bool) -> list[tuple[str, str, bool]]:
                     backend == "torch" or dev == "cpu" or xfb <= 1.5,  # the target is the GPU's
                 )
             )
+            if kind == "complex" and backend == "triton":
+                rows += complex_tiles(a, b, fb_ms, fb_bytes / gbs / 1e6, dev)
+    return rows
+
+
+# Other tiles of the complex kernels (ablate.ops.scan_triton.COMPLEX_BLOCK_T/_D: 64 x 8, chosen by
+# register counts and accuracy without a GPU), timed the same way: which one the device prefers.
+# Fewer than 64 rows cost accuracy under a time-invariant decay (see scan_triton).
+COMPLEX_TILES = ((64, 16), (64, 32), (32, 16), (128, 8))
+
+
+def complex_tiles(
+    a: torch.Tensor, b: torch.Tensor, default_ms: float, bound_ms: float, dev: str
+) -> list[tuple[str, str, bool | None]]:
+    from ablate.ops import scan_triton
+
+    default = scan_triton.COMPLEX_BLOCK_T, scan_triton.COMPLEX_BLOCK_D
+    rows: list[tuple[str, str, bool | None]] = []
+    try:
+        for bt, bd in COMPLEX_TILES:
+            scan_triton.COMPLEX_BLOCK_T, scan_triton.COMPLEX_BLOCK_D = bt, bd
+            fb_ms = time_ms(scan_workloads("complex", "triton", a, b)[1], dev, 10)
+            rows.append(
+                (
+                    f"  tile {bt:3d} x {bd:2d} (default {default[0]} x {default[1]})",
+                    f"f+b {fb_ms:.3f} ms {fb_ms / bound_ms:.2f}x bound = {fb_ms / default_ms:.2f}x the default's",
+                    None,
+                )
+            )
+    finally:
+        scan_triton.COMPLEX_BLOCK_T, scan_triton.COMPLEX_BLOCK_D = default
     return rows
 
 
