@@ -42,6 +42,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "bench_workers.py": (["--tiny"], ["2 workers vs 1", "trials/hour"]),
     "bench_fused_worker.py": (["--tiny"], ["2 seeds x 4 steps", "per CPU-h"]),
     "bench_scheduling.py": (["--tiny"], ["| 1 | 2 |", "| 2 | 4 |", "items/s"]),
+    "bench_reports.py": (["--tiny"], ["| 4 cells × 2 seeds (synthetic export) |", "| study | wall (s) |"]),
     "gpu_workers.py": (["--tiny"], ["bench_scan.py --device cuda", "trials/hour"]),
 }
 TESTED_ELSEWHERE = {  # script → the test file that runs its tiny mode
@@ -94,6 +95,7 @@ def test_tiny_mode_runs(script: str) -> None:
     ("bench_tasks.py", ["no_such_task"]),
     ("bench_sqlite_pool.py", ["--items", "0"]),
     ("bench_estimate.py", ["--only", "nope"]),
+    ("bench_reports.py", ["--cells", "5"]),
 ])
 def test_bad_arguments_are_refused(script: str, args: list[str]) -> None:
     res = run(script, args, timeout=300)
