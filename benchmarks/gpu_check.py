@@ -30,7 +30,8 @@ benchmarks/gpu_workers.py's docstring says, else they are listed as skipped):
     the same run (target: the best fused >= 8x). A K that runs out of memory is reported as such.
 
 (d) and (e) run on CPU only at --tiny, untargeted. No timed round or row of (d) and (e) starts
-after --budget-s (540 s); those not run say so. Prints one table; exits 1 if any check fails
+after --budget-s (540 s); those not run say so. Not yet timed on a GPU: estimated 3-4 minutes for
+(a)-(d) and 5-6 for (e), so two calls (``--parts abcd``, then ``--parts e``) leave room to rerun. Prints one table; exits 1 if any check fails
 ("info" rows are measurements without a target here). Parts (a)-(c) import only torch, triton,
 numba, numpy and ablate.ops (tests/test_ops.py runs it with the rest of ablate's dependencies
 made unimportable); (d) and (e) import the rest of ablate lazily.
