@@ -3,10 +3,11 @@
 Notebooks live as percent-format scripts in ``notebooks/`` (legible diffs); jupytext turns
 them into notebooks. Every notebook reads results only through ``ablate.results``.
 
-One render starts one kernel (IPC, its own output to a log) for all of a study's reports, so the
-imports are paid once; while the kernel runs a report, a thread turns the one before into HTML and
-PDF. The PDF gets the reports' fonts by file (``ablate.report.fonts``), so its layout does not depend
-on the host's. A failing cell raises ``ReportError`` naming the report, the section, the cell's
+A render runs its notebooks in a kernel each, side by side, up to the cores (IPC, each its own
+output to a log; ``kernel_count``): on 2 idle cores the quickstart's two reports took 9.7 s
+against 10.6 s in one kernel, a 12-cell study's 14.9 s against 18.0 s (``benchmarks/bench_reports.py``);
+a thread turns each executed notebook into HTML and PDF meanwhile. The PDF gets the reports'
+fonts by file (``ablate.report.fonts``), so its layout does not depend on the host's. A failing cell raises ``ReportError`` naming the report, the section, the cell's
 first line and the error — not a notebook traceback.
 
 Every report has the same layout, one way from data to page:
@@ -186,9 +187,8 @@ def _declared(report: str, parameters: dict) -> dict:
 
 
 class Kernel:
-    """One Python kernel for every report of a render: started once (imports paid once), over IPC
-    (a TCP kernel warns on the terminal that it runs unencrypted), its own output to a log file
-    instead of the terminal. ``warm`` imports what every notebook needs while the caller does
+    """A Python kernel for a render's notebooks, over IPC (a TCP kernel warns on the terminal that
+    it runs unencrypted), its own output to a log file instead of the terminal. ``warm`` imports what every notebook needs while the caller does
     other work."""
 
     def __init__(self, workdir: Path) -> None:
@@ -415,7 +415,7 @@ def render(
 ) -> list[Path]:
     """Render each report of a study into ``out_dir`` as ``<report>.html`` / ``<report>.pdf``.
 
-    Every report runs in one kernel. ``parameters`` go to every report's notebook, after the study
+    The notebooks run in ``kernel_count`` kernels side by side. ``parameters`` go to every report's notebook, after the study
     and stores (e.g. the accuracy report's ``reference``, ``metric``, ``alpha``); a report ignores
     those it does not declare. ``export`` also writes each figure alone (PDF, SVG, 300-dpi PNG)
     into ``out_dir/figures/`` and each table (CSV, LaTeX) into ``out_dir/tables/``. ``data``: the
@@ -453,51 +453,72 @@ def render(
             paths.append(out_dir / f"{report}.pdf")
         return paths
 
-    # The kernel runs the notebooks one after the other while a thread of this process turns each
-    # executed one into HTML and PDF: two cores busy, not one.
+    # Each kernel runs its notebooks one after the other while a thread of this process turns each
+    # executed one into HTML and PDF.
     # The stores go to the kernel by its environment, not as parameters: papermill writes
     # parameters into the executed notebook, and a URL may carry a password.
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(1) as writer:
+    notebooks = [r for r in reports if not sections.is_section(r)]
+    lanes = kernel_count(len(notebooks))
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(1) as writer, contextlib.ExitStack() as stack:
         env = {}
         if stores is not None:
             env.update({"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking})
-        with _environment(env), kernel(Path(tmp)) as k:
-            k.warm(WARM_UP)
-            # While the kernel imports, this process reads the stores, once for every report: the
-            # notebooks read that file (their ``results_file``), not the stores.
-            snapshot = Path(tmp) / "results.pickle"
-            # Every report reads the curves: the study's one multiplicity family (report.verdicts) spans the
-            # norm measures too, so even the accuracy report needs them to adjust its p-values.
-            if data is None:
-                loaded = results.load(study, stores.storage, stores.tracking, metrics=True, curves=True)
-                results.save(loaded, snapshot)
-                read_missing = list(loaded.missing)
-            else:
-                results.save(data, snapshot)
-                read_missing = list(data.missing)
-            writer.submit(_preload)
-            whole = loaded if data is None else data
-            done = []
-            for report in [r for r in reports if not sections.is_section(r)]:
-                work = Path(tmp) / report
-                work.mkdir()
-                options = whole.spec.report_options(report) if report in REPORTS else None
-                params = {"study": study, "export_dir": str(target) if export else None, "results_file": str(snapshot)}
-                if options is not None and (options.selectors or options.order):
-                    # What this report shows of the study: its own snapshot; the other reports keep theirs.
-                    params["results_file"] = str(work / "results.pickle")
-                    results.save(apply_options(whole, options), work / "results.pickle")
-                if options is not None and options.reference is not None:
-                    params["reference"] = options.reference
-                nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
-                if options is not None:
-                    nb.cells = keep_sections(nb.cells, options.sections or list(default_sections(report)))
-                    if not options.sections and OPTIONAL_SECTIONS.get(report):
-                        nb.cells.insert(_appendix_start(nb.cells), _left_out_note(report))
-                done.append(writer.submit(write, nb, report, read_missing))
-            for name in [r for r in reports if sections.is_section(r)]:
-                done.append(writer.submit(write_section, name, loaded if data is None else data, read_missing))
-            return [path for future in done for path in future.result()]
+        stack.enter_context(_environment(env))
+        kernels = []
+        for i in range(lanes):
+            (Path(tmp) / f"kernel-{i}").mkdir()
+            kernels.append(stack.enter_context(kernel(Path(tmp) / f"kernel-{i}")))
+            kernels[-1].warm(WARM_UP)
+        # While the kernels import, this process reads the stores, once for every report: the
+        # notebooks read that file (their ``results_file``), not the stores.
+        snapshot = Path(tmp) / "results.pickle"
+        # Every report reads the curves: the study's one multiplicity family (report.verdicts) spans the
+        # norm measures too, so even the accuracy report needs them to adjust its p-values.
+        if data is None:
+            loaded = results.load(study, stores.storage, stores.tracking, metrics=True, curves=True)
+            results.save(loaded, snapshot)
+            read_missing = list(loaded.missing)
+        else:
+            results.save(data, snapshot)
+            read_missing = list(data.missing)
+        writer.submit(_preload)
+        whole = loaded if data is None else data
+
+        def run(report: str, k: Kernel) -> Any:
+            work = Path(tmp) / report
+            work.mkdir()
+            options = whole.spec.report_options(report) if report in REPORTS else None
+            params = {"study": study, "export_dir": str(target) if export else None, "results_file": str(snapshot)}
+            if options is not None and (options.selectors or options.order):
+                # What this report shows of the study: its own snapshot; the other reports keep theirs.
+                params["results_file"] = str(work / "results.pickle")
+                results.save(apply_options(whole, options), work / "results.pickle")
+            if options is not None and options.reference is not None:
+                params["reference"] = options.reference
+            nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
+            if options is not None:
+                nb.cells = keep_sections(nb.cells, options.sections or list(default_sections(report)))
+                if not options.sections and OPTIONAL_SECTIONS.get(report):
+                    nb.cells.insert(_appendix_start(nb.cells), _left_out_note(report))
+            return writer.submit(write, nb, report, read_missing)
+
+        def lane(i: int) -> dict[str, Any]:
+            return {report: run(report, kernels[i]) for report in notebooks[i::lanes]}
+
+        with ThreadPoolExecutor(lanes) as runners:
+            written = {r: f for part in runners.map(lane, range(lanes)) for r, f in part.items()}
+        done = [written[r] for r in notebooks]
+        for name in [r for r in reports if sections.is_section(r)]:
+            done.append(writer.submit(write_section, name, whole, read_missing))
+        return [path for future in done for path in future.result()]
+
+
+def kernel_count(notebooks: int) -> int:
+    """How many kernels a render runs its notebooks in: one per notebook, up to the cores
+    (``$ABLATE_REPORT_KERNELS`` sets it: ``benchmarks/bench_reports.py`` compares)."""
+    wanted = os.environ.get("ABLATE_REPORT_KERNELS")
+    most = int(wanted) if wanted and wanted.isdigit() and int(wanted) > 0 else (os.cpu_count() or 1)
+    return max(1, min(notebooks, most))
 
 
 def apply_options(res: Results, options: Any) -> Results:
