@@ -7,8 +7,9 @@ A render runs its notebooks in a kernel each, side by side, up to the cores (IPC
 output to a log; ``kernel_count``): on 2 idle cores the quickstart's two reports took 9.7 s
 against 10.6 s in one kernel, a 12-cell study's 14.9 s against 18.0 s (``benchmarks/bench_reports.py``);
 a thread turns each executed notebook into HTML and PDF meanwhile. The PDF gets the reports'
-fonts by file (``ablate.report.fonts``), so its layout does not depend on the host's. A failing cell raises ``ReportError`` naming the report, the section, the cell's
-first line and the error — not a notebook traceback.
+fonts by file (``ablate.report.fonts``), so its layout does not depend on the host's. A failing
+cell raises ``ReportError`` naming the report, the section, the cell's first line and the error —
+not a notebook traceback.
 
 Every report has the same layout, one way from data to page:
 
