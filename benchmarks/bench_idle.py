@@ -183,7 +183,10 @@ def measure(condition: str, root: Path, args: argparse.Namespace) -> dict[str, f
     ablate(["run", small.name, "--workers", "0"], folder, {**env, "ABLATE_HOME": str(folder / ".ablate-warm")})
     with busy_cores(condition == "busy"):
         print(f"[{condition}] training {small.stem} ({2 * half} trials, 2 workers)", file=sys.stderr, flush=True)
-        out["run_study"], out["run_study_cpu"] = ablate(["run", small.name, "--workers", "2"], folder, env)
+        # One item at a time (--fuse 1): the first-trial, gap and training rows are per item; a fused
+        # group's trials overlap (benchmarks/bench_fused_worker.py measures fusing).
+        out["run_study"], out["run_study_cpu"] = ablate(["run", small.name, "--workers", "2", "--fuse", "1"], folder,
+                                                        env)
         out.update(worker_times(small.stem, home))
         out["span"] = span(small.stem, home)
         out["fresh_overhead"] = out["run_study"] - out["span"]
@@ -192,7 +195,7 @@ def measure(condition: str, root: Path, args: argparse.Namespace) -> dict[str, f
         lone = write_spec(folder, f"idle-lone-{condition}", {"train.lr": [1e-3, 3e-3]}, half, args.steps)
         print(f"[{condition}] training {lone.stem} ({2 * half} trials, 1 worker)", file=sys.stderr, flush=True)
         lone_home = folder / ".ablate-lone"
-        ablate(["run", lone.name, "--workers", "1"], folder, {**env, "ABLATE_HOME": str(lone_home)})
+        ablate(["run", lone.name, "--workers", "1", "--fuse", "1"], folder, {**env, "ABLATE_HOME": str(lone_home)})
         times = worker_times(lone.stem, lone_home)
         out["lone_first"], out["lone_later"] = times["first"], times["later"]
         median_of(args.repeats, ["run", small.name, "--workers", "2"], folder, idle_env, out, "run_finished")
