@@ -229,6 +229,7 @@ def sqlite_lock(url: str) -> Iterator[None]:
         return
     lock = f"{path}.lock"
     try:  # FileLock takes a lock file it cannot create for one held elsewhere, and waits forever
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(lock, "a"):
             pass
     except OSError as exc:
