@@ -139,3 +139,22 @@ def kept_checkpoint(root: Path, cell_id: str, seed: int = 0, steps: int = 20, si
     (folder / f"{steps}.json").write_text(json.dumps({"cell_id": cell_id, "cell_label": f"cell {cell_id}",
                                                       "seed": seed, "train": {"steps": steps}}))
     return folder / f"{steps}.pt"
+
+
+def dashboard_api(storage_url: str):
+    """GET a path of optuna-dashboard's JSON API (what its pages render), as its browser app does."""
+    from wsgiref.util import setup_testing_defaults
+
+    from optuna_dashboard import wsgi
+
+    app = wsgi(storage_url)
+
+    def get(path: str) -> dict:
+        environ: dict = {"PATH_INFO": path}
+        setup_testing_defaults(environ)
+        status: list[str] = []
+        body = b"".join(app(environ, lambda code, headers, exc=None: status.append(code)))
+        assert status == ["200 OK"], (path, status, body[:500])
+        return json.loads(body)
+
+    return get

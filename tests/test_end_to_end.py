@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ABLATE
+from support import ABLATE, dashboard_api
 
 SPEC = {
     "name": "e2e",
@@ -83,23 +83,10 @@ def test_run_records_trials_in_optuna_and_mlflow(study_dir, monkeypatch):
 
 def test_optuna_dashboard_shows_cell_seed_and_phase(study_dir, monkeypatch):
     """optuna-dashboard's own JSON API (what its trial table renders) on the study's storage."""
-    import json
-    from wsgiref.util import setup_testing_defaults
-
-    from optuna_dashboard import wsgi
-
     monkeypatch.setenv("ABLATE_HOME", str(study_dir / ".ablate"))
     from ablate.stores import resolve
 
-    app = wsgi(resolve().storage)
-
-    def get(path: str) -> dict:
-        environ: dict = {"PATH_INFO": path}
-        setup_testing_defaults(environ)
-        status: list[str] = []
-        body = b"".join(app(environ, lambda code, headers, exc=None: status.append(code)))
-        assert status == ["200 OK"], (path, status, body[:500])
-        return json.loads(body)
+    get = dashboard_api(resolve().storage)
 
     study_id = next(s["study_id"] for s in get("/api/studies")["study_summaries"] if s["study_name"] == "e2e")
     detail = get(f"/api/studies/{study_id}")

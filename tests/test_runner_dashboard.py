@@ -5,14 +5,12 @@ through the dashboard's own WSGI JSON API on real studies — and the message fo
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
-from wsgiref.util import setup_testing_defaults
 
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
-from support import RAW, finish, stores
+from support import RAW, dashboard_api, finish, stores
 
 from ablate import design
 from ablate.runner import dashboard, phases
@@ -22,23 +20,6 @@ from ablate.runner import study as st
 @pytest.fixture
 def tmp_path(shm_tmp_path: Path) -> Path:
     return shm_tmp_path
-
-
-def dashboard_api(storage_url: str):
-    """GET a path of optuna-dashboard's JSON API (what its pages render), as its browser app does."""
-    from optuna_dashboard import wsgi
-
-    app = wsgi(storage_url)
-
-    def get(path: str) -> dict:
-        environ: dict = {"PATH_INFO": path}
-        setup_testing_defaults(environ)
-        status: list[str] = []
-        body = b"".join(app(environ, lambda code, headers, exc=None: status.append(code)))
-        assert status == ["200 OK"], (path, status, body[:500])
-        return json.loads(body)
-
-    return get
 
 
 def test_factor_distributions_in_the_specs_order():
