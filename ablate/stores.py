@@ -238,12 +238,26 @@ def sqlite_lock(url: str) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def from_template(path: Path | None, template: Path) -> Iterator[None]:
+    """Around a library opening (and, when new, building) the SQLite store at ``path``: a new store
+    starts as a copy of ``template``, an empty store that library built once (``runner.rdb`` and
+    ``runner.tracking``'s ``store_template``: Optuna's table creation, MLflow's ~100 migrations);
+    with no template yet, the store the library built becomes it. Nothing for a store that exists
+    or is not a SQLite file (``path`` None)."""
+    fresh = path is not None and not path.exists()
+    if fresh and template.is_file():
+        copy_sqlite(template, path, from_template=True)
+    yield
+    if fresh and not template.is_file() and path.is_file():
+        copy_sqlite(path, template)
+
+
 def copy_sqlite(source: Path, target: Path, from_template: bool = False) -> None:
     """Copy a store's SQLite database through SQLite's backup API, into a temporary file renamed
-    into place (a reader never sees half a file): a fresh store as a copy of an empty one its
-    library built once (``runner.tracking.store_template``, ``runner.rdb.store_template``). A copy
-    that fails leaves no target (the library then builds the store itself; a cache is only not
-    written); a ``from_template`` source that is not a stamped database is removed."""
+    into place (a reader never sees half a file). A copy that fails leaves no target (the library
+    then builds the store itself; a template is only not written); a ``from_template`` source that
+    is not a stamped database is removed."""
     import sqlite3
     import tempfile
 

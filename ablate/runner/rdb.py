@@ -33,7 +33,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from ablate.stores import StorageError, copy_sqlite, sqlite_lock, sqlite_path, storage_problem, user_cache
+from ablate.stores import StorageError, from_template, sqlite_lock, sqlite_path, storage_problem, user_cache
 
 # Seconds between a running trial's heartbeats, and of silence before it counts as killed.
 HEARTBEAT_S = int(os.environ.get("ABLATE_HEARTBEAT_S", "10"))
@@ -128,11 +128,7 @@ def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | Non
         if read_only:
             store = optuna.storages.RDBStorage(engine_url, engine_kwargs=engine_kwargs, skip_table_creation=True)
         else:
-            with _schema_lock(url, engine_kwargs):
-                path = sqlite_path(url)
-                fresh = path is not None and not path.exists()
-                if fresh and store_template().is_file():
-                    copy_sqlite(store_template(), path, from_template=True)
+            with _schema_lock(url, engine_kwargs), from_template(sqlite_path(url), store_template()):
                 store = optuna.storages.RDBStorage(
                     url,
                     engine_kwargs=engine_kwargs,
@@ -141,8 +137,6 @@ def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | Non
                     heartbeat_stale_trial_callback=on_stale,
                 )
                 _create_indexes(store.engine, indexed)
-                if fresh and not store_template().is_file() and path is not None and path.is_file():
-                    copy_sqlite(path, store_template())
     except Exception as exc:  # sqlalchemy/driver errors carry the URL; never echo the password
         raise StorageError(storage_problem(url, exc)) from None
     if url.startswith("sqlite") and not read_only:

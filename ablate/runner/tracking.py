@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.stores import Stores, copy_sqlite, redact, sqlite_lock, sqlite_path, user_cache
+from ablate.stores import Stores, from_template, redact, sqlite_lock, sqlite_path, user_cache
 
 BATCH = 1000
 FLUSH_S = 30.0  # at most this long between flushes, so the MLflow UI follows a running trial
@@ -89,15 +89,9 @@ def client(tracking_uri: str, read_only: bool = False):
         return MlflowClient(tracking_uri=tracking_uri)
     if tracking_uri in _BUILT:
         return MlflowClient(tracking_uri=tracking_uri)
-    with sqlite_lock(tracking_uri):  # a process's first client creates a fresh SQLite store's tables
-        path = sqlite_path(tracking_uri)
-        fresh = path is not None and not path.exists()
-        template = store_template()
-        if fresh and template.is_file():
-            copy_sqlite(template, path, from_template=True)
+    # A process's first client creates a fresh SQLite store's tables, from the template if there is one.
+    with sqlite_lock(tracking_uri), from_template(sqlite_path(tracking_uri), store_template()):
         mlc = MlflowClient(tracking_uri=tracking_uri)
-        if fresh and not template.is_file():
-            copy_sqlite(path, template)
     _BUILT.add(tracking_uri)
     return mlc
 
