@@ -82,9 +82,8 @@ def default_fuse(device: str, config: dict[str, Any]) -> int:
     comment above); 1: apart. The claim takes up to this many: fewer when fewer items are waiting."""
     if device.startswith("cuda"):
         return CUDA_FUSE
-    length = _length(config.get("task", {}))
-    size = (length or 0) * int(config.get("model", {}).get("d_model", 64)) * int(
-        config.get("train", {}).get("batch_size", 32))
+    length = _length(config["task"])
+    size = (length or 0) * int(config["model"]["d_model"]) * int(config["train"]["batch_size"])
     return CPU_FUSE if length and size <= CPU_FUSE_MAX_VALUES else 1
 
 

@@ -18,8 +18,9 @@ class Preload:
     """Import torch, the models and MLflow in a daemon thread, load the scan kernels (on a CPU
     worker: ``scan.warm_up``), open the tracking store (``tracking``: its first client builds
     MLflow's store, checking a SQLite store's schema), call ``needs`` (the study's parent run: its
-    error is raised by ``await_preload``) and ``then`` (the settling of runs a kill left RUNNING). ``loaded`` is set once all that is done, or failed: an import error is left for
-    the item that needs the module to raise (and record) when it imports it. The first claim waits
+    error is raised by ``await_preload``) and ``then`` (the settling of runs a kill left RUNNING).
+    ``loaded`` is set once all that is done, or failed: an import error is left for the item that
+    needs the module to raise (and record) when it imports it. The first claim waits
     for ``loaded``: settling runs while a first item trains made that item wait on MLflow's store
     and on the interpreter (tenths of a second, a fifth of a small trial: benchmarks/bench_idle.py)."""
 
