@@ -170,9 +170,8 @@ OTHER_DATA = {**FIRST, "name": "cmp-c", "task": {**FIRST["task"], "max_length": 
 def build_studies(root: Path) -> None:
     """``cmp-a``, then ``cmp-b`` (reuses cmp-a's 4 items, runs 4), then ``cmp-c`` (other data, 2
     items), in-process as ``ablate run`` does; their outcomes in ``root/outcomes.json``."""
-    from ablate.design import items, spec_hash, validate
+    from ablate.design import items, validate
     from ablate.runner import study as st
-    from ablate.runner import tracking
     from ablate.runner.worker import work
     from ablate.stores import resolve
 
@@ -180,8 +179,7 @@ def build_studies(root: Path) -> None:
     outcomes = {}
     for raw in (FIRST, FOLLOW_UP, OTHER_DATA):
         spec = validate(raw)
-        prepared = st.prepare(spec, items(spec), stores, lambda spec=spec: tracking.start_parent_run(
-            stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec)))
+        prepared = st.prepare(spec, items(spec), stores)
         outcomes[spec.name] = {"queued": prepared.queued, "linked": dict(prepared.linked),
                                "ran": work(spec.name, stores)}
     (root / "outcomes.json").write_text(json.dumps(outcomes))

@@ -8,7 +8,6 @@ on the other and must use as many on both."""
 from __future__ import annotations
 
 import html as _html
-import json
 import os
 import re
 import shutil
@@ -47,9 +46,8 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _build(root: Path) -> Path:
-    from ablate.design import items, spec_hash, validate
+    from ablate.design import items, validate
     from ablate.runner import study as st
-    from ablate.runner import tracking
     from ablate.runner.worker import work
     from ablate.stores import resolve
 
@@ -58,8 +56,7 @@ def _build(root: Path) -> Path:
         stores = resolve()
         for raw in (REF, MORE):
             spec = validate(raw)
-            st.prepare(spec, items(spec), stores, lambda spec=spec: tracking.start_parent_run(
-                stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec)))
+            st.prepare(spec, items(spec), stores)
             assert work(spec.name, stores) == {"complete": len(items(spec))}
         res = cli("export", *NAMES, str(root / "data"))
         assert res.exit_code == 0, res.output

@@ -77,10 +77,9 @@ def _ls_rm(stores: Stores, a: str, b: str) -> None:
     from mlflow.tracking import MlflowClient
 
     from ablate import results
-    from ablate.runner import tracking
 
     first = spec(a)
-    st.prepare(first, design.items(first), stores, lambda: tracking.start_parent_run(stores, a, "{}", "h"))
+    st.ensure_parent_run(st.prepare(first, design.items(first), stores).study, stores)
     finish_all(st.open_study(a, stores), stores=stores)
     follow = spec(b, factors={"variant": {"RotRNN": PLAIN["factors"]["variant"]["RotRNN"]}}, seeds=3)
     prepared = st.prepare(follow, design.items(follow), stores)

@@ -67,10 +67,8 @@ def _parent(stores: Stores, study: optuna.Study):
 
 
 def _with_parent(name: str, stores: Stores) -> optuna.Study:
-    from ablate.runner import tracking
-
     s = spec(name)
-    st.prepare(s, design.items(s), stores, lambda: tracking.start_parent_run(stores, name, "{}", "hash"))
+    st.ensure_parent_run(st.prepare(s, design.items(s), stores).study, stores)
     return st.open_study(name, stores)
 
 

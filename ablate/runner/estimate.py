@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ablate.design import Item, canonical_json, spec_hash
+from ablate.design import Item, canonical_json
 from ablate.runner import study as st
-from ablate.runner import tracking, worker
+from ablate.runner import worker
 from ablate.runner.plan import Plan, stored_trials
 from ablate.runner.study import extends_runs, extension_history, possible_extensions
 from ablate.schedule import Schedule
@@ -295,8 +295,7 @@ def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], pro
         stack.enter_context(_environ("ABLATE_CHECKPOINT_DIR", str(tmp / "checkpoints")))
         stores = Stores(f"sqlite:///{tmp}/optuna.db", f"sqlite:///{tmp}/mlflow.db", (tmp / "art").as_uri())
         start = time.perf_counter()
-        study, _ = st.prepare(spec, sample, stores, lambda: tracking.start_parent_run(
-            stores, spec.name, json.dumps(spec.model_dump()), spec_hash(spec)))
+        study, _ = st.prepare(spec, sample, stores)  # the parent run: the worker's, below, as in a run
         queued = (time.perf_counter() - start) * max(1.0, len(items) / max(1, len(sample)))
         # A worker's loop (runner.worker.work, as `ablate worker` runs it) over two items: the
         # second's cycle, from the first's end to its own, is one trial's bookkeeping.

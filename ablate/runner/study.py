@@ -320,14 +320,13 @@ class Prepared:
         return iter((self.study, self.queued))
 
 
-def prepare(spec: Spec, items: list[Item], stores: Stores,
-            parent_run: Callable[[], str] | None = None, *, reuse: bool = True, reuse_stale: bool = False,
+def prepare(spec: Spec, items: list[Item], stores: Stores, *, reuse: bool = True, reuse_stale: bool = False,
             enqueue_new: bool = True, retry_failed: bool = False) -> Prepared:
     """Create or resume the study; link the items another study on the storage has finished
     (``reuse``; stale ones too with ``reuse_stale``), enqueue the others that have no live or
-    finished trial (unless not ``enqueue_new``). ``parent_run`` starts the study's MLflow parent
-    run (returning its id) if it has none yet. ``retry_failed``: re-queue the items that failed
-    otherwise than by diverging (``items.retry_failed``)."""
+    finished trial (unless not ``enqueue_new``). ``retry_failed``: re-queue the items that failed
+    otherwise than by diverging (``items.retry_failed``). The study's MLflow parent run is not
+    started here (``ensure_parent_run``)."""
     queue.quiet_optuna()  # creating or loading the study would say so on stderr
     study = open_study(spec.name, stores, create=True)
     dashboard.describe(study, spec)  # first: the description heads the dashboard's table of study attributes
@@ -343,8 +342,6 @@ def prepare(spec: Spec, items: list[Item], stores: Stores,
     done = Prepared(study, 0)
     # Two `ablate run`s at once would otherwise both queue every item (docs/multi-host.md).
     with queue.lock(study, f"ablate-queue:{study.study_name}"):
-        if parent_run is not None and not study.user_attrs.get(PARENT_RUN):
-            study.set_user_attr(PARENT_RUN, parent_run())
         if retry_failed:  # items failed with an error: new again, their failed attempts kept
             done.retried = its.retry_failed(study)
         existing = states_by_item(study)
