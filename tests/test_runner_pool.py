@@ -6,6 +6,7 @@ opens its study before loading torch."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -36,6 +37,18 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _workers(pid: int) -> list[int]:
+    """The worker processes of the ``ablate run`` of ``pid``: the children of its zygote, named
+    ``ablate-worker`` (what ``ps -o comm`` shows)."""
+    found = []
+    for child in _children(pid):
+        for grandchild in _children(child):
+            with contextlib.suppress(OSError), open(f"/proc/{grandchild}/comm") as f:
+                if f.read().strip() == "ablate-worker":
+                    found.append(grandchild)
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -60,7 +73,7 @@ def test_a_signal_stops_every_worker_and_requeues_their_items(tmp_path, sig, gro
     procs.write_spec(tmp_path, train={**procs.SPEC["train"], "steps": 60})
     proc = procs.spawn(tmp_path, "run", "spec.yaml", "--workers", "2", group=group, ABLATE_FAULT="slow@2")
     procs.wait_for(lambda: _both_training(tmp_path), "two trials training", proc)
-    workers = _children(proc.pid)
+    workers = _workers(proc.pid)
     assert len(workers) == 2
     out, err, seconds = procs.stop(proc, sig, group=group)
     print(f"run --workers 2, {signal.Signals(sig).name}{' to the group' if group else ''}: exit after {seconds:.1f} s")
@@ -119,28 +132,23 @@ def test_several_workers_share_one_named_gpu() -> None:
     assert pool.devices("cpu", 3) == ["cpu"] * 3
 
 
-def test_start_passes_each_worker_its_device_and_thread_count(tmp_path: Path, monkeypatch) -> None:
+def test_each_worker_is_told_its_device_and_thread_count(monkeypatch) -> None:
     """What ``ablate run --workers 2 --device cuda:0`` starts: two ``ablate worker`` processes on
     cuda:0, each told its share of the cores by flag and by the variables torch, MKL and numba
-    read when they load; no CUDA_VISIBLE_DEVICES (the worker selects its GPU itself)."""
-    started: list[tuple[list[str], dict[str, str]]] = []
-
-    class FakePopen:
-        def __init__(self, cmd, env, stdout, stderr):  # noqa: ANN001
-            started.append((cmd, env))
-
-    monkeypatch.setenv("ABLATE_HOME", str(tmp_path))
+    read when they load (the zygote that forks them is started with them); no
+    CUDA_VISIBLE_DEVICES (the worker selects its GPU itself); the stores by environment."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(pool.subprocess, "Popen", FakePopen)
     monkeypatch.setattr(pool.os, "cpu_count", lambda: 16)
     stores = Stores("sqlite:///x.db", "sqlite:///y.db", None)
-    pool.start("study", stores, pool.devices("cuda:0", 2), checkpoint_every=50)
-    assert len(started) == 2
-    for cmd, env in started:
+    devices = pool.devices("cuda:0", 2)
+    assert devices == ["cuda:0", "cuda:0"]
+    for device in devices:
+        cmd, env = pool.worker_command("study", stores, device, pool.threads_per_worker(len(devices)), 50)
+        assert cmd[:2] == ["worker", "study"]
         assert cmd[cmd.index("--device") + 1] == "cuda:0" and cmd[cmd.index("--threads") + 1] == "8"
         assert {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")} == pool.thread_env(8)
         assert "CUDA_VISIBLE_DEVICES" not in env
-        assert env["ABLATE_STORAGE"] == "sqlite:///x.db"
+        assert env["ABLATE_STORAGE"] == "sqlite:///x.db" and "x.db" not in " ".join(cmd)
 
 
 def test_select_device_makes_the_workers_gpu_current(monkeypatch) -> None:
@@ -186,7 +194,7 @@ def test_a_worker_killed_while_the_other_finishes_the_study_is_a_warning_and_exi
     procs.write_spec(tmp_path, train={**procs.SPEC["train"], "steps": 30})
     proc = procs.spawn(tmp_path, "run", "spec.yaml", "--workers", "2", ABLATE_FAULT="slow@2")
     procs.wait_for(lambda: _both_training(tmp_path), "two trials training", proc)
-    victim = _children(proc.pid)[0]
+    victim = _workers(proc.pid)[0]
     os.kill(victim, signal.SIGKILL)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, (out, err)

@@ -229,23 +229,15 @@ def test_without_fuse_the_worker_fuses_as_many_as_default_fuse_picks(tmp_path, m
     assert _run(tmp_path / "one", fuse=0)[0] == {"complete": SEEDS} and calls == []
 
 
-def test_run_passes_its_fuse_to_every_worker_it_starts_even_1(tmp_path, monkeypatch):
+def test_run_passes_its_fuse_to_every_worker_it_starts_even_1():
     """A worker's own default is 0 (chosen by device and size): ``ablate run --fuse 1`` must say 1."""
     from ablate.runner import pool
     from ablate.stores import Stores
 
-    started = []
-
-    class FakePopen:
-        def __init__(self, cmd, env, stdout, stderr):  # noqa: ANN001
-            started.append(cmd)
-
-    monkeypatch.setenv("ABLATE_HOME", str(tmp_path))
-    monkeypatch.setattr(pool.subprocess, "Popen", FakePopen)
+    stores = Stores("sqlite:///x.db", "sqlite:///y.db", None)
     for fuse in (0, 1, 4):
-        started.clear()
-        pool.start("study", Stores("sqlite:///x.db", "sqlite:///y.db", None), ["cpu", "cpu"], 50, fuse=fuse)
-        assert [cmd[cmd.index("--fuse") + 1] for cmd in started] == [str(fuse)] * 2
+        cmd, _ = pool.worker_command("study", stores, "cpu", 1, 50, fuse=fuse)
+        assert cmd[cmd.index("--fuse") + 1] == str(fuse)
 
 
 def test_claim_fusable_takes_items_of_the_first_ones_cell_and_phase_only(tmp_path):

@@ -29,6 +29,7 @@ from ablate.runner import dashboard, pool, queue, sequential_looks, tracking
 from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
 from ablate.runner import study as st
+from ablate.runner.forking import Zygote
 from ablate.runner.plan import orphan_lines
 from ablate.runner.signals import Interrupted
 from ablate.runner.worker import WorkerStopped, work
@@ -180,6 +181,19 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     otherwise than by diverging, their failed attempts kept) and, unless ``workers`` is 0 (queue
     only: ``None``), run them on ``workers`` local workers on ``device`` (each training up to
     ``fuse`` items of a cell as one model); the study's state after."""
+    # The workers' zygote imports torch and MLflow while the items are queued (ablate/zygote.py).
+    forker = pool.early(spec.name, stores, workers, device, checkpoint_every, verbose, fuse)
+    try:
+        return _run_study(spec, stores, out, err, workers, device, checkpoint_every, verbose, reuse, reuse_stale,
+                          retry_failed, fuse, forker)
+    finally:
+        if forker is not None and not forker.forked:
+            forker.cancel()
+
+
+def _run_study(spec: Spec, stores: Stores, out: Console, err: Console, workers: int, device: str,
+               checkpoint_every: int, verbose: bool, reuse: bool, reuse_stale: bool, retry_failed: bool, fuse: int,
+               forker: Zygote | None) -> Outcome | None:
     todo = sequential_looks.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
 
     try:
@@ -245,14 +259,15 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     try:
         if len(device_list) == 1:  # this process is the worker; the view follows it from a thread
             from ablate.runner.progress import View
-            from ablate.runner.worker import WORKER_ID
+            from ablate.runner.worker import worker_id
 
-            with View(st.open_study(spec.name, stores), out, [(WORKER_ID, lambda: None)], view_items).following():
+            with View(st.open_study(spec.name, stores), out, [(worker_id(), lambda: None)], view_items).following():
                 work(spec.name, stores, device=device_list[0], emit=worker_events(err, verbose),
                      checkpoint_every=checkpoint_every, fuse=fuse)
         elif device_list:
             warned = checkpoint_warnings(study)
-            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items, fuse)
+            outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items, fuse,
+                               forker)
             for line in sorted(checkpoint_warnings(study) - warned):  # the workers wrote theirs to their logs
                 err.print(line, highlight=False, markup=False, soft_wrap=True)
             if outcome.signum is not None:

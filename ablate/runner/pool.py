@@ -17,11 +17,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from optuna.trial import TrialState
 from rich.console import Console
 
-from ablate.runner import progress, queue
+from ablate.runner import forking, progress, queue
 from ablate.runner.study import open_study
 from ablate.runner.worker import worker_id
 from ablate.stores import Stores, home, redact
@@ -60,30 +61,64 @@ def estimate_threads(workers: int, device: str) -> int | None:
     return threads_per_worker(workers) if workers > 1 and device == "cpu" else None
 
 
+def worker_command(study: str, stores: Stores, device: str, threads: int, checkpoint_every: int,
+                   verbose: bool = False, fuse: int = 1) -> tuple[list[str], dict[str, str]]:
+    """The ``ablate worker`` arguments and environment of one local worker on ``device``."""
+    # Stores go by environment, not argv: a URL's password would show in `ps`.
+    env = {**os.environ, **thread_env(threads), "ABLATE_STORAGE": stores.storage,
+           "ABLATE_TRACKING_URI": stores.tracking, "ABLATE_TRACEBACK": "1"}  # tracebacks to its log
+    # Up to that many items of a cell trained as one model (0: the worker chooses); always passed:
+    # the worker's own default is 0, so a run's --fuse 1 must say 1
+    argv = ["worker", study, "--device", device, "--threads", str(threads),
+            "--checkpoint-every", str(checkpoint_every), "--fuse", str(fuse)]
+    return ([*argv, "-v"] if verbose else argv), env
+
+
+def early(study: str, stores: Stores, workers: int, device: str, checkpoint_every: int,
+          verbose: bool = False, fuse: int = 1) -> forking.Zygote | None:
+    """The zygote of the ``workers`` local workers a run will start on ``device``, started now, so
+    that its imports overlap the queueing (None: no zygote, or not before the devices are known:
+    ``auto`` and ``cuda`` ask torch)."""
+    if workers < 2 or device in ("auto", "cuda") or not hasattr(os, "fork"):
+        return None
+    _, env = worker_command(study, stores, device, threads_per_worker(workers), checkpoint_every, verbose, fuse)
+    return forking.Zygote(study, env, verbose)
+
+
 def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: int,
-          verbose: bool = False, fuse: int = 1) -> list[subprocess.Popen]:
-    procs = []
+          verbose: bool = False, fuse: int = 1, forker: forking.Zygote | None = None) -> list[Any]:
+    """The local workers, forked by one zygote (ablate/zygote.py, runner/forking.py: their imports paid once; ``forker``
+    one already started by ``early``), else, where it cannot fork them, ``ablate worker``
+    processes started apart; each with ``pid``, Popen's ``poll``, ``wait``, ``send_signal`` and
+    ``kill``, and ``log_path``."""
     threads = threads_per_worker(len(device_list))
-    for device in device_list:
-        # Stores go by environment, not argv: a URL's password would show in `ps`.
-        env = {**os.environ, **thread_env(threads), "ABLATE_STORAGE": stores.storage,
-               "ABLATE_TRACKING_URI": stores.tracking, "ABLATE_TRACEBACK": "1"}  # tracebacks to its log
-        cmd = [sys.executable, "-m", "ablate.cli", "worker", study, "--device", device, "--threads", str(threads),
-               "--checkpoint-every", str(checkpoint_every)]
-        # Up to that many items of a cell trained as one model (0: the worker chooses); always
-        # passed: the worker's own default is 0, so a run's --fuse 1 must say 1
-        cmd += ["--fuse", str(fuse)]
-        if verbose:
-            cmd.append("-v")
-        logs = home() / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        # A file, not a pipe: a worker that writes much would block on a full pipe.
-        log = open(logs / f"{study}-worker{len(procs)}.log", "ab")  # noqa: SIM115 (lives as long as the process)
-        proc = subprocess.Popen(cmd, env=env, stdout=None if verbose else subprocess.DEVNULL,
-                                stderr=None if verbose else log)
-        proc.log_path = log.name  # type: ignore[attr-defined]
-        proc.log_start = log.tell()  # type: ignore[attr-defined]  # this run's lines start here
-        procs.append(proc)
+    commands = [worker_command(study, stores, device, threads, checkpoint_every, verbose, fuse)
+                for device in device_list]
+    logs = home() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    paths = [logs / f"{study}-worker{i}.log" for i in range(len(device_list))]
+    starts = [path.stat().st_size if path.exists() else 0 for path in paths]  # this run's lines start there
+    procs: list[Any] = []
+    if forker is not None and (not commands or forker.env != commands[0][1]):
+        forker.cancel()  # started for other workers than these
+        forker = None
+    if hasattr(os, "fork") and commands:
+        forker = forker or forking.Zygote(study, commands[0][1], verbose)
+        try:
+            procs = forker.fork([{"argv": argv, "log": None if verbose else str(path)}
+                                 for (argv, _), path in zip(commands, paths, strict=True)])
+        except forking.Failed as exc:  # started apart below
+            with open(logs / f"{study}-zygote.log", "a") as log:
+                log.write(f"{exc}\n")
+    if not procs:
+        for (argv, env), path in zip(commands, paths, strict=True):
+            log = open(path, "ab")  # noqa: SIM115 (lives as long as the process)
+            # A file, not a pipe: a worker that writes much would block on a full pipe.
+            procs.append(subprocess.Popen([sys.executable, "-m", "ablate.cli", *argv], env=env,
+                                          stdout=None if verbose else subprocess.DEVNULL,
+                                          stderr=None if verbose else log))
+    for proc, path, at in zip(procs, paths, starts, strict=True):
+        proc.log_path, proc.log_start = str(path), at
     return procs
 
 
@@ -99,8 +134,10 @@ class Outcome:
 
 
 def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: int, console: Console,
-        verbose: bool = False, items: progress.ViewItems = None, fuse: int = 1) -> Outcome:
-    """Start the workers, show the live view until they all exit, forwarding SIGINT/SIGTERM."""
+        verbose: bool = False, items: progress.ViewItems = None, fuse: int = 1,
+        forker: forking.Zygote | None = None) -> Outcome:
+    """Start the workers (``forker``: through that zygote, see ``start``), show the live view until
+    they all exit, forwarding SIGINT/SIGTERM."""
     received: list[int] = []
     procs: list[subprocess.Popen] = []
 
@@ -114,7 +151,8 @@ def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: in
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        procs += start(study, stores, device_list, checkpoint_every, verbose, fuse)
+        with console.status(f"starting {len(device_list)} workers"):  # a zygote's imports: seconds
+            procs += start(study, stores, device_list, checkpoint_every, verbose, fuse, forker)
         if received:  # a signal while they were starting
             for p in procs:
                 p.send_signal(received[0])
@@ -122,6 +160,8 @@ def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: in
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        for forked in {p.zygote for p in procs if isinstance(p, forking.Forked)}:
+            forked.close()  # reaped: it exits once its workers have
     outcome = Outcome(received[0] if received else None)
     stopped_by = {128 + received[0], -received[0]} if received else set()
     for i, p in enumerate(procs):

@@ -6,12 +6,30 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from ablate import provenance
 from ablate.runner import tracking
+
+# What a worker imports before its first claim, in the order it needs them (seconds of CPU:
+# measured idle, MLflow 0.8, torch and torch._dynamo 2.3, numba's kernels and the trainer 0.2; and
+# MLflow's SQL store 0.6 where the tracking store is a database). ``ablate run`` imports them once,
+# in the process that forks its workers (ablate/zygote.py); a worker started alone, in its
+# ``Preload`` thread.
+MODULES = ("mlflow.tracking", "torch", "torch._dynamo", "ablate.ops.scan_numba", "ablate.training")
+SQL_STORE = "mlflow.store.tracking.sqlalchemy_store"
+
+
+def import_modules(tracking_uri: str | None) -> None:
+    """Import ``MODULES`` (and MLflow's SQL store for a database ``tracking_uri``); one that fails
+    to import is left for the item that needs it to raise (and record) when it imports it."""
+    database = (tracking_uri or "").split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql", "mssql")
+    for name in (*MODULES, SQL_STORE) if database else MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 class Preload:
@@ -60,13 +78,11 @@ class Preload:
 
     @staticmethod
     def _prepare(tracking_uri: str | None, device: str) -> None:
-        import mlflow.tracking  # noqa: F401
+        import_modules(tracking_uri)
         import torch
 
-        import ablate.ops.scan_numba  # noqa: F401  (numba and its cached kernels: seconds, in the first forward)
-        import ablate.training  # noqa: F401
-
-        # The first optimiser built in a process imports torch._dynamo (seconds): here, not in the first trial.
+        # The first optimiser built in a process imports torch._dynamo: its import is in
+        # ``MODULES``, what is left of the first AdamW's set-up is here, not in the first trial.
         torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
         if device == "cpu":  # the scan kernels' first call loads them (~0.5 s): here too
             from ablate.ops import scan

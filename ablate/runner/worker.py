@@ -63,11 +63,12 @@ Train = Callable[..., "TrialResult"]
 
 
 def worker_id(pid: int | None = None) -> str:
-    """How a worker process names itself on its trials: host:pid."""
+    """How a worker process names itself on its trials: host:pid (this process's when ``pid`` is
+    None: asked each time, not kept from import, as a worker forked by ablate/zygote.py imported
+    this module in its parent)."""
     return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
-WORKER_ID = worker_id()
 RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
 MAX_INFRASTRUCTURE_IN_A_ROW = 3  # then the stores are down, not flaky: stop rather than fail every item
@@ -228,7 +229,7 @@ def _train_item(
     # for these (each attribute its own would take the write lock once more).
     start: dict[str, Any] = {key: None for key in ("status", "failure_kind", "failure_message", "traceback")
                              if trial.user_attrs.get(key) is not None}
-    start.update(worker=WORKER_ID, provenance=provenance.record(device))
+    start.update(worker=worker_id(), provenance=provenance.record(device))
     # WSD replicates keep their stable-phase checkpoint; a longer run of the same lineage and seed
     # starts from one (a retry that has its own resume checkpoint resumes from that instead).
     stable, branch, warning = phases.continuation(checkpoint_dir(), attrs, checkpoint.exists())
@@ -377,7 +378,7 @@ def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], 
             "ablate.seed": str(attrs["seed"]),
             "ablate.phase": attrs["phase"],
             "ablate.trial_number": str(trial.number),
-            "ablate.worker": WORKER_ID,
+            "ablate.worker": worker_id(),
             **provenance.record(device),
             **({"ablate.continued_from": attrs["continued_from"]} if attrs.get("continued_from") else {}),
             **({"ablate.checkpoint_warning": attrs["checkpoint_warning"]} if attrs.get("checkpoint_warning") else {}),
@@ -468,7 +469,7 @@ def _fail(study: optuna.Study, trial: optuna.Trial, kind: str, message: str, tb:
     """Finish the trial FAIL with its failure's attributes (and ``attrs``: a diverged run's result),
     written in one transaction."""
     attrs = {**(attrs or {}), "status": "diverged" if kind == "diverged" else "failed", "failure_kind": kind,
-             "failure_message": redact(message)[:2000], "worker": WORKER_ID}
+             "failure_message": redact(message)[:2000], "worker": worker_id()}
     if tb:
         attrs["traceback"] = redact(tb)[-8000:]
     queue.finish(study, trial, TrialState.FAIL, attrs)

@@ -1,0 +1,92 @@
+"""The zygote that forks ``ablate run``'s local workers (ablate/zygote.py, runner/forking.py): real forks of real
+``ablate`` commands — their exit statuses, names and logs, signals, a killed zygote, a failed one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import processes as procs
+import pytest
+
+from ablate.runner import forking, pool
+from ablate.stores import Stores
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.exists("/proc"), reason="forks; reads /proc")
+
+
+def _queued(tmp_path: Path) -> dict[str, str]:
+    """A study of one queued item, and the environment of a worker that pauses once it claims it."""
+    procs.write_spec(tmp_path, seeds=1)
+    res = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "0")
+    assert res.returncode == 0, res.stderr
+    return procs.env_for(tmp_path, ABLATE_FAULT="pause@claim", ABLATE_FAULT_PAUSE_S="120", ABLATE_TRACEBACK="1")
+
+
+def _paused_worker(tmp_path: Path) -> tuple[forking.Zygote, forking.Forked]:
+    env = _queued(tmp_path)
+    z = forking.Zygote("faults", env)
+    (worker,) = z.fork([{"argv": ["worker", "faults", "--threads", "1"], "log": str(tmp_path / "w.log")}])
+    procs.wait_for(lambda: (tmp_path / "fault.mark").exists(), "the worker's claim")
+    return z, worker
+
+
+def test_forked_commands_write_their_own_logs_and_report_their_exit_statuses(tmp_path):
+    z = forking.Zygote("study", {**os.environ, "ABLATE_HOME": str(tmp_path / ".ablate")})
+    logs = [tmp_path / "missing.log", tmp_path / "version.log"]
+    workers = z.fork([{"argv": ["status", "no-such-study"], "log": str(logs[0])},
+                      {"argv": ["--help"], "log": str(logs[1])}])
+    assert len({w.pid for w in workers} | {z.proc.pid, os.getpid()}) == 4
+    codes = [w.wait(timeout=120) for w in workers]
+    assert codes[0] not in (0, None) and codes[1] == 0
+    assert "no-such-study" in logs[0].read_text()  # its error, in its own log
+    assert logs[1].read_text() == ""  # its help went to stdout: not the log, not the zygote's
+    z.close()
+    assert z.proc.returncode == 0  # it exits once its workers have
+
+
+def test_a_worker_is_named_signalled_and_reported_by_pid_and_the_zygote_outlives_a_groups_sigterm(tmp_path):
+    z, worker = _paused_worker(tmp_path)
+    assert Path(f"/proc/{worker.pid}/comm").read_text().strip() == "ablate-worker"
+    assert worker.poll() is None
+    os.kill(z.proc.pid, signal.SIGTERM)  # a scheduler's SIGTERM reaches every process of the job
+    os.kill(z.proc.pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert z.proc.poll() is None
+    worker.kill()
+    assert worker.wait(timeout=60) == -signal.SIGKILL
+    worker.kill()  # reported ended: nothing is sent to a pid that may be another process's now
+    z.close()
+    assert z.proc.returncode == 0
+
+
+def test_a_worker_whose_zygote_was_killed_runs_on_and_reads_as_lost_once_it_ends(tmp_path):
+    z, worker = _paused_worker(tmp_path)
+    z.proc.kill()
+    z.proc.wait()
+    assert worker.poll() is None  # orphaned, not ended
+    os.kill(worker.pid, signal.SIGKILL)
+    procs.wait_for(lambda: worker.poll() is not None, "the orphan's end", timeout=60)
+    assert worker.returncode == forking.LOST
+
+
+def test_a_zygote_that_cannot_start_says_why_and_the_run_starts_its_workers_apart(tmp_path, monkeypatch):
+    broken = forking.Zygote("study", {**os.environ, "PYTHONHOME": str(tmp_path / "no-python")})
+    with pytest.raises(forking.Failed, match=r"forking 0 of 1.*(?s:Python)"):
+        broken.fork([{"argv": ["--help"], "log": None}])
+
+    def fail(self, requests):  # noqa: ANN001, ANN202
+        self.cancel()
+        raise forking.Failed("the process that forks the workers ended (-9) after forking 0 of 2")
+
+    monkeypatch.setattr(forking.Zygote, "fork", fail)
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / ".ablate"))
+    stores = Stores(f"sqlite:///{tmp_path / 'o.db'}", f"sqlite:///{tmp_path / 'm.db'}", None)
+    workers = pool.start("no-such-study", stores, ["cpu", "cpu"], 50)
+    assert all(isinstance(w, subprocess.Popen) for w in workers)
+    assert all(w.wait(timeout=120) != 0 for w in workers)  # `ablate worker` apart, on a study not there
+    assert "no-such-study" in pool.last_error(workers[0])
+    assert "forking 0 of 2" in (tmp_path / ".ablate" / "logs" / "no-such-study-zygote.log").read_text()
