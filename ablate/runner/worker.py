@@ -73,7 +73,10 @@ RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
 MAX_INFRASTRUCTURE_IN_A_ROW = 3  # then the stores are down, not flaky: stop rather than fail every item
 REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another process has begun
-MIN_IDLE_WAIT_S, MAX_IDLE_WAIT_S = 0.1, 2.0  # an idle worker's looks at others' running items, doubling
+# An idle worker's looks at others' running items, doubling: a count in the store (milliseconds),
+# at most every half second, as the run's end waits for the last look (it looked every 2 s: up to
+# 2 s of every run's end, benchmarks/bench_idle.py).
+MIN_IDLE_WAIT_S, MAX_IDLE_WAIT_S = 0.1, 0.5
 PRELOAD_WAIT_S = 60.0  # how long a finishing worker lets the background imports complete
 
 
