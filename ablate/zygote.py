@@ -9,7 +9,7 @@ A worker imports seconds of modules before its first claim; K workers started ap
 times, on cores they share with training (issue 43: a fresh run's start-up, both cores busy). The
 zygote pays once. ``runner/forking.py`` (the run's side: started before queueing, so that its
 imports overlap the queueing, and asked for the workers by runner/pool.py) runs it as
-``python -m ablate.zygote FD STUDY``: requests on its stdin, one JSON line per worker
+``python -m ablate.zygote FD STUDY [--cpu]``: requests on its stdin, one JSON line per worker
 (``{"argv": [...], "log": path or null}``, null: write to the run's terminal), their end meaning
 no more; reports on descriptor FD, ``started PID`` per fork, then ``exited PID CODE`` (Popen's
 returncode: negative for a signal) as each worker ends. It exits once every worker has.
@@ -69,13 +69,19 @@ def _child(request: dict[str, Any], report_fd: int) -> NoReturn:
 
 
 def main() -> None:
-    """The zygote: ``python -m ablate.zygote FD STUDY`` (STUDY: for ``ps``)."""
+    """The zygote: ``python -m ablate.zygote FD STUDY [--cpu]`` (STUDY: for ``ps``; ``--cpu``: some
+    worker trains on the CPU, so its scan kernels are loaded here)."""
     report = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
     from ablate.runner import preload
 
     preload.import_modules(os.environ.get("ABLATE_TRACKING_URI"))
+    if "--cpu" in sys.argv[3:]:  # CPU workers' scan kernels, loaded without running one (no torch op before a fork)
+        with contextlib.suppress(Exception):  # else each worker loads them (or fails in the item that needs them)
+            from ablate.ops import scan_numba
+
+            scan_numba.load_kernels()
     import ablate.runner.launch  # noqa: F401  (what `ablate worker` runs; not ablate.cli: its consoles look at the terminal)
 
     # Frozen, the imports' objects are never walked by a worker's collector, and so stay shared

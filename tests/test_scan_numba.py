@@ -80,3 +80,48 @@ def _libm_calls(fn, dtype: type) -> set[str]:
 def test_float32_loops_call_no_libm(fn) -> None:
     assert _libm_calls(fn, np.float64)  # the float64 path calls libm: the check can see calls
     assert not _libm_calls(fn, np.float32)
+
+
+FORKED = r"""
+import os, sys
+os.environ["NUMBA_NUM_THREADS"] = "2"
+import torch
+from ablate.ops import scan, scan_numba
+scan_numba.load_kernels()
+loaded = {k.__name__: len(k.signatures) for k in (scan_numba._linear_fwd, scan_numba._linear_bwd,
+                                                  scan_numba._log_fwd, scan_numba._log_bwd)}
+assert loaded == {"_linear_fwd": 2, "_linear_bwd": 2, "_log_fwd": 1, "_log_bwd": 1}, loaded
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        g = torch.Generator().manual_seed(0)
+        a = (0.5 + 0.5 * torch.rand(4, 64, 1024, generator=g)).requires_grad_()
+        b = torch.randn(4, 64, 1024, generator=g).requires_grad_()
+        y = scan.linear_scan(a, b)  # 262,144 elements: two threads of the layer the parent launched
+        y.square().sum().backward()
+        ad, bd = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+        h, ref = torch.zeros(4, 1024, dtype=torch.float64), []
+        for t in range(64):
+            h = ad[:, t] * h + bd[:, t]
+            ref.append(h)
+        ref = torch.stack(ref, 1)
+        ref.square().sum().backward()
+        assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
+        assert torch.allclose(a.grad.double(), ad.grad, rtol=1e-4, atol=1e-3)
+        code = 0
+    finally:
+        os._exit(code)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_kernels_loaded_before_a_fork_run_in_the_child_on_threads_of_its_own() -> None:
+    """What ablate/zygote.py does: load the kernels (starting numba's workqueue threads) without
+    running one, fork; the child's multi-threaded scan and its gradients match the float64 loop."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]

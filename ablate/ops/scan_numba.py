@@ -412,3 +412,19 @@ def log_backward(
     args = (_np(la), _np(lb), _np(s), _np(lh0), _np(grad_s), _np(gla), _np(glb), _np(glh0), mode)
     _launch(_log_bwd, s.shape, *args)
     return (reduce_batch(gla, la) if need_a else None), glb, glh0
+
+
+def load_kernels(dtypes: tuple[str, ...] = ("float32", "complex64")) -> None:
+    """Load the kernels for C-contiguous arrays of ``dtypes`` (from numba's disk cache, else
+    compile them) without running any: what a first call would load (~0.1 s a kernel). The process
+    that forks ``ablate run``'s workers (ablate/zygote.py) loads them once, with no torch operation
+    (an OpenMP pool used before a fork is not the child's); it starts numba's workqueue threads,
+    which that layer re-creates in a forked child (its own ``pthread_atfork`` handler)."""
+    for name in dtypes:
+        dt = getattr(types, name)
+        a3, a2, n = types.Array(dt, 3, "C"), types.Array(dt, 2, "C"), types.int64
+        _linear_fwd.compile((a3, a3, a2, a3, n))
+        _linear_bwd.compile((a3, a3, a2, a3, a3, a3, a2, n, n))
+        if dt not in (types.complex64, types.complex128):  # the log scan is real
+            _log_fwd.compile((a3, a3, a2, a3, n))
+            _log_bwd.compile((a3, a3, a3, a2, a3, a3, a3, a2, n, n))

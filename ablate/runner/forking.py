@@ -61,13 +61,13 @@ class Zygote:
     """The parent's end: the zygote process (started at once: its imports begin while the run
     queues its items), the workers it forked and what it reported."""
 
-    def __init__(self, study: str, env: dict[str, str], verbose: bool = False) -> None:
+    def __init__(self, study: str, env: dict[str, str], verbose: bool = False, cpu: bool = True) -> None:
         read, write = os.pipe()
         # Its own errors (a failed start) are read back into ``Failed``; nothing is written to
         # the logs before a worker is asked for (a run with nothing to run writes no file).
         self._errors = None if verbose else tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self.env = env
-        self.proc = subprocess.Popen([sys.executable, "-m", "ablate.zygote", str(write), study],
+        self.proc = subprocess.Popen([sys.executable, "-m", "ablate.zygote", str(write), study, *(["--cpu"] if cpu else [])],
                                      stdin=subprocess.PIPE, env=env, pass_fds=(write,),
                                      stdout=None if verbose else subprocess.DEVNULL, stderr=self._errors)
         os.close(write)

@@ -82,7 +82,7 @@ def early(study: str, stores: Stores, workers: int, device: str, checkpoint_ever
     if workers < 2 or device in ("auto", "cuda") or not hasattr(os, "fork"):
         return None
     _, env = worker_command(study, stores, device, threads_per_worker(workers), checkpoint_every, verbose, fuse)
-    return forking.Zygote(study, env, verbose)
+    return forking.Zygote(study, env, verbose, cpu=device == "cpu")
 
 
 def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: int,
@@ -103,7 +103,7 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
         forker.cancel()  # started for other workers than these
         forker = None
     if hasattr(os, "fork") and commands:
-        forker = forker or forking.Zygote(study, commands[0][1], verbose)
+        forker = forker or forking.Zygote(study, commands[0][1], verbose, cpu="cpu" in device_list)
         try:
             procs = forker.fork([{"argv": argv, "log": None if verbose else str(path)}
                                  for (argv, _), path in zip(commands, paths, strict=True)])
