@@ -7,8 +7,8 @@ The loop knows nothing of Optuna or MLflow: it reports through a ``Reporter`` an
     train_step(...)               one step: forward, backward (accumulated), then ``update``;
                                   ``run_trial`` and ``ablate plan --estimate``
                                   (``ablate.runner.estimate.measure``) both train through it
-    update(...)                   divergence check, gradient probes, clip, optimiser and scheduler
-                                  step: also what the fused trainer runs per replicate
+    update(...)                   divergence check (``checked``), gradient probes, clip, optimiser
+                                  and scheduler step: the fused trainer's the same for all at once
     Trial                         one trial's state and what follows each step (logging, validation,
                                   early stopping, probes, final evaluation): ``run_trial`` holds one,
                                   ``ablate.training_fused`` one per replicate
@@ -258,19 +258,29 @@ def update(
 ) -> StepResult:
     """The rest of a step once the gradients are in: unless the batch diverged, ``before_clip``
     (the gradient probes read the raw gradients there), clipping to ``train.grad_clip``, the
-    optimiser and the scheduler step. The fused trainer (``ablate.training_fused``) calls it per
-    replicate after one backward pass of all of them."""
-    norms = result.layer_norms
-    if not math.isfinite(result.loss):
-        return replace(result, diverged="non-finite loss")
-    if any(not math.isfinite(v) or v > train.divergence_norm for v in norms):
-        return replace(result, diverged=f"state norm {max(norms):.3g} past bound")
+    optimiser and the scheduler step. The fused trainer (``ablate.training_fused``) makes the same
+    steps for all its replicates at once (``checked`` each, then one clipping pass and one
+    optimiser call over them all)."""
+    result = checked(result, train)
+    if result.diverged:
+        return result
     if before_clip is not None:
         before_clip()
     if train.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
     optimiser.step()
     scheduler.step()
+    return result
+
+
+def checked(result: StepResult, train: TrainSpec) -> StepResult:
+    """``result``, marked diverged if its loss is not finite or a state norm is past the bound:
+    ``update``'s check (the fused trainer's, replicate by replicate)."""
+    norms = result.layer_norms
+    if not math.isfinite(result.loss):
+        return replace(result, diverged="non-finite loss")
+    if any(not math.isfinite(v) or v > train.divergence_norm for v in norms):
+        return replace(result, diverged=f"state norm {max(norms):.3g} past bound")
     return result
 
 

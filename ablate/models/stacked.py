@@ -32,6 +32,8 @@ from torch import nn
 
 from ablate.models.minrnn import MinGRU, MinLSTM, log_g
 from ablate.models.network import GLU, PAD, Block, Gelu, HalfGLU, Network, NoNorm, RMSNorm
+from ablate.models.normalisations import Gamma, GammaRecomputed, NoNormalisation, Xi
+from ablate.models.parameterisations import ComplexDiagonal, Parameterisation, RealDiagonal, Rotation
 from ablate.models.recurrent import LinearRecurrence, conv_scan
 from ablate.ops.scan import linear_scan, log_scan, widened
 
@@ -48,7 +50,8 @@ def _rows(x: torch.Tensor, W: torch.Tensor, bias: torch.Tensor | None = None) ->
     """x (K, ..., i) times W (K, o, i) transposed, plus bias (K, o): replicate k's ``F.linear``."""
     K, i = x.shape[0], x.shape[-1]
     flat = x.reshape(K, -1, i)
-    out = torch.bmm(flat, W.mT) if bias is None else torch.baddbmm(bias[:, None], flat, W.mT)
+    Wt = W.mT.contiguous()  # torch's CPU bmm takes twice as long with the transposed view (L 784)
+    out = torch.bmm(flat, Wt) if bias is None else torch.baddbmm(bias[:, None], flat, Wt)
     return out.reshape(*x.shape[:-1], W.shape[1])
 
 
@@ -58,7 +61,8 @@ def _linear(mods: Sequence[nn.Linear], x: torch.Tensor) -> torch.Tensor:
 
 
 def _one_by_one(mods: Sequence[nn.Module], x: torch.Tensor, *args: Any) -> torch.Tensor:
-    return torch.stack([m(x[k], *args) for k, m in enumerate(mods)])
+    # unbind, not x[k]: the backward of K indexings adds K full-size zero-padded gradients
+    return torch.stack([m(part, *args) for m, part in zip(mods, x.unbind(0), strict=True)])
 
 
 def _broadcast(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -87,10 +91,8 @@ def _norm(mods: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
     if kind is RMSNorm:
         eps = mods[0].eps
         return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * _broadcast(_stack(mods, "weight"), x)
-    if kind is nn.LayerNorm and mods[0].elementwise_affine and mods[0].bias is not None:
-        ln = mods[0]
-        h = F.layer_norm(x, ln.normalized_shape, None, None, ln.eps)
-        return h * _broadcast(_stack(mods, "weight"), x) + _broadcast(_stack(mods, "bias"), x)
+    # The layer norm replicate by replicate: torch's kernel applies the affine weights in the same
+    # pass (forward and backward), where a stacked norm then a stacked affine took 1.6× as long
     return _one_by_one(mods, x)
 
 
@@ -107,16 +109,89 @@ def _activation(mods: Sequence[nn.Module], y: torch.Tensor) -> torch.Tensor:
     return _one_by_one(mods, y)
 
 
-def _linear_recurrence(layers: Sequence[LinearRecurrence], u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+# Parameterisations whose heads are independent: K replicates' parameters joined along the head
+# axis (the axis each tensor is joined on) are one parameterisation of K·H heads, whose own
+# ``system`` computes every replicate's at once (a RotRNN basis: one batched eigendecomposition
+# and one ``serial`` call instead of K). Attributes counting heads, state or modes grow K-fold.
+_WIDE: dict[type, tuple[dict[str, int], tuple[str, ...]]] = {
+    Rotation: ({"M": 0, "gamma_log": 0, "theta": 0, "B": 0, "C": 1}, ("heads", "state_dim")),
+    ComplexDiagonal: ({"nu_log": 0, "theta_log": 0, "B_re": 0, "B_im": 0, "C_re": 1, "C_im": 1},
+                      ("heads", "state_dim", "K")),
+    RealDiagonal: ({"nu_log": 0, "B": 0, "C": 1}, ("heads", "state_dim")),
+}
+# Normalisations that read only the parameterisation they are given, or per-unit parameters
+_WIDE_NORMS: dict[type, dict[str, int]] = {Xi: {}, GammaRecomputed: {}, NoNormalisation: {}, Gamma: {"gamma_log": 0}}
+
+
+def _joined(mods: Sequence[nn.Module], axes: dict[str, int], counts: Sequence[str] = ()) -> nn.Module:
+    """One module of ``mods[0]``'s class whose tensors named in ``axes`` are the replicates'
+    joined on that axis (a graph to each replicate's own), the ``counts`` K-fold; not registered
+    anywhere, made anew each pass."""
+    first = mods[0]
+    wide = object.__new__(type(first))
+    wide.__dict__.update(first.__dict__)
+    for store in ("_parameters", "_buffers"):
+        own = first.__dict__[store]
+        wide.__dict__[store] = {**own, **{name: torch.cat([m.__dict__[store][name] for m in mods], axes[name])
+                                          for name in axes if name in own}}
+    for name in counts:
+        wide.__dict__[name] = getattr(first, name) * len(mods)
+    if "unit_head" in first.__dict__["_buffers"]:  # each unit's head, among the K·H
+        wide.__dict__["_buffers"]["unit_head"] = torch.cat(
+            [m.unit_head + k * m.heads for k, m in enumerate(mods)])  # type: ignore[operator]
+    wide.__dict__.pop("_basis_cache", None)  # a rotation's cached basis belongs to replicate 0
+    return wide
+
+
+def _joint_system(layers: Sequence[LinearRecurrence]) -> tuple[torch.Tensor, ...] | None:
+    """(λ (K, modes), B (K, N, d), C (K, d, N), D (K, d)) of every replicate from one ``system``
+    call of the joined parameterisation; None where the layers' kinds do not join (``_WIDE``)."""
+    first = layers[0]
+    spec, norm_axes = _WIDE.get(type(first.param)), _WIDE_NORMS.get(type(first.norm))
+    if spec is None or norm_axes is None:
+        return None
+    key = None
+    if not torch.is_grad_enabled():  # an evaluation's batches: one system while no parameter changes
+        key = tuple((id(t), t._version) for layer in layers for t in layer.parameters())
+        cached = first.__dict__.get("_joint_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+    joint = _compute_joint(layers, spec, norm_axes)
+    if key is not None:
+        first.__dict__["_joint_cache"] = (key, joint)
+    return joint
+
+
+def _compute_joint(layers: Sequence[LinearRecurrence], spec: tuple[dict[str, int], tuple[str, ...]],
+                   norm_axes: dict[str, int]) -> tuple[torch.Tensor, ...]:
+    first, K = layers[0], len(layers)
+    param: Parameterisation = _joined([layer.param for layer in layers], *spec)  # type: ignore[assignment]
+    norm = _joined([layer.norm for layer in layers], norm_axes) if norm_axes else first.norm
+    system = param.system(norm(param))
+    assert system.lam is not None
+    N, d = first.state_dim, first.d_model
+    C = system.C.reshape(d, K, N).transpose(0, 1)
+    return system.lam.reshape(K, -1), system.B.reshape(K, N, d), C, _stack([layer.param for layer in layers], "D")
+
+
+def _linear_recurrence(layers: Sequence[LinearRecurrence], u: torch.Tensor,
+                       norms: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``LinearRecurrence.forward(u, return_norms=True)`` of each replicate, at once."""
     first = layers[0]
-    systems = [layer.system() for layer in layers]  # parameters only: each replicate's own code
     K, Bn, L, _ = u.shape
+    joint = None if first.mode == "sequential" or not first.parallel else _joint_system(layers)
+    if joint is not None:
+        lam, Bs, C, D = joint
+        complex_modes = lam.is_complex()
+    else:
+        systems = [layer.system() for layer in layers]  # parameters only: each replicate's own code
+        complex_modes = systems[0].complex_modes
     if first.mode == "sequential" or not first.parallel:
         natural = [m.natural() for m in systems]
         A = torch.stack([n[0] for n in natural])
         B = torch.stack([n[1] for n in natural])
         C = torch.stack([n[2] for n in natural])
+        D = torch.stack([m.D for m in systems])
         projected = _rows(u, B)
         bu = projected.to(A.dtype)
         x = bu.new_zeros(K, Bn, bu.shape[-1])
@@ -128,24 +203,27 @@ def _linear_recurrence(layers: Sequence[LinearRecurrence], u: torch.Tensor) -> t
             out.append(x)
         s = torch.stack(out, 2).to(projected.dtype)
     else:
-        v = _rows(u, torch.stack([m.B for m in systems]))
-        lam = torch.stack([m.lam for m in systems])  # (K, modes)
-        b = v.to(widened(v.dtype)).reshape(K, Bn, L, -1, 2) if systems[0].complex_modes else v
-        b = torch.view_as_complex(b) if systems[0].complex_modes else b
+        if joint is None:
+            Bs, lam = torch.stack([m.B for m in systems]), torch.stack([m.lam for m in systems])  # λ (K, modes)
+            C, D = torch.stack([m.C for m in systems]), torch.stack([m.D for m in systems])
+        v = _rows(u, Bs)
+        b = v.to(widened(v.dtype)).reshape(K, Bn, L, -1, 2) if complex_modes else v
+        b = torch.view_as_complex(b) if complex_modes else b
         if first.mode == "conv":  # a time-invariant kernel per channel: replicates side by side in channels
             z = _unfold(conv_scan(lam.reshape(-1), _fold(b)), K)
         else:  # replicates stacked in the batch, each sequence with its replicate's decays: no copies
             a = lam[:, None].expand(K, Bn, lam.shape[-1]).reshape(K * Bn, 1, -1)
             z = linear_scan(a, b.reshape(K * Bn, L, -1)).reshape(b.shape)
-        s = torch.view_as_real(z).reshape(K, Bn, L, -1).to(v.dtype) if systems[0].complex_modes else z
-        C = torch.stack([m.C for m in systems])
-    D = torch.stack([m.D for m in systems])
-    y = _rows(s, C) + u * _broadcast(D, u)
+        s = torch.view_as_real(z).reshape(K, Bn, L, -1).to(v.dtype) if complex_modes else z
+    y = torch.addcmul(_rows(s, C), u, _broadcast(D, u))  # C x + D ⊙ u, as the layer computes it
+    if not norms:
+        return y, None
     N = s.shape[-1]
     return y, s.reshape(K, Bn, L, first.heads, N // first.heads).square().sum(-1)
 
 
-def _min_rnn(layers: Sequence[MinGRU | MinLSTM], u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _min_rnn(layers: Sequence[MinGRU | MinLSTM], u: torch.Tensor,
+             norms: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``MinRNN.forward(u, return_norms=True)`` (the log-space scan) of each replicate, at once."""
     first = layers[0]
     p = _linear([layer.proj for layer in layers], u).unflatten(-1, (first.n_gates + 1, first.state_dim))
@@ -153,38 +231,42 @@ def _min_rnn(layers: Sequence[MinGRU | MinLSTM], u: torch.Tensor) -> tuple[torch
     flat = (-1, *log_a.shape[2:])  # replicates stacked in the batch: the gates are per sequence anyway
     h = torch.exp(log_scan(log_a.reshape(flat), (log_w + log_g(p[..., -1, :])).reshape(flat))).reshape(log_a.shape)
     y = h if isinstance(first.out, nn.Identity) else _linear([layer.out for layer in layers], h)
-    return y, h.square().sum(-1, keepdim=True)
+    return y, h.square().sum(-1, keepdim=True) if norms else None
 
 
-def _recurrence(layers: Sequence[nn.Module], u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _recurrence(layers: Sequence[nn.Module], u: torch.Tensor,
+                norms: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     kind = type(layers[0])
     if kind is LinearRecurrence:
-        return _linear_recurrence(layers, u)  # type: ignore[arg-type]
+        return _linear_recurrence(layers, u, norms)  # type: ignore[arg-type]
     if kind in (MinGRU, MinLSTM) and layers[0].mode == "scan":
-        return _min_rnn(layers, u)  # type: ignore[arg-type]
-    pairs = [layer(u[k], return_norms=True) for k, layer in enumerate(layers)]
-    return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+        return _min_rnn(layers, u, norms)  # type: ignore[arg-type]
+    pairs = [layer(part, return_norms=True) for layer, part in zip(layers, u.unbind(0), strict=True)]
+    return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs]) if norms else None
 
 
-def _block(blocks: Sequence[Block], x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, list]:
+def _block(blocks: Sequence[Block], x: torch.Tensor, mask: torch.Tensor | None,
+           norms: bool = True) -> tuple[torch.Tensor, list]:
     h = _norm([b.norm for b in blocks], x)
-    y, n = _recurrence([b.forward_layer for b in blocks], h)
-    norms = [n]
+    y, n = _recurrence([b.forward_layer for b in blocks], h, norms)
+    found = [n]
     if blocks[0].backward_layer is not None:
-        yb, nb = _recurrence([b.backward_layer for b in blocks], h.flip(2))
-        norms.append(nb)
+        yb, nb = _recurrence([b.backward_layer for b in blocks], h.flip(2), norms)
+        found.append(nb)
         y = y + yb.flip(2)
     a = _activation([b.activation for b in blocks], y)
-    return x + (a if mask is None else a * mask), norms
+    return x + (a if mask is None else a * mask), found if norms else []
 
 
 def stacked_forward(
-    models: Sequence[Network], x: torch.Tensor, masks: Sequence[torch.Tensor] | None = None
+    models: Sequence[Network], x: torch.Tensor, masks: Sequence[torch.Tensor] | None = None,
+    return_norms: bool = True,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Logits (K, B, C) or (K, B, L, C) and per recurrent layer norms (K, B, L, H) of replicate k's
     ``models[k](x[k], return_norms=True)``, in one pass. ``masks``: per block the dropout mask
     (K, B, L, d) the replicates' own streams drew (already divided by 1 − p), or None without dropout;
-    the models must be in training mode for them to apply (eval: pass None)."""
+    the models must be in training mode for them to apply (eval: pass None). Without
+    ``return_norms`` (an evaluation) the norms are not computed and the list is empty."""
     first, K = models[0], len(models)
     if x.shape[0] != K:
         raise ValueError(f"stacked_forward: x has {x.shape[0]} replicates, there are {K} models")
@@ -201,7 +283,7 @@ def stacked_forward(
     norms: list[torch.Tensor] = []
     for i in range(len(first.blocks)):
         active = masks[i] if masks is not None and first.training else None
-        h, n = _block([m.blocks[i] for m in models], h, active)
+        h, n = _block([m.blocks[i] for m in models], h, active, return_norms)
         norms += n
     if first.output_kind == "classification":
         flat_mask = None if pad_mask is None else pad_mask.flatten(0, 1)
