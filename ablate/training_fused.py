@@ -155,11 +155,13 @@ def run_fused(
     keep_freed_memory()
     trials, streams = [], []
     for config, seed, on_eval in zip(configs, seeds, on_evals, strict=True):
-        # foreach: the optimiser's multi-tensor step, K of them a step (the same arithmetic as per tensor)
+        # foreach: the optimiser's multi-tensor step, over all replicates at once (``_adamw``; the
+        # same arithmetic as per tensor)
         trials.append(Trial(config, seed, probes, device, data, on_eval, foreach=True))
         streams.append(torch.get_rng_state())  # what the trial alone draws its dropout masks from
     for trial, reporter in zip(trials, reporters, strict=True):
         trial.begin(reporter)
+    params = [list(trial.model.parameters()) for trial in trials]
     results: list[TrialResult | BaseException | None] = [None] * K
     steps = trials[0].train.steps
     for step in range(1, steps + 1):
@@ -170,7 +172,8 @@ def run_fused(
         x = torch.stack([trials[k].x_train[i] for k, i in zip(live, batches, strict=True)])
         y = torch.stack([trials[k].y_train[i] for k, i in zip(live, batches, strict=True)])
         for k in live:
-            trials[k].optimiser.zero_grad(set_to_none=True)
+            for p in params[k]:  # the optimiser's zero_grad(set_to_none=True)
+                p.grad = None
         drawn = [streams[k] for k in live]
         masks = _masks([trials[k] for k in live], drawn, x, accumulate)
         for k, state in zip(live, drawn, strict=True):
@@ -186,7 +189,8 @@ def run_fused(
             except Exception as exc:  # noqa: BLE001 - a replicate's failure ends it alone; the caller re-raises it
                 results[k] = exc
                 dones.pop(k, None)
-        _update([trials[k] for k, done in dones.items() if not done.diverged])
+        going = [k for k, done in dones.items() if not done.diverged]
+        _update([trials[k] for k in going], [params[k] for k in going])
         when = trials[0].when  # the same for every replicate (``fusable``)
         if when.checks(step) or when.validates(step) or step == steps:  # the final pass is ``finish``'s
             valid = [k for k, done in dones.items() if not done.diverged]
@@ -252,15 +256,14 @@ def evaluate_fused(models: Sequence[Network], x: torch.Tensor, y: torch.Tensor,
     return [split_metrics(total) for total in totals]
 
 
-def _update(trials: list[Trial]) -> None:
+def _update(trials: list[Trial], params: list[list[torch.Tensor]]) -> None:
     """The rest of ``ablate.training.update`` for every replicate whose step did not diverge:
     clipping each to its own ``train.grad_clip`` (one norm pass over all their gradients), one
     AdamW update over all their parameters where the replicates' groups agree on every setting
     (the elementwise arithmetic of each replicate's own foreach step), and each one's schedule."""
-    clipped = [t for t in trials if t.train.grad_clip > 0]
+    clipped = [(t, ps) for t, ps in zip(trials, params, strict=True) if t.train.grad_clip > 0]
     if clipped:
-        _clip([[p.grad for p in t.model.parameters() if p.grad is not None] for t in clipped],
-              [t.train.grad_clip for t in clipped])
+        _clip([[p.grad for p in ps if p.grad is not None] for _, ps in clipped], [t.train.grad_clip for t, _ in clipped])
     _adamw([t.optimiser for t in trials])
     for trial in trials:
         trial.scheduler.step()

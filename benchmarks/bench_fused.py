@@ -14,7 +14,9 @@ Shapes (whole trials: set-up, steps, validation and convergence passes, probes, 
     tiny        (``--tiny``) d 8, one layer, L 16, 6 steps, K = 1, 2: the test's smoke run
 
 Rows: ``apart`` is one ``run_trial`` (today's worker trains one item at a time); ``fused K`` trains
-K replicates (seeds 0 … K − 1) in one ``run_fused``. Rows run interleaved over the repeats, so a
+K replicates (seeds 0 … K − 1) in one ``run_fused``. Every row runs with glibc's malloc keeping
+freed blocks (``keep_freed_memory``, which ``run_fused`` sets), so ``apart`` is not slowed by
+what only the fused trainer avoids. Rows run interleaved over the repeats, so a
 drift in the shared machine's load hits every row alike; each row prints its median wall time,
 trials per hour (K · 3600 / median) and the ratio to ``apart``'s trials per hour, and the same from
 the process's CPU time (steadier than wall time where other processes share the cores).
@@ -35,7 +37,7 @@ from ablate.spec import ProbeSpec
 from ablate.tasks import TaskData, load_task
 from ablate.tasks.data import TaskInfo
 from ablate.training import run_trial
-from ablate.training_fused import run_fused
+from ablate.training_fused import keep_freed_memory, run_fused
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 
@@ -77,6 +79,9 @@ def shape(name: str, steps: int | None) -> tuple[dict, TaskData, ProbeSpec]:
 def measure(name: str, fuse: list[int], repeats: int, steps: int | None) -> list[dict]:
     """Rows of one shape: apart and each fused K, median wall over ``repeats`` interleaved runs."""
     config, data, probes = shape(name, steps)
+    # glibc keeping freed blocks, as run_fused sets it: for every row, apart too (process-wide; at
+    # L 784 it made a trial apart 1.2x as fast as well)
+    keep_freed_memory()
     run_fused([config] * 2, [0, 1], probes, data=data)  # compiled kernels and first code paths, untimed
     rows = [("apart", 1)] + [("fused", k) for k in fuse]
     walls: dict[tuple[str, int], list[float]] = {row: [] for row in rows}

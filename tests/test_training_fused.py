@@ -184,6 +184,15 @@ def test_per_step_continuous_dropout_glu_bidirectional_accumulated_and_tuned_lrs
         _compare(configs, [0, 1, 2], PER_STEP, F64, accumulate=2)
 
 
+def test_each_replicate_clips_to_its_own_bound_in_the_one_clipping_pass():
+    """Replicates that differ in ``train.grad_clip`` only (clipped hard, lightly, not at all): one
+    norm pass and one optimiser call for all of them, each replicate's update as it is apart."""
+    model = {"family": "linear_rnn", "parameterisation": "complex_diagonal", "normalisation": "gamma"}
+    configs = [_config(model, grad_clip=clip) for clip in (0.01, 0.5, 0.0)]
+    with default_dtype(torch.float64):
+        _compare(configs, [0, 1, 2], CLASSES, F64)
+
+
 def test_a_diverging_replicate_is_frozen_and_the_others_train_on():
     """A learning rate that blows replicate 1 up: it is recorded diverged at the step it would be
     alone, and replicates 0 and 2 end exactly as they do alone."""
