@@ -18,8 +18,9 @@ from typing import Annotated, Any
 
 import typer
 
+from ablate.runner.forking import early
 from ablate.spec import Spec, SpecError
-from ablate.stores import StorageError
+from ablate.stores import StorageError, resolve
 from ablate.terminal import PipeConsole, Refused, Stopped, asking, internal_error, store_refused, table
 
 
@@ -191,13 +192,13 @@ def run(
 ) -> None:
     """Run every (cell, seed) of a study not already finished; resumes where it stopped. Items
     another study on the stores has finished are linked, not run again (--no-reuse runs them)."""
-    spec = _load(file, set_, multirun, plugins=True)
-    from ablate.runner.launch import run_study
-    from ablate.stores import resolve
+    with early(workers, device, verbose, tracking_uri, file.name) as forker:  # the workers' imports begin now
+        spec = _load(file, set_, multirun, plugins=True)
+        from ablate.runner.launch import run_study
 
-    after = run_study(spec, resolve(storage, tracking_uri), out, err, workers=workers, device=device,
-                      checkpoint_every=checkpoint_every, verbose=verbose, reuse=reuse, reuse_stale=reuse_stale,
-                      retry_failed=retry_failed, fuse=fuse)
+        after = run_study(spec, resolve(storage, tracking_uri), out, err, workers=workers, device=device,
+                          checkpoint_every=checkpoint_every, verbose=verbose, reuse=reuse, reuse_stale=reuse_stale,
+                          retry_failed=retry_failed, fuse=fuse, forker=forker)
     if after is None:  # queue only
         return
     after.print(out, err)
@@ -235,7 +236,6 @@ def worker(
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""
     from ablate.runner.launch import run_worker
-    from ablate.stores import resolve
 
     run_worker(study, resolve(storage, tracking_uri), err, device=device, threads=threads,
                checkpoint_every=checkpoint_every, max_items=max_items, verbose=verbose, fuse=fuse).print(out)
@@ -282,7 +282,6 @@ def rm(
     Runs another study reuses stay (with their parent run); its links to other studies' runs
     remove nothing of theirs. With --orphans, drop only its orphaned trials."""
     from ablate.runner import cleanup
-    from ablate.stores import resolve
 
     cleanup.rm(study, resolve(storage, tracking_uri), _confirm(yes), orphans, force).print(out)
 
@@ -297,7 +296,6 @@ def keep(
     """Keep the orphaned trials of STUDY as study NEW: NEW gets the spec they were queued under
     (renamed) and links them (nothing runs; the MLflow runs are shared); STUDY drops them."""
     from ablate.runner import cleanup
-    from ablate.stores import resolve
 
     cleanup.keep(study, new, resolve(storage, tracking_uri)).print(out)
 

@@ -9,8 +9,8 @@ A worker imports seconds of modules before its first claim; K workers started ap
 times, on cores they share with training (issue 43: a fresh run's start-up, both cores busy). The
 zygote pays once. ``runner/forking.py`` (the run's side: started before queueing, so that its
 imports overlap the queueing, and asked for the workers by runner/pool.py) runs it as
-``python -m ablate.zygote FD STUDY [--cpu]``: requests on its stdin, one JSON line per worker
-(``{"argv": [...], "log": path or null}``, null: write to the run's terminal), their end meaning
+``python -m ablate.zygote FD NAME [--cpu] [--sql]``: requests on its stdin, one JSON line per worker
+(``{"argv": [...], "env": {...}, "log": path or null}``, null: write to the run's terminal), their end meaning
 no more; reports on descriptor FD, ``started PID`` per fork, then ``exited PID CODE`` (Popen's
 returncode: negative for a signal) as each worker ends. It exits once every worker has.
 
@@ -47,6 +47,8 @@ def _child(request: dict[str, Any], report_fd: int) -> NoReturn:
         if request.get("log"):
             os.dup2(null, 1)
             os.dup2(os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), 2)
+        os.environ.clear()
+        os.environ.update(request["env"])
         random.seed()  # the zygote's state would otherwise be every worker's
         with contextlib.suppress(Exception):  # `ps -o comm`, top: which process is a worker (Linux)
             import ctypes
@@ -69,14 +71,15 @@ def _child(request: dict[str, Any], report_fd: int) -> NoReturn:
 
 
 def main() -> None:
-    """The zygote: ``python -m ablate.zygote FD STUDY [--cpu]`` (STUDY: for ``ps``; ``--cpu``: some
-    worker trains on the CPU, so its scan kernels are loaded here)."""
+    """The zygote: ``python -m ablate.zygote FD NAME [--cpu] [--sql]`` (NAME: for ``ps``; ``--cpu``:
+    some worker trains on the CPU, its scan kernels are loaded here; ``--sql``: MLflow's SQL store
+    is imported too)."""
     report = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
     from ablate.runner import preload
 
-    preload.import_modules(os.environ.get("ABLATE_TRACKING_URI"))
+    preload.import_modules("sqlite:" if "--sql" in sys.argv[3:] else None)
     if "--cpu" in sys.argv[3:]:  # CPU workers' scan kernels, loaded without running one (no torch op before a fork)
         with contextlib.suppress(Exception):  # else each worker loads them (or fails in the item that needs them)
             from ablate.ops import scan_numba

@@ -28,17 +28,18 @@ def _queued(tmp_path: Path) -> dict[str, str]:
 
 def _paused_worker(tmp_path: Path) -> tuple[forking.Zygote, forking.Forked]:
     env = _queued(tmp_path)
-    z = forking.Zygote("faults", env)
-    (worker,) = z.fork([{"argv": ["worker", "faults", "--threads", "1"], "log": str(tmp_path / "w.log")}])
+    z = forking.Zygote("faults", 1)
+    (worker,) = z.fork([{"argv": ["worker", "faults", "--threads", "1"], "env": env, "log": str(tmp_path / "w.log")}])
     procs.wait_for(lambda: (tmp_path / "fault.mark").exists(), "the worker's claim")
     return z, worker
 
 
 def test_forked_commands_write_their_own_logs_and_report_their_exit_statuses(tmp_path):
-    z = forking.Zygote("study", {**os.environ, "ABLATE_HOME": str(tmp_path / ".ablate")})
+    z = forking.Zygote("study", 1)
+    env = {**os.environ, "ABLATE_HOME": str(tmp_path / ".ablate")}
     logs = [tmp_path / "missing.log", tmp_path / "version.log"]
-    workers = z.fork([{"argv": ["status", "no-such-study"], "log": str(logs[0])},
-                      {"argv": ["--help"], "log": str(logs[1])}])
+    workers = z.fork([{"argv": ["status", "no-such-study"], "env": env, "log": str(logs[0])},
+                      {"argv": ["--help"], "env": env, "log": str(logs[1])}])
     assert len({w.pid for w in workers} | {z.proc.pid, os.getpid()}) == 4
     codes = [w.wait(timeout=120) for w in workers]
     assert codes[0] not in (0, None) and codes[1] == 0
@@ -74,9 +75,11 @@ def test_a_worker_whose_zygote_was_killed_runs_on_and_reads_as_lost_once_it_ends
 
 
 def test_a_zygote_that_cannot_start_says_why_and_the_run_starts_its_workers_apart(tmp_path, monkeypatch):
-    broken = forking.Zygote("study", {**os.environ, "PYTHONHOME": str(tmp_path / "no-python")})
+    monkeypatch.setenv("PYTHONHOME", str(tmp_path / "no-python"))
+    broken = forking.Zygote("study", 1)
+    monkeypatch.delenv("PYTHONHOME")
     with pytest.raises(forking.Failed, match=r"forking 0 of 1.*(?s:Python)"):
-        broken.fork([{"argv": ["--help"], "log": None}])
+        broken.fork([{"argv": ["--help"], "env": dict(os.environ), "log": None}])
 
     def fail(self, requests):  # noqa: ANN001, ANN202
         self.cancel()
@@ -90,3 +93,39 @@ def test_a_zygote_that_cannot_start_says_why_and_the_run_starts_its_workers_apar
     assert all(w.wait(timeout=120) != 0 for w in workers)  # `ablate worker` apart, on a study not there
     assert "no-such-study" in pool.last_error(workers[0])
     assert "forking 0 of 2" in (tmp_path / ".ablate" / "logs" / "no-such-study-zygote.log").read_text()
+
+
+def _zygotes(name: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            line = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"ablate.zygote\0" in line and b"\0" + name.encode() + b"\0" in line:
+            found.append(int(entry))
+    return found
+
+
+def test_a_run_starts_its_zygote_first_and_stops_it_when_it_has_nothing_to_fork(tmp_path):
+    """``ablate run --workers 2`` starts the zygote before validating the spec (its imports overlap
+    the run's own work); a refused spec then writes nothing and leaves no zygote behind, nor does
+    a study with nothing left to run; one worker, or devices only torch can list, start none early."""
+    for workers, device in ((1, "cpu"), (2, "auto")):
+        with forking.early(workers, device, False, None, "x") as none:
+            assert none is None
+    with forking.early(2, "cpu", False, None, "early-test.yaml") as z:
+        assert z is not None and z.threads == forking.threads_per_worker(2)
+        procs.wait_for(lambda: _zygotes("early-test.yaml"), "the zygote's command line", timeout=30)
+    assert z.proc.returncode is not None and not _zygotes("early-test.yaml")
+
+    (tmp_path / "bad-spec.yaml").write_text("name: x\nmodel: {family: nope}\n")
+    res = procs.ablate(tmp_path, "run", "bad-spec.yaml", "--workers", "2")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert not (tmp_path / ".ablate").exists() and not _zygotes("bad-spec.yaml")
+
+    procs.write_spec(tmp_path, seeds=1)
+    assert procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2").returncode == 0
+    again = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")
+    assert again.returncode == 0 and "0 to run" in again.stdout, again.stdout + again.stderr
+    assert not _zygotes("spec.yaml")

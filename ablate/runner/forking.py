@@ -1,11 +1,14 @@
 """The run's side of the zygote (ablate/zygote.py) that forks ``ablate run``'s local workers.
 
-    z = Zygote(study, env)      # started at once: its imports overlap the run's queueing
+    z = Zygote(name, threads)   # started at once: its imports overlap the run's own work
     workers = z.fork(requests)  # one Forked per worker: pid, poll, wait, send_signal, kill (as Popen)
 
-runner/launch.py starts it before queueing (``pool.early``), runner/pool.py asks it for the
-workers and watches them as it would ``subprocess.Popen`` ones; a zygote that cannot fork them
-raises ``Failed`` (what it wrote, read back) and pool.py starts them apart.
+``ablate run --workers K`` starts it first of all (``early``), so that its imports overlap the
+spec's validation and the queueing; runner/pool.py asks it for the workers and watches them as it
+would ``subprocess.Popen`` ones; a zygote that cannot fork them raises ``Failed`` (what it wrote,
+read back) and pool.py starts them apart. Also the threads a local worker gets (``thread_env``,
+``threads_per_worker``): the zygote is started with them, as torch, MKL and numba read them when
+they load.
 """
 
 from __future__ import annotations
@@ -18,9 +21,26 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 LOST = 255  # a worker's exit status when the zygote that would have reported it is gone
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """The variables torch (OpenMP), MKL and numba read their thread counts from when they load."""
+    return {var: str(threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")}
+
+
+def threads_per_worker(workers: int) -> int:
+    """CPU workers share the cores: oversubscribed BLAS/OpenMP threads make everyone slower."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def database(tracking_uri: str | None) -> bool:
+    """Whether MLflow keeps runs in a database there (ablate's default store is SQLite)."""
+    scheme = (tracking_uri or "sqlite:").split(":", 1)[0].split("+", 1)[0]
+    return scheme in ("sqlite", "postgresql", "mysql", "mssql")
 
 
 class Failed(Exception):
@@ -61,22 +81,29 @@ class Zygote:
     """The parent's end: the zygote process (started at once: its imports begin while the run
     queues its items), the workers it forked and what it reported."""
 
-    def __init__(self, study: str, env: dict[str, str], verbose: bool = False, cpu: bool = True) -> None:
+    def __init__(self, name: str, threads: int, verbose: bool = False, cpu: bool = True, sql: bool = True) -> None:
+        """``name``: the study or its spec's file, for ``ps``; ``threads``: each worker's (its
+        environment's, as its imports read them); ``cpu``: load the CPU scan kernels; ``sql``:
+        MLflow's SQL store too."""
         read, write = os.pipe()
         # Its own errors (a failed start) are read back into ``Failed``; nothing is written to
         # the logs before a worker is asked for (a run with nothing to run writes no file).
         self._errors = None if verbose else tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-        self.env = env
-        self.proc = subprocess.Popen([sys.executable, "-m", "ablate.zygote", str(write), study, *(["--cpu"] if cpu else [])],
-                                     stdin=subprocess.PIPE, env=env, pass_fds=(write,),
-                                     stdout=None if verbose else subprocess.DEVNULL, stderr=self._errors)
+        self.threads = threads
+        flags = [*(["--cpu"] if cpu else []), *(["--sql"] if sql else [])]
+        self.proc = subprocess.Popen([sys.executable, "-m", "ablate.zygote", str(write), name, *flags],
+                                     stdin=subprocess.PIPE, env={**os.environ, **thread_env(threads)},
+                                     pass_fds=(write,), stdout=None if verbose else subprocess.DEVNULL,
+                                     stderr=self._errors)
         os.close(write)
         self._fd, self._buffer, self._ended = read, b"", False
         self.codes: dict[int, int] = {}
         self.forked = False
 
     def fork(self, requests: list[dict[str, Any]]) -> list[Forked]:
-        """Send the requests; the forked workers, once the zygote has imported and forked them all."""
+        """Send the requests (``{"argv", "env", "log"}``: ``ablate ARGV`` in ``env``, writing to the
+        file ``log``, None: to the run's terminal); the forked workers, once the zygote has imported
+        and forked them all."""
         assert self.proc.stdin is not None and not self.forked
         self.forked = True
         with contextlib.suppress(BrokenPipeError):  # died at once: told below, by the missing reports
@@ -156,6 +183,23 @@ class Zygote:
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
+
+
+@contextlib.contextmanager
+def early(workers: int, device: str, verbose: bool, tracking_uri: str | None, name: str) -> Iterator[Zygote | None]:
+    """The zygote of the ``workers`` local workers ``ablate run`` will start on ``device``, started
+    before anything else it does; stopped at the end unless it forked them (a spec refused, a
+    study with nothing to run). None: no zygote (one worker trains in the run's process), or not
+    yet (``auto`` and ``cuda`` ask torch for the devices: runner/pool.py starts it then)."""
+    forker = None
+    if workers >= 2 and device not in ("auto", "cuda") and hasattr(os, "fork"):
+        uri = tracking_uri or os.environ.get("ABLATE_TRACKING_URI")
+        forker = Zygote(name, threads_per_worker(workers), verbose, cpu=device == "cpu", sql=database(uri))
+    try:
+        yield forker
+    finally:
+        if forker is not None and not forker.forked:
+            forker.cancel()
 
 
 def _alive(pid: int) -> bool:

@@ -176,24 +176,13 @@ def settle_after_stop(name: str, stores: Stores) -> int:
 
 def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
               checkpoint_every: int = 100, verbose: bool = False, reuse: bool = True,
-              reuse_stale: bool = False, retry_failed: bool = False, fuse: int = 1) -> Outcome | None:
+              reuse_stale: bool = False, retry_failed: bool = False, fuse: int = 1,
+              forker: Zygote | None = None) -> Outcome | None:
     """Queue every item of ``spec`` not already finished (``retry_failed``: and those that failed
     otherwise than by diverging, their failed attempts kept) and, unless ``workers`` is 0 (queue
     only: ``None``), run them on ``workers`` local workers on ``device`` (each training up to
-    ``fuse`` items of a cell as one model); the study's state after."""
-    # The workers' zygote imports torch and MLflow while the items are queued (ablate/zygote.py).
-    forker = pool.early(spec.name, stores, workers, device, checkpoint_every, verbose, fuse)
-    try:
-        return _run_study(spec, stores, out, err, workers, device, checkpoint_every, verbose, reuse, reuse_stale,
-                          retry_failed, fuse, forker)
-    finally:
-        if forker is not None and not forker.forked:
-            forker.cancel()
-
-
-def _run_study(spec: Spec, stores: Stores, out: Console, err: Console, workers: int, device: str,
-               checkpoint_every: int, verbose: bool, reuse: bool, reuse_stale: bool, retry_failed: bool, fuse: int,
-               forker: Zygote | None) -> Outcome | None:
+    ``fuse`` items of a cell as one model; ``forker``: a zygote started for them already,
+    ``forking.early``); the study's state after."""
     todo = sequential_looks.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
 
     try:

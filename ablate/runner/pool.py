@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from ablate.runner import forking, progress, queue
+from ablate.runner.forking import thread_env, threads_per_worker
 from ablate.runner.study import open_study
 from ablate.runner.worker import worker_id
 from ablate.stores import Stores, home, redact
@@ -45,16 +46,6 @@ def devices(device: str, workers: int) -> list[str]:
     return [device] * workers
 
 
-def thread_env(threads: int) -> dict[str, str]:
-    """The variables torch (OpenMP), MKL and numba read their thread counts from when they load."""
-    return {var: str(threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")}
-
-
-def threads_per_worker(workers: int) -> int:
-    """CPU workers share the cores: oversubscribed BLAS/OpenMP threads make everyone slower."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
 def estimate_threads(workers: int, device: str) -> int | None:
     """The torch threads of the trial ``ablate plan --estimate`` times for ``workers`` local
     workers on ``device``: a CPU pool's worker gets its share of the cores; otherwise None (all)."""
@@ -74,21 +65,10 @@ def worker_command(study: str, stores: Stores, device: str, threads: int, checkp
     return ([*argv, "-v"] if verbose else argv), env
 
 
-def early(study: str, stores: Stores, workers: int, device: str, checkpoint_every: int,
-          verbose: bool = False, fuse: int = 1) -> forking.Zygote | None:
-    """The zygote of the ``workers`` local workers a run will start on ``device``, started now, so
-    that its imports overlap the queueing (None: no zygote, or not before the devices are known:
-    ``auto`` and ``cuda`` ask torch)."""
-    if workers < 2 or device in ("auto", "cuda") or not hasattr(os, "fork"):
-        return None
-    _, env = worker_command(study, stores, device, threads_per_worker(workers), checkpoint_every, verbose, fuse)
-    return forking.Zygote(study, env, verbose, cpu=device == "cpu")
-
-
 def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: int,
           verbose: bool = False, fuse: int = 1, forker: forking.Zygote | None = None) -> list[Any]:
-    """The local workers, forked by one zygote (ablate/zygote.py, runner/forking.py: their imports paid once; ``forker``
-    one already started by ``early``), else, where it cannot fork them, ``ablate worker``
+    """The local workers, forked by one zygote (ablate/zygote.py, runner/forking.py: their imports
+    paid once; ``forker``: one already started, ``forking.early``), else, where it cannot fork them, ``ablate worker``
     processes started apart; each with ``pid``, Popen's ``poll``, ``wait``, ``send_signal`` and
     ``kill``, and ``log_path``."""
     threads = threads_per_worker(len(device_list))
@@ -99,14 +79,14 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
     paths = [logs / f"{study}-worker{i}.log" for i in range(len(device_list))]
     starts = [path.stat().st_size if path.exists() else 0 for path in paths]  # this run's lines start there
     procs: list[Any] = []
-    if forker is not None and (not commands or forker.env != commands[0][1]):
+    if forker is not None and forker.threads != threads:
         forker.cancel()  # started for other workers than these
         forker = None
     if hasattr(os, "fork") and commands:
-        forker = forker or forking.Zygote(study, commands[0][1], verbose, cpu="cpu" in device_list)
+        forker = forker or forking.Zygote(study, threads, verbose, "cpu" in device_list, forking.database(stores.tracking))
         try:
-            procs = forker.fork([{"argv": argv, "log": None if verbose else str(path)}
-                                 for (argv, _), path in zip(commands, paths, strict=True)])
+            procs = forker.fork([{"argv": argv, "env": env, "log": None if verbose else str(path)}
+                                 for (argv, env), path in zip(commands, paths, strict=True)])
         except forking.Failed as exc:  # started apart below
             with open(logs / f"{study}-zygote.log", "a") as log:
                 log.write(f"{exc}\n")
