@@ -1,6 +1,7 @@
 """Local worker processes for ``ablate run --workers K``: devices, threads, a live view.
 
-Each worker is an ``ablate worker`` process on the shared study, exactly as on a cluster; this
+Each worker is an ``ablate worker`` process on the shared study, exactly as on a cluster, forked
+by one zygote that imported what they need once (ablate/zygote.py, runner/forking.py); this
 module only starts them with sensible devices and thread counts and watches the storage.
 
 ``run`` forwards the first SIGINT or SIGTERM it gets to its workers (a scheduler's SIGTERM stops
