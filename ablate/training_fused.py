@@ -9,11 +9,14 @@ The replicates are a cell's seeds, or tuning trials that differ only in ``train.
 ``train.divergence_norm`` (``FREE``): every step of every replicate then has the same shapes and the
 same schedule of logging, validation and probes. Each replicate is an ``ablate.training.Trial``,
 built exactly as ``run_trial`` builds it (its seed, its initialisation, its data order, its
-optimiser and learning-rate schedule, its probes and reports), and after each step runs the same
-``update`` (divergence check, gradient probes, clipping, optimiser, schedule) and ``after_step``
-(logging, validation, early stopping, probes, final evaluation). Only the forward and backward
-pass is shared: ``ablate.models.stacked.stacked_forward`` computes every live replicate's batch at
-once, and one backward of the sum of their losses gives each its own gradients.
+optimiser and learning-rate schedule, its probes and reports), and after each step makes the
+steps of ``update`` (divergence check, gradient probes, clipping, optimiser, schedule) and runs
+the same ``after_step`` (logging, validation, early stopping, probes, final evaluation).
+``ablate.models.stacked.stacked_forward`` computes every live replicate's batch at once, and one
+backward of the sum of their losses gives each its own gradients; the clipping norms of all the
+live replicates are one pass, their AdamW steps one call per parameter group (each replicate's
+own state, bound and learning rate; the same elementwise arithmetic as its own step), and their
+validation passes one stacked pass a chunk.
 
 A replicate that diverges (non-finite loss, a state norm past the bound) is recorded ``diverged``
 at that step and leaves the fused pass, untouched by the others and touching none; one that stops
@@ -63,16 +66,20 @@ from ablate.training import (
 FREE = ("lr", "weight_decay", "recurrent_lr_factor", "grad_clip", "divergence_norm")
 
 # The K a worker fuses without ``--fuse`` (``default_fuse``). Measured here, whole trials, 1 torch
-# thread, the 2 shared cores (issue 47):
+# thread, the 2 shared cores (issue 47), the rows interleaved (ratios to ``apart`` in one run):
 #   python benchmarks/bench_fused.py --shape quickstart --fuse 1,4,8 --repeats 2 --threads 1
-#     (load average 2.8; batch 32 × L 64 × d 32 = 65,536 values a replicate's layer carries)
-#     trials/h against apart: K = 4 1.18× by wall time, 1.23× by CPU time; K = 8 1.13×, 1.22×
+#     (batch 32 × L 64 × d 32 = 65,536 values a replicate's layer carries), trials/h against apart
+#     by wall time, by CPU time: K = 4 1.98×, 1.90×; K = 8 2.06×, 2.22× (load average 4.4; at 3.3
+#     K = 4 1.81×, 1.84×; K = 8 1.91×, 2.08×). Before the shared system, clipping, optimiser and
+#     validation passes: K = 4 1.18×, 1.23×; K = 8 1.13×, 1.22×.
 #   python benchmarks/bench_fused.py --shape l784 --fuse 1,4,8 --repeats 1 --steps 30 --threads 1
-#     (load average 2.1; 32 × 784 × 32 = 802,816): K = 4 0.67× wall, 0.57× CPU; K = 8 0.87×, 0.56×
-# So on the CPU: K = 4 (as good as 8, and it leaves more of a cell's items to other workers) up to
-# twice the quickstart's size, where it was measured to win; apart above, or when the length is
-# not known before the data are loaded (a fixed data set's, such as Fashion-MNIST's 784 pixels).
-CPU_FUSE, CPU_FUSE_MAX_VALUES = 4, 2 * 32 * 64 * 32
+#     (32 × 784 × 32 = 802,816): K = 4 0.97×, 0.98×; K = 8 0.94×, 0.96× (load 2.3; at 6.3 the CPU
+#     ratios 0.91× both). Before: K = 4 0.67×, 0.57×; K = 8 0.87×, 0.56×. At this size a step is
+#     memory-bound work that fusing cannot share, and stacking copies some of it.
+# So on the CPU: K = 8 up to twice the quickstart's size, where it was measured to win (and more
+# than K = 4); apart above, or when the length is not known before the data are loaded (a fixed
+# data set's, such as Fashion-MNIST's 784 pixels).
+CPU_FUSE, CPU_FUSE_MAX_VALUES = 8, 2 * 32 * 64 * 32
 # On CUDA, where the fused pass's larger products fill the device: NOT measured on a GPU yet
 # (benchmarks/gpu_check.py's fused rows, issue 47 point 6, will say).
 CUDA_FUSE = 8

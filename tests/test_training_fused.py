@@ -291,7 +291,7 @@ def test_fusable_refuses_replicates_that_differ_in_more_than_seed_and_rates():
         run_fused([a, a], [0], data=_data(CLASSES))
 
 
-def test_default_fuse_fuses_the_quickstart_s_size_on_the_cpu_not_l_784_and_more_on_cuda():
+def test_default_fuse_fuses_the_quickstart_s_size_on_the_cpu_not_l_784_and_on_cuda():
     """Where ``benchmarks/bench_fused.py`` measured fusing to win on the CPU (the quickstart's
     shape), and not where it lost (L 784) or where the length is unknown before the data load."""
     from pathlib import Path
@@ -308,4 +308,4 @@ def test_default_fuse_fuses_the_quickstart_s_size_on_the_cpu_not_l_784_and_more_
     wide = {**quickstart, "model": {**quickstart["model"], "d_model": 512}}
     assert default_fuse("cpu", wide) == 1
     assert default_fuse("cpu", {**quickstart, "task": {"name": "no_such_task"}}) == 1
-    assert default_fuse("cuda", fashion) == default_fuse("cuda:1", quickstart) == CUDA_FUSE > CPU_FUSE
+    assert default_fuse("cuda", fashion) == default_fuse("cuda:1", quickstart) == CUDA_FUSE > 1

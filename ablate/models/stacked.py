@@ -10,12 +10,17 @@ and one scan for every replicate. The compiled scans are custom autograd Functio
 ``torch.func.vmap`` cannot batch; they need no batching rule, because their decays are per channel
 and may be per sequence: replicate k's sequences are rows k·B … k·B + B − 1 of one scan whose
 decay ``a`` (K·B, 1, D) repeats each replicate's λ over its rows (the conv mode, whose kernel is per
-channel only, puts the replicates side by side in the channels instead). What depends on the parameters alone (a layer's
-``system()``: λ, B, C, a rotation's basis) is computed per replicate by the layer's own code and
-stacked, so the fused pass computes what each replicate would alone, to rounding.
+channel only, puts the replicates side by side in the channels instead). What depends on the
+parameters alone (a layer's ``system()``: λ, B, C, a rotation's basis) is computed by the layer's
+own code: for a parameterisation whose heads are independent (``_WIDE``) once, on the K
+replicates' parameters joined along the head axis (K·H heads: one batched basis for all), else per
+replicate and stacked; either way the fused pass computes what each replicate would alone, to
+rounding. In an evaluation (no gradients) the joined system is kept while no parameter changes.
 
 A module of a kind this file does not know (torch's GRU/LSTM, the batch norm, a plug-in) runs
 replicate by replicate on its slice: still exact, only not faster. ``per_replicate`` lists them.
+The layer norm runs so on purpose: torch's kernel applies each replicate's affine weights in its
+own pass.
 
 Dropout takes the masks the caller drew from each replicate's own random stream (``masks``, one
 (K, B, L, d) tensor per block), so replicate k's masks are the ones its trial alone would draw.
