@@ -245,14 +245,15 @@ _MEMORY_KEPT = False
 @torch.no_grad()
 def evaluate_fused(models: Sequence[Network], x: torch.Tensor, y: torch.Tensor,
                    batch: int = 256) -> list[dict[str, float]]:
-    """``ablate.training.evaluate`` of every model on the same split, in one stacked pass a chunk
-    of ``2 · batch / K`` sequences: twice one model's batch at once, not K times (K times is out of
-    the CPU's cache: at the quickstart's size with K = 8 a validation pass took 1.3× as long as
-    eight passes apart, where chunks of 64 sequences take ~0.9×)."""
+    """``ablate.training.evaluate`` of every model on the same split, in one stacked pass a chunk:
+    on the CPU of ``2 · batch / K`` sequences, twice one model's batch at once, not K times (K
+    times is out of the CPU's cache: at the quickstart's size with K = 8 a validation pass took
+    1.3× as long as eight passes apart, where chunks of 64 sequences take ~0.9×); elsewhere of
+    ``batch``."""
     for model in models:
         model.eval()
     totals = [[0.0, 0, 0] for _ in models]
-    chunk = max(1, min(batch, 2 * batch // len(models)))
+    chunk = max(1, min(batch, 2 * batch // len(models))) if x.device.type == "cpu" else batch
     for i in range(0, len(x), chunk):
         xs = x[i : i + chunk]
         logits, _ = stacked_forward(models, xs.expand(len(models), *xs.shape), return_norms=False)
@@ -290,10 +291,9 @@ def _clip(grads: list[list[torch.Tensor]], limits: list[float]) -> None:
     else:
         totals = torch.stack([torch.linalg.vector_norm(part, 2.0) for part in norms.split(sizes)])
     limit = torch.tensor(limits, dtype=totals.dtype, device=totals.device)
-    coefs = torch.clamp(limit / (totals + 1e-6), max=1.0).tolist()
-    scaled = [(g, c) for gs, c in zip(grads, coefs, strict=True) if c != 1.0 for g in gs]  # × 1 is exact
-    if scaled:
-        torch._foreach_mul_([g for g, _ in scaled], [c for _, c in scaled])
+    coefs = torch.clamp(limit / (totals + 1e-6), max=1.0)
+    for gs, coef in zip(grads, coefs.unbind(0), strict=True):  # no sync: as clip_grad_norm_ scales
+        torch._foreach_mul_(gs, coef)
 
 
 #: an AdamW group's settings: groups that agree on all of them update in one call
