@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.optim.adam import adam
 
@@ -58,7 +59,6 @@ from ablate.training import (
     add_batch,
     checked,
     layer_means,
-    loss_and_correct,
     split_metrics,
 )
 
@@ -335,6 +335,20 @@ def _adamw_call(batch: list[tuple[torch.optim.Optimizer, dict[str, Any]]]) -> No
          eps=group["eps"], maximize=group["maximize"])
 
 
+def _losses(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:
+    """``loss_and_correct`` of every replicate from one cross-entropy call: (K,) mean losses (0
+    where no target is scored), correct and counted per replicate."""
+    K, classes = logits.shape[0], logits.shape[-1]
+    flat, targets = logits.reshape(K, -1, classes), y.reshape(K, -1)
+    scored = targets != IGNORE
+    each = F.cross_entropy(flat.reshape(-1, classes), targets.reshape(-1), ignore_index=IGNORE,
+                           reduction="none").view(K, -1)
+    counted = scored.sum(1)
+    right = ((flat.detach().argmax(-1) == targets) & scored).sum(1)
+    counts = torch.stack([right, counted]).tolist()
+    return each.sum(1) / counted.clamp_min(1), counts[0], counts[1]
+
+
 def _masks(trials: list[Trial], streams: list[torch.Tensor], x: torch.Tensor,
            accumulate: int) -> list[list[torch.Tensor]] | None:
     """Per micro-batch, per block, the (K, b, L, d) dropout masks each replicate's own stream draws
@@ -370,14 +384,16 @@ def _forward_backward(models: list, x: torch.Tensor, y: torch.Tensor, accumulate
     summary: list[torch.Tensor | None] = [None] * K
     for c, (xs, ys) in enumerate(zip(x.chunk(accumulate, 1), y.chunk(accumulate, 1), strict=True)):
         logits, norms = stacked_forward(models, xs, None if masks is None else masks[c])
-        objective = None
-        for k, mine_logits in enumerate(logits.unbind(0)):  # unbind: one gradient, not K zero-padded ones
-            loss, right, n = loss_and_correct(mine_logits, ys[k])
-            if n:  # a micro-batch with every target ignored has a NaN mean loss and adds no gradient
-                term = loss * (n / max(totals[k], 1))
-                objective = term if objective is None else objective + term
-                loss_sum[k] += loss.item() * n
-            correct[k], counted[k] = correct[k] + right, counted[k] + n
+        losses, rights, ns = _losses(logits, ys)
+        # a micro-batch with every target ignored adds no gradient (its mean loss alone would be NaN)
+        weights = torch.tensor([n / max(total, 1) for n, total in zip(ns, totals, strict=True)],
+                               dtype=losses.dtype, device=losses.device)
+        objective = (losses * weights).sum() if any(ns) else None
+        values = losses.detach().tolist()
+        for k in range(K):
+            if ns[k]:
+                loss_sum[k] += values[k] * ns[k]
+            correct[k], counted[k] = correct[k] + rights[k], counted[k] + ns[k]
             mine = [sq[k] for sq in norms]
             means = [m * xs.shape[1] for m in layer_means(mine)]
             if mine:
