@@ -146,7 +146,8 @@ def run_fused(
     seeds[k], probes, reporters[k], device, data, accumulate=accumulate, on_eval=on_evals[k],
     checkpoint=checkpoints[k], checkpoint_every=checkpoint_every)`` would report, write and
     return, replicate by replicate (an exception ``on_eval`` raised is returned in its replicate's
-    place). The checkpoints are written, never read: a replicate's resumes apart."""
+    place). The checkpoints are written, never read: a replicate's resumes apart. Sets the
+    process's malloc to keep freed blocks (``keep_freed_memory``)."""
     K = len(configs)
     if len(seeds) != K:
         raise ValueError(f"run_fused: {K} configs but {len(seeds)} seeds")
