@@ -69,13 +69,15 @@ FREE = ("lr", "weight_decay", "recurrent_lr_factor", "grad_clip", "divergence_no
 # thread, the 2 shared cores (issue 47), the rows interleaved (ratios to ``apart`` in one run):
 #   python benchmarks/bench_fused.py --shape quickstart --fuse 1,4,8 --repeats 2 --threads 1
 #     (batch 32 × L 64 × d 32 = 65,536 values a replicate's layer carries), trials/h against apart
-#     by wall time, by CPU time: K = 4 1.98×, 1.90×; K = 8 2.06×, 2.22× (load average 4.4; at 3.3
-#     K = 4 1.81×, 1.84×; K = 8 1.91×, 2.08×). Before the shared system, clipping, optimiser and
-#     validation passes: K = 4 1.18×, 1.23×; K = 8 1.13×, 1.22×.
+#     by wall time, by CPU time: K = 4 1.89×, 1.95×; K = 8 2.17×, 2.27× (load average 4.2; two
+#     earlier runs, load 3.3 and 4.4: K = 4 1.81–1.98×, 1.84–1.90×; K = 8 1.91–2.06×, 2.08–2.22×).
+#     Before the shared system, clipping, optimiser, loss and validation passes: K = 4 1.18×,
+#     1.23×; K = 8 1.13×, 1.22×.
 #   python benchmarks/bench_fused.py --shape l784 --fuse 1,4,8 --repeats 1 --steps 30 --threads 1
-#     (32 × 784 × 32 = 802,816): K = 4 0.97×, 0.98×; K = 8 0.94×, 0.96× (load 2.3; at 6.3 the CPU
-#     ratios 0.91× both). Before: K = 4 0.67×, 0.57×; K = 8 0.87×, 0.56×. At this size a step is
-#     memory-bound work that fusing cannot share, and stacking copies some of it.
+#     (32 × 784 × 32 = 802,816): K = 4 0.92×, 0.93×; K = 8 0.98×, 0.94× (load 4.4; at 2.3 K = 4
+#     0.97×, 0.98×; K = 8 0.94×, 0.96×). Before: K = 4 0.67×, 0.57×; K = 8 0.87×, 0.56×. At this
+#     size a step is memory-bound work that fusing cannot share: every op of K replicates' 51 MB
+#     tensors runs at about half the speed per value of one replicate's 6 MB.
 # So on the CPU: K = 8 up to twice the quickstart's size, where it was measured to win (and more
 # than K = 4); apart above, or when the length is not known before the data are loaded (a fixed
 # data set's, such as Fashion-MNIST's 784 pixels).
