@@ -76,8 +76,8 @@ FREE = ("lr", "weight_decay", "recurrent_lr_factor", "grad_clip", "divergence_no
 #   python benchmarks/bench_fused.py --shape l784 --fuse 1,4,8 --repeats 1 --steps 30 --threads 1
 #     (32 × 784 × 32 = 802,816): K = 4 0.92×, 0.93×; K = 8 0.98×, 0.94× (load 4.4; at 2.3 K = 4
 #     0.97×, 0.98×; K = 8 0.94×, 0.96×). Before: K = 4 0.67×, 0.57×; K = 8 0.87×, 0.56×. At this
-#     size a step is memory-bound work that fusing cannot share: every op of K replicates' 51 MB
-#     tensors runs at about half the speed per value of one replicate's 6 MB.
+#     size a step is memory-bound work that fusing cannot share, and some ops on K = 8 replicates'
+#     51 MB tensors ran up to twice as slow per value as on one replicate's 6 MB (the norms' square).
 # So on the CPU: K = 8 up to twice the quickstart's size, where it was measured to win (and more
 # than K = 4); apart above, or when the length is not known before the data are loaded (a fixed
 # data set's, such as Fashion-MNIST's 784 pixels).
