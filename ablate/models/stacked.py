@@ -160,15 +160,18 @@ def _joint_system(layers: Sequence[LinearRecurrence]) -> tuple[torch.Tensor, ...
     spec, norm_axes = _WIDE.get(type(first.param)), _WIDE_NORMS.get(type(first.norm))
     if spec is None or norm_axes is None:
         return None
-    key = None
+    tensors: list[torch.Tensor] = []
+    versions: list[int] = []
     if not torch.is_grad_enabled():  # an evaluation's batches: one system while no parameter changes
-        key = tuple((id(t), t._version) for layer in layers for t in layer.parameters())
+        tensors = [t for layer in layers for t in layer.parameters()]
+        versions = [t._version for t in tensors]
         cached = first.__dict__.get("_joint_cache")
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        if (cached is not None and len(cached[0]) == len(tensors) and cached[1] == versions
+                and all(a is b for a, b in zip(cached[0], tensors, strict=True))):
+            return cached[2]
     joint = _compute_joint(layers, spec, norm_axes)
-    if key is not None:
-        first.__dict__["_joint_cache"] = (key, joint)
+    if tensors:
+        first.__dict__["_joint_cache"] = (tensors, versions, joint)
     return joint
 
 
