@@ -166,8 +166,9 @@ def test_no_password_given_in_the_urls_is_written_anywhere(tmp_path, postgres_ur
                     pass
         out, err = run.communicate()
         assert run.returncode == 0, out + err
-        # The workers share the command line of the zygote that forked them (ablate/zygote.py).
-        assert any("ablate.zygote\0" in c and c.endswith("\0secrets\0") for c in command_lines)
+        # The workers share the command line of the zygote that forked them (ablate/zygote.py: its
+        # spec's file, as the run starts it before reading the spec).
+        assert any("ablate.zygote\0" in c and "\0spec.yaml\0" in c for c in command_lines)
         assert not [c for c in command_lines if PASSWORD in c]
         assert PASSWORD not in out + err
         ablate("status", "secrets")
