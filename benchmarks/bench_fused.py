@@ -15,8 +15,7 @@ Shapes (whole trials: set-up, steps, validation and convergence passes, probes, 
 
 Rows: ``apart`` is one ``run_trial`` (today's worker trains one item at a time); ``fused K`` trains
 K replicates (seeds 0 … K − 1) in one ``run_fused``. Every row runs with glibc's malloc keeping
-freed blocks (``keep_freed_memory``, which ``run_fused`` sets), so ``apart`` is not slowed by
-what only the fused trainer avoids. Rows run interleaved over the repeats, so a
+freed blocks (``keep_freed_memory``), as a worker's trials do, fused or apart (runner/preload.py). Rows run interleaved over the repeats, so a
 drift in the shared machine's load hits every row alike; each row prints its median wall time,
 trials per hour (K · 3600 / median) and the ratio to ``apart``'s trials per hour, and the same from
 the process's CPU time (steadier than wall time where other processes share the cores).
