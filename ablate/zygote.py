@@ -46,7 +46,10 @@ def _child(request: dict[str, Any], report_fd: int) -> NoReturn:
         os.dup2(null, 0)
         if request.get("log"):
             os.dup2(null, 1)
-            os.dup2(os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), 2)
+            log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.dup2(log, 2)
+            os.close(log)
+        os.close(null)
         os.environ.clear()
         os.environ.update(request["env"])
         random.seed()  # the zygote's state would otherwise be every worker's
