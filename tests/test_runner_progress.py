@@ -303,6 +303,10 @@ def test_an_eta_outgrown_is_revised_up_saying_so_and_one_run_out_is_unknown_unti
     line = "s: 1 done · 1 running · 1 waiting · 0 failed · ETA 0m56s (revised: the running items are slower than measured)"
     assert progress.log_lines("s", [], [], f, first) == [line]
     assert progress.log_lines("s", [], [], f, first, last=line) == []  # never the same status line twice
+    kept = progress.frame(look(11, 1, [running("w1", 1, 7, -11)], 1, rate=4.0), slots, f, 11.0, 1)
+    assert kept.kept_note.startswith("revised")  # beside the ETA a while on a terminal ...
+    end = progress.frame(look(12, 3, [], 0, rate=4.0), slots, kept, 12.0, 1)
+    assert end.eta == 0.0 and not end.eta_note and not end.kept_note  # ... but not past the run's end
     # Run out with work left, and no pace to tell by (the item just started): unknown, not a saw-tooth.
     fresh = look(20, 1, [running("w1", 1, 1, 18)], 1, rate=1.0)
     out = progress.frame(fresh, slots, first, 20.0, 1)

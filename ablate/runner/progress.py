@@ -410,8 +410,9 @@ def frame(snap: Snapshot, slots: Sequence[Slot], prev: Frame | None, clock: floa
     # A terminal redraws several times a second: the reason of a rise stays beside it a while, not
     # one frame (a log prints it once, with the rise).
     kept, noted = (note, clock) if note else ("", None)
+    left = snap.running + snap.waiting + snap.new  # none: the run's end has no rise left to explain
     if not note and prev is not None and prev.noted is not None and clock - prev.noted < NOTE_S \
-            and eta is not None and not overdue:
+            and eta is not None and not overdue and left:
         kept, noted = prev.kept_note, prev.noted
     rows, others = _rows(snap, slots, clock)
     ok = sum(e.ok for e in finished)
