@@ -427,3 +427,18 @@ def test_status_shows_an_item_claimed_before_its_worker_recorded_itself_as_start
     screen = Console(record=True, width=160, file=io.StringIO())
     screen.print(progress.table("s", progress.snapshot(study), 1))
     assert "host:1" in screen.export_text() and progress.UNRECORDED not in screen.export_text()
+
+
+def test_a_worker_training_seeds_fused_shows_them_all_in_its_row():
+    """``--fuse``: a worker holds several running items of one cell at once; its row names their
+    seeds, not one of them (an older item of another cell is a stale claim, not shown)."""
+    def item(number: int, seed: int, cell: str) -> progress.Running:
+        return progress.Running("w1", cell, seed, "replicate", 5, STEPS, T0, number, cell_id=cell)
+
+    held = [item(0, 4, "B"), item(1, 0, "A"), item(2, 2, "A"), item(3, 1, "A")]
+    f = progress.frame(look(1, 0, held, 0), [progress.Slot("w1", "running", 0.0)], None, 1.0, 1)
+    (row,) = f.rows
+    assert (row.cell, row.seed) == ("A", "0,1,2")
+    many = [item(i, i, "A") for i in range(6)]
+    (row,) = progress.frame(look(1, 0, many, 0), [], None, 1.0, 1).rows  # another process's worker
+    assert row.seed == "0,1,2,3,…+2"

@@ -331,8 +331,18 @@ class Frame:
                 f"{self.failed} failed · ETA {duration(self.eta)}{note}")
 
 
-def _item_row(r: Running, now: datetime) -> Row:
-    return Row(r.worker, r.cell, str(r.seed), r.phase, f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
+def _item_row(r: Running, now: datetime, seeds: Sequence[int] = ()) -> Row:
+    """``r``'s row; ``seeds``: all those its worker trains fused with it (``--fuse``), in its seed column."""
+    shown = sorted(seeds) or [r.seed]
+    seed = ",".join(map(str, shown[:4])) + (f",…+{len(shown) - 4}" if len(shown) > 4 else "")
+    return Row(r.worker, r.cell, seed, r.phase, f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
+
+
+def _fused_seeds(items: list[Running]) -> list[int]:
+    """The seeds of a worker's latest item and of those it trains with it as one model: the same
+    cell and phase (its older items elsewhere are stale claims awaiting their heartbeat timeout)."""
+    latest = items[-1]
+    return [r.seed for r in items if (r.cell_id or r.cell) == (latest.cell_id or latest.cell) and r.phase == latest.phase]
 
 
 def _rows(snap: Snapshot, slots: Sequence[Slot], clock: float) -> tuple[tuple[Row, ...], int]:
@@ -340,25 +350,25 @@ def _rows(snap: Snapshot, slots: Sequence[Slot], clock: float) -> tuple[tuple[Ro
     running something (up to OTHER_ROWS), and how many running items have no row: those of
     further workers, and those whose worker has not recorded itself yet beyond the local workers
     that could be claiming them (a worker records itself a moment after its claim)."""
-    by_worker: dict[str, Running] = {}
+    by_worker: dict[str, list[Running]] = {}
     unknown = 0
     for r in sorted(snap.items, key=lambda r: r.number):
         if r.worker in ("", "?"):
             unknown += 1
         else:
-            by_worker[r.worker] = r  # the latest: an older one is a stale claim awaiting its heartbeat timeout
+            by_worker.setdefault(r.worker, []).append(r)  # the latest last
     rows: list[Row] = []
     free = 0  # local workers with nothing recorded: each may hold one of the unknown items
     for s in slots:
-        r = by_worker.pop(s.worker, None)
-        if r is not None and not s.state.startswith("exited"):
-            rows.append(_item_row(r, snap.taken))
+        held = by_worker.pop(s.worker, None)
+        if held and not s.state.startswith("exited"):
+            rows.append(_item_row(held[-1], snap.taken, _fused_seeds(held)))
         else:
             free += s.state in ("starting", "idle")
             rows.append(Row(s.worker, state=s.state, elapsed=duration(clock - s.since)))
     local = {s.worker for s in slots}
-    others = [r for w, r in sorted(by_worker.items()) if w not in local]
-    rows += [_item_row(r, snap.taken) for r in others[:OTHER_ROWS]]
+    others = [held for w, held in sorted(by_worker.items()) if w not in local]
+    rows += [_item_row(held[-1], snap.taken, _fused_seeds(held)) for held in others[:OTHER_ROWS]]
     return tuple(rows), len(others[OTHER_ROWS:]) + max(0, unknown - free)
 
 
