@@ -47,6 +47,9 @@ def test_forked_commands_write_their_own_logs_and_report_their_exit_statuses(tmp
     assert logs[1].read_text() == ""  # its help went to stdout: not the log, not the zygote's
     z.close()
     assert z.proc.returncode == 0  # it exits once its workers have
+    with open(tmp_path / "other", "w") as other:  # may reuse the report pipe's descriptor number
+        z.close()  # closes nothing twice
+        other.write("still open")
 
 
 def test_a_worker_is_named_signalled_and_reported_by_pid_and_the_zygote_outlives_a_groups_sigterm(tmp_path):

@@ -37,10 +37,10 @@ def threads_per_worker(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def database(tracking_uri: str | None) -> bool:
-    """Whether MLflow keeps runs in a database there (ablate's default store is SQLite)."""
-    scheme = (tracking_uri or "sqlite:").split(":", 1)[0].split("+", 1)[0]
-    return scheme in ("sqlite", "postgresql", "mysql", "mssql")
+def database(tracking_uri: str) -> bool:
+    """Whether MLflow keeps runs in a database at ``tracking_uri`` (its SQL store), not in files or
+    behind a server."""
+    return tracking_uri.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql", "mssql")
 
 
 class Failed(Exception):
@@ -173,11 +173,13 @@ class Zygote:
         return None if _alive(pid) else LOST
 
     def close(self) -> None:
-        """Reap the zygote (it ends once its workers have) and close its pipes."""
+        """Reap the zygote (it ends once its workers have) and close its pipes; again, nothing (a
+        descriptor closed twice could be another file's by then)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        with contextlib.suppress(OSError):
+        if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1
         if self._errors is not None:
             self._errors.close()
         if self.proc.stdin is not None:
@@ -193,7 +195,7 @@ def early(workers: int, device: str, verbose: bool, tracking_uri: str | None, na
     yet (``auto`` and ``cuda`` ask torch for the devices: runner/pool.py starts it then)."""
     forker = None
     if workers >= 2 and device not in ("auto", "cuda") and hasattr(os, "fork"):
-        uri = tracking_uri or os.environ.get("ABLATE_TRACKING_URI")
+        uri = tracking_uri or os.environ.get("ABLATE_TRACKING_URI") or "sqlite:"  # ablate's default: SQLite
         forker = Zygote(name, threads_per_worker(workers), verbose, cpu=device == "cpu", sql=database(uri))
     try:
         yield forker
@@ -203,7 +205,7 @@ def early(workers: int, device: str, verbose: bool, tracking_uri: str | None, na
 
 
 def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (an orphan nobody reaps yet, a zombie, has ended)."""
+    """Whether ``pid`` still runs (a zombie, an orphan nobody has reaped yet, has ended)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
