@@ -82,7 +82,7 @@ def main() -> None:
         signal.signal(signum, signal.SIG_IGN)
     from ablate.runner import preload
 
-    preload.import_modules("sqlite:" if "--sql" in sys.argv[3:] else None)
+    preload.import_modules("--sql" in sys.argv[3:])
     if "--cpu" in sys.argv[3:]:  # CPU workers' scan kernels, loaded without running one (no torch op before a fork)
         with contextlib.suppress(Exception):  # else each worker loads them (or fails in the item that needs them)
             from ablate.ops import scan_numba

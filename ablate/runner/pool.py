@@ -69,9 +69,9 @@ def worker_command(study: str, stores: Stores, device: str, threads: int, checkp
 def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: int,
           verbose: bool = False, fuse: int = 1, forker: forking.Zygote | None = None) -> list[Any]:
     """The local workers, forked by one zygote (ablate/zygote.py, runner/forking.py: their imports
-    paid once; ``forker``: one already started, ``forking.early``), else, where it cannot fork them, ``ablate worker``
-    processes started apart; each with ``pid``, Popen's ``poll``, ``wait``, ``send_signal`` and
-    ``kill``, and ``log_path``."""
+    paid once; ``forker``: one already started, ``forking.early``), else, where it cannot fork
+    them, ``ablate worker`` processes started apart; each with ``pid``, Popen's ``poll``,
+    ``wait``, ``send_signal`` and ``kill``, and ``log_path``."""
     threads = threads_per_worker(len(device_list))
     commands = [worker_command(study, stores, device, threads, checkpoint_every, verbose, fuse)
                 for device in device_list]
@@ -120,7 +120,7 @@ def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: in
     """Start the workers (``forker``: through that zygote, see ``start``), show the live view until
     they all exit, forwarding SIGINT/SIGTERM."""
     received: list[int] = []
-    procs: list[subprocess.Popen] = []
+    procs: list[Any] = []  # subprocess.Popen or forking.Forked
 
     def forward(signum: int, frame: object) -> None:
         if received:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ablate import provenance
 from ablate.runner import tracking
+from ablate.runner.forking import database
 
 # What a worker imports before its first claim, in the order it needs them (seconds of CPU:
 # measured idle, MLflow 0.8, torch and torch._dynamo 2.3, numba's kernels and the trainer 0.2; and
@@ -23,11 +24,10 @@ MODULES = ("mlflow.tracking", "torch", "torch._dynamo", "ablate.ops.scan_numba",
 SQL_STORE = "mlflow.store.tracking.sqlalchemy_store"
 
 
-def import_modules(tracking_uri: str | None) -> None:
-    """Import ``MODULES`` (and MLflow's SQL store for a database ``tracking_uri``); one that fails
-    to import is left for the item that needs it to raise (and record) when it imports it."""
-    database = (tracking_uri or "").split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql", "mssql")
-    for name in (*MODULES, SQL_STORE) if database else MODULES:
+def import_modules(sql: bool) -> None:
+    """Import ``MODULES`` (and, with ``sql``, MLflow's SQL store: ``forking.database``); one that
+    fails to import is left for the item that needs it to raise (and record) when it imports it."""
+    for name in (*MODULES, SQL_STORE) if sql else MODULES:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
 
@@ -78,7 +78,7 @@ class Preload:
 
     @staticmethod
     def _prepare(tracking_uri: str | None, device: str) -> None:
-        import_modules(tracking_uri)
+        import_modules(tracking_uri is not None and database(tracking_uri))
         import torch
 
         from ablate.training_fused import keep_freed_memory
