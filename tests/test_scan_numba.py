@@ -91,6 +91,8 @@ scan_numba.load_kernels()
 loaded = {k.__name__: len(k.signatures) for k in (scan_numba._linear_fwd, scan_numba._linear_bwd,
                                                   scan_numba._log_fwd, scan_numba._log_bwd)}
 assert loaded == {"_linear_fwd": 2, "_linear_bwd": 2, "_log_fwd": 1, "_log_bwd": 1}, loaded
+import numba.np.ufunc.parallel as layer
+assert layer._is_initialized  # the premise: loading started the threading layer before the fork
 pid = os.fork()
 if pid == 0:
     code = 1
