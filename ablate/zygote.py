@@ -107,6 +107,11 @@ def main() -> None:
         running -= 1
         with contextlib.suppress(OSError):
             report.write(f"exited {pid} {os.waitstatus_to_exitcode(status)}\n")
+    # Without the interpreter's teardown of torch, MLflow and numba: seconds on busy cores, during
+    # which the run (which reaps the zygote) would wait for a process with nothing left to do.
+    with contextlib.suppress(OSError):
+        report.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

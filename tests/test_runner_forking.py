@@ -98,14 +98,17 @@ def test_a_zygote_that_cannot_start_says_why_and_the_run_starts_its_workers_apar
     assert "forking 0 of 2" in (tmp_path / ".ablate" / "logs" / "no-such-study-zygote.log").read_text()
 
 
-def _zygotes(name: str) -> list[int]:
+def _zygotes(name: str, cwd: Path | None = None) -> list[int]:
+    """The zygotes of studies called ``name`` (started in ``cwd``: other tests, run beside this
+    one by pytest-xdist, start zygotes of their own ``spec.yaml``)."""
     found = []
     for entry in os.listdir("/proc"):
         try:
             line = Path(f"/proc/{entry}/cmdline").read_bytes()
+            where = Path(os.readlink(f"/proc/{entry}/cwd"))
         except OSError:
             continue
-        if b"ablate.zygote\0" in line and b"\0" + name.encode() + b"\0" in line:
+        if b"ablate.zygote\0" in line and b"\0" + name.encode() + b"\0" in line and cwd in (None, where):
             found.append(int(entry))
     return found
 
@@ -125,10 +128,10 @@ def test_a_run_starts_its_zygote_first_and_stops_it_when_it_has_nothing_to_fork(
     (tmp_path / "bad-spec.yaml").write_text("name: x\nmodel: {family: nope}\n")
     res = procs.ablate(tmp_path, "run", "bad-spec.yaml", "--workers", "2")
     assert res.returncode == 2, res.stdout + res.stderr
-    assert not (tmp_path / ".ablate").exists() and not _zygotes("bad-spec.yaml")
+    assert not (tmp_path / ".ablate").exists() and not _zygotes("bad-spec.yaml", tmp_path)
 
     procs.write_spec(tmp_path, seeds=1)
     assert procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2").returncode == 0
     again = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")
     assert again.returncode == 0 and "0 to run" in again.stdout, again.stdout + again.stderr
-    assert not _zygotes("spec.yaml")
+    assert not _zygotes("spec.yaml", tmp_path)

@@ -175,8 +175,11 @@ class Zygote:
     def close(self) -> None:
         """Reap the zygote (it ends once its workers have) and close its pipes; again, nothing (a
         descriptor closed twice could be another file's by then)."""
-        with contextlib.suppress(subprocess.TimeoutExpired):
+        try:
             self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # its workers have all ended (or it was killed): nothing of value left in it
+            self.proc.kill()
+            self.proc.wait()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
