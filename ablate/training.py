@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from ablate import faults
 from ablate.models import Network, build_model
+from ablate.optim import AdamW, LRSchedule
 from ablate.probes import Prober, train_summary
 from ablate.schedule import Schedule, stable_end, warmup_steps
 from ablate.spec import BUDGET_KEYS, ModelSpec, ProbeSpec, TrainSpec
@@ -208,15 +209,14 @@ class Plateau:
         self.checks = list(saved.get("checks", []))  # a checkpoint written before the checks: none
 
 
-def make_optimiser(
-    model: Network, train: TrainSpec, foreach: bool | None = None
-) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over ``Network.param_groups`` (recurrent lr factor, no decay on vectors) and its schedule.
-    ``foreach``: torch's multi-tensor update (the same arithmetic, one call per group instead of a
-    few per parameter; None: torch's default, per parameter on the CPU)."""
+def make_optimiser(model: Network, train: TrainSpec, foreach: bool | None = None) -> tuple[AdamW, LRSchedule]:
+    """AdamW over ``Network.param_groups`` (recurrent lr factor, no decay on vectors) and its schedule
+    (``ablate.optim``: torch.optim's arithmetic). ``foreach``: the multi-tensor update (the same
+    arithmetic, one call per group instead of a few per parameter; None: torch's default, per
+    parameter on the CPU)."""
     groups = model.param_groups(train.lr, train.recurrent_lr_factor, train.weight_decay)
-    optimiser = torch.optim.AdamW(groups, foreach=foreach)
-    return optimiser, torch.optim.lr_scheduler.LambdaLR(optimiser, schedule(train))
+    optimiser = AdamW(groups, foreach=foreach)
+    return optimiser, LRSchedule(optimiser, schedule(train))
 
 
 @dataclass
@@ -233,8 +233,8 @@ class StepResult:
 
 def train_step(
     model: Network,
-    optimiser: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    optimiser: AdamW,
+    scheduler: LRSchedule,
     x: torch.Tensor,
     y: torch.Tensor,
     train: TrainSpec,
@@ -250,8 +250,8 @@ def train_step(
 
 def update(
     model: Network,
-    optimiser: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    optimiser: AdamW,
+    scheduler: LRSchedule,
     result: StepResult,
     train: TrainSpec,
     before_clip: Callable[[], None] | None = None,

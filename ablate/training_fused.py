@@ -43,10 +43,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.optim.adam import adam
 
 from ablate.models import Network
 from ablate.models.stacked import stacked_forward
+from ablate.optim import AdamW, adamw_
 from ablate.probes import train_summary
 from ablate.spec import ProbeSpec
 from ablate.tasks import TaskData, load_task
@@ -300,42 +300,25 @@ def _clip(grads: list[list[torch.Tensor]], limits: list[float]) -> None:
 
 
 #: an AdamW group's settings: groups that agree on all of them update in one call
-_SETTINGS = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach", "capturable",
-             "differentiable", "fused", "decoupled_weight_decay")
+_SETTINGS = ("lr", "betas", "eps", "weight_decay")
 
 
-@torch.no_grad()
-def _adamw(optimisers: list[torch.optim.Optimizer]) -> None:
-    """``optimiser.step()`` of every one of ``optimisers`` (AdamW, the same groups each, as
-    ``make_optimiser`` builds them): the groups in one position update in one call of torch's
-    functional AdamW over all their parameters, state kept and initialised in each optimiser's own
-    ``state`` (as its step would), unless their settings differ (tuned learning rates, a schedule
-    of another length): then group by group."""
+def _adamw(optimisers: list[AdamW]) -> None:
+    """``optimiser.step()`` of every one of ``optimisers`` (the same groups each, as
+    ``make_optimiser`` builds them): the groups in one position update in one ``adamw_`` call over
+    all their parameters, each parameter's state in its own optimiser, unless their settings differ
+    (tuned learning rates, a schedule of another length): then group by group."""
     for position in range(len(optimisers[0].param_groups) if optimisers else 0):
         groups = [o.param_groups[position] for o in optimisers]
         first = groups[0]
         same = all(all(g[key] == first[key] for key in _SETTINGS) for g in groups[1:])
         for batch in ([list(zip(optimisers, groups, strict=True))] if same
                       else [[(o, g)] for o, g in zip(optimisers, groups, strict=True)]):
-            _adamw_call(batch)
-    for optimiser in optimisers:
-        optimiser._opt_called = True  # type: ignore[attr-defined]  # what LambdaLR checks a step did
-
-
-def _adamw_call(batch: list[tuple[torch.optim.Optimizer, dict[str, Any]]]) -> None:
-    """One call of ``torch.optim.adam.adam`` over the groups of ``batch`` (their settings equal)."""
-    lists: tuple[list[torch.Tensor], ...] = ([], [], [], [], [], [])
-    has_complex = False
-    for optimiser, group in batch:
-        has_complex |= optimiser._init_group(group, *lists)  # type: ignore[attr-defined]
-    if not lists[0]:
-        return
-    group = batch[0][1]
-    beta1, beta2 = group["betas"]
-    adam(*lists, foreach=group["foreach"], capturable=group["capturable"], differentiable=group["differentiable"],
-         fused=group["fused"], has_complex=has_complex, decoupled_weight_decay=group["decoupled_weight_decay"],
-         amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],
-         eps=group["eps"], maximize=group["maximize"])
+            params = [(o, p) for o, g in batch for p in g["params"] if p.grad is not None]
+            group = batch[0][1]
+            adamw_([p for _, p in params], [p.grad for _, p in params], [o.state_of(p) for o, p in params],
+                   lr=group["lr"], weight_decay=group["weight_decay"], betas=group["betas"], eps=group["eps"],
+                   foreach=batch[0][0].foreach(group))
 
 
 def _losses(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, list[int], list[int]]:

@@ -184,7 +184,7 @@ def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", ste
         return data, model, optimiser, scheduler, moved
 
     start = time.perf_counter()
-    setup()  # the first build imports what the optimiser loads lazily (seconds, once per process)
+    setup()  # the first build loads what a process loads once (the model code's kernels, lazy imports)
     first = time.perf_counter() - start
     start = time.perf_counter()
     data, model, optimiser, scheduler, (x, y, x_val, y_val) = setup()

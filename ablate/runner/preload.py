@@ -15,12 +15,14 @@ from ablate import provenance
 from ablate.runner import tracking
 from ablate.runner.forking import database
 
-# What a worker imports before its first claim, in the order it needs them (seconds of CPU:
-# measured idle, MLflow 0.8, torch and torch._dynamo 2.3, numba's kernels and the trainer 0.2; and
-# MLflow's SQL store 0.6 where the tracking store is a database). ``ablate run`` imports them once,
-# in the process that forks its workers (ablate/zygote.py); a worker started alone, in its
-# ``Preload`` thread.
-MODULES = ("mlflow.tracking", "torch", "torch._dynamo", "ablate.ops.scan_numba", "ablate.training")
+# What a worker imports before its first claim, in the order it needs them (seconds of CPU,
+# measured idle: MLflow 1.05, torch 0.9, torch.fx's symbolic shapes 0.2 — sympy, imported by the
+# first backward through ``ablate.ops.serial`` — numba's kernels and the trainer 0.2; and MLflow's
+# SQL store 0.6 where the tracking store is a database). Not torch._dynamo (0.6 more): ablate.optim
+# trains without torch.optim, whose optimisers import it. ``ablate run`` imports them once, in the
+# process that forks its workers (ablate/zygote.py); a worker started alone, in its ``Preload`` thread.
+MODULES = ("mlflow.tracking", "torch", "torch.fx.experimental.symbolic_shapes", "ablate.ops.scan_numba",
+           "ablate.training")
 SQL_STORE = "mlflow.store.tracking.sqlalchemy_store"
 
 
@@ -79,17 +81,12 @@ class Preload:
     @staticmethod
     def _prepare(tracking_uri: str | None, device: str) -> None:
         import_modules(tracking_uri is not None and database(tracking_uri))
-        import torch
-
         from ablate.training_fused import keep_freed_memory
 
         # Every trial of this process, fused or apart, reuses freed blocks (an L 784 trial apart
         # ran 1.2x faster for it: its activations were mapped and faulted in afresh each step).
         keep_freed_memory()
 
-        # The first optimiser built in a process imports torch._dynamo: its import is in
-        # ``MODULES``, what is left of the first AdamW's set-up is here, not in the first trial.
-        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
         if device == "cpu":  # the scan kernels' first call loads them (~0.5 s): here too
             from ablate.ops import scan
 
