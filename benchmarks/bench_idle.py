@@ -15,8 +15,9 @@ else the machine runs) and "busy" (one busy-loop process per core, started here)
   trainings on one worker (from one trial's completion to the next's, less the next's own
   ``run_trial`` seconds: claiming, recording, MLflow, the next model's build; target ≤ 0.5 s), and
   the per-trial training time (the trials' ``seconds``) those are set against;
-- the first trial against the later ones again with one worker alone (``--workers 1``): whether the
-  first trial's extra depends on a second worker starting beside it;
+- the first trial against the later ones again with one worker alone (``--workers 1``, with the
+  threads each of the two had: one per core's share), whether the first trial's extra depends on a
+  second worker starting beside it;
 - start-up on fresh stores (issue 43): ``ablate run --workers 2`` of the ``--trials`` study in a new
   ``ABLATE_HOME``, its wall against its trials' span (first claim to last completion; target: the
   span + 8 s), and ``ablate run --workers 0`` of the ``--cells`` study in a new ``ABLATE_HOME`` each
@@ -50,6 +51,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
+
+from ablate.runner.forking import thread_env, threads_per_worker
 
 ABLATE = [sys.executable, "-m", "ablate.cli"]
 TASK = {"name": "listops", "max_depth": 3, "max_args": 5, "min_length": 10, "max_length": 64,
@@ -192,10 +195,14 @@ def measure(condition: str, root: Path, args: argparse.Namespace) -> dict[str, f
         out["fresh_overhead"] = out["run_study"] - out["span"]
         # The same study with one worker, in stores of its own as the first study had (fresh: not
         # behind another study's runs): whether a first trial's extra depends on a second worker.
+        # With the threads each of the two workers had: a lone worker's default is every core, and
+        # with both cores busy its threads wait on each other (trials of 4-20 s against 2 s on one
+        # thread, measured here), which would drown the first trial's extra this row looks for.
         lone = write_spec(folder, f"idle-lone-{condition}", {"train.lr": [1e-3, 3e-3]}, half, args.steps)
         print(f"[{condition}] training {lone.stem} ({2 * half} trials, 1 worker)", file=sys.stderr, flush=True)
         lone_home = folder / ".ablate-lone"
-        ablate(["run", lone.name, "--workers", "1", "--fuse", "1"], folder, {**env, "ABLATE_HOME": str(lone_home)})
+        ablate(["run", lone.name, "--workers", "1", "--fuse", "1"], folder,
+               {**env, **thread_env(threads_per_worker(2)), "ABLATE_HOME": str(lone_home)})
         times = worker_times(lone.stem, lone_home)
         out["lone_first"], out["lone_later"] = times["first"], times["later"]
         median_of(args.repeats, ["run", small.name, "--workers", "2"], folder, idle_env, out, "run_finished")
