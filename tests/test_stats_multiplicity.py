@@ -21,7 +21,19 @@ def test_equal_to_statsmodels(method):
     assert adjusted(np.array([])).size == 0
 
 
-def test_the_call_collects_nothing_it_did_not_allocate_and_leaves_no_freeze():
+@pytest.fixture
+def unfrozen():
+    """No frozen objects while the test runs (an in-process worker tested before in this pytest
+    process froze its imports), frozen again after."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    yield
+    if frozen:
+        gc.collect()
+        gc.freeze()
+
+
+def test_the_call_collects_nothing_it_did_not_allocate_and_leaves_no_freeze(unfrozen):
     assert gc.get_freeze_count() == 0
     gc.collect()
     cycles = []
@@ -33,3 +45,21 @@ def test_the_call_collects_nothing_it_did_not_allocate_and_leaves_no_freeze():
     adjusted(np.array([0.01, 0.04, 0.03]))
     assert gc.get_freeze_count() == 0
     assert gc.collect() >= 1000  # still there for the next collection: the call did not walk them
+
+
+def test_a_process_that_froze_its_objects_keeps_its_freeze_as_it_was(unfrozen):
+    """A worker froze its imports: the call neither undoes that nor freezes more (what exists at
+    each call, garbage included, would otherwise stay for good)."""
+    kept = [[] for _ in range(100)]
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    assert frozen >= len(kept)
+    leftovers = []
+    for _ in range(100):
+        a: list = []
+        a.append(a)
+        leftovers.append(a)
+    del leftovers, a
+    adjusted(np.array([0.01, 0.04, 0.03]))
+    assert gc.get_freeze_count() == frozen
+    gc.unfreeze()

@@ -19,12 +19,13 @@ def adjusted(p: np.ndarray, method: str = "holm") -> np.ndarray:
     p = np.asarray(p, dtype=float)
     if not len(p):
         return np.array([])
-    # A process that froze its own objects (a worker after its imports) keeps them frozen: only a
-    # freeze made here is undone here.
-    ours = gc.get_freeze_count() == 0
+    # A process that froze its own objects (a worker after its imports) is left as it is: its
+    # collector walks only what came after, and a freeze here could not be undone without undoing
+    # its own (what existed at each call, garbage included, would stay frozen for good).
+    if gc.get_freeze_count():
+        return multipletests(p, method=method)[1]
     gc.freeze()
     try:
         return multipletests(p, method=method)[1]
     finally:
-        if ours:
-            gc.unfreeze()
+        gc.unfreeze()
