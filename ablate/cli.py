@@ -14,14 +14,16 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ablate.runner.forking import early
-from ablate.spec import Spec, SpecError
 from ablate.stores import StorageError, resolve
 from ablate.terminal import PipeConsole, Refused, Stopped, asking, internal_error, store_refused, table
+
+if TYPE_CHECKING:  # ablate.spec (pydantic, numpy: 0.2 s) loads in _load: `ablate run` starts its zygote first
+    from ablate.spec import Spec
 
 
 class _App(typer.Typer):
@@ -71,6 +73,7 @@ ReuseStaleOpt = Annotated[bool, typer.Option("--reuse-stale", help="also reuse r
 def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = None, plugins: bool = False) -> Spec:
     """The validated spec; ``plugins``: also run each plug-in it uses on a tiny batch."""
     from ablate import design
+    from ablate.spec import SpecError
     from ablate.spec.files import multirun_overrides
 
     if not path.exists() and not path.suffix and len(path.parts) == 1:  # a study's name, not a file
@@ -92,9 +95,8 @@ def _not_a_file(name: str) -> str:
     from rich.markup import escape
 
     found = [p for p in (Path("studies") / f"{name}.yaml", Path(f"{name}.yaml")) if p.is_file()]
-    hint = f"; did you mean {escape(str(found[0]))}?" if found else ""
     return (f"{escape(name)} is not a file: this command takes a spec file (status, report and worker take a "
-            f"study's name){hint}")
+            f"study's name){f'; did you mean {escape(str(found[0]))}?' if found else ''}")
 
 
 @app.command()
