@@ -22,10 +22,11 @@ def adjusted(p: np.ndarray, method: str = "holm") -> np.ndarray:
     # A process that froze its own objects (a worker after its imports) is left as it is: its
     # collector walks only what came after, and a freeze here could not be undone without undoing
     # its own (what existed at each call, garbage included, would stay frozen for good).
-    if gc.get_freeze_count():
-        return multipletests(p, method=method)[1]
-    gc.freeze()
+    ours = not gc.get_freeze_count()
+    if ours:
+        gc.freeze()
     try:
         return multipletests(p, method=method)[1]
     finally:
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
