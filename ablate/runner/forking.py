@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ablate.stores import resolve
+
 LOST = 255  # a worker's exit status when the zygote that would have reported it is gone
 
 
@@ -198,7 +200,7 @@ def early(workers: int, device: str, verbose: bool, tracking_uri: str | None, na
     yet (``auto`` and ``cuda`` ask torch for the devices: runner/pool.py starts it then)."""
     forker = None
     if workers >= 2 and device not in ("auto", "cuda") and hasattr(os, "fork"):
-        uri = tracking_uri or os.environ.get("ABLATE_TRACKING_URI") or "sqlite:"  # ablate's default: SQLite
+        uri = resolve(tracking=tracking_uri, create=False).tracking  # no folder made: the spec may yet be refused
         forker = Zygote(name, threads_per_worker(workers), verbose, cpu=device == "cpu", sql=database(uri))
     try:
         yield forker
