@@ -103,7 +103,8 @@ class AdamW:
                              "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
         return self.state[p]
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self) -> None:
+        """Every gradient set to None (torch's default)."""
         for group in self.param_groups:
             for p in group["params"]:
                 p.grad = None
@@ -130,14 +131,14 @@ class AdamW:
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Settings and state from ``saved`` (this class's, or torch.optim.AdamW's: the same groups)."""
-        theirs = saved["param_groups"]
-        if [len(g["params"]) for g in theirs] != [len(g["params"]) for g in self.param_groups]:
+        groups = saved["param_groups"]
+        if [len(g["params"]) for g in groups] != [len(g["params"]) for g in self.param_groups]:
             raise ValueError("the saved optimiser state has other parameter groups than this model's")
         for key, value in _FIXED.items():
-            if key not in ("fused", "foreach") and any(g.get(key, value) != value for g in saved["param_groups"]):
+            if key != "fused" and any(g.get(key, value) != value for g in groups):
                 raise ValueError(f"the saved optimiser has {key} set, which this AdamW does not do")
         params = [p for g in self.param_groups for p in g["params"]]
-        for i, (mine, theirs) in enumerate(zip(self.param_groups, saved["param_groups"], strict=True)):
+        for i, (mine, theirs) in enumerate(zip(self.param_groups, groups, strict=True)):
             kept = {k: v for k, v in theirs.items() if k not in _FIXED and k not in ("params", "foreach")}
             self.param_groups[i] = {**mine, **kept}
         self.state = {}

@@ -243,7 +243,7 @@ def train_step(
 ) -> StepResult:
     """One training step on the batch (x, y): gradients over ``accumulate`` micro-batches (the
     full-batch mean), then ``update``."""
-    optimiser.zero_grad(set_to_none=True)
+    optimiser.zero_grad()
     result = StepResult(*_forward_backward(model, x, y, accumulate))
     return update(model, optimiser, scheduler, result, train, before_clip)
 

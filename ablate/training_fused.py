@@ -182,8 +182,7 @@ def run_fused(
         x = torch.stack([trials[k].x_train[i] for k, i in zip(live, batches, strict=True)])
         y = torch.stack([trials[k].y_train[i] for k, i in zip(live, batches, strict=True)])
         for k in live:
-            for p in params[k]:  # the optimiser's zero_grad(set_to_none=True)
-                p.grad = None
+            trials[k].optimiser.zero_grad()
         drawn = [streams[k] for k in live]
         masks = _masks([trials[k] for k in live], drawn, x, accumulate)
         for k, state in zip(live, drawn, strict=True):
