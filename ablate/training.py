@@ -70,6 +70,8 @@ class TrialResult:
     #: units), ``steps`` (run), ``stopped_early`` (bool), ``best_step`` (int): see
     #: ``ablate.stats.convergence.last_fifth`` and ``Plateau``
     convergence: dict[str, Any] = field(default_factory=dict)
+    #: the step of the checkpoint this training resumed from (an earlier, killed attempt's); 0: none
+    resumed_at: int = 0
 
 
 def loss_and_correct(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int, int]:
@@ -337,9 +339,10 @@ def run_trial(
     would (the same weights, optimiser state, data order and random numbers up to there)."""
     trial = Trial(config, seed, probes, device, data, on_eval)
     when, train = trial.when, trial.train
-    saved = _load(checkpoint) if checkpoint and checkpoint.exists() else None
+    saved = read_checkpoint(checkpoint) if checkpoint and checkpoint.exists() else None
+    resumed_at = saved["step"] if saved is not None else 0
     if saved is None and branch is not None:
-        saved = _branched(_load(branch), when)
+        saved = _branched(read_checkpoint(branch), when)
     first = trial.begin(reporter, saved)
     for step in range(first, train.steps + 1):
         faults.inject(step, accumulate)  # ABLATE_FAULT: recovery tests end to end
@@ -348,11 +351,11 @@ def run_trial(
                           train, accumulate, trial.grad_probe(step))
         ended = trial.after_step(step, done)
         if ended is not None:
-            return ended
+            return replace(ended, resumed_at=resumed_at)
         if stable_checkpoint and step == stable_end(train) and not stable_checkpoint.exists():
             trial.save(stable_checkpoint, step)
         trial.keep(checkpoint, checkpoint_every, step)
-    return trial.finish("complete", train.steps)
+    return replace(trial.finish("complete", train.steps), resumed_at=resumed_at)
 
 
 class Trial:
@@ -549,8 +552,9 @@ def _branched(saved: dict[str, Any], when: Schedule) -> dict[str, Any]:
     return {**saved, "plateau": plateau, "history": history}
 
 
-def _load(path: Path) -> dict[str, Any]:
-    """A checkpoint; an unreadable one raises an error that names its file (torch's does not)."""
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint ``Trial.save`` wrote; an unreadable one raises an error that names its file
+    (torch's does not)."""
     try:
         return torch.load(path, weights_only=False)
     except Exception as exc:

@@ -27,8 +27,9 @@ Dropout masks are drawn from each replicate's own copy of the global random stre
 its trial alone draws them, so fused equals apart with dropout too (on the CPU; CUDA's dropout
 kernel draws differently). Each replicate given a ``checkpoints`` path writes its resume
 checkpoint there every ``checkpoint_every`` steps, as ``run_trial`` writes it (``Trial.keep``, its
-own dropout stream as the checkpoint's random state), so a killed fused worker's items resume apart
-with ``run_trial``, reaching what the fused run would have. Resuming a checkpoint, WSD branches and
+own dropout stream as the checkpoint's random state); ``saved`` resumes replicates from such
+checkpoints (read with ``ablate.training.read_checkpoint``, all of one step): a killed fused
+worker's items resume fused, or apart with ``run_trial``, to the same result. WSD branches and
 fault injection are ``run_trial``'s only: a worker that claims K items at once (``--fuse K``,
 runner/fused.py) trains those apart.
 """
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -143,13 +145,16 @@ def run_fused(
     on_evals: Sequence[Callable[[int, dict[str, float]], None] | None] | None = None,
     checkpoints: Sequence[Path | None] | None = None,
     checkpoint_every: int = 0,
+    saved: Sequence[dict[str, Any] | None] | None = None,
 ) -> list[TrialResult | BaseException]:
     """Train ``configs[k]`` on ``seeds[k]`` for every k as one model; what ``run_trial(configs[k],
     seeds[k], probes, reporters[k], device, data, accumulate=accumulate, on_eval=on_evals[k],
     checkpoint=checkpoints[k], checkpoint_every=checkpoint_every)`` would report, write and
     return, replicate by replicate (an exception ``on_eval`` raised is returned in its replicate's
-    place). The checkpoints are written, never read: a replicate's resumes apart. Sets the
-    process's malloc to keep freed blocks (``keep_freed_memory``)."""
+    place). ``saved[k]``, if given, is the checkpoint replicate k resumes from, as ``run_trial``
+    resumes the one it finds at ``checkpoint``: every replicate's of one step (None: each from
+    step 0); the checkpoint files are only written here. Sets the process's malloc to keep freed
+    blocks (``keep_freed_memory``)."""
     K = len(configs)
     if len(seeds) != K:
         raise ValueError(f"run_fused: {K} configs but {len(seeds)} seeds")
@@ -159,8 +164,14 @@ def run_fused(
     reporters = list(reporters) if reporters is not None else [None] * K
     on_evals = list(on_evals) if on_evals is not None else [None] * K
     checkpoints = list(checkpoints) if checkpoints is not None else [None] * K
-    if len(reporters) != K or len(on_evals) != K or len(checkpoints) != K:
-        raise ValueError(f"run_fused: {K} replicates need {K} reporters, on_evals and checkpoints")
+    saved = list(saved) if saved is not None else [None] * K
+    if len(reporters) != K or len(on_evals) != K or len(checkpoints) != K or len(saved) != K:
+        raise ValueError(f"run_fused: {K} replicates need {K} reporters, on_evals, checkpoints and saved")
+    resumed_at = {s["step"] if s is not None else 0 for s in saved}
+    if len(resumed_at) != 1:
+        raise ValueError(f"run_fused: the replicates resume from different steps ({sorted(resumed_at)}): "
+                         "a fused pass trains every replicate's same step")
+    first = resumed_at.pop() + 1
     data = data or load_task(configs[0]["task"])
     keep_freed_memory()
     trials, streams = [], []
@@ -169,12 +180,14 @@ def run_fused(
         # same arithmetic as per tensor)
         trials.append(Trial(config, seed, probes, device, data, on_eval, foreach=True))
         streams.append(torch.get_rng_state())  # what the trial alone draws its dropout masks from
-    for trial, reporter in zip(trials, reporters, strict=True):
-        trial.begin(reporter)
+    for k, (trial, reporter) in enumerate(zip(trials, reporters, strict=True)):
+        trial.begin(reporter, saved[k])
+        if saved[k] is not None:  # the stream as the killed attempt left it (``begin`` set the global one)
+            streams[k] = saved[k]["rng"]
     params = [list(trial.model.parameters()) for trial in trials]
     results: list[TrialResult | BaseException | None] = [None] * K
     steps = trials[0].train.steps
-    for step in range(1, steps + 1):
+    for step in range(first, steps + 1):
         live = [k for k in range(K) if results[k] is None]
         if not live:
             break
@@ -217,7 +230,7 @@ def run_fused(
     for k in range(K):
         if results[k] is None:
             results[k] = trials[k].finish("complete", steps)
-    return [r for r in results if r is not None]
+    return [replace(r, resumed_at=first - 1) if isinstance(r, TrialResult) else r for r in results if r is not None]
 
 
 def keep_freed_memory() -> None:

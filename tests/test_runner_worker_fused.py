@@ -137,41 +137,100 @@ def test_a_replicate_its_pruner_stops_is_recorded_pruned_and_the_others_complete
     assert sorted(r.info.status for r in _runs(where)) == ["FINISHED"] * SEEDS
 
 
-def test_items_that_cannot_fuse_train_apart_in_the_group(tmp_path, monkeypatch):
-    """An item resuming a checkpoint of an earlier attempt trains apart with ``run_trial``; the
-    rest of the group trains fused."""
+def _spy(monkeypatch) -> tuple[list, list]:
+    """Each fused pass's (seeds, steps its replicates resume after) and each apart trial's seed."""
     from ablate import training, training_fused
-    from ablate.stores import checkpoint_dir
 
-    fused_seeds, apart_seeds = [], []
+    fused, apart = [], []
     real_fused, real_trial = training_fused.run_fused, training.run_trial
 
-    def spy_fused(configs, seeds, *args, **kwargs):
-        fused_seeds.append(list(seeds))
-        return real_fused(configs, seeds, *args, **kwargs)
+    def spy_fused(configs, seeds, *args, saved=None, **kwargs):
+        fused.append((list(seeds), [s["step"] if s else 0 for s in saved or [None] * len(seeds)]))
+        return real_fused(configs, seeds, *args, saved=saved, **kwargs)
 
     def spy_trial(config, seed, *args, **kwargs):
-        apart_seeds.append(seed)
+        apart.append(seed)
         return real_trial(config, seed, *args, **kwargs)
 
     monkeypatch.setattr(training_fused, "run_fused", spy_fused)
     monkeypatch.setattr(training, "run_trial", spy_trial)
-    name, where = _prepare(tmp_path)
+    return fused, apart
+
+
+def _killed_attempts(study, every: int, items: list) -> dict[str, int]:
+    """The resume checkpoints a fused worker killed after its last one (every ``every`` steps)
+    leaves for ``items``: written by one fused pass of their configurations; their steps."""
+    import torch
+
+    from ablate.spec import ProbeSpec
+    from ablate.stores import checkpoint_dir
+    from ablate.training_fused import run_fused
+
+    paths = [checkpoint_dir() / study.study_name / f"{t.user_attrs['item'].replace('/', '-')}.pt" for t in items]
+    probes = ProbeSpec.model_validate(study.user_attrs["spec"]["probes"])
+    run_fused([t.user_attrs["config"] for t in items], [t.user_attrs["seed"] for t in items], probes,
+              checkpoints=paths, checkpoint_every=every)  # complete, its last checkpoint left behind
+    return {t.user_attrs["item"]: torch.load(p, weights_only=False)["step"] for t, p in zip(items, paths, strict=True)}
+
+
+def test_items_a_killed_fused_worker_left_resume_fused_from_their_checkpoints(tmp_path, monkeypatch):
+    """Every item has the checkpoint a killed fused attempt wrote at step 4: the next worker fuses
+    them from there, records each resumed at 4 (its trial and run), and every metric as an
+    uninterrupted fused run's."""
     from ablate.runner import study as st
     from ablate.runner import worker
 
+    name, where = _prepare(tmp_path / "resumed")
     study = st.open_study(name, where)
-    last = study.trials[-1].user_attrs
-    # a checkpoint an earlier, killed attempt of the last item left (a 0-step run's: it resumes at 0)
-    path = checkpoint_dir() / name / f"{last['item'].replace('/', '-')}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"")
-    monkeypatch.setattr(training, "run_trial", lambda config, seed, *a, **k: spy_trial(
-        config, seed, *a, **{**k, "checkpoint": None}))
+    assert set(_killed_attempts(study, 2, study.trials).values()) == {4}
+    fused, apart = _spy(monkeypatch)
+    assert worker.work(name, where, fuse=4) == {"complete": SEEDS}
+    seeds = [t.user_attrs["seed"] for t in study.trials]
+    assert fused == [(seeds, [4] * SEEDS)] and apart == []
+    _, whole, whole_where, _ = _run(tmp_path / "whole", fuse=4)
+    expected = {t.user_attrs["item"]: t for t in whole}
+    for trial in st.open_study(name, where).trials:
+        assert trial.state == TrialState.COMPLETE and trial.user_attrs["resumed_at"] == 4
+        assert "resumed_at" not in expected[trial.user_attrs["item"]].user_attrs
+        mine, theirs = _metrics(trial), _metrics(expected[trial.user_attrs["item"]])
+        assert mine and set(mine) == set(theirs)
+        for key, value in theirs.items():
+            assert math.isclose(mine[key], value, rel_tol=F32, abs_tol=F32), key
+    # each run holds every metric the uninterrupted one logged, steps 0 to 4 replayed from its checkpoint
+    theirs = {r.data.tags["ablate.seed"]: r for r in _runs(whole_where)}
+    for run in _runs(where):
+        assert run.data.tags["ablate.resumed_at"] == "4"
+        other = theirs[run.data.tags["ablate.seed"]].data.metrics
+        assert set(run.data.metrics) == set(other)
+        for key, value in other.items():
+            assert math.isclose(run.data.metrics[key], value, rel_tol=F32, abs_tol=F32), key
+
+
+def test_items_that_cannot_fuse_train_apart_in_the_group(tmp_path, monkeypatch):
+    """In a group whose items resume checkpoints, those of the step most of them start after train
+    fused; one whose checkpoint is of another step, and one with none, train apart, each from where
+    it starts, to an uninterrupted run's result."""
+    from ablate.runner import study as st
+    from ablate.runner import worker
+
+    name, where = _prepare(tmp_path)
+    study = st.open_study(name, where)
+    trials = study.trials
+    assert set(_killed_attempts(study, 2, trials[:2]).values()) == {4}
+    assert set(_killed_attempts(study, 3, trials[2:3]).values()) == {3}
+    fused, apart = _spy(monkeypatch)
     outcomes = worker.work(name, where, fuse=4)
     assert outcomes == {"complete": SEEDS}
-    assert fused_seeds == [[t.user_attrs["seed"] for t in study.trials[:-1]]]
-    assert apart_seeds == [last["seed"]]
+    assert fused == [([t.user_attrs["seed"] for t in trials[:2]], [4, 4])]
+    assert apart == [t.user_attrs["seed"] for t in trials[2:]]
+    done = st.open_study(name, where).trials
+    assert [t.user_attrs.get("resumed_at") for t in done] == [4, 4, 3, None]
+    expected = {t.user_attrs["item"]: t for t in _run(tmp_path / "whole", fuse=4)[1]}
+    for trial in done:
+        mine, theirs = _metrics(trial), _metrics(expected[trial.user_attrs["item"]])
+        assert mine and set(mine) == set(theirs)
+        for key, value in theirs.items():
+            assert math.isclose(mine[key], value, rel_tol=F32, abs_tol=F32), key
 
 
 def test_tuning_trials_of_a_cell_train_fused_and_so_do_its_replicates_after_them(tmp_path, monkeypatch):
@@ -342,9 +401,9 @@ def _where(root: Path):
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_a_killed_fused_worker_s_items_are_requeued_and_resume_from_their_checkpoints(tmp_path, store, request):
-    """kill -9 once every fused item wrote its checkpoint; a fresh worker re-queues all four and
-    each resumes from its own: it runs with ``error@1`` (ABLATE_FAULT), which fails any item that
-    trains its step 1 again, and every item completes with the metrics of an uninterrupted fused run."""
+    """kill -9 once every fused item wrote its checkpoint; a fresh fused worker re-queues all four,
+    each resumes from its own (its record says from which step: none trains step 1 again), and every
+    item completes with the metrics of an uninterrupted fused run."""
     import os
     import signal
     import time
@@ -365,7 +424,7 @@ def test_a_killed_fused_worker_s_items_are_requeued_and_resume_from_their_checkp
     victim.wait()
     saved = {path.stem: torch.load(path, weights_only=False)["step"] for path in folder.rglob("*.pt")}
     assert len(saved) == SEEDS and all(0 < step < train["steps"] for step in saved.values()), saved
-    rerun = _cli(tmp_path, "worker", "exec", ABLATE_FAULT="error@1", **stores)  # after the grace period
+    rerun = _cli(tmp_path, "worker", "exec", "--fuse", str(SEEDS), **stores)  # after the grace period
     reference = tmp_path / "uninterrupted"
     _spec(reference, **train)
     whole = _cli(reference, "run", "spec.yaml", "--workers", "1", "--fuse", str(SEEDS))
@@ -386,6 +445,7 @@ def test_a_killed_fused_worker_s_items_are_requeued_and_resume_from_their_checkp
         for key, value in theirs.items():
             assert math.isclose(mine[key], value, rel_tol=F32, abs_tol=F32), (item, key)
         assert trial.user_attrs["steps"] == train["steps"]
+        assert trial.user_attrs["resumed_at"] == saved[item.replace("/", "-")]
 
 
 def test_two_fused_workers_on_postgresql_record_every_item_once(tmp_path, postgres_db):

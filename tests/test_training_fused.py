@@ -22,7 +22,7 @@ from ablate.models import build_model
 from ablate.models.stacked import per_replicate, stacked_forward
 from ablate.spec import ModelSpec, ProbeSpec
 from ablate.tasks.data import TaskData, TaskInfo
-from ablate.training import Trial, run_trial
+from ablate.training import Trial, read_checkpoint, run_trial
 from ablate.training_fused import CPU_FUSE, CUDA_FUSE, default_fuse, fusable, run_fused
 
 CLASSES = TaskInfo("toy", "tokens", 12, 1, 3, "classification", "accuracy", 1 / 3, 10, "v0")
@@ -224,10 +224,11 @@ def test_early_stopping_and_a_pruned_replicate_end_alone():
         assert a.metrics == pytest.approx(f.metrics, rel=F64)
 
 
-def test_fused_checkpoints_are_what_apart_writes_and_resume_apart_to_the_fused_result(tmp_path):
+def test_fused_checkpoints_are_what_apart_writes_and_resume_apart_or_fused_to_the_fused_result(tmp_path):
     """Each replicate's checkpoint (every 8 steps but the last: the one at step 16 is left) holds
     what ``run_trial`` alone writes at that step, its dropout stream included; ``run_trial``
-    resumes it to the fused run's result and reports (replayed history included)."""
+    resumes it, and so does ``run_fused`` given them all, to the fused run's result and reports
+    (replayed history included)."""
     model = {"family": "linear_rnn", "parameterisation": "complex_diagonal", "normalisation": "gamma",
              "dropout": 0.2}
     configs, seeds, data = [_config(model, lr=1e-2), _config(model, lr=3e-3)], [0, 1], _data(CLASSES)
@@ -245,10 +246,22 @@ def test_fused_checkpoints_are_what_apart_writes_and_resume_apart_to_the_fused_r
                 torch.testing.assert_close(mine["model"][name], value, rtol=F64, atol=F64, msg=name)
             resumed_report = Keep()
             resumed = run_trial(config, seed, PROBES, resumed_report, data=data, checkpoint=path, checkpoint_every=8)
-            assert (resumed.status, resumed.steps) == (result.status, result.steps)
+            assert (resumed.status, resumed.steps, resumed.resumed_at) == (result.status, result.steps, 16)
             for key in result.metrics:
                 _close(resumed.metrics[key], result.metrics[key], F64, key)
             _same_reports(resumed_report, report, F64)
+        # and resumed fused (a worker that claims the killed group's items again), from step 16
+        saved = [read_checkpoint(path) for path in paths]
+        resumed_reports = [Keep() for _ in seeds]
+        again = run_fused(configs, seeds, PROBES, resumed_reports, data=data, checkpoints=paths, checkpoint_every=8,
+                          saved=saved)
+        for resumed, result, resumed_report, report in zip(again, fused, resumed_reports, fused_reports, strict=True):
+            assert (resumed.status, resumed.steps, resumed.resumed_at) == (result.status, result.steps, 16)
+            for key in result.metrics:
+                _close(resumed.metrics[key], result.metrics[key], F64, key)
+            _same_reports(resumed_report, report, F64)
+        with pytest.raises(ValueError, match="resume from different steps"):
+            run_fused(configs, seeds, PROBES, data=data, saved=[saved[0], None])
 
 
 @pytest.mark.parametrize("mode", ["scan", "conv"])

@@ -11,15 +11,16 @@ thread (where signals arrive, as when an item trains alone) trains the ones that
 first (``ablate.training_fused.fusable``) in one ``run_fused`` and hands each its result or its
 exception. What does not fuse trains apart with ``run_trial``, one after another: an item whose
 setting differs in more than the free train settings (a tuning item's sampled batch size), one
-that resumes a checkpoint of an earlier attempt or continues a WSD branch, a group of one, and
-every later call (a retry after an out-of-memory error or a tracking failure).
+that resumes a checkpoint of another step than most of the group's, or one it cannot read, one that
+continues a WSD branch, a group of one, and every later call (a retry after an out-of-memory
+error or a tracking failure).
 
 Fused items write their checkpoints where and when each would alone (``run_fused``'s
 ``checkpoints``): a killed fused worker's items are re-queued by their heartbeats' silence, as any
-killed item, and each resumes from its own checkpoint, apart. Apart, not fused again: a resume is
-the rare path after a crash, the checkpoints of one group need not be at one step (a replicate that
-stopped early, a retry in another worker), and ``run_trial``'s resume is the one already shown to
-reach the uninterrupted result.
+killed item, and each resumes from its own checkpoint. The worker that claims them again reads
+each item's checkpoint once, here, and fuses those that start at the step most of them do (after
+a kill, a group's checkpoints are of one step) from there; the rest resume apart, as
+``run_trial`` resumes the checkpoint it finds.
 """
 
 from __future__ import annotations
@@ -56,11 +57,22 @@ class _Call:
             self.result = outcome
         self.done.set()
 
-    def fuses(self) -> bool:
-        """Whether this call may train fused: nothing to resume or continue from."""
+    def resumes(self) -> tuple[int, dict[str, Any] | None] | None:
+        """The step this call starts after and the checkpoint it resumes (0 and None: from the
+        start); None when it cannot train fused: it continues a WSD branch or keeps a stable-phase
+        checkpoint, or its checkpoint cannot be read (``run_trial`` then says so)."""
+        if self.options.get("stable_checkpoint") is not None or self.options.get("branch") is not None:
+            return None
         checkpoint = self.options.get("checkpoint")
-        return (self.options.get("stable_checkpoint") is None and self.options.get("branch") is None
-                and not (checkpoint is not None and Path(checkpoint).exists()))
+        if checkpoint is None or not Path(checkpoint).exists():
+            return 0, None
+        from ablate.training import read_checkpoint
+
+        try:
+            saved = read_checkpoint(Path(checkpoint))
+            return int(saved["step"]), saved
+        except Exception:  # noqa: BLE001 - an unreadable checkpoint: run_trial's error, apart
+            return None
 
 
 class Group:
@@ -123,10 +135,14 @@ class Group:
         from ablate.training_fused import fusable, run_fused
 
         together: list[_Call] = []
+        saved: dict[int, tuple[int, dict[str, Any] | None]] = {}
         if not self._fused:
             self._fused = True
-            ready = [c for c in calls if c.fuses()]
-            if ready:
+            saved = {c.index: r for c in calls if (r := c.resumes()) is not None}
+            steps = [saved[c.index][0] for c in calls if c.index in saved]
+            if steps:  # the step most of them start after (the first's, on a tie)
+                step = max(steps, key=steps.count)
+                ready = [c for c in calls if c.index in saved and saved[c.index][0] == step]
                 first = ready[0]
                 together = [c for c in ready if c.options.get("accumulate", 1) == first.options.get("accumulate", 1)
                             and c.options.get("device") == first.options.get("device")
@@ -141,7 +157,8 @@ class Group:
                         accumulate=together[0].options.get("accumulate", 1),
                         on_evals=[c.options.get("on_eval") for c in together],
                         checkpoints=[c.options.get("checkpoint") for c in together],
-                        checkpoint_every=together[0].options.get("checkpoint_every", 0))
+                        checkpoint_every=together[0].options.get("checkpoint_every", 0),
+                        saved=[saved[c.index][1] for c in together])
                 except Exception as exc:  # noqa: BLE001 - every item of the fused pass failed with it; each records it
                     outcomes = [exc] * len(together)
                 for c, outcome in zip(together, outcomes, strict=True):

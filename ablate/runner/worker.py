@@ -312,6 +312,8 @@ def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, re
     faults.inject("record")
     diverged = result.status == "diverged"
     tags = {"ablate.failure_kind": "diverged", "ablate.failure": result.reason} if diverged else {}
+    resumed = {"resumed_at": result.resumed_at} if result.resumed_at else {}  # a killed attempt's checkpoint
+    tags.update({f"ablate.{k}": str(v) for k, v in resumed.items()})
     _tracked(run.write, {} if diverged else {**result.metrics, **_numbers(result.convergence)},
              {**tags, "ablate.committed": "false"})
     with signals.critical():
@@ -319,7 +321,8 @@ def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, re
         # steps actually run, converged, val_gain_last, stopped_early, best_step (the contract
         # with the reports: results' trials frame has these columns); the steps of this run
         # (result.steps) over the convergence's own count
-        attrs = {"steps_trained": steps_trained, "seconds": result.seconds, **result.convergence, "steps": result.steps}
+        attrs = {"steps_trained": steps_trained, "seconds": result.seconds, **result.convergence, "steps": result.steps,
+                 **resumed}
         if diverged:
             _fail(study, trial, "diverged", result.reason, attrs=attrs)
         else:
