@@ -230,7 +230,7 @@ def _train_item(
     checkpoint = current.checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}{extension}.pt"
     # A retry inherits its predecessor's attributes: its outcome's are cleared. One transaction
     # for these (each attribute its own would take the write lock once more).
-    start: dict[str, Any] = {key: None for key in ("status", "failure_kind", "failure_message", "traceback")
+    start: dict[str, Any] = {key: None for key in ("status", "failure_kind", "failure_message", "traceback", "resumed_at")
                              if trial.user_attrs.get(key) is not None}
     start.update(worker=worker_id(), provenance=provenance.record(device))
     # WSD replicates keep their stable-phase checkpoint; a longer run of the same lineage and seed
