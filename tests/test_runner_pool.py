@@ -143,12 +143,14 @@ def test_each_worker_is_told_its_device_and_thread_count(monkeypatch) -> None:
     devices = pool.devices("cuda:0", 2)
     assert devices == ["cuda:0", "cuda:0"]
     for device in devices:
-        cmd, env = pool.worker_command("study", stores, device, pool.threads_per_worker(len(devices)), 50)
+        cmd, env = pool.worker_command("study", stores, device, pool.threads_per_worker(len(devices)), 50,
+                                       workers=len(devices))
         assert cmd[:2] == ["worker", "study"]
         assert cmd[cmd.index("--device") + 1] == "cuda:0" and cmd[cmd.index("--threads") + 1] == "8"
         assert {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")} == pool.thread_env(8)
         assert "CUDA_VISIBLE_DEVICES" not in env
         assert env["ABLATE_STORAGE"] == "sqlite:///x.db" and "x.db" not in " ".join(cmd)
+        assert env["ABLATE_WORKERS"] == "2"  # a fused claim leaves an idle peer its share
 
 
 def test_select_device_makes_the_workers_gpu_current(monkeypatch) -> None:

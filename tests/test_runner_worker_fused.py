@@ -463,3 +463,44 @@ def test_two_fused_workers_on_postgresql_record_every_item_once(tmp_path, postgr
     trials = optuna.load_study(study_name="exec", storage=postgres_db).trials
     assert len(trials) == seeds and {t.state for t in trials} == {TrialState.COMPLETE}
     assert len({t.user_attrs["item"] for t in trials}) == seeds
+
+
+def test_a_fused_claim_leaves_idle_peers_their_share_of_the_waiting_items(tmp_path, monkeypatch):
+    """With ``ABLATE_WORKERS`` (``ablate run`` sets it to its pool's size) a worker that claims the
+    first of four items takes, of --fuse 4, its share with the workers not holding an item now: two
+    of them with one idle peer, so that the peer trains the other two at once; all four when the
+    peer is busy (it will be, for the rest of its own group) or when there is no peer."""
+    from ablate.runner import fused, phases, queue, worker
+    from ablate.runner import study as st
+
+    name, where = _prepare(tmp_path / "share")
+    study = st.open_study(name, where)
+    mine = phases.claim(study)
+    queue.set_running_attrs(study, mine, {"worker": "killed:1"})  # an earlier attempt's, not a busy peer's
+    assert [fused.share(study, "me", mine.number, workers) for workers in (1, 2, 3, 4, 5)] == [4, 2, 2, 1, 1]
+    monkeypatch.setenv("ABLATE_WORKERS", "2")
+    assert fused.share(study, "me", mine.number) == 2
+    for text in ("", "0", "two", "-3"):  # unset or unreadable: a worker alone
+        monkeypatch.setenv("ABLATE_WORKERS", text)
+        assert fused.share(study, "me", mine.number) == 4
+    theirs = phases.claim(study)
+    queue.set_running_attrs(study, theirs, {"worker": "elsewhere:1"})  # a peer trains it: not idle
+    assert [fused.share(study, "me", mine.number, workers) for workers in (2, 3)] == [3, 2]  # 2 waiting, with mine
+    assert fused.share(study, "elsewhere:1", mine.number, 2) == 2  # its own item does not make it busy
+    assert fused.room(4, "cpu", mine, study=study, me="me") == 3  # alone (ABLATE_WORKERS unreadable)
+    monkeypatch.setenv("ABLATE_WORKERS", "3")
+    assert [fused.room(k, "cpu", mine, 2, d, study, "me") for k, d in ((4, 0), (1, 0), (4, 1))] == [2, 1, 1]
+
+    name, where = _prepare(tmp_path / "busy")
+    study = st.open_study(name, where)
+    queue.set_running_attrs(study, phases.claim(study), {"worker": "elsewhere:1"})
+    fused_seeds, apart = _spy(monkeypatch)
+    monkeypatch.setenv("ABLATE_WORKERS", "2")
+    assert worker.work(name, where, fuse=4, max_items=3) == {"complete": 3}  # the peer's is left
+    assert [len(seeds) for seeds, _ in fused_seeds] == [3] and apart == []
+    name, where = _prepare(tmp_path / "idle")
+    fused_seeds.clear()
+    apart.clear()
+    assert worker.work(name, where, fuse=4) == {"complete": SEEDS}
+    # two, leaving the idle peer its two; this peer never comes, so each later claim leaves it one
+    assert [len(seeds) for seeds, _ in fused_seeds] == [2] and len(apart) == 2

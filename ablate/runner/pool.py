@@ -54,11 +54,14 @@ def estimate_threads(workers: int, device: str) -> int | None:
 
 
 def worker_command(study: str, stores: Stores, device: str, threads: int, checkpoint_every: int,
-                   verbose: bool = False, fuse: int = 1) -> tuple[list[str], dict[str, str]]:
-    """The ``ablate worker`` arguments and environment of one local worker on ``device``."""
-    # Stores go by environment, not argv: a URL's password would show in `ps`.
+                   verbose: bool = False, fuse: int = 1, workers: int = 1) -> tuple[list[str], dict[str, str]]:
+    """The ``ablate worker`` arguments and environment of one local worker on ``device``, one of
+    ``workers``."""
+    # Stores go by environment, not argv: a URL's password would show in `ps`. ABLATE_WORKERS: a
+    # fused claim leaves idle peers their share (runner/fused.py ``share``).
     env = {**os.environ, **thread_env(threads), "ABLATE_STORAGE": stores.storage,
-           "ABLATE_TRACKING_URI": stores.tracking, "ABLATE_TRACEBACK": "1"}  # tracebacks to its log
+           "ABLATE_TRACKING_URI": stores.tracking, "ABLATE_TRACEBACK": "1",  # tracebacks to its log
+           "ABLATE_WORKERS": str(workers)}
     # Up to that many items of a cell trained as one model (0: the worker chooses); always passed:
     # the worker's own default is 0, so a run's --fuse 1 must say 1
     argv = ["worker", study, "--device", device, "--threads", str(threads),
@@ -73,7 +76,7 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
     them, ``ablate worker`` processes started apart; each with ``pid``, Popen's ``poll``,
     ``wait``, ``send_signal`` and ``kill``, and ``log_path``."""
     threads = threads_per_worker(len(device_list))
-    commands = [worker_command(study, stores, device, threads, checkpoint_every, verbose, fuse)
+    commands = [worker_command(study, stores, device, threads, checkpoint_every, verbose, fuse, len(device_list))
                 for device in device_list]
     logs = home() / "logs"
     logs.mkdir(parents=True, exist_ok=True)

@@ -313,16 +313,15 @@ def _record(study: optuna.Study, trial: optuna.Trial, run: tracking.TrialRun, re
     diverged = result.status == "diverged"
     tags = {"ablate.failure_kind": "diverged", "ablate.failure": result.reason} if diverged else {}
     resumed = {"resumed_at": result.resumed_at} if result.resumed_at else {}  # a killed attempt's checkpoint
-    tags.update({f"ablate.{k}": str(v) for k, v in resumed.items()})
     _tracked(run.write, {} if diverged else {**result.metrics, **_numbers(result.convergence)},
-             {**tags, "ablate.committed": "false"})
+             {**tags, **{f"ablate.{k}": str(v) for k, v in resumed.items()}, "ablate.committed": "false"})
     with signals.critical():
         faults.inject("commit")
         # steps actually run, converged, val_gain_last, stopped_early, best_step (the contract
         # with the reports: results' trials frame has these columns); the steps of this run
         # (result.steps) over the convergence's own count
-        attrs = {"steps_trained": steps_trained, "seconds": result.seconds, **result.convergence, "steps": result.steps,
-                 **resumed}
+        attrs = {"steps_trained": steps_trained, "seconds": result.seconds, **result.convergence,
+                 "steps": result.steps, **resumed}
         if diverged:
             _fail(study, trial, "diverged", result.reason, attrs=attrs)
         else:
@@ -639,7 +638,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             group = [trial] if trial is not None else []
             if trial is not None:
                 faults.inject("claim")
-                room = fused.room(fuse, device, trial.user_attrs["config"], max_items, sum(outcomes.values()))
+                room = fused.room(fuse, device, trial, max_items, sum(outcomes.values()), study, worker_id())
                 group += phases.claim_fusable(study, trial, room - 1)
         if dead:
             settle_runs(study, stores.tracking, dead)
