@@ -153,6 +153,12 @@ def test_each_worker_is_told_its_device_and_thread_count(monkeypatch) -> None:
         assert env["ABLATE_WORKERS"] == "2"  # a fused claim leaves an idle peer its share
 
 
+def test_workers_sharing_a_gpu_count_once_among_those_that_train_side_by_side() -> None:
+    assert pool.side_by_side(["cpu", "cpu"]) == 2
+    assert pool.side_by_side(["cuda:0", "cuda:0", "cuda:0"]) == 1
+    assert pool.side_by_side(["cuda:0", "cuda:1", "cuda:0", "cuda:1"]) == 2
+
+
 def test_select_device_makes_the_workers_gpu_current(monkeypatch) -> None:
     import torch
 

@@ -477,16 +477,17 @@ def test_a_fused_claim_leaves_idle_peers_their_share_of_the_waiting_items(tmp_pa
     study = st.open_study(name, where)
     mine = phases.claim(study)
     queue.set_running_attrs(study, mine, {"worker": "killed:1"})  # an earlier attempt's, not a busy peer's
-    assert [fused.share(study, "me", mine.number, workers) for workers in (1, 2, 3, 4, 5)] == [4, 2, 2, 1, 1]
+    assert [fused.share(study, "me", mine, workers) for workers in (1, 2, 3, 4, 5)] == [4, 2, 2, 1, 1]
+    assert mine.user_attrs["worker"] == "me"  # claimed: a peer claiming now sees it busy
     monkeypatch.setenv("ABLATE_WORKERS", "2")
-    assert fused.share(study, "me", mine.number) == 2
+    assert fused.share(study, "me", mine) == 2
     for text in ("", "0", "two", "-3"):  # unset or unreadable: a worker alone
         monkeypatch.setenv("ABLATE_WORKERS", text)
-        assert fused.share(study, "me", mine.number) == 4
+        assert fused.share(study, "me", mine) == 4
     theirs = phases.claim(study)
     queue.set_running_attrs(study, theirs, {"worker": "elsewhere:1"})  # a peer trains it: not idle
-    assert [fused.share(study, "me", mine.number, workers) for workers in (2, 3)] == [3, 2]  # 2 waiting, with mine
-    assert fused.share(study, "elsewhere:1", mine.number, 2) == 2  # its own item does not make it busy
+    assert [fused.share(study, "me", mine, workers) for workers in (2, 3)] == [3, 2]  # 2 waiting, with mine
+    assert fused.share(study, "elsewhere:1", theirs, 2) == 3  # its own item does not make it busy, mine does
     assert fused.room(4, "cpu", mine, study=study, me="me") == 3  # alone (ABLATE_WORKERS unreadable)
     monkeypatch.setenv("ABLATE_WORKERS", "3")
     assert [fused.room(k, "cpu", mine, 2, d, study, "me") for k, d in ((4, 0), (1, 0), (4, 1))] == [2, 1, 1]

@@ -194,16 +194,17 @@ def room(fuse: int, device: str, first: Any, max_items: int | None = None, done:
         fuse = default_fuse(device, config)
     if max_items is not None:
         fuse = min(fuse, max_items - done)
-    return min(fuse, share(study, me, first.number)) if study is not None and fuse > 1 else fuse
+    return min(fuse, share(study, me, first)) if study is not None and fuse > 1 else fuse
 
 
-def share(study: optuna.Study, me: str, held: int, workers: int | None = None) -> int:
-    """How many items worker ``me``, which has just claimed trial ``held`` of ``study``, may take,
+def share(study: optuna.Study, me: str, first: Any, workers: int | None = None) -> int:
+    """How many items worker ``me``, which has just claimed trial ``first`` of ``study``, may take,
     with the waiting ones: all of them, but split evenly with the study's idle workers — its
-    ``workers`` (the environment's ``ABLATE_WORKERS``, which ``ablate run`` sets to its pool's
-    size; 1 if unset) less the others holding a running item now. At a study's tail (the seeds one sequential look
-    queues for its last open cell) K items fused in one worker while another waits take longer
-    than K/2 fused in each (bench_fused: K = 4 1.91×, K = 8 2.33× the trials per hour of one)."""
+    ``workers`` (the environment's ``ABLATE_WORKERS``: ``ablate run`` sets it to its pool's size,
+    workers that share one GPU counted once; 1 if unset) less the others holding a running item now. At a study's tail (the seeds
+    one sequential look queues for its last open cell) K items fused in one worker while another
+    waits take longer than K/2 fused in each (bench_fused: K = 4 1.91×, K = 8 2.33× the trials
+    per hour of one)."""
     from optuna.trial import TrialState
 
     from ablate.runner import queue
@@ -214,9 +215,10 @@ def share(study: optuna.Study, me: str, held: int, workers: int | None = None) -
     waiting = queue.count(study, (TrialState.WAITING,))
     if workers == 1 or not waiting:
         return 1 + waiting
-    # ``held`` names the worker of an earlier attempt, if any, until this one's start is recorded
-    busy = {e.user_attrs.get("worker") for e in queue.entries(study, keys=("worker",), states=(TrialState.RUNNING,))
-            if e.number != held}
+    # Named as its holder now, not once its start is recorded: a peer claiming at this moment
+    # (workers start together) must see this one busy, or each would leave the other a share.
+    queue.set_running_attrs(study, first, {"worker": me})
+    busy = {e.user_attrs.get("worker") for e in queue.entries(study, keys=("worker",), states=(TrialState.RUNNING,))}
     idle = max(0, workers - 1 - len(busy - {me, None}))
     return -(-(1 + waiting) // (1 + idle))
 

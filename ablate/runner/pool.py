@@ -53,10 +53,17 @@ def estimate_threads(workers: int, device: str) -> int | None:
     return threads_per_worker(workers) if workers > 1 and device == "cpu" else None
 
 
+def side_by_side(device_list: list[str]) -> int:
+    """How many of a pool's workers on ``device_list`` train side by side: each CPU worker on its
+    share of the cores; workers that share one GPU count once (a cell's seeds fused in one of them
+    beat a split between them)."""
+    return len(set(device_list)) if any(d.startswith("cuda") for d in device_list) else len(device_list)
+
+
 def worker_command(study: str, stores: Stores, device: str, threads: int, checkpoint_every: int,
                    verbose: bool = False, fuse: int = 1, workers: int = 1) -> tuple[list[str], dict[str, str]]:
     """The ``ablate worker`` arguments and environment of one local worker on ``device``, one of
-    ``workers``."""
+    ``workers`` that train side by side (on their own cores or GPUs)."""
     # Stores go by environment, not argv: a URL's password would show in `ps`. ABLATE_WORKERS: a
     # fused claim leaves idle peers their share (runner/fused.py ``share``).
     env = {**os.environ, **thread_env(threads), "ABLATE_STORAGE": stores.storage,
@@ -76,7 +83,7 @@ def start(study: str, stores: Stores, device_list: list[str], checkpoint_every: 
     them, ``ablate worker`` processes started apart; each with ``pid``, Popen's ``poll``,
     ``wait``, ``send_signal`` and ``kill``, and ``log_path``."""
     threads = threads_per_worker(len(device_list))
-    commands = [worker_command(study, stores, device, threads, checkpoint_every, verbose, fuse, len(device_list))
+    commands = [worker_command(study, stores, device, threads, checkpoint_every, verbose, fuse, side_by_side(device_list))
                 for device in device_list]
     logs = home() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
