@@ -569,3 +569,25 @@ def test_importing_the_runner_leaves_optunas_logging_alone_and_a_worker_quiets_i
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in os.environ.items() if k not in ("ABLATE_STORAGE", "ABLATE_TRACKING_URI")})
     assert res.stdout.split() == [str(optuna.logging.DEBUG), str(optuna.logging.WARNING)], res.stderr
+
+
+def test_a_worker_whose_claim_came_just_before_a_peer_queued_items_stays_and_trains_them(tmp_path, monkeypatch):
+    """A peer's sequential look queues the next seeds between this worker's empty claim and its
+    count of running items (none: the peer has not claimed any yet). The worker looks again and
+    trains them: it ended there, leaving a two-worker run's later looks to one worker."""
+    from ablate import design
+    from ablate.runner import phases, worker
+    from ablate.runner import study as st
+    from ablate.stores import Stores
+
+    s = design.validate(SPEC)
+    where = Stores(f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}", None)
+    st.prepare(s, design.items(s), where)
+    real, claims = phases.claim, []
+
+    def claim(study):  # the first saw the queue empty, a moment before the peer filled it
+        claims.append(study)
+        return None if len(claims) == 1 else real(study)
+
+    monkeypatch.setattr(phases, "claim", claim)
+    assert worker.work(s.name, where) == {"complete": len(design.items(s))}

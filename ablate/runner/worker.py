@@ -655,9 +655,10 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
                                   "queued": advanced.queued, "finished": advanced.finished})
                     if advanced.queued:
                         continue
-            if wait_for_running and queue.count(study, (TrialState.RUNNING,)):
-                # Others' items may yet fail and be re-queued. Looked at often at first: the last
-                # item of a run usually ends within a second, and the run ends when its workers do.
+            if wait_for_running and queue.count(study, (TrialState.RUNNING, TrialState.WAITING)):
+                # Others' items may yet fail and be re-queued, and a peer's look may have queued seeds
+                # since this claim. Looked at often at first: the last item of a run usually ends
+                # within a second, and the run ends when its workers do.
                 signals.sleep(idle_wait)
                 idle_wait = min(2 * idle_wait, MAX_IDLE_WAIT_S)
                 continue
