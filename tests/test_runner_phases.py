@@ -136,7 +136,7 @@ def run_fake_worker(monkeypatch, study_name: str, stores_: Stores) -> dict:
 
     def run_trial(config, seed, probes, reporter=None, device="cpu", **options):
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": score(config), "test_accuracy": 0.5},
-                                     steps=1, seconds=0.0, reason="", convergence={})
+                                     steps=1, seconds=0.0, reason="", convergence={}, resumed_at=0)
 
     fake.run_trial = run_trial
 

@@ -271,7 +271,7 @@ def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes
         if len(calls) == 1:
             raise ConnectionError("tracking server unreachable")
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
-                                     reason="", convergence={})
+                                     reason="", convergence={}, resumed_at=0)
 
     Run = FakeRun
 
@@ -430,7 +430,7 @@ def test_an_item_is_claimed_once_the_imports_are_loaded_and_old_runs_settled(tmp
     def run_trial(config, seed, probes, reporter=None, device="cpu", **options):
         seen.append(("train", preloads[0].loaded.is_set()))
         return types.SimpleNamespace(status="complete", metrics={"val_accuracy": 0.5}, steps=1, seconds=0.0,
-                                     reason="", convergence={})
+                                     reason="", convergence={}, resumed_at=0)
 
     fake = types.ModuleType("ablate.training")
     fake.run_trial = run_trial
