@@ -25,6 +25,7 @@ a kill, a group's checkpoints are of one step) from there; the rest resume apart
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -201,10 +202,10 @@ def share(study: optuna.Study, me: str, first: Any, workers: int | None = None) 
     """How many items worker ``me``, which has just claimed trial ``first`` of ``study``, may take,
     with the waiting ones: all of them, but split evenly with the study's idle workers — its
     ``workers`` (the environment's ``ABLATE_WORKERS``: ``ablate run`` sets it to its pool's size,
-    workers that share one GPU counted once; 1 if unset) less the others holding a running item now. At a study's tail (the seeds
-    one sequential look queues for its last open cell) K items fused in one worker while another
-    waits take longer than K/2 fused in each (bench_fused: K = 4 1.91×, K = 8 2.33× the trials
-    per hour of one)."""
+    workers that share one GPU counted once; 1 if unset) less the others holding a running item
+    now. At a study's tail (the seeds one sequential look queues for its last open cell) K items
+    fused in one worker while another waits take longer than K/2 fused in each on cores of their
+    own (bench_fused: K = 4 1.91×, K = 8 2.33× the trials per hour of one)."""
     from optuna.trial import TrialState
 
     from ablate.runner import queue
@@ -217,7 +218,8 @@ def share(study: optuna.Study, me: str, first: Any, workers: int | None = None) 
         return 1 + waiting
     # Named as its holder now, not once its start is recorded: a peer claiming at this moment
     # (workers start together) must see this one busy, or each would leave the other a share.
-    queue.set_running_attrs(study, first, {"worker": me})
+    with contextlib.suppress(queue.TrialFinished):  # declared dead since: its own path says so
+        queue.set_running_attrs(study, first, {"worker": me})
     busy = {e.user_attrs.get("worker") for e in queue.entries(study, keys=("worker",), states=(TrialState.RUNNING,))}
     idle = max(0, workers - 1 - len(busy - {me, None}))
     return -(-(1 + waiting) // (1 + idle))
