@@ -1,7 +1,7 @@
 """Trials per hour of K replicates trained fused (``ablate.training_fused``) against one at a time.
 
     python benchmarks/bench_fused.py [--shape quickstart|l784|both] [--fuse 1,4,8] [--repeats 2]
-                                     [--steps N] [--threads 1] [--tiny]
+                                     [--steps N] [--threads 1] [--tiny] [--resume]
 
 Shapes (whole trials: set-up, steps, validation and convergence passes, probes, final evaluation):
     quickstart  studies/quickstart.yaml's baseline cell: RotRNN (rotation + ξ), d 32, state 32,
@@ -19,13 +19,21 @@ freed blocks (``keep_freed_memory``), as a worker's trials do, fused or apart (r
 drift in the shared machine's load hits every row alike; each row prints its median wall time,
 trials per hour (K · 3600 / median) and the ratio to ``apart``'s trials per hour, and the same from
 the process's CPU time (steadier than wall time where other processes share the cores).
+
+``--resume``: K replicates killed half-way (their checkpoints at half the steps, written by one fused
+run) and resumed by a worker: ``resumed apart`` is K ``run_trial`` calls one after another (how a
+worker resumed a killed fused group before), ``resumed fused`` one ``run_fused`` given their
+checkpoints (``saved``), for the largest ``--fuse`` K; interleaved, each run from the same files;
+the ratio is to ``resumed apart``. Every resumed replicate must end as the uninterrupted run did.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,7 +43,7 @@ from ablate import design
 from ablate.spec import ProbeSpec
 from ablate.tasks import TaskData, load_task
 from ablate.tasks.data import TaskInfo
-from ablate.training import run_trial
+from ablate.training import read_checkpoint, run_trial
 from ablate.training_fused import keep_freed_memory, run_fused
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
@@ -110,6 +118,46 @@ def measure(name: str, fuse: list[int], repeats: int, steps: int | None) -> list
     return out
 
 
+def measure_resume(name: str, k: int, repeats: int, steps: int | None) -> list[dict]:
+    """Rows of ``--resume``: K replicates resumed from their half-way checkpoints, apart then fused."""
+    config, data, probes = shape(name, steps)
+    keep_freed_memory()
+    total = int(config["train"]["steps"])
+    configs, seeds = [config] * k, list(range(k))
+    with tempfile.TemporaryDirectory() as folder:
+        paths = [Path(folder) / f"{seed}.pt" for seed in seeds]
+        whole = run_fused(configs, seeds, probes, data=data, checkpoints=paths, checkpoint_every=total // 2)
+        files = {path: path.read_bytes() for path in paths}
+        times: dict[str, tuple[list[float], list[float]]] = {"resumed apart": ([], []), "resumed fused": ([], [])}
+        for r in range(repeats):
+            for kind in list(times) if r % 2 == 0 else list(times)[::-1]:
+                for path, content in files.items():  # the killed attempt's, as it left them
+                    path.write_bytes(content)
+                start, cpu = time.perf_counter(), time.process_time()
+                if kind == "resumed apart":
+                    results = [run_trial(config, seed, probes, data=data, checkpoint=path)
+                               for seed, path in zip(seeds, paths, strict=True)]
+                else:
+                    results = run_fused(configs, seeds, probes, data=data, saved=[read_checkpoint(p) for p in paths])
+                times[kind][0].append(time.perf_counter() - start)
+                times[kind][1].append(time.process_time() - cpu)
+                for x, w in zip(results, whole, strict=True):
+                    if x.resumed_at != total // 2 or x.steps != w.steps or not math.isclose(
+                            x.metrics["test_loss"], w.metrics["test_loss"], rel_tol=1e-3, abs_tol=1e-6):
+                        raise AssertionError(f"{kind}: a resumed replicate did not reach the uninterrupted result")
+                print(f"  {name} {kind} K={k} run {r}: {times[kind][0][-1]:.2f} s wall {times[kind][1][-1]:.2f} s CPU "
+                      f"from step {total // 2}", flush=True)
+    out = []
+    for kind, (walls, cpus) in times.items():
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
+        out.append({"shape": name, "row": kind, "K": k, "wall": wall, "per_hour": k * 3600 / wall, "cpu": cpu,
+                    "per_cpu_hour": k * 3600 / cpu})
+    for row in out:
+        row["ratio"] = row["per_hour"] / out[0]["per_hour"]
+        row["cpu_ratio"] = row["per_cpu_hour"] / out[0]["per_cpu_hour"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", choices=("quickstart", "l784", "both"), default="both")
@@ -118,6 +166,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the shape's)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     parser.add_argument("--tiny", action="store_true", help="the smoke shape only, K = 1, 2, one repeat")
+    parser.add_argument("--resume", action="store_true", help="killed replicates resumed apart and fused instead")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -128,12 +177,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         fuse, repeats = [int(k) for k in args.fuse.split(",")], args.repeats
     if any(k < 1 for k in fuse) or repeats < 1:
         parser.error("--fuse takes counts of at least 1 and --repeats at least 1")
-    rows = [row for name in names for row in measure(name, fuse, repeats, args.steps)]
+    if args.resume:
+        rows = [row for name in names for row in measure_resume(name, max(2, *fuse), repeats, args.steps)]
+    else:
+        rows = [row for name in names for row in measure(name, fuse, repeats, args.steps)]
     print(f"\n{torch.get_num_threads()} torch threads, {repeats} repeats, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'shape':<11}{'row':<7}{'K':>3}{'median s':>10}{'trials/h':>10}{'vs apart':>10}{'CPU s':>8}"
+    width = max(len(row["row"]) for row in rows) + 1
+    print(f"{'shape':<11}{'row':<{width}}{'K':>3}{'median s':>10}{'trials/h':>10}{'vs apart':>10}{'CPU s':>8}"
           f"{'per CPU-h':>11}{'vs apart':>10}")
     for row in rows:
-        print(f"{row['shape']:<11}{row['row']:<7}{row['K']:>3}{row['wall']:>10.2f}{row['per_hour']:>10.0f}"
+        print(f"{row['shape']:<11}{row['row']:<{width}}{row['K']:>3}{row['wall']:>10.2f}{row['per_hour']:>10.0f}"
               f"{row['ratio']:>9.2f}x{row['cpu']:>8.2f}{row['per_cpu_hour']:>11.0f}{row['cpu_ratio']:>9.2f}x")
     return rows
 

@@ -30,6 +30,15 @@ def test_tiny_mode_prints_a_row_per_k_with_consistent_rates(capsys):
     assert "trials/h" in out and "['complete', 'complete']" in out
 
 
+def test_tiny_resume_mode_resumes_apart_and_fused_to_the_uninterrupted_result(capsys):
+    rows = _bench().main(["--tiny", "--resume"])
+    assert [(r["row"], r["K"]) for r in rows] == [("resumed apart", 2), ("resumed fused", 2)]
+    for row in rows:
+        assert row["wall"] > 0 and math.isclose(row["per_hour"], 2 * 3600 / row["wall"])
+        assert math.isclose(row["ratio"], row["per_hour"] / rows[0]["per_hour"])
+    assert "from step 3" in capsys.readouterr().out  # half of the tiny shape's 6 steps
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(SystemExit):
         _bench().main(["--fuse", "0,2", "--repeats", "1", "--shape", "quickstart"])
