@@ -39,6 +39,11 @@ def _foreach_default(params: Iterable[torch.Tensor]) -> bool:
     return all(p.device.type in ("cuda", "xpu") for p in params)
 
 
+def _real(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as its real view (torch's AdamW updates complex parameters so)."""
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
 @torch.no_grad()
 def adamw_(params: list[torch.Tensor], grads: list[torch.Tensor], states: list[dict[str, Any]], *, lr: float,
            weight_decay: float, betas: tuple[float, float] = BETAS, eps: float = EPS, foreach: bool = False) -> None:
@@ -49,10 +54,8 @@ def adamw_(params: list[torch.Tensor], grads: list[torch.Tensor], states: list[d
     if not params:
         return
     beta1, beta2 = betas
-    views = [(torch.view_as_real(t) if t.is_complex() else t) for t in params]
-    grads = [(torch.view_as_real(t) if t.is_complex() else t) for t in grads]
-    avgs = [(torch.view_as_real(s["exp_avg"]) if s["exp_avg"].is_complex() else s["exp_avg"]) for s in states]
-    sqs = [(torch.view_as_real(s["exp_avg_sq"]) if s["exp_avg_sq"].is_complex() else s["exp_avg_sq"]) for s in states]
+    views, grads = [_real(t) for t in params], [_real(t) for t in grads]
+    avgs, sqs = [_real(s["exp_avg"]) for s in states], [_real(s["exp_avg_sq"]) for s in states]
     for s in states:
         s["step"] += 1.0
     if not foreach:

@@ -181,7 +181,7 @@ class Group:
             raise
 
 
-def room(fuse: int, device: str, first: Any, max_items: int | None = None, done: int = 0,
+def room(fuse: int, device: str, first: optuna.Trial, max_items: int | None = None, done: int = 0,
          study: optuna.Study | None = None, me: str = "") -> int:
     """Up to how many items of a cell a worker claims with ``--fuse fuse`` on ``device`` with the
     trial ``first`` it has claimed, ``done`` of its ``max_items`` run: ``fuse``, or with 0 what
@@ -198,7 +198,7 @@ def room(fuse: int, device: str, first: Any, max_items: int | None = None, done:
     return min(fuse, share(study, me, first)) if study is not None and fuse > 1 else fuse
 
 
-def share(study: optuna.Study, me: str, first: Any, workers: int | None = None) -> int:
+def share(study: optuna.Study, me: str, first: optuna.Trial, workers: int | None = None) -> int:
     """How many items worker ``me``, which has just claimed trial ``first`` of ``study``, may take,
     with the waiting ones: all of them, but split evenly with the study's idle workers — its
     ``workers`` (the environment's ``ABLATE_WORKERS``: ``ablate run`` sets it to its pool's size,
