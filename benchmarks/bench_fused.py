@@ -106,12 +106,17 @@ def measure(name: str, fuse: list[int], repeats: int, steps: int | None) -> list
             cpus[(kind, k)].append(time.process_time() - cpu)
             print(f"  {name} {kind} K={k} run {r}: {walls[(kind, k)][-1]:.2f} s wall {cpus[(kind, k)][-1]:.2f} s CPU "
                   f"{statuses}", flush=True)
+    return _summary(name, {row: (walls[row], cpus[row]) for row in rows})
+
+
+def _summary(name: str, samples: dict[tuple[str, int], tuple[list[float], list[float]]]) -> list[dict]:
+    """A row per (kind, K) of its wall and CPU seconds: medians, trials per hour, and the ratios to
+    the first row's."""
     out = []
-    for kind, k in rows:
-        median = statistics.median(walls[(kind, k)])
-        cpu = statistics.median(cpus[(kind, k)])
-        out.append({"shape": name, "row": kind, "K": k, "wall": median, "per_hour": k * 3600 / median,
-                    "cpu": cpu, "per_cpu_hour": k * 3600 / cpu})
+    for (kind, k), (walls, cpus) in samples.items():
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
+        out.append({"shape": name, "row": kind, "K": k, "wall": wall, "per_hour": k * 3600 / wall, "cpu": cpu,
+                    "per_cpu_hour": k * 3600 / cpu})
     for row in out:
         row["ratio"] = row["per_hour"] / out[0]["per_hour"]
         row["cpu_ratio"] = row["per_cpu_hour"] / out[0]["per_cpu_hour"]
@@ -147,15 +152,7 @@ def measure_resume(name: str, k: int, repeats: int, steps: int | None) -> list[d
                         raise AssertionError(f"{kind}: a resumed replicate did not reach the uninterrupted result")
                 print(f"  {name} {kind} K={k} run {r}: {times[kind][0][-1]:.2f} s wall {times[kind][1][-1]:.2f} s CPU "
                       f"from step {total // 2}", flush=True)
-    out = []
-    for kind, (walls, cpus) in times.items():
-        wall, cpu = statistics.median(walls), statistics.median(cpus)
-        out.append({"shape": name, "row": kind, "K": k, "wall": wall, "per_hour": k * 3600 / wall, "cpu": cpu,
-                    "per_cpu_hour": k * 3600 / cpu})
-    for row in out:
-        row["ratio"] = row["per_hour"] / out[0]["per_hour"]
-        row["cpu_ratio"] = row["per_cpu_hour"] / out[0]["per_cpu_hour"]
-    return out
+    return _summary(name, {(kind, k): samples for kind, samples in times.items()})
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
