@@ -72,7 +72,9 @@ def enqueue(root: Path, name: str, storage: str, tracking: str) -> subprocess.Co
     return res
 
 
-def start_workers(root: Path, name: str, storage: str, tracking: str, n: int) -> list[subprocess.Popen]:
+def start_workers(root: Path, name: str, storage: str, tracking: str, n: int,
+                  first_env: dict[str, str] | None = None) -> list[subprocess.Popen]:
+    """``n`` workers; ``first_env`` adds to the first one's environment (a fault to inject there)."""
     (root / "logs").mkdir(exist_ok=True)
     procs = []
     for i in range(n):
@@ -82,7 +84,8 @@ def start_workers(root: Path, name: str, storage: str, tracking: str, n: int) ->
                 # (a fused worker's kill: test_runner_worker_fused.py).
                 [*ABLATE, "worker", name, "--storage", storage, "--tracking-uri", tracking, "--fuse", "1",
                  "--verbose"],  # each item's start and end in its log, for a failure's message
-                cwd=root, env=env_for(root), stdout=log, stderr=subprocess.STDOUT))
+                cwd=root, env={**env_for(root), **(first_env if i == 0 and first_env else {})},
+                stdout=log, stderr=subprocess.STDOUT))
     return procs
 
 
@@ -218,25 +221,32 @@ def test_killing_two_workers_loses_nothing_and_leaves_no_run_running(tmp_path, p
     enqueue(tmp_path, name, postgres_db, mlflow_server)
     seed = random.randrange(10**6)
     rng = random.Random(seed)
-    workers = start_workers(tmp_path, name, postgres_db, mlflow_server, 6)
-    # Random moments once most workers are busy: mid-trial, mid-logging or between items.
+    # Worker 0 pauses at step 2 of its trials and says so in the mark file: killed there, it is
+    # certain to leave a trial half-trained (a random moment alone may miss every trial, for 4-step
+    # trials end within a second).
+    mark = tmp_path / "paused.mark"
+    workers = start_workers(tmp_path, name, postgres_db, mlflow_server, 6,
+                            first_env={"ABLATE_FAULT": "pause@2", "ABLATE_FAULT_PAUSE_S": "5",
+                                       "ABLATE_FAULT_MARK": str(mark)})
     import optuna
 
     study = optuna.load_study(study_name=name, storage=postgres_db)  # once: opening a storage is costly
     deadline = time.monotonic() + 300
-    while len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))) < 4:
+    while not mark.exists():
+        assert time.monotonic() < deadline and workers[0].poll() is None, worker_logs(tmp_path)
+        time.sleep(0.05)
+    workers[0].send_signal(signal.SIGKILL)  # within its 5 s pause: mid-trial, for sure
+    while len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))) < 3:
         assert time.monotonic() < deadline, worker_logs(tmp_path)
-        time.sleep(0.5)
-    # Two of the workers holding a trial now (its ``worker`` attribute is host:pid), each killed at
-    # a random moment after: 4-step trials end within a second, and a victim drawn from all six
-    # was often already waiting for the last items, with nothing to interrupt.
+        time.sleep(0.2)
+    # The second victim, one of the others holding a trial now (its ``worker`` attribute is
+    # host:pid), at a random moment after: mid-trial, mid-logging or between items.
     holding = {str(t.user_attrs.get("worker", "")).rsplit(":", 1)[-1]
                for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    busy = [i for i, w in enumerate(workers) if str(w.pid) in holding]
-    victims = rng.sample(busy if len(busy) >= 2 else range(6), 2)
-    for victim in victims:
-        time.sleep(rng.uniform(0.0, 2.5))
-        workers[victim].send_signal(signal.SIGKILL)
+    busy = [i for i, w in enumerate(workers) if i and str(w.pid) in holding]
+    victims = [0, rng.choice(busy or range(1, 6))]
+    time.sleep(rng.uniform(0.0, 2.5))
+    workers[victims[1]].send_signal(signal.SIGKILL)
 
     codes = wait_all(workers, tmp_path, postgres_db)
     assert [codes[v] for v in victims] == [-signal.SIGKILL] * 2, f"seed {seed}"
@@ -247,7 +257,8 @@ def test_killing_two_workers_loses_nothing_and_leaves_no_run_running(tmp_path, p
     assert len(per_item) == ITEMS and set(per_item.values()) == {1}, f"seed {seed}: {per_item}"
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     killed = [t for t in trials if t.user_attrs.get("failure_kind") == "killed" and t.state == TrialState.FAIL]
-    assert killed, f"seed {seed}: the kills should have interrupted a trial"
+    assert any(str(t.user_attrs.get("worker", "")).endswith(f":{workers[0].pid}") for t in killed), \
+        f"seed {seed}: the trial worker 0 held when killed at step 2 is recorded killed: {killed}"
     _, _, runs, all_runs = trial_runs(name, mlflow_server)
     statuses = Counter(r.info.status for r in runs)
     assert statuses["FINISHED"] >= ITEMS, f"seed {seed}: {statuses}"
