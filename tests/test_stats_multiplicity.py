@@ -54,6 +54,7 @@ def test_a_process_that_froze_its_objects_keeps_its_freeze_as_it_was(unfrozen):
     gc.freeze()
     frozen = gc.get_freeze_count()
     assert frozen >= len(kept)
+    young = [[] for _ in range(1000)]  # alive, tracked and not frozen: a freeze in the call would add them
     leftovers = []
     for _ in range(100):
         a: list = []
@@ -61,5 +62,9 @@ def test_a_process_that_froze_its_objects_keeps_its_freeze_as_it_was(unfrozen):
         leftovers.append(a)
     del leftovers, a
     adjusted(np.array([0.01, 0.04, 0.03]))
-    assert gc.get_freeze_count() == frozen
+    after = gc.get_freeze_count()
+    # Frozen objects that die by reference count leave the count (pytest's own, dozens, at times),
+    # so not equality: an unfreeze would leave 0, a freeze would add the 1000 young lists and more.
+    assert frozen // 2 < after <= frozen, (frozen, after)
+    assert len(young) == 1000
     gc.unfreeze()
