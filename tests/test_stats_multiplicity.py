@@ -24,10 +24,13 @@ def test_equal_to_statsmodels(method):
 @pytest.fixture
 def unfrozen():
     """No frozen objects while the test runs (an in-process worker tested before in this pytest
-    process froze its imports), frozen again after."""
+    process froze its imports), frozen again after; no automatic collection meanwhile (one
+    between a test's garbage and the call would free what the test counts on finding)."""
     frozen = gc.get_freeze_count()
     gc.unfreeze()
+    gc.disable()
     yield
+    gc.enable()
     if frozen:
         gc.collect()
         gc.freeze()
