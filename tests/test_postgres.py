@@ -72,20 +72,19 @@ def enqueue(root: Path, name: str, storage: str, tracking: str) -> subprocess.Co
     return res
 
 
-def start_workers(root: Path, name: str, storage: str, tracking: str, n: int,
-                  first_env: dict[str, str] | None = None) -> list[subprocess.Popen]:
-    """``n`` workers; ``first_env`` adds to the first one's environment (a fault to inject there)."""
+def start_workers(root: Path, name: str, storage: str, tracking: str, n: int, first: int = 0,
+                  **extra_env: str) -> list[subprocess.Popen]:
+    """``n`` workers, their logs numbered from ``first``; ``extra_env`` adds to their environment."""
     (root / "logs").mkdir(exist_ok=True)
     procs = []
-    for i in range(n):
+    for i in range(first, first + n):
         with open(root / "logs" / f"worker{i}.log", "w") as log:  # the child keeps its own handle
             procs.append(subprocess.Popen(
                 # One item at a time: six workers share the items, so a kill hits items in flight
                 # (a fused worker's kill: test_runner_worker_fused.py).
                 [*ABLATE, "worker", name, "--storage", storage, "--tracking-uri", tracking, "--fuse", "1",
                  "--verbose"],  # each item's start and end in its log, for a failure's message
-                cwd=root, env={**env_for(root), **(first_env if i == 0 and first_env else {})},
-                stdout=log, stderr=subprocess.STDOUT))
+                cwd=root, env={**env_for(root), **extra_env}, stdout=log, stderr=subprocess.STDOUT))
     return procs
 
 
@@ -213,6 +212,14 @@ def test_three_hosts_queueing_at_once_queue_each_item_once(tmp_path, postgres_db
     assert exp is None or not MlflowClient(mlflow_server).search_runs([exp.experiment_id])
 
 
+def holders(study) -> set[str]:
+    """The pids of the workers holding a RUNNING trial of ``study``."""
+    from optuna.trial import TrialState
+
+    return {str(t.user_attrs.get("worker", "")).rsplit(":", 1)[-1]
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+
+
 @pytest.mark.slow
 def test_killing_two_workers_loses_nothing_and_leaves_no_run_running(tmp_path, postgres_db, mlflow_server):
     from optuna.trial import TrialState
@@ -221,13 +228,13 @@ def test_killing_two_workers_loses_nothing_and_leaves_no_run_running(tmp_path, p
     enqueue(tmp_path, name, postgres_db, mlflow_server)
     seed = random.randrange(10**6)
     rng = random.Random(seed)
-    # Worker 0 pauses at step 2 of its trials and says so in the mark file: killed there, it is
-    # certain to leave a trial half-trained (a random moment alone may miss every trial, for 4-step
-    # trials end within a second).
+    # Worker 0, started alone, pauses at step 2 of its first trial and says so in the mark file:
+    # killed there, it is certain to leave a trial half-trained (a random moment alone may miss
+    # every trial, for 4-step trials end within a second). Started with the others, it could find
+    # every item taken on a loaded machine.
     mark = tmp_path / "paused.mark"
-    workers = start_workers(tmp_path, name, postgres_db, mlflow_server, 6,
-                            first_env={"ABLATE_FAULT": "pause@2", "ABLATE_FAULT_PAUSE_S": "5",
-                                       "ABLATE_FAULT_MARK": str(mark)})
+    workers = start_workers(tmp_path, name, postgres_db, mlflow_server, 1, ABLATE_FAULT="pause@2",
+                            ABLATE_FAULT_PAUSE_S="5", ABLATE_FAULT_MARK=str(mark))
     import optuna
 
     study = optuna.load_study(study_name=name, storage=postgres_db)  # once: opening a storage is costly
@@ -236,15 +243,14 @@ def test_killing_two_workers_loses_nothing_and_leaves_no_run_running(tmp_path, p
         assert time.monotonic() < deadline and workers[0].poll() is None, worker_logs(tmp_path)
         time.sleep(0.05)
     workers[0].send_signal(signal.SIGKILL)  # within its 5 s pause: mid-trial, for sure
-    while len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))) < 3:
+    workers += start_workers(tmp_path, name, postgres_db, mlflow_server, 5, first=1)
+    # The second victim, one of the others holding a trial (its ``worker`` attribute is host:pid;
+    # worker 0's stays RUNNING until its heartbeat is stale), at a random moment after: mid-trial,
+    # mid-logging or between items.
+    while len(busy := [i for i in range(1, 6) if str(workers[i].pid) in holders(study)]) < 3:
         assert time.monotonic() < deadline, worker_logs(tmp_path)
         time.sleep(0.2)
-    # The second victim, one of the others holding a trial now (its ``worker`` attribute is
-    # host:pid), at a random moment after: mid-trial, mid-logging or between items.
-    holding = {str(t.user_attrs.get("worker", "")).rsplit(":", 1)[-1]
-               for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    busy = [i for i, w in enumerate(workers) if i and str(w.pid) in holding]
-    victims = [0, rng.choice(busy or range(1, 6))]
+    victims = [0, rng.choice(busy)]
     time.sleep(rng.uniform(0.0, 2.5))
     workers[victims[1]].send_signal(signal.SIGKILL)
 
