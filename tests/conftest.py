@@ -9,6 +9,7 @@ are built once per session, shared by its xdist workers.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import socket
@@ -97,6 +98,21 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             pytest.fail(f"{exc}\n{log_path.read_text()[-3000:]}")
         yield cfg.url
         stop(proc)
+
+
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    """No frozen objects while the test runs (an in-process worker tested before in this pytest
+    process froze its imports), frozen again after; no automatic collection meanwhile (one
+    between a test's garbage and the call would free what the test counts on finding)."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    gc.disable()
+    yield
+    gc.enable()
+    if frozen:
+        gc.collect()
+        gc.freeze()
 
 
 @pytest.fixture

@@ -21,21 +21,6 @@ def test_equal_to_statsmodels(method):
     assert adjusted(np.array([])).size == 0
 
 
-@pytest.fixture
-def unfrozen():
-    """No frozen objects while the test runs (an in-process worker tested before in this pytest
-    process froze its imports), frozen again after; no automatic collection meanwhile (one
-    between a test's garbage and the call would free what the test counts on finding)."""
-    frozen = gc.get_freeze_count()
-    gc.unfreeze()
-    gc.disable()
-    yield
-    gc.enable()
-    if frozen:
-        gc.collect()
-        gc.freeze()
-
-
 def test_the_call_collects_nothing_it_did_not_allocate_and_leaves_no_freeze(unfrozen):
     assert gc.get_freeze_count() == 0
     gc.collect()
