@@ -71,15 +71,12 @@ def test_policy_sentence_counts_what_the_family_holds() -> None:
     assert "Nothing is tested" in fam.policy_sentence(adjusted.iloc[0:0], 0.05)
 
 
-def test_a_null_study_keeps_the_family_rate(unfrozen: None) -> None:
+def test_a_null_study_keeps_the_family_rate() -> None:
     """Uniform p-values for 2 reports × 4 measures × 5 tests: per-report Holm errs far more often
     than α across the study; one family stays at or below it."""
     rng = np.random.default_rng(1)
     per_report = whole = 0
     n = 1000
-    # Nothing frozen (the fixture): ablate's ``adjusted`` then freezes for each call in O(1) and
-    # statsmodels' gc.collect() walks only what the call made. A freeze of its own in this process
-    # would make each call count the frozen objects (CPython walks them: 50 ms a call at 1M).
     for _ in range(n):
         acc = _comp(list(rng.uniform(size=5)))
         norms = _norm_comp({m: list(rng.uniform(size=5)) for m in ("training", "depth", "seeds", "final")})

@@ -21,7 +21,7 @@ def test_equal_to_statsmodels(method):
     assert adjusted(np.array([])).size == 0
 
 
-def test_the_call_collects_nothing_it_did_not_allocate_and_leaves_no_freeze(unfrozen):
+def test_the_call_collects_nothing_it_did_not_allocate_and_leaves_no_freeze(collector_off):
     assert gc.get_freeze_count() == 0
     gc.collect()
     cycles = []
@@ -35,7 +35,7 @@ def test_the_call_collects_nothing_it_did_not_allocate_and_leaves_no_freeze(unfr
     assert gc.collect() >= 1000  # still there for the next collection: the call did not walk them
 
 
-def test_a_process_that_froze_its_objects_keeps_its_freeze_as_it_was(unfrozen):
+def test_a_process_that_froze_its_objects_keeps_its_freeze_as_it_was(collector_off):
     """A worker froze its imports: the call neither undoes that nor freezes more (what exists at
     each call, garbage included, would otherwise stay for good)."""
     kept = [[] for _ in range(100)]
