@@ -7,6 +7,7 @@ axes on the data rather than on chance."""
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -195,12 +196,23 @@ def texts(fig: Figure) -> list:
     return out
 
 
+_DRAWN: weakref.WeakKeyDictionary[Figure, tuple[list, np.ndarray]] = weakref.WeakKeyDictionary()
+
+
+def drawn(fig: Figure) -> tuple[list, np.ndarray]:
+    """The figure drawn, and its texts with their boxes in pixels: once per figure, as every check
+    reads the same drawing (drawing a 48-cell figure again for each check doubled this file's time)."""
+    if fig not in _DRAWN:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        items = texts(fig)
+        _DRAWN[fig] = items, np.array([t.get_window_extent(renderer).extents for t in items]).reshape(-1, 4)
+    return _DRAWN[fig]
+
+
 def overlaps(fig: Figure) -> list[str]:
     """Pairs of texts whose drawn boxes overlap (a pixel of slack)."""
-    renderer = fig.canvas.get_renderer()
-    fig.draw(renderer)
-    items = texts(fig)
-    boxes = np.array([t.get_window_extent(renderer).extents for t in items]).reshape(-1, 4)
+    items, boxes = drawn(fig)
     found = []
     for i, j in itertools.combinations(range(len(items)), 2):
         a, b = boxes[i], boxes[j]
@@ -212,7 +224,7 @@ def overlaps(fig: Figure) -> list[str]:
 def unlabelled_axes(fig: Figure) -> list[str]:
     """Panels with data whose y axis reads nowhere: fewer than two y tick labels on it and on every
     panel with the same y limits and scale (a shared axis labelled on its row's first panel)."""
-    fig.canvas.draw()
+    drawn(fig)
     def labelled(ax) -> bool:
         mine = {id(lbl) for tk in [*ax.yaxis.get_major_ticks(), *ax.yaxis.get_minor_ticks()]
                 for lbl in (tk.label1, tk.label2)}
@@ -224,10 +236,10 @@ def unlabelled_axes(fig: Figure) -> list[str]:
 
 def off_page(fig: Figure) -> list[str]:
     """Texts that run past the figure's edges (a pixel of slack)."""
-    renderer = fig.canvas.get_renderer()
+    items, boxes = drawn(fig)
     w, h = fig.bbox.width, fig.bbox.height
-    return [t.get_text() for t in texts(fig)
-            if (e := t.get_window_extent(renderer).extents)[0] < -1 or e[1] < -1 or e[2] > w + 1 or e[3] > h + 1]
+    return [t.get_text() for t, e in zip(items, boxes, strict=True)
+            if e[0] < -1 or e[1] < -1 or e[2] > w + 1 or e[3] > h + 1]
 
 
 # --- the tests ---------------------------------------------------------------------------------------
