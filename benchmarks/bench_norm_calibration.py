@@ -43,7 +43,6 @@ components of a stored study, or an export's); the defaults are those of rotrnn_
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 import time
 import warnings
@@ -173,7 +172,6 @@ def calibrate(p: Process, studies: int, seeds: int, paired: bool, alpha: float, 
     levels = factorial_labels()
     seeds_true = {n: seeds_truth(p, n, rng) for n in range(2, seeds + 1)}
     for study in range(studies):
-        gc.freeze()  # statsmodels' Holm runs gc.collect() on each call: keep what is already alive out of it
         norms = simulate(p, seeds, paired, rng)
         ps = sn.per_seed(norms, levels)
         table = sn.stability(ps, norms, order)
