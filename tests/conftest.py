@@ -104,9 +104,10 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _nothing_frozen() -> None:
     """Every test starts with no frozen objects. An in-process worker froze its imports (its
     preload does, for its collector's sake) and that lasted for every later test in the pytest
-    process; ablate's Holm (``adjusted``) then counted the frozen heap on each call
-    (``gc.get_freeze_count``: 52 ms a call at the suite's million objects), so a norm-report test
-    that takes 5 s alone took 91 s there. ``gc.unfreeze`` moves the list back, whatever its length."""
+    process; ablate's Holm (``adjusted``) leaves a process that froze its own heap as it is, so
+    statsmodels' ``gc.collect()`` walked everything later tests had left alive on each call (and
+    ``gc.get_freeze_count`` counted the frozen heap): a norm-report test that takes 5 s alone took
+    91 s there. ``gc.unfreeze`` moves the list back in O(1), whatever its length."""
     gc.unfreeze()
 
 

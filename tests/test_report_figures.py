@@ -201,7 +201,8 @@ _DRAWN: weakref.WeakKeyDictionary[Figure, tuple[list, np.ndarray]] = weakref.Wea
 
 def drawn(fig: Figure) -> tuple[list, np.ndarray]:
     """The figure drawn, and its texts with their boxes in pixels: once per figure, as every check
-    reads the same drawing (drawing a 48-cell figure again for each check doubled this file's time)."""
+    reads the same drawing (drawing a 48-cell figure again for each check doubled this file's time).
+    A figure changed after its first check would be read as first drawn: the tests do not change one."""
     if fig not in _DRAWN:
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
