@@ -112,15 +112,6 @@ def _nothing_frozen() -> None:
 
 
 @pytest.fixture
-def collector_off() -> Iterator[None]:
-    """No automatic collection while the test runs (one between a test's garbage and the call
-    would free what the test counts on finding)."""
-    gc.disable()
-    yield
-    gc.enable()
-
-
-@pytest.fixture
 def shm_tmp_path(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs directory where there is one: SQLite's syncs make Optuna several times slower on disk."""
     shm = Path("/dev/shm")
