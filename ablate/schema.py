@@ -10,12 +10,15 @@ for ``--check``); tests/test_schema.py fails when either file in docs/ is stale.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from rich.markup import escape
 
 from ablate import plugins, spec
 from ablate.models.catalogue import MODEL_FACTORS
@@ -23,6 +26,7 @@ from ablate.report import REPORTS
 from ablate.spec.models import SequentialSeeds
 from ablate.spec.reports import ReportOptions
 from ablate.tasks.registry import BUILTIN_TASK_NAMES, task_names, task_params_model
+from ablate.terminal import Refused
 
 SCHEMA_ID = "https://ablate.dev/spec.schema.json"
 MODELINE = "# yaml-language-server: $schema=../docs/spec.schema.json"
@@ -418,14 +422,70 @@ class Outputs:
 
     def stale(self) -> list[Path]:
         """The files that are missing or differ from their text (what ``--check`` reports)."""
-        return [p for p, text in self.files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+        return [p for p, text in self.files.items() if _read(p) != text.encode("utf-8")]
 
     def write(self) -> Iterator[Path]:
-        """Write each file (its folder created), yielding its path once written."""
-        for p, text in self.files.items():
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text, encoding="utf-8")
-            yield p
+        """Write every file (its folder created) or none, then yield their paths. A file is
+        replaced whole, so a failed write leaves the old one; a device or pipe (``/dev/stdout``)
+        is written where it is, before any file is replaced. Refused (exit 2) naming the file
+        that could not be written and why."""
+        staged: dict[Path, Path] = {}  # file -> its new text beside it
+        try:
+            for p, text in self.files.items():
+                if not p.exists() or p.is_file():
+                    _attempt(p, lambda p=p, text=text: _stage(p, text, staged))
+            for p, text in self.files.items():
+                if p not in staged:
+                    _attempt(p, lambda p=p, text=text: p.write_text(text, encoding="utf-8"))
+            for p in list(staged):
+                _attempt(p, lambda p=p: os.replace(staged[p], p.resolve()))
+                del staged[p]
+        finally:
+            for tmp in staged.values():
+                tmp.unlink(missing_ok=True)
+        yield from self.files
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError as exc:
+        raise Refused(f"cannot read {escape(str(path))}: {exc.strerror or exc}") from None
+
+
+def _attempt(path: Path, write: Callable[[], object]) -> None:
+    try:
+        write()
+    except OSError as exc:
+        raise Refused(f"cannot write {escape(str(path))}: {exc.strerror or exc}") from None
+
+
+def _stage(path: Path, text: str, staged: dict[Path, Path]) -> None:
+    """``text`` in a new file beside ``path`` (the target of a link), with the mode of the file it
+    replaces; recorded in ``staged`` as soon as it exists, so that a failed write removes it."""
+    dest = path.resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask applies, as to a new file
+    staged[path] = tmp
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    if dest.exists():
+        os.chmod(tmp, stat.S_IMODE(dest.stat().st_mode))
+
+
+def _destination_problem(path: Path, check: bool) -> str | None:
+    """Why ``path`` can be no file to write (or, with ``check``, to compare), or None."""
+    if path.is_dir():
+        return "it is a folder; give a file's path"
+    above = next(p for p in path.parents if p.exists())  # "/" or "." exists
+    if not above.is_dir():
+        return f"{above} is not a folder"
+    if check:
+        return None
+    if path.exists():
+        return None if os.access(path, os.W_OK) else "it is not writable"
+    return None if os.access(above, os.W_OK | os.X_OK) else f"{above} is not writable"
 
 
 def outputs(target: str | None = None, out: Path | None = None, docs: Path | None = None, check: bool = False,
@@ -434,15 +494,20 @@ def outputs(target: str | None = None, out: Path | None = None, docs: Path | Non
     ``out`` ('-': standard output); neither, docs/spec.schema.json on a ``terminal`` or with
     ``docs`` or ``check``, else standard output (the Unix habit: redirected, it goes where it is
     sent). With ``docs`` the reference goes to that file. DestinationError on both TARGET and
-    ``out``, or ``check`` of standard output."""
+    ``out``, or ``check`` of standard output; Refused (exit 2) on a file that cannot be written
+    (a folder, under a file, not writable), before anything is written."""
     if target is not None and out is not None:
         raise DestinationError("give the schema's destination once: TARGET or --out")
     dest = target if target is not None else (str(out) if out is not None else None)
     if dest is None:
         dest = SCHEMA_FILE if terminal or docs is not None or check else "-"
+    if dest == "-" and check:
+        raise DestinationError("--check compares files: give a file, not standard output")
+    for path in (Path(dest) if dest != "-" else None, docs):
+        problem = None if path is None else _destination_problem(path, check)
+        if problem is not None:
+            raise Refused(f"cannot {'check' if check else 'write'} {escape(str(path))}: {problem}")
     if dest == "-":
-        if check:
-            raise DestinationError("--check compares files: give a file, not standard output")
         return Outputs(schema_text(), {docs: reference_markdown()} if docs is not None else {})
     # docs/: the built-ins only, the same on every machine; elsewhere what is installed here
     files = {Path(dest): schema_text(installed=Path(dest) != Path(SCHEMA_FILE))}

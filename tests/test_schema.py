@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import yaml
 from support import ABLATE
 
 from ablate import design, schema
+from ablate.terminal import Refused
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
@@ -104,3 +106,47 @@ def test_outputs_choose_the_destination_and_the_stale_files(tmp_path):
     assert list(both.write()) == [tmp_path / "x" / "s.json", tmp_path / "y" / "d.md"] and both.stale() == []
     (tmp_path / "y" / "d.md").write_text("old", encoding="utf-8")
     assert both.stale() == [tmp_path / "y" / "d.md"]
+
+
+def test_outputs_refuse_a_destination_that_is_no_file_before_writing_anything(tmp_path):
+    (tmp_path / "file").write_text("")
+    for args, said in [
+        ((str(tmp_path),), f"cannot write {tmp_path}: it is a folder; give a file's path"),
+        ((None, tmp_path), f"cannot write {tmp_path}: it is a folder; give a file's path"),
+        (("-", None, tmp_path), f"cannot write {tmp_path}: it is a folder; give a file's path"),
+        ((str(tmp_path / "s.json"), None, tmp_path / "file" / "d.md"),
+         f"cannot write {tmp_path}/file/d.md: {tmp_path}/file is not a folder"),
+        ((str(tmp_path), None, None, True), f"cannot check {tmp_path}: it is a folder; give a file's path"),
+    ]:
+        with pytest.raises(Refused) as refused:
+            schema.outputs(*args)
+        assert refused.value.code == 2 and refused.value.lines == [said]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full: a device that is always full (Linux)")
+def test_a_failed_write_is_refused_and_writes_nothing_else(tmp_path):
+    (tmp_path / "old.json").write_text("old", encoding="utf-8")
+    os.chmod(tmp_path / "old.json", 0o640)
+    full = schema.Outputs(None, {tmp_path / "old.json": "new", Path("/dev/full"): "text"})
+    with pytest.raises(Refused, match="^cannot write /dev/full: No space left on device$"):
+        list(full.write())
+    assert [p.name for p in tmp_path.iterdir()] == ["old.json"] and (tmp_path / "old.json").read_text() == "old"
+    assert list(schema.Outputs(None, {tmp_path / "old.json": "new"}).write()) == [tmp_path / "old.json"]
+    assert (tmp_path / "old.json").read_text() == "new" and (tmp_path / "old.json").stat().st_mode & 0o777 == 0o640
+
+
+def test_cli_schema_refuses_an_unwritable_destination(tmp_path):
+    for target in (str(tmp_path), *(["/dev/full"] if os.path.exists("/dev/full") else [])):
+        res = subprocess.run([*ABLATE, "schema", target, "--docs", str(tmp_path / "d.md")],
+                             capture_output=True, text=True, cwd=tmp_path)
+        assert res.returncode == 2 and res.stdout == "", res.stderr
+        assert res.stderr.startswith(f"error cannot write {target}: ") and res.stderr.count("\n") == 1
+        assert list(tmp_path.iterdir()) == [], "nothing else written"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full: a device that is always full (Linux)")
+def test_a_reference_that_cannot_be_written_prints_no_schema(tmp_path):
+    res = subprocess.run([*ABLATE, "schema", "-", "--docs", "/dev/full"], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 2 and res.stdout == "", res.stdout[:200]
+    assert "cannot write /dev/full" in res.stderr
