@@ -195,22 +195,22 @@ def test_a_report_from_a_committed_export_passes_the_page_check(tmp_path):
 # --- failures ------------------------------------------------------------------------------------
 
 
-def test_a_failing_cell_is_named_with_its_error_not_a_traceback(accuracy_study):
-    import real_studies as studies
+def test_a_failing_cell_is_named_with_its_error_not_a_traceback(tmp_path):
+    """A cell that raises, here on a value the commands refuse before rendering (``--param`` is
+    checked by ``ablate.report.parameters``; ``render`` takes its parameters as given): named by its
+    section, its first line and the error, and the ``out_dir`` it made taken away again."""
+    from ablate import results
 
-    env = {**os.environ, "ABLATE_HOME": str(accuracy_study / ".ablate"),
-           "ABLATE_CACHE_DIR": str(accuracy_study / "cache")}
-    env.pop("ABLATE_STORAGE", None)
-    env.pop("ABLATE_TRACKING_URI", None)
-    res = subprocess.run([*ABLATE, "report", studies.ACCURACY_NAME, "--reports",
-                          "accuracy", "--format", "html", "--out", str(accuracy_study / "broken"), "--param",
-                          "metric=no_such_metric"], capture_output=True, text=True, env=env, timeout=600)
-    assert res.returncode == 1
-    message = " ".join(res.stderr.split())
-    assert "report 'accuracy' failed in the cell under \"Summary\"" in message, message
-    assert "KeyError" in message and "no_such_metric" in message and re.search(r"ablate/stats/\w+\.py:\d+", message)
-    assert "Traceback" not in res.stderr and "Papermill" not in res.stderr and "----" not in res.stderr
-    assert not (accuracy_study / "broken" / "accuracy.html").exists()  # nothing written
+    export = Path(__file__).resolve().parents[1] / "reports" / "null_task_seed" / "data"
+    out = tmp_path / "new" / "broken"
+    with pytest.raises(render.ReportError) as caught:
+        render.render("null_task_seed", ["accuracy"], out, ("html",), parameters={"cells_per_figure": 0},
+                      data=results.read_export(export))
+    message = " ".join(str(caught.value).split())
+    assert "report 'accuracy' failed in the cell under \"Per cell\" (`for part in chunks(" in message, message
+    assert "ValueError" in message and re.search(r"ablate/report/display\.py:\d+", message), message
+    assert "Traceback" not in message and "Papermill" not in message and "----" not in message
+    assert not out.exists() and not out.parent.exists()  # nothing written, no empty folder left
 
 
 def test_the_same_notebook_gives_the_same_page():
@@ -249,22 +249,6 @@ def test_a_report_rendered_from_an_export_is_the_one_rendered_from_the_stores(no
     assert sorted(p.name for p in (tmp_path / "from-export").iterdir()) == pages
     for page in pages:
         assert (tmp_path / "from-export" / page).read_text() == (tmp_path / "from-stores" / page).read_text(), page
-
-
-def test_parse_parameters_types_values_by_the_notebooks_defaults():
-    got = render.parse_parameters(["alpha=0.01", "max_interactions=3", "reference=layers=2", "metric="],
-                                  ["accuracy"])
-    assert got == {"alpha": 0.01, "max_interactions": 3, "reference": "layers=2", "metric": None}
-    with pytest.raises(render.ParameterError, match=r"--param alpha: 'yes' is not a float"):
-        render.parse_parameters(["alpha=yes"], ["accuracy"])
-    with pytest.raises(render.ParameterError, match=r"--param cells_per_figure: 'true' is not a int"):
-        render.parse_parameters(["cells_per_figure=true"], ["accuracy"])  # a switch is not a number
-    # What the command sets is not a parameter; a report's own only where that report renders.
-    with pytest.raises(render.ParameterError, match=r"--param 'study=x': expected KEY=VALUE with KEY one of: alpha, "):
-        render.parse_parameters(["study=x"], ["norm_stability"])
-    with pytest.raises(render.ParameterError, match="KEY one of: alpha"):
-        render.parse_parameters(["cells_per_figure=4"], ["norm_stability"])
-    assert render.parse_parameters(["cells_per_figure=4"], ["norm_stability", "accuracy"]) == {"cells_per_figure": 4}
 
 
 # --- what a command renders, decided before any kernel starts -------------------------------------

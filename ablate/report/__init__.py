@@ -7,6 +7,7 @@ the notebooks that take several studies (``ablate compare``). Importing this pac
 """
 
 from importlib import resources
+from pathlib import Path
 
 #: Reports over several studies at once (parameters ``studies`` and ``cells``), not per study.
 COMPARISONS: tuple[str, ...] = ("comparison",)
@@ -15,6 +16,13 @@ REPORTS: tuple[str, ...] = tuple(sorted(
     entry.name.removesuffix(".py") for entry in resources.files(__name__).joinpath("notebooks").iterdir()
     if entry.name.endswith(".py") and not entry.name.startswith("_") and entry.name.removesuffix(".py") not in COMPARISONS
 ))
+
+
+def notebook_path(report: str) -> Path:
+    """The notebook file of a report or comparison; ValueError names the valid ones."""
+    if report not in REPORTS + COMPARISONS:
+        raise ValueError(f"{report!r} is not one of: {', '.join(REPORTS + COMPARISONS)}")
+    return Path(str(resources.files(__name__) / "notebooks" / f"{report}.py"))
 
 
 def slug(heading: str) -> str:

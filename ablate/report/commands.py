@@ -7,6 +7,8 @@ input: exit 2; a report that fails: exit 1), a store that fails a ``StorageError
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +18,8 @@ from rich.markup import escape
 
 from ablate import results
 from ablate.report import REPORTS, render, sections
-from ablate.spec import SpecError
+from ablate.report.parameters import ParameterError, check_study, parse_parameters
+from ablate.spec import MAX_NAME, NAME, NAME_RULE, SpecError
 from ablate.stores import redact
 from ablate.terminal import Refused
 
@@ -46,11 +49,41 @@ def chosen_reports(only: str) -> list[str]:
 
 
 def report_parameters(pairs: list[str] | None, reports: list[str]) -> dict:
-    """The ``--param`` pairs as the reports' parameters; refused for one no report declares."""
+    """The ``--param`` pairs as the reports' parameters (``parameters.parse_parameters``); refused for one no
+    report declares, one the command sets, or a value not of its kind or out of its range."""
     try:
-        return render.parse_parameters(pairs or [], reports)
-    except render.ParameterError as exc:
+        return parse_parameters(pairs or [], reports)
+    except ParameterError as exc:
         raise Refused(escape(str(exc))) from None
+
+
+def out_folder(path: Path, option: str = "--out") -> None:
+    """Refused (exit 2) unless ``path`` is a folder this process can write in, or can be made one.
+    Tried, not inferred (root may write where the permissions say no, and /proc refuses root): a
+    folder made here is taken away again, a file made in one removed, so nothing is left."""
+    where = escape(f"{option} {path}")
+    if path.is_dir():
+        try:
+            with tempfile.TemporaryFile(dir=path):
+                return
+        except OSError as exc:
+            raise Refused(f"{where}: cannot write in this folder ({escape(exc.strerror or str(exc))})") from None
+    if path.exists() or path.is_symlink():
+        raise Refused(f"{where}: exists and is not a folder; give a folder, or a path where one can be made")
+    made: list[Path] = []
+    try:
+        for folder in reversed([path, *path.parents]):
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+    except OSError as exc:
+        why = f"{escape(str(folder.parent))} is not a folder" if folder.parent.exists() and not folder.parent.is_dir() \
+            else escape(exc.strerror or str(exc))
+        raise Refused(f"{where}: cannot be made a folder ({why})") from None
+    finally:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def is_spec_file(arg: str) -> bool:
@@ -76,6 +109,8 @@ def render_reports(out: Console, study: str, reports: list[str], out_dir: Path, 
                 files = sorted((out_dir / kind).glob("*")) if (out_dir / kind).is_dir() else []
                 stems = {f.name.split(".")[0] for f in files if not f.name.endswith("-data.csv")}
                 out.print(f"wrote {len(stems)} {kind} ({exts}) to {out_dir / kind}")
+    except ParameterError as exc:  # a value the study read shows is not its own (a metric, a cell)
+        raise Refused(escape(str(exc))) from None
     except render.ReportError as exc:
         raise Refused(escape(str(exc)), 1) from None
 
@@ -128,12 +163,17 @@ def report(out: Console, studies: list[str], load: LoadSpec, *, storage: str | N
         spec = load(Path(studies[0]))
         studies = [spec.name]
     names_only = chosen_reports(only) if only else None
+    report_parameters(param, names_only or list(REPORTS))  # values and ranges before a store is looked for
+    planned = []  # every study's reports, parameters and folder checked before the first renders
     for study in studies:
         # The stores that hold it (a subfolder of the project finds its .ablate above).
         stores, names = render.study_reports(study, storage, tracking_uri, names_only)
         target = out_dir / study if out_dir is not None and len(studies) > 1 else out_dir
-        render_reports(out, study, names, target or Path("reports") / study, chosen_formats, stores.storage,
-                       stores.tracking, report_parameters(param, names), export)
+        planned.append((study, stores, names, target or Path("reports") / study, report_parameters(param, names)))
+    for *_, target, _ in planned:
+        out_folder(target)
+    for study, stores, names, target, parameters in planned:
+        render_reports(out, study, names, target, chosen_formats, stores.storage, stores.tracking, parameters, export)
     if spec is not None and spec.compare:
         compare(out, [], None, spec, None, None, chosen_formats, storage, tracking_uri, param)
 
@@ -144,11 +184,19 @@ def _from_exports(out: Console, data: Path, out_dir: Path | None, chosen_formats
         read = [results.read_export(folder) for folder in results.exports_in(data)]
     except results.ExportError as exc:
         raise _export_refused(exc) from None
+    planned = []
     for res in read:
         names = render.export_reports(res, chosen_reports(only) if only else None)
         target = out_dir / res.study if out_dir is not None and len(read) > 1 else out_dir
-        render_reports(out, res.study, names, target or Path("reports") / res.study, chosen_formats, None, None,
-                       report_parameters(param, names), export, data=res)
+        planned.append((res, names, target or Path("reports") / res.study, report_parameters(param, names)))
+    for res, _, target, parameters in planned:
+        out_folder(target)
+        try:  # read already: its metrics and cells checked before any report renders
+            check_study(res, parameters)
+        except ParameterError as exc:
+            raise Refused(escape(str(exc))) from None
+    for res, names, target, parameters in planned:
+        render_reports(out, res.study, names, target, chosen_formats, None, None, parameters, export, data=res)
 
 
 def compare_command(out: Console, studies: list[str], spec: Spec | None, *, cells: list[str] | None = None,
@@ -169,6 +217,9 @@ def compare(out: Console, studies: list[str], cells: list[str] | None, spec: Spe
             param: list[str] | None, data: list[Path] | None = None) -> None:
     """One comparison report (``render.comparison``, checked before anything is rendered, then
     ``render.render_comparison``), a line per file written."""
+    if name is not None:
+        comparison_name(name, "--name")
+    parameters = report_parameters(param, ["comparison"])
     try:
         asked = render.comparison(studies, cells, spec, name, storage, tracking_uri, data)
     except render.ComparisonError as exc:
@@ -177,11 +228,24 @@ def compare(out: Console, studies: list[str], cells: list[str] | None, spec: Spe
         raise _export_refused(exc) from None
     except SpecError as exc:
         raise Refused(str(exc).splitlines()) from None
-    parameters = report_parameters(param, ["comparison"])
+    if out_dir is None:  # the studies' names joined may be too long for a folder's
+        comparison_name(asked.name, "the comparison's name (the studies' names joined; --name gives another)")
+    target = out_dir or Path("reports") / f"compare-{asked.name}"
+    out_folder(target)
     try:
-        for path in render.render_comparison(asked.studies, out_dir or Path("reports") / f"compare-{asked.name}",
-                                             asked.selectors, chosen_formats, storage, tracking_uri, parameters,
-                                             title=asked.name, data=asked.data):
+        for path in render.render_comparison(asked.studies, target, asked.selectors, chosen_formats, storage,
+                                             tracking_uri, parameters, title=asked.name, data=asked.data):
             out.print(f"wrote {path}")
+    except ParameterError as exc:
+        raise Refused(escape(str(exc))) from None
     except render.ReportError as exc:
         raise Refused(escape(redact(str(exc))), 1) from None
+
+
+def comparison_name(name: str, what: str) -> None:
+    """Refused unless ``name`` is a study name (``ablate keep``'s rule for a new study's name,
+    ``spec.NAME``, and its length, ``spec.MAX_NAME``): it names the folder ``reports/compare-NAME``."""
+    if len(name) > MAX_NAME:
+        raise Refused(escape(f"{what}: {len(name):,} characters; at most {MAX_NAME} (it names a folder)"))
+    if not NAME.match(name):
+        raise Refused(escape(f"{what}: {name!r}: {NAME_RULE}"))

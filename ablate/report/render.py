@@ -37,11 +37,11 @@ import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.report import COMPARISONS, OPTIONAL_SECTIONS, REPORTS, default_sections, fonts, sections
+from ablate.report import OPTIONAL_SECTIONS, REPORTS, default_sections, fonts, notebook_path, sections
+from ablate.report.parameters import check_studies, check_study, only_declared
 
 if TYPE_CHECKING:
     from ablate.results import Results, Studies
@@ -114,77 +114,6 @@ pre.spec { background: #f7f7f7; padding: 4pt; column-count: 2; column-gap: 8mm; 
 
 class ReportError(Exception):
     """A report notebook raised; the message (no credentials) says which report and why."""
-
-
-def notebook_path(report: str) -> Path:
-    if report not in REPORTS + COMPARISONS:
-        raise ValueError(f"{report!r} is not one of: {', '.join(REPORTS + COMPARISONS)}")
-    return Path(str(resources.files("ablate.report") / "notebooks" / f"{report}.py"))
-
-
-def declared_parameters(report: str) -> dict[str, object]:
-    """Name → default of each assignment in the report notebook's ``parameters`` cell."""
-    import ast
-
-    text = notebook_path(report).read_text(encoding="utf-8")
-    match = re.search(r'^# %% tags=\["parameters"\]\n(.*?)(?=^# %%)', text, re.M | re.S)
-    if not match:
-        return {}
-    out: dict[str, object] = {}
-    for node in ast.parse(match.group(1)).body:
-        if isinstance(node, ast.Assign):
-            try:
-                default = ast.literal_eval(node.value)
-            except ValueError:
-                default = None
-            out.update({t.id: default for t in node.targets if isinstance(t, ast.Name)})
-    return out
-
-
-class ParameterError(ValueError):
-    """A ``--param`` that no report of the render declares, or whose value is not of its type."""
-
-
-# What the commands set themselves: a ``--param`` cannot name them.
-COMMAND_PARAMETERS = ("study", "studies", "cells", "title", "storage", "tracking_uri", "export_dir")
-
-
-def parse_parameters(pairs: list[str], reports: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs that some of ``reports`` declares, as that report's parameters: a value
-    is read as a YAML scalar where the default is a number or a switch, and must then be of the
-    default's kind; otherwise it is text (empty: ``None``). ``ParameterError`` says what is wrong."""
-    import yaml
-
-    known: dict[str, object] = {}
-    for r in reports:
-        if not sections.is_section(r):  # a section plug-in takes no parameters
-            known.update(declared_parameters(r))
-    for name in COMMAND_PARAMETERS:
-        known.pop(name, None)
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or key not in known:
-            raise ParameterError(f"--param {pair!r}: expected KEY=VALUE with KEY one of: "
-                                 f"{', '.join(sorted(known)) or 'none'}")
-        default = known[key]
-        if isinstance(default, bool | int | float) and value.strip():  # numbers and switches; the rest is text
-            try:
-                parsed = yaml.safe_load(value)
-            except yaml.YAMLError:
-                parsed = None
-            if not isinstance(parsed, bool | int | float) or isinstance(parsed, bool) != isinstance(default, bool):
-                raise ParameterError(f"--param {key}: {value!r} is not a {type(default).__name__}")
-            out[key] = parsed
-        else:
-            out[key] = value or None
-    return out
-
-
-def _declared(report: str, parameters: dict) -> dict:
-    names = declared_parameters(report)
-    return {k: v for k, v in parameters.items() if k in names}
 
 
 class Kernel:
@@ -379,6 +308,21 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+@contextmanager
+def _out_folder(path: Path) -> Iterator[None]:
+    """``path`` made for the block; a block that raises takes away the folders it made that stayed
+    empty (a report that failed leaves no empty ``--out`` behind)."""
+    made = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in made:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
 def study_reports(study: str, storage: str | None = None, tracking_uri: str | None = None,
                   only: list[str] | None = None) -> tuple[Stores, list[str]]:
     """The stores that hold ``study`` (``results.locate``: from a subfolder of the project, the
@@ -427,11 +371,10 @@ def render(
     from ablate import results
     from ablate.stores import resolve
 
-    # absolute: the kernel runs in a scratch directory
-    stores = resolve(storage, tracking_uri) if data is None else None
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    target = out_dir.resolve()
+    stores = resolve(storage, tracking_uri, create=False) if data is None else None  # reading creates no store
+    if data is not None:  # read already: its parameters checked before a kernel starts
+        check_study(data, parameters or {})
+    target = out_dir.resolve()  # absolute: the kernel runs in a scratch directory
 
     def write(nb, report: str, missing: list[str]) -> list[Path]:
         return save(to_html(nb, f"{study} — {report.replace('_', ' ')}", missing), report)
@@ -477,11 +420,13 @@ def render(
         # norm measures too, so even the accuracy report needs them to adjust its p-values.
         if data is None:
             loaded = results.load(study, stores.storage, stores.tracking, metrics=True, curves=True)
+            check_study(loaded, parameters or {})
             results.save(loaded, snapshot)
             read_missing = list(loaded.missing)
         else:
             results.save(data, snapshot)
             read_missing = list(data.missing)
+        stack.enter_context(_out_folder(out_dir))
         writer.submit(_preload)
         whole = loaded if data is None else data
 
@@ -496,7 +441,7 @@ def render(
                 results.save(apply_options(whole, options), work / "results.pickle")
             if options is not None and options.reference is not None:
                 params["reference"] = options.reference
-            nb = execute(report, _declared(report, {**params, **(parameters or {})}), work, k)
+            nb = execute(report, only_declared(report, {**params, **(parameters or {})}), work, k)
             if options is not None:
                 nb.cells = keep_sections(nb.cells, options.sections or list(default_sections(report)))
                 if not options.sections and OPTIONAL_SECTIONS.get(report):
@@ -671,29 +616,30 @@ def render_comparison(
     from ablate import results
     from ablate.stores import resolve
 
-    stores = resolve(storage, tracking_uri) if data is None else None
-    out_dir.mkdir(parents=True, exist_ok=True)
+    stores = resolve(storage, tracking_uri, create=False) if data is None else None  # reading creates no store
     title = title or " vs ".join(studies)
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         # As render: this process reads the stores once, the notebook that file (no URL among the
         # parameters the notebook keeps), in our kernel (IPC, quiet).
         both = data if data is not None else results.load(list(studies), stores.storage, stores.tracking,
                                                           curves=True, metrics=True)
+        check_studies(both, cells, parameters or {})
+        stack.enter_context(_out_folder(out_dir))
         snapshot = Path(tmp) / "results.pickle"
         results.save(both, snapshot)
         missing = [line for r in both.results for line in r.missing]
         params = {"studies": list(studies), "cells": cells or {}, "title": title, "results_file": str(snapshot)}
         with kernel(Path(tmp)) as k:
-            nb = execute(report, {**params, **_declared(report, parameters or {})}, Path(tmp), k)
-    html = to_html(nb, f"{title} — comparison", missing)
-    written: list[Path] = []
-    if "html" in formats:
-        path = out_dir / f"{report}.html"
-        path.write_text(html, encoding="utf-8")
-        written.append(path)
-    if "pdf" in formats:
-        path = out_dir / f"{report}.pdf"
-        to_pdf(html, path)
-        written.append(path)
+            nb = execute(report, {**params, **only_declared(report, parameters or {})}, Path(tmp), k)
+        html = to_html(nb, f"{title} — comparison", missing)
+        written: list[Path] = []
+        if "html" in formats:
+            path = out_dir / f"{report}.html"
+            path.write_text(html, encoding="utf-8")
+            written.append(path)
+        if "pdf" in formats:
+            path = out_dir / f"{report}.pdf"
+            to_pdf(html, path)
+            written.append(path)
     return written
