@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import BASE, VARIANT, errors, make
+from support import BASE, DESIGN_BASE, VARIANT, errors, make
 
 from ablate import design, spec
 
@@ -280,3 +280,35 @@ def test_a_task_too_large_for_this_machine_is_refused_with_the_bound():
     design.loads(yaml.safe_dump(with_("task.train_size", most)), "t.yaml")  # the bound given is one that fits
     factor = {"task.train_size": [100, 10**12]}
     assert "factors: the cell " in _load_errors(with_("factors", factor))
+
+
+def test_a_level_given_twice_is_named_once_with_how_often_and_never_merged():
+    # Two equal levels used to get different labels ('"xi"', 'xi') and pass as one cell.
+    assert errors(factors={"model.normalisation": ["xi", "xi"]}).endswith(
+        "factors.model.normalisation: level xi appears twice; each level (and label) once")
+    assert "level gamma appears twice" in errors(factors={"model.normalisation": ["xi", "gamma", "gamma"]})
+    assert "level 2 appears 3 times" in errors(factors={"model.layers": [2, 2, 2]})
+    # Values that only look alike keep their exact values as labels.
+    lr = design.validate({**DESIGN_BASE, "factors": {"train.lr": [1.0e-3, 1.0000001e-3]}})
+    assert len(design.cells(lr)) == 2
+
+
+def test_a_factor_the_family_does_not_read_is_refused_where_it_would_train_one_model_twice():
+    msg = errors(model={**DESIGN_BASE["model"], "family": "gru"}, factors={"model.normalisation": ["xi", "gamma"]})
+    assert ("the cell (normalisation=gamma) trains the same model as (normalisation=xi): family gru does not read "
+            "model.normalisation. Vary it only where it applies (when: {model.family: linear_rnn})") in msg
+    both = errors(factors={"model.family": ["linear_rnn", "mingru"], "model.heads": [1, 2]})
+    assert "(family=mingru, heads=2) trains the same model as (family=mingru, heads=1)" in both
+    # Varied only where the family reads it: three cells, each its own model.
+    ok = design.validate({**DESIGN_BASE, "factors": {
+        "model.family": ["linear_rnn", "mingru"],
+        "model.heads": {"levels": [1, 2], "when": {"model.family": "linear_rnn"}}}})
+    assert len(design.cells(ok)) == 3
+
+
+def test_every_committed_study_validates():
+    root = Path(__file__).resolve().parents[1]
+    specs = sorted((root / "studies").rglob("*.yaml"))
+    assert len(specs) > 10
+    for path in specs:
+        design.load(path)

@@ -27,3 +27,11 @@ def test_a_selection_names_its_problem():
         '--cells {"model.heads":3} matches no cell of a, b']
     lines = design.comparison_problems(specs(), {"a": [{"model.nope": 1}]})
     assert len(lines) == 1 and lines[0].startswith("--cells (study a): ") and "model.nope" in lines[0]
+
+
+def test_a_plugin_that_cannot_be_found_is_a_spec_error_at_its_setting():
+    """It used to escape validation as an internal error (the cell id hashes a plug-in's source)."""
+    from support import errors
+
+    msg = errors(model={**DESIGN_BASE["model"], "normalisation": "nosuch.mod:X"})
+    assert msg.startswith("model.normalisation: normalisation plug-in 'nosuch.mod:X': cannot find 'nosuch.mod'")

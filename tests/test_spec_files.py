@@ -56,7 +56,7 @@ def test_file_limits_and_what_a_file_must_hold(tmp_path):
     assert "a spec is at most" in load_error(big)
     assert "cannot read" in load_error(tmp_path / "missing.yaml")
     empty = write(tmp_path, "empty.yaml", "")
-    assert "task: required key is missing" in load_error(empty)
+    assert load_error(empty) == f"{empty} is empty: a spec holds at least its name and task (see studies/quickstart.yaml)"
     scalar = write(tmp_path, "scalar.yaml", "3\n")
     assert "must be a mapping" in load_error(scalar)
 

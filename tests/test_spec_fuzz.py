@@ -265,7 +265,7 @@ def test_validate_reads_a_bounded_number_of_bytes_whatever_the_file(tmp_path, ki
                          cwd=tmp_path, env={**os.environ, "ABLATE_HOME": str(tmp_path / "home")}, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     expected = {"/dev/zero": "more than 1,000,000 bytes", "/dev/urandom": "more than 1,000,000 bytes",
-                "fifo": "required key is missing", "folder": "is a folder, not a spec file"}[kind]
+                "fifo": "fifo is empty", "folder": "is a folder, not a spec file"}[kind]
     assert expected in res.stderr
 
 

@@ -109,6 +109,15 @@ def test_spec_and_design_import_no_torch() -> None:
     ("task: {name: listops, train_size: 1e4}", "task.train_size: must be an integer; 10000.0 is written as a float"),
     ("model: {bidirectional: 1}", "model.bidirectional: must be true or false; got an integer 1"),
     ("probes: {every: [5]}", "probes.every: must be an integer; got a list"),
+    # No 309 digits to copy; YAML's own NaN; an empty value is nothing, not "null None".
+    ("train: {steps: 1e308}", "train.steps: must be an integer; got 1e+308"),
+    ("train: {lr: nan}", "train.lr: must be a number; got text 'nan' (YAML writes .nan, .inf, -.inf)"),
+    ("train: {steps: }", "train.steps: must be an integer; got nothing (an empty value)"),
+    # Bounds a value must keep to train anything: a learning rate, a phase past a full turn.
+    ("train: {lr: 1e308}", "train.lr: Input should be less than or equal to 10"),
+    ("train: {lr: 1e-320}", "train.lr: Input should be greater than or equal to"),
+    ("train: {weight_decay: 1e300}", "train.weight_decay: Input should be less than or equal to 10"),
+    ("model: {init: {scheme: rotrnn, max_phase: 7.0}}", "model.init.max_phase: Input should be less than or equal to 6.28"),
 ])
 def test_types_are_strict_where_a_user_would_be_surprised(yaml_text, message):
     """Before: d_model: true became 1, lr: true 1.0, '16' and steps: 2.0 were accepted."""

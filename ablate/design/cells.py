@@ -31,6 +31,8 @@ from ablate.design.identity import (
 )
 from ablate.design.selectors import condition_problems, matches, selector_problems
 from ablate.design.space import tune_protocol
+from ablate.models.catalogue import MODEL_FACTORS, read_model, unread_settings
+from ablate.plugins import PluginError, is_target
 from ablate.spec import MAX_CELLS, Problems, Spec, SpecError, get_path, parse, set_path, wsd_warmup
 
 MAX_INVALID_SHOWN = 5
@@ -174,6 +176,8 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
     dropped = 0
     base_problems = _baseline_problems(spec, base)
     keep_invalid_baseline = False
+    trains: dict[str, Cell] = {}  # what a cell's family reads of its config → the first cell with it
+    twins: list[tuple[str, str, str]] = []
     for choice, where in candidates:
         built = _build(choice, fs, base, by_name)
         ever_active |= built.active
@@ -205,12 +209,20 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
                 continue
             invalid.append((where, ", ".join(parts) or "baseline", f"{error[0]}: {error[1]}" if error[0] else error[1]))
             continue
-        cid = cell_id(resolved, tune)
+        try:
+            cid = cell_id(resolved, tune)  # a plug-in's source enters it: one that cannot be found says so here
+        except PluginError as exc:
+            problems.append((_plugin_path(resolved, str(exc)) or where, str(exc)))
+            continue
         if cid in seen:  # two choices that resolve to the same model: one cell
             continue
         seen.add(cid)
-        out.append(Cell(cid, built.settings, resolved, built.labels, tuple(shown), parts,
-                        config_key(resolved, tune), code_version(resolved), original_cell_id(resolved, tune)))
+        cell = Cell(cid, built.settings, resolved, built.labels, tuple(shown), parts, config_key(resolved, tune),
+                    code_version(resolved), original_cell_id(resolved, tune))
+        same = trains.setdefault(canonical_json([{**resolved, "model": read_model(resolved["model"])}, tune]), cell)
+        if same is not cell:
+            twins.append((where, cell.label, _twin_problem(cell, same)))
+        out.append(cell)
     if keep_invalid_baseline:  # fix the baseline first: other cells' errors likely follow from it
         return [], list(base_problems)
     for where, label, error in invalid[:MAX_INVALID_SHOWN]:
@@ -218,6 +230,9 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
                                 "factor only where it applies (when:)"))
     if len(invalid) > MAX_INVALID_SHOWN:
         problems.append(("factors", f"… and {len(invalid) - MAX_INVALID_SHOWN} more invalid cells"))
+    problems += [(where, problem) for where, _, problem in twins[:MAX_INVALID_SHOWN]]
+    if len(twins) > MAX_INVALID_SHOWN:
+        problems.append(("factors", f"… and {len(twins) - MAX_INVALID_SHOWN} more cells that train another's model"))
     if spec.design != "cells":
         for f in fs:
             if f.when is not None and f.name not in ever_active:
@@ -227,6 +242,26 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
         key = "include" if spec.include else "exclude"
         problems.append((key, f"no cell is left: exclude/include remove all {dropped} candidate cells"))
     return out, problems
+
+
+def _plugin_path(config: dict[str, Any], message: str) -> str | None:
+    """The model setting naming the plug-in a ``PluginError`` is about (its message quotes it)."""
+    for path in MODEL_FACTORS:
+        try:
+            value = get_path(config, path)
+        except KeyError:
+            continue
+        if is_target(value) and repr(value) in message:
+            return path
+    return None
+
+
+def _twin_problem(cell: Cell, same: Cell) -> str:
+    """Why ``cell`` is ``same`` again: settings that differ where its family does not read them."""
+    model, family = cell.config["model"], cell.config["model"]["family"]
+    differ = [f"model.{k}" for k in unread_settings(family) if model.get(k) != same.config["model"].get(k)]
+    return (f"the cell ({cell.label}) trains the same model as ({same.label}): family {family} does not read "
+            f"{', '.join(differ)}. Vary it only where it applies (when: {{model.family: linear_rnn}}) or exclude one")
 
 
 def _baseline_problems(spec: Spec, base: dict[str, Any]) -> Problems:

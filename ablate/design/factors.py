@@ -123,10 +123,9 @@ def _parse_levels(name: str, raw: Any, problems: Problems) -> tuple[list[tuple[A
 
 def _auto_labels(values: list[Any]) -> list[str]:
     labels = [level_label(v) for v in values]
-    for i, lbl in enumerate(labels):
-        if labels.count(lbl) > 1:  # e.g. 1e-3 vs 1.0000001e-3: fall back to the exact value
-            labels[i] = canonical_json(values[i]) if not isinstance(values[i], float) else repr(values[i])
-    return labels
+    clash = {lbl for lbl in labels if labels.count(lbl) > 1}  # e.g. 1e-3 vs 1.0000001e-3: the exact value
+    return [(repr(v) if isinstance(v, float) else canonical_json(v)) if lbl in clash else lbl
+            for lbl, v in zip(labels, values, strict=True)]
 
 
 _CACHE: dict[str, tuple[tuple[Factor, ...], Problems]] = {}
@@ -196,9 +195,11 @@ def _parse_factors(spec: Spec) -> tuple[tuple[Factor, ...], Problems]:
         given = [lbl for _, lbl, _ in parsed]
         auto = _auto_labels([v for v, _, _ in parsed])
         labels = [g if g is not None else a for g, a in zip(given, auto, strict=True)]
-        dup = sorted({lbl for lbl in labels if labels.count(lbl) > 1})
-        if dup:
-            problems.append((where, f"level {dup[0]!r} appears twice; each level (and label) once"))
+        dup = next((i for i, lbl in enumerate(labels) if labels.count(lbl) > 1), None)
+        if dup is not None:
+            shown, times = given[dup] or level_label(parsed[dup][0]), labels.count(labels[dup])
+            problems.append((where, f"level {shown} appears {'twice' if times == 2 else f'{times} times'}; "
+                                    "each level (and label) once"))
             continue
         levels = []
         baseline_label = None

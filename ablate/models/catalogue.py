@@ -144,6 +144,13 @@ def unread_settings(family: str) -> tuple[str, ...]:
     return tuple(s for s in RECURRENCE_SETTINGS if s not in reads)
 
 
+def read_model(model: dict[str, Any]) -> dict[str, Any]:
+    """A resolved ``model`` section without the settings its family does not read: two configs
+    equal here train the same model."""
+    unread = unread_settings(model["family"]) if "family" in model else ()
+    return {k: v for k, v in model.items() if k not in unread}
+
+
 PARAMETERISATIONS = Registry(
     "parameterisation",
     Level("rotation", "ablate.models.parameterisations:Rotation",

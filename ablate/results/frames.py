@@ -352,10 +352,7 @@ def _read_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The config without the model settings its family does not read (a minGRU cell's
     parameterisation is a default nothing uses: ``catalogue.unread_settings``)."""
     model = config.get("model")
-    if not isinstance(model, dict) or "family" not in model:
-        return config
-    unread = catalogue.unread_settings(model["family"])
-    return {**config, "model": {k: v for k, v in model.items() if k not in unread}}
+    return {**config, "model": catalogue.read_model(model)} if isinstance(model, dict) else config
 
 
 def _path_level_names(results: list[Results]) -> dict[str, dict[str, str]]:

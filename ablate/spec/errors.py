@@ -5,6 +5,7 @@ keys with the closest valid key."""
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import types
 import typing
@@ -92,15 +93,18 @@ def _type_message(kind: str, value: Any) -> str:
         return f"must be {wanted}; {str(value).lower()} is a boolean, not a number" if kind != "bool_type" else \
             f"must be true or false; got {got} {short(value)}"
     if isinstance(value, float) and kind == "int_type":
-        if value.is_integer():
+        if value.is_integer() and abs(value) < 1e15:  # past that, the digits to write are no help
             return f"must be an integer; {value!r} is written as a float: write {int(value)}"
         return f"must be an integer; got {value!r}"
     if isinstance(value, str) and kind in ("int_type", "float_type"):
         try:
-            float(value)
+            if not math.isfinite(float(value)):  # YAML's are .nan and .inf; "nan" stays text, quoted or not
+                return f"must be {wanted}; got text {short(value)} (YAML writes .nan, .inf, -.inf)"
             return f"must be {wanted}, not text: write {value} without quotes"
         except ValueError:
             return f"must be {wanted}; got text {short(value)}"
+    if value is None:
+        return f"must be {wanted}; got nothing (an empty value)"
     return f"must be {wanted}; got {got} {short(value)}" if got not in ("a list", "a mapping") else \
         f"must be {wanted}; got {got}"
 

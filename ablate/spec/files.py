@@ -63,6 +63,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         path = path.strip()
         if not sep or not path:
             raise SpecError([("--set", f"{item!r} is not of the form path=value")])
+        if "" in path.split("."):
+            raise SpecError([("--set", f"{item!r}: an empty key in {path} (two dots, or a dot at an end)")])
         value = parse_yaml(text, f"--set {path}")
         *parents, key = split_override(raw, path)
         node = raw
@@ -137,8 +139,9 @@ def _parse(data: str | bytes, display: str, parent: Path, identity: Path | None,
            chain: tuple[Path, ...]) -> tuple[dict[str, Any], Origins]:
     """Spec text with its ``extends`` chain merged in; and where each key path was written."""
     raw, lines = parse_yaml_lines(data, display)
-    if raw is None:
-        raw = {}
+    if raw is None:  # nothing but comments, or a reader with nothing to read (a FIFO, /dev/null)
+        raise SpecError([("", f"{display} is empty: a spec holds at least its name and task (see "
+                              "studies/quickstart.yaml)")])
     if not isinstance(raw, dict):
         raise SpecError([("", f"{display} must be a mapping of keys (name, task, model, ...)")])
     origins: Origins = {p: f"{display}:{line}" for p, line in lines.items()}

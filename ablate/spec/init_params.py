@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,6 +26,8 @@ from ablate.spec.basemodel import Strict
 from ablate.spec.basemodel import deferred as _deferred
 from ablate.spec.errors import not_one_of
 
+TWO_PI = 2 * math.pi  # a phase past a full turn repeats one below it
+
 
 class RingInit(Strict):
     """LRU ring initialisation: |λ|² ~ U[r_min², r_max²], phase ~ U[0, max_phase]."""
@@ -32,7 +35,7 @@ class RingInit(Strict):
     scheme: Literal["ring"] = "ring"
     r_min: float = Field(0.9, ge=0.0, lt=1.0, description="smallest eigenvalue magnitude")
     r_max: float = Field(0.999, gt=0.0, lt=1.0, description="largest eigenvalue magnitude")
-    max_phase: float = Field(6.283, ge=0.0, description="phases drawn from [0, max_phase]")
+    max_phase: float = Field(6.283, ge=0.0, le=TWO_PI, description="phases drawn from [0, max_phase]")
     identity_basis: bool = Field(False, description="rotation only: fix P = I instead of learning it")
 
     @model_validator(mode="after")
@@ -48,7 +51,7 @@ class RotrnnInit(Strict):
     scheme: Literal["rotrnn"] = "rotrnn"
     gamma_min: float = Field(0.5, gt=0.0, lt=1.0, description="smallest decay γ")
     gamma_max: float = Field(0.999, gt=0.0, lt=1.0, description="largest decay γ")
-    max_phase: float = Field(0.0314, ge=0.0, description="rotation angles drawn from [0, max_phase]")
+    max_phase: float = Field(0.0314, ge=0.0, le=TWO_PI, description="rotation angles drawn from [0, max_phase]")
     identity_basis: bool = Field(False, description="fix P = I instead of learning it")
 
     @model_validator(mode="after")
@@ -64,7 +67,7 @@ class PluginInit(Strict):
     and defaults, as ``RingInit`` and ``RotrnnInit`` declare theirs)."""
 
     scheme: str = Field(description="an installed plug-in's name, or package.module:attribute")
-    max_phase: float = Field(0.0314, ge=0.0, description="phases drawn from [0, max_phase]")
+    max_phase: float = Field(0.0314, ge=0.0, le=TWO_PI, description="phases drawn from [0, max_phase]")
     identity_basis: bool = Field(False, description="rotation only: fix P = I instead of learning it")
 
 

@@ -73,10 +73,12 @@ def _check_tree(node: yaml.Node, source: str) -> None:
     """Refuse deep nesting, recursive aliases and alias expansion past MAX_NODES (billion laughs)."""
     sizes: dict[int, int] = {}
     active: set[int] = set()
+    aliased: list[bool] = []  # whether a node was reached twice: an alias multiplied it
 
     def size(n: yaml.Node, depth: int) -> int:
         key = id(n)
         if key in sizes:
+            aliased.append(True)
             return sizes[key]
         if depth > MAX_DEPTH:
             raise SpecError([("", f"{source}: nesting deeper than {MAX_DEPTH} levels (line {n.start_mark.line + 1})")])
@@ -90,9 +92,12 @@ def _check_tree(node: yaml.Node, source: str) -> None:
             total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in n.value)
         active.discard(key)
         sizes[key] = total
-        if total > MAX_NODES:
+        if total > MAX_NODES and aliased:
             raise SpecError([("", f"{source}: too large after expanding aliases (over {MAX_NODES:,} values); "
                                   "anchors and aliases must not multiply the spec")])
+        if total > MAX_NODES:
+            raise SpecError([("", f"{source}: too large (over {MAX_NODES:,} values); a spec is a baseline, its "
+                                  "factors and seeds: hundreds of values, not more")])
         return total
 
     size(node, 0)

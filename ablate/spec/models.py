@@ -198,9 +198,9 @@ class TrainSpec(Strict):
 
     steps: int = Field(300, ge=1, le=100_000_000, description="optimiser steps")
     batch_size: int = Field(32, ge=1, le=1_000_000)
-    lr: float = Field(3e-3, gt=0.0, description="peak learning rate")
-    recurrent_lr_factor: float = Field(0.5, gt=0.0, description="learning-rate factor for ν, θ, γ, M, B")
-    weight_decay: float = Field(0.05, ge=0.0)
+    lr: float = Field(3e-3, ge=1e-10, le=10.0, description="peak learning rate")
+    recurrent_lr_factor: float = Field(0.5, gt=0.0, le=100.0, description="learning-rate factor for ν, θ, γ, M, B")
+    weight_decay: float = Field(0.05, ge=0.0, le=10.0)
     warmup: float = Field(0.1, ge=0.0, lt=1.0, description=f"fraction of steps of linear warm-up (schedule: wsd — at "
                            f"this default, {WSD_WARMUP_STEPS} steps, at most a fifth of the steps: a longer budget keeps it)")
     warmup_steps: int | None = Field(
