@@ -78,5 +78,8 @@ unset PYTHONDONTWRITEBYTECODE
 # Three processes on two cores: the cluster, server and subprocess tests spend much of their time
 # waiting (SLURM's scheduling, a time limit, workers starting), which a third process overlaps
 # (measured on this machine with other work on it: 1,783 s with -n 2, 1,572 s with -n 3).
+# --dist worksteal: a worker that runs out of tests takes some of another's. With the default
+# (tests handed out in fixed shares) one worker was left with the slow kill tests of two files and
+# ran them alone for the suite's last 135 s while the other two sat idle.
 # -rs: the reason of every skip, grouped, so a CI log shows whether the SLURM and server tests ran.
-$PY -m pytest -q -rs -n 3 "$@"
+$PY -m pytest -q -rs -n 3 --dist worksteal "$@"
