@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ablate import cli_options as opt
 from ablate.runner.forking import early
 from ablate.stores import StorageError, resolve
 from ablate.terminal import PipeConsole, Refused, Stopped, asking, internal_error, store_refused, table
@@ -59,16 +60,6 @@ app = _App(add_completion=False, rich_markup_mode="markdown", no_args_is_help=Tr
 out = PipeConsole()
 err = PipeConsole(stderr=True)
 
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a spec value: path=value (YAML)")]
-MultiOpt = Annotated[list[str] | None, typer.Option("-m", "--multirun", help="a factor for this study: path=level,"
-                                                    "level,… (YAML each); recorded in the stored spec")]
-StorageOpt = Annotated[str | None, typer.Option("--storage", help="Optuna storage URL [env ABLATE_STORAGE]")]
-TrackingOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI [env ABLATE_TRACKING_URI]")]
-ReuseOpt = Annotated[bool, typer.Option("--reuse/--no-reuse", help="link items other studies on the stores "
-                                                                  "have finished instead of running them")]
-ReuseStaleOpt = Annotated[bool, typer.Option("--reuse-stale", help="also reuse results of the same configs "
-                                                                   "run by another code version (stale)")]
-
 
 def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = None, plugins: bool = False) -> Spec:
     """The validated spec; ``plugins``: also run each plug-in it uses on a tiny batch."""
@@ -100,7 +91,7 @@ def _not_a_file(name: str) -> str:
 
 
 @app.command()
-def validate(file: Path, set_: SetOpt = None, multirun: MultiOpt = None) -> None:
+def validate(file: Path, set_: opt.Set = None, multirun: opt.Multi = None) -> None:
     """Check a study spec, and each plug-in it uses on a tiny batch; print OK or each error with its key path (exit 2)."""
     spec = _load(file, set_, multirun, plugins=True)
     from ablate.design import cells
@@ -111,17 +102,17 @@ def validate(file: Path, set_: SetOpt = None, multirun: MultiOpt = None) -> None
 @app.command()
 def plan(
     file: Path,
-    set_: SetOpt = None,
-    multirun: MultiOpt = None,
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
+    set_: opt.Set = None,
+    multirun: opt.Multi = None,
+    storage: opt.Storage = None,
+    tracking_uri: opt.Tracking = None,
     estimate: Annotated[bool, typer.Option("--estimate", help="time a few training steps per model shape "
                                                               "and estimate the wall time of what is pending")] = False,
-    device: Annotated[str, typer.Option(help="device of the --estimate dry run: cpu, cuda, cuda:k")] = "cpu",
-    reuse: ReuseOpt = True,
-    reuse_stale: ReuseStaleOpt = False,
-    workers: Annotated[int, typer.Option(min=1, help="--estimate for this many local workers (as `ablate run "
-                                                     "--workers`)")] = 1,
+    device: opt.Device = "cpu",
+    reuse: opt.Reuse = True,
+    reuse_stale: opt.ReuseStale = False,
+    workers: Annotated[int, typer.Option(min=1, callback=opt.checked_workers,
+                                         help="--estimate for this many local workers (as `ablate run --workers`)")] = 1,
 ) -> None:
     """One row per cell: id, level labels, trials, done / partial / reused / stale / new, where
     results come from; totals; orphaned trials; --estimate."""
@@ -151,9 +142,10 @@ def schema(
         err.print(f"[red]error[/red] {exc}")
         raise typer.Exit(2) from None
     if outputs.stdout is not None:
+        written = list(outputs.write())  # the reference, with --docs: a failed write prints no schema
         sys.stdout.write(outputs.stdout)
         sys.stdout.flush()
-        for p in outputs.write():  # the reference, with --docs
+        for p in written:
             err.print(f"wrote {p}")
         return
     if check:
@@ -165,32 +157,23 @@ def schema(
         out.print(f"wrote {p}")
 
 
-DeviceOpt = Annotated[str, typer.Option(help="cpu, cuda, cuda:k, or auto (one worker per visible GPU)")]
-CheckpointOpt = Annotated[int, typer.Option("--checkpoint-every", help="steps between checkpoints (0: never)")]
-FuseOpt = Annotated[int, typer.Option("--fuse", min=0, help="train up to K items of one cell (its seeds, or tuning "
-                                      "trials differing only in lr, weight decay or clipping) as one model; 1: one at a "
-                                      "time; 0: K chosen by device and model size (where fusing was measured to win)")]
-VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log each item's start and end")]
-
-
 @app.command()
 def run(
     file: Path,
-    set_: SetOpt = None,
-    multirun: MultiOpt = None,
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
-    device: DeviceOpt = "cpu",
-    workers: Annotated[int, typer.Option(min=0, help="local worker processes; 0: only queue the items for "
-                                                     "`ablate worker` processes elsewhere")] = 1,
-    checkpoint_every: CheckpointOpt = 100,
+    set_: opt.Set = None,
+    multirun: opt.Multi = None,
+    storage: opt.Storage = None,
+    tracking_uri: opt.Tracking = None,
+    device: opt.RunDevice = "cpu",
+    workers: opt.Workers = 1,
+    checkpoint_every: opt.Checkpoint = 100,
     report: Annotated[bool, typer.Option("--report/--no-report", help="render the spec's reports after")] = False,
-    verbose: VerboseOpt = False,
-    reuse: ReuseOpt = True,
-    reuse_stale: ReuseStaleOpt = False,
+    verbose: opt.Verbose = False,
+    reuse: opt.Reuse = True,
+    reuse_stale: opt.ReuseStale = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="re-queue the items that failed with an "
                                                "error (not diverged), keeping their failed attempts")] = False,
-    fuse: FuseOpt = 0,
+    fuse: opt.Fuse = 0,
 ) -> None:
     """Run every (cell, seed) of a study not already finished; resumes where it stopped. Items
     another study on the stores has finished are linked, not run again (--no-reuse runs them)."""
@@ -227,27 +210,27 @@ def plugins_command() -> None:
 @app.command()
 def worker(
     study: str,
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:k")] = "cpu",
+    storage: opt.Storage = None,
+    tracking_uri: opt.Tracking = None,
+    device: opt.Device = "cpu",
     threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads [all cores]")] = None,
-    checkpoint_every: CheckpointOpt = 100,
+    checkpoint_every: opt.Checkpoint = 100,
     max_items: Annotated[int | None, typer.Option(min=1, help="stop after this many items")] = None,
-    verbose: VerboseOpt = False,
-    fuse: FuseOpt = 0,
+    verbose: opt.Verbose = False,
+    fuse: opt.Fuse = 0,
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""
     from ablate.runner.launch import run_worker
 
-    run_worker(study, resolve(storage, tracking_uri), err, device=device, threads=threads,
+    run_worker(study, resolve(storage, tracking_uri, create=False), err, device=device, threads=threads,
                checkpoint_every=checkpoint_every, max_items=max_items, verbose=verbose, fuse=fuse).print(out)
 
 
 @app.command()
 def status(
     study: str,
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
+    storage: opt.Storage = None,
+    tracking_uri: opt.Tracking = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (counts, cells, running "
                                                          "items, ETA) for scripts")] = False,
 ) -> None:
@@ -258,7 +241,7 @@ def status(
 
 
 @app.command("ls")
-def ls(storage: StorageOpt = None, tracking_uri: TrackingOpt = None) -> None:
+def ls(storage: opt.Storage = None, tracking_uri: opt.Tracking = None) -> None:
     """List the studies on the stores: cells, items done / failed / running / waiting (and how
     many were reused from other studies), last activity."""
     from ablate.runner import views
@@ -273,8 +256,8 @@ def _confirm(yes: bool) -> Callable[[str], None]:
 @app.command("rm")
 def rm(
     study: str,
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
+    storage: opt.Storage = None,
+    tracking_uri: opt.Tracking = None,
     orphans: Annotated[bool, typer.Option("--orphans", help="drop only the study's trials whose items belong to "
                                                             "no cell of its current spec")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation (scripts)")] = False,
@@ -285,26 +268,26 @@ def rm(
     remove nothing of theirs. With --orphans, drop only its orphaned trials."""
     from ablate.runner import cleanup
 
-    cleanup.rm(study, resolve(storage, tracking_uri), _confirm(yes), orphans, force).print(out)
+    cleanup.rm(study, resolve(storage, tracking_uri, create=False), _confirm(yes), orphans, force).print(out)
 
 
 @app.command()
 def keep(
     study: str,
     new: Annotated[str, typer.Argument(help="the name of the study that keeps them")],
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
+    storage: opt.Storage = None,
+    tracking_uri: opt.Tracking = None,
 ) -> None:
     """Keep the orphaned trials of STUDY as study NEW: NEW gets the spec they were queued under
     (renamed) and links them (nothing runs; the MLflow runs are shared); STUDY drops them."""
     from ablate.runner import cleanup
 
-    cleanup.keep(study, new, resolve(storage, tracking_uri)).print(out)
+    cleanup.keep(study, new, resolve(storage, tracking_uri, create=False)).print(out)
 
 
 @app.command()
 def gc(
-    storage: StorageOpt = None,
+    storage: opt.Storage = None,
     every: Annotated[bool, typer.Option("--all", help="remove every kept checkpoint, also those a study's cells "
                                                       "still have (their longer runs then train from step 0)")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation (scripts)")] = False,
@@ -317,20 +300,12 @@ def gc(
     cleanup.gc(storage, _confirm(yes), every).print(out)
 
 
-FormatOpt = Annotated[str, typer.Option("--format", help="comma-separated: html,pdf")]
-ParamOpt = Annotated[list[str] | None, typer.Option(
-    "--param", "-p", help="KEY=VALUE for the report notebooks, e.g. -p reference='layers=2' -p alpha=0.01")]
-CellsOpt = Annotated[list[str] | None, typer.Option(
-    "--cells", help="only cells matching a selector, e.g. 'model.heads=8' or 'model.heads=[4, 8], variant=RotRNN' "
-                    "(the design's selector syntax); repeat for any of several")]
-
-
 @app.command("export")
 def export_(
     args: Annotated[list[str], typer.Argument(
         help="the study (or several, or a spec file), then the directory to write", metavar="STUDY... DIR")],
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
+    storage: opt.Storage = None,
+    tracking_uri: opt.Tracking = None,
 ) -> None:
     """Write a study's tidy data into DIR: trials, metrics, curves and per-trial provenance as
     Parquet, the spec as it ran (spec.yaml), its hash, stores, factors and notes (study.json) and a
@@ -346,16 +321,16 @@ def export_(
 def report(
     studies: Annotated[list[str] | None, typer.Argument(help="a study name (or several), or a spec file (.yaml)",
                                                         metavar="STUDY...")] = None,
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
+    storage: opt.Storage = None,
+    tracking_uri: opt.Tracking = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="output directory [reports/STUDY, "
                                                                "reports/compare-NAME]")] = None,
-    fmt: FormatOpt = "html,pdf",
+    fmt: opt.Format = "html,pdf",
     only: Annotated[str | None, typer.Option("--reports", help="comma-separated report names")] = None,
-    param: ParamOpt = None,
+    param: opt.Param = None,
     compare_: Annotated[bool, typer.Option("--compare", help="one comparison report over the studies "
                                                              "(as `ablate compare`)")] = False,
-    cells: CellsOpt = None,
+    cells: opt.Cells = None,
     export: Annotated[bool, typer.Option(
         "--export", help="also write every figure (PDF, SVG, 300-dpi PNG) to OUT/figures/ and every table "
         "(CSV, LaTeX) to OUT/tables/")] = False,
@@ -376,16 +351,16 @@ def report(
 @app.command()
 def compare(
     studies: Annotated[list[str] | None, typer.Argument(help="the studies to compare", metavar="STUDY...")] = None,
-    cells: CellsOpt = None,
+    cells: opt.Cells = None,
     spec_file: Annotated[Path | None, typer.Option("--spec", help="a spec whose `compare:` section names the "
                                                                  "studies and their cells")] = None,
     name: Annotated[str | None, typer.Option("--name", help="the comparison's name [the spec's name, or the "
                                                             "studies' joined by '-']")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="output directory [reports/compare-NAME]")] = None,
-    fmt: FormatOpt = "html,pdf",
-    storage: StorageOpt = None,
-    tracking_uri: TrackingOpt = None,
-    param: ParamOpt = None,
+    fmt: opt.Format = "html,pdf",
+    storage: opt.Storage = None,
+    tracking_uri: opt.Tracking = None,
+    param: opt.Param = None,
     data: Annotated[list[Path] | None, typer.Option(
         "--data", help="compare the studies of exports (`ablate export STUDY DIR`) instead of the stores': an "
         "export, or a folder of exports; repeat for several", metavar="DIR")] = None,

@@ -75,6 +75,36 @@ class StorageError(Exception):
     the message's maker (``storage_problem``), so that every layer may raise and catch it;
     ``ablate.runner.queue``, ``runner.study`` and ``runner.locate`` re-export it."""
 
+    code = 1  # the exit status: a store that fails
+
+
+class BadStoreUrl(StorageError):
+    """A store URL of a kind ablate cannot use: invalid input (exit 2), found before it is stored
+    with a study or handed to a worker."""
+
+    code = 2
+
+
+# What the stores accept (a scheme's "+driver" aside): Optuna's RDB storage is SQLAlchemy's, and
+# MLflow's tracking store is a folder, a database of its own or a tracking server.
+_STORAGE_KINDS = ("sqlite", "postgresql", "mysql", "mariadb", "mssql", "oracle")
+_TRACKING_KINDS = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+
+
+def checked_urls(storage: str | None, tracking: str | None) -> None:
+    """Refuse (``BadStoreUrl``) a storage or tracking URL of a kind neither store can open; a
+    tracking URI without a scheme is a folder."""
+    def kind(url: str) -> str:
+        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
+        return scheme[1].split("+")[0].lower() if scheme else ""
+
+    if storage and kind(storage) not in _STORAGE_KINDS:
+        raise BadStoreUrl(f"{redact(storage)} is not a storage URL ablate can use: expected sqlite:///PATH or "
+                          f"{STORAGE_EXAMPLE}")
+    if tracking and kind(tracking) not in ("", *_TRACKING_KINDS):
+        raise BadStoreUrl(f"{redact(tracking)} is not a tracking URI ablate can use: expected a folder, "
+                          "sqlite:///PATH, postgresql://… or http://HOST:PORT (`ablate serve`)")
+
 
 def storage_problem(url: str, exc: BaseException) -> str:
     """One line, without the password, saying why a storage URL could not be opened and where."""
@@ -196,9 +226,12 @@ def resolve(storage: str | None = None, tracking: str | None = None,
             home_dir: str | os.PathLike[str] | None = None, create: bool = True) -> Stores:
     """The stores to use: explicit URLs, else ``$ABLATE_STORAGE`` / ``$ABLATE_TRACKING_URI``, else
     SQLite files in the home folder (``home``; its folder created unless ``create`` is False)."""
+    storage = storage or os.environ.get("ABLATE_STORAGE")
+    tracking = tracking or os.environ.get("ABLATE_TRACKING_URI")
+    checked_urls(storage, tracking)
     root = home(home_dir).resolve()
-    storage = storage or os.environ.get("ABLATE_STORAGE") or f"sqlite:///{root / 'optuna.db'}"
-    tracking = tracking or os.environ.get("ABLATE_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"
+    storage = storage or f"sqlite:///{root / 'optuna.db'}"
+    tracking = tracking or f"sqlite:///{root / 'mlflow.db'}"
     local = not tracking.startswith(("http://", "https://", "databricks"))
     artifacts = (root / "mlartifacts").as_uri() if local else None
     for url in (storage, tracking) if create else ():

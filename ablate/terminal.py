@@ -46,9 +46,13 @@ class Refused(Exception):
         self.code, self.marked = code, marked
         super().__init__("\n".join(self.lines))
 
+    SHOWN = 20  # lines: past a screenful, the first errors are what a reader fixes first
+
     def print(self, console: Console) -> None:
-        for line in self.lines:
+        for line in self.lines[:self.SHOWN]:
             console.print(f"[red]error[/red] {line}" if self.marked else line, highlight=False, soft_wrap=True)
+        if len(self.lines) > self.SHOWN:
+            console.print(f"… and {len(self.lines) - self.SHOWN} more", highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,8 @@ class Stopped(Exception):
 
 def store_refused(exc: BaseException) -> Refused:
     """A store that fails (unreachable, refusing, not ablate's): its message, without a password;
-    exit 1."""
-    return Refused(escape(redact(str(exc))), 1)
+    exit 1 (2 for a URL of a kind no store opens: ``stores.BadStoreUrl``)."""
+    return Refused(escape(redact(str(exc))), getattr(exc, "code", 1))
 
 
 def asking(yes: bool, ask: Callable[[str], bool]) -> Callable[[str], None]:

@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.launch", "ablate.runner.plan_checks"),
     ("ablate.results",),
     ("ablate.report",),
-    ("ablate.serve", "ablate.cli", "ablate.zygote"),  # the zygote forks workers that run the cli
+    ("ablate.serve", "ablate.cli", "ablate.cli_options", "ablate.zygote"),  # the zygote forks workers that run the cli
 ]
 
 

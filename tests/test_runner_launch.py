@@ -225,3 +225,22 @@ def test_a_tracking_store_that_cannot_be_written_stops_the_run_with_its_name(tmp
     with pytest.raises(StorageError, match=r"cannot write beside the store sqlite:////proc/mlflow\.db"):
         run_study(spec, broken, *consoles()[::2], workers=1, checkpoint_every=0)
     assert [t.state.name for t in _study(spec, tmp_path).get_trials()] == ["WAITING", "WAITING"]  # nothing lost
+
+
+def test_no_more_local_workers_start_than_items_wait(tmp_path, monkeypatch):
+    """``--workers 8`` on a study of 2 items starts 2 workers (the others would only start and exit:
+    issue found by a user who gave 50), and says so."""
+    from ablate.runner import launch, pool
+
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    started: list[list[str]] = []
+
+    def fake_run(name, stores_, device_list, *args, **kwargs):
+        started.append(device_list)
+        return pool.Outcome()
+
+    monkeypatch.setattr(launch.pool, "run", fake_run)
+    out, o, err, _ = consoles()
+    run_study(design.validate(SPEC), stores(tmp_path), out, err, workers=8)
+    assert started == [["cpu", "cpu"]]
+    assert "2 item(s) to run: 2 worker(s), not 8" in o.getvalue()

@@ -103,3 +103,32 @@ def test_a_parent_ends_failed_when_an_item_errored_and_diverged_items_are_result
     finish_all(failing, lambda attrs: "error" if attrs["seed"] == 0 else None, stores2)
     assert st.parent_status(failing) == "FAILED"
     assert st.settle_runs(failing, stores2.tracking) == 1 and _parent(stores2, failing) == "FAILED"
+
+
+def test_looking_a_study_up_where_there_is_no_store_creates_none(tmp_path):
+    """``ablate rm``, ``keep`` and ``worker`` of a study on an empty home say there is no store
+    and leave no SQLite file behind."""
+    import pytest
+
+    from ablate.runner.study import StorageError, open_study
+    from ablate.stores import resolve
+
+    stores = resolve(home_dir=tmp_path / "home", create=False)
+    for read_only in (False, True):
+        with pytest.raises(StorageError, match="there is no store at"):
+            open_study("x", stores, read_only=read_only)
+    assert not (tmp_path / "home").exists()
+
+
+def test_the_commands_that_look_a_study_up_write_nothing_on_an_empty_home(tmp_path):
+    import os
+    import subprocess
+
+    from support import ABLATE
+
+    env = {**os.environ, "ABLATE_HOME": str(tmp_path / "home")}
+    for args in (["rm", "x", "--yes"], ["keep", "x", "y"], ["worker", "x"], ["compare", "x", "y"], ["status", "x"],
+                 ["report", "x"]):
+        res = subprocess.run([*ABLATE, *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+        assert res.returncode == 1 and "no study named 'x': there is no store at" in res.stderr, (args, res.stderr)
+        assert not list(tmp_path.iterdir()), args

@@ -242,6 +242,9 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         st.settle_runs(study, stores.tracking)  # ... but a run a kill left RUNNING after its record is ended
         workers = 0
     device_list = pool.devices(device, workers) if workers else []
+    if spec.sequential is None and 0 < before.waiting < len(device_list):  # the rest would start only to exit
+        out.print(f"{before.waiting} item(s) to run: {before.waiting} worker(s), not {len(device_list)}", highlight=False)
+        device_list = device_list[:before.waiting]
     # The live view's totals: a sequential study's grow as its looks add seeds.
     view_items = (lambda study: sequential_looks.items(spec, study)) if spec.sequential is not None else todo
     failed: list[str] = []

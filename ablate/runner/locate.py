@@ -120,5 +120,5 @@ def stored_specs(studies: Sequence[str], storage: str | None = None, tracking_ur
     """Each study's spec as its study stored it, validated by this code (what a comparison checks
     its cells against), from the given stores (``ablate.stores.resolve``'s). Raises StorageError
     for a study they do not hold, SpecError for a spec this code does not accept."""
-    stores = resolve(storage, tracking_uri)
+    stores = resolve(storage, tracking_uri, create=False)
     return {s: design.validate(open_study(s, stores).user_attrs["spec"], f"study {s}") for s in studies}

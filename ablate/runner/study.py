@@ -66,7 +66,7 @@ from ablate.runner.queue import summaries as summaries
 from ablate.runner.reuse import Reuse, find_reusable, link
 from ablate.schedule import warmup_steps
 from ablate.spec import Spec
-from ablate.stores import Stores, redact
+from ablate.stores import Stores, redact, sqlite_path
 
 # Items are looked up by cell (a replicate's cell tuning, a cell's tuning history, results of
 # other studies) and by config key (stale results): indexed.
@@ -97,6 +97,10 @@ def storage(url: str, read_only: bool = False) -> optuna.storages.RDBStorage:
 def open_study(name: str, stores: Stores, create: bool = False, read_only: bool = False) -> optuna.Study:
     """The study ``name`` on ``stores`` (``create``: created when missing; ``read_only``: an
     existing store, writing nothing); raises StorageError naming the closest studies."""
+    path = sqlite_path(stores.storage)
+    if not create and path is not None and not path.is_file():  # looking a study up creates no store
+        raise StorageError(f"no study named {name!r}: there is no store at {redact(stores.storage)}; "
+                           f"{WHERE_STORES_ARE}")
     store = storage(stores.storage, read_only=read_only and not create)
     _TRACKING[name] = stores.tracking
     try:

@@ -1,0 +1,109 @@
+"""The options several ``ablate`` commands share, and the checks typer runs on a value as it
+parses it: a value no command could use is a usage error (exit 2) before anything is read or
+written, rather than a study queued and then failed by every worker."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated
+
+import typer
+
+from ablate.stores import BadStoreUrl, checked_urls
+
+# Local workers beyond this many per core only take turns on the cores, each holding its own
+# imports and model in memory; more workers belong on more machines (`ablate worker`).
+WORKERS_PER_CORE = 4
+
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def max_workers() -> int:
+    """The most local worker processes ``ablate run`` starts on this machine."""
+    return WORKERS_PER_CORE * (os.cpu_count() or 1)
+
+
+def checked_device(value: str, auto: bool = False) -> str:
+    """``value`` when it names a device this machine has: cpu, cuda, cuda:k (``auto`` too where
+    allowed); else a usage error listing the valid ones. torch is asked only about CUDA."""
+    valid = "cpu, cuda, cuda:k" + (", auto" if auto else "")
+    if value == "auto" and auto:
+        return value
+    if not _DEVICE.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a device: valid are {valid}")
+    if value == "cpu":
+        return value
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not count:
+        raise typer.BadParameter(f"{value}: torch {torch.__version__} sees no CUDA device on this machine; "
+                                 f"valid here: cpu{', auto' if auto else ''}")
+    index = int(value.partition(":")[2] or 0)
+    if index >= count:
+        raise typer.BadParameter(f"{value}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return value
+
+
+def _device(value: str) -> str:
+    return checked_device(value)
+
+
+def _run_device(value: str) -> str:
+    return checked_device(value, auto=True)
+
+
+def _storage(value: str | None) -> str | None:
+    try:
+        checked_urls(value, None)
+    except BadStoreUrl as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def _tracking(value: str | None) -> str | None:
+    try:
+        checked_urls(None, value)
+    except BadStoreUrl as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def checked_workers(value: int) -> int:
+    """``value`` local workers, unless more than ``max_workers``."""
+    if value > (most := max_workers()):
+        raise typer.BadParameter(
+            f"{value} local workers on {os.cpu_count() or 1} core(s): at most {most} ({WORKERS_PER_CORE} per core; "
+            "more only take turns on the cores). Start `ablate worker` processes on more machines instead")
+    return value
+
+
+Set = Annotated[list[str] | None, typer.Option("--set", help="override a spec value: path=value (YAML)")]
+Multi = Annotated[list[str] | None, typer.Option("-m", "--multirun", help="a factor for this study: path=level,"
+                                                 "level,… (YAML each); recorded in the stored spec")]
+Storage = Annotated[str | None, typer.Option("--storage", help="Optuna storage URL [env ABLATE_STORAGE]",
+                                             callback=_storage)]
+Tracking = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI [env ABLATE_TRACKING_URI]",
+                                              callback=_tracking)]
+Reuse = Annotated[bool, typer.Option("--reuse/--no-reuse", help="link items other studies on the stores "
+                                                               "have finished instead of running them")]
+ReuseStale = Annotated[bool, typer.Option("--reuse-stale", help="also reuse results of the same configs "
+                                                                "run by another code version (stale)")]
+Device = Annotated[str, typer.Option(help="cpu, cuda, cuda:k", callback=_device)]
+RunDevice = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:k, or auto (one worker per visible GPU)",
+                                        callback=_run_device)]
+Workers = Annotated[int, typer.Option(min=0, callback=checked_workers,
+                                      help="local worker processes; 0: only queue the items for `ablate worker` "
+                                           "processes elsewhere")]
+Checkpoint = Annotated[int, typer.Option("--checkpoint-every", min=0, help="steps between checkpoints (0: never)")]
+Fuse = Annotated[int, typer.Option("--fuse", min=0, help="train up to K items of one cell (its seeds, or tuning "
+                                   "trials differing only in lr, weight decay or clipping) as one model; 1: one at a "
+                                   "time; 0: K chosen by device and model size (where fusing was measured to win)")]
+Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="log each item's start and end")]
+Format = Annotated[str, typer.Option("--format", help="comma-separated: html,pdf")]
+Param = Annotated[list[str] | None, typer.Option(
+    "--param", "-p", help="KEY=VALUE for the report notebooks, e.g. -p reference='layers=2' -p alpha=0.01")]
+Cells = Annotated[list[str] | None, typer.Option(
+    "--cells", help="only cells matching a selector, e.g. 'model.heads=8' or 'model.heads=[4, 8], variant=RotRNN' "
+                    "(the design's selector syntax); repeat for any of several")]

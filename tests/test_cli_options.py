@@ -1,0 +1,101 @@
+"""The shared options refuse, as a usage error (exit 2) before anything is read or written, a
+device this machine lacks, a store URL of a kind no store opens, absurd worker counts and a
+negative checkpoint interval."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ablate import cli_options
+from ablate.stores import BadStoreUrl, checked_urls, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = str(ROOT / "studies" / "quickstart.yaml")
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """An ABLATE_HOME that must not be created; cwd in tmp_path so nothing else is either."""
+    monkeypatch.chdir(tmp_path)
+    for var in ("ABLATE_STORAGE", "ABLATE_TRACKING_URI"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def cli(*args: str):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def refused(res, *words: str) -> None:
+    """Exit 2 with a message naming each of ``words`` (rich wraps the box: compare unwrapped)."""
+    flat = " ".join(line.strip(" │╭╮╰╯─") for line in res.output.splitlines())
+    assert res.exit_code == 2, res.output
+    for word in words:
+        assert word in " ".join(flat.split()), (word, res.output)
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "CPU", "", "cuda:-1", "mps"])
+def test_a_device_that_is_no_device_is_refused_naming_the_valid_ones(home, device) -> None:
+    refused(cli("run", SPEC, "--device", device), "is not a device", "cpu, cuda, cuda:k, auto")
+    refused(cli("worker", "x", "--device", device), "valid are cpu, cuda, cuda:k")
+    refused(cli("plan", SPEC, "--estimate", "--device", device), "is not a device")
+    assert not home.exists() and not list(home.parent.iterdir())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_cuda_on_a_machine_without_it_is_refused_before_anything_is_queued(home) -> None:
+    refused(cli("run", SPEC, "--device", "cuda"), "sees no CUDA device", "valid here: cpu, auto")
+    refused(cli("worker", "x", "--device", "cuda:0"), "sees no CUDA device", "valid here: cpu")
+    assert not home.exists()
+
+
+def test_auto_and_cpu_are_devices_wherever_run_is() -> None:
+    assert cli_options.checked_device("cpu") == "cpu"
+    assert cli_options.checked_device("auto", auto=True) == "auto"
+    with pytest.raises(Exception, match="is not a device"):
+        cli_options.checked_device("auto")  # a worker has one device, not a pool's choice
+
+
+def test_more_local_workers_than_four_per_core_are_refused(home, monkeypatch) -> None:
+    monkeypatch.setattr(cli_options.os, "cpu_count", lambda: 2)
+    refused(cli("run", SPEC, "--workers", "100000"), "100000 local workers on 2 core(s): at most 8")
+    refused(cli("plan", SPEC, "--estimate", "--workers", "9"), "at most 8")
+    refused(cli("run", SPEC, "--checkpoint-every", "-5"), "--checkpoint-every")
+    assert not home.exists()
+    assert cli_options.checked_workers(8) == 8
+
+
+@pytest.mark.parametrize(("option", "url"), [("--storage", "nope://"), ("--storage", "ftp://h/x"),
+                                             ("--storage", "optuna.db"), ("--tracking-uri", "ftp://x"),
+                                             ("--tracking-uri", "s3://bucket/runs")])
+def test_a_store_url_of_a_kind_no_store_opens_is_refused_by_every_command(home, option, url) -> None:
+    for args in (["run", SPEC], ["plan", SPEC], ["status", "x"], ["ls"], ["rm", "x", "--yes"]):
+        refused(cli(*args, option, url), f"{url} is not a")
+    if option == "--storage":
+        refused(cli("gc", option, url), f"{url} is not a storage URL")
+    assert not home.exists()
+
+
+def test_a_bad_url_from_the_environment_is_refused_too(home, monkeypatch) -> None:
+    monkeypatch.setenv("ABLATE_TRACKING_URI", "ftp://user:secret@x")
+    res = cli("status", "x")
+    assert res.exit_code == 2 and "is not a tracking URI" in res.output and "secret" not in res.output
+    assert not home.exists()
+
+
+def test_the_store_urls_ablate_uses_pass() -> None:
+    for storage in ("sqlite:///x.db", "postgresql+psycopg://u:p@h:5432/d", "mysql://h/d", None):
+        checked_urls(storage, None)
+    for tracking in ("sqlite:///m.db", "postgresql://h/d", "http://h:5000", "https://h", "file:///tmp/r",
+                     "mlruns", "/abs/folder", "databricks", None):
+        checked_urls(None, tracking)
+    with pytest.raises(BadStoreUrl):
+        resolve("sqlite:///x.db", "gopher://x", create=False)
