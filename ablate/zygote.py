@@ -34,6 +34,12 @@ import traceback
 from typing import Any, NoReturn
 
 
+# Blocked from before a fork until the child has its own handlers: a signal the run forwards to a
+# worker it has just been told of (it arrived while the workers were starting) waits for them.
+# Ignored, as the zygote ignores them, it was lost, and that worker trained the whole study.
+STOPS = {signal.SIGINT, signal.SIGTERM}
+
+
 def _child(request: dict[str, Any], report_fd: int) -> NoReturn:
     """A worker, from the fork on: its descriptors, signals and random state its own, then
     ``ablate worker`` as its command line says; never returns."""
@@ -42,6 +48,7 @@ def _child(request: dict[str, Any], report_fd: int) -> NoReturn:
         os.close(report_fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # one sent since the fork is delivered here
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         if request.get("log"):
@@ -64,6 +71,8 @@ def _child(request: dict[str, Any], report_fd: int) -> NoReturn:
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except KeyboardInterrupt:  # a SIGINT before the worker's own handlers: stopped, not failed
+        code = 128 + signal.SIGINT
     except BaseException:  # noqa: BLE001 - the worker's own handlers print theirs; this is what escaped them
         traceback.print_exc()
     finally:
@@ -97,9 +106,11 @@ def main() -> None:
     gc.freeze()
     running = 0
     for line in sys.stdin:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
         pid = os.fork()
         if pid == 0:
             _child(json.loads(line), report.fileno())
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         running += 1
         with contextlib.suppress(OSError):  # the run was killed: the workers go on without it
             report.write(f"started {pid}\n")

@@ -135,3 +135,23 @@ def test_a_run_starts_its_zygote_first_and_stops_it_when_it_has_nothing_to_fork(
     again = procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2")
     assert again.returncode == 0 and "0 to run" in again.stdout, again.stdout + again.stderr
     assert not _zygotes("spec.yaml", tmp_path)
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 128 + signal.SIGINT)])
+def test_a_signal_sent_to_a_worker_before_it_has_its_handlers_stops_it(tmp_path, monkeypatch, signum, code):
+    """A run forwards a signal that came while its workers were starting as soon as it learns their
+    pids, which may be before a forked child has run at all (busy cores). The zygote ignores SIGINT
+    and SIGTERM, and a child that still did ignored it and trained the whole study. Here every
+    child sleeps 0.5 s after the fork, as an unscheduled one would; the signal must still stop it."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, time\n_fork = os.fork\n\ndef fork():\n    pid = _fork()\n    if pid == 0:\n"
+        "        time.sleep(0.5)\n    return pid\n\nos.fork = fork\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    z = forking.Zygote("late", 1, cpu=False, sql=False)
+    env = {**os.environ, "ABLATE_HOME": str(tmp_path / ".ablate")}
+    spec = Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml"
+    (worker,) = z.fork([{"argv": ["validate", str(spec)], "env": env, "log": str(tmp_path / "w.log")}])
+    worker.send_signal(signum)
+    assert worker.wait(timeout=120) == code  # not 0: it validated on
+    assert not (tmp_path / "w.log").exists()  # stopped before it opened its log: no traceback in it
+    z.close()
