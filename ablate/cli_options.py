@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from ablate.stores import BadStoreUrl, checked_urls
+from ablate.terminal import PipeConsole, store_refused
 
 # Local workers beyond this many per core only take turns on the cores, each holding its own
 # imports and model in memory; more workers belong on more machines (`ablate worker`).
@@ -54,19 +55,22 @@ def _run_device(value: str) -> str:
     return checked_device(value, auto=True)
 
 
-def _storage(value: str | None) -> str | None:
+def _urls(storage: str | None, tracking: str | None) -> None:
+    """A store URL of a kind no store opens: its one line, as every other store error is said."""
     try:
-        checked_urls(value, None)
+        checked_urls(storage, tracking)
     except BadStoreUrl as exc:
-        raise typer.BadParameter(str(exc)) from None
+        store_refused(exc).print(PipeConsole(stderr=True))
+        raise typer.Exit(exc.code) from None
+
+
+def _storage(value: str | None) -> str | None:
+    _urls(value, None)
     return value
 
 
 def _tracking(value: str | None) -> str | None:
-    try:
-        checked_urls(None, value)
-    except BadStoreUrl as exc:
-        raise typer.BadParameter(str(exc)) from None
+    _urls(None, value)
     return value
 
 

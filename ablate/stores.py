@@ -9,6 +9,7 @@ instead. ``homes_above`` lists the ``.ablate/`` folders of the directories above
 
 from __future__ import annotations
 
+import difflib
 import errno
 import os
 import re
@@ -92,18 +93,25 @@ _TRACKING_KINDS = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "ht
 
 
 def checked_urls(storage: str | None, tracking: str | None) -> None:
-    """Refuse (``BadStoreUrl``) a storage or tracking URL of a kind neither store can open; a
-    tracking URI without a scheme is a folder."""
-    def kind(url: str) -> str:
+    """Refuse (``BadStoreUrl``) a storage or tracking URL of a kind neither store can open: a
+    malformed one (no ``KIND://`` at its start: a missing ``:``) or an unknown kind, the closest
+    one named. A tracking URI without a scheme is a folder."""
+    for url, kinds, what, expected in (
+            (storage, _STORAGE_KINDS, "storage URL", f"{STORAGE_EXAMPLE} or sqlite:///PATH"),
+            (tracking, _TRACKING_KINDS, "tracking URI", "a folder, sqlite:///PATH, postgresql://… or "
+                                                        "http://HOST:PORT (`ablate serve`)")):
+        if not url:
+            continue
         scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
-        return scheme[1].split("+")[0].lower() if scheme else ""
-
-    if storage and kind(storage) not in _STORAGE_KINDS:
-        raise BadStoreUrl(f"{redact(storage)} is not a storage URL ablate can use: expected sqlite:///PATH or "
-                          f"{STORAGE_EXAMPLE}")
-    if tracking and kind(tracking) not in ("", *_TRACKING_KINDS):
-        raise BadStoreUrl(f"{redact(tracking)} is not a tracking URI ablate can use: expected a folder, "
-                          "sqlite:///PATH, postgresql://… or http://HOST:PORT (`ablate serve`)")
+        if scheme is None and (what == "storage URL" or re.match(r"[A-Za-z][A-Za-z0-9+.-]*//", url)):
+            raise BadStoreUrl(f"malformed {what} {redact(url)} (a missing ':' after the scheme?); expected e.g. "
+                              f"{expected}")
+        kind = scheme[1].split("+")[0].lower() if scheme else ""
+        if kind and kind not in kinds:
+            close = difflib.get_close_matches(kind, kinds, n=1, cutoff=0.6)
+            raise BadStoreUrl(f"unknown {'database' if what == 'storage URL' else 'store'} kind {kind!r} in "
+                              f"{what} {redact(url)}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                              f"expected e.g. {expected}")
 
 
 def storage_problem(url: str, exc: BaseException) -> str:

@@ -73,21 +73,29 @@ def test_more_local_workers_than_four_per_core_are_refused(home, monkeypatch) ->
     assert cli_options.checked_workers(8) == 8
 
 
-@pytest.mark.parametrize(("option", "url"), [("--storage", "nope://"), ("--storage", "ftp://h/x"),
-                                             ("--storage", "optuna.db"), ("--tracking-uri", "ftp://x"),
-                                             ("--tracking-uri", "s3://bucket/runs")])
-def test_a_store_url_of_a_kind_no_store_opens_is_refused_by_every_command(home, option, url) -> None:
-    for args in (["run", SPEC], ["plan", SPEC], ["status", "x"], ["ls"], ["rm", "x", "--yes"]):
-        refused(cli(*args, option, url), f"{url} is not a")
-    if option == "--storage":
-        refused(cli("gc", option, url), f"{url} is not a storage URL")
+@pytest.mark.parametrize(("option", "url", "said"), [
+    ("--storage", "nope://", "unknown database kind 'nope' in storage URL nope://; expected e.g. postgresql+psycopg"),
+    ("--storage", "postgres://u@h/d", "unknown database kind 'postgres' in storage URL postgres://u@h/d (did you mean "
+                                      "'postgresql'?)"),
+    ("--storage", "postgresql+psycopg//u@h/d", "malformed storage URL postgresql+psycopg//u@h/d (a missing ':'"),
+    ("--storage", "optuna.db", "malformed storage URL optuna.db"),
+    ("--tracking-uri", "ftp://x", "unknown store kind 'ftp' in tracking URI ftp://x; expected e.g. a folder, "
+                                  "sqlite:///PATH"),
+    ("--tracking-uri", "http//h:5000", "malformed tracking URI http//h:5000"),
+])
+def test_a_store_url_of_a_kind_no_store_opens_is_refused_by_every_command(home, option, url, said) -> None:
+    commands = [["run", SPEC], ["plan", SPEC], ["status", "x"], ["ls"], ["rm", "x", "--yes"]]
+    for args in [*commands, *([["gc"]] if option == "--storage" else [])]:
+        res = cli(*args, option, url)
+        assert res.exit_code == 2 and res.output.startswith(f"error {said}"), (args, res.output)
+        assert len(res.output.splitlines()) == 1  # one line, as every store error
     assert not home.exists()
 
 
 def test_a_bad_url_from_the_environment_is_refused_too(home, monkeypatch) -> None:
     monkeypatch.setenv("ABLATE_TRACKING_URI", "ftp://user:secret@x")
     res = cli("status", "x")
-    assert res.exit_code == 2 and "is not a tracking URI" in res.output and "secret" not in res.output
+    assert res.exit_code == 2 and "unknown store kind 'ftp'" in res.output and "secret" not in res.output
     assert not home.exists()
 
 

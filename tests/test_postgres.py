@@ -286,11 +286,12 @@ def test_bad_storage_url_is_a_clear_error(tmp_path, command):
     port = _closed_port()
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"name": "bad", **SPEC}))
     target = ["spec.yaml"] if command == "run" else ["bad"]
-    for template, expected in [(UNREACHABLE, f"127.0.0.1:{port}"), (MALFORMED, "malformed storage URL")]:
+    # Unreachable: the store's fault (exit 1); malformed: the input's, refused before any store is asked (exit 2).
+    for template, expected, code in [(UNREACHABLE, f"127.0.0.1:{port}", 1), (MALFORMED, "malformed storage URL", 2)]:
         url = template.format(pw=SECRET, port=port)
         res = ablate(tmp_path, command, *target, "--storage", url, check=False, timeout=120)
         output = res.stdout + res.stderr
-        assert res.returncode == 1, output
+        assert res.returncode == code, output
         assert expected in output and "Traceback" not in output, output
         assert SECRET not in output and "alice:***@" in output, output
 

@@ -217,7 +217,7 @@ def test_report_cli_rejects_bad_options(study_root):
     res = _cli(study_root, "report", NAME, "--reports", "accuracy", "--param", "nonsense=1", check=False)
     assert res.returncode == 2 and "reference" in res.stderr
     res = _cli(study_root, "report", NAME, "--reports", "accuracy", "--param", "alpha=lots", check=False)
-    assert res.returncode == 2 and "not a float" in res.stderr
+    assert res.returncode == 2 and "alpha=lots: not a number" in res.stderr
 
 # --- sentences on constructed data -------------------------------------------------------------
 
