@@ -33,7 +33,6 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-
 # Blocked from before a fork until the child has its own handlers: a signal the run forwards to a
 # worker it has just been told of (it arrived while the workers were starting) waits for them.
 # Ignored, as the zygote ignores them, it was lost, and that worker trained the whole study.
