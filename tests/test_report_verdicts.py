@@ -139,3 +139,17 @@ def test_a_cell_still_improving_is_flagged() -> None:
     v = _verdicts(trials)
     assert v.flags.get(cell) == ["still improving"]
     assert all(cid == cell for cid in v.flags)
+
+
+def test_before_any_test_the_power_line_is_at_the_designs_alpha_over_m() -> None:
+    """At 2 seeds nothing is tested, and the seeds a comparison needs were reckoned at α/1 ("m = 1
+    test in the study's family"); they are reckoned at the α/m the design's family will be tested at."""
+    from ablate.report.accuracy.text import comparison_sentences
+
+    trials = factorial(effect_a=0.05, seeds=2, rng=np.random.default_rng(5))
+    ref = trials["cell_id"].iloc[0], trials["cell_label"].iloc[0]
+    v = verdicts.study_verdicts(_res(trials), trials, METRIC, ref, design_m=27)
+    assert v.family.empty
+    assert v.comparisons["power_alpha"].to_numpy() == pytest.approx(np.full(len(v.comparisons), 0.05 / 27))
+    said = " ".join(comparison_sentences(v.comparisons, METRIC))
+    assert "(m = 27 tests in the study's family)" in said

@@ -61,23 +61,24 @@ def test_the_floor_is_the_permutation_tests_own():
 def test_an_underpowered_design_is_warned_with_the_seeds_that_would_reach_significance():
     # 12 cells, one factor: 11 comparisons + 1 ANOVA term on the accuracy: m = 12.
     spec = spec_of(4)
-    assert plan_checks.family_size(spec) == (12, "(11 comparisons + 1 ANOVA terms) × 1 measure")
+    assert plan_checks.family_size(spec) == (12, "11 comparisons with the reference and 1 ANOVA term on 1 measure")
     (line,) = plan_checks.significance_lines(spec)
     need = smallest_seeds(0.05 / 12)
     assert "smallest p with 4 seeds is 0.125" in line and "0.05/12 = 0.00417" in line
     assert f"{need} seeds would reach it" in line and "sequential design" in line
     assert plan_checks.significance_lines(spec_of(need)) == []  # enough seeds: nothing to say
-    # The norm report's four measures join the family: m = 12 × 5, and more seeds are needed.
+    # The norm report's measures join the family: 11 comparisons on each of 4 measures (one layer: no
+    # depth), the ANOVA term on 3 (none over seeds), and more seeds are needed.
     both = spec_of(need, reports=("accuracy", "norm_stability"))
-    assert plan_checks.family_size(both)[0] == 60
+    assert plan_checks.family_size(both) == (47, "44 comparisons with the reference and 3 ANOVA terms on 4 measures")
     (line,) = plan_checks.significance_lines(both)
-    assert f"{smallest_seeds(0.05 / 60)} seeds would reach it" in line
+    assert f"{smallest_seeds(0.05 / 47)} seeds would reach it" in line
     # A non-factorial design has no ANOVA terms: one_at_a_time over two factors.
     raw = copy.deepcopy(RAW)
     del raw["tune"]
     raw.update(factors={"model.d_model": [8, 16, 32], "model.layers": [1, 2]}, design="one_at_a_time",
                reports=["accuracy"], seeds=3)
-    assert plan_checks.family_size(design.validate(raw)) == (3, "3 comparisons × 1 measure")
+    assert plan_checks.family_size(design.validate(raw)) == (3, "3 comparisons with the reference on 1 measure")
 
 
 def test_plan_prints_the_warning_and_a_sequential_studys_price(tmp_path, home):

@@ -5,6 +5,7 @@
     space.py      the search space a tuned spec implies; the tuning protocol
     cells.py      designs → cells (resolved configs) → items (cell × phase × seed)
     identity.py   cell ids, task data versions, spec hashes
+    family.py     the confirmatory family a design implies, counted as its reports test it
 
 ``load`` / ``loads`` / ``validate`` check everything a spec implies (its shape, every factor
 level, every condition and constraint, every cell of the design, the search space, the seeds,

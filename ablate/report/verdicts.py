@@ -136,11 +136,20 @@ def accuracy_anova(trials: pd.DataFrame, metric: str, factors: list[str]) -> tup
     return table[table["term"] != "Residual"].reset_index(drop=True), ""
 
 
+def design_family(res: Any) -> int:
+    """m of the family the study's design implies (``ablate.design.family``): what ``ablate plan``
+    warned with, and what the tests will be corrected over once the seeds allow them."""
+    from ablate.design.family import family_size
+
+    return family_size(res.spec)[0]
+
+
 def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple[str, str], alpha: float = 0.05,
-                   confidence: float = 0.95, min_effect: float | None = None, norms: NormInputs | None = None
-                   ) -> Verdicts:
+                   confidence: float = 0.95, min_effect: float | None = None, norms: NormInputs | None = None,
+                   design_m: int | None = None) -> Verdicts:
     """Every test of the study on ``metric`` and, when ``norms`` is given (``norm_inputs``), on each
-    norm measure, adjusted over one family."""
+    norm measure, adjusted over one family. ``design_m``: the family its design implies
+    (``ablate.design.family``), the m of the power lines while too few seeds allow a test."""
     seeds = norms.seeds if norms is not None else None
     spec = res.spec
     effect = spec.stats.min_effect if min_effect is None else min_effect
@@ -167,7 +176,7 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
     if sequential:  # the seeds depended on the results: only the sequential design's tests are valid
         members = members.iloc[0:0]
     adjusted = fam.adjust(members, alpha)
-    m = max(1, len(adjusted))
+    m = len(adjusted) or design_m or 1  # nothing tested yet: the seeds a test will need at the design's α/m
     if len(comp):
         comp = _repower(fam.apply(comp, adjusted, metric, "comparison", alpha), alpha / m, effect, spec.stats.power)
     if len(anova):

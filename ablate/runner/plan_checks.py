@@ -9,19 +9,17 @@ read the plan and say what it implies.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ablate.design.family import family_size
 from ablate.runner import plan as planning
 from ablate.runner.estimate import Estimate, duration, estimate, measure, render_estimate, trial_seconds
 from ablate.runner.plan import FINISHED, Plan
 from ablate.runner.pool import estimate_threads
 from ablate.spec import Spec
 
-#: The measures the norm report tests (``ablate.stats.family``'s names).
-NORM_MEASURES = ("norm.training", "norm.depth", "norm.seeds", "norm.final")
 #: The family-wise α the reports' Holm family is adjusted at (``ablate.stats.family.adjust``'s default).
 REPORT_ALPHA = 0.05
 #: ``ablate.stats.comparisons.PERMUTATIONS``: past this many arrangements the test draws this many, and
@@ -38,25 +36,6 @@ def p_floor(seeds: int) -> float:
 def seeds_for(threshold: float) -> int | None:
     """Fewest seeds whose ``p_floor`` is at most ``threshold``; None where no count reaches it."""
     return next((n for n in range(2, 64) if p_floor(n) <= threshold), None)
-
-
-def family_size(spec: Spec) -> tuple[int, str]:
-    """m of the study's confirmatory family (``ablate.stats.family``) as the design sets it, and how
-    it is made up: every other cell against the reference, and (a full factorial over the varied
-    factors) every main effect and two-way interaction, on every measure the reports test."""
-    from ablate.design import cells
-
-    grid = cells(spec)
-    measures = ((1 if "accuracy" in spec.report_names else 0)
-                + (len(NORM_MEASURES) if "norm_stability" in spec.report_names else 0))
-    varied = [name for name in spec.factors if len({c.labels[name] for c in grid}) > 1]
-    levels = math.prod(len({c.labels[name] for c in grid}) for name in varied) if varied else 1
-    terms = len(varied) + math.comb(len(varied), 2) if varied and len(grid) == levels else 0
-    comparisons = max(0, len(grid) - 1)
-    m = (comparisons + terms) * measures
-    how = f"{comparisons} comparisons" + (f" + {terms} ANOVA terms" if terms else "")
-    how = (f"({how})" if terms else how) + f" × {measures} measure{'s' if measures != 1 else ''}"
-    return m, how
 
 
 def significance_lines(spec: Spec) -> list[str]:

@@ -87,6 +87,15 @@ def apply(frame: pd.DataFrame, adjusted: pd.DataFrame, measure: str, kind: str, 
     return out
 
 
+def family_words(comparisons: int, terms: int, measures: int) -> str:
+    """"15 comparisons with the reference and 12 ANOVA terms on 5 measures": how a family is made
+    up, as the reports say it and ``ablate plan`` counts it before a run (``ablate.design.family``)."""
+    parts = [f"{comparisons} comparison{'s' if comparisons != 1 else ''} with the reference"] if comparisons else []
+    if terms:
+        parts.append(f"{terms} ANOVA term{'s' if terms != 1 else ''}")
+    return f"{' and '.join(parts)} on {measures} measure{'s' if measures != 1 else ''}"
+
+
 def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: int | None = None) -> str:
     """The one sentence every report prints about the family: its size, what is in it, how it is
     corrected. ``sequential_m``: the number of comparisons of a sequential design (its family)."""
@@ -100,13 +109,8 @@ def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: i
         return ("**Multiplicity.** Nothing is tested yet (too few seeds or no spread), so no p-value is corrected "
                 "or printed.")
     n_comp = int((adjusted["kind"] == "comparison").sum())
-    n_term = m - n_comp
     measures = list(dict.fromkeys(adjusted["measure"]))
-    parts = [f"{n_comp} comparison{'s' if n_comp != 1 else ''} with the reference"] if n_comp else []
-    if n_term:
-        parts.append(f"{n_term} ANOVA term{'s' if n_term != 1 else ''}")
     return (f"**Multiplicity.** One confirmatory family for the whole study, the same in every report: "
-            f"{' and '.join(parts)} on {len(measures)} measure{'s' if len(measures) != 1 else ''} "
-            f"({', '.join(measures)}), m = {m} tests. Every p (Holm) is adjusted over all {m} by Holm's "
+            f"{family_words(n_comp, m - n_comp, len(measures))} ({', '.join(measures)}), m = {m} tests. Every p (Holm) is adjusted over all {m} by Holm's "
             f"step-down method, so the chance of any false \"significant\" in the study stays at α = {alpha:g}; "
             f"the first threshold, α/m = {alpha / m:.2g}, is the share a sequential design would give each.")

@@ -268,7 +268,7 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
         span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
         effect = comp["min_effect"].iloc[0]
         now = sorted({int(v) for v in comp["n"]})
-        m = floor_and_threshold(tested, alpha)[2] if len(tested) else 1
+        m = floor_and_threshold(comp, alpha)[2]  # the family's m, as the α/m beside it (the design's, untested)
         out.append(f"To detect a difference of {num(effect)} (stats.min_effect) with {power:.0%} power at "
                    f"α/m = {pw['at α/m'].iloc[0]} (m = {_plural(m, 'test')} in the study's family), a comparison needs "
                    f"{span} seeds (it has {', '.join(map(str, now))}).")

@@ -62,7 +62,8 @@ say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
 
 # %%
 norm_in = verdicts.norm_inputs(res, trials, factors) if "norm_stability" in res.spec.report_names else None
-verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alpha, confidence, effect, norm_in)
+verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alpha, confidence, effect, norm_in,
+                                  design_m=verdicts.design_family(res))
 comparisons = verdict.comparisons
 verdicts.show_answer(verdict, confidence)
 

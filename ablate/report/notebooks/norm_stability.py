@@ -52,7 +52,8 @@ if len(df):
 # so both reports print the same p (Holm) for the same test.
 ref_label = dict(zip(trials.cell_id, trials.cell_label, strict=False)).get(ref[0], ref[0])
 norm_in = verdicts.NormInputs(df, per_layer, seeds, order, fig_order, key) if len(df) else None
-verdict = verdicts.study_verdicts(res, trials, "test_accuracy", (ref[0], ref_label), alpha, confidence, norms=norm_in)
+verdict = verdicts.study_verdicts(res, trials, "test_accuracy", (ref[0], ref_label), alpha, confidence, norms=norm_in,
+                                  design_m=verdicts.design_family(res))
 # The norm comparisons, ANOVA and marginal means are the verdicts' (computed once, adjusted over the family).
 comp, anova, anova_why, effects = (verdict.norm_comparisons, verdict.norm_anova, verdict.norm_anova_why,
                                    verdict.norm_effects)
