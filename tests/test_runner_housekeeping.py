@@ -55,11 +55,12 @@ def test_orphans_are_listed_then_kept_as_a_study_or_dropped(tmp_path, monkeypatc
     assert old.user_attrs["spec"]["train"]["lr"] == 0.003  # the default, as first run
     assert its.Progress.of(old, design.items(design.validate(old.user_attrs["spec"]))).done == 4
     assert not hk.orphans(st.open_study("s", stores), design.items(changed))
-    # Orphans of another change, dropped.
+    # Orphans of another change, dropped; the name suggested for keeping them is one not taken.
     again = spec("s", train={**PLAIN["train"], "lr": 0.002})
     st.prepare(again, design.items(again), stores)  # the lr=0.001 items, queued, are orphans now
     found = hk.orphans(st.open_study("s", stores), design.items(again))
     assert len(found.unfinished) == 4 and not found.finished
+    assert found.keep_as == "s-old2" and "ablate keep s s-old2" in planning.orphan_lines(found, "s")[1]
     res = CliRunner().invoke(app, ["rm", "s", "--orphans", "--yes"])
     assert res.exit_code == 0 and "dropped 4 trials" in res.output, res.output
     study = st.open_study("s", stores)

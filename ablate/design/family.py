@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ablate.design.cells import Cell, cells
 from ablate.spec import Spec
-from ablate.stats.family import family_words
+from ablate.stats.words import family_words
 
 #: The measures the norm report tests (``ablate.stats.family``'s names).
 NORM_MEASURES = ("norm.training", "norm.depth", "norm.seeds", "norm.final")

@@ -10,6 +10,7 @@ by count). A run another study references (a link, runner/reuse.py) is never del
 from __future__ import annotations
 
 import datetime
+import itertools
 import shutil
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from optuna.trial import TrialState
 
 from ablate import design
 from ablate.design import Item
-from ablate.runner import queue
+from ablate.runner import queue, rdb
 from ablate.runner.items import BUDGET, DROPPED, item_state, states_by_item, utc_stamp
 from ablate.runner.queue import StorageError
 from ablate.runner.study import open_study, prepare, recorded_tracking, storage
@@ -45,6 +46,7 @@ class Orphans:
     study: str
     finished: dict[str, list[queue.Entry]] = field(default_factory=dict)  # done or failed for good
     unfinished: dict[str, list[queue.Entry]] = field(default_factory=dict)  # waiting or running
+    keep_as: str = ""  # a name no study on the storage has: what `ablate keep` is suggested to make
 
     @property
     def trials(self) -> int:
@@ -75,6 +77,11 @@ def orphans(study: optuna.Study, items: Sequence[Item]) -> Orphans:
             out.finished[key] = trials
         elif state in ("waiting", "running"):
             out.unfinished[key] = trials
+    if out:
+        taken = set(rdb.names(rdb.cache_of(study)))
+        base = f"{study.study_name}-old"
+        out.keep_as = next(n for n in itertools.chain([base], (f"{base}{k}" for k in itertools.count(2)))
+                           if n not in taken)
     return out
 
 

@@ -63,7 +63,7 @@ class Outcome:
         diverged cell is a result; an error is a bug to look at) or are unfinished; else 0."""
         if self.failed and self.errors:
             err.print(f"{self.errors} item(s) failed with an error; see `ablate status {self.study}` and the report; "
-                      "after a fix, `ablate run SPEC --retry-failed` re-runs them", highlight=False)
+                      "after a fix, the same command with --retry-failed re-runs them", highlight=False)
             return 1
         if self.unfinished:
             err.print(f"{self.unfinished} item(s) unfinished: run the same command to resume, or "

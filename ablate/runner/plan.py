@@ -269,8 +269,8 @@ def retry_lines(plan: Plan) -> list[str]:
     if not plan.retryable:
         return []
     label = {i.key: f"{i.cell.id} {i.cell.label} · seed {i.seed}" for i in plan.items}
-    lines = [f"failed with an error: {len(plan.retryable)} item(s); after a fix `ablate run SPEC "
-             f"--retry-failed` re-runs them (their failed attempts kept):"]
+    lines = [f"failed with an error: {len(plan.retryable)} item(s); after a fix, the same `ablate run` with "
+             f"--retry-failed re-runs them (their failed attempts kept):"]
     return lines + [f"  {label.get(key, key)}: {why[:200]}" for key, why in plan.retryable.items()]
 
 
@@ -298,7 +298,7 @@ def orphan_lines(orphans: Any, spec_name: str) -> list[str]:
     if orphans.unfinished:
         lines.append(f"orphaned: {len(orphans.unfinished)} queued items of study {spec_name!r} belong to no cell of "
                      "this spec; workers of this study still run them")
-    lines += [f"  keep them as a study of their own:  ablate keep {spec_name} {spec_name}-old",
+    lines += [f"  keep them as a study of their own:  ablate keep {spec_name} {orphans.keep_as or spec_name + '-old'}",
               f"  drop them:                          ablate rm {spec_name} --orphans",
               "  (until dropped they stay in the store, and any study that asks for their cells reuses them)"]
     return lines

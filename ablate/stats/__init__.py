@@ -39,6 +39,7 @@ storage, no torch):
     convergence   whether a trial's validation curve still rose over its last fifth, per run and cell
     factorial     marginal means, main effects, interactions, the factorial ANOVA
     norms         the norm-stability analysis: per-seed stability values and their comparisons
+    words         how a family's size is said (no imports: ``ablate plan`` uses it before a run)
 
 ``from ablate import stats`` gives every public name of those modules (``stats.cv``,
 ``stats.compare_to_reference``, ...), imported on first use, so that a process that needs one

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ablate.stats.estimators import mark_for
 from ablate.stats.multiplicity import adjusted
+from ablate.stats.words import family_words
 
 __all__ = ["FAMILY_COLUMNS", "adjust", "apply", "members", "policy_sentence"]
 
@@ -85,15 +86,6 @@ def apply(frame: pd.DataFrame, adjusted: pd.DataFrame, measure: str, kind: str, 
     out["mark"] = [mark_for(p, alpha) for p in out["p_adj"]]
     out["significant"] = (out["p_adj"] < alpha).astype(bool)
     return out
-
-
-def family_words(comparisons: int, terms: int, measures: int) -> str:
-    """"15 comparisons with the reference and 12 ANOVA terms on 5 measures": how a family is made
-    up, as the reports say it and ``ablate plan`` counts it before a run (``ablate.design.family``)."""
-    parts = [f"{comparisons} comparison{'s' if comparisons != 1 else ''} with the reference"] if comparisons else []
-    if terms:
-        parts.append(f"{terms} ANOVA term{'s' if terms != 1 else ''}")
-    return f"{' and '.join(parts)} on {measures} measure{'s' if measures != 1 else ''}"
 
 
 def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: int | None = None) -> str:
