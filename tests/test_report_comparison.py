@@ -71,6 +71,11 @@ def test_a_selection_by_the_design_selector_syntax(three):
     assert per_study.trials.filter(per_study.trials["study"] == "cmp-b")["cell_id"].n_unique() == 4
     with pytest.raises(ValueError, match="names what no study knows.*did you mean 'model.heads'"):
         three.select([{"model.haeds": 4}])
+    # As the command line and the guide write them: text, or one mapping.
+    for one in ("model.heads=4", {"model.heads": 4}, ["model.heads=4"], {"model.heads": [4]}):
+        assert three.select(one).trials["cell_id"].to_list() == heads.trials["cell_id"].to_list(), one
+    with pytest.raises(ValueError, match="select"):
+        three.select("model.heads")  # not key=value
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import polars as pl
 
 from ablate import design
 from ablate.models import catalogue
-from ablate.spec import Spec, get_path
+from ablate.spec import Spec, SpecError, get_path
 from ablate.stores import redact
 
 # The value the curve artifacts store where a coordinate does not apply (ablate.probes.SUMMARY:
@@ -271,7 +271,17 @@ def _finite(value: Any) -> bool:
 
 # --- several studies ---------------------------------------------------------------------------------
 
-Selectors = Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]]
+Selector = Mapping[str, Any] | str  # a mapping, or text as `--cells` takes it: "model.heads=8, variant=RotRNN"
+Selectors = Selector | Sequence[Selector] | Mapping[str, Sequence[Selector]]
+
+
+def _selector(sel: Selector) -> dict[str, Any]:
+    if not isinstance(sel, str):
+        return dict(sel)
+    try:
+        return design.parse_selector(sel, "select")
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _with_study(frame: pl.DataFrame, res: Results, levels: dict[str, list[str]]) -> pl.DataFrame:
@@ -450,10 +460,13 @@ class Studies:
     def select(self, selectors: Selectors) -> Studies:
         """Only the cells matching any of the selectors (the design's syntax: factor or dotted
         path → level label or value, lists meaning any of): the same for every study, or per
-        study (name → selectors; a study not named keeps every cell). ValueError when a selector
-        names what no study knows."""
-        per = ({name: [dict(s) for s in sels] for name, sels in selectors.items()} if isinstance(selectors, Mapping)
-               else {name: [dict(s) for s in selectors] for name in self.names})
+        study (name → selectors; a study not named keeps every cell). A selector is a mapping or
+        text as ``--cells`` takes it (``"model.heads=8"``). ValueError when a selector names what no
+        study knows."""
+        if isinstance(selectors, str) or (isinstance(selectors, Mapping) and not set(selectors) & set(self.names)):
+            selectors = [selectors]  # one selector (a mapping that names no study), not several or per study
+        per = ({name: [_selector(s) for s in sels] for name, sels in selectors.items()}
+               if isinstance(selectors, Mapping) else {name: [_selector(s) for s in selectors] for name in self.names})
         unknown = [n for n in per if n not in self.names]
         if unknown:
             raise ValueError(f"selectors for {', '.join(map(repr, unknown))}, which are not among the studies "
