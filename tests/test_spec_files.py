@@ -147,3 +147,13 @@ def test_read_checks_the_shape_and_load_everything(tmp_path):
     raw, origins = spec.read_raw(path, ["train.steps=9"])
     assert raw["train"] == {"steps": 9} and origins["train.steps"] == "--set train.steps"
     assert origins["factors.model.normalisation"] == f"{path}:9"
+
+
+def test_an_error_in_a_multirun_level_names_the_m_the_user_typed(tmp_path):
+    from ablate.spec.files import multirun_overrides
+
+    path = write(tmp_path, "s.yaml", "name: s\ntask: {name: listops}\n")
+    said = load_error(path, multirun_overrides(["model.heds=1,2"]))
+    assert said.startswith("-m model.heds: factors.model.heds: 'heds' is not a key of the baseline"), said
+    assert load_error(path, multirun_overrides(["train.lr=[1,2"])).startswith("-m train.lr is not valid YAML")
+    assert load_error(path, ["train.lr=abc"]).startswith("--set train.lr: train.lr: must be a number")

@@ -65,7 +65,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raise SpecError([("--set", f"{item!r} is not of the form path=value")])
         if "" in path.split("."):
             raise SpecError([("--set", f"{item!r}: an empty key in {path} (two dots, or a dot at an end)")])
-        value = parse_yaml(text, f"--set {path}")
+        value = parse_yaml(text, _origin(item, path))
         *parents, key = split_override(raw, path)
         node = raw
         for part in parents:
@@ -95,6 +95,22 @@ def split_top_level(text: str) -> list[str]:
     return [*parts, text[start:]]
 
 
+class Override(str):
+    """An override as the command line wrote it: ``-m path=a,b`` becomes ``factors.path=[a, b]``,
+    and its errors name ``-m path``, what the user typed, not ``--set factors.path``."""
+
+    origin: str
+
+    def __new__(cls, text: str, origin: str) -> Override:
+        out = super().__new__(cls, text)
+        out.origin = origin
+        return out
+
+
+def _origin(item: str, path: str) -> str:
+    return getattr(item, "origin", f"--set {path}")
+
+
 def multirun_overrides(items: list[str]) -> list[str]:
     """``-m path=v1,v2,...`` (Hydra's habit) as the ``--set`` overrides that make ``path`` a factor
     with those levels: ``factors.path=[v1, v2, ...]``, added or replacing a factor of that path.
@@ -111,7 +127,7 @@ def multirun_overrides(items: list[str]) -> list[str]:
         levels = [part.strip() for part in split_top_level(text)]
         if any(not level for level in levels):
             raise SpecError([("-m", f"{item!r}: an empty level (two commas, or one at an end)")])
-        out.append(f"factors.{path}=[{', '.join(levels)}]")
+        out.append(Override(f"factors.{path}=[{', '.join(levels)}]", f"-m {path}"))
     return out
 
 
@@ -211,7 +227,7 @@ def _overridden(raw: dict[str, Any], origins: Origins, overrides: list[str] | No
     for item in overrides:  # an overridden value was written on the command line, not in a file
         path = ".".join(split_override(raw, item.partition("=")[0].strip()))
         origins = {k: v for k, v in origins.items() if not (k == path or k.startswith(path + "."))}
-        origins[path] = f"--set {path}"
+        origins[path] = _origin(item, path)
     return raw, origins
 
 
