@@ -509,8 +509,10 @@ def outputs(target: str | None = None, out: Path | None = None, docs: Path | Non
             raise Refused(f"cannot {'check' if check else 'write'} {escape(str(path))}: {problem}")
     if dest == "-":
         return Outputs(schema_text(), {docs: reference_markdown()} if docs is not None else {})
-    # docs/: the built-ins only, the same on every machine; elsewhere what is installed here
-    files = {Path(dest): schema_text(installed=Path(dest) != Path(SCHEMA_FILE))}
+    # docs/: the built-ins only, the same on every machine; elsewhere what is installed here. The
+    # source tree's docs/ however it is named (from another folder, by its absolute path)
+    ours = {Path(SCHEMA_FILE).resolve(), Path(__file__).resolve().parents[1] / SCHEMA_FILE}
+    files = {Path(dest): schema_text(installed=Path(dest).resolve() not in ours)}
     if docs is not None:
         files[docs] = reference_markdown()
     return Outputs(None, files)

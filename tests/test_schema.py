@@ -85,6 +85,11 @@ def test_cli_schema_check_and_write(tmp_path):
     res = subprocess.run([*ABLATE, "schema", "--check", "--docs", "docs/spec.md"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
+    # The repo's reference by its absolute path from another folder: built-ins only there too (with
+    # an installed plug-in it read as stale).
+    res = subprocess.run([*ABLATE, "schema", "--check", str(ROOT / "docs" / "spec.schema.json")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
     res = subprocess.run([*ABLATE, "schema", "--out", str(tmp_path / "s.json")],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0 and (tmp_path / "s.json").read_text() == schema.schema_text()
