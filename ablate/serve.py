@@ -25,15 +25,12 @@ from typing import IO
 
 from rich.markup import escape
 
-from ablate.stores import STORAGE_EXAMPLE, home, redact
+from ablate.stores import MLFLOW_DATABASES, STORAGE_EXAMPLE, home, redact
 from ablate.terminal import Refused
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5000
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-# The SQLAlchemy families MLflow's database store runs on; the rest of its URIs (file stores,
-# Databricks) keep runs where `ablate serve` cannot prepare or describe them.
-DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
 BACKEND_FORMS = f"sqlite:///PATH or {STORAGE_EXAMPLE}"
 
 
@@ -109,7 +106,7 @@ def _backend_problem(backend: str) -> str | None:
         url = make_url(backend)
     except ArgumentError:
         return f"not a database URL; give {BACKEND_FORMS}"
-    if url.get_backend_name() not in DATABASES:
+    if url.get_backend_name() not in MLFLOW_DATABASES:  # file stores, Databricks: nothing serve can prepare
         return f"{url.get_backend_name()!r} is not a database MLflow keeps runs in; give {BACKEND_FORMS}"
     if url.get_backend_name() == "sqlite":
         if not backend.startswith("sqlite:///") or not url.database or url.database == ":memory:":

@@ -89,7 +89,9 @@ class BadStoreUrl(StorageError):
 # What the stores accept (a scheme's "+driver" aside): Optuna's RDB storage is SQLAlchemy's, and
 # MLflow's tracking store is a folder, a database of its own or a tracking server.
 _STORAGE_KINDS = ("sqlite", "postgresql", "mysql", "mariadb", "mssql", "oracle")
-_TRACKING_KINDS = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+#: The databases MLflow's SQL tracking store keeps runs in.
+MLFLOW_DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
+_TRACKING_KINDS = ("file", *MLFLOW_DATABASES, "http", "https", "databricks")
 
 
 def checked_urls(storage: str | None, tracking: str | None) -> None:

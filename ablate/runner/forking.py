@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ablate.stores import resolve
+from ablate.stores import MLFLOW_DATABASES, resolve
 
 LOST = 255  # a worker's exit status when the zygote that would have reported it is gone
 
@@ -42,7 +42,7 @@ def threads_per_worker(workers: int) -> int:
 def database(tracking_uri: str) -> bool:
     """Whether MLflow keeps runs in a database at ``tracking_uri`` (its SQL store), not in files or
     behind a server."""
-    return tracking_uri.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql", "mssql")
+    return tracking_uri.split(":", 1)[0].split("+", 1)[0] in MLFLOW_DATABASES
 
 
 class Failed(Exception):

@@ -26,13 +26,14 @@ from ablate.runner.study import (
     extends_runs,
     finished_mark,
     missing_study,
+    no_store,
     open_study,
     recorded_tracking,
     settle_runs,
 )
 from ablate.runner.study import storage as open_storage
 from ablate.spec import Spec
-from ablate.stores import Stores, home_is_default, homes_above, redact, resolve
+from ablate.stores import Stores, home_is_default, homes_above, resolve
 
 __all__ = ["locate", "located_study", "status", "stored_specs"]
 
@@ -51,7 +52,7 @@ def locate(study: str, storage_url: str | None = None, tracking_uri: str | None 
             return given
         message = missing_study(study, names, url)
     else:
-        message = f"no study named {study!r}: there is no store at {redact(given.storage)}"
+        message = no_store(study, given.storage)
     searched, close = [], []
     if storage_url is None and tracking_uri is None and not os.environ.get("ABLATE_STORAGE") \
             and not os.environ.get("ABLATE_TRACKING_URI") and home_is_default(home):

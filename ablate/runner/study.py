@@ -99,8 +99,7 @@ def open_study(name: str, stores: Stores, create: bool = False, read_only: bool 
     existing store, writing nothing); raises StorageError naming the closest studies."""
     path = sqlite_path(stores.storage)
     if not create and path is not None and not path.is_file():  # looking a study up creates no store
-        raise StorageError(f"no study named {name!r}: there is no store at {redact(stores.storage)}; "
-                           f"{WHERE_STORES_ARE}")
+        raise StorageError(f"{no_store(name, stores.storage)}; {WHERE_STORES_ARE}")
     store = storage(stores.storage, read_only=read_only and not create)
     _TRACKING[name] = stores.tracking
     try:
@@ -112,6 +111,11 @@ def open_study(name: str, stores: Stores, create: bool = False, read_only: bool 
 
 WHERE_STORES_ARE = ("stores are found through --storage / storage=, $ABLATE_STORAGE, or the folder "
                     "home= / $ABLATE_HOME (default ./.ablate)")
+
+
+def no_store(name: str, url: str) -> str:
+    """The message for a study looked up where there is no store yet."""
+    return f"no study named {name!r}: there is no store at {redact(url)}"
 
 
 def missing_study(name: str, known: Sequence[str], url: str) -> str:
