@@ -177,7 +177,7 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
     base_problems = _baseline_problems(spec, base)
     keep_invalid_baseline = False
     trains: dict[str, Cell] = {}  # what a cell's family reads of its config → the first cell with it
-    twins: list[tuple[str, str, str]] = []
+    twins: Problems = []  # cells that train an earlier cell's model
     for choice, where in candidates:
         built = _build(choice, fs, base, by_name)
         ever_active |= built.active
@@ -221,7 +221,7 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
                     code_version(resolved), original_cell_id(resolved, tune))
         same = trains.setdefault(canonical_json([{**resolved, "model": read_model(resolved["model"])}, tune]), cell)
         if same is not cell:
-            twins.append((where, cell.label, _twin_problem(cell, same)))
+            twins.append((where, _twin_problem(cell, same)))
         out.append(cell)
     if keep_invalid_baseline:  # fix the baseline first: other cells' errors likely follow from it
         return [], list(base_problems)
@@ -230,7 +230,7 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
                                 "factor only where it applies (when:)"))
     if len(invalid) > MAX_INVALID_SHOWN:
         problems.append(("factors", f"… and {len(invalid) - MAX_INVALID_SHOWN} more invalid cells"))
-    problems += [(where, problem) for where, _, problem in twins[:MAX_INVALID_SHOWN]]
+    problems += twins[:MAX_INVALID_SHOWN]
     if len(twins) > MAX_INVALID_SHOWN:
         problems.append(("factors", f"… and {len(twins) - MAX_INVALID_SHOWN} more cells that train another's model"))
     if spec.design != "cells":

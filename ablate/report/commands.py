@@ -19,7 +19,7 @@ from rich.markup import escape
 from ablate import results
 from ablate.report import REPORTS, render, sections
 from ablate.report.parameters import ParameterError, check_study, parse_parameters
-from ablate.spec import MAX_NAME, NAME, NAME_RULE, SpecError
+from ablate.spec import SpecError, name_problem
 from ablate.stores import redact
 from ablate.terminal import Refused
 
@@ -243,9 +243,7 @@ def compare(out: Console, studies: list[str], cells: list[str] | None, spec: Spe
 
 
 def comparison_name(name: str, what: str) -> None:
-    """Refused unless ``name`` is a study name (``ablate keep``'s rule for a new study's name,
-    ``spec.NAME``, and its length, ``spec.MAX_NAME``): it names the folder ``reports/compare-NAME``."""
-    if len(name) > MAX_NAME:
-        raise Refused(escape(f"{what}: {len(name):,} characters; at most {MAX_NAME} (it names a folder)"))
-    if not NAME.match(name):
-        raise Refused(escape(f"{what}: {name!r}: {NAME_RULE}"))
+    """Refused unless ``name`` could name a study (``spec.name_problem``, as ``ablate keep`` checks a
+    new study's): it names the folder ``reports/compare-NAME``."""
+    if (why := name_problem(name)) is not None:
+        raise Refused(escape(f"{what}: {why}"))

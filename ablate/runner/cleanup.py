@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from ablate.runner import housekeeping as hk
 from ablate.runner import phases, sequential_looks
-from ablate.spec import NAME, NAME_RULE
+from ablate.spec import name_problem
 from ablate.stores import StorageError, Stores
 from ablate.terminal import Refused, Said
 
@@ -68,8 +68,8 @@ def keep(study: str, new: str, stores: Stores) -> Said:
     """``ablate keep``: keep the orphaned trials of ``study`` as study ``new`` (``housekeeping.keep``);
     a ``new`` that is no study name or is taken is refused with exit 2, a keep that cannot be made
     with exit 1."""
-    if not NAME.match(new):
-        raise Refused(escape(f"NEW: {new!r}: {NAME_RULE}"))
+    if (why := name_problem(new)) is not None:
+        raise Refused(escape(f"NEW: {why}"))
     try:
         done = hk.keep(study, new, stores, sequential_looks.items)
     except hk.NameTaken as exc:

@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 
 from ablate import design
 from ablate.design import Item
-from ablate.runner import queue, rdb
+from ablate.runner import queue
 from ablate.runner.items import BUDGET, DROPPED, item_state, states_by_item, utc_stamp
 from ablate.runner.queue import StorageError
 from ablate.runner.study import open_study, prepare, recorded_tracking, storage
@@ -78,7 +78,7 @@ def orphans(study: optuna.Study, items: Sequence[Item]) -> Orphans:
         elif state in ("waiting", "running"):
             out.unfinished[key] = trials
     if out:
-        taken = set(rdb.names(rdb.cache_of(study)))
+        taken = set(queue.names(queue.storage_of(study)))
         base = f"{study.study_name}-old"
         out.keep_as = next(n for n in itertools.chain([base], (f"{base}{k}" for k in itertools.count(2)))
                            if n not in taken)

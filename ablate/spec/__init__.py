@@ -54,6 +54,7 @@ from ablate.spec.models import (
     TuneParam,
     TuneSpec,
     UntilConverged,
+    name_problem,
     parse,
     resolve_task,
     wsd_warmup,
@@ -62,7 +63,7 @@ from ablate.spec.paths import ROOTS, get_path, leaf_paths, overlap, path_problem
 
 __all__ = [
     "BUDGET_KEYS", "MAX_BYTES", "MAX_CELLS", "MAX_DEPTH", "MAX_EXTENDS", "MAX_ITEMS", "MAX_NAME", "MAX_NODES", "MAX_SEED", "MAX_SEEDS",
-    "MAX_TUNE_TRIALS", "NAME", "NAME_RULE", "OBJECTIVE_METRICS", "REFERENCE_METRICS", "ROOTS", "TUNE_SEED_BASE",
+    "MAX_TUNE_TRIALS", "NAME", "NAME_RULE", "name_problem", "OBJECTIVE_METRICS", "REFERENCE_METRICS", "ROOTS", "TUNE_SEED_BASE",
     "WSD_WARMUP_STEPS", "CompareEntry", "FactorSpec", "InitSpec", "LabelledLevel", "ModelSpec", "Objective", "Origins", "PluginInit", "Problems",
     "ProbeSpec", "Reference", "RingInit", "RotrnnInit", "Spec", "SpecError", "StatsSpec", "TrainSpec", "TuneParam",
     "TuneSpec", "UntilConverged",

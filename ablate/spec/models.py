@@ -448,6 +448,14 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NAME_RULE = "use letters, digits, '_', '.', '-' and start with a letter or digit"
 
 
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a new study or a comparison (its stores' records, its folders), or
+    None: what ``ablate keep`` and ``ablate compare --name`` check before they write anything."""
+    if len(name) > MAX_NAME:
+        return f"{len(name):,} characters; at most {MAX_NAME}"
+    return None if NAME.match(name) else f"{name!r}: {NAME_RULE}"
+
+
 def _study_name(v: str) -> str:
     if not NAME.match(v):
         raise ValueError(NAME_RULE)
