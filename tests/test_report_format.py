@@ -117,6 +117,10 @@ def test_a_table_too_wide_for_the_page_is_split_by_columns_never_squeezed():
     assert [c for p in parts for c in p[1:]] == list(wide.columns[1:])  # every column once, in order
     html = fmt.table_html(wide)
     assert html.count("<table") == len(parts) and "too wide for one page" in html
+    # Short, but in parts: the block may break between them, each part whole with its own header (kept
+    # whole, the 18-cell answer's parts left page one empty above them).
+    block = fmt.table_block(wide, "text")
+    assert block.startswith('<div class="ablate-block">') and block.count(' split whole"') == len(parts)
     narrow = wide.iloc[:, :5]
     assert fmt.column_parts(narrow) == [list(narrow.columns)] and "<caption>" not in fmt.table_html(narrow)
 

@@ -341,8 +341,12 @@ def table_block(frame: pd.DataFrame, intro: str | Iterable[str] = (), heading: s
     intro = [intro] if isinstance(intro, str) else list(intro)
     parts = [f"<h2>{_html.escape(heading)}</h2>"] if heading else []
     parts += [f"<p>{inline_markdown(text)}</p>" for text in intro if text]
-    whole = " whole" if len(frame) <= WHOLE_ROWS else ""  # a short table stays on one page with its text
-    return f'<div class="ablate-block{whole}">' + "".join(parts) + table_html(frame, align_left=align_left) + "</div>"
+    table = table_html(frame, align_left=align_left)
+    # A short table stays on one page with its text. One too wide for a page, set in parts, may break
+    # between them: each part has its own header and stays whole, and together they can be taller
+    # than what is left of page one (an 18-cell answer pushed whole to page two left it empty).
+    whole = " whole" if len(frame) <= WHOLE_ROWS and table.count("<table") == 1 else ""
+    return f'<div class="ablate-block{whole}">' + "".join(parts) + table + "</div>"
 
 
 def preformatted_block(text: str, title: str | None = None) -> str:
