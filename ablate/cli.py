@@ -91,7 +91,7 @@ def _not_a_file(name: str) -> str:
 
 
 @app.command()
-def validate(file: Path, set_: opt.Set = None, multirun: opt.Multi = None) -> None:
+def validate(file: opt.SpecFile, set_: opt.Set = None, multirun: opt.Multi = None) -> None:
     """Check a study spec, and each plug-in it uses on a tiny batch; print OK or each error with its key path (exit 2)."""
     spec = _load(file, set_, multirun, plugins=True)
     from ablate.design import cells
@@ -101,7 +101,7 @@ def validate(file: Path, set_: opt.Set = None, multirun: opt.Multi = None) -> No
 
 @app.command()
 def plan(
-    file: Path,
+    file: opt.SpecFile,
     set_: opt.Set = None,
     multirun: opt.Multi = None,
     storage: opt.Storage = None,
@@ -159,7 +159,7 @@ def schema(
 
 @app.command()
 def run(
-    file: Path,
+    file: opt.SpecFile,
     set_: opt.Set = None,
     multirun: opt.Multi = None,
     storage: opt.Storage = None,
@@ -352,8 +352,8 @@ def report(
 def compare(
     studies: Annotated[list[str] | None, typer.Argument(help="the studies to compare", metavar="STUDY...")] = None,
     cells: opt.Cells = None,
-    spec_file: Annotated[Path | None, typer.Option("--spec", help="a spec whose `compare:` section names the "
-                                                                 "studies and their cells")] = None,
+    spec_file: Annotated[Path | None, typer.Option("--spec", parser=opt.spec_path("--spec"), help="a spec whose "
+                                                   "`compare:` section names the studies and their cells")] = None,
     name: Annotated[str | None, typer.Option("--name", help="the comparison's name [the spec's name, or the "
                                                             "studies' joined by '-']")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="output directory [reports/compare-NAME]")] = None,

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 from ablate.stores import BadStoreUrl, checked_urls
-from ablate.terminal import PipeConsole, store_refused
+from ablate.terminal import PipeConsole, Refused, store_refused
 
 # Local workers beyond this many per core only take turns on the cores, each holding its own
 # imports and model in memory; more workers belong on more machines (`ablate worker`).
@@ -74,6 +76,23 @@ def _tracking(value: str | None) -> str | None:
     return value
 
 
+def spec_path(named: str) -> Callable[[Any], Path | None]:
+    """The parser of a spec file's path, the argument or option ``named`` (FILE, --spec): every
+    command taking a spec file parses it so. Typer's own Path turns "" into "." (the working
+    folder), and the command then said ". is a folder": an empty path is refused here, while the
+    text typed is still at hand, as one line naming the argument (exit 2)."""
+
+    def parse(value: Any) -> Path | None:
+        if value is None or isinstance(value, Path):  # no value given, or a default
+            return value
+        if value == "":
+            Refused(f"{named} is an empty path: give the path of a spec file").print(PipeConsole(stderr=True))
+            raise typer.Exit(2)
+        return Path(value)
+
+    return parse
+
+
 def checked_workers(value: int) -> int:
     """``value`` local workers, unless more than ``max_workers``."""
     if value > (most := max_workers()):
@@ -83,6 +102,7 @@ def checked_workers(value: int) -> int:
     return value
 
 
+SpecFile = Annotated[Path, typer.Argument(parser=spec_path("FILE"), show_default=False)]
 Set = Annotated[list[str] | None, typer.Option("--set", help="override a spec value: path=value (YAML)")]
 Multi = Annotated[list[str] | None, typer.Option("-m", "--multirun", help="a factor for this study: path=level,"
                                                  "level,… (YAML each); recorded in the stored spec")]

@@ -107,3 +107,13 @@ def test_the_store_urls_ablate_uses_pass() -> None:
         checked_urls(None, tracking)
     with pytest.raises(BadStoreUrl):
         resolve("sqlite:///x.db", "gopher://x", create=False)
+
+
+def test_an_empty_spec_path_is_refused_as_empty_by_every_command_taking_a_spec(home) -> None:
+    # Typer's Path read "" as ".", and the commands answered ". is a folder, not a spec file".
+    for args, named in ((["validate", ""], "FILE"), (["plan", ""], "FILE"), (["run", "", "--workers", "0"], "FILE"),
+                        (["compare", "--spec", ""], "--spec")):
+        res = cli(*args)
+        assert res.exit_code == 2, (args, res.output)
+        assert res.output == f"error {named} is an empty path: give the path of a spec file\n", (args, res.output)
+    assert not list(home.parent.iterdir())  # nothing written, not even the home folder
