@@ -156,6 +156,25 @@ def test_row_groups_never_split_across_pages(tmp_path):
 
 
 @needs_poppler
+def test_a_table_part_keeps_its_caption_on_its_own_page(tmp_path):
+    """A table too wide for a page is set in parts, each captioned "part k of n"; a part that moves to
+    the next page takes its caption along (WeasyPrint left it at the foot of the page before)."""
+    wide = pd.DataFrame({"cell": [f"parameterisation=rotation, layers={k}" for k in range(6)],
+                         **{f"measure number {j} [95% CI]": [f"0.{k}1{j} [0.{k}0{j}, 0.{k}2{j}]" for k in range(6)]
+                            for j in range(14)}})
+    apart = 0
+    for above in range(40, 250, 15):  # the parts' tops at many heights of page one
+        pdf = tmp_path / f"parts-{above}.pdf"
+        render.to_pdf(_html(f'<div style="height: {above}mm"></div>', fmt.table_block(wide, "An answer.")), pdf)
+        text = pages(pdf)
+        on = [next(i for i, page in enumerate(text) if f"part {k} of" in page) for k in (1, 2)]
+        for k, i in enumerate(on, 1):  # its rows follow its caption on its page
+            assert "layers=0" in text[i].split(f"part {k} of")[1], (above, k)
+        apart += on[1] > on[0]
+    assert apart  # some heights set the parts on two pages
+
+
+@needs_poppler
 def test_identifiers_break_at_their_separators_never_inside(tmp_path):
     """A study's variants named by every factor (``parameterisation=complex_diagonal, …``) in a wide
     table's first column and a narrow one's text column: a line may break after ``=`` or ``,``, never

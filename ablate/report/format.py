@@ -330,7 +330,10 @@ def table_html(frame: pd.DataFrame, *, classes: str = "", align_left: Iterable[s
             cap = (f"{caption} " if caption else "") + (
                 f"(part {k + 1} of {len(parts)}: columns {shown[0]}–{shown[-1]} of {len(frame.columns)}; "
                 "too wide for one page)")
-        out.append(_table(part, cls, left, cap))
+        table = _table(part, cls, left, cap)
+        # WeasyPrint keeps a whole table's rows together but not its caption with them: a part that
+        # moved to the next page left its caption at the foot of the last; a block it keeps whole.
+        out.append(f'<div class="ablate-part">{table}</div>' if len(parts) > 1 and len(part) <= WHOLE_ROWS else table)
     return "".join(out)
 
 
