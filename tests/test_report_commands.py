@@ -124,3 +124,18 @@ def test_a_report_that_fails_is_refused_with_exit_1(tmp_path, monkeypatch):
     refusal = refused(commands.render_reports, Console(file=io.StringIO()), "s", ["accuracy"], tmp_path / "o",
                       ("html",))
     assert refusal.code == 1 and refusal.lines == ["report 'accuracy' failed in cell 3: KeyError: 'x'"]
+
+
+def test_a_parameter_a_later_study_lacks_is_refused_before_the_first_study_renders(studies_root, monkeypatch,
+                                                                                   tmp_path):
+    import real_studies as studies
+
+    studies.study_env(monkeypatch, studies_root)
+    b = studies.load(studies_root, "cmp-b", curves=False)
+    only_b = next(label for label in b.trials["cell_label"].unique() if "heads=4" in label)
+    out = Console(file=io.StringIO())
+    refusal = refused(commands.report, out, ["cmp-b", "cmp-a"], never, out_dir=tmp_path / "out",
+                      param=[f"reference={only_b}"], only="accuracy")
+    assert refusal.code == 2 and refusal.lines[0].startswith(f"--param reference: no cell with id or label "
+                                                              f"{only_b!r}"), refusal.lines
+    assert not (tmp_path / "out").exists() and out.file.getvalue() == ""

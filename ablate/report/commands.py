@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from ablate import results
 from ablate.report import REPORTS, render, sections
-from ablate.report.parameters import ParameterError, check_study, parse_parameters
+from ablate.report.parameters import STUDY_SPECIFIC, ParameterError, check_study, parse_parameters
 from ablate.spec import SpecError, name_problem
 from ablate.stores import redact
 from ablate.terminal import Refused
@@ -172,10 +172,29 @@ def report(out: Console, studies: list[str], load: LoadSpec, *, storage: str | N
         planned.append((study, stores, names, target or Path("reports") / study, report_parameters(param, names)))
     for *_, target, _ in planned:
         out_folder(target)
+    read = _read_to_check(planned)
     for study, stores, names, target, parameters in planned:
-        render_reports(out, study, names, target, chosen_formats, stores.storage, stores.tracking, parameters, export)
+        render_reports(out, study, names, target, chosen_formats, stores.storage, stores.tracking, parameters, export,
+                       read.get(study))
     if spec is not None and spec.compare:
         compare(out, [], None, spec, None, None, chosen_formats, storage, tracking_uri, param)
+
+
+def _read_to_check(planned: list) -> dict[str, results.Results]:
+    """Each study read once and its study-specific parameters (a metric, a reference cell) checked
+    before the first of several studies renders, so that a later study's refusal leaves no reports
+    of the earlier ones behind; the reports render from what was read here. One study: nothing
+    read here (``render`` reads it while its kernels start, and checks it then)."""
+    if len(planned) < 2 or not any(STUDY_SPECIFIC & set(parameters) for *_, parameters in planned):
+        return {}
+    read = {}
+    for study, stores, _, _, parameters in planned:
+        read[study] = results.load(study, stores.storage, stores.tracking, metrics=True, curves=True)
+        try:
+            check_study(read[study], parameters)
+        except ParameterError as exc:
+            raise Refused(escape(str(exc))) from None
+    return read
 
 
 def _from_exports(out: Console, data: Path, out_dir: Path | None, chosen_formats: tuple[str, ...], only: str | None,

@@ -189,6 +189,10 @@ def _check_metrics(what: str, trials: Any, metrics: Any, parameters: Mapping[str
                                  f"{', '.join(logged)}")
 
 
+#: The parameters whose valid values depend on the study read (``check_study``).
+STUDY_SPECIFIC = frozenset({"metric", "curve_metric", "reference"})
+
+
 def check_study(res: Results, parameters: Mapping[str, Any]) -> None:
     """``parameters`` against the study as read: ``metric`` one of its metrics, ``curve_metric``
     one it logged, ``reference`` one of its cells (``Results.reference_cell``)."""
