@@ -97,6 +97,9 @@ def test_plan_prints_the_warning_and_a_sequential_studys_price(tmp_path, home):
     # Before the first look: 3 cells × 3 seeds pending now, and 3 × 9 at most to the last look.
     assert "sequential cost: now 9 trials pending" in res.output
     assert "at most 27 (18 beyond this look) to the last look (9 seeds per cell)" in res.output
+    # Its looks' t test has no floor: no warning, even where an exact test on 4 seeds could not pass α/m.
+    assert "can be significant" not in res.output
+    assert plan_checks.significance_lines(spec_of({"min": 3, "max": 4, "step": 1, "measures": ["test_accuracy"]})) == []
 
 
 def test_a_sequential_price_in_time_adds_each_cells_trials_at_its_own_cost(home):

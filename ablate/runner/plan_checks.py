@@ -42,24 +42,23 @@ def significance_lines(spec: Spec) -> list[str]:
     """A warning when no comparison with the reference can be significant: the exact sign-flip test's
     smallest p with the study's seeds (``ablate.stats.comparisons``: 2^(1−n) for n paired seeds)
     above Holm's first threshold α/m over the family; with the seeds that would reach it, or a
-    sequential design. Nothing when the design can reach it (or tests nothing)."""
+    sequential design. Nothing when the design can reach it (or tests nothing), and nothing for a
+    sequential design: its looks test with the t statistic against boundaries at α/m, which have no
+    floor (the reports give its comparisons no exact test)."""
     m, how = family_size(spec)
-    if m == 0:
+    if m == 0 or spec.sequential is not None:
         return []
-    seq = spec.sequential
-    alpha = seq.alpha if seq is not None else REPORT_ALPHA
-    n = seq.max if seq is not None else len(spec.seed_list)
-    floor, threshold = p_floor(n), alpha / m
+    n = len(spec.seed_list)
+    floor, threshold = p_floor(n), REPORT_ALPHA / m
     if floor <= threshold:
         return []
     needed = seeds_for(threshold)
-    then = ("raise seeds.max" if seq is not None
-            else "or a sequential design (seeds: {min, max, until: decided}) that stops each comparison once decided")
+    then = "or a sequential design (seeds: {min, max, until: decided}) that stops each comparison once decided"
     what = (f"{needed} seeds would reach it ({p_floor(needed):.3g}), {then}" if needed is not None else
             f"no seed count reaches it (the test samples {PERMUTATIONS} arrangements past 13 seeds): test fewer "
             f"comparisons or measures")
     return [f"warning: no comparison with the reference can be significant: the exact test's smallest p with {n} "
-            f"seeds is {floor:.3g}, above Holm's first threshold α/m = {alpha:g}/{m} = {threshold:.3g} over the "
+            f"seeds is {floor:.3g}, above Holm's first threshold α/m = {REPORT_ALPHA:g}/{m} = {threshold:.3g} over the "
             f"study's family (m = {how}); {what}"]
 
 
