@@ -242,8 +242,8 @@ def status(
 
 @app.command("ls")
 def ls(storage: opt.Storage = None, tracking_uri: opt.Tracking = None) -> None:
-    """List the studies on the stores: cells, items done / failed / running / waiting (and how
-    many were reused from other studies), last activity."""
+    """List the studies on the stores: cells, items done / failed / running / waiting of each
+    study's current spec (and how many were reused from other studies), orphaned items, last activity."""
     from ablate.runner import views
 
     views.studies(storage, tracking_uri).print(out)

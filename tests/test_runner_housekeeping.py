@@ -16,7 +16,7 @@ from ablate import design
 from ablate.cli import app
 from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
-from ablate.runner import phases
+from ablate.runner import phases, sequential_looks
 from ablate.runner import plan as planning
 from ablate.runner import study as st
 from ablate.stores import Stores
@@ -68,6 +68,23 @@ def test_orphans_are_listed_then_kept_as_a_study_or_dropped(tmp_path, monkeypatc
     assert phases.claim(study).user_attrs["config"]["train"]["lr"] == 0.002  # no dropped item is claimed
     rows = {r.name: r for r in hk.overview(stores)}
     assert rows["s"].dropped == 8 and rows["s-old"].done == 4 and rows["s-old"].reused == 4
+
+
+def test_ls_counts_a_sequential_study_s_items_as_its_looks_planned_them(tmp_path):
+    stores = where(tmp_path)
+    seq = spec("q", seeds={"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]})
+    first_look = design.items(seq)
+    st.prepare(seq, first_look, stores)
+    study = st.open_study("q", stores)
+    finish_all(study)
+    planned = {c.id: seq.sequential.max for c in design.cells(seq)}  # a look asked for more seeds
+    study.set_user_attr(sequential_looks.STATE, sequential_looks.State(1, planned).dump())
+    looks = sequential_looks.items(seq, study)
+    st.prepare(seq, looks, stores)
+    (row,) = hk.overview(stores, sequential_looks.items)
+    # Counted against the first look's items alone, the seeds queued since would be orphans.
+    assert len(looks) > len(first_look)
+    assert (row.done, row.waiting, row.orphaned) == (len(first_look), len(looks) - len(first_look), 0)
 
 
 # --- ls / rm on SQLite and PostgreSQL --------------------------------------------------------------

@@ -8,11 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-from cell_store import finish_all, spec
+from cell_store import PLAIN, finish_all, spec
+from optuna.trial import TrialState
 from rich.console import Console
 
 from ablate import design
-from ablate.runner import plan, views
+from ablate.runner import housekeeping as hk
+from ablate.runner import items as its
+from ablate.runner import locate, phases, plan, queue, views
 from ablate.runner import study as st
 from ablate.stores import resolve
 
@@ -66,3 +69,86 @@ def test_status_of_many_cells_is_plain_lines(tmp_path, monkeypatch):
     st.prepare(s, design.items(s), stores)
     shown = printed(views.status("s"))
     assert "│" not in shown and "┃" not in shown and shown.startswith("s: status per cell")
+
+
+def _finish_one(study, outcome: str | None = None) -> None:
+    """Claim one item and complete it, or fail it as ``outcome`` ("diverged", "error")."""
+    trial = phases.claim(study)
+    phases.prepare_item(study, trial)
+    if outcome is None:
+        queue.finish(study, trial, TrialState.COMPLETE, {"test_accuracy": 0.5, "status": "complete"}, 0.5)
+    else:
+        queue.finish(study, trial, TrialState.FAIL, {"status": "diverged" if outcome == "diverged" else "failed",
+                                                     "failure_kind": outcome, "failure_message": outcome})
+
+
+def _ls_row(shown: str, name: str) -> dict[str, str]:
+    """A study's row of ls's plain table (piped): column → value, up to the last activity."""
+    lines = shown.splitlines()
+    header = [h.strip() for h in lines[1].split("  ") if h.strip()][:-1]  # "last activity": two words
+    row = next(x for x in lines[2:] if x.split()[0] == name).split()
+    return dict(zip(header, row[:len(header)], strict=True))
+
+
+def test_ls_counts_the_current_spec_s_items_as_status_does_and_the_orphans_apart(tmp_path, monkeypatch):
+    # `ablate run --set train.steps=…` after a run with the default left the first spec's items in the
+    # study: ls counted them as the study's own ("cells 8, done 16" where status said 8/8).
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    monkeypatch.delenv("ABLATE_TRACKING_URI", raising=False)
+    stores = resolve()
+    first = spec("s")
+    st.prepare(first, design.items(first), stores)
+    finish_all(st.open_study("s", stores))
+    changed = spec("s", train={**PLAIN["train"], "steps": PLAIN["train"]["steps"] + 1})
+    st.prepare(changed, design.items(changed), stores)
+    study = st.open_study("s", stores)
+    _finish_one(study)
+    _finish_one(study, "diverged")
+    _finish_one(study, "error")
+    assert its.retry_failed(study)  # `ablate run --retry-failed`: the failed attempt stays, the item waits again
+    st.prepare(changed, design.items(changed), stores)
+    found = locate.status("s")
+    orphaned = hk.orphans(study, design.items(changed))
+    assert orphaned.trials == len(design.items(first))  # the first spec's items are orphans now
+    row = next(r for r in views.studies().rows if r.name == "s")
+    counts = found.counts()
+    assert (row.cells, row.done, row.failed, row.running, row.waiting) == \
+        (len(found.cells), counts["done"], counts["failed"], counts["running"], counts["waiting"])
+    assert row.done + row.failed + row.running + row.waiting == counts["total"] == len(design.items(changed))
+    assert row.orphaned == len(orphaned.finished) + len(orphaned.unfinished) and not row.unread
+    shown = _ls_row(printed(views.studies()), "s")
+    assert shown["cells"] == str(len(found.cells)) and shown["done"] == "1" and shown["failed"] == "1"
+    assert shown["orphaned"] == str(row.orphaned) and shown["dropped"] == "0"
+    # Orphans unfinished too: the second spec's items, queued, once the spec changes again.
+    again = spec("s", train={**PLAIN["train"], "steps": PLAIN["train"]["steps"] + 2})
+    st.prepare(again, design.items(again), stores)
+    orphaned = hk.orphans(st.open_study("s", stores), design.items(again))
+    row = next(r for r in views.studies().rows if r.name == "s")
+    assert orphaned.unfinished and row.orphaned == len(orphaned.finished) + len(orphaned.unfinished)
+    assert (row.done, row.waiting) == (0, locate.status("s").counts()["waiting"])
+
+
+def test_ls_shows_a_study_whose_stored_spec_is_no_longer_accepted_counted_whole(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    monkeypatch.delenv("ABLATE_TRACKING_URI", raising=False)
+    stores = resolve()
+    for name in ("old", "fine"):
+        first = spec(name)
+        st.prepare(first, design.items(first), stores)
+        finish_all(st.open_study(name, stores))
+    changed = spec("old", train={**PLAIN["train"], "steps": PLAIN["train"]["steps"] + 1})
+    st.prepare(changed, design.items(changed), stores)
+    study = st.open_study("old", stores)
+    study.set_user_attr("spec", {**study.user_attrs["spec"], "retired": True})  # a key an earlier version knew
+    rows = {r.name: r for r in views.studies().rows}
+    every = len(design.items(first)) + len(design.items(changed))
+    assert rows["old"].orphaned is None and "retired: unknown key" in rows["old"].unread
+    assert (rows["old"].done, rows["old"].waiting) == (len(design.items(first)), every - len(design.items(first)))
+    assert (rows["fine"].done, rows["fine"].orphaned) == (len(design.items(first)), 0)
+    shown = printed(views.studies())
+    assert _ls_row(shown, "old")["orphaned"] == "?" and _ls_row(shown, "fine")["orphaned"] == "0"
+    note = shown.splitlines()[-1]
+    assert note.startswith("? old: its stored spec is one this version of ablate does not accept (retired: unknown")
+    assert note.endswith("; its row counts every item it holds, orphans of an earlier spec included")

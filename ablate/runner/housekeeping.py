@@ -1,7 +1,7 @@
 """Housekeeping of a storage's studies: orphans (trials whose items left the spec), dropping them
 (``ablate rm --orphans``: ``study_orphans``, then ``drop``), keeping them as a study of their own
 (``ablate keep``: ``keep``), removing a study (``ablate rm``: ``removal``, then ``remove``) and the
-list of studies (``ablate ls``: ``overview``).
+list of studies (``ablate ls``: ``overview``, which tells each study's orphans from its current items).
 
 Dropped trials are marked, not deleted: their study keeps their numbers (Optuna numbers trials
 by count). A run another study references (a link, runner/reuse.py) is never deleted.
@@ -13,10 +13,10 @@ import datetime
 import itertools
 import shutil
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from optuna.trial import TrialState
@@ -24,15 +24,16 @@ from optuna.trial import TrialState
 from ablate import design
 from ablate.design import Item
 from ablate.runner import queue
-from ablate.runner.items import BUDGET, DROPPED, item_state, states_by_item, utc_stamp
+from ablate.runner.items import BUDGET, DROPPED, STATE_KEYS, item_state, states_by_item, utc_stamp
 from ablate.runner.queue import StorageError
 from ablate.runner.study import open_study, prepare, recorded_tracking, storage
-from ablate.spec import Spec
+from ablate.spec import Spec, SpecError
 from ablate.stores import Stores, checkpoint_dir, redact
 
 # A study's current items for its spec: ``runner.sequential_looks.items`` (a sequential study's are the
-# seeds its looks planned). sequential sits above housekeeping, so the caller hands it in.
-ItemsOf = Callable[[Spec, optuna.Study], Sequence[Item]]
+# seeds its looks planned). sequential sits above housekeeping, so the caller hands it in. ``overview``
+# opens only a sequential study to hand it over (its looks' state): another's items are its spec's alone.
+ItemsOf = Callable[[Spec, optuna.Study | None], Sequence[Item]]
 
 # What orphans and removals read of a study's trials.
 ORPHAN_KEYS = ("item", "cell_id", "cell_label", "failure_kind", DROPPED, "spec_hash", "mlflow_run_id", "reused_from",
@@ -62,6 +63,26 @@ class Orphans:
         return bool(self.finished or self.unfinished)
 
 
+_T = TypeVar("_T", queue.Entry, queue.Found)  # a trial as a study's reads (``entries``) or a storage's (``find``) give it
+
+
+def orphaned_items(by_item: Mapping[str, list[_T]], keys: set[str]) -> tuple[dict[str, list[_T]], dict[str, list[_T]]]:
+    """Of a study's items (key → its trials, none dropped) those not among ``keys`` (its current
+    spec's): the finished (done, failed) and the unfinished (waiting, running). One rule for
+    ``orphans`` and ``ablate ls``, so that ls counts the orphans plan and run list."""
+    finished: dict[str, list[_T]] = {}
+    unfinished: dict[str, list[_T]] = {}
+    for key, trials in by_item.items():
+        if key in keys:
+            continue
+        state = item_state(trials)
+        if state in ("done", "failed"):
+            finished[key] = trials
+        elif state in ("waiting", "running"):
+            unfinished[key] = trials
+    return finished, unfinished
+
+
 def orphans(study: optuna.Study, items: Sequence[Item]) -> Orphans:
     """The study's items that are not among ``items`` (its current spec's), with their trials."""
     keys = {i.key for i in items}
@@ -71,12 +92,7 @@ def orphans(study: optuna.Study, items: Sequence[Item]) -> Orphans:
         if key and key not in keys and not entry.user_attrs.get(DROPPED):
             by_item.setdefault(key, []).append(entry)
     out = Orphans(study.study_name)
-    for key, trials in by_item.items():
-        state = item_state(trials)
-        if state in ("done", "failed"):
-            out.finished[key] = trials
-        elif state in ("waiting", "running"):
-            out.unfinished[key] = trials
+    out.finished, out.unfinished = orphaned_items(by_item, keys)
     if out:
         taken = set(queue.names(queue.storage_of(study)))
         base = f"{study.study_name}-old"
@@ -345,7 +361,7 @@ def studied_cells(storage_url: str) -> set[str]:
 
 @dataclass
 class StudyRow:
-    """One study of a storage, for ``ablate ls``."""
+    """One study of a storage, for ``ablate ls``: its current spec's items per state."""
 
     name: str
     cells: int
@@ -356,16 +372,27 @@ class StudyRow:
     reused: int  # of the done and failed, linked from other studies
     dropped: int
     last: datetime.datetime | None
+    orphaned: int | None = None  # items of no cell of the current spec (``orphaned_items``); None: not told apart
+    unread: str = ""  # why the stored spec was not read (the counts are then of every item the study holds)
 
 
-def overview(stores: Stores) -> list[StudyRow]:
-    """Every study on the storage with its items per state and its last activity."""
-    store = storage(stores.storage)
+# What ``overview`` reads of every trial: the item's state, its cell, reuse and the moment it was linked.
+LS_KEYS = (*STATE_KEYS, "cell_id", "reused_from", "linked_at")
+
+
+def overview(stores: Stores, items_of: ItemsOf | None = None) -> list[StudyRow]:
+    """Every study on the storage with its items per state and its last activity, read only: one
+    pass over the trials and one read of every study's attributes (a sequential study is opened
+    too, for its looks' state). With ``items_of`` the items are those of the spec each study stored
+    and the rest are counted ``orphaned`` as ``orphans`` finds them: a study re-run under a changed
+    spec keeps the old spec's items, which ``ablate status`` does not count as its own either.
+    Without ``items_of``, or for a stored spec this code does not accept (``StudyRow.unread`` says
+    why), every item a study holds."""
+    store = storage(stores.storage, read_only=True)
     by_study: dict[str, dict[str, list[queue.Found]]] = {}
     dropped: Counter = Counter()
     linked: dict[str, datetime.datetime] = {}
-    for entry in queue.find(store, None, (), ("item", "cell_id", "failure_kind", DROPPED, "reused_from", "linked_at",
-                                                    BUDGET)):
+    for entry in queue.find(store, None, (), LS_KEYS):
         at = entry.user_attrs.get("linked_at")
         if isinstance(at, str):
             when = datetime.datetime.fromisoformat(at)
@@ -374,15 +401,48 @@ def overview(stores: Stores) -> list[StudyRow]:
             dropped[entry.study] += 1
         elif entry.user_attrs.get("item"):
             by_study.setdefault(entry.study, {}).setdefault(entry.user_attrs["item"], []).append(entry)
+    studies = queue.activity(store)
+    attrs = {s.study_name: s.user_attrs for s in store.get_all_studies()} if items_of is not None else {}
     rows = []
-    for act in queue.activity(store):
-        items = by_study.get(act.study, {})
-        states = Counter(item_state(v) for v in items.values())
+    for act in studies:
+        held = by_study.get(act.study, {})
+        current, unread = None, ""
+        if items_of is not None:
+            if act.study not in attrs:  # removed since the storage was listed
+                continue
+            current, unread = _current_items(store, act.study, attrs[act.study], items_of)
+        orphans_found = None
+        if current is None:
+            items = held
+            cells = {t.user_attrs.get("cell_id") for v in held.values() for t in v}
+        else:
+            items = {i.key: held.get(i.key, []) for i in current}
+            cells = {i.cell.id for i in current}
+            finished, unfinished = orphaned_items(held, set(items))
+            orphans_found = len(finished) + len(unfinished)
+        states = Counter(item_state(v) for v in items.values())  # an item without a trial yet is new
         reused = sum(any(t.user_attrs.get("reused_from") and t.state != TrialState.WAITING for t in v)
                      for v in items.values())
-        cells = {t.user_attrs.get("cell_id") for v in items.values() for t in v}
         moments = [m for m in (act.last, linked.get(act.study)) if m is not None]
         rows.append(StudyRow(act.study, len(cells - {None}), states["done"], states["failed"], states["running"],
                              states["waiting"] + states["new"], reused, dropped[act.study],
-                             max(moments) if moments else None))
+                             max(moments) if moments else None, orphans_found, unread))
     return rows
+
+
+def _current_items(store: optuna.storages.RDBStorage, name: str, attrs: Mapping[str, Any],
+                   items_of: ItemsOf) -> tuple[list[Item] | None, str]:
+    """The items of the spec study ``name`` stored (its ``attrs``), or None and why they are not
+    known: a spec an earlier version accepted and this one does not, or no spec at all."""
+    spec_data = attrs.get("spec")
+    if spec_data is None:
+        return None, "it has no stored spec (a study ablate did not make, or one being created)"
+    try:
+        spec = design.validate(spec_data, f"study {name}")
+        return list(items_of(spec, queue.load(store, name) if spec.sequential else None)), ""
+    except KeyError:  # removed since its attributes were read: counted as it was
+        return None, "removed while it was listed"
+    except SpecError as exc:
+        problems = str(exc).splitlines() or ["invalid"]
+        more = f" and {counted(len(problems) - 1, 'more problem')}" if len(problems) > 1 else ""
+        return None, f"its stored spec is one this version of ablate does not accept ({problems[0]}{more})"

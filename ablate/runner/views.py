@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from ablate.runner import housekeeping, locate, progress
+from ablate.runner import housekeeping, locate, progress, sequential_looks
 from ablate.runner.plan import PLAIN_ROWS, plain_table
 from ablate.runner.standing import STATUSES, StudyStatus, existing_store_url
 from ablate.stores import redact, resolve
@@ -70,12 +70,16 @@ def status(study: str, storage: str | None = None, tracking_uri: str | None = No
     return StatusView(study, found, progress.snapshot(found.study), as_json)
 
 
-LS_HEADERS = ["study", "cells", "done", "reused", "failed", "running", "waiting", "dropped", "last activity"]
+LS_HEADERS = ["study", "cells", "done", "reused", "failed", "running", "waiting", "orphaned", "dropped",
+              "last activity"]
+# The orphaned column of a study whose stored spec was not read: its other columns count every item it holds.
+UNREAD = "?"
 
 
 @dataclass(frozen=True)
 class StudyList:
-    """What ``ablate ls`` prints: a row per study of the storage at ``url`` (None: no stores yet)."""
+    """What ``ablate ls`` prints: a row per study of the storage at ``url`` (None: no stores yet),
+    and below the table a line per study whose stored spec was not read (``UNREAD``), saying why."""
 
     url: str | None
     rows: list[housekeeping.StudyRow]
@@ -85,13 +89,21 @@ class StudyList:
             console.print("no stores yet: no study has run here (see --storage, ABLATE_HOME)")
             return
         rows = [[r.name, str(r.cells), str(r.done), str(r.reused), str(r.failed), str(r.running), str(r.waiting),
-                 str(r.dropped), r.last.astimezone().strftime("%Y-%m-%d %H:%M:%S") if r.last else "-"]
+                 UNREAD if r.orphaned is None else str(r.orphaned), str(r.dropped),
+                 r.last.astimezone().strftime("%Y-%m-%d %H:%M:%S") if r.last else "-"]
                 for r in self.rows]
         table(console, f"studies on {redact(self.url)}", LS_HEADERS, rows, set(LS_HEADERS[1:-1]))
+        for r in self.rows:
+            if r.orphaned is None:
+                console.print(f"{UNREAD} {r.name}: {r.unread or 'its spec was not read'}; its row counts every item "
+                              "it holds, orphans of an earlier spec included", highlight=False, markup=False,
+                              soft_wrap=True)
 
 
 def studies(storage: str | None = None, tracking_uri: str | None = None) -> StudyList:
-    """``ablate ls``: the studies on the stores, with their items per state and last activity;
-    creates no store where there is none."""
+    """``ablate ls``: the studies on the stores, with their current spec's items per state, their
+    orphans (items of an earlier spec) and last activity; reads only, and creates no store where
+    there is none."""
     url = existing_store_url(storage)
-    return StudyList(url, housekeeping.overview(resolve(url, tracking_uri, create=False)) if url else [])
+    return StudyList(url, housekeeping.overview(resolve(url, tracking_uri, create=False), sequential_looks.items)
+                     if url else [])
