@@ -306,6 +306,24 @@ def test_a_factor_the_family_does_not_read_is_refused_where_it_would_train_one_m
     assert len(design.cells(ok)) == 3
 
 
+def test_heads_an_lrus_levels_do_not_read_are_refused_in_a_new_spec_and_read_in_a_stored_one():
+    """An LRU (complex diagonal + γ) at several head counts trains one model several times (its heads
+    only group modes for the probes): its seeds would enter the analysis as replicates of three."""
+    lru = {"variant": {"RotRNN": {"model.parameterisation": "rotation", "model.normalisation": "xi"},
+                       "LRU": {"model.parameterisation": "complex_diagonal", "model.normalisation": "gamma"}},
+           "model.heads": [1, 2, 4]}
+    raw = {**DESIGN_BASE, "factors": lru}
+    msg = _load_errors(raw)
+    assert ("the cell (heads=2, LRU) trains the same model as (heads=1, LRU): complex_diagonal with normalisation "
+            "gamma does not read model.heads (its heads only group modes for the norm probes)") in msg
+    assert "(heads=4, LRU) trains the same model as (heads=1, LRU)" in msg and "(RotRNN" not in msg
+    assert len(design.cells(design.validate(raw))) == 6  # a study stored with them reads as it ran
+    # Under ξ, which normalises each group of modes, the heads are read: six models.
+    xi = {**lru, "variant": {**lru["variant"], "LRU": {"model.parameterisation": "complex_diagonal",
+                                                       "model.normalisation": "xi"}}}
+    design.loads(yaml.safe_dump({**DESIGN_BASE, "factors": xi}), "t.yaml")
+
+
 def test_every_committed_study_validates():
     root = Path(__file__).resolve().parents[1]
     specs = sorted((root / "studies").rglob("*.yaml"))

@@ -127,3 +127,25 @@ def test_the_settings_each_family_reads_match_how_its_layer_is_built() -> None:
         assert (reads == catalogue.RECURRENCE_SETTINGS) is linear and (reads == ()) is (not linear), family
         assert set(catalogue.unread_settings(family)) == set(catalogue.RECURRENCE_SETTINGS) - set(reads)
     assert catalogue.unread_settings("mypkg.layers:Custom") == ()  # a plug-in: assumed to read them
+
+
+@pytest.mark.parametrize("parameterisation", catalogue.GROUPING_HEADS)
+def test_heads_change_nothing_trained_where_the_levels_do_not_read_them(parameterisation: str) -> None:
+    """``unread_by_levels``: under a per-mode normalisation these parameterisations' heads only
+    group modes, so 1 and 4 heads draw the same parameters and give the same outputs; under ξ
+    (which normalises each group) they do not, and the check says they are read."""
+    u = torch.randn(2, 12, 8, generator=torch.Generator().manual_seed(1))
+
+    def out(heads: int, normalisation: str) -> tuple[list[torch.Tensor], torch.Tensor]:
+        torch.manual_seed(0)
+        layer = LinearRecurrence(8, 8, heads, parameterisation, normalisation, "none", spec.RotrnnInit(), horizon=12)
+        return [p.detach().clone() for p in layer.parameters()], layer(u)[0].detach()
+
+    for normalisation in catalogue.NORMALISATIONS.builtin_names:
+        model = {"family": "linear_rnn", "parameterisation": parameterisation, "normalisation": normalisation}
+        (p1, y1), (p4, y4) = out(1, normalisation), out(4, normalisation)
+        same = all(torch.equal(a, b) for a, b in zip(p1, p4, strict=True)) and torch.equal(y1, y4)
+        assert same is (normalisation in catalogue.PER_MODE) is ("heads" in catalogue.unread_by_levels(model)), \
+            normalisation
+    assert catalogue.unread_by_levels({"family": "linear_rnn", "parameterisation": "rotation",
+                                       "normalisation": "gamma"}) == ()

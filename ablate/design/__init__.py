@@ -27,6 +27,7 @@ from ablate.design.cells import (
     cells_and_problems,
     comparison_problems,
     items,
+    level_twins,
     report_problems,
     select,
     selection_problems,
@@ -115,9 +116,9 @@ def _keys(prefix: str, value: Any) -> list[str]:
 
 def check_limits(spec: Spec) -> None:
     """What the stores and this machine can hold, checked before a spec read from a file runs:
-    the lengths the stores impose on names and keys (``ablate.stores``), and the task's data in
-    this machine's memory. A study's stored spec is not checked again: its results are read
-    whatever the machine. Raises SpecError naming key paths, with each limit."""
+    the lengths the stores impose on names and keys (``ablate.stores``), the task's data in
+    this machine's memory, and no two cells training one model for their levels (``level_twins``).
+    A study's stored spec is not checked again: its results are read whatever the machine. Raises SpecError naming key paths, with each limit."""
     problems: Problems = []
     if len(spec.name) > MAX_NAME:
         problems.append(("name", f"{len(spec.name):,} characters; at most {MAX_NAME}: the study names an MLflow "
@@ -147,6 +148,7 @@ def check_limits(spec: Spec) -> None:
             else:
                 problems.append(("factors", f"the cell {cell.label}: task {message}"))
             break
+    problems += level_twins(grid)
     if problems:
         raise SpecError(problems)
 

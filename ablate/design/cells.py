@@ -31,7 +31,7 @@ from ablate.design.identity import (
 )
 from ablate.design.selectors import condition_problems, matches, selector_problems
 from ablate.design.space import tune_protocol
-from ablate.models.catalogue import MODEL_FACTORS, read_model, unread_settings
+from ablate.models.catalogue import MODEL_FACTORS, read_model, unread_by_levels, unread_settings
 from ablate.plugins import PluginError, is_target
 from ablate.spec import MAX_CELLS, Problems, Spec, SpecError, get_path, parse, set_path, wsd_warmup
 
@@ -254,6 +254,31 @@ def _plugin_path(config: dict[str, Any], message: str) -> str | None:
         if is_target(value) and repr(value) in message:
             return path
     return None
+
+
+def level_twins(grid: list[Cell]) -> Problems:
+    """Cells that train an earlier cell's model because their levels do not read a setting the
+    factors vary (``catalogue.unread_by_levels``: an LRU's heads under γ only group its modes, for
+    the probes). Checked on a spec read from a file; a study stored before is read as it ran."""
+    first: dict[str, Cell] = {}
+    problems: Problems = []
+    for cell in grid:
+        model = cell.config["model"]
+        unread = unread_by_levels(model)
+        if not unread:
+            continue
+        key = canonical_json({**cell.config, "model": {k: v for k, v in read_model(model).items() if k not in unread}})
+        same = first.setdefault(key, cell)
+        if same is not cell:
+            differ = [f"model.{k}" for k in unread if model.get(k) != same.config["model"].get(k)]
+            problems.append(("factors", f"the cell ({cell.label}) trains the same model as ({same.label}): "
+                                        f"{model['parameterisation']} with normalisation {model['normalisation']} does "
+                                        f"not read {', '.join(differ)} (its heads only group modes for the norm probes), "
+                                        f"so its seeds would replicate the other cell's. Vary it only where it "
+                                        f"applies (when:) or exclude all but one of these cells"))
+    return problems[:MAX_INVALID_SHOWN] + ([("factors", f"… and {len(problems) - MAX_INVALID_SHOWN} more cells that "
+                                                        "train another's model")]
+                                           if len(problems) > MAX_INVALID_SHOWN else [])
 
 
 def _twin_problem(cell: Cell, same: Cell) -> str:

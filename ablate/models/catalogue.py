@@ -151,6 +151,24 @@ def read_model(model: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in model.items() if k not in unread}
 
 
+#: Built-in parameterisations whose recurrence is the same at any head count: heads only group their
+#: modes, for a normalisation that reads the groups (ξ) and for the per-head norm probes.
+GROUPING_HEADS = ("complex_diagonal", "real_diagonal")
+#: Built-in normalisations that scale each mode on its own: they never read the heads' groups.
+PER_MODE = ("gamma", "gamma_recomputed", "none")
+
+
+def unread_by_levels(model: dict[str, Any]) -> tuple[str, ...]:
+    """The settings of a resolved ``model`` its family reads but its levels do not: ``heads`` of a
+    parameterisation whose heads only group modes under a normalisation that scales each mode (a
+    test trains both head counts and finds the same model). Plug-in levels are assumed to read
+    every setting, as plug-in families are."""
+    if (model.get("family") == "linear_rnn" and model.get("parameterisation") in GROUPING_HEADS
+            and model.get("normalisation") in PER_MODE):
+        return ("heads",)
+    return ()
+
+
 PARAMETERISATIONS = Registry(
     "parameterisation",
     Level("rotation", "ablate.models.parameterisations:Rotation",
