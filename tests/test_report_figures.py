@@ -341,3 +341,14 @@ def test_rows_keep_their_labels_where_the_levels_do_not_tell_the_cells_apart() -
     trials["cell_label"] = trials["cell_id"].map({"a": "minGRU", "b": "RotRNN"})
     fig = acc.accuracy_by_cell(trials, METRIC, CHANCE, channels=channels)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["minGRU", "RotRNN"]
+
+
+def test_the_mean_over_seeds_is_drawn_only_where_every_seed_reached():
+    """One seed stopped early at step 100 and another probed once more off the grid (step 150): a
+    mean of whichever seeds were left dropped and spiked there; it now ends at step 100."""
+    rows = [{"cell_id": "c0", "layer": 0, "step": step, "seed": seed, "value": 1.0 + seed}
+            for seed, steps in ((0, [0, 50, 100]), (1, [0, 50, 100, 150, 200])) for step in steps]
+    fig = nf.norm_vs_step(pd.DataFrame(rows), [("c0", "c0")])
+    thick = [line for line in fig.axes[0].get_lines() if line.get_linewidth() == 1.7]
+    assert len(thick) == 1 and list(thick[0].get_xdata()) == [0, 50, 100]
+    assert list(thick[0].get_ydata()) == [1.5, 1.5, 1.5]

@@ -135,9 +135,9 @@ def norm_vs_step(norms: pd.DataFrame, order: Order, *, ylabel: str = f"{NORM} (m
     """Small multiples of ``stats.norms.layer_norms``: a row of panels per facet (the levels of the
     factors past colour and line style), a panel per layer that facet's variants have, every variant
     in its colour and line style with one legend for all. Up to ``BUSY`` variants a panel: each seed
-    a thin line, the mean over seeds thick, the min–max band; beyond, the mean alone. Runs flagged
-    diverged / non-finite (a ``nonfinite`` column of ``norms`` or of the per-seed frame ``flags``,
-    or a non-finite value) end in an ×. A log axis when the norms span more than 5×."""
+    a thin line, the mean over seeds thick (at the steps every seed reached), the min–max band;
+    beyond, the mean alone. Runs flagged diverged / non-finite (a ``nonfinite`` column of ``norms``
+    or of the per-seed frame ``flags``, or a non-finite value) end in an ×. A log axis when the norms span more than 5×."""
     if norms.empty:
         return plotting.empty("no probe data yet")
     channels = _channels(order, channels)
@@ -171,7 +171,10 @@ def norm_vs_step(norms: pd.DataFrame, order: Order, *, ylabel: str = f"{NORM} (m
                     if wide.shape[1] > 1:
                         ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=look["color"],
                                         alpha=0.12, lw=0, gid=look["gid"])
-                ax.plot(wide.index, wide.mean(axis=1), lw=1.7 if not busy else 1.3, color=look["color"],
+                # The mean only where every seed has a value: past the first seed's early stop, or at one
+                # seed's own end-of-run probe, a mean of the rest jumped and spiked.
+                shared = wide.dropna(how="any")
+                ax.plot(shared.index, shared.mean(axis=1), lw=1.7 if not busy else 1.3, color=look["color"],
                         ls=look["linestyle"], gid=look["gid"])
                 _mark_flagged(ax, wide, [s for c, s in flagged if c == cid], look)
         # The layer column is nullable (float in pandas): name it as the integer it is.
@@ -183,11 +186,11 @@ def norm_vs_step(norms: pd.DataFrame, order: Order, *, ylabel: str = f"{NORM} (m
             axes[i].tick_params(labelbottom=True)
         plotting.supylabel(fig, ylabel)
         if busy:
-            extra = [mpl.lines.Line2D([], [], color="0.3", lw=1.3, label="mean over seeds (seeds and bands left out: "
-                                      f"over {BUSY} variants a panel)")]
+            extra = [mpl.lines.Line2D([], [], color="0.3", lw=1.3, label="mean over seeds, where every seed "
+                                      f"reached (seeds and bands left out: over {BUSY} variants a panel)")]
         else:
             extra = [mpl.lines.Line2D([], [], color="0.3", lw=0.5, label="seed"),
-                     mpl.lines.Line2D([], [], color="0.3", lw=1.7, label="mean over seeds"),
+                     mpl.lines.Line2D([], [], color="0.3", lw=1.7, label="mean over seeds, where every seed reached"),
                      mpl.patches.Patch(color="0.3", alpha=0.15, label="min–max over seeds")]
         if flagged:
             extra.append(_flag_handle())
