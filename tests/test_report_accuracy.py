@@ -103,7 +103,7 @@ def test_tables_from_the_study(res):
 HEADERS = [
     "The answer", "Summary", "Per cell", "Main effects", "Appendix: cells", "Test accuracy per cell", "mean [95% CI]",
     "sd over seeds", "median", "diverged", "never learned", "pending", "Appendix: comparisons with the reference",
-    "exact permutation test", "verdict", "effect size", "p (Holm)", "t-test p (Holm)", "Power line",
+    "exact permutation test", "verdict", "effect size", "p (Holm)", "t-test p (Holm over these", "Power line",
     "seeds for 80% power", "Appendix: few-run estimates", "IQM [95% trimmed-t CI]", "P(cell > reference)",
     "Performance profiles", "Appendix: factor effects", "marginal mean [95% CI]", "Interactions",
     "Analysis of variance", "Appendix: convergence", "Appendix: learning curves", "Learning curves",
@@ -650,3 +650,39 @@ def test_interactions_of_three_factors_are_one_figure_with_a_panel_per_pair():
     assert [ax.get_title() for ax in fig.axes] == [
         f"{plotting.factor_name(a, names)} × {plotting.factor_name(b, names)}" for a, b in pairs]
     assert not empty_axes(fig) and not overlaps(fig) and not off_page(fig)
+
+
+def test_the_convergence_sentence_counts_the_runs_its_table_counts():
+    """Review item 11: a cell with 1 of 4 runs still improving, but whose runs taken together are
+    not rising (no †), used to sit under "Every run … had stopped improving"; a cell with no run
+    still improving printed the largest gain of all its runs in a column defined as the gain of
+    those still improving."""
+    trials = make_trials({"one": 0.7, "none": 0.8}, seeds=4)
+    trials["converged"] = [False, True, True, True, True, True, True, True]
+    trials["val_gain_last"] = [0.02, -0.01, 0.0, -0.005, 0.01, 0.0, 0.005, -0.003]
+    trials["val_gain_se"] = 0.005
+    conv = stats.cell_convergence(trials, 300)
+    assert not conv["still_improving"].any()  # the trend test: neither cell as a whole
+    table = acc.convergence_table(conv).set_index("cell")
+    gain = "val accuracy gain, last 20% of steps"
+    assert table.loc["one", "still improving"] == "1 of 4" and table.loc["one", gain] == "+2.0 points"
+    assert table.loc["none", "still improving"] == "0 of 4" and table.loc["none", gain] == fmt.DASH
+    text = " ".join(acc.convergence_sentences(conv))
+    assert "had stopped improving" not in text
+    assert "1 run was still improving when its budget ran out in 1 cell" in text
+    assert "one 1 of 4 (val accuracy +2.0 points)" in text
+    # No run flagged anywhere: then, and only then, the sentence that every run had stopped.
+    trials["converged"] = True
+    flat = " ".join(acc.convergence_sentences(stats.cell_convergence(trials, 300)))
+    assert "Every run whose convergence is recorded had stopped improving" in flat
+
+
+def test_the_t_test_column_says_which_comparisons_its_holm_is_over():
+    """Review item 8: the t-test p is Holm-adjusted over the table's comparisons, not over the study's
+    family that p (Holm) is: its header and the table's note say so, with both counts."""
+    comp = stats.compare_to_reference(_planted(0.05), "test_accuracy", "base")
+    table = acc.comparison_table(comp)
+    assert "t-test p (Holm over these 2; descriptive)" in table.columns and "t-test p (Holm)" not in table.columns
+    assert acc.t_test_note(comp, 49) == ("The t-test p is Holm-adjusted over these 2 comparisons only, not over the "
+                                         "study's family of 49 tests that p (Holm) is adjusted over: a check on the "
+                                         "exact test beside it, not a verdict.")

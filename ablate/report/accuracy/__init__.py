@@ -48,6 +48,7 @@ from ablate.report.accuracy.tables import (
     names_line,
     power_table,
     reference_table,
+    t_test_column,
     tuning_table,
 )
 from ablate.report.accuracy.text import (
@@ -57,6 +58,7 @@ from ablate.report.accuracy.text import (
     header_lines,
     no_anova_text,
     summary_sentences,
+    t_test_note,
     tuning_intro,
     tuning_sentences,
 )
@@ -94,6 +96,8 @@ __all__ = [
     "reference_table",
     "spec_text",
     "summary_sentences",
+    "t_test_column",
+    "t_test_note",
     "tuning_intro",
     "tuning_sentences",
     "tuning_table",

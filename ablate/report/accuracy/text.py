@@ -141,12 +141,17 @@ def tuning_intro(tune: Any) -> str:
             f"its replicates then ran the best setting. Search space: {space}.")
 
 
-def anova_intro(dropped: dict[str, list[Any]]) -> str:
-    """What the ANOVA table is, and which factor levels a partial study's ANOVA leaves out."""
-    text = ("Type II ANOVA (statsmodels) of the main effects and two-way interactions, seeds as replicates, "
-            f"tested only when every cell has at least {stats.MIN_N_TEST} seeds. p (Holm) is adjusted over the "
-            "study's one confirmatory family (the answer page says what it holds); its marks: \\* < 0.05, "
-            "\\*\\* < 0.01, \\*\\*\\* < 0.001.")
+def anova_intro(dropped: dict[str, list[Any]], sequential: bool = False) -> str:
+    """What the ANOVA table is, and which factor levels a partial study's ANOVA leaves out. A
+    sequential study's table has no p: its seeds depended on the results."""
+    text = "Type II ANOVA (statsmodels) of the main effects and two-way interactions, seeds as replicates, "
+    if sequential:
+        text += ("descriptive only: a sequential study's seeds per cell depended on the results, so its F tests' "
+                 "p-values are not valid and are not shown; the sums of squares and effect sizes describe the runs.")
+    else:
+        text += (f"tested only when every cell has at least {stats.MIN_N_TEST} seeds. p (Holm) is adjusted over the "
+                 "study's one confirmatory family (the answer page says what it holds); its marks: \\* < 0.05, "
+                 "\\*\\* < 0.01, \\*\\*\\* < 0.001.")
     if dropped:
         left = "; ".join(f"{f}: {', '.join(map(str, lv))}" for f, lv in dropped.items())
         text += (f" **Partial study:** over the levels with results so far — left out until they have "
@@ -309,6 +314,17 @@ def summary_sentences(summary: pd.DataFrame, metric: str, chance: float | None, 
     return out
 
 
+def t_test_note(comp: pd.DataFrame, family_m: int) -> str:
+    """The comparisons table's line on its t-test column: adjusted over these comparisons, not over
+    the study's family of ``family_m`` tests that p (Holm) and the verdicts are."""
+    k = int(comp["t_p"].notna().sum()) if "t_p" in comp.columns else 0
+    if not k:
+        return ""
+    return (f"The t-test p is Holm-adjusted over these {_plural(k, 'comparison')} only, not over the study's family "
+            f"of {_plural(family_m, 'test')} that p (Holm) is adjusted over: a check on the exact test beside it, "
+            "not a verdict.")
+
+
 def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> list[str]:
     """Which cells were still improving when their budget ran out, and which used other step counts,
     quoting ``convergence_table``; one sentence when the study records no convergence at all."""
@@ -320,13 +336,25 @@ def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> l
     if not conv["n_known"].any():
         out.append("Whether the runs converged is not recorded for this study (its trials predate the record); "
                    "its conclusions cannot say whether more steps would change them.")
-    still = conv[conv["still_improving"].astype(bool)]
+    cell_flag = conv["still_improving"].astype(bool)
+    still = conv[cell_flag]
     if len(still):
         parts = [f"{r['cell_label']} ({metric} {table.loc[i, gain_col]})" for i, r in still.iterrows()]
         out.append(f"Budget too small for {_plural(len(still), 'cell')} {STILL_IMPROVING}, still improving over the "
                    f"last 20% of their steps: {'; '.join(parts)}. Every conclusion drawn on "
                    f"{'it' if len(still) == 1 else 'them'} says so.")
-    elif conv["n_known"].any():
+    # The table's per-run count ("1 of 4 still improving") in cells whose runs together were not rising:
+    # a sentence that every run had stopped improving would contradict it.
+    runs = pd.to_numeric(conv["n_unconverged"], errors="coerce").fillna(0).astype(int)
+    some = conv[~cell_flag & (runs > 0)]
+    if len(some):
+        k = int(runs[some.index].sum())
+        parts = [f"{r['cell_label']} {table.loc[i, 'still improving']} ({metric} {table.loc[i, gain_col]})"
+                 for i, r in some.iterrows()]
+        out.append(f"{_plural(k, 'run')} {'was' if k == 1 else 'were'} still improving when {'its' if k == 1 else 'their'} "
+                   f"budget ran out in {_plural(len(some), 'cell')} whose runs taken together were not (no "
+                   f"{STILL_IMPROVING}): {'; '.join(parts)}.")
+    elif not len(still) and conv["n_known"].any():
         out.append("Every run whose convergence is recorded had stopped improving by the end of its budget.")
     if "n_extended" in conv.columns and conv["n_extended"].fillna(0).astype(int).any():
         grown = conv[conv["n_extended"].fillna(0).astype(int) > 0]

@@ -147,9 +147,10 @@ if comparisons.empty:
     say(reference_line, "There is no other cell to compare with.")
 else:
     table = acc.comparison_table(acc.named(comparisons, names), confidence, conv, alpha)
-    intro = [*acc.comparison_intro(comparisons, alpha), reference_line, names_line]
+    intro = [*acc.comparison_intro(comparisons, alpha), acc.t_test_note(comparisons, len(verdict.family)),
+             reference_line, names_line]
     if sequential:  # the seeds were added by the results: no fixed-design p or verdict
-        table = table.drop(columns=["test", "p", "p (Holm)", "verdict", "t-test p (Holm)"])
+        table = table.drop(columns=["test", "p", "p (Holm)", "verdict", acc.t_test_column(comparisons)])
         intro = [reference_line, "A sequential study: the differences and intervals below are descriptive, on the "
                  "seeds each cell got; the tests are the sequential design's (above).", names_line]
     shown, every = acc.constant_columns(table, ["n", "test"])
