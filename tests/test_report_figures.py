@@ -352,3 +352,23 @@ def test_the_mean_over_seeds_is_drawn_only_where_every_seed_reached():
     thick = [line for line in fig.axes[0].get_lines() if line.get_linewidth() == 1.7]
     assert len(thick) == 1 and list(thick[0].get_xdata()) == [0, 50, 100]
     assert list(thick[0].get_ydata()) == [1.5, 1.5, 1.5]
+
+
+def test_reference_lines_are_never_drawn_in_a_dash_pattern_a_variant_may_have():
+    """Chance, theory, a ratio of 1 and the white-noise curves were dashed or dotted, patterns the
+    line-style channel gives variants (gamma dashed, heads=16 dotted): now broad and pale, or thin
+    with open circles."""
+    s = Study(min(SIZES))
+    ch = s.channels
+    figs = [nf.norm_vs_time(s.norms, s.fig_order, channels=ch), nf.theory_ratio(s.norms, s.fig_order, channels=ch),
+            acc.learning_curves(s.curves, "val/accuracy", cells=s.trials, chance=CHANCE, channels=ch)]
+    checked = 0
+    for fig in figs:
+        lines = [line for ax in fig.axes for line in ax.get_lines()]
+        lines += [h for leg in fig.legends for h in leg.legend_handles if isinstance(h, Line2D)]
+        for line in lines:
+            if line.get_label() in ("chance", "white-noise input") or line.get_label().startswith(("theory",)) or \
+                    line.get_linewidth() == plotting.REFERENCE["lw"]:
+                checked += 1
+                assert line.get_linestyle() in ("-", "None"), (line.get_label(), line.get_linestyle())
+    assert checked >= 4

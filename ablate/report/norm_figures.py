@@ -34,7 +34,9 @@ __all__ = [
     "theory_ratio",
 ]
 
-THEORY_COLOR, NOISE_COLOR = "black", "0.45"
+THEORY_COLOR = "black"
+#: The white-noise curve: thin, solid, with open circles (no dash pattern: those mean variants).
+NOISE = {"lw": 0.7, "ls": "-", "marker": "o", "ms": 2.5, "mfc": "white", "mew": 0.6}
 
 #: Mathematical notation in figures, as matplotlib's mathtext (rendered offline, in the reports' font).
 NORM = r"$\Vert x\Vert^2$"
@@ -205,8 +207,9 @@ def _edge(df: pd.DataFrame, cid: str) -> tuple[int, int]:
 def norm_vs_time(df: pd.DataFrame, order: Order, channels: Channels | None = None) -> Figure:
     """Small multiples: a row per facet, a panel at the first and one at the last probe step.
     ‖x_t‖² (mean over heads, layers and seeds) on the probe batch in each variant's colour and line
-    style (band: min–max over layers, on panels of up to ``BANDS`` variants), on white noise (dashed
-    grey) and the white-input theory (dotted black), one legend for all."""
+    style (band: min–max over layers, on panels of up to ``BANDS`` variants), on white noise (a thin
+    line with open circles) and the white-input theory (a broad pale line), both in the variant's
+    colour and never in a dash pattern (those mean variants), one legend for all."""
     probe, noise, theory = (sn.time_curves(df, k) for k in ("probe", "white_noise", "theory"))
     shown = [(c, lbl) for c, lbl in order if (probe["cell_id"] == c).any()]
     if not shown:
@@ -242,10 +245,10 @@ def norm_vs_time(df: pd.DataFrame, order: Order, channels: Channels | None = Non
                                                 alpha=0.18, lw=0, gid=look["gid"])
                                 everything.append(by_layer.to_numpy().ravel())
                             ax.plot(x, mean, color=look["color"], ls=look["linestyle"], lw=1.5, gid=look["gid"])
-                        elif kind == "noise":
-                            ax.plot(x, mean, color=NOISE_COLOR, lw=0.9, ls="--")
+                        elif kind == "noise":  # in the variant's colour: several variants share a panel
+                            ax.plot(x, mean, color=look["color"], **NOISE, markevery=max(1, len(x) // 10), gid=look["gid"])
                         else:
-                            ax.plot(x, mean, color=THEORY_COLOR, lw=0.9, ls=":")
+                            ax.plot(x, mean, color=look["color"], **plotting.REFERENCE, gid=look["gid"])
         _titles(axes, names, 2)
         plotting.log_axis_if_wide(axes, np.concatenate(everything) if everything else np.array([]))
         for i in plotting.bottom_row(places):
@@ -254,8 +257,8 @@ def norm_vs_time(df: pd.DataFrame, order: Order, channels: Channels | None = Non
         plotting.supylabel(fig, f"{NORM_T} (mean over heads, layers, seeds)")
         band = " (band: min–max over layers)" if max(len(m) for _, m in rows) <= BANDS else ""
         extra = [mpl.lines.Line2D([], [], color="0.3", lw=1.5, label=f"probe batch{band}"),
-                 mpl.lines.Line2D([], [], color=NOISE_COLOR, lw=0.9, ls="--", label="white-noise input"),
-                 mpl.lines.Line2D([], [], color=THEORY_COLOR, lw=0.9, ls=":", label=r"theory (white input, $x_0 = 0$)")]
+                 mpl.lines.Line2D([], [], color="0.3", **NOISE, label="white-noise input"),
+                 mpl.lines.Line2D([], [], color="0.3", **plotting.REFERENCE, label=r"theory (white input, $x_0 = 0$)")]
         _legend(fig, order, channels, extra)
     return fig
 
@@ -287,12 +290,12 @@ def theory_ratio(df: pd.DataFrame, order: Order, channels: Channels | None = Non
                 curve = v.groupby("t")["ratio"].mean()
                 look = channels.style(cid)
                 ax.plot(curve.index + 1, curve.to_numpy(), color=look["color"], ls=look["linestyle"], lw=1.5, gid=look["gid"])
-            ax.axhline(1.0, color=THEORY_COLOR, lw=0.9, ls=":")
+            ax.axhline(1.0, color=THEORY_COLOR, **plotting.REFERENCE)
             ax.set_title(f"{when} (first probe step)" if when == "initialisation" else "end (last probe step)")
         plotting.log_axis_if_wide(axes, both["ratio"].to_numpy(float))
         plotting.xlabel(axes, 2, 2, "time step t")
         plotting.supylabel(fig, f"white-noise {NORM_T} / theory")
-        extra = [mpl.lines.Line2D([], [], color=THEORY_COLOR, lw=0.9, ls=":", label="theory holds (ratio 1)")]
+        extra = [mpl.lines.Line2D([], [], color=THEORY_COLOR, **plotting.REFERENCE, label="theory holds (ratio 1)")]
         _legend(fig, order, channels, extra)
     return fig
 

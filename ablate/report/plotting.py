@@ -103,13 +103,17 @@ STYLE = {
     "svg.fonttype": "path",  # SVGs: text as outlines, the same on every viewer
     "svg.hashsalt": "ablate",  # stable ids: the same figure gives the same SVG
 }
-#: Reference lines (chance, zero, theory, noise) are grey or black: no level is drawn in grey.
+#: Reference lines (chance, zero, a ratio of 1) are grey or black: no level is drawn in grey. (A variant's
+#: own theory and white-noise curves are in its colour, drawn as REFERENCE and norm_figures.NOISE.)
 GREY = {"reference": "0.35", "light": "0.6", "theory": "black"}
 #: Okabe–Ito's colour-blind-safe colours (black and yellow left out: black is for means and theory,
 #: yellow is unreadable on white), then Paul Tol's muted colours: ten distinguishable categories.
 CATEGORICAL = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9",
                "#882255", "#44AA99", "#999933", "#AA4499")
 DASHES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 3)), (0, (3, 1, 3, 1, 1, 1)))
+#: A reference line (chance, a ratio of 1, a theory curve): broad and pale, never a dash pattern, which
+#: every pattern above may mean a variant.
+REFERENCE = {"lw": 3.0, "alpha": 0.35, "ls": "-", "solid_capstyle": "butt"}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 

@@ -39,7 +39,7 @@ def _chance_line(ax: Any, chance: float | None, vertical: bool = False) -> bool:
     if not min(lo, hi) <= chance <= max(lo, hi):
         return False
     line = ax.axvline if vertical else ax.axhline
-    line(chance, color=CHANCE_COLOR, ls="--", lw=1, label="chance", zorder=1)
+    line(chance, color=CHANCE_COLOR, label="chance", zorder=1, **plotting.REFERENCE)
     (ax.set_xlim if vertical else ax.set_ylim)(lo, hi)
     return True
 
@@ -47,7 +47,7 @@ def _chance_line(ax: Any, chance: float | None, vertical: bool = False) -> bool:
 def _chance_handle(chance: float | None = None, drawn: bool = True) -> Any:
     """The legend's chance entry: the line, or — when it is off every axis — where chance is."""
     if drawn:
-        return mpl.lines.Line2D([], [], ls="--", lw=1, color=CHANCE_COLOR, label="chance")
+        return mpl.lines.Line2D([], [], color=CHANCE_COLOR, label="chance", **plotting.REFERENCE)
     return mpl.lines.Line2D([], [], ls="", label=f"chance ({chance:.3g}) is off the axis")
 
 
