@@ -129,6 +129,25 @@ def test_outputs_refuse_a_destination_that_is_no_file_before_writing_anything(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
+def test_a_file_schema_did_not_write_is_never_replaced(tmp_path):
+    """`ablate schema study.yaml` (every other command takes a spec there) overwrote the spec."""
+    spec, notes = tmp_path / "study.yaml", tmp_path / "notes.md"
+    spec.write_text("name: mine\n")
+    notes.write_text("my notes\n")
+    lost = "it holds something ablate schema did not write, which would be lost"
+    for args, path in [((str(spec),), spec), ((str(tmp_path / "s.json"), None, notes), notes)]:
+        with pytest.raises(Refused) as refused:
+            schema.outputs(*args)
+        assert refused.value.code == 2 and refused.value.lines[0].startswith(f"cannot write {path}: {lost}")
+    assert spec.read_text() == "name: mine\n" and notes.read_text() == "my notes\n"
+    ours, ref, empty = tmp_path / "s.json", tmp_path / "ref.md", tmp_path / "empty.json"
+    empty.write_text("")
+    list(schema.outputs(str(ours), None, ref).write())
+    for again in ((str(ours), None, ref), (str(empty),)):  # what it wrote, or an empty file: replaced
+        list(schema.outputs(*again).write())
+    assert json.loads(empty.read_text())["$id"] == schema.SCHEMA_ID
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full: a device that is always full (Linux)")
 def test_a_failed_write_is_refused_and_writes_nothing_else(tmp_path):
     (tmp_path / "old.json").write_text("old", encoding="utf-8")
