@@ -227,3 +227,14 @@ def test_a_warmup_count_equal_to_its_fraction_is_the_same_cell():
     assert design.cells(design.validate(pinned))[0].config_key == identity.config_key(old)
     # warmup: 0.1 written out is the default's value: 20 steps on wsd, a new cell
     assert design.cells(design.validate(fraction))[0].id != identity.cell_id(old)
+
+
+def test_a_version_change_names_only_what_changed():
+    change = identity.version_change
+    assert change("1", "2") == "code version 1 → 2"
+    assert change("1", "1, model.parameterisation v2") == "model.parameterisation v1 → v2"
+    plug = "1, model.parameterisation my.mod:Givens (my-pkg 0.1.0) source {}"
+    assert change(plug.format("1a2b"), plug.format("3c4d")) == "model.parameterisation my.mod:Givens source 1a2b → 3c4d"
+    assert change("1", plug.format("1a2b")) == \
+        "model.parameterisation built-in → my.mod:Givens (my-pkg 0.1.0) source 1a2b"
+    assert change("1, task.name v2", "2") == "code version 1 → 2; task.name v2 → v1"

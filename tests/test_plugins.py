@@ -7,6 +7,7 @@ one that a worker cannot import fails its item as an error with the import's mes
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -173,8 +174,14 @@ def test_editing_a_plugin_makes_new_cells_and_the_old_ones_stale(plugin_dir: Pat
     builtin, mine = design.cells(spec)
     before = identity.cell_id(mine.config), identity.config_key(mine.config), identity.cell_id(builtin.config)
     assert "my_plugin_edit:Mine" in identity.code_version(mine.config)
+    version = identity.code_version(mine.config)
     module.write_text("from ablate.models.parameterisations import Rotation as Mine  # edited\n")
     after = identity.cell_id(mine.config), identity.config_key(mine.config), identity.cell_id(builtin.config)
+    # plan says what changed, not both identities whole (a line of 220 characters)
+    old_source, new_source = (re.search(r"my_plugin_edit:Mine source (\w+)", v)[1]
+                              for v in (version, identity.code_version(mine.config)))
+    assert identity.version_change(version, identity.code_version(mine.config)) == \
+        f"model.parameterisation my_plugin_edit:Mine source {old_source} → {new_source}"
     assert after[0] != before[0]  # a new cell
     assert after[1] == before[1]  # the same experiment: the old results are stale, not lost
     assert after[2] == before[2]  # cells of built-ins only are untouched

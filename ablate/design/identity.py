@@ -202,7 +202,40 @@ def code_version(config: dict[str, Any]) -> str:
     return text
 
 
-#: The code version of every trial stored before trials recorded theirs.
+def _version_parts(text: str) -> dict[str, str]:
+    """``code_version`` text by part: "code" → ablate's version, "PATH vN" and "PATH" (a plug-in's
+    identity) → the rest."""
+    first, *rest = text.split(", ")
+    parts = {"code": first}
+    for part in rest:
+        path, _, what = part.partition(" ")
+        parts[f"{path} v" if what[:1] == "v" and what[1:].isdigit() else path] = what
+    return parts
+
+
+def version_change(old: str, new: str) -> str:
+    """What differs between two ``code_version`` texts, e.g. ``code version 1 → 2`` or
+    ``model.parameterisation my.mod:Givens source 1a2b… → 3c4d…``: only the parts that changed
+    (a plug-in's whole identity repeated on both sides made a line of 220 characters)."""
+    a, b = _version_parts(old), _version_parts(new)
+    said = []
+    for key in dict.fromkeys([*a, *b]):
+        was, now = a.get(key), b.get(key)
+        if was == now:
+            continue
+        if key == "code":
+            said.append(f"code version {was} → {now}")
+        elif key.endswith(" v"):
+            said.append(f"{key[:-2]} {was or 'v1'} → {now or 'v1'}")
+        elif was and now and was.split(" source ")[0] == now.split(" source ")[0]:
+            target = was.split(" source ")[0].split(" (")[0]
+            said.append(f"{key} {target} source {was.rsplit(' ', 1)[-1]} → {now.rsplit(' ', 1)[-1]}")
+        else:
+            said.append(f"{key} {was or 'built-in'} → {now or 'built-in'}")
+    return "; ".join(said) or f"code version {old} → {new}"
+
+
+#: The code version of every trial stored before trials recorded theirs.#: The code version of every trial stored before trials recorded theirs.
 ORIGINAL_CODE_VERSION = "1"
 
 

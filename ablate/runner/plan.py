@@ -12,6 +12,7 @@ from typing import Any
 
 from ablate import design
 from ablate.design import Cell, Item, cells
+from ablate.design.identity import version_change
 from ablate.runner import sequential_looks
 from ablate.runner.phases import checked_branch
 from ablate.runner.standing import existing_store_url, standing
@@ -72,6 +73,9 @@ class CellPlan:
             return "stale"
         return "new"
 
+    def _changed(self, old: list[str]) -> str:
+        return " | ".join(dict.fromkeys(version_change(v, self.cell.code_version) for v in old))
+
     @property
     def source(self) -> str:
         """Where its results come from, when not from this study: ``reused from study X``,
@@ -84,10 +88,10 @@ class CellPlan:
                                                                        if n < len(self.items) else ""))
             old = sorted({s.code_version for s in self.reusable.values() if s.stale})
             if old:
-                parts[-1] += f" (stale: code version {', '.join(old)} → {self.cell.code_version})"
+                parts[-1] += f" (stale: {self._changed(old)})"
         if self.stale:
             old = sorted({s.code_version for s in self.stale.values()})
-            parts.append(f"stale (code version {', '.join(old)} → {self.cell.code_version}): "
+            parts.append(f"stale ({self._changed(old)}): "
                          f"{len(self.stale)} in study " + ", ".join(sorted({s.study for s in self.stale.values()})))
         if self.held:
             parts.append(self.held)
@@ -279,10 +283,10 @@ def stale_lines(plan: Plan, reuse_stale: bool = False) -> list[str]:
     if reuse_stale or not plan.stale:
         return []
     n = sum(len(c.stale) for c in plan.stale)
-    old = sorted({s.code_version for c in plan.stale for s in c.stale.values()})
-    now = sorted({c.cell.code_version for c in plan.stale})
-    return [f"stale: {n} trials of {len(plan.stale)} cells were run by code version {', '.join(old)} (the code "
-            f"is now at {', '.join(now)}): not reused, they will run again; --reuse-stale reuses them"]
+    changes = dict.fromkeys(version_change(s.code_version, c.cell.code_version)
+                            for c in plan.stale for s in c.stale.values())
+    return [f"stale: {n} trials of {len(plan.stale)} cells were run by other code ({' | '.join(changes)}): not "
+            f"reused, they will run again; --reuse-stale reuses them"]
 
 
 def orphan_lines(orphans: Any, spec_name: str) -> list[str]:
