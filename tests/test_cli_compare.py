@@ -100,19 +100,31 @@ def test_a_comparison_renders_from_exports_with_no_store(exports, tmp_path, monk
     assert not any(empty.iterdir())  # no store was created, or looked for and made
     page = (tmp_path / "out" / "comparison.html").read_text()
     assert "<title>tiny — comparison</title>" in page
-    assert [r[0] for r in table_rows(page, "Table 1. The studies.")] == NAMES
-    variants = {r[0]: r[1] for r in table_rows(page, "Table 2. The variants")}
+    # Page one: the answer first — the heads=4 variant's difference from the reference, in the same 3 pairs.
+    assert [r[:2] for r in table_rows(page, "Table 1. Each variant against the reference")] == [["heads=4", "3 pairs"]]
+    assert [r[0] for r in table_rows(page, "Table 2. The studies.")] == NAMES
+    variants = {r[0]: r[1] for r in table_rows(page, "Table 3. The variants")}
     assert variants == {"heads=2 (reference)": "cmpx-ref", "heads=4": "cmpx-more"}
-    assert [r[0] for r in table_rows(page, "Table 3.")] == ["heads=2 (reference)", "heads=4"]
-    assert [r[1] for r in table_rows(page, "Table 3.")] == ["3", "4"]  # every run of each study counts
+    # heads, the one setting the studies differ in, is in the labels: no table of what they leave out
+    assert "What the labels leave out" not in page
+    assert [r[0] for r in table_rows(page, "Table 4.")] == ["heads=2 (reference)", "heads=4"]
+    assert [r[1] for r in table_rows(page, "Table 4.")] == ["3", "4"]  # every run of each study counts
     # A spread over 4 seeds against one over 3 would depend on the counts: over seeds both sides
     # take the 3 seeds they share, and so do the per-seed measures (paired).
-    ratios = table_rows(page, "Table 5.")
-    assert {r[0] for r in ratios} == set(MEASURE_WORDS.values())
-    assert all(r[1] == "heads=4" and r[2] == "3 pairs" for r in ratios), ratios
+    ratios = table_rows(page, "Table 8.")
+    head = page[page.index("Table 8."):]
+    head = _html.unescape(head[head.index("<thead"):head.index("</thead>")])
+    assert all(words in head for words in MEASURE_WORDS.values())
+    assert [r[:2] for r in ratios] == [["heads=4", "3 pairs"]], ratios
     text = " ".join(_html.unescape(re.sub(r"<[^>]+>", "", page)).split())
     assert "Over seeds (spread of log ‖x‖²): 0 of 1 tested comparisons are significant at α = 0.05" in text
-    assert "With 3 seeds none can be: the exact test cannot give a p below 0.25" in text
+    # One family for everything the comparison tests, said once with its m, which every sentence quotes.
+    m = int(re.search(r"One family for this comparison: .*?, m = (\d+) tests", text).group(1))
+    assert m == 1 + len(MEASURE_WORDS)  # accuracy and the four norm measures, one comparison each
+    assert (f"With 3 seeds none can be: the exact test cannot give a p below 0.25, above Holm's first threshold "
+            f"over this comparison's {m} tests") in text
+    assert "the study's" not in text and "Holm within each measure" not in text
+    assert "Pairs. A test pairs seed s of a variant with seed s of the reference" in text
 
 
 def test_report_data_compare_renders_one_comparison_of_a_folder_of_exports(exports, tmp_path, monkeypatch):

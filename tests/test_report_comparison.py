@@ -9,6 +9,8 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
+import pandas as pd
 import pytest
 import real_studies as studies
 from pdfs import page_problems
@@ -122,3 +124,110 @@ def app_cli():
     from ablate.cli import app
 
     return app
+
+
+# --- what a comparison of differently configured studies says (no store: variants as Studies.variants gives them)
+
+TASK = {"name": "listops", "max_length": 24, "seed": 0}
+ROT_INIT = {"scheme": "rotrnn", "gamma_min": 0.5, "gamma_max": 0.999, "identity_basis": False}
+RING_INIT = {"scheme": "ring", "r_min": 0.9, "r_max": 0.999, "identity_basis": False}
+
+
+def _variant(cid: str, study: str, label: str, model: dict, batch: int = 8, data: str = "d1") -> dict:
+    config = {"model": {"family": "linear_rnn", "layers": 1, "d_model": 32, "state_dim": 32, "heads": 4,
+                        "normalisation": "xi", "init": ROT_INIT, **model},
+              "task": TASK, "train": {"batch_size": batch, "lr": 0.003, "steps": 8}}
+    return {"cell_id": cid, "study": study, "studies": study, "cell_label": label, "label": label,
+            "task": json.dumps(TASK), "data_version": data, "code_version": "1", "config": json.dumps(config)}
+
+
+def _two_studies() -> tuple[pd.DataFrame, dict]:
+    """Study A: two normalisations at d_model 32, 4 heads, grid-tuned lr; study B: a RotRNN and an
+    LRU at d_model 64 (8 and 1 heads, the LRU on a ring init), lr by TPE — as the ListOps pair."""
+    from ablate.spec.tune import TuneSpec
+
+    variants = pd.DataFrame([
+        _variant("a1", "A", "normalisation=xi", {}),
+        _variant("a2", "A", "normalisation=gamma", {"normalisation": "gamma"}),
+        _variant("b1", "B", "normalisation=xi, variant=RotRNN", {"d_model": 64, "heads": 8}),
+        _variant("b2", "B", "normalisation=gamma, variant=LRU",
+                 {"d_model": 64, "heads": 1, "normalisation": "gamma", "init": RING_INIT}),
+    ])
+    tunes = {"A": TuneSpec.model_validate({"trials": 2, "sampler": "grid", "space": {"train.lr": {"choices": [0.005, 0.01]}}}),
+             "B": TuneSpec.model_validate({"trials": 4, "sampler": "tpe",
+                                           "space": {"train.lr": {"low": 1e-3, "high": 1e-2, "log": True}}})}
+    return variants, tunes
+
+
+def test_the_settings_the_labels_leave_out_are_said_per_study():
+    variants, tunes = _two_studies()
+    diffs = cmp.setting_differences(variants, tunes, ["model.normalisation"])
+    # the factor the labels name is left out, and so is the lr both studies tune (its config value never ran)
+    assert list(diffs.setting) == ["model.d_model", "model.heads", "model.init", "tune"]
+    text = cmp.settings_sentence(diffs, "Table 4")
+    assert "model.d_model (32 vs 64)" in text and "model.heads (4 vs 8, 1)" in text
+    assert ("model.init ({scheme: rotrnn, gamma_min: 0.5, gamma_max: 0.999} in each; B also "
+            "{scheme: ring, r_min: 0.9, r_max: 0.999})") in text  # the keys all share (identity_basis) left out
+    assert "tune (grid, 2 trials: train.lr choices 0.005, 0.01 vs tpe, 4 trials: train.lr [0.001, 0.01] log)" in text
+    assert "a difference between configurations, not only in the factors the labels name (Table 4" in text
+    table = cmp.settings_table(diffs, variants)
+    assert list(table.variants) == ["the 2 variants of A", "normalisation=xi, variant=RotRNN",
+                                    "normalisation=gamma, variant=LRU"]
+    assert list(table["model.heads"]) == ["4", "8", "1"]
+    # One study, or a setting every label names: nothing to say.
+    assert cmp.setting_differences(variants[variants.study == "B"], {"B": tunes["B"]}, []).empty
+    named = variants.assign(label=[f"{lbl}, heads={h}" for lbl, h in zip(variants.label, [4, 4, 8, 1], strict=True)])
+    assert "model.heads" not in set(cmp.setting_differences(named, tunes, ["model.normalisation"]).setting)
+    # The data sentence claims the data only, not that the variants compare directly.
+    line = cmp.comparability_lines(variants, stats.comparability(variants, "a1"), "a1")[0]
+    assert line.startswith("All 4 variants are trained and tested on the same data") and "directly" not in line
+
+
+def _trials(cells: dict[str, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"cell_id": c, "cell_label": c, "seed": s, "phase": "replicate", "status": "complete",
+                          "test_accuracy": v} for c, values in cells.items() for s, v in enumerate(values)])
+
+
+def test_seeds_pair_only_where_they_draw_the_same_batches():
+    variants = pd.DataFrame([_variant("r", "A", "batch=8", {}), _variant("s", "B", "same", {}),
+                             _variant("o", "B", "batch=16", {}, batch=16)])
+    pairing = cmp.seed_pairing(variants, "r")
+    assert list(pairing.same_order) == [True, True, False] and pairing.why.iloc[2] == "batch size 16 vs 8"
+    trials = _trials({"r": [0.50, 0.52, 0.55, 0.51], "s": [0.53, 0.55, 0.58, 0.54], "o": [0.53, 0.55, 0.58, 0.54]})
+    apart = set(pairing.loc[~pairing.same_order, "cell_id"])
+    comp = stats.compare_to_reference(cmp.apart_seeds(trials, apart), "test_accuracy", "r")
+    assert dict(zip(comp.cell_id, comp.paired, strict=True)) == {"s": True, "o": False}
+    assert set(trials.seed) == {0, 1, 2, 3}  # the frame given is left as it was
+    line = cmp.pairing_line(pairing, variants, {"r", "s", "o"}, "r")
+    assert "batch size 8" in line and "Taken unpaired" in line and "batch=16 (batch size 16 vs 8)" in line
+    assert "Taken unpaired" not in cmp.pairing_line(pairing, variants, {"r", "s"}, "r")
+
+
+def test_one_family_over_every_test_the_comparison_makes_said_in_its_words():
+    from ablate.stats import family as fam
+
+    trials = _trials({"r": [0.50, 0.52, 0.55, 0.51, 0.49], "s": [0.53, 0.55, 0.58, 0.54, 0.52],
+                      "t": [0.50, 0.53, 0.54, 0.52, 0.48]})
+    comp = stats.compare_to_reference(trials, "test_accuracy", "r")
+    norms = pd.DataFrame({"measure": ["training", "final", "depth"], "cell_id": ["s", "s", "s"],
+                          "cell_label": ["s"] * 3, "p": [0.0625, 0.0625, np.nan]})
+    family = fam.adjust(fam.members([("test_accuracy", comp), ("norm", norms)]), 0.05)
+    assert len(family) == 4  # two accuracy comparisons and two tested norm ones; an untested one takes no share
+    text = cmp.family_sentence(family, 0.05)
+    assert "One family for this comparison: 4 comparisons with the reference on 3 measures" in text
+    assert "m = 4 tests" in text and "α/m = 0.013" in text and "study" not in text.split("Each study")[0]
+    shared = fam.apply(comp, family, "test_accuracy", "comparison", 0.05)
+    # Holm over all four: the accuracy p's are adjusted beyond what Holm over their own two gives.
+    assert (shared.p_adj >= comp.p_adj).all() and (shared.p_adj > comp.p_adj).any()
+    words = cmp.in_comparison_words(["Holm's first threshold over the study's 4 tests",
+                                     "Its p-values are Holm-corrected across the comparisons; the t-test's"])
+    assert words == ["Holm's first threshold over this comparison's 4 tests",
+                     "Its p-values are Holm-corrected over this comparison's family (page one); the t-test's"]
+    table = cmp.answer_table(shared)
+    assert list(table.columns) == ["variant", "seeds", "mean", "Δ vs reference [95% CI]", "p (Holm)", "verdict"]
+    lines = cmp.answer_lines(shared, None, "r", "0.514 [0.48, 0.55]", "test_accuracy")
+    assert lines[0].startswith("Against the reference, **r** (test accuracy 0.514 [0.48, 0.55]), 0 of 2 tested "
+                               "differences are significant at α = 0.05 (Table 1)")
+    i = int(shared.mean_diff.abs().idxmax())
+    assert (f"the largest is {table.at[i, 'variant']}: {table.at[i, 'Δ vs reference [95% CI]']}, p (Holm) "
+            f"{table.at[i, 'p (Holm)']}") in lines[0]

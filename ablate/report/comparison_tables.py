@@ -6,30 +6,50 @@ variants (``Studies.frames``: each cell once, labelled by what differs) with the
 norm-stability analyses (``ablate.stats``, ``ablate.stats.norms``) and their presentation
 (``ablate.report.accuracy``, ``ablate.report.norm_tables``), which it reuses as they are.
 What is particular to a comparison is here: which studies and cells, which variants can be
-compared (``stats.comparability``: same task and data version), and per-study provenance.
+compared (``stats.comparability``: same task and data version), which pairs share a data order
+(``seed_pairing``), the settings the studies' variants differ in beyond their labels
+(``setting_differences``), the comparison's one multiplicity family (``family_sentence``: the
+studies' rule of ``stats.family``, over what this report tests), the page-one answer and per-study
+provenance.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ablate import stats
+from ablate import design, stats
+from ablate.models import catalogue
 from ablate.report import format as fmt
 from ablate.report import norm_tables as ns
+from ablate.report.accuracy.tables import comparison_table
 from ablate.stats import norms as sn
+from ablate.stats.words import family_words
 
 __all__ = [
+    "SEED_OFFSET",
+    "answer_lines",
+    "answer_table",
+    "apart_seeds",
+    "at_threshold",
     "comparability_lines",
+    "family_sentence",
     "header_lines",
+    "in_comparison_words",
     "norm_sentences",
     "omitted_measures_note",
+    "pairing_line",
     "reference_variant",
+    "seed_pairing",
     "selection_text",
+    "setting_differences",
+    "settings_sentence",
+    "settings_table",
     "short_commit",
     "studies_provenance_table",
     "stores_lines",
@@ -111,9 +131,10 @@ def comparability_lines(variants: pd.DataFrame, comp: pd.DataFrame, reference_id
     merged = variants.merge(comp, on="cell_id")
     apart = merged[~merged["comparable"]]
     if apart.empty:
+        # Only the data is claimed the same here: the models and their training may differ beyond
+        # the labels, which ``settings_sentence`` says.
         return [f"All {len(variants)} variants are trained and tested on the same data (task `{ref_task.get('name')}`, "
-                f"data version `{str(ref['data_version'])[:8]}`): their accuracies and state norms compare directly, "
-                "and the statistics below take every one."]
+                f"data version `{str(ref['data_version'])[:8]}`), and the statistics below take every one."]
     lines = [f"{len(merged) - len(apart)} of {len(variants)} variants share the reference's data (task "
              f"`{ref_task.get('name')}`, data version `{str(ref['data_version'])[:8]}`) and are compared with it. "
              f"{len(apart)} {'is' if len(apart) == 1 else 'are'} not — a difference on other data is not an effect "
@@ -128,6 +149,289 @@ def comparability_lines(variants: pd.DataFrame, comp: pd.DataFrame, reference_id
             why = "the same task parameters but another version of the task's generator"
         lines.append(f"- **{v['label']}** ({v['studies']}): {why}.")
     return lines
+
+
+#: Added to the seeds of a variant whose seeds do not share the reference's data order
+#: (``apart_seeds``): no seed is then shared, so the tests take the two unpaired.
+SEED_OFFSET = 1_000_000_000
+
+
+def _config(variant: pd.Series) -> dict[str, Any]:
+    """A variant's resolved configuration without the model settings its family does not read."""
+    config = json.loads(variant["config"]) if isinstance(variant["config"], str) else dict(variant["config"])
+    model = config.get("model")
+    return {**config, "model": catalogue.read_model(model)} if isinstance(model, dict) else config
+
+
+def seed_pairing(variants: pd.DataFrame, reference_id: str) -> pd.DataFrame:
+    """Per variant (``Studies.variants``): whether its seed s trains on the same batches in the same
+    order as the reference's seed s (``same_order``), and ``why`` not. A run draws its batch order
+    from a generator seeded by its seed over its task's training set, ``train.batch_size`` at a time
+    (``training.Trial.batch``), so the order is shared exactly when the data version and the batch
+    size are. Only then does pairing seed s with seed s pair something (the data order; the initial
+    weights differ wherever the models do); otherwise the tests must take the runs unpaired."""
+    ref = variants.loc[variants["cell_id"] == reference_id].iloc[0]
+    ref_batch = _config(ref).get("train", {}).get("batch_size")
+    rows = []
+    for _, v in variants.iterrows():
+        batch = _config(v).get("train", {}).get("batch_size")
+        why = ("other data" if v["data_version"] != ref["data_version"] else
+               f"batch size {batch} vs {ref_batch}" if batch != ref_batch else "")
+        rows.append({"cell_id": v["cell_id"], "same_order": not why, "batch_size": batch, "why": why})
+    return pd.DataFrame(rows, columns=["cell_id", "same_order", "batch_size", "why"])
+
+
+def apart_seeds(frame: Any, cells: Iterable[str]) -> Any:
+    """``frame`` (pandas or polars, with ``cell_id`` and ``seed``) with the seeds of ``cells`` moved
+    by ``SEED_OFFSET``, so that no seed of theirs matches the reference's and every test takes them
+    unpaired (``seed_pairing``: their seed s does not draw the reference's batches)."""
+    cells = list(cells)
+    if not cells or "seed" not in frame.columns or not len(frame):
+        return frame
+    if isinstance(frame, pd.DataFrame):
+        out = frame.copy()
+        moved = out["cell_id"].isin(cells)
+        out.loc[moved, "seed"] = out.loc[moved, "seed"] + SEED_OFFSET
+        return out
+    import polars as pl
+
+    return frame.with_columns(pl.when(pl.col("cell_id").is_in(cells)).then(pl.col("seed") + SEED_OFFSET)
+                              .otherwise(pl.col("seed")).alias("seed"))
+
+
+def pairing_line(pairing: pd.DataFrame, variants: pd.DataFrame, compared: Iterable[str], reference_id: str) -> str:
+    """What the tests' pairs pair (``seed_pairing`` of the ``compared`` variants), in one sentence."""
+    rows = pairing[pairing["cell_id"].isin(set(compared)) & (pairing["cell_id"] != reference_id)]
+    if rows.empty:
+        return ""
+    batch = pairing.loc[pairing["cell_id"] == reference_id, "batch_size"].iloc[0]
+    text = ("**Pairs.** A test pairs seed s of a variant with seed s of the reference where both ran it: the seed "
+            f"draws the training batches (batch size {batch}) from the same training set, so each pair shares its "
+            "data order — not its initial weights, which differ wherever the models do")
+    apart = rows[~rows["same_order"]]
+    if apart.empty:
+        return text + "."
+    labels = dict(zip(variants["cell_id"], variants["label"], strict=True))
+    return (text + ". Taken unpaired, since the same seed draws other batches for them: "
+            + "; ".join(f"{labels[c]} ({w})" for c, w in zip(apart["cell_id"], apart["why"], strict=True)) + ".")
+
+
+def _group(path: str) -> str:
+    """The setting a config leaf belongs to: its first two keys (``model.init`` for
+    ``model.init.r_min``), so one setting's parts are said together."""
+    return ".".join(path.split(".")[:2])
+
+
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: data}
+
+
+def _tune_text(tune: Any) -> str:
+    """A study's tuning protocol in a few words: "tpe, 4 trials: train.lr [0.001, 0.01] log"."""
+    if tune is None:
+        return "not tuned"
+    space = "; ".join(f"{path} choices {', '.join(f'{c:g}' if isinstance(c, float) else str(c) for c in dim.choices)}"
+                      if dim.choices is not None else f"{path} [{dim.low:g}, {dim.high:g}]" + (" log" if dim.log else "")
+                      for path, dim in tune.space.items())
+    return f"{tune.sampler}, {tune.trials} trial{'s' if tune.trials != 1 else ''}: {space}"
+
+
+def setting_differences(variants: pd.DataFrame, tunes: dict[str, Any], named: Iterable[str]) -> pd.DataFrame:
+    """The settings the studies' variants differ in beyond the factors their labels name: one row
+    per setting (a config section's key, ``model.init``; ``tune`` for the tuning protocol) whose
+    values differ between the studies, with per variant its value (``value`` columns keyed by cell
+    id: ``value:<id>`` columns) and per study the list of values its variants have (a column per study).
+    ``variants``: ``Studies.variants``; ``tunes``: study → its spec's ``tune`` (None: not tuned), in
+    the studies' order; ``named``: the factor paths the labels name (left out, as is a setting every
+    label names by its last key, ``heads=4``). A setting a study
+    tunes reads "tuned" there (its config value is not what ran). Empty with one study."""
+    studies = list(tunes)
+    named = [str(p) for p in named]
+    values: dict[str, dict[str, Any]] = {}  # setting → cell id → its value (a leaf, or a dict of leaves)
+    holders: dict[str, list[str]] = {}
+    for _, v in variants.iterrows():
+        cid = str(v["cell_id"])
+        holders[cid] = [s.strip() for s in str(v["studies"]).split(",")]
+        tuned = set(tunes.get(holders[cid][0]).space) if tunes.get(holders[cid][0]) is not None else set()
+        for path, value in _leaves(_config(v)).items():
+            if any(path == p or path.startswith(p + ".") for p in named):
+                continue
+            group = _group(path)
+            shown = "tuned" if any(path == t or path.startswith(t + ".") for t in tuned) else value
+            if group == path:
+                values.setdefault(group, {})[cid] = shown
+            else:
+                values.setdefault(group, {}).setdefault(cid, {})[path[len(group) + 1:]] = shown
+        values.setdefault("tune", {})[cid] = _tune_text(tunes.get(holders[cid][0]))
+    labels = [str(x) for x in variants["label"]]
+    rows = []
+    for setting, per_cell in values.items():
+        if all(f"{setting.rsplit('.', 1)[-1]}=" in lbl for lbl in labels):
+            continue  # every label names it (a setting that told the variants apart: Studies.variants)
+        texts = _value_texts(per_cell)
+        by_study = {s: list(dict.fromkeys(texts[c] for c in per_cell if s in holders[c])) for s in studies}
+        if len({tuple(sorted(t)) for t in by_study.values() if t}) < 2:
+            continue
+        rows.append({"setting": setting, **by_study, **{f"value:{c}": texts.get(c, fmt.DASH) for c in holders}})
+    out = pd.DataFrame(rows, columns=["setting", *studies, *[f"value:{c}" for c in holders]])
+    out.attrs["studies"] = studies
+    out.attrs["holders"] = holders
+    return out
+
+
+def _value_texts(per_cell: dict[str, Any]) -> dict[str, str]:
+    """Each cell's value of one setting as text; a section of several keys (``model.init``) by the
+    keys whose value differs between the cells (``{scheme: ring, r_min: 0.9}``), not the ones all share."""
+    if not any(isinstance(v, dict) for v in per_cell.values()):
+        return {c: v if isinstance(v, str) else design.level_label(v) for c, v in per_cell.items()}
+    keys = list(dict.fromkeys(k for v in per_cell.values() if isinstance(v, dict) for k in v))
+    keys.sort(key=lambda k: not any(isinstance(v, dict) and isinstance(v.get(k), str) for v in per_cell.values()))
+    # (a named choice — an init's scheme — before the numbers it comes with)
+    varying = [k for k in keys if len({design.canonical_json(v.get(k)) for v in per_cell.values()}) > 1] or keys
+    return {c: "{" + ", ".join(f"{k}: {design.level_label(v[k])}" for k in varying if k in v) + "}"
+            for c, v in per_cell.items()}
+
+
+def settings_sentence(diffs: pd.DataFrame, table: str = "Table 4") -> str:
+    """Page one's sentence on ``setting_differences``: which settings differ between the studies,
+    each with the studies' values in the studies' order (a value every study has said once, "in
+    each", and a study's others after it); "" when none does. ``table``: the one giving each
+    variant's (``settings_table``)."""
+    if diffs.empty:
+        return ""
+    studies = [s for s in diffs.attrs["studies"] if any(len(r[s]) for _, r in diffs.iterrows())]
+    parts = []
+    for _, r in diffs.iterrows():
+        common = [v for v in r[studies[0]] if all(v in r[s] for s in studies)]
+        if common:
+            extra = [f"{s} also {', '.join(v for v in r[s] if v not in common)}" for s in studies
+                     if any(v not in common for v in r[s])]
+            parts.append(f"{r['setting']} ({', '.join(common)} in each; {'; '.join(extra)})")
+        else:
+            parts.append(f"{r['setting']} ({' vs '.join(', '.join(r[s]) or fmt.DASH for s in studies)})")
+    return (f"**Not only the factors differ.** {' and '.join(f'`{s}`' for s in studies)} (in that order) differ in "
+            f"{'; '.join(parts)}: a difference between their variants is a difference between configurations, not "
+            f"only in the factors the labels name ({table} gives each variant's).")
+
+
+def settings_table(diffs: pd.DataFrame, variants: pd.DataFrame) -> pd.DataFrame:
+    """The settings of ``setting_differences`` by variant: a row per set of values, naming the
+    variants that have it — all of a study's ("the 8 variants of s") or their labels — so that every
+    variant's settings can be read, including those its label leaves out."""
+    shown = [str(c) for c in variants["cell_id"]]
+    holders: dict[str, list[str]] = diffs.attrs.get("holders", {})
+    labels = dict(zip(variants["cell_id"].astype(str), variants["label"], strict=True))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for c in shown:
+        key = tuple(str(d.get(f"value:{c}", fmt.DASH)) for _, d in diffs.iterrows())
+        groups.setdefault(key, []).append(c)
+    rows = []
+    for key, cells in groups.items():
+        studies = {holders.get(c, [""])[0] for c in cells}
+        study = next(iter(studies)) if len(studies) == 1 else None
+        whole = study is not None and len(cells) > 1 and set(cells) == {c for c in shown if holders.get(c, [""])[0] == study}
+        rows.append({"variants": f"the {len(cells)} variants of {study}" if whole else "; ".join(labels[c] for c in cells),
+                     **dict(zip(diffs["setting"], key, strict=True))})
+    return pd.DataFrame(rows, columns=["variants", *diffs["setting"]])
+
+
+def at_threshold(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float) -> pd.DataFrame:
+    """``comp`` (comparisons adjusted over the comparison's family: ``stats.family.apply``) with its
+    power line at the family's first Holm threshold ``alpha_m`` — α over every test the comparison
+    makes, not over one measure's comparisons — as a study's reports put theirs at their family's."""
+    out = comp.assign(power_alpha=alpha_m)
+    lines = [stats.power_line(r.sd_diff, int(r.n), min_effect, alpha_m, power, bool(r.paired))
+             for r in out.itertuples()]
+    out["power_now"] = [now for now, _ in lines]
+    out["seeds_needed"] = [need for _, need in lines]
+    return out
+
+
+def family_sentence(adjusted: pd.DataFrame, alpha: float = 0.05) -> str:
+    """The comparison's one sentence on its family (the rule of ``stats.family``: every test the
+    report makes, Holm-adjusted together) — its size and what is in it, in this comparison's words:
+    the studies' own reports correct over their own families, so a shared test's p (Holm) differs."""
+    m = len(adjusted)
+    if m == 0:
+        return ("**Multiplicity.** Nothing is tested (too few seeds or no spread), so no p-value is corrected or "
+                "printed.")
+    n_comp = int((adjusted["kind"] == "comparison").sum())
+    measures = list(dict.fromkeys(adjusted["measure"]))
+    return (f"**Multiplicity.** One family for this comparison: {family_words(n_comp, m - n_comp, len(measures))} "
+            f"({', '.join(measures)}), m = {m} tests. Every p (Holm) here is adjusted over all {m} by Holm's "
+            f"step-down method, so the chance of any false \"significant\" in this comparison stays at "
+            f"α = {alpha:g}; the first threshold is α/m = {fmt.pval(alpha / m)}. Each study's own report adjusts "
+            "over its own family, so a test both print can show another p (Holm) there.")
+
+
+#: The accuracy report's words for its family, and this report's (``in_comparison_words``).
+_FAMILY_WORDS = {
+    "the study's": "this comparison's",
+    "Holm-corrected across the comparisons": "Holm-corrected over this comparison's family (page one)",
+}
+_FAMILY_RE = re.compile("|".join(re.escape(k) for k in _FAMILY_WORDS))
+
+
+def in_comparison_words(lines: Iterable[str]) -> list[str]:
+    """The accuracy report's sentences (``acc.comparison_intro``, ``acc.comparison_sentences``) as
+    this report says them: their family is this comparison's (``family_sentence``), not a study's.
+    The numbers are theirs, unchanged (the m they quote is the family's ``power_alpha``)."""
+    return [_FAMILY_RE.sub(lambda m: _FAMILY_WORDS[m.group(0)], line) for line in lines]
+
+
+def answer_table(comparisons: pd.DataFrame, confidence: float = 0.95, alpha: float = 0.05) -> pd.DataFrame:
+    """Page one's table: each variant's difference from the reference on the primary metric with its
+    interval, p (Holm) over the comparison's family and the verdict — the cells of
+    ``acc.comparison_table``, which the body prints in full."""
+    table = comparison_table(comparisons, confidence, alpha=alpha)
+    delta = f"Δ vs reference [{fmt.level(confidence)} CI]"
+    return table[["cell", "n", "mean", delta, "p (Holm)", "verdict"]].rename(columns={"cell": "variant",
+                                                                                       "n": "seeds"})
+
+
+def answer_lines(comparisons: pd.DataFrame, norms: pd.DataFrame | None, reference: str, ref_mean: str,
+                 metric: str, alpha: float = 0.05, confidence: float = 0.95,
+                 tables: tuple[str, str] = ("Table 1", "Table 9")) -> list[str]:
+    """Page one's answer in sentences, quoting ``answer_table`` (and ``ns.ratio_table`` for the
+    norms): how many variants differ significantly from the reference, which, and the largest
+    difference of the rest; then the same for the norm ratios. ``tables``: the answer table's name
+    and the norm ratios' (where each number is printed)."""
+    name = fmt.metric_name(metric)
+    table = answer_table(comparisons, confidence, alpha)
+    delta = f"Δ vs reference [{fmt.level(confidence)} CI]"
+    tested = comparisons.index[comparisons["testable"].astype(bool)]
+    sig = [i for i in tested if bool(comparisons.at[i, "significant"])]
+    at = f"α = {alpha:g}"
+    text = (f"Against the reference, **{reference}** ({name} {ref_mean}), {len(sig)} of {len(tested)} tested "
+            f"difference{'s' if len(tested) != 1 else ''} {'is' if len(sig) == 1 else 'are'} {fmt.verdict(True, at)} "
+            f"({tables[0]})")
+    if sig:
+        text += ": " + "; ".join(f"{table.at[i, 'variant']} {table.at[i, delta]}, p (Holm) {table.at[i, 'p (Holm)']}"
+                                 for i in sig)
+    rest = [i for i in tested if i not in sig]
+    if rest:
+        i = max(rest, key=lambda j: abs(float(comparisons.at[j, "mean_diff"])))
+        text += (f"; {'of the rest, ' if sig else ''}the largest is {table.at[i, 'variant']}: "
+                 f"{table.at[i, delta]}, p (Holm) {table.at[i, 'p (Holm)']}")
+    out = [text + "."]
+    if norms is not None and len(norms):
+        kept = norms[~norms["measure"].isin(ns.unreferenced(norms))].reset_index(drop=True)
+        ratios = ns.ratio_table(kept, confidence)
+        col = f"ratio to the reference [{fmt.level(confidence)} CI]"
+        on = kept.index[kept["testable"].astype(bool)]
+        hits = [i for i in on if bool(kept.at[i, "significant"])]
+        line = (f"On the hidden-state norms, {len(hits)} of {len(on)} tested ratios to the reference "
+                f"{'is' if len(hits) == 1 else 'are'} {fmt.verdict(True, at)} ({tables[1]})")
+        if hits:
+            line += ": " + "; ".join(f"{kept.at[i, 'cell_label']} {ns.MEASURE_WORDS[kept.at[i, 'measure']]} "
+                                     f"{ratios.at[i, col]}, p (Holm) {ratios.at[i, 'p (Holm)']}" for i in hits)
+        out.append(line + ".")
+    return out
 
 
 def studies_provenance_table(provenances: list[dict[str, Any]]) -> pd.DataFrame:
@@ -167,12 +471,15 @@ def omitted_measures_note(comp: pd.DataFrame) -> str:
     return f" Not in the table: {words} — the reference has no value there (sentences below)."
 
 
-def norm_sentences(comp: pd.DataFrame, reference: str, alpha: float = 0.05, confidence: float = 0.95) -> list[str]:
+def norm_sentences(comp: pd.DataFrame, reference: str, alpha: float = 0.05, confidence: float = 0.95,
+                   stability: str = "Table 4") -> list[str]:
     """The norm comparisons with the reference (``stats.norms.compare``) in words, one line per
     measure, quoting the cells of ``norm_stability.ratio_table``: how many tested comparisons are
     significant and which, the furthest from 1× of the rest, what was not tested, and when no
-    comparison can be significant (the exact test's floor above Holm's first threshold); a measure
-    the reference has no value of says so. The study's own norm report adds the factor analysis."""
+    comparison can be significant (the exact test's floor above Holm's first threshold over the
+    comparison's family, the rows' ``power_alpha``); a measure
+    the reference has no value of says so (``stability``: the table of the variants' values). The
+    study's own norm report adds the factor analysis."""
     if comp.empty:
         return []
     gone = ns.unreferenced(comp)
@@ -184,8 +491,8 @@ def norm_sentences(comp: pd.DataFrame, reference: str, alpha: float = 0.05, conf
     for m in sn.MEASURES:
         words = f"**{ns.MEASURE_WORDS[m][:1].upper() + ns.MEASURE_WORDS[m][1:]}** ({ns.VALUE_WORDS[m]})"
         if m in gone:
-            out.append(f"{words}: the reference {reference} has no value (a dash in Table 4), so nothing is "
-                       "compared with it; Table 4 gives the other variants' values.")
+            out.append(f"{words}: the reference {reference} has no value (a dash in {stability}), so nothing is "
+                       f"compared with it; {stability} gives the other variants' values.")
             continue
         rows = kept.index[kept["measure"] == m]
         if not len(rows):
@@ -210,9 +517,15 @@ def norm_sentences(comp: pd.DataFrame, reference: str, alpha: float = 0.05, conf
                      f"{table.at[far, ratio]} the reference's (p_adj = {table.at[far, 'p (Holm)']})")
         if few:
             text += f"; {few} not tested (fewer than {stats.MIN_N_TEST} seeds)"
-        floor, holm = float(kept.loc[tested, "p_min"].min()), alpha / len(tested)
+        # The threshold is the comparison's family's (``power_alpha``: α over every test it makes), not
+        # α over this measure's comparisons.
+        floor = float(kept.loc[tested, "p_min"].min())
+        holm = (float(kept.at[tested[0], "power_alpha"]) if "power_alpha" in kept and fmt.finite(kept.at[tested[0], "power_alpha"])
+                else alpha / len(tested))
+        m_family = max(1, round(alpha / holm))
         if floor > holm:
             text += (f". With {int(kept.loc[tested, 'n'].max())} seeds none can be: the exact test cannot give a p "
-                     f"below {fmt.pval(floor)}, above Holm's first threshold {fmt.pval(holm)}")
+                     f"below {fmt.pval(floor)}, above Holm's first threshold over this comparison's {m_family} tests, "
+                     f"{fmt.pval(holm)}")
         out.append(text + ".")
     return out

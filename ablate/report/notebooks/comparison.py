@@ -19,6 +19,8 @@ results_file = None  # a file of ablate.results.save (the renderer's one read of
 # %%
 import warnings
 
+import numpy as np
+
 from ablate import results, stats
 from ablate.report import accuracy as acc
 from ablate.report import comparison_tables as cmp
@@ -27,6 +29,7 @@ from ablate.report import norm_figures as nf
 from ablate.report import norm_tables as ns
 from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
+from ablate.stats import family as fam
 from ablate.stats import norms as sn
 
 warnings.filterwarnings("ignore")
@@ -38,20 +41,78 @@ if cells:
     both = both.select(cells)
 variants = both.variants().to_pandas()
 trials_pl, metrics_pl, curves_pl = both.frames()
-trials = trials_pl.to_pandas()
 ref_id, ref_why = cmp.reference_variant(variants, reference, {r.study: r.baseline_cell for r in both.results})
 ref_label = variants.loc[variants.cell_id == ref_id, "label"].iloc[0]
 comp = stats.comparability(variants, ref_id)
 comparable = set(comp.loc[comp.comparable, "cell_id"])
+# Seed s pairs with the reference's seed s only where it draws the same batches; the others' seeds are
+# moved apart, so every test (accuracy and norms) takes them unpaired.
+pairing = cmp.seed_pairing(variants, ref_id)
+apart = set(pairing.loc[~pairing.same_order, "cell_id"]) & comparable
+trials_pl, metrics_pl, curves_pl = (cmp.apart_seeds(f, apart) for f in (trials_pl, metrics_pl, curves_pl))
+trials = trials_pl.to_pandas()
 same = trials[trials.cell_id.isin(comparable)]
 known = same["chance"].dropna() if "chance" in same.columns else []
 chance = float(known.iloc[0]) if len(known) else None  # one task, one chance level
-# Factors every variant has a level of (not another study's named factor): the channels' factors.
-factors = [f for f in both.factors if f in trials.columns and trials[f].notna().all()]
-channels = Channels.from_trials(trials, factors)  # one factor → colour / line style / facet mapping for every figure
 first = both.results[0].spec
 effect = min_effect if min_effect >= 0 else first.stats.min_effect
+# What the compared variants' labels leave out: the settings their studies differ in besides the factors.
+named = [f for f in both.factors if "." in f and variants.label.str.contains(f"{f.rsplit('.', 1)[-1]}=").any()]
+diffs = cmp.setting_differences(variants[variants.cell_id.isin(comparable)], {r.study: r.spec.tune for r in both.results},
+                                named)
+# Factors every variant has a level of (not another study's named factor): the channels' factors; the
+# study too where the studies' configurations differ, so no figure shows one study's model under another's levels.
+factors = [f for f in both.factors if f in trials.columns and trials[f].notna().all()]
+channels = Channels.from_trials(trials, factors + (["study"] if len(diffs) else []))
+pct = fmt.level(confidence)
+tables = dict(zip(["answer", "studies", "variants", *(["settings"] if len(diffs) else []), "cells", "comparisons",
+                   "power", "stability", "ratios", "provenance"], (f"Table {i}" for i in range(1, 20)), strict=False))
+
+# Every test this report makes, before any is shown: its p-values are adjusted over one family.
+summary = stats.cell_summary(trials, metric, chance, margin, confidence)
+comparisons = (stats.compare_to_reference(same, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
+                                          power=first.stats.power) if len(comparable) > 1 else None)
+df = sn.prepare(curves_pl, trials_pl)
+order = sn.variants(df, trials_pl) if len(df) else []
+fig_order, key = ns.short_order(order)
+per_layer = sn.layer_norms(df, "probe") if len(df) else None
+comp_norms = None
+if per_layer is not None:
+    seeds = sn.per_seed(per_layer, trials_pl, factors)  # one row per run: the unit of every test
+    near = per_layer[per_layer.cell_id.isin(comparable)]
+    if near.cell_id.nunique() > 1 and ref_id in set(near.cell_id):
+        comp_norms = sn.compare(seeds[seeds.cell_id.isin(comparable)], near, ref_id,
+                                [(c, lbl) for c, lbl in fig_order if c in comparable], alpha, confidence,
+                                first.stats.min_ratio, first.stats.power)
+family = fam.adjust(fam.members([(metric, comparisons), ("norm", comp_norms)]), alpha)
+alpha_m = alpha / max(1, len(family))  # Holm's first threshold: where the power lines and floors are set
+if comparisons is not None and len(comparisons):
+    comparisons = cmp.at_threshold(fam.apply(comparisons, family, metric, "comparison", alpha), alpha_m, effect,
+                                   first.stats.power)
+if comp_norms is not None and len(comp_norms):
+    comp_norms = cmp.at_threshold(fam.apply(comp_norms, family, "norm", "comparison", alpha), alpha_m,
+                                  float(np.log(first.stats.min_ratio)), first.stats.power)
 say(*cmp.header_lines(title or " vs ".join(studies), both.names, variants, trials, ref_label, ref_why))
+
+# %% [markdown]
+# ## The answer
+
+# %%
+# A table's caption is one short paragraph, kept on the table's page (format.table_block); what explains
+# it follows the table, so a page break never leaves a caption at the foot of a page above no table.
+say(cmp.family_sentence(family, alpha))
+if comparisons is None or comparisons.empty:
+    say("No other variant is on the reference's data: there is nothing to compare.")
+else:
+    cells_shown = acc.cell_table(summary, ref_id, confidence, chance is not None)
+    ref_mean = cells_shown[f"mean [{pct} CI]"].iloc[list(summary.cell_id).index(ref_id)]  # a row per summary row
+    show(cmp.answer_table(comparisons, confidence, alpha), intro=(
+        f"**{tables['answer']}. Each variant against the reference on {fmt.metric_name(metric)}**: the difference "
+        f"of the means [{pct} t interval], p (Holm) over this comparison's family, the verdict at α = {alpha:g}."))
+    say(*cmp.answer_lines(comparisons, comp_norms, ref_label, ref_mean, metric, alpha, confidence,
+                          (tables["answer"], tables["ratios"])))
+say(cmp.settings_sentence(diffs, tables.get("settings", "")), *cmp.comparability_lines(variants, comp, ref_id),
+    cmp.pairing_line(pairing, variants, comparable, ref_id))
 
 # %% [markdown]
 # ## Studies and variants
@@ -60,81 +121,80 @@ say(*cmp.header_lines(title or " vs ".join(studies), both.names, variants, trial
 summaries = both.summaries()
 for s in summaries:
     s["selection"] = cmp.selection_text(s["selectors"])
-show(cmp.studies_table(summaries), intro=(
-    "**Table 1. The studies.** *reused*: completed runs a study linked from another study (the same cell and "
-    "seed, trained once) instead of training them again."))
+show(cmp.studies_table(summaries), intro=f"**{tables['studies']}. The studies.**")
+say("*reused*: completed runs a study linked from another study (the same cell and seed, trained once) instead of "
+    "training them again.")
 show(cmp.variants_table(variants, comp, ref_id), intro=(
-    "**Table 2. The variants** in the order of the figures: each cell once, with the studies that hold it."))
-say(*cmp.comparability_lines(variants, comp, ref_id))
+    f"**{tables['variants']}. The variants** in the order of the figures, each cell once."))
+if len(diffs):
+    show(cmp.settings_table(diffs, variants[variants.cell_id.isin(comparable)]),
+         intro=f"**{tables['settings']}. What the labels leave out.**")
+    say("Each compared variant's value of every setting its study differs in from the other studies (a section of "
+        "several keys by the keys whose values differ; *tuned*: chosen per variant by the protocol in the *tune* "
+        "column).")
 
 # %% [markdown]
 # ## Accuracy
 
 # %%
-summary = stats.cell_summary(trials, metric, chance, margin, confidence)
-show(acc.cell_table(summary, ref_id, confidence, chance is not None), intro=(
-    f"**Table 3. {fmt.metric_name(metric).capitalize()} per variant.** Mean with its t-based confidence interval over completed replicate "
-    "runs (*n*); diverged runs are counted apart. Variants not on the reference's data are listed but not "
-    "compared."))
+show(acc.cell_table(summary, ref_id, confidence, chance is not None),
+     intro=f"**{tables['cells']}. {fmt.metric_name(metric).capitalize()} per variant.**")
+say("Mean with its t-based confidence interval over completed replicate runs (*n*); diverged runs are counted apart. "
+    "Variants not on the reference's data are listed but not compared.")
 show_figure(acc.accuracy_by_cell(trials, metric, chance, margin=margin, confidence=confidence, label_width=46,
-                                 channels=channels))
+                                 channels=channels), title=f"Figure 1. {fmt.metric_name(metric).capitalize()} per "
+                                                           "variant: each seed a point, the mean and its interval a bar.")
 
 # %% [markdown]
 # ## Comparisons with the reference
-# Each variant on the reference's data against the reference, by the accuracy report's tests (exact
-# permutation tests, never on fewer than three seeds, Holm-corrected across the comparisons).
 
 # %%
-comparisons = (stats.compare_to_reference(same, metric, ref_id, alpha, confidence=confidence, min_effect=effect,
-                                          power=first.stats.power) if len(comparable) > 1 else None)
-if comparisons is None or comparisons.empty:
-    say("No other variant is on the reference's data: there is nothing to compare.")
-else:
+if comparisons is not None and len(comparisons):
+    say(*cmp.in_comparison_words(acc.comparison_intro(comparisons, alpha)))
     show(acc.comparison_table(comparisons, confidence), name="comparisons", data=comparisons,
-         intro=[*acc.comparison_intro(comparisons, alpha), f"Reference: **{ref_label}**. α = {alpha:g}."])
-    say(*[f"- {s}" for s in acc.comparison_sentences(comparisons, metric, alpha, confidence, True,
-                                                      power=first.stats.power)])
+         intro=f"**{tables['comparisons']}. The tests.** Reference: **{ref_label}**. α = {alpha:g}.")
+    say(*[f"- {s}" for s in cmp.in_comparison_words(
+        acc.comparison_sentences(comparisons, metric, alpha, confidence, True, power=first.stats.power))])
     show_figure(acc.comparison_plot(comparisons, metric=metric, label_width=46, channels=channels),
+                title="Figure 2. Each variant's difference from the reference, with its interval.",
                 name="comparisons")
+    show(acc.power_table(comparisons, first.stats.power), name="power",
+         intro=f"**{tables['power']}. The power table.**")
+    say(f"The power a t-test on this many seeds has to detect a difference of {fmt.num(effect)} (the first study's "
+        f"`stats.min_effect`) given the spread observed, and the seeds that would reach {first.stats.power:.0%} power "
+        f"(statsmodels), at α/{max(1, len(family))} = {fmt.pval(alpha_m)}, Holm's first threshold over this "
+        "comparison's family; never fewer than the exact test needs to reach it at all.")
 
 # %% [markdown]
 # ## Hidden-state norms in shared axes
-# **Figure.** Probe-batch ‖x‖² (batch mean, averaged over time steps and heads) against the training step,
-# one panel per recurrent layer, every variant on the same axes: thin lines are seeds, the thick line
-# their mean, the band their min–max.
 
 # %%
-df = sn.prepare(curves_pl, trials_pl)
-order = sn.variants(df, trials_pl) if len(df) else []
-fig_order, key = ns.short_order(order)
-if len(df):
-    per_layer = sn.layer_norms(df, "probe")
-    show_figure(nf.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step")
-    seeds = sn.per_seed(per_layer, trials_pl, factors)  # one row per run: the unit of every test
+if per_layer is not None:
+    show_figure(nf.norm_vs_step(per_layer, fig_order, key=key, channels=channels), name="norm-vs-step", title=(
+        "Figure 3. Probe-batch ‖x‖² (batch mean, averaged over time steps and heads) against the training step, one "
+        "panel per recurrent layer, every variant on the same axes: thin lines are seeds, the thick line their mean, "
+        "the band their min–max."))
     stab = sn.stability(seeds, per_layer, fig_order, confidence)
     show(ns.stability_table(stab, confidence), intro=(
-        "**Table 4. Stability of the state norm per variant** (as in the norm-stability report): per run its CV "
-        "over training steps, over layers and its final ‖x‖², geometric means over the seeds with t intervals on "
-        "the logs, except over layers: (mean √CV over the seeds)², with the t interval on √CV, squared; over seeds "
-        "the spread of log ‖x‖² across seeds (each run's deviation from the median of the others, scaled to the sd "
-        "for normal log norms), which does not depend on how many seeds a variant has; flagged runs are left out."))
-    near = per_layer[per_layer.cell_id.isin(comparable)]
-    if near.cell_id.nunique() > 1 and ref_id in set(near.cell_id):
-        comp_norms = sn.compare(seeds[seeds.cell_id.isin(comparable)], near, ref_id,
-                                [(c, lbl) for c, lbl in fig_order if c in comparable], alpha, confidence,
-                                first.stats.min_ratio, first.stats.power)
-        if len(comp_norms):
-            show(ns.ratio_table(comp_norms, confidence, first.stats.min_ratio), intro=(
-                "**Table 5. Each variant on the reference's data against the reference** (the same probe batch), "
-                "on one value per seed: the ratio is exp(mean log difference) with the t interval of that "
-                "difference, tested by exact permutation tests of the per-seed log values (sign-flip on shared "
-                "seeds, relabelling otherwise), Holm within each measure, nothing tested below three seeds; over "
-                "seeds both sides use the same number of seeds (the shared ones, else the first of each), so a "
-                "spread over more seeds is never set against one over fewer. The last column: the seeds a ratio "
-                f"of {first.stats.min_ratio:g}× would need (power {first.stats.power:g}, t-test at Holm's first "
-                "threshold)." + cmp.omitted_measures_note(comp_norms)))
-            say(*[f"- {s}" for s in cmp.norm_sentences(comp_norms, dict(fig_order).get(ref_id, ref_label), alpha,
-                                                        confidence)])
+        f"**{tables['stability']}. Stability of the state norm per variant** (as in the norm-stability report)."))
+    say("Per run its CV over training steps, over layers and its final ‖x‖², geometric means over the seeds with t "
+        "intervals on the logs, except over layers: (mean √CV over the seeds)², with the t interval on √CV, squared; "
+        "over seeds the spread of log ‖x‖² across seeds (each run's deviation from the median of the others, scaled "
+        "to the sd for normal log norms), which does not depend on how many seeds a variant has; flagged runs are "
+        "left out.")
+    if comp_norms is not None and len(comp_norms):
+        ratios = ns.ratio_grid(comp_norms, confidence, first.stats.min_ratio)
+        show(ratios, name="ratios", data=comp_norms, intro=(
+            f"**{tables['ratios']}. Each variant on the reference's data against the reference** (the same probe "
+            "batch): the ratio to the reference [interval]; p (Holm) with its mark, or why it is not tested."))
+        say("The ratio is exp(mean log difference) over the seeds with the t interval of that difference, tested by "
+            f"exact permutation tests of the per-seed log values ({ns.tests_text(comp_norms)}: sign-flip on shared "
+            "seeds, relabelling otherwise), Holm-adjusted over this comparison's family (page one), nothing tested "
+            "below three seeds; over seeds both sides use the same number of seeds (the shared ones, else the first "
+            "of each), so a spread over more seeds is never set against one over fewer."
+            + cmp.omitted_measures_note(comp_norms), ns.grid_notes(ratios))
+        say(*[f"- {s}" for s in cmp.norm_sentences(comp_norms, dict(fig_order).get(ref_id, ref_label), alpha,
+                                                    confidence, tables["stability"])])
 else:
     say("No completed run of the chosen variants has probe data.")
 
@@ -143,5 +203,6 @@ else:
 
 # %%
 provenances = [r.provenance() for r in both.results]
-show(cmp.studies_provenance_table(provenances), intro="**Table 6. Provenance per study** (as recorded by each run).")
+show(cmp.studies_provenance_table(provenances), intro=(
+    f"**{tables['provenance']}. Provenance per study** (as recorded by each run)."))
 say(*cmp.stores_lines(provenances))
