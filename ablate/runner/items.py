@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,25 +91,27 @@ def item_state(trials: Sequence[FrozenTrial | queue.Entry]) -> str:
     return "new"
 
 
-def retryable(study: optuna.Study) -> dict[str, list[Any]]:
+def retryable(study: optuna.Study, keys: Collection[str] | None = None) -> dict[str, list[Any]]:
     """The items failed for good otherwise than by diverging (a diverged cell is a result; an error
     or retries used up are not), each with its failed trials not yet retried: what ``ablate run
-    --retry-failed`` re-queues and ``ablate plan`` lists."""
+    --retry-failed`` re-queues and ``ablate plan`` lists. ``keys``: only these items (the current
+    spec's: after a fix that changed a plug-in's source, its old cells' failures are orphans, and
+    its new cells run without a retry)."""
     by_item: dict[str, list[queue.Entry]] = {}
     for entry in queue.entries(study, None, (*STATE_KEYS, "failure_message", "cell_label", "seed")):
         key = entry.user_attrs.get("item")
-        if key and not entry.user_attrs.get(DROPPED):
+        if key and not entry.user_attrs.get(DROPPED) and (keys is None or key in keys):
             by_item.setdefault(key, []).append(entry)
     return {key: [t for t in trials if t.state == TrialState.FAIL and not t.user_attrs.get(RETRIED)]
             for key, trials in by_item.items() if item_state(trials) == "failed"
             and not any(t.user_attrs.get("failure_kind") == "diverged" for t in trials)}
 
 
-def retry_failed(study: optuna.Study) -> list[str]:
-    """Mark the failed trials of ``retryable`` items retried, so that each item is new again and is
-    queued once more (``study.prepare``, under its queue lock); their attempts stay in the record.
-    The items' labels (cell · seed)."""
-    found = retryable(study)
+def retry_failed(study: optuna.Study, keys: Collection[str] | None = None) -> list[str]:
+    """Mark the failed trials of ``retryable`` items (of ``keys``) retried, so that each item is new
+    again and is queued once more (``study.prepare``, under its queue lock); their attempts stay in
+    the record. The items' labels (cell · seed)."""
+    found = retryable(study, keys)
     numbers = [t.number for trials in found.values() for t in trials]
     if numbers:
         queue.set_finished_attrs(study, numbers, {RETRIED: utc_stamp()})

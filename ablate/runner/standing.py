@@ -82,7 +82,7 @@ def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
                 out.linked[str(entry.user_attrs.get("item"))] = str(origin.get("study"))
         out.orphans = orphans(opt, items)
         out.retryable = {key: f"{t[-1].user_attrs.get('failure_kind')}: {t[-1].user_attrs.get('failure_message')}"
-                         for key, t in retryable(opt).items() if t}
+                         for key, t in retryable(opt, out.states).items() if t}
     else:
         out.states = {i.key: "new" for i in items}
     new = [i for i in items if out.states[i.key] == "new"]

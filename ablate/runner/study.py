@@ -351,7 +351,7 @@ def prepare(spec: Spec, items: list[Item], stores: Stores, *, reuse: bool = True
     # Two `ablate run`s at once would otherwise both queue every item (docs/multi-host.md).
     with queue.lock(study, f"ablate-queue:{study.study_name}"):
         if retry_failed:  # items failed with an error: new again, their failed attempts kept
-            done.retried = its.retry_failed(study)
+            done.retried = its.retry_failed(study, {item.key for item in items})
         existing = states_by_item(study)
         new = [item for item in items if existing.get(item.key, "new") == "new"]
         done.reuse = find_reusable(queue.storage_of(study), spec.name, stores.tracking, new) if reuse and new \
