@@ -280,7 +280,11 @@ def checked(result: StepResult, train: TrainSpec) -> StepResult:
     ``update``'s check (the fused trainer's, replicate by replicate)."""
     norms = result.layer_norms
     if not math.isfinite(result.loss):
-        return replace(result, diverged="non-finite loss")
+        # With every state norm finite and under the bound, the recurrence did not blow up: say so, so
+        # that a reader tells a bug (a plug-in's, say) from an instability of the model.
+        calm = bool(norms) and all(math.isfinite(v) and v <= train.divergence_norm for v in norms)
+        return replace(result, diverged="non-finite loss" + (
+            f" with finite state norms (largest {max(norms):.3g}): not a state blow-up" if calm else ""))
     if any(not math.isfinite(v) or v > train.divergence_norm for v in norms):
         return replace(result, diverged=f"state norm {max(norms):.3g} past bound")
     return result

@@ -110,6 +110,8 @@ def test_divergence_is_a_result_and_no_update():
         before = copy.deepcopy(model.state_dict())
         result = training.train_step(model, optimiser, scheduler, x, y, train, before_clip=lambda: called.append(1))
         assert reason in result.diverged
+        # A NaN past the recurrence (the decoder here; a plug-in's bug) is told from a state blow-up.
+        assert ("with finite state norms (largest " in result.diverged) is spoil
         assert scheduler.last_epoch == 0 and not optimiser.state  # nothing was stepped
         for name, value in model.state_dict().items():
             assert torch.equal(value, before[name]) or (value.isnan() == before[name].isnan()).all(), name
