@@ -123,6 +123,14 @@ def test_an_errored_item_is_rerun_by_retry_failed_after_a_fix_keeping_its_failed
     assert parent_statuses(tmp_path) == ["FAILED"]
     again = procs.ablate(tmp_path, "run", "spec.yaml")
     assert again.returncode == 1 and "0 to run" in again.stdout, again.stdout
+    # status says why, and where the traceback is; the results carry it
+    status = procs.ablate(tmp_path, "status", "faults").stdout
+    assert "failed (1): why" in status and "seed 0: error: " in status and "injected fault at step 1" in status
+    assert "trials['traceback']" in status, status
+    from ablate import results
+
+    (tb,) = results.load("faults", home=tmp_path / ".ablate", curves=False).trials["traceback"].to_list()
+    assert tb.startswith("Traceback (most recent call last)") and "injected fault at step 1" in tb
     plan = " ".join(procs.ablate(tmp_path, "plan", "spec.yaml").stdout.split())
     assert "failed with an error: 1 item(s)" in plan and "--retry-failed" in plan and "seed 0: error:" in plan, plan
     assert "injected fault at step 1" in plan

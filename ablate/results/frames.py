@@ -28,6 +28,7 @@ SUMMARY = ("val_accuracy", "val_loss", "val_bpc", "test_accuracy", "test_loss", 
 # Columns every trials frame has, typed, even before any trial ran.
 TEXT_AND_COUNTS = {
     "tune_index": pl.Int64, "trial_number": pl.Int64, "failure_kind": pl.Utf8, "failure_message": pl.Utf8,
+    "traceback": pl.Utf8,
     "seconds": pl.Float64, "steps": pl.Int64, "mlflow_run_id": pl.Utf8, "git_commit": pl.Utf8, "device": pl.Utf8,
     "host": pl.Utf8, "params": pl.Utf8, "tuned_from": pl.Utf8, "reused_from": pl.Utf8,
     "converged": pl.Boolean, "val_gain_last": pl.Float64, "val_gain_se": pl.Float64, "stopped_early": pl.Boolean,

@@ -103,6 +103,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
                 trial_number=trial.number,
                 failure_kind=attrs.get("failure_kind"),
                 failure_message=attrs.get("failure_message"),
+                traceback=attrs.get("traceback"),
                 seconds=attrs.get("seconds"),
                 steps=attrs.get("steps"),
                 mlflow_run_id=attrs.get("mlflow_run_id"),

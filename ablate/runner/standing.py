@@ -95,7 +95,11 @@ def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
 
 # What ``statuses`` reads of each trial: the item's state, the trial's own status, the budget of
 # its run (``longest_run``: ``budget``, else the config's steps) and what ``ablate status`` shows.
-STATUS_KEYS = (*STATE_KEYS, "status", "config", "seconds", "continued_from")
+# The items' statuses (as ``statuses`` reports them), in the order ``ablate status`` shows them.
+STATUSES = ("complete", "pruned", "running", "pending", "diverged", "failed", "killed")
+FAILED_STATUSES = ("diverged", "failed", "killed")
+STATUS_KEYS = (*STATE_KEYS, "status", "config", "seconds", "continued_from", "failure_message", "cell_label",
+               "seed")
 # An item's state (``items.item_state``) → the statuses of the trial that stands for it.
 STANDS_FOR = {"done": ("complete", "pruned"), "failed": ("diverged", "failed", "killed"), "running": ("running",),
               "waiting": ("pending",)}
@@ -110,6 +114,7 @@ class Status:
     status: str
     seconds: float | None = None
     continued: bool = False
+    why: str = ""  # a failed item's "kind: message", as its trial recorded it
 
 
 def trial_status(trial: Any) -> str:
@@ -155,15 +160,16 @@ def statuses(study: optuna.Study, items: Sequence[Item]) -> list[Status]:
             continue
         trial, status = representative(trials)
         seconds = trial.user_attrs.get("seconds")
+        attrs = trial.user_attrs
+        why = f"{attrs.get('failure_kind') or status}: {attrs.get('failure_message') or 'no message recorded'}" \
+            if status in FAILED_STATUSES else ""
         out.append(Status(status, float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool)
-                          else None, isinstance(trial.user_attrs.get("continued_from"), dict)))
+                          else None, isinstance(attrs.get("continued_from"), dict), why))
     return out
 
 
 # --- a study's standing per cell: what ``ablate status`` prints ----------------------------------
 
-# The items' statuses (as ``statuses`` reports them), in the order ``ablate status`` shows them.
-STATUSES = ("complete", "pruned", "running", "pending", "diverged", "failed", "killed")
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,7 @@ class StudyStatus:
     found: list[Status]
     extends: bool = False  # the spec may extend runs (``train.until_converged``)
     sequential: list[str] = field(default_factory=list)  # a sequential study's lines (``results.status``)
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (cell · seed, why) of each failed item
 
     @property
     def done(self) -> int:
@@ -206,6 +213,20 @@ class StudyStatus:
         t = self.totals
         return (f"{self.name}: {self.done} done · {t['running']} running · {t['pending']} waiting · "
                 f"{self.failed} failed ({t['diverged']} diverged) · ETA {eta}")
+
+    def failure_lines(self, most: int = 10) -> list[str]:
+        """Why each failed item failed, one line each (``most`` of them, then a count), and where
+        its traceback is: without them a researcher whose plug-in raised had only a count."""
+        failed = self.failures
+        if not failed:
+            return []
+        lines = [f"failed ({len(failed)}): why, as each item's trial recorded it:"]
+        lines += [f"  {label}: {why[:300]}" for label, why in failed[:most]]
+        if len(failed) > most:
+            lines.append(f"  … and {len(failed) - most} more")
+        lines.append(f"an error's traceback: ablate.results.load({self.name!r}).trials['traceback'], or the MLflow "
+                     "run's tag ablate.traceback")
+        return lines
 
     def seconds_per_item(self) -> float | None:
         """The mean training seconds of the complete items that recorded theirs (None: none did)."""
@@ -236,4 +257,6 @@ def study_status(name: str, study: optuna.Study, items: Sequence[Item], extends:
             cell[s.status] += 1
     per_cell = list(cells.values())
     totals = {s: sum(c[s] for c in per_cell) for s in STATUSES}
-    return StudyStatus(name, study, per_cell, totals, found, extends)
+    failures = [(f"{item.cell.label} · " + (f"tuning trial {item.index}" if item.phase == "tune" else f"seed {item.seed}"),
+                 s.why) for item, s in zip(items, found, strict=True) if s.why]
+    return StudyStatus(name, study, per_cell, totals, found, extends, failures=failures)

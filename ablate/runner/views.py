@@ -42,6 +42,8 @@ class StatusView:
             console.print(progress.table(self.name, snap, workers).renderables[-1])
         for line in self.found.sequential + self.found.extension_lines():  # looks; until converged; WSD
             console.print(line, highlight=False, soft_wrap=True)
+        for line in self.found.failure_lines():  # a message may hold [brackets]
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
 
     def print_cells(self, console: Console) -> None:
         """The per-cell counts: a rich table, or above ``plan.PLAIN_ROWS`` cells plain aligned
