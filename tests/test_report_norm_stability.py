@@ -83,9 +83,33 @@ def test_text_says_when_a_comparison_cannot_reach_alpha():
     values = {k: np.exp(0.2 * rng.standard_normal((5, 2, 5))) for k in ("a", "b", "c", "d")}
     table, comp, _, _ = analysis(values)
     text = ns.summary_text(table, comp, ("c0", "the spec's baseline"))
-    assert re.search(r"with 5 seeds the exact test cannot give a p below 0\.06(25|3)\b", text.lower()), text
+    # 2/2⁵ = 0.0625 prints as every p does (format.pval): 0.063
+    assert ("**On every measure, with 5 seeds no comparison can be significant:** the exact test cannot give a p below "
+            "0.063 on any comparison, above Holm's first threshold over the study's 3 tests, α/3 = 0.017; the "
+            "intervals and the factor analysis below still apply.") in text
     assert text.count("cannot give a p below") == 1  # the same on every measure: said once
     assert "(significant)" not in text
+
+
+def test_no_measure_is_said_out_of_reach_beside_a_significant_comparison():
+    """rotrnn_vs_lru_tokens' norm report said "no comparison can be significant on any measure" above
+    ratios marked significant: 8 seeds' floor (0.0078) is above α/m = α/7 here, but Holm rejects the
+    family's ANOVA terms first (F tests, no floor), and a comparison then meets α/6 or more."""
+    from ablate.stats import family as fam
+
+    rng = np.random.default_rng(3)
+    table, comp, _, _ = analysis({"ref": np.exp(0.3 * rng.standard_normal((8, 3, 6))),
+                                  "calm": 1 + 0.01 * rng.standard_normal((8, 3, 6))})
+    terms = pd.DataFrame({"term": ["a", "b", "c"], "p": [1e-6] * 3})
+    family = fam.adjust(fam.members([("norm", comp)], [("test_accuracy", terms)]))
+    comp = fam.apply(comp, family, "norm", "comparison").assign(power_alpha=0.05 / len(family))
+    assert len(family) == 7 and comp["significant"].sum() == 3 and (comp["p_min"] > 0.05 / 7).all()
+    text = ns.summary_text(table, comp, ("c0", "the spec's baseline"))
+    assert "the reference's (significant)" in text and "no comparison can be significant" not in text
+    assert ("**On every measure, with 8 seeds a comparison can be significant only when at least 1 of the study's 3 "
+            "ANOVA terms (F tests, which have no floor) has a smaller p and is rejected first (here Holm rejects all "
+            "3):** the exact test cannot give a p below 0.008 on any comparison, above Holm's first threshold over "
+            "the study's 7 tests, α/7 = 0.007.") in text
 
 
 def test_short_labels_name_the_factors():
@@ -188,7 +212,9 @@ def test_an_interaction_figure_draws_each_level_in_its_channel():
     groups = svg_groups(plotting.svg(fig), "level:")
     for lv in ("rot", "diag"):
         assert channels.color[lv].lower() in groups[f"level:m.p={lv}"]
-    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [ns.COLUMN_WORDS[m] for m in sn.MEASURES]
+    # Not over seeds: its runs are no independent replicates, so no marginal mean with an interval.
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [ns.COLUMN_WORDS[m] for m in sn.MEASURES
+                                                                     if m != "seeds"]
     assert {ax.get_yscale() for ax in fig.axes if ax.get_title()} == {"log"}
 
 

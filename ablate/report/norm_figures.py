@@ -346,10 +346,11 @@ def spectrum_figure(df: pd.DataFrame, order: Order, channels: Channels | None = 
 
 
 def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels | None = None,
-                       confidence: float = 0.95, measures: Sequence[str] = sn.MEASURES) -> Figure:
+                       confidence: float = 0.95, measures: Sequence[str] = sn.OWN_MEASURES) -> Figure:
     """A panel per measure: its geometric marginal means (``stats.norms.per_seed``'s log values, as
     the ANOVA fits them) over ``f2``'s levels on the x axis, one line per level of ``f1`` in that
-    level's channel, with CIs, on log axes. Parallel lines mean no interaction."""
+    level's channel, with CIs, on log axes. Parallel lines mean no interaction. Not over seeds
+    (``OWN_MEASURES``): its runs are not independent, so it has no marginal mean with an interval."""
     shown = [m for m in measures if np.isfinite(seeds[sn.COLUMN[m]].to_numpy(float)).any()]
     tables = {m: stats.interaction_table(seeds, sn.COLUMN[m], f1, f2, confidence) for m in shown}
     tables = {m: t for m, t in tables.items() if not t.empty and t["mean"].notna().any()}

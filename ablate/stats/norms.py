@@ -65,6 +65,7 @@ __all__ = [
     "COMPARE_COLUMNS",
     "MEASURES",
     "NO_SEEDS_ANOVA",
+    "OWN_MEASURES",
     "RAW",
     "VALUE",
     "compare",
@@ -89,6 +90,9 @@ __all__ = [
 
 #: The measures, in the order every table and sentence gives them.
 MEASURES = ("training", "depth", "seeds", "final")
+#: The measures each run has on its own: over seeds is a run's deviation from its variant's other runs,
+#: so its runs are no independent replicates for an ANOVA, a marginal mean or its interval.
+OWN_MEASURES = tuple(m for m in MEASURES if m != "seeds")
 #: The per-seed column each measure is analysed on (log scale).
 COLUMN = {"training": "log_cv_training", "depth": "log_cv_depth", "seeds": "log_dev_seeds",
           "final": "log_final_norm"}
@@ -574,7 +578,7 @@ def main_effects(seeds: pd.DataFrame, factors: Sequence[str], confidence: float 
     seeds = primary(seeds)
     varied = [f for f in factors if f in seeds.columns and seeds[f].nunique() > 1]
     parts = []
-    for m in (m for m in MEASURES if m != "seeds"):
+    for m in OWN_MEASURES:
         col = COLUMN[m]
         if not varied or not np.isfinite(seeds[col].to_numpy(float)).any():
             continue
