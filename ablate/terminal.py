@@ -124,13 +124,42 @@ def asking(yes: bool, ask: Callable[[str], bool]) -> Callable[[str], None]:
     return confirm
 
 
+#: Set (to anything) to print tracebacks: of a bug, and of a plug-in's own failure.
+TRACEBACK_ENV = "ABLATE_TRACEBACK"
+ONE_LINE_CHARS = 2000  # of an exception's message in one line: past that, a traceback's business
+
+
+def wants_traceback() -> bool:
+    return bool(os.environ.get(TRACEBACK_ENV))
+
+
+def one_line(text: object, limit: int = ONE_LINE_CHARS) -> str:
+    """An exception's message in one line: its lines joined with "; " (the lines after the first
+    are often the useful part: the paths a template was looked for in), cut at ``limit`` chars."""
+    joined = "; ".join(line.strip() for line in str(text).strip().splitlines() if line.strip())
+    return joined if len(joined) <= limit else joined[:limit - 1] + "…"
+
+
+def plugin_traceback(exc: BaseException | None, who: str) -> str:
+    """A plug-in's own failure ``exc`` (the exception its code raised): with ABLATE_TRACEBACK=1 its
+    traceback is printed on standard error, headed by ``who``, and "" is returned; without it, the
+    hint to add to the one-line error. "" for no exception (a promise broken without one)."""
+    if exc is None:
+        return ""
+    if not wants_traceback():
+        return f"; {TRACEBACK_ENV}=1 shows its traceback"
+    import traceback
+
+    print(f"traceback of {who}:\n{redact(''.join(traceback.format_exception(exc))).rstrip()}", file=sys.stderr)
+    return ""
+
+
 def internal_error(console: Console, exc: BaseException) -> int:
     """A bug: one line (the traceback first with ABLATE_TRACEBACK=1); exit 1."""
     import traceback
 
-    if os.environ.get("ABLATE_TRACEBACK"):
+    if wants_traceback():
         console.print(redact("".join(traceback.format_exception(exc))), highlight=False, markup=False)
-    first = (str(exc).strip().splitlines() or [""])[0]
-    console.print(f"error (internal) {type(exc).__name__}: {redact(first)[:500]}; ABLATE_TRACEBACK=1 shows where",
+    console.print(f"error (internal) {type(exc).__name__}: {redact(one_line(exc))}; {TRACEBACK_ENV}=1 shows where",
                   highlight=False, markup=False, soft_wrap=True)
     return 1

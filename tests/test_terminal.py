@@ -11,7 +11,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from ablate import terminal
-from ablate.terminal import Refused, Said, Stopped, asking, internal_error, store_refused, table
+from ablate.terminal import (
+    Refused,
+    Said,
+    Stopped,
+    asking,
+    internal_error,
+    one_line,
+    plugin_traceback,
+    store_refused,
+    table,
+)
 
 
 def piped() -> tuple[Console, io.StringIO]:
@@ -92,8 +102,9 @@ def test_a_bug_is_one_line_unless_the_traceback_is_asked_for(monkeypatch):
     monkeypatch.delenv("ABLATE_TRACEBACK", raising=False)
     console, buffer = piped()
     assert internal_error(console, ValueError("bad postgresql://u:pw@h/db\nsecond line")) == 1
-    assert buffer.getvalue() == ("error (internal) ValueError: bad postgresql://u:***@h/db; ABLATE_TRACEBACK=1 "
-                                 "shows where\n")
+    # the message's later lines (a template's searched paths) are joined, not dropped
+    assert buffer.getvalue() == ("error (internal) ValueError: bad postgresql://u:***@h/db; second line; "
+                                 "ABLATE_TRACEBACK=1 shows where\n")
     monkeypatch.setenv("ABLATE_TRACEBACK", "1")
     console, buffer = piped()
     try:
@@ -101,3 +112,25 @@ def test_a_bug_is_one_line_unless_the_traceback_is_asked_for(monkeypatch):
     except KeyError as exc:
         internal_error(console, exc)
     assert "Traceback" in buffer.getvalue() and buffer.getvalue().endswith("ABLATE_TRACEBACK=1 shows where\n")
+
+
+def test_one_line_joins_a_messages_lines_and_caps_its_length():
+    assert one_line("No template sub-directory with name 'basic' found in the following paths:\n\t/a/share\n\t/b\n") \
+        == "No template sub-directory with name 'basic' found in the following paths:; /a/share; /b"
+    assert one_line("x" * 50, limit=10) == "x" * 9 + "…"
+
+
+def test_a_plugins_traceback_is_printed_only_when_asked(monkeypatch, capsys):
+    try:
+        raise KeyError("no_such_column")
+    except KeyError as exc:
+        failure = exc
+    monkeypatch.delenv("ABLATE_TRACEBACK", raising=False)
+    assert plugin_traceback(failure, "report section 's'") == "; ABLATE_TRACEBACK=1 shows its traceback"
+    assert plugin_traceback(None, "report section 's'") == ""  # a promise broken without an exception
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("ABLATE_TRACEBACK", "1")
+    assert plugin_traceback(failure, "report section 's'") == ""
+    shown = capsys.readouterr().err
+    assert shown.startswith("traceback of report section 's':\nTraceback (most recent call last):")
+    assert "raise KeyError(\"no_such_column\")" in shown and shown.endswith("KeyError: 'no_such_column'\n")
