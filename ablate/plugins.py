@@ -95,13 +95,23 @@ def load_target(target: str, what: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # any failure of a plug-in's import is reported as the plug-in's
-        raise PluginError(f"{what}: cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
+        hint = f" ({not_found_hint()})" if isinstance(exc, ModuleNotFoundError) and exc.name is not None \
+            and exc.name == module_name.partition(".")[0] else ""
+        raise PluginError(f"{what}: cannot import {module_name!r}: {type(exc).__name__}: {exc}{hint}") from exc
     for part in attribute.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise PluginError(f"{what}: module {module_name!r} has no attribute {attribute!r}") from None
     return obj
+
+
+def not_found_hint() -> str:
+    """What to check when a plug-in's module is not found: a plug-in by path is code on the
+    Python path with no package (docs/plugins.md §7), so "installed" alone does not fit."""
+    path = os.environ.get("PYTHONPATH")
+    return ("is its package installed in this environment, or its folder on PYTHONPATH? "
+            + (f"PYTHONPATH is {path}" if path else "PYTHONPATH is unset"))
 
 
 @cache
@@ -141,6 +151,15 @@ def _distribution_of(top: str) -> tuple[str, str] | None:
     return None
 
 
+def find(kind: str, name: str) -> Plugin:
+    """The plug-in of ``kind`` a spec names ``name``: an installed one of that name, else one by
+    path (``by_path``: PluginError when ``name`` is not ``module:attribute`` either)."""
+    for plugin in installed_of(kind):
+        if plugin.name == name:
+            return plugin
+    return by_path(kind, name)
+
+
 def by_path(kind: str, target: str) -> Plugin:
     """The plug-in a spec names by ``module:attribute``, with the distribution that provides its
     top-level package if one does (so its version enters the identity as an entry point's does)."""
@@ -167,7 +186,7 @@ def source_hash(plugin: Plugin) -> str:
                           f"{type(exc).__name__}: {exc}") from exc
     if spec is None or not spec.origin or not os.path.isfile(spec.origin):
         raise PluginError(f"{plugin.kind} plug-in {plugin.name!r}: no source file for module {plugin.module!r}"
-                          + (" (is its package installed in this environment?)" if spec is None else ""))
+                          + (f" ({not_found_hint()})" if spec is None else ""))
     st = os.stat(spec.origin)
     return _hash_file(spec.origin, st.st_mtime_ns, st.st_size)
 

@@ -123,7 +123,8 @@ def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize("attribute,broken", [
     ("NaNs", "the forward pass's output is not finite"),
     ("LoopsBackwards", "the parallel scan and the sequential loop disagree"),
-    ("not_a_class", "building the network failed: RuntimeError: I am no parameterisation"),
+    ("not_a_class", "my_plugin_broken:not_a_class is a function, not a class: a parameterisation plug-in is a "
+                    "subclass of ablate.models.parameterisations.Parameterisation"),
     ("Missing", "module 'my_plugin_broken' has no attribute 'Missing'"),
 ])
 def test_validate_rejects_a_plugin_that_breaks_its_contract_naming_it(plugin_dir: Path, attribute: str,
@@ -146,6 +147,32 @@ def test_validate_command_exits_2_naming_the_broken_plugin(tmp_path: Path) -> No
                           cwd=tmp_path)
     assert done.returncode == 2
     assert "model.parameterisation plug-in 'my_plugin_cli:NaNs'" in done.stderr and "not finite" in done.stderr
+
+
+def test_a_plugin_whose_module_is_not_found_asks_for_its_package_or_its_folder_on_pythonpath(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    with pytest.raises(plugins.PluginError, match=r"no source file for module 'my_plugin_nowhere' \(is its package "
+                                                  r"installed in this environment, or its folder on PYTHONPATH\? "
+                                                  r"PYTHONPATH is /somewhere/else\)"):
+        plugins.source_hash(plugins.by_path("parameterisation", "my_plugin_nowhere:Givens"))
+    with pytest.raises(plugins.PluginError, match=r"No module named 'my_plugin_nowhere' \(is its package installed"):
+        plugins.by_path("parameterisation", "my_plugin_nowhere:Givens").load()
+
+
+def test_ablate_plugins_exits_1_when_one_fails_to_load(tmp_path: Path) -> None:
+    """A distribution on PYTHONPATH (its metadata found as an installed one's) whose plug-in does
+    not import: listed with its import's message, and the command fails."""
+    (tmp_path / "my_plugin_syntax.py").write_text("class Broken(:\n    pass\n")
+    meta = tmp_path / "my_plugin_dist-0.1.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin-dist\nVersion: 0.1\n")
+    (meta / "entry_points.txt").write_text("[ablate.parameterisations]\nbroken_param = my_plugin_syntax:Broken\n")
+    done = subprocess.run([*ABLATE, "plugins"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "cannot import 'my_plugin_syntax': SyntaxError" in done.stdout
+    assert "error 1 plug-in(s) fail to load: parameterisation 'broken_param'; their status says why" in done.stderr
 
 
 def test_a_task_plugin_that_yields_bad_data_is_refused(plugin_dir: Path) -> None:

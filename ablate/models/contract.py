@@ -2,7 +2,12 @@
 validate``, ``ablate run``): each cell that uses a plug-in level is built and run once.
 
 A model plug-in (parameterisation, normalisation, nonlinearity, activation, init scheme) must give, in every
-cell that uses it, a network that builds, whose forward pass on a batch of 2 × 8 steps returns
+cell that uses it, a network that builds (a parameterisation or normalisation plug-in subclasses its
+base class), whose parameterisation keeps the shapes docs/plugins.md §2 gives (``unit_head``,
+``unit_log_magnitude()``, ``head_gain()``, the normalisation's scale and each tensor of ``system()``,
+checked before the forward pass, which would otherwise fail on a bare torch message or, for a
+``head_gain()`` per unit instead of per head, run with ξ silently wrong) and declares some
+recurrent parameters, whose forward pass on a batch of 2 × 8 steps returns
 the network's shapes and dtype with finite values, whose backward gives finite gradients (and
 some to the recurrent parameters it declares, which must be its own), whose layer's ``dynamics``
 (what the probes read) computes, and — where it claims both a parallel scan and a step — whose
@@ -10,17 +15,18 @@ scan, sequential loop and step-by-step outputs agree; an init scheme must also g
 (0, 1), phases of the shape asked and finite, and positive scales of B and C. A task plug-in must generate three splits
 whose inputs and targets fit what it declares (``ablate.tasks.data``); a metric plug-in
 (``ablate.metrics``) a finite number on a tiny batch. Each broken promise is one
-problem naming the plug-in (its spec name, target and origin) and what it broke.
+problem naming the plug-in (its spec name, target and origin) and what it broke; where the
+plug-in's own code raised, ``ABLATE_TRACEBACK=1`` prints its traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ablate import metrics, plugins
+from ablate import metrics, plugins, terminal
 from ablate.models import catalogue
 
 BATCH, STEPS = 2, 8
@@ -79,8 +85,21 @@ def _promise(what: str) -> Iterator[None]:
     except plugins.PluginError as exc:  # names the plug-in already; what follows its name is the news
         raise Broken(f"{what} failed: {str(exc).split(': ', 1)[-1]}") from exc
     except Exception as exc:  # a plug-in's own failure, whatever its type, is the broken promise
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise Broken(f"{what} failed: {type(exc).__name__}: {first}") from exc
+        raise Broken(f"{what} failed: {type(exc).__name__}: {terminal.one_line(exc)}") from exc
+
+
+def _own_failure(exc: BaseException) -> BaseException | None:
+    """The exception the plug-in's own code raised under a broken promise (None: it raised none,
+    a check found the promise broken)."""
+    cause = exc.__cause__
+    while isinstance(cause, (Broken, plugins.PluginError)):
+        cause = cause.__cause__
+    return cause
+
+
+def _report(who: str, exc: BaseException) -> str:
+    """``who: exc``, with its traceback printed (ABLATE_TRACEBACK=1) or a hint how to see it."""
+    return f"{who}: {exc}{terminal.plugin_traceback(_own_failure(exc), who)}"
 
 
 def _finite(t: Any, what: str) -> None:
@@ -102,8 +121,13 @@ def check_model(model: dict[str, Any]) -> None:
     torch.manual_seed(0)
     with _promise("validating the model"):
         spec = ModelSpec.model_validate(model)
+    _check_bases(model)
     with _promise("building the network"):
         net = build_model(spec, _Tokens())
+    layers = [layer for layer in net.recurrent_layers() if isinstance(layer, LinearRecurrence)]
+    for k, layer in enumerate(layers):
+        with _in_layer(k, len(layers)):
+            _check_shapes(layer)
     x = torch.randint(1, _Tokens.vocab_size, (BATCH, STEPS))
     with _promise("the forward pass"):
         logits = net(x)
@@ -112,14 +136,15 @@ def check_model(model: dict[str, Any]) -> None:
                      f"not {(BATCH, _Tokens.num_classes)}")
     if logits.dtype != torch.float32:
         raise Broken(f"the network's output is {logits.dtype}, not torch.float32")
-    _finite(logits, "the forward pass's output")
+    if not torch.isfinite(logits).all():
+        raise Broken(f"the forward pass's output is not finite: {_first_non_finite(layers)}")
     with _promise("the backward pass"):
         logits.square().mean().backward()
     for name, p in net.named_parameters():
         if p.grad is not None:
             _finite(p.grad, f"the gradient of {name}")
-    for layer in net.recurrent_layers():
-        if isinstance(layer, LinearRecurrence):
+    for k, layer in enumerate(layers):
+        with _in_layer(k, len(layers)):
             _check_layer(layer)
 
 
@@ -154,6 +179,188 @@ def check_init(model: dict[str, Any]) -> None:
         stds = tuple(float(v) for v in scheme.io_std(d_model, state_dim))
     if len(stds) != 2 or not all(0 < v < float("inf") for v in stds):
         raise Broken(f"io_std() gives {stds}, not two positive finite standard deviations (of B and C)")
+
+
+def _check_bases(model: dict[str, Any]) -> None:
+    """Each parameterisation or normalisation plug-in of ``model`` is a subclass of its base
+    (docs/plugins.md §2), checked before it is built: a task builder given as a parameterisation
+    was called with the layer's four arguments and failed as a bare TypeError."""
+    from ablate.models.normalisations import Normalisation
+    from ablate.models.parameterisations import Parameterisation
+
+    bases: dict[str, type] = {"model.parameterisation": Parameterisation, "model.normalisation": Normalisation}
+    for path, level in _plugin_levels(model):
+        base = bases.get(path)
+        if base is None or level.plugin is None:
+            continue
+        obj = level.plugin.load()
+        if isinstance(obj, type) and issubclass(obj, base):
+            continue
+        what = (f"the class {obj.__qualname__}, which does not subclass it" if isinstance(obj, type)
+                else f"a {type(obj).__name__}, not a class")
+        raise Broken(f"{level.plugin.target} is {what}: a {path.split('.')[-1]} plug-in is a subclass of "
+                     f"{base.__module__}.{base.__name__} (docs/plugins.md §2); does the target name the right object?")
+
+
+@contextlib.contextmanager
+def _in_layer(k: int, layers: int) -> Iterator[None]:
+    """A broken promise of the k-th of several recurrent layers says which."""
+    try:
+        yield
+    except Broken as exc:
+        if layers < 2:
+            raise
+        raise Broken(f"recurrent layer {k}: {exc}") from exc.__cause__
+
+
+def _shape_of(t: Any) -> str:
+    return str(tuple(t.shape)) if hasattr(t, "shape") else f"no shape (a {type(t).__name__})"
+
+
+def _expect(t: Any, want: tuple[int, ...], what: str, rule: str, hint: str = "") -> None:
+    """``t`` is a tensor of shape ``want``: else 'WHAT has shape (..); expected RULE = WANT'."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
+        raise Broken(f"{what} has shape {_shape_of(t)}; expected {rule} = {want}{hint}")
+
+
+def _entries(mask: Any, noun: tuple[str, str] = ("entry", "entries"), limit: int = 4) -> str:
+    """Where a mask holds: 'entries 0, 3 of 8' (``noun``: singular and plural)."""
+    idx = [int(i) for i in mask.flatten().nonzero().flatten()[:limit]]
+    more = ", …" if int(mask.sum()) > limit else ""
+    return f"{noun[0] if len(idx) == 1 and not more else noun[1]} {', '.join(map(str, idx))}{more} of {mask.numel()}"
+
+
+def _non_finite(t: Any, what: str) -> None:
+    import torch
+
+    if not bool(torch.isfinite(t).all()):
+        raise Broken(f"{what} is not finite ({_entries(~torch.isfinite(t.detach()).flatten())})")
+
+
+#: What a parameterisation's declared recurrent parameters are for: said where none is declared.
+RECURRENT_RULE = ("train.recurrent_lr_factor and the no-weight-decay rule apply to these (as to the built-ins' "
+                  "ν, θ, γ, M and B); with none declared, λ and B train at the full learning rate with weight decay, "
+                  "and the plug-in is not compared with the built-ins on equal terms")
+
+
+def _scale_name(layer: Any) -> str:
+    from ablate.models.normalisations import Xi
+
+    return ("ξ's scale (head_xi() per unit)" if isinstance(layer.norm, Xi)
+            else f"the normalisation's scale ({type(layer.norm).__name__})")
+
+
+def _check_shapes(layer: Any) -> None:
+    """Before the forward pass: the parameterisation's declared recurrent parameters, ``unit_head``,
+    ``unit_log_magnitude()``, ``head_gain()``, the normalisation's scale and ``system()``'s
+    tensors against docs/plugins.md §2, each reported by its name with what was expected."""
+    import torch
+
+    param, heads = layer.param, layer.heads
+    with _promise("recurrent_parameters()"):
+        declared = list(param.recurrent_parameters())
+    if not declared:
+        raise Broken(f"recurrent_parameters() is empty; a linear_rnn parameterisation returns the parameters "
+                     f"its λ and B are made of: {RECURRENT_RULE}")
+    unit_head = param.unit_head
+    if not isinstance(unit_head, torch.Tensor) or unit_head.dim() != 1 or unit_head.is_floating_point() \
+            or unit_head.is_complex() or not len(unit_head):
+        raise Broken(f"unit_head is {_shape_of(unit_head)}, {getattr(unit_head, 'dtype', '')}; expected a "
+                     "non-empty 1-D integer tensor: the head of each normalisation unit (a complex mode, a real "
+                     "mode or a dense head)")
+    units = len(unit_head)
+    outside = (unit_head < 0) | (unit_head >= heads)
+    if bool(outside.any()):
+        raise Broken(f"unit_head has values outside [0, heads) = [0, {heads}) at {_entries(outside)} "
+                     f"(values {sorted({int(v) for v in unit_head[outside]})[:4]})")
+    with torch.no_grad():
+        with _promise("unit_log_magnitude()"):
+            log_mag = param.unit_log_magnitude()
+        _expect(log_mag, (units,), "unit_log_magnitude()", "(len(unit_head),)", " (log |λ| per unit)")
+        _non_finite(log_mag, "unit_log_magnitude()")
+        with _promise("head_gain()"):
+            gain = param.head_gain()
+        per_unit = " (one per unit, not per head: ξ indexes it by each unit's head)" \
+            if hasattr(gain, "shape") and tuple(gain.shape) == (units,) else ""
+        _expect(gain, (heads,), "head_gain()", "(heads,)", per_unit)
+        _non_finite(gain, "head_gain()")
+        if not bool((gain > 0).all()):
+            raise Broken(f"head_gain() is not > 0 at {_entries(~(gain > 0), ('head', 'heads'))} (smallest {float(gain.min()):.3g}): "
+                         "it is each head's stationary state power Σ ‖b_j‖² / (1 − |λ_j|²), positive where every "
+                         "|λ| < 1 (is unit_log_magnitude() below 0?)")
+        scale_name = _scale_name(layer)
+        with _promise(scale_name):
+            scale = layer.norm(param)
+        if scale is not None:
+            _expect(scale, (units,), scale_name, "(len(unit_head),)")
+            _non_finite(scale, scale_name)
+        with _promise("system()"):
+            system = param.system(scale)
+        _check_system(system, layer, units)
+
+
+def _check_system(system: Any, layer: Any, units: int) -> None:
+    """``system()``'s tensors against their documented shapes (``System``, docs/plugins.md §2)."""
+    from ablate.models.parameterisations import System
+
+    N, d, H = layer.state_dim, layer.d_model, layer.heads
+    if not isinstance(system, System):
+        raise Broken(f"system() returned a {type(system).__name__}, not an ablate.models.parameterisations.System")
+    lam = system.lam
+    if lam is None:
+        if system.A is None:
+            raise Broken("system() has neither lam (the diagonal form a scan runs) nor A (the matrix a loop runs)")
+        if not layer.param.sequential_only:
+            raise Broken("system().lam is None (no diagonal form) but the parameterisation does not set "
+                         "sequential_only = True, so the layer would scan it")
+    else:
+        if lam.is_complex():
+            _expect(lam, (N // 2,), "system().lam", "(state_dim/2,) for complex modes")
+        else:
+            _expect(lam, (N,), "system().lam", "(state_dim,) for real modes")
+        if system.log_mag is not None:
+            _expect(system.log_mag, tuple(lam.shape), "system().log_mag", "the shape of lam")
+        if len(lam) != units:
+            raise Broken(f"system().lam has {len(lam)} modes and unit_head {units} entries: a unit is a mode of lam "
+                         "(a complex one: an interleaved (re, im) pair of B's rows; or a real one), and the scale "
+                         "has one entry per unit")
+    _expect(system.B, (N, d), "system().B", "(state_dim, d_model)")
+    _expect(system.C, (d, N), "system().C", "(d_model, state_dim)")
+    _expect(system.D, (d,), "system().D", "(d_model,)")
+    if system.P is not None:
+        n = N // H
+        _expect(system.P, (H, n, n), "system().P", "(heads, state_dim/heads, state_dim/heads)")
+    if system.A is not None:
+        _expect(system.A, (N, N), "system().A", "(state_dim, state_dim)")
+
+
+def _first_non_finite(layers: list[Any]) -> str:
+    """Which of head_gain(), the normalisation's scale and system()'s tensors is non-finite first
+    (in the order the forward pass computes them), for a non-finite output; what is left if none."""
+    import torch
+
+    for k, layer in enumerate(layers):
+        where = f"recurrent layer {k}'s " if len(layers) > 1 else ""
+        try:
+            with torch.no_grad():
+                steps: list[tuple[str, Callable[[], Any]]] = [("head_gain()", layer.param.head_gain)]
+                scale = layer.norm(layer.param)
+                system = layer.param.system(scale)
+        except Exception:  # computed before the pass without failing; now the pass's own message stands
+            continue
+        steps += [(_scale_name(layer), lambda s=scale: s)]
+        steps += [(f"system().{f}", lambda f=f, s=system: getattr(s, f)) for f in ("lam", "log_mag", "B", "C", "D", "P", "A")]
+        for what, get in steps:
+            try:
+                t = get()
+            except Exception:
+                continue
+            if isinstance(t, torch.Tensor) and not bool(torch.isfinite(t).all()):
+                return f"{where}{what} is non-finite first ({_entries(~torch.isfinite(t.detach()).flatten())})"
+    return ("head_gain(), the normalisation's scale and system()'s tensors are finite: the recurrence or a later "
+            "part of the network made it non-finite")
 
 
 def _check_layer(layer: Any) -> None:
@@ -242,14 +449,14 @@ def problems(configs: Iterable[dict[str, Any]]) -> Problems:
                 try:
                     check_init(model)
                 except (Broken, plugins.PluginError) as exc:
-                    out.append((INIT_PATH, f"{_who(INIT_PATH, init)}: {exc}"))
+                    out.append((INIT_PATH, _report(_who(INIT_PATH, init), exc)))
                     broken_inits.add(ikey)
             if init is None or ikey not in broken_inits:
                 try:
                     check_model(model)
                 except (Broken, plugins.PluginError) as exc:
                     who = " with ".join(_who(p, lvl.plugin) for p, lvl in levels if lvl.plugin is not None)
-                    out.append((levels[0][0], f"{who}: {exc}"))
+                    out.append((levels[0][0], _report(who, exc)))
         for name in config.get("train", {}).get("metrics") or ():
             if f"metric:{name}" not in seen:
                 seen.add(f"metric:{name}")
@@ -264,15 +471,41 @@ def problems(configs: Iterable[dict[str, Any]]) -> Problems:
             try:
                 check_task(task)
             except (Broken, plugins.PluginError) as exc:
-                out.append(("task.name", f"{_who('task', task_plugin)}: {exc}"))
+                out.append(("task.name", _report(_who("task", task_plugin), exc)))
     return out
 
 
 def spec_problems(spec: Any) -> Problems:
-    """``problems`` of every cell of a validated spec (``ablate.spec.Spec``)."""
+    """``problems`` of every cell of a validated spec (``ablate.spec.Spec``), then of its report
+    sections: each resolved (imported, its attribute found) but not run, as it needs the study's
+    results — so a misspelt ``pkg.mod:nope`` is found here, not after the other reports render."""
     from ablate.design import cells
 
-    return problems(cell.config for cell in cells(spec))
+    return problems(cell.config for cell in cells(spec)) + section_problems(spec.report_names)
+
+
+def section_problems(names: Iterable[str]) -> Problems:
+    """(``reports[i]``, why) for each report-section plug-in of ``names`` that cannot be loaded."""
+    from ablate.report import COMPARISONS, REPORTS
+
+    out: Problems = []
+    for i, name in enumerate(names):
+        if name in REPORTS or name in COMPARISONS:
+            continue
+        try:
+            plugins.find("section", name).load()
+        except plugins.PluginError as exc:
+            out.append((f"reports[{i}]", f"{exc}{terminal.plugin_traceback(exc.__cause__, f'report section {name!r}')}"))
+    return out
+
+
+def loads(status: str) -> bool:
+    """Whether an ``installed_rows`` status is a plug-in that loads (``ok``) or is ignored by design
+    (named like a built-in), not one that fails."""
+    return status == "ok" or status.startswith(IGNORED)
+
+
+IGNORED = "ignored: "
 
 
 def installed_rows() -> list[list[str]]:
@@ -289,7 +522,7 @@ def installed_rows() -> list[list[str]]:
         except plugins.PluginError:
             source = "-"
         if p.name in builtin.get(p.kind, ()):
-            status = f"ignored: {p.name!r} is a built-in {p.kind}"
+            status = f"{IGNORED}{p.name!r} is a built-in {p.kind}"
         elif p.kind == "task" and p.name in PLUGIN_ERRORS:
             status = PLUGIN_ERRORS[p.name]
         else:

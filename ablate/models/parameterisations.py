@@ -81,7 +81,13 @@ def _check_heads(name: str, units: int, heads: int, what: str) -> int:
 
 
 class Parameterisation(nn.Module):
-    """Base: holds D and the shapes; subclasses hold the recurrent parameters."""
+    """Base: holds D and the shapes; subclasses hold the recurrent parameters.
+
+    The shapes every method keeps (docs/plugins.md §2 tabulates them; ``ablate.models.contract``
+    checks a plug-in's against them): with N = state_dim and H = heads, a *unit* is one entry of the
+    system's ``lam`` (a complex mode: two interleaved rows of B; or a real mode), or a whole head
+    where there is no ``lam`` (dense); ``unit_head`` (units,) holds each unit's head, in [0, H),
+    each head's units consecutive."""
 
     sequential_only = False  # True: no diagonal form, the layer must loop over time
 
@@ -92,15 +98,17 @@ class Parameterisation(nn.Module):
         self.register_buffer("unit_head", torch.zeros(0, dtype=torch.long), persistent=False)
 
     def recurrent_parameters(self) -> list[nn.Parameter]:
-        """Parameters that take the recurrent learning-rate factor and no weight decay."""
+        """Parameters that take the recurrent learning-rate factor and no weight decay: those λ and
+        B are made of (never empty for a linear recurrence, or they would train as the rest)."""
         raise NotImplementedError
 
     def unit_log_magnitude(self) -> torch.Tensor:
-        """log |λ| per normalisation unit, from the live parameters."""
+        """(units,) = (len(unit_head),) log |λ| per normalisation unit, from the live parameters."""
         raise NotImplementedError
 
     def head_gain(self) -> torch.Tensor:
-        """(H,) stationary E‖x^h‖² under white unit-variance input with no normalisation."""
+        """(H,) stationary E‖x^h‖² under white unit-variance input with no normalisation: one per
+        head (not per unit), Σ ‖b_j‖² / (1 − |λ_j|²) over the head's units; finite and > 0."""
         raise NotImplementedError
 
     def head_xi(self, horizon: int) -> torch.Tensor:
@@ -110,10 +118,13 @@ class Parameterisation(nn.Module):
         return torch.rsqrt(self.head_gain())
 
     def system(self, scale: torch.Tensor | None) -> System:
-        """The system of this pass; ``scale`` (units,) multiplies each unit's rows of B."""
+        """The system of this pass; ``scale`` (units,) multiplies each unit's rows of B (a complex
+        mode's two: ``scale.repeat_interleave(2)``)."""
         raise NotImplementedError
 
     def eigenvalues(self) -> torch.Tensor:
+        """The spectrum, complex, with or without conjugates (``Rotation``: 2K, ``ComplexDiagonal``:
+        K); only the default ``head_decay`` reads it, per head as consecutive equal groups."""
         raise NotImplementedError
 
     def modes(self, system: System) -> tuple[torch.Tensor, torch.Tensor]:
