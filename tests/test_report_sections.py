@@ -81,3 +81,40 @@ def test_a_broken_section_is_an_error_naming_it(tmp_path: Path, monkeypatch: pyt
         assert message in str(err.value)
     finally:
         sys.modules.pop("my_section_broken", None)
+
+
+def test_a_failing_sections_traceback_is_shown_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "my_section_broken.py").write_text(BROKEN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        monkeypatch.delenv("ABLATE_TRACEBACK", raising=False)
+        with pytest.raises(sections.SectionError, match="; ABLATE_TRACEBACK=1 shows its traceback$"):
+            sections.body("my_section_broken:fails", results())
+        assert capsys.readouterr().err == ""
+        monkeypatch.setenv("ABLATE_TRACEBACK", "1")
+        with pytest.raises(sections.SectionError) as err:
+            sections.body("my_section_broken:fails", results())
+        assert str(err.value).endswith("failed: KeyError: \"no column 'nope'\"")
+        shown = capsys.readouterr().err
+        assert shown.startswith("traceback of report section 'my_section_broken:fails'")
+        assert "my_section_broken.py\", line 4, in fails" in shown
+    finally:
+        sys.modules.pop("my_section_broken", None)
+
+
+def test_a_section_by_path_that_cannot_be_loaded_is_refused_before_anything_renders(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_section_broken.py").write_text(BROKEN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    try:
+        assert sections.is_section("my_section_broken:fails")  # resolved, not run
+        with pytest.raises(sections.SectionError) as err:
+            render.render("sect", ["accuracy", "my_section_broken:nope"], out, ("html",), data=results())
+        assert str(err.value) == "section plug-in 'my_section_broken:nope': module 'my_section_broken' has no attribute 'nope'"
+        assert not out.exists()  # the accuracy page before it was not rendered
+        # a refusal where it reaches the command: exit 2, its message printed as it is (no markup read)
+        assert err.value.code == 2 and err.value.lines == [str(err.value)]
+    finally:
+        sys.modules.pop("my_section_broken", None)

@@ -13,7 +13,10 @@ by path, and chosen by name in the spec's ``reports:``. ``render.render`` makes 
 own, ``<name>.html`` / ``<name>.pdf``, laid out as the built-in reports are (``format.table_block``,
 ``plotting.figure_html``), and with ``--export`` writes its figures to ``figures/<name>-<title>.*``
 and tables to ``tables/<name>-<title>.*``. A section that fails, or yields something else, raises
-``SectionError`` naming it.
+``SectionError`` naming it (and, with ``ABLATE_TRACEBACK=1``, prints the section's own traceback).
+A section's target is resolved — imported and its attribute found, not run — whenever a command
+asks ``is_section`` of it, so ``ablate report`` refuses one that cannot be loaded before any page
+renders (``ablate validate`` resolves them through ``ablate.models.contract``).
 """
 
 from __future__ import annotations
@@ -24,29 +27,53 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate import plugins
+from rich.markup import escape
+
+from ablate import plugins, terminal
 from ablate.report import COMPARISONS, REPORTS
 
 if TYPE_CHECKING:
     from ablate.results import Results
 
 
-class SectionError(Exception):
-    """A report-section plug-in failed or broke its contract; the message names it."""
+class SectionError(terminal.Refused):
+    """A report-section plug-in cannot be loaded, failed or broke its contract; the message names
+    it. A refusal (exit 2) where it reaches the command: one that cannot be loaded is found while
+    the command checks its reports, before anything renders (a render turns a failure into its
+    own error, exit 1)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(escape(message))  # printed as rich markup; str() is the message itself
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def is_section(name: str) -> bool:
-    """True for a report-section plug-in (installed, or by path), False for a built-in report."""
+    """True for a report-section plug-in (installed, or by path), False for a built-in report or
+    any other name. A section's target is resolved here (``resolve``): ``SectionError`` when it
+    cannot be imported or has no such attribute."""
     if name in REPORTS or name in COMPARISONS:
         return False
-    return any(p.name == name for p in plugins.installed_of("section")) or plugins.is_target(name)
+    if not (any(p.name == name for p in plugins.installed_of("section")) or plugins.is_target(name)):
+        return False
+    resolve(name)
+    return True
 
 
 def plugin_of(name: str) -> plugins.Plugin:
-    for plugin in plugins.installed_of("section"):
-        if plugin.name == name:
-            return plugin
-    return plugins.by_path("section", name)
+    return plugins.find("section", name)
+
+
+def resolve(name: str) -> Any:
+    """The function section ``name`` names, imported but not run; ``SectionError`` naming it
+    (its import's traceback printed with ABLATE_TRACEBACK=1) when it cannot be loaded."""
+    plugin = plugin_of(name)
+    try:
+        return plugin.load()
+    except plugins.PluginError as exc:
+        raise SectionError(f"{exc}{terminal.plugin_traceback(exc.__cause__, f'report section {name!r}')}") from None
 
 
 def _slug(text: str) -> str:
@@ -79,10 +106,7 @@ def body(name: str, results: Results, export_dir: Path | None = None) -> tuple[s
 
     plugin = plugin_of(name)
     who = f"report section {name!r} ({plugin.target}, {plugin.origin})"
-    try:
-        section = plugin.load()
-    except plugins.PluginError as exc:
-        raise SectionError(str(exc)) from None
+    section = resolve(name)
     export = Export(export_dir, stem(plugin.name))
     parts = [f"<h1>{_html.escape(results.study)} — {_html.escape(plugin.name.replace('_', ' '))}</h1>"]
     try:
@@ -106,6 +130,6 @@ def body(name: str, results: Results, export_dir: Path | None = None) -> tuple[s
     except SectionError:
         raise
     except Exception as exc:  # the plug-in's own failure is reported as its, in one line
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise SectionError(f"{who} failed: {type(exc).__name__}: {first}") from exc
+        raise SectionError(f"{who} failed: {type(exc).__name__}: {terminal.one_line(exc)}"
+                           f"{terminal.plugin_traceback(exc, who)}") from exc
     return "\n".join(parts), export.written
