@@ -237,11 +237,13 @@ when given the same `-m`.
 
 ## Plug-ins
 
-`model.parameterisation`, `model.normalisation`, `model.nonlinearity`, `model.activation` and
-`task.name` also take the levels of installed plug-in packages (`ablate plugins` lists them) and
-`package.module:attribute` for code on the Python path. `validate` and `run` exercise each plug-in
-a cell uses on a tiny batch first; a cell's id holds the identity of its plug-ins (distribution,
-version, source hash). See docs/plugins.md.
+`model.parameterisation`, `model.normalisation`, `model.init.scheme`, `model.nonlinearity`,
+`model.activation`, `task.name`, `train.metrics` and `reports` (report sections) also take the
+names of installed plug-in packages (`ablate plugins` lists them) and `package.module:attribute`
+for code on the Python path. `validate` and `run` exercise each model, task and metric plug-in a
+cell uses on a tiny batch first, checking a parameterisation's shapes against docs/plugins.md's
+`System` table, and resolve (import, not run) each report section; a cell's id holds the identity
+of its plug-ins (distribution, version, source hash). See docs/plugins.md.
 
 ## Errors
 
