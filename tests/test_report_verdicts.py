@@ -11,7 +11,9 @@ from frames import METRIC, A, B, factorial
 
 from ablate.report import format as fmt
 from ablate.report import verdicts
-from ablate.report.accuracy.tables import floor_and_threshold
+from ablate.report.accuracy.tables import floor_words, holm_first
+from ablate.stats.family import reach_of
+from ablate.stats.words import Reach
 
 
 def _res(trials, min_effect: float = 0.01) -> SimpleNamespace:
@@ -71,19 +73,27 @@ def test_the_power_line_and_floor_use_the_whole_family() -> None:
     v = _verdicts(trials)
     m = len(v.family)
     assert v.comparisons["power_alpha"].to_numpy() == pytest.approx(np.full(len(v.comparisons), 0.05 / m))
-    floor, holm, m_said = floor_and_threshold(v.comparisons[v.comparisons["testable"]], 0.05)
-    assert m_said == m and holm == pytest.approx(0.05 / m)
-    assert floor == pytest.approx(v.comparisons["p_min"].min())
+    first, m_said = holm_first(v.comparisons, 0.05)
+    assert m_said == m and first == pytest.approx(0.05 / m)
+    # What the floor leaves within reach is the family's: its comparisons' floors and its ANOVA terms.
+    reach = reach_of(v.comparisons[v.comparisons["testable"]], 0.05)
+    assert reach.m == m and reach.terms == int((v.family["kind"] == "term").sum())
+    assert reach.floors == pytest.approx(sorted(v.comparisons.loc[v.comparisons["testable"], "p_min"]))
+    assert reach.rejected == int(v.family.loc[v.family["kind"] == "term", "significant"].sum())
 
 
 def test_mixed_floors_do_not_claim_that_nothing_can_pass() -> None:
     """One comparison at 3 paired seeds (floor 0.25), another at 8 (floor 1/128): the claim that no
-    comparison can be significant would be false, so the floor used is the smallest."""
+    comparison can be significant would be false, so the floor used is the smallest — here below
+    Holm's first threshold α/2, so the floor holds nothing back and nothing is said."""
     import pandas as pd
 
-    tested = pd.DataFrame({"p_min": [0.25, 1 / 128], "n": [3, 8], "power_alpha": [0.025, 0.025]})
-    floor, holm, m = floor_and_threshold(tested, 0.05)
-    assert floor == pytest.approx(1 / 128) and not floor > holm and m == 2
+    tested = pd.DataFrame({"p_min": [0.25, 1 / 128], "n": [3, 8], "power_alpha": [0.025, 0.025],
+                           "significant": [False, False]})
+    assert floor_words(tested, 0.05) is None
+    # Past α/2 but below what Holm gives behind the ANOVA terms a frame's α/m says there are: not "none can".
+    claim, _ = floor_words(tested.assign(power_alpha=0.05 / 8), 0.05)
+    assert claim.startswith("With 3–8 seeds a comparison can be significant only when at least 2 ")
 
 
 def test_flags_show_diverged_runs_beside_their_comparison() -> None:
@@ -153,3 +163,31 @@ def test_before_any_test_the_power_line_is_at_the_designs_alpha_over_m() -> None
     assert v.comparisons["power_alpha"].to_numpy() == pytest.approx(np.full(len(v.comparisons), 0.05 / 27))
     said = " ".join(comparison_sentences(v.comparisons, METRIC))
     assert "(m = 27 tests in the study's family)" in said
+
+
+def test_no_sentence_says_none_can_be_significant_beside_a_significant_comparison() -> None:
+    """The defect a reviewer found in rotrnn_vs_lru_tokens: 8 seeds' floor (0.0078) above Holm's first
+    threshold over the family (α/8 = 0.00625) was said to make every comparison unreachable, next to
+    comparisons marked significant — Holm is step-down, and the ANOVA terms it rejects first (F tests,
+    no floor) leave the comparisons α/6. The sentences now say what it takes, never that none can be."""
+    from ablate.report import accuracy as acc
+
+    trials = factorial(effect_a=0.05, effect_b=0.05, seeds=8, sd=0.005, rng=np.random.default_rng(11))
+    v = _verdicts(trials)
+    comp = v.comparisons
+    assert len(v.family) == 8 and comp["significant"].all()  # 5 comparisons at 0.0078 × 6 = 0.047
+    assert (comp["p_min"] > 0.05 / 8).all()  # each above the first threshold: what the old rule read as "none"
+    text = " ".join([*acc.comparison_sentences(comp, METRIC), *acc.comparison_intro(comp)])
+    assert "no comparison can be significant" not in text.lower() and "p_adj = 0.047 *: significant" in text
+    rejected = int(v.anova["significant"].sum())
+    assert ("With 8 seeds a comparison can be significant only when at least 2 of the study's 3 ANOVA terms (F tests, "
+            f"which have no floor) have smaller p's and are rejected first (here Holm rejects {rejected} of the 3)"
+            ) in text
+    assert "the exact test cannot give a p below 0.008 on any of them, above Holm's first threshold over the study's " \
+           "8 tests, α/8 = 0.006" in text
+    # Whatever a frame's family says, a frame with a significant comparison is never told that none can be:
+    # here a family of 7 such comparisons and 1 term, where none could (7 × 0.0078 > α), yet these are marked.
+    wrong = comp.assign(reach=[Reach.of([2 / 256] * 7, 1, 0.05)] * len(comp))
+    assert not wrong["reach"].iloc[0].can(2 / 256)
+    text = " ".join([*acc.comparison_sentences(wrong, METRIC), *acc.comparison_intro(wrong)])
+    assert "no comparison can be significant" not in text.lower() and "significant" in text

@@ -42,8 +42,8 @@ def spec_of(seeds: object, widths: int = 12, reports: tuple[str, ...] = ("accura
 
 
 def smallest_seeds(threshold: float) -> int:
-    # The sign-flip test's smallest two-sided p with n paired seeds is 2/2^n.
-    return next(n for n in range(2, 64) if 2.0 / 2**n <= threshold)
+    # The sign-flip test's smallest two-sided p with n paired seeds is 2/2^n; Holm rejects below a threshold.
+    return next(n for n in range(2, 64) if 2.0 / 2**n < threshold)
 
 
 def lineage_folder(config: dict, seed: int) -> Path:
@@ -59,26 +59,57 @@ def test_the_floor_is_the_permutation_tests_own():
 
 
 def test_an_underpowered_design_is_warned_with_the_seeds_that_would_reach_significance():
-    # 12 cells, one factor: 11 comparisons + 1 ANOVA term on the accuracy: m = 12.
+    # 12 cells, one factor: 11 comparisons + 1 ANOVA term on the accuracy: m = 12. With the term rejected
+    # first, Holm gives the first comparison α/11: the best it can get, the threshold the floor must pass.
     spec = spec_of(4)
     assert plan_checks.family_size(spec) == (12, "11 comparisons with the reference and 1 ANOVA term on 1 measure")
+    assert plan_checks.family_counts(spec) == (11, 1, 1)
     (line,) = plan_checks.significance_lines(spec)
-    need = smallest_seeds(0.05 / 12)
-    assert "smallest p with 4 seeds is 0.125" in line and "0.05/12 = 0.00417" in line
-    assert f"{need} seeds would reach it" in line and "sequential design" in line
+    need = smallest_seeds(0.05 / 11)
+    assert line.startswith("warning: with 4 seeds no comparison can be significant: the exact test cannot give a p "
+                           "below 0.13 on any comparison with the reference")
+    assert "only the 1 ANOVA term (an F test, which has no floor) can come first" in line
+    assert "α/11 = 0.005 at best (m = 11 comparisons with the reference and 1 ANOVA term on 1 measure)" in line
+    assert f"; {need} seeds would reach it" in line and "sequential design" in line
     assert plan_checks.significance_lines(spec_of(need)) == []  # enough seeds: nothing to say
     # The norm report's measures join the family: 11 comparisons on each of 4 measures (one layer: no
     # depth), the ANOVA term on 3 (none over seeds), and more seeds are needed.
     both = spec_of(need, reports=("accuracy", "norm_stability"))
     assert plan_checks.family_size(both) == (47, "44 comparisons with the reference and 3 ANOVA terms on 4 measures")
     (line,) = plan_checks.significance_lines(both)
-    assert f"{smallest_seeds(0.05 / 47)} seeds would reach it" in line
+    assert f"; {smallest_seeds(0.05 / 44)} seeds would reach it" in line
     # A non-factorial design has no ANOVA terms: one_at_a_time over two factors.
     raw = copy.deepcopy(RAW)
     del raw["tune"]
     raw.update(factors={"model.d_model": [8, 16, 32], "model.layers": [1, 2]}, design="one_at_a_time",
                reports=["accuracy"], seeds=3)
     assert plan_checks.family_size(design.validate(raw)) == (3, "3 comparisons with the reference on 1 measure")
+
+
+def test_a_floor_between_the_first_threshold_and_the_best_is_a_note_not_a_warning():
+    """rotrnn_vs_lru_tokens' design: 2 cells with the norm report, 8 seeds — 5 comparisons and 4 ANOVA
+    terms, m = 9. The floor 2/2⁸ = 0.0078 is above α/9 but below α/5: a comparison can be significant
+    (its report marks one), once 3 of the terms are rejected first. Plan had warned that none could."""
+    spec = spec_of(8, widths=2, reports=("accuracy", "norm_stability"))
+    assert plan_checks.family_counts(spec) == (4, 3, 4)  # one layer: no depth measure
+    (line,) = plan_checks.significance_lines(spec)
+    assert "no comparison" not in line and "warning" not in line
+    assert line == ("note: with 8 seeds a comparison can be significant only when at least 1 of the study's 3 ANOVA "
+                    "terms (F tests, which have no floor) has a smaller p and is rejected first: the exact test cannot "
+                    "give a p below 0.008 on any comparison with the reference, above Holm's first threshold over the "
+                    "study's 7 tests, α/7 = 0.007 (m = 4 comparisons with the reference and 3 ANOVA terms on 4 "
+                    "measures); 9 seeds would need none (their smallest p, 0.004, is below α/7)")
+    rotrnn = design.load(Path(__file__).resolve().parents[1] / "reports" / "rotrnn_vs_lru_tokens" / "data" / "spec.yaml")
+    (line,) = plan_checks.significance_lines(rotrnn)
+    assert line.startswith("note: with 8 seeds a comparison can be significant only when at least 3 of the study's 4 "
+                           "ANOVA terms")
+    # 7 seeds: 0.016 is above α/4, the best any comparison gets; the seeds that reach it need 1 term first.
+    (line,) = plan_checks.significance_lines(spec_of(7, widths=2, reports=("accuracy", "norm_stability")))
+    assert line.startswith("warning: with 7 seeds no comparison can be significant")
+    assert line.endswith("α/4 = 0.013 at best (m = 4 comparisons with the reference and 3 ANOVA terms on 4 measures); "
+                         "8 seeds would reach it (their smallest p is 0.008) once at least 1 of the ANOVA terms is "
+                         "rejected first, 9 with none ahead; or a sequential design (seeds: {min, max, until: decided}) "
+                         "that stops each comparison once decided")
 
 
 def test_plan_prints_the_warning_and_a_sequential_studys_price(tmp_path, home):
@@ -89,7 +120,7 @@ def test_plan_prints_the_warning_and_a_sequential_studys_price(tmp_path, home):
     path.write_text(yaml.safe_dump(raw))
     res = CliRunner().invoke(app, ["plan", str(path)])
     assert res.exit_code == 0, res.output
-    assert "warning: no comparison with the reference can be significant" in res.output
+    assert "warning: with 3 seeds no comparison can be significant" in res.output
     raw["seeds"] = {"min": 3, "max": 9, "step": 3, "measures": ["test_accuracy"]}
     path.write_text(yaml.safe_dump(raw))
     res = CliRunner().invoke(app, ["plan", str(path)])

@@ -10,6 +10,7 @@ from statsmodels.stats.multitest import multipletests
 
 from ablate.stats import family as fam
 from ablate.stats.multiplicity import adjusted as holm
+from ablate.stats.words import Reach, p_text
 
 
 def _comp(ps: list[float | None]) -> pd.DataFrame:
@@ -65,7 +66,9 @@ def test_policy_sentence_counts_what_the_family_holds() -> None:
                                       [("test_accuracy", anova)]))
     text = fam.policy_sentence(adjusted, 0.05)
     assert "4 comparisons with the reference and 2 ANOVA terms on 2 measures" in text
-    assert "m = 6" in text and "0.0083" in text
+    # α/6 = 0.00833 prints as every p, floor and threshold prints (format.pval), not as "0.0083" here and
+    # "0.008" in the power table
+    assert "m = 6" in text and "α/m = 0.008," in text
     seq = fam.policy_sentence(adjusted.iloc[0:0], 0.05, sequential_m=3)
     assert "3 comparisons" in seq and "α/m = 0.05/3" in seq and "Bonferroni" in seq
     assert "Nothing is tested" in fam.policy_sentence(adjusted.iloc[0:0], 0.05)
@@ -87,3 +90,69 @@ def test_a_null_study_keeps_the_family_rate() -> None:
                                   for _, g in norms.groupby("measure")))
     assert whole / n < 0.05 + 3 * np.sqrt(0.05 * 0.95 / n)
     assert per_report / n > 0.15  # what the reports did before: Holm per report and per measure
+
+
+def _significant(ps: list[float], alpha: float = 0.05) -> np.ndarray:
+    """Holm as the reports run it (``family.adjust``: p_adj < α)."""
+    return holm(np.asarray(ps, float), "holm") < alpha
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_reach_says_what_holm_can_reject_given_the_floors(seed: int) -> None:
+    """Brute force over every arrangement of the comparisons' p's (each at a floor of the family at
+    or above its own, or 1) with the ANOVA terms rejected first (p near 0, the best they can do): a
+    comparison can be significant in some arrangement exactly when ``Reach.can`` says so, and none
+    can exactly when ``reachable`` is 0 — the floor against α/C, not against Holm's first α/m."""
+    import itertools
+
+    rng = np.random.default_rng(seed)
+    floors = [2.0 ** (1 - int(n)) for n in rng.integers(3, 11, size=int(rng.integers(1, 5)))]
+    terms = int(rng.integers(0, 5))
+    reach = Reach.of(floors, terms, 0.05)
+    can = [False] * len(floors)
+    choices = [sorted({f for f in floors if f >= own} | {1.0}) for own in floors]
+    for ps in itertools.product(*choices):
+        hit = _significant([*ps, *[1e-9] * terms])[: len(floors)]
+        can = [a or bool(b) for a, b in zip(can, hit, strict=True)]
+    assert can == [reach.can(f) for f in floors], (floors, terms)
+    assert (reach.reachable == 0) == (not any(can))
+    # With every ANOVA term ahead, α/C is the best a comparison gets; α/m only when there is none.
+    assert reach.limit >= 0.05 / len(floors) or reach.reachable == 0
+    for f in set(floors):
+        k = reach.ahead(f)  # the fewest tests rejected first: k terms at ~0, every comparison at f
+        if reach.can(f) and k <= terms:
+            ahead = [1e-9] * k + [1.0] * (terms - k)
+            assert _significant([f] * len(floors) + ahead)[0]
+            if k:
+                assert not _significant([f] * len(floors) + [1e-9] * (k - 1) + [1.0] * (terms - k + 1))[0]
+
+
+def test_floor_words_say_none_only_when_none_can_be_significant() -> None:
+    # rotrnn_vs_lru_tokens: 5 comparisons at 8 seeds' floor (0.0078), 4 ANOVA terms, m = 9: above α/9, below α/5.
+    reach = Reach.of([2 / 256] * 5, 4, 0.05, rejected=4)
+    claim, reason = reach.floor_words(2 / 256, "8 seeds")
+    assert "no comparison" not in claim
+    assert claim == ("With 8 seeds a comparison can be significant only when at least 3 of the study's 4 ANOVA "
+                     "terms (F tests, which have no floor) have smaller p's and are rejected first (here Holm rejects "
+                     "all 4)")
+    assert reason == ("the exact test cannot give a p below 0.008 on any of them, above Holm's first threshold over "
+                      "the study's 9 tests, α/9 = 0.006")
+    # 7 comparisons: α/7 = 0.0071 is the best Holm can give one, below the floor: none can.
+    claim, reason = Reach.of([2 / 256] * 7, 4, 0.05).floor_words(2 / 256, "8 seeds")
+    assert claim == "With 8 seeds no comparison can be significant"
+    assert "only the 4 ANOVA terms (F tests, which have no floor) can come first" in reason
+    assert "α/7 = 0.007 at best" in reason
+    # No ANOVA term: α/C is α/m, the first threshold, as before.
+    claim, reason = Reach.of([0.125] * 11, 0, 0.05).floor_words(0.125, "4 seeds")
+    assert claim == "With 4 seeds no comparison can be significant"
+    assert reason.endswith("above Holm's first threshold over the study's 11 tests, α/11 = 0.005")
+    assert Reach.of([2 / 512] * 3, 4, 0.05).floor_words(2 / 512, "9 seeds") is None  # below α/7: nothing held back
+
+
+def test_a_floor_and_a_threshold_print_as_a_p_and_apart() -> None:
+    assert p_text(0.0625, bound=True) == p_text(0.0625) == "0.063"  # 2/2⁵, never 0.062 beside 0.063
+    assert p_text(0.05 / 49, bound=True) == "0.00102"  # above 0.001, so printed above it
+    assert p_text(0.05 / 60, bound=True) == "0.00083" and p_text(0.05 / 60) == "<0.001"  # a bound is a number
+    # 2/2⁹ beside α/13: both 0.004 at three decimals; apart, each on its side
+    assert p_text(2 / 512, bound=True, against=(0.05 / 13,)) == "0.0039"
+    assert p_text(0.05 / 13, bound=True, against=(2 / 512,)) == "0.0038"

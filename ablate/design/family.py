@@ -1,6 +1,6 @@
 """The confirmatory family a design implies: what the reports will test and correct together
 (``ablate.stats.family``), counted from the spec before anything runs — for ``ablate plan``'s
-warning that a design cannot decide anything, and for a report's power line before its seeds
+warning that a design's comparisons cannot be significant (or only behind its ANOVA terms), and for a report's power line before its seeds
 allow a test. Counted as the reports count, measure by measure: ``tests/test_design_family.py``
 holds it to every committed report's own count."""
 
@@ -28,14 +28,15 @@ def _terms(grid: Sequence[Cell], factors: Sequence[str]) -> int:
     return len(varied) + math.comb(len(varied), 2) if varied and len(grid) == levels else 0
 
 
-def family_size(spec: Spec) -> tuple[int, str]:
-    """m of the study's family as the design sets it, and how it is made up: every other cell
-    against the reference (the baseline's cell, else the first) and, on a full factorial, every main
-    effect and two-way interaction, on every measure. The accuracy is tested by every report; the
-    norm measures when the norm report is asked for, the depth (over layers) only between cells of
-    more than one layer, and the spread over seeds with no ANOVA."""
+def family_counts(spec: Spec) -> tuple[int, int, int]:
+    """(comparisons, ANOVA terms, measures) of the study's family as the design sets it: every other
+    cell against the reference (the baseline's cell, else the first) and, on a full factorial, every
+    main effect and two-way interaction, on every measure. The accuracy is tested by every report;
+    the norm measures when the norm report is asked for, the depth (over layers) only between cells
+    of more than one layer, and the spread over seeds with no ANOVA. The comparisons are the tests
+    with a floor (the exact test's, ``ablate.stats.words.Reach``), the terms those without."""
     if not spec.report_names:
-        return 0, "no report"
+        return 0, 0, 0
     grid = cells(spec)
     base = spec.baseline()
     reference = next((c for c in grid if c.config == base), grid[0])
@@ -45,6 +46,13 @@ def family_size(spec: Spec) -> tuple[int, str]:
         on = deep if measure == "norm.depth" else grid
         compared = len(on) - 1 if reference in on else 0
         counts.append((compared, 0 if measure in NO_ANOVA or not on else _terms(on, list(spec.factors))))
-    comparisons, terms = sum(c for c, _ in counts), sum(t for _, t in counts)
-    measures = sum(1 for c, t in counts if c or t)
+    return sum(c for c, _ in counts), sum(t for _, t in counts), sum(1 for c, t in counts if c or t)
+
+
+def family_size(spec: Spec) -> tuple[int, str]:
+    """m of the study's family as the design sets it (``family_counts``), and how it is made up:
+    "15 comparisons with the reference and 12 ANOVA terms on 5 measures"."""
+    if not spec.report_names:
+        return 0, "no report"
+    comparisons, terms, measures = family_counts(spec)
     return comparisons + terms, family_words(comparisons, terms, measures)

@@ -26,12 +26,13 @@ import html as _html
 import math
 import re
 from collections.abc import Iterable
-from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from ablate.stats import words
 
 __all__ = [
     "DASH",
@@ -64,7 +65,7 @@ __all__ = [
     "with_ci",
 ]
 
-DASH = "—"
+DASH = words.DASH  # the one dash: ablate.stats.words.p_text, which pval is, prints it too
 NBSP = "\u00a0"  # keeps "[low, high]", "paired t", "3 pairs" on one line in a narrow column
 
 
@@ -124,35 +125,20 @@ def with_ci(value: Any, low: Any, high: Any, digits: int = 3, sign: bool = False
     return f"{text} {bounds}"
 
 
-#: The thresholds a printed p is read against: α as the reports use it by default and the marks'
-#: (``stats.MARKS``: ``**`` below 0.01, ``***`` below 0.001). ``pval`` never rounds across one.
-P_THRESHOLDS = (0.05, 0.01, 0.001)
+#: The thresholds a printed p is read against (``ablate.stats.words``, where ``pval``'s rule lives so
+#: that ``ablate plan``, which loads no pandas, prints a floor or a threshold as the reports do).
+P_THRESHOLDS = words.P_THRESHOLDS
 
 
-def _half_up(p: float, decimals: int) -> Decimal:
-    # Half up on the shortest decimal that reads back as p (0.0625 → 0.063), not on its binary
-    # expansion with Python's half-to-even (0.062): what a reader rounding by hand would write.
-    return Decimal(repr(p)).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
-
-
-def pval(p: Any, alpha: float | None = None) -> str:
+def pval(p: Any, alpha: float | None = None, *, bound: bool = False, against: Iterable[float] = ()) -> str:
     """A p-value: ``<0.001``; else three decimals below 0.1 and two above (rounded half up), with
     as many more as it takes for the printed value to sit on the same side of every threshold as
     p itself — ``alpha`` (default 0.05) and the marks' 0.01 and 0.001: 0.0499 is ``0.0499``, not
-    ``0.050`` beside a star, and 0.0501 is ``0.0501``, not ``0.050``. ``—`` when missing."""
-    if not finite(p):
-        return DASH
-    p = float(p)
-    if p < P_THRESHOLDS[-1]:
-        return "<" + str(P_THRESHOLDS[-1])
-    thresholds = {*P_THRESHOLDS[1:], P_THRESHOLDS[0] if alpha is None else float(alpha)}
-    decimals = 3 if p < 0.1 else 2
-    while True:
-        shown = _half_up(p, decimals)
-        if decimals >= 17 or all((shown > Decimal(repr(t))) == (p > t) and (shown < Decimal(repr(t))) == (p < t)
-                                 for t in thresholds):
-            return f"{shown:f}"
-        decimals += 1
+    ``0.050`` beside a star, and 0.0501 is ``0.0501``, not ``0.050``. ``—`` when missing.
+    ``bound``: a floor or a threshold (α/m), printed the same way but never as ``<0.001``;
+    ``against``: the numbers a sentence sets it beside, which it must print apart from
+    (``ablate.stats.words.p_text``, the one rule)."""
+    return words.p_text(p, alpha, bound=bound, against=against)
 
 
 def p_is(p: Any) -> str:

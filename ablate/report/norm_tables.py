@@ -20,7 +20,7 @@ import pandas as pd
 
 from ablate import stats
 from ablate.report import format as fmt
-from ablate.report.accuracy.tables import floor_and_threshold, seeds_text
+from ablate.report.accuracy.tables import floor_words
 from ablate.stats import norms as sn
 
 __all__ = [
@@ -174,19 +174,15 @@ def _verdict(r: pd.Series) -> str:
     return fmt.verdict(bool(r["significant"]))
 
 
-def _unreachable(comp: pd.DataFrame, alpha: float) -> dict[str, str]:
-    """Per measure where no comparison can be significant: why (the exact test's floor against
-    Holm's first threshold), in the accuracy report's words."""
+def _unreachable(comp: pd.DataFrame, alpha: float) -> dict[str, tuple[str, str]]:
+    """Per measure where the exact test's floor holds its comparisons back: (claim, reason), in the
+    accuracy report's words (``accuracy.tables.floor_words``: none can be significant, or only
+    behind the ANOVA terms Holm rejects first)."""
     out = {}
     for m, group in comp.groupby("measure", sort=False):
-        tested = group[group["testable"]]
-        if tested.empty:
-            continue
-        floor, holm, m_family = floor_and_threshold(tested, alpha)
-        if floor > holm:
-            out[str(m)] = (f"with {seeds_text(tested)} the exact test cannot give a p below {fmt.pval(floor)} on any "
-                           f"comparison, and Holm's first threshold over the study's {m_family} tests is "
-                           f"{fmt.pval(holm)}: no comparison can be significant")
+        said = floor_words(group[group["testable"]], alpha, on="on any comparison")
+        if said is not None:
+            out[str(m)] = said
     return out
 
 
@@ -220,9 +216,9 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
     lines: list[str] = []
     floors = _unreachable(comp, alpha) if len(comp) else {}
     if floors and len(set(floors.values())) == 1 and len(floors) == comp["measure"].nunique():
-        said = next(iter(floors.values()))  # the same on every measure: said once
-        head.append(f"**{said[:1].upper() + said[1:]}** on any measure; the intervals and the factor "
-                    "analysis below still apply.")
+        claim, reason = next(iter(floors.values()))  # the same on every measure: said once
+        still = "; the intervals and the factor analysis below still apply" if "no comparison" in claim else ""
+        head.append(f"**On every measure, {claim[:1].lower() + claim[1:]}:** {reason}{still}.")
         floors = {}
     for m in sn.MEASURES:
         rows = comp[comp["measure"] == m] if len(comp) else comp
@@ -259,7 +255,7 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
             low = table.iloc[int(np.nanargmin(values))]
             text += f" Lowest: {low['variant']} (descriptive, not a test)."
         if m in floors:
-            text += f" ({floors[m][:1].upper() + floors[m][1:]}.)"
+            text += f" ({floors[m][0]}: {floors[m][1]}.)"
         lines.append(text)
     lines += factor_sentences(anova, effects, alpha)
     lines += flag_lines(table, sensitivity)

@@ -1,6 +1,6 @@
 """What ``ablate plan`` warns about before a run: a design whose comparisons cannot reach
-significance, the price of a sequential study (now and at most), and the longer WSD cells whose
-kept shorter runs a setting keeps them from continuing; and ``report``, the whole of ``ablate plan``
+significance (or only behind its ANOVA terms), the price of a sequential study (now and at most),
+and the longer WSD cells whose kept shorter runs a setting keeps them from continuing; and ``report``, the whole of ``ablate plan``
 as a library call (a ``PlanReport`` that prints itself).
 
 Kept apart from ``ablate.runner.plan`` (which builds and renders the plan) and ``ablate.runner.estimate``: these
@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.design.family import family_size
+from ablate.design.family import family_counts, family_size
 from ablate.runner import plan as planning
 from ablate.runner.estimate import Estimate, duration, estimate, measure, render_estimate, trial_seconds
 from ablate.runner.plan import FINISHED, Plan
 from ablate.runner.pool import estimate_threads
 from ablate.spec import Spec
+from ablate.stats.words import Reach, p_text
 
 #: The family-wise α the reports' Holm family is adjusted at (``ablate.stats.family.adjust``'s default).
 REPORT_ALPHA = 0.05
@@ -34,32 +35,51 @@ def p_floor(seeds: int) -> float:
 
 
 def seeds_for(threshold: float) -> int | None:
-    """Fewest seeds whose ``p_floor`` is at most ``threshold``; None where no count reaches it."""
-    return next((n for n in range(2, 64) if p_floor(n) <= threshold), None)
+    """Fewest seeds whose ``p_floor`` is below ``threshold`` (Holm rejects a p below its threshold,
+    ``stats.family.adjust``); None where no count reaches it."""
+    return next((n for n in range(2, 64) if p_floor(n) < threshold), None)
 
 
 def significance_lines(spec: Spec) -> list[str]:
-    """A warning when no comparison with the reference can be significant: the exact sign-flip test's
-    smallest p with the study's seeds (``ablate.stats.comparisons``: 2^(1−n) for n paired seeds)
-    above Holm's first threshold α/m over the family; with the seeds that would reach it, or a
-    sequential design. Nothing when the design can reach it (or tests nothing), and nothing for a
-    sequential design: its looks test with the t statistic against boundaries at α/m, which have no
-    floor (the reports give its comparisons no exact test)."""
+    """What the exact sign-flip test's floor with the study's seeds (``ablate.stats.comparisons``:
+    2^(1−n) for n paired seeds) leaves within reach in the reports' Holm family, by the one rule
+    (``ablate.stats.words.Reach``): a warning when no comparison with the reference can be
+    significant — the floor at or above α/C, C the family's comparisons (the tests with a floor),
+    the best threshold Holm can give one, once every ANOVA term is rejected first — with the seeds
+    that would reach it, or a sequential design; a note when the floor is between α/C and α/m, where
+    a comparison can be significant only behind the ANOVA terms Holm rejects first. Nothing when the
+    floor is below α/m (or nothing is tested), and nothing for a sequential design: its looks test
+    with the t statistic against boundaries at α/m, which have no floor (the reports give its
+    comparisons no exact test)."""
+    comparisons, terms, _ = family_counts(spec)
+    if not comparisons or spec.sequential is not None:
+        return []
     m, how = family_size(spec)
-    if m == 0 or spec.sequential is not None:
-        return []
     n = len(spec.seed_list)
-    floor, threshold = p_floor(n), REPORT_ALPHA / m
-    if floor <= threshold:
+    floor = p_floor(n)
+    reach = Reach.of([floor] * comparisons, terms, REPORT_ALPHA)
+    said = reach.floor_words(floor, f"{n} seeds", on="on any comparison with the reference")
+    if said is None:
         return []
-    needed = seeds_for(threshold)
+    claim, reason = said
+    free = seeds_for(reach.first)  # none needed ahead
+    if reach.can(floor):
+        more = (f"{free} seeds would need none (their smallest p, {p_text(p_floor(free), REPORT_ALPHA, bound=True)}, "
+                f"is below α/{m})" if free is not None else f"no seed count takes the exact test below α/{m}")
+        return [f"note: {claim[:1].lower()}{claim[1:]}: {reason} (m = {how}); {more}"]
+    needed = seeds_for(reach.limit)
     then = "or a sequential design (seeds: {min, max, until: decided}) that stops each comparison once decided"
-    what = (f"{needed} seeds would reach it ({p_floor(needed):.3g}), {then}" if needed is not None else
-            f"no seed count reaches it (the test samples {PERMUTATIONS} arrangements past 13 seeds): test fewer "
-            f"comparisons or measures")
-    return [f"warning: no comparison with the reference can be significant: the exact test's smallest p with {n} "
-            f"seeds is {floor:.3g}, above Holm's first threshold α/m = {REPORT_ALPHA:g}/{m} = {threshold:.3g} over the "
-            f"study's family (m = {how}); {what}"]
+    if needed is None:
+        what = (f"no seed count reaches it (the test samples {PERMUTATIONS} arrangements past 13 seeds): test fewer "
+                f"comparisons or measures")
+    else:
+        what = f"{needed} seeds would reach it (their smallest p is {p_text(p_floor(needed), REPORT_ALPHA, bound=True)})"
+        if free is not None and free != needed:  # only behind ANOVA terms rejected first: say how many
+            k = reach.ahead(p_floor(needed))
+            what += (f" once at least {k} of the ANOVA terms {'is' if k == 1 else 'are'} rejected first, {free} "
+                     "with none ahead")
+        what += f"; {then}"
+    return [f"warning: {claim[:1].lower()}{claim[1:]}: {reason} (m = {how}); {what}"]
 
 
 def sequential_price_lines(plan: Plan, seconds_of: Callable[[dict[str, Any]], float] | None = None,

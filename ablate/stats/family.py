@@ -25,13 +25,14 @@ import pandas as pd
 
 from ablate.stats.estimators import mark_for
 from ablate.stats.multiplicity import adjusted
-from ablate.stats.words import family_words
+from ablate.stats.words import Reach, family_words, p_text
 
-__all__ = ["FAMILY_COLUMNS", "adjust", "apply", "members", "policy_sentence"]
+__all__ = ["FAMILY_COLUMNS", "adjust", "apply", "members", "policy_sentence", "reach", "reach_of"]
 
 #: One row per test of the family: which measure, which kind (``comparison`` with the reference or
-#: ANOVA ``term``), the cell id or the term, the label a report prints, the raw p.
-FAMILY_COLUMNS = ["measure", "kind", "key", "label", "p"]
+#: ANOVA ``term``), the cell id or the term, the label a report prints, the raw p, and the smallest p
+#: its test can give (a comparison's exact test: ``p_min``; NaN for a term, an F test, which has none).
+FAMILY_COLUMNS = ["measure", "kind", "key", "label", "p", "floor"]
 
 NORM_PREFIX = "norm."
 
@@ -58,7 +59,9 @@ def members(
                 if p is None or not np.isfinite(float(p)):
                     continue
                 m = f"{NORM_PREFIX}{r['measure']}" if measure == "norm" else measure
-                rows.append({"measure": m, "kind": kind, "key": str(r[key]), "label": str(r[label]), "p": float(p)})
+                floor = r.get("p_min") if kind == "comparison" else None
+                rows.append({"measure": m, "kind": kind, "key": str(r[key]), "label": str(r[label]), "p": float(p),
+                             "floor": np.nan if floor is None else float(floor)})
     return pd.DataFrame(rows, columns=FAMILY_COLUMNS)
 
 
@@ -76,7 +79,9 @@ def apply(frame: pd.DataFrame, adjusted: pd.DataFrame, measure: str, kind: str, 
           ) -> pd.DataFrame:
     """``frame`` (a comparison or ANOVA frame of one report) with its ``p_adj``, ``mark`` and
     ``significant`` taken from the family: a row the family does not hold (untested) gets NaN,
-    "" and False. ``measure`` as in ``members`` (``"norm"``: per row, from its ``measure``)."""
+    "" and False. ``measure`` as in ``members`` (``"norm"``: per row, from its ``measure``). A
+    comparison frame also gets ``reach``, the family's ``Reach`` on every row: what its floors leave
+    within reach, for the sentences that say so (``reach_of``)."""
     out = frame.copy()
     key = "cell_id" if kind == "comparison" else "term"
     sub = adjusted[adjusted["kind"] == kind] if len(adjusted) else adjusted
@@ -85,7 +90,36 @@ def apply(frame: pd.DataFrame, adjusted: pd.DataFrame, measure: str, kind: str, 
     out["p_adj"] = [float(lookup.get((m, str(k)), np.nan)) for m, k in zip(names, out[key], strict=True)]
     out["mark"] = [mark_for(p, alpha) for p in out["p_adj"]]
     out["significant"] = (out["p_adj"] < alpha).astype(bool)
+    if kind == "comparison":
+        out["reach"] = [reach(adjusted, alpha)] * len(out)
     return out
+
+
+def reach(family: pd.DataFrame, alpha: float = 0.05) -> Reach:
+    """What the family's floors leave within reach (``ablate.stats.words.Reach``): its comparisons'
+    floors, its ANOVA terms, which have none, and how many of those Holm rejected (``adjust``)."""
+    if not len(family):
+        return Reach.of((), 0, alpha)
+    comparisons = family[family["kind"] == "comparison"]
+    terms = family[family["kind"] != "comparison"]
+    floors = comparisons["floor"] if "floor" in comparisons else pd.Series(np.nan, index=comparisons.index)
+    rejected = int(terms["significant"].sum()) if "significant" in terms else None
+    return Reach.of(floors.to_numpy(float), len(terms), alpha, rejected)
+
+
+def reach_of(tested: pd.DataFrame, alpha: float = 0.05) -> Reach:
+    """The ``Reach`` of the family the comparisons ``tested`` were adjusted in: ``apply``'s, or for a
+    frame that never met a family (``stats.compare_to_reference`` alone, Holm over its own rows) its
+    own tested rows' floors and, when its ``power_alpha`` says it was corrected over m > those
+    rows, the rest as tests without a floor — the most any of them could leave within reach, so a
+    comparison is never said to be out of reach when it is not."""
+    if "reach" in tested and len(tested) and isinstance(tested["reach"].iloc[0], Reach):
+        return tested["reach"].iloc[0]
+    floors = tested["p_min"].to_numpy(float) if "p_min" in tested else np.zeros(len(tested))
+    m = len(tested)
+    if "power_alpha" in tested and len(tested) and np.isfinite(float(tested["power_alpha"].iloc[0])):
+        m = max(m, round(alpha / float(tested["power_alpha"].iloc[0])))
+    return Reach.of(floors, m - len(tested), alpha)
 
 
 def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: int | None = None) -> str:
@@ -105,4 +139,5 @@ def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: i
     return (f"**Multiplicity.** One confirmatory family for the whole study, the same in every report: "
             f"{family_words(n_comp, m - n_comp, len(measures))} ({', '.join(measures)}), m = {m} tests. Every p (Holm) is adjusted over all {m} by Holm's "
             f"step-down method, so the chance of any false \"significant\" in the study stays at α = {alpha:g}; "
-            f"the first threshold, α/m = {alpha / m:.2g}, is the share a sequential design would give each.")
+            f"the first threshold, α/m = {p_text(alpha / m, alpha, bound=True)}, is the share a sequential design "
+            "would give each.")

@@ -24,6 +24,7 @@ from ablate.report.format import (
     verdict,
     with_ci,
 )
+from ablate.stats import family as fam
 
 if TYPE_CHECKING:
     from ablate.report.plotting import Channels
@@ -222,23 +223,41 @@ def comparison_intro(comp: pd.DataFrame, alpha: float = 0.05) -> list[str]:
         "Intervals: the difference's is the t interval (paired t, or Welch's); the effect size is Cohen's d_z "
         "(paired) or Hedges' g, its interval the exact one for the standardised difference (noncentral t).",
     ]
-    if len(tested):
-        floor, holm, m = floor_and_threshold(tested, alpha)
-        if floor > holm:
-            text.append(f"**With {seeds_text(tested)} no comparison can be significant here:** the exact test cannot "
-                        f"give a p below {pval(floor, alpha)} on any of them, and Holm's first threshold over the "
-                        f"study's {m} tests is α/{m} = {pval(holm, alpha)}. The power table says how many seeds "
-                        "would.")
+    said = floor_words(tested, alpha)
+    if said is not None:
+        claim, reason = said
+        text.append(f"**{claim}:** {reason}." + (" The power table says how many seeds would." if "no comparison"
+                                                   in claim else ""))
     return text
 
 
-def floor_and_threshold(tested: pd.DataFrame, alpha: float) -> tuple[float, float, int]:
-    """(the smallest p the exact test can give on any tested comparison, Holm's first threshold,
-    the family's size m): no comparison can be significant exactly when the first exceeds the second.
-    The threshold is the comparisons' ``power_alpha`` — α over the study's whole family when the
-    report took it from ``report.verdicts`` — else α over these comparisons."""
-    holm = float(tested["power_alpha"].iloc[0]) if "power_alpha" in tested and len(tested) else alpha / len(tested)
-    return float(tested["p_min"].min()), holm, max(1, round(alpha / holm))
+def holm_first(comp: pd.DataFrame, alpha: float) -> tuple[float, int]:
+    """(Holm's first threshold α/m, the family's size m): the comparisons' ``power_alpha`` — α over
+    the study's whole family when the report took it from ``report.verdicts``, over the family its
+    design implies while nothing is tested yet — else α over the comparisons tested here."""
+    if "power_alpha" in comp and len(comp) and finite(comp["power_alpha"].iloc[0]):
+        first = float(comp["power_alpha"].iloc[0])
+    else:
+        first = alpha / max(1, int(comp["testable"].sum()) if "testable" in comp else len(comp))
+    return first, max(1, round(alpha / first))
+
+
+def floor_words(tested: pd.DataFrame, alpha: float, on: str = "on any of them", significant: str = "significant"
+                ) -> tuple[str, str] | None:
+    """What the exact test's floor leaves within reach for the comparisons ``tested`` — their
+    smallest floor in the family they were adjusted in (``stats.family.reach_of``), by the one rule
+    (``ablate.stats.words.Reach.floor_words``) — as (claim, reason), a sentence being
+    "{claim}: {reason}."; None when the floor holds nothing back. "No comparison can be
+    significant" is said only when none can, and never beside a comparison marked significant.
+    Every report that says what the seeds allow says it with this (the comparison report too)."""
+    if tested.empty:
+        return None
+    reach = fam.reach_of(tested, alpha)
+    floor = float(tested["p_min"].min())
+    said = reach.floor_words(floor, seeds_text(tested), on, significant)
+    if said is not None and not reach.can(floor) and "significant" in tested and tested["significant"].any():
+        return None  # a frame that contradicts its own family: its table's verdicts stand, unexplained
+    return said
 
 
 def seeds_text(tested: pd.DataFrame) -> str:
@@ -266,7 +285,7 @@ def power_table(comp: pd.DataFrame, power: float = 0.8) -> pd.DataFrame:
             "sd": spread,
             "power now": f"{r['power_now']:.0%}" if finite(r["power_now"]) else DASH,
             f"seeds for {power:.0%} power": str(int(r["seeds_needed"])) if finite(r["seeds_needed"]) else DASH,
-            "at α/m": pval(r["power_alpha"]),
+            "at α/m": pval(r["power_alpha"], bound=True),
             "note": "; ".join(filter(None, [note, "" if r["paired"] else "unpaired: pooled sd of the runs"])),
         })
     cols = ["cell", "n", "sd", "power now", f"seeds for {power:.0%} power", "at α/m", "note"]

@@ -17,10 +17,10 @@ from ablate.report.accuracy.tables import (
     comparison_table,
     convergence_table,
     extended_text,
-    floor_and_threshold,
+    floor_words,
     gain_points,
+    holm_first,
     power_table,
-    seeds_text,
     test_verdict,
 )
 from ablate.report.format import (
@@ -33,6 +33,7 @@ from ablate.report.format import (
     pval,
     verdict,
 )
+from ablate.stats.family import reach_of
 
 #: Tuned values further apart than this factor across cells earn a sentence (``tuning_sentences``).
 SPREAD = 2.0
@@ -247,24 +248,24 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
         text = (f"Of the differences that are {verdict(False, at)}, the largest is {r['cell_label']}: {t[delta]}, "
                 f"p_adj = {t['p (Holm)']}.")
         if _one_sided(r):  # a clear effect the family's correction or the seeds' floor holds back: say which
-            floor, holm, m = floor_and_threshold(tested, alpha)
-            why = (f"with {int(r['n'])} seeds the exact test's smallest p is {pval(r['p_min'], alpha)}"
-                   if r["p_min"] > holm else f"its p = {pval(r['p'], alpha)} before correction")
+            reach = reach_of(tested, alpha)
+            if not reach.can(r["p_min"]):  # its floor is out of reach whatever the other tests give
+                why = f"with {int(r['n'])} seeds {reach.floor_words(r['p_min'], '', 'on it')[1]}"
+            else:
+                first, m = holm_first(comp, alpha)
+                why = (f"its p = {pval(r['p'], alpha)} before correction, and Holm's first threshold over the study's "
+                       f"{m} tests is {pval(first, alpha, bound=True)}")
             text += (f" Its interval excludes 0 and it is {'ahead' if r['mean_diff'] > 0 else 'behind'} on every "
-                     f"seed, yet not significant: {why}, and Holm's first threshold over the study's {m} tests is "
-                     f"{pval(holm, alpha)} — more seeds would decide it.")
+                     f"seed, yet not significant: {why} — more seeds would decide it.")
         out.append(text + _caveat(r["cell_id"], conv))
     if len(untested) and untested["mean_diff"].notna().any():
         i = untested["mean_diff"].abs().idxmax()
         r, t = comp.loc[i], table.loc[i]
         out.append(f"Not tested, the largest raw difference is {r['cell_label']}'s: {t[delta]}; "
                    f"{test_verdict(r).replace(NBSP, ' ')}.")
-    if len(tested):
-        floor, holm, m_family = floor_and_threshold(tested, alpha)
-        if floor > holm:
-            out.append(f"With {seeds_text(tested)} no comparison can be {verdict(True, at)} here: the exact "
-                       f"test cannot give a p below {pval(floor, alpha)} on any of them, above Holm's first threshold "
-                       f"over the study's {m_family} tests, {pval(holm, alpha)}.")
+    said = floor_words(tested, alpha, significant=verdict(True, at))
+    if said is not None:  # what the seeds' floor leaves within reach of Holm's thresholds (tables.floor_words)
+        out.append(f"{said[0]}: {said[1]}.")
     pw = power_table(comp, power)
     need = f"seeds for {power:.0%} power"
     have = pw[pw[need] != DASH]
@@ -273,7 +274,7 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
         span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
         effect = comp["min_effect"].iloc[0]
         now = sorted({int(v) for v in comp["n"]})
-        m = floor_and_threshold(comp, alpha)[2]  # the family's m, as the α/m beside it (the design's, untested)
+        m = holm_first(comp, alpha)[1]  # the family's m, as the α/m beside it (the design's, untested)
         out.append(f"To detect a difference of {num(effect)} (stats.min_effect) with {power:.0%} power at "
                    f"α/m = {pw['at α/m'].iloc[0]} (m = {_plural(m, 'test')} in the study's family), a comparison needs "
                    f"{span} seeds (it has {', '.join(map(str, now))}).")
