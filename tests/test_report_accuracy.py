@@ -673,7 +673,8 @@ def test_the_convergence_sentence_counts_the_runs_its_table_counts():
     assert table.loc["none", "still improving"] == "0 of 4" and table.loc["none", gain] == fmt.DASH
     text = " ".join(acc.convergence_sentences(conv))
     assert "had stopped improving" not in text
-    assert "1 run was still improving when its budget ran out in 1 cell" in text
+    assert ("1 run in 1 cell without † was still improving when its budget ran out, though its cell taken as a "
+            "whole was not" in text)
     assert "one 1 of 4 (val accuracy +2.0 points)" in text
     # No run flagged anywhere: then, and only then, the sentence that every run had stopped.
     trials["converged"] = True
@@ -690,3 +691,6 @@ def test_the_t_test_column_says_which_comparisons_its_holm_is_over():
     assert acc.t_test_note(comp, 49) == ("The t-test p is Holm-adjusted over these 2 comparisons only, not over the "
                                          "study's family of 49 tests that p (Holm) is adjusted over: a check on the "
                                          "exact test beside it, not a verdict.")
+    one = comp.iloc[:1]
+    assert acc.t_test_column(one) == "t-test p (Holm over this 1; descriptive)"
+    assert acc.t_test_note(one, 9).startswith("The t-test p is Holm-adjusted over this 1 comparison only")

@@ -130,3 +130,103 @@ def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_te
 def test_without_a_look_the_answer_page_has_no_sequential_rows():
     spec = spec_mod.parse(RAW)
     assert seqrep.fixed_beside(None, spec, {}, {}).empty
+
+
+def _state(st) -> dict:
+    return {"look": st.look, "planned": st.planned, "decided": st.decided, "history": st.history,
+            "finished": st.finished}
+
+
+def test_a_comparison_that_ran_out_of_seeds_reads_undecided_not_futile():
+    """Review item 10: the null cell reaches the last look (9 seeds) with none of significant,
+    equivalent or futile. The runner records it as futile; every place that shows it says
+    "undecided at the last look", and "futile" is kept for a stop at the futility boundary."""
+    from ablate.runner import launch
+    from ablate.stats import group_sequential as sq
+
+    spec, st, big, null, ref = run_looks()
+    state = _state(st)
+    labels = {c.id: c.label for c in sequential_looks.design.cells(spec)}
+    row = st.decided[f"{null}:test_accuracy"]
+    assert row["decision"] == "futile" and row["look"] == 4 and row["futility_bound"] is None  # as stored
+    assert sequential_looks.outcome(row) == "undecided"
+    assert sequential_looks.outcome_words(row) == "undecided at the last look (9 seeds)"
+    table = seqrep.decisions_table(state, spec, labels).set_index("cell")
+    assert table.loc[labels[null], "decision"] == "undecided at the last look"
+    said = " ".join(seqrep.sentences(state, spec, labels, labels[ref]))
+    assert f"Undecided at the last look (9 seeds): {labels[null]} on test_accuracy" in said and "futile" not in said
+    assert seqrep.decision_words(state, spec, "test_accuracy")[null] == "undecided at the last look"
+    beside = seqrep.fixed_beside(state, spec, {}, labels).set_index("cell")
+    assert beside.loc[labels[null], "sequential decision (valid)"] == "undecided at the last look (9 seeds)"
+    status = "\n".join(sequential_looks.lines(spec, st))
+    assert "1 of 2 comparisons decided, 1 undecided at the last look" in status
+    assert f"undecided at the last look (9 seeds): {labels[null]} on test_accuracy" in status and "futile" not in status
+    printed = "\n".join(launch.look_decisions(spec, st))
+    assert "1 undecided at the last look" in printed and f"undecided at the last look: {labels[null]}" in printed
+    advanced = sequential_looks.Advanced(4, [row], 0, 0, True)
+    assert launch.look_line(advanced.event()) == ("look 4: 0 comparison(s) decided, 1 undecided at the last look; "
+                                                  "the sequential design is finished")
+    # A stop at the futility boundary (before the last look, under its finite boundary) stays futile.
+    d = sq.SequentialDesign.of(3, 16, 2, min_effect=1.0)
+    base = np.array([0.3, -0.5, 0.6, 0.1, -0.2, 0.4, 0.0, 0.2, -0.3, 0.1, 0.3])
+    stop = sq.decide(d, diffs=list(0.1 + (base - base.mean()) / base.std(ddof=1) * 0.3 * math.sqrt(11)))
+    assert stop["decision"] == "futile" and math.isfinite(stop["futility_bound"])
+    assert sequential_looks.outcome_words({**stop, "seeds": 11}) == "futile at look 5 (11 seeds)"
+    # The last look as decide() returns it (its futility boundary infinite), and a row recorded before
+    # the futility boundary existed (no futility_bound): both undecided.
+    last = sq.decide(d, diffs=list(np.random.default_rng(0).normal(0.0, 3.0, 16)))
+    assert last["decision"] == "futile" and sequential_looks.outcome(last) == "undecided"
+    assert sequential_looks.outcome({"decision": "futile", "look": 4}) == "undecided"
+
+
+def test_the_looks_table_prints_the_boundaries_the_looks_recorded():
+    """Review item 9: the looks table printed today's boundaries while the decisions table's paths
+    printed those stored when each look ran. It prints the stored ones (they decided) and says in
+    one line what this version computes where the two differ."""
+    spec, st, *_ = run_looks()
+    state = _state(st)
+    d = next(iter(sequential_looks.designs(spec).values()))
+    now = seqrep.looks_table(spec)
+    assert list(now["boundary |t| (paired)"]) == [seqrep._shown(b) for b in d.efficacy_t()]
+    assert seqrep.looks_table(spec, state).equals(now) and seqrep.boundaries_note(spec, state) == ""
+    # An older version's boundaries at look 2, as an export of a study run then holds them.
+    for r in state["history"][1]:
+        r["bound"], r["equivalence_bound"] = 9.99, 7.77
+    table = seqrep.looks_table(spec, state)
+    assert table["boundary |t| (paired)"].iloc[1] == "9.99" and table["equivalence t"].iloc[1] == "7.77"
+    assert table["boundary |t| (paired)"].iloc[2] == now["boundary |t| (paired)"].iloc[2]
+    assert seqrep.boundaries_note(spec, state) == (
+        "The t boundaries are those computed when each look ran (they made its decisions); this version computes "
+        f"|t| {seqrep._shown(d.efficacy_t()[1])} at look 2 and equivalence t {seqrep._shown(d.equivalence_t()[1])} "
+        "at look 2.")
+    # The table's boundary at look 2 is the one the decisions table's path prints for it.
+    labels = {c.id: c.label for c in sequential_looks.design.cells(spec)}
+    path = seqrep.decisions_table(state, spec, labels).iloc[-1]["t (boundary) at each look"]
+    assert path.split(" → ")[1].endswith("(9.99)")
+    # Looks that did not run: this version's, and said so.
+    short = {**state, "history": state["history"][:2]}
+    assert seqrep.boundaries_note(spec, short).endswith(
+        "Looks 3, 4 have no recorded boundary (not run, or no comparison analysed on all its seeds paired): this "
+        "version's.")
+
+
+def test_a_sequential_studys_power_line_is_at_its_own_alpha_over_m():
+    """Review item 9: the sequential family is its comparisons (here 2, at α/2 Bonferroni); its power
+    lines were at α/1 (the fixed family, emptied on purpose, counted none) or at the fixed design's m."""
+    from ablate.report import verdicts
+
+    spec, st, big, null, ref, vals = run_looks(with_values=True)
+    trials = _trials(spec, st.planned, vals)
+    labels = {c.id: c.label for c in sequential_looks.design.cells(spec)}
+    res = SimpleNamespace(spec=spec, factors=["model.heads"], sequential=_state(st))
+    for design_m in (None, 9):
+        v = verdicts.study_verdicts(res, trials, "test_accuracy", (ref, labels[ref]), design_m=design_m)
+        assert v.power_m == seqrep.family_size(spec) == 2
+        assert np.allclose(v.comparisons["power_alpha"], 0.05 / 2)
+    # The page's words: its rows are the declared comparisons, and no Holm p or permutation test is claimed.
+    assert "no factor rows" in verdicts.answer_lead(v, "accuracy") and "One row per question" not in \
+        verdicts.answer_lead(v, "norm_stability")
+    for report in ("accuracy", "norm_stability"):
+        lead = verdicts.summary_lead(v, report)
+        assert "sequential design's decisions" in lead and "every p (Holm) is adjusted" not in lead
+    assert "exact permutation tests (paired" not in verdicts.summary_lead(v, "norm_stability")

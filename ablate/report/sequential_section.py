@@ -20,8 +20,8 @@ from ablate.runner import sequential_looks as runner_sequential
 from ablate.spec import Spec
 from ablate.stats.group_sequential import FUTILITY_BETA, spent
 
-__all__ = ["decision_words", "decisions", "decisions_table", "fixed_beside", "fixed_why", "looks_table", "procedure",
-           "sentences"]
+__all__ = ["boundaries_note", "decision_words", "decisions", "decisions_table", "fixed_beside", "fixed_why",
+           "looks_table", "procedure", "sentences"]
 
 SHAPE_NAMES = {"obrien_fleming": "O'Brien–Fleming", "pocock": "Pocock", "power3": "power (α·t³)"}
 
@@ -60,10 +60,11 @@ def procedure(spec: Spec) -> list[str]:
         f"boundaries computed for that t statistic (not a normal approximation): it is decided *significant* when "
         f"its t statistic crosses the look's boundary, *equivalent* when both one-sided tests against ±{num(spec.stats.min_effect)} "
         f"(norms: ×{spec.stats.min_ratio:g}) reject at the equivalence boundary (which spends β = "
-        f"{seq.equivalence_beta:g}), and *futile* when an effect of that size has become unlikely — its "
-        f"interval widened to the non-binding futility boundary (which spends β = {FUTILITY_BETA:g} of the power "
-        f"against it; the efficacy boundaries ignore it, so α stays what they spend) excludes it — or when it "
-        f"reaches {seq.max} seeds undecided.",
+        f"{seq.equivalence_beta:g}), and *futile* when, before the last look, an effect of that size has become "
+        f"unlikely — its interval widened to the non-binding futility boundary (which spends β = {FUTILITY_BETA:g} "
+        f"of the power against it; the efficacy boundaries ignore it, so α stays what they spend) excludes it. A "
+        f"comparison that reaches {seq.max} seeds with none of these is *undecided at the last look*: its seeds ran "
+        "out; that says nothing of whether the effect is there.",
         "The p-values are stage-wise (the chance, with no effect, of crossing earlier or further at the deciding "
         f"look) and the intervals repeated confidence intervals at {100 * (1 - seq.alpha / max(1, m)):.3g}%, valid whichever "
         "look stopped the comparison; the fixed-design p-values of the other sections are not shown, because "
@@ -71,26 +72,73 @@ def procedure(spec: Spec) -> list[str]:
     ]
 
 
-def looks_table(spec: Spec) -> pd.DataFrame:
+def _shown(x: float) -> str:
+    return num(x, 2) if math.isfinite(x) else "∞"
+
+
+def _stored_bounds(state: Mapping[str, Any] | None, looks: Sequence[int]) -> list[tuple[float, float] | None]:
+    """Per look: the efficacy and equivalence t boundaries its analysis used, as recorded with its
+    rows (a null is an infinite boundary); None where the look did not run or analysed no comparison
+    on all its seeds paired (its rows' boundaries were then taken to other degrees of freedom)."""
+    out: list[tuple[float, float] | None] = [None] * len(looks)
+    for rows in (state or {}).get("history", []):
+        for r in rows:
+            n = r.get("seeds")
+            if n not in looks or not r.get("paired") or r.get("df") is None or float(r["df"]) != n - 1:
+                continue
+            eff, eq = r.get("bound"), r.get("equivalence_bound")
+            out[list(looks).index(n)] = (math.inf if eff is None else float(eff), math.inf if eq is None else float(eq))
+    return out
+
+
+def looks_table(spec: Spec, state: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Per look: seeds per cell, information fraction, α spent by then (per comparison), the
     efficacy boundary for a known sd (z) and the one the looks use, for the paired t statistic at
-    the look's degrees of freedom, and the equivalence boundary (t). The same for every measure (they share α and the looks)."""
+    the look's degrees of freedom, and the equivalence boundary (t). The same for every measure
+    (they share α and the looks). The t boundaries of a look that ran are those it recorded in
+    ``state`` (what decided, and what the decisions table's path prints), else this version's
+    (``boundaries_note`` says where the two differ)."""
     seq = spec.sequential
     d = next(iter(runner_sequential.designs(spec).values()))
     eff, eff_t, eq = d.efficacy_z(), d.efficacy_t(), d.equivalence_t()
-
-    def shown(x: float) -> str:
-        return num(x, 2) if math.isfinite(x) else "∞"
-
+    stored = _stored_bounds(state, d.looks)
     return pd.DataFrame([{
         "look": str(k + 1),
         "seeds per cell": str(n),
         "information": f"{t:.2f}",
         "α spent (per comparison)": num(spent(t, d.level, seq.spending), 2, sig=True),
-        "boundary |z| (known sd)": shown(eff[k]),
-        "boundary |t| (paired)": shown(eff_t[k]),
-        "equivalence t": shown(eq[k]),
+        "boundary |z| (known sd)": _shown(eff[k]),
+        "boundary |t| (paired)": _shown(stored[k][0] if stored[k] else eff_t[k]),
+        "equivalence t": _shown(stored[k][1] if stored[k] else eq[k]),
     } for k, (n, t) in enumerate(zip(d.looks, d.fractions, strict=True))])
+
+
+def boundaries_note(spec: Spec, state: Mapping[str, Any] | None) -> str:
+    """One line under the looks table when its t boundaries are not all of one source: those the
+    looks recorded that this version computes otherwise (as printed), and the looks that recorded
+    none (this version's); empty when they agree or no look has run."""
+    if not state or not state.get("history"):
+        return ""
+    d = next(iter(runner_sequential.designs(spec).values()))
+    now = list(zip(d.efficacy_t(), d.equivalence_t(), strict=True))
+    stored = _stored_bounds(state, d.looks)
+    out = []
+    for i, name in ((0, "|t|"), (1, "equivalence t")):
+        moved = [k for k, b in enumerate(stored) if b is not None and _shown(b[i]) != _shown(now[k][i])]
+        if moved:
+            out.append(f"{name} {', '.join(_shown(now[k][i]) for k in moved)} at look{'s' if len(moved) > 1 else ''} "
+                       f"{', '.join(str(k + 1) for k in moved)}")
+    text = ""
+    if out:
+        text = ("The t boundaries are those computed when each look ran (they made its decisions); this version "
+                f"computes {' and '.join(out)}.")
+    missing = [k + 1 for k, b in enumerate(stored) if b is None]
+    if missing:
+        several = len(missing) > 1
+        text += (f"{' ' if text else ''}Look{'s' if several else ''} {', '.join(map(str, missing))} "
+                 f"{'have' if several else 'has'} no recorded boundary (not run, or no comparison analysed on all "
+                 "its seeds paired): this version's.")
+    return text
 
 
 def decisions(state: Mapping[str, Any] | None, spec: Spec) -> list[dict[str, Any]]:
@@ -112,11 +160,13 @@ def decisions(state: Mapping[str, Any] | None, spec: Spec) -> list[dict[str, Any
 
 def decision_words(state: Mapping[str, Any] | None, spec: Spec, measure: str) -> dict[str, str]:
     """Cell id → its comparison's decision on ``measure`` in a few words (``significant``,
-    ``open at look 2``), for a figure's margin."""
+    ``open at look 2``, ``undecided at the last look``), for a figure's margin."""
     out = {}
     for r in decisions(state, spec):
         if r["measure"] == measure:
-            out[r["cell_id"]] = (r["decision"] if r["decision"] != "open" else f"open at look {r['look']}")
+            said = runner_sequential.outcome(r)
+            out[r["cell_id"]] = {"open": f"open at look {r['look']}",
+                                 "undecided": "undecided at the last look"}.get(said, said)
     return out
 
 
@@ -132,6 +182,10 @@ def _path(state: Mapping[str, Any], key: str) -> str:
     return " → ".join(steps)
 
 
+#: The decisions table's words for an outcome that is not a decision.
+_DECISION_CELL = {"open": "open (still running)", "undecided": "undecided at the last look"}
+
+
 def decisions_table(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping[str, str]) -> pd.DataFrame:
     """Per comparison: the cell, the measure, the decision, the look and seeds it was made at,
     the estimate with its repeated interval, the stage-wise p and the t statistic's path."""
@@ -144,7 +198,7 @@ def decisions_table(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping
         rows.append({
             "cell": labels.get(r["cell_id"], r["cell_id"]),
             "measure": measure,
-            "decision": r["decision"] if r["decision"] != "open" else "open (still running)",
+            "decision": _DECISION_CELL.get(said := runner_sequential.outcome(r), said),
             "at look (seeds)": f"{r['look']} ({r['seeds']})",
             f"estimate [{level} repeated CI]": f"{_value(r.get('estimate'), measure)} {ci}",
             "stage-wise p": pval(r["p"]) if r.get("p") is not None else DASH,
@@ -160,9 +214,16 @@ def sentences(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping[str, 
     if not rows:
         return [f"Sequential seeds: no look has been analysed yet ({seq.min} seeds per cell first)."]
     out = []
-    for kind, words in (("significant", "differ from"), ("equivalent", "are equivalent to"),
-                        ("futile", "could not be told apart from")):
-        these = [r for r in rows if r["decision"] == kind]
+    size = f"±{num(spec.stats.min_effect)}; norms ×{spec.stats.min_ratio:g}"
+    for kind, lead, words in (
+            ("significant", "Sequentially decided, significant", "differ from the reference {ref}"),
+            ("equivalent", "Sequentially decided, equivalent", f"are equivalent to the reference {{ref}} (within {size})"),
+            ("futile", "Stopped as futile at the futility boundary",
+             f"against the reference {{ref}}: an effect of ±{num(spec.stats.min_effect)} (norms "
+             f"×{spec.stats.min_ratio:g}) had become unlikely"),
+            ("undecided", f"Undecided at the last look ({seq.max} seeds)",
+             "against the reference {ref}: the seeds ran out before their boundaries decided them either way")):
+        these = [r for r in rows if runner_sequential.outcome(r) == kind]
         if not these:
             continue
         parts = []
@@ -171,9 +232,7 @@ def sentences(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping[str, 
             parts.append(f"{labels.get(r['cell_id'], r['cell_id'])} on {r['measure']} "
                          f"({_value(r.get('estimate'), r['measure'])} [{_value(r.get('rci_low'), r['measure'])}, "
                          f"{_value(r.get('rci_high'), r['measure'])}], {r['seeds']} seeds{p})")
-        tail = (f" (within ±{num(spec.stats.min_effect)}; norms ×{spec.stats.min_ratio:g})" if kind == "equivalent"
-                else "")
-        out.append(f"Sequentially decided, {kind}: {'; '.join(parts)} {words} the reference {reference}{tail}.")
+        out.append(f"{lead}: {'; '.join(parts)} {words.format(ref=reference)}.")
     still = [r for r in rows if r["decision"] == "open"]
     if still:
         out.append(f"Still open: {len(still)} comparison{'s' if len(still) != 1 else ''} (the study has more looks "
@@ -218,8 +277,7 @@ def fixed_beside(state: Mapping[str, Any] | None, spec: Spec, fixed: Mapping[int
         words, fixed_sig = _fixed_words(hit.iloc[0].to_dict() if hit is not None and len(hit) else None, alpha)
         decision = r["decision"]
         p = f", stage-wise p {pval(r['p'])}" if decision == "significant" and r.get("p") is not None else ""
-        seq_words = (f"open at look {r['look']} ({r['seeds']} seeds)" if decision == "open"
-                     else f"{decision} at look {r['look']} ({r['seeds']} seeds){p}")
+        seq_words = runner_sequential.outcome_words(r) + p
         differ = (decision != "open" and fixed_sig is not None and (decision == "significant") != fixed_sig)
         rows.append({"cell": labels.get(r["cell_id"], r["cell_id"]), "measure": r["measure"],
                      "sequential decision (valid)": seq_words, FIXED_COLUMN: words,

@@ -22,8 +22,8 @@ from ablate.report import format as fmt
 from ablate.stats import family as fam
 from ablate.stats.estimators import robust_level
 
-__all__ = ["NormInputs", "Verdicts", "answer_intro", "answer_table", "norm_inputs", "reference", "show_answer",
-           "study_verdicts"]
+__all__ = ["NormInputs", "Verdicts", "answer_intro", "answer_lead", "answer_table", "norm_inputs", "reference",
+           "show_answer", "study_verdicts", "summary_lead"]
 
 NORM_WORDS = {"training": "‖x‖² CV over training", "depth": "‖x‖² CV over layers",
               "seeds": "‖x‖² spread over seeds", "final": "final ‖x‖²"}
@@ -57,6 +57,9 @@ class Verdicts:
     #: seeds (``report.sequential.fixed_beside``; descriptive), and why the two can differ
     sequential_beside: pd.DataFrame = field(default_factory=pd.DataFrame)
     sequential_why: str = ""
+    #: the m of the power lines' α/m: the family tested, else the design's; a sequential study's
+    #: own family (its comparisons, Bonferroni), whose α/m its looks test at
+    power_m: int = 1
 
     def policy(self) -> str:
         """The report's one sentence on the family (``stats.family.policy_sentence``)."""
@@ -149,7 +152,9 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
                    design_m: int | None = None) -> Verdicts:
     """Every test of the study on ``metric`` and, when ``norms`` is given (``norm_inputs``), on each
     norm measure, adjusted over one family. ``design_m``: the family its design implies
-    (``ablate.design.family``), the m of the power lines while too few seeds allow a test."""
+    (``ablate.design.family``), the m of the power lines while too few seeds allow a test. A
+    sequential study tests nothing here (its seeds depended on the results): its power lines are at
+    its own comparisons' α/m (``sequential_section.family_size``)."""
     seeds = norms.seeds if norms is not None else None
     spec = res.spec
     effect = spec.stats.min_effect if min_effect is None else min_effect
@@ -176,7 +181,12 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
     if sequential:  # the seeds depended on the results: only the sequential design's tests are valid
         members = members.iloc[0:0]
     adjusted = fam.adjust(members, alpha)
-    m = len(adjusted) or design_m or 1  # nothing tested yet: the seeds a test will need at the design's α/m
+    seq_m = None
+    if sequential:  # its family is its comparisons (each at α/m, Bonferroni), not the fixed design's tests
+        from ablate.report import sequential_section as seqrep
+
+        seq_m = seqrep.family_size(spec)
+    m = seq_m or len(adjusted) or design_m or 1  # nothing tested yet: the seeds a test will need at the design's α/m
     if len(comp):
         comp = _repower(fam.apply(comp, adjusted, metric, "comparison", alpha), alpha / m, effect, spec.stats.power)
     if len(anova):
@@ -190,11 +200,8 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
 
     order = list(dict(zip(trials["cell_id"], trials["cell_label"], strict=True)).items())
     short, key = short_order(order)
-    seq_m, beside, seq_why = None, pd.DataFrame(), ""
+    beside, seq_why = pd.DataFrame(), ""
     if sequential:
-        from ablate.report import sequential_section as seqrep
-
-        seq_m = seqrep.family_size(spec)
         fixed, sizes = {}, []
         for n in sorted({int(r["seeds"]) for r in seqrep.decisions(res.sequential, spec)}):
             fixed[n], size = _fixed_design(spec, trials, metric, ref_id, factors, alpha, norms, n)
@@ -204,7 +211,7 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
         seq_why = seqrep.fixed_why(spec, max(sizes, default=0), floors, alpha)
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
                     effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect), seq_m, dict(short), key,
-                    beside, seq_why)
+                    beside, seq_why, m)
 
 
 def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, factors: list[str], alpha: float,
@@ -235,8 +242,8 @@ def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, fac
 
 
 def _repower(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float) -> pd.DataFrame:
-    """The power line at the family's first Holm threshold ``alpha_m`` (α over the whole family, not
-    over one report's comparisons)."""
+    """The power line at ``alpha_m``: the family's first Holm threshold (α over the whole family, not
+    over one report's comparisons), or a sequential study's per-comparison α/m."""
     out = comp.assign(power_alpha=alpha_m)
     lines = [stats.power_line(r.sd_diff, int(r.n), min_effect, alpha_m, power, bool(r.paired))
              for r in out.itertuples()]
@@ -415,6 +422,45 @@ def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
             f"intervals are computed at the {fmt.level(robust_level(confidence))} level, since at {level} they "
             "covered only 0.84–0.89 at 5–8 seeds when runs are skewed or pile up at the ceiling "
             "(docs/calibration.md).")
+
+
+def answer_lead(v: Verdicts, report: str = "accuracy") -> str:
+    """The answer page's first paragraph in ``report`` (``accuracy`` or ``norm_stability``): what its
+    rows are. A sequential study's page has a row per declared comparison and no factor rows."""
+    if v.sequential:
+        other = "norm report's" if report == "accuracy" else "accuracy report's"
+        return ("One row per comparison the sequential design declared — each cell against the reference on each "
+                "measure of its `seeds.measures` — with the decision its looks made. There are no factor rows: the "
+                "seeds depended on the results, so no factor test is valid. This page and the "
+                f"{other} say the same thing.")
+    if report == "accuracy":
+        return ("One row per question — each factor, each two-way interaction, each cell against the reference — and "
+                "one column per measure the study's reports test, made from the tables of both reports' bodies. The "
+                "verdicts use one multiplicity family for the whole study (the sentence below), so this page and the "
+                "norm report's say the same thing.")
+    return ("One row per question — each factor, each two-way interaction, each variant against the reference — and "
+            "one column per measure the study's reports test (the accuracy report's page one is the same table).")
+
+
+def summary_lead(v: Verdicts, report: str = "accuracy") -> str:
+    """The summary's first line in ``report``: where its numbers come from and how its comparisons
+    were tested — by the fixed design's tests over one family, or, in a sequential study, by the
+    design's looks alone (no fixed-design p, ANOVA or Holm p is printed)."""
+    if report == "accuracy":
+        return ("Generated from the numbers of the appendix tables; "
+                + ("the comparisons with the reference are the sequential design's decisions (stage-wise p, "
+                   "repeated intervals): no fixed-design p is valid after a data-dependent number of seeds."
+                   if v.sequential else "every p (Holm) is adjusted over the study's one family."))
+    if v.sequential:
+        return ("Generated from the numbers of the tables below. Each run (cell × seed) gives one value per measure; "
+                "the values and ratios per variant are descriptive, and the comparisons with the reference are the "
+                "sequential design's decisions on the measures it declared (stage-wise p, repeated intervals): no "
+                "permutation test, ANOVA or Holm p is valid after a data-dependent number of seeds, so none is "
+                "printed.")
+    return ("Generated from the numbers of the tables below. Each run (cell × seed) gives one value per measure; "
+            "variants are compared with the declared reference on those values by exact permutation tests (paired on "
+            "shared seeds, never below three seeds), factors by an ANOVA with seeds as replicates; every p (Holm) is "
+            "adjusted over the study's one family (above).")
 
 
 def show_answer(v: Verdicts, confidence: float = 0.95) -> None:

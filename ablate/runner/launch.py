@@ -74,8 +74,10 @@ class Outcome:
 
 def look_line(info: dict) -> str:
     """A sequential study's look, as a worker reports it."""
+    undecided = f", {info['undecided']} undecided at the last look" if info.get("undecided") else ""
     if info.get("finished"):
-        return f"look {info['look']}: {info['decided']} comparison(s) decided; the sequential design is finished"
+        return (f"look {info['look']}: {info['decided']} comparison(s) decided{undecided}; the sequential design is "
+                "finished")
     return (f"look {info['look']}: {info['decided']} comparison(s) decided, {info['open']} open; "
             f"{info['queued']} seed item(s) queued for the next look")
 
@@ -94,13 +96,18 @@ def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int 
 
     out = []
     for k, rows in enumerate(state.history[since:], start=since + 1):
-        decided = [r for r in rows if r.get("decision") != "open"]
+        ended = [r for r in rows if r.get("decision") != "open"]
+        # Reaching the last look undecided ends a comparison without deciding it (outcome): said apart.
+        undecided = sum(sequential_looks.outcome(r) == "undecided" for r in ended)
         seeds = rows[0]["seeds"] if rows else "?"
-        out.append(f"look {k} ({seeds} seeds): {len(decided)} of {len(rows)} open comparison(s) decided"
+        out.append(f"look {k} ({seeds} seeds): {len(ended) - undecided} of {len(rows)} open comparison(s) decided"
+                   + (f", {undecided} undecided at the last look" if undecided else "")
                    + ("; the sequential design is finished" if state.finished and k == len(state.history) else ""))
-        for r in decided:
+        for r in ended:
             p = f", p {num(r.get('p'))}" if isinstance(r.get("p"), float) else ""
-            out.append(f"  {r['decision']}: {labels.get(r['cell_id'], r['cell_id'])} on {r['measure']}: "
+            said = sequential_looks.outcome(r)
+            said = "undecided at the last look" if said == "undecided" else said
+            out.append(f"  {said}: {labels.get(r['cell_id'], r['cell_id'])} on {r['measure']}: "
                        f"{num(r.get('estimate'))} [{num(r.get('rci_low'))}, {num(r.get('rci_high'))}]{p}")
     return out
 
@@ -234,8 +241,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         except Exception as exc:
             raise st.StorageError(storage_problem(stores.storage, exc)) from None
         if advanced is not None:
-            err.print(look_line({"look": advanced.look, "decided": len(advanced.decided), "open": advanced.open,
-                                 "queued": advanced.queued, "finished": advanced.finished}),
+            err.print(look_line(advanced.event()),
                       highlight=False, markup=False, soft_wrap=True)
             idle = not advanced.queued
     if idle:  # nothing to run: no worker is started (seconds of imports for nothing) ...

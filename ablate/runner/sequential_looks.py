@@ -38,8 +38,8 @@ from ablate.stores import Stores
 if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
 
-__all__ = ["STATE", "Advanced", "State", "advance", "comparisons", "designs", "items", "load_state", "reference_cell",
-           "step", "stored_items"]
+__all__ = ["STATE", "Advanced", "State", "advance", "comparisons", "designs", "items", "load_state", "outcome",
+           "outcome_words", "reference_cell", "step", "stored_items"]
 
 STATE = "ablate.sequential"
 TERMINAL = ("done", "failed")
@@ -68,6 +68,32 @@ class State:
         data = json.loads(text)
         return cls(int(data["look"]), dict(data["planned"]), dict(data["decided"]), list(data["history"]),
                    bool(data["finished"]))
+
+
+def outcome(row: Mapping[str, Any]) -> str:
+    """A recorded comparison's outcome as it is said everywhere it is shown: its stored decision,
+    except that a ``futile`` one that the futility boundary did not stop — it reached the last look
+    with none of significant, equivalent or futile — is ``undecided``.
+
+    ``decide`` records both as ``futile``; they are told apart by what it stored with them: a stop
+    at the futility boundary has a finite ``futility_bound`` (the boundary it fell under), while the
+    last look's futility boundary is infinite (stored as null) and a look without spread has none.
+    Rows recorded before the futility boundary existed have no ``futility_bound`` at all: they could
+    be futile only at the last look, so they read ``undecided`` too, as they should."""
+    decision = str(row.get("decision"))
+    if decision != "futile":
+        return decision
+    bound = row.get("futility_bound")
+    stopped = isinstance(bound, int | float) and math.isfinite(bound)
+    return "futile" if stopped else "undecided"
+
+
+def outcome_words(row: Mapping[str, Any]) -> str:
+    """``significant at look 3 (9 seeds)``, ``futile at look 2 (6 seeds)``, ``undecided at the last
+    look (12 seeds)``, ``open at look 2 (6 seeds)``: the outcome with where it was reached."""
+    said = outcome(row)
+    where = "the last look" if said == "undecided" else f"look {row.get('look')}"
+    return f"{said} at {where} ({row.get('seeds')} seeds)"
 
 
 def load_state(study: optuna.Study | None) -> State | None:
@@ -261,6 +287,13 @@ class Advanced:
     queued: int
     finished: bool
 
+    def event(self) -> dict[str, Any]:
+        """What a worker reports of it (``launch.look_line``): the comparisons decided, apart from
+        those that reached the last look undecided (``outcome``), the open ones and the queued items."""
+        undecided = sum(outcome(r) == "undecided" for r in self.decided)
+        return {"look": self.look, "decided": len(self.decided) - undecided, "undecided": undecided,
+                "open": self.open, "queued": self.queued, "finished": self.finished}
+
 
 def advance(study: optuna.Study, spec: Spec, stores: Stores) -> Advanced | None:
     """If every item of the current look has finished, analyse it, record the decisions and queue
@@ -313,10 +346,12 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
            "(Welch's when they share fewer than two), against boundaries computed for that t statistic"]
     where = ("finished" if st.finished else f"look {st.look + 1} of {len(seq.looks)} ({seq.looks[st.look]} seeds) "
              f"running")
-    out.append(f"state: {where}; {len(st.decided)} of {len(cmp)} comparisons decided")
+    undecided = sum(outcome(r) == "undecided" for r in st.decided.values())  # ended at the last look, not decided
+    out.append(f"state: {where}; {len(st.decided) - undecided} of {len(cmp)} comparisons decided"
+               + (f", {undecided} undecided at the last look" if undecided else ""))
     for r in sorted(st.decided.values(), key=lambda r: (r.get("look") or 0, r["key"])):
         p = f", p {r['p']:.3g}" if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else ""
-        out.append(f"  {r['decision']} at look {r['look']} ({r['seeds']} seeds): {labels.get(r['cell_id'], r['cell_id'])} "
+        out.append(f"  {outcome_words(r)}: {labels.get(r['cell_id'], r['cell_id'])} "
                    f"on {r['measure']}: {_fmt(r['estimate'], r['measure'])} [{_fmt(r['rci_low'], r['measure'])}, "
                    f"{_fmt(r['rci_high'], r['measure'])}] (repeated CI){p}")
     open_cells = sorted({c for c, m in cmp if _key(c, m) not in st.decided})

@@ -651,8 +651,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
                 with signals.critical():
                     advanced = sequential_looks.advance(study, spec, stores)
                 if advanced is not None:
-                    emit("look", {"look": advanced.look, "decided": len(advanced.decided), "open": advanced.open,
-                                  "queued": advanced.queued, "finished": advanced.finished})
+                    emit("look", advanced.event())
                     if advanced.queued:
                         continue
             if wait_for_running and queue.count(study, (TrialState.RUNNING, TrialState.WAITING)):

@@ -3,15 +3,22 @@ error rates that hold under that data-dependent stopping.
 
 A comparison of a cell with its reference is looked at after n₁ < n₂ < … < n_K seeds (the spec's
 ``seeds: {min, max, step}``); its information fraction at look k is t_k = n_k / n_K. Three ways a
-look can decide it:
+look can decide it, and one way it can end undecided:
 
     significant   |t| of the paired (or Welch) t statistic at or past the look's efficacy boundary
     equivalent    both one-sided tests of |effect| ≥ min_effect reject at the look's equivalence
                   boundary: the effect is smaller than min_effect either way
-    futile        the one-sided tests of an effect of ±min_effect (toward the estimate's side and
-                  the other) reject at the look's futility boundary: an effect as large as
-                  min_effect has become unlikely, so more seeds would rarely make it significant
-                  (non-binding β-spending futility); or the last look (n_K seeds), none of the above
+    futile        before the last look, the one-sided tests of an effect of ±min_effect (toward the
+                  estimate's side and the other) reject at the look's futility boundary: an effect
+                  as large as min_effect has become unlikely, so more seeds would rarely make it
+                  significant (non-binding β-spending futility)
+    undecided     the last look (n_K seeds) with none of the above: the seeds ran out; nothing says
+                  the effect is absent (its interval may still hold min_effect and more)
+
+``decide`` records the last two alike, as ``futile`` (the runner stops either way); what it stores
+with them tells them apart — a futility stop has the finite ``futility_bound`` it fell under, the
+last look's futility boundary is infinite — and ``runner.sequential_looks.outcome`` says which, for
+every report and status line.
 
 **Boundaries** come from Lan–DeMets α-spending (Lan & DeMets 1983): the efficacy test spends its
 two-sided α along α(t) — O'Brien–Fleming shape ``2 − 2Φ(z_{α/2}/√t)`` (little early, close to the
@@ -361,7 +368,8 @@ class SequentialDesign:
 
     def futility_z(self) -> tuple[float, ...]:
         """The futility boundaries (z scale, one-sided against ±min_effect); infinite at the last
-        look (futile there anyway when undecided) and everywhere when ``futility_beta`` is 0."""
+        look (where an undecided comparison ends undecided, not futile) and everywhere when
+        ``futility_beta`` is 0."""
         if self.futility_beta <= 0:
             return (math.inf,) * len(self.looks)
         return (*boundaries(self.fractions, self.futility_beta, self.futility_shape, 1)[:-1], math.inf)
@@ -398,7 +406,8 @@ def decide(design: SequentialDesign, diffs: Sequence[float] | None = None,
     boundary on the t scale), ``equivalence_bound``, ``futility_bound`` (t scale; futile before the
     last look when ``|estimate| + futility_bound × se < min_effect``), ``rci_low`` / ``rci_high`` (the repeated
     confidence interval at 1 − α/m), ``decision`` (``significant``, ``equivalent``, ``futile`` or
-    ``open``), ``p`` (stage-wise, when significant; else the probability of an efficacy crossing at
+    ``open``; ``futile`` at the last look is the seeds running out, undecided: ``runner.sequential_looks.outcome``
+    reads it so), ``p`` (stage-wise, when significant; else the probability of an efficacy crossing at
     some look of the design, 1 − … is not a p and is left NaN). The boundaries are the design's t
     boundaries (``efficacy_t`` …) taken to the look's own df when it differs from n_k − 1.
     A look needs at least two values with some spread; with none it is ``open`` (no variance: no

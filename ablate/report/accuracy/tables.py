@@ -206,7 +206,7 @@ def t_test_column(comp: pd.DataFrame) -> str:
     (``stats.compare_to_reference``), not over the study's family that p (Holm) is adjusted over, so
     the header says so — a t-test p below α beside a "not significant" is no verdict."""
     k = int(comp["t_p"].notna().sum()) if "t_p" in comp.columns else 0
-    return f"t-test p (Holm over these {k}; descriptive)"
+    return f"t-test p (Holm over {'this' if k == 1 else 'these'} {k}; descriptive)"
 
 
 def comparison_intro(comp: pd.DataFrame, alpha: float = 0.05) -> list[str]:

@@ -321,9 +321,9 @@ def t_test_note(comp: pd.DataFrame, family_m: int) -> str:
     k = int(comp["t_p"].notna().sum()) if "t_p" in comp.columns else 0
     if not k:
         return ""
-    return (f"The t-test p is Holm-adjusted over these {_plural(k, 'comparison')} only, not over the study's family "
-            f"of {_plural(family_m, 'test')} that p (Holm) is adjusted over: a check on the exact test beside it, "
-            "not a verdict.")
+    return (f"The t-test p is Holm-adjusted over {'this' if k == 1 else 'these'} {_plural(k, 'comparison')} only, "
+            f"not over the study's family of {_plural(family_m, 'test')} that p (Holm) is adjusted over: a check on "
+            "the exact test beside it, not a verdict.")
 
 
 def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> list[str]:
@@ -352,9 +352,10 @@ def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> l
         k = int(runs[some.index].sum())
         parts = [f"{r['cell_label']} {table.loc[i, 'still improving']} ({metric} {table.loc[i, gain_col]})"
                  for i, r in some.iterrows()]
-        out.append(f"{_plural(k, 'run')} {'was' if k == 1 else 'were'} still improving when {'its' if k == 1 else 'their'} "
-                   f"budget ran out in {_plural(len(some), 'cell')} whose runs taken together were not (no "
-                   f"{STILL_IMPROVING}): {'; '.join(parts)}.")
+        out.append(f"{_plural(k, 'run')} in {_plural(len(some), 'cell')} without {STILL_IMPROVING} "
+                   f"{'was' if k == 1 else 'were'} still improving when {'its' if k == 1 else 'their'} budget ran out, "
+                   f"though {'its cell' if len(some) == 1 else 'their cells'} taken as a whole "
+                   f"{'was' if len(some) == 1 else 'were'} not: {'; '.join(parts)}.")
     elif not len(still) and conv["n_known"].any():
         out.append("Every run whose convergence is recorded had stopped improving by the end of its budget.")
     if "n_extended" in conv.columns and conv["n_extended"].fillna(0).astype(int).any():

@@ -55,23 +55,21 @@ say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
 
 # %% [markdown]
 # ## The answer
-# One row per question — each factor, each two-way interaction, each cell against the reference — and one
-# column per measure the study's reports test, made from the tables of both reports' bodies. The verdicts
-# use one multiplicity family for the whole study (the sentence below), so this page and the norm report's
-# say the same thing.
 
 # %%
 norm_in = verdicts.norm_inputs(res, trials, factors) if "norm_stability" in res.spec.report_names else None
 verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alpha, confidence, effect, norm_in,
                                   design_m=verdicts.design_family(res))
 comparisons = verdict.comparisons
+# What the page's rows are: a sequential study's has its declared comparisons and no factor rows.
+say(verdicts.answer_lead(verdict, "accuracy"))
 verdicts.show_answer(verdict, confidence)
 
 # %% [markdown]
 # ## Summary
-# Generated from the numbers of the appendix tables; every p (Holm) is adjusted over the study's one family.
 
 # %%
+say(verdicts.summary_lead(verdict, "accuracy"))
 summary = stats.cell_summary(trials, metric, chance, margin, confidence)
 conv = stats.cell_convergence(trials, stats.step_budget(trials, res.spec.train.steps), min_gain=effect)
 tuned = res.tuning().to_pandas()
@@ -132,11 +130,11 @@ show(acc.cell_table(acc.named(summary, names), ref_id, confidence, chance is not
 # %%
 if sequential:
     say("### Sequential seeds", *seqrep.procedure(res.spec))
-    show(seqrep.looks_table(res.spec), name="sequential-looks", intro=(
+    show(seqrep.looks_table(res.spec, res.sequential), name="sequential-looks", intro=[
         "The looks and their boundaries: a comparison is significant at a look when |t| of its paired difference "
         "reaches the look's t boundary (where the paired t statistic's first crossing, simulated under no effect, "
         "spends what the α-spending function gives the look; the |z| column is the boundary for a known sd); equivalent when the interval estimate ± the equivalence t × se lies "
-        "inside ±min_effect."))
+        "inside ±min_effect.", seqrep.boundaries_note(res.spec, res.sequential)])
     decided = seqrep.decisions_table(res.sequential, res.spec, labels)
     if len(decided):
         show(decided, name="sequential-decisions", intro=(
@@ -160,13 +158,17 @@ else:
                                         sequential=seqrep.decision_words(res.sequential, res.spec, metric)
                                         if sequential else None),
                     name="comparisons")
-    family_m = max(1, len(verdict.family))
+    # The m its α/m was computed at (verdicts.power_m): the family tested, the design's, or a sequential
+    # study's own comparisons — never the count of a family a sequential study empties on purpose.
+    where = (f"each comparison's share of the sequential design's α (Bonferroni over its {verdict.power_m} "
+             "comparisons; a fixed-design t-test's seeds, a guide to the design's size, not its looks' power)"
+             if sequential else "Holm's first threshold over the study's family")
     show(acc.power_table(acc.named(comparisons, names), res.spec.stats.power), name="power", intro=(
         f"**Power line.** The power a t-test on this many seeds has to detect a difference of {fmt.num(effect)} "
         f"(the spec's `stats.min_effect`) given the spread observed, and the seeds that would reach "
-        f"{res.spec.stats.power:.0%} power (statsmodels), at α/{family_m} = "
-        f"{fmt.pval(comparisons.power_alpha.iloc[0], alpha)}, Holm's first threshold over the study's family; "
-        "never fewer than the exact test needs to reach it at all."))
+        f"{res.spec.stats.power:.0%} power (statsmodels), at α/{verdict.power_m} = "
+        f"{fmt.pval(comparisons.power_alpha.iloc[0], alpha)}, {where}; never fewer than the exact test needs to "
+        "reach it at all."))
 
 # %% [markdown]
 # ## Appendix: few-run estimates
@@ -193,9 +195,11 @@ show(acc.few_run_table(acc.named(few, names), ref_id, confidence), name="few-run
 
 # %% [markdown]
 # ## Appendix: factor effects
-# **Main effects, interactions and the analysis of variance** behind the answer page's factor rows.
 
 # %%
+say("**Main effects, interactions and the analysis of variance** "
+    + ("of the runs, descriptive: a sequential study's answer page has no factor rows (its seeds depended on the "
+       "results)." if sequential else "behind the answer page's factor rows."))
 if not factors:
     say("No factors were varied: there are no main effects.")
 else:
@@ -239,11 +243,9 @@ else:
     if ok and len(verdict.anova):  # the family's ANOVA: main effects and two-way interactions, Holm over the study
         table = verdict.anova
         shown = acc.anova_table(table)
-        intro = "**Analysis of variance.** " + acc.anova_intro(dropped)
+        intro = "**Analysis of variance.** " + acc.anova_intro(dropped, sequential)
         if sequential:
             shown = shown.drop(columns=[c for c in ("p", "p (Holm)") if c in shown.columns])
-            intro = [intro, "A sequential study: the seeds per cell depended on the results, so the F tests' p-values "
-                     "are not valid and are not shown; the sums of squares and effect sizes are descriptive."]
         show(shown, intro=intro, name="anova", data=table)
     else:
         # Applicable on the finished levels but not tested (too few seeds): the design is not the reason.

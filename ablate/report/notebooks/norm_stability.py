@@ -60,26 +60,23 @@ comp, anova, anova_why, effects = (verdict.norm_comparisons, verdict.norm_anova,
 
 # %% [markdown]
 # ## The answer
-# One row per question — each factor, each two-way interaction, each variant against the reference — and one
-# column per measure the study's reports test (the accuracy report's page one is the same table).
 
 # %%
+say(verdicts.answer_lead(verdict, "norm_stability"))  # a sequential study's page: its comparisons, no factor rows
 verdicts.show_answer(verdict, confidence)
 
 # %% [markdown]
 # ## Summary
-# Generated from the numbers of the tables below. Each run (cell × seed) gives one value per measure;
-# variants are compared with the declared reference on those values by exact permutation tests (paired
-# on shared seeds, never below three seeds), factors by an ANOVA with seeds as replicates; every p (Holm)
-# is adjusted over the study's one family (above).
 
 # %%
+say(verdicts.summary_lead(verdict, "norm_stability"))  # how the comparisons were tested: fixed or sequential
 if len(df) and sequential:
     labels = dict(zip(trials.cell_id, trials.cell_label, strict=False))
     say(ns.summary_text(stab, comp.iloc[0:0], ref, None, effects, check, alpha, confidence),
         *[f"- {s}" for s in seqrep.sentences(res.sequential, res.spec, labels, labels.get(ref[0], ref[0]))])
     say("## Sequential seeds", *seqrep.procedure(res.spec))
-    show(seqrep.looks_table(res.spec), name="sequential-looks")
+    show(seqrep.looks_table(res.spec, res.sequential), name="sequential-looks",
+         intro=seqrep.boundaries_note(res.spec, res.sequential))
     decided = seqrep.decisions_table(res.sequential, res.spec, labels)
     if len(decided):
         show(decided, name="sequential-decisions", intro="Every comparison's decision (norm measures as ratios: "
@@ -127,11 +124,12 @@ if order:
 
 # %% [markdown]
 # ## Appendix: factor effects
-# Which factor carries the stability, and whether one factor's effect depends on another: an ANOVA of every
-# run's log value per measure (main effects and two-way interactions, seeds as replicates), its p-values
-# Holm-corrected over the study's one family (page one).
 
 # %%
+say("Which factor carries the stability, and whether one factor's effect depends on another: an ANOVA of every "
+    "run's log value per measure (main effects and two-way interactions, seeds as replicates), "
+    + ("descriptive: a sequential study's seeds depended on the results, so no p-value is valid." if sequential
+       else "its p-values Holm-corrected over the study's one family (page one)."))
 varied = [f for f in factors if trials[f].nunique() > 1] if len(df) else []
 if not len(df) or not varied:
     say("No factor was varied: there are no factor effects." if len(df) else "No probe data yet.")
@@ -163,10 +161,11 @@ else:
 
 # %% [markdown]
 # ## Appendix: stability per variant
-# Per-variant detail behind the answer page: every variant's value per measure (Table 1) and its ratio
-# to the reference with the test's p-values (Table 2).
 
 # %%
+say("Per-variant detail behind the answer page: every variant's value per measure (Table 1) and its ratio to the "
+    + ("reference, descriptive (Table 2; the tests are the sequential design's, page one)." if sequential
+       else "reference with the test's p-values (Table 2)."))
 if len(df):
     show(ns.stability_table(stab, confidence), name="stability", data=stab, intro=(
         "**Table 1. The state norm's stability per variant, over its seeds.** Each run gives one value per "
@@ -182,7 +181,7 @@ if len(df):
            "values here." if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")))
     if len(comp):
         ratios = ns.ratio_grid(comp, confidence, res.spec.stats.min_ratio, tested=not sequential)
-        show(ratios, name="ratios", data=comp, intro=(
+        show(ratios, name="ratios", data=comp, intro=((
             f"**Table 2. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** "
             f"({ref[1]}). The ratio is exp(mean log difference) over the seeds, with the t interval of that "
             "difference; over seeds, the ratio of the two sds on the same seeds with an F interval. The test is the "
@@ -194,6 +193,13 @@ if len(df):
             "Holm-corrected over the study's one family (page one); fewer than three seeds are not tested and their per-seed values "
             "are shown. A row per variant, a column per measure: the ratio [CI], then p (Holm) with its mark, or "
             "why the comparison is not tested; the answer page gives each verdict and the seeds a decision needs."
+            if not sequential else  # no test's p is printed: the caption says what the table holds instead
+            f"**Table 2. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** ({ref[1]}). "
+            "The ratio is exp(mean log difference) over the seeds, with the t interval of that difference; over "
+            "seeds, the ratio of the two spreads on the same seeds, its interval the ratios the permutation test of "
+            "the spreads does not reject. Descriptive: a sequential study's seeds depended on the results, so no "
+            "p-value is shown; its comparisons are the sequential design's decisions on the measures it declared "
+            "(page one and the decisions table).")
             + (f" Notes: {ns.grid_notes(ratios)}." if ns.grid_notes(ratios) else "")
             + ns.unreferenced_note(comp, dict(fig_order).get(ref[0], ref[0]))))
 
