@@ -135,6 +135,43 @@ def test_a_stopped_run_leaves_no_mlflow_run_of_a_recorded_trial_running(tmp_path
     assert MlflowClient(where.tracking).get_run(opened[0]).info.status == "FINISHED"
 
 
+def test_an_interrupted_run_ends_its_view_saying_it_stopped_not_with_an_eta(tmp_path, monkeypatch):
+    """Its worker re-queued its item and stopped: the view's last line says the run stopped, with no
+    ETA (it read "ETA 0m49s (re-queued)"), and leaves what was re-queued and what to do to the
+    line the stop prints after it (terminal.Stopped: "re-queued 1 running item(s): …; run the same
+    command to resume")."""
+    import signal
+
+    import pytest
+    from optuna.trial import TrialState
+
+    from ablate.runner import launch, phases, queue
+    from ablate.runner import study as st
+    from ablate.runner.signals import Interrupted
+    from ablate.runner.worker import worker_id
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+
+    def interrupted(name, stores, **kwargs):
+        study = st.open_study(name, stores)
+        trial = phases.claim(study)
+        queue.beat(study, trial.number, {"worker": worker_id(), "step": 2})
+        queue.finish(study, trial, TrialState.FAIL, {"status": "failed", "failure_kind": "interrupted",
+                                                     "failure_message": "stopped by a signal; re-queued",
+                                                     "worker": worker_id()})
+        queue.requeue(study, trial.number, None)
+        raise Interrupted(signal.SIGINT, ["gamma · seed 0"])
+
+    monkeypatch.setattr(launch, "work", interrupted)
+    out, o, err, _ = consoles()
+    with pytest.raises(launch.Stopped) as stopped:
+        run_study(design.validate(SPEC), stores(tmp_path), out, err, workers=1)
+    assert stopped.value.requeued == ["gamma · seed 0"]
+    lines = o.getvalue().splitlines()
+    assert lines[-1] == "launch: 0 done · 0 running · 2 waiting · 0 failed · stopped"
+    assert not any("ETA" in line for line in lines)
+
+
 def test_look_decisions_lists_every_look_since_with_what_it_decided():
     from ablate.runner.launch import look_decisions
     from ablate.runner.sequential_looks import State

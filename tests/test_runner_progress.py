@@ -270,14 +270,60 @@ def test_every_frame_of_a_scripted_run_keeps_its_word():
             assert eta <= last
         last = eta
     assert frames[-1].eta == 0.0 and frames[-1].done == 12
-    # The folded line: running items beyond OTHER_ROWS other workers, and unknown ones no local worker can hold.
-    many = look(0, 0, [running(f"far:{i}", i, 1, 0) for i in range(progress.OTHER_ROWS + 3)]
-                + [running("?", 90, 0, 0), running("?", 91, 0, 0)], 0)
-    f = progress.frame(many, [progress.Slot("w1", "starting", 0.0)], None, 0.0, 1)
-    assert len(f.rows) == 1 + progress.OTHER_ROWS and f.others == 3 + 1
-    screen = Console(record=True, width=160, file=io.StringIO())
+
+
+def shown(f: progress.Frame) -> str:
+    screen = Console(record=True, width=200, file=io.StringIO())
     screen.print(progress.frame_table("s", f))
-    assert "other workers: 4 running" in screen.export_text()
+    return screen.export_text()
+
+
+def test_the_folded_line_counts_only_workers_without_a_row_and_says_whose():
+    """A worker that claims seeds to train fused records itself on each a moment apart: the one
+    not recorded yet is no other worker while every worker has its row (it read "other workers:
+    1 running"). The line counts workers of other processes beyond OTHER_ROWS, and says who."""
+    slots = [progress.Slot("w1", "running", 0.0), progress.Slot("w2", "running", 0.0)]
+    fused = [running("w1", 0, 3, 0), running("w2", 1, 0, 0, "B"), running("w2", 2, 0, 0, "B"), running("?", 3, 0, 0, "B")]
+    f = progress.frame(look(1, 0, fused, 0), slots, None, 1.0, 2)
+    assert [r.worker for r in f.rows] == ["w1", "w2"] and f.others == 0
+    assert "other" not in shown(f)
+    many = look(0, 0, [running(f"far:{i}", i, 1, 0) for i in range(progress.OTHER_ROWS + 3)]
+                + [running("far:0", 20, 1, 0), running("?", 90, 0, 0), running("?", 91, 0, 0)], 0)
+    f = progress.frame(many, [progress.Slot("w1", "starting", 0.0)], None, 0.0, 1)
+    assert len(f.rows) == 1 + progress.OTHER_ROWS and f.others == 3
+    assert ("and 3 more worker(s) of other processes running items of this study (another ablate run or ablate "
+            "worker, on this host or another)") in shown(f)
+
+
+def test_after_a_signal_the_view_shows_no_eta_but_that_the_run_stopped():
+    """Once the local workers' items are re-queued ``interrupted`` nothing of this run will run
+    what is left: no ETA (it read "ETA 0m49s (re-queued)"), "stopping" until they exited, then
+    "stopped"; no status line in a log while they stop (each re-queue has its line), and a finish
+    in between carries its count without an ETA. Another process's worker still running: an ETA."""
+    def slots(*states: str, stopping: bool = True) -> list[progress.Slot]:
+        return [progress.Slot(f"w{i + 1}", s, 0.0, stopping=stopping) for i, s in enumerate(states)]
+
+    busy = [running("w1", 0, 5, 0), running("w2", 1, 5, 0)]
+    first = progress.frame(look(10, 2, busy, 8), slots("running", "running", stopping=False), None, 10.0, 2)
+    assert first.eta is not None and not first.halt
+    interrupted = progress.Finished("A · seed 0", False, kind="interrupted", message="stopped by a signal; re-queued",
+                                    worker="w1")
+    ok = progress.Finished("A · seed 1", True, "val acc 0.500 · ", 10.0, worker="w2")
+    one = look(11, 3, [running("w2", 1, 5, 0)], 8)
+    mid = progress.frame(one, slots("idle", "running"), first, 11.0, 2, [interrupted, ok])
+    assert mid.eta is None and mid.halt == "stopping" and mid.summary("s").endswith("0 failed · stopping")
+    assert progress.log_lines("s", [interrupted, ok], [], mid, first) == [
+        "interrupted A · seed 0: stopped by a signal; re-queued", "done A · seed 1: val acc 0.500 · 0m10s · 3/12 done"]
+    end = progress.frame(look(12, 3, [], 9), slots("exited 130", "exited 130"), mid, 12.0, 1)
+    assert end.summary("s") == "s: 3 done · 0 running · 9 waiting · 0 failed · stopped" and "ETA" not in shown(end)
+    # A killed local worker's item still RUNNING until its heartbeat times out: stopped all the same.
+    stale = progress.frame(look(12, 3, [running("w1", 0, 5, 0)], 8), slots("exited -9", "exited 130"), mid, 12.0, 1)
+    assert stale.halt == "stopped"
+    # Not halted: a local worker not signalled, another process's worker running, or nothing left.
+    assert not progress.frame(one, slots("idle", "running", stopping=False), first, 11.0, 2).halt
+    far = look(11, 3, [running("far:1", 7, 5, 0)], 9)
+    assert progress.frame(far, slots("exited 130", "exited 130"), first, 11.0, 1).eta is not None
+    assert progress.frame(look(12, 12, [], 0), slots("exited 130", "exited 0"), mid, 12.0, 1).eta == 0.0
 
 
 def test_a_claim_before_its_worker_records_itself_is_no_row(study):
@@ -442,3 +488,75 @@ def test_a_worker_training_seeds_fused_shows_them_all_in_its_row():
     many = [item(i, i, "A") for i in range(6)]
     (row,) = progress.frame(look(1, 0, many, 0), [], None, 1.0, 1).rows  # another process's worker
     assert row.seed == "0,1,2,3,…+2"
+
+
+def test_a_view_whose_workers_were_signalled_ends_saying_it_stopped(study):
+    """In a pipe: a local worker's item re-queued ``interrupted``, then the worker exits 130: no
+    status line while it stops, and the last one says the run stopped, with no ETA. A worker of
+    this process that raised (the in-process worker of ``ablate run``) stops the view the same."""
+    log = io.StringIO()
+    code: dict[str, int | None] = {"host:1": None}
+    view = progress.View(study, Console(file=log, force_terminal=False, width=200), [("host:1", lambda: code["host:1"])])
+    with view:
+        trial = phases.claim(study)
+        queue.beat(study, trial.number, {"worker": "host:1", "step": 2})
+        view.poll()
+        queue.finish(study, trial, TrialState.FAIL, {"status": "failed", "failure_kind": "interrupted",
+                                                     "failure_message": "stopped by a signal; re-queued",
+                                                     "worker": "host:1"})
+        queue.requeue(study, trial.number, None)
+        view.poll()
+        code["host:1"] = 130
+    lines = log.getvalue().splitlines()
+    assert lines[1:] == ["interrupted RotRNN · seed 0: stopped by a signal; re-queued",
+                         f"{study.study_name}: 0 done · 0 running · 4 waiting · 0 failed · stopped"]
+    screen = io.StringIO()
+    view = progress.View(study, Console(file=screen, force_terminal=True, width=200), [("host:2", lambda: None)])
+    with pytest.raises(KeyboardInterrupt), view:
+        view.poll()
+        raise KeyboardInterrupt
+    assert view.frame is not None and view.frame.halt == "stopped"
+    text = screen.getvalue()
+    assert "0 failed · ETA ?" in text and text.rfind("0 failed · stopped") > text.rfind("ETA")  # the last frame
+
+
+def test_an_item_resuming_a_checkpoint_says_from_which_step_in_its_start_line(study, tmp_path):
+    """A killed attempt's item resumes from its checkpoint: its worker records the step with its
+    start (``progress.start_attrs``), and the start line says so — seen running, or only finished.
+    A re-queued copy holds its predecessor's attributes, that attempt's worker and step included,
+    until its own start: no start line (nor row) for it before, as it read "on" the dead worker."""
+    import torch
+
+    attempt = progress.ATTEMPT
+    assert progress.start_attrs(7, tmp_path / "none.pt") == {attempt: 7}
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    assert progress.start_attrs(7, tmp_path / "bad.pt") == {attempt: 7}  # training's own error says what is wrong
+    torch.save({"step": 200, "model": {"w": torch.zeros(3)}}, tmp_path / "ckpt.pt")
+    assert progress.start_attrs(7, tmp_path / "ckpt.pt") == {attempt: 7, "resumed_at": 200}
+    killed = phases.claim(study)
+    queue.beat(study, killed.number, {"worker": "dead:1", attempt: killed.number, "step": 300})
+    queue.finish(study, killed, TrialState.FAIL, {"status": "failed", "failure_kind": "killed"})
+    queue.requeue(study, killed.number, None)
+    log = io.StringIO()
+    view = progress.View(study, Console(file=log, force_terminal=False, width=200), [("host:1", lambda: None)])
+    with view:
+        view.poll()
+        copy = queue.claim(study, where={"item": queue.trial(study, killed.number).user_attrs["item"]})
+        assert copy.number != killed.number and queue.trial(study, copy.number).user_attrs["worker"] == "dead:1"
+        snap = view.poll()
+        assert [r.worker for r in snap.items] == ["?"] and view.frame is not None and view.frame.others == 0
+        queue.beat(study, copy.number, {"worker": "host:1", **progress.start_attrs(copy.number, tmp_path / "ckpt.pt")})
+        view.poll()
+        short = phases.claim(study)  # started and finished between two looks
+        queue.beat(study, short.number, {"worker": "host:1", attempt: short.number, "resumed_at": 3})
+        finish(study, short)
+        fresh = phases.claim(study)
+        queue.beat(study, fresh.number, {"worker": "host:1"})
+        view.poll()
+    lines = log.getvalue().splitlines()
+    assert not any("dead:1" in line for line in lines)
+    assert (f"start RotRNN · seed 0 (replicate, trial {copy.number}) on host:1, resumed from its checkpoint at "
+            "step 200") in lines
+    assert f"start RotRNN · seed 1 (replicate, trial {short.number}) on host:1, resumed from its checkpoint at step 3" \
+        in lines
+    assert f"start LRU · seed 0 (replicate, trial {fresh.number}) on host:1" in lines

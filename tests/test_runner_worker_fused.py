@@ -206,6 +206,36 @@ def test_items_a_killed_fused_worker_left_resume_fused_from_their_checkpoints(tm
             assert math.isclose(run.data.metrics[key], value, rel_tol=F32, abs_tol=F32), key
 
 
+def test_a_resumed_item_records_its_step_with_its_start_fused_or_apart(tmp_path, monkeypatch):
+    """The step an item resumes from is on its trial from its start, not only with its result: the
+    live view's start line says it (``progress.start_line``). Read as the group starts training:
+    two items resume step 4 fused, one step 3 apart, one has no checkpoint."""
+    from ablate import training, training_fused
+    from ablate.runner import progress, worker
+    from ablate.runner import study as st
+
+    name, where = _prepare(tmp_path)
+    study = st.open_study(name, where)
+    trials = study.trials
+    _killed_attempts(study, 2, trials[:2])
+    _killed_attempts(study, 3, trials[2:3])
+    seen: dict[int, int | None] = {}
+    real_fused, real_trial = training_fused.run_fused, training.run_trial
+
+    def starting(train):
+        def call(*args, **kwargs):
+            for t in st.open_study(name, where).get_trials(states=(TrialState.RUNNING,)):
+                assert t.user_attrs[progress.ATTEMPT] == t.number  # its own start, not a predecessor's
+                seen.setdefault(t.number, t.user_attrs.get("resumed_at"))
+            return train(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(training_fused, "run_fused", starting(real_fused))
+    monkeypatch.setattr(training, "run_trial", starting(real_trial))
+    assert worker.work(name, where, fuse=4) == {"complete": SEEDS}
+    assert [seen[t.number] for t in trials] == [4, 4, 3, None]
+
+
 def test_items_that_cannot_fuse_train_apart_in_the_group(tmp_path, monkeypatch):
     """In a group whose items resume checkpoints, those of the step most of them start after train
     fused; one whose checkpoint is of another step, and one with none, train apart, each from where

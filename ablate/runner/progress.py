@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -48,6 +49,7 @@ from ablate.runner.items import DROPPED, counts
 # Seconds between two looks at the store, and between status lines in a pipe when nothing happens.
 POLL_S = 1.0
 QUIET_LINE_S = 60.0
+ATTEMPT = "attempt"  # whose start it is: a re-queued copy holds its predecessor's attributes until its own
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Running:
     number: int = -1
     last_val: dict[str, float] = field(default_factory=dict)  # accuracy, loss, bpc, … and their step
     cell_id: str = ""
+    resumed_at: int = 0  # the step of a killed attempt's checkpoint it resumed from (0: from the start)
 
     def elapsed(self, now: datetime | None = None) -> float | None:
         return ((now or datetime.now()) - self.started).total_seconds() if self.started else None
@@ -139,7 +142,7 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
     finished = queue.entries(study, keys=("steps", "cell_id", *extra), states=(TrialState.COMPLETE,))
     running = [
         Running(
-            worker=str(t.user_attrs.get("worker", "?")),
+            worker=str(t.user_attrs.get("worker", "?")) if t.user_attrs.get(ATTEMPT, t.number) == t.number else "?",
             cell=str(t.user_attrs.get("cell_label", "?")),
             seed=int(t.user_attrs.get("seed", -1)),
             phase=str(t.user_attrs.get("phase", "")),
@@ -149,6 +152,7 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
             number=t.number,
             last_val=dict(t.user_attrs.get("last_val") or {}),
             cell_id=str(t.user_attrs.get("cell_id", "")),
+            resumed_at=int(t.user_attrs.get("resumed_at") or 0),
         )
         for t in queue.trials(study, states=(TrialState.RUNNING,))
     ]
@@ -237,6 +241,7 @@ class Slot:
     worker: str  # as the worker records itself on its trials (worker.worker_id)
     state: str  # starting, idle, exited N
     since: float = field(default_factory=time.monotonic)
+    stopping: bool = False  # a signal reached it (its item was re-queued ``interrupted``): it runs nothing more
 
 
 def table(name: str, snap: Snapshot, workers: int, slots: Sequence[Slot] = ()) -> Group:
@@ -282,8 +287,7 @@ def status_json(name: str, snap: Snapshot, workers: int) -> dict[str, Any]:
 # frame: one row per worker, a done counter that only moves forward, and an ETA that counts down
 # between frames unless it says why it rose (``Frame.eta_note``).
 
-# Workers of other processes (another host's, a killed run's) shown as rows of their own; the
-# rest are folded into one "other workers" line.
+# Workers of other processes (another host's, a killed run's) shown as rows of their own; more are counted on a line.
 OTHER_ROWS = 8
 # A running item's worker before it recorded itself (it does with the item's start, just after the claim).
 UNRECORDED = "(starting)"
@@ -317,18 +321,19 @@ class Frame:
     eta: float | None
     eta_note: str = ""  # why the ETA rose since the previous frame; empty when it did not
     rows: tuple[Row, ...] = ()
-    others: int = 0  # running items on workers without a row of their own
+    others: int = 0  # workers of other processes running items without a row of their own
     logged: int = 0  # the done count a log has shown (finish lines carry it), at most ``done``
     overdue: bool = False  # the ETA ran out with work left: unknown ("?") until an item finishes
     # The latest rise's reason and when it was given: a terminal keeps showing it for NOTE_S.
     kept_note: str = ""
     noted: float | None = None
+    halt: str = ""  # "stopping", "stopped": nothing of this run will take what is left (``_halt``): no ETA
 
     def summary(self, name: str) -> str:
         shown = self.eta_note or self.kept_note
         note = f" ({shown})" if shown else ""
         return (f"{name}: {self.done} done · {self.running} running · {self.waiting} waiting · "
-                f"{self.failed} failed · ETA {duration(self.eta)}{note}")
+                f"{self.failed} failed · " + (self.halt or f"ETA {duration(self.eta)}{note}"))
 
 
 def _item_row(r: Running, now: datetime, seeds: Sequence[int] = ()) -> Row:
@@ -347,29 +352,34 @@ def _fused_seeds(items: list[Running]) -> list[int]:
 
 def _rows(snap: Snapshot, slots: Sequence[Slot], clock: float) -> tuple[tuple[Row, ...], int]:
     """One row per local worker (its latest running item, else its state), one per other worker
-    running something (up to OTHER_ROWS), and how many running items have no row: those of
-    further workers, and those whose worker has not recorded itself yet beyond the local workers
-    that could be claiming them (a worker records itself a moment after its claim)."""
+    running something (up to OTHER_ROWS), and how many further workers there are. An item whose
+    worker has not recorded itself yet (a moment after its claim) is no worker's: a local row may
+    show it already (seeds fused with another item) or a "starting" one stands for it."""
     by_worker: dict[str, list[Running]] = {}
-    unknown = 0
     for r in sorted(snap.items, key=lambda r: r.number):
-        if r.worker in ("", "?"):
-            unknown += 1
-        else:
+        if r.worker not in ("", "?"):
             by_worker.setdefault(r.worker, []).append(r)  # the latest last
     rows: list[Row] = []
-    free = 0  # local workers with nothing recorded: each may hold one of the unknown items
     for s in slots:
         held = by_worker.pop(s.worker, None)
         if held and not s.state.startswith("exited"):
             rows.append(_item_row(held[-1], snap.taken, _fused_seeds(held)))
         else:
-            free += s.state in ("starting", "idle")
-            rows.append(Row(s.worker, state=s.state, elapsed=duration(clock - s.since)))
-    local = {s.worker for s in slots}
-    others = [held for w, held in sorted(by_worker.items()) if w not in local]
+            state = "stopping" if s.stopping and not s.state.startswith("exited") else s.state
+            rows.append(Row(s.worker, state=state, elapsed=duration(clock - s.since)))
+    others = [held for _, held in sorted(by_worker.items())]
     rows += [_item_row(held[-1], snap.taken, _fused_seeds(held)) for held in others[:OTHER_ROWS]]
-    return tuple(rows), len(others[OTHER_ROWS:]) + max(0, unknown - free)
+    return tuple(rows), len(others[OTHER_ROWS:])
+
+
+def _halt(snap: Snapshot, slots: Sequence[Slot]) -> str:
+    """"stopping", then "stopped" (they exited, or nothing runs): items are left, every local worker
+    was signalled or exited and no other process's runs one, so none runs until a resume; else ""."""
+    local, exited = {s.worker for s in slots}, [s.state.startswith("exited") for s in slots]
+    if (not slots or not snap.remaining or not all(e or s.stopping for e, s in zip(exited, slots, strict=True))
+            or any(r.worker not in local | {"", "?"} for r in snap.items)):
+        return ""
+    return "stopped" if all(exited) or not snap.running else "stopping"
 
 
 def _eta(snap: Snapshot, raw: float | None, done: int, workers: int, prev: Frame | None, clock: float,
@@ -416,7 +426,9 @@ def frame(snap: Snapshot, slots: Sequence[Slot], prev: Frame | None, clock: floa
     trials that finished since the previous frame, read before ``snap`` (so that ``snap``
     counts each of them)."""
     done = max(snap.done, prev.done if prev else 0)
-    eta, note, overdue = _eta(snap, snap.eta_seconds(workers), done, workers, prev, clock, {s.worker for s in slots})
+    halt = _halt(snap, slots)
+    eta, note, overdue = (None, "", False) if halt else _eta(snap, snap.eta_seconds(workers), done, workers, prev,
+                                                              clock, {s.worker for s in slots})
     # A terminal redraws several times a second: the reason of a rise stays beside it a while, not
     # one frame (a log prints it once, with the rise).
     kept, noted = (note, clock) if note else ("", None)
@@ -428,7 +440,7 @@ def frame(snap: Snapshot, slots: Sequence[Slot], prev: Frame | None, clock: floa
     ok = sum(e.ok for e in finished)
     logged = min(done, prev.logged + ok) if prev else done
     return Frame(clock, done, max(snap.total, done), snap.running, snap.waiting + snap.new, snap.failed, workers,
-                 eta, note, rows, others, logged, overdue, kept, noted)
+                 eta, note, rows, others, logged, overdue, kept, noted, halt)
 
 
 def frame_table(name: str, f: Frame) -> Group:
@@ -444,7 +456,8 @@ def frame_table(name: str, f: Frame) -> Group:
     if tab.row_count:
         parts.append(tab)
     if f.others:
-        parts.append(Text(f"other workers: {f.others} running", style="dim"))
+        parts.append(Text(f"and {f.others} more worker(s) of other processes running items of this study "
+                          "(another ablate run or ablate worker, on this host or another)", style="dim"))
     return Group(*parts)
 
 
@@ -459,11 +472,27 @@ class Finished:
     kind: str = ""  # a failure's kind
     message: str = ""
     start: str = ""  # its start line, when it started and ended between two looks (none showed it running)
+    worker: str = ""
 
 
-def start_line(cell: str, seed: Any, phase: str, number: int, worker: str) -> str:
-    """The event line of a trial's start."""
-    return f"start {cell} · seed {seed} ({phase}, trial {number}) on {worker}"
+def start_line(cell: str, seed: Any, phase: str, number: int, worker: str, resumed_at: int = 0) -> str:
+    """The event line of a trial's start; one that resumes a killed attempt's checkpoint says from where."""
+    resumed = f", resumed from its checkpoint at step {resumed_at}" if resumed_at else ""
+    return f"start {cell} · seed {seed} ({phase}, trial {number}) on {worker}{resumed}"
+
+
+def start_attrs(number: int, checkpoint: Path) -> dict[str, int]:
+    """What a worker records with the start of trial ``number`` for its start line: that it is this
+    trial's (ATTEMPT), and the step a killed attempt's ``checkpoint`` resumes from (an unreadable one: none)."""
+    if not checkpoint.exists():
+        return {ATTEMPT: number}
+    import torch
+
+    try:  # mapped, not read: the step alone is wanted, not every tensor
+        step = int(torch.load(checkpoint, mmap=True, weights_only=False)["step"])
+    except Exception:
+        step = 0
+    return {ATTEMPT: number, **({"resumed_at": step} if step else {})}
 
 
 def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Frame, prev: Frame | None) -> list[str]:
@@ -482,11 +511,11 @@ def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Fra
             continue
         tail = ""
         if id(e) in counted:
-            tail = f" · {counted[id(e)]}/{f.total} done · ETA {duration(f.eta)}" + (
-                f" ({f.eta_note})" if f.eta_note else "")
+            tail = f" · {counted[id(e)]}/{f.total} done" + ("" if f.halt else f" · ETA {duration(f.eta)}" + (
+                f" ({f.eta_note})" if f.eta_note else ""))
         lines.append(f"done {e.label}: {e.scores}{duration(e.wall)}{tail}")
     for r in started:
-        lines.append(start_line(r.cell, r.seed, r.phase, r.number, r.worker))
+        lines.append(start_line(r.cell, r.seed, r.phase, r.number, r.worker, r.resumed_at))
     return lines
 
 
@@ -545,7 +574,9 @@ class View:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        for slot in self.slots if exc_type is not None else ():  # this process's worker stopped (a signal, a store)
+            slot.stopping = True
         self.close()
 
     def workers(self) -> int:
@@ -568,6 +599,8 @@ class View:
         with self._lock:
             items = self.items(self.study) if callable(self.items) else self.items
             finished = self._finished()  # before the snapshot: it counts every finish reported
+            for slot in self.slots:  # its item re-queued "interrupted": a signal reached it, it exits next
+                slot.stopping = slot.stopping or any(e.kind == "interrupted" and e.worker == slot.worker for e in finished)
             snap = self.snap = snapshot(self.study, items)
             self._update_slots(snap)
             prev, now = self.frame, self.clock()
@@ -632,7 +665,7 @@ class View:
         out = []
         cutoff, self.since = self.since, datetime.now() - timedelta(seconds=5)  # overlap: clocks and commits
         keys = ("cell_label", "seed", "phase", "val_accuracy", "test_accuracy", "failure_kind", "failure_message",
-                "worker")
+                "worker", "resumed_at", ATTEMPT)
         for e in queue.entries(self.study, keys=keys, states=(TrialState.COMPLETE, TrialState.FAIL),
                                finished_after=cutoff):
             if e.number in self.finished:
@@ -641,20 +674,21 @@ class View:
             a = e.user_attrs
             label = f"{a.get('cell_label')} · seed {a.get('seed')}"
             start = ""
-            worker = str(a.get("worker") or "")
+            worker = str(a.get("worker") or "") if a.get(ATTEMPT, e.number) == e.number else ""  # else a predecessor's
             if e.number not in self.started and worker not in ("", "?"):  # a trial shorter than a look
                 self.started.add(e.number)
-                start = start_line(str(a.get("cell_label")), a.get("seed"), str(a.get("phase", "")), e.number, worker)
+                start = start_line(str(a.get("cell_label")), a.get("seed"), str(a.get("phase", "")), e.number, worker,
+                                   int(a.get("resumed_at") or 0))
             wall = (e.finished - e.started).total_seconds() if e.finished and e.started else None
             if e.state == TrialState.COMPLETE:
                 scores = "".join(f"{name} {a[k]:.3f} · " for k, name in (("val_accuracy", "val acc"),
                                                                           ("test_accuracy", "test acc"))
                                  if isinstance(a.get(k), int | float))
-                out.append(Finished(label, True, scores, wall, start=start))
+                out.append(Finished(label, True, scores, wall, start=start, worker=worker))
             else:
                 message = " ".join(str(a.get("failure_message") or "").split())
                 out.append(Finished(label, False, kind=str(a.get("failure_kind") or ""), message=message,
-                                    start=start))
+                                    start=start, worker=worker))
         return out
 
     def _started(self, snap: Snapshot) -> list[Running]:

@@ -42,7 +42,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ablate import faults, provenance
-from ablate.runner import fused, phases, queue, sequential_looks, tracking
+from ablate.runner import fused, phases, progress, queue, sequential_looks, tracking
 from ablate.runner import study as st
 from ablate.runner.heartbeat import Heartbeat
 from ablate.runner.items import BUDGET, MAX_RETRIES, UNBOUNDED, states_by_item
@@ -228,11 +228,11 @@ def _train_item(
     # An extension (until_converged) has its own: the run it extends may have left one behind.
     extension = f"-{attrs[BUDGET]}" if attrs.get(BUDGET) else ""
     checkpoint = current.checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}{extension}.pt"
-    # A retry inherits its predecessor's attributes: its outcome's are cleared. One transaction
-    # for these (each attribute its own would take the write lock once more).
+    # A retry inherits its predecessor's attributes: its outcome's are cleared; the start says whose it is
+    # and the step it resumes from (its start line). One transaction (each its own takes the lock again).
     start: dict[str, Any] = {key: None for key in ("status", "failure_kind", "failure_message", "traceback", "resumed_at")
                              if trial.user_attrs.get(key) is not None}
-    start.update(worker=worker_id(), provenance=provenance.record(device))
+    start.update(worker=worker_id(), provenance=provenance.record(device), **progress.start_attrs(trial.number, checkpoint))
     # WSD replicates keep their stable-phase checkpoint; a longer run of the same lineage and seed
     # starts from one (a retry that has its own resume checkpoint resumes from that instead).
     stable, branch, warning = phases.continuation(checkpoint_dir(), attrs, checkpoint.exists())
