@@ -28,6 +28,7 @@ from ablate.models import catalogue
 from ablate.report import format as fmt
 from ablate.report import norm_tables as ns
 from ablate.report.accuracy.tables import comparison_table
+from ablate.report.accuracy.text import space_text
 from ablate.stats import norms as sn
 from ablate.stats.words import family_words
 
@@ -36,7 +37,6 @@ __all__ = [
     "answer_lines",
     "answer_table",
     "apart_seeds",
-    "at_threshold",
     "comparability_lines",
     "family_sentence",
     "header_lines",
@@ -235,9 +235,7 @@ def _tune_text(tune: Any) -> str:
     """A study's tuning protocol in a few words: "tpe, 4 trials: train.lr [0.001, 0.01] log"."""
     if tune is None:
         return "not tuned"
-    space = "; ".join(f"{path} choices {', '.join(f'{c:g}' if isinstance(c, float) else str(c) for c in dim.choices)}"
-                      if dim.choices is not None else f"{path} [{dim.low:g}, {dim.high:g}]" + (" log" if dim.log else "")
-                      for path, dim in tune.space.items())
+    space = "; ".join(f"{path} {space_text(dim)}" for path, dim in tune.space.items())
     return f"{tune.sampler}, {tune.trials} trial{'s' if tune.trials != 1 else ''}: {space}"
 
 
@@ -338,18 +336,6 @@ def settings_table(diffs: pd.DataFrame, variants: pd.DataFrame) -> pd.DataFrame:
         rows.append({"variants": f"the {len(cells)} variants of {study}" if whole else "; ".join(labels[c] for c in cells),
                      **dict(zip(diffs["setting"], key, strict=True))})
     return pd.DataFrame(rows, columns=["variants", *diffs["setting"]])
-
-
-def at_threshold(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float) -> pd.DataFrame:
-    """``comp`` (comparisons adjusted over the comparison's family: ``stats.family.apply``) with its
-    power line at the family's first Holm threshold ``alpha_m`` — α over every test the comparison
-    makes, not over one measure's comparisons — as a study's reports put theirs at their family's."""
-    out = comp.assign(power_alpha=alpha_m)
-    lines = [stats.power_line(r.sd_diff, int(r.n), min_effect, alpha_m, power, bool(r.paired))
-             for r in out.itertuples()]
-    out["power_now"] = [now for now, _ in lines]
-    out["seeds_needed"] = [need for _, need in lines]
-    return out
 
 
 def family_sentence(adjusted: pd.DataFrame, alpha: float = 0.05) -> str:

@@ -188,11 +188,11 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
         seq_m = seqrep.family_size(spec)
     m = seq_m or len(adjusted) or design_m or 1  # nothing tested yet: the seeds a test will need at the design's α/m
     if len(comp):
-        comp = _repower(fam.apply(comp, adjusted, metric, "comparison", alpha), alpha / m, effect, spec.stats.power)
+        comp = power_at(fam.apply(comp, adjusted, metric, "comparison", alpha), alpha / m, effect, spec.stats.power)
     if len(anova):
         anova = fam.apply(anova, adjusted, metric, "term", alpha)
     if len(ncomp):
-        ncomp = _repower(fam.apply(ncomp, adjusted, "norm", "comparison", alpha), alpha / m,
+        ncomp = power_at(fam.apply(ncomp, adjusted, "norm", "comparison", alpha), alpha / m,
                          float(np.log(spec.stats.min_ratio)), spec.stats.power)
     if len(nanova):
         nanova = fam.apply(nanova, adjusted, "norm", "term", alpha)
@@ -241,9 +241,10 @@ def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, fac
     return out, len(would)
 
 
-def _repower(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float) -> pd.DataFrame:
+def power_at(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float) -> pd.DataFrame:
     """The power line at ``alpha_m``: the family's first Holm threshold (α over the whole family, not
-    over one report's comparisons), or a sequential study's per-comparison α/m."""
+    over one report's comparisons; a comparison report's over its own), or a sequential study's
+    per-comparison α/m."""
     out = comp.assign(power_alpha=alpha_m)
     lines = [stats.power_line(r.sd_diff, int(r.n), min_effect, alpha_m, power, bool(r.paired))
              for r in out.itertuples()]

@@ -74,7 +74,7 @@ def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
                 edges.setdefault(edge, []).append(cell)
         for edge, cells in edges.items():
             out.append(f"The best {path} of {_which_cells(cells, list(values))} is at the {edge} end of the "
-                       f"search space ({_space_text(dim)}): the best setting may lie beyond it.")
+                       f"search space ({space_text(dim)}): the best setting may lie beyond it.")
         positive = {c: v for c, v in values.items() if v > 0}
         if len(positive) < 2:
             continue
@@ -104,7 +104,7 @@ def _which_cells(cells: list[str], every: list[str]) -> str:
     return f"{len(cells)} of {len(every)} cells ({'; '.join(cells)})"
 
 
-def _space_text(dim: Any) -> str:
+def space_text(dim: Any) -> str:
     """One dimension of a search space as the reports write it: ``choices 0.0025, 0.005`` or ``[0.001, 0.01] log``."""
     if dim.choices is not None:
         return "choices " + ", ".join(num(c, 4, sig=True) if isinstance(c, float) else str(c) for c in dim.choices)
@@ -135,7 +135,7 @@ def header_lines(res: Any, trials: pd.DataFrame, metric: str, chance: float | No
 
 def tuning_intro(tune: Any) -> str:
     """How the study tuned (the spec's ``tune``): trials, sampler, seeds, objective, search space."""
-    space = "; ".join(f"{path}: {_space_text(dim)}" for path, dim in tune.space.items())
+    space = "; ".join(f"{path}: {space_text(dim)}" for path, dim in tune.space.items())
     verb = "maximising" if tune.objective.resolved_direction == "maximize" else "minimising"
     return (f"Each cell ran {tune.trials} tuning trial{'s' if tune.trials != 1 else ''} ({tune.sampler} sampler) "
             f"on tuning seeds {', '.join(map(str, tune.seed_list))}, {verb} {metric_name(tune.objective.metric)}; "

@@ -27,6 +27,7 @@ from ablate.report import comparison_tables as cmp
 from ablate.report import format as fmt
 from ablate.report import norm_figures as nf
 from ablate.report import norm_tables as ns
+from ablate.report import verdicts
 from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
 from ablate.stats import family as fam
@@ -87,11 +88,11 @@ if per_layer is not None:
 family = fam.adjust(fam.members([(metric, comparisons), ("norm", comp_norms)]), alpha)
 alpha_m = alpha / max(1, len(family))  # Holm's first threshold: where the power lines and floors are set
 if comparisons is not None and len(comparisons):
-    comparisons = cmp.at_threshold(fam.apply(comparisons, family, metric, "comparison", alpha), alpha_m, effect,
-                                   first.stats.power)
+    comparisons = verdicts.power_at(fam.apply(comparisons, family, metric, "comparison", alpha), alpha_m, effect,
+                                    first.stats.power)
 if comp_norms is not None and len(comp_norms):
-    comp_norms = cmp.at_threshold(fam.apply(comp_norms, family, "norm", "comparison", alpha), alpha_m,
-                                  float(np.log(first.stats.min_ratio)), first.stats.power)
+    comp_norms = verdicts.power_at(fam.apply(comp_norms, family, "norm", "comparison", alpha), alpha_m,
+                                   float(np.log(first.stats.min_ratio)), first.stats.power)
 say(*cmp.header_lines(title or " vs ".join(studies), both.names, variants, trials, ref_label, ref_why))
 
 # %% [markdown]
