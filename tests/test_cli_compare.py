@@ -121,8 +121,8 @@ def test_a_comparison_renders_from_exports_with_no_store(exports, tmp_path, monk
     # One family for everything the comparison tests, said once with its m, which every sentence quotes.
     m = int(re.search(r"One family for this comparison: .*?, m = (\d+) tests", text).group(1))
     assert m == 1 + len(MEASURE_WORDS)  # accuracy and the four norm measures, one comparison each
-    assert (f"With 3 seeds none can be: the exact test cannot give a p below 0.25, above Holm's first threshold "
-            f"over this comparison's {m} tests") in text
+    assert (f"With 3 seeds no comparison can be significant: the exact test cannot give a p below 0.25 on any "
+            f"comparison, above Holm's first threshold over this comparison's {m} tests") in text
     assert "the study's" not in text and "Holm within each measure" not in text
     assert "Pairs. A test pairs seed s of a variant with seed s of the reference" in text
 

@@ -27,7 +27,7 @@ from ablate import design, stats
 from ablate.models import catalogue
 from ablate.report import format as fmt
 from ablate.report import norm_tables as ns
-from ablate.report.accuracy.tables import comparison_table
+from ablate.report.accuracy.tables import comparison_table, floor_words
 from ablate.report.accuracy.text import space_text
 from ablate.stats import norms as sn
 from ablate.stats.words import family_words
@@ -351,7 +351,7 @@ def family_sentence(adjusted: pd.DataFrame, alpha: float = 0.05) -> str:
     return (f"**Multiplicity.** One family for this comparison: {family_words(n_comp, m - n_comp, len(measures))} "
             f"({', '.join(measures)}), m = {m} tests. Every p (Holm) here is adjusted over all {m} by Holm's "
             f"step-down method, so the chance of any false \"significant\" in this comparison stays at "
-            f"α = {alpha:g}; the first threshold is α/m = {fmt.pval(alpha / m)}. Each study's own report adjusts "
+            f"α = {alpha:g}; the first threshold is α/m = {fmt.pval(alpha / m, bound=True)}. Each study's own report adjusts "
             "over its own family, so a test both print can show another p (Holm) there.")
 
 
@@ -461,9 +461,8 @@ def norm_sentences(comp: pd.DataFrame, reference: str, alpha: float = 0.05, conf
                    stability: str = "Table 4") -> list[str]:
     """The norm comparisons with the reference (``stats.norms.compare``) in words, one line per
     measure, quoting the cells of ``norm_stability.ratio_table``: how many tested comparisons are
-    significant and which, the furthest from 1× of the rest, what was not tested, and when no
-    comparison can be significant (the exact test's floor above Holm's first threshold over the
-    comparison's family, the rows' ``power_alpha``); a measure
+    significant and which, the furthest from 1× of the rest, what was not tested, and what the
+    exact test's floor leaves within reach over the comparison's family (``acc.floor_words``); a measure
     the reference has no value of says so (``stability``: the table of the variants' values). The
     study's own norm report adds the factor analysis."""
     if comp.empty:
@@ -503,15 +502,9 @@ def norm_sentences(comp: pd.DataFrame, reference: str, alpha: float = 0.05, conf
                      f"{table.at[far, ratio]} the reference's (p_adj = {table.at[far, 'p (Holm)']})")
         if few:
             text += f"; {few} not tested (fewer than {stats.MIN_N_TEST} seeds)"
-        # The threshold is the comparison's family's (``power_alpha``: α over every test it makes), not
-        # α over this measure's comparisons.
-        floor = float(kept.loc[tested, "p_min"].min())
-        holm = (float(kept.at[tested[0], "power_alpha"]) if "power_alpha" in kept and fmt.finite(kept.at[tested[0], "power_alpha"])
-                else alpha / len(tested))
-        m_family = max(1, round(alpha / holm))
-        if floor > holm:
-            text += (f". With {int(kept.loc[tested, 'n'].max())} seeds none can be: the exact test cannot give a p "
-                     f"below {fmt.pval(floor)}, above Holm's first threshold over this comparison's {m_family} tests, "
-                     f"{fmt.pval(holm)}")
+        # What the seeds allow, by the one rule (``acc.floor_words``) over this comparison's family.
+        said = floor_words(kept.loc[tested], alpha, on="on any comparison")
+        if said is not None:
+            text += ". " + in_comparison_words([f"{said[0][:1].upper()}{said[0][1:]}: {said[1]}"])[0]
         out.append(text + ".")
     return out
