@@ -171,8 +171,8 @@ and grids over the limits below are errors.
 decided}` adds seeds where the verdict needs them: every cell runs `min` seeds, each comparison with
 the reference is tested at that look by a group-sequential test, and the cells of comparisons still
 open get `step` more, look after look, until each is significant, equivalent within
-`stats.min_effect`, or futile (at the futility boundary, or undecided at `max`; its error rates hold under this stopping: docs/science.md
-§14; `measures:` names what it decides on, `test_accuracy` by default). With `tune`, each cell first runs
+`stats.min_effect`, or futile (at the futility boundary), or it reaches `max` undecided (its error rates hold under this
+stopping: docs/science.md §14; `measures:` names what it decides on, `test_accuracy` by default). With `tune`, each cell first runs
 `tune.trials` tuning trials, each on one tuning seed (trial i on `tune.seeds[i mod k]`; a count
 k means seeds 10000 … 10000+k−1; they must be disjoint from `seeds`), sampling `tune.space`
 with the sampler; the best finished setting by `tune.objective` (a validation metric) is then
