@@ -129,7 +129,8 @@ def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: i
         return (f"**Multiplicity.** The sequential design's {sequential_m} comparisons are the confirmatory "
                 f"family: each is tested at α/m = {alpha:g}/{sequential_m} (Bonferroni — its comparisons stop at "
                 "different looks, so Holm's later steps do not apply); fixed-design p-values and factor tests "
-                "are not valid after a data-dependent number of seeds and are not printed.")
+                "are not valid after a data-dependent number of seeds: none is a verdict, and the fixed-design p "
+                "printed beside each decision is labelled descriptive.")
     m = len(adjusted)
     if m == 0:
         return ("**Multiplicity.** Nothing is tested yet (too few seeds or no spread), so no p-value is corrected "
