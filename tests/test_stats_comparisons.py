@@ -144,6 +144,91 @@ def test_power_line_matches_statsmodels_and_the_exact_floor():
     assert all(np.isnan(stats.power_line(sd=0.01, n=1, min_effect=0.01, alpha=0.05)))
 
 
+def _statsmodels_power(es: float, n: int, alpha: float, paired: bool) -> float:
+    from statsmodels.stats.power import TTestIndPower, TTestPower
+
+    with np.errstate(all="ignore"):
+        if paired:
+            return float(TTestPower().power(effect_size=es, nobs=n, alpha=alpha))
+        return float(TTestIndPower().power(effect_size=es, nobs1=n, alpha=alpha, ratio=1.0))
+
+
+def _power_by_quadrature(es: float, n: int, alpha: float, paired: bool) -> float:
+    """The t test's power by its definition, independent of scipy's noncentral t: T = (Z + δ)/S with
+    S = sqrt(χ²_df/df), so P(T > c) + P(T < −c) = E_S[Φ(δ − cS) + Φ(−δ − cS)]."""
+    from scipy.integrate import quad
+
+    df = n - 1 if paired else 2 * n - 2
+    nc = es * np.sqrt(n if paired else n / 2)
+    c = sps.t.isf(alpha / 2, df)
+    s = sps.chi(df, scale=1 / np.sqrt(df))
+    edges = np.linspace(s.ppf(1e-15), s.isf(1e-15), 41)
+    f = lambda v: (sps.norm.cdf(nc - c * v) + sps.norm.cdf(-nc - c * v)) * s.pdf(v)  # noqa: E731
+    return sum(quad(f, a, b, epsabs=1e-14, limit=200)[0] for a, b in itertools.pairwise(edges))
+
+
+def test_t_test_power_is_statsmodels_where_that_is_finite_and_right_where_it_is_nan():
+    grid = itertools.product(np.geomspace(0.05, 20, 25), [2, 3, 4, 5, 8, 16, 32, 64, 128, 512, 2048],
+                             [0.05, 0.006, 0.00263, 0.001], [True, False])
+    nan_in_statsmodels = 0
+    for es, n, alpha, paired in grid:
+        ours, theirs = stats.t_test_power(es, n, alpha, paired), _statsmodels_power(es, n, alpha, paired)
+        assert 0.0 <= ours <= 1.0 + 1e-12
+        if np.isfinite(theirs):
+            assert ours == pytest.approx(theirs, abs=1e-8)
+        else:
+            nan_in_statsmodels += 1
+    assert nan_in_statsmodels > 100  # the grid reaches where statsmodels gives up
+    # Where statsmodels is NaN the power is not always near 1 (the NaN can be the far, wrong-way
+    # tail's): checked against the definition, by quadrature.
+    for es, n, alpha, paired in [(20.0, 2, 0.003, False), (5.394, 5, 0.003, False), (1.0, 64, 0.002, True),
+                                 (1.93, 12, 0.05 / 19, True)]:
+        assert np.isnan(_statsmodels_power(es, n, alpha, paired))
+        assert stats.t_test_power(es, n, alpha, paired) == pytest.approx(
+            _power_by_quadrature(es, n, alpha, paired), abs=1e-9)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_seeds_needed_never_grow_as_the_sd_shrinks(paired):
+    # The reviewer's regimes: α/m from 0.001 to 0.006, a difference of 0.01, sds of 0.002 to 0.05.
+    # statsmodels' NaN near power 1, read as "not reached", had given 63 seeds at sd 0.005 and 36 at 0.015.
+    sds = np.geomspace(0.002, 0.05, 120)
+    for alpha in (0.001, 0.05 / 49, 0.05 / 37, 0.05 / 19, 0.006):
+        needed = [stats.power_line(sd, 5, 0.01, alpha, 0.8, paired)[1] for sd in sds]
+        assert all(a <= b for a, b in itertools.pairwise(needed)), alpha
+
+
+@pytest.mark.parametrize(("sd", "alpha", "paired"), [
+    (0.02716186051555869, 0.05 / 49, True), (0.029, 0.05 / 49, True), (0.00911, 0.05 / 37, True),
+    (0.00424, 0.05 / 37, True), (0.00584, 0.0025, True), (0.0035, 0.001, True), (0.012, 0.006, False),
+    (0.004, 0.00263, False), (0.05, 0.001, False), (0.0201, 0.001, False), (0.0046, 0.001, False),
+])
+def test_seeds_needed_is_the_first_count_reaching_the_power_or_the_exact_floor(sd, alpha, paired):
+    from ablate.stats.comparisons import _exact_floor
+
+    es = 0.01 / sd
+    needed = int(stats.power_line(sd, 4, 0.01, alpha, 0.8, paired)[1])
+    assert stats.t_test_power(es, needed, alpha, paired) >= 0.8
+    if needed > _exact_floor(alpha, paired):
+        assert stats.t_test_power(es, needed - 1, alpha, paired) < 0.8
+
+
+def test_the_reports_wrong_counts_are_the_first_counts_reaching_the_power():
+    # rotrnn_norm_stability, rotation·xi·4 against rotation·xi·1 on test accuracy: six paired
+    # differences (reports/rotrnn_norm_stability/data), α/m = 0.05/49. Printed "~958 seeds".
+    sd = float(np.std([0.074, 0.004, 0.041, 0.072, 0.024, 0.042], ddof=1))
+    assert stats.power_line(sd, 6, 0.01, 0.05 / 49)[1] == 132
+    es = 0.01 / sd
+    assert _statsmodels_power(es, 131, 0.05 / 49, True) < 0.8 <= _statsmodels_power(es, 132, 0.05 / 49, True)
+    # null_task_seed, seed=2 against seed=0 (reports/null_task_seed/data), α/m = 0.05/19: the t test
+    # needs 9 pairs, the exact sign-flip test 10 to reach 0.05/19 at all (2⁻⁹). Printed "~63 seeds",
+    # more than seed=1 needs with almost three times the sd (36).
+    ref, cell = np.array([0.305, 0.324, 0.326, 0.316, 0.294]), np.array([0.308, 0.323, 0.331, 0.323, 0.307])
+    sd = float(np.std(cell - ref, ddof=1))
+    assert stats.power_line(sd, 5, 0.01, 0.05 / 19)[1] == 10
+    assert _statsmodels_power(0.01 / sd, 8, 0.05 / 19, True) < 0.8 <= _statsmodels_power(0.01 / sd, 9, 0.05 / 19, True)
+
+
 def test_comparisons_carry_a_power_line_at_holms_first_threshold():
     rng = np.random.default_rng(2)
     trials = make_trials({"base": 0.8, "a": 0.8, "b": 0.8, "c": 0.8}, seeds=4, sd=0.01, rng=rng)

@@ -32,6 +32,7 @@ __all__ = [
     "power_line",
     "prob_improvement",
     "prob_improvement_ci",
+    "t_test_power",
 ]
 
 
@@ -240,6 +241,16 @@ def prob_improvement_ci(
     return (low, high)
 
 
+def _nct_cdf(df: float, nc: float, x: float) -> float:
+    """P(T ≤ x) for T noncentral t(df, nc): scipy's value (``scipy.stats.nct.cdf`` without its
+    per-call argument checks), which is NaN far in a tail; there the cdf is 0 (nc above x) or 1
+    (below). Checked against a quadrature over the chi distribution: at every NaN on a grid of
+    df 1 to 20000, |x| ≤ 100, nc ≤ 60 the rule is within 1e-17 of the cdf: a NaN is a known 0 or
+    1, never "unknown" (read as unknown, it had sent power_line's search past its answer)."""
+    value = float(nctdtr(df, nc, x))
+    return value if math.isfinite(value) else (0.0 if nc > x else 1.0)
+
+
 def _noncentrality_bounds(t: float, df: float, confidence: float) -> tuple[float, float]:
     """The noncentrality parameters δ whose noncentral t(df, δ) puts ``t`` at its upper and lower
     (1 − confidence)/2 tails: the exact interval for δ given an observed t (Steiger and Fouladi 1997)."""
@@ -249,9 +260,7 @@ def _noncentrality_bounds(t: float, df: float, confidence: float) -> tuple[float
     tail = (1.0 - confidence) / 2.0
 
     def cdf(nc: float) -> float:
-        value = float(nctdtr(df, nc, t))  # scipy.stats.nct.cdf without its per-call argument checks
-        # scipy returns NaN far in a tail (nc far above t: the cdf is 0; far below: 1), never near a root
-        return value if math.isfinite(value) else (0.0 if nc > t else 1.0)
+        return _nct_cdf(df, nc, t)
 
     spread = math.sqrt(1.0 + t * t / (2.0 * df))  # the large-sample sd of t about δ
 
@@ -309,6 +318,20 @@ def effect_size_ci(
     return (low * scale, high * scale)
 
 
+def t_test_power(effect_size: float, n: int, alpha: float, paired: bool = True) -> float:
+    """The power of a two-sided t test at level ``alpha`` for a standardised difference
+    ``effect_size``: ``n`` pairs (df n − 1, noncentrality es·√n), or ``n`` runs a side (pooled,
+    df 2n − 2, noncentrality es·√(n/2)). The power is P(T > t_crit) + P(T < −t_crit) under the
+    noncentral t, statsmodels' formula (``TTestPower`` / ``TTestIndPower``) and equal to it wherever
+    that is finite. statsmodels returns NaN where either tail's cdf is NaN, which happens only far
+    in that tail, where the cdf is 0 or 1 (``_nct_cdf``); the power itself need not be near 1
+    there: the wrong-way tail's NaN comes with powers of 0.002 to 0.99 (two-sample, few runs)."""
+    df = n - 1 if paired else 2 * n - 2
+    nc = float(effect_size) * math.sqrt(n if paired else n / 2.0)
+    crit = float(sps.t.isf(alpha / 2.0, df))
+    return 1.0 - _nct_cdf(df, nc, crit) + _nct_cdf(df, nc, -crit)
+
+
 def power_line(
     sd: float,
     n: int,
@@ -321,31 +344,26 @@ def power_line(
     """(power now, seeds needed): the power of a two-sided t-test with ``n`` seeds (pairs, or
     runs per cell) to detect a difference of ``min_effect`` given the observed ``sd`` (of the
     paired differences, or the pooled sd of the runs), and the seeds that reach ``power``
-    (statsmodels ``TTestPower`` / ``TTestIndPower``). The seeds needed are at least what the exact
-    permutation test needs to reach ``alpha`` at all (``p_min ≤ alpha``). NaN when the sd is
-    unknown or zero (fewer than two values, or every value equal); ``max_seeds`` caps the count.
+    (``t_test_power``, statsmodels' ``TTestPower`` / ``TTestIndPower`` where those are finite).
+    The seeds needed are at least what the exact permutation test needs to reach ``alpha`` at all
+    (``p_min ≤ alpha``). NaN when the sd is unknown or zero (fewer than two values, or every value
+    equal); ``max_seeds`` caps the count.
     """
-    from statsmodels.stats.power import TTestIndPower, TTestPower
-
     if not (np.isfinite(sd) and sd > 0 and n >= 2 and min_effect > 0):
         return np.nan, np.nan
     es = float(min_effect / sd)
-    analysis = TTestPower() if paired else TTestIndPower()
 
     def at(k: int) -> float:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            value = (analysis.power(effect_size=es, nobs=k, alpha=alpha) if paired
-                     else analysis.power(effect_size=es, nobs1=k, alpha=alpha, ratio=1.0))
-        return float(np.asarray(value).ravel()[0])
+        return t_test_power(es, k, alpha, paired)
 
     # Power grows with n: the smallest n that reaches it, by doubling then bisection on whole seeds
-    # (statsmodels' root finder fails for large effects, where two seeds already suffice, and its
-    # noncentral t can return NaN far beyond the answer).
+    # (statsmodels' root finder fails for large effects, where two seeds already suffice). at()
+    # is never NaN: statsmodels' NaN near power 1, read as "not reached", had sent the doubling
+    # past the answer and the bisection to a count many times too large (958 seeds for 132).
     high = 2
-    while high < max_seeds and not at(high) >= power:
+    while high < max_seeds and at(high) < power:
         high *= 2
-    if high >= max_seeds and not at(max_seeds) >= power:
+    if high >= max_seeds and at(max_seeds) < power:
         needed = max_seeds
     else:
         low, high = max(2, high // 2), min(high, max_seeds)
