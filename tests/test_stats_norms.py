@@ -305,7 +305,7 @@ def test_the_ratio_interval_inverts_the_test_and_says_when_it_cannot():
         assert sn.norm_seeds.spread_test(cell / (bound * inside), ref, paired=True)[0] > 0.05
         assert sn.norm_seeds.spread_test(cell / (bound / inside), ref, paired=True)[0] <= 0.05
     low, high, why = sn.norm_seeds.ratio_interval(cell[:5], ref[:5], paired=True)
-    assert np.isnan(low) and np.isnan(high) and "5 paired seeds: the test's smallest p is 0.062" in why
+    assert np.isnan(low) and np.isnan(high) and "5 paired seeds: the test's smallest p is 0.063" in why  # as every report prints 2/2⁵
 
 
 def test_over_seeds_on_different_seeds_is_the_whole_run_permutation():

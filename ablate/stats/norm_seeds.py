@@ -56,6 +56,7 @@ from ablate.stats.comparisons import (
 )
 from ablate.stats.estimators import ROUNDOFF, mark_for, no_spread
 from ablate.stats.multiplicity import adjusted
+from ablate.stats.words import p_text
 
 __all__ = [
     "LATE_GROWTH",
@@ -269,7 +270,8 @@ def ratio_interval(cell: np.ndarray, ref: np.ndarray, paired: bool, confidence: 
     picks, exact, p_min = _arrangements(cell.shape[0], paired, resamples, seed)
     if p_min > alpha:
         what = f"{cell.shape[0]} {'paired ' if paired else ''}seeds"
-        return np.nan, np.nan, f"{what}: the test's smallest p is {p_min:.2g}, above {alpha:.2g}"
+        return np.nan, np.nan, (f"{what}: the test's smallest p is {p_text(p_min, bound=True, against=(alpha,))}, "
+                                f"above {alpha:.2g}")
     with np.errstate(all="ignore"):
         centre = float(np.log(spread(a) / spread(b)))
     if not np.isfinite(centre):
