@@ -309,3 +309,21 @@ def test_the_anova_and_effects_grids_quote_the_long_tables():
     printed = ns.effects_table(effects)
     levels = ns.wide(printed, ["factor", "level"], lambda r: r["geometric marginal mean [95% CI]"])
     assert len(levels) == 4 and set(levels.columns[2:]) == set(printed["measure"])
+
+
+def test_a_study_whose_head_counts_differ_says_which_norm_is_per_head_and_what_xi_does():
+    """A reviewer read 'heads change the final ‖x‖²' as a finding: under ξ each head has unit power,
+    so the whole state's norm grows with the head count by construction; Table 1's mean is per head."""
+    from support import DESIGN_BASE
+
+    from ablate import design
+
+    heads = design.validate({**DESIGN_BASE, "factors": {"model.heads": [1, 2]}})
+    line = ns.heads_line(heads)
+    assert "Table 1's mean ‖x‖²" in line and "the final ‖x‖² is the whole state's (summed over heads)" in line
+    assert ("xi" == heads.model.normalisation) is ("grows with the head count by construction" in line)
+    gamma = design.validate({**DESIGN_BASE, "model": {**DESIGN_BASE["model"], "normalisation": "gamma",
+                                                       "parameterisation": "rotation"},
+                             "factors": {"model.heads": [1, 2]}})
+    assert "by construction" not in ns.heads_line(gamma)
+    assert ns.heads_line(design.validate({**DESIGN_BASE, "factors": {"model.layers": [1, 2]}})) == ""

@@ -34,8 +34,9 @@ __all__ = [
     "effects_table",
     "factor_sentences",
     "flag_lines",
-    "header_lines",
     "grid_notes",
+    "header_lines",
+    "heads_line",
     "provenance_rows",
     "ratio_grid",
     "ratio_table",
@@ -85,7 +86,27 @@ def header_lines(res: Any, trials: pd.DataFrame, order: Order, key: str = "") ->
     if key:
         lines.append(f"Figures label variants by their levels of: **{key}**.")
     lines.append(f"{CV_WORDS}.")
+    heads = heads_line(res.spec)
+    if heads:
+        lines.append(heads)
     return lines
+
+
+def heads_line(spec: Any) -> str:
+    """Where the head counts of the study's cells differ: which ‖x‖² is per head and which is the
+    whole state's, and what ξ does to the whole state's (a heads effect on it is partly by design)."""
+    from ablate import design
+
+    models = [c.config["model"] for c in design.cells(spec)]
+    if len({m.get("heads") for m in models}) < 2:
+        return ""
+    line = ("Head counts differ: ‖x‖² is per head (the mean over heads) in the figures and Table 1's mean ‖x‖², so "
+            "that head counts compare; the final ‖x‖² is the whole state's (summed over heads), which a head count "
+            "that only groups the same modes leaves unchanged.")
+    if any(m.get("normalisation") == "xi" for m in models):
+        line += (" Under ξ every head has unit stationary power, so the whole state's ‖x‖² grows with the head "
+                 "count by construction: a heads effect on the final ‖x‖² is in part that.")
+    return line
 
 
 def short_order(order: Order) -> tuple[list[tuple[str, str]], str]:
