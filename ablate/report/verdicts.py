@@ -366,7 +366,7 @@ def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFra
     for a norm measure, with its interval; a factor's marginal means per level), the verdict
     (significant at the family's Holm-adjusted p; equivalent when the interval lies within
     ±``min_effect`` or [1/``min_ratio``, ``min_ratio``]; else undecided with the seeds the power line
-    asks for) and the cell's flags. Past ``max_rows`` comparisons, those decided on some measure (or
+    asks for); a cell's flags follow its question, after a dash. Past ``max_rows`` comparisons, those decided on some measure (or
     flagged) and one row counting the others' verdicts."""
     measures = [v.metric] + [m for m in ("training", "depth", "seeds", "final")
                              if len(v.norm_comparisons) and m in set(v.norm_comparisons["measure"])
@@ -403,9 +403,10 @@ def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFra
     rows += _decided_first(compared, [heads[m] for m in measures], max_rows)
     cols = ["question", *[heads[m] for m in measures], "flags"]
     out = pd.DataFrame(rows, columns=cols)
-    if not out["flags"].astype(bool).any():
-        out = out.drop(columns=["flags"])
-    return out
+    # A cell's flags follow its question: a column of their own made the table too wide for a page,
+    # and its part 2 was that one column, alone on the next page.
+    out["question"] = [f"{q} — {f}" if f else q for q, f in zip(out["question"], out["flags"], strict=True)]
+    return out.drop(columns=["flags"])
 
 
 def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
@@ -417,7 +418,7 @@ def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
             f"significant). **SIGNIFICANT**: p (Holm) < {v.alpha:g}; **equivalent**: the interval lies within "
             f"±{fmt.num(v.min_effect)} (the spec's `stats.min_effect`) or, for a norm ratio, within "
             f"[1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`); **undecided**: neither, with the seeds the "
-            "power line asks for; **not tested**: too few seeds or no spread. Flags: runs that diverged, failed or "
+            "power line asks for; **not tested**: too few seeds or no spread. Flags, after a dash in the question: runs that diverged, failed or "
             "have non-finite or late-growing norms, and a cell still improving when its step budget ran out. "
             f"Every interval labelled {level} is built to cover at least that: t-based "
             f"intervals are computed at the {fmt.level(robust_level(confidence))} level, since at {level} they "
