@@ -54,7 +54,7 @@ def procedure(spec: Spec) -> list[str]:
         f"the comparisons with the reference were analysed and {seq.step} seeds added to the cells of those still "
         f"open, look after look, up to {seq.max} (looks at {', '.join(map(str, seq.looks))} seeds). Each of the "
         f"{m} comparisons ({', '.join(seq.measures)}) is a group-sequential test at α/{m} = "
-        f"{pval(seq.alpha / max(1, m))} (the family's α {seq.alpha:g}, Bonferroni) whose α is spent across the "
+        f"{pval(seq.alpha / max(1, m), bound=True)} (the family's α {seq.alpha:g}, Bonferroni) whose α is spent across the "
         f"looks by the Lan–DeMets {_shape(seq.spending)} function. Each look tests it with the paired t test on "
         f"the seeds the cell shares with the reference (Welch's t test when they share fewer than two), against "
         f"boundaries computed for that t statistic (not a normal approximation): it is decided *significant* when "
@@ -257,7 +257,7 @@ def _fixed_words(r: Mapping[str, Any] | None, alpha: float) -> tuple[str, bool |
     if p is None or not math.isfinite(float(p)):
         return f"not tested ({r.get('test') or 'too few seeds'})", None
     significant = bool(math.isfinite(float(r.get("p_adj", math.nan))) and float(r["p_adj"]) < alpha)
-    floor = f", floor {pval(r['p_min'])}" if r.get("p_min") is not None and math.isfinite(float(r["p_min"])) else ""
+    floor = f", floor {pval(r['p_min'], bound=True)}" if r.get("p_min") is not None and math.isfinite(float(r["p_min"])) else ""
     return (f"{'significant' if significant else 'not significant'}: p {pval(p)}{floor} at {seeds}; "
             f"Holm p {pval(r.get('p_adj'))}"), significant
 
@@ -291,9 +291,10 @@ def fixed_why(spec: Spec, fixed_m: int, floors: Sequence[float] = (), alpha: flo
     ``p_min``) and the fixed family's size."""
     m = max(1, family_size(spec))
     seen = sorted({float(f) for f in floors if math.isfinite(float(f))})
-    low = (f"; here {pval(seen[0])}" + (f" to {pval(seen[-1])}" if len(seen) > 1 else "")) if seen else ""
+    low = (f"; here {pval(seen[0], bound=True)}" + (f" to {pval(seen[-1], bound=True)}" if len(seen) > 1 else "")
+           if seen else "")
     return (f"**Why the two can differ.** The sequential look compares the paired t statistic with its "
-            f"boundary at α/{m} = {pval(alpha / m)} spent over the looks: when a cell's differences from the "
+            f"boundary at α/{m} = {pval(alpha / m, bound=True)} spent over the looks: when a cell's differences from the "
             "reference barely vary, t crosses it at a few seeds. The exact permutation test makes no "
             "normality assumption, so its p cannot fall below a floor set by the seeds alone (2/2ⁿ paired"
             f"{low}), and the fixed design would Holm-adjust it over its whole family of {fixed_m} tests (every "

@@ -326,6 +326,10 @@ def t_test_note(comp: pd.DataFrame, family_m: int) -> str:
             "the exact test beside it, not a verdict.")
 
 
+#: Cells whose runs, not the cells themselves, were still improving that the sentence names; the rest it counts.
+SOME_NAMED = 3
+
+
 def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> list[str]:
     """Which cells were still improving when their budget ran out, and which used other step counts,
     quoting ``convergence_table``; one sentence when the study records no convergence at all."""
@@ -352,10 +356,13 @@ def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> l
         k = int(runs[some.index].sum())
         parts = [f"{r['cell_label']} {table.loc[i, 'still improving']} ({metric} {table.loc[i, gain_col]})"
                  for i, r in some.iterrows()]
+        # A few named, the rest counted: the convergence table names them all (18 cells made a page of it).
+        named = "; ".join(parts[:SOME_NAMED]) + (f"; and {len(parts) - SOME_NAMED} more cells (the convergence "
+                                                  "table)" if len(parts) > SOME_NAMED else "")
         out.append(f"{_plural(k, 'run')} in {_plural(len(some), 'cell')} without {STILL_IMPROVING} "
                    f"{'was' if k == 1 else 'were'} still improving when {'its' if k == 1 else 'their'} budget ran out, "
                    f"though {'its cell' if len(some) == 1 else 'their cells'} taken as a whole "
-                   f"{'was' if len(some) == 1 else 'were'} not: {'; '.join(parts)}.")
+                   f"{'was' if len(some) == 1 else 'were'} not: {named}.")
     elif not len(still) and conv["n_known"].any():
         out.append("Every run whose convergence is recorded had stopped improving by the end of its budget.")
     if "n_extended" in conv.columns and conv["n_extended"].fillna(0).astype(int).any():

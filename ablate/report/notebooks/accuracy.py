@@ -166,8 +166,8 @@ else:
     show(acc.power_table(acc.named(comparisons, names), res.spec.stats.power), name="power", intro=(
         f"**Power line.** The power a t-test on this many seeds has to detect a difference of {fmt.num(effect)} "
         f"(the spec's `stats.min_effect`) given the spread observed, and the seeds that would reach "
-        f"{res.spec.stats.power:.0%} power (statsmodels), at α/{verdict.power_m} = "
-        f"{fmt.pval(comparisons.power_alpha.iloc[0], alpha)}, {where}; never fewer than the exact test needs to "
+        f"{res.spec.stats.power:.0%} power (statsmodels' noncentral t), at "
+        f"α/{verdict.power_m} = {fmt.pval(comparisons.power_alpha.iloc[0], alpha, bound=True)}, {where}; never fewer than the exact test needs to "
         "reach it at all."))
 
 # %% [markdown]

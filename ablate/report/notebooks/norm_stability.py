@@ -102,11 +102,11 @@ if len(df):
 
 # %% [markdown]
 # ## State norm vs time step at initialisation and at the end, with theory
-# **Figure 3.** ‖x<sub>t</sub>‖² against the time step t within the sequence, at the first and the last
+# **Figure 2.** ‖x<sub>t</sub>‖² against the time step t within the sequence, at the first and the last
 # probe step, a row per facet: probe batch (the variant's colour and line style; band: min–max over
 # layers, on panels of up to three variants), white-noise input fed
-# straight into each recurrent layer (dashed), and the theory for white unit-variance input from
-# x<sub>0</sub> = 0 (dotted): 1 − γ<sub>h</sub><sup>2t</sup> for ξ layers,
+# straight into each recurrent layer (a thin line with open circles in the variant's colour), and the theory
+# for white unit-variance input from a zero initial state (a broad pale line in the variant's colour): 1 − γ<sub>h</sub><sup>2t</sup> for ξ layers,
 # Σ<sub>j</sub> |γ<sub>j</sub>|² ‖B<sub>j</sub>‖² (1 − |λ<sub>j</sub>|<sup>2t</sup>) / (1 − |λ<sub>j</sub>|²)
 # per head for γ layers.
 
@@ -115,7 +115,7 @@ if order:  # one figure: a row of panels per facet, every variant of the facet o
     show_figure(nf.norm_vs_time(df, fig_order, channels=channels), name="norm-vs-time")
 
 # %% [markdown]
-# **Figure 4.** The white-noise norm divided by the theory, against t, every variant on one panel: 1 means
+# **Figure 3.** The white-noise norm divided by the theory, against t, every variant on one panel: 1 means
 # the normalisation argument holds exactly at that time step.
 
 # %%
@@ -156,7 +156,7 @@ else:
         say(f"{len(pairs)} factor pairs; the first {max_interactions} are shown (report parameter `max_interactions`).")
     for i, (f1, f2) in enumerate(pairs[:max_interactions]):
         show_figure(nf.interaction_figure(seeds, f1, f2, channels, confidence), name="interaction",
-                    title=f"Figure 5{'abcdefgh'[i] if len(pairs) > 1 else ''}. {f1} × {f2}: geometric marginal "
+                    title=f"Figure 4{'abcdefgh'[i] if len(pairs) > 1 else ''}. {f1} × {f2}: geometric marginal "
                           "means per measure; parallel lines mean the two factors act independently.")
 
 # %% [markdown]
@@ -205,7 +205,7 @@ if len(df):
 
 # %% [markdown]
 # ## Appendix: training-batch norms
-# **Figure 2.** The same summary as Figure 1 on the training batches, from the training forward pass itself
+# **Figure 5.** The same summary as Figure 1 on the training batches, from the training forward pass itself
 # (every logging step, train mode).
 
 # %%
