@@ -29,8 +29,8 @@ from ablate.report import format as fmt
 from ablate.report import norm_tables as ns
 from ablate.report.accuracy.tables import comparison_table, floor_words
 from ablate.report.accuracy.text import space_text
+from ablate.stats import family as fam
 from ablate.stats import norms as sn
-from ablate.stats.words import family_words
 
 __all__ = [
     "SEED_OFFSET",
@@ -340,19 +340,12 @@ def settings_table(diffs: pd.DataFrame, variants: pd.DataFrame) -> pd.DataFrame:
 
 def family_sentence(adjusted: pd.DataFrame, alpha: float = 0.05) -> str:
     """The comparison's one sentence on its family (the rule of ``stats.family``: every test the
-    report makes, Holm-adjusted together) — its size and what is in it, in this comparison's words:
-    the studies' own reports correct over their own families, so a shared test's p (Holm) differs."""
-    m = len(adjusted)
-    if m == 0:
+    report makes, Holm-adjusted together), in this comparison's words: the studies' own reports
+    correct over their own families, so a shared test's p (Holm) differs."""
+    if not len(adjusted):
         return ("**Multiplicity.** Nothing is tested (too few seeds or no spread), so no p-value is corrected or "
                 "printed.")
-    n_comp = int((adjusted["kind"] == "comparison").sum())
-    measures = list(dict.fromkeys(adjusted["measure"]))
-    return (f"**Multiplicity.** One family for this comparison: {family_words(n_comp, m - n_comp, len(measures))} "
-            f"({', '.join(measures)}), m = {m} tests. Every p (Holm) here is adjusted over all {m} by Holm's "
-            f"step-down method, so the chance of any false \"significant\" in this comparison stays at "
-            f"α = {alpha:g}; the first threshold is α/m = {fmt.pval(alpha / m, bound=True)}. Each study's own report adjusts "
-            "over its own family, so a test both print can show another p (Holm) there.")
+    return fam.policy_sentence(adjusted, alpha, comparison=True)
 
 
 #: The accuracy report's words for its family, and this report's (``in_comparison_words``).

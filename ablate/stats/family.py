@@ -122,7 +122,8 @@ def reach_of(tested: pd.DataFrame, alpha: float = 0.05) -> Reach:
     return Reach.of(floors, m - len(tested), alpha)
 
 
-def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: int | None = None) -> str:
+def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: int | None = None,
+                    comparison: bool = False) -> str:
     """The one sentence every report prints about the family: its size, what is in it, how it is
     corrected. ``sequential_m``: the number of comparisons of a sequential design (its family)."""
     if sequential_m is not None:
@@ -137,8 +138,12 @@ def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: i
                 "or printed.")
     n_comp = int((adjusted["kind"] == "comparison").sum())
     measures = list(dict.fromkeys(adjusted["measure"]))
-    return (f"**Multiplicity.** One confirmatory family for the whole study, the same in every report: "
-            f"{family_words(n_comp, m - n_comp, len(measures))} ({', '.join(measures)}), m = {m} tests. Every p (Holm) is adjusted over all {m} by Holm's "
-            f"step-down method, so the chance of any false \"significant\" in the study stays at α = {alpha:g}; "
-            f"the first threshold, α/m = {p_text(alpha / m, alpha, bound=True)}, is the share a sequential design "
-            "would give each.")
+    whose, scope = (("One family for this comparison", "this comparison") if comparison else
+                    ("One confirmatory family for the whole study, the same in every report", "the study"))
+    first = p_text(alpha / m, alpha, bound=True)
+    return (f"**Multiplicity.** {whose}: {family_words(n_comp, m - n_comp, len(measures))} ({', '.join(measures)}), "
+            f"m = {m} tests. Every p (Holm){' here' if comparison else ''} is adjusted over all {m} by Holm's "
+            f"step-down method, so the chance of any false \"significant\" in {scope} stays at α = {alpha:g}; "
+            + (f"the first threshold is α/m = {first}. Each study's own report adjusts over its own family, so a test "
+               "both print can show another p (Holm) there." if comparison else
+               f"the first threshold, α/m = {first}, is the share a sequential design would give each."))
