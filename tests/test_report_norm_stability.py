@@ -167,7 +167,7 @@ def test_report_renders_with_its_figures_and_tables(study):
                   "State norm vs time step at initialisation and at the end, with theory", "Figure 3.",
                   "Appendix: stability per variant", "Table 1. The state norm's stability per variant",
                   "Table 2. Each variant against the reference", "Table 5. White-noise check",
-                  "Appendix: spectrum drift over training", "Figure 4.", "Table 6. Spectrum drift",
+                  "Appendix: spectrum drift over training", "Figure 5.", "Table 6. Spectrum drift",
                   "Appendix: gradient norms", "Figure 6.", "Probe batch identical across all 4 runs: yes",
                   "RotRNN", "LRU"):
         assert has(text, title), title
