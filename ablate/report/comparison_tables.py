@@ -29,6 +29,7 @@ from ablate.report import format as fmt
 from ablate.report import norm_tables as ns
 from ablate.report.accuracy.tables import comparison_table, floor_words
 from ablate.report.accuracy.text import space_text
+from ablate.results.frames import leaves
 from ablate.stats import family as fam
 from ablate.stats import norms as sn
 
@@ -222,15 +223,6 @@ def _group(path: str) -> str:
     return ".".join(path.split(".")[:2])
 
 
-def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: data}
-
-
 def _tune_text(tune: Any) -> str:
     """A study's tuning protocol in a few words: "tpe, 4 trials: train.lr [0.001, 0.01] log"."""
     if tune is None:
@@ -256,7 +248,7 @@ def setting_differences(variants: pd.DataFrame, tunes: dict[str, Any], named: It
         cid = str(v["cell_id"])
         holders[cid] = [s.strip() for s in str(v["studies"]).split(",")]
         tuned = set(tunes.get(holders[cid][0]).space) if tunes.get(holders[cid][0]) is not None else set()
-        for path, value in _leaves(_config(v)).items():
+        for path, value in leaves(_config(v)).items():
             if any(path == p or path.startswith(p + ".") for p in named):
                 continue
             group = _group(path)

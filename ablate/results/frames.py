@@ -337,11 +337,12 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
-def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+def leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted path → value (``model.init.r_min`` → 0.9)."""
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for key, value in data.items():
-            out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+            out.update(leaves(value, f"{prefix}.{key}" if prefix else str(key)))
         return out
     return {prefix: data}
 
@@ -350,7 +351,7 @@ def difference_labels(configs: Sequence[dict[str, Any]]) -> list[str]:
     """A label per config naming its values at the paths where the configs differ
     (``parameterisation=rotation, heads=8``); a path is shortened to its last key unless two
     differing paths share it. One config, or none differing: ``baseline``."""
-    flat = [_leaves(c) for c in configs]
+    flat = [leaves(c) for c in configs]
     paths = list(dict.fromkeys(p for f in flat for p in f))
     differ = [p for p in paths if len({design.canonical_json(f.get(p)) for f in flat}) > 1]
     last = Counter(p.rsplit(".", 1)[-1] for p in differ)
