@@ -3,6 +3,7 @@ and a page-one table whose every cell is traced to the body's frames."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -193,3 +194,42 @@ def test_no_sentence_says_none_can_be_significant_beside_a_significant_compariso
     assert not wrong["reach"].iloc[0].can(2 / 256)
     text = " ".join([*acc.comparison_sentences(wrong, METRIC), *acc.comparison_intro(wrong)])
     assert "no comparison can be significant" not in text.lower() and "significant" in text
+
+
+def test_page_one_says_the_answer_in_words_with_the_tables_numbers() -> None:
+    """The answer sentences name the significant factor with the p and level means its table row
+    prints, the quiet factor with its p, and count the comparisons as the table's words do."""
+    trials = factorial(effect_a=0.05, seeds=10, sd=0.004, rng=np.random.default_rng(3))
+    v = _verdicts(trials, min_effect=0.001)
+    words = verdicts.answer_sentences(v)
+    table = verdicts.answer_table(v)
+    column = fmt.metric_name(METRIC)
+    row = table.loc[table["question"] == f"factor {A}", column].iloc[0]
+    means = row.split(";")[0]
+    said = next(w for w in words if w.startswith(f"**{A}** is significant on {column}"))
+    p_adj = v.anova.loc[v.anova["term"] == A, "p_adj"].iloc[0]
+    assert f"({means}; p (Holm) {fmt.p_is(p_adj)})" in said
+    quiet = v.anova.loc[v.anova["term"] == B, "p_adj"].iloc[0]
+    assert f"Significant on no measure: **{B}** (p (Holm) {fmt.pval(quiet)})." in words
+    comparisons = table.loc[table["question"].str.contains(" vs "), column]
+    k_sig, k_und = comparisons.str.contains("SIGNIFICANT").sum(), comparisons.str.contains("undecided").sum()
+    assert k_sig and k_und
+    last = words[-1]
+    assert last.startswith(f"Against the reference **{v.labels[v.reference[0]]}**, {k_sig} of {len(comparisons)} "
+                           "comparisons are significant") and last.endswith(f"; {k_und} undecided.")
+    # Each significant comparison cell prints its p (Holm); an undecided one says what its seeds are for.
+    assert all("SIGNIFICANT (p " in c for c in comparisons if "SIGNIFICANT" in c)
+    assert all(c.endswith("seeds for ±0.001)") for c in comparisons if "undecided (~" in c)
+
+
+def test_the_words_say_when_nothing_is_tested_or_everything_is_equivalent() -> None:
+    few = _verdicts(factorial(effect_a=0.05, seeds=2, rng=np.random.default_rng(5)))
+    assert verdicts.answer_sentences(few) == [
+        "No factor is tested: too few seeds to test (a cell has 2; at least 3 are needed).",
+        f"None of the 5 comparisons with the reference **{few.labels[few.reference[0]]}** is tested: too few seeds "
+        "or no spread (the table)."]
+    same = _verdicts(factorial(seeds=8, sd=0.001, rng=np.random.default_rng(4)), min_effect=0.05)
+    assert verdicts.answer_sentences(same)[-1].endswith("of its 5 tested comparisons, all 5 equivalent.")
+    # The accuracy summary's factor lines are page one's, on its one measure.
+    assert verdicts.term_sentences(same, [METRIC])[0].startswith(f"Not significant on {fmt.metric_name(METRIC)}: ")
+    assert verdicts.answer_sentences(dataclasses.replace(same, sequential=True)) == []

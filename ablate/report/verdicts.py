@@ -22,8 +22,8 @@ from ablate.report import format as fmt
 from ablate.stats import family as fam
 from ablate.stats.estimators import robust_level
 
-__all__ = ["NormInputs", "Verdicts", "answer_intro", "answer_lead", "answer_table", "norm_inputs", "reference",
-           "show_answer", "study_verdicts", "summary_lead"]
+__all__ = ["NormInputs", "Verdicts", "answer_intro", "answer_lead", "answer_sentences", "answer_table", "norm_inputs",
+           "reference", "show_answer", "study_verdicts", "summary_lead", "term_sentences"]
 
 NORM_WORDS = {"training": "‖x‖² CV over training", "depth": "‖x‖² CV over layers",
               "seeds": "‖x‖² spread over seeds", "final": "final ‖x‖²"}
@@ -287,30 +287,42 @@ def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None, steps:
 
 
 def _verdict_word(significant: bool, low: float, high: float, bound: tuple[float, float] | None,
-                  needed: Any, tested: bool) -> str:
+                  needed: Any, tested: bool, p_adj: Any = None, detect: str = "") -> str:
     if not tested:
         return "not tested"
     if significant:
-        return "SIGNIFICANT"
+        return f"SIGNIFICANT (p {fmt.pval(p_adj)})" if fmt.finite(p_adj) else "SIGNIFICANT"
     if bound is not None and np.isfinite(low) and np.isfinite(high) and bound[0] <= low and high <= bound[1]:
         return "equivalent"
     if fmt.finite(needed):
-        return f"undecided (~{int(needed)} seeds)"
+        # The seeds to detect the smallest effect of interest, not to decide this comparison: said so,
+        # since "(~13 seeds)" beside an effect of 0.49 read as what this one needed.
+        return f"undecided (~{int(needed)} seeds for {detect})" if detect else f"undecided (~{int(needed)} seeds)"
     return "undecided"
 
 
-def _comparison_cell(r: pd.Series, ratio: bool, v: Verdicts) -> str:
+def _comparison_parts(r: pd.Series, ratio: bool, v: Verdicts) -> tuple[str, str]:
+    """A comparison's effect with its interval, and its verdict word."""
     if ratio:
         value, low, high = r["ratio"], r["ratio_low"], r["ratio_high"]
         text = fmt.with_ci(value, low, high, 2, sig=True) + "×" if fmt.finite(low) else f"{fmt.num(value, 3, sig=True)}×"
         bound = (1 / v.min_ratio, v.min_ratio)
+        detect = f"{v.min_ratio:g}×"
     else:
         value, low, high = r["mean_diff"], r["diff_ci_low"], r["diff_ci_high"]
         text = fmt.with_ci(value, low, high, 3, sign=True) if fmt.finite(low) else fmt.signed(value, 3)
         bound = (-v.min_effect, v.min_effect)
+        detect = f"±{fmt.num(v.min_effect)}"
+    if not fmt.finite(value):
+        return fmt.DASH, ""
     word = _verdict_word(bool(r["significant"]), float(low), float(high), bound, r.get("seeds_needed"),
-                         bool(r["testable"]) and fmt.finite(r["p"]))
-    return f"{text} {word}" if fmt.finite(value) else fmt.DASH
+                         bool(r["testable"]) and fmt.finite(r["p"]), r.get("p_adj"), detect)
+    return text, word
+
+
+def _comparison_cell(r: pd.Series, ratio: bool, v: Verdicts) -> str:
+    text, word = _comparison_parts(r, ratio, v)
+    return f"{text} {word}" if word else text
 
 
 def _level_means(effects: pd.DataFrame, factor: str, measure: str | None, digits: int = 3) -> str:
@@ -360,6 +372,13 @@ def _decided_first(rows: list[dict[str, str]], columns: list[str], max_rows: int
     return [*kept, summary]
 
 
+def _measures(v: Verdicts) -> list[str]:
+    """The measures the study's reports test: the metric, then each norm measure with a test."""
+    return [v.metric] + [m for m in ("training", "depth", "seeds", "final")
+                         if len(v.norm_comparisons) and m in set(v.norm_comparisons["measure"])
+                         or len(v.norm_anova) and m in set(v.norm_anova["measure"])]
+
+
 def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFrame:
     """One row per question — each factor's main effect, each two-way interaction, each cell
     against the reference — and one column per measure tested: the effect (a difference, or a ratio
@@ -368,14 +387,10 @@ def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFra
     ±``min_effect`` or [1/``min_ratio``, ``min_ratio``]; else undecided with the seeds the power line
     asks for); a cell's flags follow its question, after a dash. Past ``max_rows`` comparisons, those decided on some measure (or
     flagged) and one row counting the others' verdicts."""
-    measures = [v.metric] + [m for m in ("training", "depth", "seeds", "final")
-                             if len(v.norm_comparisons) and m in set(v.norm_comparisons["measure"])
-                             or len(v.norm_anova) and m in set(v.norm_anova["measure"])]
+    measures = _measures(v)
     heads = {v.metric: fmt.metric_name(v.metric), **NORM_WORDS}
     rows: list[dict[str, str]] = []
-    terms = list(dict.fromkeys([*(v.anova["term"] if len(v.anova) else []),
-                                *(v.norm_anova["term"] if len(v.norm_anova) else [])]))
-    for term in sorted(terms, key=lambda t: t.count(" × ")):
+    for term in _terms(v):
         row = {"question": f"factor {term}" if " × " not in term else f"interaction {term}", "flags": ""}
         for m in measures:
             if m == v.metric:
@@ -409,6 +424,120 @@ def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFra
     return out.drop(columns=["flags"])
 
 
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _terms(v: Verdicts) -> list[str]:
+    """Every ANOVA term tested on some measure, main effects first."""
+    terms = dict.fromkeys([*(v.anova["term"] if len(v.anova) else []),
+                           *(v.norm_anova["term"] if len(v.norm_anova) else [])])
+    return sorted(terms, key=lambda t: t.count(" × "))
+
+
+def _term_rows(v: Verdicts, term: str, measures: list[str] | None = None
+               ) -> list[tuple[str, pd.Series, pd.DataFrame, str | None]]:
+    """Per measure that tested ``term``: its ANOVA row, the main-effects frame and the measure key."""
+    out = []
+    for m in measures or _measures(v):
+        if m == v.metric:
+            table, effects, measure = v.anova, v.effects, None
+        else:
+            table = v.norm_anova[v.norm_anova["measure"] == m] if len(v.norm_anova) else v.norm_anova
+            effects, measure = v.norm_effects, m
+        row = table[table["term"] == term] if len(table) else table
+        if len(row):
+            out.append((m, row.iloc[0], effects, measure))
+    return out
+
+
+def answer_sentences(v: Verdicts, named: int = 3) -> list[str]:
+    """Page one's answer in words: what each factor and interaction does on each measure, and what
+    the comparisons with the reference found — each number as the answer table prints it, from the
+    same frames. None for a sequential study (its page is its declared comparisons' decisions)."""
+    if v.sequential:
+        return []
+    heads = {v.metric: fmt.metric_name(v.metric), **NORM_WORDS}
+    return term_sentences(v) + _comparison_sentences(v, heads, named)
+
+
+def term_sentences(v: Verdicts, measures: list[str] | None = None) -> list[str]:
+    """What each factor and two-way interaction does on ``measures`` (default: every measure
+    tested), at the family's Holm-adjusted p, with the marginal means the answer table prints; or
+    why no factor is tested. None for a sequential study."""
+    if v.sequential:
+        return []
+    heads = {v.metric: fmt.metric_name(v.metric), **NORM_WORDS}
+    out, quiet, inter, inter_hit = [], [], 0, False
+    for term in _terms(v):
+        rows = _term_rows(v, term, measures)
+        if not rows:
+            continue
+        hits, rest = [], []
+        for m, r, effects, measure in rows:
+            if not bool(r["significant"]):
+                rest.append(heads[m])
+                continue
+            means = (_level_means(effects, term, measure) if " × " not in term and len(effects)
+                     and (effects["factor"] == term).any() else "")
+            what = means or f"partial η² {fmt.num(r['eta_sq_partial'], 2)}"
+            hits.append(f"{heads[m]} ({what}; p (Holm) {fmt.p_is(r['p_adj'])})")
+        if " × " in term:
+            inter += 1
+            if hits:
+                inter_hit = True
+                out.append(f"The interaction **{term}** is significant on {_and(hits)}: one factor's effect there "
+                           "depends on the other's level.")
+        elif hits:
+            out.append(f"**{term}** is significant on {_and(hits)}" + (f"; not on {_and(rest)}" if rest else "") + ".")
+        else:
+            least = fmt.pval(min(float(r["p_adj"]) for _, r, _, _ in rows))
+            quiet.append(f"**{term}** ({'smallest ' if len(rows) > 1 else ''}p (Holm) {least})")
+    one = measures is not None and len(measures) == 1
+    if quiet:
+        out.append(f"Not significant on {heads[measures[0]]}: {_and(quiet)}." if one
+                   else f"Significant on no measure: {_and(quiet)}.")
+    if inter and not inter_hit:
+        out.append(f"No two-way interaction is significant on {heads[measures[0]] if one else 'any measure'} "
+                   f"({inter} tested).")
+    if not _terms(v) and v.anova_why and len(v.effects):
+        out.append(f"No factor is tested: {v.anova_why.removeprefix('ANOVA not applicable: ')}.")
+    return out
+
+
+def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> list[str]:
+    """What the comparisons with the reference found: the significant ones named (``named`` at
+    most, the rest counted), and how many were equivalent and undecided."""
+    labels = v.labels or (dict(zip(v.comparisons["cell_id"], v.comparisons["cell_label"], strict=True))
+                          if len(v.comparisons) else {})
+    ref = labels.get(v.reference[0], v.reference[1])
+    found, words, untested = [], [], 0
+    for frame, ratio in ((v.comparisons, False), (v.norm_comparisons, True)):
+        for _, r in frame.iterrows() if len(frame) else ():
+            text, word = _comparison_parts(r, ratio, v)
+            untested += word == "not tested"
+            if not word or word == "not tested":
+                continue
+            words.append(word)
+            if word.startswith("SIGNIFICANT"):
+                m = r["measure"] if ratio else v.metric
+                found.append(f"{labels.get(r['cell_id'], r['cell_id'])} on {heads[m]} ({text}, p (Holm) "
+                             f"{fmt.p_is(r['p_adj'])})")
+    if not words:
+        return [f"None of the {untested} comparisons with the reference **{ref}** is tested: too few seeds or no "
+                "spread (the table)."] if untested else []
+    equivalent = sum(w == "equivalent" for w in words)
+    undecided = sum(w.startswith("undecided") for w in words)
+    rest = ", ".join(f"{k} {w}" for k, w in ((equivalent, "equivalent"), (undecided, "undecided")) if k)
+    if not found:
+        rest = rest if equivalent and undecided else f"all {rest}"
+        return [f"No variant differs significantly from the reference **{ref}** on any measure: of its "
+                f"{len(words)} tested comparisons, {rest}."]
+    shown = _and(found[:named] + ([f"{len(found) - named} more (the table)"] if len(found) > named else []))
+    return [f"Against the reference **{ref}**, {len(found)} of {len(words)} comparisons are significant: {shown}"
+            + (f"; {rest}." if rest else ".")]
+
+
 def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
     """What the answer table's cells mean, with the thresholds it used (printed under the table)."""
     level = fmt.level(confidence)
@@ -417,8 +546,9 @@ def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
             "norm measure), an interaction's its partial η², with the family's Holm-adjusted p (n.s.: not "
             f"significant). **SIGNIFICANT**: p (Holm) < {v.alpha:g}; **equivalent**: the interval lies within "
             f"±{fmt.num(v.min_effect)} (the spec's `stats.min_effect`) or, for a norm ratio, within "
-            f"[1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`); **undecided**: neither, with the seeds the "
-            "power line asks for; **not tested**: too few seeds or no spread. Flags, after a dash in the question: runs that diverged, failed or "
+            f"[1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`); **undecided**: neither, with the seeds per cell at "
+            "which the power line (`stats.power`) would detect that smallest effect — not what this comparison's own "
+            "effect would need; **not tested**: too few seeds or no spread. Flags, after a dash in the question: runs that diverged, failed or "
             "have non-finite or late-growing norms, and a cell still improving when its step budget ran out. "
             f"Every interval labelled {level} is built to cover at least that: t-based "
             f"intervals are computed at the {fmt.level(robust_level(confidence))} level, since at {level} they "
@@ -465,10 +595,15 @@ def summary_lead(v: Verdicts, report: str = "accuracy") -> str:
             "adjusted over the study's one family (above).")
 
 
-def show_answer(v: Verdicts, confidence: float = 0.95) -> None:
-    """Page one's block: the family sentence, the answer table, what its cells mean."""
+def show_answer(v: Verdicts, confidence: float = 0.95, report: str = "accuracy") -> None:
+    """Page one's block in ``report``: the answer in words, what the table's rows are, the family
+    sentence, the answer table, what its cells mean."""
     from ablate.report.display import say, show
 
+    words = answer_sentences(v)
+    if words:
+        say(*[f"- {w}" for w in words])
+    say(answer_lead(v, report))
     if v.sequential:
         say(v.policy())
         if len(v.sequential_beside):

@@ -62,8 +62,7 @@ verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alph
                                   design_m=verdicts.design_family(res))
 comparisons = verdict.comparisons
 # What the page's rows are: a sequential study's has its declared comparisons and no factor rows.
-say(verdicts.answer_lead(verdict, "accuracy"))
-verdicts.show_answer(verdict, confidence)
+verdicts.show_answer(verdict, confidence, "accuracy")  # the answer in words, then the table
 
 # %% [markdown]
 # ## Summary
@@ -77,6 +76,7 @@ say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, h
       + (seqrep.sentences(res.sequential, res.spec, labels, ref_label) if sequential else
          acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better, conv,
                                   res.spec.stats.power))
+      + verdicts.term_sentences(verdict, [metric])  # the factor tests, as page one says them
       + acc.convergence_sentences(conv)
       + (acc.tuning_sentences(tuned, res.spec.tune) if res.spec.tune is not None else [])])
 # The appendix tables name a cell by its levels where those tell the cells apart, as the figures do.
