@@ -12,7 +12,7 @@ import yaml
 
 from ablate.report.format import DASH
 
-__all__ = ["lineage_rows", "provenance_table", "spec_text", "tally", "versions_table"]
+__all__ = ["dirty_lines", "lineage_rows", "provenance_table", "spec_text", "tally", "versions_table"]
 
 
 def tally(counts: dict[str, int]) -> str:
@@ -45,6 +45,21 @@ def provenance_table(prov: dict[str, Any], extra: list[tuple[str, str]] | None =
         *(extra or []),
     ]
     return pd.DataFrame(rows, columns=["", "value"])
+
+
+def dirty_lines(prov: dict[str, Any]) -> list[str]:
+    """A header line when runs trained from a checkout with uncommitted changes (``+dirty``): their
+    code is that commit plus changes nobody recorded, which a reader should know before the verdicts,
+    not only from the provenance table at the end. None when every run's commit is clean."""
+    commits = prov.get("git_commits") or {}
+    dirty = {c: n for c, n in commits.items() if c.endswith("+dirty")}
+    if not dirty:
+        return []
+    k, total = sum(dirty.values()), sum(commits.values())
+    named = ", ".join(f"{c.removesuffix('+dirty')[:10]}+dirty" for c in dirty)
+    return [f"**{'All' if k == total else f'{k} of the'} {total} trials** (replicate runs and any tuning) trained from a checkout "
+            f"with uncommitted changes ({named}): the code they ran is that commit plus changes not recorded "
+            "(provenance table)."]
 
 
 def lineage_rows(prov: dict[str, Any]) -> list[tuple[str, str]]:
