@@ -233,3 +233,19 @@ def test_the_words_say_when_nothing_is_tested_or_everything_is_equivalent() -> N
     # The accuracy summary's factor lines are page one's, on its one measure.
     assert verdicts.term_sentences(same, [METRIC])[0].startswith(f"Not significant on {fmt.metric_name(METRIC)}: ")
     assert verdicts.answer_sentences(dataclasses.replace(same, sequential=True)) == []
+
+
+def test_a_sequential_page_counts_its_declared_comparisons_by_their_valid_decisions() -> None:
+    import pandas as pd
+
+    beside = pd.DataFrame({"cell": ["a", "b", "c"], "measure": ["test_accuracy", "test_accuracy", "norm.final"],
+                           "sequential decision (valid)": ["significant at look 3 (9 seeds), stage-wise p 0.0013",
+                                                           "undecided at the last look (12 seeds)",
+                                                           "futile at look 2 (6 seeds)"]})
+    v = SimpleNamespace(sequential=True, sequential_beside=beside)
+    assert verdicts.answer_sentences(v) == [
+        "Of the 3 comparisons the sequential design declared, 1 is significant — a on test_accuracy at look 3 "
+        "(9 seeds), stage-wise p 0.0013 — and 1 futile, 1 undecided at the last look."]
+    v.sequential_beside = beside.iloc[1:]
+    assert verdicts.answer_sentences(v)[0].startswith("Of the 2 comparisons the sequential design declared, none is "
+                                                      "significant and 1 futile")

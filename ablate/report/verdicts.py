@@ -454,11 +454,29 @@ def _term_rows(v: Verdicts, term: str, measures: list[str] | None = None
 def answer_sentences(v: Verdicts, named: int = 3) -> list[str]:
     """Page one's answer in words: what each factor and interaction does on each measure, and what
     the comparisons with the reference found — each number as the answer table prints it, from the
-    same frames. None for a sequential study (its page is its declared comparisons' decisions)."""
+    same frames; for a sequential study, its declared comparisons' valid decisions counted."""
     if v.sequential:
-        return []
+        return _sequential_sentences(v, named)
     heads = {v.metric: fmt.metric_name(v.metric), **NORM_WORDS}
     return term_sentences(v) + _comparison_sentences(v, heads, named)
+
+
+def _sequential_sentences(v: Verdicts, named: int) -> list[str]:
+    """A sequential study's answer: its declared comparisons counted by their valid decisions, the
+    significant ones named with the words the table prints."""
+    table = v.sequential_beside
+    if table is None or table.empty:
+        return []
+    said = list(table["sequential decision (valid)"])
+    found = [f"{c} on {m} {w.removeprefix('significant ')}" for c, m, w in
+             zip(table["cell"], table["measure"], said, strict=True) if w.startswith("significant")]
+    counts = [(sum(w.startswith(k) for w in said), k) for k in ("futile", "undecided", "open")]
+    words = {"open": "still open", "undecided": "undecided at the last look"}
+    rest = ", ".join(f"{k} {words.get(w, w)}" for k, w in counts if k)
+    shown = "; ".join(found[:named] + ([f"{len(found) - named} more (the table)"] if len(found) > named else []))
+    verb = "none is" if not found else f"{len(found)} {'is' if len(found) == 1 else 'are'}"
+    head = f"Of the {len(said)} comparisons the sequential design declared, {verb} significant"
+    return [head + (f" — {shown} —" if found else "") + (f" and {rest}." if rest else ".")]
 
 
 def term_sentences(v: Verdicts, measures: list[str] | None = None) -> list[str]:
