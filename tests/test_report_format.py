@@ -125,6 +125,22 @@ def test_a_table_too_wide_for_the_page_is_split_by_columns_never_squeezed():
     assert fmt.column_parts(narrow) == [list(narrow.columns)] and "<caption>" not in fmt.table_html(narrow)
 
 
+def test_a_split_table_spreads_its_columns_evenly_never_one_column_alone() -> None:
+    """Filling each part to the page left the last one a single column on a page of its own."""
+    def wide(n: int) -> pd.DataFrame:
+        return pd.DataFrame({"cell": ["a cell with a long name"] * 2,
+                             **{f"measure {i} [95% CI]": ["0.123 [0.100,\u00a00.150]"] * 2 for i in range(n)}})
+
+    fit = max(n for n in range(1, 16) if len(fmt.column_parts(wide(n))) == 1)  # equal columns: this many a page
+    assert 2 <= fit < 15
+    for n in range(fit + 1, 31):
+        parts = fmt.column_parts(wide(n))
+        assert len(parts) == -(-n // fit)  # as few parts as filling each to the page
+        sizes = [len(p) - 1 for p in parts]
+        assert max(sizes) - min(sizes) <= 1, (n, sizes)
+        assert [c for p in parts for c in p[1:]] == list(wide(n).columns[1:])
+
+
 def test_latex_tables_are_booktabs_and_escaped(tmp_path):
     frame = pd.DataFrame({"factor": ["model.heads", "model.heads", "train.lr"], "level": ["1", "4", "3e-3"],
                           "Δ [95% CI]": ["−0.010 [−0.02,\u00a00.00]", "+0.5%", "—"]})

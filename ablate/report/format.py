@@ -388,24 +388,38 @@ def _floors(frame: pd.DataFrame, soft: Iterable[str], slack: float, soft_min_em:
 
 def column_parts(frame: pd.DataFrame, available_em: float = 68.0, pad_em: float = 1.2, slack: float = 1.08,
                  soft: Iterable[str] = (), soft_min_em: float = 8.0, first_min_em: float = 13.0) -> list[list[Any]]:
-    """The columns of each table a too-wide ``frame`` is split into: as many columns as fit
-    ``available_em`` at their floors (``column_widths``), the first column repeated in every part;
-    one part holding every column when they fit."""
+    """The columns of each table a too-wide ``frame`` is split into: as few parts as fit
+    ``available_em`` at their floors (``column_widths``), the first column repeated in every part,
+    the columns spread evenly over them; one part holding every column when they fit."""
     cols = list(frame.columns)
     if len(cols) <= 2:
         return [cols]
     mins, _ = _floors(frame, set(soft) | {cols[0]}, slack, soft_min_em, first_min_em)
     if sum(m + pad_em for m in mins) <= available_em:
         return [cols]
-    parts, current, used = [], [cols[0]], mins[0] + pad_em
-    for c, m in zip(cols[1:], mins[1:], strict=True):
-        if used + m + pad_em > available_em and len(current) > 1:
+
+    first, widths = mins[0] + pad_em, [m + pad_em for m in mins]
+
+    def fill(k: int | None) -> list[list[Any]]:
+        """Parts filled to the page (``k`` None), or each to its share of ``k`` parts."""
+        parts, i = [], 1
+        while i < len(cols):
+            target = sum(widths[i:]) / max(1, k - len(parts)) if k else available_em
+            current, used = [cols[0]], 0.0
+            while i < len(cols):
+                w = widths[i]
+                if len(current) > 1 and (first + used + w > available_em or used + w / 2 > target):
+                    break
+                current.append(cols[i])
+                used, i = used + w, i + 1
             parts.append(current)
-            current, used = [cols[0]], mins[0] + pad_em
-        current.append(c)
-        used += m + pad_em
-    parts.append(current)
-    return parts
+        return parts
+
+    # Filling each part to the page left the last one a single column ("columns 10–10 of 10") on a
+    # page of its own: the columns are spread evenly over as many parts, unless that needs more.
+    packed = fill(None)
+    even = fill(len(packed))
+    return even if len(even) <= len(packed) else packed
 
 
 def column_widths(frame: pd.DataFrame, available_em: float = 68.0, cap_em: float = 24.0, pad_em: float = 1.2,
