@@ -64,7 +64,7 @@ err = PipeConsole(stderr=True)
 def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = None, plugins: bool = False) -> Spec:
     """The validated spec; ``plugins``: also run each plug-in it uses on a tiny batch."""
     from ablate import design
-    from ablate.spec import SpecError
+    from ablate.spec import SpecError, locate
     from ablate.spec.files import multirun_overrides
 
     if not path.exists() and not path.suffix and len(path.parts) == 1:  # a study's name, not a file
@@ -75,7 +75,7 @@ def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = 
             from ablate.models.contract import spec_problems
 
             if problems := spec_problems(spec):
-                raise SpecError(problems)
+                raise locate(SpecError(problems), spec.origins)
         return spec
     except SpecError as exc:
         raise Refused(str(exc).splitlines()) from None

@@ -11,8 +11,9 @@ Two ways in, both resolved to a ``"module:attribute"`` target:
   as a distribution.
 
 A plug-in's *identity* is its distribution's name and version (where a distribution provides the
-module) and a hash of the source file of the module its target names. It enters the id of every
-cell that uses it (``ablate.design.identity``): editing the plug-in's source makes new cells, and
+module) and a hash of the code of the module its target names (its syntax tree without
+docstrings: comments, formatting and docstrings do not count). It enters the id of every
+cell that uses it (``ablate.design.identity``): editing the plug-in's code makes new cells, and
 the old ones are stale, as after a ``CODE_VERSION`` change.
 
 This module imports nothing heavy: discovery reads the installed distributions' metadata (about a
@@ -22,9 +23,11 @@ imported only when it is loaded (``Plugin.load``).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -106,6 +109,17 @@ def load_target(target: str, what: str) -> Any:
     return obj
 
 
+@lru_cache(maxsize=256)
+def load_problem(plugin: Plugin) -> str | None:
+    """Why ``plugin`` fails to load (``PluginError``'s message), or None when it loads. Imports it:
+    asked only where an error lists the valid names, so that a broken plug-in is not offered."""
+    try:
+        plugin.load()
+    except PluginError as exc:
+        return str(exc)
+    return None
+
+
 def not_found_hint() -> str:
     """What to check when a plug-in's module is not found: a plug-in by path is code on the
     Python path with no package (docs/plugins.md §7), so "installed" alone does not fit."""
@@ -169,16 +183,45 @@ def by_path(kind: str, target: str) -> Plugin:
     return Plugin(kind, target, target, *(dist or (None, None)))
 
 
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _code(node: ast.AST) -> Any:
+    """A syntax tree as plain data: each node's type and fields, without positions, docstrings, and
+    fields that are None or empty (Python 3.13's ``ast.dump`` leaves those out and 3.12's prints
+    them, so a tree dumped as text would change with the Python version)."""
+    if isinstance(node, list):
+        return [_code(n) for n in node]
+    if not isinstance(node, ast.AST):
+        return repr(node)  # constants: 1 and 1.0 and '1' differ
+    body = getattr(node, "body", None)
+    if isinstance(node, _DOCUMENTED) and body and isinstance(body[0], ast.Expr) \
+            and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        node.body = body[1:]  # a docstring: documentation, not behaviour
+    fields = [(f, getattr(node, f, None)) for f in node._fields]
+    return [type(node).__name__, *[[f, _code(v)] for f, v in fields if v is not None and v != []]]
+
+
+def code_hash(source: bytes) -> str:
+    """sha256 of a module's code: its syntax tree without docstrings (``_code``), so comments,
+    blank lines, formatting and docstrings do not change it and any other edit does; of the bytes
+    when the text does not parse as Python (then every edit counts)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # ValueError: a null byte
+        return hashlib.sha256(source).hexdigest()[:HASH_CHARS]
+    text = json.dumps(_code(tree), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_CHARS]
+
+
 @lru_cache(maxsize=256)
-def _hash_file(path: str, _mtime_ns: int, _size: int) -> str:
+def _hash_file(path: str, _mtime_ns: int, _size: int, code: bool = True) -> str:
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:HASH_CHARS]
+        data = f.read()
+    return code_hash(data) if code else hashlib.sha256(data).hexdigest()[:HASH_CHARS]
 
 
-def source_hash(plugin: Plugin) -> str:
-    """sha256 of the source file of the module the plug-in's target names (its package's
-    ``__init__.py`` for a package). Found without importing that module (its parent packages are
-    imported), so ``ablate plan`` keeps off torch; re-read when the file changes."""
+def _source_file(plugin: Plugin) -> str:
     try:
         spec = importlib.util.find_spec(plugin.module)
     except Exception as exc:  # a parent package that fails to import
@@ -187,13 +230,31 @@ def source_hash(plugin: Plugin) -> str:
     if spec is None or not spec.origin or not os.path.isfile(spec.origin):
         raise PluginError(f"{plugin.kind} plug-in {plugin.name!r}: no source file for module {plugin.module!r}"
                           + (f" ({not_found_hint()})" if spec is None else ""))
-    st = os.stat(spec.origin)
-    return _hash_file(spec.origin, st.st_mtime_ns, st.st_size)
+    return spec.origin
+
+
+def source_hash(plugin: Plugin) -> str:
+    """The hash of the code (``code_hash``) of the module the plug-in's target names (its
+    package's ``__init__.py`` for a package). Found without importing that module (its parent
+    packages are imported), so ``ablate plan`` keeps off torch; re-read when the file changes."""
+    path = _source_file(plugin)
+    st = os.stat(path)
+    return _hash_file(path, st.st_mtime_ns, st.st_size)
+
+
+def file_hash(plugin: Plugin) -> str:
+    """sha256 of the bytes of the plug-in's source file: its identity's ``source`` before ablate
+    hashed code (``identity``), which ``ablate.design.identity.version_change`` compares with."""
+    path = _source_file(plugin)
+    st = os.stat(path)
+    return _hash_file(path, st.st_mtime_ns, st.st_size, False)
 
 
 def identity(plugin: Plugin) -> dict[str, str]:
-    """What enters a cell's id for a plug-in: its target, distribution and version, source hash."""
-    out = {"target": plugin.target, "source": source_hash(plugin)}
+    """What enters a cell's id for a plug-in: its target, distribution and version, and the hash
+    of its code (``code``; ``source`` was the hash of the file's bytes, before comments and
+    docstrings stopped counting: the key's name tells the two apart in a stored code version)."""
+    out = {"target": plugin.target, "code": source_hash(plugin)}
     if plugin.distribution:
         out["distribution"] = f"{plugin.distribution} {plugin.version}"
     return out

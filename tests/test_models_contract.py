@@ -101,7 +101,7 @@ def problem(attribute: str, **model: object) -> str:
                         "parameterisation": f"{MODULE}:{attribute}", **model}, "task": {"name": "listops"}}
     (where, message), = contract.problems([config])
     assert where == "model.parameterisation"
-    prefix = f"model.parameterisation plug-in '{MODULE}:{attribute}' ({MODULE}:{attribute}, path (no distribution)): "
+    prefix = f"parameterisation plug-in '{MODULE}:{attribute}' (path (no distribution)): "  # the path says the setting
     assert message.startswith(prefix)
     return message.removeprefix(prefix)
 
@@ -142,7 +142,7 @@ def test_the_plugins_own_failure_is_one_line_and_its_traceback_is_shown_when_ask
     monkeypatch.setenv("ABLATE_TRACEBACK", "1")
     assert problem("Raises") == "system() failed: RuntimeError: first line; second line"
     shown = capsys.readouterr().err
-    assert shown.startswith(f"traceback of model.parameterisation plug-in '{MODULE}:Raises'")
+    assert shown.startswith(f"traceback of parameterisation plug-in '{MODULE}:Raises'")
     assert f"{MODULE}.py" in shown and 'raise RuntimeError("first line' in shown
 
 

@@ -133,8 +133,8 @@ def test_validate_rejects_a_plugin_that_breaks_its_contract_naming_it(plugin_dir
     target = f"my_plugin_broken:{attribute}"
     spec = design.loads(spec_text(factors={"model.parameterisation": ["rotation", target]}))
     (where, message), = contract.spec_problems(spec)
-    assert where == "model.parameterisation"
-    assert message.startswith(f"model.parameterisation plug-in '{target}' ({target}, path (no distribution)): ")
+    assert where == "factors.model.parameterisation[1]"  # the level that named it, not the baseline's key
+    assert message.startswith(f"parameterisation plug-in '{target}' (path (no distribution)): ")
     assert broken in message
 
 
@@ -146,7 +146,13 @@ def test_validate_command_exits_2_naming_the_broken_plugin(tmp_path: Path) -> No
     done = subprocess.run([*ABLATE, "validate", str(path)], capture_output=True, text=True, timeout=300, env=env,
                           cwd=tmp_path)
     assert done.returncode == 2
-    assert "model.parameterisation plug-in 'my_plugin_cli:NaNs'" in done.stderr and "not finite" in done.stderr
+    line = 1 + path.read_text().splitlines().index("  - my_plugin_cli:NaNs")
+    assert f"error {path}:{line}: factors.model.parameterisation[1]: parameterisation plug-in 'my_plugin_cli:NaNs' " \
+        "(path (no distribution)):" in done.stderr and "not finite" in done.stderr
+    done = subprocess.run([*ABLATE, "validate", str(path), "-m", "model.parameterisation=my_plugin_cli:NaNs"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert "error -m model.parameterisation: factors.model.parameterisation[0]: parameterisation plug-in" \
+        in done.stderr, done.stderr  # a level from the command line is not blamed on the file
 
 
 def test_a_plugin_whose_module_is_not_found_asks_for_its_package_or_its_folder_on_pythonpath(
@@ -158,6 +164,10 @@ def test_a_plugin_whose_module_is_not_found_asks_for_its_package_or_its_folder_o
         plugins.source_hash(plugins.by_path("parameterisation", "my_plugin_nowhere:Givens"))
     with pytest.raises(plugins.PluginError, match=r"No module named 'my_plugin_nowhere' \(is its package installed"):
         plugins.by_path("parameterisation", "my_plugin_nowhere:Givens").load()
+    with pytest.raises(SpecError) as info:  # said at the level that named it, not at the baseline's key
+        design.loads(spec_text(factors={"model.parameterisation": ["rotation", "my_plugin_nowhere:Givens"]}))
+    (where, message), = info.value.problems
+    assert where == "factors.model.parameterisation[1]" and "no source file for module 'my_plugin_nowhere'" in message
 
 
 def test_ablate_plugins_exits_1_when_one_fails_to_load(tmp_path: Path) -> None:
@@ -202,20 +212,66 @@ def test_editing_a_plugin_makes_new_cells_and_the_old_ones_stale(plugin_dir: Pat
     before = identity.cell_id(mine.config), identity.config_key(mine.config), identity.cell_id(builtin.config)
     assert "my_plugin_edit:Mine" in identity.code_version(mine.config)
     version = identity.code_version(mine.config)
-    module.write_text("from ablate.models.parameterisations import Rotation as Mine  # edited\n")
+    # a comment, a docstring, blank lines and formatting are not code: the same cell
+    module.write_text('"""My parameterisation."""\n\n# a comment\nfrom ablate.models.parameterisations import (\n'
+                      '    Rotation as Mine,  # edited\n)\n')
+    assert identity.cell_id(mine.config) == before[0] and identity.code_version(mine.config) == version
+    module.write_text("from ablate.models.parameterisations import ComplexDiagonal as Mine\n")
     after = identity.cell_id(mine.config), identity.config_key(mine.config), identity.cell_id(builtin.config)
     # plan says what changed, not both identities whole (a line of 220 characters)
-    old_source, new_source = (re.search(r"my_plugin_edit:Mine source (\w+)", v)[1]
+    old_source, new_source = (re.search(r"my_plugin_edit:Mine code (\w+)", v)[1]
                               for v in (version, identity.code_version(mine.config)))
     assert identity.version_change(version, identity.code_version(mine.config)) == \
-        f"model.parameterisation my_plugin_edit:Mine source {old_source} → {new_source}"
+        f"model.parameterisation my_plugin_edit:Mine code {old_source} → {new_source}"
     assert after[0] != before[0]  # a new cell
     assert after[1] == before[1]  # the same experiment: the old results are stale, not lost
     assert after[2] == before[2]  # cells of built-ins only are untouched
 
 
+def test_a_plugins_code_hash_ignores_comments_docstrings_and_formatting() -> None:
+    code = b'def f(x):\n    return x + 1\n'
+    same = (b'"""Module doc."""\n# a comment\n\n\ndef f( x ):  # why\n    """What f does."""\n    return (x +\n            1)\n',
+            b'def f(x):\r\n    return x + 1  \r\n\r\n')
+    assert all(plugins.code_hash(other) == plugins.code_hash(code) for other in same)
+    for edit in (b'def f(x):\n    return x + 2\n', b'def f(y):\n    return y + 1\n', b'def f(x):\n    return x + 1.0\n',
+                 b'def f(x):\n    return x + 1\nclass C:\n    """only a docstring"""\n'):
+        assert plugins.code_hash(edit) != plugins.code_hash(code), edit
+    # only a docstring is left out: a string after the first statement is code, as Python reads it
+    assert plugins.code_hash(b'def f(x):\n    x = 1\n    "a string"\n    return x\n') != \
+        plugins.code_hash(b'def f(x):\n    x = 1\n    return x\n')
+    # not Python: every byte counts
+    assert plugins.code_hash(b"def (:") != plugins.code_hash(b"def (:  ")
+
+
+def test_a_cell_stored_under_the_files_hash_says_whether_only_the_hash_changed(plugin_dir: Path) -> None:
+    """Before code hashes, a plug-in's identity was the hash of its file's bytes (``source``): every
+    plug-in cell is new once, and plan says whether the file itself changed since."""
+    module = plugin_dir / "my_plugin_rehash.py"
+    module.write_text("from ablate.models.parameterisations import Rotation as Mine\n")
+    plugin = plugins.by_path("parameterisation", "my_plugin_rehash:Mine")
+    now = f"1, model.parameterisation my_plugin_rehash:Mine code {plugins.source_hash(plugin)}"
+    stored = f"1, model.parameterisation my_plugin_rehash:Mine source {plugins.file_hash(plugin)}"
+    assert identity.version_change(stored, now).endswith("(ablate hashes code now, not files; this file is "
+                                                         "unchanged: the same plug-in)")
+    assert identity.version_change(stored.replace(plugins.file_hash(plugin), "0" * 12), now).endswith(
+        "this file changed since)")
+
+
+def test_a_choice_list_leaves_out_a_plugin_that_fails_to_load(plugin_dir: Path) -> None:
+    from ablate.spec.errors import not_a_plugin
+
+    (plugin_dir / "my_plugin_syntax2.py").write_text("class Broken(:\n    pass\n")
+    (plugin_dir / "my_plugin_fine.py").write_text("class Fine:\n    pass\n")
+    found = (plugins.Plugin("parameterisation", "broken_one", "my_plugin_syntax2:Broken"),
+             plugins.Plugin("parameterisation", "fine_one", "my_plugin_fine:Fine"))
+    said = not_a_plugin("broken_on", ("rotation",), found)
+    assert said.startswith("'broken_on' is not one of: rotation, fine_one (not listed, as they fail to load: "
+                           "broken_one; see `ablate plugins`); or a plug-in as package.module:attribute"), said
+    assert "did you mean" not in said  # not offered, though it is the closest name
+
+
 def test_a_task_plugins_source_enters_its_data_version(plugin_dir: Path) -> None:
-    source = "from ablate_cayley.parity import ParityParams, build  # {}\n"
+    source = "from ablate_cayley.parity import ParityParams, build\nVERSION = {}\n"
     module = plugin_dir / "my_plugin_data.py"
     module.write_text(source.format(1))
     task = {"name": "my_plugin_data:build", **{k: v for k, v in PARITY.items() if k != "name"}}
@@ -369,8 +425,8 @@ def test_validate_rejects_an_init_plugin_that_breaks_its_contract_naming_it(plug
     target = f"my_plugin_inits:{attribute}"
     spec = design.loads(init_spec_text({"scheme": "my_plugin_inits:Mine"}, {"scheme": target, "gamma_max": 0.8}))
     (where, message), = contract.spec_problems(spec)  # once, not once per parameterisation
-    assert where == "model.init.scheme"
-    assert message.startswith(f"model.init.scheme plug-in '{target}' ({target}, path (no distribution)): ")
+    assert where == "factors.model.init[1].scheme"
+    assert message.startswith(f"initialisation plug-in '{target}' (path (no distribution)): ")
     assert broken in message
 
 
@@ -387,7 +443,7 @@ def test_editing_an_init_plugin_makes_new_cells(plugin_dir: Path) -> None:
     spec = design.loads(spec_text(model={**SMALL, "init": {"scheme": "my_plugin_init_edit:Mine"}}, factors={}))
     cell, = design.cells(spec)
     before = identity.cell_id(cell.config), identity.config_key(cell.config)
-    module.write_text("from ablate.models.inits import RotrnnInit as Mine  # edited\n")
+    module.write_text("from ablate.models.inits import RingInit as Mine\n")
     assert identity.cell_id(cell.config) != before[0] and identity.config_key(cell.config) == before[1]
 
 

@@ -157,3 +157,20 @@ def test_an_error_in_a_multirun_level_names_the_m_the_user_typed(tmp_path):
     assert said.startswith("-m model.heds: factors.model.heds: 'heds' is not a key of the baseline"), said
     assert load_error(path, multirun_overrides(["train.lr=[1,2"])).startswith("-m train.lr is not valid YAML")
     assert load_error(path, ["train.lr=abc"]).startswith("--set train.lr: train.lr: must be a number")
+
+
+def test_a_list_replaced_from_the_command_line_takes_its_items_lines_with_it(tmp_path):
+    """-m or --set replacing a list that the file also wrote: an error in one of its items is the
+    command line's, not the file's line of the item it replaced."""
+    from ablate.spec.files import multirun_overrides
+
+    path = write(tmp_path, "s.yaml", GOOD)
+    assert design.load(path).origins["factors.model.normalisation[1]"] == f"{path}:9"  # for the plug-in contract
+    said = load_error(path, multirun_overrides(["model.normalisation=xi,zeta"]))
+    assert said.startswith("-m model.normalisation: factors.model.normalisation[1]: 'zeta'"), said
+    said = load_error(path, ["factors.model.normalisation=[xi, zeta]"])
+    assert said.startswith("--set factors.model.normalisation: factors.model.normalisation[1]: 'zeta'"), said
+    said = load_error(path, ["seeds=[1, x]"])
+    assert said.startswith("--set seeds: seeds"), said
+    raw, origins = spec.read_raw(path, multirun_overrides(["model.normalisation=xi,zeta"]))
+    assert not any(k.startswith("factors.model.normalisation[") for k in origins)

@@ -170,7 +170,7 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Spec:
     with key paths and file:line locations; nothing else."""
     raw, origins = read_raw(path, overrides)
     with located(origins):
-        spec = validate(raw, str(path))
+        spec = validate(raw, str(path)).written_at(origins)
         check_limits(spec)
         return spec
 
@@ -180,6 +180,6 @@ def loads(text: str | bytes, source: str = "<spec>", overrides: list[str] | None
     """Parse and validate spec text (``extends`` resolved against ``base_dir``, default cwd)."""
     raw, origins = reads_raw(text, source, overrides, base_dir)
     with located(origins):
-        spec = validate(raw, source)
+        spec = validate(raw, source).written_at(origins)
         check_limits(spec)
         return spec

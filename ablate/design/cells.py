@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ablate.design.factors import Factor, Level, parse_factors
+from ablate.design.factors import Factor, Level, parse_factors, setting_where
 from ablate.design.identity import (
     canonical_json,
     cell_id,
@@ -212,7 +212,8 @@ def _compute_cells(spec: Spec) -> tuple[list[Cell], Problems]:
         try:
             cid = cell_id(resolved, tune)  # a plug-in's source enters it: one that cannot be found says so here
         except PluginError as exc:
-            problems.append((_plugin_path(resolved, str(exc)) or where, str(exc)))
+            path = _plugin_path(resolved, str(exc))
+            problems.append(((setting_where(fs, built.labels, path) or path) if path else where, str(exc)))
             continue
         if cid in seen:  # two choices that resolve to the same model: one cell
             continue

@@ -128,6 +128,22 @@ def _auto_labels(values: list[Any]) -> list[str]:
             for lbl, v in zip(labels, values, strict=True)]
 
 
+def setting_where(factors: list[Factor], labels: dict[str, str], path: str) -> str | None:
+    """The key path in the spec that gave ``path`` (``model.parameterisation``) its value in the
+    cell with these level ``labels``: the factor level that sets it or a mapping above it
+    (``factors.model.parameterisation[1]``, a named factor's ``factors.variant.levels[0].value.
+    model.parameterisation``); None where the cell keeps the baseline's value. A problem found in
+    a cell is located at the level the user wrote, not at the baseline's key."""
+    for f in factors:
+        lvl = f.level(labels.get(f.name, f.baseline_label))
+        if lvl is None:
+            continue
+        for p in lvl.settings:
+            if path == p or path.startswith(p + "."):
+                return (f"{lvl.where}.{p}" if f.named else lvl.where) + path[len(p):]
+    return None
+
+
 _CACHE: dict[str, tuple[tuple[Factor, ...], Problems]] = {}
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -194,11 +195,12 @@ def lineage_key(config: dict[str, Any], n: int = 12) -> str:
 def code_version(config: dict[str, Any]) -> str:
     """The code part of the config's cell id as text: ``CODE_VERSION``, then each level version
     above 1 it uses, e.g. ``"2"`` or ``"1, model.parameterisation v2"``, then each plug-in's
-    identity (``, model.parameterisation my_pkg.givens:Givens (ablate-givens 0.1.0) source 1a2b…``)."""
+    identity (``, model.parameterisation my_pkg.givens:Givens (ablate-givens 0.1.0) code 1a2b…``;
+    ``source 1a2b…`` where it was stored before ablate hashed a plug-in's code, not its file)."""
     text = CODE_VERSION + "".join(f", {path} v{v}" for path, v in sorted(level_versions(config).items()))
     for path, ident in sorted(plugin_identities(config).items()):
         dist = f" ({ident['distribution']})" if "distribution" in ident else ""
-        text += f", {path} {ident['target']}{dist} source {ident['source']}"
+        text += f", {path} {ident['target']}{dist} code {ident['code']}"
     return text
 
 
@@ -211,6 +213,23 @@ def _version_parts(text: str) -> dict[str, str]:
         path, _, what = part.partition(" ")
         parts[f"{path} v" if what[:1] == "v" and what[1:].isdigit() else path] = what
     return parts
+
+
+#: A plug-in's part of a code version: who (target and distribution), how its source was hashed
+#: (``code``: its syntax tree; ``source``: its file's bytes, before), the hash.
+_PLUGIN = re.compile(r"^(?P<who>.*) (?P<how>source|code) (?P<hash>\w+)$")
+
+
+def _rehashed(path: str, target: str, old: str, new: str) -> str:
+    """A plug-in part stored as the hash of its file's bytes (``source``) against the hash of its
+    code now: ablate's change of hash, which changes the id of every plug-in cell once. Whether the
+    plug-in changed too is told by hashing its file's bytes again."""
+    head = f"source {old} → code {new} (ablate hashes code now, not files"
+    try:
+        same = plugins.file_hash(plugins.by_path(path, target)) == old
+    except plugins.PluginError:  # gone, or not importable here: nothing to compare
+        return head + ")"
+    return head + ("; this file is unchanged: the same plug-in)" if same else "; this file changed since)")
 
 
 def version_change(old: str, new: str) -> str:
@@ -227,9 +246,13 @@ def version_change(old: str, new: str) -> str:
             said.append(f"code version {was} → {now}")
         elif key.endswith(" v"):
             said.append(f"{key[:-2]} {was or 'v1'} → {now or 'v1'}")
-        elif was and now and was.split(" source ")[0] == now.split(" source ")[0]:
-            target = was.split(" source ")[0].split(" (")[0]
-            said.append(f"{key} {target} source {was.rsplit(' ', 1)[-1]} → {now.rsplit(' ', 1)[-1]}")
+        elif was and now and (a_id := _PLUGIN.match(was)) and (b_id := _PLUGIN.match(now)) \
+                and a_id["who"] == b_id["who"]:
+            target = a_id["who"].split(" (")[0]
+            if a_id["how"] == b_id["how"]:
+                said.append(f"{key} {target} {b_id['how']} {a_id['hash']} → {b_id['hash']}")
+            else:
+                said.append(f"{key} {target} {_rehashed(key, target, a_id['hash'], b_id['hash'])}")
         else:
             said.append(f"{key} {was or 'built-in'} → {now or 'built-in'}")
     return "; ".join(said) or f"code version {old} → {new}"

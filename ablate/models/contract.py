@@ -22,6 +22,7 @@ plug-in's own code raised, ``ABLATE_TRACEBACK=1`` prints its traceback.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -72,8 +73,14 @@ def _plugin_levels(model: dict[str, Any]) -> list[tuple[str, catalogue.Level]]:
     return out
 
 
-def _who(path: str, plugin: plugins.Plugin) -> str:
-    return f"{path} plug-in {plugin.name!r} ({plugin.target}, {plugin.origin})"
+def _who(plugin: plugins.Plugin) -> str:
+    """The plug-in, for a problem whose key path already says which setting names it."""
+    target = f"{plugin.target}, " if plugin.target != plugin.name else ""
+    return f"{plugin.kind} plug-in {plugin.name!r} ({target}{plugin.origin})"
+
+
+def _as_written(config: dict[str, Any], path: str) -> str:
+    return path
 
 
 @contextlib.contextmanager
@@ -97,9 +104,14 @@ def _own_failure(exc: BaseException) -> BaseException | None:
     return cause
 
 
+#: How a PluginError names its plug-in (``ablate.plugins``): said once, by ``_who``.
+_NAMED = re.compile(r"^\w+ plug-in '[^']*': ")
+
+
 def _report(who: str, exc: BaseException) -> str:
     """``who: exc``, with its traceback printed (ABLATE_TRACEBACK=1) or a hint how to see it."""
-    return f"{who}: {exc}{terminal.plugin_traceback(_own_failure(exc), who)}"
+    said = _NAMED.sub("", str(exc)) if isinstance(exc, plugins.PluginError) else str(exc)
+    return f"{who}: {said}{terminal.plugin_traceback(_own_failure(exc), who)}"
 
 
 def _finite(t: Any, what: str) -> None:
@@ -426,9 +438,11 @@ def check_task(task: dict[str, Any]) -> None:
             raise Broken(f"split {split!r}: {info.output_kind} targets must have {want} dimension(s), not {y.dim()}")
 
 
-def problems(configs: Iterable[dict[str, Any]]) -> Problems:
-    """(where, message) for every broken promise of a plug-in in these resolved cell configs,
-    each distinct model and task checked once; empty when no config uses a plug-in."""
+def problems(configs: Iterable[dict[str, Any]],
+             where: Callable[[dict[str, Any], str], str] = _as_written) -> Problems:
+    """(key path, message) for every broken promise of a plug-in in these resolved cell configs,
+    each distinct model and task checked once; empty when no config uses a plug-in. ``where``:
+    the key path in the spec that set a config's setting (default: the setting's own path)."""
     from ablate.tasks.registry import plugin_of
 
     out: Problems = []
@@ -449,21 +463,21 @@ def problems(configs: Iterable[dict[str, Any]]) -> Problems:
                 try:
                     check_init(model)
                 except (Broken, plugins.PluginError) as exc:
-                    out.append((INIT_PATH, _report(_who(INIT_PATH, init), exc)))
+                    out.append((where(config, INIT_PATH), _report(_who(init), exc)))
                     broken_inits.add(ikey)
             if init is None or ikey not in broken_inits:
                 try:
                     check_model(model)
                 except (Broken, plugins.PluginError) as exc:
-                    who = " with ".join(_who(p, lvl.plugin) for p, lvl in levels if lvl.plugin is not None)
-                    out.append((levels[0][0], _report(who, exc)))
+                    who = " with ".join(_who(lvl.plugin) for _, lvl in levels if lvl.plugin is not None)
+                    out.append((where(config, levels[0][0]), _report(who, exc)))
         for name in config.get("train", {}).get("metrics") or ():
             if f"metric:{name}" not in seen:
                 seen.add(f"metric:{name}")
                 try:
                     metrics.check(name)
                 except (plugins.PluginError, ValueError) as exc:
-                    out.append(("train.metrics", str(exc)))
+                    out.append((where(config, "train.metrics"), str(exc)))
         tkey = repr(sorted(task.items()))
         task_plugin = plugin_of(task["name"])
         if task_plugin is not None and tkey not in seen:
@@ -471,7 +485,7 @@ def problems(configs: Iterable[dict[str, Any]]) -> Problems:
             try:
                 check_task(task)
             except (Broken, plugins.PluginError) as exc:
-                out.append(("task.name", _report(_who("task", task_plugin), exc)))
+                out.append((where(config, "task.name"), _report(_who(task_plugin), exc)))
     return out
 
 
@@ -479,9 +493,17 @@ def spec_problems(spec: Any) -> Problems:
     """``problems`` of every cell of a validated spec (``ablate.spec.Spec``), then of its report
     sections: each resolved (imported, its attribute found) but not run, as it needs the study's
     results — so a misspelt ``pkg.mod:nope`` is found here, not after the other reports render."""
-    from ablate.design import cells
+    from ablate.design import cells, parse_factors
+    from ablate.design.factors import setting_where
 
-    return problems(cell.config for cell in cells(spec)) + section_problems(spec.report_names)
+    grid = cells(spec)
+    factors, _ = parse_factors(spec)
+    labels = {id(cell.config): cell.labels for cell in grid}
+
+    def where(config: dict[str, Any], path: str) -> str:  # the level that set it, else the baseline's key
+        return setting_where(factors, labels.get(id(config), {}), path) or path
+
+    return problems((cell.config for cell in grid), where) + section_problems(spec.report_names)
 
 
 def section_problems(names: Iterable[str]) -> Problems:

@@ -9,10 +9,12 @@ import math
 import re
 import types
 import typing
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ValidationError
 
+from ablate import plugins
 from ablate.models.catalogue import INIT_SCHEMES
 
 Problems = list[tuple[str, str]]
@@ -136,13 +138,26 @@ def short(value: Any, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def not_one_of(value: Any, names: list[str] | tuple[str, ...], plugins: bool = False) -> str:
+def not_one_of(value: Any, names: list[str] | tuple[str, ...], plugins: bool = False,
+               failing: Sequence[str] = ()) -> str:
     """'x is not one of: a, b', with the closest valid name; ``plugins``: the factor also takes a
-    plug-in by path (``ablate.plugins``), which the message says."""
+    plug-in by path (``ablate.plugins``), which the message says; ``failing``: installed plug-ins
+    left out of ``names`` because they fail to load, named apart."""
     close = difflib.get_close_matches(value, list(names), n=1) if isinstance(value, str) and len(value) <= 100 else []
     tail = "; or a plug-in as package.module:attribute" if plugins else ""
+    broken = f" (not listed, as they fail to load: {', '.join(failing)}; see `ablate plugins`)" if failing else ""
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"{short(value)} is not one of: {', '.join(names)}{tail}{hint}"
+    return f"{short(value)} is not one of: {', '.join(names)}{broken}{tail}{hint}"
+
+
+def not_a_plugin(value: Any, builtin: Sequence[str], installed: Iterable[plugins.Plugin]) -> str:
+    """``not_one_of`` over the built-in names and the installed plug-ins that load: one that fails
+    to load would only fail again if chosen, so it is named apart, not offered."""
+    ok: list[str] = []
+    failing: list[str] = []
+    for p in installed:
+        (failing if plugins.load_problem(p) else ok).append(p.name)
+    return not_one_of(value, [*builtin, *ok], plugins=True, failing=failing)
 
 
 def validation_problems(exc: ValidationError, root: type[BaseModel]) -> Problems:

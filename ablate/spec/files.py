@@ -226,7 +226,8 @@ def _overridden(raw: dict[str, Any], origins: Origins, overrides: list[str] | No
     raw = apply_overrides(raw, overrides)
     for item in overrides:  # an overridden value was written on the command line, not in a file
         path = ".".join(split_override(raw, item.partition("=")[0].strip()))
-        origins = {k: v for k, v in origins.items() if not (k == path or k.startswith(path + "."))}
+        # a list or mapping replaced whole takes its items' lines with it: factors.x[1] came from -m x
+        origins = {k: v for k, v in origins.items() if not (k == path or k.startswith((path + ".", path + "[")))}
         origins[path] = _origin(item, path)
     return raw, origins
 

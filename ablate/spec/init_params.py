@@ -24,7 +24,7 @@ from ablate import plugins
 from ablate.models import catalogue
 from ablate.spec.basemodel import Strict
 from ablate.spec.basemodel import deferred as _deferred
-from ablate.spec.errors import not_one_of
+from ablate.spec.errors import not_a_plugin
 
 TWO_PI = 2 * math.pi  # a phase past a full turn repeats one below it
 
@@ -88,7 +88,7 @@ def plugin_init_params(scheme: str) -> type[PluginInit]:
     name, or saying why the plug-in cannot be used."""
     levels = catalogue.INIT_SCHEMES
     if not isinstance(scheme, str) or not levels.accepts(scheme):
-        raise ValueError(not_one_of(scheme, levels.names, plugins=True))
+        raise ValueError(not_a_plugin(scheme, levels.builtin_names, levels.plugins()))
     try:
         cls = levels.load(scheme)
     except plugins.PluginError as exc:

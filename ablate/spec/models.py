@@ -22,6 +22,7 @@ from pydantic import (
     Discriminator,
     Field,
     PlainValidator,
+    PrivateAttr,
     Tag,
     ValidationError,
     ValidationInfo,
@@ -36,7 +37,7 @@ from ablate.models import catalogue
 from ablate.report import REPORTS
 from ablate.spec.basemodel import DEFER_COMBINATIONS, Strict
 from ablate.spec.basemodel import deferred as _deferred
-from ablate.spec.errors import REPORT_TAGS, Problems, SpecError, not_one_of, short, validation_problems
+from ablate.spec.errors import REPORT_TAGS, Problems, SpecError, not_a_plugin, short, validation_problems
 from ablate.spec.init_params import Init, RotrnnInit
 from ablate.spec.reports import ReportOptions
 from ablate.spec.seeds import (  # noqa: F401 - re-exported: ablate.spec and older callers
@@ -74,7 +75,7 @@ def _level(levels: catalogue.Registry) -> Any:
 
     def check(value: str) -> str:
         if not levels.accepts(value):
-            raise ValueError(not_one_of(value, levels.names, plugins=True))
+            raise ValueError(not_a_plugin(value, levels.builtin_names, levels.plugins()))
         return value
 
     return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
@@ -88,7 +89,7 @@ def _metric_name() -> Any:
             return value
         names = metrics.installed_names()
         if value not in names:
-            raise ValueError(not_one_of(value, names, plugins=True) if names else
+            raise ValueError(not_a_plugin(value, (), plugins.installed_of("metric")) if names else
                              f"{short(value)} is not an installed metric plug-in (`ablate plugins` lists them); "
                              "or a plug-in as package.module:attribute")
         return value
@@ -102,9 +103,9 @@ def _report_name() -> Any:
     def check(value: str) -> str:
         if value in REPORTS or plugins.is_target(value):
             return value
-        sections = tuple(p.name for p in plugins.installed_of("section") if p.name not in REPORTS)
-        if value not in sections:
-            raise ValueError(not_one_of(value, (*REPORTS, *sections), plugins=True))
+        sections = tuple(p for p in plugins.installed_of("section") if p.name not in REPORTS)
+        if value not in {p.name for p in sections}:
+            raise ValueError(not_a_plugin(value, REPORTS, sections))
         return value
 
     return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
@@ -527,6 +528,20 @@ class Spec(Strict):
         default_factory=list,
         description="a comparison report over several studies (`ablate compare --spec FILE`): study names, "
                     "or {study:, cells:} to show only some cells of a study")
+
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def origins(self) -> dict[str, str]:
+        """Where each key path was written (``file:line``, ``--set PATH``, ``-m PATH``) for a spec
+        read by ``ablate.design.load``; empty otherwise. Problems found after validation (the
+        plug-in contract) are located with it (``ablate.spec.locate``)."""
+        return self._origins
+
+    def written_at(self, origins: dict[str, str]) -> Spec:
+        """This spec, remembering where its keys were written (``origins``)."""
+        self._origins = dict(origins)
+        return self
 
     @model_validator(mode="before")
     @classmethod
