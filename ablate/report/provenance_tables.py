@@ -88,4 +88,18 @@ def spec_text(prov: dict[str, Any]) -> str:
     """The spec as run, as YAML, credentials redacted."""
     from ablate.stores import redact
 
-    return redact(yaml.safe_dump(prov["spec"], sort_keys=False, allow_unicode=True, width=100))
+    return redact(yaml.dump(prov["spec"], Dumper=_ProseDumper, sort_keys=False, allow_unicode=True,
+                          width=56))  # a column of the two the page prints it in
+
+
+class _ProseDumper(yaml.SafeDumper):
+    """Long strings (a description) as folded blocks: quoted, they wrapped inside the quotes and
+    ended on a line holding a lone quote."""
+
+
+def _prose(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in text.rstrip("\n") else ">" if len(text) > 60 else None  # the emitter quotes what can't be
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_ProseDumper.add_representer(str, _prose)
