@@ -84,11 +84,44 @@ def test_text_says_when_a_comparison_cannot_reach_alpha():
     table, comp, _, _ = analysis(values)
     text = ns.summary_text(table, comp, ("c0", "the spec's baseline"))
     # 2/2⁵ = 0.0625 prints as every p does (format.pval): 0.063
+    # No ANOVA ran (a one-at-a-time design's is refused): no factor analysis is named.
     assert ("**On every measure, with 5 seeds no comparison can be significant:** the exact test cannot give a p below "
             "0.063 on any comparison, above Holm's first threshold over the study's 3 tests, α/3 = 0.017; the "
-            "intervals and the factor analysis below still apply.") in text
+            "intervals still apply.") in text
     assert text.count("cannot give a p below") == 1  # the same on every measure: said once
-    assert "(significant)" not in text
+    assert "(significant)" not in text and "factor analysis" not in text
+    terms = pd.DataFrame({"measure": ["training"], "term": ["m.p"], "df": [1.0], "df_resid": [16.0], "F": [0.5],
+                          "p": [0.5], "p_adj": [1.0], "eta_sq_partial": [0.03], "mark": [""], "significant": [False]})
+    with_anova = ns.summary_text(table, comp, ("c0", "the spec's baseline"), terms)
+    assert "; the intervals and the factor analysis (Table 3) still apply." in with_anova
+    assert "analysis below" not in with_anova
+
+
+def test_a_ratio_beside_a_depth_value_says_it_is_of_geometric_means():
+    """rotation_heads' summary read "heads=1 0.398, 0.899× … the reference's" beside the reference's
+    0.418: the values over layers are (mean √CV)², the ratio the test's, of geometric means."""
+    rng = np.random.default_rng(20)
+    values = {k: np.exp(rng.normal(0, 0.5, (5, 3, 6)) + rng.normal(0, 0.5, (5, 1, 1))) for k in ("ref", "b")}
+    table, comp, _, _ = analysis(values)
+    text = ns.summary_text(table, comp, ("c0", "the spec's baseline"))
+    depth = next(line for line in text.splitlines() if line.startswith("- **Over layers"))
+    training = next(line for line in text.splitlines() if line.startswith("- **Over training"))
+    row = comp[(comp["measure"] == "depth")].iloc[0]
+    assert "(CV of ‖x‖², (mean √CV)² over seeds)" in depth
+    assert f"b {ns._value_only(ns.stability_table(table).iloc[1]['CV over layers [95% CI]'])}, ratio of geometric means " \
+           f"{ns._ratio_cell(row)} the reference's" in depth
+    assert "geometric" not in training  # its values are geometric means: the ratio is their quotient
+    # The two estimators differ here, so the quotient of the printed values is not the ratio.
+    quotient = table.loc[1, sn.VALUE["depth"]] / table.loc[0, sn.VALUE["depth"]]
+    assert abs(quotient - row["ratio"]) > 1e-3
+
+
+def test_table_1_counts_flagged_runs_zeros_included():
+    rng = np.random.default_rng(21)
+    table, _, _, _ = analysis({k: np.exp(0.2 * rng.standard_normal((4, 2, 5))) for k in ("a", "b")})
+    printed = ns.stability_table(table)
+    assert printed["flagged"].tolist() == ["0", "0"]
+    assert printed["layers × probe steps"].tolist() == ["2 × 5", "2 × 5"]
 
 
 def test_no_measure_is_said_out_of_reach_beside_a_significant_comparison():
@@ -216,6 +249,30 @@ def test_an_interaction_figure_draws_each_level_in_its_channel():
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [ns.COLUMN_WORDS[m] for m in sn.MEASURES
                                                                      if m != "seeds"]
     assert {ax.get_yscale() for ax in fig.axes if ax.get_title()} == {"log"}
+    # Over layers each point is its cell's value as Table 1 prints it, (mean √CV)², not a geometric mean.
+    depth = next(ax for ax in fig.axes if ax.get_title() == ns.COLUMN_WORDS["depth"])
+    drawn = sorted(float(y) for c in depth.containers for y in c.lines[0].get_ydata())
+    table = sn.stability(ps, sn.layer_norms(df), sn.variants(df))
+    assert drawn == pytest.approx(sorted(table[sn.VALUE["depth"]]), rel=1e-9)
+    assert "over layers (mean √CV)²" in fig._supylabel.get_text().replace("\n", " ")
+
+
+def test_a_measure_the_reference_lacks_names_the_factor_analysis_only_where_it_ran():
+    """"the factor analysis below takes the variants that have one" sat in an appendix after the factor
+    analysis, and in reports with no ANOVA at all."""
+    rng = np.random.default_rng(22)
+    values = {"ref": np.exp(0.2 * rng.standard_normal((4, 1, 5)))}
+    values |= {k: np.exp(0.2 * rng.standard_normal((4, 2, 5))) for k in ("b", "c")}
+    table, comp, _, _ = analysis(values)
+    assert ns.unreferenced(comp) == ["depth"]
+    note = ns.unreferenced_note(comp, "ref")
+    assert note.endswith("so nothing is compared with it.") and "factor analysis" not in note
+    terms = pd.DataFrame({"measure": ["depth"], "term": ["m.p"]})
+    assert ns.unreferenced_note(comp, "ref", terms).endswith(
+        "; the factor analysis (Table 3) takes the variants that have one.")
+    line = next(t for t in ns.summary_text(table, comp, ("c0", "the spec's baseline")).splitlines()
+                if t.startswith("- **Over layers"))
+    assert "so nothing is compared with it; the variants that have one: b " in line
 
 
 def test_norm_figures_use_the_reports_one_mapping():
@@ -307,8 +364,11 @@ def test_the_anova_and_effects_grids_quote_the_long_tables():
         assert (anova.loc[i, "mark"] in cell) if anova.loc[i, "mark"] else True
     assert "p " not in " ".join(ns.anova_grid(anova, tested=False).iloc[:, 1:].to_numpy().ravel())
     printed = ns.effects_table(effects)
-    levels = ns.wide(printed, ["factor", "level"], lambda r: r["geometric marginal mean [95% CI]"])
+    levels = ns.wide(printed, ["factor", "level"], lambda r: r[ns.effects_column()])
     assert len(levels) == 4 and set(levels.columns[2:]) == set(printed["measure"])
+    # Each measure's column names its mean, the one Table 1's values are.
+    assert set(levels.columns[2:]) == {"CV over training steps, geometric mean", "CV over layers, (mean √CV)²",
+                                       "final ‖x‖², geometric mean"}
 
 
 def test_a_study_whose_head_counts_differ_says_which_norm_is_per_head_and_what_xi_does():
@@ -327,3 +387,25 @@ def test_a_study_whose_head_counts_differ_says_which_norm_is_per_head_and_what_x
                              "factors": {"model.heads": [1, 2]}})
     assert "by construction" not in ns.heads_line(gamma)
     assert ns.heads_line(design.validate({**DESIGN_BASE, "factors": {"model.layers": [1, 2]}})) == ""
+
+
+def test_a_one_at_a_time_design_shows_no_marginal_means_and_names_no_factor_analysis(tmp_path):
+    """lru_ablations varies three factors one at a time (5 of 12 combinations): its norm report printed
+    Table 4 and interaction figures whose level means mix in the other factors' effects, under a summary
+    saying "the factor analysis below still apply" although the ANOVA was refused."""
+    from pathlib import Path
+
+    from ablate import results, stats
+    from ablate.report.render import render
+
+    export = Path(__file__).resolve().parents[1] / "reports" / "lru_ablations" / "data"
+    res = results.read_export(export)
+    trials = res.trials.to_pandas()
+    varied = [f for f in res.factors if trials[f].nunique() > 1]
+    assert len(varied) >= 2 and not stats.is_full_factorial(trials, varied)
+    render(res.study, ["norm_stability"], tmp_path, ("html",), data=res)
+    html = re.sub(r"<[^>]+>", "", (tmp_path / "norm_stability.html").read_text())
+    text = " ".join(html.replace("&#x27;", "'").split())
+    assert "No marginal means or interaction figures: the design is not a full factorial" in text
+    assert "Table 4." not in text and "Figure 4" not in text and "factor analysis" not in text
+    assert "the design is not a full factorial: it has 5 of the 12 combinations" in text

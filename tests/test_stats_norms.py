@@ -183,6 +183,40 @@ def test_a_factor_and_its_interaction_are_found_and_a_null_factor_is_not():
     assert (anova["p_adj"] >= anova["p"] - 1e-12).all()
 
 
+def test_a_levels_marginal_mean_is_its_measures_one_estimator():
+    """Page one's factor row printed rotation_heads' CV over layers at heads=4 as 0.41 (a geometric
+    mean) where Table 1 and the summary printed 0.418 ((mean √CV)²): a level's value over layers is
+    now (mean √CV)² over its runs as Table 1's, its interval the t interval on √CV squared; over
+    training and at the end, still the geometric mean."""
+    rng = np.random.default_rng(40)
+    values = {f"h{h}": np.exp(rng.normal(0, 0.4, (5, 3, 6)) + rng.normal(0, 0.6, (5, 1, 1))) for h in (1, 4)}
+    factors = {"h1": {"model.heads": "1"}, "h4": {"model.heads": "4"}}
+    norms, ps, order = seeded(values, factors)
+    effects = sn.main_effects(ps, ["model.heads"]).set_index(["measure", "level"])
+    table = sn.stability(ps, norms, order).set_index("cell_id")
+    for level, cid in (("1", "c0"), ("4", "c1")):
+        runs = ps.loc[ps["cell_id"] == cid, "cv_depth"].to_numpy(float)
+        depth = effects.loc[("depth", level)]
+        assert depth["value"] == pytest.approx(np.mean(np.sqrt(runs)) ** 2, rel=1e-12)
+        assert depth["value"] == pytest.approx(table.loc[cid, sn.VALUE["depth"]], rel=1e-12)
+        assert depth["value"] != pytest.approx(np.exp(np.mean(np.log(runs))), rel=1e-3)  # not the geometric mean
+        training = ps.loc[ps["cell_id"] == cid, "cv_training"].to_numpy(float)
+        assert effects.loc[("training", level), "value"] == pytest.approx(np.exp(np.mean(np.log(training))))
+    # Two factors: the unweighted mean over the level's cells of their mean √CV, squared, with the interval
+    # of the per-seed means on √CV (the cells share their seeds), squared.
+    quad = {f"{a}{b}": np.exp(rng.normal(0, 0.4, (4, 2, 5)) + rng.normal(0, 0.5, (4, 1, 1)))
+            for a in "xy" for b in "pq"}
+    levels = {k: {"m.a": k[0], "m.b": k[1]} for k in quad}
+    _, ps, _ = seeded(quad, levels)
+    x = ps[ps["m.a"] == "x"]
+    root = x.assign(r=np.sqrt(x["cv_depth"])).groupby("seed")["r"].mean().to_numpy(float)
+    est = stats.t_interval(root, robust_level(0.95))
+    row = sn.main_effects(ps, ["m.a", "m.b"]).set_index(["measure", "factor", "level"]).loc[("depth", "m.a", "x")]
+    assert row["value"] == pytest.approx(est.value**2)
+    assert (row["low"], row["high"]) == pytest.approx((max(est.ci_low, 0.0) ** 2, est.ci_high**2))
+    assert row["note"] == ""
+
+
 def test_per_seed_carries_the_factor_levels_and_is_deterministic():
     norms, ps, _ = seeded({"a": np.exp(np.random.default_rng(7).standard_normal((3, 2, 4))),
                            "b": np.exp(np.random.default_rng(8).standard_normal((3, 2, 4)))},

@@ -347,12 +347,14 @@ def spectrum_figure(df: pd.DataFrame, order: Order, channels: Channels | None = 
 
 def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels | None = None,
                        confidence: float = 0.95, measures: Sequence[str] = sn.OWN_MEASURES) -> Figure:
-    """A panel per measure: its geometric marginal means (``stats.norms.per_seed``'s log values, as
-    the ANOVA fits them) over ``f2``'s levels on the x axis, one line per level of ``f1`` in that
-    level's channel, with CIs, on log axes. Parallel lines mean no interaction. Not over seeds
-    (``OWN_MEASURES``): its runs are not independent, so it has no marginal mean with an interval."""
-    shown = [m for m in measures if np.isfinite(seeds[sn.COLUMN[m]].to_numpy(float)).any()]
-    tables = {m: stats.interaction_table(seeds, sn.COLUMN[m], f1, f2, confidence) for m in shown}
+    """A panel per measure: its marginal means over ``f2``'s levels on the x axis, one line per level
+    of ``f1`` in that level's channel, with CIs, on log axes — on each measure's scale of
+    ``stats.norms.mean_scale``, the one Table 1 and the main effects use (geometric means; over
+    layers (mean √CV)²). Parallel lines mean no interaction. Not over seeds (``OWN_MEASURES``): its
+    runs are not independent, so it has no marginal mean with an interval."""
+    scaled = {m: sn.mean_scale(seeds, m) for m in measures}
+    shown = [m for m, (data, col, _) in scaled.items() if np.isfinite(data[col].to_numpy(float)).any()]
+    tables = {m: stats.interaction_table(scaled[m][0], scaled[m][1], f1, f2, confidence) for m in shown}
     tables = {m: t for m, t in tables.items() if not t.empty and t["mean"].notna().any()}
     with plotting.style():
         ncols = max(1, min(2, len(tables)))
@@ -363,14 +365,17 @@ def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels
         channels = channels or Channels.from_trials(seeds, [f1, f2])
         axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
         for ax, (m, table) in zip(axes, tables.items(), strict=False):
-            plotting.interaction_lines(ax, table, f1, f2, channels, transform=np.exp)
-            plotting.log_axis([ax], np.concatenate([np.exp(table[c].to_numpy(float)) for c in ("mean", "ci_low", "ci_high")]))
+            back = scaled[m][2]
+            plotting.interaction_lines(ax, table, f1, f2, channels, transform=back)
+            plotting.log_axis([ax], np.concatenate([back(table[c].to_numpy(float)) for c in ("mean", "ci_low", "ci_high")]))
             ax.set_title(COLUMN_WORDS[m], fontsize=8)
         for ax in axes[len(tables):]:
             ax.remove()
         names = channels.factors or (f1, f2)
         plotting.xlabel(axes, len(tables), ncols, wrap(plotting.factor_name(f2, names), 60))
-        plotting.supylabel(fig, f"geometric marginal mean ± {fmt.level(confidence)} CI")
+        ci = f"± {fmt.level(confidence)} CI"
+        plotting.supylabel(fig, f"marginal mean {ci} (geometric; over layers (mean √CV)²)" if "depth" in tables
+                           else f"geometric marginal mean {ci}")
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, title=wrap(plotting.factor_name(f1, names), 40), loc="outside upper center",
                    ncols=min(len(labels), 6), frameon=False, fontsize=7, title_fontsize=7.5)

@@ -25,12 +25,14 @@ from ablate.stats import norms as sn
 
 __all__ = [
     "COLUMN_WORDS",
+    "MEAN_WORDS",
     "MEASURE_WORDS",
     "VALUE_WORDS",
     "anova_grid",
     "anova_table",
     "check_table",
     "drift_table",
+    "effects_column",
     "effects_table",
     "factor_sentences",
     "flag_lines",
@@ -56,6 +58,9 @@ VALUE_WORDS = {"training": "CV of ‖x‖²", "depth": "CV of ‖x‖²", "seeds
 COLUMN_WORDS = {"training": "CV over training steps", "depth": "CV over layers",
                 "seeds": "spread of log ‖x‖² over seeds",
                 "final": "final ‖x‖²"}
+#: The mean over seeds each measure's values are (``stats.norms.mean_scale``), for a variant and a
+#: factor level alike; a comparison's ratio is of geometric means on every measure but over seeds.
+MEAN_WORDS = {"training": "geometric mean", "depth": "(mean √CV)²", "final": "geometric mean"}
 
 Order = Sequence[tuple[str, str]]
 
@@ -235,10 +240,14 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
                     f"least {stats.MIN_N_TEST} (the seed is the unit: with two, a spread rests on one degree of "
                     "freedom); the values and ratios below are descriptive.")
     lines: list[str] = []
+    # The factor analysis is named only where its ANOVA ran (a design that is not a full factorial
+    # has none), and by its table: the sections' order is the spec's to choose.
+    analysed = set(anova["measure"]) if anova is not None and len(anova) else set()
     floors = _unreachable(comp, alpha) if len(comp) else {}
     if floors and len(set(floors.values())) == 1 and len(floors) == comp["measure"].nunique():
         claim, reason = next(iter(floors.values()))  # the same on every measure: said once
-        still = "; the intervals and the factor analysis below still apply" if "no comparison" in claim else ""
+        factor = " and the factor analysis (Table 3)" if analysed else ""
+        still = f"; the intervals{factor} still apply" if "no comparison" in claim else ""
         head.append(f"**On every measure, {claim[:1].lower() + claim[1:]}:** {reason}{still}.")
         floors = {}
     for m in sn.MEASURES:
@@ -249,12 +258,14 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
         words = MEASURE_WORDS[m]
         ref_row = table.index[table["cell_id"] == ref_id]
         ref_cell = cells[m][table.index.get_loc(ref_row[0])] if len(ref_row) else fmt.DASH
-        head_words = f"- **{words[:1].upper() + words[1:]}** ({VALUE_WORDS[m]})"
+        scale = f", {MEAN_WORDS[m]} over seeds" if m == "depth" else ""
+        head_words = f"- **{words[:1].upper() + words[1:]}** ({VALUE_WORDS[m]}{scale})"
         if ref_cell == fmt.DASH:  # e.g. over layers with a one-layer reference: nothing to compare with it
             listed = "; ".join(f"{table.loc[i, 'variant']} {cells[m][table.index.get_loc(i)]}"
                                for i in table.index[[c != fmt.DASH for c in cells[m]]])
+            takes = "the factor analysis (Table 3) takes these" if m in analysed else "the variants that have one"
             lines.append(f"{head_words}: the reference {ref_label} has no value ({_NO_VALUE[m]}), so nothing is "
-                         f"compared with it; the factor analysis below takes these: {listed}.")
+                         f"compared with it; {takes}: {listed}.")
             continue
         parts = [f"{head_words}: {ref_label} {ref_cell}"]
         listed = rows
@@ -266,10 +277,13 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
         for _, r in listed.iterrows():
             i = table.index.get_loc(table.index[table["cell_id"] == r["cell_id"]][0])
             value = _value_only(cells[m][i])
+            # Over layers the values are (mean √CV)² but the ratio is the test's, of geometric means: said,
+            # so that it is not read as the quotient of the two values printed beside it.
+            of = "ratio of geometric means " if m == "depth" else ""
             if r["testable"]:
-                parts.append(f"{labels[r['cell_id']]} {value}, {_ratio_cell(r)} the reference's ({_verdict(r)})")
+                parts.append(f"{labels[r['cell_id']]} {value}, {of}{_ratio_cell(r)} the reference's ({_verdict(r)})")
             elif fmt.finite(r["ratio"]):  # the head or Table 2 says why it is not tested
-                parts.append(f"{labels[r['cell_id']]} {value} ({_sig(r['ratio'])}×, not tested)")
+                parts.append(f"{labels[r['cell_id']]} {value} ({of}{_sig(r['ratio'])}×, not tested)")
         text = "; ".join(parts) + "."
         values = table[sn.VALUE[m]].to_numpy(float)
         if m != "final" and np.isfinite(values).sum() > 2:
@@ -302,7 +316,7 @@ def _term_words(term: str, measure: str) -> str:
 
 def factor_sentences(anova: pd.DataFrame | None, effects: pd.DataFrame | None, alpha: float = 0.05) -> list[str]:
     """One sentence per ANOVA term that passes (Holm across the screen), with its F, p and the
-    geometric marginal means of a main effect as ``effects_table`` prints them; one sentence
+    marginal means of a main effect as ``effects_table`` prints them; one sentence
     when none passes."""
     if anova is None or anova.empty:
         return []
@@ -361,16 +375,17 @@ def provenance_rows(df: pd.DataFrame) -> list[tuple[str, str]]:
 
 def stability_table(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """``stats.norms.stability`` for print: counts, mean norm, and each measure's value [CI] (or
-    why it has none); with a ``flagged`` column of the runs left out when there are any
-    (``flag_lines`` names them)."""
+    why it has none); a ``flagged`` column counts the runs left out, 0 included (``flag_lines``
+    names them)."""
     out = pd.DataFrame({
         "variant": table["variant"],
         "seeds": table["seeds"],
-        "layers": table["layers"],
-        "probe steps": table["steps"],
+        # one column for the two counts: with the flagged count as well, five count columns pushed the
+        # last measure onto a second part of the table in three of the committed studies
+        "layers × probe steps": [f"{a} × {b}" for a, b in zip(table["layers"], table["steps"], strict=True)],
         "mean ‖x‖²": table["mean_norm"].map(_sig),
     })
-    if "flagged" in table.columns and table["flagged"].sum():  # runs left out: counted, named below the table
+    if "flagged" in table.columns:  # runs left out: counted, named in the summary; a 0 says none was
         out.insert(2, "flagged", table["flagged"].astype(int).astype(str))
     pct = fmt.level(confidence)
     for m, cells in _value_cells(table, confidence).items():
@@ -465,24 +480,31 @@ def unreferenced(comp: pd.DataFrame) -> list[str]:
     return [str(m) for m, g in comp.groupby("measure", sort=False) if (g["n_ref"] == 0).all()]
 
 
-def unreferenced_note(comp: pd.DataFrame, reference: str) -> str:
-    """One sentence for the measures ``ratio_table`` leaves out, or ""."""
+def unreferenced_note(comp: pd.DataFrame, reference: str, anova: pd.DataFrame | None = None) -> str:
+    """One sentence for the measures ``ratio_table`` leaves out, or "" — naming the factor analysis
+    (``anova``, ``stats.norms.factor_anova``'s terms) where it analysed them."""
     gone = unreferenced(comp)
     if not gone:
         return ""
     words = ", ".join(f"{MEASURE_WORDS[m]} ({_NO_VALUE[m]})" for m in gone)
+    analysed = anova is not None and len(anova) and set(gone) <= set(anova["measure"])
     return (f" Not in the table: {words} — the reference {reference} has no value there, so nothing is compared "
-            "with it; the factor analysis below takes the variants that have one.")
+            "with it" + ("; the factor analysis (Table 3) takes the variants that have one." if analysed else "."))
+
+
+def effects_column(confidence: float = 0.95) -> str:
+    """``effects_table``'s value column."""
+    return f"marginal mean [{fmt.level(confidence)} CI]"
 
 
 def effects_table(effects: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """``stats.norms.main_effects`` for print: the geometric marginal mean [CI] of each level."""
-    pct = fmt.level(confidence)
+    """``stats.norms.main_effects`` for print: the marginal mean [CI] of each level, the measure
+    named with its mean (``MEAN_WORDS``: "CV over layers, (mean √CV)²")."""
     return pd.DataFrame({
-        "measure": effects["measure"].map(lambda m: f"{COLUMN_WORDS[m]}"),
+        "measure": effects["measure"].map(lambda m: f"{COLUMN_WORDS[m]}, {MEAN_WORDS[m]}"),
         "factor": effects["factor"], "level": effects["level"].astype(str),
         "cells": effects["n_cells"].astype(int).astype(str), "runs": effects["n"].astype(int).astype(str),
-        f"geometric marginal mean [{pct} CI]": [
+        effects_column(confidence): [
             _no_interval(fmt.with_ci(v, lo, hi, sig=True), n) for v, lo, hi, n in
             zip(effects["value"], effects["low"], effects["high"],
                 effects["note"] if "note" in effects.columns else [""] * len(effects), strict=True)],

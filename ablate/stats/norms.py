@@ -40,13 +40,13 @@ each) and the (layer, step) units all of them measured, the test permutes whole 
 shared seed's pair) and recomputes the spreads, and the ratio's interval inverts that test
 (``norm_seeds.spread_test``, ``norm_seeds.ratio_interval``). Factor effects are ANOVAs of the per-seed
 log values with seeds as replicates (``stats.anova``), Holm-corrected across every term and measure
-of the report. No spread beyond round-off (``estimators.no_spread``) gives no interval, test or F,
-and a note that says so.
+of the report; a level's marginal mean is on its variants' scale (``mean_scale``). No spread beyond
+round-off (``estimators.no_spread``) gives no interval, test or F, and a note that says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,7 @@ __all__ = [
     "factor_anova",
     "layer_norms",
     "main_effects",
+    "mean_scale",
     "per_seed",
     "prepare",
     "primary",
@@ -99,6 +100,9 @@ COLUMN = {"training": "log_cv_training", "depth": "log_cv_depth", "seeds": "log_
 #: The column of ``stability`` holding each measure's value per variant (its interval: the same
 #: name with ``_low`` and ``_high``): geometric means, (mean √CV)² over layers, the sd over seeds.
 VALUE = {"training": "gm_training", "depth": "sqm_depth", "seeds": "sd_seeds", "final": "gm_final"}
+#: The per-seed column a measure's means over seeds are taken on, where it is not ``COLUMN``'s log:
+#: over layers √CV (``value_interval``), for a variant's value and a factor level's alike.
+SQRT_DEPTH = "sqrt_cv_depth"
 
 Order = Sequence[tuple[str, str]]  # (cell_id, cell_label) of the variants, in the plan's order
 
@@ -568,9 +572,32 @@ def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.0
     return out[ANOVA_COLUMNS], why
 
 
+def _square(x: Any) -> np.ndarray:
+    """Back from √CV: the square, a lower end below 0 at 0 (as ``value_interval``'s)."""
+    a = np.asarray(x, dtype=float)
+    return np.where(np.isnan(a), np.nan, np.maximum(a, 0.0) ** 2)
+
+
+def mean_scale(seeds: pd.DataFrame, measure: str) -> tuple[pd.DataFrame, str, Callable[[Any], np.ndarray]]:
+    """Where ``measure``'s means over seeds are taken, the one estimator of each measure for a
+    variant's value (``value_interval``) and a factor level's (``main_effects``, the interaction
+    figures): ``seeds`` (``per_seed``) with the column to average, its name, and the map back.
+    Logs and ``exp`` (geometric means), but over layers √CV and its square, (mean √CV)² — the log
+    interval under-covered there (module docstring). The ANOVA and the comparisons stay on the logs
+    (``COLUMN``): a comparison's ratio over layers is one of geometric means. A value ``value_interval``
+    leaves out (not positive) is NaN here too."""
+    if measure != "depth":
+        return seeds, COLUMN[measure], np.exp
+    cv = seeds["cv_depth"].to_numpy(float)
+    with np.errstate(invalid="ignore"):
+        root = np.where(cv > 0, np.sqrt(np.where(cv > 0, cv, 1.0)), np.nan)
+    return seeds.assign(**{SQRT_DEPTH: root}), SQRT_DEPTH, _square
+
+
 def main_effects(seeds: pd.DataFrame, factors: Sequence[str], confidence: float = 0.95) -> pd.DataFrame:
-    """Per measure, factor and level: the geometric marginal mean over the cells at that level
-    (``stats.main_effects`` of the ``primary`` runs' log values, exponentiated) with its interval;
+    """Per measure, factor and level: the marginal mean over the cells at that level on the
+    measure's scale of ``mean_scale`` (``stats.main_effects`` of the ``primary`` runs' values there,
+    mapped back: geometric means, over layers (mean √CV)², as Table 1's values) with its interval;
     none, and ``note`` saying why, where it would have no width beyond round-off. Not over seeds
     (``NO_SEEDS_ANOVA``: the runs' deviations are not independent replicates).
 
@@ -579,26 +606,22 @@ def main_effects(seeds: pd.DataFrame, factors: Sequence[str], confidence: float 
     varied = [f for f in factors if f in seeds.columns and seeds[f].nunique() > 1]
     parts = []
     for m in OWN_MEASURES:
-        col = COLUMN[m]
-        if not varied or not np.isfinite(seeds[col].to_numpy(float)).any():
+        data, col, back = mean_scale(seeds, m)
+        if not varied or not np.isfinite(data[col].to_numpy(float)).any():
             continue
-        eff = factor_means(seeds, col, varied, confidence)
-        with np.errstate(all="ignore"):
+        eff = factor_means(data, col, varied, confidence)
+        mean, low, high = (eff[c].to_numpy(float) for c in ("mean", "ci_low", "ci_high"))
+        with np.errstate(all="ignore"):  # flat on the scale the interval was computed on
+            flat = np.isfinite(high - low) & (high - low <= 1e-9 * np.maximum(1.0, np.abs(mean)))
             parts.append(pd.DataFrame({"measure": m, "factor": eff["factor"], "level": eff["level"].astype(str),
-                                       "n_cells": eff["n_cells"], "n": eff["n"],
-                                       "value": np.exp(eff["mean"].astype(float)),
-                                       "low": np.exp(eff["ci_low"].astype(float)),
-                                       "high": np.exp(eff["ci_high"].astype(float))}))
+                                       "n_cells": eff["n_cells"], "n": eff["n"], "value": back(mean),
+                                       "low": np.where(flat, np.nan, back(low)),
+                                       "high": np.where(flat, np.nan, back(high)),
+                                       "note": np.where(flat, "no spread beyond round-off", "")}))
     cols = ["measure", "factor", "level", "n_cells", "n", "value", "low", "high", "note"]
     if not parts:
         return pd.DataFrame(columns=cols)
-    out = pd.concat(parts, ignore_index=True)
-    with np.errstate(all="ignore"):  # on the log scale, where the interval was computed
-        width = np.log(out["high"].astype(float)) - np.log(out["low"].astype(float))
-        flat = np.isfinite(width) & (width <= 1e-9 * np.maximum(1.0, np.abs(np.log(out["value"].astype(float)))))
-    out["note"] = np.where(flat, "no spread beyond round-off", "")
-    out.loc[flat, ["low", "high"]] = np.nan
-    return out[cols]
+    return pd.concat(parts, ignore_index=True)[cols]
 
 # --- theory check and spectrum drift ----------------------------------------------------------------
 

@@ -15,7 +15,7 @@ max_interactions = 6  # two-factor interaction figures shown at most
 # %%
 import itertools
 
-from ablate import results
+from ablate import results, stats
 from ablate.report import format as fmt
 from ablate.report import norm_figures as nf
 from ablate.report import norm_tables as ns
@@ -131,6 +131,9 @@ say("Which factor carries the stability, and whether one factor's effect depends
     + ("descriptive: a sequential study's seeds depended on the results, so no p-value is valid." if sequential
        else "its p-values Holm-corrected over the study's one family (page one)."))
 varied = [f for f in factors if trials[f].nunique() > 1] if len(df) else []
+# One-at-a-time designs: a level's cells differ in other factors too, so its marginal mean mixes in their
+# effects — no marginal means or interaction figures then, as no ANOVA.
+full = bool(varied) and stats.is_full_factorial(trials, varied)
 if not len(df) or not varied:
     say("No factor was varied: there are no factor effects." if len(df) else "No probe data yet.")
 else:
@@ -141,23 +144,34 @@ else:
             + (", partial η². A sequential study: the seeds depended on the results, so the F tests' p-values "
                "are not valid and are not shown." if sequential else
                ", p (Holm, over the study's one family) with its mark, partial η².")))
+    depth = len(effects) > 0 and "depth" in set(effects["measure"])
+    reasons: dict[str, list[str]] = {}  # one line per reason: a design's refusal is the same on every measure
     for m, why in anova_why.items():
-        say(f"- {ns.COLUMN_WORDS[m]}: {why}.")
-    if len(effects):
+        reasons.setdefault(why, []).append(ns.COLUMN_WORDS[m])
+    for why, measures in reasons.items():
+        say(f"- {', '.join(measures)}: {why}.")
+    if not full:
+        say("**No marginal means or interaction figures**: the design is not a full factorial over the varied "
+            "factors, so a level's cells differ in the other factors too and its marginal mean would mix in their "
+            "effects; the comparisons with the reference (Table 2) are the cleaner read.")
+    elif len(effects):
         show(ns.wide(ns.effects_table(effects, confidence), ["factor", "level"],
-                     lambda r: r[f"geometric marginal mean [{fmt.level(confidence)} CI]"]),
+                     lambda r: r[ns.effects_column(confidence)]),
              name="main-effects", data=effects, intro=(
-            "**Table 4. Geometric marginal means per factor level**: exp of the unweighted mean of the cells' "
-            "mean log values at that level, with a seed-blocked t interval (of the per-seed means over the level's "
-            "cells) where those cells share their seeds, else a t interval on the pooled within-cell variance; "
+            "**Table 4. Marginal means per factor level**, each measure's mean as in Table 1 (its column says "
+            "which): the unweighted mean of the cells' mean log values at that level, exponentiated (a geometric "
+            "mean)" + ("; over layers of their mean √CV, squared" if depth else "")
+            + ", with a seed-blocked t interval (of the per-seed means over the level's cells) where those cells "
+            "share their seeds, else a t interval on the pooled within-cell variance; "
             f"a row per factor level, a column per measure ({fmt.level(confidence)} intervals)."))
-    pairs = list(itertools.combinations(varied, 2))
+    pairs = list(itertools.combinations(varied, 2)) if full else []
     if len(pairs) > max_interactions:
         say(f"{len(pairs)} factor pairs; the first {max_interactions} are shown (report parameter `max_interactions`).")
     for i, (f1, f2) in enumerate(pairs[:max_interactions]):
         show_figure(nf.interaction_figure(seeds, f1, f2, channels, confidence), name="interaction",
-                    title=f"Figure 4{'abcdefgh'[i] if len(pairs) > 1 else ''}. {f1} × {f2}: geometric marginal "
-                          "means per measure; parallel lines mean the two factors act independently.")
+                    title=f"Figure 4{'abcdefgh'[i] if len(pairs) > 1 else ''}. {f1} × {f2}: marginal means per "
+                          "measure, as Table 4's (geometric" + ("; over layers (mean √CV)²" if depth else "")
+                          + "); parallel lines mean the two factors act independently.")
 
 # %% [markdown]
 # ## Appendix: stability per variant
@@ -172,11 +186,15 @@ if len(df):
         "measure: its CV of the probe-batch ‖x‖² across probe steps (per layer, averaged over layers), across "
         "layers (per probe step, averaged over steps), its whole state's ‖x‖² at its last probe step, and the "
         "spread of log ‖x‖² over seeds (each run's scaled mean absolute deviation from the median of the other "
-        "runs). A variant's value is the geometric mean over its seeds (over layers (mean √CV)²; over seeds the "
-        "mean deviation) with a t interval computed at 99% and printed as 95%, as in the accuracy report "
-        "(docs/science.md §13.5, docs/calibration.md); no interval where there is no spread beyond round-off or "
-        "at two seeds. **flagged**: runs with non-finite or zero ‖x‖², or that grew late far more than their "
-        "variant's other runs — left out of every value and test, named in the summary, marked in the figures."
+        "runs). A variant's value over training steps and at the end is the geometric mean over its seeds with "
+        "the t interval of the mean log; over layers (mean √CV)² with the t interval of the mean √CV, squared — "
+        f"both t intervals computed at {fmt.level(stats.robust_level(confidence))} and printed as "
+        f"{fmt.level(confidence)}, as in the accuracy report (docs/science.md §13.5, docs/calibration.md); over "
+        "seeds the mean deviation with the interval of that spread for normal runs (from the quantiles of the "
+        "spread of normal samples, not a t interval; none at two seeds, whose two deviations are one distance). "
+        "No interval where there is no spread beyond round-off. **flagged**: runs with non-finite or zero ‖x‖², "
+        "or that grew late far more than their variant's other runs — left out of every value and test, named in "
+        "the summary, marked in the figures."
         + (" Table 2's ratios over layers are of geometric means, so they need not equal the quotient of two "
            "values here." if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")))
     if len(comp):
@@ -184,7 +202,7 @@ if len(df):
         show(ratios, name="ratios", data=comp, intro=((
             f"**Table 2. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** "
             f"({ref[1]}). The ratio is exp(mean log difference) over the seeds, with the t interval of that "
-            "difference; over seeds, the ratio of the two sds on the same seeds with an F interval. The test is the "
+            "difference; over seeds, the ratio of the two spreads on the same seeds. The test is the "
             f"exact permutation test of the per-seed log values ({ns.tests_text(comp)}) — sign-flip on shared seeds, "
             "relabelling otherwise "
             "(over seeds: each variant's runs aligned on their median, whole runs permuted between the two — or "
@@ -201,7 +219,7 @@ if len(df):
             "p-value is shown; its comparisons are the sequential design's decisions on the measures it declared "
             "(page one and the decisions table).")
             + (f" Notes: {ns.grid_notes(ratios)}." if ns.grid_notes(ratios) else "")
-            + ns.unreferenced_note(comp, dict(fig_order).get(ref[0], ref[0]))))
+            + ns.unreferenced_note(comp, dict(fig_order).get(ref[0], ref[0]), anova)))
 
 # %% [markdown]
 # ## Appendix: training-batch norms
