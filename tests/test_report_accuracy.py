@@ -694,3 +694,86 @@ def test_the_t_test_column_says_which_comparisons_its_holm_is_over():
     one = comp.iloc[:1]
     assert acc.t_test_column(one) == "t-test p (Holm over this 1; descriptive)"
     assert acc.t_test_note(one, 9).startswith("The t-test p is Holm-adjusted over this 1 comparison only")
+
+
+# --- review items 14, 22: what a design or a seed count cannot support is not printed --------------
+
+
+def test_the_iqm_interval_is_shown_only_at_run_counts_its_coverage_was_measured_at():
+    """Review item 22: at 4 runs the 25% trim keeps 2 (one degree of freedom) and the interval
+    spanned most of the range (0.320 [0.000, 0.801]); the benchmark measures it from 5 runs."""
+    trials = make_trials({"base": 0.32, "four": 0.33}, seeds=4, sd=0.03, rng=np.random.default_rng(4))
+    trials = pd.concat([trials, make_trials({"five": 0.33}, seeds=5, sd=0.03, rng=np.random.default_rng(5))],
+                       ignore_index=True)
+    few = stats.few_run_estimates(trials, METRIC, "base")
+    assert np.isfinite(few.set_index("cell_id").loc["four", "iqm_ci_low"])  # computed, not printed
+    table = acc.few_run_table(few, "base").set_index("cell")
+    col = "IQM [95% trimmed-t CI]"
+    four = few.set_index("cell_id").loc["four"]
+    assert acc.IQM_CI_MIN_N == 5
+    assert table.loc["four", col] == f"{fmt.num(four['iqm'])} (n\u00a0<\u00a05)"
+    assert "[" not in table.loc["base (reference)", col]
+    assert acc.few_run_note(few).startswith("IQM (n\u00a0<\u00a05): its interval is not shown below 5 runs")
+    assert acc.few_run_note(few[few.n >= 5]) == ""
+    five = few.set_index("cell_id").loc["five"]
+    assert table.loc["five", col] == fmt.with_ci(five["iqm"], five["iqm_ci_low"], five["iqm_ci_high"])
+
+
+def _at_resolution() -> pd.DataFrame:
+    """minrnn_selective_copy's minlstm · 2: three paired differences 0.500, 0.501, 0.5019 (sd 0.00094,
+    below one example of a 1,000-example test set: d_z 534), beside an ordinary comparison."""
+    trials = make_trials({"ref": 0.45, "flat": 0.95, "noisy": 0.47}, seeds=3, sd=0.0)
+    trials.loc[trials.cell_id == "ref", METRIC] = [0.456, 0.450, 0.462]
+    trials.loc[trials.cell_id == "flat", METRIC] = [0.956, 0.951, 0.963875]
+    trials.loc[trials.cell_id == "noisy", METRIC] = [0.470, 0.440, 0.480]
+    return trials
+
+
+def test_an_effect_size_divided_by_a_spread_below_the_test_sets_resolution_is_not_printed():
+    comp = stats.compare_to_reference(_at_resolution(), METRIC, "ref")
+    flat = comp.set_index("cell_id").loc["flat"]
+    assert flat["sd_diff"] < 1 / 1000 and flat["effect_size"] > 100
+    es = "effect size [95% CI]"
+    table = acc.comparison_table(comp, n_test=1000).set_index("cell")
+    assert table.loc["flat", es] == f"{fmt.DASH} ({acc.BELOW_RESOLUTION})"
+    assert table.loc["noisy", es].startswith("d_z\u00a0")
+    # the difference and its interval stand
+    assert table.loc["flat", "Δ vs reference [95% CI]"] == acc.comparison_table(comp).set_index("cell").loc[
+        "flat", "Δ vs reference [95% CI]"]
+    note = acc.effect_size_note(comp, 1000)
+    assert "1/N = 0.001" in note and "flat (sd 0.00094)" in note and "noisy" not in note
+    # no test-set size (another metric, a study varying its task): the effect size as before
+    assert acc.comparison_table(comp).set_index("cell").loc["flat", es].startswith("d_z\u00a0+")
+    assert acc.effect_size_note(comp, None) == ""
+    # a larger test set's resolution is finer: the same spread is above 1/N
+    assert not acc.below_resolution(comp, 100_000).any()
+    # no spread at all is the analysis' own case, printed with its reason as before
+    assert not acc.below_resolution(comp.assign(sd_diff=0.0), 1000).any()
+
+
+def test_a_blank_power_and_an_unreachable_exact_test_say_why():
+    """Review item 22: 'power now —' with no note; and a t-test's power beside an exact test that
+    cannot reach α/m at this n says that the exact test cannot."""
+    comp = stats.compare_to_reference(_at_resolution(), METRIC, "ref").assign(power_alpha=0.05 / 8)
+    assert acc.power_floor_note(comp).startswith("The power is the t-test's: for every comparison (3 seeds) the exact "
+                                                 "test, which gives the verdict, cannot give a p below 0.25, above α/m")
+    blank = acc.power_table(comp.assign(min_effect=0.0, power_now=np.nan, seeds_needed=np.nan)).set_index("cell")
+    assert (blank["power now"] == fmt.DASH).all() and blank["note"].str.startswith("no difference to detect").all()
+    # eight seeds: the floor is below α/m, no such note
+    many = make_trials({"ref": 0.5, "up": 0.52}, seeds=8, sd=0.01, rng=np.random.default_rng(2))
+    assert acc.power_floor_note(stats.compare_to_reference(many, METRIC, "ref")) == ""
+
+
+def test_a_design_that_is_not_full_factorial_says_why_it_draws_no_main_effects():
+    """Review item 14: a one-at-a-time design's level means mix in the other factors' effects."""
+    trials = make_trials({"base": 0.8, "tanh": 0.7, "none": 0.83}, seeds=3,
+                         factors={"base": {A: "linear", B: "γ"}, "tanh": {A: "tanh", B: "γ"},
+                                  "none": {A: "linear", B: "none"}})
+    assert not stats.is_full_factorial(trials, [A, B])
+    text = acc.main_effects_withheld(trials, [A, B], "one_at_a_time")
+    assert text.startswith("No main-effects figure: the design (one_at_a_time) is not a full factorial — it has 3 "
+                           "of the 4 combinations")
+    assert "each cell against the reference, in the per-cell figure" in text
+    notebook = (Path(acc.__file__).resolve().parents[1] / "notebooks" / "accuracy.py").read_text()
+    body = notebook.split("## Per cell")[0].split("## Main effects")[1]
+    assert "elif not full:" in body and "main_effects_withheld" in body

@@ -18,6 +18,7 @@ import polars as pl
 
 from ablate import design
 from ablate.models import catalogue
+from ablate.results.labels import readable, renamed
 from ablate.spec import Spec, SpecError, get_path
 from ablate.stores import redact
 
@@ -58,6 +59,15 @@ class Results:
     #: a sequential study's state (``ablate.runner.sequential_looks.State`` as plain data: its looks'
     #: analyses and decisions), else None
     sequential: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Here, not in the design: the stores keep the label the study ran with (a spec may name its
+        # reference by it), older exports too, and every reader (both reports, their shared answer
+        # page) gets the same readable one from either.
+        names = renamed(self.trials, self.factors)
+        if names:
+            self.trials, self.metrics, self.curves = (readable(names, f)
+                                                      for f in (self.trials, self.metrics, self.curves))
 
     @property
     def chance(self) -> float | None:

@@ -156,25 +156,63 @@ def test_verdict(r: pd.Series) -> str:
     return verdict(bool(r["significant"]), "")
 
 
+def below_resolution(comp: pd.DataFrame, n_test: int | None) -> pd.Series:
+    """Per comparison: whether its spread — the sd of the paired differences, or the runs' pooled sd
+    (``sd_diff``) — is below one test example's worth of accuracy, 1/``n_test``, the test set's
+    resolution. There the seeds agree to within one example and an effect size divided by that spread
+    is arbitrarily large (d_z 534 on 3 seeds): ``comparison_table`` prints — in its place. All False
+    without a test-set size (another metric, or a study varying its task)."""
+    if not n_test or comp.empty or "sd_diff" not in comp.columns:
+        return pd.Series(False, index=comp.index)
+    sd = pd.to_numeric(comp["sd_diff"], errors="coerce")
+    # A spread of exactly 0 is the analysis' own case ("no spread"), which prints its reason already.
+    return (sd.notna() & (sd > 0) & (sd < 1.0 / n_test) & comp["testable"].astype(bool)).astype(bool)
+
+
+#: What an effect size refused by ``below_resolution`` prints, and what its note names.
+BELOW_RESOLUTION = "sd < 1/N"
+
+
+def effect_size_note(comp: pd.DataFrame, n_test: int | None) -> str:
+    """The line under the comparisons table on the effect sizes ``below_resolution`` refuses, naming
+    them; empty when none is."""
+    low = below_resolution(comp, n_test)
+    if not low.any():
+        return ""
+    rows = comp[low]
+    # The sd to two significant figures: the power table's 0.001 beside "below 0.001" would contradict it.
+    cells = "; ".join(f"{r['cell_label']} (sd {num(r['sd_diff'], 2, sig=True)})" for _, r in rows.iterrows())
+    spread = ("the sd of the paired differences" if rows["paired"].all() else "the runs' pooled sd"
+              if not rows["paired"].any() else "the sd of the paired differences (unpaired: the runs' pooled sd)")
+    return (f"Effect size {DASH} ({BELOW_RESOLUTION}): {spread} is below one test example's worth of accuracy, "
+            f"1/N = {num(1.0 / n_test, 4, sig=True)} (N{NBSP}={NBSP}{n_test:,} test examples), so the seeds agree to "
+            f"within the test set's resolution and a difference divided by that spread is as large as it is "
+            f"arbitrary: {cells}. The difference and its interval stand.")
+
+
 def comparison_table(comp: pd.DataFrame, confidence: float = 0.95, conv: pd.DataFrame | None = None,
-                     alpha: float | None = None) -> pd.DataFrame:
+                     alpha: float | None = None, *, n_test: int | None = None) -> pd.DataFrame:
     """Per compared cell (``stats.compare_to_reference``): n, difference [t CI] (or the raw
     differences when there are too few seeds to test), the exact test, its p and Holm-adjusted p
     (printed on the side of ``alpha`` they fall: ``format.pval``), the verdict with its mark, the
     t-test's p Holm-adjusted over these comparisons only beside it (``t_test_column``), and the
-    effect size [noncentral-t CI]."""
+    effect size [noncentral-t CI] — ``—`` where its spread is below the resolution of a test set of
+    ``n_test`` examples (``below_resolution``; ``effect_size_note`` says so under the table)."""
     pct = level(confidence)
+    coarse = below_resolution(comp, n_test)
     improving = _improving(conv)
     t_col = t_test_column(comp)
     rows = []
-    for _, r in comp.iterrows():
+    for i, r in comp.iterrows():
         if r["paired"]:
             n = f"{int(r['n_pairs'])}{NBSP}pairs"
         else:
             n = f"{int(r['n_cell'])}{NBSP}vs{NBSP}{int(r['n_ref'])}"
         note = _why(r.get("ci_note"))
         es = DASH
-        if finite(r["effect_size"]):
+        if coarse[i]:
+            es = f"{DASH} ({BELOW_RESOLUTION})"
+        elif finite(r["effect_size"]):
             es = f"{_ES.get(r['effect_size_kind'], r['effect_size_kind'])}{NBSP}" + with_ci(
                 r["effect_size"], r["es_ci_low"], r["es_ci_high"], digits=2, sign=True)
         elif r["testable"] and note:
@@ -279,6 +317,9 @@ def power_table(comp: pd.DataFrame, power: float = 0.8) -> pd.DataFrame:
             note = "no spread in these seeds"
         else:
             note = "rough: spread from two seeds" if int(r["n"]) < stats.MIN_N_TEST else ""
+        if not note and not finite(r["power_now"]):  # every blank power says why
+            note = (f"no difference to detect (min_effect {num(r['min_effect'])})"
+                    if not (finite(r.get("min_effect")) and r["min_effect"] > 0) else "power not computable")
         rows.append({
             "cell": str(r["cell_label"]),
             "n": int(r["n"]),
@@ -292,11 +333,46 @@ def power_table(comp: pd.DataFrame, power: float = 0.8) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).rename(columns={"sd": "sd of Δ"})
 
 
+#: Fewest runs at which the few-run table prints the IQM's trimmed-t interval: the fewest at which
+#: ``benchmarks/bench_stats_calibration.py`` measures its coverage (5 and 8 seeds, docs/calibration.md).
+#: At 4 the 25% trim keeps 2 runs, one degree of freedom: an unmeasured interval that spans most of
+#: an accuracy's range (0.320 [0.000, 0.801]).
+IQM_CI_MIN_N = 5
+
+
+def power_floor_note(comp: pd.DataFrame) -> str:
+    """The power table's line where its power is the t-test's and the exact test, which decides,
+    cannot reach α/m at the comparisons' seed counts (its smallest p is above it): its own power there
+    is 0. Empty where every comparison's exact test can reach α/m."""
+    if comp.empty or not {"p_min", "power_alpha"} <= set(comp.columns):
+        return ""
+    floor, at = pd.to_numeric(comp["p_min"], errors="coerce"), pd.to_numeric(comp["power_alpha"], errors="coerce")
+    out = comp[(floor > at) & comp["testable"].astype(bool)]
+    if out.empty:
+        return ""
+    which = "every comparison" if len(out) == int(comp["testable"].sum()) else f"{len(out)} comparisons"
+    return (f"The power is the t-test's: for {which} ({seeds_text(out)}) the exact test, which gives the verdict, "
+            f"cannot give a p below {pval(float(floor[out.index].min()), bound=True)}, above α/m, so its own power "
+            "there is 0 — the seeds column says how many would do.")
+
+
+def few_run_note(few: pd.DataFrame) -> str:
+    """The few-run table's line on the IQMs it prints without their interval (``IQM_CI_MIN_N``)."""
+    n = pd.to_numeric(few["n"], errors="coerce") if "n" in few.columns else pd.Series(dtype=float)
+    if not ((n >= stats.IQM_MIN_N) & (n < IQM_CI_MIN_N)).any():
+        return ""
+    return (f"IQM (n{NBSP}<{NBSP}{IQM_CI_MIN_N}): its interval is not shown below {IQM_CI_MIN_N} runs, the fewest "
+            f"at which its coverage is measured (docs/calibration.md); at {stats.IQM_MIN_N} the quarter trimmed from "
+            f"each end keeps {stats.IQM_MIN_N - 2} runs, one degree of freedom, and its interval would span most of "
+            "the range.")
+
+
 def few_run_table(few: pd.DataFrame, reference_id: str | None, confidence: float = 0.95) -> pd.DataFrame:
     """``stats.few_run_estimates`` for print: per cell n, the mean with its t interval, the
     interquartile mean with its trimmed-t interval — or, below ``stats.IQM_MIN_N`` runs, where it
-    trims nothing, that it is the mean — and the probability of beating the reference with
-    Newcombe's interval. Each header names its interval."""
+    trims nothing, that it is the mean; below ``IQM_CI_MIN_N`` the IQM alone (``few_run_note`` says
+    why) — and the probability
+    of beating the reference with Newcombe's interval. Each header names its interval."""
     pct = level(confidence)
     iqm_col = f"IQM [{pct} trimmed-t CI]"
     rows = []
@@ -304,6 +380,8 @@ def few_run_table(few: pd.DataFrame, reference_id: str | None, confidence: float
         n = int(r["n"])
         if 0 < n < stats.IQM_MIN_N:
             middle = f"the mean (n{NBSP}<{NBSP}{stats.IQM_MIN_N}: nothing trimmed)"
+        elif n < IQM_CI_MIN_N:
+            middle = f"{num(r['iqm'])} (n{NBSP}<{NBSP}{IQM_CI_MIN_N})"  # why: few_run_note
         else:
             middle = with_ci(r["iqm"], r["iqm_ci_low"], r["iqm_ci_high"], why=_why(r.get("iqm_ci_note")))
         rows.append({

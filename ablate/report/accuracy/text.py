@@ -160,6 +160,17 @@ def anova_intro(dropped: dict[str, list[Any]], sequential: bool = False) -> str:
     return text
 
 
+def main_effects_withheld(trials: pd.DataFrame, factors: Sequence[str], design: str) -> str:
+    """The sentence in place of the main-effects figure for a design that is not a full factorial:
+    a level's marginal mean there averages cells that differ in other factors too, so the body shows
+    what the design answers, each cell against the reference."""
+    have, total = stats.factor_combinations(trials, factors)
+    return (f"No main-effects figure: the design ({design}) is not a full factorial — it has {have} of the {total} "
+            "combinations of the factors' levels, so a level's marginal mean would average cells that differ in "
+            "other factors too and mix their effects into its own; what the design answers is each cell against "
+            "the reference, in the per-cell figure below and the comparisons in the appendix.")
+
+
 def no_anova_text(why: str, trials: pd.DataFrame, factors: Sequence[str], summary: pd.DataFrame, design: str,
                   full: bool) -> str:
     """Why there is no ANOVA table (``why`` from ``stats.anova_applicable``), in the design's terms."""

@@ -91,6 +91,8 @@ names_line = acc.names_line(names, channels)
 full = bool(factors) and stats.is_full_factorial(trials, factors)
 if not factors:
     say("No factors were varied: there are no main effects.")
+elif not full:  # marginal means of a one-at-a-time design mix the factors: the appendix keeps them, with why
+    say(acc.main_effects_withheld(trials, factors, res.spec.design))
 else:
     show_figure(acc.main_effects_plot(trials, metric, factors, chance, confidence=confidence, channels=channels),
                 name="main-effects")
@@ -144,9 +146,9 @@ reference_line = f"Reference: **{ref_label}**. α = {alpha:g}; intervals at {fmt
 if comparisons.empty:
     say(reference_line, "There is no other cell to compare with.")
 else:
-    table = acc.comparison_table(acc.named(comparisons, names), confidence, conv, alpha)
+    table = acc.comparison_table(acc.named(comparisons, names), confidence, conv, alpha, n_test=n_test)
     intro = [*acc.comparison_intro(comparisons, alpha), acc.t_test_note(comparisons, len(verdict.family)),
-             reference_line, names_line]
+             acc.effect_size_note(acc.named(comparisons, names), n_test), reference_line, names_line]
     if sequential:  # the seeds were added by the results: no fixed-design p or verdict
         table = table.drop(columns=["test", "p", "p (Holm)", "verdict", acc.t_test_column(comparisons)])
         intro = [reference_line, "A sequential study: the differences and intervals below are descriptive, on the "
@@ -163,12 +165,14 @@ else:
     where = (f"each comparison's share of the sequential design's α (Bonferroni over its {verdict.power_m} "
              "comparisons; a fixed-design t-test's seeds, a guide to the design's size, not its looks' power)"
              if sequential else "Holm's first threshold over the study's family")
-    show(acc.power_table(acc.named(comparisons, names), res.spec.stats.power), name="power", intro=(
+    power_shown, power_every = acc.constant_columns(acc.power_table(acc.named(comparisons, names),
+                                                                    res.spec.stats.power), ["n", "at α/m", "note"])
+    show(power_shown, name="power", intro=(
         f"**Power line.** The power a t-test on this many seeds has to detect a difference of {fmt.num(effect)} "
         f"(the spec's `stats.min_effect`) given the spread observed, and the seeds that would reach "
         f"{res.spec.stats.power:.0%} power (statsmodels' noncentral t), at "
         f"α/{verdict.power_m} = {fmt.pval(comparisons.power_alpha.iloc[0], alpha, bound=True)}, {where}; never fewer than the exact test needs to "
-        "reach it at all."))
+        f"reach it at all. A blank power says why in its note.", acc.power_floor_note(comparisons), power_every))
 
 # %% [markdown]
 # ## Appendix: few-run estimates
@@ -179,9 +183,11 @@ else:
 # interval that covers at a handful of seeds (rliable's percentile bootstrap does not): the t interval of
 # the mean, a trimmed-t interval of the IQM, and Newcombe's score interval of P(cell > reference). From
 # four runs the IQM drops the highest and the lowest, so one odd seed moves it little; below four it trims
-# nothing and is the mean, which the table says. The band of the performance profiles is an exact
-# (Clopper–Pearson) interval at each τ. Intervals need three runs. Beside the tests above, not instead of
-# them.
+# nothing and is the mean, which the table says. Its interval is shown from five runs, the fewest at
+# which its coverage is measured (docs/calibration.md): at four the trim keeps two runs, one degree of
+# freedom, and the interval would span most of the range. The band of the performance profiles is an
+# exact (Clopper–Pearson) interval at each τ. The other intervals need three runs. Beside the tests
+# above, not instead of them.
 
 # %%
 # The figure before the table: the table flows on into the page the figure leaves, where a figure after
@@ -191,7 +197,8 @@ if len(profile):
     show_figure(acc.performance_profile_plot(profile, metric, chance=chance, channels=channels, confidence=confidence),
                 title="Performance profiles: the share of a cell's runs above each score τ", name="profiles")
 few = stats.few_run_estimates(trials, metric, ref_id, confidence)
-show(acc.few_run_table(acc.named(few, names), ref_id, confidence), name="few-run", data=few, intro=names_line)
+show(acc.few_run_table(acc.named(few, names), ref_id, confidence), name="few-run", data=few,
+     intro=[acc.few_run_note(few), names_line])
 
 # %% [markdown]
 # ## Appendix: factor effects
