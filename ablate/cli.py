@@ -74,7 +74,8 @@ def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = 
         if plugins:
             from ablate.models.contract import spec_problems
 
-            if problems := spec_problems(spec):
+            if problems := spec_problems(spec, lambda line: err.print(line, highlight=False, markup=False,
+                                                                      soft_wrap=True)):
                 raise locate(SpecError(problems), spec.origins)
         return spec
     except SpecError as exc:

@@ -22,9 +22,12 @@ import pytest
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The user's cache (the tracking-store template, measured timings) stays out of the tests: each
-    session, and each xdist worker, gets one of its own; the CLI's subprocesses inherit it."""
+    """The user's cache (the tracking-store template, measured timings, passed plug-in checks where
+    $ABLATE_CACHE_DIR is unset) stays out of the tests: each session, and each xdist worker, gets
+    one of its own; the CLI's subprocesses inherit it. The check cache is on whatever the user's
+    shell says, so that a test sees what a user sees."""
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ablate-test-cache-")
+    os.environ.pop("ABLATE_NO_CACHE", None)
 
 
 def free_port() -> int:

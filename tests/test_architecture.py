@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 # worker ← pool, estimate ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
-    ("ablate.stores", "ablate.faults", "ablate.provenance", "ablate.plugins", "ablate.metrics", "ablate.ops", "ablate.optim", "ablate.tasks", "ablate.models.catalogue",
+    ("ablate.stores", "ablate.cache", "ablate.faults", "ablate.provenance", "ablate.plugins", "ablate.metrics", "ablate.ops", "ablate.optim", "ablate.tasks", "ablate.models.catalogue",
      "ablate.report.__init__", "ablate.runner.__init__", "ablate.stats", "ablate.__init__", "ablate.terminal"),
     ("ablate.spec",),
     ("ablate.design", "ablate.tuning", "ablate.models", "ablate.schema", "ablate.schedule"),

@@ -168,3 +168,120 @@ def test_a_report_section_by_path_is_resolved_not_run(plugin: str) -> None:
 def test_plugin_statuses_that_fail_to_load_are_told_apart() -> None:
     assert contract.loads("ok") and contract.loads("ignored: 'rotation' is a built-in parameterisation")
     assert not contract.loads("parameterisation plug-in 'x': cannot import 'x': SyntaxError: invalid syntax")
+
+
+COUNTING = textwrap.dedent('''
+    from ablate.models.parameterisations import ComplexDiagonal
+
+    CALLS = 0
+
+
+    class Counting(ComplexDiagonal):
+        """Counts its system() calls: a check that ran calls it, a remembered one does not."""
+
+        def system(self, scale):
+            global CALLS
+            CALLS += 1
+            return super().system(scale)
+''')
+COUNTER = "my_counting_plugin"
+SMALL = {"d_model": 8, "state_dim": 8, "heads": 2, "layers": 1, "normalisation": "xi"}
+
+
+@pytest.fixture
+def cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The check cache on, under tmp_path, and the counting plug-in importable; its folder."""
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ABLATE_NO_CACHE", raising=False)
+    (tmp_path / f"{COUNTER}.py").write_text(COUNTING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path / "cache" / "checks"
+    sys.modules.pop(COUNTER, None)
+
+
+def checked(parameterisation: str, **model: object) -> tuple[contract.Problems, list[str], int]:
+    """The problems, the lines said and how often the counting plug-in's system() ran (fresh
+    module when the file changed: the test edits it as a researcher would, then imports anew)."""
+    import importlib
+
+    config = {"model": {**SMALL, "parameterisation": parameterisation, **model}, "task": {"name": "listops"}}
+    lines: list[str] = []
+    module = importlib.import_module(COUNTER)
+    before = module.CALLS
+    found = contract.problems([config], say=lines.append)
+    return found, lines, importlib.import_module(COUNTER).CALLS - before
+
+
+def test_a_passed_check_says_what_it_checked_and_is_not_run_again(cached: Path) -> None:
+    from ablate import plugins
+
+    code = plugins.source_hash(plugins.by_path("parameterisation", f"{COUNTER}:Counting"))
+    found, lines, calls = checked(f"{COUNTER}:Counting")
+    assert found == [] and calls > 0
+    assert lines == [f"checked {COUNTER}:Counting (path, code {code}): 1 model — shapes, forward, backward, "
+                     "dynamics, scan = loop = step"]
+    assert len(list(cached.glob("*.json"))) == 1
+    found, lines, calls = checked(f"{COUNTER}:Counting")
+    assert found == [] and calls == 0  # the check did not build the plug-in: system() was never called
+    assert lines == [f"checked {COUNTER}:Counting (path, code {code}): 1 model — shapes, forward, backward, "
+                     "dynamics, scan = loop = step (cached)"]
+    # another model config is another check: the first is still remembered
+    found, lines, calls = checked(f"{COUNTER}:Counting", d_model=16, state_dim=16)
+    assert found == [] and calls > 0 and not lines[0].endswith("(cached)")
+
+
+def test_the_line_says_what_the_check_did(cached: Path) -> None:
+    # Dense has no diagonal form: its check compares the loop with the step, and runs no scan
+    found, lines, _ = checked("ablate.models.parameterisations:Dense")
+    assert found == [] and lines[0].endswith("1 model — shapes, forward, backward, dynamics, loop = step")
+
+
+def test_an_edited_plugin_is_checked_again_and_a_comment_is_no_edit(cached: Path) -> None:
+    assert checked(f"{COUNTER}:Counting")[2] > 0
+    path = cached.parent.parent / f"{COUNTER}.py"
+    path.write_text(COUNTING + "\n# a comment\n")
+    sys.modules.pop(COUNTER)
+    found, lines, calls = checked(f"{COUNTER}:Counting")
+    assert calls == 0 and lines[0].endswith("(cached)")  # the code hash skips comments (ablate.plugins)
+    path.write_text(COUNTING.replace("CALLS += 1", "CALLS += 1\n        CALLS += 0"))
+    sys.modules.pop(COUNTER)
+    found, lines, calls = checked(f"{COUNTER}:Counting")
+    assert found == [] and calls > 0 and not lines[0].endswith("(cached)")
+    assert len(list(cached.glob("*.json"))) == 2
+
+
+def test_a_failed_check_is_never_remembered(cached: Path, plugin: str) -> None:
+    for _ in range(2):
+        found, lines, _ = checked(f"{MODULE}:Raises")
+        assert [message for _, message in found] == [
+            f"parameterisation plug-in '{MODULE}:Raises' (path (no distribution)): system() failed: RuntimeError: "
+            "first line; second line; ABLATE_TRACEBACK=1 shows its traceback"]
+        assert lines == []  # a plug-in that failed is not said to be checked
+    assert not cached.exists() or list(cached.iterdir()) == []
+
+
+def test_an_unreadable_entry_is_ignored_and_overwritten(cached: Path) -> None:
+    checked(f"{COUNTER}:Counting")
+    (entry,) = cached.glob("*.json")
+    for corrupt in ("{not json", '["a", "list"]', '{"checked": "forward"}'):
+        entry.write_text(corrupt)
+        found, lines, calls = checked(f"{COUNTER}:Counting")
+        assert found == [] and calls > 0 and not lines[0].endswith("(cached)")
+        assert entry.read_text() != corrupt
+        assert checked(f"{COUNTER}:Counting")[2] == 0
+
+
+def test_no_cache_checks_every_time_and_keeps_nothing(cached: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABLATE_NO_CACHE", "1")
+    assert checked(f"{COUNTER}:Counting")[2] > 0 and checked(f"{COUNTER}:Counting")[2] > 0
+    assert not cached.exists()
+
+
+def test_the_cache_follows_xdg_without_its_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ablate import cache
+
+    monkeypatch.delenv("ABLATE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.checks_dir() == tmp_path / "xdg" / "ablate" / "checks"
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache.checks_dir() == tmp_path / "mine" / "checks"

@@ -155,6 +155,24 @@ def test_validate_command_exits_2_naming_the_broken_plugin(tmp_path: Path) -> No
         in done.stderr, done.stderr  # a level from the command line is not blamed on the file
 
 
+def test_validate_says_what_it_checked_of_each_plugin_and_checks_it_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(spec_text())
+    env = {**os.environ, "ABLATE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("ABLATE_NO_CACHE", None)
+    cayley, parity = plugins.find("parameterisation", "cayley"), task_entry("parity").plugin
+    said = [f"checked cayley (ablate-cayley 0.1.0, code {plugins.source_hash(cayley)}): 1 model — shapes, forward, "
+            "backward, dynamics, scan = loop = step",
+            f"checked parity (ablate-cayley 0.1.0, code {plugins.source_hash(parity)}): 1 task setting — train, val "
+            "and test splits fit what it declares"]
+    for suffix in ("", " (cached)"):  # the second validate finds both checks passed before
+        done = subprocess.run([*ABLATE, "validate", str(path)], capture_output=True, text=True, timeout=300,
+                              env=env, cwd=tmp_path)
+        assert done.returncode == 0 and done.stdout == "OK plug: 2 cells × 1 seeds\n", done.stderr
+        assert sorted(done.stderr.splitlines()) == [line + suffix for line in said]
+    assert len(list((tmp_path / "cache" / "checks").glob("*.json"))) == 2
+
+
 def test_a_plugin_whose_module_is_not_found_asks_for_its_package_or_its_folder_on_pythonpath(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")

@@ -17,17 +17,22 @@ whose inputs and targets fit what it declares (``ablate.tasks.data``); a metric 
 (``ablate.metrics``) a finite number on a tiny batch. Each broken promise is one
 problem naming the plug-in (its spec name, target and origin) and what it broke; where the
 plug-in's own code raised, ``ABLATE_TRACEBACK=1`` prints its traceback.
+
+A passed check is remembered (``ablate.cache``) and not run again while nothing it depends on
+changes; each plug-in checked gets one line saying what was checked, and ``(cached)`` where a
+remembered pass answered (``problems``' ``say``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ablate import metrics, plugins, terminal
+from ablate import cache, metrics, plugins, terminal
 from ablate.models import catalogue
 
 BATCH, STEPS = 2, 8
@@ -121,9 +126,10 @@ def _finite(t: Any, what: str) -> None:
         raise Broken(f"{what} is not finite")
 
 
-def check_model(model: dict[str, Any]) -> None:
-    """Build the network of ``model`` (a resolved ``ModelSpec`` as a mapping) and exercise it;
-    ``Broken`` on the first broken promise."""
+def check_model(model: dict[str, Any]) -> list[str]:
+    """Build the network of ``model`` (a resolved ``ModelSpec`` as a mapping) and exercise it:
+    what was checked, in order (``shapes``, ``forward``, …, ``scan = loop = step`` where a layer
+    claims a scan, else ``loop = step``); ``Broken`` on the first broken promise."""
     import torch
 
     from ablate.models.network import build_model
@@ -140,6 +146,7 @@ def check_model(model: dict[str, Any]) -> None:
     for k, layer in enumerate(layers):
         with _in_layer(k, len(layers)):
             _check_shapes(layer)
+    done = ["shapes"] if layers else []
     x = torch.randint(1, _Tokens.vocab_size, (BATCH, STEPS))
     with _promise("the forward pass"):
         logits = net(x)
@@ -155,12 +162,14 @@ def check_model(model: dict[str, Any]) -> None:
     for name, p in net.named_parameters():
         if p.grad is not None:
             _finite(p.grad, f"the gradient of {name}")
+    done += ["forward", "backward"]
     for k, layer in enumerate(layers):
         with _in_layer(k, len(layers)):
-            _check_layer(layer)
+            done += [d for d in _check_layer(layer) if d not in done]
+    return done
 
 
-def check_init(model: dict[str, Any]) -> None:
+def check_init(model: dict[str, Any]) -> list[str]:
     """The init scheme of ``model`` (``ablate.models.inits.InitScheme``) built from its spec:
     magnitudes in (0, 1) — every parameterisation takes log(−log |λ|) — phases of the asked shape,
     finite, and two positive standard deviations for B and C. ``Broken`` on the first broken promise."""
@@ -191,6 +200,7 @@ def check_init(model: dict[str, Any]) -> None:
         stds = tuple(float(v) for v in scheme.io_std(d_model, state_dim))
     if len(stds) != 2 or not all(0 < v < float("inf") for v in stds):
         raise Broken(f"io_std() gives {stds}, not two positive finite standard deviations (of B and C)")
+    return ["magnitudes in (0, 1)", "phases", "io_std"]
 
 
 def _check_bases(model: dict[str, Any]) -> None:
@@ -375,7 +385,8 @@ def _first_non_finite(layers: list[Any]) -> str:
             "part of the network made it non-finite")
 
 
-def _check_layer(layer: Any) -> None:
+def _check_layer(layer: Any) -> list[str]:
+    """``dynamics`` and which outputs agree (``scan = loop = step`` or ``loop = step``)."""
     import torch
 
     own = {id(p) for p in layer.parameters()}
@@ -414,10 +425,12 @@ def _check_layer(layer: Any) -> None:
             raise Broken(f"step() and the sequential loop disagree (largest difference {gap:.2g} of the "
                          f"output's scale; at most {AGREE:g})")
     layer.mode = layer.modes[0]
+    return ["dynamics", "scan = loop = step" if layer.parallel else "loop = step"]
 
 
-def check_task(task: dict[str, Any]) -> None:
-    """Generate the task (``ablate.tasks.load_task``: cached) and check what it yields."""
+def check_task(task: dict[str, Any]) -> list[str]:
+    """Generate the task (``ablate.tasks.load_task``: cached) and check what it yields: what was
+    checked (each split's inputs and targets)."""
     from ablate.tasks import load_task
     from ablate.tasks.data import IGNORE
 
@@ -436,46 +449,118 @@ def check_task(task: dict[str, Any]) -> None:
         want = 1 if info.output_kind == "classification" else 2
         if y.dim() != want:
             raise Broken(f"split {split!r}: {info.output_kind} targets must have {want} dimension(s), not {y.dim()}")
+    return ["train, val and test splits fit what it declares"]
+
+
+@dataclass
+class _Tally:
+    """What was checked of one plug-in across the configs: how many distinct ``noun``s (models,
+    task settings), which checks, how many of those a remembered pass answered, what it checked."""
+
+    plugin: plugins.Plugin
+    noun: str
+    count: int = 0
+    checks: int = 0
+    cached: int = 0
+    done: list[str] = field(default_factory=list)
+    failed: bool = False
+
+    def line(self) -> str:
+        """``checked NAME (distribution version, code HASH): N models — forward, …`` (cached)."""
+        try:
+            ident = plugins.identity(self.plugin)
+            origin = f"{ident.get('distribution', 'path')}, code {ident['code']}"
+        except plugins.PluginError:
+            origin = self.plugin.origin
+        counted = f"{self.count} {self.noun}{'' if self.count == 1 else 's'} — " if self.count else ""
+        cached = ("" if not self.cached else " (cached)" if self.cached == self.checks
+                  else f" ({self.cached} of {self.checks} checks cached)")
+        return f"checked {self.plugin.name} ({origin}): {counted}{', '.join(self.done)}{cached}"
+
+
+def _checked(check: Callable[[], list[str]], what: str, config: Any, used: list[plugins.Plugin],
+             tallies: dict[tuple[str, str], _Tally], noun: str = "") -> None:
+    """Run ``check`` unless an identical check passed before (``ablate.cache``: keyed by the
+    plug-ins' identities, ``config`` and ablate's and torch's versions) and tally it for each plug-in
+    of ``used``; a failure (``Broken``, ``PluginError``) marks them failed, propagates and is not kept."""
+    from ablate.design.identity import CODE_VERSION
+
+    tally = [tallies.setdefault((p.kind, p.name), _Tally(p, noun)) for p in used]
+    try:
+        entry: str | None = cache.key({"check": what, "config": config, "code_version": CODE_VERSION,
+                                       "plugins": [plugins.identity(p) for p in used]})
+    except plugins.PluginError:  # no source file to hash: checked every time, and the check says why
+        entry = None
+    record = cache.recall(entry) if entry is not None else None
+    done = record.get("checked") if record is not None else None
+    hit = isinstance(done, list) and all(isinstance(d, str) for d in done)
+    if not hit:
+        try:
+            done = check()
+        except (Broken, plugins.PluginError, ValueError):
+            for t in tally:
+                t.failed = True
+            raise
+        if entry is not None:
+            cache.remember(entry, {"check": what, "checked": done})
+    for t in tally:
+        t.noun = noun or t.noun  # an init plug-in's scheme check counts no model; its networks' checks do
+        t.checks, t.cached, t.count = t.checks + 1, t.cached + hit, t.count + bool(noun)
+        t.done += [d for d in done or () if d not in t.done]
 
 
 def problems(configs: Iterable[dict[str, Any]],
-             where: Callable[[dict[str, Any], str], str] = _as_written) -> Problems:
+             where: Callable[[dict[str, Any], str], str] = _as_written,
+             say: Callable[[str], None] | None = None) -> Problems:
     """(key path, message) for every broken promise of a plug-in in these resolved cell configs,
-    each distinct model and task checked once; empty when no config uses a plug-in. ``where``:
-    the key path in the spec that set a config's setting (default: the setting's own path)."""
+    each distinct model and task checked once (or not at all where an identical check passed
+    before: ``ablate.cache``); empty when no config uses a plug-in. ``where``: the key path in the
+    spec that set a config's setting (default: the setting's own path). ``say``: given one line
+    per plug-in whose checks all passed, saying what was checked (``_Tally.line``)."""
     from ablate.tasks.registry import plugin_of
 
     out: Problems = []
     seen: set[str] = set()
     broken_inits: set[str] = set()
+    tallies: dict[tuple[str, str], _Tally] = {}
     for config in configs:
         model, task = config["model"], config["task"]
         levels = _plugin_levels(model)
+        used = [lvl.plugin for _, lvl in levels if lvl.plugin is not None]
         key = repr(sorted(model.items(), key=lambda kv: kv[0]))
         if levels and key not in seen:
             seen.add(key)
             # an init scheme is checked once per scheme and size, and a broken one is reported
             # as its own (not as the failure of every network built from it)
             init = next((lvl.plugin for path, lvl in levels if path == INIT_PATH), None)
-            ikey = repr((sorted((model.get("init") or {}).items()), model.get("d_model"), model.get("state_dim")))
+            init_config = {"init": model.get("init") or {}, "d_model": model.get("d_model"),
+                           "state_dim": model.get("state_dim")}
+            ikey = repr((sorted(init_config["init"].items()), model.get("d_model"), model.get("state_dim")))
             if init is not None and ikey not in seen:
                 seen.add(ikey)
                 try:
-                    check_init(model)
+                    _checked(functools.partial(check_init, model), "init", init_config, [init], tallies)
                 except (Broken, plugins.PluginError) as exc:
                     out.append((where(config, INIT_PATH), _report(_who(init), exc)))
                     broken_inits.add(ikey)
             if init is None or ikey not in broken_inits:
                 try:
-                    check_model(model)
+                    _checked(functools.partial(check_model, model), "model", model, used, tallies, "model")
                 except (Broken, plugins.PluginError) as exc:
-                    who = " with ".join(_who(lvl.plugin) for _, lvl in levels if lvl.plugin is not None)
+                    who = " with ".join(_who(p) for p in used)
                     out.append((where(config, levels[0][0]), _report(who, exc)))
         for name in config.get("train", {}).get("metrics") or ():
             if f"metric:{name}" not in seen:
                 seen.add(f"metric:{name}")
                 try:
-                    metrics.check(name)
+                    metric = [metrics.plugin(name)]
+                except ValueError:  # a built-in metric: checked, not a plug-in to tally or remember
+                    metric = []
+                try:
+                    if metric:
+                        _checked(functools.partial(_check_metric, name), "metric", name, metric, tallies)
+                    else:
+                        metrics.check(name)
                 except (plugins.PluginError, ValueError) as exc:
                     out.append((where(config, "train.metrics"), str(exc)))
         tkey = repr(sorted(task.items()))
@@ -483,13 +568,22 @@ def problems(configs: Iterable[dict[str, Any]],
         if task_plugin is not None and tkey not in seen:
             seen.add(tkey)
             try:
-                check_task(task)
+                _checked(functools.partial(check_task, task), "task", task, [task_plugin], tallies, "task setting")
             except (Broken, plugins.PluginError) as exc:
                 out.append((where(config, "task.name"), _report(_who(task_plugin), exc)))
+    if say is not None:
+        for tally in tallies.values():
+            if not tally.failed:
+                say(tally.line())
     return out
 
 
-def spec_problems(spec: Any) -> Problems:
+def _check_metric(name: str) -> list[str]:
+    metrics.check(name)
+    return ["a finite value on 8 rows of 3 classes"]
+
+
+def spec_problems(spec: Any, say: Callable[[str], None] | None = None) -> Problems:
     """``problems`` of every cell of a validated spec (``ablate.spec.Spec``), then of its report
     sections: each resolved (imported, its attribute found) but not run, as it needs the study's
     results — so a misspelt ``pkg.mod:nope`` is found here, not after the other reports render."""
@@ -503,7 +597,7 @@ def spec_problems(spec: Any) -> Problems:
     def where(config: dict[str, Any], path: str) -> str:  # the level that set it, else the baseline's key
         return setting_where(factors, labels.get(id(config), {}), path) or path
 
-    return problems((cell.config for cell in grid), where) + section_problems(spec.report_names)
+    return problems((cell.config for cell in grid), where, say) + section_problems(spec.report_names)
 
 
 def section_problems(names: Iterable[str]) -> Problems:
