@@ -26,8 +26,8 @@ import pandas as pd
 from ablate import results, stats
 from ablate.report import accuracy as acc
 from ablate.report import format as fmt
+from ablate.report import provenance_tables, verdicts
 from ablate.report import sequential_section as seqrep
-from ablate.report import verdicts
 from ablate.report.display import chunks, export_table, export_to, say, show, show_figure, show_text
 from ablate.report.plotting import Channels
 
@@ -52,6 +52,7 @@ name = fmt.metric_name(metric)
 sequential = res.spec.sequential is not None
 labels = dict(zip(trials.cell_id, trials.cell_label, strict=False))
 say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
+say(*provenance_tables.dirty_lines(res.provenance()))  # code not recorded: said before any verdict
 
 # %% [markdown]
 # ## The answer

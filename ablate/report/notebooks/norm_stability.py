@@ -33,6 +33,7 @@ df = sn.prepare(res.curves, res.trials)
 order = sn.variants(df, res.trials) if len(df) else []
 fig_order, key = ns.short_order(order)  # compact labels for figures: "rotation · xi · 4"
 say(*ns.header_lines(res, trials, order, key))
+say(*provenance_tables.dirty_lines(res.provenance()))  # code not recorded: said before any verdict
 
 # A sequential study's seeds depended on its results: its comparisons are the sequential design's, and
 # no fixed-design p-value is printed.
@@ -62,8 +63,7 @@ comp, anova, anova_why, effects = (verdict.norm_comparisons, verdict.norm_anova,
 # ## The answer
 
 # %%
-say(verdicts.answer_lead(verdict, "norm_stability"))  # a sequential study's page: its comparisons, no factor rows
-verdicts.show_answer(verdict, confidence)
+verdicts.show_answer(verdict, confidence, "norm_stability")  # the answer in words, then the table
 
 # %% [markdown]
 # ## Summary
