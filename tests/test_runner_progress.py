@@ -523,8 +523,9 @@ def test_a_view_whose_workers_were_signalled_ends_saying_it_stopped(study):
 def test_an_item_resuming_a_checkpoint_says_from_which_step_in_its_start_line(study, tmp_path):
     """A killed attempt's item resumes from its checkpoint: its worker records the step with its
     start (``progress.start_attrs``), and the start line says so — seen running, or only finished.
-    A re-queued copy holds its predecessor's attributes, that attempt's worker and step included,
-    until its own start: no start line (nor row) for it before, as it read "on" the dead worker."""
+    A re-queued copy carries none of its predecessor's attempt (``queue.ATTEMPT_ATTRS``); one
+    queued before that, in a stored study, holds the dead worker and its step until its own start:
+    no start line (nor row) for it before, as it read "on" the dead worker."""
     import torch
 
     attempt = progress.ATTEMPT
@@ -542,7 +543,9 @@ def test_an_item_resuming_a_checkpoint_says_from_which_step_in_its_start_line(st
     with view:
         view.poll()
         copy = queue.claim(study, where={"item": queue.trial(study, killed.number).user_attrs["item"]})
-        assert copy.number != killed.number and queue.trial(study, copy.number).user_attrs["worker"] == "dead:1"
+        assert copy.number != killed.number and not {"worker", attempt, "step"} & set(
+            queue.trial(study, copy.number).user_attrs)
+        queue.beat(study, copy.number, {"worker": "dead:1", attempt: killed.number, "step": 300})  # as queued before
         snap = view.poll()
         assert [r.worker for r in snap.items] == ["?"] and view.frame is not None and view.frame.others == 0
         queue.beat(study, copy.number, {"worker": "host:1", **progress.start_attrs(copy.number, tmp_path / "ckpt.pt")})

@@ -294,6 +294,42 @@ def test_reads_and_writes_across_the_studies_of_a_storage(tmp_path):
     assert again.user_attrs == {"item": "z2", "cell_id": "c9", "dropped": {"why": "test"}}
 
 
+def test_a_requeued_copy_carries_its_item_and_none_of_its_failed_attempt(tmp_path):
+    """A re-queued copy is its item again: the item's identity, the setting its attempt chose and
+    what resuming that attempt's checkpoint reads (lineage, a pruner's reports); not the attempt's
+    worker, start, progress, MLflow run or outcome, which stay on the failed trial (the reports')."""
+    from ablate.runner import progress, reuse
+    from ablate.runner import study as st
+    from ablate.runner.items import BUDGET, EXTENDED_FROM, RETRIED
+
+    item = {"item": "c1/replicate/0-80", "cell_id": "c1", "cell_label": "LRU", "seed": 0, "phase": "replicate",
+            "settings": {"model": "LRU"}, "config": {"train": {"steps": 80}}, "config_key": "k1",
+            "code_version": "v1", "spec_hash": "h1", "tune": {"objective": {"metric": "val_accuracy"}},
+            "after_tune": True, BUDGET: 80, EXTENDED_FROM: {"number": 3, "steps": 40}}
+    resumed = {"params": {"train.lr": 0.01}, "tuned_from": "c1/tune/2 (val_accuracy 0.9)",
+               "continued_from": {"label": "LRU", "cell": "c1", "seed": 0, "step": 30},
+               "checkpoint_warning": "kept checkpoint damaged — trains from step 0",
+               "intermediate": {"20": 0.5}, "pruner_attrs": {"completed_rung_0": 0.5}}
+    attempt = {"worker": "dead:1", progress.ATTEMPT: 0, "provenance": {"ablate.host": "dead"},
+               "mlflow_run_id": "r1", "accumulate": 2, "step": 30, "last_val": {"accuracy": 0.5}, "resumed_at": 10}
+    outcome = {"status": "failed", "failure_kind": "oom", "failure_message": "CUDA out of memory",
+               "traceback": "Traceback (most recent call last): …"}
+    study = optuna.create_study(study_name="copy", storage=storage(f"sqlite:///{tmp_path / 'optuna.db'}"))
+    queue.enqueue(study, item)
+    trial = claim(study)
+    queue.set_running_attrs(study, trial, {**resumed, **attempt})
+    queue.finish(study, trial, TrialState.FAIL, outcome)
+    queue.requeue(study, trial.number, max_retry=2)
+    copy = claim(study)
+    assert queue.trial(study, copy.number).user_attrs == {**item, **resumed}
+    assert queue.trial(study, trial.number).user_attrs == {**item, **resumed, **attempt, **outcome}
+    assert queue.trial(study, copy.number).system_attrs["retry_history"] == [trial.number]
+    # What other modules keep as an item's is never dropped; what marks one attempt always is.
+    assert not set(queue.ATTEMPT_ATTRS) & {*reuse.IDENTITY, *st.EXTENSION_CARRIES}
+    assert {progress.ATTEMPT, RETRIED, *st.KILLED_ATTRS, *reuse.NOT_LINKED} - {"dropped", "spec_hash"} <= set(
+        queue.ATTEMPT_ATTRS)
+
+
 def test_requeue_copies_parameters_and_warns_nothing(tmp_path):
     """The re-queue is our own copy through Study.add_trial: no experimental or deprecated Optuna
     class (its callback is experimental; RetryFailedTrialCallback goes in Optuna 6)."""

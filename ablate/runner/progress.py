@@ -49,7 +49,7 @@ from ablate.runner.items import DROPPED, counts
 # Seconds between two looks at the store, and between status lines in a pipe when nothing happens.
 POLL_S = 1.0
 QUIET_LINE_S = 60.0
-ATTEMPT = "attempt"  # whose start it is: a re-queued copy holds its predecessor's attributes until its own
+ATTEMPT = "attempt"  # whose start it is: copies queued before queue.ATTEMPT_ATTRS hold their predecessor's
 
 
 @dataclass

@@ -325,16 +325,34 @@ def fail_running(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> 
         return False
 
 
+# The user attributes of a failed trial that describe its attempt, not its item: a re-queued copy
+# does not carry them. Carried, they read as the copy's own until its worker overwrote them (the
+# live view showed the dead worker and its step, the ETA priced that step at the copy's elapsed
+# time, results showed a waiting item's predecessor's failure, traceback, MLflow run and host).
+# A deny-list: what the copy must keep is open-ended (the item, ``items.item_attrs`` with the
+# design's ``extra_attrs``; the setting its attempt chose, a tuning trial's ``params`` and
+# ``config``; what resuming its checkpoint reads, ``continued_from``, ``checkpoint_warning``, a
+# pruner's ``intermediate``), and one of those forgotten would resume a checkpoint under another
+# setting, where an attempt attribute forgotten here only shows stale. The failed trial keeps its own.
+ATTEMPT_ATTRS = (
+    "worker", "attempt", "provenance", "mlflow_run_id", "accumulate",  # who ran it, where, how (progress.ATTEMPT)
+    "step", "last_val", "resumed_at",  # its progress (the heartbeat's, the start's)
+    "status", "failure_kind", "failure_message", "traceback", "retried",  # its outcome and its mark (items.RETRIED)
+)
+
+
 def requeue(study: optuna.Study, number: int, max_retry: int | None) -> None:
-    """Enqueue a WAITING copy of a failed trial (its user attributes, parameters and retry
-    history), unless it has already been retried ``max_retry`` times (None: no bound)."""
+    """Enqueue a WAITING copy of a failed trial (its user attributes but ``ATTEMPT_ATTRS``, its
+    parameters and retry history), unless it has already been retried ``max_retry`` times (None:
+    no bound)."""
     frozen = cache_of(study).get_trial(trial_id_of(study, number))
     system_attrs: dict[str, Any] = {"failed_trial": number, **frozen.system_attrs}
     system_attrs["retry_history"] = [*system_attrs.get("retry_history", []), number]
     if max_retry is not None and max_retry < len(system_attrs["retry_history"]):
         return
+    user_attrs = {k: v for k, v in frozen.user_attrs.items() if k not in ATTEMPT_ATTRS}
     study.add_trial(optuna.create_trial(state=TrialState.WAITING, params=frozen.params,
-                                        distributions=frozen.distributions, user_attrs=frozen.user_attrs,
+                                        distributions=frozen.distributions, user_attrs=user_attrs,
                                         system_attrs=system_attrs))
 
 

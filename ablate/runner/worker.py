@@ -228,8 +228,8 @@ def _train_item(
     # An extension (until_converged) has its own: the run it extends may have left one behind.
     extension = f"-{attrs[BUDGET]}" if attrs.get(BUDGET) else ""
     checkpoint = current.checkpoint = checkpoint_dir() / study.study_name / f"{attrs['item'].replace('/', '-')}{extension}.pt"
-    # A retry inherits its predecessor's attributes: its outcome's are cleared; the start says whose it is
-    # and the step it resumes from (its start line). One transaction (each its own takes the lock again).
+    # A copy queued before queue.ATTEMPT_ATTRS holds its predecessor's outcome: cleared; the start says whose
+    # it is and the step it resumes from (its start line). One transaction (each its own takes the lock again).
     start: dict[str, Any] = {key: None for key in ("status", "failure_kind", "failure_message", "traceback", "resumed_at")
                              if trial.user_attrs.get(key) is not None}
     start.update(worker=worker_id(), provenance=provenance.record(device), **progress.start_attrs(trial.number, checkpoint))
