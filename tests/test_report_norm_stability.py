@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -409,3 +410,14 @@ def test_a_one_at_a_time_design_shows_no_marginal_means_and_names_no_factor_anal
     assert "No marginal means or interaction figures: the design is not a full factorial" in text
     assert "Table 4." not in text and "Figure 4" not in text and "factor analysis" not in text
     assert "the design is not a full factorial: it has 5 of the 12 combinations" in text
+
+
+def test_the_header_counts_the_probe_batch_check_over_the_runs_it_covers() -> None:
+    """rotrnn_norm_stability's tuning trials probed too: 56 runs checked, 48 replicate runs analysed."""
+    from ablate.report import norm_tables
+    from ablate.results.exports import read_export
+
+    res = read_export(Path(__file__).resolve().parents[1] / "reports" / "rotrnn_norm_stability" / "data")
+    lines = norm_tables.header_lines(res, res.trials.to_pandas(), [])
+    assert "Probe batch identical across all 56 runs (tuning trials included; 48 analysed): **yes**." in lines
+    assert lines[1].endswith("(eval mode); a white-noise probe of 32 sequences (seed 0).")

@@ -81,12 +81,15 @@ def header_lines(res: Any, trials: pd.DataFrame, order: Order, key: str = "") ->
     lines = [f"**Study** `{res.study}` · spec hash `{res.spec_hash}` · {len(trials)} trials · {done} complete · "
              f"{len(order)} variants with probe data",
              f"Probes: every {probes.every} steps and at the end, on the first {probes.batch} validation examples "
-             f"(eval mode); white-noise probe {'on' if probes.white_noise else 'off'} "
-             f"({probes.white_noise_batch} sequences, seed {probes.white_noise_seed})."]
+             "(eval mode); " + (f"a white-noise probe of {probes.white_noise_batch} sequences (seed "
+                                f"{probes.white_noise_seed})." if probes.white_noise else "no white-noise probe.")]
     batch = sn.probe_batch_check(res.metrics)
     if batch is not None:
         runs, same = batch
-        lines.append(f"Probe batch identical across all {runs} runs: "
+        # Counted over every run that probed, tuning trials too: more than the analyses' replicate runs.
+        analysed = int((trials["phase"] == "replicate").sum()) if "phase" in trials else len(trials)
+        which = f"all {runs} runs" + (f" (tuning trials included; {analysed} analysed)" if runs > analysed else "")
+        lines.append(f"Probe batch identical across {which}: "
                      f"**{'yes' if same else 'NO — cells differ in their task; compare with care'}**.")
     if key:
         lines.append(f"Figures label variants by their levels of: **{key}**.")
@@ -556,7 +559,9 @@ def anova_grid(anova: pd.DataFrame, tested: bool = True) -> pd.DataFrame:
 def check_table(check: pd.DataFrame) -> pd.DataFrame:
     """``stats.norms.theory_check`` for print."""
     return pd.DataFrame({
-        "variant": check["variant"], "when": check["when"] + " (step " + check["step"].astype(str) + ")",
+        "variant": check["variant"],
+        "when": [f"{w} (step {b:,})" if a == b else f"{w} (steps {a:,}–{b:,})"
+                 for w, a, b in zip(check["when"], check.get("step_first", check["step"]), check["step"], strict=True)],
         "probe batch, last t": check["probe_last"].map(_sig), "white noise, last t": check["noise_last"].map(_sig),
         "theory, last t": check["theory_last"].map(_sig), "noise / theory": check["noise_over_theory"].map(_sig),
         "stationary theory": check["stationary"].map(_sig),

@@ -627,25 +627,29 @@ def main_effects(seeds: pd.DataFrame, factors: Sequence[str], confidence: float 
 
 
 def theory_check(df: pd.DataFrame, order: Order) -> pd.DataFrame:
-    """Per variant, at the first and last probe step: ‖x_t‖² at the last t on white-noise input,
-    on the probe batch, the theory, and the stationary theory (means over seeds, layers, heads).
+    """Per variant, at the first probe step and at each run's last: ‖x_t‖² at the last t on
+    white-noise input, on the probe batch, the theory, and the stationary theory (means over seeds,
+    layers, heads). Runs stopped early end at different steps; "end" is each run's own last probe,
+    ``step_first`` to ``step`` the range they span (the variant's last step alone held only the
+    runs that reached it).
 
-    Columns: ``cell_id``, ``variant``, ``when`` (``init`` / ``end``), ``step``, ``probe_last``,
-    ``noise_last``, ``theory_last``, ``noise_over_theory``, ``stationary``."""
+    Columns: ``cell_id``, ``variant``, ``when`` (``init`` / ``end``), ``step_first``, ``step``,
+    ``probe_last``, ``noise_last``, ``theory_last``, ``noise_over_theory``, ``stationary``."""
     rows = []
     for cid, label in order:
         sub = df[df["cell_id"] == cid]
         if sub.empty:
             continue
-        for when, step in zip(("init", "end"), edge_steps(sub), strict=True):
-            at = sub[sub["step"] == step]
+        last = sub.groupby("seed")["step"].transform("max")
+        for when, at in (("init", sub[sub["step"] == edge_steps(sub)[0]]), ("end", sub[sub["step"] == last])):
+            first, step = int(at["step"].min()), int(at["step"].max())
 
             def mean(kind: str, quantity: str, at: pd.DataFrame = at) -> float:
                 v = at.loc[(at["kind"] == kind) & (at["quantity"] == quantity), "value"].to_numpy(float)
                 return float(v.mean()) if v.size else np.nan
 
             noise, theory = mean("white_noise", "norm_sq_last"), mean("theory", "norm_sq_last")
-            rows.append({"cell_id": cid, "variant": label, "when": when, "step": step,
+            rows.append({"cell_id": cid, "variant": label, "when": when, "step_first": first, "step": step,
                          "probe_last": mean("probe", "norm_sq_last"), "noise_last": noise, "theory_last": theory,
                          "noise_over_theory": noise / theory if theory and np.isfinite(theory) else np.nan,
                          "stationary": mean("theory", "norm_sq_stationary")})
