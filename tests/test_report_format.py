@@ -166,3 +166,10 @@ def test_a_line_never_begins_with_a_relation_sign():
 def test_a_table_cell_never_begins_a_line_with_a_relation_sign():
     html = fmt.table_html(pd.DataFrame({"note": ["IQM = mean (n < 4: nothing to trim)"]}))
     assert "IQM\u00a0= mean (n\u00a0< 4" in html.replace("&lt;", "<")
+
+
+def test_significant_digits_print_an_integer_below_a_million_not_e_notation() -> None:
+    assert fmt.num(2412.7, 3, sig=True) == "2410" and fmt.num(-38512, 3, sig=True) == "−38500"
+    assert fmt.ci(2412.7, 3851.2, 3, sig=True) == "[2410,\u00a03850]"
+    assert fmt.num(2.5e6, 3, sig=True) == "2.5e+06" and fmt.num(0.000123, 3, sig=True) == "0.000123"
+    assert fmt.num(12.345, 3, sig=True) == "12.3"

@@ -256,6 +256,11 @@ def test_an_interaction_figure_draws_each_level_in_its_channel():
     table = sn.stability(ps, sn.layer_norms(df), sn.variants(df))
     assert drawn == pytest.approx(sorted(table[sn.VALUE["depth"]]), rel=1e-9)
     assert "over layers (mean √CV)²" in fig._supylabel.get_text().replace("\n", " ")
+    # Layers as a factor: CV over layers exists at 4 layers only, one level on that axis, so no panel for it.
+    one = {k: v[:, :1] if k.endswith("-1") else v for k, v in values.items()}
+    ps1 = sn.per_seed(sn.layer_norms(curve_frame(one)), trials)
+    titles = [ax.get_title() for ax in nf.interaction_figure(ps1, "m.p", "m.h", channels).axes if ax.get_title()]
+    assert titles == [ns.COLUMN_WORDS[m] for m in ("training", "final")]
 
 
 def test_a_measure_the_reference_lacks_names_the_factor_analysis_only_where_it_ran():

@@ -81,7 +81,8 @@ def finite(x: Any) -> bool:
 
 
 def num(x: Any, digits: int = 3, *, sig: bool = False) -> str:
-    """``x`` with ``digits`` decimals (``sig``: significant digits); ``—`` for missing; ``±∞``."""
+    """``x`` with ``digits`` decimals (``sig``: significant digits, an integer below a million:
+    ``2410``, not ``2.41e+03``); ``—`` for missing; ``±∞``."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return DASH
     try:
@@ -93,6 +94,10 @@ def num(x: Any, digits: int = 3, *, sig: bool = False) -> str:
     if math.isinf(v):
         return "∞" if v > 0 else "−∞"
     text = f"{v:.{digits}g}" if sig else f"{v:.{digits}f}"
+    if sig and "e+" in text and abs(v) < 1e6:
+        # 2410, not 2.41e+03: a reader compares it at a glance with 744, and an interval of two such
+        # numbers fits a column (in e-notation it split the norm report's Table 1 in two).
+        text = f"{float(text):.0f}"
     return text.replace("-", "−")
 
 

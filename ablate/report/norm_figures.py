@@ -355,7 +355,10 @@ def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels
     scaled = {m: sn.mean_scale(seeds, m) for m in measures}
     shown = [m for m, (data, col, _) in scaled.items() if np.isfinite(data[col].to_numpy(float)).any()]
     tables = {m: stats.interaction_table(scaled[m][0], scaled[m][1], f1, f2, confidence) for m in shown}
-    tables = {m: t for m, t in tables.items() if not t.empty and t["mean"].notna().any()}
+    # A measure some levels lack (CV over layers at one layer) can leave one level on an axis: no
+    # interaction to draw there, only a lone point per line.
+    tables = {m: t for m, t in tables.items()
+              if all(t.loc[t["mean"].notna(), f].nunique() > 1 for f in (f1, f2))}
     with plotting.style():
         ncols = max(1, min(2, len(tables)))
         nrows = max(1, math.ceil(len(tables) / ncols))
