@@ -1,7 +1,7 @@
 """Reports of an 18- and a 48-cell study (tests/synthetic_study.py: a committed export's real runs
 dealt out to a larger grid, no training): the answer on page one, both reports within their page
 budgets (the norm report's body ≤ 8 pages and whole ≤ 12, the accuracy report's body ≤ 3 and whole
-≤ 10 at 18 cells), and a 48-cell study rendered in one pass with every page passing the page checker,
+≤ 11 at 18 cells), and a 48-cell study rendered in one pass with every page passing the page checker,
 none of them (but the last) less than half full.
 
 Figure-level checks at 4–48 cells (empty axes, overlapping text) are tests/test_report_figures.py."""
@@ -19,7 +19,8 @@ from ablate.report.render import render
 #: The norm report's page budget at 18 cells (issue 42): the answer and the body, then appendices.
 BODY_PAGES, ALL_PAGES = 8, 12
 #: The accuracy report's at 18 cells: the answer, the summary and its two figures, then every table in an appendix.
-ACCURACY_BODY_PAGES, ACCURACY_PAGES = 3, 10
+#: 11 pages, not 10, since page one says its answer in sentences above the table (the review's first request).
+ACCURACY_BODY_PAGES, ACCURACY_PAGES = 3, 11
 #: A page (but the last) filled less than this far down is mostly empty: a figure too tall for the rest of the
 #: page before it, or two half-page figures that do not share one.
 MIN_FILL = 0.5
@@ -53,7 +54,8 @@ def test_the_18_cell_accuracy_report_keeps_its_page_budget(eighteen: Path) -> No
     assert len(text) <= ACCURACY_PAGES, f"{len(text)} pages"
     body = next(i for i, page in enumerate(text) if has(page, "Appendix: cells"))  # the first appendix
     assert body < ACCURACY_BODY_PAGES, f"the body runs to page {body + 1}"
-    assert has(text[1], "Summary") and has(text[1], "Main effects")  # the summary and a figure on page two
+    assert has(text[1], "Summary")  # the summary on page two, its figures by page three
+    assert any(has(page, "Main effects") for page in text[1:3])
     # Nothing lost: every table of the report is in an appendix, after the body.
     for table in ("Test accuracy per cell", "Every row:", "Power line", "IQM", "marginal mean", "Analysis of variance",
                   "still improving", "Appendix: tuning", "Appendix: against published numbers", "Appendix: failures"):

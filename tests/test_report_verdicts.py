@@ -210,16 +210,18 @@ def test_page_one_says_the_answer_in_words_with_the_tables_numbers() -> None:
     p_adj = v.anova.loc[v.anova["term"] == A, "p_adj"].iloc[0]
     assert f"({means}; p (Holm) {fmt.p_is(p_adj)})" in said
     quiet = v.anova.loc[v.anova["term"] == B, "p_adj"].iloc[0]
-    assert f"Significant on no measure: **{B}** (p (Holm) {fmt.pval(quiet)})." in words
+    assert f"Significant on no measure: **{B}** (p (Holm) {fmt.pval(quiet)}); no two-way interaction is " \
+           "significant on any measure (1 tested)." in words
     comparisons = table.loc[table["question"].str.contains(" vs "), column]
     k_sig, k_und = comparisons.str.contains("SIGNIFICANT").sum(), comparisons.str.contains("undecided").sum()
     assert k_sig and k_und
     last = words[-1]
     assert last.startswith(f"Against the reference **{v.labels[v.reference[0]]}**, {k_sig} of {len(comparisons)} "
                            "comparisons are significant") and last.endswith(f"; {k_und} undecided.")
-    # Each significant comparison cell prints its p (Holm); an undecided one says what its seeds are for.
+    # Each significant comparison cell prints its p (Holm); the key says what an undecided one's seeds are for.
     assert all("SIGNIFICANT (p " in c for c in comparisons if "SIGNIFICANT" in c)
-    assert all(c.endswith("seeds for ±0.001)") for c in comparisons if "undecided (~" in c)
+    assert "N is the seeds per cell at which the power line (`stats.power`) would detect that smallest effect " \
+           "(±0.001 or 1.25×)" in verdicts.answer_intro(v)
 
 
 def test_the_words_say_when_nothing_is_tested_or_everything_is_equivalent() -> None:
@@ -249,3 +251,14 @@ def test_a_sequential_page_counts_its_declared_comparisons_by_their_valid_decisi
     v.sequential_beside = beside.iloc[1:]
     assert verdicts.answer_sentences(v)[0].startswith("Of the 2 comparisons the sequential design declared, none is "
                                                       "significant and 1 futile")
+
+
+def test_two_cells_are_one_comparison_not_also_a_factor_test() -> None:
+    """A factor test of two cells repeats their one comparison, unpaired, and doubles its place in the family."""
+    trials = factorial(effect_a=0.05, seeds=6, sd=0.005, rng=np.random.default_rng(3))
+    two = trials[trials["cell_id"].isin(trials["cell_id"].unique()[:2])]
+    v = _verdicts(two)
+    assert v.anova.empty and v.anova_why == verdicts.TWO_CELLS
+    assert set(v.family["kind"]) == {"comparison"} and len(v.family) == 1
+    assert not any(q.startswith("factor ") for q in verdicts.answer_table(v)["question"])
+    assert not any(w.startswith("No factor is tested") for w in verdicts.answer_sentences(v))

@@ -87,29 +87,39 @@ def test_an_underpowered_design_is_warned_with_the_seeds_that_would_reach_signif
 
 
 def test_a_floor_between_the_first_threshold_and_the_best_is_a_note_not_a_warning():
-    """rotrnn_vs_lru_tokens' design: 2 cells with the norm report, 8 seeds — 5 comparisons and 4 ANOVA
-    terms, m = 9. The floor 2/2⁸ = 0.0078 is above α/9 but below α/5: a comparison can be significant
-    (its report marks one), once 3 of the terms are rejected first. Plan had warned that none could."""
-    spec = spec_of(8, widths=2, reports=("accuracy", "norm_stability"))
-    assert plan_checks.family_counts(spec) == (4, 3, 4)  # one layer: no depth measure
+    """4 cells with the norm report, 9 seeds: 12 comparisons and 3 ANOVA terms, m = 15. The floor
+    2/2⁹ = 0.0039 is above α/15 but below α/12: a comparison can be significant once the 3 terms are
+    rejected first. Plan had warned that none could."""
+    spec = spec_of(9, widths=4, reports=("accuracy", "norm_stability"))
+    assert plan_checks.family_counts(spec) == (12, 3, 4)  # one layer: no depth measure
     (line,) = plan_checks.significance_lines(spec)
     assert "no comparison" not in line and "warning" not in line
-    assert line == ("note: with 8 seeds a comparison can be significant only when at least 1 of the study's 3 ANOVA "
-                    "terms (F tests, which have no floor) has a smaller p and is rejected first: the exact test cannot "
-                    "give a p below 0.008 on any comparison with the reference, above Holm's first threshold over the "
-                    "study's 7 tests, α/7 = 0.007 (m = 4 comparisons with the reference and 3 ANOVA terms on 4 "
-                    "measures); 9 seeds would need none (their smallest p, 0.004, is below α/7)")
+    assert line == ("note: with 9 seeds a comparison can be significant only when at least 3 of the study's 3 ANOVA "
+                    "terms (F tests, which have no floor) have smaller p's and are rejected first: the exact test "
+                    "cannot give a p below 0.004 on any comparison with the reference, above Holm's first threshold "
+                    "over the study's 15 tests, α/15 = 0.003 (m = 12 comparisons with the reference and 3 ANOVA terms "
+                    "on 4 measures); 10 seeds would need none (their smallest p, 0.002, is below α/15)")
+    # 8 seeds: 0.008 is above α/12, the best any comparison gets; 9 seeds reach it behind the 3 terms.
+    (line,) = plan_checks.significance_lines(spec_of(8, widths=4, reports=("accuracy", "norm_stability")))
+    assert line.startswith("warning: with 8 seeds no comparison can be significant")
+    assert line.endswith("α/12 = 0.004 at best (m = 12 comparisons with the reference and 3 ANOVA terms on 4 "
+                         "measures); 9 seeds would reach it (their smallest p is 0.004) once at least 3 of the ANOVA "
+                         "terms are rejected first, 10 with none ahead; or a sequential design (seeds: {min, max, "
+                         "until: decided}) that stops each comparison once decided")
+
+
+def test_two_cells_have_no_factor_term_their_comparison_is_its_one_contrast():
+    """rotrnn_vs_lru_tokens' design: 2 cells, 8 seeds. The ANOVA of its one factor would test the one
+    comparison again, unpaired: m = 5 comparisons, no terms, and 2/2⁸ = 0.0078 is below α/5."""
+    two = spec_of(8, widths=2, reports=("accuracy", "norm_stability"))
+    assert plan_checks.family_counts(two) == (4, 0, 4)
+    assert plan_checks.significance_lines(two) == []
     rotrnn = design.load(Path(__file__).resolve().parents[1] / "reports" / "rotrnn_vs_lru_tokens" / "data" / "spec.yaml")
-    (line,) = plan_checks.significance_lines(rotrnn)
-    assert line.startswith("note: with 8 seeds a comparison can be significant only when at least 3 of the study's 4 "
-                           "ANOVA terms")
-    # 7 seeds: 0.016 is above α/4, the best any comparison gets; the seeds that reach it need 1 term first.
+    assert plan_checks.family_counts(rotrnn) == (5, 0, 5) and plan_checks.significance_lines(rotrnn) == []
     (line,) = plan_checks.significance_lines(spec_of(7, widths=2, reports=("accuracy", "norm_stability")))
-    assert line.startswith("warning: with 7 seeds no comparison can be significant")
-    assert line.endswith("α/4 = 0.013 at best (m = 4 comparisons with the reference and 3 ANOVA terms on 4 measures); "
-                         "8 seeds would reach it (their smallest p is 0.008) once at least 1 of the ANOVA terms is "
-                         "rejected first, 9 with none ahead; or a sequential design (seeds: {min, max, until: decided}) "
-                         "that stops each comparison once decided")
+    assert line.startswith("warning: with 7 seeds no comparison can be significant: the exact test cannot give a p "
+                           "below 0.016 on any comparison with the reference, above Holm's first threshold over the "
+                           "study's 4 tests, α/4 = 0.013")
 
 
 def test_plan_prints_the_warning_and_a_sequential_studys_price(tmp_path, home):

@@ -22,7 +22,10 @@ NO_ANOVA = ("norm.seeds",)
 
 def _terms(grid: Sequence[Cell], factors: Sequence[str]) -> int:
     """Main effects and two-way interactions of the factors varied in ``grid``, when it is their
-    full factorial (the reports' ANOVA needs one); else none."""
+    full factorial (the reports' ANOVA needs one) of more than two cells (two cells' one contrast is
+    their comparison, ``report.verdicts.TWO_CELLS``); else none."""
+    if len(grid) <= 2:
+        return 0
     varied = [name for name in factors if len({c.labels[name] for c in grid}) > 1]
     levels = math.prod(len({c.labels[name] for c in grid}) for name in varied) if varied else 1
     return len(varied) + math.comb(len(varied), 2) if varied and len(grid) == levels else 0

@@ -112,13 +112,26 @@ def reference(res: Any, trials: pd.DataFrame, chosen: str | None = None) -> tupl
     return str(trials["cell_id"].iloc[0]), "the first cell: the spec's baseline has no runs here"
 
 
+#: Why a study of two cells has no factor test: its one comparison is the factor's one contrast
+#: (``design.family`` counts no term for it either).
+TWO_CELLS = ("two cells: the comparison with the reference tests the factor's one contrast, paired on the seeds; "
+             "an ANOVA would test it a second time, unpaired, and double its place in the family")
+
+
+def two_cells(trials: pd.DataFrame) -> bool:
+    """Whether the study has two cells, where a factor test would repeat the one comparison."""
+    return trials["cell_id"].nunique() == 2
+
+
 def accuracy_anova(trials: pd.DataFrame, metric: str, factors: list[str]) -> tuple[pd.DataFrame, str]:
     """The accuracy ANOVA the family takes (main effects and two-way interactions, seeds as
     replicates, at least ``MIN_N_TEST`` seeds in every cell, as every other test needs), on the
-    finished levels of a partial study; or an empty frame and why not."""
+    finished levels of a partial study; or an empty frame and why not (``TWO_CELLS``: none for two)."""
     varied = [f for f in factors if f in trials.columns and trials[f].nunique() > 1]
     if not varied:
         return pd.DataFrame(), "no factor has two levels or more"
+    if two_cells(trials):
+        return pd.DataFrame(), TWO_CELLS
     ok, why = stats.anova_applicable(trials, metric, varied)
     data = trials
     if not ok:
@@ -175,7 +188,8 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
 
         ncomp = sn.compare(seeds, norms.per_layer, ref_id, norms.fig_order, alpha, confidence, spec.stats.min_ratio,
                            spec.stats.power)
-        nanova, nwhy = sn.factor_anova(seeds, factors, alpha)
+        nanova, nwhy = (pd.DataFrame(), {m: TWO_CELLS for m in sn.OWN_MEASURES}) if two_cells(trials) \
+            else sn.factor_anova(seeds, factors, alpha)
         neffects = sn.main_effects(seeds, factors, confidence)
     members = fam.members([(metric, comp), ("norm", ncomp)], [(metric, anova), ("norm", nanova)])
     if sequential:  # the seeds depended on the results: only the sequential design's tests are valid
@@ -232,7 +246,7 @@ def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, fac
         seeds = norms.seeds[norms.seeds["seed"].isin(first)]
         ncomp = sn.compare(seeds, norms.per_layer[norms.per_layer["seed"].isin(first)], ref_id, norms.fig_order,
                            alpha, min_ratio=spec.stats.min_ratio, power=spec.stats.power, ratio_intervals=False)
-        nanova, _ = sn.factor_anova(seeds, factors, alpha)
+        nanova = pd.DataFrame() if two_cells(trials) else sn.factor_anova(seeds, factors, alpha)[0]
     would = fam.adjust(fam.members([(metric, comp), ("norm", ncomp)], [(metric, anova), ("norm", nanova)]), alpha)
     out = {metric: fam.apply(comp, would, metric, "comparison", alpha)} if len(comp) else {}
     if len(ncomp):
@@ -287,7 +301,7 @@ def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None, steps:
 
 
 def _verdict_word(significant: bool, low: float, high: float, bound: tuple[float, float] | None,
-                  needed: Any, tested: bool, p_adj: Any = None, detect: str = "") -> str:
+                  needed: Any, tested: bool, p_adj: Any = None) -> str:
     if not tested:
         return "not tested"
     if significant:
@@ -295,9 +309,10 @@ def _verdict_word(significant: bool, low: float, high: float, bound: tuple[float
     if bound is not None and np.isfinite(low) and np.isfinite(high) and bound[0] <= low and high <= bound[1]:
         return "equivalent"
     if fmt.finite(needed):
-        # The seeds to detect the smallest effect of interest, not to decide this comparison: said so,
-        # since "(~13 seeds)" beside an effect of 0.49 read as what this one needed.
-        return f"undecided (~{int(needed)} seeds for {detect})" if detect else f"undecided (~{int(needed)} seeds)"
+        # The seeds to detect the smallest effect of interest, not to decide this comparison: the key
+        # under the table says so ("(~13 seeds)" beside an effect of 0.49 read as what this one needed);
+        # said in every cell, it made each row of a 48-cell table four lines tall.
+        return f"undecided (~{int(needed)} seeds)"
     return "undecided"
 
 
@@ -307,16 +322,14 @@ def _comparison_parts(r: pd.Series, ratio: bool, v: Verdicts) -> tuple[str, str]
         value, low, high = r["ratio"], r["ratio_low"], r["ratio_high"]
         text = fmt.with_ci(value, low, high, 2, sig=True) + "×" if fmt.finite(low) else f"{fmt.num(value, 3, sig=True)}×"
         bound = (1 / v.min_ratio, v.min_ratio)
-        detect = f"{v.min_ratio:g}×"
     else:
         value, low, high = r["mean_diff"], r["diff_ci_low"], r["diff_ci_high"]
         text = fmt.with_ci(value, low, high, 3, sign=True) if fmt.finite(low) else fmt.signed(value, 3)
         bound = (-v.min_effect, v.min_effect)
-        detect = f"±{fmt.num(v.min_effect)}"
     if not fmt.finite(value):
         return fmt.DASH, ""
     word = _verdict_word(bool(r["significant"]), float(low), float(high), bound, r.get("seeds_needed"),
-                         bool(r["testable"]) and fmt.finite(r["p"]), r.get("p_adj"), detect)
+                         bool(r["testable"]) and fmt.finite(r["p"]), r.get("p_adj"))
     return text, word
 
 
@@ -512,13 +525,14 @@ def term_sentences(v: Verdicts, measures: list[str] | None = None) -> list[str]:
             least = fmt.pval(min(float(r["p_adj"]) for _, r, _, _ in rows))
             quiet.append(f"**{term}** ({'smallest ' if len(rows) > 1 else ''}p (Holm) {least})")
     one = measures is not None and len(measures) == 1
+    where = heads[measures[0]] if one else "any measure"
+    none_inter = f"no two-way interaction is significant on {where} ({inter} tested)" if inter and not inter_hit else ""
     if quiet:
-        out.append(f"Not significant on {heads[measures[0]]}: {_and(quiet)}." if one
-                   else f"Significant on no measure: {_and(quiet)}.")
-    if inter and not inter_hit:
-        out.append(f"No two-way interaction is significant on {heads[measures[0]] if one else 'any measure'} "
-                   f"({inter} tested).")
-    if not _terms(v) and v.anova_why and len(v.effects):
+        out.append((f"Not significant on {where}: " if one else "Significant on no measure: ") + _and(quiet)
+                   + (f"; {none_inter}." if none_inter else "."))
+    elif none_inter:
+        out.append(none_inter[0].upper() + none_inter[1:] + ".")
+    if not _terms(v) and v.anova_why and v.anova_why != TWO_CELLS and len(v.effects):  # two: the comparison says it
         out.append(f"No factor is tested: {v.anova_why.removeprefix('ANOVA not applicable: ')}.")
     return out
 
@@ -551,7 +565,8 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
         rest = rest if equivalent and undecided else f"all {rest}"
         return [f"No variant differs significantly from the reference **{ref}** on any measure: of its "
                 f"{len(words)} tested comparisons, {rest}."]
-    shown = _and(found[:named] + ([f"{len(found) - named} more (the table)"] if len(found) > named else []))
+    cut = named if len(found) > named + 1 else len(found)  # "and 1 more" names no fewer words than the one
+    shown = _and(found[:cut] + ([f"{len(found) - cut} more (the table)"] if len(found) > cut else []))
     return [f"Against the reference **{ref}**, {len(found)} of {len(words)} comparisons are significant: {shown}"
             + (f"; {rest}." if rest else ".")]
 
@@ -559,21 +574,19 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
 def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
     """What the answer table's cells mean, with the thresholds it used (printed under the table)."""
     level = fmt.level(confidence)
-    return (f"A comparison's cell is the difference from the reference **{v.reference[1]}** (a ratio for a norm "
-            f"measure) with its {level} interval; a factor's cell its marginal mean per level (for a norm "
-            "measure the mean the norm report's Table 1 uses: geometric, over layers (mean √CV)²), an interaction's its partial η², with the family's Holm-adjusted p (n.s.: not "
-            f"significant). **SIGNIFICANT**: p (Holm) < {v.alpha:g}; **equivalent**: the interval lies within "
-            f"±{fmt.num(v.min_effect)} (the spec's `stats.min_effect`) or, for a norm ratio, within "
-            f"[1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`); **undecided**: neither, with the seeds per cell at "
-            "which the power line (`stats.power`) would detect that smallest effect — not what this comparison's own "
-            "effect would need; **not tested**: too few seeds or no spread; **—**: no test of that question on that measure "
-            "(the spread over seeds has no factor test, its runs' deviations not being independent replicates; a "
-            "measure some of the question's cells lack, such as CV over layers at one layer). Flags, after a dash in the question: runs that diverged, failed or "
-            "have non-finite or late-growing norms, and a cell still improving when its step budget ran out. "
-            f"Every interval labelled {level} is built to cover at least that: t-based "
-            f"intervals are computed at the {fmt.level(robust_level(confidence))} level, since at {level} they "
-            "covered only 0.84–0.89 at 5–8 seeds when runs are skewed or pile up at the ceiling "
-            "(docs/calibration.md).")
+    detect = f"±{fmt.num(v.min_effect)}"
+    return (f"**Key.** A comparison's cell: the difference from the reference **{v.reference[1]}** (a ratio for a "
+            f"norm measure) with its {level} interval. A factor's: its marginal mean per level (norm measures: "
+            "geometric; over layers (mean √CV)², as the norm report's Table 1); an interaction's: partial η². "
+            f"**SIGNIFICANT**: p (Holm) < {v.alpha:g}. **equivalent**: the interval within {detect} "
+            f"(`stats.min_effect`) or [1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`). **undecided (~N "
+            "seeds)**: neither; N is the seeds per cell at which the power line (`stats.power`) would detect that "
+            f"smallest effect ({detect} or {v.min_ratio:g}×), not what this comparison's own effect needs. "
+            "**not tested**: too few seeds or no spread. **—**: no such test (the spread over seeds has no factor test, its runs' deviations not "
+            "being independent; CV over layers needs two layers). After a dash in a question: its cell's flags "
+            "(runs diverged, failed, with non-finite or late-growing norms; still improving when its budget ran "
+            f"out). {level} intervals are computed at {fmt.level(robust_level(confidence))} to cover {level} on "
+            "skewed and ceiling-bound runs (docs/calibration.md).")
 
 
 def answer_lead(v: Verdicts, report: str = "accuracy") -> str:
@@ -585,13 +598,10 @@ def answer_lead(v: Verdicts, report: str = "accuracy") -> str:
                 "measure of its `seeds.measures` — with the decision its looks made. There are no factor rows: the "
                 "seeds depended on the results, so no factor test is valid. This page and the "
                 f"{other} say the same thing.")
-    if report == "accuracy":
-        return ("One row per question — each factor, each two-way interaction, each cell against the reference — and "
-                "one column per measure the study's reports test, made from the tables of both reports' bodies. The "
-                "verdicts use one multiplicity family for the whole study (the sentence below), so this page and the "
-                "norm report's say the same thing.")
-    return ("One row per question — each factor, each two-way interaction, each variant against the reference — and "
-            "one column per measure the study's reports test (the accuracy report's page one is the same table).")
+    other = "norm" if report == "accuracy" else "accuracy"
+    return (f"The table gives every verdict at the family's Holm-adjusted p (α = {v.alpha:g}; key below): a row per "
+            "question (each factor, each two-way interaction, each variant against the reference), a column per "
+            f"measure the study's reports test; the {other} report's page one is the same.")
 
 
 def summary_lead(v: Verdicts, report: str = "accuracy") -> str:
@@ -609,10 +619,12 @@ def summary_lead(v: Verdicts, report: str = "accuracy") -> str:
                 "sequential design's decisions on the measures it declared (stage-wise p, repeated intervals): no "
                 "permutation test, ANOVA or Holm p is valid after a data-dependent number of seeds, so none is "
                 "printed.")
+    factors = ("factors by an ANOVA with seeds as replicates" if len(v.norm_anova)
+               else "no factor is tested (the appendix on factor effects says why)")
     return ("Generated from the numbers of the tables below. Each run (cell × seed) gives one value per measure; "
             "variants are compared with the declared reference on those values by exact permutation tests (paired on "
-            "shared seeds, never below three seeds), factors by an ANOVA with seeds as replicates; every p (Holm) is "
-            "adjusted over the study's one family (above).")
+            f"shared seeds, never below three seeds), {factors}; every p (Holm) is adjusted over the study's one "
+            "family (above).")
 
 
 def show_answer(v: Verdicts, confidence: float = 0.95, report: str = "accuracy") -> None:
@@ -633,8 +645,6 @@ def show_answer(v: Verdicts, confidence: float = 0.95, report: str = "accuracy")
             say(v.sequential_why)
         return
     table = answer_table(v)
-    named = f" Variants are named by their levels of {v.key}." if v.key else ""
     show(table, name="answer", align_left=list(table.columns),
-         intro=f"Every verdict of the study at the family's Holm-adjusted p (α = {v.alpha:g}); how to read it "
-               f"below.{named}")
+         intro=f"Variants are named by their levels of {v.key}." if v.key else ())
     say(v.policy(), answer_intro(v, confidence))

@@ -78,7 +78,9 @@ say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, h
          acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better, conv,
                                   res.spec.stats.power))
       + verdicts.term_sentences(verdict, [metric])  # the factor tests, as page one says them
-      + acc.convergence_sentences(conv)
+      # named as page one and the figures name them: the full labels took five lines at 18 cells
+      + acc.convergence_sentences(conv.assign(cell_label=conv["cell_id"].map(verdict.labels).fillna(conv["cell_label"]))
+                                  if verdict.labels and len(conv) else conv)
       + (acc.tuning_sentences(tuned, res.spec.tune) if res.spec.tune is not None else [])])
 # The appendix tables name a cell by its levels where those tell the cells apart, as the figures do.
 names = acc.level_names(trials, channels)
@@ -179,16 +181,12 @@ else:
 # ## Appendix: few-run estimates
 #
 # Following rliable (Agarwal et al. 2021, *Deep RL at the edge of the statistical precipice*): the mean,
-# the interquartile mean (IQM: the mean of the middle half of the runs, a quarter cut from each end) and
-# the probability that a run of the cell beats a run of the reference, P(cell > reference), each with an
-# interval that covers at a handful of seeds (rliable's percentile bootstrap does not): the t interval of
-# the mean, a trimmed-t interval of the IQM, and Newcombe's score interval of P(cell > reference). From
-# four runs the IQM drops the highest and the lowest, so one odd seed moves it little; below four it trims
-# nothing and is the mean, which the table says. Its interval is shown from five runs, the fewest at
-# which its coverage is measured (docs/calibration.md): at four the trim keeps two runs, one degree of
-# freedom, and the interval would span most of the range. The band of the performance profiles is an
-# exact (Clopper–Pearson) interval at each τ. The other intervals need three runs. Beside the tests
-# above, not instead of them.
+# the interquartile mean (IQM: the middle half of the runs, so one odd seed moves it little) and
+# P(cell > reference), each with an interval that covers at a handful of seeds (rliable's percentile
+# bootstrap does not): the t interval of the mean, a trimmed-t interval of the IQM (from five runs, the
+# fewest its coverage is measured at, docs/calibration.md; below four runs it trims nothing and is the
+# mean) and Newcombe's score interval of P(cell > reference). The performance profiles' band is an exact
+# (Clopper–Pearson) interval at each τ. Beside the tests above, not instead of them.
 
 # %%
 # The figure before the table: the table flows on into the page the figure leaves, where a figure after
