@@ -437,8 +437,12 @@ def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFra
     return out.drop(columns=["flags"])
 
 
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+def _and(items: list[str], word: str = "and") -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {word} " + items[-1]
+
+
+def _or(items: list[str]) -> str:
+    return _and(items, "or")
 
 
 def _terms(v: Verdicts) -> list[str]:
@@ -520,7 +524,7 @@ def term_sentences(v: Verdicts, measures: list[str] | None = None) -> list[str]:
                 out.append(f"The interaction **{term}** is significant on {_and(hits)}: one factor's effect there "
                            "depends on the other's level.")
         elif hits:
-            out.append(f"**{term}** is significant on {_and(hits)}" + (f"; not on {_and(rest)}" if rest else "") + ".")
+            out.append(f"**{term}** is significant on {_and(hits)}" + (f"; not on {_or(rest)}" if rest else "") + ".")
         else:
             least = fmt.pval(min(float(r["p_adj"]) for _, r, _, _ in rows))
             quiet.append(f"**{term}** ({'smallest ' if len(rows) > 1 else ''}p (Holm) {least})")
