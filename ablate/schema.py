@@ -243,12 +243,16 @@ names of installed plug-in packages (`ablate plugins` lists them) and `package.m
 for code on the Python path. `validate` and `run` exercise each model, task and metric plug-in a
 cell uses on a tiny batch first, checking a parameterisation's shapes against docs/plugins.md's
 `System` table, and resolve (import, not run) each report section; a cell's id holds the identity
-of its plug-ins (distribution, version, source hash). See docs/plugins.md.
+of its plug-ins (distribution, version, code hash). See docs/plugins.md.
 
 ## Errors
 
-Every error names its key path and, when the spec came from a file, `file:line`; choices list the
-valid names; unknown keys suggest the closest valid one. `ablate validate` and every command that
+Every error names its key path and where that value was written: `file:line` when the spec came
+from a file, `--set PATH` or `-m PATH` when the command line set it (a list or mapping the command
+line replaced is its own, items included) — also for the plug-in checks `validate` and `run` make
+after reading the spec, which name the factor level that chose the plug-in
+(`factors.model.parameterisation[1]`); choices list the valid names (an installed plug-in that
+fails to import is named apart, not offered); unknown keys suggest the closest valid one. `ablate validate` and every command that
 reads a spec exit with code 2 on an invalid spec and write nothing to any store. The loader is
 YAML's safe loader, stricter: duplicate keys, non-text keys (`no:` reads as false), tags other
 than plain data (Python objects, `!!binary`, `!!set`, `!!timestamp`, custom), nesting deeper than
