@@ -36,6 +36,7 @@ runner/fused.py) trains those apart.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -187,6 +188,7 @@ def run_fused(
     params = [list(trial.model.parameters()) for trial in trials]
     results: list[TrialResult | BaseException | None] = [None] * K
     steps = trials[0].train.steps
+    twin: Network | None = None  # a copy the last live replicate trains beside (``_twinned``)
     for step in range(first, steps + 1):
         live = [k for k in range(K) if results[k] is None]
         if not live:
@@ -200,7 +202,13 @@ def run_fused(
         masks = _masks([trials[k] for k in live], drawn, x, accumulate)
         for k, state in zip(live, drawn, strict=True):
             streams[k] = state
-        per = _forward_backward([trials[k].model for k in live], x, y, accumulate, masks)
+        models = [trials[k].model for k in live]
+        if len(live) == 1:
+            twin = twin or copy.deepcopy(models[0])
+            models, x, y, masks = _twinned(models[0], twin, x, y, masks)
+        per = _forward_backward(models, x, y, accumulate, masks)[: len(live)]
+        if len(models) > len(live):  # the twin's gradients are never applied
+            twin.zero_grad(set_to_none=True)  # type: ignore[union-attr]
         dones: dict[int, StepResult] = {}
         for k, parts in zip(live, per, strict=True):
             try:  # ``update``'s steps up to the clipping, replicate by replicate
@@ -233,6 +241,18 @@ def run_fused(
     return [replace(r, resumed_at=first - 1) if isinstance(r, TrialResult) else r for r in results if r is not None]
 
 
+def _twinned(model: Network, twin: Network, x: torch.Tensor, y: torch.Tensor,
+             masks: list[list[torch.Tensor]] | None) -> tuple[list[Network], torch.Tensor, torch.Tensor,
+                                                              list[list[torch.Tensor]] | None]:
+    """One live replicate's pass as two: with a twin (its copy, whose gradients are thrown away)
+    on the same batch. A pass of one replicate sums some parameters' gradients in another order
+    than a pass of two or more (autograd's graph differs), while two or more give each replicate
+    the same bits whatever K; without the twin a seed's run would depend on whether its worker
+    happened to claim it alone, or on when the others of its group stopped early."""
+    masks = None if masks is None else [[torch.cat([m, m]) for m in chunk] for chunk in masks]
+    return [model, twin], torch.cat([x, x]), torch.cat([y, y]), masks
+
+
 def keep_freed_memory() -> None:
     """Have glibc's malloc keep freed blocks of any size for reuse instead of handing them back
     to the system (process-wide, once; nothing where the C library is not glibc's).
@@ -254,6 +274,8 @@ def keep_freed_memory() -> None:
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+#: Sequences a fused validation pass takes at once on the CPU (``evaluate_fused``).
+EVAL_CHUNK_CPU = 64
 _MEMORY_KEPT = False
 
 
@@ -261,14 +283,15 @@ _MEMORY_KEPT = False
 def evaluate_fused(models: Sequence[Network], x: torch.Tensor, y: torch.Tensor,
                    batch: int = 256) -> list[dict[str, float]]:
     """``ablate.training.evaluate`` of every model on the same split, in one stacked pass a chunk:
-    on the CPU of ``2 · batch / K`` sequences, twice one model's batch at once, not K times (K
-    times is out of the CPU's cache: at the quickstart's size with K = 8 a validation pass took
-    1.3× as long as eight passes apart, where chunks of 64 sequences take ~0.9×); elsewhere of
-    ``batch``."""
+    on the CPU of ``EVAL_CHUNK_CPU`` sequences whatever K (K times one model's batch is out of the
+    CPU's cache: at the quickstart's size with K = 8 a validation pass of 256 took 1.3× as long as
+    eight passes apart, where chunks of 64 sequences take ~0.9×); elsewhere of ``batch``."""
     for model in models:
         model.eval()
     totals = [[0.0, 0, 0] for _ in models]
-    chunk = max(1, min(batch, 2 * batch // len(models))) if x.device.type == "cpu" else batch
+    # One chunk size whatever K: the loss is summed chunk by chunk, so a K-dependent chunk made a
+    # replicate's validation loss depend on how many trained beside it.
+    chunk = max(1, min(batch, EVAL_CHUNK_CPU)) if x.device.type == "cpu" else batch
     for i in range(0, len(x), chunk):
         xs = x[i : i + chunk]
         logits, _ = stacked_forward(models, xs.expand(len(models), *xs.shape), return_norms=False)

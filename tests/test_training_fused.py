@@ -322,3 +322,26 @@ def test_default_fuse_fuses_the_quickstart_s_size_on_the_cpu_not_l_784_and_on_cu
     assert default_fuse("cpu", wide) == 1
     assert default_fuse("cpu", {**quickstart, "task": {"name": "no_such_task"}}) == 1
     assert default_fuse("cuda", fashion) == default_fuse("cuda:1", quickstart) == CUDA_FUSE > 1
+
+
+def test_a_replicate_gets_the_same_bits_whatever_trains_beside_it():
+    """Alone, beside one or two others, or beside one that diverges at its first step: replicate
+    0's final parameters and every metric are bit for bit the same (float32). A pass of one
+    replicate had summed some gradients in another order, so a seed's run depended on whether its
+    worker claimed it alone or on when the others of its group stopped."""
+    data = _data(CLASSES, n=80)
+    config = _config(FAMILIES[0], batch_size=16, steps=24)
+    diverges = {**config, "train": {**config["train"], "divergence_norm": 1e-6}}
+
+    def replicate0(configs: list[dict], seeds: list[int]) -> tuple[dict, list]:
+        reports = [Keep() for _ in seeds]
+        with final_parameters() as params:
+            run_fused(configs, seeds, PROBES, reports, data=data)
+        return params[0], reports[0].metrics
+
+    alone, alone_metrics = replicate0([config], [0])
+    for configs, seeds in (([config] * 2, [0, 1]), ([config] * 3, [0, 1, 2]), ([config, diverges], [0, 1])):
+        params, metrics = replicate0(configs, seeds)
+        assert metrics == alone_metrics, seeds
+        for name, value in alone.items():
+            assert torch.equal(params[name], value), (seeds, name)

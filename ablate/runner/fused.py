@@ -9,11 +9,14 @@ meets here: ``run_item`` is given ``Group.train(i)``, and once every item of the
 asked to train or ended without training (linked, failed before training, superseded), the main
 thread (where signals arrive, as when an item trains alone) trains the ones that fuse with the
 first (``ablate.training_fused.fusable``) in one ``run_fused`` and hands each its result or its
-exception. What does not fuse trains apart with ``run_trial``, one after another: an item whose
+exception. A group of one, claimed alone where its cell fuses, trains fused too: ``run_fused``
+gives a replicate the same bits whatever K (it pairs a lone one with a twin), where apart
+differs in the last bits, so a seed's run does not depend on whether its worker happened to claim
+it alone. What does not fuse trains apart with ``run_trial``, one after another: an item whose
 setting differs in more than the free train settings (a tuning item's sampled batch size), one
 that resumes a checkpoint of another step than most of the group's, or one it cannot read, one that
-continues a WSD branch, a group of one, and every later call (a retry after an out-of-memory
-error or a tracking failure).
+continues a WSD branch, and every later call (a retry after an out-of-memory error or a tracking
+failure).
 
 Fused items write their checkpoints where and when each would alone (``run_fused``'s
 ``checkpoints``): a killed fused worker's items are re-queued by their heartbeats' silence, as any
@@ -151,7 +154,6 @@ class Group:
                 together = [c for c in ready if c.options.get("accumulate", 1) == first.options.get("accumulate", 1)
                             and c.options.get("device") == first.options.get("device")
                             and fusable([first.config, c.config]) is None]
-            together = together if len(together) > 1 else []
         try:
             if together:
                 try:

@@ -674,7 +674,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             for held in group:
                 beats.enter_context(Heartbeat(study, held.number))
             await_preload(preload, device)
-            if len(group) > 1:
+            if len(group) > 1 or fused.room(fuse, device, trial) > 1:  # alone too, where its cell fuses
                 kinds = _run_group(study, group, stores, device, emit, checkpoint_every, current, signals)
             else:
                 kinds = [run_item(study, trial, stores, device, emit, checkpoint_every, current, signals, train)]
