@@ -385,6 +385,13 @@ def _decided_first(rows: list[dict[str, str]], columns: list[str], max_rows: int
     return [*kept, summary]
 
 
+def _names(v: Verdicts) -> tuple[dict[str, str], str]:
+    """Cell id → the label the page names it by, and the reference's."""
+    labels = v.labels or (dict(zip(v.comparisons["cell_id"], v.comparisons["cell_label"], strict=True))
+                          if len(v.comparisons) else {})
+    return labels, labels.get(v.reference[0], v.reference[1])
+
+
 def _measures(v: Verdicts) -> list[str]:
     """The measures the study's reports test: the metric, then each norm measure with a test."""
     return [v.metric] + [m for m in ("training", "depth", "seeds", "final")
@@ -414,9 +421,7 @@ def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFra
         rows.append(row)
     cells = list(dict.fromkeys([*(v.comparisons["cell_id"] if len(v.comparisons) else []),
                                 *(v.norm_comparisons["cell_id"] if len(v.norm_comparisons) else [])]))
-    labels = v.labels or (dict(zip(v.comparisons["cell_id"], v.comparisons["cell_label"], strict=True))
-                          if len(v.comparisons) else {})
-    ref = labels.get(v.reference[0], v.reference[1])
+    labels, ref = _names(v)
     compared = []
     for cid in cells:
         row = {"question": f"{labels.get(cid, cid)} vs {ref}", "flags": ", ".join(v.flags.get(str(cid), []))}
@@ -544,9 +549,7 @@ def term_sentences(v: Verdicts, measures: list[str] | None = None) -> list[str]:
 def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> list[str]:
     """What the comparisons with the reference found: the significant ones named (``named`` at
     most, the rest counted), and how many were equivalent and undecided."""
-    labels = v.labels or (dict(zip(v.comparisons["cell_id"], v.comparisons["cell_label"], strict=True))
-                          if len(v.comparisons) else {})
-    ref = labels.get(v.reference[0], v.reference[1])
+    labels, ref = _names(v)
     found, words, untested = [], [], 0
     for frame, ratio in ((v.comparisons, False), (v.norm_comparisons, True)):
         for _, r in frame.iterrows() if len(frame) else ():
