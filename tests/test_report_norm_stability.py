@@ -202,7 +202,7 @@ def test_report_renders_with_its_figures_and_tables(study):
                   "Appendix: stability per variant", "Table 1. The state norm's stability per variant",
                   "Table 2. Each variant against the reference", "Table 5. White-noise check",
                   "Appendix: spectrum drift over training", "Figure 5.", "Table 6. Spectrum drift",
-                  "Appendix: gradient norms", "Figure 6.", "Probe batch identical across all 4 runs: yes",
+                  "Appendix: gradient norms", "Figure 6.", "the same examples in all 4 runs;",
                   "RotRNN", "LRU"):
         assert has(text, title), title
     # Two seeds per variant: the report tests nothing, and says so before anything else.
@@ -417,12 +417,29 @@ def test_a_one_at_a_time_design_shows_no_marginal_means_and_names_no_factor_anal
     assert "the design is not a full factorial: it has 5 of the 12 combinations" in text
 
 
-def test_the_header_counts_the_probe_batch_check_over_the_runs_it_covers() -> None:
-    """rotrnn_norm_stability's tuning trials probed too: 56 runs checked, 48 replicate runs analysed."""
+def test_the_measure_lines_count_the_probe_batch_check_over_the_runs_it_covers() -> None:
+    """rotrnn_norm_stability's tuning trials probed too: 56 runs checked, 48 replicate runs analysed.
+    A batch that agrees is said after the answer; the header keeps only the study line."""
     from ablate.report import norm_tables
     from ablate.results.exports import read_export
 
     res = read_export(Path(__file__).resolve().parents[1] / "reports" / "rotrnn_norm_stability" / "data")
-    lines = norm_tables.header_lines(res, res.trials.to_pandas(), [])
-    assert "Probe batch identical across all 56 runs (tuning trials included; 48 analysed): **yes**." in lines
-    assert lines[1].endswith("(eval mode); a white-noise probe of 32 sequences (seed 0).")
+    trials = res.trials.to_pandas()
+    assert len(norm_tables.header_lines(res, trials, [])) == 1
+    lines = norm_tables.measure_lines(res, trials)
+    assert ("the same examples in all 56 runs (tuning trials included; 48 analysed); a white-noise probe of 32 "
+            "sequences (seed 0).") in lines[0]
+
+
+def test_a_probe_batch_that_differs_is_said_in_the_header_before_any_verdict(monkeypatch) -> None:
+    """Cells that probed different examples make every norm comparison suspect: that stays on top."""
+    from ablate.report import norm_tables
+    from ablate.results.exports import read_export
+
+    res = read_export(Path(__file__).resolve().parents[1] / "reports" / "rotrnn_norm_stability" / "data")
+    trials = res.trials.to_pandas()
+    monkeypatch.setattr(norm_tables.sn, "probe_batch_check", lambda metrics: (56, False))
+    head = norm_tables.header_lines(res, trials, [])
+    assert head[1] == ("Probe batch identical across all 56 runs (tuning trials included; 48 analysed): "
+                       "**NO — cells differ in their task; compare with care**.")
+    assert "the same examples" not in norm_tables.measure_lines(res, trials)[0]

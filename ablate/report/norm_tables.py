@@ -38,6 +38,7 @@ __all__ = [
     "flag_lines",
     "grid_notes",
     "header_lines",
+    "measure_lines",
     "heads_line",
     "provenance_rows",
     "ratio_grid",
@@ -73,31 +74,45 @@ def _sig(x: Any, digits: int = 3) -> str:
 # --- the header -------------------------------------------------------------------------------------
 
 
-def header_lines(res: Any, trials: pd.DataFrame, order: Order, key: str = "") -> list[str]:
-    """The opening paragraphs: the study, its probes, whether every run saw one probe batch, and
-    what the figures' compact labels name (``key`` of ``short_order``)."""
-    probes = res.spec.probes
+def header_lines(res: Any, trials: pd.DataFrame, order: Order) -> list[str]:
+    """The opening line: the study and its runs — and, where the cells did not see one probe batch,
+    that warning, before any verdict. What was measured follows the answer (``measure_lines``)."""
     done = int((trials.status == "complete").sum())
     lines = [f"**Study** `{res.study}` · spec hash `{res.spec_hash}` · {len(trials)} trials · {done} complete · "
-             f"{len(order)} variants with probe data",
-             f"Probes: every {probes.every} steps and at the end, on the first {probes.batch} validation examples "
-             "(eval mode); " + (f"a white-noise probe of {probes.white_noise_batch} sequences (seed "
-                                f"{probes.white_noise_seed})." if probes.white_noise else "no white-noise probe.")]
+             f"{len(order)} variants with probe data"]
     batch = sn.probe_batch_check(res.metrics)
-    if batch is not None:
-        runs, same = batch
-        # Counted over every run that probed, tuning trials too: more than the analyses' replicate runs.
-        analysed = int((trials["phase"] == "replicate").sum()) if "phase" in trials else len(trials)
-        which = f"all {runs} runs" + (f" (tuning trials included; {analysed} analysed)" if runs > analysed else "")
-        lines.append(f"Probe batch identical across {which}: "
-                     f"**{'yes' if same else 'NO — cells differ in their task; compare with care'}**.")
+    if batch is not None and not batch[1]:
+        lines.append(f"Probe batch identical across {_probe_runs(trials, batch[0])}: "
+                     "**NO — cells differ in their task; compare with care**.")
+    return lines
+
+
+def measure_lines(res: Any, trials: pd.DataFrame, key: str = "") -> list[str]:
+    """What the answer's measures are, said after it: the probes, whether every run saw one probe
+    batch, what the compact labels name (``key`` of ``short_order``), the CV, and — where head
+    counts differ — which ‖x‖² is per head (``heads_line``)."""
+    probes = res.spec.probes
+    line = (f"**Measured:** probes every {probes.every} steps and at the end, on the first {probes.batch} validation "
+            "examples (eval mode)")
+    batch = sn.probe_batch_check(res.metrics)
+    if batch is not None and batch[1]:
+        line += f", the same examples in {_probe_runs(trials, batch[0])}"
+    line += ("; " + (f"a white-noise probe of {probes.white_noise_batch} sequences (seed {probes.white_noise_seed})."
+                     if probes.white_noise else "no white-noise probe."))
+    lines = [line + f" {CV_WORDS}."]
     if key:
-        lines.append(f"Figures label variants by their levels of: **{key}**.")
-    lines.append(f"{CV_WORDS}.")
+        lines.append(f"Figures and tables label variants by their levels of: **{key}**.")
     heads = heads_line(res.spec)
     if heads:
         lines.append(heads)
     return lines
+
+
+def _probe_runs(trials: pd.DataFrame, runs: int) -> str:
+    """"all N runs", saying when tuning trials are among them: the probe check counts every run that
+    probed, more than the analyses' replicate runs."""
+    analysed = int((trials["phase"] == "replicate").sum()) if "phase" in trials else len(trials)
+    return f"all {runs} runs" + (f" (tuning trials included; {analysed} analysed)" if runs > analysed else "")
 
 
 def heads_line(spec: Any) -> str:

@@ -32,7 +32,7 @@ channels = Channels.from_trials(trials, res.factors)  # one factor → colour / 
 df = sn.prepare(res.curves, res.trials)
 order = sn.variants(df, res.trials) if len(df) else []
 fig_order, key = ns.short_order(order)  # compact labels for figures: "rotation · xi · 4"
-say(*ns.header_lines(res, trials, order, key))
+say(*ns.header_lines(res, trials, order))
 say(*provenance_tables.dirty_lines(res.provenance()))  # code not recorded: said before any verdict
 
 # A sequential study's seeds depended on its results: its comparisons are the sequential design's, and
@@ -64,6 +64,8 @@ comp, anova, anova_why, effects = (verdict.norm_comparisons, verdict.norm_anova,
 
 # %%
 verdicts.show_answer(verdict, confidence, "norm_stability")  # the answer in words, then the table
+# What the measures are: after the answer, not before it (the answer table names the label key already).
+say(*ns.measure_lines(res, trials, key if sequential or verdict.key != key else ""))
 
 # %% [markdown]
 # ## Summary
