@@ -376,7 +376,7 @@ INTERVALS = (
     ("Δ vs reference: t", "comparisons: Δ [95% CI], paired t or Welch", 3),
     ("effect size: noncentral t", "comparisons: d_z or g [95% CI]", 3),
     ("few-run mean: t", "few-run: mean [95% t CI]", 3),
-    ("few-run IQM: trimmed t", "few-run: IQM [95% trimmed-t CI]", 4),
+    ("few-run IQM: trimmed t", "few-run: IQM [95% trimmed-t CI]", stats.IQM_CI_MIN_N),
     ("P(improvement): Newcombe", "few-run: P(cell > reference) [95% Newcombe CI]", 3),
     ("profile band: Clopper–Pearson", "profiles: 95% band at τ = reference quartiles", 3),
     ("marginal mean: seed-blocked t", "main effects: marginal mean [95% CI]", 2),
@@ -402,7 +402,7 @@ def score_study(trials: pd.DataFrame, truth: Truth, n: int, tally: Tally, before
               tested["cell_id"].map(truth.std_diff))
     few = stats.few_run_estimates(trials, METRIC, ref, LEVEL)
     tally.add("few-run mean: t", n, few["mean_ci_low"], few["mean_ci_high"], few["cell_id"].map(truth.mean))
-    if n >= stats.IQM_MIN_N:
+    if n >= stats.IQM_CI_MIN_N:
         tally.add("few-run IQM: trimmed t", n, few["iqm_ci_low"], few["iqm_ci_high"], few["cell_id"].map(truth.iqm))
     others = few[few["cell_id"] != ref]
     tally.add("P(improvement): Newcombe", n, others["pi_ci_low"], others["pi_ci_high"], others["cell_id"].map(truth.pi))
@@ -490,7 +490,7 @@ def coverage_tables(studies: int, rng: np.random.Generator, before: bool, seed_c
     print()
     print("Each entry: the share of printed intervals that contain the true value; in parentheses, where not every "
           "interval is printed, the share that is (— in the report otherwise). — in a column: the report does not "
-          "show that interval at that seed count (the IQM trims nothing below 4 runs and is the mean there).")
+          f"show that interval at that seed count (the IQM's from {stats.IQM_CI_MIN_N} runs).")
     return misses
 
 

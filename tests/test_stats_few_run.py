@@ -74,7 +74,28 @@ def test_iqm_interval_trims_and_is_calibrated_for_normal_runs():
     assert half / se == pytest.approx(quantile, rel=0.02) and half / se > sps.t.ppf(0.975, 3)
     assert np.isnan(stats.iqm_interval([0.7, 0.8, 0.9]).ci_low)  # below IQM_MIN_N: the mean, no interval
     assert stats.IQM_MIN_N == 4 and stats.iqm_interval([0.7, 0.8, 0.9]).value == pytest.approx(0.8)
-    assert np.isnan(stats.iqm_interval([0.70, 0.71, 0.71, 0.75]).ci_low)  # the middle runs tie: no spread
+    assert np.isnan(stats.iqm_interval([0.70, 0.71, 0.71, 0.71, 0.75]).ci_low)  # the middle runs tie: no spread
+
+
+def test_no_iqm_interval_below_the_run_count_its_coverage_is_measured_at():
+    """Review item 22: at four runs the trim keeps two (one degree of freedom) and the benchmark does
+    not measure the interval there, so the frame the report exports carries none."""
+    assert (stats.IQM_MIN_N, stats.IQM_CI_MIN_N) == (4, 5)
+    four = [0.30, 0.33, 0.34, 0.36]
+    est = stats.iqm_interval(four)
+    assert est.value == pytest.approx(0.335) and np.isnan(est.ci_low) and np.isnan(est.ci_high)
+    assert stats.iqm_note(four) == "n < 5: 2 runs kept, coverage not measured"
+    five = [0.30, 0.33, 0.34, 0.36, 0.31]
+    est = stats.iqm_interval(five)
+    assert est.ci_low < est.value < est.ci_high and stats.iqm_note(five) == ""
+    trials = make_trials({"base": 0.32}, seeds=5, sd=0.03, rng=np.random.default_rng(4))
+    trials = pd.concat([trials, make_trials({"four": 0.33}, seeds=4, sd=0.03, rng=np.random.default_rng(5))],
+                       ignore_index=True)
+    few = stats.few_run_estimates(trials, METRIC, "base").set_index("cell_id")
+    assert np.isnan(few.loc["four", "iqm_ci_low"]) and np.isnan(few.loc["four", "iqm_ci_high"])
+    assert few.loc["four", "iqm_ci_note"] == "n < 5: 2 runs kept, coverage not measured"
+    assert few.loc["four", "iqm_trim"] == 1 and np.isfinite(few.loc["four", "mean_ci_low"])
+    assert np.isfinite(few.loc["base", "iqm_ci_low"]) and few.loc["base", "iqm_ci_note"] == ""
 
 
 def test_trimmed_t_covers_where_students_t_falls_short():

@@ -27,6 +27,7 @@ from ablate.stats.selection import cell_rows, completed_runs, resolve_cell
 
 __all__ = [
     "FEW_RUN_COLUMNS",
+    "IQM_CI_MIN_N",
     "IQM_MIN_N",
     "IQM_TRIM",
     "clopper_pearson",
@@ -42,6 +43,11 @@ __all__ = [
 IQM_TRIM = 0.25
 #: Fewest runs from which the IQM trims anything (⌊IQM_TRIM · n⌋ ≥ 1): below, it is the plain mean.
 IQM_MIN_N = math.ceil(1 / IQM_TRIM)
+#: Fewest runs that get an IQM interval: the fewest at which ``benchmarks/bench_stats_calibration.py``
+#: measures its coverage (5 and 8 seeds, docs/calibration.md). At ``IQM_MIN_N`` the trim keeps 2 runs,
+#: one degree of freedom: an unmeasured interval that spans most of an accuracy's range
+#: (0.320 [0.000, 0.801]).
+IQM_CI_MIN_N = 5
 #: Normal samples drawn (once per run count and level, seeded) for the IQM interval's critical value.
 IQM_CALIBRATION_DRAWS = 200_000
 
@@ -86,20 +92,21 @@ def iqm_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95)
     """The IQM of the finite ``values`` with a trimmed-t interval: IQM ± c · se, se the Tukey–McLaughlin
     standard error (winsorised variance; Yuen 1974), c the ``confidence`` quantile of |IQM − μ| / se
     over normal samples of the same size (``_iqm_critical``, seeded, cached) in place of Student's
-    t(h − 1), which at four to eight runs covers a point or two short. Exact for normal runs; the
+    t(h − 1), which at five to eight runs covers a point or two short. Exact for normal runs; the
     trimming and winsorising keep it from leaning on one odd run, and
     ``benchmarks/bench_stats_calibration.py`` measures it on simulated accuracies.
 
     NaN bounds below ``IQM_MIN_N`` values, where nothing is trimmed (the IQM is the mean: use its t
-    interval), and when the middle values tie (a winsorised spread of zero, or of round-off — an se
-    at most ``ROUNDOFF`` × the values' scale: nothing to scale by; ``iqm_note`` says so)."""
+    interval); below ``IQM_CI_MIN_N``, where the trim keeps two runs and the benchmark does not measure
+    its coverage; and when the middle values tie (a winsorised spread of zero, or of round-off — an se
+    at most ``ROUNDOFF`` × the values' scale: nothing to scale by). ``iqm_note`` says which."""
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     n = int(x.size)
     if n == 0:
         return Estimate(np.nan, np.nan, np.nan, 0)
     centre = float(iqm(x))
-    if n < IQM_MIN_N:
+    if n < IQM_CI_MIN_N:
         return Estimate(centre, np.nan, np.nan, n)
     _, se = _trimmed_studentised(x)
     se = float(se)
@@ -115,6 +122,8 @@ def iqm_note(values: Sequence[float] | np.ndarray) -> str:
     x = x[np.isfinite(x)]
     if x.size < IQM_MIN_N:
         return f"n < {IQM_MIN_N}: nothing trimmed" if x.size else "no runs"
+    if x.size < IQM_CI_MIN_N:
+        return f"n < {IQM_CI_MIN_N}: {x.size - 2 * int(IQM_TRIM * x.size)} runs kept, coverage not measured"
     if np.isnan(iqm_interval(x).ci_low):
         return f"no spread: the middle {x.size - 2 * int(IQM_TRIM * x.size)} runs equal"
     return ""
@@ -149,8 +158,8 @@ def few_run_estimates(
     handful of seeds: the mean with its interval (``estimators.mean_interval``: t at
     ``robust_level(confidence)``), the interquartile mean with its trimmed-t interval
     (``iqm_interval`` at ``robust_level(confidence)``; ``iqm_trim`` runs cut from each end — zero
-    below ``IQM_MIN_N``, where the IQM is the mean and has no interval of its own), both clipped to
-    the metric's range (``metric_range``), with ``mean_ci_note`` / ``iqm_ci_note`` saying why an
+    below ``IQM_MIN_N``, where the IQM is the mean and has no interval of its own; no interval below
+    ``IQM_CI_MIN_N``), both clipped to the metric's range (``metric_range``), with ``mean_ci_note`` / ``iqm_ci_note`` saying why an
     interval is NaN (``interval_note``, ``iqm_note``; ``''`` when it is not), and — against
     ``reference_cell`` — the probability of improvement P(cell > reference) over every pair of runs
     with Newcombe's score interval (``prob_improvement_ci``).

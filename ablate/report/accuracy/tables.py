@@ -333,11 +333,8 @@ def power_table(comp: pd.DataFrame, power: float = 0.8) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).rename(columns={"sd": "sd of Δ"})
 
 
-#: Fewest runs at which the few-run table prints the IQM's trimmed-t interval: the fewest at which
-#: ``benchmarks/bench_stats_calibration.py`` measures its coverage (5 and 8 seeds, docs/calibration.md).
-#: At 4 the 25% trim keeps 2 runs, one degree of freedom: an unmeasured interval that spans most of
-#: an accuracy's range (0.320 [0.000, 0.801]).
-IQM_CI_MIN_N = 5
+#: Fewest runs with an IQM interval; ``ablate.stats`` decides it (the exported frame has none below).
+IQM_CI_MIN_N = stats.IQM_CI_MIN_N
 
 
 def power_floor_note(comp: pd.DataFrame) -> str:
