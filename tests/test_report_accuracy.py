@@ -777,3 +777,13 @@ def test_a_design_that_is_not_full_factorial_says_why_it_draws_no_main_effects()
     notebook = (Path(acc.__file__).resolve().parents[1] / "notebooks" / "accuracy.py").read_text()
     body = notebook.split("## Per cell")[0].split("## Main effects")[1]
     assert "elif not full:" in body and "main_effects_withheld" in body
+
+
+def test_the_comparison_intro_names_the_family_its_p_values_are_adjusted_over():
+    """A report's p (Holm) is over the study's one family, not the comparisons alone: the intro
+    says whichever it was given, and says the comparisons alone by default (``compare_to_reference``)."""
+    trials = make_trials({"base": 0.8, "a": 0.8}, seeds=5, sd=0.01, rng=np.random.default_rng(3))
+    comp = stats.compare_to_reference(trials, METRIC, "base")
+    assert "Its p-values are Holm-adjusted over the comparisons;" in " ".join(acc.comparison_intro(comp))
+    said = " ".join(acc.comparison_intro(comp, family="the study's one family (page one)"))
+    assert "Holm-adjusted over the study's one family (page one);" in said and "across the comparisons" not in said

@@ -341,10 +341,7 @@ def family_sentence(adjusted: pd.DataFrame, alpha: float = 0.05) -> str:
 
 
 #: The accuracy report's words for its family, and this report's (``in_comparison_words``).
-_FAMILY_WORDS = {
-    "the study's": "this comparison's",
-    "Holm-corrected across the comparisons": "Holm-corrected over this comparison's family (page one)",
-}
+_FAMILY_WORDS = {"the study's": "this comparison's"}
 _FAMILY_RE = re.compile("|".join(re.escape(k) for k in _FAMILY_WORDS))
 
 

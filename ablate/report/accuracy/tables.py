@@ -247,15 +247,18 @@ def t_test_column(comp: pd.DataFrame) -> str:
     return f"t-test p (Holm over {'this' if k == 1 else 'these'} {k}; descriptive)"
 
 
-def comparison_intro(comp: pd.DataFrame, alpha: float = 0.05) -> list[str]:
-    """Which test the comparisons use and why, in the report's words (the numbers from ``comp``)."""
+def comparison_intro(comp: pd.DataFrame, alpha: float = 0.05, family: str = "the comparisons") -> list[str]:
+    """Which test the comparisons use and why, in the report's words (the numbers from ``comp``).
+    ``family``: what ``comp``'s p (Holm) is adjusted over — the comparisons alone as
+    ``stats.compare_to_reference`` gives them; a report that took them from ``report.verdicts``
+    names its family ("the study's one family (page one)")."""
     tested = comp[comp["testable"]]
     text = [
         "Each cell against the reference on the seeds both ran (paired), or on all their runs when they share "
         "fewer than two seeds (unpaired). **The test is an exact permutation test** of the mean difference — "
         "sign-flip when paired, relabelling when unpaired: it assumes no normal distribution and stays exact when "
         "accuracies tie, as they do on a finite test set, or when every seed shows the same difference (where the "
-        "t-test divides by a zero spread). Its p-values are Holm-corrected across the comparisons; the t-test's "
+        f"t-test divides by a zero spread). Its p-values are Holm-adjusted over {family}; the t-test's "
         "are shown beside them for reference. A comparison on fewer than three seeds is not tested: its raw "
         "differences are shown instead. Marks: \\* p_adj < α, \\*\\* < 0.01, \\*\\*\\* < 0.001; n.s. otherwise. "
         "Intervals: the difference's is the t interval (paired t, or Welch's); the effect size is Cohen's d_z "

@@ -150,8 +150,8 @@ if comparisons.empty:
     say(reference_line, "There is no other cell to compare with.")
 else:
     table = acc.comparison_table(acc.named(comparisons, names), confidence, conv, alpha, n_test=n_test)
-    intro = [*acc.comparison_intro(comparisons, alpha), acc.t_test_note(comparisons, len(verdict.family)),
-             acc.effect_size_note(acc.named(comparisons, names), n_test), reference_line, names_line]
+    intro = [*acc.comparison_intro(comparisons, alpha, "the study's one family (page one)"),
+             acc.t_test_note(comparisons, len(verdict.family)), acc.effect_size_note(acc.named(comparisons, names), n_test), reference_line, names_line]
     if sequential:  # the seeds were added by the results: no fixed-design p or verdict
         table = table.drop(columns=["test", "p", "p (Holm)", "verdict", acc.t_test_column(comparisons)])
         intro = [reference_line, "A sequential study: the differences and intervals below are descriptive, on the "

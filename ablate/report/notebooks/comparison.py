@@ -151,7 +151,7 @@ show_figure(acc.accuracy_by_cell(trials, metric, chance, margin=margin, confiden
 
 # %%
 if comparisons is not None and len(comparisons):
-    say(*cmp.in_comparison_words(acc.comparison_intro(comparisons, alpha)))
+    say(*cmp.in_comparison_words(acc.comparison_intro(comparisons, alpha, "this comparison's family (page one)")))
     show(acc.comparison_table(comparisons, confidence), name="comparisons", data=comparisons,
          intro=f"**{tables['comparisons']}. The tests.** Reference: **{ref_label}**. α = {alpha:g}.")
     say(*[f"- {s}" for s in cmp.in_comparison_words(
