@@ -94,7 +94,7 @@ def test_text_says_when_a_comparison_cannot_reach_alpha():
     terms = pd.DataFrame({"measure": ["training"], "term": ["m.p"], "df": [1.0], "df_resid": [16.0], "F": [0.5],
                           "p": [0.5], "p_adj": [1.0], "eta_sq_partial": [0.03], "mark": [""], "significant": [False]})
     with_anova = ns.summary_text(table, comp, ("c0", "the spec's baseline"), terms)
-    assert "; the intervals and the factor analysis (Table 3) still apply." in with_anova
+    assert "; the intervals and the factor analysis (Table 1) still apply." in with_anova
     assert "analysis below" not in with_anova
 
 
@@ -199,12 +199,15 @@ def test_report_renders_with_its_figures_and_tables(study):
     text = " ".join(pages(pdf))
     for title in ("Summary", "State norm vs training step", "Figure 1.", "Figure 2.", "Figure 7.",
                   "State norm vs time step at initialisation and at the end, with theory", "Figure 3.",
-                  "Appendix: stability per variant", "Table 1. The state norm's stability per variant",
-                  "Table 2. Each variant against the reference", "Table 5. White-noise check",
-                  "Appendix: spectrum drift over training", "Figure 5.", "Table 6. Spectrum drift",
+                  "Appendix: stability per variant", ". The state norm's stability per variant",
+                  ". Each variant against the reference", ". White-noise check",
+                  "Appendix: spectrum drift over training", "Figure 5.", ". Spectrum drift",
                   "Appendix: gradient norms", "Figure 6.", "the same examples in all 4 runs;",
                   "RotRNN", "LRU"):
         assert has(text, title), title
+    # Tables are numbered in the order a reader meets them, from 1, skipping none a study's data leaves out.
+    captions = [int(n) for n in re.findall(r"Table (\d+)\. [A-Z]", text)]
+    assert captions == list(range(1, len(captions) + 1)) and len(captions) >= 4, captions
     # Two seeds per variant: the report tests nothing, and says so before anything else.
     assert has(text, "Nothing is tested: 2 seeds per variant") and not has(text, "(significant)")
     assert has(text, "curve rows") and "{'" not in text  # provenance as a table, not a Python dict
@@ -250,7 +253,7 @@ def test_an_interaction_figure_draws_each_level_in_its_channel():
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [ns.COLUMN_WORDS[m] for m in sn.MEASURES
                                                                      if m != "seeds"]
     assert {ax.get_yscale() for ax in fig.axes if ax.get_title()} == {"log"}
-    # Over layers each point is its cell's value as Table 1 prints it, (mean √CV)², not a geometric mean.
+    # Over layers each point is its cell's value as the stability table prints it, (mean √CV)², not a geometric mean.
     depth = next(ax for ax in fig.axes if ax.get_title() == ns.COLUMN_WORDS["depth"])
     drawn = sorted(float(y) for c in depth.containers for y in c.lines[0].get_ydata())
     table = sn.stability(ps, sn.layer_norms(df), sn.variants(df))
@@ -275,7 +278,7 @@ def test_a_measure_the_reference_lacks_names_the_factor_analysis_only_where_it_r
     assert note.endswith("so nothing is compared with it.") and "factor analysis" not in note
     terms = pd.DataFrame({"measure": ["depth"], "term": ["m.p"]})
     assert ns.unreferenced_note(comp, "ref", terms).endswith(
-        "; the factor analysis (Table 3) takes the variants that have one.")
+        "; the factor analysis (Table 1) takes the variants that have one.")
     line = next(t for t in ns.summary_text(table, comp, ("c0", "the spec's baseline")).splitlines()
                 if t.startswith("- **Over layers"))
     assert "so nothing is compared with it; the variants that have one: b " in line
@@ -296,7 +299,7 @@ def test_norm_figures_use_the_reports_one_mapping():
 
 
 def test_flagged_runs_are_counted_named_and_put_back():
-    """A run whose ‖x‖² grew 10⁴× over its last probe steps: a count in Table 1, a line naming it
+    """A run whose ‖x‖² grew 10⁴× over its last probe steps: a count in the stability table, a line naming it
     in the summary, and what putting it back changes; identical seeds print why there is no interval."""
     rng = np.random.default_rng(30)
     k = np.linspace(0, 1, 8)
@@ -372,21 +375,21 @@ def test_the_anova_and_effects_grids_quote_the_long_tables():
     printed = ns.effects_table(effects)
     levels = ns.wide(printed, ["factor", "level"], lambda r: r[ns.effects_column()])
     assert len(levels) == 4 and set(levels.columns[2:]) == set(printed["measure"])
-    # Each measure's column names its mean, the one Table 1's values are.
+    # Each measure's column names its mean, the one the stability table's values are.
     assert set(levels.columns[2:]) == {"CV over training steps, geometric mean", "CV over layers, (mean √CV)²",
                                        "final ‖x‖², geometric mean"}
 
 
 def test_a_study_whose_head_counts_differ_says_which_norm_is_per_head_and_what_xi_does():
     """A reviewer read 'heads change the final ‖x‖²' as a finding: under ξ each head has unit power,
-    so the whole state's norm grows with the head count by construction; Table 1's mean is per head."""
+    so the whole state's norm grows with the head count by construction; the stability table's mean is per head."""
     from support import DESIGN_BASE
 
     from ablate import design
 
     heads = design.validate({**DESIGN_BASE, "factors": {"model.heads": [1, 2]}})
     line = ns.heads_line(heads)
-    assert "Table 1's mean ‖x‖²" in line and "the final ‖x‖² is the whole state's (summed over heads)" in line
+    assert "the stability table's mean ‖x‖²" in line and "the final ‖x‖² is the whole state's (summed over heads)" in line
     assert ("xi" == heads.model.normalisation) is ("grows with the head count by construction" in line)
     gamma = design.validate({**DESIGN_BASE, "model": {**DESIGN_BASE["model"], "normalisation": "gamma",
                                                        "parameterisation": "rotation"},
@@ -397,7 +400,7 @@ def test_a_study_whose_head_counts_differ_says_which_norm_is_per_head_and_what_x
 
 def test_a_one_at_a_time_design_shows_no_marginal_means_and_names_no_factor_analysis(tmp_path):
     """lru_ablations varies three factors one at a time (5 of 12 combinations): its norm report printed
-    Table 4 and interaction figures whose level means mix in the other factors' effects, under a summary
+    marginal means and interaction figures whose level means mix in the other factors' effects, under a summary
     saying "the factor analysis below still apply" although the ANOVA was refused."""
     from pathlib import Path
 
@@ -413,7 +416,9 @@ def test_a_one_at_a_time_design_shows_no_marginal_means_and_names_no_factor_anal
     html = re.sub(r"<[^>]+>", "", (tmp_path / "norm_stability.html").read_text())
     text = " ".join(html.replace("&#x27;", "'").split())
     assert "No marginal means or interaction figures: the design is not a full factorial" in text
-    assert "Table 4." not in text and "Figure 4" not in text and "factor analysis" not in text
+    assert "Marginal means per factor level" not in text and "Figure 4" not in text and "factor analysis" not in text
+    # Its tables are numbered from 1 without a gap where the factor analysis' would be.
+    assert re.findall(r"Table (\d+)\. ([A-Z][a-z]+)", text)[:3] == [("1", "The"), ("2", "Each"), ("3", "White")]
     assert "the design is not a full factorial: it has 5 of the 12 combinations" in text
 
 

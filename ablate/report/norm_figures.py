@@ -349,7 +349,7 @@ def interaction_figure(seeds: pd.DataFrame, f1: str, f2: str, channels: Channels
                        confidence: float = 0.95, measures: Sequence[str] = sn.OWN_MEASURES) -> Figure:
     """A panel per measure: its marginal means over ``f2``'s levels on the x axis, one line per level
     of ``f1`` in that level's channel, with CIs, on log axes — on each measure's scale of
-    ``stats.norms.mean_scale``, the one Table 1 and the main effects use (geometric means; over
+    ``stats.norms.mean_scale``, the one the stability table and the main effects use (geometric means; over
     layers (mean √CV)²). Parallel lines mean no interaction. Not over seeds (``OWN_MEASURES``): its
     runs are not independent, so it has no marginal mean with an interval."""
     scaled = {m: sn.mean_scale(seeds, m) for m in measures}

@@ -123,9 +123,9 @@ def heads_line(spec: Any) -> str:
     models = [c.config["model"] for c in design.cells(spec)]
     if len({m.get("heads") for m in models}) < 2:
         return ""
-    line = ("Head counts differ: ‖x‖² is per head (the mean over heads) in the figures and Table 1's mean ‖x‖², so "
-            "that head counts compare; the final ‖x‖² is the whole state's (summed over heads), which a head count "
-            "that only groups the same modes leaves unchanged.")
+    line = ("Head counts differ: ‖x‖² is per head (the mean over heads) in the figures and the stability table's "
+            "mean ‖x‖², so that head counts compare; the final ‖x‖² is the whole state's (summed over heads), "
+            "which a head count that only groups the same modes leaves unchanged.")
     if any(m.get("normalisation") == "xi" for m in models):
         line += (" Under ξ every head has unit stationary power, so the whole state's ‖x‖² grows with the head "
                  "count by construction: a heads effect on the final ‖x‖² is in part that.")
@@ -259,12 +259,12 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
                     "freedom); the values and ratios below are descriptive.")
     lines: list[str] = []
     # The factor analysis is named only where its ANOVA ran (a design that is not a full factorial
-    # has none), and by its table: the sections' order is the spec's to choose.
+    # has none), and as Table 1: the notebook numbers tables in order of appearance, and it comes first.
     analysed = set(anova["measure"]) if anova is not None and len(anova) else set()
     floors = _unreachable(comp, alpha) if len(comp) else {}
     if floors and len(set(floors.values())) == 1 and len(floors) == comp["measure"].nunique():
         claim, reason = next(iter(floors.values()))  # the same on every measure: said once
-        factor = " and the factor analysis (Table 3)" if analysed else ""
+        factor = " and the factor analysis (Table 1)" if analysed else ""
         still = f"; the intervals{factor} still apply" if "no comparison" in claim else ""
         head.append(f"**On every measure, {claim[:1].lower() + claim[1:]}:** {reason}{still}.")
         floors = {}
@@ -281,7 +281,7 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
         if ref_cell == fmt.DASH:  # e.g. over layers with a one-layer reference: nothing to compare with it
             listed = "; ".join(f"{table.loc[i, 'variant']} {cells[m][table.index.get_loc(i)]}"
                                for i in table.index[[c != fmt.DASH for c in cells[m]]])
-            takes = "the factor analysis (Table 3) takes these" if m in analysed else "the variants that have one"
+            takes = "the factor analysis (Table 1) takes these" if m in analysed else "the variants that have one"
             lines.append(f"{head_words}: the reference {ref_label} has no value ({_NO_VALUE[m]}), so nothing is "
                          f"compared with it; {takes}: {listed}.")
             continue
@@ -300,7 +300,7 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
             of = "ratio of geometric means " if m == "depth" else ""
             if r["testable"]:
                 parts.append(f"{labels[r['cell_id']]} {value}, {of}{_ratio_cell(r)} the reference's ({_verdict(r)})")
-            elif fmt.finite(r["ratio"]):  # the head or Table 2 says why it is not tested
+            elif fmt.finite(r["ratio"]):  # the head or the ratio table says why it is not tested
                 parts.append(f"{labels[r['cell_id']]} {value} ({of}{_sig(r['ratio'])}×, not tested)")
         text = "; ".join(parts) + "."
         values = table[sn.VALUE[m]].to_numpy(float)
@@ -320,7 +320,7 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
             lo, hi = printed.loc[ratio.idxmin(), "noise / theory"], printed.loc[ratio.idxmax(), "noise / theory"]
             span = lo if lo == hi else f"{lo} to {hi}"
             lines.append(f"- **White-noise check**: at initialisation the measured ‖x<sub>L</sub>‖² on white-noise "
-                         f"input is {span} times the theory across the variants (1 would be exact; Table 5).")
+                         f"input is {span} times the theory across the variants (1 would be exact; the white-noise check's table).")
     return "\n".join([" ".join(head), "", *lines])
 
 
@@ -355,7 +355,7 @@ def factor_sentences(anova: pd.DataFrame | None, effects: pd.DataFrame | None, a
         out.append(text + ".")
     if not out:
         out.append(f"- **Factor effects**: no factor or two-factor interaction changes any measure significantly "
-                   f"(ANOVA of the per-seed values, {len(anova)} terms, Holm across them, α = {alpha:g}; Table 3).")
+                   f"(ANOVA of the per-seed values, {len(anova)} terms, Holm across them, α = {alpha:g}; Table 1).")
     return out
 
 
@@ -507,7 +507,7 @@ def unreferenced_note(comp: pd.DataFrame, reference: str, anova: pd.DataFrame | 
     words = ", ".join(f"{MEASURE_WORDS[m]} ({_NO_VALUE[m]})" for m in gone)
     analysed = anova is not None and len(anova) and set(gone) <= set(anova["measure"])
     return (f" Not in the table: {words} — the reference {reference} has no value there, so nothing is compared "
-            "with it" + ("; the factor analysis (Table 3) takes the variants that have one." if analysed else "."))
+            "with it" + ("; the factor analysis (Table 1) takes the variants that have one." if analysed else "."))
 
 
 def effects_column(confidence: float = 0.95) -> str:

@@ -505,7 +505,8 @@ def sensitivity(seeds: pd.DataFrame, norms: pd.DataFrame, reference: str, order:
 ANOVA_COLUMNS = ["measure", "term", "df", "df_resid", "F", "p", "p_adj", "eta_sq_partial", "mark", "significant"]
 #: Why the factor analysis leaves out the spread over seeds (``factor_anova``, ``main_effects``).
 NO_SEEDS_ANOVA = ("no ANOVA: a run's deviation over seeds is measured from its variant's other runs, so the runs "
-                  "are not independent replicates; Table 2 compares the variants' spreads by permuting whole runs")
+                  "are not independent replicates; the comparisons with the reference compare the variants' spreads by "
+                  "permuting whole runs")
 
 
 def factor_anova(seeds: pd.DataFrame, factors: Sequence[str], alpha: float = 0.05
@@ -597,7 +598,7 @@ def mean_scale(seeds: pd.DataFrame, measure: str) -> tuple[pd.DataFrame, str, Ca
 def main_effects(seeds: pd.DataFrame, factors: Sequence[str], confidence: float = 0.95) -> pd.DataFrame:
     """Per measure, factor and level: the marginal mean over the cells at that level on the
     measure's scale of ``mean_scale`` (``stats.main_effects`` of the ``primary`` runs' values there,
-    mapped back: geometric means, over layers (mean √CV)², as Table 1's values) with its interval;
+    mapped back: geometric means, over layers (mean √CV)², as the norm report's stability table) with its interval;
     none, and ``note`` saying why, where it would have no width beyond round-off. Not over seeds
     (``NO_SEEDS_ANOVA``: the runs' deviations are not independent replicates).
 

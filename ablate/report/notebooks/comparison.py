@@ -66,8 +66,6 @@ diffs = cmp.setting_differences(variants[variants.cell_id.isin(comparable)], {r.
 factors = [f for f in both.factors if f in trials.columns and trials[f].notna().all()]
 channels = Channels.from_trials(trials, factors + (["study"] if len(diffs) else []))
 pct = fmt.level(confidence)
-tables = dict(zip(["answer", "studies", "variants", *(["settings"] if len(diffs) else []), "cells", "comparisons",
-                   "power", "stability", "ratios", "provenance"], (f"Table {i}" for i in range(1, 20)), strict=False))
 
 # Every test this report makes, before any is shown: its p-values are adjusted over one family.
 summary = stats.cell_summary(trials, metric, chance, margin, confidence)
@@ -93,6 +91,12 @@ if comparisons is not None and len(comparisons):
 if comp_norms is not None and len(comp_norms):
     comp_norms = verdicts.power_at(fam.apply(comp_norms, family, "norm", "comparison", alpha), alpha_m,
                                    float(np.log(first.stats.min_ratio)), first.stats.power)
+# Tables numbered in the order they are shown, counting only those shown (no gap); an absent one's name is "".
+compared, normed = comparisons is not None and len(comparisons) > 0, comp_norms is not None and len(comp_norms) > 0
+shown = {"answer": compared, "studies": True, "variants": True, "settings": len(diffs) > 0, "cells": True,
+         "comparisons": compared, "power": compared, "stability": per_layer is not None, "ratios": normed,
+         "provenance": True}
+tables = dict.fromkeys(shown, "") | {k: f"Table {i}" for i, k in enumerate([k for k, on in shown.items() if on], 1)}
 say(*cmp.header_lines(title or " vs ".join(studies), both.names, variants, trials, ref_label, ref_why))
 
 # %% [markdown]

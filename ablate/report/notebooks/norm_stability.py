@@ -58,6 +58,16 @@ verdict = verdicts.study_verdicts(res, trials, "test_accuracy", (ref[0], ref_lab
 # The norm comparisons, ANOVA and marginal means are the verdicts' (computed once, adjusted over the family).
 comp, anova, anova_why, effects = (verdict.norm_comparisons, verdict.norm_anova, verdict.norm_anova_why,
                                    verdict.norm_effects)
+varied = [f for f in factors if trials[f].nunique() > 1] if len(df) else []
+# One-at-a-time designs: a level's cells differ in other factors too, so its marginal mean mixes in their
+# effects — no marginal means or interaction figures then, as no ANOVA.
+full = bool(varied) and stats.is_full_factorial(trials, varied)
+# Tables numbered in the order the sections show them, counting only those this study's data gives (no gap;
+# the factor analysis, when shown, is Table 1, as norm_tables' sentences name it); an absent one's name is "".
+shown = {"anova": bool(varied) and len(anova) > 0, "effects": full and len(effects) > 0, "stability": len(df) > 0,
+         "ratios": len(df) > 0 and len(comp) > 0, "check": len(df) > 0 and len(check) > 0,
+         "drift": len(df) > 0 and len(drift) > 0}
+tables = dict.fromkeys(shown, "") | {k: f"Table {i}" for i, k in enumerate([k for k, on in shown.items() if on], 1)}
 
 # %% [markdown]
 # ## The answer
@@ -132,16 +142,12 @@ say("Which factor carries the stability, and whether one factor's effect depends
     "run's log value per measure (main effects and two-way interactions, seeds as replicates), "
     + ("descriptive: a sequential study's seeds depended on the results, so no p-value is valid." if sequential
        else "its p-values Holm-corrected over the study's one family (page one)."))
-varied = [f for f in factors if trials[f].nunique() > 1] if len(df) else []
-# One-at-a-time designs: a level's cells differ in other factors too, so its marginal mean mixes in their
-# effects — no marginal means or interaction figures then, as no ANOVA.
-full = bool(varied) and stats.is_full_factorial(trials, varied)
 if not len(df) or not varied:
     say("No factor was varied: there are no factor effects." if len(df) else "No probe data yet.")
 else:
     if len(anova):
         show(ns.anova_grid(anova, tested=not sequential), name="anova", data=anova, intro=(
-            "**Table 3. ANOVA of the per-seed log values** (type II), a row per term, a column per measure: F on "
+            f"**{tables['anova']}. ANOVA of the per-seed log values** (type II), a row per term, a column per measure: F on "
             "the term's and the residual degrees of freedom"
             + (", partial η². A sequential study: the seeds depended on the results, so the F tests' p-values "
                "are not valid and are not shown." if sequential else
@@ -155,13 +161,14 @@ else:
     if not full:
         say("**No marginal means or interaction figures**: the design is not a full factorial over the varied "
             "factors, so a level's cells differ in the other factors too and its marginal mean would mix in their "
-            "effects; the comparisons with the reference (Table 2) are the cleaner read.")
+            "effects; the comparisons with the reference" + (f" ({tables['ratios']})" if tables["ratios"] else "")
+            + " are the cleaner read.")
     elif len(effects):
         show(ns.wide(ns.effects_table(effects, confidence), ["factor", "level"],
                      lambda r: r[ns.effects_column(confidence)]),
              name="main-effects", data=effects, intro=(
-            "**Table 4. Marginal means per factor level**, each measure's mean as in Table 1 (its column says "
-            "which): the unweighted mean of the cells' mean log values at that level, exponentiated (a geometric "
+            f"**{tables['effects']}. Marginal means per factor level**, each measure's mean as in "
+            f"{tables['stability']} (its column says which): the unweighted mean of the cells' mean log values at that level, exponentiated (a geometric "
             "mean)" + ("; over layers of their mean √CV, squared" if depth else "")
             + ", with a seed-blocked t interval (of the per-seed means over the level's cells) where those cells "
             "share their seeds, else a t interval on the pooled within-cell variance; "
@@ -172,19 +179,21 @@ else:
     for i, (f1, f2) in enumerate(pairs[:max_interactions]):
         show_figure(nf.interaction_figure(seeds, f1, f2, channels, confidence), name="interaction",
                     title=f"Figure 4{'abcdefgh'[i] if len(pairs) > 1 else ''}. {f1} × {f2}: marginal means per "
-                          "measure, as Table 4's (geometric" + ("; over layers (mean √CV)²" if depth else "")
+                          "measure, as " + (f"{tables['effects']}'s" if tables["effects"] else "the marginal means")
+                          + " (geometric" + ("; over layers (mean √CV)²" if depth else "")
                           + "); parallel lines mean the two factors act independently.")
 
 # %% [markdown]
 # ## Appendix: stability per variant
 
 # %%
-say("Per-variant detail behind the answer page: every variant's value per measure (Table 1) and its ratio to the "
-    + ("reference, descriptive (Table 2; the tests are the sequential design's, page one)." if sequential
-       else "reference with the test's p-values (Table 2)."))
 if len(df):
+    ratio = ("" if not tables["ratios"] else
+             f" and its ratio to the reference, descriptive ({tables['ratios']}; the tests are the sequential design's, "
+             "page one)" if sequential else f" and its ratio to the reference with the test's p-values ({tables['ratios']})")
+    say(f"Per-variant detail behind the answer page: every variant's value per measure ({tables['stability']}){ratio}.")
     show(ns.stability_table(stab, confidence), name="stability", data=stab, intro=(
-        "**Table 1. The state norm's stability per variant, over its seeds.** Each run gives one value per "
+        f"**{tables['stability']}. The state norm's stability per variant, over its seeds.** Each run gives one value per "
         "measure: its CV of the probe-batch ‖x‖² across probe steps (per layer, averaged over layers), across "
         "layers (per probe step, averaged over steps), its whole state's ‖x‖² at its last probe step, and the "
         "spread of log ‖x‖² over seeds (each run's scaled mean absolute deviation from the median of the other "
@@ -197,12 +206,12 @@ if len(df):
         "No interval where there is no spread beyond round-off. **flagged**: runs with non-finite or zero ‖x‖², "
         "or that grew late far more than their variant's other runs — left out of every value and test, named in "
         "the summary, marked in the figures."
-        + (" Table 2's ratios over layers are of geometric means, so they need not equal the quotient of two "
+        + (f" {tables['ratios']}'s ratios over layers are of geometric means, so they need not equal the quotient of two "
            "values here." if len(comp) and "depth" in set(comp["measure"]) - set(ns.unreferenced(comp)) else "")))
     if len(comp):
         ratios = ns.ratio_grid(comp, confidence, res.spec.stats.min_ratio, tested=not sequential)
         show(ratios, name="ratios", data=comp, intro=((
-            f"**Table 2. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** "
+            f"**{tables['ratios']}. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** "
             f"({ref[1]}). The ratio is exp(mean log difference) over the seeds, with the t interval of that "
             "difference; over seeds, the ratio of the two spreads on the same seeds. The test is the "
             f"exact permutation test of the per-seed log values ({ns.tests_text(comp)}) — sign-flip on shared seeds, "
@@ -214,7 +223,8 @@ if len(df):
             "are shown. A row per variant, a column per measure: the ratio [CI], then p (Holm) with its mark, or "
             "why the comparison is not tested; the answer page gives each verdict and the seeds a decision needs."
             if not sequential else  # no test's p is printed: the caption says what the table holds instead
-            f"**Table 2. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** ({ref[1]}). "
+            f"**{tables['ratios']}. Each variant against the reference, {dict(fig_order).get(ref[0], ref[0])}** "
+            f"({ref[1]}). "
             "The ratio is exp(mean log difference) over the seeds, with the t interval of that difference; over "
             "seeds, the ratio of the two spreads on the same seeds, its interval the ratios the permutation test of "
             "the spreads does not reject. Descriptive: a sequential study's seeds depended on the results, so no "
@@ -241,7 +251,7 @@ else:
 # %%
 if len(df) and len(check):
     show(ns.check_table(check), name="white-noise-check", data=check, intro=(
-        "**Table 5. White-noise check of the normalisation argument.** ‖x‖² at the last time step "
+        f"**{tables['check']}. White-noise check of the normalisation argument.** ‖x‖² at the last time step "
         "(mean over heads, layers and seeds) on the probe batch, on white-noise input, the theory for white "
         "input, their ratio, and the stationary theory E‖x∞ʰ‖² per head (1 for ξ by construction)."))
 
@@ -253,7 +263,7 @@ if len(df) and len(check):
 # leave the page before nearly empty.
 if len(df) and len(drift):
     show(ns.drift_table(drift), name="spectrum-drift", data=drift, intro=(
-        "**Table 6. Spectrum drift from the first to the last probe step.** Per mode (all layers and seeds); "
+        f"**{tables['drift']}. Spectrum drift from the first to the last probe step.** Per mode (all layers and seeds); "
         "the input scale is what multiplies B: ξ_h, the LRU's learned γ_j, or sqrt(1 − |λ|²)."))
 if order:
     show_figure(nf.spectrum_figure(df, fig_order, channels=channels), name="spectrum", title=(
