@@ -19,7 +19,6 @@ import pandas as pd
 
 from ablate import stats
 from ablate.report import format as fmt
-from ablate.report import never_learned as nl
 from ablate.stats import family as fam
 from ablate.stats.estimators import robust_level
 
@@ -61,12 +60,6 @@ class Verdicts:
     #: the m of the power lines' α/m: the family tested, else the design's; a sequential study's
     #: own family (its comparisons, Bonferroni), whose α/m its looks test at
     power_m: int = 1
-    #: per cell, runs that never learned (``never_learned.counts``), by the rule's chance and margin
-    never: pd.DataFrame = field(default_factory=pd.DataFrame)
-    chance: float | None = None
-    margin: float = 0.0
-    #: the report parameters set when rendering away from their defaults: name → (value, default)
-    rendered: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def policy(self) -> str:
         """The report's one sentence on the family (``stats.family.policy_sentence``)."""
@@ -169,13 +162,12 @@ def design_family(res: Any) -> int:
 
 def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple[str, str], alpha: float = 0.05,
                    confidence: float = 0.95, min_effect: float | None = None, norms: NormInputs | None = None,
-                   design_m: int | None = None, margin: float | None = None) -> Verdicts:
+                   design_m: int | None = None) -> Verdicts:
     """Every test of the study on ``metric`` and, when ``norms`` is given (``norm_inputs``), on each
     norm measure, adjusted over one family. ``design_m``: the family its design implies
     (``ablate.design.family``), the m of the power lines while too few seeds allow a test. A
     sequential study tests nothing here (its seeds depended on the results): its power lines are at
-    its own comparisons' α/m (``sequential_section.family_size``). ``margin``: a run of an accuracy
-    ``metric`` never learned at ``≤ chance + margin`` (None: the accuracy report's default)."""
+    its own comparisons' α/m (``sequential_section.family_size``)."""
     seeds = norms.seeds if norms is not None else None
     spec = res.spec
     effect = spec.stats.min_effect if min_effect is None else min_effect
@@ -231,28 +223,9 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
         beside = seqrep.fixed_beside(res.sequential, spec, fixed, dict(short), alpha)
         floors = [x for at in fixed.values() for f in at.values() for x in f["p_min"]]
         seq_why = seqrep.fixed_why(spec, max(sizes, default=0), floors, alpha)
-    margin = nl.default_margin() if margin is None else margin
-    chance = res.chance if metric.endswith("accuracy") else None  # the accuracy report's rule for its chance
-    never = nl.counts(trials, metric, chance, margin, factors)
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
-                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect, never),
-                    seq_m, dict(short), key, beside, seq_why, m, never, chance, margin,
-                    rendered_parameters(alpha, confidence, margin, effect, spec.stats.min_effect))
-
-
-def rendered_parameters(alpha: float, confidence: float, margin: float, min_effect: float,
-                        spec_min_effect: float) -> dict[str, tuple[float, float]]:
-    """Name → (value, default) of each report parameter that changes page one's verdicts or flags
-    and was set when rendering to other than its default: the notebooks' declared ``alpha``,
-    ``confidence`` and ``margin`` (the accuracy report's parameters cell; the norm report declares
-    the same), the spec's ``stats.min_effect``."""
-    from ablate.report.parameters import declared_parameters
-
-    declared = declared_parameters("accuracy")
-    pairs = {"alpha": (alpha, declared["alpha"]), "confidence": (confidence, declared["confidence"]),
-             "margin": (margin, declared["margin"]), "min_effect": (min_effect, spec_min_effect)}
-    return {k: (float(v), float(d)) for k, (v, d) in pairs.items()  # type: ignore[arg-type]
-            if not np.isclose(float(v), float(d))}  # type: ignore[arg-type]
+                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect), seq_m, dict(short), key,
+                    beside, seq_why, m)
 
 
 def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, factors: list[str], alpha: float,
@@ -295,11 +268,10 @@ def power_at(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float
 
 
 def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None, steps: int | None = None,
-           min_gain: float = 0.01, never: pd.DataFrame | None = None) -> dict[str, list[str]]:
-    """Per cell: the states a reader must see beside its verdicts — runs diverged, failed, never
-    learned (``never``: ``never_learned.counts``, the accuracy report's rule), with non-finite or
-    late-growing norms (``flagged``), and a cell still improving when its step budget ran out
-    (``stats.cell_convergence``, as the accuracy report's convergence table has it)."""
+           min_gain: float = 0.01) -> dict[str, list[str]]:
+    """Per cell: the states a reader must see beside its verdicts — runs diverged, failed, with
+    non-finite or late-growing norms (``flagged``), and a cell still improving when its step budget
+    ran out (``stats.cell_convergence``, as the accuracy report's convergence table has it)."""
     out: dict[str, list[str]] = {}
     improving: set[str] = set()
     if steps is not None:
@@ -313,8 +285,6 @@ def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None, steps:
             flags.append(f"{k} diverged")
         if "failed" in set(g["status"]):
             flags.append(f"{int((g['status'] == 'failed').sum())} failed")
-        if never is not None and (said := nl.cell_flag(never, str(cid))):
-            flags.append(said)
         column = "flagged" if seeds is not None and "flagged" in seeds.columns else "nonfinite"
         if seeds is not None and column in seeds.columns:
             bad = int(seeds.loc[seeds["cell_id"] == cid, column].fillna(False).astype(bool).sum())
@@ -448,10 +418,6 @@ def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFra
             else:
                 sub = v.norm_anova[v.norm_anova["measure"] == m] if len(v.norm_anova) else v.norm_anova
                 row[heads[m]] = _term_cell(sub, term, v.norm_effects, m) if len(sub) else fmt.DASH
-        # A factor's levels that mostly never learned; an interaction's cells only where it is
-        # significant (their own rows carry them, and a quiet term's list was noise).
-        if " × " not in term or any("SIGNIFICANT" in row[heads[m]] for m in measures):
-            row["flags"] = "; ".join(f"{level}: {k} of {n} never learned" for level, k, n in _untrained(v, term))
         rows.append(row)
     cells = list(dict.fromkeys([*(v.comparisons["cell_id"] if len(v.comparisons) else []),
                                 *(v.norm_comparisons["cell_id"] if len(v.norm_comparisons) else [])]))
@@ -474,20 +440,6 @@ def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFra
     # and its part 2 was that one column, alone on the next page.
     out["question"] = [f"{q} — {f}" if f else q for q, f in zip(out["question"], out["flags"], strict=True)]
     return out.drop(columns=["flags"])
-
-
-def _untrained(v: Verdicts, term: str) -> list[tuple[str, int, int]]:
-    """The levels of a factor (an interaction's level pairs) whose runs mostly never learned."""
-    return nl.mostly(v.never, term.split(" × ")) if len(v.never) else []
-
-
-def _untrained_words(v: Verdicts, term: str) -> str:
-    """`` — LRU: 6 of 6 runs never learned (…): …`` for a term with such levels, else ``""``."""
-    groups = _untrained(v, term)
-    factors = term.split(" × ")
-    every = len(groups) == len(v.never.drop_duplicates(factors)) if groups else False
-    said = nl.caveat(groups, v.metric, v.chance, v.margin, every)
-    return f" — {said}" if said else ""
 
 
 def _and(items: list[str], word: str = "and") -> str:
@@ -575,10 +527,9 @@ def term_sentences(v: Verdicts, measures: list[str] | None = None) -> list[str]:
             if hits:
                 inter_hit = True
                 out.append(f"The interaction **{term}** is significant on {_and(hits)}: one factor's effect there "
-                           f"depends on the other's level{_untrained_words(v, term)}.")
+                           "depends on the other's level.")
         elif hits:
-            out.append(f"**{term}** is significant on {_and(hits)}" + (f"; not on {_or(rest)}" if rest else "")
-                       + f"{_untrained_words(v, term)}.")
+            out.append(f"**{term}** is significant on {_and(hits)}" + (f"; not on {_or(rest)}" if rest else "") + ".")
         else:
             least = fmt.pval(min(float(r["p_adj"]) for _, r, _, _ in rows))
             quiet.append(f"**{term}** ({'smallest ' if len(rows) > 1 else ''}p (Holm) {least})")
@@ -610,7 +561,7 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
             if word.startswith("SIGNIFICANT"):
                 m = r["measure"] if ratio else v.metric
                 found.append(f"{labels.get(r['cell_id'], r['cell_id'])} on {heads[m]} ({text}, p (Holm) "
-                             f"{fmt.p_is(r['p_adj'])}{_untrained_cells(v, [r['cell_id'], v.reference[0]])})")
+                             f"{fmt.p_is(r['p_adj'])})")
     if not words:
         return [f"None of the {untested} comparisons with the reference **{ref}** is tested: too few seeds or no "
                 "spread (the table)."] if untested else []
@@ -625,19 +576,6 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
     shown = _and(found[:cut] + ([f"{len(found) - cut} more (the table)"] if len(found) > cut else []))
     return [f"Against the reference **{ref}**, {len(found)} of {len(words)} comparisons are significant: {shown}"
             + (f"; {rest}." if rest else ".")]
-
-
-def _untrained_cells(v: Verdicts, cells: list[str]) -> str:
-    """``; LRU, ξ: 3 of 3 runs never learned (…): …`` when ``cells`` (a comparison's two) include
-    one whose runs mostly never learned, else ``""``."""
-    if not len(v.never):
-        return ""
-    labels, _ = _names(v)
-    mine = v.never[v.never["cell_id"].astype(str).isin([str(c) for c in cells])]
-    groups = [(labels.get(str(c), str(c)), int(k), int(n)) for c, k, n in
-              zip(mine["cell_id"], mine["n_never_learned"], mine["n_finished"], strict=True) if n and 2 * k > n]
-    said = nl.caveat(groups, v.metric, v.chance, v.margin, len(groups) == len(set(map(str, cells))))
-    return f"; {said}" if said else ""
 
 
 def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
