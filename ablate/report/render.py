@@ -84,7 +84,7 @@ li { margin: 2pt 0; }
 code { background: #f2f2f2; padding: 0 2pt; font-size: 88%; }
 img { max-width: 100% !important; height: auto !important; max-height: 250mm; page-break-inside: avoid; }
 .ablate-figure { break-inside: avoid; page-break-inside: avoid; margin: 2pt 0 6pt; }
-.ablate-block > p, .ablate-block > h2 { break-after: avoid; page-break-after: avoid; }
+.ablate-block > h2, .ablate-keep > p { break-after: avoid; page-break-after: avoid; }
 /* a markdown cell introduces the output that follows it: keep them on one page */
 .text_cell { page-break-after: avoid; break-after: avoid; }
 table { max-width: 100%; border-collapse: collapse; }
@@ -106,7 +106,7 @@ table.ablate tbody.group tr + tr td { border-top: none; }
 /* The header goes with the first group rather than repeating on each page: with a repeating header
    WeasyPrint breaks inside the first row group when a table starts near the foot of a page. */
 table.ablate thead { display: table-row-group; break-after: avoid; page-break-after: avoid; }
-table.ablate.whole, .ablate-block.whole, .ablate-part { break-inside: avoid; page-break-inside: avoid; }
+table.ablate.whole, .ablate-keep.whole, .ablate-part { break-inside: avoid; page-break-inside: avoid; }
 pre, pre.spec { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 7pt; line-height: 1.25; }
 pre.spec { background: #f7f7f7; padding: 4pt; column-count: 2; column-gap: 8mm; column-rule: 0.4pt solid #ddd; }
 """
