@@ -61,6 +61,11 @@ out = PipeConsole()
 err = PipeConsole(stderr=True)
 
 
+@app.callback()
+def _ablate(version: opt.Version = False) -> None:  # --version acts in its callback, before any command
+    pass
+
+
 def _load(path: Path, overrides: list[str] | None, multirun: list[str] | None = None, plugins: bool = False) -> Spec:
     """The validated spec; ``plugins``: also run each plug-in it uses on a tiny batch."""
     from ablate import design
@@ -223,7 +228,7 @@ def worker(
     threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads [all cores]")] = None,
     checkpoint_every: opt.Checkpoint = 100,
     max_items: Annotated[int | None, typer.Option(min=1, help="stop after this many items")] = None,
-    verbose: opt.Verbose = False,
+    verbose: opt.WorkerVerbose = False,
     fuse: opt.Fuse = 0,
 ) -> None:
     """Pull pending items of a study from its shared storage until none is left."""

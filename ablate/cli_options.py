@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperArgument, TyperOption
 
 from ablate.stores import BadStoreUrl, checked_urls
 from ablate.terminal import PipeConsole, Refused, store_refused
@@ -18,6 +19,26 @@ from ablate.terminal import PipeConsole, Refused, store_refused
 # Local workers beyond this many per core only take turns on the cores, each holding its own
 # imports and model in memory; more workers belong on more machines (`ablate worker`).
 WORKERS_PER_CORE = 4
+
+
+# Typer's rich help writes a type after every option, "<bool>" after a flag, which takes no
+# value; and names a required argument "{file}" in the usage line, where braces read as a choice.
+# Both are changed here, for every command; tests/test_cli_options.py checks the help says neither.
+_typed = TyperOption.display_type_rich
+
+
+def _option_type(self: TyperOption, ctx: Any) -> str | None:
+    return None if self.is_flag else _typed(self, ctx)
+
+
+def _usage_name(self: TyperArgument) -> str:
+    name = self.metavar or self.name.upper()
+    name = name if self.required else f"[{name}]"
+    return name if self.nargs == 1 or self.metavar else f"{name}..."  # a metavar says it itself, as in the panel
+
+
+TyperOption.display_type_rich = _option_type  # type: ignore[method-assign]
+TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
@@ -102,7 +123,7 @@ def checked_workers(value: int) -> int:
     return value
 
 
-SpecFile = Annotated[Path, typer.Argument(parser=spec_path("FILE"), show_default=False)]
+SpecFile = Annotated[Path, typer.Argument(parser=spec_path("FILE"), show_default=False, metavar="FILE")]
 Set = Annotated[list[str] | None, typer.Option("--set", help="override a spec value: path=value (YAML)")]
 Multi = Annotated[list[str] | None, typer.Option("-m", "--multirun", help="a factor for this study: path=level,"
                                                  "level,… (YAML each); recorded in the stored spec")]
@@ -124,10 +145,37 @@ Checkpoint = Annotated[int, typer.Option("--checkpoint-every", min=0, help="step
 Fuse = Annotated[int, typer.Option("--fuse", min=0, help="train up to K items of one cell (its seeds, or tuning "
                                    "trials differing only in lr, weight decay or clipping) as one model; 1: one at a "
                                    "time; 0: K chosen by device and model size (where fusing was measured to win)")]
-Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="log each item's start and end")]
+# `ablate run` shows each item's start and end in its live view anyway; `ablate worker` has none.
+Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="also print every item event (start, complete, "
+                                       "…) as a line; several workers: their own output on the terminal, not in "
+                                       "their logs ($ABLATE_HOME/logs, default .ablate/logs)")]
+WorkerVerbose = Annotated[bool, typer.Option("-v", "--verbose", help="also print each item's start and end "
+                                             "(other events are printed anyway)")]
 Format = Annotated[str, typer.Option("--format", help="comma-separated: html,pdf")]
 Param = Annotated[list[str] | None, typer.Option(
-    "--param", "-p", help="KEY=VALUE for the report notebooks, e.g. -p reference='layers=2' -p alpha=0.01")]
+    "--param", "-p", help="KEY=VALUE for the report notebooks, e.g. -p alpha=0.01 -p reference='model.heads=8' "
+                          "(a cell's label, id, or a selector matching one cell)")]
 Cells = Annotated[list[str] | None, typer.Option(
     "--cells", help="only cells matching a selector, e.g. 'model.heads=8' or 'model.heads=[4, 8], variant=RotRNN' "
                     "(the design's selector syntax); repeat for any of several")]
+
+
+def _version(value: bool) -> None:
+    """``ablate --version``: ablate's version, and torch's when installed, read from the installed
+    metadata (importing torch takes seconds)."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ablate import __version__
+
+    try:
+        torch = f", torch {version('torch')}"
+    except PackageNotFoundError:
+        torch = ", torch not installed"
+    PipeConsole().print(f"ablate {__version__}{torch}", highlight=False, markup=False)
+    raise typer.Exit()
+
+
+Version = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                       help="print the versions of ablate and torch and exit")]

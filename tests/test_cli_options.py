@@ -117,3 +117,37 @@ def test_an_empty_spec_path_is_refused_as_empty_by_every_command_taking_a_spec(h
         assert res.exit_code == 2, (args, res.output)
         assert res.output == f"error {named} is an empty path: give the path of a spec file\n", (args, res.output)
     assert not list(home.parent.iterdir())  # nothing written, not even the home folder
+
+
+def test_version_names_ablate_and_torch_without_importing_torch() -> None:
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    import ablate
+
+    code = ("import sys; from typer.testing import CliRunner; from ablate.cli import app; "
+            "r = CliRunner().invoke(app, ['--version']); print(r.exit_code, r.output.strip(), 'torch' in sys.modules)")
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert said == f"0 ablate {ablate.__version__}, torch {version('torch')} False"
+
+
+def test_help_shows_no_type_after_a_flag_and_plain_argument_names_in_usage() -> None:
+    def usage(*cmd: str) -> str:
+        res = cli(*cmd, "--help")
+        assert res.exit_code == 0 and "<bool>" not in res.output, res.output
+        return next(line for line in res.output.splitlines() if "Usage:" in line).split("[OPTIONS]")[1].strip()
+
+    assert "<int range>" in cli("run", "--help").output  # an option taking a value keeps its type
+    assert usage("run") == usage("plan") == "FILE"
+    assert (usage("report"), usage("export"), usage("keep")) == ("[STUDY...]", "STUDY... DIR", "STUDY NEW")
+    assert usage() == "COMMAND [ARGS]..."
+
+
+def test_verbose_says_what_it_adds_to_each_command() -> None:
+    def said(cmd: str) -> str:
+        flat = " ".join(line.strip(" │╭╮╰╯─") for line in cli(cmd, "--help").output.splitlines())
+        return " ".join(flat.split())
+
+    assert "also print every item event (start, complete, …) as a line" in said("run")
+    assert "also print each item's start and end (other events are printed anyway)" in said("worker")
