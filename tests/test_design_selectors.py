@@ -76,3 +76,30 @@ def test_selectors_from_the_command_line():
     for bad in ("model.heads", "", "=8", "[1, 2]"):
         with pytest.raises(SpecError, match="--cells"):
             parse_selector(bad)
+
+
+def test_a_reports_reference_may_be_a_selector_of_one_cell():
+    """``-p reference='variant=LRU'``: a factor=level selector, as ``--cells`` reads it, names the
+    one cell with runs it matches; one matching several, none, or naming no factor is refused
+    with the cells there are."""
+    from ablate.results import Results
+
+    s = make(factors={"variant": VARIANT, "model.layers": [1, 2]})
+    grid = design.cells(s)
+    res = Results(study="s", spec=s, spec_hash="", stores={}, factors=list(s.factors),
+                  trials=pl.DataFrame({"cell_id": [c.id for c in grid], "cell_label": [c.label for c in grid]}))
+    by_label = {c.label: c.id for c in grid}
+    assert res.reference_cell("variant=LRU, model.layers=2")[0] == by_label["LRU, layers=2"]
+    assert res.reference_cell("{variant: RotRNN, model.layers: 1}")[0] == by_label["RotRNN, layers=1"]
+    assert res.reference_cell("model.normalisation=gamma, model.layers=1")[0] == by_label["LRU, layers=1"]
+    assert res.reference_cell("LRU, layers=2")[0] == by_label["LRU, layers=2"]  # a label still names its cell
+    for text, said in [("variant=LRU", "it matches 'LRU, layers=1', 'LRU, layers=2', not one"),
+                       ("variant=GRU", "'GRU' is not a level of variant"),
+                       ("arch=LRU", "'arch' is neither a factor nor a dotted path"),
+                       ("model.layers=3", "3 is not a level of model.layers"),
+                       ("model.dropout=0.1", "it matches no cell, not one")]:
+        with pytest.raises(KeyError) as caught:
+            res.reference_cell(text)
+        message = caught.value.args[0]
+        assert message.startswith(f"no cell with id or label {text!r}; as a selector: ") and said in message, message
+        assert message.endswith("cells are: 'RotRNN, layers=1', 'RotRNN, layers=2', 'LRU, layers=1', 'LRU, layers=2'")

@@ -68,7 +68,8 @@ def test_metric_and_reference_are_checked_against_the_study():
     P.check_study(res, {"metric": "val_loss", "reference": "seed=0", "curve_metric": "val/loss", "alpha": 0.1})
     cases = {
         "metric": ("nosuch", "--param metric: 'nosuch' is not a metric of study null_task_seed; one of: val_accuracy, "),
-        "reference": ("nosuch=1", "--param reference: no cell with id or label 'nosuch=1'; cells are: 'seed=0', "),
+        "reference": ("nosuch=1", "--param reference: no cell with id or label 'nosuch=1'; as a selector: 'nosuch' is "
+                                  "neither a factor nor a dotted path (factors: task.seed); cells are: 'seed=0', "),
         "curve_metric": ("val_accuracy", "--param curve_metric: no run of study null_task_seed logged 'val_accuracy'; "
                                          "logged: chance, "),
     }

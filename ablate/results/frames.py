@@ -84,20 +84,38 @@ class Results:
         return design.cells(self.spec)[0].id
 
     def reference_cell(self, reference: str | None = None) -> tuple[str, str]:
-        """(cell id, why) of the cell comparisons are made against: ``reference`` (an id or a
-        label) when given, else the baseline cell. KeyError names the known cells."""
+        """(cell id, why) of the cell comparisons are made against: ``reference`` (an id, a label,
+        or a selector matching one cell: ``arch=LRU``, ``model.heads=8, variant=RotRNN``) when
+        given, else the baseline cell. KeyError names the known cells."""
         cells = self.trials.select("cell_id", "cell_label").unique("cell_id", maintain_order=True)
         if reference:
             for cid, label in cells.iter_rows():
                 if reference in (cid, label):
                     return cid, "chosen with the report parameter `reference`"
             known = ", ".join(repr(lbl) for lbl in cells["cell_label"])
+            if "=" in reference or reference.lstrip().startswith("{"):
+                return self._selected(reference, dict(cells.iter_rows()), known)
             raise KeyError(f"no cell with id or label {reference!r}; cells are: {known}")
         base = self.spec.baseline()
         grid = design.cells(self.spec)
         if any(c.config == base for c in grid):
             return self.baseline_cell, "the spec's baseline"
         return self.baseline_cell, "the first cell (the spec's baseline is not a cell of this design)"
+
+    def _selected(self, text: str, ran: dict[str, str], known: str) -> tuple[str, str]:
+        """The one cell with runs that the selector ``text`` matches (``ablate.design.selectors``:
+        as ``--cells`` reads it), else KeyError saying what it matched."""
+        try:
+            selector = design.parse_selector(text, "reference")
+            problems = design.selection_problems(self.spec, selector, "reference")
+        except SpecError as exc:
+            problems = exc.problems
+        found = [] if problems else [c for c in design.select(self.spec, selector) if c.id in ran]
+        if len(found) != 1:
+            said = "; ".join(msg for _, msg in problems) if problems else (
+                f"it matches {', '.join(repr(ran[c.id]) for c in found) or 'no cell'}, not one")
+            raise KeyError(f"no cell with id or label {text!r}; as a selector: {said}; cells are: {known}")
+        return found[0].id, "chosen with the report parameter `reference`"
 
     def provenance(self) -> dict[str, Any]:
         """What produced these results, for a report or a paper's appendix; no credentials.
