@@ -174,3 +174,12 @@ def test_plan_and_status_rows_agree_with_their_summaries(tmp_path):
         summary["done"], summary["failed"], summary["running"], summary["pending"]), (counts, summary)
     assert f"{counts['done']} done · {counts['running']} running · {counts['waiting']} waiting · " \
            f"{counts['failed']} failed" in found.summary("?")
+
+
+def test_the_summary_line_counts_one_cell_one_seed_one_trial_in_the_singular():
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    raw["factors"] = {}
+    one = design.validate({**raw, "seeds": 1})
+    assert planning.summary_line(one, 1) == "1 cell × 1 seed = 1 trial"
+    assert planning.summary_line(design.validate({**raw, "seeds": 2}), 3) == "3 cells × 2 seeds = 6 trials"

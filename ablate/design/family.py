@@ -2,7 +2,8 @@
 (``ablate.stats.family``), counted from the spec before anything runs — for ``ablate plan``'s
 warning that a design's comparisons cannot be significant (or only behind its ANOVA terms), and for a report's power line before its seeds
 allow a test. Counted as the reports count, measure by measure: ``tests/test_design_family.py``
-holds it to every committed report's own count."""
+holds it to every committed report's own count. It is the family the reports test once every cell
+has ``MIN_N_TEST`` seeds; below that they test nothing (``tested``), and the family is empty."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ NORM_MEASURES = ("norm.training", "norm.depth", "norm.seeds", "norm.final")
 #: Norm measures with no ANOVA term (``ablate.stats.norms.factor_anova``: a run's deviation from its
 #: variant's median is not an independent replicate).
 NO_ANOVA = ("norm.seeds",)
+#: ``ablate.stats.MIN_N_TEST``, mirrored, not imported (plan does not load SciPy; tests hold them
+#: equal): the fewest seeds a cell needs before the reports test it — no comparison, no ANOVA below.
+MIN_N_TEST = 3
+
+
+def tested(spec: Spec) -> bool:
+    """Whether the reports will test anything at the study's seeds: every cell runs them all (a
+    sequential study's first look has ``min`` ≥ ``MIN_N_TEST``, which the spec enforces)."""
+    return spec.sequential is not None or len(spec.seed_list) >= MIN_N_TEST
 
 
 def _terms(grid: Sequence[Cell], factors: Sequence[str]) -> int:
@@ -37,7 +47,8 @@ def family_counts(spec: Spec) -> tuple[int, int, int]:
     main effect and two-way interaction, on every measure. The accuracy is tested by every report;
     the norm measures when the norm report is asked for, the depth (over layers) only between cells
     of more than one layer, and the spread over seeds with no ANOVA. The comparisons are the tests
-    with a floor (the exact test's, ``ablate.stats.words.Reach``), the terms those without."""
+    with a floor (the exact test's, ``ablate.stats.words.Reach``), the terms those without. The
+    seeds are not counted: this is the family once they allow a test (``tested``)."""
     if not spec.report_names:
         return 0, 0, 0
     grid = cells(spec)

@@ -249,14 +249,19 @@ def stored_trials(spec: Spec, storage: str | None) -> list[Any]:
         return []
 
 
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
+
+
 def summary_line(spec: Spec, n_cells: int) -> str:
     seeds = len(spec.seed_list)
     upto = "up to " if spec.sequential is not None else ""  # the looks decide how many run
     if spec.tune is None:
-        return f"{n_cells} cells × {upto}{seeds} seeds = {upto}{n_cells * seeds} trials"
+        return f"{_n(n_cells, 'cell')} × {upto}{_n(seeds, 'seed')} = {upto}{_n(n_cells * seeds, 'trial')}"
     per = spec.tune.trials + seeds
-    return (f"{n_cells} cells × ({spec.tune.trials} tuning trials + {upto}{seeds} seeds) = {upto}{n_cells * per} "
-            f"trials ({n_cells * spec.tune.trials} tuning, {upto}{n_cells * seeds} replicate)")
+    return (f"{_n(n_cells, 'cell')} × ({_n(spec.tune.trials, 'tuning trial')} + {upto}{_n(seeds, 'seed')}) = "
+            f"{upto}{_n(n_cells * per, 'trial')} ({n_cells * spec.tune.trials} tuning, {upto}{n_cells * seeds} "
+            "replicate)")
 
 
 def counts_line(plan: Plan) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ablate.design.family import family_counts, family_size
+from ablate.design.family import MIN_N_TEST, family_counts, family_size, tested
 from ablate.runner import plan as planning
 from ablate.runner.estimate import Estimate, duration, estimate, measure, render_estimate, trial_seconds
 from ablate.runner.plan import FINISHED, Plan
@@ -47,10 +47,11 @@ def significance_lines(spec: Spec) -> list[str]:
     significant — the floor at or above α/C, C the family's comparisons (the tests with a floor),
     the best threshold Holm can give one, once every ANOVA term is rejected first — with the seeds
     that would reach it, or a sequential design; a note when the floor is between α/C and α/m, where
-    a comparison can be significant only behind the ANOVA terms Holm rejects first. Nothing when the
-    floor is below α/m (or nothing is tested), and nothing for a sequential design: its looks test
-    with the t statistic against boundaries at α/m, which have no floor (the reports give its
-    comparisons no exact test)."""
+    a comparison can be significant only behind the ANOVA terms Holm rejects first. Below
+    ``MIN_N_TEST`` seeds a warning that nothing is tested at all (m = 0), with the seeds the same
+    rule asks for. Nothing when the floor is below α/m (or nothing is compared), and nothing for a
+    sequential design: its looks test with the t statistic against boundaries at α/m, which have no
+    floor (the reports give its comparisons no exact test)."""
     comparisons, terms, _ = family_counts(spec)
     if not comparisons or spec.sequential is not None:
         return []
@@ -58,28 +59,44 @@ def significance_lines(spec: Spec) -> list[str]:
     n = len(spec.seed_list)
     floor = p_floor(n)
     reach = Reach.of([floor] * comparisons, terms, REPORT_ALPHA)
+    if not tested(spec):
+        # The floor is not the reason here: with too few seeds the reports run neither test, so
+        # saying "only the ANOVA terms can come first" would promise tests that never run.
+        per = "seed" if n == 1 else "seeds"
+        return [f"warning: with {n} {per} a cell nothing will be tested: the reports compare cells and run "
+                f"the ANOVA only when every cell has at least {MIN_N_TEST} seeds, so the family is empty "
+                f"(m = 0) and no comparison can be significant; from {MIN_N_TEST} seeds they test m = {m} "
+                f"({how}), where "
+                + _seeds_to_decide(reach, "a comparison can be significant from {needed} seeds (their smallest p is "
+                                   "{floor})", "no seed count lets a comparison be significant")]
     said = reach.floor_words(floor, f"{n} seeds", on="on any comparison with the reference")
     if said is None:
         return []
     claim, reason = said
-    free = seeds_for(reach.first)  # none needed ahead
     if reach.can(floor):
+        free = seeds_for(reach.first)  # none needed ahead
         more = (f"{free} seeds would need none (their smallest p, {p_text(p_floor(free), REPORT_ALPHA, bound=True)}, "
                 f"is below α/{m})" if free is not None else f"no seed count takes the exact test below α/{m}")
         return [f"note: {claim[:1].lower()}{claim[1:]}: {reason} (m = {how}); {more}"]
-    needed = seeds_for(reach.limit)
-    then = "or a sequential design (seeds: {min, max, until: decided}) that stops each comparison once decided"
+    return [f"warning: {claim[:1].lower()}{claim[1:]}: {reason} (m = {how}); {_seeds_to_decide(reach)}"]
+
+
+def _seeds_to_decide(reach: Reach, said: str = "{needed} seeds would reach it (their smallest p is {floor})",
+                     none: str = "no seed count reaches it") -> str:
+    """The seeds that would let a comparison out of ``reach`` be significant — the fewest whose floor
+    is below ``reach.limit`` (``said``, given ``needed`` and ``floor``), and how many ANOVA terms must
+    be rejected before it, against the seeds that need none (below α/m) — or a sequential design; or
+    that no seed count reaches it (``none``)."""
+    needed, free = seeds_for(reach.limit), seeds_for(reach.first)
     if needed is None:
-        what = (f"no seed count reaches it (the test samples {PERMUTATIONS} arrangements past 13 seeds): test fewer "
+        return (f"{none} (the test samples {PERMUTATIONS} arrangements past 13 seeds): test fewer "
                 f"comparisons or measures")
-    else:
-        what = f"{needed} seeds would reach it (their smallest p is {p_text(p_floor(needed), REPORT_ALPHA, bound=True)})"
-        if free is not None and free != needed:  # only behind ANOVA terms rejected first: say how many
-            k = reach.ahead(p_floor(needed))
-            what += (f" once at least {k} of the ANOVA terms {'is' if k == 1 else 'are'} rejected first, {free} "
-                     "with none ahead")
-        what += f"; {then}"
-    return [f"warning: {claim[:1].lower()}{claim[1:]}: {reason} (m = {how}); {what}"]
+    what = said.format(needed=needed, floor=p_text(p_floor(needed), REPORT_ALPHA, bound=True))
+    if free is not None and free != needed:  # only behind ANOVA terms rejected first: say how many
+        k = reach.ahead(p_floor(needed))
+        what += (f" once at least {k} of the ANOVA terms {'is' if k == 1 else 'are'} rejected first, {free} "
+                 "with none ahead")
+    return what + "; or a sequential design (seeds: {min, max, until: decided}) that stops each comparison once decided"
 
 
 def sequential_price_lines(plan: Plan, seconds_of: Callable[[dict[str, Any]], float] | None = None,
@@ -95,10 +112,12 @@ def sequential_price_lines(plan: Plan, seconds_of: Callable[[dict[str, Any]], fl
     finished = {c.cell.id: sum(c.states.get(i.key) in FINISHED for i in c.items) for c in plan.cells}
     more = {c.cell.id: max(0, seq.max - planned[c.cell.id]) for c in plan.cells}
     now_trials, most_trials = len(pending), len(pending) + sum(more.values())
+    reused = plan.tally()["reused"]  # the look's seeds other studies hold: neither pending nor done here
     line = (f"sequential cost: now {now_trials} trial{'s' if now_trials != 1 else ''} pending (look at "
-            f"{max(planned.values(), default=0)} seeds per cell, {sum(finished.values())} done); at most "
-            f"{most_trials} ({most_trials - now_trials} beyond this look) to the last look ({seq.max} seeds per "
-            f"cell), were no comparison decided early")
+            f"{max(planned.values(), default=0)} seeds per cell: {sum(finished.values())} done"
+            + (f", {reused} reused from other studies" if reused else "")
+            + f"); at most {most_trials} ({most_trials - now_trials} beyond this look) to the last look "
+            f"({seq.max} seeds per cell), were no comparison decided early")
     if seconds_of is not None:
         configs = {c.cell.id: c.cell.config for c in plan.cells}
         now = sum(seconds_of(i.cell.config) for i in pending)
