@@ -80,6 +80,23 @@ def test_params_forbid_unknown_keys_and_fill_defaults() -> None:
         model.model_validate({"max_depth": 2, "max_args": 3, "min_length": 20})
 
 
+@pytest.mark.parametrize("task", ["listops", "adding", "fashion_mnist"])
+def test_a_negative_seed_is_refused_by_the_spec_not_by_the_data_generator(task: str) -> None:
+    """task.seed: -1 passed `ablate validate`, then every item failed at run time with numpy's
+    "expected non-negative integer"; a seed the generators can use is still accepted."""
+    from support import spec_dict
+
+    from ablate import design
+    from ablate.spec import SpecError
+
+    keys = ["seed", "permutation_seed"] if task == "fashion_mnist" else ["seed"]
+    for key in keys:
+        with pytest.raises(SpecError, match=rf"task\.{key}: Input should be greater than or equal to 0"):
+            design.loads(json.dumps(spec_dict(name="neg", task={"name": task, key: -1})), "neg.yaml")
+        assert task_params_model(task).model_validate({key: 2**40}).model_dump()[key] == 2**40
+    np.random.SeedSequence([2**40, 0])  # the largest kind of seed accepted is one numpy takes
+
+
 def test_registry_import_does_not_import_torch() -> None:
     code = "import sys, ablate.tasks.registry; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -31,7 +31,7 @@ FILES = {
 
 class FashionMnistParams(TaskParams):
     permute: bool = Field(False, description="read pixels in one fixed random order (permuted task)")
-    permutation_seed: int = Field(0, description="seed of the pixel order; independent of `seed`")
+    permutation_seed: int = Field(0, ge=0, description="seed of the pixel order; independent of `seed`")
     val_size: int = Field(
         5_000, ge=1, le=30_000, description="validation images taken from the official train set"
     )

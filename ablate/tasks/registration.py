@@ -26,7 +26,8 @@ class TaskParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    seed: int = Field(0, description="seed of generation and of the split; same seed, same tensors")
+    # ge=0: numpy's SeedSequence refuses a negative seed, which failed every item at run time.
+    seed: int = Field(0, ge=0, description="seed of generation and of the split; same seed, same tensors")
 
     def data_shape(self) -> tuple[int, int, int] | None:
         """(examples, time steps, features per step) of the data generated at most: what bounds
