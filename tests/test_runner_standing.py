@@ -155,3 +155,34 @@ def test_study_status_counts_cells_and_totals_in_process(tmp_path, monkeypatch):
     assert list(as_json) == ["study", "counts", "eta_seconds", "cells"] and as_json["counts"] == got.counts()
     assert got.seconds_per_item() == (1.5 + 2.0) / 2  # the complete items' representatives (not the dropped run)
     assert got.sequential == [] and any(line.startswith("continued: ") for line in got.extension_lines())
+
+
+def test_plan_reads_the_store_without_writing_beside_it(tmp_path, monkeypatch):
+    """``standing`` (what ``ablate plan`` reads) opened the store for writing: it left a lock file
+    beside it, and on a read-only filesystem it could not open it at all, so the plan showed every
+    finished item as new."""
+    import os
+    import shutil
+    import subprocess
+
+    from ablate.stores import resolve
+
+    spec = _mixed_study(tmp_path, monkeypatch)
+    home = tmp_path / "home"
+    for lock in home.glob("*.lock"):
+        lock.unlink()
+    found = sd.standing(spec.name, design.items(spec), None, resolve().tracking)
+    assert found is not None and found.stored
+    assert "done" in found.states.values() and "running" in found.states.values()
+    assert not list(home.glob("*.lock"))  # SQLite's own -wal/-shm of a reader aside, nothing is written
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=50m", "tmpfs", str(mount)]).returncode:
+        pytest.skip("mounting a tmpfs read-only needs root")
+    try:
+        shutil.copytree(home, mount / "home", ignore=shutil.ignore_patterns("*-wal", "*-shm"))
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        monkeypatch.setenv("ABLATE_HOME", str(mount / "home"))
+        assert sd.standing(spec.name, design.items(spec), None, resolve().tracking).states == found.states
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)])

@@ -66,7 +66,8 @@ def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
     url = existing_store_url(storage_url)
     if url is None:
         return None
-    store = storage(url)
+    # Read-only: a store on a read-only filesystem showed every finished item as new.
+    store = storage(url, read_only=True)
     try:
         opt: optuna.Study | None = queue.load(store, study_name)
     except KeyError:
