@@ -97,7 +97,8 @@ def load_target(target: str, what: str) -> Any:
     module_name, _, attribute = target.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # any failure of a plug-in's import is reported as the plug-in's
+    # SystemExit too: a module that calls sys.exit on import ended `ablate validate` silently (exit 3).
+    except (Exception, SystemExit) as exc:  # any failure of a plug-in's import is reported as the plug-in's
         hint = f" ({not_found_hint()})" if isinstance(exc, ModuleNotFoundError) and exc.name is not None \
             and exc.name == module_name.partition(".")[0] else ""
         raise PluginError(f"{what}: cannot import {module_name!r}: {type(exc).__name__}: {exc}{hint}") from exc
@@ -224,7 +225,7 @@ def _hash_file(path: str, _mtime_ns: int, _size: int, code: bool = True) -> str:
 def _source_file(plugin: Plugin) -> str:
     try:
         spec = importlib.util.find_spec(plugin.module)
-    except Exception as exc:  # a parent package that fails to import
+    except (Exception, SystemExit) as exc:  # a parent package that fails to import (or exits)
         raise PluginError(f"{plugin.kind} plug-in {plugin.name!r}: cannot find {plugin.module!r}: "
                           f"{type(exc).__name__}: {exc}") from exc
     if spec is None or not spec.origin or not os.path.isfile(spec.origin):

@@ -188,6 +188,29 @@ def test_a_plugin_whose_module_is_not_found_asks_for_its_package_or_its_folder_o
     assert where == "factors.model.parameterisation[1]" and "no source file for module 'my_plugin_nowhere'" in message
 
 
+def test_a_plugin_that_exits_on_import_is_a_clean_error_not_the_end_of_validate(plugin_dir: Path) -> None:
+    """A module (or its parent package) calling sys.exit on import ended `ablate validate` with
+    that status and no message: it is the plug-in's error, said at the level that named it."""
+    (plugin_dir / "my_plugin_exits.py").write_text("import sys\nsys.exit(3)\n")
+    (plugin_dir / "my_plugin_exitpkg").mkdir()
+    (plugin_dir / "my_plugin_exitpkg" / "__init__.py").write_text("import sys\nsys.exit(4)\n")
+    (plugin_dir / "my_plugin_exitpkg" / "mod.py").write_text("X = 1\n")
+    with pytest.raises(SpecError) as info:  # finding its source imports the parent package
+        design.loads(spec_text(factors={"model.parameterisation": ["rotation", "my_plugin_exitpkg.mod:Givens"]}))
+    (where, message), = info.value.problems
+    assert where == "factors.model.parameterisation[1]"
+    assert "cannot find 'my_plugin_exitpkg.mod': SystemExit: 4" in message, message
+    spec = design.loads(spec_text(factors={"model.parameterisation": ["rotation", "my_plugin_exits:Givens"]}))
+    (where, message), = contract.spec_problems(spec)  # what validate checks: the module is imported
+    assert where == "factors.model.parameterisation[1]"
+    assert "cannot import 'my_plugin_exits': SystemExit: 3" in message, message
+    path = plugin_dir / "s.yaml"
+    path.write_text(spec_text(factors={"model.parameterisation": ["rotation", "my_plugin_exits:Givens"]}))
+    done = subprocess.run([*ABLATE, "validate", str(path)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(plugin_dir)}, cwd=plugin_dir)
+    assert done.returncode == 2 and "SystemExit: 3" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_ablate_plugins_exits_1_when_one_fails_to_load(tmp_path: Path) -> None:
     """A distribution on PYTHONPATH (its metadata found as an installed one's) whose plug-in does
     not import: listed with its import's message, and the command fails."""
