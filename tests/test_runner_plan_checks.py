@@ -204,3 +204,58 @@ def test_a_wsd_study_run_at_120_steps_then_planned_at_240_continues_with_default
     lines = planning.continuation_lines(plan)
     assert len(lines) == 1 and "continues" in lines[0] and "from step 96: 144 of 240 steps to train" in lines[0]
     assert plan_checks.blocker_lines(plan) == []
+
+
+@pytest.mark.parametrize("seeds", [1, 2, [0, 1]])
+def test_below_three_seeds_plan_says_nothing_is_tested_not_that_the_anova_comes_first(seeds):
+    """The reports compare cells and run the ANOVA only from stats.MIN_N_TEST seeds a cell: below it
+    the family is empty, and the warning must not say the ANOVA terms can come first. The seeds it
+    names are those the warning names at 3 seeds, where the family is tested."""
+    from ablate.design.family import MIN_N_TEST, tested
+    from ablate.stats import MIN_N_TEST as STATS_MIN_N_TEST
+
+    assert MIN_N_TEST == STATS_MIN_N_TEST
+    spec = spec_of(seeds)
+    n = len(spec.seed_list)
+    assert not tested(spec) and tested(spec_of(3))
+    (line,) = plan_checks.significance_lines(spec)
+    per = "1 seed a cell" if n == 1 else f"{n} seeds a cell"
+    assert line.startswith(f"warning: with {per} nothing will be tested: the reports compare cells and run the "
+                           "ANOVA only when every cell has at least 3 seeds, so the family is empty (m = 0)"), line
+    assert "1 seeds" not in line and "can come first" not in line and "exact test cannot give" not in line
+    assert "from 3 seeds they test m = 12 (11 comparisons with the reference and 1 ANOVA term on 1 measure)" in line
+    (at_three,) = plan_checks.significance_lines(spec_of(3))
+    need = smallest_seeds(0.05 / 11)
+    assert f"; {need} seeds would reach it" in at_three
+    assert f"a comparison can be significant from {need} seeds (their smallest p is" in line
+
+
+def test_a_spec_without_seeds_runs_one_and_is_warned_that_nothing_is_tested():
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    raw.pop("seeds", None)
+    spec = design.validate({**raw, "reports": ["accuracy"]})
+    assert spec.seed_list == [0]
+    (line,) = plan_checks.significance_lines(spec)
+    assert line.startswith("warning: with 1 seed a cell nothing will be tested")
+
+
+def test_a_sequential_plan_whose_first_look_is_reused_says_so_not_running(tmp_path):
+    """Every seed of the first look is another study's: nothing runs yet, none is done here, and
+    the trials are reused, not pending (the probe: 'look 1 of 4 running', '0 pending, 0 done')."""
+    from cell_store import finish_all, where
+    from cell_store import spec as cell_spec
+
+    from ablate.runner import study as st
+
+    stores = where(tmp_path)
+    source = cell_spec("source", seeds=3)
+    finish_all(st.prepare(source, design.items(source), stores).study)
+    seq = cell_spec("seq", seeds={"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]})
+    plan = planning.build(seq, stores.storage, stores.tracking)
+    assert plan.tally()["reused"] == 6 and not plan.pending()
+    (line,) = plan_checks.sequential_price_lines(plan)
+    assert line.startswith("sequential cost: now 0 trials pending (look at 3 seeds per cell: 0 done, 6 reused from "
+                           "other studies); at most 6 (6 beyond this look)"), line
+    said = planning.sequential_lines(seq, stores.storage)
+    assert "state: look 1 of 2 (3 seeds) not started; 0 of 1 comparisons decided" in said, said

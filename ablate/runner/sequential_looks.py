@@ -338,6 +338,7 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
     cmp = comparisons(spec)
     labels = {c.id: c.label for c in design.cells(spec)}
     ref = reference_cell(spec)
+    started = st is not None  # no stored state: no look has begun (its seeds may all be reused, none run)
     st = st or State(planned={c: seq.looks[0] for c in labels})
     head = (f"sequential seeds: looks at {', '.join(map(str, seq.looks))} seeds per cell; {len(cmp)} comparisons with "
             f"{labels[ref]} on {', '.join(seq.measures)}; {seq.spending} α-spending, family α {seq.alpha:g} "
@@ -345,7 +346,7 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
     out = [head, "test: at each look the paired t test of each cell against the reference on their shared seeds "
            "(Welch's when they share fewer than two), against boundaries computed for that t statistic"]
     where = ("finished" if st.finished else f"look {st.look + 1} of {len(seq.looks)} ({seq.looks[st.look]} seeds) "
-             f"running")
+             + ("running" if started else "not started"))
     undecided = sum(outcome(r) == "undecided" for r in st.decided.values())  # ended at the last look, not decided
     out.append(f"state: {where}; {len(st.decided) - undecided} of {len(cmp)} comparisons decided"
                + (f", {undecided} undecided at the last look" if undecided else ""))
