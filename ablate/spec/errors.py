@@ -176,6 +176,13 @@ def validation_problems(exc: ValidationError, root: type[BaseModel]) -> Problems
     return out
 
 
+def other_scheme(key: str, owners: Sequence[str], current: str) -> str:
+    """That ``key`` is a parameter of the init schemes ``owners``, not of ``current`` (the one the
+    spec selects), and how to select one: a scheme's parameters come with its name."""
+    return (f"{key!r} is a parameter of init scheme {' or '.join(owners)}, not of {current!r}, the scheme "
+            f"selected: select the scheme with its parameter, model.init: {{scheme: {owners[0]}, {key}: …}}")
+
+
 def _models_in(ann: Any) -> list[type[BaseModel]]:
     """The pydantic models an annotation may hold (through Optional, unions, Annotated)."""
     if isinstance(ann, type) and issubclass(ann, BaseModel):
@@ -192,6 +199,7 @@ def _unknown_key_message(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
     """'unknown key' with the valid keys of the mapping it is in, and the closest one."""
     *parents, key = loc
     candidates: list[type[BaseModel]] = [root]
+    union: list[type[BaseModel]] = []  # the members of the last discriminated union passed (model.init's)
     i = 0
     while i < len(parents):
         part = parents[i]
@@ -209,7 +217,7 @@ def _unknown_key_message(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
         if len(nxt) > 1 and i + 1 < len(parents):  # a discriminated union: the next part is the tag
             tagged = [m for m in nxt if getattr(m.model_fields.get("scheme"), "default", None) == parents[i + 1]]
             if tagged:
-                nxt, i = tagged, i + 1
+                union, nxt, i = nxt, tagged, i + 1
         candidates = nxt
         i += 1
         if not candidates:
@@ -217,6 +225,11 @@ def _unknown_key_message(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
     if len(candidates) != 1:
         return "unknown key"
     valid = list(candidates[0].model_fields)
+    tag = getattr(candidates[0].model_fields.get("scheme"), "default", None)
+    owners = [str(m.model_fields["scheme"].default) for m in union if m is not candidates[0]
+              and key in m.model_fields and isinstance(getattr(m.model_fields.get("scheme"), "default", None), str)]
+    if owners and isinstance(tag, str):  # another scheme's parameter: its closest key here is the wrong fix
+        return f"unknown key: {other_scheme(str(key), owners, tag)}"
     close = difflib.get_close_matches(str(key), valid, n=1) if len(str(key)) <= 100 else []
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"unknown key{hint} (valid: {', '.join(valid)})"

@@ -71,6 +71,9 @@ class PluginInit(Strict):
     identity_basis: bool = Field(False, description="rotation only: fix P = I instead of learning it")
 
 
+#: The built-in schemes' parameter models by name (``ablate.spec.paths`` says which holds a key).
+BUILTIN_INITS: dict[str, type[Strict]] = {"ring": RingInit, "rotrnn": RotrnnInit}
+
 PLUGIN_INIT_TAG = "plugin-init"  # the union's tag of a plug-in scheme (spec.errors hides it from paths)
 
 

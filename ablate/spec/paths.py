@@ -50,10 +50,32 @@ def path_problem(base: dict[str, Any], path: str) -> str | None:
     try:
         get_path(base, path)
     except KeyError as exc:
+        other = _other_scheme(base, path)
+        if other:
+            return other
         close = difflib.get_close_matches(path, list(leaf_paths(base)), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return f"{exc.args[0]!r} is not a key of the baseline{hint}"
     return None
+
+
+def _other_scheme(base: dict[str, Any], path: str) -> str | None:
+    """For ``model.init.KEY`` where KEY is no parameter of the baseline's init scheme but one of
+    another built-in scheme's: that the key is the other scheme's, and how to select it. A path
+    cannot change the scheme and add its key at once (each path must exist in the baseline), so the
+    closest key of the baseline's scheme (``r_min`` → ``gamma_min``) would be the wrong fix."""
+    from ablate.spec.errors import other_scheme
+    from ablate.spec.init_params import BUILTIN_INITS
+
+    parts = path.split(".")
+    init = base.get("model", {}).get("init") if isinstance(base.get("model"), dict) else None
+    if parts[:2] != ["model", "init"] or len(parts) != 3 or not isinstance(init, dict):
+        return None
+    key, current = parts[2], init.get("scheme")
+    owners = [name for name, params in BUILTIN_INITS.items() if name != current and key in params.model_fields]
+    if not owners:
+        return None
+    return other_scheme(key, owners, str(current))
 
 
 def overlap(a: str, b: str) -> bool:
