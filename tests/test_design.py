@@ -236,8 +236,9 @@ def test_the_baseline_is_validated_only_where_a_cell_uses_it():
     with pytest.raises(spec.SpecError) as info:
         design.load(root / "quickstart.yaml", ["model.heads=3"])
     line = (root / "quickstart.yaml").read_text(encoding="utf-8").splitlines().index("model:") + 1
-    assert str(info.value) == (f"{root / 'quickstart.yaml'}:{line}: model: heads (3) must divide the 32 state_dim for "
-                               "rotation; valid heads: 1, 2, 4, 8, 16, 32")
+    # the baseline's model block is the file's, its heads the command line's: both are named
+    assert str(info.value) == (f"{root / 'quickstart.yaml'}:{line} and --set model.heads: model: heads (3) must divide "
+                               "the 32 state_dim for rotation; valid heads: 1, 2, 4, 8, 16, 32")
     assert "the cell" not in str(info.value)
     # A baseline value moved by a factor only where it applies is checked in the cells that keep it.
     msg = errors(model={"d_model": 16, "state_dim": 16, "layers": 1, "heads": 3},

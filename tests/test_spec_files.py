@@ -174,3 +174,34 @@ def test_a_list_replaced_from_the_command_line_takes_its_items_lines_with_it(tmp
     assert said.startswith("--set seeds: seeds"), said
     raw, origins = spec.read_raw(path, multirun_overrides(["model.normalisation=xi,zeta"]))
     assert not any(k.startswith("factors.model.normalisation[") for k in origins)
+
+
+def test_a_problem_of_the_whole_factors_mapping_names_the_m_that_added_a_factor_to_it(tmp_path):
+    """Two cells training one model is a problem of ``factors`` as a whole: the file's line that
+    opened it and the ``-m`` that added the factor both wrote it. Naming the file alone sent the
+    user to a file that does not hold model.heads; with no factors in the file it named nothing."""
+    from ablate.spec.files import multirun_overrides
+
+    lru_gamma = GOOD.replace("  layers: 1\n", "  layers: 1\n  parameterisation: complex_diagonal\n"
+                                              "  normalisation: gamma\n  init: {scheme: ring}\n")
+    lru_gamma = lru_gamma.replace("  model.normalisation: [xi, gamma]\n", "  model.d_model: [16, 32]\n")
+    path = write(tmp_path, "s.yaml", lru_gamma)
+    line = next(i for i, text in enumerate(lru_gamma.splitlines(), 1) if text == "factors:")
+    said = load_error(path, multirun_overrides(["model.heads=1,4"]))
+    assert said.startswith(f"{path}:{line} and -m model.heads: factors: the cell ("), said
+    assert "does not read model.heads" in said
+    alone = write(tmp_path, "alone.yaml", lru_gamma.split("factors:")[0] + "seeds: 2\n")
+    said = load_error(alone, multirun_overrides(["model.heads=1,4"]))
+    assert said.startswith("-m model.heads: factors: the cell ("), said
+
+
+def test_locate_takes_the_longest_prefix_and_the_command_lines_keys_inside_it():
+    from ablate.spec.files import locate
+
+    origins = {"model": "s.yaml:3", "model.layers": "s.yaml:5", "factors": "s.yaml:9",
+               "factors.model.layers": "-m model.layers", "factors.train.lr": "--set factors.train.lr"}
+    problems = [("model.layers", "x"), ("model.heads", "x"), ("factors.model.layers[1]", "x"), ("factors", "x"),
+                ("seeds", "x")]
+    found = locate(spec.SpecError(problems), origins).where
+    assert found == ["s.yaml:5", "s.yaml:3", "-m model.layers",
+                     "s.yaml:9, -m model.layers and --set factors.train.lr", None]

@@ -253,17 +253,33 @@ def reads_raw(text: str | bytes, source: str = "<spec>", overrides: list[str] | 
     return _overridden(raw, origins, overrides)
 
 
+def _command_line(origin: str) -> bool:
+    return origin.startswith(("--set ", "-m "))  # what ``_origin`` and ``multirun_overrides`` write
+
+
+def _where(path: str, origins: Origins) -> str | None:
+    """Where the value at ``path`` was written: the origin of its longest key path prefix written
+    somewhere, with every command-line override inside that key. A problem of a whole mapping
+    (``factors``: two cells train one model) is as much the ``-m`` that added a factor to it as the
+    file's line that opened it; and a mapping the command line alone filled has no origin of its
+    own, only its keys'."""
+    probe = path
+    while probe:
+        inside = list(dict.fromkeys(v for k, v in origins.items()
+                                    if k.startswith((probe + ".", probe + "[")) and _command_line(v)))
+        own = origins.get(probe)
+        found = list(dict.fromkeys([own, *inside] if own is not None else inside))
+        if found:
+            return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} and {found[-1]}"
+        cut = max(probe.rfind("."), probe.rfind("["))
+        probe = probe[:cut] if cut > 0 else ""
+    return None
+
+
 def locate(exc: SpecError, origins: Origins) -> SpecError:
-    """The same errors, each with the file:line of the longest key path prefix written somewhere."""
-    where = []
-    for (path, _), old in zip(exc.problems, exc.where, strict=True):
-        found = old
-        probe = path
-        while probe and found is None:
-            found = origins.get(probe)
-            cut = max(probe.rfind("."), probe.rfind("["))
-            probe = probe[:cut] if cut > 0 else ""
-        where.append(found)
+    """The same errors, each with where its value was written (``_where``)."""
+    where = [old if old is not None else _where(path, origins)
+             for (path, _), old in zip(exc.problems, exc.where, strict=True)]
     return SpecError(exc.problems, where)
 
 
