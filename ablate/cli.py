@@ -102,7 +102,8 @@ def validate(file: opt.SpecFile, set_: opt.Set = None, multirun: opt.Multi = Non
     spec = _load(file, set_, multirun, plugins=True)
     from ablate.design import cells
 
-    out.print(f"OK {spec.name}: {len(cells(spec))} cells × {len(spec.seed_list)} seeds")
+    n, k = len(cells(spec)), len(spec.seed_list)
+    out.print(f"OK {spec.name}: {n} cell{'s' * (n != 1)} × {k} seed{'s' * (k != 1)}")
 
 
 @app.command()

@@ -168,7 +168,7 @@ def test_validate_says_what_it_checked_of_each_plugin_and_checks_it_once(tmp_pat
     for suffix in ("", " (cached)"):  # the second validate finds both checks passed before
         done = subprocess.run([*ABLATE, "validate", str(path)], capture_output=True, text=True, timeout=300,
                               env=env, cwd=tmp_path)
-        assert done.returncode == 0 and done.stdout == "OK plug: 2 cells × 1 seeds\n", done.stderr
+        assert done.returncode == 0 and done.stdout == "OK plug: 2 cells × 1 seed\n", done.stderr
         assert sorted(done.stderr.splitlines()) == [line + suffix for line in said]
     assert len(list((tmp_path / "cache" / "checks").glob("*.json"))) == 2
 
