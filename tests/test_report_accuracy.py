@@ -787,3 +787,11 @@ def test_the_comparison_intro_names_the_family_its_p_values_are_adjusted_over():
     assert "Its p-values are Holm-adjusted over the comparisons;" in " ".join(acc.comparison_intro(comp))
     said = " ".join(acc.comparison_intro(comp, family="the study's one family (page one)"))
     assert "Holm-adjusted over the study's one family (page one);" in said and "across the comparisons" not in said
+
+
+def test_the_summarys_highest_mean_says_it_is_no_test():
+    """The largest mean is descriptive, even on a null result: the summary says so, as the norm
+    report's lowest does."""
+    trials = make_trials({"base": 0.8, "a": 0.8}, seeds=3, sd=0.01, rng=np.random.default_rng(3))
+    first = acc.summary_sentences(stats.cell_summary(trials, METRIC, CHANCE, 0.02), METRIC, CHANCE, 0.02)[0]
+    assert first.startswith("Highest mean test accuracy: ") and first.endswith("; descriptive, not a test).")

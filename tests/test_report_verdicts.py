@@ -4,6 +4,7 @@ and a page-one table whose every cell is traced to the body's frames."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -262,3 +263,84 @@ def test_two_cells_are_one_comparison_not_also_a_factor_test() -> None:
     assert set(v.family["kind"]) == {"comparison"} and len(v.family) == 1
     assert not any(q.startswith("factor ") for q in verdicts.answer_table(v)["question"])
     assert not any(w.startswith("No factor is tested") for w in verdicts.answer_sentences(v))
+
+
+def _never_trials(seeds: int = 10):
+    """The 2 × 3 factorial with every ``diagonal`` cell at chance (0.5 ± 0.005): those runs never
+    learned (≤ chance + 0.02); and one ``rotation`` run at chance too."""
+    trials = factorial(effect_a=-0.3, seeds=seeds, sd=0.005, rng=np.random.default_rng(3))
+    one = trials.index[(trials[A] == "rotation") & (trials[B] == "none") & (trials["seed"] == 0)]
+    trials.loc[one, METRIC] = 0.5
+    return trials
+
+
+def test_runs_that_never_learned_are_flagged_and_said_in_the_sentence_that_calls_their_factor_significant() -> None:
+    """Page one flags a cell's never-learned runs by the accuracy report's rule, and a significant
+    factor or comparison whose level (cell) mostly never learned says so in the same sentence."""
+    from ablate import stats
+
+    trials = _never_trials()
+    ref = trials["cell_id"].iloc[0], trials["cell_label"].iloc[0]
+    res = SimpleNamespace(**vars(_res(trials)), chance=0.5)
+    v = verdicts.study_verdicts(res, trials, METRIC, ref, margin=0.02)
+    summary = stats.cell_summary(trials, METRIC, 0.5, 0.02).set_index("cell_id")
+    for cid, r in summary.iterrows():  # the flag's counts are the accuracy report's summary's
+        said = [f for f in v.flags.get(cid, []) if "never learned" in f]
+        assert said == ([f"{r['n_never_learned']} of {r['n_finished']} never learned"] if r["n_never_learned"] else [])
+    assert v.flags[trials.loc[(trials[A] == "rotation") & (trials[B] == "none"), "cell_id"].iloc[0]] == \
+        ["1 of 10 never learned"]
+    table = verdicts.answer_table(v)
+    assert table["question"].iloc[0] == f"factor {A} — diagonal: 30 of 30 never learned"
+    said = next(w for w in verdicts.answer_sentences(v) if w.startswith(f"**{A}** is significant"))
+    assert said.endswith(" — diagonal: 30 of 30 runs never learned (test accuracy ≤ chance 0.500 + 0.02): the "
+                         "difference is between runs that trained and runs that did not.")
+    # A significant comparison with a cell that never learned carries it; one run of 10 at chance is no caveat.
+    last = verdicts.answer_sentences(v)[-1]
+    significant = set(v.comparisons.loc[v.comparisons["significant"], "cell_id"])
+    assert len(significant) == 3
+    for cid in significant:
+        assert re.search(re.escape(v.labels[cid]) + r" on test accuracy \([^;]*; its 10 of 10 runs never learned\)", last)
+    assert "1 of 10 runs" not in last
+    assert last.endswith("undecided — never learned: test accuracy ≤ chance 0.500 + 0.02; where a compared cell's "
+                         "runs mostly never learned, the difference is that they did not train.")
+    # The key says what the flag means, with the rule's numbers.
+    assert "never learned: test accuracy ≤ chance 0.500 + 0.02" in verdicts.answer_intro(v)
+    # A reference that never learned: the key flags it, and each significant comparison says so.
+    diag = trials.loc[trials[A] == "diagonal", ["cell_id", "cell_label"]].iloc[0]
+    v = verdicts.study_verdicts(res, trials, METRIC, (diag["cell_id"], diag["cell_label"]), margin=0.02)
+    assert "interval; the reference's own flags: 10 of 10 never learned. A factor's" in verdicts.answer_intro(v)
+    last = verdicts.answer_sentences(v)[-1]
+    assert last.count("; the reference's 10 of 10 runs never learned)") == len(v.comparisons.query("significant"))
+    assert "; its 10 of 10 and the reference's 10 of 10" not in last  # rotation cells trained; only diagonal ones
+    # Without a known chance the rule does not apply: no flag, no caveat.
+    blind = verdicts.study_verdicts(_res(trials), trials, METRIC, ref)
+    assert not any("never learned" in f for fs in blind.flags.values() for f in fs)
+    assert not any("never learned" in w for w in verdicts.answer_sentences(blind))
+
+
+def test_an_alpha_set_when_rendering_is_labelled_beside_the_verdicts_it_sets() -> None:
+    """``-p alpha`` (and confidence, min_effect, margin) away from its default is said on page one
+    with the default it replaced; at the defaults nothing is said. Both reports declare the same
+    defaults, and ``ablate plan`` sizes the seeds at the same α."""
+    from ablate.report.parameters import declared_parameters
+    from ablate.runner.plan_checks import REPORT_ALPHA
+
+    accuracy, norm = declared_parameters("accuracy"), declared_parameters("norm_stability")
+    assert accuracy["alpha"] == norm["alpha"] == REPORT_ALPHA and accuracy["confidence"] == norm["confidence"]
+    trials = factorial(effect_a=0.05, seeds=6, sd=0.005, rng=np.random.default_rng(3))
+    ref = trials["cell_id"].iloc[0], trials["cell_label"].iloc[0]
+    plain = verdicts.study_verdicts(_res(trials), trials, METRIC, ref)
+    lead = verdicts.answer_lead(plain)
+    assert plain.rendered == {} and "(α = 0.05; key below)" in lead and "set when rendering" not in lead.lower()
+    assert "the norm report's page one, rendered with the same parameters, is the same." in lead
+    shopped = verdicts.study_verdicts(_res(trials), trials, METRIC, ref, alpha=0.2)
+    lead = verdicts.answer_lead(shopped)
+    assert "(**α = 0.2, set when rendering** (`-p alpha`), not the reports' default 0.05 at which `ablate plan` " \
+           "sized the seeds; key below)" in lead
+    assert "Also set" not in lead
+    more = verdicts.study_verdicts(_res(trials), trials, METRIC, ref, confidence=0.9, min_effect=0.05, margin=0.1)
+    lead = verdicts.answer_lead(more, "norm_stability")
+    assert lead.endswith("the accuracy report's page one, rendered with the same parameters, is the same. **Set when "
+                         "rendering**, not the defaults: 90% intervals (`-p confidence`; default 95%), min_effect "
+                         "±0.050 (`-p min_effect`; the spec's `stats.min_effect` is 0.010) and never learned at ≤ "
+                         "chance + 0.1 (`-p margin`; default 0.02); the verdicts and flags below use them.")

@@ -19,6 +19,8 @@ import pandas as pd
 
 from ablate import stats
 from ablate.report import format as fmt
+from ablate.report import never_learned as nl
+from ablate.report import overrides
 from ablate.stats import family as fam
 from ablate.stats.estimators import robust_level
 
@@ -60,6 +62,12 @@ class Verdicts:
     #: the m of the power lines' α/m: the family tested, else the design's; a sequential study's
     #: own family (its comparisons, Bonferroni), whose α/m its looks test at
     power_m: int = 1
+    #: per cell, runs that never learned (``never_learned.counts``), by the rule's chance and margin
+    never: pd.DataFrame = field(default_factory=pd.DataFrame)
+    chance: float | None = None
+    margin: float = 0.0
+    #: the report parameters set when rendering away from their defaults: name → (value, default)
+    rendered: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def policy(self) -> str:
         """The report's one sentence on the family (``stats.family.policy_sentence``)."""
@@ -162,12 +170,13 @@ def design_family(res: Any) -> int:
 
 def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple[str, str], alpha: float = 0.05,
                    confidence: float = 0.95, min_effect: float | None = None, norms: NormInputs | None = None,
-                   design_m: int | None = None) -> Verdicts:
+                   design_m: int | None = None, margin: float | None = None) -> Verdicts:
     """Every test of the study on ``metric`` and, when ``norms`` is given (``norm_inputs``), on each
     norm measure, adjusted over one family. ``design_m``: the family its design implies
     (``ablate.design.family``), the m of the power lines while too few seeds allow a test. A
     sequential study tests nothing here (its seeds depended on the results): its power lines are at
-    its own comparisons' α/m (``sequential_section.family_size``)."""
+    its own comparisons' α/m (``sequential_section.family_size``). ``margin``: a run of an accuracy
+    ``metric`` never learned at ``≤ chance + margin`` (None: the accuracy report's default)."""
     seeds = norms.seeds if norms is not None else None
     spec = res.spec
     effect = spec.stats.min_effect if min_effect is None else min_effect
@@ -223,9 +232,15 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
         beside = seqrep.fixed_beside(res.sequential, spec, fixed, dict(short), alpha)
         floors = [x for at in fixed.values() for f in at.values() for x in f["p_min"]]
         seq_why = seqrep.fixed_why(spec, max(sizes, default=0), floors, alpha)
+    margin = nl.default_margin() if margin is None else margin
+    # The accuracy report's rule for its chance; a results stand-in without one has none.
+    chance = getattr(res, "chance", None) if metric.endswith("accuracy") else None
+    never = nl.counts(trials, metric, chance, margin, factors)
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
-                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect), seq_m, dict(short), key,
-                    beside, seq_why, m)
+                    effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect, never),
+                    seq_m, dict(short), key, beside, seq_why, m, never, chance, margin,
+                    overrides.changed(alpha, confidence, margin, effect, spec.stats.min_effect))
+
 
 
 def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, factors: list[str], alpha: float,
@@ -268,10 +283,11 @@ def power_at(comp: pd.DataFrame, alpha_m: float, min_effect: float, power: float
 
 
 def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None, steps: int | None = None,
-           min_gain: float = 0.01) -> dict[str, list[str]]:
-    """Per cell: the states a reader must see beside its verdicts — runs diverged, failed, with
-    non-finite or late-growing norms (``flagged``), and a cell still improving when its step budget
-    ran out (``stats.cell_convergence``, as the accuracy report's convergence table has it)."""
+           min_gain: float = 0.01, never: pd.DataFrame | None = None) -> dict[str, list[str]]:
+    """Per cell: the states a reader must see beside its verdicts — runs diverged, failed, never
+    learned (``never``: ``never_learned.counts``, the accuracy report's rule), with non-finite or
+    late-growing norms (``flagged``), and a cell still improving when its step budget ran out
+    (``stats.cell_convergence``, as the accuracy report's convergence table has it)."""
     out: dict[str, list[str]] = {}
     improving: set[str] = set()
     if steps is not None:
@@ -285,6 +301,8 @@ def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None, steps:
             flags.append(f"{k} diverged")
         if "failed" in set(g["status"]):
             flags.append(f"{int((g['status'] == 'failed').sum())} failed")
+        if never is not None and (said := nl.cell_flag(never, str(cid))):
+            flags.append(said)
         column = "flagged" if seeds is not None and "flagged" in seeds.columns else "nonfinite"
         if seeds is not None and column in seeds.columns:
             bad = int(seeds.loc[seeds["cell_id"] == cid, column].fillna(False).astype(bool).sum())
@@ -418,6 +436,11 @@ def answer_table(v: Verdicts, max_rows: int = MAX_COMPARISON_ROWS) -> pd.DataFra
             else:
                 sub = v.norm_anova[v.norm_anova["measure"] == m] if len(v.norm_anova) else v.norm_anova
                 row[heads[m]] = _term_cell(sub, term, v.norm_effects, m) if len(sub) else fmt.DASH
+        # A factor's levels that mostly never learned; an interaction's cells only where it is
+        # significant (their own rows carry them, and a quiet term's list was noise).
+        if " × " not in term or any("SIGNIFICANT" in row[heads[m]] for m in measures):
+            row["flags"] = "; ".join(f"{level}: {k} of {n} never learned"
+                                     for level, k, n in nl.mostly(v.never, term.split(" × ")))
         rows.append(row)
     cells = list(dict.fromkeys([*(v.comparisons["cell_id"] if len(v.comparisons) else []),
                                 *(v.norm_comparisons["cell_id"] if len(v.norm_comparisons) else [])]))
@@ -522,14 +545,17 @@ def term_sentences(v: Verdicts, measures: list[str] | None = None) -> list[str]:
                      and (effects["factor"] == term).any() else "")
             what = means or f"partial η² {fmt.num(r['eta_sq_partial'], 2)}"
             hits.append(f"{heads[m]} ({what}; p (Holm) {fmt.p_is(r['p_adj'])})")
+        # A significant term whose levels mostly never learned: the sentence says so, not only page 2.
+        untrained = nl.term_caveat(v.never, term, v.metric, v.chance, v.margin) if hits else ""
         if " × " in term:
             inter += 1
             if hits:
                 inter_hit = True
                 out.append(f"The interaction **{term}** is significant on {_and(hits)}: one factor's effect there "
-                           "depends on the other's level.")
+                           f"depends on the other's level{untrained}.")
         elif hits:
-            out.append(f"**{term}** is significant on {_and(hits)}" + (f"; not on {_or(rest)}" if rest else "") + ".")
+            out.append(f"**{term}** is significant on {_and(hits)}" + (f"; not on {_or(rest)}" if rest else "")
+                       + f"{untrained}.")
         else:
             least = fmt.pval(min(float(r["p_adj"]) for _, r, _, _ in rows))
             quiet.append(f"**{term}** ({'smallest ' if len(rows) > 1 else ''}p (Holm) {least})")
@@ -550,7 +576,7 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
     """What the comparisons with the reference found: the significant ones named (``named`` at
     most, the rest counted), and how many were equivalent and undecided."""
     labels, ref = _names(v)
-    found, words, untested = [], [], 0
+    found, words, untested, marked = [], [], 0, []
     for frame, ratio in ((v.comparisons, False), (v.norm_comparisons, True)):
         for _, r in frame.iterrows() if len(frame) else ():
             text, word = _comparison_parts(r, ratio, v)
@@ -560,8 +586,10 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
             words.append(word)
             if word.startswith("SIGNIFICANT"):
                 m = r["measure"] if ratio else v.metric
+                untrained = nl.cells_caveat(v.never, r["cell_id"], v.reference[0])
+                marked.append(bool(untrained))
                 found.append(f"{labels.get(r['cell_id'], r['cell_id'])} on {heads[m]} ({text}, p (Holm) "
-                             f"{fmt.p_is(r['p_adj'])})")
+                             f"{fmt.p_is(r['p_adj'])}{untrained})")
     if not words:
         return [f"None of the {untested} comparisons with the reference **{ref}** is tested: too few seeds or no "
                 "spread (the table)."] if untested else []
@@ -574,16 +602,20 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
                 f"{len(words)} tested comparisons, {rest}."]
     cut = named if len(found) > named + 1 else len(found)  # "and 1 more" names no fewer words than the one
     shown = _and(found[:cut] + ([f"{len(found) - cut} more (the table)"] if len(found) > cut else []))
+    tail = nl.comparisons_tail(v.metric, v.chance, v.margin) if any(marked[:cut]) else ""
     return [f"Against the reference **{ref}**, {len(found)} of {len(words)} comparisons are significant: {shown}"
-            + (f"; {rest}." if rest else ".")]
+            + (f"; {rest}" if rest else "") + f"{tail}."]
 
 
 def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
     """What the answer table's cells mean, with the thresholds it used (printed under the table)."""
     level = fmt.level(confidence)
     detect = f"±{fmt.num(v.min_effect)}"
+    # The reference's own flags: no row is its own, and every comparison's difference is from it.
+    own = "; ".join(v.flags.get(str(v.reference[0]), []))
     return (f"**Key.** A comparison's cell: the difference from the reference **{v.reference[1]}** (a ratio for a "
-            f"norm measure) with its {level} interval. A factor's: its marginal mean per level (norm measures: "
+            f"norm measure) with its {level} interval" + (f"; the reference's own flags: {own}" if own else "")
+            + ". A factor's: its marginal mean per level (norm measures: "
             "geometric; over layers (mean √CV)², as the norm report's stability table); an interaction's: partial η². "
             f"**SIGNIFICANT**: p (Holm) < {v.alpha:g}. **equivalent**: the interval within {detect} "
             f"(`stats.min_effect`) or [1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`). **undecided (~N "
@@ -591,8 +623,10 @@ def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
             f"smallest effect ({detect} or {v.min_ratio:g}×), not what this comparison's own effect needs. "
             "**not tested**: too few seeds or no spread. **—**: no such test (the spread over seeds has no factor test, its runs' deviations not "
             "being independent; CV over layers needs two layers). After a dash in a question: its cell's flags "
-            "(runs diverged, failed, with non-finite or late-growing norms; still improving when its budget ran "
-            f"out). {level} intervals are computed at {fmt.level(robust_level(confidence))} to cover {level} on "
+            "(runs diverged, failed, never learned, with non-finite or late-growing norms; still improving when its "
+            "budget ran out), or a factor's levels whose runs mostly never learned"
+            + (f" (never learned: {nl.rule(v.metric, v.chance, v.margin)})" if v.chance is not None else "")
+            + f". {level} intervals are computed at {fmt.level(robust_level(confidence))} to cover {level} on "
             "skewed and ceiling-bound runs (docs/calibration.md).")
 
 
@@ -604,11 +638,14 @@ def answer_lead(v: Verdicts, report: str = "accuracy") -> str:
         return ("One row per comparison the sequential design declared — each cell against the reference on each "
                 "measure of its `seeds.measures` — with the decision its looks made. There are no factor rows: the "
                 "seeds depended on the results, so no factor test is valid. This page and the "
-                f"{other} say the same thing.")
+                f"{other}, rendered with the same parameters, say the same thing.")
     other = "norm" if report == "accuracy" else "accuracy"
-    return (f"The table gives every verdict at the family's Holm-adjusted p (α = {v.alpha:g}; key below): a row per "
-            "question (each factor, each two-way interaction, each variant against the reference), a column per "
-            f"measure the study's reports test; the {other} report's page one is the same.")
+    alpha = overrides.alpha_words(v.alpha, v.rendered)  # an α set when rendering says so
+    return (f"The table gives every verdict at the family's Holm-adjusted p ({alpha}; key below): a row "
+            "per question (each factor, each two-way interaction, each variant against the reference), a column per "
+            f"measure the study's reports test; the {other} report's page one, rendered with the same parameters, "
+            f"is the same.{overrides.other_words(v.rendered)}")
+
 
 
 def summary_lead(v: Verdicts, report: str = "accuracy") -> str:

@@ -295,8 +295,8 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
 def summary_sentences(summary: pd.DataFrame, metric: str, chance: float | None, margin: float,
                       higher_is_better: bool | None = True, confidence: float = 0.95,
                       conv: pd.DataFrame | None = None) -> list[str]:
-    """What the per-cell table says, in words (quoting ``cell_table``): best cell, never-learned and
-    diverged runs, pending."""
+    """What the per-cell table says, in words (quoting ``cell_table``): best cell (the largest mean
+    is no test: said so, as the norm report's lowest is), never-learned and diverged runs, pending."""
     out = []
     name = metric_name(metric)
     table = cell_table(summary, confidence=confidence)
@@ -306,7 +306,7 @@ def summary_sentences(summary: pd.DataFrame, metric: str, chance: float | None, 
         i = have["mean"].idxmax() if higher_is_better else have["mean"].idxmin()
         best = summary.loc[i]
         out.append(f"{'Highest' if higher_is_better else 'Lowest'} mean {name}: {best['cell_label']}, "
-                   f"{table.loc[i, mean_col]} ({level(confidence)} CI, n = {int(best['n'])})."
+                   f"{table.loc[i, mean_col]} ({level(confidence)} CI, n = {int(best['n'])}; descriptive, not a test)."
                    + _caveat(best["cell_id"], conv))
     never = summary[pd.to_numeric(summary["n_never_learned"], errors="coerce").fillna(0) > 0]
     if chance is not None and len(never):

@@ -60,7 +60,7 @@ say(*provenance_tables.dirty_lines(res.provenance()))  # code not recorded: said
 # %%
 norm_in = verdicts.norm_inputs(res, trials, factors) if "norm_stability" in res.spec.report_names else None
 verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alpha, confidence, effect, norm_in,
-                                  design_m=verdicts.design_family(res))
+                                  design_m=verdicts.design_family(res), margin=margin)
 comparisons = verdict.comparisons
 # What the page's rows are: a sequential study's has its declared comparisons and no factor rows.
 verdicts.show_answer(verdict, confidence, "accuracy")  # the answer in words, then the table
