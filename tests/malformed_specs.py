@@ -24,7 +24,7 @@ BASE: dict[str, Any] = spec_dict(
     sets={"model.init": {"scheme": "rotrnn"}, "train.batch_size": 8, "train.lr": 0.003})
 INT_PATHS = ["model.d_model", "model.state_dim", "model.layers", "model.heads", "train.steps", "train.batch_size",
              "train.eval_every", "train.log_every", "probes.every", "probes.batch", "task.train_size",
-             "task.max_length", "task.max_depth", "task.seed"]
+             "task.max_length", "task.max_depth", "task.seed", "probes.white_noise_batch"]
 FLOAT_PATHS = ["train.lr", "train.weight_decay", "train.warmup", "train.grad_clip", "train.recurrent_lr_factor",
                "train.divergence_norm", "model.dropout", "model.init.gamma_min", "task.op_prob"]
 BOOL_PATHS = ["model.bidirectional", "probes.enabled", "probes.white_noise", "model.init.identity_basis"]
@@ -38,7 +38,7 @@ NOT_A_BOOL = ["1", "0", "'yes'", "'true'", "2.0", "[true]", "abc"]
 OUT_OF_RANGE = ["0", "-1", "-1000000"]
 HUGE = ["1000000000000000000000", "99999999999"]
 BOUNDED_PATHS = ["model.d_model", "model.state_dim", "model.layers", "model.heads", "train.steps", "train.batch_size",
-                 "task.train_size", "task.max_length", "task.max_depth"]
+                 "task.train_size", "task.max_length", "task.max_depth", "probes.white_noise_batch"]
 
 
 def _dump(raw: Any) -> bytes:

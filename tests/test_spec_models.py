@@ -12,6 +12,7 @@ import pytest
 from support import BASE
 
 from ablate import design, spec
+from ablate.spec.models import MAX_WHITE_NOISE_BATCH
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,3 +133,16 @@ def test_types_are_strict_where_a_user_would_be_surprised(yaml_text, message):
 def test_an_integer_is_a_number_and_an_exponent_is_a_float():
     s = spec.reads("name: x\ntask: {name: listops}\ntrain: {lr: 1e-3, grad_clip: 2, divergence_norm: 1E6}\n")
     assert (s.train.lr, s.train.grad_clip, s.train.divergence_norm) == (1e-3, 2.0, 1e6)
+
+
+def test_sizes_that_allocate_their_own_tensors_are_bounded_naming_the_key_and_the_limit():
+    # The white-noise probe allocates batch × length × d_model floats whatever the data: 10⁸ passed
+    # and every item then ran out of memory.
+    assert "probes.white_noise_batch: Input should be less than or equal to 100000" in errors(
+        with_("probes", {"white_noise_batch": 100_000_000}))
+    assert design.validate(with_("probes", {"white_noise_batch": MAX_WHITE_NOISE_BATCH}))  # the bound itself passes
+    # A vocabulary is a row per token of the embedding and output layers.
+    for task, key in (("induction_heads", "vocab"), ("delayed_copy", "vocab"), ("selective_copy", "data_vocab"),
+                      ("selective_copy", "noise_vocab")):
+        raw = with_("task", {"name": task, key: 10**12})
+        assert f"task.{key}: Input should be less than or equal to 1000000" in errors(raw), task

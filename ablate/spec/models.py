@@ -63,6 +63,7 @@ from ablate.tasks.registry import task_params_model
 
 MAX_CELLS = 10_000  # cells a design may enumerate (before exclude/include)
 MAX_ITEMS = 200_000  # trials of a study: cells × (tuning trials + seeds)
+MAX_WHITE_NOISE_BATCH = 100_000  # probes.white_noise_batch (ProbeSpec says why)
 # The study names an Optuna study, an MLflow experiment and its parent run, and files (checked by
 # ablate.design.check_limits with the other limits of the stores).
 MAX_NAME = min(stores.MAX_STUDY_NAME, stores.MAX_EXPERIMENT_NAME, stores.MAX_RUN_NAME,
@@ -305,7 +306,12 @@ class ProbeSpec(Strict):
     batch: int = Field(64, ge=1, description="size of the fixed probe batch")
     enabled: bool = Field(True, description="false: no probes (training-batch norms still guard divergence)")
     white_noise: bool = Field(True, description="also probe each recurrent layer with unit-variance Gaussian input")
-    white_noise_batch: int = Field(32, ge=1, description="sequences in the white-noise probe")
+    # Unlike ``batch`` (a slice of the validation set) this allocates batch × length × d_model
+    # floats of its own, so an absurd value fails every item out of memory: bounded. The probe's
+    # mean norm has a standard error falling as 1/√batch; at the bound it is 56 times smaller than
+    # at the default 32, more precision than a norm curve is read with.
+    white_noise_batch: int = Field(32, ge=1, le=MAX_WHITE_NOISE_BATCH,
+                                   description="sequences in the white-noise probe")
     white_noise_seed: int = Field(0, ge=0, description="seed of the white-noise input (the same in every trial)")
     theory: bool = Field(True, description="record the white-input theory E‖x_t‖² of each linear layer")
     spectrum: bool = Field(True, description="record |λ|, phase, per-head decay and input scale per layer")

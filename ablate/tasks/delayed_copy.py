@@ -24,7 +24,8 @@ FIRST = 3
 class DelayedCopyParams(SyntheticParams):
     num_tokens: int = Field(10, ge=1, description="data tokens to remember")
     delay: int = Field(100, ge=1, le=1_000_000, description="steps from the last data token to the delimiter")
-    vocab: int = Field(8, ge=2, description="distinct data tokens")
+    # Each token is a row of the embedding and output layers: bounded as associative_recall's vocab_size.
+    vocab: int = Field(8, ge=2, le=1_000_000, description="distinct data tokens")
 
     def sequence_length(self) -> int:
         return self.seq_len

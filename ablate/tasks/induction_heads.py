@@ -24,7 +24,8 @@ class InductionHeadsParams(SyntheticParams):
     seq_len: int = Field(
         128, ge=4, le=1_000_000, description="tokens per sequence, the final trigger included"
     )
-    vocab: int = Field(16, ge=2, description="distinct content tokens")
+    # Each token is a row of the embedding and output layers: bounded as associative_recall's vocab_size.
+    vocab: int = Field(16, ge=2, le=1_000_000, description="distinct content tokens")
 
     def sequence_length(self) -> int:
         return self.seq_len

@@ -24,8 +24,9 @@ NOISE = 2
 class SelectiveCopyParams(SyntheticParams):
     seq_len: int = Field(256, ge=2, le=1_000_000, description="length of the region holding the data")
     num_tokens: int = Field(16, ge=1, description="data tokens to copy")
-    data_vocab: int = Field(16, ge=2, description="distinct data tokens")
-    noise_vocab: int = Field(1, ge=1, description="distinct noise tokens (1: a single blank, as Mamba)")
+    # Each token is a row of the embedding and output layers: bounded as associative_recall's vocab_size.
+    data_vocab: int = Field(16, ge=2, le=1_000_000, description="distinct data tokens")
+    noise_vocab: int = Field(1, ge=1, le=1_000_000, description="distinct noise tokens (1: a single blank, as Mamba)")
 
     def sequence_length(self) -> int:
         return self.seq_len + self.num_tokens
