@@ -327,6 +327,7 @@ def test_an_alpha_set_when_rendering_is_labelled_beside_the_verdicts_it_sets() -
 
     accuracy, norm = declared_parameters("accuracy"), declared_parameters("norm_stability")
     assert accuracy["alpha"] == norm["alpha"] == REPORT_ALPHA and accuracy["confidence"] == norm["confidence"]
+    assert accuracy["margin"] == norm["margin"]  # both page ones flag never-learned runs by one rule
     trials = factorial(effect_a=0.05, seeds=6, sd=0.005, rng=np.random.default_rng(3))
     ref = trials["cell_id"].iloc[0], trials["cell_label"].iloc[0]
     plain = verdicts.study_verdicts(_res(trials), trials, METRIC, ref)

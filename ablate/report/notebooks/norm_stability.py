@@ -10,6 +10,7 @@ results_file = None  # a file of ablate.results.save (the renderer's one read of
 reference = None  # a cell id or label every variant is compared with; default: the baseline cell
 alpha = 0.05
 confidence = 0.95
+margin = 0.02  # page one's never-learned flags, as the accuracy report's (a test holds the two equal)
 max_interactions = 6  # two-factor interaction figures shown at most
 
 # %%
@@ -54,7 +55,7 @@ if len(df):
 ref_label = dict(zip(trials.cell_id, trials.cell_label, strict=False)).get(ref[0], ref[0])
 norm_in = verdicts.NormInputs(df, per_layer, seeds, order, fig_order, key) if len(df) else None
 verdict = verdicts.study_verdicts(res, trials, "test_accuracy", (ref[0], ref_label), alpha, confidence, norms=norm_in,
-                                  design_m=verdicts.design_family(res))
+                                  design_m=verdicts.design_family(res), margin=margin)
 # The norm comparisons, ANOVA and marginal means are the verdicts' (computed once, adjusted over the family).
 comp, anova, anova_why, effects = (verdict.norm_comparisons, verdict.norm_anova, verdict.norm_anova_why,
                                    verdict.norm_effects)
