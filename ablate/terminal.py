@@ -154,12 +154,33 @@ def plugin_traceback(exc: BaseException | None, who: str) -> str:
     return ""
 
 
+def database_failure(exc: BaseException) -> BaseException | None:
+    """The database driver's own error in the chain of ``exc``'s causes (a damaged file, a lost
+    server), which Optuna wraps in a StorageInternalError guessing at "invalid data"; None when
+    there is none (sqlalchemy is imported only where it already is)."""
+    dbapi = getattr(sys.modules.get("sqlalchemy.exc"), "DBAPIError", None)
+    seen: set[int] = set()
+    while dbapi is not None and exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, dbapi):
+            return exc.orig if isinstance(getattr(exc, "orig", None), BaseException) else exc
+        exc = exc.__cause__  # type: ignore[assignment]
+    return None
+
+
 def internal_error(console: Console, exc: BaseException) -> int:
-    """A bug: one line (the traceback first with ABLATE_TRACEBACK=1); exit 1."""
+    """A bug: one line (the traceback first with ABLATE_TRACEBACK=1); exit 1. A store's database
+    that failed under a read no command wrapped (``runner.rdb.opening`` wraps a command's first) is
+    said as the database's fault, in its own words, not as ablate's."""
     import traceback
 
     if wants_traceback():
         console.print(redact("".join(traceback.format_exception(exc))), highlight=False, markup=False)
+    failed = database_failure(exc)
+    if failed is not None:
+        console.print(f"error a store's database failed: {redact(one_line(failed))} ({type(failed).__name__}); "
+                      f"{TRACEBACK_ENV}=1 shows where", highlight=False, markup=False, soft_wrap=True)
+        return 1
     console.print(f"error (internal) {type(exc).__name__}: {redact(one_line(exc))}; {TRACEBACK_ENV}=1 shows where",
                   highlight=False, markup=False, soft_wrap=True)
     return 1

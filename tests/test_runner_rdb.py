@@ -122,3 +122,29 @@ def test_a_fresh_study_storage_is_a_copy_of_the_first_one_optuna_built(tmp_path,
     third = tmp_path / "c.db"
     optuna.create_study(storage=storage(f"sqlite:///{third}"), study_name="three")
     assert _tables(third) == (schema, stamp) and _tables(template) == (schema, stamp)  # rebuilt from it
+
+
+def damaged(path: Path, table: str) -> None:
+    """Garbage over the root page of ``table``: SQLite says "malformed" when a query reads it."""
+    with sqlite3.connect(path) as db:
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    with open(path, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\xab" * page_size)
+
+
+def test_a_damaged_store_is_a_store_error_saying_what_the_database_said_not_optunas_guess(tmp_path):
+    from ablate.runner import study as st
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    st.create(st.storage(url), "a")
+    damaged(tmp_path / "optuna.db", "studies")  # opening reads other tables: the study's first read fails
+    for read_only in (True, False):
+        store = st.storage(url, read_only=read_only)
+        for call, args in ((st.load, (store, "a")), (st.names, (store,)), (st.summaries, (store,)),
+                           (st.delete, (store, "a"))):
+            with pytest.raises(StorageError) as info:
+                call(*args)
+            # the URL the user gave, not the file: URI a read-only store is opened through
+            assert str(info.value) == f"cannot open storage {url}: database disk image is malformed"

@@ -134,3 +134,23 @@ def test_a_plugins_traceback_is_printed_only_when_asked(monkeypatch, capsys):
     shown = capsys.readouterr().err
     assert shown.startswith("traceback of report section 's':\nTraceback (most recent call last):")
     assert "raise KeyError(\"no_such_column\")" in shown and shown.endswith("KeyError: 'no_such_column'\n")
+
+
+def test_a_database_failing_under_optuna_is_said_as_the_databases_fault_not_a_bug(tmp_path):
+    import sqlite3
+
+    import optuna
+    from sqlalchemy.exc import DatabaseError
+
+    driver = sqlite3.DatabaseError("database disk image is malformed")
+    try:
+        try:
+            raise DatabaseError("SELECT 1", {}, driver) from driver
+        except DatabaseError as exc:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit. This typically "
+                                                          "happens due to invalid data in the commit") from exc
+    except optuna.exceptions.StorageInternalError as exc:
+        console, buffer = piped()
+        assert internal_error(console, exc) == 1
+    assert buffer.getvalue() == ("error a store's database failed: database disk image is malformed (DatabaseError); "
+                                 "ABLATE_TRACEBACK=1 shows where\n")

@@ -139,6 +139,7 @@ def connect(url: str, indexed: Sequence[str] = (), on_stale: StaleCallback | Non
                 _create_indexes(store.engine, indexed)
     except Exception as exc:  # sqlalchemy/driver errors carry the URL; never echo the password
         raise StorageError(storage_problem(url, exc)) from None
+    store.ablate_url = url  # a read-only store's own URL is a file: URI, not the URL the user gave
     if url.startswith("sqlite") and not read_only:
         _serialise_sqlite(store.engine)
     return store
@@ -278,10 +279,38 @@ StorageInternal = optuna.exceptions.StorageInternalError  # the storage failed u
 Pruned = optuna.TrialPruned  # a tuning trial the pruner stopped
 
 
+def database_failed(exc: BaseException) -> bool:
+    """Whether the database under Optuna failed (a driver's error anywhere in the chain of causes:
+    a damaged file, a lost server), not ablate or Optuna."""
+    from sqlalchemy.exc import DBAPIError
+
+    while exc is not None:
+        if isinstance(exc, DBAPIError):
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
+
+
+@contextmanager
+def opening(store: optuna.storages.BaseStorage) -> Iterator[None]:
+    """The first reads of a store a command makes: a database that fails under them (Optuna says
+    StorageInternalError and guesses at "invalid data in the commit") is a ``StorageError`` saying
+    what the database said, as ``connect`` says it."""
+    try:
+        yield
+    except Exception as exc:
+        if not database_failed(exc):
+            raise
+        backend = getattr(store, "_backend", store)
+        url = getattr(backend, "ablate_url", None) or str(getattr(backend, "url", "the study storage"))
+        raise StorageError(storage_problem(url, exc)) from None
+
+
 def load(store: optuna.storages.BaseStorage, name: str) -> optuna.Study:
     """The study ``name`` in ``store``; raises KeyError when there is none (``study.open_study``
     says which names are close)."""
-    return optuna.load_study(study_name=name, storage=store)
+    with opening(store):
+        return optuna.load_study(study_name=name, storage=store)
 
 
 def create(store: optuna.storages.BaseStorage, name: str, direction: str = "maximize") -> optuna.Study:
@@ -291,17 +320,20 @@ def create(store: optuna.storages.BaseStorage, name: str, direction: str = "maxi
 
 def names(store: optuna.storages.BaseStorage) -> list[str]:
     """The names of the studies in ``store``."""
-    return list(optuna.get_all_study_names(store))
+    with opening(store):
+        return list(optuna.get_all_study_names(store))
 
 
 def summaries(store: optuna.storages.BaseStorage) -> list[optuna.study.StudySummary]:
     """The studies in ``store`` without their trials (name, user attributes, start time)."""
-    return list(optuna.get_all_study_summaries(store, include_best_trial=False))
+    with opening(store):
+        return list(optuna.get_all_study_summaries(store, include_best_trial=False))
 
 
 def delete(store: optuna.storages.BaseStorage, name: str) -> None:
     """Delete the study ``name`` and all its trials from ``store``."""
-    optuna.delete_study(study_name=name, storage=store)
+    with opening(store):
+        optuna.delete_study(study_name=name, storage=store)
 
 
 def stored_distribution(text: str) -> optuna.distributions.BaseDistribution:
