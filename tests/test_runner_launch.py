@@ -9,7 +9,7 @@ from rich.console import Console
 from support import stores
 
 from ablate import design
-from ablate.runner.launch import look_line, run_study
+from ablate.runner.launch import Outcome, look_line, run_study
 
 SPEC = {
     "name": "launch",
@@ -281,3 +281,25 @@ def test_no_more_local_workers_start_than_items_wait(tmp_path, monkeypatch):
     run_study(design.validate(SPEC), stores(tmp_path), out, err, workers=8)
     assert started == [["cpu", "cpu"]]
     assert "2 item(s) to run: 2 worker(s), not 8" in o.getvalue()
+
+
+def test_a_run_whose_every_item_ran_out_of_memory_at_every_retry_exits_1_saying_so(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ABLATE_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr("ablate.training.run_trial", out_of_memory)
+    spec = design.validate({**SPEC, "factors": {"model.normalisation": ["xi"]}})
+    out, o, err, e = consoles()
+    after = run_study(spec, stores(tmp_path), out, err, workers=1, checkpoint_every=0)
+    assert after is not None
+    # An out-of-memory failure is not a result of the cell (as a divergence is): the run did nothing.
+    assert (after.done, after.failed, after.errors, after.exhausted) == (0, 1, 0, 1)
+    assert after.verdict(err) == 1
+    assert "1 item(s) failed at every retry (out of memory at the most micro-batches" in e.getvalue()
+    # ... and a diverged cell alone is still a result: exit 0.
+    assert Outcome(0, 1, 0, 0, [], "s").verdict(err) == 0

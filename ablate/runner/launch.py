@@ -49,6 +49,9 @@ class Outcome:
     errors: int
     worker_failures: list[str]
     study: str = ""
+    # Items failed for good by running out of memory (or stores failing) at every retry: not a
+    # result of the cell as a divergence is, and no run that ends with only these succeeded.
+    exhausted: int = 0
 
     def print(self, out: Console, err: Console) -> None:
         """The workers that failed (a warning when the others finished every item: its item was
@@ -60,10 +63,16 @@ class Outcome:
 
     def verdict(self, err: Console) -> int:
         """The exit status, the study's: 1, with what to do, when items failed with an error (a
-        diverged cell is a result; an error is a bug to look at) or are unfinished; else 0."""
+        diverged cell is a result; an error is a bug to look at), ran out of memory at every retry
+        or are unfinished; else 0."""
         if self.failed and self.errors:
             err.print(f"{self.errors} item(s) failed with an error; see `ablate status {self.study}` and the report; "
                       "after a fix, the same command with --retry-failed re-runs them", highlight=False)
+            return 1
+        if self.failed and self.exhausted:
+            err.print(f"{self.exhausted} item(s) failed at every retry (out of memory at the most micro-batches, or "
+                      f"the stores failing); see `ablate status {self.study}`; with a smaller batch, model or probe "
+                      "(or more memory), the same command with --retry-failed re-runs them", highlight=False)
             return 1
         if self.unfinished:
             err.print(f"{self.unfinished} item(s) unfinished: run the same command to resume, or "
@@ -287,12 +296,14 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         looks = look_decisions(spec, sequential_looks.load_state(view), looked) if spec.sequential is not None else []
         errors = [e for e in queue.entries(view, keys=("failure_kind", its.RETRIED))
                   if e.user_attrs.get("failure_kind") == "error" and not e.user_attrs.get(its.RETRIED)]
+        gave_up = [t for t in its.retryable(view, {i.key for i in todo}).values()
+                   if not any(e.user_attrs.get("failure_kind") == "error" for e in t)] if after.failed else []
     except Exception as exc:
         raise st.StorageError(storage_problem(stores.storage, exc)) from None
     for line in looks:
         err.print(line, highlight=False, markup=False, soft_wrap=True)
     return Outcome(done=after.done, failed=after.failed, unfinished=after.waiting + after.running,
-                   errors=len(errors), worker_failures=failed, study=spec.name)
+                   errors=len(errors), worker_failures=failed, study=spec.name, exhausted=len(gave_up))
 
 
 def run_worker(study: str, stores: Stores, err: Console, *, device: str = "cpu", threads: int | None = None,
