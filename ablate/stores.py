@@ -13,6 +13,7 @@ import difflib
 import errno
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -114,6 +115,13 @@ def checked_urls(storage: str | None, tracking: str | None) -> None:
             raise BadStoreUrl(f"unknown {'database' if what == 'storage URL' else 'store'} kind {kind!r} in "
                               f"{what} {redact(url)}{f' (did you mean {close[0]!r}?)' if close else ''}; "
                               f"expected e.g. {expected}")
+        if what == "tracking URI" and kind in ("", "file"):
+            # MLflow takes it for a file store's folder and fails only when the first item is
+            # recorded, after the study was written and queued: refused before anything is.
+            path = Path(urllib.parse.urlparse(url).path if kind else url).expanduser()
+            if path.exists() and not path.is_dir():
+                raise BadStoreUrl(f"tracking URI {redact(url)} is a file, not a folder or a database URL; "
+                                  f"expected e.g. {expected}")
 
 
 def storage_problem(url: str, exc: BaseException) -> str:

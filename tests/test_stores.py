@@ -201,3 +201,22 @@ def test_a_store_where_nothing_can_be_written_is_an_error_naming_it_not_a_wait_o
     with pytest.raises(stores.StorageError, match=r"cannot make the folder of the store sqlite:////proc/none/m\.db"):
         stores.resolve(f"sqlite:///{tmp_path / 'optuna.db'}", "sqlite:////proc/none/m.db")
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_tracking_uri_naming_a_file_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    # MLflow takes it for a file store's folder and failed only at the first item, after the study
+    # was written and its items queued.
+    monkeypatch.delenv("ABLATE_TRACKING_URI", raising=False)
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    afile = tmp_path / "notadb"
+    afile.write_text("")
+    home = tmp_path / "home"
+    for uri in (str(afile), afile.as_uri(), f"file:{afile}"):
+        with pytest.raises(stores.BadStoreUrl) as info:
+            stores.resolve(tracking=uri, home_dir=home)
+        assert str(info.value).startswith(f"tracking URI {uri} is a file, not a folder or a database URL; expected")
+        assert info.value.code == 2
+    assert not home.exists()
+    # A folder (existing or not) and a database URL are still a tracking store.
+    for uri in (str(tmp_path), str(tmp_path / "new"), f"sqlite:///{afile}"):
+        assert stores.resolve(tracking=uri, home_dir=home).tracking == uri
