@@ -11,10 +11,12 @@ error.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
@@ -28,7 +30,12 @@ PIPE_WIDTH = 10_000
 
 
 class PipeConsole(Console):
-    """A rich console that is as wide as its content when it does not write to a terminal."""
+    """A rich console that is as wide as its content when it does not write to a terminal, and
+    never turns ``:name:`` into an emoji (echoed values such as ``a:b:c`` are printed as given)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("emoji", False)
+        super().__init__(*args, **kwargs)
 
     @property
     def size(self) -> ConsoleDimensions:
@@ -42,7 +49,7 @@ class Refused(Exception):
     the exit status ``code`` (2 for invalid input, 1 otherwise)."""
 
     def __init__(self, lines: str | list[str], code: int = 2, marked: bool = True) -> None:
-        self.lines = [lines] if isinstance(lines, str) else list(lines)
+        self.lines = [clip_words(line) for line in ([lines] if isinstance(lines, str) else lines)]
         self.code, self.marked = code, marked
         super().__init__("\n".join(self.lines))
 
@@ -50,9 +57,21 @@ class Refused(Exception):
 
     def print(self, console: Console) -> None:
         for line in self.lines[:self.SHOWN]:
-            console.print(f"[red]error[/red] {line}" if self.marked else line, highlight=False, soft_wrap=True)
+            console.print(f"[red]error[/red] {line}" if self.marked else line, highlight=False, soft_wrap=True,
+                          emoji=False)
         if len(self.lines) > self.SHOWN:
             console.print(f"… and {len(self.lines) - self.SHOWN} more", highlight=False, soft_wrap=True)
+
+
+MAX_ECHOED = 200  # characters of one word of a message (an echoed name, path or value)
+# Runs of non-blank characters outside markup's brackets: cutting one never breaks a tag.
+_LONG_WORD = re.compile(rf"[^\s\[\]]{{{MAX_ECHOED + 1},}}")
+
+
+def clip_words(line: str) -> str:
+    """``line`` with each word longer than MAX_ECHOED shortened to its start and end, saying its
+    length: a 100,000-character study name is echoed in one readable line."""
+    return _LONG_WORD.sub(lambda m: f"{m[0][:100]}… ({len(m[0]):,} characters) …{m[0][-20:]}", line)
 
 
 @dataclass(frozen=True)

@@ -220,3 +220,10 @@ def test_a_tracking_uri_naming_a_file_is_refused_before_anything_is_written(tmp_
     # A folder (existing or not) and a database URL are still a tracking store.
     for uri in (str(tmp_path), str(tmp_path / "new"), f"sqlite:///{afile}"):
         assert stores.resolve(tracking=uri, home_dir=home).tracking == uri
+
+
+def test_a_password_after_a_long_run_of_letters_is_still_hidden():
+    # The scheme's length is bounded (a 100,000-character name took seconds to redact): a longer
+    # run before "://" leaves the scheme's end, and the password is hidden all the same.
+    assert stores.redact("a" * 100 + "postgresql://u:pw@h/db") == "a" * 100 + "postgresql://u:***@h/db"
+    assert stores.redact("x" * 100_000) == "x" * 100_000

@@ -154,3 +154,16 @@ def test_a_database_failing_under_optuna_is_said_as_the_databases_fault_not_a_bu
         assert internal_error(console, exc) == 1
     assert buffer.getvalue() == ("error a store's database failed: database disk image is malformed (DatabaseError); "
                                  "ABLATE_TRACEBACK=1 shows where\n")
+
+
+def test_a_refusal_echoes_values_as_given_and_long_words_shortened():
+    console, buffer = piped()
+    value = "x" * 100_000
+    Refused(["'a:b:c' is not one of: xi", f"no study named '{escape(value)}' [bold]in[/bold] s"]).print(console)
+    first, second = buffer.getvalue().splitlines()
+    assert first == "error 'a:b:c' is not one of: xi"  # ':b:' is not an emoji
+    assert second == f"error no study named '{'x' * 99}… (100,002 characters) …{'x' * 19}' in s"
+    # The console every command prints on turns no ':name:' into an emoji either.
+    console, buffer = piped()
+    console.print("a:b:c :smile:", highlight=False)
+    assert buffer.getvalue() == "a:b:c :smile:\n"

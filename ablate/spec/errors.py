@@ -44,9 +44,22 @@ class SpecError(Exception):
     shortened (``clip``) wherever they appear."""
 
     def __init__(self, problems: Problems, where: list[str | None] | None = None):
-        problems = [(clip(path), clip(msg)) for path, msg in problems]
+        where = where if where is not None else [None] * len(problems)
+        # Once each: a plug-in level is checked by two passes (its shape, its cells); and a fault
+        # several levels of a factor share, in the same words, is one line naming them all.
+        merged: dict[tuple[str, str, bool], tuple[list[str], str | None]] = {}
+        for (path, msg), at in zip(problems, where, strict=True):
+            m = re.fullmatch(r"(.*)\[(\d+)\]", path)
+            stem, index = (m[1], m[2]) if m else (path, "")
+            indices, _ = merged.setdefault((stem, msg, m is not None), ([], at))
+            if index not in indices:
+                indices.append(index)
+        problems, self.where = [], []
+        for (stem, msg, indexed), (indices, at) in merged.items():
+            path = f"{stem}[{', '.join(indices)}]" if indexed else stem
+            problems.append((clip(path), clip(msg)))
+            self.where.append(at)
         self.problems = problems
-        self.where = where if where is not None else [None] * len(problems)
         lines = []
         for (path, msg), at in zip(problems, self.where, strict=True):
             line = f"{path}: {msg}" if path else msg

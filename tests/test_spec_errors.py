@@ -1,0 +1,22 @@
+"""SpecError (``ablate.spec.errors``): each fault said once, however many passes or levels found it."""
+
+from __future__ import annotations
+
+from ablate.spec import SpecError
+
+
+def test_a_fault_is_said_once_and_one_several_levels_share_names_them_all():
+    plugin = "normalisation plug-in 'nomod:x': no source file for module 'nomod'"
+    error = SpecError([("factors.model.normalisation[1]", plugin), ("factors.model.normalisation[1]", plugin),
+                       ("factors.name[0]", "'name' has no dot"), ("factors.name[1]", "'name' has no dot"),
+                       ("factors.model.layers[0]", "Input should be ≥ 1"), ("factors.model.layers[2]", "other"),
+                       ("factors.name", "'name' has no dot")],
+                      ["-m model.normalisation", "-m model.normalisation", "f.yaml:4", "f.yaml:5", None, None, None])
+    assert str(error).splitlines() == [
+        f"-m model.normalisation: factors.model.normalisation[1]: {plugin}",  # two passes: once
+        "f.yaml:4: factors.name[0, 1]: 'name' has no dot",  # two levels, the same words: one line, the first place
+        "factors.model.layers[0]: Input should be ≥ 1",
+        "factors.model.layers[2]: other",
+        "factors.name: 'name' has no dot",  # the factor itself is not one of its levels
+    ]
+    assert error.where == ["-m model.normalisation", "f.yaml:4", None, None, None]
