@@ -97,6 +97,13 @@ def load_target(target: str, what: str) -> Any:
     module_name, _, attribute = target.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
+    except KeyboardInterrupt:  # a module that never finishes importing: say whose, not a bare exit 130
+        from rich.markup import escape
+
+        from ablate.terminal import Refused
+
+        raise Refused(escape(f"{what}: interrupted while importing {module_name!r} (its import did not finish)"),
+                      130) from None
     # SystemExit too: a module that calls sys.exit on import ended `ablate validate` silently (exit 3).
     except (Exception, SystemExit) as exc:  # any failure of a plug-in's import is reported as the plug-in's
         hint = f" ({not_found_hint()})" if isinstance(exc, ModuleNotFoundError) and exc.name is not None \

@@ -542,3 +542,16 @@ def test_validate_rejects_a_metric_plugin_that_breaks_its_contract(plugin_dir: P
     spec = design.loads(spec_text(train={"steps": 4, "metrics": [target]}, factors={}))
     (where, message), = contract.spec_problems(spec)
     assert where == "train.metrics" and target in message and broken in message
+
+
+def test_a_plugin_interrupted_while_it_imports_is_a_refusal_naming_it(tmp_path, monkeypatch) -> None:
+    # A module that loops on import hangs a command until Ctrl-C, which then exited 130 saying nothing.
+    from ablate.terminal import Refused
+
+    (tmp_path / "ctrl_c_on_import.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Refused) as info:
+        plugins.load_target("ctrl_c_on_import:x", "normalisation plug-in 'ctrl_c_on_import:x'")
+    assert info.value.code == 130
+    assert info.value.lines == ["normalisation plug-in 'ctrl_c_on_import:x': interrupted while importing "
+                                "'ctrl_c_on_import' (its import did not finish)"]
