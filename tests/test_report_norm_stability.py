@@ -448,3 +448,13 @@ def test_a_probe_batch_that_differs_is_said_in_the_header_before_any_verdict(mon
     assert head[1] == ("Probe batch identical across all 56 runs (tuning trials included; 48 analysed): "
                        "**NO — cells differ in their task; compare with care**.")
     assert "the same examples" not in norm_tables.measure_lines(res, trials)[0]
+
+
+def test_a_significant_factor_sentence_carries_the_caveat_it_is_given_and_an_ns_one_does_not() -> None:
+    """The body's factor sentence says what page one says of a level that never learned."""
+    anova = pd.DataFrame({"term": ["arch", "heads"], "measure": ["final", "final"], "df": [1, 1], "df_resid": [8, 8],
+                          "F": [134.2, 0.5], "p": [1e-6, 0.5], "p_adj": [1e-5, 0.5], "eta_sq_partial": [0.94, 0.06], "mark": ["***", ""],
+                          "significant": [True, False]})
+    said = ns.factor_sentences(anova, None, 0.05, caveat=lambda term: f" — {term}: 6 of 6 runs never learned")
+    assert len(said) == 1 and said[0].endswith("— arch: 6 of 6 runs never learned.")
+    assert ns.factor_sentences(anova, None, 0.05)[0].endswith(").")

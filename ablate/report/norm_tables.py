@@ -12,7 +12,7 @@ computes a statistic, and the sentences use only the numbers the tables print, f
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -238,12 +238,13 @@ INLINE_VARIANTS = 3
 def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, str],
                  anova: pd.DataFrame | None = None, effects: pd.DataFrame | None = None,
                  check: pd.DataFrame | None = None, alpha: float = 0.05, confidence: float = 0.95,
-                 sensitivity: pd.DataFrame | None = None) -> str:
+                 sensitivity: pd.DataFrame | None = None, caveat: Callable[[str], str] | None = None) -> str:
     """Markdown: how each variant's norm compares with the declared ``reference`` (cell id, why)
     on each measure, which factor effects the ANOVA finds, and the white-noise check — every number
     as the tables print it (``stability_table``, ``ratio_table``, ``anova_table``, ``effects_table``,
     ``check_table``), the verdicts in the one wording (``format.verdict``); the runs left out
-    and what putting the late-growing ones back changes (``flag_lines``)."""
+    and what putting the late-growing ones back changes (``flag_lines``). ``caveat``: term → what a
+    significant term's sentence must add (page one's never-learned words, ``never_learned.term_caveat``)."""
     if table.empty:
         return "No probe data yet."
     ref_id, why = reference
@@ -310,7 +311,7 @@ def summary_text(table: pd.DataFrame, comp: pd.DataFrame, reference: tuple[str, 
         if m in floors:
             text += f" ({floors[m][0]}: {floors[m][1]}.)"
         lines.append(text)
-    lines += factor_sentences(anova, effects, alpha)
+    lines += factor_sentences(anova, effects, alpha, caveat)
     lines += flag_lines(table, sensitivity)
     if check is not None and not check.empty:
         printed = check_table(check)
@@ -332,10 +333,12 @@ def _term_words(term: str, measure: str) -> str:
     return f"**the effect of {parts[0]} on {what} depends on {parts[1]}**"
 
 
-def factor_sentences(anova: pd.DataFrame | None, effects: pd.DataFrame | None, alpha: float = 0.05) -> list[str]:
+def factor_sentences(anova: pd.DataFrame | None, effects: pd.DataFrame | None, alpha: float = 0.05,
+                     caveat: Callable[[str], str] | None = None) -> list[str]:
     """One sentence per ANOVA term that passes (Holm across the screen), with its F, p and the
-    marginal means of a main effect as ``effects_table`` prints them; one sentence
-    when none passes."""
+    marginal means of a main effect as ``effects_table`` prints them, and ``caveat(term)`` (levels
+    whose runs never learned: the effect is then that they did not train); one sentence when none
+    passes."""
     if anova is None or anova.empty:
         return []
     printed = anova_table(anova)
@@ -352,7 +355,7 @@ def factor_sentences(anova: pd.DataFrame | None, effects: pd.DataFrame | None, a
             if len(sub):
                 col = shown.columns[-1]
                 text += ": " + ", ".join(f"{sub.loc[j, 'level']} {_value_only(shown.loc[j, col])}" for j in sub.index)
-        out.append(text + ".")
+        out.append(text + (caveat(r["term"]) if caveat else "") + ".")
     if not out:
         out.append(f"- **Factor effects**: no factor or two-factor interaction changes any measure significantly "
                    f"(ANOVA of the per-seed values, {len(anova)} terms, Holm across them, α = {alpha:g}; Table 1).")

@@ -18,6 +18,7 @@ import itertools
 
 from ablate import results, stats
 from ablate.report import format as fmt
+from ablate.report import never_learned as nl
 from ablate.report import norm_figures as nf
 from ablate.report import norm_tables as ns
 from ablate.report import provenance_tables, verdicts
@@ -96,7 +97,10 @@ if len(df) and sequential:
              "analysed on the log scale), the look that made it, the estimate with its repeated confidence interval "
              "and the stage-wise p, and its t statistic at each look (seeds: t (boundary)).")
 elif len(df):
-    say(ns.summary_text(stab, comp, ref, anova, effects, check, alpha, confidence, back))
+    # A significant factor whose level never learned says so, as page one does (report.never_learned).
+    say(ns.summary_text(stab, comp, ref, anova, effects, check, alpha, confidence, back,
+                        caveat=lambda term: nl.term_caveat(verdict.never, term, verdict.metric, verdict.chance,
+                                                           verdict.margin)))
 else:
     say("No completed runs with probe data yet.")
 
