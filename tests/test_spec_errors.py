@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from ablate.spec import SpecError
+from ablate.spec.files import read
 
 
 def test_a_fault_is_said_once_and_one_several_levels_share_names_them_all():
@@ -20,3 +25,13 @@ def test_a_fault_is_said_once_and_one_several_levels_share_names_them_all():
         "factors.name: 'name' has no dot",  # the factor itself is not one of its levels
     ]
     assert error.where == ["-m model.normalisation", "f.yaml:4", None, None, None]
+
+
+def test_a_value_that_is_not_a_mapping_or_list_is_said_in_yaml_words_not_pydantics() -> None:
+    """`--set model=3` said "Input should be a valid dictionary or instance of ModelSpec"."""
+    root = Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml"
+    for override, said in (("model=3", "model: must be a mapping; got an integer 3"),
+                           ("factors=[1]", "factors: must be a mapping; got a list")):
+        with pytest.raises(SpecError) as err:
+            read(root, overrides=[override])
+        assert said in str(err.value) and "instance of" not in str(err.value) and "Input should" not in str(err.value)

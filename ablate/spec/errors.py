@@ -94,7 +94,8 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 
 _WANTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
-           "string_type": "text", "int_parsing": "an integer", "float_parsing": "a number"}
+           "string_type": "text", "int_parsing": "an integer", "float_parsing": "a number",
+           "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping"}
 _KIND = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "text", list: "a list",
          dict: "a mapping", type(None): "null"}
 
