@@ -116,9 +116,11 @@ def test_a_trial_shorter_than_a_look_still_has_its_start_line(study):
 def test_eta_from_measured_seconds_per_step():
     snap = progress.Snapshot(done=2, failed=0, running=1, waiting=3, new=0, seconds_per_step=0.5,
                              items=[progress.Running("w", "c", 0, "replicate", 40, 100, None)], mean_steps=100)
-    # 60 steps left running + 3 × 100 waiting, at 0.5 s a step, on 2 workers; never below the running remainder.
-    assert snap.eta_seconds(2) == pytest.approx((60 + 300) * 0.5 / 2)
-    assert snap.eta_seconds(100) == pytest.approx(60 * 0.5)
+    # 60 steps left running (30 s), 3 waiting of 100 steps (50 s each) on 2 workers: the idle one
+    # takes one at 0 and another at 50, the busy one one at 30: the last ends at 100 (an item is
+    # not split between workers); with 100 workers the 3 start now and end at 50.
+    assert snap.eta_seconds(2) == pytest.approx(100.0)
+    assert snap.eta_seconds(100) == pytest.approx(50.0)
     assert progress.Snapshot(1, 0, 0, 0, 0, None).eta_seconds(1) == 0.0
 
 
@@ -341,12 +343,14 @@ def test_a_claim_before_its_worker_records_itself_is_no_row(study):
 def test_an_eta_outgrown_is_revised_up_saying_so_and_one_run_out_is_unknown_until_a_finish():
     slots = [progress.Slot("w1", "running", 0.0)]
     first = progress.frame(look(0, 1, [running("w1", 1, 5, -10)], 1), slots, None, 0.0, 1)
-    assert first.eta == pytest.approx(15.0)  # 5 steps left running, 10 waiting, at 1 s a step
-    # Ten seconds on, the item is at step 6 of 10 after 20 s: it needs ~13 s more, the countdown says 5.
+    # 5 steps left at its own pace so far (10 s for 5 steps: 2 s a step), then 10 waiting at 1 s a step.
+    assert first.eta == pytest.approx(20.0)
+    # Ten seconds on, the item is at step 6 of 10 after 20 s: it needs ~13 s more, the countdown says 10;
+    # priced at 4 s a step now: 40 s a trial, 20 s of it left, then one more.
     later = look(10, 1, [running("w1", 1, 6, -10)], 1, rate=4.0)
     f = progress.frame(later, slots, first, 10.0, 1)
-    assert f.eta == pytest.approx(56.0) and f.eta_note.startswith("revised")
-    line = "s: 1 done · 1 running · 1 waiting · 0 failed · ETA 0m56s (revised: the running items are slower than measured)"
+    assert f.eta == pytest.approx(60.0) and f.eta_note.startswith("revised")
+    line = "s: 1 done · 1 running · 1 waiting · 0 failed · ETA 1m00s (revised: the running items are slower than measured)"
     assert progress.log_lines("s", [], [], f, first) == [line]
     assert progress.log_lines("s", [], [], f, first, last=line) == []  # never the same status line twice
     kept = progress.frame(look(11, 1, [running("w1", 1, 7, -11)], 1, rate=4.0), slots, f, 11.0, 1)
@@ -360,11 +364,15 @@ def test_an_eta_outgrown_is_revised_up_saying_so_and_one_run_out_is_unknown_unti
     assert progress.log_lines("s", [], [], out, first) == ["s: 1 done · 1 running · 1 waiting · 0 failed · ETA ?"]
     still = progress.frame(look(22, 1, [running("w1", 1, 2, 18)], 1), slots, out, 22.0, 1)
     assert still.eta is None and still.overdue
-    # A finish does not revise: it may only bring the ETA down; after one ran out it measures anew.
+    # A finish does not revise while the countdown runs: it may only bring the ETA down ...
+    soon = progress.frame(look(5, 2, [running("w1", 2, 1, 4)], 0, rate=4.0), slots, first, 5.0, 1)
+    assert soon.eta == pytest.approx(15.0) and not soon.eta_note
+    # ... but one after the countdown ran out, with an item running, is not "0m00s": it says so.
     done = progress.frame(look(21, 2, [running("w1", 2, 1, 20)], 0, rate=4.0), slots, first, 21.0, 1)
-    assert done.eta == 0.0 and not done.eta_note
+    assert done.eta == pytest.approx(39.0) and done.eta_note.startswith("revised")
+    # After one ran out it measures anew: 10 s a trial at 1 s a step, 3 s of it gone.
     again = progress.frame(look(23, 2, [running("w1", 2, 1, 20)], 0), slots, still, 23.0, 1)
-    assert again.eta == pytest.approx(9.0) and not again.overdue
+    assert again.eta == pytest.approx(7.0) and not again.overdue
 
 
 def test_a_finish_read_a_look_late_still_carries_its_count():
@@ -563,3 +571,54 @@ def test_an_item_resuming_a_checkpoint_says_from_which_step_in_its_start_line(st
     assert f"start RotRNN · seed 1 (replicate, trial {short.number}) on host:1, resumed from its checkpoint at step 3" \
         in lines
     assert f"start LRU · seed 0 (replicate, trial {fresh.number}) on host:1" in lines
+
+
+def test_a_fused_groups_start_is_one_line_once_its_members_started():
+    """Item 19 of the P1 probe: "start LRU, ξ · seed 2" came a look after its three siblings,
+    which all ended together. A worker's items of one cell that start in one look are one line;
+    one that resumes a checkpoint, or of another worker, has its own."""
+    group = [running("w1", n, 0, 0, "B") for n in (8, 9, 10, 11)]
+    for r, seed in zip(group, (0, 1, 2, 3), strict=True):
+        r.seed = seed
+    resumed = running("w1", 12, 0, 0, "B")
+    resumed.resumed_at = 40
+    lines = progress.start_lines([*group, resumed, running("w2", 13, 0, 0, "B")])
+    assert lines == ["start B · seeds 0–3 (replicate, trials 8–11, fused) on w1",
+                     "start B · seed 0 (replicate, trial 12) on w1, resumed from its checkpoint at step 40",
+                     "start B · seed 1 (replicate, trial 13) on w2"]
+    gaps = [running("w1", n, 0, 0) for n in (2, 6, 7)]
+    for r, seed in zip(gaps, (0, 2, 5), strict=True):
+        r.seed = seed
+    assert progress.start_lines(gaps) == ["start A · seeds 0, 2, 5 (replicate, trials 2, 6, 7, fused) on w1"]
+
+
+def test_a_started_item_waits_for_the_rest_of_its_group_a_few_seconds_at_most(study):
+    """The first item of a fused claim is named at the claim (``fused.share``), before its
+    siblings are claimed: its line waits while an item of its cell has not started (HOLD_S)."""
+    clock = [0.0]
+    view = progress.View(study, Console(file=io.StringIO(), width=200), clock=lambda: clock[0])
+    named = running("w1", 0, 0, 0, "B")
+    named.begun = False
+    unrecorded = running("?", 1, 0, 0, "B")
+    look_ = look(0, 0, [named, unrecorded], 0)
+    assert view._started(look_) == []
+    named.begun, unrecorded.worker = True, "w1"
+    assert [r.number for r in view._started(look(1, 0, [named, unrecorded], 0))] == [0, 1]
+    alone = running("w2", 5, 0, 0, "C")
+    alone.begun = False  # a worker of an older version records no attempt: shown after HOLD_S
+    assert view._started(look(2, 0, [alone], 0)) == []
+    clock[0] = progress.HOLD_S + 2.0
+    assert [r.number for r in view._started(look(9, 0, [alone], 0))] == [5]
+
+
+def test_an_estimate_a_look_behind_the_countdown_is_no_revision():
+    """Between finishes the estimate lags the countdown by a look: a second or two above it is no
+    reason to say "revised" (a log printed it four times in 4 s, the ETA falling each time)."""
+    slots = [progress.Slot("w1", "running", 0.0)]
+    first = progress.frame(look(0, 1, [running("w1", 1, 5, -10)], 1), slots, None, 0.0, 1)
+    near = look(1, 1, [running("w1", 1, 3, -9)], 1, rate=1.5)  # its pace says slower; the estimate 1 s over
+    assert near.eta_seconds(1) == pytest.approx(first.eta)
+    f = progress.frame(near, slots, first, 1.0, 1)
+    assert f.eta == pytest.approx(first.eta - 1.0) and not f.eta_note
+    far = progress.frame(look(1, 1, [running("w1", 1, 3, -9)], 1, rate=1.0), slots, first, 1.0, 1)
+    assert far.eta is not None and far.eta > first.eta and far.eta_note == progress.SLOWER

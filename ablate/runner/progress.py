@@ -6,20 +6,7 @@ step (recorded by the worker's heartbeat within a few seconds) and last validati
 only thing it adds is the local worker processes the pool started (``Slot``), so that a worker
 shows from its start, before it has claimed anything.
 
-ETA: seconds per training step measured on the latest finished trials (the median of wall time
-from claim to finish over steps, so per-trial overheads are included and one slow warm-up does
-not dominate), or on the running ones before any finished; times the steps left (the running
-items' remaining steps, then the waiting items at the mean steps per item), spread over the
-workers, and never less than the longest running item's remainder. Each cell's steps are
-priced at that cell's own rate once one of its trials finished or runs, the study's otherwise:
-cells of one study can differ twofold per step (a sequential tanh recurrence, four layers).
-
-A cost model comes first where the cells' configs are known (``trial_cost``: a trial's work from
-its cell's shape — layers, width, state, sequence length, batch — and its counts of steps and
-validation passes, ``ablate.schedule``): each cell's trial is priced at what its own finished
-trials took, else at the cost model's units times the seconds per unit the finished trials measured
-(``cell_costs``: a per-trial overhead plus a rate, fitted once their costs differ), else, before
-any finished, at the running ones' pace. So the first, cheap cells do not price the expensive ones.
+The ETA and what it is priced from: ``ablate.runner.eta``.
 """
 
 from __future__ import annotations
@@ -42,93 +29,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ablate.design import Item
-from ablate.runner import queue
-from ablate.runner.costs import RECENT, cell_costs, trial_cost
+from ablate.runner import eta, queue
+from ablate.runner.eta import Running, Snapshot
 from ablate.runner.items import DROPPED, counts
 
 # Seconds between two looks at the store, and between status lines in a pipe when nothing happens.
 POLL_S = 1.0
 QUIET_LINE_S = 60.0
 ATTEMPT = "attempt"  # whose start it is: copies queued before queue.ATTEMPT_ATTRS hold their predecessor's
-
-
-@dataclass
-class Running:
-    worker: str
-    cell: str
-    seed: int
-    phase: str
-    step: int
-    steps: int
-    started: datetime | None
-    number: int = -1
-    last_val: dict[str, float] = field(default_factory=dict)  # accuracy, loss, bpc, … and their step
-    cell_id: str = ""
-    resumed_at: int = 0  # the step of a killed attempt's checkpoint it resumed from (0: from the start)
-
-    def elapsed(self, now: datetime | None = None) -> float | None:
-        return ((now or datetime.now()) - self.started).total_seconds() if self.started else None
-
-
-@dataclass
-class Snapshot:
-    done: int
-    failed: int
-    running: int
-    waiting: int
-    new: int
-    seconds_per_step: float | None  # measured: finished trials, else running ones; None before any
-    items: list[Running] = field(default_factory=list)
-    mean_steps: float | None = None  # steps per item, over the items seen (finished and running)
-    taken: datetime = field(default_factory=datetime.now)
-    cell_rates: dict[str, float] = field(default_factory=dict)  # cell id → its own seconds per step
-    waiting_cells: list[str] = field(default_factory=list)  # the cell id of each waiting item
-    # The cost model's (``cell_costs``): cell id → seconds of one trial; the cell of each item not queued.
-    cell_costs: dict[str, float] = field(default_factory=dict)
-    new_cells: list[str] = field(default_factory=list)
-
-    @property
-    def remaining(self) -> int:
-        return self.running + self.waiting + self.new
-
-    @property
-    def total(self) -> int:
-        return self.done + self.failed + self.remaining
-
-    @property
-    def workers(self) -> int:
-        """The workers running its items (at least 1): what ``ablate status`` divides the work by."""
-        return len({r.worker for r in self.items}) or 1
-
-    def eta_seconds(self, workers: int) -> float | None:
-        """Seconds until every item is finished with ``workers`` workers; 0 when nothing is left,
-        None before anything was measured."""
-        if not self.remaining:
-            return 0.0
-        if self.seconds_per_step is None:
-            return None
-        def rate(cell: str) -> float:
-            return self.cell_rates.get(cell, self.seconds_per_step)
-
-        costs = self.cell_costs
-        running = [(costs[r.cell_id] * max(0, r.steps - r.step) / r.steps if r.cell_id in costs and r.steps
-                    else max(0, r.steps - r.step) * rate(r.cell_id)) for r in self.items]
-        left = self.waiting + self.new  # items not claimed yet
-        known = (self.waiting_cells + self.new_cells)[:left] if costs else self.waiting_cells[:left]
-        priced = [c for c in known if c in costs]
-        per_step = sum(rate(c) for c in known if c not in costs) + (left - len(known)) * self.seconds_per_step
-        queued = sum(costs[c] for c in priced) + (self.mean_steps or 0.0) * per_step
-        return max(max(running, default=0.0), (sum(running) + queued) / max(1, workers))
-
-
-def _rate(measured: Sequence[tuple[float, int]]) -> float:
-    """Seconds per step of finished trials: the median over the latest."""
-    return statistics.median(wall / n for wall, n in measured[-RECENT:])
-
-
-def _pace(moving: Sequence[tuple[float, int]]) -> float:
-    """Seconds per step of running trials: their time so far over their steps so far."""
-    return sum(e for e, _ in moving) / sum(n for _, n in moving)
 
 
 def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapshot:
@@ -139,7 +47,7 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
     # The cells' configs price their trials (``trial_cost``): the spec's items', else the trials' own.
     configs = {i.cell.id: i.cell.config for i in items} if items is not None else {}
     extra = ("config",) if items is None else ()
-    finished = queue.entries(study, keys=("steps", "cell_id", *extra), states=(TrialState.COMPLETE,))
+    finished = queue.entries(study, keys=("steps", "cell_id", "phase", "worker", *extra), states=(TrialState.COMPLETE,))
     running = [
         Running(
             worker=str(t.user_attrs.get("worker", "?")) if t.user_attrs.get(ATTEMPT, t.number) == t.number else "?",
@@ -153,12 +61,21 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
             last_val=dict(t.user_attrs.get("last_val") or {}),
             cell_id=str(t.user_attrs.get("cell_id", "")),
             resumed_at=int(t.user_attrs.get("resumed_at") or 0),
+            begun=ATTEMPT in t.user_attrs,
         )
         for t in queue.trials(study, states=(TrialState.RUNNING,))
     ]
-    timed = [(str(e.user_attrs.get("cell_id", "")), (e.finished - e.started).total_seconds(), e.user_attrs["steps"])
-             for e in finished
+    spans = [(e.user_attrs, e.started, e.finished) for e in finished
              if e.started and e.finished and isinstance(e.user_attrs.get("steps"), int) and e.user_attrs["steps"] > 0]
+    # A fused group's trials each last the group's wall: brought to one trial's alone (``eta``).
+    sizes = eta.group_sizes([(str(a.get("worker", "")), f"{a.get('cell_id')}/{a.get('phase')}", start.timestamp(),
+                              end.timestamp()) for a, start, end in spans])
+    flights = eta.in_flight([(r.worker, f"{r.cell_id}/{r.phase}", r.step, r.steps) for r in running])
+    running_k = {r: len(g) for g in flights for r in g}
+    fuse = max([*sizes, *running_k.values(), 1])
+    timed = [(str(a.get("cell_id", "")), (end - start).total_seconds() / eta.fused_cost(k, fuse), a["steps"])
+             for (a, start, end), k in zip(spans, sizes, strict=True)]
+    shares = [eta.fused_cost(running_k[i], fuse) for i in range(len(running))]
     measured = [(wall, n) for _, wall, n in timed]
     by_cell: dict[str, list[tuple[float, int]]] = {}
     for cell, wall, n in timed:
@@ -166,14 +83,14 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
     now = datetime.now()
     # Before a trial finished: the running items' own pace, start-up included (an overestimate).
     moving: dict[str, list[tuple[float, int]]] = {}
-    for r in running:
+    for i, r in enumerate(running):
         if r.step > 0:
-            moving.setdefault(r.cell_id, []).append((r.elapsed(now) or 0.0, r.step))
+            moving.setdefault(r.cell_id, []).append(((r.elapsed(now) or 0.0) / shares[i], r.step))
     if measured:  # the median of the latest: a worker's first trial also pays its warm-up
-        rate: float | None = _rate(measured)
+        rate: float | None = eta.rate(measured)
     else:
-        rate = _pace([m for ms in moving.values() for m in ms]) if moving else None
-    cell_rates = {cell: _pace(ms) for cell, ms in moving.items()} | {cell: _rate(ms) for cell, ms in by_cell.items()}
+        rate = eta.pace([m for ms in moving.values() for m in ms]) if moving else None
+    cell_rates = {cell: eta.pace(ms) for cell, ms in moving.items()} | {cell: eta.rate(ms) for cell, ms in by_cell.items()}
     waiting: dict[str, str] = {}
     for e in queue.entries(study, keys=("item", "cell_id", DROPPED, *extra), states=(TrialState.WAITING,)):
         if e.user_attrs.get("item") and not e.user_attrs.get(DROPPED) and (keys is None or e.user_attrs["item"] in keys):
@@ -189,30 +106,11 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
     if items is not None and c["new"]:
         queued = {e.user_attrs.get("item") for e in queue.entries(study, keys=("item",))}
         new_cells = [i.cell.id for i in items if i.key not in queued]
-    costs = _costs(configs, timed, running, now)
+    costs = eta.trial_costs(configs, timed, running, shares, now)
     seen = [n for _, n in measured] + [r.steps for r in running if r.steps]
     return Snapshot(c["done"], c["failed"], c["running"], c["waiting"], c["new"], rate, running,
                     statistics.fmean(seen) if seen else None, now, cell_rates, list(waiting.values()),
-                    costs, new_cells)
-
-
-def _costs(configs: dict[str, dict[str, Any]], timed: Sequence[tuple[str, float, int]], running: Sequence[Running],
-           now: datetime) -> dict[str, float]:
-    """``cell_costs`` from the store's trials: each cell's units, its finished trials' walls and the
-    share of their cell's steps they ran, the running ones' pace (a quarter in at least: a trial's
-    first steps carry its start-up)."""
-    try:
-        units = {cell: trial_cost(config) for cell, config in configs.items() if config.get("train")}
-    except Exception:  # a config this version cannot read: no cost model, the rates alone
-        return {}
-
-    def share(cell: str, steps: int) -> float:
-        total = int(configs.get(cell, {}).get("train", {}).get("steps", 0) or 0)
-        return min(1.0, steps / total) if total else 0.0
-
-    moving = [(r.cell_id, r.elapsed(now) or 0.0, r.step / r.steps) for r in running
-              if r.steps and 4 * r.step >= r.steps]
-    return cell_costs(units, [(cell, wall, share(cell, n)) for cell, wall, n in timed], moving)
+                    costs, new_cells, fuse)
 
 
 def duration(seconds: float | None) -> str:
@@ -223,10 +121,25 @@ def duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def eta_words(seconds: float | None, running: int) -> str:
+    """"ETA 1m05s"; "ETA finishing" when items run and the estimate rounds to nothing (a fused
+    group's last members recording their results): never "ETA 0m00s" while something runs."""
+    return FINISHING if running and seconds is not None and seconds < 0.5 else f"ETA {duration(seconds)}"
+
+
+def eta_text(snap: Snapshot, workers: int) -> str:
+    """``ablate status``'s ETA: ``eta_words``, or with items left and none running "no worker
+    running" and what is left would take one worker (the ETA of a run that is not running)."""
+    if snap.remaining and not snap.running:
+        one = snap.eta_seconds(1)
+        return "no worker running" + (f" (what is left: about {duration(one)} for one worker)" if one else "")
+    return eta_words(snap.eta_seconds(workers), snap.running)
+
+
 def summary_line(name: str, snap: Snapshot, workers: int) -> str:
     """Totals and the ETA on one line (a terminal's view and a log's status lines alike)."""
     return (f"{name}: {snap.done} done · {snap.running} running · {snap.waiting + snap.new} waiting · "
-            f"{snap.failed} failed · ETA {duration(snap.eta_seconds(workers))}")
+            f"{snap.failed} failed · {eta_text(snap, workers)}")
 
 
 def _val(r: Running) -> str:
@@ -273,6 +186,7 @@ def status_json(name: str, snap: Snapshot, workers: int) -> dict[str, Any]:
         "counts": {"done": snap.done, "running": snap.running, "waiting": snap.waiting + snap.new,
                    "failed": snap.failed, "total": snap.total},
         "eta_seconds": snap.eta_seconds(workers),
+        "workers_running": len({r.worker for r in snap.items}),  # 0: the ETA is one worker's, were one started
         "seconds_per_step": snap.seconds_per_step,
         "running": [{"trial_number": r.number, "worker": r.worker, "cell": r.cell, "seed": r.seed, "phase": r.phase,
                      "step": r.step, "steps": r.steps, "elapsed_seconds": r.elapsed(now), "last_val": r.last_val}
@@ -293,6 +207,11 @@ OTHER_ROWS = 8
 UNRECORDED = "(starting)"
 # Seconds a terminal keeps the reason of an ETA's rise beside it.
 NOTE_S = 15.0
+FINISHING = "ETA finishing"
+LAG_S = 2.0  # seconds an estimate may exceed the countdown between finishes before it is revised up
+SLOWER = "revised: the running items are slower than measured"
+# Seconds a started item's line waits for the rest of its claim group to record themselves.
+HOLD_S = 5.0
 @dataclass(frozen=True)
 class Row:
     """One worker: the item it runs, or its state (``starting``, ``idle``, ``exited N``)."""
@@ -331,9 +250,13 @@ class Frame:
 
     def summary(self, name: str) -> str:
         shown = self.eta_note or self.kept_note
-        note = f" ({shown})" if shown else ""
+        note = f" ({shown})" if shown and self.shown_eta() != FINISHING else ""
         return (f"{name}: {self.done} done · {self.running} running · {self.waiting} waiting · "
-                f"{self.failed} failed · " + (self.halt or f"ETA {duration(self.eta)}{note}"))
+                f"{self.failed} failed · " + (self.halt or f"{self.shown_eta()}{note}"))
+
+    def shown_eta(self) -> str:
+        """"ETA 1m05s" (``eta_words``)."""
+        return eta_words(self.eta, self.running)
 
 
 def _item_row(r: Running, now: datetime, seeds: Sequence[int] = ()) -> Row:
@@ -407,6 +330,8 @@ def _eta(snap: Snapshot, raw: float | None, done: int, workers: int, prev: Frame
         return raw, "", False
     if reason:
         return raw, reason, False
+    if done > prev.done and countdown <= 0.0:  # a finish after it ran out: the rest is slower than priced
+        return raw, SLOWER, False
     if done == prev.done:
         if countdown <= 0.0:
             return None, "", True
@@ -414,8 +339,9 @@ def _eta(snap: Snapshot, raw: float | None, done: int, workers: int, prev: Frame
         paced = [r for r in snap.items if 0 < r.step < r.steps and 4 * r.step >= r.steps
                  and (not local or r.worker in local)]
         needs = max(((r.steps - r.step) * (r.elapsed(snap.taken) or 0.0) / r.step for r in paced), default=0.0)
-        if countdown < needs:
-            return raw, "revised: the running items are slower than measured", False
+        # Not for a second or two: the estimate lags the countdown by a look (a line each second).
+        if countdown < needs and raw > countdown + max(LAG_S, 0.1 * countdown):
+            return raw, SLOWER, False
     return countdown, "", False
 
 
@@ -511,11 +437,34 @@ def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Fra
             continue
         tail = ""
         if id(e) in counted:
-            tail = f" · {counted[id(e)]}/{f.total} done" + ("" if f.halt else f" · ETA {duration(f.eta)}" + (
+            tail = f" · {counted[id(e)]}/{f.total} done" + ("" if f.halt else f" · {f.shown_eta()}" + (
                 f" ({f.eta_note})" if f.eta_note else ""))
         lines.append(f"done {e.label}: {e.scores}{duration(e.wall)}{tail}")
+    return lines + start_lines(started)
+
+
+def _span(values: Sequence[int]) -> str:
+    """"0–3" for a run of consecutive numbers, else "0, 2, 5"."""
+    ordered = sorted(values)
+    consecutive = ordered == list(range(ordered[0], ordered[0] + len(ordered)))
+    return f"{ordered[0]}–{ordered[-1]}" if consecutive else ", ".join(map(str, ordered))
+
+
+def start_lines(started: Sequence[Running]) -> list[str]:
+    """A start line per item, or one per claim group: a worker's items of one cell and phase that
+    start in one look train as one model (``--fuse``) and end together ("start A · seeds 0–3
+    (replicate, trials 8–11, fused) on w1"); one that resumes a checkpoint has a line of its own."""
+    groups: dict[tuple[Any, ...], list[Running]] = {}
     for r in started:
-        lines.append(start_line(r.cell, r.seed, r.phase, r.number, r.worker, r.resumed_at))
+        groups.setdefault((r.worker, r.cell_id or r.cell, r.phase) if not r.resumed_at else (r.number,), []).append(r)
+    lines = []
+    for group in groups.values():
+        r = group[0]
+        if len(group) == 1:
+            lines.append(start_line(r.cell, r.seed, r.phase, r.number, r.worker, r.resumed_at))
+        else:
+            lines.append(f"start {r.cell} · seeds {_span([g.seed for g in group])} ({r.phase}, trials "
+                         f"{_span([g.number for g in group])}, fused) on {r.worker}")
     return lines
 
 
@@ -558,6 +507,7 @@ class View:
         self.slots = [Slot(worker, "starting", clock()) for worker, _ in self.procs]
         self.live: Live | None = None
         self.started: set[int] = set()
+        self.holding: dict[int, float] = {}  # recorded items whose start line waits for their group's (HOLD_S)
         # Finished before this view began: not events of this run.
         self.finished = {e.number for e in queue.entries(study, states=(TrialState.COMPLETE, TrialState.FAIL))}
         self.since = datetime.now() - timedelta(seconds=5)
@@ -692,9 +642,20 @@ class View:
         return out
 
     def _started(self, snap: Snapshot) -> list[Running]:
-        out = []
+        """The items whose worker recorded itself since the last look; one whose cell and phase has
+        items not started yet (no worker, or named at the claim only) waits for them (HOLD_S at
+        most; not at the close): a fused group's members record themselves a moment apart, and are
+        one start line (``start_lines``)."""
+        out, now = [], self.clock()
+        unrecorded = {(r.cell_id or r.cell, r.phase) for r in snap.items
+                      if (r.worker in ("", "?") or not r.begun) and r.number not in self.started}
         for r in snap.items:
-            if r.number not in self.started and r.worker not in ("", "?"):  # once the worker recorded itself
-                self.started.add(r.number)
-                out.append(r)
+            if r.number in self.started or r.worker in ("", "?"):
+                continue
+            first = self.holding.setdefault(r.number, now)
+            if (r.cell_id or r.cell, r.phase) in unrecorded and now - first < HOLD_S and not self.closed:
+                continue
+            self.started.add(r.number)
+            self.holding.pop(r.number, None)
+            out.append(r)
         return out

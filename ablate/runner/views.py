@@ -36,8 +36,9 @@ class StatusView:
                                           default=str) + "\n")
             return
         self.print_cells(console)
-        console.print(self.found.summary(progress.duration(snap.eta_seconds(workers))), highlight=False,
-                      soft_wrap=True)
+        # The ETA's own words: with no worker running, none as if one were ("no worker running").
+        line = self.found.summary("").removesuffix(" · ETA ") + f" · {progress.eta_text(snap, workers)}"
+        console.print(line, highlight=False, soft_wrap=True)
         if snap.items:
             console.print(progress.table(self.name, snap, workers).renderables[-1])
         for line in self.found.sequential + self.found.extension_lines():  # looks; until converged; WSD
