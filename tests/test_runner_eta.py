@@ -121,4 +121,4 @@ def test_status_with_no_worker_running_shows_no_eta_as_if_one_were():
     busy = Snapshot(4, 0, 1, 11, 0, 0.1, [Running("w1", "A", 0, "replicate", 10, STEPS, None, cell_id="A")],
                     STEPS, waiting_cells=["A"] * 11)
     assert progress.eta_text(busy, 1).startswith("ETA ")
-    assert progress.eta_text(Snapshot(16, 0, 0, 0, 0, 0.1), 1) == "ETA 0m00s"
+    assert progress.eta_text(Snapshot(16, 0, 0, 0, 0, 0.1), 1) == "nothing left to run"

@@ -57,7 +57,7 @@ def _mixed_study(tmp_path, monkeypatch):
         queue.finish(study, trial, state, {"steps": 5, **attrs}, value)
         return trial
 
-    finish(TrialState.COMPLETE, {"status": "complete", "val_accuracy": 0.5, "seconds": 1.5}, 0.5)
+    finish(TrialState.COMPLETE, {"status": "complete", "val_accuracy": 0.5, "test_accuracy": 0.25, "seconds": 1.5}, 0.5)
     finish(TrialState.PRUNED, {"status": "pruned", "seconds": 0.5})
     finish(TrialState.FAIL, {"status": "diverged", "failure_kind": "diverged", "seconds": 0.25})
     finish(TrialState.FAIL, {"status": "failed", "failure_kind": "error", "failure_message": "boom"})
@@ -65,7 +65,7 @@ def _mixed_study(tmp_path, monkeypatch):
     assert st.declare_dead(study, killed.number)  # failed as killed, its item re-queued (behind the others)
     finish(TrialState.FAIL, {"status": "failed", "failure_kind": "oom"})  # not re-queued: new again
     # a result whose longer run is queued: the longest finished run stands for it
-    base = finish(TrialState.COMPLETE, {"status": "complete", "val_accuracy": 0.6, "seconds": 2.0,
+    base = finish(TrialState.COMPLETE, {"status": "complete", "val_accuracy": 0.6, "test_accuracy": 0.5, "seconds": 2.0,
                                         "continued_from": {"cell": "c", "label": "l", "seed": 0, "step": 3}}, 0.6)
     longer = queue.trial(study, base.number).user_attrs
     queue.enqueue(study, {**{k: longer[k] for k in ("item", "cell_id", "cell_label", "seed", "phase", "config")},
@@ -86,7 +86,7 @@ def _results_rows(name: str) -> list[dict]:
     from ablate import results
 
     return results.load(name, curves=False).trials.select("cell_id", "cell_label", "status", "seconds",
-                                                         "continued_from").to_dicts()
+                                                         "continued_from", "phase", "test_accuracy").to_dicts()
 
 
 def test_statuses_are_the_results_apis(tmp_path, monkeypatch):
@@ -117,7 +117,16 @@ def test_status_counts_each_cell_as_the_results_api(tmp_path, monkeypatch):
                                                                      "trials": 0, **dict.fromkeys(STATUSES, 0)})
         cell["trials"] += 1
         cell[r["status"]] += 1
+        if r["status"] == "complete" and r["phase"] == "replicate" and r["test_accuracy"] is not None:
+            cell.setdefault("values", []).append(r["test_accuracy"])
+    for cell in expected.values():  # status's first look: the finished replicates' mean test accuracy
+        values = cell.pop("values", [])
+        cell.update(test_accuracy=sum(values) / len(values) if values else None, test_accuracy_n=len(values))
+    assert any(c["test_accuracy_n"] for c in expected.values())
     assert data["cells"] == list(expected.values())
+    shown = CliRunner().invoke(app, ["status", spec.name]).output
+    mean = next(c for c in expected.values() if c["test_accuracy_n"])
+    assert "test acc (mean, descriptive)" in shown and f"{mean['test_accuracy']:.3f} (n={mean['test_accuracy_n']})" in shown
     total = len(design.items(spec))
     assert data["counts"]["total"] == total and sum(c["trials"] for c in data["cells"]) == total
     text = CliRunner().invoke(app, ["status", spec.name])

@@ -121,6 +121,11 @@ def duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+#: The ETA's words for a study with nothing running or waiting (not "ETA 0m00s", as if something
+#: were about to end).
+NOTHING_LEFT = "nothing left to run"
+
+
 def eta_words(seconds: float | None, running: int) -> str:
     """"ETA 1m05s"; "ETA finishing" when items run and the estimate rounds to nothing (a fused
     group's last members recording their results): never "ETA 0m00s" while something runs."""
@@ -133,6 +138,8 @@ def eta_text(snap: Snapshot, workers: int) -> str:
     if snap.remaining and not snap.running:
         one = snap.eta_seconds(1)
         return "no worker running" + (f" (what is left: about {duration(one)} for one worker)" if one else "")
+    if not snap.remaining and not snap.running:
+        return NOTHING_LEFT
     return eta_words(snap.eta_seconds(workers), snap.running)
 
 
@@ -255,8 +262,8 @@ class Frame:
                 f"{self.failed} failed · " + (self.halt or f"{self.shown_eta()}{note}"))
 
     def shown_eta(self) -> str:
-        """"ETA 1m05s" (``eta_words``)."""
-        return eta_words(self.eta, self.running)
+        """"ETA 1m05s" (``eta_words``); "nothing left to run" once nothing runs or waits."""
+        return eta_words(self.eta, self.running) if self.running or self.waiting else NOTHING_LEFT
 
 
 def _item_row(r: Running, now: datetime, seeds: Sequence[int] = ()) -> Row:

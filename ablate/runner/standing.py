@@ -100,7 +100,10 @@ def standing(study_name: str, items: Sequence[Item], storage_url: str | None,
 STATUSES = ("complete", "pruned", "running", "pending", "diverged", "failed", "killed")
 FAILED_STATUSES = ("diverged", "failed", "killed")
 STATUS_KEYS = (*STATE_KEYS, "status", "config", "seconds", "continued_from", "failure_message", "cell_label",
-               "seed")
+               "seed", "test_accuracy")
+#: What ``ablate status`` averages per cell over its finished replicates: a first look at the answer,
+#: descriptive (the reports test it), without a render.
+STATUS_METRIC = "test_accuracy"
 # An item's state (``items.item_state``) → the statuses of the trial that stands for it.
 STANDS_FOR = {"done": ("complete", "pruned"), "failed": ("diverged", "failed", "killed"), "running": ("running",),
               "waiting": ("pending",)}
@@ -116,6 +119,7 @@ class Status:
     seconds: float | None = None
     continued: bool = False
     why: str = ""  # a failed item's "kind: message", as its trial recorded it
+    value: float | None = None  # a complete item's ``STATUS_METRIC``
 
 
 def trial_status(trial: Any) -> str:
@@ -164,8 +168,10 @@ def statuses(study: optuna.Study, items: Sequence[Item]) -> list[Status]:
         attrs = trial.user_attrs
         why = f"{attrs.get('failure_kind') or status}: {attrs.get('failure_message') or 'no message recorded'}" \
             if status in FAILED_STATUSES else ""
+        value = attrs.get(STATUS_METRIC) if status == "complete" else None
         out.append(Status(status, float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool)
-                          else None, isinstance(attrs.get("continued_from"), dict), why))
+                          else None, isinstance(attrs.get("continued_from"), dict), why,
+                          float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None))
     return out
 
 
@@ -256,6 +262,12 @@ def study_status(name: str, study: optuna.Study, items: Sequence[Item], extends:
         cell["trials"] += 1
         if s.status in STATUSES:
             cell[s.status] += 1
+        if s.value is not None and item.phase != "tune":  # tuning trials never enter an estimate
+            cell.setdefault(STATUS_METRIC, []).append(s.value)
+    for cell in cells.values():  # the mean and its n, not the values: a first look, not the analysis
+        values = cell.pop(STATUS_METRIC, [])
+        cell[STATUS_METRIC] = sum(values) / len(values) if values else None
+        cell[f"{STATUS_METRIC}_n"] = len(values)
     per_cell = list(cells.values())
     totals = {s: sum(c[s] for c in per_cell) for s in STATUSES}
     failures = [(f"{item.cell.label} · " + (f"tuning trial {item.index}" if item.phase == "tune" else f"seed {item.seed}"),

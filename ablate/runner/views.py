@@ -13,9 +13,12 @@ from rich.table import Table
 
 from ablate.runner import housekeeping, locate, progress, sequential_looks
 from ablate.runner.plan import PLAIN_ROWS, plain_table
-from ablate.runner.standing import STATUSES, StudyStatus, existing_store_url
+from ablate.runner.standing import STATUS_METRIC, STATUSES, StudyStatus, existing_store_url
 from ablate.stores import redact, resolve
 from ablate.terminal import table
+
+#: The per-cell table's column of the finished replicates' mean ``STATUS_METRIC``.
+MEAN_HEAD = "test acc (mean, descriptive)"
 
 
 @dataclass(frozen=True)
@@ -50,15 +53,20 @@ class StatusView:
         """The per-cell counts: a rich table, or above ``plan.PLAIN_ROWS`` cells plain aligned
         lines, as ``plan`` prints them (rich lays out 100 rows in seconds on a busy machine)."""
         title = f"{self.name}: status per cell"
-        rows = [[c["cell_label"], *[str(c[s]) for s in STATUSES]] for c in self.found.cells]
+        cells = self.found.cells
+        # The finished replicates' mean test accuracy, when any has one: a first look, not a verdict.
+        metric = [MEAN_HEAD] if any(c.get(STATUS_METRIC) is not None for c in cells) else []
+        rows = [[c["cell_label"], *[str(c[s]) for s in STATUSES],
+                 *([f"{c[STATUS_METRIC]:.3f} (n={c[STATUS_METRIC + '_n']})" if c[STATUS_METRIC] is not None else "—"]
+                   if metric else [])] for c in cells]
         if len(rows) > PLAIN_ROWS:
-            console.print("\n".join(plain_table(title, ["cell", *STATUSES], rows, set(STATUSES))), highlight=False,
-                          markup=False, soft_wrap=True)
+            console.print("\n".join(plain_table(title, ["cell", *STATUSES, *metric], rows, {*STATUSES, *metric})),
+                          highlight=False, markup=False, soft_wrap=True)
             return
         console.print(title, highlight=False, soft_wrap=True)  # a table title would pad to the table's width
         shown = Table()
         shown.add_column("cell")
-        for s in STATUSES:
+        for s in [*STATUSES, *metric]:
             shown.add_column(s, justify="right")
         for row in rows:
             shown.add_row(*row)
