@@ -396,6 +396,9 @@ def test_a_study_whose_head_counts_differ_says_which_norm_is_per_head_and_what_x
                              "factors": {"model.heads": [1, 2]}})
     assert "by construction" not in ns.heads_line(gamma)
     assert ns.heads_line(design.validate({**DESIGN_BASE, "factors": {"model.layers": [1, 2]}})) == ""
+    # The accuracy report's page one prints the norm columns too, and points to the norm report's tables.
+    assert "in the norm report's figures and stability table's mean ‖x‖²" in ns.heads_line(
+        heads, "the norm report's figures and stability table's")
 
 
 def test_a_one_at_a_time_design_shows_no_marginal_means_and_names_no_factor_analysis(tmp_path):

@@ -115,15 +115,16 @@ def _probe_runs(trials: pd.DataFrame, runs: int) -> str:
     return f"all {runs} runs" + (f" (tuning trials included; {analysed} analysed)" if runs > analysed else "")
 
 
-def heads_line(spec: Any) -> str:
+def heads_line(spec: Any, where: str = "the figures and the stability table's") -> str:
     """Where the head counts of the study's cells differ: which ‖x‖² is per head and which is the
-    whole state's, and what ξ does to the whole state's (a heads effect on it is partly by design)."""
+    whole state's, and what ξ does to the whole state's (a heads effect on it is partly by design).
+    ``where``: the per-head ‖x‖² the reader is pointed to (another report's, from the accuracy report)."""
     from ablate import design
 
     models = [c.config["model"] for c in design.cells(spec)]
     if len({m.get("heads") for m in models}) < 2:
         return ""
-    line = ("Head counts differ: ‖x‖² is per head (the mean over heads) in the figures and the stability table's "
+    line = (f"Head counts differ: ‖x‖² is per head (the mean over heads) in {where} "
             "mean ‖x‖², so that head counts compare; the final ‖x‖² is the whole state's (summed over heads), "
             "which a head count that only groups the same modes leaves unchanged.")
     if any(m.get("normalisation") == "xi" for m in models):

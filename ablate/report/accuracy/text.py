@@ -111,14 +111,13 @@ def space_text(dim: Any) -> str:
     return f"[{dim.low:g}, {dim.high:g}]" + (" log" if dim.log else "")
 
 
-def header_lines(res: Any, trials: pd.DataFrame, metric: str, chance: float | None, margin: float,
-                 reference: str, why: str) -> list[str]:
-    """The opening paragraphs: the study, its runs by status, the metric and chance, the reference."""
+def header_lines(res: Any, trials: pd.DataFrame) -> list[str]:
+    """The opening paragraphs: the study and its runs by status. What the answer measures, and
+    against which reference, follows the answer (``measure_lines``)."""
     replicates = trials[trials.phase == "replicate"]
     tuning = trials[trials.phase == "tune"]
     n_cells = replicates.cell_id.nunique()
     n_seeds = len(res.spec.seed_list)
-    name = metric_name(metric)
     return [
         f"**Study** `{res.study}` · spec hash `{res.spec_hash}`"
         + (f" — {res.spec.description}" if res.spec.description else ""),
@@ -126,6 +125,14 @@ def header_lines(res: Any, trials: pd.DataFrame, metric: str, chance: float | No
         f"{len(replicates)} replicate run{'s' if len(replicates) != 1 else ''}"
         + (f", after {len(tuning)} tuning trial{'s' if len(tuning) != 1 else ''}" if len(tuning) else "")
         + ": " + ", ".join(f"{int(v)} {k}" for k, v in replicates.status.value_counts().items()) + ".",
+    ]
+
+
+def measure_lines(metric: str, chance: float | None, margin: float, reference: str, why: str) -> list[str]:
+    """After the answer: the metric and chance (what *never learned* means in its flags), and the
+    reference cell with why it is the reference."""
+    name = metric_name(metric)
+    return [
         f"Metric: **{name}** over replicate runs (tuning trials never enter an estimate). "
         + (f"Chance (majority class): {num(chance)}; a run *never learned* when its {name} ≤ chance + {margin:g}."
            if chance is not None else "Chance: not applicable or unknown; never-learned shares are not computed."),

@@ -26,6 +26,7 @@ import pandas as pd
 from ablate import results, stats
 from ablate.report import accuracy as acc
 from ablate.report import format as fmt
+from ablate.report import norm_tables as ns
 from ablate.report import provenance_tables, verdicts
 from ablate.report import sequential_section as seqrep
 from ablate.report.display import chunks, export_table, export_to, say, show, show_figure, show_text
@@ -51,7 +52,7 @@ name = fmt.metric_name(metric)
 # (valid p-values and repeated intervals), and no fixed-design p-value is printed anywhere.
 sequential = res.spec.sequential is not None
 labels = dict(zip(trials.cell_id, trials.cell_label, strict=False))
-say(*acc.header_lines(res, trials, metric, chance, margin, ref_label, ref_why))
+say(*acc.header_lines(res, trials))
 say(*provenance_tables.dirty_lines(res.provenance()))  # code not recorded: said before any verdict
 
 # %% [markdown]
@@ -64,6 +65,10 @@ verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alph
 comparisons = verdict.comparisons
 # What the page's rows are: a sequential study's has its declared comparisons and no factor rows.
 verdicts.show_answer(verdict, confidence, "accuracy")  # the answer in words, then the table
+say(*acc.measure_lines(metric, chance, margin, ref_label, ref_why))  # after the answer, not before it
+heads = ns.heads_line(res.spec, "the norm report's figures and stability table's") if norm_in is not None else ""
+if heads:  # page one's norm columns: which ‖x‖² is per head, and what ξ does with more heads
+    say(heads)
 
 # %% [markdown]
 # ## Summary
