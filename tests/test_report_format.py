@@ -77,7 +77,7 @@ def test_html_table_escapes_aligns_and_dashes():
     assert html.startswith('<table class="ablate whole">') and "a&lt;b" in html and "<b" not in html.replace("<body", "")
     long = pd.DataFrame({"cell": [f"c{i}" for i in range(fmt.WHOLE_ROWS + 1)]})
     assert "whole" not in fmt.table_html(long) and "whole" not in fmt.table_block(long, "text")
-    assert 'class="ablate-keep whole"' in fmt.table_block(frame, "text")
+    assert '<div class="ablate-keep"><p>text</p><table class="ablate whole">' in fmt.table_block(frame, "text")
     assert '<th class="l">cell</th><th>mean [95% CI]</th><th>n</th>' in html
     assert f"<td>{fmt.DASH}</td>" in html and "nan" not in html
     wide = fmt.table_html(pd.DataFrame({f"c{i}": ["1"] for i in range(6)}))
@@ -85,11 +85,11 @@ def test_html_table_escapes_aligns_and_dashes():
     widths = fmt.column_widths(pd.DataFrame({"cell": ["a long label of a cell"] * 3, "n": ["1"] * 3}), soft=["cell"])
     assert sum(widths) == pytest.approx(100.0) and widths[0] > widths[1]
     block = fmt.table_block(frame, intro="**Table 1.** *Mean*", heading="Per cell")
-    assert block.startswith('<div class="ablate-block"><h2>Per cell</h2><div class="ablate-keep whole"><p><b>Table 1.'
+    assert block.startswith('<div class="ablate-block"><h2>Per cell</h2><div class="ablate-keep"><p><b>Table 1.'
                             '</b> <em>Mean</em></p><table')
     # Only the paragraph just above the table is kept with it: a long introduction may break before it.
     block = fmt.table_block(frame, intro=["first", "second", "last"])
-    assert block.startswith('<div class="ablate-block"><p>first</p><p>second</p><div class="ablate-keep whole">'
+    assert block.startswith('<div class="ablate-block"><p>first</p><p>second</p><div class="ablate-keep">'
                             '<p>last</p><table')
     assert fmt.inline_markdown("a \\* b `x<y`") == "a * b <code>x&lt;y</code>"
 

@@ -336,15 +336,11 @@ def table_block(frame: pd.DataFrame, intro: str | Iterable[str] = (), heading: s
     head = [f"<h2>{_html.escape(heading)}</h2>"] if heading else []
     paras = [f"<p>{inline_markdown(text)}</p>" for text in intro if text]
     table = table_html(frame, align_left=align_left)
-    # A short table stays on one page with the paragraph just above it. One too wide for a page, set
-    # in parts, may break between them: each part has its own header and stays whole, and together
-    # they can be taller than what is left of page one (an 18-cell answer pushed whole to page two
-    # left it empty). The paragraphs before that one may break from it: a long introduction kept
-    # whole with its table moved both to the next page and left this one 40% empty.
-    whole = " whole" if len(frame) <= WHOLE_ROWS and table.count("<table") == 1 else ""
+    # A short table stays whole (``table_html``'s "whole"), with the end of the paragraph just above
+    # it. The rest of the introduction, and that paragraph's start, may break from it: an
+    # introduction kept whole with its table moved both to the next page and left this one 40% empty.
     last = paras.pop() if paras else ""
-    return ('<div class="ablate-block">' + "".join(head + paras)
-            + f'<div class="ablate-keep{whole}">{last}{table}</div></div>')
+    return '<div class="ablate-block">' + "".join(head + paras) + f'<div class="ablate-keep">{last}{table}</div></div>'
 
 
 def preformatted_block(text: str, title: str | None = None) -> str:

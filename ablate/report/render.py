@@ -106,7 +106,7 @@ table.ablate tbody.group tr + tr td { border-top: none; }
 /* The header goes with the first group rather than repeating on each page: with a repeating header
    WeasyPrint breaks inside the first row group when a table starts near the foot of a page. */
 table.ablate thead { display: table-row-group; break-after: avoid; page-break-after: avoid; }
-table.ablate.whole, .ablate-keep.whole, .ablate-part { break-inside: avoid; page-break-inside: avoid; }
+table.ablate.whole, .ablate-part { break-inside: avoid; page-break-inside: avoid; }
 pre, pre.spec { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 7pt; line-height: 1.25; }
 pre.spec { background: #f7f7f7; padding: 4pt; column-count: 2; column-gap: 8mm; column-rule: 0.4pt solid #ddd; }
 """
