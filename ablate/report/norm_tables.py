@@ -89,8 +89,8 @@ def header_lines(res: Any, trials: pd.DataFrame, order: Order) -> list[str]:
 
 def measure_lines(res: Any, trials: pd.DataFrame, key: str = "") -> list[str]:
     """What the answer's measures are, said after it: the probes, whether every run saw one probe
-    batch, what the compact labels name (``key`` of ``short_order``), the CV, and — where head
-    counts differ — which ‖x‖² is per head (``heads_line``)."""
+    batch, what the compact labels name (``key`` of ``short_order``) and the CV. (Which ‖x‖² is per
+    head, ``heads_line``, qualifies page one's verdicts: it goes before them.)"""
     probes = res.spec.probes
     line = (f"**Measured:** probes every {probes.every} steps and at the end, on the first {probes.batch} validation "
             "examples (eval mode)")
@@ -102,9 +102,6 @@ def measure_lines(res: Any, trials: pd.DataFrame, key: str = "") -> list[str]:
     lines = [line + f" {CV_WORDS}."]
     if key:
         lines.append(f"Figures and tables label variants by their levels of: **{key}**.")
-    heads = heads_line(res.spec)
-    if heads:
-        lines.append(heads)
     return lines
 
 

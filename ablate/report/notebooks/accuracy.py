@@ -66,9 +66,10 @@ comparisons = verdict.comparisons
 # What the page's rows are: a sequential study's has its declared comparisons and no factor rows.
 verdicts.show_answer(verdict, confidence, "accuracy")  # the answer in words, then the table
 say(*acc.measure_lines(metric, chance, margin, ref_label, ref_why))  # after the answer, not before it
-heads = ns.heads_line(res.spec, "the norm report's figures and stability table's") if norm_in is not None else ""
-if heads:  # page one's norm columns: which ‖x‖² is per head, and what ξ does with more heads
-    say(heads)
+# Page one's norm columns: which ‖x‖² is per head, and what ξ does with more heads (the norm report says it
+# before its verdicts; here it follows, so that the answer's table stays on page one).
+if norm_in is not None:
+    say(ns.heads_line(res.spec, "the norm report's figures and stability table's"))
 
 # %% [markdown]
 # ## Summary

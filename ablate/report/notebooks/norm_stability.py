@@ -75,6 +75,8 @@ tables = dict.fromkeys(shown, "") | {k: f"Table {i}" for i, k in enumerate([k fo
 # ## The answer
 
 # %%
+# Head counts that differ change what a heads verdict on the whole state's norm means: said first.
+say(ns.heads_line(res.spec))  # "" (nothing said) where head counts agree
 verdicts.show_answer(verdict, confidence, "norm_stability")  # the answer in words, then the table
 # What the measures are: after the answer, not before it (the answer table names the label key already).
 say(*ns.measure_lines(res, trials, key if sequential or verdict.key != key else ""))
