@@ -50,6 +50,7 @@ TESTED_ELSEWHERE = {  # script → the test file that runs its tiny mode
     "bench_sequential.py": "test_bench_sequential.py",
     "bench_sequential_frontier.py": "test_bench_sequential_frontier.py",
     "bench_norm_calibration.py": "test_bench_norm_calibration.py",
+    "bench_level_calibration.py": "test_bench_level_calibration.py",
     "bench_stats_calibration.py": "test_bench_stats_calibration.py",
     "bench_ops.py": "test_ops.py",  # --tiny (--quick) against the old kernels' commit, when the clone has it
     "gpu_check.py": "test_ops.py",  # --tiny on CPU with only torch installed

@@ -102,7 +102,8 @@ def test_a_metric_or_cell_the_study_lacks_is_refused_before_a_kernel_starts(tmp_
         (lambda: commands.report(out, [], never, data=EXPORT, out_dir=target, param=["metric=nosuch"]),
          "--param metric: 'nosuch' is not a metric of study null_task_seed; one of: val_accuracy, "),
         (lambda: commands.report(out, [], never, data=EXPORT, out_dir=target, param=["reference=nosuch=1"]),
-         "--param reference: no cell with id or label 'nosuch=1'; cells are: 'seed=0'"),
+         "--param reference: no cell with id or label 'nosuch=1'; as a selector: 'nosuch' is neither a factor nor "
+         "a dotted path (factors: task.seed); cells are: 'seed=0'"),
         (lambda: commands.report(out, [], never, data=EXPORT, out_dir=Path("/dev/null")),
          "--out /dev/null: exists and is not a folder"),
         (lambda: commands.compare_command(out, [], None, data=[EXPORT], out_dir=target, param=["reference=nosuch"]),
