@@ -94,7 +94,7 @@ def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_te
     # column still tests the 3 its decision used.
     trials = _trials(spec, {**st.planned, big: 9}, vals)
     labels = {c.id: c.label for c in sequential_looks.design.cells(spec)}
-    res = SimpleNamespace(spec=spec, factors=["model.heads"], sequential=state)
+    res = SimpleNamespace(spec=spec, factors=["model.heads"], sequential=state, chance=None)
     v = verdicts.study_verdicts(res, trials, "test_accuracy", (ref, labels[ref]))
     beside = v.sequential_beside
     assert list(beside["measure"]) == ["test_accuracy", "test_accuracy"]
@@ -218,7 +218,7 @@ def test_a_sequential_studys_power_line_is_at_its_own_alpha_over_m():
     spec, st, big, null, ref, vals = run_looks(with_values=True)
     trials = _trials(spec, st.planned, vals)
     labels = {c.id: c.label for c in sequential_looks.design.cells(spec)}
-    res = SimpleNamespace(spec=spec, factors=["model.heads"], sequential=_state(st))
+    res = SimpleNamespace(spec=spec, factors=["model.heads"], sequential=_state(st), chance=None)
     for design_m in (None, 9):
         v = verdicts.study_verdicts(res, trials, "test_accuracy", (ref, labels[ref]), design_m=design_m)
         assert v.power_m == seqrep.family_size(spec) == 2

@@ -18,10 +18,10 @@ from ablate.stats.family import reach_of
 from ablate.stats.words import Reach
 
 
-def _res(trials, min_effect: float = 0.01) -> SimpleNamespace:
+def _res(trials, min_effect: float = 0.01, chance: float | None = None) -> SimpleNamespace:
     spec = SimpleNamespace(stats=SimpleNamespace(min_effect=min_effect, power=0.8, min_ratio=1.25), sequential=None,
                            train=SimpleNamespace(steps=100))
-    return SimpleNamespace(spec=spec, factors=[A, B])
+    return SimpleNamespace(spec=spec, factors=[A, B], chance=chance)
 
 
 def _verdicts(trials, **kw):
@@ -281,7 +281,7 @@ def test_runs_that_never_learned_are_flagged_and_said_in_the_sentence_that_calls
 
     trials = _never_trials()
     ref = trials["cell_id"].iloc[0], trials["cell_label"].iloc[0]
-    res = SimpleNamespace(**vars(_res(trials)), chance=0.5)
+    res = _res(trials, chance=0.5)
     v = verdicts.study_verdicts(res, trials, METRIC, ref, margin=0.02)
     summary = stats.cell_summary(trials, METRIC, 0.5, 0.02).set_index("cell_id")
     for cid, r in summary.iterrows():  # the flag's counts are the accuracy report's summary's

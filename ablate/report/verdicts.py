@@ -233,14 +233,12 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
         floors = [x for at in fixed.values() for f in at.values() for x in f["p_min"]]
         seq_why = seqrep.fixed_why(spec, max(sizes, default=0), floors, alpha)
     margin = nl.default_margin() if margin is None else margin
-    # The accuracy report's rule for its chance; a results stand-in without one has none.
-    chance = getattr(res, "chance", None) if metric.endswith("accuracy") else None
+    chance = res.chance if metric.endswith("accuracy") else None  # the accuracy report's rule, its chance
     never = nl.counts(trials, metric, chance, margin, factors)
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
                     effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect, never),
                     seq_m, dict(short), key, beside, seq_why, m, never, chance, margin,
                     overrides.changed(alpha, confidence, margin, effect, spec.stats.min_effect))
-
 
 
 def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, factors: list[str], alpha: float,
@@ -645,7 +643,6 @@ def answer_lead(v: Verdicts, report: str = "accuracy") -> str:
             "per question (each factor, each two-way interaction, each variant against the reference), a column per "
             f"measure the study's reports test; the {other} report's page one, rendered with the same parameters, "
             f"is the same.{overrides.other_words(v.rendered)}")
-
 
 
 def summary_lead(v: Verdicts, report: str = "accuracy") -> str:
