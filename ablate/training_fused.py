@@ -204,7 +204,8 @@ def run_fused(
             streams[k] = state
         models = [trials[k].model for k in live]
         if len(live) == 1:
-            twin = twin or copy.deepcopy(models[0])
+            if twin is None:
+                twin = copy.deepcopy(models[0])
             models, x, y, masks = _twinned(models[0], twin, x, y, masks)
         per = _forward_backward(models, x, y, accumulate, masks)[: len(live)]
         if len(models) > len(live):  # the twin's gradients are never applied
