@@ -64,14 +64,14 @@ class Refused(Exception):
 
 
 MAX_ECHOED = 200  # characters of one word of a message (an echoed name, path or value)
-# Runs of non-blank characters outside markup's brackets: cutting one never breaks a tag.
-_LONG_WORD = re.compile(rf"[^\s\[\]]{{{MAX_ECHOED + 1},}}")
 
 
-def clip_words(line: str) -> str:
-    """``line`` with each word longer than MAX_ECHOED shortened to its start and end, saying its
-    length: a 100,000-character study name is echoed in one readable line."""
-    return _LONG_WORD.sub(lambda m: f"{m[0][:100]}… ({len(m[0]):,} characters) …{m[0][-20:]}", line)
+def clip_words(line: str, most: int = MAX_ECHOED, keep: int = 100) -> str:
+    """``line`` with each word (a run of non-blank characters outside markup's brackets, so that a
+    cut never breaks a tag) longer than ``most`` shortened to its first ``keep`` and last 20
+    characters, saying its length: a 100,000-character study name is echoed in one readable line."""
+    return re.sub(rf"[^\s\[\]]{{{most + 1},}}", lambda m: f"{m[0][:keep]}… ({len(m[0]):,} characters) …{m[0][-20:]}",
+                  line)
 
 
 @dataclass(frozen=True)

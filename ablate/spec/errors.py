@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from ablate import plugins
 from ablate.models.catalogue import INIT_SCHEMES
+from ablate.terminal import clip_words
 
 Problems = list[tuple[str, str]]
 
@@ -27,15 +28,8 @@ MAX_LINE = 2_000  # characters of one problem's message
 def clip(text: str) -> str:
     """``text`` with every run of more than MAX_WORD non-blank characters shortened (a
     100,000-character key stays readable) and at most MAX_LINE characters long."""
-    def cut(m: re.Match[str]) -> str:
-        word = m[0]
-        return f"{word[:60]}…({len(word):,} characters)…{word[-20:]}"
-
-    text = _LONG_WORD.sub(cut, text)
+    text = clip_words(text, MAX_WORD, 60)
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 1] + "…"
-
-
-_LONG_WORD = re.compile(rf"\S{{{MAX_WORD + 1},}}")
 
 
 class SpecError(Exception):
