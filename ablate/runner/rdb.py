@@ -34,6 +34,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from ablate.stores import StorageError, from_template, sqlite_lock, sqlite_path, storage_problem, user_cache
+from ablate.terminal import database_failure
 
 # Seconds between a running trial's heartbeats, and of silence before it counts as killed.
 HEARTBEAT_S = int(os.environ.get("ABLATE_HEARTBEAT_S", "10"))
@@ -279,18 +280,6 @@ StorageInternal = optuna.exceptions.StorageInternalError  # the storage failed u
 Pruned = optuna.TrialPruned  # a tuning trial the pruner stopped
 
 
-def database_failed(exc: BaseException) -> bool:
-    """Whether the database under Optuna failed (a driver's error anywhere in the chain of causes:
-    a damaged file, a lost server), not ablate or Optuna."""
-    from sqlalchemy.exc import DBAPIError
-
-    while exc is not None:
-        if isinstance(exc, DBAPIError):
-            return True
-        exc = exc.__cause__  # type: ignore[assignment]
-    return False
-
-
 @contextmanager
 def opening(store: optuna.storages.BaseStorage) -> Iterator[None]:
     """The first reads of a store a command makes: a database that fails under them (Optuna says
@@ -299,7 +288,7 @@ def opening(store: optuna.storages.BaseStorage) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if not database_failed(exc):
+        if database_failure(exc) is None:  # not the database under Optuna: ablate's or Optuna's
             raise
         backend = getattr(store, "_backend", store)
         url = getattr(backend, "ablate_url", None) or str(getattr(backend, "url", "the study storage"))
