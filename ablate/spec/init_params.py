@@ -72,7 +72,7 @@ class PluginInit(Strict):
 
 
 #: The built-in schemes' parameter models by name (``ablate.spec.paths`` says which holds a key).
-BUILTIN_INITS: dict[str, type[Strict]] = {"ring": RingInit, "rotrnn": RotrnnInit}
+BUILTIN_INITS: dict[str, type[Strict]] = {m.model_fields["scheme"].default: m for m in (RingInit, RotrnnInit)}
 
 PLUGIN_INIT_TAG = "plugin-init"  # the union's tag of a plug-in scheme (spec.errors hides it from paths)
 
