@@ -103,7 +103,9 @@ def test_all_workers_failing_is_a_failed_run_with_each_workers_error(tmp_path):
 
 def test_a_storage_turning_read_only_mid_run_stops_the_workers_with_the_reason(tmp_path):
     """``chattr +i`` on optuna.db and its WAL files while two workers train: before, the workers
-    died with a misleading message and the parent of SIGBUS (SQLite's mapped WAL index)."""
+    died with a misleading message and the parent of SIGBUS (SQLite's mapped WAL index). A worker
+    whose operation was in flight at that moment still meets the SIGBUS (a fault, not an
+    exception); the parent then names the read-only file."""
     probe = tmp_path / "probe"
     probe.touch()
     if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(probe)]).returncode:
@@ -124,6 +126,21 @@ def test_a_storage_turning_read_only_mid_run_stops_the_workers_with_the_reason(t
     assert "Traceback" not in out + err
     failed = [line for line in err.splitlines() if line.startswith("error worker ")]
     assert len(failed) == 2 and all("read-only" in line for line in failed), err
+
+
+def test_a_worker_killed_by_sigbus_is_told_which_store_file_turned_read_only(tmp_path):
+    db = tmp_path / "optuna.db"
+    db.touch()
+    stores = Stores(f"sqlite:///{db}", f"sqlite:///{tmp_path / 'mlflow.db'}", None)
+    assert "memory-mapped file" in pool._exit(-signal.SIGBUS, stores)  # nothing read-only: the general cause
+    assert pool._exit(-signal.SIGKILL, stores) == "was killed by SIGKILL"
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(db)]).returncode:
+        pytest.skip("chattr +i is not available here (needs root and a filesystem that supports it)")
+    try:
+        said = pool._exit(-signal.SIGBUS, stores)
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=True)
+    assert said == f"was killed by SIGBUS (a mapped file of SQLite's: {db} is read-only now)"
 
 
 def test_several_workers_share_one_named_gpu() -> None:

@@ -27,7 +27,7 @@ from ablate.runner import forking, progress, queue
 from ablate.runner.forking import thread_env, threads_per_worker
 from ablate.runner.study import open_study
 from ablate.runner.worker import worker_id
-from ablate.stores import Stores, home, redact
+from ablate.stores import Stores, home, redact, sqlite_path
 
 STOP_WAIT_S = 60.0  # after a signal, how long workers get to re-queue their items before SIGKILL
 
@@ -157,19 +157,36 @@ def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: in
     stopped_by = {128 + received[0], -received[0]} if received else set()
     for i, p in enumerate(procs):
         if p.returncode and p.returncode not in stopped_by:
-            outcome.failed.append(f"worker {i} (pid {p.pid}) {_exit(p.returncode)}: {last_error(p)}")
+            outcome.failed.append(f"worker {i} (pid {p.pid}) {_exit(p.returncode, stores)}: {last_error(p)}")
     if received:
         outcome.requeued = requeued_by(study, stores, [p.pid for p in procs])
     return outcome
 
 
-def _exit(code: int) -> str:
+def _exit(code: int, stores: Stores) -> str:
+    if code == -signal.SIGBUS:
+        return f"was killed by SIGBUS{_mapped_file_lost(stores)}"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with {code}"
+
+
+def _mapped_file_lost(stores: Stores) -> str:
+    """Why a worker got SIGBUS, where a store says: SQLite maps its WAL index (-shm) into memory,
+    and a write to it after the file turned read-only (or its disk filled or vanished) is a bus
+    error, not an exception. Connections close after each operation (runner/rdb.py), so only one
+    in flight at that moment meets it; the others get the error in words."""
+    for url in (stores.storage, stores.tracking):
+        path = sqlite_path(url)
+        if path is None:
+            continue
+        for file in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+            if file.exists() and not os.access(file, os.W_OK):
+                return f" (a mapped file of SQLite's: {file} is read-only now)"
+    return " (a memory-mapped file could not be read or written: a store turned read-only, or its disk filled or vanished)"
 
 
 def last_error(proc: subprocess.Popen) -> str:
