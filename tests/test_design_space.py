@@ -44,7 +44,7 @@ def test_tune_errors():
     assert "tune.space.train.lr: log needs low > 0" in msg
     del bad["train.lr"]
     msg = errors(tune={"trials": 2, "space": bad})
-    assert "tune.space.model.dropout.high: 1.0: Input should be less than 1" in msg
+    assert "tune.space.model.dropout.high: must be < 1; got 1.0" in msg
     assert "tune.space.model.layers.high: 2.5 is not an integer" in msg
     assert "tune.space.model.activation.choices: 'swish': 'swish' is not one of: gelu, glu, half_glu" in msg
     assert "tune.space.model.width: 'width' is not a key of the baseline" in msg

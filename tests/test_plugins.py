@@ -444,7 +444,7 @@ def test_an_init_plugin_is_a_scheme_with_its_own_parameters_beside_the_builtins(
 @pytest.mark.parametrize("init,where,message", [
     ({"scheme": "s4d_lni"}, "model.init.scheme", "'s4d_lni' is not one of: ring, rotrnn, s4d_lin; or a plug-in as "
                                                  "package.module:attribute; did you mean 's4d_lin'?"),
-    ({"scheme": "s4d_lin", "dt": 0.0}, "model.init.dt", "greater than 0"),
+    ({"scheme": "s4d_lin", "dt": 0.0}, "model.init.dt", "must be > 0; got 0.0"),
     ({"scheme": "s4d_lin", "dt": "0.1"}, "model.init.dt", "must be a number, not text"),
     ({"scheme": "s4d_lin", "dtt": 0.1}, "model.init.dtt", "unknown key"),
     ({"dt": 0.1}, "model.init", "needs a 'scheme' key"),

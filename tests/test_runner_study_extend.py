@@ -169,7 +169,7 @@ def test_a_spec_without_until_converged_keeps_its_cell_ids_and_one_with_it_is_an
     ({"schedule": "cosine"}, "train.until_converged", "needs train.schedule: wsd"),
     ({"until_converged": {"max_steps": 10, "extend_by": 5}}, "train.until_converged.max_steps",
      "must be above train.steps (10)"),
-    ({"until_converged": {"max_steps": 30, "extend_by": 0}}, "train.until_converged.extend_by", "greater than"),
+    ({"until_converged": {"max_steps": 30, "extend_by": 0}}, "train.until_converged.extend_by", "must be ≥ 1; got 0"),
     ({"until_converged": {"max_steps": 30}}, "train.until_converged.extend_by", "missing"),
 ])
 def test_a_bad_until_converged_names_its_key_path(train, key, words):

@@ -35,3 +35,17 @@ def test_a_value_that_is_not_a_mapping_or_list_is_said_in_yaml_words_not_pydanti
         with pytest.raises(SpecError) as err:
             read(root, overrides=[override])
         assert said in str(err.value) and "instance of" not in str(err.value) and "Input should" not in str(err.value)
+
+
+@pytest.mark.parametrize("override,said", [
+    # pydantic said "Input should be greater than or equal to 3", and not what the key is
+    ("seeds={min: 2}", "seeds.min: must be ≥ 3; got 2 — seeds per cell at the first look (3 at least: nothing is "
+                       "tested on fewer)"),
+    ("train.steps=0", "train.steps: must be ≥ 1; got 0 — optimiser steps"),
+    ("model.init.max_phase=7.0", "model.init.max_phase: must be ≤ 6.28319; got 7.0 — rotation angles drawn from"),
+])
+def test_a_number_out_of_bounds_says_the_bound_the_value_and_what_the_key_is(override: str, said: str) -> None:
+    root = Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml"
+    with pytest.raises(SpecError) as err:
+        read(root, overrides=[override])
+    assert said in str(err.value) and "Input should" not in str(err.value)

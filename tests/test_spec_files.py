@@ -82,7 +82,7 @@ def test_extends_chain_merges_and_locates_errors(tmp_path):
     assert s.model.init.scheme == "ring" and s.model.init.r_min == 0.5  # a new scheme replaces the mapping
     assert s.model_dump().get("extends") is None
     bad = write(tmp_path, "sub/bad.yaml", "extends: mid.yaml\ntrain: {steps: 0}\n")
-    assert load_error(bad) == f"{bad}:2: train.steps: Input should be greater than or equal to 1"
+    assert load_error(bad) == f"{bad}:2: train.steps: must be ≥ 1; got 0 — optimiser steps"
     # An error written in a base file points at the base file.
     write(tmp_path, "base2.yaml", GOOD.replace("d_model: 16", "d_model: -1"))
     child2 = write(tmp_path, "child2.yaml", "extends: base2.yaml\nname: c2\n")
@@ -121,7 +121,7 @@ def test_overrides_reach_dotted_factor_and_space_keys(tmp_path):
     assert s.tune.space["train.lr"].high == 0.1 and s.train.steps == 9
     assert len(design.cells(s)) == 3 * 2 * 2
     msg = load_error(path, ["train.steps=0"])
-    assert msg == "--set train.steps: train.steps: Input should be greater than or equal to 1"
+    assert msg == "--set train.steps: train.steps: must be ≥ 1; got 0 — optimiser steps"
     assert "is not of the form path=value" in load_error(path, ["train.steps"])
     assert "cannot set inside 'name'" in load_error(path, ["name.x=1"])
     assert "not valid YAML" in load_error(path, ["train.steps=[1"])
@@ -141,7 +141,7 @@ def test_read_checks_the_shape_and_load_everything(tmp_path):
     assert load_error(path).startswith(f"{path}:9: factors.model.normalisation[1]: 'zeta'")
     with pytest.raises(spec.SpecError) as info:
         spec.read(path, ["train.steps=0"])
-    assert str(info.value) == "--set train.steps: train.steps: Input should be greater than or equal to 1"
+    assert str(info.value) == "--set train.steps: train.steps: must be ≥ 1; got 0 — optimiser steps"
     s = spec.reads(GOOD, "text.yaml", ["model.layers=3"])
     assert s.model.layers == 3 and list(s.factors) == ["model.normalisation", "model.layers"]
     raw, origins = spec.read_raw(path, ["train.steps=9"])

@@ -115,10 +115,10 @@ def test_spec_and_design_import_no_torch() -> None:
     ("train: {lr: nan}", "train.lr: must be a number; got text 'nan' (YAML writes .nan, .inf, -.inf)"),
     ("train: {steps: }", "train.steps: must be an integer; got nothing (an empty value)"),
     # Bounds a value must keep to train anything: a learning rate, a phase past a full turn.
-    ("train: {lr: 1e308}", "train.lr: Input should be less than or equal to 10"),
-    ("train: {lr: 1e-320}", "train.lr: Input should be greater than or equal to"),
-    ("train: {weight_decay: 1e300}", "train.weight_decay: Input should be less than or equal to 10"),
-    ("model: {init: {scheme: rotrnn, max_phase: 7.0}}", "model.init.max_phase: Input should be less than or equal to 6.28"),
+    ("train: {lr: 1e308}", "train.lr: must be ≤ 10; got 1e+308"),
+    ("train: {lr: 1e-320}", "train.lr: must be ≥"),
+    ("train: {weight_decay: 1e300}", "train.weight_decay: must be ≤ 10; got 1e+300"),
+    ("model: {init: {scheme: rotrnn, max_phase: 7.0}}", "model.init.max_phase: must be ≤ 6.28319; got 7.0"),
 ])
 def test_types_are_strict_where_a_user_would_be_surprised(yaml_text, message):
     """Before: d_model: true became 1, lr: true 1.0, '16' and steps: 2.0 were accepted."""
@@ -138,11 +138,11 @@ def test_an_integer_is_a_number_and_an_exponent_is_a_float():
 def test_sizes_that_allocate_their_own_tensors_are_bounded_naming_the_key_and_the_limit():
     # The white-noise probe allocates batch × length × d_model floats whatever the data: 10⁸ passed
     # and every item then ran out of memory.
-    assert "probes.white_noise_batch: Input should be less than or equal to 100000" in errors(
+    assert "probes.white_noise_batch: must be ≤ 100000" in errors(
         with_("probes", {"white_noise_batch": 100_000_000}))
     assert design.validate(with_("probes", {"white_noise_batch": MAX_WHITE_NOISE_BATCH}))  # the bound itself passes
     # A vocabulary is a row per token of the embedding and output layers.
     for task, key in (("induction_heads", "vocab"), ("delayed_copy", "vocab"), ("selective_copy", "data_vocab"),
                       ("selective_copy", "noise_vocab")):
         raw = with_("task", {"name": task, key: 10**12})
-        assert f"task.{key}: Input should be less than or equal to 1000000" in errors(raw), task
+        assert f"task.{key}: must be ≤ 1000000" in errors(raw), task

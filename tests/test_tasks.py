@@ -91,7 +91,7 @@ def test_a_negative_seed_is_refused_by_the_spec_not_by_the_data_generator(task: 
 
     keys = ["seed", "permutation_seed"] if task == "fashion_mnist" else ["seed"]
     for key in keys:
-        with pytest.raises(SpecError, match=rf"task\.{key}: Input should be greater than or equal to 0"):
+        with pytest.raises(SpecError, match=rf"task\.{key}: must be ≥ 0"):
             design.loads(json.dumps(spec_dict(name="neg", task={"name": task, key: -1})), "neg.yaml")
         assert task_params_model(task).model_validate({key: 2**40}).model_dump()[key] == 2**40
     np.random.SeedSequence([2**40, 0])  # the largest kind of seed accepted is one numpy takes

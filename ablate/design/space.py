@@ -111,6 +111,7 @@ def space_problems(spec: Spec) -> Problems:
             except SpecError as exc:
                 for err_path, msg in exc.problems:
                     if err_path == path or err_path.startswith(path + "."):
-                        problems.append((f"{at}.{key}", f"{v!r}: {msg}"))
+                        # a bound's message names the value already ("must be < 1; got 1.0")
+                        problems.append((f"{at}.{key}", msg if "; got " in msg else f"{v!r}: {msg}"))
                         break
     return problems

@@ -178,7 +178,7 @@ def validation_problems(exc: ValidationError, root: type[BaseModel]) -> Problems
         if err["type"] == "extra_forbidden":
             msg = _unknown_key_message(err["loc"], root)
         else:
-            msg = _message(err)
+            msg = _bound_message(err, root) or _message(err)
         if (path, msg) not in out:
             out.append((path, msg))
     return out
@@ -203,11 +203,11 @@ def _models_in(ann: Any) -> list[type[BaseModel]]:
     return []
 
 
-def _unknown_key_message(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
-    """'unknown key' with the valid keys of the mapping it is in, and the closest one."""
-    *parents, key = loc
+def _models_at(parents: Sequence[Any], root: type[BaseModel]) -> tuple[list[type[BaseModel]], list[type[BaseModel]]]:
+    """The models the mapping at ``parents`` may be (one where the path decides it), and the
+    members of the last discriminated union passed on the way (model.init's)."""
     candidates: list[type[BaseModel]] = [root]
-    union: list[type[BaseModel]] = []  # the members of the last discriminated union passed (model.init's)
+    union: list[type[BaseModel]] = []
     i = 0
     while i < len(parents):
         part = parents[i]
@@ -229,7 +229,39 @@ def _unknown_key_message(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
         candidates = nxt
         i += 1
         if not candidates:
-            return "unknown key"
+            break
+    return candidates, union
+
+
+def _description(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
+    """The description the schema gives the key at ``loc`` ('' where the path does not decide it)."""
+    *parents, key = loc
+    candidates, _ = _models_at(parents, root)
+    field = candidates[0].model_fields.get(key) if len(candidates) == 1 and isinstance(key, str) else None
+    return (field.description or "") if field is not None else ""
+
+
+def _bound_message(err: dict[str, Any], root: type[BaseModel]) -> str | None:
+    """'must be ≥ 3; got 2 — what the key is', for a number outside its field's bounds."""
+    sign = _BOUNDS.get(err["type"])
+    if sign is None:
+        return None
+    ctx = err.get("ctx") or {}
+    limit = next(iter(ctx.values()), None)
+    if limit is None:
+        return None
+    what = _description(err["loc"], root)
+    limit = f"{limit:g}" if isinstance(limit, float) else limit
+    return f"must be {sign} {limit}; got {short(err.get('input'))}" + (f" — {clip(what)}" if what else "")
+
+
+_BOUNDS = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}
+
+
+def _unknown_key_message(loc: tuple[Any, ...], root: type[BaseModel]) -> str:
+    """'unknown key' with the valid keys of the mapping it is in, and the closest one."""
+    *parents, key = loc
+    candidates, union = _models_at(parents, root)
     if len(candidates) != 1:
         return "unknown key"
     valid = list(candidates[0].model_fields)
