@@ -2,7 +2,8 @@
 factors have effects.
 
     python benchmarks/bench_level_calibration.py [--studies 400] [--seeds 3 4 6 8] [--designs 2x2 2x3]
-        [--processes gaussian "lognormal 0.5" "lognormal 1" "late run"] [--truth-runs 20000] [--seed 11]
+        [--processes gaussian "lognormal 0.5" "lognormal 1" "late run"]
+        [--settings paired unpaired "lost p1.q1" "lost any" "unpaired m 4.5"] [--truth-runs 20000] [--seed 11]
         [--quick]
 
 Each study is a full factorial of factors p and q (2 × 2, or 2 × 3) whose runs come from the process of
@@ -15,8 +16,12 @@ so p changes the growth over training g (the CV over training and the final norm
 everything random (a level whose runs vary more: the pooled t of unpaired studies assumes equal spreads),
 q the slope over layers d (the CV over layers) and the level s (the final norm), and the p1 · q1 cell has
 an interaction besides. The runs go through exactly the report's functions (``per_seed`` with the factor
-columns, ``main_effects`` of its ``primary`` runs) at each number of seeds, paired (all cells share their
-seeds: the seed-blocked t) and unpaired (every cell its own: the pooled t).
+columns, ``main_effects`` of its ``primary`` runs) at each number of seeds, in the ``--settings`` (``SETTINGS``;
+default the first two): paired (all cells share their seeds: the seed-blocked t), unpaired (every cell its
+own: Welch's t), a paired study that lost one run of p1 · q1 (the cell whose runs vary most) or of a random
+cell (a seed flagged out, a failed trial: the seed-blocked t on the seeds every cell ran), and unpaired with
+p1's spread 4.5 and p0's 1 (on the final norm p1's runs then vary about 4.5× as much as p0's; the CVs, which
+a seed's offset does not move, 1.2–2×).
 
 A level's true value is what ``main_effects`` estimates: the unweighted mean over the level's cells of
 each cell's expected per-run value on the measure's scale (``stats.norms.mean_scale``: log CV over
@@ -25,7 +30,8 @@ Monte Carlo over ``--truth-runs`` runs drawn as the setting draws them (paired r
 of a shared and an own part, which for log-normal effects is not the unpaired runs' distribution), the
 late run left out (the report leaves it out: its estimand is the other runs'). Printed per process,
 setting, measure and level: the share of studies whose 95% interval covers the true value, of those that
-print one, with the 99.9% Monte-Carlo band of a coverage of exactly 0.95 over that many studies.
+print one (and w, the intervals' mean width on the measure's scale), with the 99.9% Monte-Carlo band of a
+coverage of exactly 0.95 over that many studies.
 ``--quick`` runs a few studies at 3 seeds (seconds; tests/ runs it).
 """
 
@@ -158,23 +164,56 @@ def batch(p: Process, design: dict[tuple[str, str], Cell], studies: int, seeds: 
     return [ps[which == i].assign(cell_id=ps.loc[which == i, "cell_id"].str.split("|").str[1]) for i in range(studies)]
 
 
-def coverage(p: Process, design: dict[tuple[str, str], Cell], studies: int, seeds: int, paired: bool,
+#: The settings (``--settings``): how a study's seeds are drawn, and what happens to its runs afterwards.
+#: "lost p1.q1" and "lost any" are paired studies that lost one run (a random seed's) of the cell whose
+#: runs vary most (p1 · q1: p1's spread and the interaction) or of a random cell — a seed that blew up
+#: and was flagged out, or a failed trial; "unpaired m 4.5" is unpaired with p1's spread m 4.5 and
+#: p0's 1 (one level's runs vary 4.5× as much as the other's).
+SETTINGS = ("paired", "unpaired", "lost p1.q1", "lost any", "unpaired m 4.5")
+HETERO_SPREAD = 4.5
+
+
+def setting_design(design: dict[tuple[str, str], Cell], setting: str) -> dict[tuple[str, str], Cell]:
+    """The design a setting runs: ``design`` itself, or for "unpaired m 4.5" with p0's cells at spread 1
+    and p1's at ``HETERO_SPREAD``."""
+    if setting != "unpaired m 4.5":
+        return design
+    return {lv: replace(c, spread=HETERO_SPREAD if lv[0] == "p1" else 1.0) for lv, c in design.items()}
+
+
+def lose_a_run(ps: pd.DataFrame, setting: str, rng: np.random.Generator) -> pd.DataFrame:
+    """``ps`` (one study's ``per_seed``) without one run of one cell, as the setting says: a random seed's
+    run of p1.q1 ("lost p1.q1") or of a random cell ("lost any"); ``ps`` itself in the other settings."""
+    if not setting.startswith("lost"):
+        return ps
+    cells = list(dict.fromkeys(ps["cell_id"]))
+    cell = "p1.q1" if setting == "lost p1.q1" else cells[int(rng.integers(len(cells)))]
+    seeds = ps.loc[ps["cell_id"] == cell, "seed"].to_numpy()
+    seed = seeds[int(rng.integers(len(seeds)))]
+    return ps[~((ps["cell_id"] == cell) & (ps["seed"] == seed))]
+
+
+def coverage(p: Process, design: dict[tuple[str, str], Cell], studies: int, seeds: int, setting: str,
              true: dict[tuple[str, str, str], float], rng: np.random.Generator) -> pd.DataFrame:
     """Per (measure, factor, level): studies whose ``main_effects`` interval covers the true value
-    (``hit``), studies that print one (``shown``), and those whose interval lies wholly below or above
-    it (``below``, ``above``: which way a miss goes)."""
-    tally = {key: [0, 0, 0, 0] for key in true}
+    (``hit``), studies that print one (``shown``), those whose interval lies wholly below or above
+    it (``below``, ``above``: which way a miss goes), and the intervals' mean width on the measure's
+    scale of ``mean_scale`` (``width``: log of the ratio high / low, or for depth √high − √low)."""
+    tally = {key: [0, 0, 0, 0, 0.0] for key in true}
+    paired = not setting.startswith("unpaired")
     for done in range(0, studies, 50):
         for ps in batch(p, design, min(50, studies - done), seeds, paired, rng):
-            for r in sn.main_effects(ps, ["f.p", "f.q"]).itertuples():
+            for r in sn.main_effects(lose_a_run(ps, setting, rng), ["f.p", "f.q"]).itertuples():
                 t, target = tally[(r.measure, r.factor, r.level)], true[(r.measure, r.factor, r.level)]
                 if np.isfinite(r.low) and np.isfinite(r.high):
                     t[0] += bool(r.low <= target <= r.high)
                     t[1] += 1
                     t[2] += bool(r.high < target)
                     t[3] += bool(r.low > target)
-    rows = [{"measure": m, "factor": f, "level": lv, "hit": h, "shown": s, "below": b, "above": a}
-            for (m, f, lv), (h, s, b, a) in tally.items()]
+                    t[4] += (np.sqrt(r.high) - np.sqrt(r.low)) if r.measure == "depth" else np.log(r.high / r.low)
+    rows = [{"measure": m, "factor": f, "level": lv, "hit": h, "shown": s, "below": b, "above": a,
+             "width": w / s if s else np.nan}
+            for (m, f, lv), (h, s, b, a, w) in tally.items()]
     return pd.DataFrame(rows)
 
 
@@ -194,12 +233,14 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
         p = replace(Process(), tail=tail, late=late)
         for dname in args.designs:
             design = DESIGNS[dname]
-            for paired in (True, False):
-                true = truth(p, design, paired, args.truth_runs, rng)
+            for setting in args.settings:
+                used = setting_design(design, setting)
+                paired = not setting.startswith("unpaired")
+                true = truth(p, used, paired, args.truth_runs, rng)
                 for seeds in args.seeds:
                     start = time.perf_counter()
-                    c = coverage(p, design, args.studies, seeds, paired, true, rng)
-                    c = c.assign(process=proc, design=dname, paired=paired, seeds=seeds)
+                    c = coverage(p, used, args.studies, seeds, setting, true, rng)
+                    c = c.assign(process=proc, design=dname, setting=setting, paired=paired, seeds=seeds)
                     out.append(c)
                     _print_rows(c, time.perf_counter() - start)
     return pd.concat(out, ignore_index=True)
@@ -207,10 +248,10 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
 
 def _print_rows(c: pd.DataFrame, took: float) -> None:
     r0 = c.iloc[0]
-    setting = f"{r0['process']:<14}{r0['design']:<5}{r0['seeds']:>2} {'paired' if r0['paired'] else 'unpaired':<9}"
+    setting = f"{r0['process']:<14}{r0['design']:<5}{r0['seeds']:>2} {r0['setting']:<15}"
     for m, rows in c.groupby("measure", sort=False):
         cells = "  ".join(f"{r.factor[2:]}={r.level} {r.hit / r.shown if r.shown else np.nan:.3f} "
-                          f"({r.below}↓{r.above}↑/{r.shown})" for r in rows.itertuples())
+                          f"({r.below}↓{r.above}↑/{r.shown}, w {r.width:.3g})" for r in rows.itertuples())
         print(f"{setting}{m:>9}  {cells}", flush=True)
     print(f"{'':<31}({took:.0f} s)", flush=True)
 
@@ -223,10 +264,10 @@ def summary(table: pd.DataFrame, studies: int) -> None:
     t = table.assign(coverage=table["hit"] / table["shown"].where(table["shown"] > 0))
     print()
     print("Lowest coverage over the levels (and which level), per process, design and setting:")
-    for (proc, dname, paired), g in t.groupby(["process", "design", "paired"], sort=False):
+    for (proc, dname, setting), g in t.groupby(["process", "design", "setting"], sort=False):
         for m, gm in g.groupby("measure", sort=False):
             per_n = gm.groupby("seeds")["coverage"].min()
-            print(f"{proc:<14}{dname:<5}{'paired' if paired else 'unpaired':<9}{m:>9}  "
+            print(f"{proc:<14}{dname:<5}{setting:<15}{m:>9}  "
                   + "  ".join(f"n={n}: {v:.3f}" for n, v in per_n.items()))
     bad = t[t["coverage"] < floor]
     print()
@@ -235,7 +276,7 @@ def summary(table: pd.DataFrame, studies: int) -> None:
     else:
         print(f"Below the band's floor {floor:.3f}:")
         for r in bad.itertuples():
-            print(f"  {r.process}, {r.design}, {r.seeds} {'paired' if r.paired else 'unpaired'}, {r.measure}, "
+            print(f"  {r.process}, {r.design}, {r.seeds} seeds {r.setting}, {r.measure}, "
                   f"{r.factor}={r.level}: {r.coverage:.3f} ({r.hit}/{r.shown}; {r.below} below, {r.above} above)")
 
 
@@ -245,6 +286,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     parser.add_argument("--seeds", type=int, nargs="+", default=[3, 4, 6, 8])
     parser.add_argument("--designs", nargs="+", choices=list(DESIGNS), default=["2x2"])
     parser.add_argument("--processes", nargs="+", choices=list(NULLS), default=list(NULLS))
+    parser.add_argument("--settings", nargs="+", choices=SETTINGS, default=["paired", "unpaired"],
+                        help="how studies draw and lose runs (SETTINGS)")
     parser.add_argument("--truth-runs", type=int, default=20000, help="runs per cell of the true values' Monte Carlo")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--quick", action="store_true", help="20 studies at 3 seeds, 2,000 truth runs: seconds")

@@ -75,3 +75,20 @@ def test_quick_gives_every_measure_level_and_setting_a_coverage(capsys):
     for m in sn.OWN_MEASURES:
         assert out.count("gaussian      2x2   3 ") >= 6 and f"{m}  n=3: " in out
     assert "band's floor" in out
+
+
+def test_the_lost_seed_and_unequal_spread_settings_do_what_they_say():
+    p = bench.Process()
+    design = bench.DESIGNS["2x2"]
+    ps = bench.batch(p, design, 1, 4, True, np.random.default_rng(3))[0]
+    rng = np.random.default_rng(4)
+    lost = bench.lose_a_run(ps, "lost p1.q1", rng)
+    gone = pd.concat([ps, lost]).drop_duplicates(["cell_id", "seed"], keep=False)
+    assert len(lost) == len(ps) - 1 and gone["cell_id"].tolist() == ["p1.q1"]
+    cells = {bench.lose_a_run(ps, "lost any", rng).groupby("cell_id").size().idxmin() for _ in range(40)}
+    assert cells == {"p0.q0", "p0.q1", "p1.q0", "p1.q1"}  # a random cell each time
+    assert bench.lose_a_run(ps, "paired", rng) is ps
+    hetero = bench.setting_design(design, "unpaired m 4.5")
+    assert {lv: c.spread for lv, c in hetero.items()} == {
+        ("p0", "q0"): 1.0, ("p0", "q1"): 1.0, ("p1", "q0"): bench.HETERO_SPREAD, ("p1", "q1"): bench.HETERO_SPREAD}
+    assert bench.setting_design(design, "lost any") is design
