@@ -354,6 +354,10 @@ def test_an_until_converged_sentence_says_whether_the_extensions_continued_a_che
         conv = stats.cell_convergence(trials, 4000)
         assert conv.iloc[0]["n_extended"] == 2 and conv.iloc[0]["n_continued"] == sum(c is not None for c in continued)
         assert words in " ".join(acc.convergence_sentences(conv))
+        # The two extended runs stopped at 8,000 and 12,000: it said "4,000 → 12,000" as if both had gone on.
+        assert "2 of 3 runs, 4,000 → 8,000–12,000 steps" in " ".join(acc.convergence_sentences(conv))
+    trials["budget"] = [None, 12000, 12000]
+    assert "4,000 → 12,000 steps" in " ".join(acc.convergence_sentences(stats.cell_convergence(trials, 4000)))
 
 # --- figures on a partial study ---------------------------------------------------------------
 

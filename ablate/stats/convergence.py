@@ -149,7 +149,8 @@ def cell_convergence(
     ``train.until_converged``: a ``budget`` column above it, ``extended_from`` set), ``n_continued``
     (of those, the runs that started from a shorter run's stable-phase checkpoint: ``continued_from`` set) and
     ``budget_reached`` (the largest budget a run of the cell reached; ``budget`` without
-    extensions). ``steps_differ`` compares each run's steps with its own budget."""
+    extensions), ``budget_extended_min`` (the smallest budget an extended run reached; NaN without
+    one: with ``budget_reached``, the range the extended runs span). ``steps_differ`` compares each run's steps with its own budget."""
     rows_all = phase_rows(trials, phase)
     done = rows_all[rows_all["status"] == "complete"]
 
@@ -160,7 +161,7 @@ def cell_convergence(
 
     cols = ["cell_id", "cell_label", "n", "n_known", "n_unconverged", "still_improving", "gain_max", "gain_median",
             "budget", "steps_min", "steps_max", "steps_differ", "n_stopped_early", "best_step_median", "n_extended",
-            "n_continued", "budget_reached"]
+            "n_continued", "budget_reached", "budget_extended_min"]
     rows = []
     for _, cell in cell_rows(trials).iterrows():
         runs = done[done["cell_id"] == cell["cell_id"]]
@@ -203,5 +204,7 @@ def cell_convergence(
             "n_extended": int(extended.sum()),
             "n_continued": int((extended & continued).sum()),
             "budget_reached": float(np.nanmax(budgets)) if np.isfinite(budgets).any() else cap,
+            "budget_extended_min": float(np.nanmin(budgets[extended])) if np.isfinite(budgets[extended]).any()
+            else np.nan,
         })
     return pd.DataFrame(rows, columns=cols)

@@ -415,11 +415,14 @@ def _steps(r: pd.Series) -> str:
 
 
 def extended_text(r: pd.Series) -> str:
-    """How a cell's runs were trained until converged: ``1 of 2 runs, 300 → 600 steps``; — when none was."""
+    """How a cell's runs were trained until converged: ``1 of 2 runs, 300 → 600 steps``, or ``2 of 8
+    runs, 4,000 → 8,000–16,000 steps`` where they stopped at different budgets; — when none was."""
     n = int(r.get("n_extended", 0) or 0)
     if not n:
         return DASH
-    return f"{n} of {int(r['n'])} run{'s' if int(r['n']) != 1 else ''}, {int(r['budget']):,} → {int(r['budget_reached']):,} steps"
+    top, low = int(r["budget_reached"]), r.get("budget_extended_min")
+    reached = f"{int(low):,}–{top:,}" if finite(low) and int(low) < top else f"{top:,}"
+    return f"{n} of {int(r['n'])} run{'s' if int(r['n']) != 1 else ''}, {int(r['budget']):,} → {reached} steps"
 
 
 def convergence_table(conv: pd.DataFrame, metric: str = "val accuracy") -> pd.DataFrame:
