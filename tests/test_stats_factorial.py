@@ -33,18 +33,84 @@ def test_main_effects_are_unweighted_marginal_means_with_ci():
     assert a.loc["diagonal", "ci_low"] > a.loc["rotation", "ci_high"]  # the planted effect shows
 
 
-def test_marginal_means_pool_the_within_cell_variance_when_seeds_are_each_cells_own():
-    rng = np.random.default_rng(2)
+def _unpaired(sd: dict[str, float], runs: int = 4, seed: int = 2) -> pd.DataFrame:
+    """A 2 × 2 whose cells ran seeds of their own, each cell's runs of sd ``sd[level of A]``."""
+    rng = np.random.default_rng(seed)
     cells = {f"{a}-{b}": 0.8 + 0.05 * i for i, a in enumerate(["rotation", "diagonal"]) for b in ["xi", "none"]}
     factors = {c: {A: c.split("-")[0], B: c.split("-")[1]} for c in cells}
-    seeds = {c: list(range(10 * i, 10 * i + 4)) for i, c in enumerate(cells)}  # no seed shared
-    trials = make_trials(cells, seeds, sd=0.01, rng=rng, factors=factors)
+    parts = [make_trials({c: mu}, {c: list(range(10 * i, 10 * i + runs))}, sd=sd[c.split("-")[0]], rng=rng,
+                         factors=factors) for i, (c, mu) in enumerate(cells.items())]
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_marginal_means_give_each_cell_its_own_variance_when_seeds_are_each_cells_own():
+    trials = _unpaired({"rotation": 0.01, "diagonal": 0.01})
     rot = stats.main_effects(trials, METRIC, [A]).set_index("level").loc["rotation"]
+    var = trials[trials[A] == "rotation"].groupby("cell_id")[METRIC].var().to_numpy()
+    se = np.sqrt((var / 4).sum()) / 2
+    df = (var / 4).sum() ** 2 / ((var / 4) ** 2 / 3).sum()  # Welch–Satterthwaite
+    assert rot["interval"] == "Welch t" and rot["df"] == pytest.approx(df) and rot["se"] == pytest.approx(se)
+    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.995, df) * se)
+
+
+def test_a_level_whose_runs_vary_more_gets_a_wider_interval_than_the_pooled_variance_gives():
+    """One level's runs vary 5× the other's: the pooled variance over all cells gave both levels the
+    study's common spread, too narrow for the noisy level (and too wide for the quiet one)."""
+    trials = _unpaired({"rotation": 0.002, "diagonal": 0.01}, seed=3)
+    eff = stats.main_effects(trials, METRIC, [A]).set_index("level")
     resid = trials[METRIC] - trials.groupby("cell_id")[METRIC].transform("mean")
-    mse = (resid**2).sum() / (16 - 4)
-    se = np.sqrt(mse * 2 / 4) / 2
-    assert rot["interval"] == "pooled t" and rot["df"] == 12 and rot["se"] == pytest.approx(se)
-    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.995, 12) * se)
+    pooled = sps.t.ppf(0.995, 12) * np.sqrt((resid**2).sum() / 12 * 2 / 4) / 2  # the pooled t's half-width
+    half = eff["ci_high"] - eff["mean"]
+    assert (eff["interval"] == "Welch t").all()
+    assert half["diagonal"] > 1.2 * pooled > pooled > half["rotation"]
+
+
+def test_the_pooled_variance_is_kept_only_where_a_cell_has_one_run():
+    trials = _unpaired({"rotation": 0.01, "diagonal": 0.01})
+    trials = set_status(trials, "rotation-xi", [1, 2, 3], "pending")  # one run left there
+    eff = stats.main_effects(trials, METRIC, [A]).set_index("level")
+    done = trials.dropna(subset=[METRIC])
+    resid = done[METRIC] - done.groupby("cell_id")[METRIC].transform("mean")
+    mse = (resid**2).sum() / (13 - 4)
+    rot = eff.loc["rotation"]
+    assert rot["interval"] == "pooled t: a cell has one run" and rot["df"] == 9
+    assert rot["se"] == pytest.approx(np.sqrt(mse * (1 / 1 + 1 / 4)) / 2)
+    assert eff.loc["diagonal", "interval"] == "Welch t"
+
+
+def test_a_paired_level_that_lost_a_run_keeps_the_seed_blocked_interval_on_the_seeds_every_cell_ran():
+    """Cells sharing seeds 0–7 with a seed effect 5× the runs' noise, one run lost (a seed flagged out):
+    the level's interval was the pooled t, which counts the seed effect the cells share as if it
+    averaged out (too narrow); it is the t interval of the per-seed means over the 7 common seeds."""
+    trials = factorial(seeds=8, sd=0.002, rng=np.random.default_rng(5))
+    shared = dict(zip(range(8), np.random.default_rng(6).normal(0, 0.01, 8), strict=True))
+    trials[METRIC] = trials[METRIC] + trials["seed"].map(shared)
+    lost = set_status(trials, "rotation-none", [3], "failed")
+    rot = stats.main_effects(lost, METRIC, [A]).set_index("level").loc["rotation"]
+    assert rot["interval"] == "seed-blocked t on the 7 seeds every cell ran" and rot["df"] == 6
+    runs = lost[(lost[A] == "rotation") & lost[METRIC].notna()]
+    per_seed = runs[runs["seed"] != 3].groupby("seed")[METRIC].mean()
+    assert rot["se"] == pytest.approx(per_seed.std(ddof=1) / np.sqrt(7))
+    assert rot["mean"] == pytest.approx(runs.groupby("cell_id")[METRIC].mean().mean())  # every run counts
+    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.995, 6) * rot["se"])
+    assert rot["se"] > 1.5 * np.sqrt(runs.groupby("cell_id")[METRIC].var().mean() / 23)  # the pooled se
+    whole = stats.main_effects(trials, METRIC, [A]).set_index("level").loc["diagonal"]
+    assert whole["interval"] == "seed-blocked t" and whole["df"] == 7
+
+
+def test_lost_seed_intervals_cover():
+    """200 paired 2 × 3 studies at 4 seeds, a seed effect of sd 0.02 beside run noise 0.005, one random
+    run of one rotation cell lost: the pooled t's 95% interval of rotation covered 0.81 of them (now 0.98)."""
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(200):
+        trials = factorial(seeds=4, sd=0.005, rng=rng)
+        trials[METRIC] = trials[METRIC] + trials["seed"].map(dict(enumerate(rng.normal(0, 0.02, 4))))
+        cell = ["rotation-xi", "rotation-none", "rotation-layer"][rng.integers(3)]
+        lost = set_status(trials, cell, [int(rng.integers(4))], "failed")
+        rot = stats.main_effects(lost, METRIC, [A]).set_index("level").loc["rotation"]
+        hits += bool(rot["ci_low"] <= 0.8 <= rot["ci_high"])
+    assert hits >= sps.binom.ppf(0.001, 200, 0.95)
 
 
 def test_marginal_means_are_not_tilted_by_unbalanced_cells():

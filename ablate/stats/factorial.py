@@ -85,13 +85,29 @@ def _cell_stats(done: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _seed_means(runs: pd.DataFrame, metric: str) -> pd.Series | None:
-    """Seed → the mean of ``metric`` over the cells of ``runs``, when every cell there ran the
-    same two or more seeds once each (a seed-blocked design); else None."""
-    seeds = runs.groupby("cell_id", sort=False)["seed"].agg(lambda s: tuple(sorted(s)))
-    if seeds.empty or seeds.nunique() != 1 or len(seeds.iloc[0]) < 2 or len(set(seeds.iloc[0])) != len(seeds.iloc[0]):
+def _seed_means(runs: pd.DataFrame, metric: str) -> tuple[pd.Series, bool] | None:
+    """(seed → the mean over the cells of ``runs`` of each cell's mean at that seed, over the seeds
+    every cell ran; whether every cell ran exactly those seeds once each), when two or more seeds
+    are common to every cell (a seed-blocked design, or one that lost a run); else None."""
+    per_cell = runs.groupby("cell_id", sort=False)["seed"]
+    common = set.intersection(*(set(s) for _, s in per_cell)) if len(runs) else set()
+    if len(common) < 2:
         return None
-    return runs.groupby("seed", sort=True)[metric].mean()
+    full = bool((per_cell.size() == len(common)).all() and (per_cell.nunique() == len(common)).all())
+    at = runs[runs["seed"].isin(common)].groupby(["seed", "cell_id"], sort=True)[metric].mean()
+    return at.groupby(level="seed").mean(), full
+
+
+def _welch(sub: pd.DataFrame) -> tuple[float, float, float]:
+    """(se, Satterthwaite df, largest within-cell sd) of the unweighted mean of the means of the
+    cells of ``sub`` (every one with two or more runs), each with its own variance."""
+    var = sub["ss"].to_numpy(float) / (sub["n"].to_numpy(float) - 1)
+    v = var / sub["n"].to_numpy(float)
+    k = len(sub)
+    se = float(np.sqrt(v.sum()) / k)
+    terms = v**2 / (sub["n"].to_numpy(float) - 1)
+    df = float(v.sum() ** 2 / terms.sum()) if terms.sum() > 0 else float(sub["n"].min() - 1)
+    return se, df, float(np.sqrt(var.max()))
 
 
 def marginal_means(
@@ -106,17 +122,25 @@ def marginal_means(
     A marginal mean is the *unweighted* mean of the means of the cells at that combination (the
     estimated marginal mean of the full-interaction cell-means model), so an unbalanced or partial
     study does not tilt it towards the cells that happen to have more runs. Its interval is t-based
-    and depends on whether the cells averaged share their seeds:
+    and depends on whether the cells averaged share their seeds (``interval`` says which):
 
-    - **seed-blocked** (``interval`` = ``"seed-blocked t"``) when two or more cells are averaged and
-      they all ran the same two or more seeds: the t interval of the per-seed means over those
-      cells, on seeds − 1 degrees of freedom. A seed's effect common to every cell (one data order)
-      does not average out of a marginal mean, and only the spread of the per-seed means counts it;
-    - **pooled** (``"pooled t"``) otherwise: the within-cell variance pooled over all cells (the
-      model's residual mean square), ``se = sqrt(MSE · Σ 1/n_i) / k`` over the ``k`` cells
-      averaged, with ``N − C`` degrees of freedom (N runs, C cells) — right when every cell's seeds
-      are its own, too narrow when they are shared (it counts a shared seed effect as if it
-      averaged out).
+    - **seed-blocked** (``"seed-blocked t"``) when two or more cells are averaged and they all ran
+      the same two or more seeds: the t interval of the per-seed means over those cells, on seeds − 1
+      degrees of freedom. A seed's effect common to every cell (one data order) does not average out
+      of a marginal mean, and only the spread of the per-seed means counts it. When the cells share
+      two or more seeds but some ran others too (a paired study that lost a run: a seed flagged
+      out, a failed trial), the interval's se and df are those of the per-seed means over the seeds
+      every cell ran (``"seed-blocked t on the 7 seeds every cell ran"``), centred on the mean of
+      the cells' means over all their runs (which varies less than the mean over the common seeds:
+      a conservative width);
+    - **Welch** (``"Welch t"``) otherwise, when every cell averaged has two or more runs: each cell
+      its own variance, ``se = sqrt(Σ s_i²/n_i) / k`` over the ``k`` cells averaged, on
+      Welch–Satterthwaite degrees of freedom — a level whose runs vary more gets the wider interval
+      (a variance pooled over all cells would give it the study's common spread);
+    - **pooled** (``"pooled t: a cell has one run"``) where a cell averaged has a single run (no
+      variance of its own): the within-cell variance pooled over all cells (the model's residual
+      mean square), ``se = sqrt(MSE · Σ 1/n_i) / k``, with ``N − C`` degrees of freedom (N runs,
+      C cells) — it assumes the cells' spreads equal.
 
     Cells with no completed run are left out (``n_cells`` says how many went in, ``n_cells_total``
     how many exist). The interval is the t interval at ``estimators.robust_level(confidence)``
@@ -145,7 +169,6 @@ def marginal_means(
     pooled_note = "no replicated cell" if df_resid <= 0 else ""
     if df_resid > 0 and not np.sqrt(mse) > ROUNDOFF * scale:
         mse, pooled_note = np.nan, "no spread: each cell's runs equal"
-    tq = float(sps.t.ppf(0.5 + level / 2, df_resid)) if df_resid > 0 else np.nan
     levels = [ordered_unique(phase_rows(trials, phase)[f]) for f in by]
     rows = []
     for combo in itertools.product(*levels):
@@ -158,16 +181,26 @@ def marginal_means(
             continue  # a combination that is not a cell of this design
         k = len(sub)
         mean = float(sub["mean"].mean()) if k else np.nan
-        se = float(np.sqrt(mse * (1.0 / sub["n"]).sum()) / k) if k else np.nan
         runs = done[np.logical_and.reduce([done[f] == lv for f, lv in zip(by, combo, strict=True)])]
-        df, q, kind, note = (df_resid if df_resid > 0 else np.nan), tq, "pooled t", pooled_note
         blocked = _seed_means(runs, metric) if k >= 2 else None
         if blocked is not None:
-            n_s = len(blocked)
-            mean, se = float(blocked.mean()), float(blocked.std(ddof=1) / np.sqrt(n_s))
-            df, q, kind, note = n_s - 1, float(sps.t.ppf(0.5 + level / 2, n_s - 1)), "seed-blocked t", ""
-            if no_spread(blocked.to_numpy(float), scale):
+            per_seed, full = blocked
+            n_s = len(per_seed)
+            se, df, note = float(per_seed.std(ddof=1) / np.sqrt(n_s)), n_s - 1, ""
+            kind = "seed-blocked t" if full else f"seed-blocked t on the {n_s} seeds every cell ran"
+            if full:
+                mean = float(per_seed.mean())
+            if no_spread(per_seed.to_numpy(float), scale):
                 se, note = np.nan, f"no spread: {n_s} seeds' means equal"
+        elif k and (sub["n"] >= 2).all():
+            se, df, sd_max = _welch(sub)
+            kind, note = "Welch t", ""
+            if not sd_max > ROUNDOFF * scale:
+                se, note = np.nan, "no spread: each cell's runs equal"
+        else:
+            se = float(np.sqrt(mse * (1.0 / sub["n"]).sum()) / k) if k else np.nan
+            df, kind, note = (df_resid if df_resid > 0 else np.nan), ("pooled t: a cell has one run" if k else ""), pooled_note
+        q = float(sps.t.ppf(0.5 + level / 2, df)) if np.isfinite(df) else np.nan
         rows.append(
             {
                 **dict(zip(by, combo, strict=True)),
