@@ -159,14 +159,42 @@ def one_line(text: object, limit: int = ONE_LINE_CHARS) -> str:
     return joined if len(joined) <= limit else joined[:limit - 1] + "…"
 
 
+#: Libraries whose frames are never the plug-in's line: the error's message speaks for them.
+LIBRARIES = frozenset({"ablate", "torch", "numpy", "polars", "pandas", "pyarrow", "pydantic", "matplotlib", "scipy",
+                       "sklearn", "importlib_metadata"})
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where a plug-in's own code raised ``exc``, as ``path:line in function``: the innermost frame
+    outside ablate, the standard library and the LIBRARIES (a researcher's bug is in their file, not
+    in torch's); a SyntaxError's own file and line. "" when no frame qualifies."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f"{_shown(exc.filename)}:{exc.lineno}"
+    import traceback
+
+    at = ""
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        top = str(frame.f_globals.get("__name__", "")).partition(".")[0]
+        if top and top not in LIBRARIES and top not in sys.stdlib_module_names:
+            at = f"{_shown(frame.f_code.co_filename)}:{line} in {frame.f_code.co_name}"
+    return at
+
+
+def _shown(path: str) -> str:
+    """A path relative to the working directory where it lies under it, else as it is."""
+    rel = os.path.relpath(path) if os.path.isabs(path) else path
+    return path if rel.startswith("..") else rel
+
+
 def plugin_traceback(exc: BaseException | None, who: str) -> str:
     """A plug-in's own failure ``exc`` (the exception its code raised): with ABLATE_TRACEBACK=1 its
-    traceback is printed on standard error, headed by ``who``, and "" is returned; without it, the
-    hint to add to the one-line error. "" for no exception (a promise broken without one)."""
+    traceback is printed on standard error, headed by ``who``, and "" is returned; without it, where
+    the plug-in's code raised it (``raised_at``) and the hint, to add to the one-line error. "" for no exception (a promise broken without one)."""
     if exc is None:
         return ""
     if not wants_traceback():
-        return f"; {TRACEBACK_ENV}=1 shows its traceback"
+        at = raised_at(exc)
+        return f"{f'; at {at}' if at else ''}; {TRACEBACK_ENV}=1 shows its traceback"
     import traceback
 
     print(f"traceback of {who}:\n{redact(''.join(traceback.format_exception(exc))).rstrip()}", file=sys.stderr)

@@ -126,7 +126,10 @@ def test_a_plugins_traceback_is_printed_only_when_asked(monkeypatch, capsys):
     except KeyError as exc:
         failure = exc
     monkeypatch.delenv("ABLATE_TRACEBACK", raising=False)
-    assert plugin_traceback(failure, "report section 's'") == "; ABLATE_TRACEBACK=1 shows its traceback"
+    line = failure.__traceback__.tb_lineno
+    assert plugin_traceback(failure, "report section 's'") == (
+        f"; at tests/test_terminal.py:{line} in test_a_plugins_traceback_is_printed_only_when_asked; "
+        "ABLATE_TRACEBACK=1 shows its traceback")
     assert plugin_traceback(None, "report section 's'") == ""  # a promise broken without an exception
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("ABLATE_TRACEBACK", "1")
@@ -167,3 +170,28 @@ def test_a_refusal_echoes_values_as_given_and_long_words_shortened():
     console, buffer = piped()
     console.print("a:b:c :smile:", highlight=False)
     assert buffer.getvalue() == "a:b:c :smile:\n"
+
+
+def test_where_a_plugin_raised_is_its_own_line_not_a_librarys(tmp_path, monkeypatch):
+    # a researcher's bug is in their file: torch's or ablate's frames below it are not the answer
+    (tmp_path / "my_raising_plugin.py").write_text(
+        "import torch\n\n\ndef build():\n    return torch.nn.Linear(4, 2)(torch.zeros(3))\n")
+    (tmp_path / "my_syntax_plugin.py").write_text("class Broken(object)\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    try:
+        importlib.import_module("my_raising_plugin").build()
+    except RuntimeError as exc:
+        assert terminal.raised_at(exc) == f"{tmp_path / 'my_raising_plugin.py'}:5 in build"
+    try:
+        importlib.import_module("my_syntax_plugin")
+    except SyntaxError as exc:
+        assert terminal.raised_at(exc) == f"{tmp_path / 'my_syntax_plugin.py'}:1"
+    import json
+
+    try:
+        json.loads("{")
+    except ValueError as exc:  # raised in the standard library's frames, called from this line
+        assert terminal.raised_at(exc).startswith("tests/test_terminal.py:")
+    assert terminal.raised_at(ValueError("never raised")) == ""
