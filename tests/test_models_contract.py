@@ -76,13 +76,43 @@ PLUGINS = textwrap.dedent('''
             raise RuntimeError("first line\\nsecond line")
 
 
+    class Fine(ComplexDiagonal):
+        """Keeps the contract."""
+
+
+    class Halves(torch.nn.Module):
+        """An activation whose output has half the features: (B, L, d) → (B, L, d/2)."""
+
+        def __init__(self, d_model):
+            super().__init__()
+            self.lin = torch.nn.Linear(d_model, d_model // 2)
+
+        def forward(self, x):
+            return self.lin(x)
+
+
     def build(params, ctx):
         """A task builder, given where a parameterisation goes."""
+
+
+    def bits(params, ctx):
+        """Ids 1 and 2 with padding 0 need vocab_size 3; it declares the 2 data tokens."""
+        import numpy as np
+
+        from ablate.tasks.data import Generated
+
+        x, y = np.array([[1, 2, 2, 1]] * 4, np.uint8), np.arange(4, dtype=np.int16)
+        return Generated(splits={s: (x, y) for s in ("train", "val", "test")}, input_kind="tokens",
+                         vocab_size=2, num_classes=4, output_kind="classification")
 
 
     def section(results):
         yield "a paragraph"
 ''')
+
+
+#: Where Raises raises: the one-line error names the plug-in's file and line, not ablate's
+RAISES_LINE = next(n for n, line in enumerate(PLUGINS.splitlines(), 1) if 'raise RuntimeError("first' in line)
 
 
 @pytest.fixture
@@ -135,8 +165,9 @@ def test_a_non_finite_output_names_what_was_non_finite_first(plugin: str) -> Non
 
 
 def test_the_plugins_own_failure_is_one_line_and_its_traceback_is_shown_when_asked(
-        plugin: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        plugin: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert problem("Raises") == ("system() failed: RuntimeError: first line; second line; "
+                                 f"at {tmp_path / MODULE}.py:{RAISES_LINE} in system; "
                                  "ABLATE_TRACEBACK=1 shows its traceback")
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("ABLATE_TRACEBACK", "1")
@@ -144,6 +175,32 @@ def test_the_plugins_own_failure_is_one_line_and_its_traceback_is_shown_when_ask
     shown = capsys.readouterr().err
     assert shown.startswith(f"traceback of parameterisation plug-in '{MODULE}:Raises'")
     assert f"{MODULE}.py" in shown and 'raise RuntimeError("first line' in shown
+
+
+def test_an_activation_that_changes_the_shape_is_one_problem_at_its_own_setting(plugin: str) -> None:
+    # before, each network failed on torch's broadcasting message, once blamed on the parameterisation too
+    model = {"d_model": 8, "state_dim": 8, "heads": 2, "layers": 1, "normalisation": "xi",
+             "activation": f"{MODULE}:Halves"}
+    configs = [{"model": {**model, "parameterisation": p}, "task": {"name": "listops"}}
+               for p in ("rotation", f"{MODULE}:Fine")]
+    (where, message), = contract.problems(configs)
+    assert where == "model.activation"
+    assert message == (f"activation plug-in '{MODULE}:Halves' (path (no distribution)): Activation(d_model)(x) has "
+                       "shape (2, 8, 4); expected (batch, steps, d_model) = (2, 8, 8), the shape of x")
+
+
+def test_a_task_whose_ids_reach_its_vocab_size_says_the_size_it_needs(plugin: str) -> None:
+    from ablate.tasks.registration import REGISTERED, TaskParams, register_task
+
+    register_task("my_contract_bits", TaskParams, version=1)(__import__(MODULE).bits)
+    config = {"model": {"parameterisation": "rotation"}, "task": {"name": f"{MODULE}:bits"}}
+    try:
+        (where, message), = contract.problems([config])
+    finally:
+        REGISTERED.pop("my_contract_bits")
+    assert where == "task.name"
+    assert message.endswith("split 'train' has token ids outside [0, vocab_size=2) (from 1 to 2); "
+                            "vocab_size counts every id, padding 0 included: at least 3")
 
 
 def test_each_layer_of_several_says_which(plugin: str) -> None:
@@ -250,12 +307,13 @@ def test_an_edited_plugin_is_checked_again_and_a_comment_is_no_edit(cached: Path
     assert len(list(cached.glob("*.json"))) == 2
 
 
-def test_a_failed_check_is_never_remembered(cached: Path, plugin: str) -> None:
+def test_a_failed_check_is_never_remembered(cached: Path, plugin: str, tmp_path: Path) -> None:
     for _ in range(2):
         found, lines, _ = checked(f"{MODULE}:Raises")
         assert [message for _, message in found] == [
             f"parameterisation plug-in '{MODULE}:Raises' (path (no distribution)): system() failed: RuntimeError: "
-            "first line; second line; ABLATE_TRACEBACK=1 shows its traceback"]
+            f"first line; second line; at {tmp_path / MODULE}.py:{RAISES_LINE} in system; "
+            "ABLATE_TRACEBACK=1 shows its traceback"]
         assert lines == []  # a plug-in that failed is not said to be checked
     assert not cached.exists() or list(cached.iterdir()) == []
 

@@ -41,6 +41,7 @@ AGREE = 1e-3
 
 Problems = list[tuple[str, str]]
 INIT_PATH = "model.init.scheme"
+ACTIVATION_PATH = "model.activation"
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,28 @@ def check_model(model: dict[str, Any]) -> list[str]:
         with _in_layer(k, len(layers)):
             done += [d for d in _check_layer(layer) if d not in done]
     return done
+
+
+def check_activation(model: dict[str, Any]) -> list[str]:
+    """The activation of ``model`` alone, built as ``Activation(d_model)``: (B, L, d) → (B, L, d),
+    finite. Checked before the networks, whose forward would otherwise fail on a bare torch
+    message at the residual sum, once per network and blamed on the other plug-ins too."""
+    import torch
+
+    from ablate.spec import ModelSpec
+
+    with _promise("validating the model"):
+        spec = ModelSpec.model_validate(model)
+    with _promise("building Activation(d_model)"):
+        act = catalogue.ACTIVATIONS.load(spec.activation)(spec.d_model)
+    want = (BATCH, STEPS, spec.d_model)
+    with _promise("its forward pass"):
+        y = act(torch.randn(want))
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != want:
+        raise Broken(f"Activation(d_model)(x) has shape {tuple(getattr(y, 'shape', ()))}; expected "
+                     f"(batch, steps, d_model) = {want}, the shape of x")
+    _finite(y, "Activation(d_model)(x)")
+    return ["(batch, steps, d_model) kept"]
 
 
 def check_init(model: dict[str, Any]) -> list[str]:
@@ -442,10 +465,14 @@ def check_task(task: dict[str, Any]) -> list[str]:
         if len(x) == 0 or len(x) != len(y):
             raise Broken(f"split {split!r} has {len(x)} inputs and {len(y)} targets (equal and above 0 wanted)")
         if info.input_kind == "tokens" and info.vocab_size is not None and (x.min() < 0 or x.max() >= info.vocab_size):
-            raise Broken(f"split {split!r} has token ids outside [0, vocab_size={info.vocab_size})")
+            lo, hi = int(x.min()), int(x.max())  # the usual slip: vocab_size counting the data tokens, not padding 0
+            fix = f"; vocab_size counts every id, padding 0 included: at least {hi + 1}" if lo >= 0 else ""
+            raise Broken(f"split {split!r} has token ids outside [0, vocab_size={info.vocab_size}) "
+                         f"(from {lo} to {hi}){fix}")
         scored = y[y != IGNORE]
         if len(scored) and (scored.min() < 0 or scored.max() >= info.num_classes):
-            raise Broken(f"split {split!r} has targets outside [0, num_classes={info.num_classes})")
+            raise Broken(f"split {split!r} has targets outside [0, num_classes={info.num_classes}) "
+                         f"(from {int(scored.min())} to {int(scored.max())})")
         want = 1 if info.output_kind == "classification" else 2
         if y.dim() != want:
             raise Broken(f"split {split!r}: {info.output_kind} targets must have {want} dimension(s), not {y.dim()}")
@@ -521,7 +548,7 @@ def problems(configs: Iterable[dict[str, Any]],
 
     out: Problems = []
     seen: set[str] = set()
-    broken_inits: set[str] = set()
+    broken_inits: set[str] = set()  # of init schemes and activations: checked alone, reported alone
     tallies: dict[tuple[str, str], _Tally] = {}
     for config in configs:
         model, task = config["model"], config["task"]
@@ -543,7 +570,17 @@ def problems(configs: Iterable[dict[str, Any]],
                 except (Broken, plugins.PluginError) as exc:
                     out.append((where(config, INIT_PATH), _report(_who(init), exc)))
                     broken_inits.add(ikey)
-            if init is None or ikey not in broken_inits:
+            act = next((lvl.plugin for path, lvl in levels if path == ACTIVATION_PATH), None)
+            akey = repr((model.get("activation"), model.get("d_model")))
+            if act is not None and akey not in seen:
+                seen.add(akey)
+                try:
+                    _checked(functools.partial(check_activation, model), "activation",
+                             {"activation": model.get("activation"), "d_model": model.get("d_model")}, [act], tallies)
+                except (Broken, plugins.PluginError) as exc:
+                    out.append((where(config, ACTIVATION_PATH), _report(_who(act), exc)))
+                    broken_inits.add(akey)
+            if (init is None or ikey not in broken_inits) and (act is None or akey not in broken_inits):
                 try:
                     _checked(functools.partial(check_model, model), "model", model, used, tallies, "model")
                 except (Broken, plugins.PluginError) as exc:
