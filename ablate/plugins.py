@@ -87,7 +87,17 @@ class Plugin:
     def load(self) -> Any:
         """The object the target names; ``PluginError`` naming the plug-in and the import's
         message when it cannot be imported (never a silent fall-back)."""
-        return load_target(self.target, f"{self.kind} plug-in {self.name!r}")
+        try:
+            return load_target(self.target, f"{self.kind} plug-in {self.name!r}")
+        except PluginError as exc:
+            cause = exc.__cause__
+            wrong_target = cause is None or (isinstance(cause, ModuleNotFoundError) and cause.name is not None
+                                             and f"{self.module}.".startswith(f"{cause.name}."))
+            if self.distribution is None or self.name == self.target or not wrong_target:
+                raise
+            # the target is in the package's metadata, read again only when it is reinstalled (editable too)
+            raise PluginError(f"{exc} (entry point {self.name!r} in {GROUPS[self.kind]!r} of {self.origin}: fix its "
+                              "target in that package's pyproject.toml, then reinstall it)") from cause
 
 
 def load_target(target: str, what: str) -> Any:
@@ -113,8 +123,18 @@ def load_target(target: str, what: str) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise PluginError(f"{what}: module {module_name!r} has no attribute {attribute!r}") from None
+            close = _closest(part, [n for n in dir(obj) if not n.startswith("_")])
+            raise PluginError(f"{what}: module {module_name!r} has no attribute {attribute!r}"
+                              f"{f'; did you mean {close!r}?' if close else ''}") from None
     return obj
+
+
+def _closest(name: str, names: list[str]) -> str | None:
+    """The name of ``names`` closest to ``name``, case ignored first (SoftPlusReal → SoftplusReal)."""
+    import difflib
+
+    same = [n for n in names if n.lower() == name.lower()]
+    return same[0] if same else next(iter(difflib.get_close_matches(name, names, n=1, cutoff=0.7)), None)
 
 
 @lru_cache(maxsize=256)

@@ -555,3 +555,30 @@ def test_a_plugin_interrupted_while_it_imports_is_a_refusal_naming_it(tmp_path, 
     assert info.value.code == 130
     assert info.value.lines == ["normalisation plug-in 'ctrl_c_on_import:x': interrupted while importing "
                                 "'ctrl_c_on_import' (its import did not finish)"]
+
+
+def test_an_entry_point_with_a_misspelt_target_says_the_closest_and_where_to_fix_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    typo = plugins.Plugin("parameterisation", "my_real", "ablate.models.parameterisations:Realdiagonal",
+                          "my-dist", "0.1.0")
+    with pytest.raises(plugins.PluginError) as caught:
+        typo.load()
+    assert str(caught.value) == (
+        "parameterisation plug-in 'my_real': module 'ablate.models.parameterisations' has no attribute "
+        "'Realdiagonal'; did you mean 'RealDiagonal'? (entry point 'my_real' in 'ablate.parameterisations' of "
+        "my-dist 0.1.0: fix its target in that package's pyproject.toml, then reinstall it)")
+    by_path = plugins.Plugin("parameterisation", "ablate.models.parameterisations:Rotatoin",
+                             "ablate.models.parameterisations:Rotatoin")
+    with pytest.raises(plugins.PluginError, match=r"no attribute 'Rotatoin'; did you mean 'Rotation'\?$"):
+        by_path.load()
+    # a module that fails in its own code is fixed there, not in the entry point
+    broken = plugins.Plugin("parameterisation", "my_broken", "ablate.no_such_module_here:X", "my-dist", "0.1.0")
+    with pytest.raises(plugins.PluginError, match="entry point 'my_broken'"):
+        broken.load()
+    (tmp_path / "my_plugin_missing_dep.py").write_text("import my_dependency_nowhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    inner = plugins.Plugin("parameterisation", "my_inner", "my_plugin_missing_dep:X", "my-dist", "0.1.0")
+    with pytest.raises(plugins.PluginError) as caught:
+        inner.load()
+    assert "No module named 'my_dependency_nowhere'" in str(caught.value) and "entry point" not in str(caught.value)
+    sys.modules.pop("my_plugin_missing_dep", None)
