@@ -4,8 +4,10 @@ tensors are off is refused before its forward pass, by the method's name and the
 (a per-unit ``head_gain()`` used to pass, and ξ then scaled inputs 6–14× wrong); one that
 declares no recurrent parameters is refused naming the rule they are for; a target that is not a
 Parameterisation subclass is said to be one; a non-finite output names the first non-finite
-tensor; a plug-in's own exception is one line, its traceback printed with ABLATE_TRACEBACK=1; a
-report section by path is resolved."""
+tensor; a plug-in's own exception is one line naming its line of code, its traceback printed with
+ABLATE_TRACEBACK=1; an activation or nonlinearity that changes the shape is one problem at its own
+setting; a task's out-of-range token ids say the vocab_size they need; a report section by path is
+resolved."""
 
 from __future__ import annotations
 
@@ -89,6 +91,11 @@ PLUGINS = textwrap.dedent('''
 
         def forward(self, x):
             return self.lin(x)
+
+
+    def halve(x):
+        """A nonlinearity that drops half the state."""
+        return torch.tanh(x)[..., : x.shape[-1] // 2]
 
 
     def build(params, ctx):
@@ -187,6 +194,16 @@ def test_an_activation_that_changes_the_shape_is_one_problem_at_its_own_setting(
     assert where == "model.activation"
     assert message == (f"activation plug-in '{MODULE}:Halves' (path (no distribution)): Activation(d_model)(x) has "
                        "shape (2, 8, 4); expected (batch, steps, d_model) = (2, 8, 8), the shape of x")
+
+
+def test_a_nonlinearity_that_changes_the_shape_is_one_problem_at_its_own_setting(plugin: str) -> None:
+    model = {"d_model": 8, "state_dim": 8, "heads": 2, "layers": 1, "nonlinearity": f"{MODULE}:halve"}
+    configs = [{"model": {**model, "parameterisation": p}, "task": {"name": "listops"}}
+               for p in ("rotation", f"{MODULE}:Fine")]
+    (where, message), = contract.problems(configs)
+    assert where == "model.nonlinearity"
+    assert message == (f"nonlinearity plug-in '{MODULE}:halve' (path (no distribution)): nonlinearity(x) has "
+                       "shape (2, 4); expected (batch, state_dim) = (2, 8), the shape of x")
 
 
 def test_a_task_whose_ids_reach_its_vocab_size_says_the_size_it_needs(plugin: str) -> None:

@@ -42,6 +42,7 @@ AGREE = 1e-3
 Problems = list[tuple[str, str]]
 INIT_PATH = "model.init.scheme"
 ACTIVATION_PATH = "model.activation"
+ALONE = (ACTIVATION_PATH, "model.nonlinearity")  # checked alone before the networks
 
 
 @dataclass(frozen=True)
@@ -170,26 +171,31 @@ def check_model(model: dict[str, Any]) -> list[str]:
     return done
 
 
-def check_activation(model: dict[str, Any]) -> list[str]:
-    """The activation of ``model`` alone, built as ``Activation(d_model)``: (B, L, d) → (B, L, d),
-    finite. Checked before the networks, whose forward would otherwise fail on a bare torch
-    message at the residual sum, once per network and blamed on the other plug-ins too."""
+def check_alone(model: dict[str, Any], path: str) -> list[str]:
+    """The activation or nonlinearity of ``model`` alone, on what a network gives it: built as
+    ``Activation(d_model)``, on (B, L, d); the nonlinearity on the state, (B, N). Each keeps the
+    shape, finite. Checked before the networks, whose forward would otherwise fail on a bare torch
+    message, once per network and blamed on the other plug-ins too."""
     import torch
 
     from ablate.spec import ModelSpec
 
     with _promise("validating the model"):
         spec = ModelSpec.model_validate(model)
-    with _promise("building Activation(d_model)"):
-        act = catalogue.ACTIVATIONS.load(spec.activation)(spec.d_model)
-    want = (BATCH, STEPS, spec.d_model)
-    with _promise("its forward pass"):
-        y = act(torch.randn(want))
+    if path == ACTIVATION_PATH:
+        call, want, named = "Activation(d_model)(x)", (BATCH, STEPS, spec.d_model), "(batch, steps, d_model)"
+        with _promise("building Activation(d_model)"):
+            fn = catalogue.ACTIVATIONS.load(spec.activation)(spec.d_model)
+    else:
+        call, want, named = "nonlinearity(x)", (BATCH, spec.state_dim), "(batch, state_dim)"
+        with _promise("loading it"):
+            fn = catalogue.NONLINEARITIES.load(spec.nonlinearity)
+    with _promise(call):
+        y = fn(torch.randn(want))
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != want:
-        raise Broken(f"Activation(d_model)(x) has shape {tuple(getattr(y, 'shape', ()))}; expected "
-                     f"(batch, steps, d_model) = {want}, the shape of x")
-    _finite(y, "Activation(d_model)(x)")
-    return ["(batch, steps, d_model) kept"]
+        raise Broken(f"{call} has shape {tuple(getattr(y, 'shape', ()))}; expected {named} = {want}, the shape of x")
+    _finite(y, call)
+    return [f"{named} kept"]
 
 
 def check_init(model: dict[str, Any]) -> list[str]:
@@ -570,17 +576,20 @@ def problems(configs: Iterable[dict[str, Any]],
                 except (Broken, plugins.PluginError) as exc:
                     out.append((where(config, INIT_PATH), _report(_who(init), exc)))
                     broken_inits.add(ikey)
-            act = next((lvl.plugin for path, lvl in levels if path == ACTIVATION_PATH), None)
-            akey = repr((model.get("activation"), model.get("d_model")))
-            if act is not None and akey not in seen:
-                seen.add(akey)
-                try:
-                    _checked(functools.partial(check_activation, model), "activation",
-                             {"activation": model.get("activation"), "d_model": model.get("d_model")}, [act], tallies)
-                except (Broken, plugins.PluginError) as exc:
-                    out.append((where(config, ACTIVATION_PATH), _report(_who(act), exc)))
-                    broken_inits.add(akey)
-            if (init is None or ikey not in broken_inits) and (act is None or akey not in broken_inits):
+            alone = []  # an activation or nonlinearity: checked once per size, a broken one reported as its own
+            for path, lvl in levels:
+                if path in ALONE and lvl.plugin is not None:
+                    part = {"path": path, "level": _setting(model, path), "d_model": model.get("d_model"),
+                            "state_dim": model.get("state_dim")}
+                    alone.append(akey := repr(sorted(part.items())))
+                    if akey not in seen:
+                        seen.add(akey)
+                        try:
+                            _checked(functools.partial(check_alone, model, path), path, part, [lvl.plugin], tallies)
+                        except (Broken, plugins.PluginError) as exc:
+                            out.append((where(config, path), _report(_who(lvl.plugin), exc)))
+                            broken_inits.add(akey)
+            if (init is None or ikey not in broken_inits) and not broken_inits.intersection(alone):
                 try:
                     _checked(functools.partial(check_model, model), "model", model, used, tallies, "model")
                 except (Broken, plugins.PluginError) as exc:
