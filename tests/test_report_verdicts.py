@@ -345,3 +345,16 @@ def test_an_alpha_set_when_rendering_is_labelled_beside_the_verdicts_it_sets() -
                          "rendering**, not the defaults: 90% intervals (`-p confidence`; default 95%), min_effect "
                          "±0.050 (`-p min_effect`; the spec's `stats.min_effect` is 0.010) and never learned at ≤ "
                          "chance + 0.1 (`-p margin`; default 0.02); the verdicts and flags below use them.")
+
+
+def test_a_cell_none_of_whose_runs_finished_is_said_first_on_page_one() -> None:
+    trials = factorial(effect_a=0.05, seeds=4, sd=0.005, rng=np.random.default_rng(3))
+    cell = trials["cell_id"].unique()[1]
+    trials.loc[trials["cell_id"] == cell, ["status", METRIC]] = ["diverged", np.nan]
+    v = _verdicts(trials)
+    assert v.lost == [cell]
+    said = verdicts.answer_sentences(v)
+    assert said[0] == (f"Nothing about **{v.labels[cell]}** is tested: no run of it finished (the table's flags say "
+                       "how each ended); every verdict below rests on the cells whose runs finished.")
+    assert not verdicts.answer_sentences(_verdicts(factorial(seeds=4, rng=np.random.default_rng(3))))[0].startswith(
+        "Nothing about")

@@ -17,7 +17,8 @@ import pandas as pd
 from ablate import stats
 from ablate.report import format as fmt
 
-__all__ = ["caveat", "cell_flag", "cells_caveat", "counts", "default_margin", "comparisons_tail", "mostly", "rule", "term_caveat"]
+__all__ = ["caveat", "cell_flag", "cells_caveat", "counts", "default_margin", "comparisons_tail", "lost_cells",
+           "lost_sentence", "mostly", "rule", "term_caveat"]
 
 COLUMNS = ["cell_id", "n_never_learned", "n_finished"]
 
@@ -126,3 +127,22 @@ def comparisons_tail(metric: str, chance: float | None, margin: float) -> str:
     """What ``cells_caveat`` means, said once after the comparisons it marks."""
     return (f" — never learned: {rule(metric, chance, margin)}; where a compared cell's runs mostly never learned, "
             "the difference is that they did not train")
+
+
+def lost_cells(trials: pd.DataFrame) -> list[str]:
+    """The cells none of whose replicate runs finished (each diverged, failed or was killed): no
+    verdict can name them, and a factor's test then rests on the other cells alone."""
+    rep = stats.phase_rows(trials, "replicate")
+    if not len(rep) or "status" not in rep.columns:
+        return []
+    done = rep["status"].isin(("complete", "pruned")).groupby(rep["cell_id"], sort=False).any()
+    return [str(c) for c, any_done in done.items() if not any_done]
+
+
+def lost_sentence(labels: list[str]) -> str:
+    """Page one's words for ``lost_cells`` (by their labels); ``""`` when there is none."""
+    if not labels:
+        return ""
+    names = ", ".join(f"**{x}**" for x in labels[:-1]) + (" and " if len(labels) > 1 else "") + f"**{labels[-1]}**"
+    return (f"Nothing about {names} is tested: no run of {'it' if len(labels) == 1 else 'them'} finished (the "
+            "table's flags say how each ended); every verdict below rests on the cells whose runs finished.")

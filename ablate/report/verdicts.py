@@ -68,6 +68,7 @@ class Verdicts:
     margin: float = 0.0
     #: the report parameters set when rendering away from their defaults: name → (value, default)
     rendered: dict[str, tuple[float, float]] = field(default_factory=dict)
+    lost: list[str] = field(default_factory=list)  # cells with no finished run (``never_learned.lost_cells``)
 
     def policy(self) -> str:
         """The report's one sentence on the family (``stats.family.policy_sentence``)."""
@@ -238,7 +239,7 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
                     effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect, never),
                     seq_m, dict(short), key, beside, seq_why, m, never, chance, margin,
-                    overrides.changed(alpha, confidence, margin, effect, spec.stats.min_effect))
+                    overrides.changed(alpha, confidence, margin, effect, spec.stats.min_effect), nl.lost_cells(trials))
 
 
 def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, factors: list[str], alpha: float,
@@ -303,7 +304,9 @@ def _flags(trials: pd.DataFrame, metric: str, seeds: pd.DataFrame | None, steps:
             flags.append(said)
         column = "flagged" if seeds is not None and "flagged" in seeds.columns else "nonfinite"
         if seeds is not None and column in seeds.columns:
-            bad = int(seeds.loc[seeds["cell_id"] == cid, column].fillna(False).astype(bool).sum())
+            mine = seeds[(seeds["cell_id"] == cid) & ~seeds.get("diverged", pd.Series(False, index=seeds.index))
+                         .fillna(False).astype(bool)]  # a run whose training diverged is counted as that above
+            bad = int(mine[column].fillna(False).astype(bool).sum())
             if bad:
                 flags.append(f"{bad} run{'s' if bad > 1 else ''} with non-finite or late-growing norms")
         if str(cid) in improving:
@@ -501,7 +504,8 @@ def answer_sentences(v: Verdicts, named: int = 3) -> list[str]:
     if v.sequential:
         return _sequential_sentences(v, named)
     heads = {v.metric: fmt.metric_name(v.metric), **NORM_WORDS}
-    return term_sentences(v) + _comparison_sentences(v, heads, named)
+    lost = nl.lost_sentence([_names(v)[0].get(c, c) for c in v.lost])
+    return [lost] * bool(lost) + term_sentences(v) + _comparison_sentences(v, heads, named)
 
 
 def _sequential_sentences(v: Verdicts, named: int) -> list[str]:

@@ -296,11 +296,24 @@ def ratio_interval(cell: np.ndarray, ref: np.ndarray, paired: bool, confidence: 
     return bounds[0], bounds[1], ""
 
 
-def flags(norms: pd.DataFrame) -> pd.DataFrame:
+def diverged_runs(trials: pd.DataFrame | None) -> dict[tuple[Any, Any], float]:
+    """(cell_id, seed) → the step at which training stopped, of the runs ``trials`` records as
+    ``diverged``: a loss that turned non-finite between probes leaves every probe finite, and the
+    run's last probe (at step 0 if it diverged before the first) would pass for its end."""
+    if trials is None or "status" not in trials.columns:
+        return {}
+    div = trials[trials["status"] == "diverged"]
+    steps = div["steps"] if "steps" in div.columns else pd.Series(np.nan, index=div.index)
+    return {(c, s): float(n) for c, s, n in zip(div["cell_id"], div["seed"], steps, strict=True)}
+
+
+def flags(norms: pd.DataFrame, diverged: dict[tuple[Any, Any], float] | None = None) -> pd.DataFrame:
     """Per run (cell, seed) of ``layer_norms``: ``bad_norms`` (units with a non-finite or
     non-positive ‖x‖² in any head), ``late_growth`` (the run's growth of ‖x‖² over the second half
     of its probe steps over the median growth of its variant's other runs, largest over layers; NaN
-    without another run or two steps) and ``flag`` ("" or why the run is flagged)."""
+    without another run or two steps), ``diverged`` (training diverged: ``diverged_runs``; like a
+    non-finite run, it has no value of any measure) and ``flag`` ("" or why the run is flagged)."""
+    diverged = diverged or {}
     run = ["cell_id", "seed"]
     v = norms["value"].to_numpy(float)
     bad_heads = norms["bad"].to_numpy(float) if "bad" in norms.columns else np.zeros(len(norms))
@@ -326,11 +339,14 @@ def flags(norms: pd.DataFrame) -> pd.DataFrame:
                 growth[key[:2]] = max(growth.get(key[:2], -np.inf), vals[i] - others)
     out["late_growth"] = [growth.get(key, np.nan) for key in out.index]
     limit = math.log(LATE_GROWTH)
+    out["diverged"] = [key in diverged for key in out.index]
     out["flag"] = [
+        (f"training diverged at step {diverged[key]:,.0f}" if np.isfinite(diverged[key]) else "training diverged")
+        + " (its last probe is not its end)" if key in diverged else
         f"non-finite or zero ‖x‖² at {int(b)} (layer, step)" if b else
         f"late growth: ‖x‖² grew {math.exp(lg):.2g}× more than its variant's other runs"
         if np.isfinite(lg) and lg > limit else ""
-        for b, lg in zip(out["bad_norms"], out["late_growth"], strict=True)]
+        for key, b, lg in zip(out.index, out["bad_norms"], out["late_growth"], strict=True)]
     out["bad_norms"] = out["bad_norms"].astype(int)
     return out.reset_index()
 
@@ -376,9 +392,10 @@ def seeds_comparisons(norms: pd.DataFrame, ref: str, order: Order, alpha: float,
             parts += [{"cell_id": c, "cell_label": labels[c], "seed": si, "phase": "replicate", "status": "complete",
                        "log_dev_seeds": float(np.log(d)) if d > 0 else np.nan} for si, d in zip(s, dev, strict=True)]
         frame = pd.DataFrame(parts, columns=["cell_id", "cell_label", "seed", "phase", "status", "log_dev_seeds"])
-        if frame.empty or not (frame["cell_id"] == ref).any():
-            frame = pd.concat([frame, pd.DataFrame([{"cell_id": ref, "cell_label": labels[ref], "seed": -1,
-                                                     "phase": "replicate", "status": "failed"}])])
+        for c in (cid, ref):  # a side with no run left (all flagged) is a row with n = 0, not a missing one
+            if not (frame["cell_id"] == c).any():
+                frame = pd.concat([frame, pd.DataFrame([{"cell_id": c, "cell_label": labels[c], "seed": -1,
+                                                         "phase": "replicate", "status": "failed"}])])
         one = compare_to_reference(frame, "log_dev_seeds", ref, alpha, confidence=confidence,
                                    min_effect=float(np.log(min_ratio)), power=power)
         one = one[one["cell_id"] == cid].copy()

@@ -231,7 +231,8 @@ def per_seed(norms: pd.DataFrame, trials: Any = None, factors: Sequence[str] | N
 
     ``norms`` is ``layer_norms`` (one row per cell, seed, layer, step). Columns: ``cell_id``,
     ``cell_label``, ``seed``, ``phase`` ("replicate"), ``status`` ("complete"), ``layers``,
-    ``steps`` (probe steps of the run), ``bad_norms``, ``nonfinite`` (``bad_norms`` > 0),
+    ``steps`` (probe steps of the run), ``bad_norms``, ``nonfinite`` (``bad_norms`` > 0, or
+    training diverged), ``diverged`` (``trials`` says its training diverged: ``norm_seeds.diverged_runs``),
     ``late_growth``, ``flag`` (``norm_seeds.flags``: "" for a run analysed as usual, else why it is
     not), ``flagged`` (``flag`` non-empty: the column figures mark runs by),
     ``cv_training``, ``cv_depth`` (NaN with one layer), ``final_norm``, ``dev_seeds`` (NaN for a
@@ -239,18 +240,19 @@ def per_seed(norms: pd.DataFrame, trials: Any = None, factors: Sequence[str] | N
     ``log_final_norm``, ``log_dev_seeds``, and the columns ``factors`` of ``trials`` (when given;
     default its dotted-path columns — a named factor has no dot: name it). A run with a non-finite
     or zero ‖x‖² anywhere has NaN measures: a final norm computed from the layers that stayed
-    finite would look like a normal run's."""
-    head = ["cell_id", "cell_label", "seed", "layers", "steps", "bad_norms", "nonfinite", "late_growth", "flag", "flagged"]
+    finite would look like a normal run's; so has one whose training diverged."""
+    head = ["cell_id", "cell_label", "seed", "layers", "steps", "bad_norms", "nonfinite", "diverged", "late_growth", "flag",
+            "flagged"]
     cols = [*head, "cv_training", "cv_depth", "final_norm", "dev_seeds"]
     if norms.empty:
         out = pd.DataFrame(columns=cols)
     else:
         run = ["cell_id", "seed"]
-        flags = norm_seeds.flags(norms).set_index(run)
+        flags = norm_seeds.flags(norms, norm_seeds.diverged_runs(_pandas(trials) if trials is not None else None))
         base = norms.groupby(run, sort=False).agg(cell_label=("cell_label", "first"), layers=("layer", "nunique"),
-                                                  steps=("step", "nunique")).join(flags)
-        base = base.assign(nonfinite=base["bad_norms"] > 0, flagged=base["flag"] != "")
-        ok_runs = base.index[base["bad_norms"] == 0]
+                                                  steps=("step", "nunique")).join(flags.set_index(run))
+        base = base.assign(nonfinite=(base["bad_norms"] > 0) | base["diverged"], flagged=base["flag"] != "")
+        ok_runs = base.index[~base["nonfinite"]]
         good = norms[pd.MultiIndex.from_frame(norms[run]).isin(ok_runs)]
         training = _cv_over(good, [*run, "layer"]).groupby(level=[0, 1], sort=False).mean()
         depth = _cv_over(good, [*run, "step"]).groupby(level=[0, 1], sort=False).mean()
