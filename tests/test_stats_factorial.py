@@ -78,29 +78,43 @@ def test_the_pooled_variance_is_kept_only_where_a_cell_has_one_run():
     assert eff.loc["diagonal", "interval"] == "Welch t"
 
 
-def test_a_paired_level_that_lost_a_run_keeps_the_seed_blocked_interval_on_the_seeds_every_cell_ran():
+def test_a_paired_level_that_lost_a_run_keeps_a_seed_blocked_interval():
     """Cells sharing seeds 0–7 with a seed effect 5× the runs' noise, one run lost (a seed flagged out):
     the level's interval was the pooled t, which counts the seed effect the cells share as if it
-    averaged out (too narrow); it is the t interval of the per-seed means over the 7 common seeds."""
+    averaged out (too narrow); it is the delete-one-seed jackknife's, over all 8 seeds."""
     trials = factorial(seeds=8, sd=0.002, rng=np.random.default_rng(5))
     shared = dict(zip(range(8), np.random.default_rng(6).normal(0, 0.01, 8), strict=True))
     trials[METRIC] = trials[METRIC] + trials["seed"].map(shared)
     lost = set_status(trials, "rotation-none", [3], "failed")
     rot = stats.main_effects(lost, METRIC, [A]).set_index("level").loc["rotation"]
-    assert rot["interval"] == "seed-blocked t on the 7 seeds every cell ran" and rot["df"] == 6
+    assert rot["interval"] == "seed-blocked t, jackknifed over 8 seeds (not every cell ran each)" and rot["df"] == 7
     runs = lost[(lost[A] == "rotation") & lost[METRIC].notna()]
-    per_seed = runs[runs["seed"] != 3].groupby("seed")[METRIC].mean()
-    assert rot["se"] == pytest.approx(per_seed.std(ddof=1) / np.sqrt(7))
-    assert rot["mean"] == pytest.approx(runs.groupby("cell_id")[METRIC].mean().mean())  # every run counts
-    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.995, 6) * rot["se"])
+    means = runs.groupby("cell_id")[METRIC].mean()
+    loo = np.array([runs[runs["seed"] != s].groupby("cell_id")[METRIC].mean().mean() for s in range(8)])
+    assert rot["se"] == pytest.approx(np.sqrt(7 / 8 * ((loo - loo.mean()) ** 2).sum()))
+    assert rot["mean"] == pytest.approx(means.mean())  # every run counts
+    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.995, 7) * rot["se"])
     assert rot["se"] > 1.5 * np.sqrt(runs.groupby("cell_id")[METRIC].var().mean() / 23)  # the pooled se
-    whole = stats.main_effects(trials, METRIC, [A]).set_index("level").loc["diagonal"]
-    assert whole["interval"] == "seed-blocked t" and whole["df"] == 7
+    whole = stats.main_effects(trials, METRIC, [A]).set_index("level")
+    assert whole.loc["diagonal", "interval"] == "seed-blocked t" and whole.loc["diagonal", "df"] == 7
+    # with every run, the jackknife is the per-seed means' t: losing a run changes the se a little
+    assert rot["se"] == pytest.approx(whole.loc["rotation", "se"], rel=0.3)
+
+
+def test_the_seed_jackknife_is_the_per_seed_means_t_when_every_cell_ran_every_seed():
+    from ablate.stats.factorial import _seed_jackknife
+
+    trials = factorial(seeds=5, sd=0.01, rng=np.random.default_rng(1))
+    runs = trials[trials[A] == "rotation"]
+    se, seeds, _ = _seed_jackknife(runs, METRIC)
+    assert seeds == 5 and se == pytest.approx(runs.groupby("seed")[METRIC].mean().std(ddof=1) / np.sqrt(5))
+    # cells that share fewer than two seeds have none (they get Welch's t)
+    assert _seed_jackknife(runs.assign(seed=runs["seed"] + 10 * runs["cell_id"].factorize()[0]), METRIC) is None
 
 
 def test_lost_seed_intervals_cover():
     """200 paired 2 × 3 studies at 4 seeds, a seed effect of sd 0.02 beside run noise 0.005, one random
-    run of one rotation cell lost: the pooled t's 95% interval of rotation covered 0.81 of them (now 0.98)."""
+    run of one rotation cell lost: the pooled t's 95% interval of rotation covered 0.81 of them."""
     rng = np.random.default_rng(11)
     hits = 0
     for _ in range(200):

@@ -85,17 +85,40 @@ def _cell_stats(done: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _seed_means(runs: pd.DataFrame, metric: str) -> tuple[pd.Series, bool] | None:
-    """(seed → the mean over the cells of ``runs`` of each cell's mean at that seed, over the seeds
-    every cell ran; whether every cell ran exactly those seeds once each), when two or more seeds
-    are common to every cell (a seed-blocked design, or one that lost a run); else None."""
-    per_cell = runs.groupby("cell_id", sort=False)["seed"]
-    common = set.intersection(*(set(s) for _, s in per_cell)) if len(runs) else set()
-    if len(common) < 2:
+def _seed_means(runs: pd.DataFrame, metric: str) -> pd.Series | None:
+    """Seed → the mean of ``metric`` over the cells of ``runs``, when every cell there ran the
+    same two or more seeds once each (a seed-blocked design); else None."""
+    seeds = runs.groupby("cell_id", sort=False)["seed"].agg(lambda s: tuple(sorted(s)))
+    if seeds.empty or seeds.nunique() != 1 or len(seeds.iloc[0]) < 2 or len(set(seeds.iloc[0])) != len(seeds.iloc[0]):
         return None
-    full = bool((per_cell.size() == len(common)).all() and (per_cell.nunique() == len(common)).all())
-    at = runs[runs["seed"].isin(common)].groupby(["seed", "cell_id"], sort=True)[metric].mean()
-    return at.groupby(level="seed").mean(), full
+    return runs.groupby("seed", sort=True)[metric].mean()
+
+
+def _seed_jackknife(runs: pd.DataFrame, metric: str) -> tuple[float, int, np.ndarray] | None:
+    """(se, seeds, the leave-one-seed-out estimates) of the unweighted mean of the cells' means over
+    ``runs``: the delete-one-seed jackknife over every seed a cell ran, when the cells share two or
+    more seeds and none would be left empty by deleting one; else None.
+
+    Seeds are the independent units (a seed's effect is shared by the cells that ran it), so
+    leaving one out at a time measures the spread a shared seed effect gives the marginal mean.
+    With every cell on the same seeds it is exactly the t interval's se of the per-seed means."""
+    at = runs.groupby(["cell_id", "seed"], sort=False)[metric].agg(["sum", "size"])
+    cells = at.index.get_level_values("cell_id")
+    seeds = at.index.get_level_values("seed")
+    per_cell = at.groupby(level="cell_id", sort=False)[["sum", "size"]].sum()
+    common = set.intersection(*(set(g.index.get_level_values("seed")) for _, g in at.groupby(level="cell_id")))
+    if len(common) < 2 or (per_cell["size"] < 2).any():
+        return None
+    k = len(per_cell)
+    cell_means = per_cell["sum"] / per_cell["size"]
+    total = float(cell_means.sum())
+    # Leaving seed s out changes only the means of the cells that ran it.
+    left = (per_cell["sum"].reindex(cells).to_numpy() - at["sum"].to_numpy()) / (
+        per_cell["size"].reindex(cells).to_numpy() - at["size"].to_numpy())
+    shift = pd.Series(left - cell_means.reindex(cells).to_numpy()).groupby(np.asarray(seeds)).sum()
+    loo = (total + shift.to_numpy(float)) / k
+    m = len(loo)
+    return float(np.sqrt((m - 1) / m * ((loo - loo.mean()) ** 2).sum())), m, loo
 
 
 def _welch(sub: pd.DataFrame) -> tuple[float, float, float]:
@@ -128,11 +151,12 @@ def marginal_means(
       the same two or more seeds: the t interval of the per-seed means over those cells, on seeds − 1
       degrees of freedom. A seed's effect common to every cell (one data order) does not average out
       of a marginal mean, and only the spread of the per-seed means counts it. When the cells share
-      two or more seeds but some ran others too (a paired study that lost a run: a seed flagged
-      out, a failed trial), the interval's se and df are those of the per-seed means over the seeds
-      every cell ran (``"seed-blocked t on the 7 seeds every cell ran"``), centred on the mean of
-      the cells' means over all their runs (which varies less than the mean over the common seeds:
-      a conservative width);
+      two or more seeds but not all of them (a paired study that lost a run: a seed flagged out, a
+      failed trial), the se is the delete-one-seed jackknife's over the m seeds any of them ran, on
+      m − 1 degrees of freedom (``"seed-blocked t, jackknifed over 8 seeds (not every cell ran
+      each)"``) — the same se as the per-seed means' when every cell runs every seed. The t on the
+      seeds every cell ran had one degree of freedom fewer per lost seed: at 4 seeds with one lost,
+      intervals three times as wide as the level's whose cells ran all four;
     - **Welch** (``"Welch t"``) otherwise, when every cell averaged has two or more runs: each cell
       its own variance, ``se = sqrt(Σ s_i²/n_i) / k`` over the ``k`` cells averaged, on
       Welch–Satterthwaite degrees of freedom — a level whose runs vary more gets the wider interval
@@ -183,15 +207,18 @@ def marginal_means(
         mean = float(sub["mean"].mean()) if k else np.nan
         runs = done[np.logical_and.reduce([done[f] == lv for f, lv in zip(by, combo, strict=True)])]
         blocked = _seed_means(runs, metric) if k >= 2 else None
+        jack = _seed_jackknife(runs, metric) if k >= 2 and blocked is None else None
         if blocked is not None:
-            per_seed, full = blocked
-            n_s = len(per_seed)
-            se, df, note = float(per_seed.std(ddof=1) / np.sqrt(n_s)), n_s - 1, ""
-            kind = "seed-blocked t" if full else f"seed-blocked t on the {n_s} seeds every cell ran"
-            if full:
-                mean = float(per_seed.mean())
-            if no_spread(per_seed.to_numpy(float), scale):
+            n_s = len(blocked)
+            mean, se = float(blocked.mean()), float(blocked.std(ddof=1) / np.sqrt(n_s))
+            df, kind, note = n_s - 1, "seed-blocked t", ""
+            if no_spread(blocked.to_numpy(float), scale):
                 se, note = np.nan, f"no spread: {n_s} seeds' means equal"
+        elif jack is not None:
+            se, df, note = jack[0], jack[1] - 1, ""
+            kind = f"seed-blocked t, jackknifed over {jack[1]} seeds (not every cell ran each)"
+            if no_spread(jack[2], scale):
+                se, note = np.nan, f"no spread: {jack[1]} seeds' leave-one-out means equal"
         elif k and (sub["n"] >= 2).all():
             se, df, sd_max = _welch(sub)
             kind, note = "Welch t", ""

@@ -219,7 +219,7 @@ else:
     show(acc.main_effects_table(effects, confidence), name="main-effects", data=effects, intro=[
         "**Main effects.** The marginal mean of each level: the unweighted mean of the means of the cells at that "
         "level, with a seed-blocked t interval (of the per-seed means over the level's cells) where those cells "
-        "share their seeds (those every cell ran, when one lost a run), else a Welch t interval (each cell its own "
+        "share their seeds (jackknifed over seeds, when a cell lost a run), else a Welch t interval (each cell its own "
         "variance). *cells* counts those with results "
         "out of those at the level.",
         "" if full else "**The design is not full factorial**: a level's cells differ in the other factors "

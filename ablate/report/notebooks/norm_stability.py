@@ -178,7 +178,7 @@ else:
             f"{tables['stability']} (its column says which): the unweighted mean of the cells' mean log values at that level, exponentiated (a geometric "
             "mean)" + ("; over layers of their mean √CV, squared" if depth else "")
             + ", with a seed-blocked t interval (of the per-seed means over the level's cells) where those cells "
-            "share their seeds (those every cell ran, when one lost a run), else a Welch t interval (each cell its own "
+            "share their seeds (jackknifed over seeds, when a cell lost a run), else a Welch t interval (each cell its own "
             "variance); "
             f"a row per factor level, a column per measure ({fmt.level(confidence)} intervals)."))
     pairs = list(itertools.combinations(varied, 2)) if full else []
