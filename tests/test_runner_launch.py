@@ -303,3 +303,22 @@ def test_a_run_whose_every_item_ran_out_of_memory_at_every_retry_exits_1_saying_
     assert "1 item(s) failed at every retry (out of memory at the most micro-batches" in e.getvalue()
     # ... and a diverged cell alone is still a result: exit 0.
     assert Outcome(0, 1, 0, 0, [], "s").verdict(err) == 0
+
+
+def test_a_run_whose_cells_all_diverged_says_so_and_is_still_a_result(tmp_path, monkeypatch):
+    """Before: "launch: 0 done, 2 failed, 0 unfinished" and nothing else, for a plug-in that turned
+    NaN at its first steps everywhere — a bug the researcher met only in the reports."""
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ABLATE_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    spec = design.validate({**SPEC, "train": {**SPEC["train"], "divergence_norm": 1e-12}})
+    out, o, err, e = consoles()
+    after = run_study(spec, stores(tmp_path), out, err, workers=1, checkpoint_every=0)
+    assert after is not None and (after.done, after.failed, after.errors) == (0, 2, 0)
+    assert after.diverged_cells == ["normalisation=xi", "normalisation=gamma"]
+    out, o, err, e = consoles()
+    after.print(out, err)
+    assert e.getvalue().replace("\n", " ").startswith(
+        "warning every run of 2 cells diverged, so the reports test nothing about them: normalisation=xi, "
+        "normalisation=gamma")
+    assert after.verdict(err) == 0
+    assert Outcome(2, 0, 0, 0, [], "s").diverged_cells == []

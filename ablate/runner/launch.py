@@ -52,13 +52,22 @@ class Outcome:
     # Items failed for good by running out of memory (or stores failing) at every retry: not a
     # result of the cell as a divergence is, and no run that ends with only these succeeded.
     exhausted: int = 0
+    # Cells every run of which diverged: a result (exit 0), but nothing about them can be tested,
+    # and a model that diverges everywhere it runs is more often a bug than a finding.
+    diverged_cells: list[str] = dataclasses.field(default_factory=list)
 
     def print(self, out: Console, err: Console) -> None:
         """The workers that failed (a warning when the others finished every item: its item was
-        recovered and run again), then the counts."""
+        recovered and run again), the cells no run of which trained, then the counts."""
         for line in self.worker_failures:
             kind = "[red]error[/red]" if self.unfinished or self.errors else "[yellow]warning[/yellow]"
             err.print(f"{kind} {escape(line)}", highlight=False, soft_wrap=True)
+        if self.diverged_cells:
+            n = len(self.diverged_cells)
+            err.print(f"[yellow]warning[/yellow] every run of {n} cell{'s' if n > 1 else ''} diverged, so the reports "
+                      f"test nothing about {'them' if n > 1 else 'it'}: {escape(', '.join(self.diverged_cells))} "
+                      f"(where the model is not meant to blow up, look at its numerics: `ablate status "
+                      f"{escape(self.study)}`)", highlight=False, soft_wrap=True)
         out.print(f"{self.study}: {self.done} done, {self.failed} failed, {self.unfinished} unfinished")
 
     def verdict(self, err: Console) -> int:
@@ -294,16 +303,23 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         todo = sequential_looks.items(spec, view)  # a sequential study's looks may have added seeds
         after = its.Progress.of(view, todo)
         looks = look_decisions(spec, sequential_looks.load_state(view), looked) if spec.sequential is not None else []
-        errors = [e for e in queue.entries(view, keys=("failure_kind", its.RETRIED))
-                  if e.user_attrs.get("failure_kind") == "error" and not e.user_attrs.get(its.RETRIED)]
+        failures = queue.entries(view, keys=("failure_kind", its.RETRIED, "item"))
+        errors = [e for e in failures if e.user_attrs.get("failure_kind") == "error" and not e.user_attrs.get(its.RETRIED)]
+        diverged = {e.user_attrs.get("item") for e in failures if e.user_attrs.get("failure_kind") == "diverged"}
+        if diverged:  # an item extended past a finished run may diverge and still be done
+            diverged &= {key for key, state in its.states_by_item(view).items() if state == "failed"}
         gave_up = [t for t in its.retryable(view, {i.key for i in todo}).values()
                    if not any(e.user_attrs.get("failure_kind") == "error" for e in t)] if after.failed else []
     except Exception as exc:
         raise st.StorageError(storage_problem(stores.storage, exc)) from None
     for line in looks:
         err.print(line, highlight=False, markup=False, soft_wrap=True)
+    cells: dict[str, bool] = {}  # cell label → every item of it diverged
+    for item in todo:
+        cells[item.cell.label] = cells.get(item.cell.label, True) and item.key in diverged
     return Outcome(done=after.done, failed=after.failed, unfinished=after.waiting + after.running,
-                   errors=len(errors), worker_failures=failed, study=spec.name, exhausted=len(gave_up))
+                   errors=len(errors), worker_failures=failed, study=spec.name, exhausted=len(gave_up),
+                   diverged_cells=[label for label, lost in cells.items() if lost])
 
 
 def run_worker(study: str, stores: Stores, err: Console, *, device: str = "cpu", threads: int | None = None,
