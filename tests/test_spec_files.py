@@ -121,7 +121,7 @@ def test_overrides_reach_dotted_factor_and_space_keys(tmp_path):
     assert s.tune.space["train.lr"].high == 0.1 and s.train.steps == 9
     assert len(design.cells(s)) == 3 * 2 * 2
     msg = load_error(path, ["train.steps=0"])
-    assert msg == "--set train.steps: train.steps: must be ≥ 1; got 0 — optimiser steps"
+    assert msg == "--set train.steps: must be ≥ 1; got 0 — optimiser steps"
     assert "is not of the form path=value" in load_error(path, ["train.steps"])
     assert "cannot set inside 'name'" in load_error(path, ["name.x=1"])
     assert "not valid YAML" in load_error(path, ["train.steps=[1"])
@@ -141,7 +141,7 @@ def test_read_checks_the_shape_and_load_everything(tmp_path):
     assert load_error(path).startswith(f"{path}:9: factors.model.normalisation[1]: 'zeta'")
     with pytest.raises(spec.SpecError) as info:
         spec.read(path, ["train.steps=0"])
-    assert str(info.value) == "--set train.steps: train.steps: must be ≥ 1; got 0 — optimiser steps"
+    assert str(info.value) == "--set train.steps: must be ≥ 1; got 0 — optimiser steps"
     s = spec.reads(GOOD, "text.yaml", ["model.layers=3"])
     assert s.model.layers == 3 and list(s.factors) == ["model.normalisation", "model.layers"]
     raw, origins = spec.read_raw(path, ["train.steps=9"])
@@ -156,7 +156,7 @@ def test_an_error_in_a_multirun_level_names_the_m_the_user_typed(tmp_path):
     said = load_error(path, multirun_overrides(["model.heds=1,2"]))
     assert said.startswith("-m model.heds: factors.model.heds: 'heds' is not a key of the baseline"), said
     assert load_error(path, multirun_overrides(["train.lr=[1,2"])).startswith("-m train.lr is not valid YAML")
-    assert load_error(path, ["train.lr=abc"]).startswith("--set train.lr: train.lr: must be a number")
+    assert load_error(path, ["train.lr=abc"]).startswith("--set train.lr: must be a number")
 
 
 def test_a_list_replaced_from_the_command_line_takes_its_items_lines_with_it(tmp_path):

@@ -57,7 +57,10 @@ class SpecError(Exception):
         lines = []
         for (path, msg), at in zip(problems, self.where, strict=True):
             line = f"{path}: {msg}" if path else msg
-            lines.append(f"{at}: {line}" if at else line)
+            # "--set train.steps: train.steps: …" says the key twice: the override names it already
+            # (unless the message goes on with an index into it: "seeds: [1]: …")
+            twice = at == f"--set {path}" and not msg.startswith("[")
+            lines.append(f"{at}: {msg}" if twice else f"{at}: {line}" if at else line)
         super().__init__("\n".join(lines))
 
 
