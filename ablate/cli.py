@@ -204,7 +204,7 @@ def run(
 
 @app.command("plugins")
 def plugins_command() -> None:
-    """The installed plug-ins (docs/plugins.md): kind, name, target, distribution, source hash, and whether each
+    """The installed plug-ins (docs/plugins.md): kind, name, target, distribution, code hash, and whether each
     loads; exit 1 when one fails to load."""
     from rich.markup import escape
 
@@ -214,7 +214,7 @@ def plugins_command() -> None:
     if not rows:
         out.print("no plug-ins installed (docs/plugins.md)")
         return
-    table(out, "plug-ins", ["kind", "name", "target", "from", "source", "status"], rows)
+    table(out, "plug-ins", ["kind", "name", "target", "from", "code hash", "status"], rows)
     if failing := [f"{kind} {name!r}" for kind, name, *_, status in rows if not loads(status)]:
         raise Refused(escape(f"{len(failing)} plug-in(s) fail to load: {', '.join(failing)}; their status says why: "
                              "fix them, or uninstall their distribution"), 1)
