@@ -19,7 +19,7 @@ an interaction besides. The runs go through exactly the report's functions (``pe
 columns, ``main_effects`` of its ``primary`` runs) at each number of seeds, in the ``--settings`` (``SETTINGS``;
 default the first two): paired (all cells share their seeds: the seed-blocked t), unpaired (every cell its
 own: Welch's t), a paired study that lost one run of p1 · q1 (the cell whose runs vary most) or of a random
-cell (a seed flagged out, a failed trial: the seed-blocked t on the seeds every cell ran), and unpaired with
+cell (a seed flagged out, a failed trial: the seed-blocked t jackknifed over seeds), and unpaired with
 p1's spread 4.5 and p0's 1 (on the final norm p1's runs then vary about 4.5× as much as p0's; the CVs, which
 a seed's offset does not move, 1.2–2×).
 
