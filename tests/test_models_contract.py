@@ -184,26 +184,22 @@ def test_the_plugins_own_failure_is_one_line_and_its_traceback_is_shown_when_ask
     assert f"{MODULE}.py" in shown and 'raise RuntimeError("first line' in shown
 
 
-def test_an_activation_that_changes_the_shape_is_one_problem_at_its_own_setting(plugin: str) -> None:
-    # before, each network failed on torch's broadcasting message, once blamed on the parameterisation too
+@pytest.mark.parametrize("setting,target,said", [
+    ("activation", "Halves", "Activation(d_model)(x) has shape (2, 8, 4); expected (batch, steps, d_model) = (2, 8, 8), "
+                             "the shape of x"),
+    ("nonlinearity", "halve", "nonlinearity(x) has shape (2, 4); expected (batch, state_dim) = (2, 8), the shape of x"),
+])
+def test_a_plugin_that_changes_the_shape_is_one_problem_at_its_own_setting(plugin: str, setting: str, target: str,
+                                                                           said: str) -> None:
+    # before, each network failed on torch's message (broadcasting; mat1 and mat2 shapes), once blamed
+    # on the parameterisation too
     model = {"d_model": 8, "state_dim": 8, "heads": 2, "layers": 1, "normalisation": "xi",
-             "activation": f"{MODULE}:Halves"}
+             setting: f"{MODULE}:{target}"}
     configs = [{"model": {**model, "parameterisation": p}, "task": {"name": "listops"}}
                for p in ("rotation", f"{MODULE}:Fine")]
     (where, message), = contract.problems(configs)
-    assert where == "model.activation"
-    assert message == (f"activation plug-in '{MODULE}:Halves' (path (no distribution)): Activation(d_model)(x) has "
-                       "shape (2, 8, 4); expected (batch, steps, d_model) = (2, 8, 8), the shape of x")
-
-
-def test_a_nonlinearity_that_changes_the_shape_is_one_problem_at_its_own_setting(plugin: str) -> None:
-    model = {"d_model": 8, "state_dim": 8, "heads": 2, "layers": 1, "nonlinearity": f"{MODULE}:halve"}
-    configs = [{"model": {**model, "parameterisation": p}, "task": {"name": "listops"}}
-               for p in ("rotation", f"{MODULE}:Fine")]
-    (where, message), = contract.problems(configs)
-    assert where == "model.nonlinearity"
-    assert message == (f"nonlinearity plug-in '{MODULE}:halve' (path (no distribution)): nonlinearity(x) has "
-                       "shape (2, 4); expected (batch, state_dim) = (2, 8), the shape of x")
+    assert where == f"model.{setting}"
+    assert message == f"{setting} plug-in '{MODULE}:{target}' (path (no distribution)): {said}"
 
 
 def test_a_task_whose_ids_reach_its_vocab_size_says_the_size_it_needs(plugin: str) -> None:
