@@ -30,6 +30,8 @@ import importlib.util
 import json
 import os
 import re
+import sys
+import threading
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -51,6 +53,7 @@ TARGET = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
 """What a spec writes for a plug-in by path: ``package.module:attribute``."""
 
 HASH_CHARS = 12  # of a plug-in's source hash, as a cell id's
+SLOW_IMPORT_S = 15.0  # a plug-in's import still running after this many seconds says so on stderr
 
 
 class PluginError(Exception):
@@ -105,6 +108,10 @@ def load_target(target: str, what: str) -> Any:
     if not is_target(target):
         raise PluginError(f"{what}: {target!r} is not of the form package.module:attribute")
     module_name, _, attribute = target.partition(":")
+    # A module that never finishes importing would hang validate and every worker without a word.
+    watch = threading.Timer(SLOW_IMPORT_S, _still_importing, (what, module_name))
+    watch.daemon = True
+    watch.start()
     try:
         obj: Any = importlib.import_module(module_name)
     except KeyboardInterrupt:  # a module that never finishes importing: say whose, not a bare exit 130
@@ -119,6 +126,8 @@ def load_target(target: str, what: str) -> Any:
         hint = f" ({not_found_hint()})" if isinstance(exc, ModuleNotFoundError) and exc.name is not None \
             and exc.name == module_name.partition(".")[0] else ""
         raise PluginError(f"{what}: cannot import {module_name!r}: {type(exc).__name__}: {exc}{hint}") from exc
+    finally:
+        watch.cancel()
     for part in attribute.split("."):
         try:
             obj = getattr(obj, part)
@@ -127,6 +136,12 @@ def load_target(target: str, what: str) -> Any:
             raise PluginError(f"{what}: module {module_name!r} has no attribute {attribute!r}"
                               f"{f'; did you mean {close!r}?' if close else ''}") from None
     return obj
+
+
+def _still_importing(what: str, module_name: str) -> None:
+    sys.stderr.write(f"{what}: still importing {module_name!r} after {SLOW_IMPORT_S:g} s (Ctrl-C stops it and "
+                     "names it)\n")
+    sys.stderr.flush()
 
 
 def _closest(name: str, names: list[str]) -> str | None:

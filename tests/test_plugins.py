@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -555,6 +556,20 @@ def test_a_plugin_interrupted_while_it_imports_is_a_refusal_naming_it(tmp_path, 
     assert info.value.code == 130
     assert info.value.lines == ["normalisation plug-in 'ctrl_c_on_import:x': interrupted while importing "
                                 "'ctrl_c_on_import' (its import did not finish)"]
+
+
+def test_a_plugin_whose_import_does_not_finish_says_so_while_it_hangs(tmp_path, monkeypatch, capfd) -> None:
+    # A module that loops on import hung validate (and every worker) without a word until Ctrl-C.
+    (tmp_path / "slow_on_import.py").write_text("import time\ntime.sleep(1.0)\nx = 1\n")
+    (tmp_path / "quick_on_import.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "SLOW_IMPORT_S", 0.2)
+    assert plugins.load_target("slow_on_import:x", "normalisation plug-in 'slow_on_import:x'") == 1
+    assert capfd.readouterr().err == ("normalisation plug-in 'slow_on_import:x': still importing 'slow_on_import' "
+                                      "after 0.2 s (Ctrl-C stops it and names it)\n")
+    assert plugins.load_target("quick_on_import:x", "normalisation plug-in 'quick_on_import:x'") == 1
+    time.sleep(0.4)  # past the deadline: an import that finished cancelled its watch
+    assert capfd.readouterr().err == ""
 
 
 def test_an_entry_point_with_a_misspelt_target_says_the_closest_and_where_to_fix_it(
