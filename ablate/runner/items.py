@@ -159,9 +159,10 @@ def level_params(study: optuna.Study, settings: Mapping[str, Any] | None) -> dic
     return out
 
 
-def counts(study: optuna.Study, items: list[Item] | None = None) -> Counter:
-    """Items per state; with ``items`` also those of the spec not yet enqueued ("new")."""
-    states = states_by_item(study)
+def counts(study: optuna.Study, items: list[Item] | None = None, states: dict[str, str] | None = None) -> Counter:
+    """Items per state; with ``items`` also those of the spec not yet enqueued ("new");
+    ``states``: ``states_by_item(study)`` when the caller read it already."""
+    states = states_by_item(study) if states is None else states
     if items is None:
         return Counter(states.values())
     return Counter(states.get(i.key, "new") for i in items)
@@ -176,8 +177,9 @@ class Progress:
     new: int
 
     @classmethod
-    def of(cls, study: optuna.Study, items: list[Item] | None = None) -> Progress:
-        c = counts(study, items)
+    def of(cls, study: optuna.Study, items: list[Item] | None = None,
+           states: dict[str, str] | None = None) -> Progress:
+        c = counts(study, items, states)
         return cls(c["done"], c["failed"], c["running"], c["waiting"], c["new"])
 
     @property

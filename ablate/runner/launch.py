@@ -301,13 +301,14 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         # worker ran, the study opened above reads the same store (a command opens its storage once)
         view = st.open_study(spec.name, stores, read_only=True) if device_list else study
         todo = sequential_looks.items(spec, view)  # a sequential study's looks may have added seeds
-        after = its.Progress.of(view, todo)
+        states = its.states_by_item(view)
+        after = its.Progress.of(view, todo, states)
         looks = look_decisions(spec, sequential_looks.load_state(view), looked) if spec.sequential is not None else []
         failures = queue.entries(view, keys=("failure_kind", its.RETRIED, "item"))
         errors = [e for e in failures if e.user_attrs.get("failure_kind") == "error" and not e.user_attrs.get(its.RETRIED)]
         diverged = {e.user_attrs.get("item") for e in failures if e.user_attrs.get("failure_kind") == "diverged"}
-        if diverged:  # an item extended past a finished run may diverge and still be done
-            diverged &= {key for key, state in its.states_by_item(view).items() if state == "failed"}
+        # an item whose extension diverged after a finished run is done, not lost
+        diverged &= {key for key, state in states.items() if state == "failed"}
         gave_up = [t for t in its.retryable(view, {i.key for i in todo}).values()
                    if not any(e.user_attrs.get("failure_kind") == "error" for e in t)] if after.failed else []
     except Exception as exc:
