@@ -554,7 +554,7 @@ def problems(configs: Iterable[dict[str, Any]],
 
     out: Problems = []
     seen: set[str] = set()
-    broken_inits: set[str] = set()  # of init schemes and activations: checked alone, reported alone
+    broken_parts: set[str] = set()  # init schemes, activations, nonlinearities: checked alone, reported alone
     tallies: dict[tuple[str, str], _Tally] = {}
     for config in configs:
         model, task = config["model"], config["task"]
@@ -575,7 +575,7 @@ def problems(configs: Iterable[dict[str, Any]],
                     _checked(functools.partial(check_init, model), "init", init_config, [init], tallies)
                 except (Broken, plugins.PluginError) as exc:
                     out.append((where(config, INIT_PATH), _report(_who(init), exc)))
-                    broken_inits.add(ikey)
+                    broken_parts.add(ikey)
             alone = []  # an activation or nonlinearity: checked once per size, a broken one reported as its own
             for path, lvl in levels:
                 if path in ALONE and lvl.plugin is not None:
@@ -588,8 +588,8 @@ def problems(configs: Iterable[dict[str, Any]],
                             _checked(functools.partial(check_alone, model, path), path, part, [lvl.plugin], tallies)
                         except (Broken, plugins.PluginError) as exc:
                             out.append((where(config, path), _report(_who(lvl.plugin), exc)))
-                            broken_inits.add(akey)
-            if (init is None or ikey not in broken_inits) and not broken_inits.intersection(alone):
+                            broken_parts.add(akey)
+            if (init is None or ikey not in broken_parts) and not broken_parts.intersection(alone):
                 try:
                     _checked(functools.partial(check_model, model), "model", model, used, tallies, "model")
                 except (Broken, plugins.PluginError) as exc:
