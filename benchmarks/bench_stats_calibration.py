@@ -379,7 +379,7 @@ INTERVALS = (
     ("few-run IQM: trimmed t", "few-run: IQM [95% trimmed-t CI]", stats.IQM_CI_MIN_N),
     ("P(improvement): Newcombe", "few-run: P(cell > reference) [95% Newcombe CI]", 3),
     ("profile band: Clopper–Pearson", "profiles: 95% band at τ = reference quartiles", 3),
-    ("marginal mean: seed-blocked t", "main effects: marginal mean [95% CI]", 2),
+    ("marginal mean: blocked/Welch", "main effects: marginal mean [95% CI]", 2),
 )
 BEFORE = (
     ("before: mean, percentile bootstrap", 3),
@@ -410,7 +410,7 @@ def score_study(trials: pd.DataFrame, truth: Truth, n: int, tally: Tally, before
     for cid, part in prof.groupby("cell_id", sort=False):
         tally.add("profile band: Clopper–Pearson", n, part["ci_low"], part["ci_high"], truth.above[cid])
     effects = stats.main_effects(trials, METRIC, list(FACTORS), LEVEL)
-    tally.add("marginal mean: seed-blocked t", n, effects["ci_low"], effects["ci_high"],
+    tally.add("marginal mean: blocked/Welch", n, effects["ci_low"], effects["ci_high"],
               [truth.marginal[(f, lv)] for f, lv in zip(effects["factor"], effects["level"], strict=True)])
     if before:
         score_before(trials, comp, truth, n, tally, ref)

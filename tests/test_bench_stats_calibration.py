@@ -30,7 +30,7 @@ def test_tiny_runs_every_part_and_prints_every_setting(capsys: pytest.CaptureFix
         assert len(rates) == 8 and all(0.0 <= r <= 1.0 for r in rates), row
     for setting in bench.SETTINGS:
         assert f"{setting.name} (reference accuracy" in out
-    assert "cell mean: t" in out and "marginal mean: seed-blocked t" in out
+    assert "cell mean: t" in out and "marginal mean: blocked/Welch" in out
 
 
 def test_the_skewed_nulls_are_what_their_names_say() -> None:
