@@ -3,7 +3,7 @@ factors have effects.
 
     python benchmarks/bench_level_calibration.py [--studies 400] [--seeds 3 4 6 8] [--designs 2x2 2x3]
         [--processes gaussian "lognormal 0.5" "lognormal 1" "late run"]
-        [--settings paired unpaired "lost p1.q1" "lost any" "unpaired m 4.5"] [--truth-runs 20000] [--seed 11]
+        [--settings paired unpaired "lost p1.q1" "lost any" "unpaired m 4.5" "stopped p1.q1" "stopped p0"] [--truth-runs 20000] [--seed 11]
         [--quick]
 
 Each study is a full factorial of factors p and q (2 × 2, or 2 × 3) whose runs come from the process of
@@ -21,7 +21,9 @@ default the first two): paired (all cells share their seeds: the seed-blocked t)
 own: Welch's t), a paired study that lost one run of p1 · q1 (the cell whose runs vary most) or of a random
 cell (a seed flagged out, a failed trial: the seed-blocked t jackknifed over seeds), and unpaired with
 p1's spread 4.5 and p0's 1 (on the final norm p1's runs then vary about 4.5× as much as p0's; the CVs, which
-a seed's offset does not move, 1.2–2×).
+a seed's offset does not move, 1.2–2×), and a paired study whose p1 · q1 cell, or p0's two cells, stopped at
+the first 3 seeds while the others ran them all (a sequential design's early decision: seed sets that
+overlap in part).
 
 A level's true value is what ``main_effects`` estimates: the unweighted mean over the level's cells of
 each cell's expected per-run value on the measure's scale (``stats.norms.mean_scale``: log CV over
@@ -168,9 +170,13 @@ def batch(p: Process, design: dict[tuple[str, str], Cell], studies: int, seeds: 
 #: "lost p1.q1" and "lost any" are paired studies that lost one run (a random seed's) of the cell whose
 #: runs vary most (p1 · q1: p1's spread and the interaction) or of a random cell — a seed that blew up
 #: and was flagged out, or a failed trial; "unpaired m 4.5" is unpaired with p1's spread m 4.5 and
-#: p0's 1 (one level's runs vary 4.5× as much as the other's).
-SETTINGS = ("paired", "unpaired", "lost p1.q1", "lost any", "unpaired m 4.5")
+#: p0's 1 (one level's runs vary 4.5× as much as the other's); "stopped p1.q1" and "stopped p0" are
+#: paired studies in which p1 · q1, or both of p0's cells, kept only their first ``STOP_AT`` seeds while
+#: the others ran them all (a sequential design whose first look decided those cells: the seed sets
+#: overlap in part, and the jackknife's one df per seed counts seeds that cell never ran).
+SETTINGS = ("paired", "unpaired", "lost p1.q1", "lost any", "unpaired m 4.5", "stopped p1.q1", "stopped p0")
 HETERO_SPREAD = 4.5
+STOP_AT = 3
 
 
 def setting_design(design: dict[tuple[str, str], Cell], setting: str) -> dict[tuple[str, str], Cell]:
@@ -182,8 +188,13 @@ def setting_design(design: dict[tuple[str, str], Cell], setting: str) -> dict[tu
 
 
 def lose_a_run(ps: pd.DataFrame, setting: str, rng: np.random.Generator) -> pd.DataFrame:
-    """``ps`` (one study's ``per_seed``) without one run of one cell, as the setting says: a random seed's
-    run of p1.q1 ("lost p1.q1") or of a random cell ("lost any"); ``ps`` itself in the other settings."""
+    """``ps`` (one study's ``per_seed``) without the runs the setting loses: a random seed's run of
+    p1.q1 ("lost p1.q1") or of a random cell ("lost any"); every run after the first ``STOP_AT`` seeds
+    of p1.q1 ("stopped p1.q1") or of p0's cells ("stopped p0"); ``ps`` itself in the other settings."""
+    if setting.startswith("stopped"):
+        stopped = ps["f.p"].eq("p0") if setting == "stopped p0" else ps["cell_id"].eq("p1.q1")
+        first = sorted(ps["seed"].unique())[:STOP_AT]
+        return ps[~stopped | ps["seed"].isin(first)]
     if not setting.startswith("lost"):
         return ps
     cells = list(dict.fromkeys(ps["cell_id"]))

@@ -92,3 +92,15 @@ def test_the_lost_seed_and_unequal_spread_settings_do_what_they_say():
     assert {lv: c.spread for lv, c in hetero.items()} == {
         ("p0", "q0"): 1.0, ("p0", "q1"): 1.0, ("p1", "q0"): bench.HETERO_SPREAD, ("p1", "q1"): bench.HETERO_SPREAD}
     assert bench.setting_design(design, "lost any") is design
+
+
+def test_the_stopped_settings_keep_only_the_first_seeds_of_the_cells_they_stop():
+    ps = bench.batch(bench.Process(), bench.DESIGNS["2x2"], 1, 6, True, np.random.default_rng(5))[0]
+    rng = np.random.default_rng(6)
+    seeds = sorted(ps["seed"].unique())
+    ran = bench.lose_a_run(ps, "stopped p1.q1", rng).groupby("cell_id")["seed"].apply(sorted).to_dict()
+    assert ran == {"p0.q0": seeds, "p0.q1": seeds, "p1.q0": seeds, "p1.q1": seeds[: bench.STOP_AT]}
+    ran = bench.lose_a_run(ps, "stopped p0", rng).groupby("cell_id")["seed"].apply(sorted).to_dict()
+    assert ran == {"p0.q0": seeds[:3], "p0.q1": seeds[:3], "p1.q0": seeds, "p1.q1": seeds}
+    levels = sn.main_effects(bench.lose_a_run(ps, "stopped p0", rng), ["f.p", "f.q"]).set_index(["factor", "level"])
+    assert levels.loc[("f.q", "q0"), "n"].tolist() == [9, 9, 9]  # one stopped cell and one that ran on
