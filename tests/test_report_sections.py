@@ -118,3 +118,25 @@ def test_a_section_by_path_that_cannot_be_loaded_is_refused_before_anything_rend
         assert err.value.code == 2 and err.value.lines == [str(err.value)]
     finally:
         sys.modules.pop("my_section_broken", None)
+
+
+def test_a_section_that_raises_after_others_rendered_leaves_the_folder_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_section_broken.py").write_text(BROKEN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "parity_accuracy.html").write_text("the last render's page")
+    try:
+        with pytest.raises(render.ReportError, match="my_section_broken:fails"):
+            render.render("sect", ["parity_accuracy", "my_section_broken:fails"], out, ("html",), export=True,
+                          data=results())
+        # parity_accuracy's page and its figures were rendered first, but nothing of this render was kept.
+        assert sorted(p.name for p in out.iterdir()) == ["parity_accuracy.html"]
+        assert (out / "parity_accuracy.html").read_text() == "the last render's page"
+        fresh = tmp_path / "fresh"
+        with pytest.raises(render.ReportError):
+            render.render("sect", ["parity_accuracy", "my_section_broken:fails"], fresh, ("html",), data=results())
+        assert not fresh.exists()  # and no empty folder it made
+    finally:
+        sys.modules.pop("my_section_broken", None)

@@ -9,7 +9,7 @@ against 10.6 s in one kernel, a 12-cell study's 14.9 s against 18.0 s (``benchma
 a thread turns each executed notebook into HTML and PDF meanwhile. The PDF gets the reports'
 fonts by file (``ablate.report.fonts``), so its layout does not depend on the host's. A failing
 cell raises ``ReportError`` naming the report, the section, the cell's first line and the error —
-not a notebook traceback.
+not a notebook traceback — and leaves the output folder as it was (``_staged``).
 
 Every report has the same layout, one way from data to page:
 
@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -309,18 +310,29 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def _out_folder(path: Path) -> Iterator[None]:
-    """``path`` made for the block; a block that raises takes away the folders it made that stayed
-    empty (a report that failed leaves no empty ``--out`` behind)."""
+def _staged(path: Path) -> Iterator[Path]:
+    """A scratch folder inside ``path`` (made for the block) that the block writes its pages into;
+    they move into ``path`` only when the whole block succeeded. A render that fails part-way (a
+    report section that raises after the notebooks rendered, Ctrl-C during a PDF) leaves ``path`` as
+    it was: no half-new set of pages beside old ones, and no empty ``--out`` it made."""
     made = [p for p in (path, *path.parents) if not p.exists()]
     path.mkdir(parents=True, exist_ok=True)
+    # Inside ``path``, so each move is a rename on one file system.
+    stage = Path(tempfile.mkdtemp(prefix=".ablate-rendering-", dir=path))
     try:
-        yield
+        yield stage
+        for item in sorted(stage.rglob("*")):
+            if item.is_file():
+                final = path / item.relative_to(stage)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(item, final)
     except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
         for folder in made:  # deepest first
             with contextlib.suppress(OSError):
                 folder.rmdir()
         raise
+    shutil.rmtree(stage, ignore_errors=True)
 
 
 def study_reports(study: str, storage: str | None = None, tracking_uri: str | None = None,
@@ -374,7 +386,7 @@ def render(
     stores = resolve(storage, tracking_uri, create=False) if data is None else None  # reading creates no store
     if data is not None:  # read already: its parameters checked before a kernel starts
         check_study(data, parameters or {})
-    target = out_dir.resolve()  # absolute: the kernel runs in a scratch directory
+    target = out_dir.resolve()  # replaced by the stage inside it (_staged) before anything is written
 
     def write(nb, report: str, missing: list[str]) -> list[Path]:
         return save(to_html(nb, f"{study} — {report.replace('_', ' ')}", missing), report)
@@ -403,7 +415,7 @@ def render(
     # parameters into the executed notebook, and a URL may carry a password.
     notebooks = [r for r in reports if not sections.is_section(r)]
     lanes = kernel_count(len(notebooks))
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(1) as writer, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         env = {}
         if stores is not None:
             env.update({"ABLATE_STORAGE": stores.storage, "ABLATE_TRACKING_URI": stores.tracking})
@@ -426,7 +438,9 @@ def render(
         else:
             results.save(data, snapshot)
             read_missing = list(data.missing)
-        stack.enter_context(_out_folder(out_dir))
+        target = stack.enter_context(_staged(out_dir.resolve()))
+        # Entered after the stage, so it has finished every page before the stage moves or goes.
+        writer = stack.enter_context(ThreadPoolExecutor(1))
         writer.submit(_preload)
         whole = loaded if data is None else data
 
@@ -625,7 +639,7 @@ def render_comparison(
         both = data if data is not None else results.load(list(studies), stores.storage, stores.tracking,
                                                           curves=True, metrics=True)
         check_studies(both, cells, parameters or {})
-        stack.enter_context(_out_folder(out_dir))
+        stage = stack.enter_context(_staged(out_dir.resolve()))
         snapshot = Path(tmp) / "results.pickle"
         results.save(both, snapshot)
         missing = [line for r in both.results for line in r.missing]
@@ -635,11 +649,9 @@ def render_comparison(
         html = to_html(nb, f"{title} — comparison", missing)
         written: list[Path] = []
         if "html" in formats:
-            path = out_dir / f"{report}.html"
-            path.write_text(html, encoding="utf-8")
-            written.append(path)
+            (stage / f"{report}.html").write_text(html, encoding="utf-8")
+            written.append(out_dir / f"{report}.html")
         if "pdf" in formats:
-            path = out_dir / f"{report}.pdf"
-            to_pdf(html, path)
-            written.append(path)
+            to_pdf(html, stage / f"{report}.pdf")
+            written.append(out_dir / f"{report}.pdf")
     return written
