@@ -87,13 +87,17 @@ def test_a_paired_level_that_lost_a_run_keeps_a_seed_blocked_interval():
     trials[METRIC] = trials[METRIC] + trials["seed"].map(shared)
     lost = set_status(trials, "rotation-none", [3], "failed")
     rot = stats.main_effects(lost, METRIC, [A]).set_index("level").loc["rotation"]
-    assert rot["interval"] == "seed-blocked t, jackknifed over 8 seeds (not every cell ran each)" and rot["df"] == 7
+    assert rot["interval"] == "seed-blocked t, jackknifed over 8 seeds (not every cell ran each)"
     runs = lost[(lost[A] == "rotation") & lost[METRIC].notna()]
     means = runs.groupby("cell_id")[METRIC].mean()
     loo = np.array([runs[runs["seed"] != s].groupby("cell_id")[METRIC].mean().mean() for s in range(8)])
-    assert rot["se"] == pytest.approx(np.sqrt(7 / 8 * ((loo - loo.mean()) ** 2).sum()))
+    parts = 7 / 8 * (loo - loo.mean()) ** 2
+    assert rot["se"] == pytest.approx(np.sqrt(parts.sum()))
+    # Satterthwaite over the seeds all three cells ran (7: 6 df) and seed 3, which two ran (1 df)
+    assert rot["df"] == pytest.approx(parts.sum() ** 2 / (parts[3] ** 2 + (parts.sum() - parts[3]) ** 2 / 6))
+    assert 5 < rot["df"] <= 7
     assert rot["mean"] == pytest.approx(means.mean())  # every run counts
-    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.995, 7) * rot["se"])
+    assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.995, rot["df"]) * rot["se"])
     assert rot["se"] > 1.5 * np.sqrt(runs.groupby("cell_id")[METRIC].var().mean() / 23)  # the pooled se
     whole = stats.main_effects(trials, METRIC, [A]).set_index("level")
     assert whole.loc["diagonal", "interval"] == "seed-blocked t" and whole.loc["diagonal", "df"] == 7
@@ -106,10 +110,29 @@ def test_the_seed_jackknife_is_the_per_seed_means_t_when_every_cell_ran_every_se
 
     trials = factorial(seeds=5, sd=0.01, rng=np.random.default_rng(1))
     runs = trials[trials[A] == "rotation"]
-    se, seeds, _ = _seed_jackknife(runs, METRIC)
+    se, seeds, _, df = _seed_jackknife(runs, METRIC)
     assert seeds == 5 and se == pytest.approx(runs.groupby("seed")[METRIC].mean().std(ddof=1) / np.sqrt(5))
+    assert df == 4
     # cells that share fewer than two seeds have none (they get Welch's t)
     assert _seed_jackknife(runs.assign(seed=runs["seed"] + 10 * runs["cell_id"].factorize()[0]), METRIC) is None
+
+
+def test_a_cell_that_stopped_early_gives_its_levels_jackknife_the_df_of_its_own_seeds():
+    """A sequential design's cell that stopped at 3 seeds while the others ran 16. Where all of the level's
+    spread is that cell's (the others' runs equal), its interval rests on those 3 seeds: 2 df, not 15
+    (Satterthwaite over the groups of seeds the same cells ran); with every cell on every seed, 15."""
+    from ablate.stats.factorial import _seed_jackknife
+
+    trials = factorial(seeds=16, sd=0.01, rng=np.random.default_rng(2))
+    rotation = trials[trials[A] == "rotation"].copy()
+    stopped = rotation["cell_id"] == "rotation-xi"
+    rotation.loc[~stopped, METRIC] = 0.8  # the cells that ran on do not vary
+    runs = rotation[~stopped | (rotation["seed"] < 3)]
+    se, seeds, _, df = _seed_jackknife(runs, METRIC)
+    assert seeds == 16 and df == pytest.approx(2.0) and se > 0
+    level = stats.main_effects(runs, METRIC, [A]).set_index("level").loc["rotation"]
+    assert level["df"] == pytest.approx(2.0)
+    assert _seed_jackknife(trials[trials[A] == "rotation"].iloc[::-1], METRIC)[3] == 15  # every seed: 15
 
 
 def test_lost_seed_intervals_cover():

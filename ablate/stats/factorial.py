@@ -94,14 +94,19 @@ def _seed_means(runs: pd.DataFrame, metric: str) -> pd.Series | None:
     return runs.groupby("seed", sort=True)[metric].mean()
 
 
-def _seed_jackknife(runs: pd.DataFrame, metric: str) -> tuple[float, int, np.ndarray] | None:
-    """(se, seeds, the leave-one-seed-out estimates) of the unweighted mean of the cells' means over
-    ``runs``: the delete-one-seed jackknife over every seed a cell ran, when the cells share two or
-    more seeds and none would be left empty by deleting one; else None.
+def _seed_jackknife(runs: pd.DataFrame, metric: str) -> tuple[float, int, np.ndarray, float] | None:
+    """(se, seeds, the leave-one-seed-out estimates, df) of the unweighted mean of the cells' means
+    over ``runs``: the delete-one-seed jackknife over every seed a cell ran, when the cells share two
+    or more seeds and none would be left empty by deleting one; else None.
 
     Seeds are the independent units (a seed's effect is shared by the cells that ran it), so
     leaving one out at a time measures the spread a shared seed effect gives the marginal mean.
-    With every cell on the same seeds it is exactly the t interval's se of the per-seed means."""
+    With every cell on the same seeds it is exactly the t interval's se of the per-seed means.
+
+    The df are Satterthwaite's over the groups of seeds that the same cells ran, each group's share
+    of the variance on its seeds − 1 df (one at least), at most seeds − 1 in all. Where a cell stopped at 3
+    seeds while the others ran 16, its share rests on 3 seeds: 15 df made the level's interval
+    too narrow (docs/calibration.md, "Seed sets that overlap in part")."""
     at = runs.groupby(["cell_id", "seed"], sort=False)[metric].agg(["sum", "size"])
     cells = at.index.get_level_values("cell_id")
     seeds = at.index.get_level_values("seed")
@@ -118,7 +123,14 @@ def _seed_jackknife(runs: pd.DataFrame, metric: str) -> tuple[float, int, np.nda
     shift = pd.Series(left - cell_means.reindex(cells).to_numpy()).groupby(np.asarray(seeds)).sum()
     loo = (total + shift.to_numpy(float)) / k
     m = len(loo)
-    return float(np.sqrt((m - 1) / m * ((loo - loo.mean()) ** 2).sum())), m, loo
+    parts = (m - 1) / m * (loo - loo.mean()) ** 2
+    ran = pd.Series(list(cells), index=np.asarray(seeds)).groupby(level=0).agg(lambda c: tuple(sorted(c)))
+    by_group = pd.Series(parts, index=shift.index).groupby(ran.reindex(shift.index).to_numpy())
+    shares, sizes = by_group.sum().to_numpy(float), by_group.size().to_numpy(float)
+    var = float(parts.sum())
+    # A group's seeds − 1 (a cell that ran only them has shifts summing to zero over them), one at least.
+    df = float(var**2 / (shares**2 / np.maximum(sizes - 1, 1)).sum()) if var > 0 and len(shares) > 1 else m - 1.0
+    return float(np.sqrt(var)), m, loo, min(float(m - 1), df)
 
 
 def _welch(sub: pd.DataFrame) -> tuple[float, float, float]:
@@ -215,7 +227,7 @@ def marginal_means(
             if no_spread(blocked.to_numpy(float), scale):
                 se, note = np.nan, f"no spread: {n_s} seeds' means equal"
         elif jack is not None:
-            se, df, note = jack[0], jack[1] - 1, ""
+            se, df, note = jack[0], jack[3], ""
             kind = f"seed-blocked t, jackknifed over {jack[1]} seeds (not every cell ran each)"
             if no_spread(jack[2], scale):
                 se, note = np.nan, f"no spread: {jack[1]} seeds' leave-one-out means equal"
