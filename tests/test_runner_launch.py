@@ -322,3 +322,24 @@ def test_a_run_whose_cells_all_diverged_says_so_and_is_still_a_result(tmp_path, 
         "normalisation=gamma")
     assert after.verdict(err) == 0
     assert Outcome(2, 0, 0, 0, [], "s").diverged_cells == []
+
+
+def test_a_run_whose_tuning_trials_may_fuse_says_what_that_does_to_its_pruner(tmp_path, monkeypatch):
+    from ablate.runner.launch import pruning_note
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ABLATE_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    tuned = {**SPEC, "tune": {"trials": 2, "sampler": "grid", "pruner": "median", "objective": {"metric": "val_accuracy"},
+                              "space": {"train.lr": [1e-3, 1e-2]}}}
+    spec = design.validate(tuned)
+    note = pruning_note(spec, 0)
+    assert note.startswith("tune.pruner median: tuning trials of a cell claimed together (fused) start together")
+    assert "(2 a cell: --fuse 1 trains them one at a time and prunes as specified)" in note
+    assert pruning_note(spec, 1) == "" and pruning_note(design.validate(SPEC), 0) == ""
+    assert pruning_note(design.validate({**tuned, "tune": {**tuned["tune"], "pruner": "none"}}), 4) == ""
+    out, o, err, _ = consoles()
+    run_study(spec, stores(tmp_path), out, err, workers=1, checkpoint_every=0, fuse=0)
+    assert note in o.getvalue().replace("\n", " ")
+    out, o, err, _ = consoles()  # its tuning done: nothing to say
+    run_study(spec, stores(tmp_path), out, err, workers=1, fuse=0)
+    assert "tune.pruner" not in o.getvalue()

@@ -199,6 +199,19 @@ def settle_after_stop(name: str, stores: Stores) -> int:
         return 0
 
 
+def pruning_note(spec: Spec, fuse: int) -> str:
+    """What fusing does to the spec's pruner ("" when nothing): a cell's tuning trials claimed as one
+    group start together, and a pruner compares a trial only with its cell's finished ones, so the
+    trials of a group are not pruned against each other — with few tuning trials a cell, none is.
+    rotrnn_norm_stability's median pruner, its trials apart, stopped three lr 2e-2 trials; fused and
+    run to the end, two of them were their cell's best (docs/replications.md)."""
+    if fuse == 1 or spec.tune is None or spec.tune.pruner == "none":
+        return ""
+    return (f"tune.pruner {spec.tune.pruner}: tuning trials of a cell claimed together (fused) start together, and "
+            "a pruner compares a trial only with its cell's finished ones, so they are not pruned against each "
+            f"other ({spec.tune.trials} a cell: --fuse 1 trains them one at a time and prunes as specified)")
+
+
 def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
               checkpoint_every: int = 100, verbose: bool = False, reuse: bool = True,
               reuse_stale: bool = False, retry_failed: bool = False, fuse: int = 1,
@@ -215,7 +228,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         study, queued = prepared
         if prepared.linked:  # the linked items' runs nest under it (show_reused); otherwise the first worker starts it
             st.ensure_parent_run(study, stores)
-        before = its.Progress.of(study, todo)
+        states = its.states_by_item(study)
+        before = its.Progress.of(study, todo, states)
         orphans = hk.orphans(study, todo)
     except st.StorageError:
         raise
@@ -247,6 +261,9 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     if len(held) > 3:
         out.print(f"… and {len(held) - 3} more tuned cells not reused (see `ablate plan`)")
     for line in orphan_lines(orphans, spec.name):
+        out.print(line, highlight=False, soft_wrap=True)
+    tuning_left = any(i.phase == "tune" and states.get(i.key, "new") in ("waiting", "running", "new") for i in todo)
+    if workers and tuning_left and (line := pruning_note(spec, fuse)):
         out.print(line, highlight=False, soft_wrap=True)
     show_reused(study, stores, err)
     if workers == 0:  # queue only: workers on other machines run the items

@@ -84,7 +84,8 @@ class TuneSpec(Strict):
         "none", description="stop unpromising tuning trials on their intermediate validation values, compared "
         "with the tuning trials of their cell only: median (below the median of finished trials at the same "
         "step, after 2 finished trials and a quarter of the steps) or successive_halving (rungs at steps/9, "
-        "steps/3; reduction factor 3). Replicates are never pruned")
+        "steps/3; reduction factor 3). Replicates are never pruned. Trials fused into one model (`--fuse`) start "
+        "together, so they are not pruned against each other")
 
     @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int])
     @classmethod
