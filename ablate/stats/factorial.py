@@ -164,9 +164,11 @@ def marginal_means(
       degrees of freedom. A seed's effect common to every cell (one data order) does not average out
       of a marginal mean, and only the spread of the per-seed means counts it. When the cells share
       two or more seeds but not all of them (a paired study that lost a run: a seed flagged out, a
-      failed trial; a sequential design's cells that stopped at different looks), the se is the delete-one-seed jackknife's over the m seeds any of them ran, on
-      m − 1 degrees of freedom (``"seed-blocked t, jackknifed over 8 seeds (not every cell ran
-      each)"``) — the same se as the per-seed means' when every cell runs every seed. The t on the
+      failed trial; a sequential design's cells that stopped at different looks), the se is the
+      delete-one-seed jackknife's over the m seeds any of them ran (``"seed-blocked t, jackknifed
+      over 8 seeds (not every cell ran each)"``) — the same se as the per-seed means' when every
+      cell runs every seed — on Satterthwaite's df over the groups of seeds the same cells ran, at
+      most m − 1 (``_seed_jackknife``: a cell stopped at 3 seeds brings them near 2). The t on the
       seeds every cell ran had one degree of freedom fewer per lost seed: at 4 seeds with one lost,
       intervals three times as wide as the level's whose cells ran all four;
     - **Welch** (``"Welch t"``) otherwise, when every cell averaged has two or more runs: each cell
