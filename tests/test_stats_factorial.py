@@ -93,9 +93,8 @@ def test_a_paired_level_that_lost_a_run_keeps_a_seed_blocked_interval():
     loo = np.array([runs[runs["seed"] != s].groupby("cell_id")[METRIC].mean().mean() for s in range(8)])
     parts = 7 / 8 * (loo - loo.mean()) ** 2
     assert rot["se"] == pytest.approx(np.sqrt(parts.sum()))
-    # Satterthwaite over the seeds all three cells ran (7: 6 df) and seed 3, which two ran (1 df)
-    assert rot["df"] == pytest.approx(parts.sum() ** 2 / (parts[3] ** 2 + (parts.sum() - parts[3]) ** 2 / 6))
-    assert 5 < rot["df"] <= 7
+    # seed 3, the one seed two cells ran, has no spread of its own: it counts with the other 7, so 7 df
+    assert rot["df"] == 7
     assert rot["mean"] == pytest.approx(means.mean())  # every run counts
     assert rot["ci_high"] - rot["mean"] == pytest.approx(sps.t.ppf(0.995, rot["df"]) * rot["se"])
     assert rot["se"] > 1.5 * np.sqrt(runs.groupby("cell_id")[METRIC].var().mean() / 23)  # the pooled se
@@ -132,6 +131,13 @@ def test_a_cell_that_stopped_early_gives_its_levels_jackknife_the_df_of_its_own_
     assert seeds == 16 and df == pytest.approx(2.0) and se > 0
     level = stats.main_effects(runs, METRIC, [A]).set_index("level").loc["rotation"]
     assert level["df"] == pytest.approx(2.0)
+    # Two groups that both vary: Satterthwaite over them, each on its seeds − 1
+    varied = factorial(seeds=16, sd=0.01, rng=np.random.default_rng(3))
+    varied = varied[(varied[A] == "rotation") & ((varied["cell_id"] != "rotation-xi") | (varied["seed"] < 3))]
+    se, seeds, loo, df = _seed_jackknife(varied, METRIC)
+    parts = 15 / 16 * (loo - loo.mean()) ** 2
+    assert df == pytest.approx(parts.sum() ** 2 / (parts[:3].sum() ** 2 / 2 + parts[3:].sum() ** 2 / 12))
+    assert 2 < df < 15
     assert _seed_jackknife(trials[trials[A] == "rotation"].iloc[::-1], METRIC)[3] == 15  # every seed: 15
 
 

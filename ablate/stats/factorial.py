@@ -103,10 +103,11 @@ def _seed_jackknife(runs: pd.DataFrame, metric: str) -> tuple[float, int, np.nda
     leaving one out at a time measures the spread a shared seed effect gives the marginal mean.
     With every cell on the same seeds it is exactly the t interval's se of the per-seed means.
 
-    The df are Satterthwaite's over the groups of seeds that the same cells ran, each group's share
-    of the variance on its seeds − 1 df (one at least), at most seeds − 1 in all. Where a cell stopped at 3
-    seeds while the others ran 16, its share rests on 3 seeds: 15 df made the level's interval
-    too narrow (docs/calibration.md, "Seed sets that overlap in part")."""
+    The df are Satterthwaite's over the groups of seeds that the same cells ran (a seed alone in its
+    group counted with the largest), each group's share of the variance on its seeds − 1 df, at most
+    seeds − 1 in all. Where a cell stopped at 3 seeds while the others ran 16, its share rests on 3
+    seeds: 15 df made the level's interval too narrow (docs/calibration.md, "Seed sets that overlap
+    in part")."""
     at = runs.groupby(["cell_id", "seed"], sort=False)[metric].agg(["sum", "size"])
     cells = at.index.get_level_values("cell_id")
     seeds = at.index.get_level_values("seed")
@@ -125,11 +126,16 @@ def _seed_jackknife(runs: pd.DataFrame, metric: str) -> tuple[float, int, np.nda
     m = len(loo)
     parts = (m - 1) / m * (loo - loo.mean()) ** 2
     ran = pd.Series(list(cells), index=np.asarray(seeds)).groupby(level=0).agg(lambda c: tuple(sorted(c)))
-    by_group = pd.Series(parts, index=shift.index).groupby(ran.reindex(shift.index).to_numpy())
-    shares, sizes = by_group.sum().to_numpy(float), by_group.size().to_numpy(float)
+    group = pd.factorize(ran.reindex(shift.index))[0]
+    # A seed alone in its group (a run lost there) has no spread of its own to weigh: it counts with
+    # the largest group, so a study that lost single runs keeps seeds − 1 df.
+    sizes = np.bincount(group)
+    group = np.where(sizes[group] == 1, int(np.argmax(sizes)), group)
+    by_group = pd.Series(parts, index=shift.index).groupby(group)
+    shares, counts = by_group.sum().to_numpy(float), by_group.size().to_numpy(float)
     var = float(parts.sum())
-    # A group's seeds − 1 (a cell that ran only them has shifts summing to zero over them), one at least.
-    df = float(var**2 / (shares**2 / np.maximum(sizes - 1, 1)).sum()) if var > 0 and len(shares) > 1 else m - 1.0
+    # A group's seeds − 1: a cell that ran only them has shifts summing to zero over them.
+    df = float(var**2 / (shares**2 / (counts - 1)).sum()) if var > 0 and len(shares) > 1 else m - 1.0
     return float(np.sqrt(var)), m, loo, min(float(m - 1), df)
 
 
