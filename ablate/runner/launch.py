@@ -263,7 +263,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     for line in orphan_lines(orphans, spec.name):
         out.print(line, highlight=False, soft_wrap=True)
     tuning_left = any(i.phase == "tune" and states.get(i.key, "new") in ("waiting", "running", "new") for i in todo)
-    if workers and tuning_left and (line := pruning_note(spec, fuse)):
+    if tuning_left and (line := pruning_note(spec, fuse)):  # queue only too: `ablate worker` fuses by default
         out.print(line, highlight=False, soft_wrap=True)
     show_reused(study, stores, err)
     if workers == 0:  # queue only: workers on other machines run the items
