@@ -386,7 +386,6 @@ def render(
     stores = resolve(storage, tracking_uri, create=False) if data is None else None  # reading creates no store
     if data is not None:  # read already: its parameters checked before a kernel starts
         check_study(data, parameters or {})
-    target = out_dir.resolve()  # replaced by the stage inside it (_staged) before anything is written
 
     def write(nb, report: str, missing: list[str]) -> list[Path]:
         return save(to_html(nb, f"{study} — {report.replace('_', ' ')}", missing), report)
@@ -438,6 +437,8 @@ def render(
         else:
             results.save(data, snapshot)
             read_missing = list(data.missing)
+        # Every page and export is written here (``write``, ``save``, the notebooks' export_dir) and
+        # moves into out_dir when all rendered. Absolute: the kernels run in scratch directories.
         target = stack.enter_context(_staged(out_dir.resolve()))
         # Entered after the stage, so it has finished every page before the stage moves or goes.
         writer = stack.enter_context(ThreadPoolExecutor(1))
