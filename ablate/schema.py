@@ -176,8 +176,12 @@ stopping: docs/science.md §14; `measures:` names what it decides on, `test_accu
 `tune.trials` tuning trials, each on one tuning seed (trial i on `tune.seeds[i mod k]`; a count
 k means seeds 10000 … 10000+k−1; they must be disjoint from `seeds`), sampling `tune.space`
 with the sampler; the best finished setting by `tune.objective` (a validation metric) is then
-trained on every replicate seed. Both phases resume; raising `trials` later adds tuning trials
-but does not redo finished replicates.
+trained on every replicate seed. `sampler: grid` runs every combination of the space's choices on
+every tuning seed (`trials` = combinations × k) and picks the combination with the best mean over
+the seeds: with one tuning seed a pick among learning rates 0.01–0.05 apart in validation accuracy
+is a draw of that seed's noise, and the cells' accuracies follow the rate they got
+(docs/replications.md, History 2026-12-07). Both phases resume; raising `trials` later adds tuning
+trials but does not redo finished replicates.
 
 ```yaml
 tune:

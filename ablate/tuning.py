@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import json
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from ablate.spec import set_path
 
@@ -42,11 +43,40 @@ def sampler_seed(cell_id: str, index: int) -> int:
     return int(hashlib.sha256(f"{cell_id}/{index}".encode()).hexdigest()[:8], 16)
 
 
-def best(results: list[tuple[int, dict[str, Any], float]], direction: str) -> tuple[int, dict[str, Any]] | None:
-    """(index, params) of the best finished tuning trial; ties go to the lowest index."""
-    finite = [(i, p, v) for i, p, v in results if isinstance(v, int | float) and math.isfinite(v)]
-    if not finite:
+def best(results: list[tuple[int, dict[str, Any], float | None]], direction: str) -> tuple[int, dict[str, Any]] | None:
+    """(index, params) of the best tuning setting: its trials' values (``None`` or non-finite: the
+    trial did not finish with a number) averaged over the trials that ran it — the same setting on
+    several tuning seeds (a grid on ``tune.seeds``) is judged by its mean, not by its luckiest seed.
+    A setting some of whose trials did not finish with a number ranks after every setting all of
+    whose trials did (a learning rate that diverged on one seed is not chosen for a lucky other);
+    ties go to the lowest index, and the index returned is the setting's first trial's."""
+    scored = scores(results)
+    if not scored:
         return None
     sign = -1.0 if direction == "maximize" else 1.0
-    i, params, _ = min(finite, key=lambda r: (sign * r[2], r[0]))
-    return i, params
+    chosen = min(scored, key=lambda s: (s.finished < s.trials, sign * s.mean, s.index))
+    return chosen.index, chosen.params
+
+
+class Score(NamedTuple):
+    """One tuning setting's standing: its first trial's index, the setting, the mean of its trials'
+    finite values, how many of its trials have one and how many ran it."""
+
+    index: int
+    params: dict[str, Any]
+    mean: float
+    finished: int
+    trials: int
+
+
+def scores(results: list[tuple[int, dict[str, Any], float | None]]) -> list[Score]:
+    """Each setting of ``results`` with at least one finite value, in the order of its first trial."""
+    groups: dict[str, list[tuple[int, dict[str, Any], float | None]]] = {}
+    for r in sorted(results, key=lambda r: r[0]):
+        groups.setdefault(json.dumps(r[1], sort_keys=True, default=str), []).append(r)
+    out = []
+    for group in groups.values():
+        values = [float(v) for _, _, v in group if isinstance(v, int | float) and math.isfinite(v)]
+        if values:
+            out.append(Score(group[0][0], group[0][1], math.fsum(values) / len(values), len(values), len(group)))
+    return out

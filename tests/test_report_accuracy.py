@@ -548,6 +548,15 @@ def test_tuning_sentences_name_a_spread_and_an_edge_of_the_tuned_settings_the_ta
         "the best setting may lie beyond it."]
     low = tuning.assign(best_params=[_json.dumps({"train.lr": v}) for v in (0.00105, 0.004, 0.005)])
     assert acc.tuning_sentences(low, tpe)[0].startswith("The best train.lr of heads=1 is at the smallest end")
+    # Grid picks 4× apart: on one tuning seed the sentence says how to pick by a mean; on three it does not.
+    spread = tuning.assign(best_params=[_json.dumps({"train.lr": v}) for v in (0.0025, 0.005, 0.01)])
+    assert acc.tuning_sentences(spread, grid)[-1].endswith(
+        "Each cell picked it on one tuning seed, whose noise can decide between close settings; `tune.seeds: 3` "
+        "(with `tune.trials: 9`) picks by the mean over three.")
+    on_three = TuneSpec(trials=9, sampler="grid", seeds=3, space={"train.lr": [2.5e-3, 5e-3, 1e-2]})
+    assert acc.tuning_sentences(spread, on_three)[-1].endswith("a difference between cells can be one of train.lr.")
+    assert "the best mean over the seeds" in acc.tuning_intro(on_three)
+    assert acc.tuning_intro(grid).startswith("Each cell ran 3 tuning trials (grid sampler) on tuning seed 10000,")
     # Most cells at an edge: the few that are not are named, between semicolons (labels have commas).
     labels = ["p=rotation, n=xi", "p=rotation, n=gamma", "p=complex, n=xi"]
     most = tuning.assign(cell_label=labels, best_params=[_json.dumps({"train.lr": v}) for v in (0.01, 0.01, 0.005)])

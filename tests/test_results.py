@@ -739,3 +739,30 @@ def test_one_study_and_a_collection_of_one_answer_the_same(study):
     assert res.selectors == one.selectors == {}
     # The columns a reader looks for come first: the cell, then its factors in the spec's order.
     assert res.trials.columns[: 2 + len(res.spec.factors)] == ["cell_id", "cell_label", *res.spec.factors]
+
+
+def test_the_tuning_summary_gives_a_grid_s_best_mean_over_its_tuning_seeds():
+    """Two learning rates on two tuning seeds: the summary's best is the setting with the best mean
+    (0.6 against 0.5), not the luckiest trial (0.9), and its value is that mean — as the replicates
+    take it (runner.phases.best)."""
+    from support import make
+
+    from ablate.results import Results
+
+    s = make(tune={"trials": 4, "seeds": 2, "sampler": "grid", "space": {"train.lr": [1e-3, 3e-3]}})
+    rows = [(0, 1e-3, 0.9, "complete"), (1, 1e-3, 0.1, "complete"), (2, 3e-3, 0.6, "complete"),
+            (3, 3e-3, 0.6, "complete")]
+    trials = pl.DataFrame({
+        "cell_id": ["c"] * 4, "cell_label": ["baseline"] * 4, "phase": ["tune"] * 4,
+        "status": [r[3] for r in rows], "tune_index": [r[0] for r in rows],
+        "params": [json.dumps({"train.lr": r[1]}) for r in rows], "val_accuracy": [r[2] for r in rows],
+        "tuned_from": [None] * 4}, schema_overrides={"tuned_from": pl.Utf8})
+    res = Results(study="s", spec=s, spec_hash="", stores={}, factors=[], trials=trials)
+    [row] = res.tuning().to_dicts()
+    assert row["best_index"] == 2 and json.loads(row["best_params"]) == {"train.lr": 3e-3}
+    assert row["best_value"] == pytest.approx(0.6) and row["complete"] == 4
+    # A seed on which the better setting diverged: the setting that finished on both is chosen.
+    diverged = trials.with_columns(pl.when(pl.col("tune_index") == 3).then(pl.lit("diverged"))
+                                   .otherwise(pl.col("status")).alias("status"))
+    [row] = Results(study="s", spec=s, spec_hash="", stores={}, factors=[], trials=diverged).tuning().to_dicts()
+    assert row["best_index"] == 0 and row["best_value"] == pytest.approx(0.5) and row["failed"] == 1

@@ -104,11 +104,42 @@ def test_the_grid_sampler_runs_every_combination_once_per_cell_claimed_at_once(t
     assert phases.prepare_item(study, rep)["phase"] == "replicate"
 
 
+def test_a_grid_on_several_tuning_seeds_runs_every_combination_on_each_and_picks_the_best_mean(tmp_path):
+    """One tuning seed makes a pick among close settings a draw of that seed's noise; on k seeds
+    the grid runs each combination on every one (trial i: combination i // k, seed i mod k) and
+    the replicates take the combination with the best mean, not the luckiest trial."""
+    raw = copy.deepcopy(RAW)
+    raw["tune"] = {**raw["tune"], "sampler": "grid", "trials": 4, "seeds": 2, "space": {"train.lr": [1e-3, 3e-3]}}
+    s = design.validate(raw)
+    study, _ = st.prepare(s, design.items(s), stores(tmp_path))
+    # lr 1e-3 has the best single trial (0.9 on seed 10000) but the worse mean (0.5 against 0.6).
+    value = {(1e-3, 10000): 0.9, (1e-3, 10001): 0.1, (3e-3, 10000): 0.6, (3e-3, 10001): 0.6}
+    claimed = []
+    while len(claimed) < 8 and (trial := phases.claim(study)) is not None:
+        claimed.append((trial, phases.prepare_item(study, trial)))
+    assert len(claimed) == 8 and all(a["phase"] == "tune" for _, a in claimed)
+    for cell in design.cells(s):
+        ran = sorted((a["index"], a["params"]["train.lr"], a["seed"]) for _, a in claimed if a["cell_id"] == cell.id)
+        assert ran == [(0, 1e-3, 10000), (1, 1e-3, 10001), (2, 3e-3, 10000), (3, 3e-3, 10001)]
+    for trial, attrs in claimed:
+        v = value[(attrs["params"]["train.lr"], attrs["seed"])]
+        trial.set_user_attr("val_accuracy", v)
+        trial.set_user_attr("status", "complete")
+        study.tell(trial, v)
+    rep = phases.prepare_item(study, phases.claim(study))
+    assert rep["phase"] == "replicate" and rep["params"] == {"train.lr": 3e-3}
+    assert rep["tuned_from"] == f"{rep['cell_id']}/tune/2 (val_accuracy 0.6, the mean over 2 tuning seeds)"
+
+
 def test_a_grid_names_what_it_needs():
     raw = copy.deepcopy(RAW)
     raw["tune"] = {**raw["tune"], "sampler": "grid", "trials": 3, "space": {"train.lr": [1e-3, 3e-3]}}
     with pytest.raises(Exception, match="tune.trials must be 2"):
         design.validate(raw)
+    raw["tune"]["seeds"] = 3  # every combination on each tuning seed
+    with pytest.raises(Exception, match=r"on each of the 3 tuning seeds: tune.trials must be 6 .*× 3 seeds"):
+        design.validate(raw)
+    raw["tune"]["seeds"] = 1
     raw["tune"] = {**raw["tune"], "trials": 2, "space": {"train.lr": {"low": 1e-3, "high": 1e-2}}}
     with pytest.raises(Exception, match="tune.space.train.lr is a range"):
         design.validate(raw)

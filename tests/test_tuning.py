@@ -61,3 +61,22 @@ def test_grid_point_enumerates_the_product_first_dimension_slowest():
     assert len({tuple(p.values()) for p in points}) == 6
     with pytest.raises(IndexError, match="grid trial 6 of 6"):
         tuning.grid_point(space, 6)
+
+
+def test_best_judges_a_setting_by_its_mean_over_the_trials_that_ran_it():
+    # lr 2 has the luckiest single trial (0.9) but the worse mean; lr 1 is steadier and better on average.
+    results = [(0, {"lr": 1}, 0.70), (1, {"lr": 1}, 0.72), (2, {"lr": 2}, 0.90), (3, {"lr": 2}, 0.40)]
+    assert tuning.best(results, "maximize") == (0, {"lr": 1})
+    assert tuning.best(results, "minimize") == (2, {"lr": 2})  # the index is the setting's first trial's
+    assert [(s.index, s.mean, s.finished, s.trials) for s in tuning.scores(results)] == [
+        (0, pytest.approx(0.71), 2, 2), (2, pytest.approx(0.65), 2, 2)]
+
+
+def test_a_setting_that_did_not_finish_on_every_seed_ranks_after_those_that_did():
+    # lr 3 diverged on its second seed: its one finished value (0.95) does not make it the pick.
+    results = [(0, {"lr": 1}, 0.60), (1, {"lr": 1}, 0.62), (2, {"lr": 3}, 0.95), (3, {"lr": 3}, None)]
+    assert tuning.best(results, "maximize") == (0, {"lr": 1})
+    assert tuning.scores(results)[1] == (2, {"lr": 3}, 0.95, 1, 2)
+    # With no setting finished everywhere, the partial ones are still ranked, by their means.
+    partial = [(0, {"lr": 1}, 0.60), (1, {"lr": 1}, math.nan), (2, {"lr": 3}, 0.95), (3, {"lr": 3}, None)]
+    assert tuning.best(partial, "maximize") == (2, {"lr": 3})

@@ -214,8 +214,9 @@ class Results:
 
     def tuning(self) -> pl.DataFrame:
         """Per cell of a tuned study: tuning trials planned / complete / failed / unfinished, the
-        best finished trial (index, objective value, setting) — the one its replicates take —
-        and what the replicates record they ran (``tuned_from``). Empty when the study did not tune.
+        best setting (``tuning.best``: its first trial's index, its objective value — the mean over
+        the tuning seeds that ran it —, the setting) — the one its replicates take — and what the
+        replicates record they ran (``tuned_from``). Empty when the study did not tune.
 
         Columns: ``cell_id``, ``cell_label``, ``planned``, ``complete``, ``pruned``, ``failed``, ``unfinished``,
         ``best_index``, ``best_value``, ``best_params`` (JSON), ``tuned_from``.
@@ -232,12 +233,14 @@ class Results:
         for (cid, label), group in self.trials.group_by(["cell_id", "cell_label"], maintain_order=True):
             tune = group.filter(pl.col("phase") == "tune")
             states = tune["status"].to_list()
-            finished = []
+            ran = []  # every trial with a setting; a value where it finished with one (tuning.best averages)
             for r in tune.iter_rows(named=True):
                 value = r.get(objective.metric)
-                if r["status"] == "complete" and r.get("params") and _finite(value):
-                    finished.append((int(r["tune_index"]), json.loads(r["params"]), float(value)))
-            best = tuning.best(finished, objective.resolved_direction)
+                if r.get("params"):
+                    ran.append((int(r["tune_index"]), json.loads(r["params"]),
+                                float(value) if r["status"] == "complete" and _finite(value) else None))
+            best = tuning.best(ran, objective.resolved_direction)
+            score = next(s for s in tuning.scores(ran) if s.index == best[0]) if best else None
             reps = group.filter(pl.col("phase") == "replicate")
             sources = sorted({s for s in reps["tuned_from"].to_list() if s}) if "tuned_from" in reps.columns else []
             rows.append({
@@ -246,7 +249,7 @@ class Results:
                 "failed": sum(s in ("failed", "diverged", "killed") for s in states),
                 "unfinished": sum(s in ("pending", "running") for s in states),
                 "best_index": best[0] if best else None,
-                "best_value": next(v for i, _, v in finished if i == best[0]) if best else None,
+                "best_value": score.mean if score else None,
                 "best_params": json.dumps(best[1], sort_keys=True) if best else None,
                 "tuned_from": "; ".join(sources) or None,
             })

@@ -129,8 +129,8 @@ def _value(trial: FrozenTrial, metric: str) -> float | None:
 def sample(study: optuna.Study, number: int, attrs: dict[str, Any]) -> dict[str, Any]:
     """A setting for tuning item ``attrs`` (trial ``number``) given its cell's history."""
     protocol = attrs["tune"]
-    if protocol.get("sampler") == "grid":
-        return tuning.grid_point(protocol["space"], int(attrs["index"]))
+    if protocol.get("sampler") == "grid":  # trial i: combination i // k on tuning seed i mod k (design.items)
+        return tuning.grid_point(protocol["space"], int(attrs["index"]) // len(protocol.get("seeds") or [0]))
     dists = distributions(protocol["space"])
     objective = protocol["objective"]
     startup = int(protocol.get("startup_trials", 10))
@@ -152,19 +152,21 @@ def sample(study: optuna.Study, number: int, attrs: dict[str, Any]) -> dict[str,
 
 
 def best(study: optuna.Study, attrs: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The best finished tuning setting of the item's cell, and where it came from."""
+    """The best tuning setting of the item's cell (``tuning.best``: by its mean over the trials
+    that ran it), and where it came from."""
     objective = attrs["tune"]["objective"]
     results = []
     for t in _tune_trials(study, attrs["cell_id"]):
-        value = _value(t, objective["metric"])
-        if t.state == TrialState.COMPLETE and value is not None and isinstance(t.user_attrs.get("params"), dict):
+        if isinstance(t.user_attrs.get("params"), dict):
+            value = _value(t, objective["metric"]) if t.state == TrialState.COMPLETE else None
             results.append((int(t.user_attrs.get("index", t.number)), t.user_attrs["params"], value))
     chosen = tuning.best(results, objective["direction"])
     if chosen is None:
         return {}, "baseline: no tuning trial of this cell finished"
     index, params = chosen
-    value = next(v for i, _, v in results if i == index)
-    return dict(params), f"{attrs['cell_id']}/tune/{index} ({objective['metric']} {value:.4g})"
+    score = next(s for s in tuning.scores(results) if s.index == index)
+    over = f", the mean over {score.finished} tuning seeds" if score.trials > 1 else ""
+    return dict(params), f"{attrs['cell_id']}/tune/{index} ({objective['metric']} {score.mean:.4g}{over})"
 
 
 def prepare_item(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:

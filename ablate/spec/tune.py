@@ -72,13 +72,15 @@ class TuneSpec(Strict):
     trials: int = Field(ge=1, le=MAX_TUNE_TRIALS, description="tuning trials per cell")
     space: dict[str, TuneDim] = Field(min_length=1, description="dotted path → range or choices")
     sampler: Literal["tpe", "random", "gp", "grid"] = Field(
-        "tpe", description="Optuna sampler, or grid: every combination of the space's choices once, the same for "
-        "every cell (trial i takes the i-th; trials must equal the number of combinations)")
+        "tpe", description="Optuna sampler, or grid: every combination of the space's choices once on every tuning "
+        "seed, the same for every cell (trial i takes combination i // k on tuning seed i mod k, k the number of "
+        "tuning seeds; trials must equal combinations × k), the best combination chosen by its mean over the seeds")
     startup_trials: int | None = Field(
         None, ge=0, description="tpe/gp: random trials before modelling; default min(10, max(2, trials // 3))")
     seeds: int | list[int] = Field(
         1, description=f"tuning seeds: a count k (seeds {TUNE_SEED_BASE} … {TUNE_SEED_BASE}+k−1) or a list; "
-                       "must be disjoint from the replicate seeds; trial i uses seed i mod k")
+                       "must be disjoint from the replicate seeds; trial i uses seed i mod k. A setting several "
+                       "trials ran (a grid's, on every seed) is judged by its mean over them")
     objective: Objective = Field(default_factory=Objective)
     pruner: choice(PRUNERS) = Field(
         "none", description="stop unpromising tuning trials on their intermediate validation values, compared "
@@ -101,9 +103,12 @@ class TuneSpec(Strict):
             raise ValueError(f"sampler grid needs choices (a list) for every dimension; tune.space.{ranges[0]} is "
                              "a range")
         combinations = math.prod(len(dim.choices or ()) for dim in self.space.values())
-        if self.trials != combinations:
-            raise ValueError(f"sampler grid runs every combination once: tune.trials must be {combinations} "
-                             f"(the product of the choices' lengths), not {self.trials}")
+        k = len(self.seed_list)
+        if self.trials != combinations * k:
+            on = f" on each of the {k} tuning seeds" if k > 1 else ""
+            times = f" × {k} seeds" if k > 1 else ""
+            raise ValueError(f"sampler grid runs every combination once{on}: tune.trials must be {combinations * k} "
+                             f"(the product of the choices' lengths{times}), not {self.trials}")
         return self
 
     @property

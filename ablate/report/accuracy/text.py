@@ -88,6 +88,9 @@ def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
         if tune.sampler != "grid":
             text += (f" Each cell drew its own {path} values ({tune.sampler} sampler); `tune.sampler: grid` tries "
                      "the same values in every cell.")
+        elif len(tune.seed_list) == 1:  # rotation_heads' re-draw: other picks, another verdict (replications.md)
+            text += (" Each cell picked it on one tuning seed, whose noise can decide between close settings; "
+                     f"`tune.seeds: 3` (with `tune.trials: {3 * tune.trials}`) picks by the mean over three.")
         out.append(text)
     return out
 
@@ -144,9 +147,16 @@ def tuning_intro(tune: Any) -> str:
     """How the study tuned (the spec's ``tune``): trials, sampler, seeds, objective, search space."""
     space = "; ".join(f"{path}: {space_text(dim)}" for path, dim in tune.space.items())
     verb = "maximising" if tune.objective.resolved_direction == "maximize" else "minimising"
-    return (f"Each cell ran {tune.trials} tuning trial{'s' if tune.trials != 1 else ''} ({tune.sampler} sampler) "
-            f"on tuning seeds {', '.join(map(str, tune.seed_list))}, {verb} {metric_name(tune.objective.metric)}; "
-            f"its replicates then ran the best setting. Search space: {space}.")
+    seeds = tune.seed_list
+    if tune.sampler == "grid" and len(seeds) > 1:
+        how = (f": every combination on each of the tuning seeds {', '.join(map(str, seeds))}, {verb} "
+               f"{metric_name(tune.objective.metric)}; its replicates then ran the combination with the best mean "
+               "over the seeds (the best value below is that mean)")
+    else:
+        how = (f" on tuning seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}, {verb} "
+               f"{metric_name(tune.objective.metric)}; its replicates then ran the best setting")
+    return (f"Each cell ran {tune.trials} tuning trial{'s' if tune.trials != 1 else ''} ({tune.sampler} sampler)"
+            f"{how}. Search space: {space}.")
 
 
 def anova_intro(dropped: dict[str, list[Any]], sequential: bool = False) -> str:
