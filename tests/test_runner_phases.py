@@ -139,7 +139,11 @@ def test_a_grid_names_what_it_needs():
     raw["tune"]["seeds"] = 3  # every combination on each tuning seed
     with pytest.raises(Exception, match=r"on each of the 3 tuning seeds: tune.trials must be 6 .*× 3 seeds"):
         design.validate(raw)
-    raw["tune"]["seeds"] = 1
+    raw["tune"].update(trials=6, pruner="median")
+    with pytest.raises(Exception, match="a pruned trial has no final value to average: tune.pruner must be none"):
+        design.validate(raw)
+    raw["tune"].update(seeds=1, trials=2)
+    design.validate(raw)  # one tuning seed: each setting runs once, a pruner may stop it
     raw["tune"] = {**raw["tune"], "trials": 2, "space": {"train.lr": {"low": 1e-3, "high": 1e-2}}}
     with pytest.raises(Exception, match="tune.space.train.lr is a range"):
         design.validate(raw)

@@ -87,7 +87,8 @@ class TuneSpec(Strict):
         "with the tuning trials of their cell only: median (below the median of finished trials at the same "
         "step, after 2 finished trials and a quarter of the steps) or successive_halving (rungs at steps/9, "
         "steps/3; reduction factor 3). Replicates are never pruned. Trials fused into one model (`--fuse`) start "
-        "together, so they are not pruned against each other")
+        "together, so they are not pruned against each other. Not with a grid on several tuning seeds, whose pick "
+        "is a mean over the seeds")
 
     @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int])
     @classmethod
@@ -109,6 +110,12 @@ class TuneSpec(Strict):
             times = f" × {k} seeds" if k > 1 else ""
             raise ValueError(f"sampler grid runs every combination once{on}: tune.trials must be {combinations * k} "
                              f"(the product of the choices' lengths{times}), not {self.trials}")
+        if k > 1 and self.pruner != "none":
+            # The pick is a setting's mean over the seeds; a pruned trial has no final value to average
+            # (rotation_heads: the median pruner stopped one of 2e-2's three seeds at step 7,400 of 8,000).
+            raise ValueError(f"a grid on {k} tuning seeds picks the combination with the best mean over them, and a "
+                             f"pruned trial has no final value to average: tune.pruner must be none, not "
+                             f"{self.pruner}")
         return self
 
     @property
