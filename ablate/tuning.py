@@ -43,19 +43,18 @@ def sampler_seed(cell_id: str, index: int) -> int:
     return int(hashlib.sha256(f"{cell_id}/{index}".encode()).hexdigest()[:8], 16)
 
 
-def best(results: list[tuple[int, dict[str, Any], float | None]], direction: str) -> tuple[int, dict[str, Any]] | None:
-    """(index, params) of the best tuning setting: its trials' values (``None`` or non-finite: the
-    trial did not finish with a number) averaged over the trials that ran it — the same setting on
-    several tuning seeds (a grid on ``tune.seeds``) is judged by its mean, not by its luckiest seed.
+def best(results: list[tuple[int, dict[str, Any], float | None]], direction: str) -> Score | None:
+    """The best tuning setting of ``results`` (index, params, value; ``None`` or non-finite: the
+    trial did not finish with a number), judged by its mean over the trials that ran it — the same
+    setting on several tuning seeds (a grid on ``tune.seeds``) by its mean, not by its luckiest seed.
     A setting some of whose trials did not finish with a number ranks after every setting all of
     whose trials did (a learning rate that diverged on one seed is not chosen for a lucky other);
-    ties go to the lowest index, and the index returned is the setting's first trial's."""
+    ties go to the lowest index."""
     scored = scores(results)
     if not scored:
         return None
     sign = -1.0 if direction == "maximize" else 1.0
-    chosen = min(scored, key=lambda s: (s.finished < s.trials, sign * s.mean, s.index))
-    return chosen.index, chosen.params
+    return min(scored, key=lambda s: (s.finished < s.trials, sign * s.mean, s.index))
 
 
 class Score(NamedTuple):
@@ -70,13 +69,20 @@ class Score(NamedTuple):
 
 
 def scores(results: list[tuple[int, dict[str, Any], float | None]]) -> list[Score]:
-    """Each setting of ``results`` with at least one finite value, in the order of its first trial."""
+    """Each setting of ``results`` with at least one finite value, in the order of its first trial.
+    A trial index listed more than once (a killed or retried item's attempts, each an Optuna trial)
+    is one trial of the design: it counts once, with a finite value if some attempt has one."""
+    by_index: dict[int, tuple[dict[str, Any], float | None]] = {}
+    for i, params, v in sorted(results, key=lambda r: r[0]):
+        value = float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+        if by_index.get(i, (None, None))[1] is None:
+            by_index[i] = (params, value)
     groups: dict[str, list[tuple[int, dict[str, Any], float | None]]] = {}
-    for r in sorted(results, key=lambda r: r[0]):
-        groups.setdefault(json.dumps(r[1], sort_keys=True, default=str), []).append(r)
+    for i, (params, value) in by_index.items():
+        groups.setdefault(json.dumps(params, sort_keys=True, default=str), []).append((i, params, value))
     out = []
     for group in groups.values():
-        values = [float(v) for _, _, v in group if isinstance(v, int | float) and math.isfinite(v)]
+        values = [v for _, _, v in group if v is not None]
         if values:
             out.append(Score(group[0][0], group[0][1], math.fsum(values) / len(values), len(values), len(group)))
     return out

@@ -240,7 +240,6 @@ class Results:
                     ran.append((int(r["tune_index"]), json.loads(r["params"]),
                                 float(value) if r["status"] == "complete" and _finite(value) else None))
             best = tuning.best(ran, objective.resolved_direction)
-            score = next(s for s in tuning.scores(ran) if s.index == best[0]) if best else None
             reps = group.filter(pl.col("phase") == "replicate")
             sources = sorted({s for s in reps["tuned_from"].to_list() if s}) if "tuned_from" in reps.columns else []
             rows.append({
@@ -248,9 +247,9 @@ class Results:
                 "complete": states.count("complete"), "pruned": states.count("pruned"),
                 "failed": sum(s in ("failed", "diverged", "killed") for s in states),
                 "unfinished": sum(s in ("pending", "running") for s in states),
-                "best_index": best[0] if best else None,
-                "best_value": score.mean if score else None,
-                "best_params": json.dumps(best[1], sort_keys=True) if best else None,
+                "best_index": best.index if best else None,
+                "best_value": best.mean if best else None,
+                "best_params": json.dumps(best.params, sort_keys=True) if best else None,
                 "tuned_from": "; ".join(sources) or None,
             })
         return pl.DataFrame(rows, schema=cols)

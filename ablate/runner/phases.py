@@ -160,13 +160,11 @@ def best(study: optuna.Study, attrs: dict[str, Any]) -> tuple[dict[str, Any], st
         if isinstance(t.user_attrs.get("params"), dict):
             value = _value(t, objective["metric"]) if t.state == TrialState.COMPLETE else None
             results.append((int(t.user_attrs.get("index", t.number)), t.user_attrs["params"], value))
-    chosen = tuning.best(results, objective["direction"])
-    if chosen is None:
+    score = tuning.best(results, objective["direction"])
+    if score is None:
         return {}, "baseline: no tuning trial of this cell finished"
-    index, params = chosen
-    score = next(s for s in tuning.scores(results) if s.index == index)
     over = f", the mean over {score.finished} tuning seeds" if score.trials > 1 else ""
-    return dict(params), f"{attrs['cell_id']}/tune/{index} ({objective['metric']} {score.mean:.4g}{over})"
+    return dict(score.params), f"{attrs['cell_id']}/tune/{score.index} ({objective['metric']} {score.mean:.4g}{over})"
 
 
 def prepare_item(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
