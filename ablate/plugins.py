@@ -32,6 +32,8 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -103,6 +105,41 @@ class Plugin:
                               "target in that package's pyproject.toml, then reinstall it)") from cause
 
 
+class HardExit(BaseException):
+    """A plug-in's import called ``os._exit``, which no handler sees: raised in its place."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"os._exit({code}) called on import")
+
+
+_REAL_EXIT = os._exit
+_IMPORTING: set[int] = set()  # the threads importing a plug-in now
+_GUARD = threading.Lock()
+
+
+def _exit_on_import(code: int) -> None:
+    if threading.get_ident() in _IMPORTING:
+        raise HardExit(code)
+    _REAL_EXIT(code)
+
+
+@contextmanager
+def importing() -> Iterator[None]:
+    """While this thread imports a plug-in, its ``os._exit`` raises ``HardExit``: a module that
+    called it ended `ablate validate` with exit 0 and no word (other threads exit as ever)."""
+    me = threading.get_ident()
+    with _GUARD:
+        _IMPORTING.add(me)
+        os._exit = _exit_on_import
+    try:
+        yield
+    finally:
+        with _GUARD:
+            _IMPORTING.discard(me)
+            if not _IMPORTING:
+                os._exit = _REAL_EXIT
+
+
 def load_target(target: str, what: str) -> Any:
     """Import ``module`` and follow ``attribute`` (dots allowed) of ``"module:attribute"``."""
     if not is_target(target):
@@ -113,7 +150,8 @@ def load_target(target: str, what: str) -> Any:
     watch.daemon = True
     watch.start()
     try:
-        obj: Any = importlib.import_module(module_name)
+        with importing():
+            obj: Any = importlib.import_module(module_name)
     except KeyboardInterrupt:  # a module that never finishes importing: say whose, not a bare exit 130
         from rich.markup import escape
 
@@ -122,7 +160,7 @@ def load_target(target: str, what: str) -> Any:
         raise Refused(escape(f"{what}: interrupted while importing {module_name!r} (its import did not finish)"),
                       130) from None
     # SystemExit too: a module that calls sys.exit on import ended `ablate validate` silently (exit 3).
-    except (Exception, SystemExit) as exc:  # any failure of a plug-in's import is reported as the plug-in's
+    except (Exception, SystemExit, HardExit) as exc:  # any failure of a plug-in's import is reported as the plug-in's
         hint = f" ({not_found_hint()})" if isinstance(exc, ModuleNotFoundError) and exc.name is not None \
             and exc.name == module_name.partition(".")[0] else ""
         raise PluginError(f"{what}: cannot import {module_name!r}: {type(exc).__name__}: {exc}{hint}") from exc
@@ -266,8 +304,9 @@ def _hash_file(path: str, _mtime_ns: int, _size: int, code: bool = True) -> str:
 
 def _source_file(plugin: Plugin) -> str:
     try:
-        spec = importlib.util.find_spec(plugin.module)
-    except (Exception, SystemExit) as exc:  # a parent package that fails to import (or exits)
+        with importing():
+            spec = importlib.util.find_spec(plugin.module)
+    except (Exception, SystemExit, HardExit) as exc:  # a parent package that fails to import (or exits)
         raise PluginError(f"{plugin.kind} plug-in {plugin.name!r}: cannot find {plugin.module!r}: "
                           f"{type(exc).__name__}: {exc}") from exc
     if spec is None or not spec.origin or not os.path.isfile(spec.origin):

@@ -127,7 +127,7 @@ class FakeRun:
     def finish(self, *args, **kwargs) -> None:
         pass
 
-    write = end = log_params = finish
+    write = end = finish
 
 
 def kept_checkpoint(root: Path, cell_id: str, seed: int = 0, steps: int = 20, size: int = 1000) -> Path:

@@ -210,6 +210,14 @@ def test_a_plugin_that_exits_on_import_is_a_clean_error_not_the_end_of_validate(
     done = subprocess.run([*ABLATE, "validate", str(path)], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(plugin_dir)}, cwd=plugin_dir)
     assert done.returncode == 2 and "SystemExit: 3" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    # os._exit skips every handler: it ended validate with exit 0 and no word; now the same error
+    (plugin_dir / "my_plugin_hard_exit.py").write_text("import os\nos._exit(0)\n")
+    path.write_text(spec_text(factors={"model.parameterisation": ["rotation", "my_plugin_hard_exit:Givens"]}))
+    done = subprocess.run([*ABLATE, "validate", str(path)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(plugin_dir)}, cwd=plugin_dir)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "cannot import 'my_plugin_hard_exit': HardExit: os._exit(0) called on import" in done.stderr, done.stderr
+    assert os._exit is plugins._REAL_EXIT  # restored after the import
 
 
 def test_ablate_plugins_exits_1_when_one_fails_to_load(tmp_path: Path) -> None:

@@ -325,7 +325,7 @@ def test_a_run_whose_cells_all_diverged_says_so_and_is_still_a_result(tmp_path, 
 
 
 def test_a_run_whose_tuning_trials_may_fuse_says_what_that_does_to_its_pruner(tmp_path, monkeypatch):
-    from ablate.runner.launch import pruning_note
+    from ablate.runner.launch import pruning_note, run_worker
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ABLATE_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
@@ -340,9 +340,15 @@ def test_a_run_whose_tuning_trials_may_fuse_says_what_that_does_to_its_pruner(tm
     out, o, err, _ = consoles()  # queue only: the workers elsewhere fuse by default
     run_study(spec, stores(tmp_path), out, err, workers=0, fuse=0)
     assert note in o.getvalue()
-    out, o, err, _ = consoles()
-    run_study(spec, stores(tmp_path), out, err, workers=1, checkpoint_every=0, fuse=0)
-    assert note in o.getvalue()
+    # `ablate worker` on that queue says it too, once, though each of the 2 cells fuses its 2 trials
+    _, _, err, e = consoles()
+    said = run_worker(spec.name, stores(tmp_path), err, checkpoint_every=0, fuse=2)
+    assert "'complete': 6" in said.lines[0]  # 2 tuning trials and a replicate a cell
+    assert e.getvalue().replace("\n", " ").count(note) == 1 and "note " not in e.getvalue()
+    out, o, err, e = consoles()
+    again = design.validate({**tuned, "name": "launch-in-process"})
+    run_study(again, stores(tmp_path), out, err, workers=1, checkpoint_every=0, fuse=0, verbose=True, reuse=False)
+    assert note in o.getvalue() and note not in e.getvalue()  # said once, when queued
     out, o, err, _ = consoles()  # its tuning done: nothing to say
     run_study(spec, stores(tmp_path), out, err, workers=1, fuse=0)
     assert "tune.pruner" not in o.getvalue()

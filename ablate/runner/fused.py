@@ -183,6 +183,27 @@ class Group:
             raise
 
 
+def pruning_note(pruner: str, trials: int) -> str:
+    """What fusing does to a tuning pruner ("" for none): a cell's tuning trials claimed as one
+    group start together, and a pruner compares a trial only with its cell's finished ones, so the
+    trials of a group are not pruned against each other — with few tuning trials a cell, none is.
+    rotrnn_norm_stability's median pruner, its trials apart, stopped three lr 2e-2 trials; fused and
+    run to the end, two of them were their cell's best (docs/replications.md)."""
+    if pruner == "none":
+        return ""
+    return (f"tune.pruner {pruner}: tuning trials of a cell claimed together (fused) start together, and "
+            "a pruner compares a trial only with its cell's finished ones, so they are not pruned against each "
+            f"other ({trials} a cell: --fuse 1 trains them one at a time and prunes as specified)")
+
+
+def group_note(trials: Sequence[optuna.Trial]) -> str:
+    """``pruning_note`` for a claimed group of tuning trials ("" for one trial, replicates, no pruner)."""
+    tune = trials[0].user_attrs.get("tune") or {}
+    if len(trials) < 2 or trials[0].user_attrs.get("phase") != "tune":
+        return ""
+    return pruning_note(str(tune.get("pruner", "none")), int(tune.get("trials", len(trials))))
+
+
 def room(fuse: int, device: str, first: optuna.Trial, max_items: int | None = None, done: int = 0,
          study: optuna.Study | None = None, me: str = "") -> int:
     """Up to how many items of a cell a worker claims with ``--fuse fuse`` on ``device`` with the

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ablate.design import cells
-from ablate.runner import dashboard, pool, queue, sequential_looks, tracking
+from ablate.runner import dashboard, fused, pool, queue, sequential_looks, tracking
 from ablate.runner import housekeeping as hk
 from ablate.runner import items as its
 from ablate.runner import study as st
@@ -133,12 +133,12 @@ def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int 
 def worker_events(err: Console, verbose: bool) -> Callable[[str, dict], None]:
     """What an in-process worker prints itself: what the store does not show as a finished trial
     (an out-of-memory retry, a superseded attempt), and with -v every event; the live view shows
-    the rest."""
+    the rest; not a fused group's ``note``, which ``run_study`` printed when it queued the items."""
 
     def emit(event: str, info: dict) -> None:
         if event == "look":
             err.print(look_line(info), highlight=False, markup=False, soft_wrap=True)
-        elif verbose or event in ("oom", "superseded", "reused", "warning", "pruned"):
+        elif event != "note" and (verbose or event in ("oom", "superseded", "reused", "warning", "pruned")):
             err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}".rstrip(),
                       highlight=False, markup=False, soft_wrap=True)
 
@@ -200,16 +200,10 @@ def settle_after_stop(name: str, stores: Stores) -> int:
 
 
 def pruning_note(spec: Spec, fuse: int) -> str:
-    """What fusing does to the spec's pruner ("" when nothing): a cell's tuning trials claimed as one
-    group start together, and a pruner compares a trial only with its cell's finished ones, so the
-    trials of a group are not pruned against each other — with few tuning trials a cell, none is.
-    rotrnn_norm_stability's median pruner, its trials apart, stopped three lr 2e-2 trials; fused and
-    run to the end, two of them were their cell's best (docs/replications.md)."""
-    if fuse == 1 or spec.tune is None or spec.tune.pruner == "none":
+    """What fusing does to the spec's pruner ("" when nothing: ``fused.pruning_note``)."""
+    if fuse == 1 or spec.tune is None:
         return ""
-    return (f"tune.pruner {spec.tune.pruner}: tuning trials of a cell claimed together (fused) start together, and "
-            "a pruner compares a trial only with its cell's finished ones, so they are not pruned against each "
-            f"other ({spec.tune.trials} a cell: --fuse 1 trains them one at a time and prunes as specified)")
+    return fused.pruning_note(spec.tune.pruner, spec.tune.trials)
 
 
 def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers: int = 1, device: str = "cpu",
@@ -354,8 +348,14 @@ def run_worker(study: str, stores: Stores, err: Console, *, device: str = "cpu",
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(threads)
 
+    noted: set[str] = set()
+
     def emit(event: str, info: dict) -> None:
-        if verbose or event not in ("start", "complete"):
+        if event == "note":
+            if info["message"] not in noted:
+                noted.add(info["message"])
+                err.print(info["message"], highlight=False, markup=False, soft_wrap=True)
+        elif verbose or event not in ("start", "complete"):
             err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}",
                       highlight=False, markup=False)
 

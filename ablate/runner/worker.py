@@ -341,9 +341,7 @@ def _end_committed(run: tracking.TrialRun, status: str, params: dict[str, Any], 
     """After the Optuna record: end the run (with ``params`` known only now) and drop the checkpoint."""
     try:
         faults.inject("committed")
-        if params:
-            run.log_params(params)
-        run.end(status, {"ablate.committed": "true"})
+        run.end(status, {"ablate.committed": "true"}, params)
     except Exception as exc:  # the trial counts; its run is ended by the next settle_runs
         emit("warning", {**info, "message": f"MLflow run {run.run_id} left RUNNING: {_text(exc)}"})
     if current.checkpoint is not None:
@@ -590,6 +588,8 @@ def _run_group(study: optuna.Study, trials: list[optuna.Trial], stores: Stores, 
                checkpoint_every: int, current: _Current, signals: Signals) -> list[str]:
     """Claimed items of one cell, each through ``run_item`` in a thread of its own, trained as one
     model where they fuse (runner/fused.py); their outcomes, in order."""
+    if note := fused.group_note(trials):  # `ablate worker` prints it once; `ablate run` did when queueing
+        emit("note", {"message": note})
     current.members = []
     for trial in trials:
         current.members.append(_Current(study=study))
