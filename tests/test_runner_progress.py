@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import io
 import re
+import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -622,3 +623,35 @@ def test_an_estimate_a_look_behind_the_countdown_is_no_revision():
     assert f.eta == pytest.approx(first.eta - 1.0) and not f.eta_note
     far = progress.frame(look(1, 1, [running("w1", 1, 3, -9)], 1, rate=1.0), slots, first, 1.0, 1)
     assert far.eta is not None and far.eta > first.eta and far.eta_note == progress.SLOWER
+
+
+def test_a_fused_group_whose_trials_stopped_early_prices_a_dearer_cell_by_its_shape(tmp_path):
+    """rotrnn_norm_stability's ETA read 12 minutes with 37 left: each trial of a fused group was
+    priced at its own steps, though the group trains until its longest trial stops (an early stop
+    is frozen, not freed), so 8 equal walls over 4,300–8,000 steps fit a line with no slope and
+    its 4-layer cells cost as much as its 1-layer ones. The group's wall is of its longest trial's
+    steps: a cell of 2.5× the work costs 2.5× as much."""
+    from ablate.runner.costs import trial_cost
+
+    raw = copy.deepcopy(RAW)
+    del raw["tune"]
+    raw.update(factors={"model.layers": [1, 4]}, seeds=4)
+    raw["train"]["steps"] = 8
+    spec = design.validate(raw)
+    opt, _ = st.prepare(spec, design.items(spec), stores(tmp_path))
+    items = design.items(spec)
+    group = [phases.claim(opt) for _ in range(4)]  # one worker's fused claim of the 1-layer cell's seeds
+    assert len({t.user_attrs["cell_id"] for t in group}) == 1
+    for trial in group:
+        queue.set_running_attrs(opt, trial, {"worker": "w1"})
+    for trial, steps in zip(group, (3, 4, 6, 8), strict=True):
+        queue.finish(opt, trial, TrialState.COMPLETE, {"status": "complete", "val_accuracy": 0.5, "steps": steps}, 0.5)
+    with sqlite3.connect(tmp_path / "optuna.db") as db:  # one wall for the group, as a fused group's trials take
+        db.executemany("UPDATE trials SET datetime_start = ?, datetime_complete = ? WHERE number = ?",
+                       [("2026-12-07 04:00:00.000000", "2026-12-07 04:03:00.000000", t.number) for t in group])
+    costs = progress.snapshot(opt, items).cell_costs
+    one, four = group[0].user_attrs["cell_id"], next(c for c in costs if c != group[0].user_attrs["cell_id"])
+    shape = trial_cost(next(i.cell.config for i in items if i.cell.id == four)) / trial_cost(
+        next(i.cell.config for i in items if i.cell.id == one))
+    assert shape > 2.0
+    assert costs[four] / costs[one] == pytest.approx(shape, rel=0.1)

@@ -6,7 +6,8 @@ together and their group's wall is shared by its K items, not K times one. Price
 read 3× its true remainder at a quarter done, then fell to 0m00s with groups still running.
 
 Each finished trial's wall is first brought to what it would take alone (its group's wall over
-``fused_cost`` of the group's size, ``group_sizes``). A trial alone is priced by a cost model where
+``fused_cost`` of the group's size, ``claim_groups``), for the steps of its group's longest trial:
+a group trains until its last trial stops, those that stopped early frozen in it. A trial alone is priced by a cost model where
 the cells' configs are known (``trial_cost``: a trial's work from its cell's shape — layers, width,
 state, sequence length, batch — and its counts of steps and validation passes): at what its own
 cell's finished trials took, else at the cost model's units times the seconds per unit the finished
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import statistics
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,26 +47,29 @@ def fused_cost(k: int, fuse: int = 1) -> float:
     return 1.0 + FUSED_EXTRA * (max(2 if fuse > 1 else 1, k) - 1)
 
 
-def group_sizes(spans: Sequence[tuple[str, str, float, float]]) -> list[int]:
-    """The size of each finished trial's claim group, from (worker, cell·phase key, start, end)
-    seconds: the trials of one worker and key whose spans overlap, one through another (a worker
-    trains one group at a time, so two of its trials that overlap were claimed together; trials
-    one after another never overlap). An unknown worker ("", "?") is a group of its own."""
-    sizes = [1] * len(spans)
+def claim_groups(spans: Sequence[tuple[str, str, float, float]]) -> list[int]:
+    """Each finished trial's claim group (a number its group's trials share), from (worker,
+    cell·phase key, start, end) seconds: the trials of one worker and key whose spans overlap, one
+    through another (a worker trains one group at a time, so two of its trials that overlap were
+    claimed together; trials one after another never overlap). An unknown worker ("", "?") is a
+    group of its own."""
+    groups = list(range(len(spans)))
     order = sorted(range(len(spans)), key=lambda i: (spans[i][0], spans[i][1], spans[i][2]))
-    run: list[int] = []
-    reach = float("-inf")
-    for i in order + [-1]:
-        same = i >= 0 and run and spans[i][:2] == spans[run[0]][:2] and spans[i][0] not in ("", "?")
-        if same and spans[i][2] <= reach:
-            run.append(i)
+    head, reach = -1, float("-inf")
+    for i in order:
+        if head >= 0 and spans[i][:2] == spans[head][:2] and spans[i][0] not in ("", "?") and spans[i][2] <= reach:
+            groups[i] = groups[head]
             reach = max(reach, spans[i][3])
-            continue
-        for j in run:
-            sizes[j] = len(run)
-        if i >= 0:
-            run, reach = [i], spans[i][3]
-    return sizes
+        else:
+            head, reach = i, spans[i][3]
+    return groups
+
+
+def group_sizes(spans: Sequence[tuple[str, str, float, float]]) -> list[int]:
+    """The size of each finished trial's claim group (``claim_groups``)."""
+    groups = claim_groups(spans)
+    count = Counter(groups)
+    return [count[g] for g in groups]
 
 
 def in_flight(items: Sequence[tuple[str, str, int, int]]) -> list[list[int]]:

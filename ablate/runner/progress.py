@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -67,14 +68,20 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
     ]
     spans = [(e.user_attrs, e.started, e.finished) for e in finished
              if e.started and e.finished and isinstance(e.user_attrs.get("steps"), int) and e.user_attrs["steps"] > 0]
-    # A fused group's trials each last the group's wall: brought to one trial's alone (``eta``).
-    sizes = eta.group_sizes([(str(a.get("worker", "")), f"{a.get('cell_id')}/{a.get('phase')}", start.timestamp(),
-                              end.timestamp()) for a, start, end in spans])
+    # A fused group's trials each last the group's wall: brought to one trial's alone (``eta``), of
+    # the steps of its longest trial (one that stopped early is frozen in the group, which trains on:
+    # priced at its own steps, every early stop read as a dearer step, and a cell of twice the work
+    # as one of the same, since a group's trials all take one wall whatever their steps).
+    groups = eta.claim_groups([(str(a.get("worker", "")), f"{a.get('cell_id')}/{a.get('phase')}", start.timestamp(),
+                                end.timestamp()) for a, start, end in spans])
+    size, longest = Counter(groups), {}
+    for (a, _, _), g in zip(spans, groups, strict=True):
+        longest[g] = max(longest.get(g, 0), a["steps"])
     flights = eta.in_flight([(r.worker, f"{r.cell_id}/{r.phase}", r.step, r.steps) for r in running])
     running_k = {r: len(g) for g in flights for r in g}
-    fuse = max([*sizes, *running_k.values(), 1])
-    timed = [(str(a.get("cell_id", "")), (end - start).total_seconds() / eta.fused_cost(k, fuse), a["steps"])
-             for (a, start, end), k in zip(spans, sizes, strict=True)]
+    fuse = max([*size.values(), *running_k.values(), 1])
+    timed = [(str(a.get("cell_id", "")), (end - start).total_seconds() / eta.fused_cost(size[g], fuse), longest[g])
+             for (a, start, end), g in zip(spans, groups, strict=True)]
     shares = [eta.fused_cost(running_k[i], fuse) for i in range(len(running))]
     measured = [(wall, n) for _, wall, n in timed]
     by_cell: dict[str, list[tuple[float, int]]] = {}
