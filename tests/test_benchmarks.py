@@ -41,6 +41,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
                                   "timings reused"]),
     "bench_workers.py": (["--tiny"], ["2 workers vs 1", "trials/hour"]),
     "bench_fused_worker.py": (["--tiny"], ["2 seeds x 4 steps", "per CPU-h"]),
+    "bench_eta_replay.py": (["--tiny"], ["4 items, run in", "replayed every 1 s", "median ETA / time left"]),
     "bench_scheduling.py": (["--tiny"], ["| 1 | 2 |", "| 2 | 4 |", "items/s"]),
     "bench_reports.py": (["--tiny"], ["| 4 cells × 2 seeds (synthetic export) |", "| study | wall (s) |"]),
     "gpu_workers.py": (["--tiny"], ["bench_scan.py --device cuda", "trials/hour"]),
