@@ -426,7 +426,8 @@ def test_a_one_at_a_time_design_shows_no_marginal_means_and_names_no_factor_anal
 
 
 def test_the_measure_lines_count_the_probe_batch_check_over_the_runs_it_covers() -> None:
-    """rotrnn_norm_stability's tuning trials probed too: 56 runs checked, 48 replicate runs analysed.
+    """rotrnn_norm_stability's tuning trials probed too: 120 runs checked (72 tuning trials, 3 on each
+    tuning seed, counted once a seed until 2026-12-07: "72 runs"), 48 replicate runs analysed.
     A batch that agrees is said after the answer; the header keeps only the study line."""
     from ablate.report import norm_tables
     from ablate.results.exports import read_export
@@ -435,7 +436,7 @@ def test_the_measure_lines_count_the_probe_batch_check_over_the_runs_it_covers()
     trials = res.trials.to_pandas()
     assert len(norm_tables.header_lines(res, trials, [])) == 1
     lines = norm_tables.measure_lines(res, trials)
-    assert ("the same examples in all 56 runs (tuning trials included; 48 analysed); a white-noise probe of 32 "
+    assert ("the same examples in all 120 runs (tuning trials included; 48 analysed); a white-noise probe of 32 "
             "sequences (seed 0).") in lines[0]
 
 

@@ -169,14 +169,17 @@ def time_curves(df: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 def probe_batch_check(metrics: Any) -> tuple[int, bool] | None:
     """From ``Results.metrics``: (runs that logged a probe-batch fingerprint, whether all logged the
-    same one), or None when none did. Norms of different runs compare only on one batch."""
+    same one), or None when none did. Norms of different runs compare only on one batch. A run is a
+    cell's seed, or a tuning trial: a cell's tuning trials share their seeds (each logs one row)."""
     m = _pandas(metrics) if metrics is not None and len(metrics) else None
     if m is None or "name" not in m.columns:
         return None
     fp = m[m["name"] == "probe/batch_fingerprint"]
     if not len(fp):
         return None
-    return int(fp[["cell_id", "seed"]].drop_duplicates().shape[0]), bool(fp["value"].nunique() == 1)
+    tune = fp["phase"] == "tune" if "phase" in fp else np.zeros(len(fp), dtype=bool)
+    runs = fp[~tune][["cell_id", "seed"]].drop_duplicates().shape[0] + int(tune.sum())
+    return int(runs), bool(fp["value"].nunique() == 1)
 
 
 def edge_steps(df: pd.DataFrame) -> tuple[int, int]:
