@@ -126,9 +126,11 @@ def replay(store: Path, spec_path: Path, every: float, workers: int) -> None:
             study = optuna.load_study(study_name=spec.name, storage=f"sqlite:///{path}")
 
             class Clock(dt.datetime):  # the snapshot's now: the replayed moment
+                moment = at
+
                 @classmethod
                 def now(cls, tz: dt.tzinfo | None = None) -> dt.datetime:
-                    return at
+                    return cls.moment
 
             progress.datetime, eta.datetime = Clock, Clock
             snap = progress.snapshot(study, items)
