@@ -626,7 +626,7 @@ def test_an_estimate_a_look_behind_the_countdown_is_no_revision():
 
 
 def test_a_fused_group_whose_trials_stopped_early_prices_a_dearer_cell_by_its_shape(tmp_path):
-    """rotrnn_norm_stability's ETA read 12 minutes with 37 left: each trial of a fused group was
+    """rotrnn_norm_stability's ETA read 12 minutes with 28 left: each trial of a fused group was
     priced at its own steps, though the group trains until its longest trial stops (an early stop
     is frozen, not freed), so 8 equal walls over 4,300–8,000 steps fit a line with no slope and
     its 4-layer cells cost as much as its 1-layer ones. The group's wall is of its longest trial's
