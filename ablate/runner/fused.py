@@ -196,12 +196,13 @@ def pruning_note(pruner: str, trials: int) -> str:
             f"other ({trials} a cell: --fuse 1 trains them one at a time and prunes as specified)")
 
 
-def group_note(trials: Sequence[optuna.Trial]) -> str:
-    """``pruning_note`` for a claimed group of tuning trials ("" for one trial, replicates, no pruner)."""
-    tune = trials[0].user_attrs.get("tune") or {}
-    if len(trials) < 2 or trials[0].user_attrs.get("phase") != "tune":
+def group_note(study: optuna.Study, trials: Sequence[optuna.Trial]) -> str:
+    """``pruning_note`` for a claimed group of tuning trials of ``study`` ("" for one trial,
+    replicates, no pruner). The protocol on a trial has no trial count: the study's spec has it."""
+    pruner = str((trials[0].user_attrs.get("tune") or {}).get("pruner", "none"))
+    if len(trials) < 2 or trials[0].user_attrs.get("phase") != "tune" or pruner == "none":
         return ""
-    return pruning_note(str(tune.get("pruner", "none")), int(tune.get("trials", len(trials))))
+    return pruning_note(pruner, int(((study.user_attrs.get("spec") or {}).get("tune") or {}).get("trials", 0)))
 
 
 def room(fuse: int, device: str, first: optuna.Trial, max_items: int | None = None, done: int = 0,

@@ -588,7 +588,7 @@ def _run_group(study: optuna.Study, trials: list[optuna.Trial], stores: Stores, 
                checkpoint_every: int, current: _Current, signals: Signals) -> list[str]:
     """Claimed items of one cell, each through ``run_item`` in a thread of its own, trained as one
     model where they fuse (runner/fused.py); their outcomes, in order."""
-    if note := fused.group_note(trials):  # `ablate worker` prints it once; `ablate run` did when queueing
+    if note := fused.group_note(study, trials):  # `ablate worker` prints it once; `ablate run` did when queueing
         emit("note", {"message": note})
     current.members = []
     for trial in trials:
