@@ -7,13 +7,14 @@ read 3× its true remainder at a quarter done, then fell to 0m00s with groups st
 
 Each finished trial's wall is first brought to what it would take alone (its group's wall over
 ``fused_cost`` of the group's size, ``claim_groups``), for the steps of its group's longest trial:
-a group trains until its last trial stops, those that stopped early frozen in it. A trial alone is priced by a cost model where
-the cells' configs are known (``trial_cost``: a trial's work from its cell's shape — layers, width,
-state, sequence length, batch — and its counts of steps and validation passes): at what its own
-cell's finished trials took, else at the cost model's units times the seconds per unit the finished
-trials measured (``cell_costs``), else, before any finished, at the running ones' pace; without a
-config, at seconds per training step (the median of the latest finished trials', each cell at its
-own rate once one of its trials finished or runs). So the first, cheap cells do not price the dear ones.
+a group trains until its last trial stops, those that stopped early frozen in it. A trial alone is
+priced by a cost model where the cells' configs are known (``trial_cost``: a trial's work from its
+cell's shape — layers, width, state, sequence length, batch — and its counts of steps and
+validation passes): at what its own cell's finished trials took, else at the cost model's units
+times the seconds per unit the finished trials measured (``cell_costs``), else, before any
+finished, at the running ones' pace; without a config, at seconds per training step (the median of
+the latest finished trials', each cell at its own rate once one of its trials finished or runs). So
+the first, cheap cells do not price the dear ones.
 
 The groups in flight (``in_flight``) keep their worker for their remaining steps; the waiting items
 are then handed out as the workers claim them (``makespan``): to whichever worker is free first, the
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 import statistics
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -63,13 +64,6 @@ def claim_groups(spans: Sequence[tuple[str, str, float, float]]) -> list[int]:
         else:
             head, reach = i, spans[i][3]
     return groups
-
-
-def group_sizes(spans: Sequence[tuple[str, str, float, float]]) -> list[int]:
-    """The size of each finished trial's claim group (``claim_groups``)."""
-    groups = claim_groups(spans)
-    count = Counter(groups)
-    return [count[g] for g in groups]
 
 
 def in_flight(items: Sequence[tuple[str, str, int, int]]) -> list[list[int]]:
