@@ -158,7 +158,15 @@ def poll(predicate, what: str, timeout: float) -> None:
 
 
 def logs(root: Path) -> str:
-    return "\n".join(f"== {p.name}\n{p.read_text()}" for p in sorted((root / "logs").glob("*.log")))
+    """The tasks' logs, then the last lines of the SLURM daemons' own: a task that ends FAILED
+    without a line of its own (seen once under load, after a requeue) is explained only there."""
+    said = [f"== {p.name}\n{p.read_text()}" for p in sorted((root / "logs").glob("*.log"))]
+    conf = os.environ.get("ABLATE_TEST_SLURM")
+    for daemon in ("slurmctld", "slurmd") if conf else ():
+        log = Path(conf).parent / "log" / f"{daemon}.log"
+        if log.is_file():
+            said.append(f"== {daemon}.log (last 40 lines)\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:]))
+    return "\n".join(said)
 
 
 def queue(root: Path, name: str, storage: str, tracking: str, items: int, **spec) -> None:
