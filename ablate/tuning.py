@@ -26,6 +26,26 @@ def apply(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def setting_words(settings: list[dict[str, Any]], most: int = 3) -> str:
+    """Tuned settings in a few words for a terminal line: each path's last part and its values over
+    ``settings`` (one item's, or those of the items a worker trains as one model): "lr=0.005",
+    "lr=0.0025,0.005,0.01"; "" when there are none. A tuning trial's seed does not tell it from
+    the cell's other trials on that seed: its setting does."""
+    values: dict[str, list[Any]] = {}
+    for setting in settings:
+        for path, value in (setting or {}).items():
+            seen = values.setdefault(str(path).rsplit(".", 1)[-1], [])
+            if value not in seen:
+                seen.append(value)
+    parts = []
+    for key, seen in values.items():
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in seen):
+            seen = sorted(seen)
+        shown = ",".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in seen[:most])
+        parts.append(f"{key}={shown}" + (",…" if len(seen) > most else ""))
+    return " ".join(parts)
+
+
 def grid_point(space: dict[str, dict[str, Any]], index: int) -> dict[str, Any]:
     """The ``index``-th combination of the space's choices (the first dimension varies slowest),
     the setting of tuning trial ``index`` under the grid sampler. By index rather than Optuna's

@@ -655,3 +655,59 @@ def test_a_fused_group_whose_trials_stopped_early_prices_a_dearer_cell_by_its_sh
         next(i.cell.config for i in items if i.cell.id == one))
     assert shape > 2.0
     assert costs[four] / costs[one] == pytest.approx(shape, rel=0.1)
+
+
+def test_a_tuning_trial_is_told_from_its_cells_others_on_its_seed_by_its_setting(tmp_path):
+    """A tuning trial shares its seed with the cell's other tuning trials on that seed (three
+    rows "RotRNN · 10000 · tune" for three learning rates, seen on rotrnn_vs_lru_tokens): its start
+    and done lines, its row in `ablate status` and its JSON say its setting."""
+    spec = design.validate(copy.deepcopy(RAW))  # tuned: train.lr and train.batch_size, 4 trials a cell
+    opt, _ = st.prepare(spec, design.items(spec), stores(tmp_path))
+    log = io.StringIO()
+    view = progress.View(opt, Console(file=log, force_terminal=False, width=100), [("host:1", lambda: None)])
+    with view:
+        view.poll()
+        trial = phases.claim(opt)
+        params = phases.prepare_item(opt, trial)["params"]
+        words = f"lr={params['train.lr']:.3g} batch_size={params['train.batch_size']}"
+        queue.beat(opt, trial.number, {"worker": "host:1", "step": 2})
+        snap = view.poll()
+        screen = io.StringIO()
+        Console(file=screen, width=200).print(progress.table(opt.study_name, snap, 1))
+        assert f"tune {words}" in screen.getvalue()
+        (shown,) = progress.status_json(opt.study_name, snap, 1)["running"]
+        assert shown["params"] == params
+        finish(opt, trial)
+        view.poll()
+    lines = log.getvalue().splitlines()
+    seed = trial.user_attrs["seed"]
+    assert lines[0] == f"start RotRNN · seed {seed} (tune {words}, trial {trial.number}) on host:1"
+    assert lines[1].startswith(f"done RotRNN · seed {seed} (tune {words}): val acc 0.500")
+
+
+def test_a_fused_group_of_tuning_trials_names_each_setting_once():
+    group = [running("w1", n, 0, 0) for n in range(4)]
+    for r, (seed, lr) in zip(group, [(0, 0.01), (0, 0.0025), (1, 0.01), (1, 0.0025)], strict=True):
+        r.seed, r.phase, r.params = seed, "tune", {"train.lr": lr}
+    assert progress.start_lines(group) == ["start A · seeds 0, 0, 1, 1 (tune lr=0.0025,0.01, trials 0–3, fused) on w1"]
+    (row,) = progress.frame(look(1, 0, group, 0), [progress.Slot("w1", "running", 0.0)], None, 1.0, 1).rows
+    assert (row.seed, row.phase) == ("0,0,1,1", "tune lr=0.0025,0.01")
+
+
+def test_a_fused_replicate_that_stopped_early_reads_ended_until_its_group_ends(study):
+    """A replicate trained fused that stops early waits, frozen, for its group's longest; `ablate
+    status` said "3600/8000" for it while its siblings went on, as if it were stuck. Its heartbeat
+    records that it ended (its final metrics came: ``TrialRun.progress``); a re-queued copy
+    (a killed worker's) carries none of it."""
+    trial = phases.claim(study)
+    queue.beat(study, trial.number, {"worker": "host:1", "step": 3, "ended": True})
+    snap = progress.snapshot(study)
+    screen = io.StringIO()
+    Console(file=screen, width=200).print(progress.table(study.study_name, snap, 1))
+    assert "3/5 ended" in screen.getvalue()
+    assert progress.status_json(study.study_name, snap, 1)["running"][0]["ended"] is True
+    queue.finish(study, trial, TrialState.FAIL, {"status": "failed", "failure_kind": "interrupted"})
+    queue.requeue(study, trial.number, None)
+    copy_ = [t for t in study.get_trials() if t.state == TrialState.WAITING
+             and t.user_attrs.get("seed") == trial.user_attrs["seed"]]
+    assert copy_ and all("ended" not in t.user_attrs for t in copy_)

@@ -59,6 +59,9 @@ def test_trial_run_in_mlflow(stores):
     run.log_metrics(4, {"train/loss": 2.0, "val/accuracy": 0.25, "val/loss": 1.5})
     assert run.progress() == {"step": 4, "last_val": {"accuracy": 0.25, "loss": 1.5, "step": 4}}
     run.log_metrics(8, {"val/accuracy": 0.5, "chance": 0.125})
+    assert "ended" not in run.progress()
+    run.log_metrics(8, {"test/accuracy": 0.4})  # its final metrics: a fused replicate may wait for its group
+    assert run.progress()["ended"] is True
     run.finish("FINISHED", {"val_accuracy": 0.5, "test_accuracy": 0.4, "chance": 0.125})
 
     mlc = MlflowClient(stores.tracking)

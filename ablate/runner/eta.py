@@ -137,6 +137,8 @@ class Running:
     cell_id: str = ""
     resumed_at: int = 0  # the step of a killed attempt's checkpoint it resumed from (0: from the start)
     begun: bool = True  # its worker recorded its start (not only its name, at a fused claim: ``fused.share``)
+    params: dict[str, Any] = field(default_factory=dict)  # its tuned setting (a tuning trial's, a tuned replicate's)
+    ended: bool = False  # trained to its end (stopped early), its fused group still training
 
     def elapsed(self, now: datetime | None = None) -> float | None:
         return ((now or datetime.now()) - self.started).total_seconds() if self.started else None

@@ -29,6 +29,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ablate import tuning
 from ablate.design import Item
 from ablate.runner import eta, queue
 from ablate.runner.eta import Running, Snapshot
@@ -63,6 +64,8 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
             cell_id=str(t.user_attrs.get("cell_id", "")),
             resumed_at=int(t.user_attrs.get("resumed_at") or 0),
             begun=ATTEMPT in t.user_attrs,
+            params=dict(t.user_attrs.get("params") or {}),
+            ended=bool(t.user_attrs.get("ended")),
         )
         for t in queue.trials(study, states=(TrialState.RUNNING,))
     ]
@@ -183,7 +186,8 @@ def table(name: str, snap: Snapshot, workers: int, slots: Sequence[Slot] = ()) -
     for r in sorted(snap.items, key=lambda r: r.worker):
         # Claimed a moment ago: its worker records itself with the item's start (not a "?" worker).
         who: str | Text = r.worker if r.worker not in ("", "?") else Text(UNRECORDED, style="dim")
-        tab.add_row(who, r.cell, str(r.seed), r.phase, f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
+        step = f"{r.step}/{r.steps}" + (" ended" if r.ended else "")  # waits for its fused group to end
+        tab.add_row(who, r.cell, str(r.seed), phase_words([r]), step, _val(r), duration(r.elapsed(now)))
     for s in slots:
         if s.worker not in busy:
             tab.add_row(s.worker, Text(f"({s.state})", style="dim"), "", "", "", "",
@@ -203,7 +207,7 @@ def status_json(name: str, snap: Snapshot, workers: int) -> dict[str, Any]:
         "workers_running": len({r.worker for r in snap.items}),  # 0: the ETA is one worker's, were one started
         "seconds_per_step": snap.seconds_per_step,
         "running": [{"trial_number": r.number, "worker": r.worker, "cell": r.cell, "seed": r.seed, "phase": r.phase,
-                     "step": r.step, "steps": r.steps, "elapsed_seconds": r.elapsed(now), "last_val": r.last_val}
+                     "params": r.params, "step": r.step, "ended": r.ended, "steps": r.steps, "elapsed_seconds": r.elapsed(now), "last_val": r.last_val}
                     for r in snap.items],
     }
 
@@ -273,18 +277,26 @@ class Frame:
         return eta_words(self.eta, self.running) if self.running or self.waiting else NOTHING_LEFT
 
 
-def _item_row(r: Running, now: datetime, seeds: Sequence[int] = ()) -> Row:
-    """``r``'s row; ``seeds``: all those its worker trains fused with it (``--fuse``), in its seed column."""
-    shown = sorted(seeds) or [r.seed]
+def phase_words(group: Sequence[Running]) -> str:
+    """The phase of an item, or of the items a worker trains as one model, with their tuned
+    settings: "tune lr=0.0025,0.01" (``tuning.setting_words``), "replicate lr=0.01", "replicate"."""
+    words = tuning.setting_words([r.params for r in group])
+    return f"{group[0].phase} {words}" if words else group[0].phase
+
+
+def _item_row(group: Sequence[Running], now: datetime) -> Row:
+    """A worker's row: its latest item (the last of ``group``) and those it trains fused with it
+    (``--fuse``), their seeds in its seed column."""
+    r, shown = group[-1], sorted(g.seed for g in group)
     seed = ",".join(map(str, shown[:4])) + (f",…+{len(shown) - 4}" if len(shown) > 4 else "")
-    return Row(r.worker, r.cell, seed, r.phase, f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
+    return Row(r.worker, r.cell, seed, phase_words(group), f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
 
 
-def _fused_seeds(items: list[Running]) -> list[int]:
-    """The seeds of a worker's latest item and of those it trains with it as one model: the same
-    cell and phase (its older items elsewhere are stale claims awaiting their heartbeat timeout)."""
+def _fused(items: list[Running]) -> list[Running]:
+    """A worker's latest item and those it trains with it as one model: the same cell and phase
+    (its older items elsewhere are stale claims awaiting their heartbeat timeout)."""
     latest = items[-1]
-    return [r.seed for r in items if (r.cell_id or r.cell) == (latest.cell_id or latest.cell) and r.phase == latest.phase]
+    return [r for r in items if (r.cell_id or r.cell) == (latest.cell_id or latest.cell) and r.phase == latest.phase]
 
 
 def _rows(snap: Snapshot, slots: Sequence[Slot], clock: float) -> tuple[tuple[Row, ...], int]:
@@ -300,12 +312,12 @@ def _rows(snap: Snapshot, slots: Sequence[Slot], clock: float) -> tuple[tuple[Ro
     for s in slots:
         held = by_worker.pop(s.worker, None)
         if held and not s.state.startswith("exited"):
-            rows.append(_item_row(held[-1], snap.taken, _fused_seeds(held)))
+            rows.append(_item_row(_fused(held), snap.taken))
         else:
             state = "stopping" if s.stopping and not s.state.startswith("exited") else s.state
             rows.append(Row(s.worker, state=state, elapsed=duration(clock - s.since)))
     others = [held for _, held in sorted(by_worker.items())]
-    rows += [_item_row(held[-1], snap.taken, _fused_seeds(held)) for held in others[:OTHER_ROWS]]
+    rows += [_item_row(_fused(held), snap.taken) for held in others[:OTHER_ROWS]]
     return tuple(rows), len(others[OTHER_ROWS:])
 
 
@@ -475,9 +487,9 @@ def start_lines(started: Sequence[Running]) -> list[str]:
     for group in groups.values():
         r = group[0]
         if len(group) == 1:
-            lines.append(start_line(r.cell, r.seed, r.phase, r.number, r.worker, r.resumed_at))
+            lines.append(start_line(r.cell, r.seed, phase_words(group), r.number, r.worker, r.resumed_at))
         else:
-            lines.append(f"start {r.cell} · seeds {_span([g.seed for g in group])} ({r.phase}, trials "
+            lines.append(f"start {r.cell} · seeds {_span([g.seed for g in group])} ({phase_words(group)}, trials "
                          f"{_span([g.number for g in group])}, fused) on {r.worker}")
     return lines
 
@@ -629,19 +641,21 @@ class View:
         out = []
         cutoff, self.since = self.since, datetime.now() - timedelta(seconds=5)  # overlap: clocks and commits
         keys = ("cell_label", "seed", "phase", "val_accuracy", "test_accuracy", "failure_kind", "failure_message",
-                "worker", "resumed_at", ATTEMPT)
+                "worker", "resumed_at", "params", ATTEMPT)
         for e in queue.entries(self.study, keys=keys, states=(TrialState.COMPLETE, TrialState.FAIL),
                                finished_after=cutoff):
             if e.number in self.finished:
                 continue
             self.finished.add(e.number)
             a = e.user_attrs
-            label = f"{a.get('cell_label')} · seed {a.get('seed')}"
+            setting = tuning.setting_words([a.get("params") or {}])
+            phase = f"{a.get('phase', '')} {setting}".strip()
+            label = f"{a.get('cell_label')} · seed {a.get('seed')}" + (f" ({phase})" if a.get("phase") == "tune" else "")
             start = ""
             worker = str(a.get("worker") or "") if a.get(ATTEMPT, e.number) == e.number else ""  # else a predecessor's
             if e.number not in self.started and worker not in ("", "?"):  # a trial shorter than a look
                 self.started.add(e.number)
-                start = start_line(str(a.get("cell_label")), a.get("seed"), str(a.get("phase", "")), e.number, worker,
+                start = start_line(str(a.get("cell_label")), a.get("seed"), phase, e.number, worker,
                                    int(a.get("resumed_at") or 0))
             wall = (e.finished - e.started).total_seconds() if e.finished and e.started else None
             if e.state == TrialState.COMPLETE:

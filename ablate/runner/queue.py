@@ -336,7 +336,7 @@ def fail_running(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> 
 # setting, where an attempt attribute forgotten here only shows stale. The failed trial keeps its own.
 ATTEMPT_ATTRS = (
     "worker", "attempt", "provenance", "mlflow_run_id", "accumulate",  # who ran it, where, how (progress.ATTEMPT)
-    "step", "last_val", "resumed_at",  # its progress (the heartbeat's, the start's)
+    "step", "last_val", "ended", "resumed_at",  # its progress (the heartbeat's, the start's)
     "status", "failure_kind", "failure_message", "traceback", "retried",  # its outcome and its mark (items.RETRIED)
 )
 

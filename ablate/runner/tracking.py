@@ -198,6 +198,7 @@ class TrialRun:
             self.mlc.log_batch(self.run_id, params=items[i : i + 100])
         self.last_step = 0
         self.last_val: dict[str, float] = {}  # the latest validation metrics, and their step
+        self.ended = False  # its final metrics came: a fused replicate stopped early waits for its group
         self._tags: dict[str, str] = {}  # AS_TAGS values not yet sent
         self._pending: list[tuple[int, str, float, int]] = []  # step, name, value, time (ms)
         self._history: list[tuple[int, str, float, int]] = []
@@ -210,6 +211,7 @@ class TrialRun:
         val = {k.removeprefix("val/"): float(v) for k, v in values.items() if k.startswith("val/")}
         if val:
             self.last_val = {**val, "step": step}
+        self.ended = self.ended or any(k.startswith("test/") for k in values)
         self._add(step, values)
         if len(self._pending) >= BATCH or time.monotonic() - self._flushed > FLUSH_S:
             self.flush()
@@ -220,6 +222,8 @@ class TrialRun:
         out: dict[str, Any] = {"step": self.last_step}
         if self.last_val:
             out["last_val"] = dict(self.last_val)
+        if self.ended:
+            out["ended"] = True
         return out
 
     def _add(self, step: int, values: dict[str, float]) -> None:
