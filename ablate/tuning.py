@@ -26,6 +26,13 @@ def apply(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def setting_of(attrs: dict[str, Any]) -> dict[str, Any]:
+    """A trial's tuned setting from its attributes (``params``, set when its item was claimed);
+    {} for an untuned one or one not claimed yet."""
+    params = attrs.get("params")
+    return dict(params) if isinstance(params, dict) else {}
+
+
 def setting_words(settings: list[dict[str, Any]], most: int = 3) -> str:
     """Tuned settings in a few words for a terminal line: each path's last part and its values over
     ``settings`` (one item's, or those of the items a worker trains as one model): "lr=0.005",
@@ -33,7 +40,7 @@ def setting_words(settings: list[dict[str, Any]], most: int = 3) -> str:
     the cell's other trials on that seed: its setting does."""
     values: dict[str, list[Any]] = {}
     for setting in settings:
-        for path, value in (setting or {}).items():
+        for path, value in setting.items():
             seen = values.setdefault(str(path).rsplit(".", 1)[-1], [])
             if value not in seen:
                 seen.append(value)

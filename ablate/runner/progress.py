@@ -64,7 +64,7 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
             cell_id=str(t.user_attrs.get("cell_id", "")),
             resumed_at=int(t.user_attrs.get("resumed_at") or 0),
             begun=ATTEMPT in t.user_attrs,
-            params=dict(t.user_attrs.get("params") or {}),
+            params=tuning.setting_of(t.user_attrs),
             ended=bool(t.user_attrs.get("ended")),
         )
         for t in queue.trials(study, states=(TrialState.RUNNING,))
@@ -648,7 +648,7 @@ class View:
                 continue
             self.finished.add(e.number)
             a = e.user_attrs
-            setting = tuning.setting_words([a.get("params") or {}])
+            setting = tuning.setting_words([tuning.setting_of(a)])
             phase = f"{a.get('phase', '')} {setting}".strip()
             label = f"{a.get('cell_label')} · seed {a.get('seed')}" + (f" ({phase})" if a.get("phase") == "tune" else "")
             start = ""
