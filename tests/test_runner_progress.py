@@ -497,6 +497,10 @@ def test_a_worker_training_seeds_fused_shows_them_all_in_its_row():
     many = [item(i, i, "A") for i in range(6)]
     (row,) = progress.frame(look(1, 0, many, 0), [], None, 1.0, 1).rows  # another process's worker
     assert row.seed == "0,1,2,3,…+2"
+    # Its latest item stopped early at step 3 and waits for the others: the row goes on with them.
+    held[-1].step, held[-1].ended, held[-2].step = 3, True, 8
+    (row,) = progress.frame(look(1, 0, held, 0), [progress.Slot("w1", "running", 0.0)], None, 1.0, 1).rows
+    assert row.step == f"8/{STEPS}"
 
 
 def test_a_view_whose_workers_were_signalled_ends_saying_it_stopped(study):

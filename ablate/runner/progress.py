@@ -286,8 +286,10 @@ def phase_words(group: Sequence[Running]) -> str:
 
 def _item_row(group: Sequence[Running], now: datetime) -> Row:
     """A worker's row: its latest item (the last of ``group``) and those it trains fused with it
-    (``--fuse``), their seeds in its seed column."""
-    r, shown = group[-1], sorted(g.seed for g in group)
+    (``--fuse``), their seeds in its seed column; the step and validation of the one furthest on
+    (one that stopped early waits, frozen, for the group's longest)."""
+    r = max(reversed(group), key=lambda g: g.step)
+    shown = sorted(g.seed for g in group)
     seed = ",".join(map(str, shown[:4])) + (f",…+{len(shown) - 4}" if len(shown) > 4 else "")
     return Row(r.worker, r.cell, seed, phase_words(group), f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
 
