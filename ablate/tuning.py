@@ -26,6 +26,41 @@ def apply(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def at_edge(value: float, choices: list[Any] | None = None, low: float | None = None, high: float | None = None,
+            log: bool = False) -> str | None:
+    """"largest" / "smallest" when ``value`` is a search space's largest or smallest numeric choice,
+    or lies in the outer 5% of its range [low, high] (on the log scale when the range is); else None."""
+    if choices is not None:
+        numbers = [c for c in choices if isinstance(c, int | float) and not isinstance(c, bool)]
+        if len(numbers) < 2:
+            return None
+        return "largest" if value == max(numbers) else "smallest" if value == min(numbers) else None
+    if low is None or high is None:
+        return None
+    lo, hi, v = float(low), float(high), float(value)
+    if log:
+        lo, hi, v = math.log(lo), math.log(hi), math.log(v)
+    if hi <= lo:
+        return None
+    return "largest" if v >= hi - 0.05 * (hi - lo) else "smallest" if v <= lo + 0.05 * (hi - lo) else None
+
+
+def edge_note(params: dict[str, Any], space: dict[str, dict[str, Any]]) -> str:
+    """What a cell's replicates are told when its tuning's best setting lies at the edge of the
+    protocol's ``space`` (``design.tune_protocol``): "its tuning's best train.lr, 0.02, is the largest
+    of its search space: the best may lie beyond it" — the report says so too, once every replicate
+    trained; said at their start, a wider space can be tried before they do. "" when none is."""
+    parts = []
+    for path, value in params.items():
+        dim = space.get(path) or {}
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        edge = at_edge(value, dim.get("choices"), dim.get("low"), dim.get("high"), bool(dim.get("log")))
+        if edge is not None:
+            parts.append(f"its tuning's best {path}, {value:.3g}, is the {edge} of its search space")
+    return "; ".join(parts) + ": the best may lie beyond it (a wider tune.space would tell)" if parts else ""
+
+
 def setting_of(attrs: dict[str, Any]) -> dict[str, Any]:
     """A trial's tuned setting from its attributes (``params``, set when its item was claimed);
     {} for an untuned one or one not claimed yet."""

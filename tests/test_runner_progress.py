@@ -715,3 +715,37 @@ def test_a_fused_replicate_that_stopped_early_reads_ended_until_its_group_ends(s
     copy_ = [t for t in study.get_trials() if t.state == TrialState.WAITING
              and t.user_attrs.get("seed") == trial.user_attrs["seed"]]
     assert copy_ and all("ended" not in t.user_attrs for t in copy_)
+
+
+def test_a_cells_replicates_say_once_that_its_tuning_picked_the_edge_of_its_search_space(tmp_path):
+    """rotrnn_vs_lru_tokens tuned both models to its grid's top, which only the report said, after
+    every replicate trained; said as the replicates start, a wider grid can be tried before they do.
+    Once a cell; not for a cell whose pick lies inside the space."""
+    raw = copy.deepcopy(RAW)
+    raw["tune"] = {**raw["tune"], "sampler": "grid", "trials": 3, "space": {"train.lr": [1e-3, 3e-3, 1e-2]}}
+    spec = design.validate(raw)
+    opt, _ = st.prepare(spec, design.items(spec), stores(tmp_path))
+    inside, edge = (c.id for c in design.cells(spec))
+    log = io.StringIO()
+    view = progress.View(opt, Console(file=log, force_terminal=False, width=300), [("host:1", lambda: None)])
+    with view:
+        replicates = []
+        while (trial := phases.claim(opt)) is not None:
+            attrs = phases.prepare_item(opt, trial)
+            if attrs["phase"] == "replicate":
+                replicates.append(trial)
+                queue.beat(opt, trial.number, {"worker": "host:1", "step": 1})
+                continue
+            lr = attrs["params"]["train.lr"]
+            value = (0.6 if lr == 3e-3 else 0.5) if attrs["cell_id"] == inside else lr  # the edge cell: larger, better
+            trial.set_user_attr("val_accuracy", value)
+            trial.set_user_attr("status", "complete")
+            opt.tell(trial, value)
+        assert len(replicates) == 4
+        view.poll()
+    edge_label = next(c.label for c in design.cells(spec) if c.id == edge)
+    notes = [line for line in log.getvalue().splitlines() if line.startswith("note: ")]
+    assert notes == [f"note: {edge_label}: its tuning's best train.lr, 0.01, is the largest of its search space: "
+                     "the best may lie beyond it (a wider tune.space would tell)"]
+    assert {t.number: queue.trial(opt, t.number).user_attrs.get("tuned_edge", "") != "" for t in replicates} == {
+        t.number: t.user_attrs["cell_id"] == edge for t in replicates}

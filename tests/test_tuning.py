@@ -91,3 +91,20 @@ def test_a_retried_trial_s_attempts_count_once():
     # One tuning seed: a setting whose one trial was killed then finished is as if never killed.
     assert tuning.best([(0, {"lr": 1}, 0.5), (1, {"lr": 2}, None), (1, {"lr": 2}, 0.7)], "maximize")[:2] == (
         1, {"lr": 2})
+
+
+def test_a_setting_at_the_edge_of_its_space_is_named_inside_it_is_not():
+    grid = {"type": "categorical", "choices": [5e-3, 1e-2, 2e-2]}
+    assert tuning.at_edge(2e-2, grid["choices"]) == "largest" and tuning.at_edge(5e-3, grid["choices"]) == "smallest"
+    assert tuning.at_edge(1e-2, grid["choices"]) is None
+    assert tuning.at_edge(1.0, ["a", 1.0]) is None  # one numeric choice has no edge
+    # A log range: its outer 5% on the log scale (1e-4..1e-1: within a factor 10**0.15 of an end).
+    assert tuning.at_edge(0.08, low=1e-4, high=1e-1, log=True) == "largest"
+    assert tuning.at_edge(0.05, low=1e-4, high=1e-1, log=True) is None
+    assert tuning.at_edge(0.097, low=1e-4, high=1e-1) == "largest"  # a linear range: its outer 5% of the width
+    assert tuning.at_edge(0.07, low=1e-4, high=1e-1) is None
+    space = {"train.lr": grid, "model.init.scheme": {"type": "categorical", "choices": ["ring", "rotrnn"]}}
+    assert tuning.edge_note({"train.lr": 1e-2, "model.init.scheme": "ring"}, space) == ""
+    assert tuning.edge_note({"train.lr": 2e-2}, space) == (
+        "its tuning's best train.lr, 0.02, is the largest of its search space: the best may lie beyond it "
+        "(a wider tune.space would tell)")

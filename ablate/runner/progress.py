@@ -66,6 +66,7 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
             begun=ATTEMPT in t.user_attrs,
             params=tuning.setting_of(t.user_attrs),
             ended=bool(t.user_attrs.get("ended")),
+            tuned_edge=str(t.user_attrs.get("tuned_edge") or ""),
         )
         for t in queue.trials(study, states=(TrialState.RUNNING,))
     ]
@@ -535,6 +536,7 @@ class View:
         self.slots = [Slot(worker, "starting", clock()) for worker, _ in self.procs]
         self.live: Live | None = None
         self.started: set[int] = set()
+        self.edged: set[str] = set()  # the cells whose tuned setting at its search space's edge was said
         self.holding: dict[int, float] = {}  # recorded items whose start line waits for their group's (HOLD_S)
         # Finished before this view began: not events of this run.
         self.finished = {e.number for e in queue.entries(study, states=(TrialState.COMPLETE, TrialState.FAIL))}
@@ -589,7 +591,7 @@ class View:
             else:  # a status line when quiet for a minute, if it says something new
                 lines = log_lines(self.name, finished, started, f, prev, now - self.last_line > QUIET_LINE_S,
                                   self.last_summary)
-            for line in lines:
+            for line in lines + self._edge_notes(started):
                 self._say(line)
             if self.live is not None:
                 self.live.update(frame_table(self.name, f), refresh=True)
@@ -636,6 +638,12 @@ class View:
         self.last_line = self.clock()
         if self.frame is not None and line == self.frame.summary(self.name):
             self.last_summary = line
+
+    def _edge_notes(self, started: Sequence[Running]) -> list[str]:
+        """Once a cell, as its replicates start: that its tuning's best lies at the edge of its search space."""
+        new = {r.cell_id or r.cell: r for r in started if r.tuned_edge and (r.cell_id or r.cell) not in self.edged}
+        self.edged |= set(new)
+        return [f"note: {r.cell}: {r.tuned_edge}" for r in new.values()]
 
     def _finished(self) -> list[Finished]:
         """Trials finished since the last look (finishes first in a look: within one, an item

@@ -4,7 +4,6 @@ from the strings the table it speaks for prints (it builds that table and quotes
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,25 +33,10 @@ from ablate.report.format import (
     verdict,
 )
 from ablate.stats.family import reach_of
+from ablate.tuning import at_edge
 
 #: Tuned values further apart than this factor across cells earn a sentence (``tuning_sentences``).
 SPREAD = 2.0
-
-
-def _at_edge(value: float, dim: Any) -> str | None:
-    """"largest" / "smallest" when ``value`` is the space's largest or smallest choice, or lies in
-    the outer 5% of its range (on the log scale when the range is); else None."""
-    if dim.choices is not None:
-        numbers = [c for c in dim.choices if isinstance(c, int | float) and not isinstance(c, bool)]
-        if len(numbers) < 2:
-            return None
-        return "largest" if value == max(numbers) else "smallest" if value == min(numbers) else None
-    lo, hi, v = float(dim.low), float(dim.high), float(value)
-    if dim.log:
-        lo, hi, v = math.log(lo), math.log(hi), math.log(v)
-    if hi <= lo:
-        return None
-    return "largest" if v >= hi - 0.05 * (hi - lo) else "smallest" if v <= lo + 0.05 * (hi - lo) else None
 
 
 def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
@@ -70,7 +54,7 @@ def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
             continue
         edges: dict[str, list[str]] = {}
         for cell, v in values.items():
-            if (edge := _at_edge(v, dim)) is not None:
+            if (edge := at_edge(v, dim.choices, dim.low, dim.high, dim.log)) is not None:
                 edges.setdefault(edge, []).append(cell)
         for edge, cells in edges.items():
             out.append(f"The best {path} of {_which_cells(cells, list(values))} is at the {edge} end of the "
