@@ -108,6 +108,8 @@ SchedulerType=sched/backfill
 ReturnToService=2
 KillWait=5
 MinJobAge=120
+# debug: tests/test_deploy_slurm.py waits for slurmd's "sent epilog complete" line of a killed task
+SlurmdDebug=debug
 $overrides
 NodeName=$host CPUs=$cpus RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP

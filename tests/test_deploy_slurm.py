@@ -164,8 +164,9 @@ def logs(root: Path) -> str:
     conf = os.environ.get("ABLATE_TEST_SLURM")
     for daemon in ("slurmctld", "slurmd") if conf else ():
         log = Path(conf).parent / "log" / f"{daemon}.log"
-        if log.is_file():
-            said.append(f"== {daemon}.log (last 40 lines)\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:]))
+        if log.is_file():  # slurmd logs at debug (scripts/slurm.sh): its slurmstepds' chatter left out
+            lines = [x for x in log.read_text(errors="replace").splitlines() if not ("] [" in x and "debug:" in x)]
+            said.append(f"== {daemon}.log (last 40 lines)\n" + "\n".join(lines[-40:]))
     return "\n".join(said)
 
 
@@ -442,7 +443,13 @@ def test_a_node_set_down_mid_trial_requeues_the_task_which_resumes_the_item(whol
     poll(lambda: cluster.node()[1] == "idle", "the node back", timeout=30)
     # The node reads idle while its slurmd may still be ending the killed task (seen under load):
     # started again before that, the task meets itself there ("Duplicate jobid": node drained).
+    # slurmd forgets the job only once its slurmstepd is gone and it sent the epilog's completion,
+    # which a node set down does not wait for (a task relaunched 0.4 s after its slurmstepd ended
+    # was refused: "Job 9 already running, do not launch second copy"). scripts/slurm.sh logs it.
     poll(lambda: not step_daemons(job), "the killed task's slurmstepd gone", timeout=60)
+    slurmd_log = Path(cluster.conf).parent / "log" / "slurmd.log"
+    poll(lambda: f"JobId={job}: sent epilog complete msg" in slurmd_log.read_text(errors="replace"),
+         "slurmd done with the killed task", timeout=60)
     cluster.cmd("scontrol", "update", f"jobid={job}_0", "StartTime=now")
     cluster.wait(job, tmp_path, storage)
     took = time.monotonic() - start
