@@ -61,6 +61,14 @@ def edge_note(params: dict[str, Any], space: dict[str, dict[str, Any]]) -> str:
     return "; ".join(parts) + ": the best may lie beyond it (a wider tune.space would tell)" if parts else ""
 
 
+def replicate_edge(attrs: dict[str, Any]) -> str:
+    """``edge_note`` of a tuned replicate, from its attributes (its ``params`` and the protocol it
+    carries, ``tune``); "" for any other trial (a tuning trial at the edge is the grid doing its job)."""
+    if attrs.get("phase") != "replicate":
+        return ""
+    return edge_note(setting_of(attrs), (attrs.get("tune") or {}).get("space") or {})
+
+
 def setting_of(attrs: dict[str, Any]) -> dict[str, Any]:
     """A trial's tuned setting from its attributes (``params``, set when its item was claimed);
     {} for an untuned one or one not claimed yet."""
@@ -86,6 +94,13 @@ def setting_words(settings: list[dict[str, Any]], most: int = 3) -> str:
         shown = ",".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in seen[:most])
         parts.append(f"{key}={shown}" + (",…" if len(seen) > most else ""))
     return " ".join(parts)
+
+
+def phase_words(phase: str, settings: list[dict[str, Any]]) -> str:
+    """A phase with the tuned settings of its item, or of the items a worker trains as one model:
+    "tune lr=0.0025,0.01" (``setting_words``), "replicate lr=0.01", "replicate"."""
+    words = setting_words(settings)
+    return f"{phase} {words}" if words else phase
 
 
 def grid_point(space: dict[str, dict[str, Any]], index: int) -> dict[str, Any]:

@@ -181,9 +181,6 @@ def prepare_item(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
             params, source = best(study, attrs)
             trial.set_user_attr("tuned_from", source)
             attrs["tuned_from"] = source
-            if edge := tuning.edge_note(params, attrs["tune"].get("space") or {}):  # the live view says it
-                trial.set_user_attr("tuned_edge", edge)
-                attrs["tuned_edge"] = edge
         trial.set_user_attr("params", params)
     config = tuning.apply(attrs["config"], params)
     trial.set_user_attr("config", config)

@@ -66,7 +66,7 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
             begun=ATTEMPT in t.user_attrs,
             params=tuning.setting_of(t.user_attrs),
             ended=bool(t.user_attrs.get("ended")),
-            tuned_edge=str(t.user_attrs.get("tuned_edge") or ""),
+            tuned_edge=tuning.replicate_edge(t.user_attrs),
         )
         for t in queue.trials(study, states=(TrialState.RUNNING,))
     ]
@@ -188,7 +188,7 @@ def table(name: str, snap: Snapshot, workers: int, slots: Sequence[Slot] = ()) -
         # Claimed a moment ago: its worker records itself with the item's start (not a "?" worker).
         who: str | Text = r.worker if r.worker not in ("", "?") else Text(UNRECORDED, style="dim")
         step = f"{r.step}/{r.steps}" + (" ended" if r.ended else "")  # waits for its fused group to end
-        tab.add_row(who, r.cell, str(r.seed), phase_words([r]), step, _val(r), duration(r.elapsed(now)))
+        tab.add_row(who, r.cell, str(r.seed), _phase([r]), step, _val(r), duration(r.elapsed(now)))
     for s in slots:
         if s.worker not in busy:
             tab.add_row(s.worker, Text(f"({s.state})", style="dim"), "", "", "", "",
@@ -208,7 +208,8 @@ def status_json(name: str, snap: Snapshot, workers: int) -> dict[str, Any]:
         "workers_running": len({r.worker for r in snap.items}),  # 0: the ETA is one worker's, were one started
         "seconds_per_step": snap.seconds_per_step,
         "running": [{"trial_number": r.number, "worker": r.worker, "cell": r.cell, "seed": r.seed, "phase": r.phase,
-                     "params": r.params, "step": r.step, "ended": r.ended, "steps": r.steps, "elapsed_seconds": r.elapsed(now), "last_val": r.last_val}
+                     "params": r.params, "step": r.step, "steps": r.steps, "ended": r.ended,
+                     "elapsed_seconds": r.elapsed(now), "last_val": r.last_val}
                     for r in snap.items],
     }
 
@@ -278,11 +279,8 @@ class Frame:
         return eta_words(self.eta, self.running) if self.running or self.waiting else NOTHING_LEFT
 
 
-def phase_words(group: Sequence[Running]) -> str:
-    """The phase of an item, or of the items a worker trains as one model, with their tuned
-    settings: "tune lr=0.0025,0.01" (``tuning.setting_words``), "replicate lr=0.01", "replicate"."""
-    words = tuning.setting_words([r.params for r in group])
-    return f"{group[0].phase} {words}" if words else group[0].phase
+def _phase(group: Sequence[Running]) -> str:
+    return tuning.phase_words(group[0].phase, [r.params for r in group])
 
 
 def _item_row(group: Sequence[Running], now: datetime) -> Row:
@@ -292,7 +290,7 @@ def _item_row(group: Sequence[Running], now: datetime) -> Row:
     r = max(reversed(group), key=lambda g: g.step)
     shown = sorted(g.seed for g in group)
     seed = ",".join(map(str, shown[:4])) + (f",…+{len(shown) - 4}" if len(shown) > 4 else "")
-    return Row(r.worker, r.cell, seed, phase_words(group), f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
+    return Row(r.worker, r.cell, seed, _phase(group), f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
 
 
 def _fused(items: list[Running]) -> list[Running]:
@@ -490,9 +488,9 @@ def start_lines(started: Sequence[Running]) -> list[str]:
     for group in groups.values():
         r = group[0]
         if len(group) == 1:
-            lines.append(start_line(r.cell, r.seed, phase_words(group), r.number, r.worker, r.resumed_at))
+            lines.append(start_line(r.cell, r.seed, _phase(group), r.number, r.worker, r.resumed_at))
         else:
-            lines.append(f"start {r.cell} · seeds {_span([g.seed for g in group])} ({phase_words(group)}, trials "
+            lines.append(f"start {r.cell} · seeds {_span([g.seed for g in group])} ({_phase(group)}, trials "
                          f"{_span([g.number for g in group])}, fused) on {r.worker}")
     return lines
 
@@ -658,8 +656,7 @@ class View:
                 continue
             self.finished.add(e.number)
             a = e.user_attrs
-            setting = tuning.setting_words([tuning.setting_of(a)])
-            phase = f"{a.get('phase', '')} {setting}".strip()
+            phase = tuning.phase_words(str(a.get("phase", "")), [tuning.setting_of(a)])
             label = f"{a.get('cell_label')} · seed {a.get('seed')}" + (f" ({phase})" if a.get("phase") == "tune" else "")
             start = ""
             worker = str(a.get("worker") or "") if a.get(ATTEMPT, e.number) == e.number else ""  # else a predecessor's
