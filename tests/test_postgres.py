@@ -243,7 +243,9 @@ def test_killing_two_workers_loses_nothing_and_leaves_no_run_running(tmp_path, p
         assert time.monotonic() < deadline and workers[0].poll() is None, worker_logs(tmp_path)
         time.sleep(0.05)
     workers[0].send_signal(signal.SIGKILL)  # within its 5 s pause: mid-trial, for sure
-    workers += start_workers(tmp_path, name, postgres_db, mlflow_server, 5, first=1)
+    # 0.2 s a step: their items outlast the random wait below (4-step items had all ended within it
+    # on a quiet machine, each worker exiting 0 before the kill: seed 528851).
+    workers += start_workers(tmp_path, name, postgres_db, mlflow_server, 5, first=1, ABLATE_FAULT="slow@1")
     # The second victim, one of the others holding a trial (its ``worker`` attribute is host:pid;
     # worker 0's stays RUNNING until its heartbeat is stale), at a random moment after: mid-trial,
     # mid-logging or between items.
