@@ -152,3 +152,29 @@ def test_ls_shows_a_study_whose_stored_spec_is_no_longer_accepted_counted_whole(
     note = shown.splitlines()[-1]
     assert note.startswith("? old: its stored spec is one this version of ablate does not accept (retired: unknown")
     assert note.endswith("; its row counts every item it holds, orphans of an earlier spec included")
+
+
+def test_status_says_once_a_cell_that_its_tuning_picked_the_edge_and_not_for_an_earlier_narrower_space(
+        tmp_path, monkeypatch):
+    """Only ``ablate run``'s view said it, as the replicates started: workers started by hand or by
+    SLURM, watched with ``ablate status``, told nothing of it until the report. A wider space is a
+    new protocol: the narrower one's replicates, orphans now, say nothing of the current picks."""
+    monkeypatch.setenv("ABLATE_HOME", str(tmp_path))
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    monkeypatch.delenv("ABLATE_TRACKING_URI", raising=False)
+    stores = resolve()
+    narrow = {"sampler": "grid", "trials": 3, "space": {"train.lr": [1e-3, 2e-3, 3e-3]}}  # the score peaks at 10^-2.5
+    s = spec("s", tune=narrow)
+    st.prepare(s, design.items(s), stores)
+    finish_all(st.open_study("s", stores))
+    shown = printed(views.status("s"))
+    notes = [line for line in shown.splitlines() if line.startswith("note: ")]
+    assert notes == [f"note: {c.label}: its tuning's best train.lr, 0.003, is the largest of its search space: the "
+                     "best may lie beyond it (a wider tune.space would tell)" for c in design.cells(s)]
+    data = json.loads(printed(views.status("s", as_json=True)))
+    assert set(data["edge_notes"]) == {c.label for c in design.cells(s)}
+    wide = spec("s", tune={**narrow, "space": {"train.lr": [1e-3, 3e-3, 1e-2]}})
+    st.prepare(wide, design.items(wide), stores)
+    assert "note: " not in printed(views.status("s"))
+    finish_all(st.open_study("s", stores))
+    assert "note: " not in printed(views.status("s"))  # 3e-3 again, inside the wider grid

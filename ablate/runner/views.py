@@ -6,12 +6,16 @@ them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import optuna
+from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
-from ablate.runner import housekeeping, locate, progress, sequential_looks
+from ablate import tuning
+from ablate.runner import housekeeping, locate, progress, queue, sequential_looks
+from ablate.runner.items import DROPPED
 from ablate.runner.plan import PLAIN_ROWS, plain_table
 from ablate.runner.standing import STATUS_METRIC, STATUSES, StudyStatus, existing_store_url
 from ablate.stores import redact, resolve
@@ -31,12 +35,13 @@ class StatusView:
     found: StudyStatus
     snap: progress.Snapshot
     as_json: bool = False
+    edges: dict[str, str] = field(default_factory=dict)  # cell label → its tuning's edge note (``edge_notes``)
 
     def print(self, console: Console) -> None:
         snap, workers = self.snap, self.snap.workers
         if self.as_json:
-            console.file.write(json.dumps(self.found.to_json(progress.status_json(self.name, snap, workers)),
-                                          default=str) + "\n")
+            shown = progress.status_json(self.name, snap, workers) | {"edge_notes": self.edges}
+            console.file.write(json.dumps(self.found.to_json(shown), default=str) + "\n")
             return
         self.print_cells(console)
         # The ETA's own words: with no worker running, none as if one were ("no worker running").
@@ -44,6 +49,8 @@ class StatusView:
         console.print(line, highlight=False, soft_wrap=True)
         if snap.items:
             console.print(progress.table(self.name, snap, workers).renderables[-1])
+        for cell, note in self.edges.items():
+            console.print(f"note: {cell}: {note}", highlight=False, soft_wrap=True, markup=False)
         for line in self.found.sequential + self.found.extension_lines():  # looks; until converged; WSD
             console.print(line, highlight=False, soft_wrap=True)
         for line in self.found.failure_lines():  # a message may hold [brackets]
@@ -78,7 +85,22 @@ def status(study: str, storage: str | None = None, tracking_uri: str | None = No
     """``ablate status``: one read-only opening of the study, its items' statuses read from the
     queue alone (but first what a kill left RUNNING is ended: ``locate.status``'s ``settle``)."""
     found = locate.status(study, storage, tracking_uri, settle=True)
-    return StatusView(study, found, progress.snapshot(found.study), as_json)
+    return StatusView(study, found, progress.snapshot(found.study), as_json, edge_notes(found.study, found.keys))
+
+
+def edge_notes(study: optuna.Study, keys: frozenset[str]) -> dict[str, str]:
+    """Cell label → ``tuning.edge_note`` of the setting its replicates train (running or done):
+    ``ablate run``'s view says it as they start, and a researcher who watches workers started
+    elsewhere (``ablate worker``, SLURM) with ``ablate status`` is told it too, before the report.
+    Only the trials of ``keys``, the current spec's items: an earlier, narrower space's are not."""
+    notes: dict[str, str] = {}
+    for e in queue.entries(study, keys=("item", DROPPED, "phase", "params", "tune", "cell_label"),
+                           states=(TrialState.RUNNING, TrialState.COMPLETE)):
+        mine = e.user_attrs.get("item") in keys and not e.user_attrs.get(DROPPED)
+        note = tuning.replicate_edge(e.user_attrs) if mine else ""
+        if note:
+            notes.setdefault(str(e.user_attrs.get("cell_label", "?")), note)
+    return notes
 
 
 LS_HEADERS = ["study", "cells", "done", "reused", "failed", "running", "waiting", "orphaned", "dropped",
