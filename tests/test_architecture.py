@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.sequential_looks",),
     ("ablate.runner.locate",),
     ("ablate.runner.phases",),
+    ("ablate.runner.timings",),  # what plan --estimate measured, kept: the plan and the ETA price with it
     ("ablate.runner.costs", "ablate.runner.eta", "ablate.runner.progress", "ablate.runner.plan"),  # plan reads phases, standing
     ("ablate.runner.cleanup", "ablate.runner.views"),  # rm, keep, gc; status, ls: as library calls
     ("ablate.runner.heartbeat", "ablate.runner.signals", "ablate.runner.preload", "ablate.runner.fused",

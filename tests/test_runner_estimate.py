@@ -23,7 +23,7 @@ def tmp_path(shm_tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No timings from another test's call (``estimate.timings_file``)."""
+    """No timings from another test's call (``timings.timings_file``)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ablate.runner.timings import TRIAL_OVERHEAD_S
+
 # Finished trials a rate or a cell's own time is the median of (the latest).
 RECENT = 20
 # The cost model's units: a layer's work per position grows with width × (width + state) over this
@@ -25,9 +27,6 @@ RECENT = 20
 WIDTH_REF = 8192.0
 FORWARD_SHARE = 1 / 3
 SEQUENTIAL = 2.0
-# A trial's bookkeeping (claim, MLflow run, setup) before the finished trials measure it, at most half
-# of the shortest finished trial.
-TRIAL_OVERHEAD_S = 0.5
 
 
 def _length(task: dict[str, Any]) -> int:
@@ -86,7 +85,7 @@ def cell_costs(units: dict[str, float], timed: Sequence[tuple[str, float, float]
                 own.setdefault(cell, []).append(wall)
     if points:
         u, w = np.array([p[0] for p in points[-200:]]), np.array([p[1] for p in points[-200:]])
-        overhead = min(TRIAL_OVERHEAD_S, 0.5 * float(w.min()))
+        overhead = min(TRIAL_OVERHEAD_S, 0.5 * float(w.min()))  # at most half the shortest trial
         per_unit = float(np.median((w - overhead) / u))
         if len(u) >= 3 and u.max() >= 1.5 * u.min():
             slope, intercept = np.polyfit(u, w, 1)

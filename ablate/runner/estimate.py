@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import heapq
-import json
 import os
 import statistics
 import subprocess
@@ -29,32 +28,19 @@ from typing import Any
 
 from ablate.design import Item, canonical_json
 from ablate.runner import study as st
+from ablate.runner import timings as timing_store
 from ablate.runner import worker
 from ablate.runner.plan import Plan, stored_trials
 from ablate.runner.study import extends_runs, extension_history, possible_extensions
+from ablate.runner.timings import ShapeTiming, shape_key, trial_seconds
 from ablate.schedule import Schedule
 from ablate.spec import Spec
-from ablate.stores import Stores, user_cache
+from ablate.stores import Stores
 
-# A trial's bookkeeping when it is not measured (``measure_overheads`` measures it: ~0.5 s on a
-# local SQLite store of the 2-core development machine), and the seconds `ablate run` takes to
-# start Python, read and validate the spec before it queues anything.
-TRIAL_OVERHEAD_S = 0.5
+# The seconds `ablate run` takes to start Python, read and validate the spec before it queues anything.
 CLI_START_S = 1.0
 # Items queued for real when the queueing is measured; the rest are scaled from them.
 QUEUE_SAMPLE = 200
-
-
-@dataclass
-class ShapeTiming:
-    setup: float  # per trial: the cached task read, the model and optimiser built, data moved
-    step: float  # one training step (median of several, after a warm-up step)
-    val: float  # one pass over the validation split
-    test: float  # one pass over the test split
-    probe: float  # one hidden-state probe (everything ``probes`` asks for)
-    grads: float = 0.0  # the gradient-norm rows of one probe step
-    first_use: float = 0.0  # once per worker process: what the first build loads lazily
-    probe_rows: int = 0  # rows one probe writes (what a trial's curves artifact grows by)
 
 
 @dataclass
@@ -83,12 +69,7 @@ class Estimate:
     extension_steps: int = 0
     extension_seconds: float = 0.0
     extension_trial_seconds: float = 0.0
-    reused: int = 0  # shapes whose timings an earlier call measured (``timings_file``)
-
-
-def _shape_key(config: dict[str, Any]) -> str:
-    return canonical_json({"task": config["task"], "model": config["model"],
-                           "batch": config["train"]["batch_size"]})
+    reused: int = 0  # shapes whose timings an earlier call measured (``timings.timings_file``)
 
 
 def _timed(fn: Any, sync: Any, repeats: int = 3) -> float:
@@ -100,54 +81,6 @@ def _timed(fn: Any, sync: Any, repeats: int = 3) -> float:
         sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-# Timings are reused across calls (``plan --estimate`` again after an edit of the spec times only
-# its new shapes) for a day, on this machine, with these versions: a longer-lived or foreign
-# timing would estimate another machine or other code.
-TIMINGS_TTL_S = 24 * 3600
-
-
-def timings_file() -> Path:
-    """Where measured timings are kept: the user's cache, beside the tracking-store template."""
-    return user_cache() / "timings.json"
-
-
-def _context(device: str, threads: int | None, steps: int) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from ablate.design.identity import CODE_VERSION
-
-    def v(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "?"
-
-    return canonical_json({"host": os.uname().nodename, "cpus": os.cpu_count(), "device": device,
-                           "threads": threads, "steps": steps, "torch": v("torch"), "ablate": v("ablate"),
-                           "code": CODE_VERSION})
-
-
-def _load_timings() -> dict[str, Any]:
-    try:
-        kept = json.loads(timings_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    now = time.time()
-    return {k: v for k, v in kept.items() if isinstance(v, dict) and now - v.get("at", 0) < TIMINGS_TTL_S} \
-        if isinstance(kept, dict) else {}
-
-
-def _save_timings(kept: dict[str, Any]) -> None:
-    """Written whole through a temporary file (two plans at once: the last one's timings win); a
-    cache that cannot be written is only not kept."""
-    path = timings_file()
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(kept))
-        os.replace(tmp, path)
 
 
 def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", steps: int = 5) -> ShapeTiming:
@@ -214,25 +147,6 @@ def measure(config: dict[str, Any], probes: Any = None, device: str = "cpu", ste
             grads = _timed(lambda: prober.grad_rows(1), sync)
     test = val * len(data.test[0]) / max(1, len(x_val))
     return ShapeTiming(setup_s, per_step, val, test, probe, grads, max(0.0, first - setup_s), rows)
-
-
-def _counts(config: dict[str, Any], probes: Any) -> tuple[int, int, int, int]:
-    """(steps, validations before the last step, probes, gradient-row steps) of a trial: the
-    counts of ``ablate.schedule.Schedule``, which the training loop follows."""
-    when = Schedule.of(config["train"], probes)
-    return (when.steps, when.count("validates") + when.count("checks"), when.count("probes"),
-            when.count("measures_grads"))
-
-
-def trial_seconds(config: dict[str, Any], probes: Any, t: ShapeTiming, overhead: float | None = None,
-                  trained: float = 1.0) -> float:
-    """One trial's wall time from its timings: the counts of steps, validations (periodic, then
-    the final one and the test split) and probes are the training loop's, plus its bookkeeping
-    (``overhead``, default ``TRIAL_OVERHEAD_S``). ``trained`` is the part of the loop that runs
-    (below 1 for a continuation: its steps after the branch point)."""
-    steps, evals, n_probes, n_grads = _counts(config, probes)
-    loop = steps * t.step + evals * t.val + n_probes * t.probe + n_grads * t.grads
-    return (t.setup + trained * loop + t.val + t.test + (TRIAL_OVERHEAD_S if overhead is None else overhead))
 
 
 def measure_overheads(spec: Spec, items: list[Item], config: dict[str, Any], probe_rows: int,
@@ -406,13 +320,13 @@ def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
     start = time.perf_counter()
     timings: dict[str, ShapeTiming] = {}
     keys: list[str] = []
-    kept = _load_timings()
-    context = _context(device, threads, steps)
+    kept = timing_store.load()
+    context = timing_store.context(device, threads, steps)
     probes = canonical_json(plan.spec.probes.model_dump(mode="json"))
     reused = 0
     with _threads(threads):
         for config in [i.cell.config for i in pending] + [config for _, config, _ in extensions]:
-            key = _shape_key(config)
+            key = shape_key(config)
             if key not in timings:
                 entry = f"{context}|{probes}|{key}"
                 if entry in kept:
@@ -426,14 +340,14 @@ def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
         return Estimate(0.0, 0, 0, time.perf_counter() - start, device, workers)
     if overheads is None:
         config = pending[0].cell.config if pending else extensions[0][1]
-        entry = f"{context}|overheads|{probes}|{_shape_key(config)}"
+        entry = f"{context}|overheads|{probes}|{shape_key(config)}"
         if entry in kept:
             overheads = Overheads(**kept[entry]["overheads"])
         else:
             overheads = measure_overheads(plan.spec, pending or [i for i, _, _ in extensions], config,
                                           timings[keys[0]].probe_rows)
             kept[entry] = {"at": time.time(), "overheads": dataclasses.asdict(overheads)}
-    _save_timings(kept)
+    timing_store.save(kept)
     branches = {key: b for c in plan.cells for key, b in c.branches.items()}
 
     def trained(item: Item) -> float:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ablate.runner import timings
 from ablate.runner.costs import RECENT, cell_costs, trial_cost
 
 # A fused group of K items takes 1 + FUSED_EXTRA × (K − 1) times one item's wall: bench_fused on the
@@ -239,7 +240,9 @@ def trial_costs(configs: dict[str, dict[str, Any]], timed: Sequence[tuple[str, f
     (a quarter in at least: a trial's first steps carry its start-up; ``shares``: the ``fused_cost``
     of each one's group)."""
     try:
-        units = {cell: trial_cost(config) for cell, config in configs.items() if config.get("train")}
+        trainable = {cell: config for cell, config in configs.items() if config.get("train")}
+        # Seconds as ``ablate plan --estimate`` timed each shape here, else the shapes' cost model.
+        units = timings.kept_trial_seconds(trainable) or {cell: trial_cost(config) for cell, config in trainable.items()}
     except Exception:  # a config this version cannot read: no cost model, the rates alone
         return {}
 
