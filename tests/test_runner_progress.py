@@ -629,6 +629,28 @@ def test_an_estimate_a_look_behind_the_countdown_is_no_revision():
     assert far.eta is not None and far.eta > first.eta and far.eta_note == progress.SLOWER
 
 
+def test_a_finish_that_prices_what_is_left_far_above_the_countdown_revises_it_saying_so():
+    """lru_ablations' run printed "ETA 55m15s" on a finish while what was left was priced at 3h48m:
+    a finish could only lower the countdown. Within half again the countdown, or a minute, it
+    still holds (a finish's noise is no reason for a saw-tooth)."""
+    slots = [progress.Slot("w1", "running", 0.0)]
+    first = progress.frame(look(0, 0, [running("w1", 0, 1, 0)], 30), slots, None, 0.0, 1)
+    assert first.eta == pytest.approx(31 * STEPS)  # 1 s a step: the running trial, then 30 more
+
+    def after_a_finish(rate: float) -> progress.Frame:
+        return progress.frame(look(10, 1, [running("w1", 1, 0, 10)], 29, rate=rate), slots, first, 10.0, 1)
+    countdown = first.eta - 10.0
+    held = after_a_finish(1.4)  # 1.4 × 300 s: within half again
+    assert held.eta == pytest.approx(countdown) and not held.eta_note
+    revised = after_a_finish(3.0)  # the rest three times the price: 900 s and more against 300
+    assert revised.eta == pytest.approx(look(10, 1, [running("w1", 1, 0, 10)], 29, rate=3.0).eta_seconds(1))
+    assert revised.eta >= 3 * countdown and revised.eta_note == progress.LONGER
+    assert progress.log_lines("s", [], [], revised, first)[-1].endswith(f"({progress.LONGER})")
+    small = progress.frame(look(10, 1, [running("w1", 1, 0, 10)], 1, rate=3.0), slots,
+                           progress.frame(look(0, 0, [running("w1", 0, 1, 0)], 2), slots, None, 0.0, 1), 10.0, 1)
+    assert small.eta == pytest.approx(20.0) and not small.eta_note  # 3× but a minute over at most: held
+
+
 def test_a_fused_group_whose_trials_stopped_early_prices_a_dearer_cell_by_its_shape(tmp_path):
     """rotrnn_norm_stability's ETA read 12 minutes with 28 left: each trial of a fused group was
     priced at its own steps, though the group trains until its longest trial stops (an early stop

@@ -97,10 +97,8 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
     for i, r in enumerate(running):
         if r.step > 0:
             moving.setdefault(r.cell_id, []).append(((r.elapsed(now) or 0.0) / shares[i], r.step))
-    if measured:  # the median of the latest: a worker's first trial also pays its warm-up
-        rate: float | None = eta.rate(measured)
-    else:
-        rate = eta.pace([m for ms in moving.values() for m in ms]) if moving else None
+    # The median of the latest (a worker's first trial also pays its warm-up), else the running pace.
+    rate = eta.rate(measured) if measured else eta.pace([m for ms in moving.values() for m in ms]) if moving else None
     cell_rates = {cell: eta.pace(ms) for cell, ms in moving.items()} | {cell: eta.rate(ms) for cell, ms in by_cell.items()}
     waiting: dict[str, str] = {}
     for e in queue.entries(study, keys=("item", "cell_id", DROPPED, *extra), states=(TrialState.WAITING,)):
@@ -230,6 +228,9 @@ NOTE_S = 15.0
 FINISHING = "ETA finishing"
 LAG_S = 2.0  # seconds an estimate may exceed the countdown between finishes before it is revised up
 SLOWER = "revised: the running items are slower than measured"
+# A finish revises the countdown up when it prices what is left this far above it (both): a noisy
+# finish is no reason to, but lru_ablations' countdown showed 55m with 3h48m priced.
+REVISE_RATIO, REVISE_S, LONGER = 1.5, 60.0, "revised: the finished trials took longer than priced"
 # Seconds a started item's line waits for the rest of its claim group to record themselves.
 HOLD_S = 5.0
 @dataclass(frozen=True)
@@ -339,9 +340,9 @@ def _eta(snap: Snapshot, raw: float | None, done: int, workers: int, prev: Frame
     left. Between finishes only: a countdown that a running item outgrows at its own pace so far
     is revised up, saying so; one that ran out becomes unknown until an item finishes (the
     estimate that ran out would run out again: e.g. priced on reused items, without the
-    workers' start-up). A finish that measures a slower rate only lowers the ETA less. The paces
-    are the ``local`` workers' items' when there are any (a killed run's stale trial has no
-    pace to speak of)."""
+    workers' start-up). A finish that measures a slower rate only lowers the ETA less, unless it
+    prices what is left well above the countdown (``REVISE_RATIO``). The paces are the ``local``
+    workers' items' when there are any (a killed run's stale trial has no pace to speak of)."""
     if prev is None or raw is None:
         return raw, "", False
     waiting = snap.waiting + snap.new
@@ -359,6 +360,8 @@ def _eta(snap: Snapshot, raw: float | None, done: int, workers: int, prev: Frame
         return raw, reason, False
     if done > prev.done and countdown <= 0.0:  # a finish after it ran out: the rest is slower than priced
         return raw, SLOWER, False
+    if done > prev.done and raw > REVISE_RATIO * countdown and raw - countdown > REVISE_S:
+        return raw, LONGER, False
     if done == prev.done:
         if countdown <= 0.0:
             return None, "", True
