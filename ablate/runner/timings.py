@@ -10,6 +10,7 @@ for a run's bookkeeping, where the context is the machine, device, threads and v
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -53,6 +54,7 @@ def timings_file() -> Path:
     return user_cache() / "timings.json"
 
 
+@functools.cache
 def _versions() -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -74,10 +76,21 @@ def context(device: str, threads: int | None, steps: int) -> str:
     return canonical_json({**_versions(), "device": device, "threads": threads, "steps": steps})
 
 
+_READ: dict[tuple[str, int, int], Any] = {}  # the file's last parse, by its path, mtime and size
+_PRICED: dict[str, float] = {}  # ``kept_trial_seconds``' trial seconds, by timing and schedule
+
+
 def load() -> dict[str, Any]:
-    """The kept entries still within their day (none when the file is missing or unreadable)."""
+    """The kept entries still within their day (none when the file is missing or unreadable). The
+    live view's ETA reads them every second: the file is parsed again only once it changed."""
+    path = timings_file()
     try:
-        kept = json.loads(timings_file().read_text())
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in _READ:
+            _READ.clear()
+            _READ[key] = json.loads(path.read_text())
+        kept = _READ[key]
     except (OSError, ValueError):
         return {}
     now = time.time()
@@ -138,13 +151,21 @@ def kept_trial_seconds(configs: dict[str, dict[str, Any]]) -> dict[str, float]:
         except (ValueError, TypeError, KeyError, AttributeError):
             continue
         found.setdefault((where, probes), {})[shape] = (float(value.get("at", 0)), timing)
-    covering = [(max(at for at, _ in timed.values()), probes, timed) for (_, probes), timed in found.items()
+    covering = [(max(at for at, _ in timed.values()), where, probes, timed) for (where, probes), timed in found.items()
                 if set(shapes.values()) <= set(timed)]
     if not covering:
         return {}
-    _, probes, timed = max(covering, key=lambda c: c[0])
-    try:
-        spec_probes = json.loads(probes)
-        return {cell: trial_seconds(configs[cell], spec_probes, timed[shape][1]) for cell, shape in shapes.items()}
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return {}
+    _, where, probes, timed = max(covering, key=lambda c: c[0])
+    out = {}
+    for cell, shape in shapes.items():
+        # Priced once per timing and schedule: a schedule's counts walk its steps, and the view asks each second.
+        key = f"{where}|{probes}|{shape}|{timed[shape][0]}|{canonical_json(configs[cell]['train'])}"
+        if key not in _PRICED:
+            if len(_PRICED) > 1024:
+                _PRICED.clear()
+            try:
+                _PRICED[key] = trial_seconds(configs[cell], json.loads(probes), timed[shape][1])
+            except (ValueError, TypeError, KeyError, AttributeError):
+                return {}
+        out[cell] = _PRICED[key]
+    return out
