@@ -151,3 +151,9 @@ def studies_root(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
     import real_studies as studies
 
     return studies.shared_root(tmp_path_factory, request.config, "three-studies", studies.build_studies)
+
+
+@pytest.fixture
+def own_timings_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No timings another test's ``plan --estimate`` kept (``ablate.runner.timings.timings_file``)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

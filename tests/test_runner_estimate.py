@@ -21,10 +21,7 @@ def tmp_path(shm_tmp_path: Path) -> Path:
     return shm_tmp_path
 
 
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No timings from another test's call (``timings.timings_file``)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("own_timings_cache")
 
 
 def test_a_second_estimate_reuses_the_first_ones_timings_and_says_so(monkeypatch):

@@ -27,9 +27,7 @@ def tmp_path(shm_tmp_path: Path) -> Path:
     return shm_tmp_path
 
 
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("own_timings_cache")
 
 
 def recurrences() -> design.Spec:
