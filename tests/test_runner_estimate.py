@@ -189,3 +189,30 @@ def test_measured_bookkeeping_is_the_workers_own_path(tmp_path, monkeypatch):
         assert r.info.status == "FINISHED" and r.data.tags["ablate.committed"] == "true"
         assert r.data.tags["ablate.worker"] == worker.worker_id() and r.data.metrics["final/val_accuracy"] == 0.5
     assert "ABLATE_CHECKPOINT_DIR" not in __import__("os").environ  # the worker's checkpoints went to the folder
+
+
+def test_the_estimate_says_it_prices_each_trial_whole_when_early_stopping_or_a_pruner_may_end_some(monkeypatch):
+    """lru_ablations' first tuned grid (patience 8, the median pruner) was estimated at 1 h 23 min,
+    each trial at its full 4,000 steps, with nothing said of the trials that would stop sooner."""
+    timing = estimate.ShapeTiming(setup=0.5, step=0.01, val=0.2, test=0.1, probe=0.05)
+    monkeypatch.setattr(estimate, "measure", lambda config, probes, device, steps: timing)
+    overheads = estimate.Overheads(queue=1.5, imports=4.0, trial=0.25)
+
+    def said(raw: dict) -> str:
+        out = io.StringIO()
+        est = estimate.estimate(planning.build(design.validate(raw), storage="sqlite:////nonexistent/optuna.db"),
+                                "cpu", overheads=overheads)
+        estimate.render_estimate(est, Console(file=out, width=400))
+        return out.getvalue()
+
+    plain = copy.deepcopy(RAW)
+    del plain["tune"]
+    assert "full budget" not in said(plain)
+    stops = copy.deepcopy(plain)
+    stops["train"] = {**stops["train"], "patience": 8}
+    assert "; each trial at its full budget: early stopping (train.patience) may end some sooner" in said(stops)
+    tuned = copy.deepcopy(RAW)
+    tuned["train"] = {**tuned["train"], "patience": 8}
+    tuned["tune"] = {**tuned["tune"], "pruner": "median"}
+    assert ("each trial at its full budget: early stopping (train.patience) and pruning (tune.pruner: median) "
+            "may end some sooner") in said(tuned)

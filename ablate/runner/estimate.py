@@ -70,6 +70,8 @@ class Estimate:
     extension_seconds: float = 0.0
     extension_trial_seconds: float = 0.0
     reused: int = 0  # shapes whose timings an earlier call measured (``timings.timings_file``)
+    # What may end a pending trial before its budget, which prices it whole (``sooner``).
+    sooner: tuple[str, ...] = ()
 
 
 def _timed(fn: Any, sync: Any, repeats: int = 3) -> float:
@@ -379,7 +381,19 @@ def estimate(plan: Plan, device: str = "cpu", steps: int = 5, workers: int = 1,
         extra = max(0.0, both - total)
     return Estimate(total, len(pending), len(timings), time.perf_counter() - start, device, workers,
                     sum(per_item), begin if pending else 0.0, len(extensions), sum(to_train), extra,
-                    sum(per_extension), reused)
+                    sum(per_extension), reused, sooner(plan.spec, pending))
+
+
+def sooner(spec: Spec, pending: list[Item]) -> tuple[str, ...]:
+    """What may end some of ``pending`` before their step budget, at which the estimate prices each:
+    early stopping, a tuning pruner (lru_ablations' estimate priced its trials at their full 4,000
+    steps, and said nothing of its patience or its median pruner)."""
+    out = []
+    if any(i.cell.config["train"].get("patience") for i in pending):
+        out.append("early stopping (train.patience)")
+    if spec.tune is not None and spec.tune.pruner != "none" and any(i.phase == "tune" for i in pending):
+        out.append(f"pruning (tune.pruner: {spec.tune.pruner})")
+    return tuple(out)
 
 
 @contextmanager
@@ -425,7 +439,9 @@ def render_estimate(est: Estimate, console: Any) -> None:
     if est.trials:
         console.print(f"estimated wall time of the {est.trials} pending trials on {est.device}: ~{duration(est.seconds)} "
                       f"with {who} (trials {duration(est.trial_seconds)} of one worker's time, start-up "
-                      f"{duration(est.start_seconds)}); {_measured(est)}", highlight=False, soft_wrap=True)
+                      f"{duration(est.start_seconds)}); {_measured(est)}"
+                      + (f"; each trial at its full budget: {' and '.join(est.sooner)} may end some sooner"
+                         if est.sooner else ""), highlight=False, soft_wrap=True)
     else:
         console.print(f"estimate: no declared trial pending; on {est.device}, {_measured(est)}", highlight=False)
     if est.extension_runs:
