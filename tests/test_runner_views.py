@@ -154,11 +154,13 @@ def test_ls_shows_a_study_whose_stored_spec_is_no_longer_accepted_counted_whole(
     assert note.endswith("; its row counts every item it holds, orphans of an earlier spec included")
 
 
-def test_status_says_once_a_cell_that_its_tuning_picked_the_edge_and_not_for_an_earlier_narrower_space(
+def test_status_gives_each_cell_s_tuned_setting_once_its_tuning_is_over_and_says_an_edge_pick(
         tmp_path, monkeypatch):
-    """Only ``ablate run``'s view said it, as the replicates started: workers started by hand or by
-    SLURM, watched with ``ablate status``, told nothing of it until the report. A wider space is a
-    new protocol: the narrower one's replicates, orphans now, say nothing of the current picks."""
+    """Only ``ablate run``'s view said an edge pick, as the replicates started, and nothing said the
+    pick itself until the report: workers started by hand or by SLURM, watched with ``ablate
+    status``, told neither (lru_ablations' first cell waited 1.5 hours for its replicates, a tuned
+    study's tuning running first). A wider space is a new protocol: the narrower one's trials,
+    orphans now, say nothing of the current picks."""
     monkeypatch.setenv("ABLATE_HOME", str(tmp_path))
     monkeypatch.delenv("ABLATE_STORAGE", raising=False)
     monkeypatch.delenv("ABLATE_TRACKING_URI", raising=False)
@@ -166,15 +168,29 @@ def test_status_says_once_a_cell_that_its_tuning_picked_the_edge_and_not_for_an_
     narrow = {"sampler": "grid", "trials": 3, "space": {"train.lr": [1e-3, 2e-3, 3e-3]}}  # the score peaks at 10^-2.5
     s = spec("s", tune=narrow)
     st.prepare(s, design.items(s), stores)
-    finish_all(st.open_study("s", stores))
-    shown = printed(views.status("s"))
-    notes = [line for line in shown.splitlines() if line.startswith("note: ")]
-    assert notes == [f"note: {c.label}: its tuning's best train.lr, 0.003, is the largest of its search space: the "
-                     "best may lie beyond it (a wider tune.space would tell)" for c in design.cells(s)]
-    data = json.loads(printed(views.status("s", as_json=True)))
-    assert set(data["edge_notes"]) == {c.label for c in design.cells(s)}
+    opt = st.open_study("s", stores)
+    first = phases.claim(opt)  # one tuning item running: no cell's tuning is over
+    assert "tuned " not in printed(views.status("s"))
+    queue.finish(opt, first, TrialState.FAIL, {"status": "failed", "failure_kind": "error", "failure_message": "x"})
+    while (trial := phases.claim(opt)) is not None and trial.user_attrs["phase"] == "tune":
+        attrs = phases.prepare_item(opt, trial)
+        value = float(-abs(attrs["params"]["train.lr"] - 3e-3))
+        queue.finish(opt, trial, TrialState.COMPLETE, {"val_accuracy": value, "status": "complete"}, value)
+    # Every tuning item finished (the first failed), no replicate trained yet: each cell's pick.
+    shown = printed(views.status("s")).splitlines()
+    labels = [c.label for c in design.cells(s)]
+    assert [line for line in shown if line.startswith(("tuned ", "note: "))] == [
+        line for label in labels for line in (
+            f"tuned {label}: lr=0.003 (val_accuracy 0.000)",
+            f"note: {label}: its tuning's best train.lr, 0.003, is the largest of its search space: the best may lie "
+            "beyond it (a wider tune.space would tell)")]
+    data = json.loads(printed(views.status("s", as_json=True)))["tuned"]
+    assert set(data) == set(labels) and all(d["params"] == {"train.lr": 3e-3} and d["tuning_seeds"] == 1
+                                            and d["metric"] == "val_accuracy" and "largest" in d["edge_note"]
+                                            for d in data.values())
     wide = spec("s", tune={**narrow, "space": {"train.lr": [1e-3, 3e-3, 1e-2]}})
     st.prepare(wide, design.items(wide), stores)
-    assert "note: " not in printed(views.status("s"))
+    assert "tuned " not in printed(views.status("s")) and "note: " not in printed(views.status("s"))
     finish_all(st.open_study("s", stores))
-    assert "note: " not in printed(views.status("s"))  # 3e-3 again, inside the wider grid
+    picked = [line for line in printed(views.status("s")).splitlines() if line.startswith(("tuned ", "note: "))]
+    assert len(picked) == 2 and all(line.startswith("tuned ") for line in picked)  # 3e-3: inside the wider grid

@@ -151,16 +151,22 @@ def sample(study: optuna.Study, number: int, attrs: dict[str, Any]) -> dict[str,
     return dict(history.ask(dists).params)
 
 
-def best(study: optuna.Study, attrs: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The best tuning setting of the item's cell (``tuning.best``: by its mean over the trials
-    that ran it), and where it came from."""
-    objective = attrs["tune"]["objective"]
+def best_score(study: optuna.Study, cell_id: str, protocol: dict[str, Any]) -> tuning.Score | None:
+    """The best tuning setting of a cell so far (``tuning.best``: by its mean over the trials that
+    ran it) under ``protocol`` (an item's ``tune``); None before one finished with a value."""
+    objective = protocol["objective"]
     results = []
-    for t in _tune_trials(study, attrs["cell_id"]):
+    for t in _tune_trials(study, cell_id):
         if isinstance(t.user_attrs.get("params"), dict):
             value = _value(t, objective["metric"]) if t.state == TrialState.COMPLETE else None
             results.append((int(t.user_attrs.get("index", t.number)), t.user_attrs["params"], value))
-    score = tuning.best(results, objective["direction"])
+    return tuning.best(results, objective["direction"])
+
+
+def best(study: optuna.Study, attrs: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The best tuning setting of the item's cell (``best_score``), and where it came from."""
+    objective = attrs["tune"]["objective"]
+    score = best_score(study, attrs["cell_id"], attrs["tune"])
     if score is None:
         return {}, "baseline: no tuning trial of this cell finished"
     over = f", the mean over {score.finished} tuning seeds" if score.trials > 1 else ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ablate import tuning
-from ablate.runner import housekeeping, locate, progress, queue, sequential_looks
+from ablate.runner import housekeeping, locate, phases, progress, queue, sequential_looks
 from ablate.runner.items import DROPPED
 from ablate.runner.plan import PLAIN_ROWS, plain_table
 from ablate.runner.standing import STATUS_METRIC, STATUSES, StudyStatus, existing_store_url
@@ -35,12 +36,14 @@ class StatusView:
     found: StudyStatus
     snap: progress.Snapshot
     as_json: bool = False
-    edges: dict[str, str] = field(default_factory=dict)  # cell label → its tuning's edge note (``edge_notes``)
+    tuned: dict[str, Pick] = field(default_factory=dict)  # cell label → its tuning's outcome (``picks``)
 
     def print(self, console: Console) -> None:
         snap, workers = self.snap, self.snap.workers
         if self.as_json:
-            shown = progress.status_json(self.name, snap, workers) | {"edge_notes": self.edges}
+            shown = progress.status_json(self.name, snap, workers) | {
+                "tuned": {cell: {"params": p.params, "metric": p.metric, "mean": p.mean, "tuning_seeds": p.seeds, "edge_note": p.edge}
+                          for cell, p in self.tuned.items()}}
             console.file.write(json.dumps(self.found.to_json(shown), default=str) + "\n")
             return
         self.print_cells(console)
@@ -49,8 +52,10 @@ class StatusView:
         console.print(line, highlight=False, soft_wrap=True)
         if snap.items:
             console.print(progress.table(self.name, snap, workers).renderables[-1])
-        for cell, note in self.edges.items():
-            console.print(f"note: {cell}: {note}", highlight=False, soft_wrap=True, markup=False)
+        for cell, pick in self.tuned.items():  # each cell's tuned setting, and whether it lies at an edge
+            console.print(pick.line(cell), highlight=False, soft_wrap=True, markup=False)
+            if pick.edge:
+                console.print(f"note: {cell}: {pick.edge}", highlight=False, soft_wrap=True, markup=False)
         for line in self.found.sequential + self.found.extension_lines():  # looks; until converged; WSD
             console.print(line, highlight=False, soft_wrap=True)
         for line in self.found.failure_lines():  # a message may hold [brackets]
@@ -85,22 +90,52 @@ def status(study: str, storage: str | None = None, tracking_uri: str | None = No
     """``ablate status``: one read-only opening of the study, its items' statuses read from the
     queue alone (but first what a kill left RUNNING is ended: ``locate.status``'s ``settle``)."""
     found = locate.status(study, storage, tracking_uri, settle=True)
-    return StatusView(study, found, progress.snapshot(found.study), as_json, edge_notes(found.study, found.keys))
+    return StatusView(study, found, progress.snapshot(found.study), as_json, picks(found.study, found.keys))
 
 
-def edge_notes(study: optuna.Study, keys: frozenset[str]) -> dict[str, str]:
-    """Cell label → ``tuning.edge_note`` of the setting its replicates train (running or done):
-    ``ablate run``'s view says it as they start, and a researcher who watches workers started
-    elsewhere (``ablate worker``, SLURM) with ``ablate status`` is told it too, before the report.
-    Only the trials of ``keys``, the current spec's items: an earlier, narrower space's are not."""
-    notes: dict[str, str] = {}
-    for e in queue.entries(study, keys=("item", DROPPED, "phase", "params", "tune", "cell_label"),
-                           states=(TrialState.RUNNING, TrialState.COMPLETE)):
-        mine = e.user_attrs.get("item") in keys and not e.user_attrs.get(DROPPED)
-        note = tuning.replicate_edge(e.user_attrs) if mine else ""
-        if note:
-            notes.setdefault(str(e.user_attrs.get("cell_label", "?")), note)
-    return notes
+@dataclass(frozen=True)
+class Pick:
+    """A cell's tuning outcome once every tuning item of it finished: the setting its replicates
+    train (``phases.best_score``), its mean objective over the trials that ran it, and the note when
+    it lies at the edge of the search space (``tuning.edge_note``; "" when not)."""
+
+    params: dict[str, Any]
+    metric: str
+    mean: float
+    seeds: int
+    edge: str
+
+    def line(self, cell: str) -> str:
+        over = f", the mean over {self.seeds} tuning seeds" if self.seeds > 1 else ""
+        return f"tuned {cell}: {tuning.setting_words([self.params])} ({self.metric} {self.mean:.3f}{over})"
+
+
+def picks(study: optuna.Study, keys: frozenset[str]) -> dict[str, Pick]:
+    """Cell label → its ``Pick``, for each cell of the current spec (``keys``) whose tuning items all
+    finished. ``ablate run``'s view says an edge pick as the replicates start, and the report once
+    they trained; a researcher watching workers started elsewhere (``ablate worker``, SLURM) with
+    ``ablate status`` is told the pick as soon as it is made: a tuned study's tuning runs first,
+    and lru_ablations' first cell waited 1.5 hours for its replicates. A narrower space's trials of
+    an earlier spec are not its (their items are not in ``keys``)."""
+    cells: dict[str, dict[str, Any]] = {}
+    for e in queue.entries(study, keys=("item", DROPPED, "phase", "tune", "cell_id", "cell_label")):
+        a = e.user_attrs
+        if a.get("phase") == "tune" and a.get("item") in keys and not a.get(DROPPED):
+            cell = cells.setdefault(str(a.get("cell_id")), {"label": str(a.get("cell_label", "?")), "tune": a.get("tune"),
+                                                           "items": set(), "open": False})
+            cell["items"].add(a["item"])
+            cell["open"] |= e.state in (TrialState.WAITING, TrialState.RUNNING)
+    out: dict[str, Pick] = {}
+    for cell_id, cell in cells.items():
+        protocol = cell["tune"]
+        expected = sum(1 for k in keys if k.startswith(f"{cell_id}/tune/"))
+        if cell["open"] or len(cell["items"]) < expected or not isinstance(protocol, dict):
+            continue
+        score = phases.best_score(study, cell_id, protocol)
+        if score is not None:
+            out[cell["label"]] = Pick(dict(score.params), str(protocol["objective"]["metric"]), score.mean,
+                                      score.finished, tuning.edge_note(dict(score.params), protocol.get("space") or {}))
+    return out
 
 
 LS_HEADERS = ["study", "cells", "done", "reused", "failed", "running", "waiting", "orphaned", "dropped",
