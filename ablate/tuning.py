@@ -61,14 +61,6 @@ def edge_note(params: dict[str, Any], space: dict[str, dict[str, Any]]) -> str:
     return "; ".join(parts) + ": the best may lie beyond it (a wider tune.space would tell)" if parts else ""
 
 
-def replicate_edge(attrs: dict[str, Any]) -> str:
-    """``edge_note`` of a tuned replicate, from its attributes (its ``params`` and the protocol it
-    carries, ``tune``); "" for any other trial (a tuning trial at the edge is the grid doing its job)."""
-    if attrs.get("phase") != "replicate":
-        return ""
-    return edge_note(setting_of(attrs), (attrs.get("tune") or {}).get("space") or {})
-
-
 def setting_of(attrs: dict[str, Any]) -> dict[str, Any]:
     """A trial's tuned setting from its attributes (``params``, set when its item was claimed);
     {} for an untuned one or one not claimed yet."""

@@ -140,7 +140,6 @@ class Running:
     begun: bool = True  # its worker recorded its start (not only its name, at a fused claim: ``fused.share``)
     params: dict[str, Any] = field(default_factory=dict)  # its tuned setting (a tuning trial's, a tuned replicate's)
     ended: bool = False  # trained to its end (stopped early), its fused group still training
-    tuned_edge: str = ""  # a replicate whose tuned setting lies at its search space's edge (``tuning.replicate_edge``)
 
     def elapsed(self, now: datetime | None = None) -> float | None:
         return ((now or datetime.now()) - self.started).total_seconds() if self.started else None

@@ -173,6 +173,53 @@ def best(study: optuna.Study, attrs: dict[str, Any]) -> tuple[dict[str, Any], st
     return dict(score.params), f"{attrs['cell_id']}/tune/{score.index} ({objective['metric']} {score.mean:.4g}{over})"
 
 
+@dataclass(frozen=True)
+class Pick:
+    """A cell's tuning outcome once every tuning item of it finished: the setting its replicates
+    train (``phases.best_score``), its mean objective over the trials that ran it, and the note when
+    it lies at the edge of the search space (``tuning.edge_note``; "" when not)."""
+
+    params: dict[str, Any]
+    metric: str
+    mean: float
+    seeds: int
+    edge: str
+
+    def lines(self, cell: str) -> list[str]:
+        """"tuned CELL: lr=0.012 (val_accuracy 0.837, the mean over 3 tuning seeds)", and the edge note."""
+        over = f", the mean over {self.seeds} tuning seeds" if self.seeds > 1 else ""
+        return [f"tuned {cell}: {tuning.setting_words([self.params])} ({self.metric} {self.mean:.3f}{over})",
+                *([f"note: {cell}: {self.edge}"] if self.edge else [])]
+
+
+def picks(study: optuna.Study, keys: frozenset[str], known: frozenset[str] = frozenset()) -> dict[str, Pick]:
+    """Cell label → its ``Pick``, for each cell of the current spec (``keys``) whose tuning items all
+    finished, but those labelled in ``known``. ``ablate run``'s view and ``ablate status`` say it as
+    soon as it is made, before the replicates start: a tuned study's tuning runs first (lru_ablations'
+    first cell waited 1.5 hours for its replicates), and an edge pick had waited for a replicate to
+    show. A narrower space's trials of an earlier spec are not its (their items are not in ``keys``)."""
+    cells: dict[str, dict[str, Any]] = {}
+    for e in queue.entries(study, keys=("item", its.DROPPED, "phase", "tune", "cell_id", "cell_label")):
+        a = e.user_attrs
+        if a.get("phase") == "tune" and a.get("item") in keys and not a.get(its.DROPPED) and \
+                a.get("cell_label") not in known:
+            cell = cells.setdefault(str(a.get("cell_id")), {"label": str(a.get("cell_label", "?")), "tune": a.get("tune"),
+                                                           "items": set(), "open": False})
+            cell["items"].add(a["item"])
+            cell["open"] |= e.state in (TrialState.WAITING, TrialState.RUNNING)
+    out: dict[str, Pick] = {}
+    for cell_id, cell in cells.items():
+        protocol = cell["tune"]
+        expected = sum(1 for k in keys if k.startswith(f"{cell_id}/tune/"))
+        if cell["open"] or len(cell["items"]) < expected or not isinstance(protocol, dict):
+            continue
+        score = best_score(study, cell_id, protocol)
+        if score is not None:
+            out[cell["label"]] = Pick(dict(score.params), str(protocol["objective"]["metric"]), score.mean,
+                                      score.finished, tuning.edge_note(dict(score.params), protocol.get("space") or {}))
+    return out
+
+
 def prepare_item(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
     """The claimed item's attributes with its setting decided (tuning: sampled; replicate after
     tuning: the best). Untuned items come back unchanged. Raises on a broken protocol."""

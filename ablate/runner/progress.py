@@ -31,7 +31,7 @@ from rich.text import Text
 
 from ablate import tuning
 from ablate.design import Item
-from ablate.runner import eta, queue
+from ablate.runner import eta, phases, queue
 from ablate.runner.eta import Running, Snapshot
 from ablate.runner.items import DROPPED, counts
 
@@ -66,7 +66,6 @@ def snapshot(study: optuna.Study, items: Sequence[Item] | None = None) -> Snapsh
             begun=ATTEMPT in t.user_attrs,
             params=tuning.setting_of(t.user_attrs),
             ended=bool(t.user_attrs.get("ended")),
-            tuned_edge=tuning.replicate_edge(t.user_attrs),
         )
         for t in queue.trials(study, states=(TrialState.RUNNING,))
     ]
@@ -451,9 +450,10 @@ def start_attrs(number: int, checkpoint: Path) -> dict[str, int]:
     return {ATTEMPT: number, **({"resumed_at": step} if step else {})}
 
 
-def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Frame, prev: Frame | None) -> list[str]:
+def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Frame, prev: Frame | None,
+                picked: Sequence[str] = ()) -> list[str]:
     """The lines of one look: each finish and failure (after its start, when no look saw it
-    running), then each start. A finish that moved the done counter carries it (each its own
+    running), the tuned settings those finishes ``picked`` (``View._tuned``), then each start. A finish that moved the done counter carries it (each its own
     number) and the ETA; one that did not (a duplicate attempt, an item outside the spec) carries
     neither, so no count repeats."""
     shown = prev.logged if prev else f.logged - min(f.logged, sum(e.ok for e in finished))
@@ -470,7 +470,7 @@ def event_lines(finished: Sequence[Finished], started: Sequence[Running], f: Fra
             tail = f" · {counted[id(e)]}/{f.total} done" + ("" if f.halt else f" · {f.shown_eta()}" + (
                 f" ({f.eta_note})" if f.eta_note else ""))
         lines.append(f"done {e.label}: {e.scores}{duration(e.wall)}{tail}")
-    return lines + start_lines(started)
+    return lines + list(picked) + start_lines(started)
 
 
 def _span(values: Sequence[int]) -> str:
@@ -499,11 +499,11 @@ def start_lines(started: Sequence[Running]) -> list[str]:
 
 
 def log_lines(name: str, finished: Sequence[Finished], started: Sequence[Running], f: Frame, prev: Frame | None,
-              quiet: bool = False, last: str = "") -> list[str]:
+              quiet: bool = False, last: str = "", picked: Sequence[str] = ()) -> list[str]:
     """A look's lines in a pipe or log: its events (``event_lines``), then the status line when
     the ETA rose or became unknown and no event line says so, or when ``quiet`` (a minute
     without a line) and nothing else is printed — never the status line printed ``last`` again."""
-    lines = event_lines(finished, started, f, prev)
+    lines = event_lines(finished, started, f, prev, picked)
     summary = f.summary(name)
     changed = f.eta_note or f.overdue and not (prev is not None and prev.overdue)
     if summary != last and (changed and not any(" · ETA " in line for line in lines) or quiet and not lines):
@@ -537,7 +537,7 @@ class View:
         self.slots = [Slot(worker, "starting", clock()) for worker, _ in self.procs]
         self.live: Live | None = None
         self.started: set[int] = set()
-        self.edged: set[str] = set()  # the cells whose tuned setting at its search space's edge was said
+        self.picked: set[str] = set()  # the cells whose tuned setting was said (``_tuned``)
         self.holding: dict[int, float] = {}  # recorded items whose start line waits for their group's (HOLD_S)
         # Finished before this view began: not events of this run.
         self.finished = {e.number for e in queue.entries(study, states=(TrialState.COMPLETE, TrialState.FAIL))}
@@ -586,13 +586,13 @@ class View:
             self._update_slots(snap)
             prev, now = self.frame, self.clock()
             f = self.frame = frame(snap, self.slots, prev, now, self.workers(), finished)
-            started = self._started(snap)
+            started, picked = self._started(snap), self._tuned(finished, items)
             if self.live is not None:
-                lines = event_lines(finished, started, f, prev)
+                lines = event_lines(finished, started, f, prev, picked)
             else:  # a status line when quiet for a minute, if it says something new
                 lines = log_lines(self.name, finished, started, f, prev, now - self.last_line > QUIET_LINE_S,
-                                  self.last_summary)
-            for line in lines + self._edge_notes(started):
+                                  self.last_summary, picked)
+            for line in lines:
                 self._say(line)
             if self.live is not None:
                 self.live.update(frame_table(self.name, f), refresh=True)
@@ -640,11 +640,11 @@ class View:
         if self.frame is not None and line == self.frame.summary(self.name):
             self.last_summary = line
 
-    def _edge_notes(self, started: Sequence[Running]) -> list[str]:
-        """Once a cell, as its replicates start: that its tuning's best lies at the edge of its search space."""
-        new = {r.cell_id or r.cell: r for r in started if r.tuned_edge and (r.cell_id or r.cell) not in self.edged}
-        self.edged |= set(new)
-        return [f"note: {r.cell}: {r.tuned_edge}" for r in new.values()]
+    def _tuned(self, finished: Sequence[Finished], items: Sequence[Item] | None) -> list[str]:
+        """Once a cell, when a finish ends its tuning: its pick, and whether it lies at an edge (``phases.picks``)."""
+        new = phases.picks(self.study, frozenset(i.key for i in items), frozenset(self.picked)) if finished and items else {}
+        self.picked |= set(new)
+        return [line for cell, pick in new.items() for line in pick.lines(cell)]
 
     def _finished(self) -> list[Finished]:
         """Trials finished since the last look (finishes first in a look: within one, an item

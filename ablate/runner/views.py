@@ -7,16 +7,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
-import optuna
-from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
-from ablate import tuning
-from ablate.runner import housekeeping, locate, phases, progress, queue, sequential_looks
-from ablate.runner.items import DROPPED
+from ablate.runner import housekeeping, locate, phases, progress, sequential_looks
 from ablate.runner.plan import PLAIN_ROWS, plain_table
 from ablate.runner.standing import STATUS_METRIC, STATUSES, StudyStatus, existing_store_url
 from ablate.stores import redact, resolve
@@ -36,7 +31,7 @@ class StatusView:
     found: StudyStatus
     snap: progress.Snapshot
     as_json: bool = False
-    tuned: dict[str, Pick] = field(default_factory=dict)  # cell label → its tuning's outcome (``picks``)
+    tuned: dict[str, phases.Pick] = field(default_factory=dict)  # cell label → its tuning's outcome (``picks``)
 
     def print(self, console: Console) -> None:
         snap, workers = self.snap, self.snap.workers
@@ -52,10 +47,8 @@ class StatusView:
         console.print(line, highlight=False, soft_wrap=True)
         if snap.items:
             console.print(progress.table(self.name, snap, workers).renderables[-1])
-        for cell, pick in self.tuned.items():  # each cell's tuned setting, and whether it lies at an edge
-            console.print(pick.line(cell), highlight=False, soft_wrap=True, markup=False)
-            if pick.edge:
-                console.print(f"note: {cell}: {pick.edge}", highlight=False, soft_wrap=True, markup=False)
+        for line in [line for cell, pick in self.tuned.items() for line in pick.lines(cell)]:
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
         for line in self.found.sequential + self.found.extension_lines():  # looks; until converged; WSD
             console.print(line, highlight=False, soft_wrap=True)
         for line in self.found.failure_lines():  # a message may hold [brackets]
@@ -90,52 +83,7 @@ def status(study: str, storage: str | None = None, tracking_uri: str | None = No
     """``ablate status``: one read-only opening of the study, its items' statuses read from the
     queue alone (but first what a kill left RUNNING is ended: ``locate.status``'s ``settle``)."""
     found = locate.status(study, storage, tracking_uri, settle=True)
-    return StatusView(study, found, progress.snapshot(found.study), as_json, picks(found.study, found.keys))
-
-
-@dataclass(frozen=True)
-class Pick:
-    """A cell's tuning outcome once every tuning item of it finished: the setting its replicates
-    train (``phases.best_score``), its mean objective over the trials that ran it, and the note when
-    it lies at the edge of the search space (``tuning.edge_note``; "" when not)."""
-
-    params: dict[str, Any]
-    metric: str
-    mean: float
-    seeds: int
-    edge: str
-
-    def line(self, cell: str) -> str:
-        over = f", the mean over {self.seeds} tuning seeds" if self.seeds > 1 else ""
-        return f"tuned {cell}: {tuning.setting_words([self.params])} ({self.metric} {self.mean:.3f}{over})"
-
-
-def picks(study: optuna.Study, keys: frozenset[str]) -> dict[str, Pick]:
-    """Cell label → its ``Pick``, for each cell of the current spec (``keys``) whose tuning items all
-    finished. ``ablate run``'s view says an edge pick as the replicates start, and the report once
-    they trained; a researcher watching workers started elsewhere (``ablate worker``, SLURM) with
-    ``ablate status`` is told the pick as soon as it is made: a tuned study's tuning runs first,
-    and lru_ablations' first cell waited 1.5 hours for its replicates. A narrower space's trials of
-    an earlier spec are not its (their items are not in ``keys``)."""
-    cells: dict[str, dict[str, Any]] = {}
-    for e in queue.entries(study, keys=("item", DROPPED, "phase", "tune", "cell_id", "cell_label")):
-        a = e.user_attrs
-        if a.get("phase") == "tune" and a.get("item") in keys and not a.get(DROPPED):
-            cell = cells.setdefault(str(a.get("cell_id")), {"label": str(a.get("cell_label", "?")), "tune": a.get("tune"),
-                                                           "items": set(), "open": False})
-            cell["items"].add(a["item"])
-            cell["open"] |= e.state in (TrialState.WAITING, TrialState.RUNNING)
-    out: dict[str, Pick] = {}
-    for cell_id, cell in cells.items():
-        protocol = cell["tune"]
-        expected = sum(1 for k in keys if k.startswith(f"{cell_id}/tune/"))
-        if cell["open"] or len(cell["items"]) < expected or not isinstance(protocol, dict):
-            continue
-        score = phases.best_score(study, cell_id, protocol)
-        if score is not None:
-            out[cell["label"]] = Pick(dict(score.params), str(protocol["objective"]["metric"]), score.mean,
-                                      score.finished, tuning.edge_note(dict(score.params), protocol.get("space") or {}))
-    return out
+    return StatusView(study, found, progress.snapshot(found.study), as_json, phases.picks(found.study, found.keys))
 
 
 LS_HEADERS = ["study", "cells", "done", "reused", "failed", "running", "waiting", "orphaned", "dropped",
