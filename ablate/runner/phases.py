@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from ablate import tuning
+from ablate.design import Item
 from ablate.design.identity import lineage_key
 from ablate.runner import items as its
 from ablate.runner import queue
@@ -192,12 +194,14 @@ class Pick:
                 *([f"note: {cell}: {self.edge}"] if self.edge else [])]
 
 
-def picks(study: optuna.Study, keys: frozenset[str], known: frozenset[str] = frozenset()) -> dict[str, Pick]:
-    """Cell label → its ``Pick``, for each cell of the current spec (``keys``) whose tuning items all
+def picks(study: optuna.Study, items: Sequence[Item], known: frozenset[str] = frozenset()) -> dict[str, Pick]:
+    """Cell label → its ``Pick``, for each cell of the current spec (``items``) whose tuning items all
     finished, but those labelled in ``known``. ``ablate run``'s view and ``ablate status`` say it as
     soon as it is made, before the replicates start: a tuned study's tuning runs first (lru_ablations'
     first cell waited 1.5 hours for its replicates), and an edge pick had waited for a replicate to
-    show. A narrower space's trials of an earlier spec are not its (their items are not in ``keys``)."""
+    show. A narrower space's trials of an earlier spec are not its (their items are not in ``items``)."""
+    keys = {i.key for i in items}
+    expected = Counter(i.cell.id for i in items if i.phase == "tune")
     cells: dict[str, dict[str, Any]] = {}
     for e in queue.entries(study, keys=("item", its.DROPPED, "phase", "tune", "cell_id", "cell_label")):
         a = e.user_attrs
@@ -210,8 +214,7 @@ def picks(study: optuna.Study, keys: frozenset[str], known: frozenset[str] = fro
     out: dict[str, Pick] = {}
     for cell_id, cell in cells.items():
         protocol = cell["tune"]
-        expected = sum(1 for k in keys if k.startswith(f"{cell_id}/tune/"))
-        if cell["open"] or len(cell["items"]) < expected or not isinstance(protocol, dict):
+        if cell["open"] or len(cell["items"]) < expected[cell_id] or not isinstance(protocol, dict):
             continue
         score = best_score(study, cell_id, protocol)
         if score is not None:

@@ -643,7 +643,7 @@ class View:
     def _tuned(self, finished: Sequence[Finished], items: Sequence[Item] | None) -> list[str]:
         """Once a cell, when a finish ends its tuning: its pick, and whether it lies at an edge (``phases.picks``)."""
         to_come = {i.cell.label for i in items or () if i.phase == "tune"} - self.picked  # an untuned study: none
-        new = phases.picks(self.study, frozenset(i.key for i in items), frozenset(self.picked)) if finished and to_come else {}
+        new = phases.picks(self.study, items or (), frozenset(self.picked)) if finished and to_come else {}
         self.picked |= set(new)
         return [line for cell, pick in new.items() for line in pick.lines(cell)]
 

@@ -196,7 +196,7 @@ class StudyStatus:
     extends: bool = False  # the spec may extend runs (``train.until_converged``)
     sequential: list[str] = field(default_factory=list)  # a sequential study's lines (``results.status``)
     failures: list[tuple[str, str]] = field(default_factory=list)  # (cell · seed, why) of each failed item
-    keys: frozenset[str] = frozenset()  # the items' keys: trials of no current item (orphans) are not its
+    items: tuple[Item, ...] = ()  # the spec's items counted: trials of no current item (orphans) are not its
 
     @property
     def done(self) -> int:
@@ -274,4 +274,4 @@ def study_status(name: str, study: optuna.Study, items: Sequence[Item], extends:
     failures = [(f"{item.cell.label} · " + (f"tuning trial {item.index}" if item.phase == "tune" else f"seed {item.seed}"),
                  s.why) for item, s in zip(items, found, strict=True) if s.why]
     return StudyStatus(name, study, per_cell, totals, found, extends, failures=failures,
-                       keys=frozenset(i.key for i in items))
+                       items=tuple(items))

@@ -83,7 +83,7 @@ def status(study: str, storage: str | None = None, tracking_uri: str | None = No
     """``ablate status``: one read-only opening of the study, its items' statuses read from the
     queue alone (but first what a kill left RUNNING is ended: ``locate.status``'s ``settle``)."""
     found = locate.status(study, storage, tracking_uri, settle=True)
-    return StatusView(study, found, progress.snapshot(found.study), as_json, phases.picks(found.study, found.keys))
+    return StatusView(study, found, progress.snapshot(found.study), as_json, phases.picks(found.study, found.items))
 
 
 LS_HEADERS = ["study", "cells", "done", "reused", "failed", "running", "waiting", "orphaned", "dropped",
