@@ -106,7 +106,7 @@ def replay(store: Path, spec_path: Path, every: float, workers: int) -> None:
     import optuna
 
     from ablate import design
-    from ablate.runner import eta, progress
+    from ablate.runner import countdown, eta, progress
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = design.validate(yaml.safe_load(spec_path.read_text()), str(spec_path))
@@ -115,7 +115,7 @@ def replay(store: Path, spec_path: Path, every: float, workers: int) -> None:
         spans = db.execute("SELECT datetime_start, datetime_complete FROM trials WHERE datetime_start IS NOT NULL "
                            "AND datetime_complete IS NOT NULL").fetchall()
     first, last = min(_when(s) for s, _ in spans), max(_when(e) for _, e in spans)
-    print(f"{spec.name}: {len(items)} items, run in {progress.duration((last - first).total_seconds())}, "
+    print(f"{spec.name}: {len(items)} items, run in {countdown.duration((last - first).total_seconds())}, "
           f"{workers} workers; replayed every {every:g} s")
     print(f"{'at':>8} {'done':>5} {'run':>4} {'wait':>5} {'ETA':>8} {'left':>8} {'ratio':>6}")
     ratios = []
@@ -139,9 +139,9 @@ def replay(store: Path, spec_path: Path, every: float, workers: int) -> None:
             ratio = estimate / left if estimate is not None else float("nan")
             if estimate is not None and 10 * snap.done >= len(items):
                 ratios.append(ratio)
-            shown = progress.duration(estimate) if estimate is not None else "?"
-            print(f"{progress.duration((at - first).total_seconds()):>8} {snap.done:5d} {snap.running:4d} "
-                  f"{snap.waiting + snap.new:5d} {shown:>8} {progress.duration(left):>8} {ratio:6.2f}", flush=True)
+            shown = countdown.duration(estimate) if estimate is not None else "?"
+            print(f"{countdown.duration((at - first).total_seconds()):>8} {snap.done:5d} {snap.running:4d} "
+                  f"{snap.waiting + snap.new:5d} {shown:>8} {countdown.duration(left):>8} {ratio:6.2f}", flush=True)
             path.unlink()
             at += dt.timedelta(seconds=every)
     if ratios:

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
 # the order is the flow of one item: rdb, samplers ← queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
-# sequential_looks ← locate ← phases ← costs, eta, progress, plan ← cleanup, views ← heartbeat, signals, preload, fused, forking ←
+# sequential_looks ← locate ← phases ← costs, eta, countdown, progress, plan ← cleanup, views ← heartbeat, signals, preload, fused, forking ←
 # worker ← pool, estimate ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
@@ -38,7 +38,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ablate.runner.locate",),
     ("ablate.runner.phases",),
     ("ablate.runner.timings",),  # what plan --estimate measured, kept: the plan and the ETA price with it
-    ("ablate.runner.costs", "ablate.runner.eta", "ablate.runner.progress", "ablate.runner.plan"),  # plan reads phases, standing
+    ("ablate.runner.costs", "ablate.runner.eta", "ablate.runner.countdown", "ablate.runner.progress",
+     "ablate.runner.plan"),  # plan reads phases, standing
     ("ablate.runner.cleanup", "ablate.runner.views"),  # rm, keep, gc; status, ls: as library calls
     ("ablate.runner.heartbeat", "ablate.runner.signals", "ablate.runner.preload", "ablate.runner.fused",
      "ablate.runner.forking"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ablate.runner import eta, progress
+from ablate.runner import eta
 from ablate.runner.eta import Running, Snapshot
 
 STEPS = 100
@@ -105,21 +105,3 @@ def test_an_item_counted_once_per_group_not_once_per_seed():
     snap = Snapshot(0, 0, 8, 8, 0, rate, items, STEPS, waiting_cells=["C"] * 4 + ["D"] * 4, fuse=4)
     group = rate * STEPS * eta.fused_cost(4)
     assert snap.eta_seconds(2) == pytest.approx(group / 2 + group)
-
-
-def test_the_shown_eta_is_never_zero_while_items_run():
-    assert progress.eta_words(0.2, running=3) == "ETA finishing"
-    assert progress.eta_words(0.0, running=0) == "ETA 0m00s"
-    assert progress.eta_words(65.0, running=1) == "ETA 1m05s"
-    assert progress.eta_words(None, running=1) == "ETA ?"
-
-
-def test_status_with_no_worker_running_shows_no_eta_as_if_one_were():
-    """``ablate status`` of a stopped study read "ETA 1m06s": the time one worker would take, for
-    a run nobody runs."""
-    idle = Snapshot(4, 0, 0, 12, 0, 0.1, [], STEPS, waiting_cells=["A"] * 12)
-    assert progress.eta_text(idle, 1) == "no worker running (what is left: about 2m00s for one worker)"
-    busy = Snapshot(4, 0, 1, 11, 0, 0.1, [Running("w1", "A", 0, "replicate", 10, STEPS, None, cell_id="A")],
-                    STEPS, waiting_cells=["A"] * 11)
-    assert progress.eta_text(busy, 1).startswith("ETA ")
-    assert progress.eta_text(Snapshot(16, 0, 0, 0, 0, 0.1), 1) == "nothing left to run"

@@ -19,6 +19,7 @@ from support import RAW, stores
 from ablate import design
 from ablate.runner import phases, progress, queue
 from ablate.runner import study as st
+from ablate.runner.countdown import LONGER, SLOWER
 
 
 @pytest.fixture
@@ -626,7 +627,7 @@ def test_an_estimate_a_look_behind_the_countdown_is_no_revision():
     f = progress.frame(near, slots, first, 1.0, 1)
     assert f.eta == pytest.approx(first.eta - 1.0) and not f.eta_note
     far = progress.frame(look(1, 1, [running("w1", 1, 3, -9)], 1, rate=1.0), slots, first, 1.0, 1)
-    assert far.eta is not None and far.eta > first.eta and far.eta_note == progress.SLOWER
+    assert far.eta is not None and far.eta > first.eta and far.eta_note == SLOWER
 
 
 def test_a_finish_that_prices_what_is_left_far_above_the_countdown_revises_it_saying_so():
@@ -644,8 +645,8 @@ def test_a_finish_that_prices_what_is_left_far_above_the_countdown_revises_it_sa
     assert held.eta == pytest.approx(countdown) and not held.eta_note
     revised = after_a_finish(3.0)  # the rest three times the price: 900 s and more against 300
     assert revised.eta == pytest.approx(look(10, 1, [running("w1", 1, 0, 10)], 29, rate=3.0).eta_seconds(1))
-    assert revised.eta >= 3 * countdown and revised.eta_note == progress.LONGER
-    assert progress.log_lines("s", [], [], revised, first)[-1].endswith(f"({progress.LONGER})")
+    assert revised.eta >= 3 * countdown and revised.eta_note == LONGER
+    assert progress.log_lines("s", [], [], revised, first)[-1].endswith(f"({LONGER})")
     small = progress.frame(look(10, 1, [running("w1", 1, 0, 10)], 1, rate=3.0), slots,
                            progress.frame(look(0, 0, [running("w1", 0, 1, 0)], 2), slots, None, 0.0, 1), 10.0, 1)
     assert small.eta == pytest.approx(20.0) and not small.eta_note  # 3× but a minute over at most: held

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.table import Table
 
-from ablate.runner import housekeeping, locate, phases, progress, sequential_looks
+from ablate.runner import countdown, housekeeping, locate, phases, progress, sequential_looks
 from ablate.runner.plan import PLAIN_ROWS, plain_table
 from ablate.runner.standing import STATUS_METRIC, STATUSES, StudyStatus, existing_store_url
 from ablate.stores import redact, resolve
@@ -43,7 +43,7 @@ class StatusView:
             return
         self.print_cells(console)
         # The ETA's own words: with no worker running, none as if one were ("no worker running").
-        line = self.found.summary("").removesuffix(" · ETA ") + f" · {progress.eta_text(snap, workers)}"
+        line = self.found.summary("").removesuffix(" · ETA ") + f" · {countdown.eta_text(snap, workers)}"
         console.print(line, highlight=False, soft_wrap=True)
         if snap.items:
             console.print(progress.table(self.name, snap, workers).renderables[-1])
