@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ablate"
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it. Within the runner
 # the order is the flow of one item: rdb, samplers ← queue ← tracking ← items ← reuse ← study ← housekeeping ← standing ←
-# sequential_looks ← locate ← phases ← costs, eta, countdown, progress, plan ← cleanup, views ← heartbeat, signals, preload, fused, forking ←
+# sequential_looks ← locate ← phases ← costs, eta, countdown, progress, plan ← cleanup, views ← heartbeat, signals, preload, fused, forking,
+# failures ←
 # worker ← pool, estimate ← launch.
 LAYERS: list[tuple[str, ...]] = [
     # leaves: they import nothing of ablate above them (registries name implementations by string)
@@ -42,7 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
      "ablate.runner.plan"),  # plan reads phases, standing
     ("ablate.runner.cleanup", "ablate.runner.views"),  # rm, keep, gc; status, ls: as library calls
     ("ablate.runner.heartbeat", "ablate.runner.signals", "ablate.runner.preload", "ablate.runner.fused",
-     "ablate.runner.forking"),
+     "ablate.runner.forking", "ablate.runner.failures"),
     ("ablate.runner.worker",),
     ("ablate.runner.pool", "ablate.runner.estimate"),  # the estimate times a trial through the worker
     ("ablate.runner.launch", "ablate.runner.plan_checks"),

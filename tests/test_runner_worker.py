@@ -238,19 +238,6 @@ def test_checkpoint_resume_reaches_the_uninterrupted_result(tmp_path, monkeypatc
         assert got.equals(want)
 
 
-def test_failures_are_classified():
-    import sqlalchemy.exc
-    import torch
-
-    from ablate.runner.worker import classify
-
-    assert classify(torch.OutOfMemoryError("CUDA out of memory")) == "oom"
-    assert classify(RuntimeError("DefaultCPUAllocator: can't allocate memory")) == "oom"
-    assert classify(sqlalchemy.exc.OperationalError("SELECT", {}, Exception("server closed"))) == "infrastructure"
-    assert classify(ConnectionError("refused")) == "infrastructure"
-    assert classify(ValueError("shape mismatch")) == "error"
-
-
 def test_a_retryable_failure_is_requeued_after_a_backoff_and_its_retry_completes(tmp_path, monkeypatch):
     """Stores unreachable mid-trial (``infrastructure``): recorded by kind, re-queued within the
     bound (the back-off reads the retry history), and the retry is run by the same worker."""

@@ -14,7 +14,8 @@ so it drops its own result and moves on). A study storage that cannot be written
 worker (``WorkerStopped``): its item is re-queued by the heartbeat's silence.
 
 The heartbeat is runner/heartbeat.py's; when a signal interrupts the worker, and which sections
-it must not cut in two, runner/signals.py's: here, what the worker does then (``_abandon``).
+it must not cut in two, runner/signals.py's: here, what the worker does then (``_abandon``). What
+kind a failure is, and whether the study storage itself failed, is runner/failures.py's.
 What loads in the background while the worker reads the queue (torch, MLflow, the settling of
 runs a kill left), and the selection of its device, are runner/preload.py's.
 
@@ -42,7 +43,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ablate import faults, provenance
-from ablate.runner import fused, phases, progress, queue, sequential_looks, tracking
+from ablate.runner import failures, fused, phases, progress, queue, sequential_looks, tracking
 from ablate.runner import study as st
 from ablate.runner.heartbeat import Heartbeat
 from ablate.runner.items import BUDGET, MAX_RETRIES, UNBOUNDED, states_by_item
@@ -52,7 +53,7 @@ from ablate.runner.reuse import link_if_done_elsewhere
 from ablate.runner.signals import Interrupted, Signals
 from ablate.runner.study import extend_runs, extends_runs, open_study, recover_stale, settle_runs
 from ablate.spec import ProbeSpec
-from ablate.stores import StorageError, Stores, checkpoint_dir, no_space, redact, sqlite_path, storage_problem
+from ablate.stores import StorageError, Stores, checkpoint_dir, no_space, redact, storage_problem
 
 if TYPE_CHECKING:
     from ablate.training import TrialResult
@@ -69,7 +70,6 @@ def worker_id(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
-RETRYABLE = ("oom", "infrastructure")
 MAX_ACCUMULATE = 8
 MAX_INFRASTRUCTURE_IN_A_ROW = 3  # then the stores are down, not flaky: stop rather than fail every item
 REQUEUE_WAIT_S = 30.0  # how long an idle worker waits for a re-queue another process has begun
@@ -83,10 +83,6 @@ PRELOAD_WAIT_S = 60.0  # how long a finishing worker lets the background imports
 class WorkerStopped(Exception):
     """The stores failed so that this worker cannot go on (a full disk, a study storage that
     cannot be written, MLflow down); the message is safe to show (no password)."""
-
-
-class TrackingFailure(Exception):
-    """MLflow failed (unreachable, its store deleted or read-only): an ``infrastructure`` failure."""
 
 
 class Superseded(Exception):
@@ -142,26 +138,10 @@ def _tracked(fn: Callable[..., Any], *args: Any) -> Any:
     except (KeyboardInterrupt, Superseded):
         raise
     except Exception as exc:
-        text = _text(exc)
+        text = failures.text(exc)
         if "readonly database" in text:
             text += " (the MLflow store's file was deleted, moved or made read-only)"
-        raise TrackingFailure(f"tracking failed: {text}") from exc
-
-
-def _text(exc: BaseException) -> str:
-    """One line about an exception, without passwords: its type and first line, or, when it wraps
-    another (MLflow and Optuna wrap the database's error), the root cause's."""
-    from ablate.stores import root_cause
-
-    def first(e: BaseException) -> str:
-        return (str(e).strip().splitlines() or [""])[0]
-
-    root = root_cause(exc)
-    if root is exc or first(root) in first(exc):
-        text = f"{type(exc).__name__}: {first(exc)}"
-    else:
-        text = f"{type(exc).__name__}: {type(root).__name__}: {first(root)}"
-    return redact(text)[:2000]
+        raise failures.TrackingFailure(f"tracking failed: {text}") from exc
 
 
 def run_item(
@@ -189,12 +169,12 @@ def run_item(
     try:  # tuning: sample the setting; a replicate after tuning: take the cell's best one
         attrs = phases.prepare_item(study, trial)
     except Exception as exc:
-        if _storage_failure(exc):
+        if failures.storage_failure(exc):
             raise
         with signals.critical():
-            _fail(study, trial, "error", f"choosing the tuned setting: {_text(exc)}", redact(traceback.format_exc()))
+            _fail(study, trial, "error", f"choosing the tuned setting: {failures.text(exc)}", redact(traceback.format_exc()))
         emit("error", {"cell": trial.user_attrs.get("cell_label"), "seed": trial.user_attrs.get("seed"),
-                       "message": _text(exc)})
+                       "message": failures.text(exc)})
         return "error"
     try:  # levels and tuned values as Optuna parameters, for optuna-dashboard: display only
         phases.record_params(study, trial, attrs)
@@ -274,13 +254,13 @@ def _train_item(
             except (KeyboardInterrupt, Superseded, queue.TrialFinished):
                 raise
             except Exception as exc:
-                if _storage_failure(exc):
+                if failures.storage_failure(exc):
                     raise
-                kind, message, tb = classify(exc), _text(exc), redact(traceback.format_exc())
-                full = no_space(exc, _written_paths(stores))
+                kind, message, tb = failures.classify(exc), failures.text(exc), redact(traceback.format_exc())
+                full = no_space(exc, failures.written_paths(stores))
                 if full is not None:
                     kind, message = "infrastructure", full
-                elif isinstance(exc, TrackingFailure):
+                elif isinstance(exc, failures.TrackingFailure):
                     kind = "infrastructure"
                 if run is not None:
                     _quietly(run.finish, "FAILED", {}, {"ablate.failure_kind": kind, "ablate.traceback": tb})
@@ -292,10 +272,10 @@ def _train_item(
                     continue
                 with signals.critical():
                     _fail(study, trial, kind, message, tb)
-                    if kind in RETRYABLE:
+                    if kind in failures.RETRYABLE:
                         _requeue(study, trial, bounded=kind not in UNBOUNDED)
                 current.take(None)
-                if kind not in RETRYABLE:
+                if kind not in failures.RETRYABLE:
                     checkpoint.unlink(missing_ok=True)
                 current.message = message
                 emit(kind, {**info, "message": message})
@@ -343,7 +323,7 @@ def _end_committed(run: tracking.TrialRun, status: str, params: dict[str, Any], 
         faults.inject("committed")
         run.end(status, {"ablate.committed": "true"}, params)
     except Exception as exc:  # the trial counts; its run is ended by the next settle_runs
-        emit("warning", {**info, "message": f"MLflow run {run.run_id} left RUNNING: {_text(exc)}"})
+        emit("warning", {**info, "message": f"MLflow run {run.run_id} left RUNNING: {failures.text(exc)}"})
     if current.checkpoint is not None:
         current.checkpoint.unlink(missing_ok=True)
 
@@ -393,66 +373,6 @@ def _start_run(study: optuna.Study, trial: optuna.Trial, attrs: dict[str, Any], 
     faults.inject("open_run")
     trial.set_user_attr("mlflow_run_id", run.run_id)
     return run
-
-
-def _storage_failure(exc: BaseException) -> bool:
-    """Whether the study storage itself failed (then nothing can be recorded: the worker stops)."""
-    if isinstance(exc, StorageError | queue.StorageInternal):
-        return True
-    try:
-        import sqlalchemy.exc
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, sqlalchemy.exc.SQLAlchemyError) and not isinstance(exc, TrackingFailure)
-
-
-def _written_paths(stores: Stores) -> list[Path]:
-    """The folders a worker writes to: where a full disk is looked for."""
-    import tempfile
-
-    from ablate.stores import home
-    from ablate.tasks.cache import cache_root
-
-    paths = [home().resolve(), checkpoint_dir(), Path(tempfile.gettempdir())]
-    paths.append(cache_root().expanduser())
-    for url in (stores.storage, stores.tracking):
-        path = sqlite_path(url)
-        if path is not None:
-            paths.append(path.parent)
-    if stores.artifacts and stores.artifacts.startswith("file://"):
-        from urllib.parse import unquote, urlparse
-
-        paths.append(Path(unquote(urlparse(stores.artifacts).path)))
-    return paths
-
-
-def classify(exc: BaseException) -> str:
-    """oom (retried with accumulation), infrastructure (stores: retried with back-off), error (a bug)."""
-    import torch
-
-    text = str(exc).lower()
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text or (
-        "can't allocate memory" in text
-    ):
-        return "oom"
-    infrastructure: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
-    try:
-        import sqlalchemy.exc
-
-        infrastructure += (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import requests
-
-        infrastructure += (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(exc, infrastructure) or type(exc).__name__ == "MlflowException" and any(
-        word in text for word in ("connection", "timed out", "unavailable", "locked")
-    ):
-        return "infrastructure"
-    return "error"
 
 
 def _requeue(study: optuna.Study, trial: optuna.Trial, bounded: bool) -> None:
@@ -506,7 +426,7 @@ def _abandon_one(stores: Stores, study: optuna.Study, current: _Current, crash: 
     try:
         state = queue.trial(study, trial.number).state
         if state == TrialState.RUNNING and crash is not None:
-            _fail(study, trial, "killed", f"the worker crashed: {_text(crash)}", redact(traceback.format_exc()))
+            _fail(study, trial, "killed", f"the worker crashed: {failures.text(crash)}", redact(traceback.format_exc()))
             queue.requeue(study, trial.number, MAX_RETRIES)
             requeued.append(current.label)
         elif state == TrialState.RUNNING:
@@ -556,14 +476,14 @@ def work(
         except (WorkerStopped, StorageError):
             raise
         except Exception as exc:
-            if not _storage_failure(exc):  # a bug of the worker's own: its item goes back as a killed one's
+            if not failures.storage_failure(exc):  # a bug of the worker's own: its item goes back as a killed one's
                 signals.delivered = True
                 _abandon(stores, current, crash=exc)
                 raise
             for held in current.held():  # nothing can be recorded: let the heartbeat's silence re-queue it
                 for run in held.runs:
                     _quietly(run.end, "KILLED", {"ablate.failure_kind": "interrupted"})
-            problem = no_space(exc, _written_paths(stores)) or (
+            problem = no_space(exc, failures.written_paths(stores)) or (
                 str(exc) if isinstance(exc, StorageError) else storage_problem(stores.storage, exc))
             raise WorkerStopped(f"the study storage failed: {problem}") from None
 
@@ -690,7 +610,7 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             if in_a_row >= MAX_INFRASTRUCTURE_IN_A_ROW:
                 raise WorkerStopped(f"stopped after {in_a_row} infrastructure failures in a row (items re-queued); "
                                     f"the last: {message}")
-            if outcome in RETRYABLE:  # back off before the next claim (it may be the same item)
+            if outcome in failures.RETRYABLE:  # back off before the next claim (it may be the same item)
                 retries = queue.trial(study, trial.number).system_attrs.get("retry_history", [])
                 signals.sleep(min(60.0, 2.0 ** len(retries)))
             if outcome == "superseded":
