@@ -9,6 +9,7 @@ import pytest
 from frames import curve_frame, steady_and_wild
 
 from ablate import stats
+from ablate.stats import norm_theory
 from ablate.stats import norms as sn
 from ablate.stats.estimators import robust_level
 
@@ -247,7 +248,7 @@ def test_analysis_of_the_study(res):
     assert (table["n_training"] == 2).all() and (table["n_seeds"] == 2).all()
     comp = sn.compare(ps, norms, res.reference_cell()[0], order)
     assert not comp["testable"].any()  # two seeds: nothing tested
-    check = sn.theory_check(df, order)
+    check = norm_theory.theory_check(df, order)
     rot = check[check["variant"] == "RotRNN"]
     assert np.allclose(rot["stationary"], 1.0)
     assert sn.probe_batch_check(res.metrics) == (4, True)
@@ -463,18 +464,6 @@ def test_two_seeds_give_no_interval_over_seeds_and_say_why():
     norms, ps, order = seeded({"a": np.exp(rng.normal(0, 0.3, (2, 2, 5)))})
     row = sn.stability(ps, norms, order).iloc[0]
     assert np.isnan(row["sd_seeds_low"]) and row["sd_seeds_note"].startswith("2 seeds")
-
-
-def test_the_theory_check_at_the_end_takes_each_runs_own_last_probe():
-    """Seed 1 stopped early (its last probe at step 10, seed 0's at 20): "end" averages both runs'
-    last probes, not only the one run that reached step 20."""
-    df = curve_frame({"v": np.array([[[1.0, 2.0, 3.0]], [[1.0, 5.0, 7.0]]])})
-    df = df[~((df["seed"] == 1) & (df["step"] == 20))]
-    noise = df.assign(kind="white_noise", quantity="norm_sq_last")
-    end = sn.theory_check(pd.concat([df.assign(quantity="norm_sq_last"), noise]), [("c0", "v")])
-    end = end[end["when"] == "end"].iloc[0]
-    assert (end["step_first"], end["step"]) == (10, 20)
-    assert end["probe_last"] == pytest.approx((3.0 + 5.0) / 2) and end["noise_last"] == pytest.approx(4.0)
 
 
 def test_a_run_whose_training_diverged_has_no_values_though_its_probes_are_finite():

@@ -573,7 +573,7 @@ def anova_grid(anova: pd.DataFrame, tested: bool = True) -> pd.DataFrame:
 
 
 def check_table(check: pd.DataFrame) -> pd.DataFrame:
-    """``stats.norms.theory_check`` for print."""
+    """``stats.norm_theory.theory_check`` for print."""
     return pd.DataFrame({
         "variant": check["variant"],
         "when": [f"{w} (step {b:,})" if a == b else f"{w} (steps {a:,}–{b:,})"
@@ -585,7 +585,7 @@ def check_table(check: pd.DataFrame) -> pd.DataFrame:
 
 
 def drift_table(drift: pd.DataFrame) -> pd.DataFrame:
-    """``stats.norms.spectrum_drift`` for print."""
+    """``stats.norm_theory.spectrum_drift`` for print."""
     return pd.DataFrame({
         "variant": drift["variant"], "steps": drift["first"].astype(str) + " → " + drift["last"].astype(str),
         "median |λ| (init → end)": [f"{_sig(a, 4)} → {_sig(b, 4)}"

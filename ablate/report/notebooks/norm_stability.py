@@ -25,6 +25,7 @@ from ablate.report import provenance_tables, verdicts
 from ablate.report import sequential_section as seqrep
 from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
+from ablate.stats import norm_theory
 from ablate.stats import norms as sn
 
 export_to(export_dir, "norm_stability")
@@ -49,8 +50,8 @@ if len(df):
     # Runs flagged for late growth are left out above; the comparisons with them put back:
     back = sn.sensitivity(seeds, per_layer, ref[0], fig_order, alpha, confidence, res.spec.stats.min_ratio,
                           res.spec.stats.power)
-    check = sn.theory_check(df, fig_order)
-    drift = sn.spectrum_drift(df, fig_order)
+    check = norm_theory.theory_check(df, fig_order)
+    drift = norm_theory.spectrum_drift(df, fig_order)
 # One multiplicity family for the whole study (report.verdicts): the accuracy report adjusts over the same tests,
 # so both reports print the same p (Holm) for the same test.
 ref_label = dict(zip(trials.cell_id, trials.cell_label, strict=False)).get(ref[0], ref[0])
