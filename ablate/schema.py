@@ -176,7 +176,12 @@ stopping: docs/science.md §14; `measures:` names what it decides on, `test_accu
 `tune.trials` tuning trials, each on one tuning seed (trial i on `tune.seeds[i mod k]`; a count
 k means seeds 10000 … 10000+k−1; they must be disjoint from `seeds`), sampling `tune.space`
 with the sampler; the best finished setting by `tune.objective` (a validation metric) is then
-trained on every replicate seed. `sampler: grid` runs every combination of the space's choices on
+trained on every replicate seed. In a finite space (lists of choices, int ranges) no setting runs
+twice on a tuning seed before each has run there: Optuna's random draws (`sampler: random`, and
+the startup trials of `tpe` and `gp`) are replaced by the cell's settings in a shuffled order, and a
+model's ask for a setting the seed already ran is asked again, since a tuning trial is a
+deterministic function of its setting and seed and a repeat would only replay it (a 2-choice,
+2-trial study under TPE had 10 of 32 cells try one learning rate twice). `sampler: grid` runs every combination of the space's choices on
 every tuning seed (`trials` = combinations × k) and picks the combination with the best mean over
 the seeds: with one tuning seed a pick among learning rates 0.01–0.05 apart in validation accuracy
 is a draw of that seed's noise, and the cells' accuracies follow the rate they got

@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import math
+import random
 from typing import Any, NamedTuple
 
 from ablate.spec import set_path
@@ -107,6 +108,47 @@ def grid_point(space: dict[str, dict[str, Any]], index: int) -> dict[str, Any]:
     return dict(zip(space, combos[index], strict=True))
 
 
+#: A finite space with more settings than this is left to the sampler alone: its draws rarely repeat.
+MAX_COMBINATIONS = 10_000
+
+
+def combinations(space: dict[str, dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Every setting of a finite ``space`` (each dimension a list of choices or an int range), the
+    first dimension varying slowest; None when a dimension is a float range (a stepped one too:
+    its values are floats a sampler may round otherwise) or there are over ``MAX_COMBINATIONS``."""
+    values: list[list[Any]] = []
+    for dim in space.values():
+        if dim.get("type") == "categorical":
+            values.append(list(dim["choices"]))
+        elif dim.get("type") == "int":
+            step = 1 if dim.get("log") else int(dim.get("step") or 1)
+            values.append(list(range(int(dim["low"]), int(dim["high"]) + 1, step)))
+        else:
+            return None
+        if math.prod(len(v) for v in values) > MAX_COMBINATIONS:
+            return None
+    return [dict(zip(space, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def shuffled(combos: list[dict[str, Any]], cell_id: str) -> list[dict[str, Any]]:
+    """The cell's own random order of a finite space's settings (seeded by the cell: reproducible)."""
+    order = list(range(len(combos)))
+    random.Random(sampler_seed(cell_id, -1)).shuffle(order)
+    return [combos[i] for i in order]
+
+
+def unrepeated(combos: list[dict[str, Any]], cell_id: str, index: int, seeds: int) -> dict[str, Any]:
+    """Tuning trial ``index``'s setting drawn from a finite space without repeats, by its index alone
+    (so fused trials sampled at once differ): trial i runs on tuning seed s = i mod k and takes the
+    ((i // k + s) mod n)-th setting of the cell's shuffled order. No setting runs twice on a seed
+    before each of the n ran on it once, and the seeds' first trials take different settings.
+    Optuna's random draws repeat: its samplers allow for noisy objectives, and a trial here is a
+    deterministic function of its setting and seed, so a repeat on one seed is a trial wasted (2
+    choices, 2 trials: one cell in two never tried its second choice)."""
+    k = max(1, seeds)
+    return dict(shuffled(combos, cell_id)[(index // k + index % k) % len(combos)])
+
+
 def sampler_seed(cell_id: str, index: int) -> int:
     """A stable seed per (cell, tuning trial): reproducible samples, different across trials."""
     return int(hashlib.sha256(f"{cell_id}/{index}".encode()).hexdigest()[:8], 16)
@@ -128,13 +170,25 @@ def best(results: list[tuple[int, dict[str, Any], float | None]], direction: str
 
 class Score(NamedTuple):
     """One tuning setting's standing: its first trial's index, the setting, the mean of its trials'
-    finite values, how many of its trials have one and how many ran it."""
+    finite values, how many of its trials have one, how many ran it, and the indices of those with
+    one (trial i ran on tuning seed i mod k)."""
 
     index: int
     params: dict[str, Any]
     mean: float
     finished: int
     trials: int
+    indices: tuple[int, ...] = ()
+
+    def over(self, seeds: int) -> str:
+        """", the mean over 3 tuning seeds" (of ``seeds`` tuning seeds in all), ", the mean over 4
+        trials on 2 tuning seeds" where some seed ran the setting twice (its space exhausted there);
+        "" for one trial."""
+        if self.finished < 2:
+            return ""
+        on = len({i % max(1, seeds) for i in self.indices})
+        return f", the mean over {on} tuning seeds" if on == self.finished else \
+            f", the mean over {self.finished} trials on {on} tuning seed{'s' if on > 1 else ''}"
 
 
 def scores(results: list[tuple[int, dict[str, Any], float | None]]) -> list[Score]:
@@ -153,5 +207,6 @@ def scores(results: list[tuple[int, dict[str, Any], float | None]]) -> list[Scor
     for group in groups.values():
         values = [v for _, _, v in group if v is not None]
         if values:
-            out.append(Score(group[0][0], group[0][1], math.fsum(values) / len(values), len(values), len(group)))
+            out.append(Score(group[0][0], group[0][1], math.fsum(values) / len(values), len(values), len(group),
+                             tuple(i for i, _, v in group if v is not None)))
     return out

@@ -131,6 +131,52 @@ def test_a_grid_on_several_tuning_seeds_runs_every_combination_on_each_and_picks
     assert rep["tuned_from"] == f"{rep['cell_id']}/tune/2 (val_accuracy 0.6, the mean over 2 tuning seeds)"
 
 
+@pytest.mark.parametrize("sampler, trials, seeds", [("tpe", 4, 1), ("random", 4, 1), ("random", 6, 1),
+                                                    ("random", 4, 2), ("gp", 4, 1)])
+def test_a_finite_space_runs_no_setting_twice_on_a_seed_before_each_ran_there(tmp_path, sampler, trials, seeds):
+    """Optuna's random draws repeat (its samplers allow for noisy objectives); a tuning trial is a
+    deterministic function of its setting and seed, so a repeat replays it and leaves a setting
+    untried. A 2-choice, 2-trial study under TPE had 10 of its 32 cells try one learning rate twice.
+    Every trial of both cells is claimed before any finishes, as fused claims are."""
+    raw = copy.deepcopy(RAW)
+    raw["tune"] = {"sampler": sampler, "trials": trials, "seeds": seeds,
+                   "space": {"train.lr": [1e-3, 3e-3], "train.batch_size": [8, 16]}}
+    s = design.validate(raw)
+    study, _ = st.prepare(s, design.items(s), stores(tmp_path))
+    claimed = []
+    while len(claimed) < 2 * trials and (trial := phases.claim(study)) is not None:
+        claimed.append(phases.prepare_item(study, trial))
+    assert len(claimed) == 2 * trials and all(a["phase"] == "tune" for a in claimed)
+    combos = {(lr, b) for lr in (1e-3, 3e-3) for b in (8, 16)}
+    for cell in design.cells(s):
+        for seed in s.tune.seed_list:
+            ran = [(a["params"]["train.lr"], a["params"]["train.batch_size"]) for a in claimed
+                   if a["cell_id"] == cell.id and a["seed"] == seed]
+            assert set(ran) <= combos
+            assert len(set(ran)) == min(len(ran), len(combos)), (sampler, ran)
+
+
+def test_a_model_s_ask_for_a_setting_its_seed_ran_is_asked_again(tmp_path):
+    """After its startup trials, TPE exploits: with one choice clearly best it asks for it again.
+    On a seed that ran it, that trial would replay the finished one: an untried setting runs."""
+    raw = copy.deepcopy(RAW)
+    raw["tune"] = {"sampler": "tpe", "trials": 3, "startup_trials": 2, "space": {"train.lr": [1e-3, 3e-3, 1e-2]}}
+    s = design.validate(raw)
+    study, _ = st.prepare(s, design.items(s), stores(tmp_path))
+    cell = design.cells(s)[0]
+    runs = []
+    while (trial := phases.claim(study)) is not None and len(runs) < 3:
+        attrs = phases.prepare_item(study, trial)
+        if attrs["cell_id"] != cell.id:
+            continue
+        runs.append(attrs["params"]["train.lr"])
+        value = 0.9 if attrs["params"]["train.lr"] == runs[0] else 0.1  # the first setting is far the best
+        trial.set_user_attr("val_accuracy", value)
+        trial.set_user_attr("status", "complete")
+        study.tell(trial, value)
+    assert sorted(runs) == [1e-3, 3e-3, 1e-2]
+
+
 def test_a_grid_names_what_it_needs():
     raw = copy.deepcopy(RAW)
     raw["tune"] = {**raw["tune"], "sampler": "grid", "trials": 3, "space": {"train.lr": [1e-3, 3e-3]}}

@@ -716,9 +716,10 @@ def test_a_fused_group_of_tuning_trials_names_each_setting_once():
     group = [running("w1", n, 0, 0) for n in range(4)]
     for r, (seed, lr) in zip(group, [(0, 0.01), (0, 0.0025), (1, 0.01), (1, 0.0025)], strict=True):
         r.seed, r.phase, r.params = seed, "tune", {"train.lr": lr}
-    assert progress.start_lines(group) == ["start A · seeds 0, 0, 1, 1 (tune lr=0.0025,0.01, trials 0–3, fused) on w1"]
+    assert progress.start_lines(group) == ["start A · seeds 0–1 (tune lr=0.0025,0.01, trials 0–3, fused) on w1"]
     (row,) = progress.frame(look(1, 0, group, 0), [progress.Slot("w1", "running", 0.0)], None, 1.0, 1).rows
-    assert (row.seed, row.phase) == ("0,0,1,1", "tune lr=0.0025,0.01")
+    assert (row.seed, row.phase) == ("0,1", "tune lr=0.0025,0.01")
+    assert progress.start_lines(group[:2]) == ["start A · seed 0 (tune lr=0.0025,0.01, trials 0–1, fused) on w1"]
 
 
 def test_a_fused_replicate_that_stopped_early_reads_ended_until_its_group_ends(study):

@@ -185,7 +185,7 @@ def test_status_gives_each_cell_s_tuned_setting_once_its_tuning_is_over_and_says
             f"note: {label}: its tuning's best train.lr, 0.003, is the largest of its search space: the best may lie "
             "beyond it (a wider tune.space would tell)")]
     data = json.loads(printed(views.status("s", as_json=True)))["tuned"]
-    assert set(data) == set(labels) and all(d["params"] == {"train.lr": 3e-3} and d["tuning_seeds"] == 1
+    assert set(data) == set(labels) and all(d["params"] == {"train.lr": 3e-3} and d["tuning_seeds"] == d["tuning_trials"] == 1
                                             and d["metric"] == "val_accuracy" and "largest" in d["edge_note"]
                                             for d in data.values())
     wide = spec("s", tune={**narrow, "space": {"train.lr": [1e-3, 3e-3, 1e-2]}})

@@ -76,7 +76,7 @@ def test_a_setting_that_did_not_finish_on_every_seed_ranks_after_those_that_did(
     # lr 3 diverged on its second seed: its one finished value (0.95) does not make it the pick.
     results = [(0, {"lr": 1}, 0.60), (1, {"lr": 1}, 0.62), (2, {"lr": 3}, 0.95), (3, {"lr": 3}, None)]
     assert tuning.best(results, "maximize")[:2] == (0, {"lr": 1})
-    assert tuning.scores(results)[1] == (2, {"lr": 3}, 0.95, 1, 2)
+    assert tuning.scores(results)[1][:5] == (2, {"lr": 3}, 0.95, 1, 2)
     # With no setting finished everywhere, the partial ones are still ranked, by their means.
     partial = [(0, {"lr": 1}, 0.60), (1, {"lr": 1}, math.nan), (2, {"lr": 3}, 0.95), (3, {"lr": 3}, None)]
     assert tuning.best(partial, "maximize")[:2] == (2, {"lr": 3})
@@ -87,7 +87,7 @@ def test_a_retried_trial_s_attempts_count_once():
     # seeds, so it is not ranked after lr 1 as a setting that failed on one.
     results = [(0, {"lr": 1}, 0.60), (1, {"lr": 1}, 0.62), (2, {"lr": 3}, None), (2, {"lr": 3}, 0.95),
                (3, {"lr": 3}, 0.93)]
-    assert tuning.best(results, "maximize") == (2, {"lr": 3}, pytest.approx(0.94), 2, 2)
+    assert tuning.best(results, "maximize") == (2, {"lr": 3}, pytest.approx(0.94), 2, 2, (2, 3))
     # One tuning seed: a setting whose one trial was killed then finished is as if never killed.
     assert tuning.best([(0, {"lr": 1}, 0.5), (1, {"lr": 2}, None), (1, {"lr": 2}, 0.7)], "maximize")[:2] == (
         1, {"lr": 2})
@@ -108,3 +108,34 @@ def test_a_setting_at_the_edge_of_its_space_is_named_inside_it_is_not():
     assert tuning.edge_note({"train.lr": 2e-2}, space) == (
         "its tuning's best train.lr, 0.02, is the largest of its search space: the best may lie beyond it "
         "(a wider tune.space would tell)")
+
+
+def test_a_finite_space_lists_every_setting_and_a_float_range_makes_it_infinite():
+    space = {"train.lr": {"type": "categorical", "choices": [1e-3, 3e-3]},
+             "model.heads": {"type": "int", "low": 1, "high": 5, "log": False, "step": 2}}
+    assert tuning.combinations(space) == [{"train.lr": lr, "model.heads": h} for lr in (1e-3, 3e-3) for h in (1, 3, 5)]
+    assert len(tuning.combinations({"x": {"type": "int", "low": 1, "high": 8, "log": True, "step": 1}})) == 8
+    assert tuning.combinations({**space, "wd": {"type": "float", "low": 0.0, "high": 0.1, "log": False,
+                                                "step": 0.05}}) is None
+    huge = {f"d{i}": {"type": "int", "low": 0, "high": 9, "log": False, "step": 1} for i in range(5)}
+    assert tuning.combinations(huge) is None  # 100,000 settings: left to the sampler
+
+
+def test_unrepeated_draws_cover_each_seed_before_repeating_and_start_the_seeds_apart():
+    combos = [{"lr": v} for v in (1, 2, 3)]
+    for k in (1, 2, 3, 4):
+        draws = [tuning.unrepeated(combos, "cell", i, k)["lr"] for i in range(6 * k)]
+        for s in range(k):
+            on_seed = draws[s::k]
+            assert sorted(on_seed[:3]) == [1, 2, 3] and sorted(on_seed[3:6]) == [1, 2, 3]
+        assert len(set(draws[:min(k, 3)])) == min(k, 3)  # the seeds' first trials differ
+    orders = {tuple(c["lr"] for c in tuning.shuffled(combos, f"cell{i}")) for i in range(20)}
+    assert len(orders) > 1  # each cell its own order
+
+
+def test_a_setting_s_mean_says_over_how_many_seeds_and_trials():
+    score = tuning.best([(0, {"lr": 1}, 0.8), (1, {"lr": 1}, 0.9), (2, {"lr": 2}, 0.1)], "maximize")
+    assert score.over(1) == ", the mean over 2 trials on 1 tuning seed"  # a space exhausted on its one seed
+    assert score.over(2) == ", the mean over 2 tuning seeds"
+    one = tuning.best([(0, {"lr": 1}, 0.8), (1, {"lr": 2}, 0.1)], "maximize")
+    assert one.over(1) == ""

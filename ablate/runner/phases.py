@@ -8,8 +8,12 @@ is decided:
 
 - a tuning item (``phase="tune"``) gets its setting when claimed: a sampler (TPE by default)
   is built in memory from the cell's finished tuning trials in the study (and its running ones,
-  as constant liars), seeded per (cell, index), and asked once. The setting is stored on the
-  trial (``params``, ``config``), so a retried item re-runs the same setting;
+  as constant liars), seeded per (cell, index), and asked once. In a finite space (lists of
+  choices, int ranges) the random draws (``sampler: random``, a model's startup trials) are the
+  cell's shuffled settings without repeats on a seed (``tuning.unrepeated``), and a model's ask
+  for a setting its seed already ran is asked again: a repeat would replay a deterministic trial.
+  The setting is stored on the trial (``params``, ``config``), so a retried item re-runs the
+  same setting;
 - a replicate item of a tuned cell is not claimable until every tuning item of its cell is
   finished (complete, or failed for good); when claimed it takes the best finished setting
   (objective and direction of ``tune.objective``; ties to the lowest index; the baseline if
@@ -52,6 +56,8 @@ from ablate.runner.samplers import distributions, make_pruner, make_sampler, mem
 from ablate.spec import TrainSpec
 
 UNFINISHED = ("waiting", "running", "new")
+# Asks of a model whose setting its trial's seed already ran, before the seed's first untried one.
+REASKS = 8
 
 
 def _tune_trials(study: optuna.Study, cell_id: str) -> list[FrozenTrial]:
@@ -133,9 +139,13 @@ def sample(study: optuna.Study, number: int, attrs: dict[str, Any]) -> dict[str,
     protocol = attrs["tune"]
     if protocol.get("sampler") == "grid":  # trial i: combination i // k on tuning seed i mod k (design.items)
         return tuning.grid_point(protocol["space"], int(attrs["index"]) // len(protocol.get("seeds") or [0]))
+    index, k = int(attrs["index"]), len(protocol.get("seeds") or [0])
+    startup = int(protocol.get("startup_trials", 10))
+    combos = tuning.combinations(protocol["space"])
+    if combos is not None and (protocol.get("sampler") == "random" or index < startup):
+        return tuning.unrepeated(combos, attrs["cell_id"], index, k)
     dists = distributions(protocol["space"])
     objective = protocol["objective"]
-    startup = int(protocol.get("startup_trials", 10))
     history = memory(objective["direction"],
                      make_sampler(protocol, startup, tuning.sampler_seed(attrs["cell_id"], attrs["index"])))
     for t in _tune_trials(study, attrs["cell_id"]):
@@ -150,7 +160,30 @@ def sample(study: optuna.Study, number: int, attrs: dict[str, Any]) -> dict[str,
             remember(history, TrialState.PRUNED, params, dists, intermediate(t))
         elif t.state == TrialState.RUNNING:
             remember(history, TrialState.RUNNING, params, dists)
-    return dict(history.ask(dists).params)
+    params = dict(history.ask(dists).params)
+    if combos is None:
+        return params
+    # The model may ask again for a setting this seed ran: a repeat that would only replay it. Asked
+    # again (the repeat now a running liar in its history), then the first the seed has not run.
+    ran = _ran_on_seed(study, attrs["cell_id"], index, k)
+    for _ in range(REASKS):
+        if params not in ran:
+            return params
+        params = dict(history.ask(dists).params)
+    untried = [c for c in tuning.shuffled(combos, attrs["cell_id"]) if c not in ran]
+    return params if params not in ran or not untried else untried[0]
+
+
+def _ran_on_seed(study: optuna.Study, cell_id: str, index: int, k: int) -> list[dict[str, Any]]:
+    """The settings the cell's other tuning trials on trial ``index``'s tuning seed ran, run or wait
+    to run (a failed attempt's retry carries its setting and index: it is this item's)."""
+    ran = []
+    for t in _tune_trials(study, cell_id):
+        i, params = t.user_attrs.get("index"), t.user_attrs.get("params")
+        if isinstance(i, int) and i != index and i % k == index % k and isinstance(params, dict) and \
+                t.state != TrialState.FAIL:
+            ran.append(dict(params))
+    return ran
 
 
 def best_score(study: optuna.Study, cell_id: str, protocol: dict[str, Any]) -> tuning.Score | None:
@@ -171,7 +204,7 @@ def best(study: optuna.Study, attrs: dict[str, Any]) -> tuple[dict[str, Any], st
     score = best_score(study, attrs["cell_id"], attrs["tune"])
     if score is None:
         return {}, "baseline: no tuning trial of this cell finished"
-    over = f", the mean over {score.finished} tuning seeds" if score.trials > 1 else ""
+    over = score.over(len(attrs["tune"].get("seeds") or [0]))
     return dict(score.params), f"{attrs['cell_id']}/tune/{score.index} ({objective['metric']} {score.mean:.4g}{over})"
 
 
@@ -184,13 +217,14 @@ class Pick:
     params: dict[str, Any]
     metric: str
     mean: float
-    seeds: int
+    trials: int  # the tuning trials its mean is over
+    seeds: int  # the tuning seeds they ran on
     edge: str
+    over: str = ""  # ``tuning.Score.over``'s words
 
     def lines(self, cell: str) -> list[str]:
         """"tuned CELL: lr=0.012 (val_accuracy 0.837, the mean over 3 tuning seeds)", and the edge note."""
-        over = f", the mean over {self.seeds} tuning seeds" if self.seeds > 1 else ""
-        return [f"tuned {cell}: {tuning.setting_words([self.params])} ({self.metric} {self.mean:.3f}{over})",
+        return [f"tuned {cell}: {tuning.setting_words([self.params])} ({self.metric} {self.mean:.3f}{self.over})",
                 *([f"note: {cell}: {self.edge}"] if self.edge else [])]
 
 
@@ -218,8 +252,10 @@ def picks(study: optuna.Study, items: Sequence[Item], known: frozenset[str] = fr
             continue
         score = best_score(study, cell_id, protocol)
         if score is not None:
+            k = len(protocol.get("seeds") or [0])
             out[cell["label"]] = Pick(dict(score.params), str(protocol["objective"]["metric"]), score.mean,
-                                      score.finished, tuning.edge_note(dict(score.params), protocol.get("space") or {}))
+                                      score.finished, len({i % k for i in score.indices}),
+                                      tuning.edge_note(dict(score.params), protocol.get("space") or {}), score.over(k))
     return out
 
 

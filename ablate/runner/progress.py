@@ -256,7 +256,7 @@ def _item_row(group: Sequence[Running], now: datetime) -> Row:
     (``--fuse``), their seeds in its seed column; the step and validation of the one furthest on
     (one that stopped early waits, frozen, for the group's longest)."""
     r = max(reversed(group), key=lambda g: g.step)
-    shown = sorted(g.seed for g in group)
+    shown = sorted({g.seed for g in group})  # tuning trials on one seed differ in their setting (the phase)
     seed = ",".join(map(str, shown[:4])) + (f",…+{len(shown) - 4}" if len(shown) > 4 else "")
     return Row(r.worker, r.cell, seed, _phase(group), f"{r.step}/{r.steps}", _val(r), duration(r.elapsed(now)))
 
@@ -419,7 +419,9 @@ def start_lines(started: Sequence[Running]) -> list[str]:
         if len(group) == 1:
             lines.append(start_line(r.cell, r.seed, _phase(group), r.number, r.worker, r.resumed_at))
         else:
-            lines.append(f"start {r.cell} · seeds {_span([g.seed for g in group])} ({_phase(group)}, trials "
+            seeds = sorted({g.seed for g in group})  # tuning trials on one seed differ in their setting
+            seed = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {_span(seeds)}"
+            lines.append(f"start {r.cell} · {seed} ({_phase(group)}, trials "
                          f"{_span([g.number for g in group])}, fused) on {r.worker}")
     return lines
 

@@ -37,7 +37,7 @@ class StatusView:
         snap, workers = self.snap, self.snap.workers
         if self.as_json:
             shown = progress.status_json(self.name, snap, workers) | {
-                "tuned": {cell: {"params": p.params, "metric": p.metric, "mean": p.mean, "tuning_seeds": p.seeds, "edge_note": p.edge}
+                "tuned": {cell: {"params": p.params, "metric": p.metric, "mean": p.mean, "tuning_trials": p.trials, "tuning_seeds": p.seeds, "edge_note": p.edge}
                           for cell, p in self.tuned.items()}}
             console.file.write(json.dumps(self.found.to_json(shown), default=str) + "\n")
             return

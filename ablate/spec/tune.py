@@ -72,7 +72,10 @@ class TuneSpec(Strict):
     trials: int = Field(ge=1, le=MAX_TUNE_TRIALS, description="tuning trials per cell")
     space: dict[str, TuneDim] = Field(min_length=1, description="dotted path → range or choices")
     sampler: Literal["tpe", "random", "gp", "grid"] = Field(
-        "tpe", description="Optuna sampler, or grid: every combination of the space's choices once on every tuning "
+        "tpe", description="Optuna sampler (in a finite space, lists and int ranges, its random draws and a model's "
+        "startup trials take the cell's settings in a shuffled order, none twice on a tuning seed before each ran "
+        "there, and a model's ask for a setting its seed ran is asked again), or grid: every combination of the "
+        "space's choices once on every tuning "
         "seed, the same for every cell (trial i takes combination i // k on tuning seed i mod k, k the number of "
         "tuning seeds; trials must equal combinations × k), the best combination chosen by its mean over the seeds")
     startup_trials: int | None = Field(
