@@ -259,3 +259,25 @@ def test_a_sequential_plan_whose_first_look_is_reused_says_so_not_running(tmp_pa
                            "other studies); at most 6 (6 beyond this look)"), line
     said = planning.sequential_lines(seq, stores.storage)
     assert "state: look 1 of 2 (3 seeds) not started; 0 of 1 comparisons decided" in said, said
+
+
+@pytest.mark.parametrize("sampler, trials, seeds, replays", [
+    ("tpe", 6, 1, 2), ("random", 4, 1, 0), ("random", 10, 2, 2), ("grid", 4, 1, 0), ("tpe", 3, 1, 0)])
+def test_the_plan_warns_when_tuning_trials_outnumber_a_finite_space_s_settings_on_a_seed(sampler, trials, seeds,
+                                                                                        replays):
+    raw = copy.deepcopy(RAW)
+    raw["tune"] = {"sampler": sampler, "trials": trials, "seeds": seeds,
+                   "space": {"train.lr": [1e-3, 3e-3], "train.batch_size": [8, 16]}}
+    lines = plan_checks.tuning_lines(design.validate(raw))
+    if not replays:
+        assert lines == []
+        return
+    (line,) = lines
+    assert line.startswith(f"warning: tune.trials ({trials}) runs up to {-(-trials // seeds)} trials on ")
+    assert f"has 4 settings: {replays} trials a cell would replay" in line and f"grid with trials {4 * seeds}" in line
+
+
+def test_a_continuous_space_gives_no_replay_warning():
+    raw = copy.deepcopy(RAW)
+    raw["tune"] = {**raw["tune"], "trials": 40}  # train.lr is a float range: no draw repeats
+    assert plan_checks.tuning_lines(design.validate(raw)) == []

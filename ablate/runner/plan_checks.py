@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ablate import tuning
 from ablate.design.family import MIN_N_TEST, family_counts, family_size, tested
+from ablate.design.space import resolve_space
 from ablate.runner import plan as planning
 from ablate.runner.estimate import Estimate, duration, estimate, measure, render_estimate, trial_seconds
 from ablate.runner.plan import FINISHED, Plan
@@ -79,6 +81,28 @@ def significance_lines(spec: Spec) -> list[str]:
                 f"is below α/{m})" if free is not None else f"no seed count takes the exact test below α/{m}")
         return [f"note: {claim[:1].lower()}{claim[1:]}: {reason} (m = {how}); {more}"]
     return [f"warning: {claim[:1].lower()}{claim[1:]}: {reason} (m = {how}); {_seeds_to_decide(reach)}"]
+
+
+def tuning_lines(spec: Spec) -> list[str]:
+    """A warning when a sampler other than grid has more tuning trials on a tuning seed than its
+    finite space has settings: those past the settings replay one that seed ran (``phases.sample``
+    draws none twice on a seed before each ran there, and a trial is a deterministic function of
+    its setting and seed)."""
+    if spec.tune is None or spec.tune.sampler == "grid":
+        return []
+    combos = tuning.combinations(resolve_space(spec))
+    if combos is None:
+        return []
+    k, n = len(spec.tune.seed_list), len(combos)
+    per_seed = [len(range(s, spec.tune.trials, k)) for s in range(k)]
+    replays = sum(max(0, t - n) for t in per_seed)
+    if not replays:
+        return []
+    on = f"each of its {k} tuning seeds" if k > 1 else "its tuning seed"
+    return [f"warning: tune.trials ({spec.tune.trials}) runs up to {max(per_seed)} trials on {on}, and tune.space "
+            f"has {n} setting{'s' if n > 1 else ''}: {replays} trial{'s' if replays > 1 else ''} a cell would replay "
+            f"a setting its seed already ran; sampler: grid with trials {n * k} runs each once on every seed, "
+            f"tune.seeds: {-(-spec.tune.trials // n)} spreads them over more seeds, or widen tune.space"]
 
 
 def _seeds_to_decide(reach: Reach, said: str = "{needed} seeds would reach it (their smallest p is {floor})",
@@ -217,7 +241,7 @@ def report(spec: Spec, storage: str | None = None, tracking_uri: str | None = No
     and, ``timed``, the measured estimate of what is pending with ``workers`` local workers."""
     plan = planning.build(spec, storage, tracking_uri, reuse=reuse, reuse_stale=reuse_stale)
     notes = (planning.sequential_lines(spec, storage) + planning.until_converged_lines(spec, storage)
-             + blocker_lines(plan) + significance_lines(spec))
+             + blocker_lines(plan) + tuning_lines(spec) + significance_lines(spec))
     # Each worker of a CPU pool gets its share of the cores: the estimate times a trial with that share.
     est = estimate(plan, device, workers=workers, threads=estimate_threads(workers, device)) if timed else None
     prices = sequential_price_lines(plan, measured_seconds(plan, device) if timed else None, workers)
