@@ -51,15 +51,22 @@ def edge_note(params: dict[str, Any], space: dict[str, dict[str, Any]]) -> str:
     protocol's ``space`` (``design.tune_protocol``): "its tuning's best train.lr, 0.02, is the largest
     of its search space: the best may lie beyond it" — the report says so too, once every replicate
     trained; said at their start, a wider space can be tried before they do. "" when none is."""
-    parts = []
+    parts = [f"its tuning's best {path}, {value:.3g}, is the {edge} of its search space"
+             for path, value, edge in edges(params, space)]
+    return "; ".join(parts) + ": the best may lie beyond it (a wider tune.space would tell)" if parts else ""
+
+
+def edges(params: dict[str, Any], space: dict[str, dict[str, Any]]) -> list[tuple[str, Any, str]]:
+    """(path, value, "largest" / "smallest") for each numeric parameter of ``params`` at an edge of ``space``."""
+    out = []
     for path, value in params.items():
         dim = space.get(path) or {}
         if not isinstance(value, int | float) or isinstance(value, bool):
             continue
         edge = at_edge(value, dim.get("choices"), dim.get("low"), dim.get("high"), bool(dim.get("log")))
         if edge is not None:
-            parts.append(f"its tuning's best {path}, {value:.3g}, is the {edge} of its search space")
-    return "; ".join(parts) + ": the best may lie beyond it (a wider tune.space would tell)" if parts else ""
+            out.append((path, value, edge))
+    return out
 
 
 def setting_of(attrs: dict[str, Any]) -> dict[str, Any]:

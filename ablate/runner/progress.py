@@ -466,6 +466,7 @@ class View:
         self.live: Live | None = None
         self.started: set[int] = set()
         self.picked: set[str] = set()  # the cells whose tuned setting was said (``_tuned``)
+        self.edge_said = False  # ``phases.EDGE_NOTE``, once
         self.holding: dict[int, float] = {}  # recorded items whose start line waits for their group's (HOLD_S)
         # Finished before this view began: not events of this run.
         self.finished = {e.number for e in queue.entries(study, states=(TrialState.COMPLETE, TrialState.FAIL))}
@@ -573,7 +574,9 @@ class View:
         to_come = {i.cell.label for i in items or () if i.phase == "tune"} - self.picked  # an untuned study: none
         new = phases.picks(self.study, items or (), frozenset(self.picked)) if finished and to_come else {}
         self.picked |= set(new)
-        return [line for cell, pick in new.items() for line in pick.lines(cell)]
+        edge = [] if self.edge_said or not any(pick.at for pick in new.values()) else [phases.EDGE_NOTE]
+        self.edge_said |= bool(edge)
+        return [pick.line(cell) for cell, pick in new.items()] + edge
 
     def _finished(self) -> list[Finished]:
         """Trials finished since the last look (finishes first in a look: within one, an item

@@ -47,7 +47,8 @@ class StatusView:
         console.print(line, highlight=False, soft_wrap=True)
         if snap.items:
             console.print(progress.table(self.name, snap, workers).renderables[-1])
-        for line in [line for cell, pick in self.tuned.items() for line in pick.lines(cell)]:
+        edge = [phases.EDGE_NOTE] if any(pick.at for pick in self.tuned.values()) else []
+        for line in [pick.line(cell) for cell, pick in self.tuned.items()] + edge:
             console.print(line, highlight=False, soft_wrap=True, markup=False)
         for line in self.found.sequential + self.found.extension_lines():  # looks; until converged; WSD
             console.print(line, highlight=False, soft_wrap=True)
