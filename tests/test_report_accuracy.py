@@ -565,6 +565,17 @@ def test_tuning_sentences_name_a_spread_and_an_edge_of_the_tuned_settings_the_ta
     four = pd.concat([tuning, tuning.iloc[[0]].assign(cell_id="d", cell_label="heads=32")], ignore_index=True)
     two = four.assign(best_params=[_json.dumps({"train.lr": v}) for v in (0.01, 0.005, 0.01, 0.005)])
     assert acc.tuning_sentences(two, grid)[0].startswith("The best train.lr of 2 of 4 cells (heads=1; heads=16) is at")
+    # More than acc.text.NAMED_CELLS to name: the count, and the table that names them.
+    many = pd.concat([tuning.iloc[[0]].assign(cell_id=f"c{i}", cell_label=f"p={i}") for i in range(10)],
+                     ignore_index=True).assign(best_params=[_json.dumps({"train.lr": 0.01 if i < 6 else 0.0025})
+                                                            for i in range(10)])
+    assert acc.tuning_sentences(many, grid)[:2] == [
+        "The best train.lr of 6 of 10 cells (the appendix's tuning table gives each) is at the largest end of the "
+        "search space (choices 0.0025, 0.005, 0.01): the best setting may lie beyond it.",
+        "The best train.lr of 4 of 10 cells (the appendix's tuning table gives each) is at the smallest end of the "
+        "search space (choices 0.0025, 0.005, 0.01): the best setting may lie beyond it."]
+    three = many.assign(best_params=[_json.dumps({"train.lr": 0.01 if i < 7 else 0.005}) for i in range(10)])
+    assert acc.tuning_sentences(three, grid)[0].startswith("The best train.lr of 7 of 10 cells (all but p=7; p=8; p=9)")
 
 
 def test_few_run_table_names_each_interval_and_says_when_the_iqm_is_the_mean():

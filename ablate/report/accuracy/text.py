@@ -79,16 +79,24 @@ def tuning_sentences(tuning: pd.DataFrame, tune: Any) -> list[str]:
     return out
 
 
+#: Cells a summary sentence names at most; past it, the appendix's tuning table gives each (a
+#: 32-cell study's two edge sentences had named 16 labels of five factors each).
+NAMED_CELLS = 3
+
+
 def _which_cells(cells: list[str], every: list[str]) -> str:
     """``cells`` among ``every`` in few words: "every cell", one label, "2 of 8 cells (a; b)" or, for
-    most of them, "6 of 8 cells (all but a; b)". Semicolons, because a cell's label has commas."""
+    most of them, "6 of 8 cells (all but a; b)"; "8 of 32 cells (the appendix's tuning table gives
+    each)" where it would name more than ``NAMED_CELLS``. Semicolons, because a label has commas."""
     if len(cells) == len(every):
         return "every cell"
     if len(cells) == 1:
         return cells[0]
-    if len(cells) > len(every) / 2:
-        return f"{len(cells)} of {len(every)} cells (all but {'; '.join(c for c in every if c not in cells)})"
-    return f"{len(cells)} of {len(every)} cells ({'; '.join(cells)})"
+    others = [c for c in every if c not in cells]
+    named, how = (others, "all but ") if len(cells) > len(every) / 2 else (cells, "")
+    if len(named) > NAMED_CELLS:
+        return f"{len(cells)} of {len(every)} cells (the appendix's tuning table gives each)"
+    return f"{len(cells)} of {len(every)} cells ({how}{'; '.join(named)})"
 
 
 def space_text(dim: Any) -> str:
