@@ -177,6 +177,34 @@ def test_a_model_s_ask_for_a_setting_its_seed_ran_is_asked_again(tmp_path):
     assert sorted(runs) == [1e-3, 3e-3, 1e-2]
 
 
+def test_fused_tuning_items_prepared_at_once_each_see_the_others_settings(tmp_path):
+    """A worker prepares its fused items in threads at once (worker._run_group): past the startup
+    trials a model asked by each at the same moment saw none of the others' settings."""
+    import threading
+
+    raw = copy.deepcopy(RAW)
+    raw["tune"] = {"sampler": "tpe", "trials": 3, "startup_trials": 0, "space": {"train.lr": [1e-3, 3e-3, 1e-2]}}
+    s = design.validate(raw)
+    study, _ = st.prepare(s, design.items(s), stores(tmp_path))
+    for cell in design.cells(s):
+        trials = [phases.claim(study)]
+        trials += phases.claim_fusable(study, trials[0], 2)
+        assert len(trials) == 3 and {t.user_attrs["cell_id"] for t in trials} == {cell.id}
+        start = threading.Barrier(3)
+        prepared: dict[int, dict] = {}
+
+        def prepare(trial, start=start, prepared=prepared):
+            start.wait()
+            prepared[trial.number] = phases.prepare_item(study, trial)["params"]
+
+        threads = [threading.Thread(target=prepare, args=(t,)) for t in trials]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(p["train.lr"] for p in prepared.values()) == [1e-3, 3e-3, 1e-2]
+
+
 def test_a_grid_names_what_it_needs():
     raw = copy.deepcopy(RAW)
     raw["tune"] = {**raw["tune"], "sampler": "grid", "trials": 3, "space": {"train.lr": [1e-3, 3e-3]}}

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ from ablate.spec import TrainSpec
 UNFINISHED = ("waiting", "running", "new")
 # Asks of a model whose setting its trial's seed already ran, before the seed's first untried one.
 REASKS = 8
+# One tuning item sampled at a time in a process, so that each sees its fused siblings' settings.
+_SAMPLING = threading.Lock()
 
 
 def _tune_trials(study: optuna.Study, cell_id: str) -> list[FrozenTrial]:
@@ -276,13 +279,14 @@ def prepare_item(study: optuna.Study, trial: optuna.Trial) -> dict[str, Any]:
     if not attrs.get("tune"):
         return attrs
     params = attrs.get("params")
-    if not isinstance(params, dict):
-        if attrs.get("phase") == "tune":
+    if not isinstance(params, dict) and attrs.get("phase") == "tune":
+        with _SAMPLING:  # stored before the next is sampled: fused items are prepared in threads at once
             params = sample(study, trial.number, attrs)
-        else:
-            params, source = best(study, attrs)
-            trial.set_user_attr("tuned_from", source)
-            attrs["tuned_from"] = source
+            trial.set_user_attr("params", params)
+    elif not isinstance(params, dict):
+        params, source = best(study, attrs)
+        trial.set_user_attr("tuned_from", source)
+        attrs["tuned_from"] = source
         trial.set_user_attr("params", params)
     config = tuning.apply(attrs["config"], params)
     trial.set_user_attr("config", config)
