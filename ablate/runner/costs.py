@@ -21,6 +21,9 @@ from ablate.runner.timings import TRIAL_OVERHEAD_S
 
 # Finished trials a rate or a cell's own time is the median of (the latest).
 RECENT = 20
+# Finished trials the machine's pace now is the median of, where the cells' timings are known:
+# two or three rounds of a 2-worker run, so that a load that came or went shows within minutes.
+PACE_RECENT = 6
 # The cost model's units: a layer's work per position grows with width × (width + state) over this
 # (a small model's step is mostly per-layer overhead, not arithmetic); a validation pass's example
 # costs a third of a training one (forward only); a sequential recurrence (tanh, relu) twice a scan's.
@@ -69,13 +72,20 @@ def trial_cost(config: dict[str, Any], probes: Any = None) -> float:
 
 
 def cell_costs(units: dict[str, float], timed: Sequence[tuple[str, float, float]],
-               moving: Sequence[tuple[str, float, float]] = ()) -> dict[str, float]:
+               moving: Sequence[tuple[str, float, float]] = (), seconds: bool = False) -> dict[str, float]:
     """Seconds of one trial of each cell of ``units`` (cell id → ``trial_cost``): the median of its
     own finished trials (``timed``: cell id, wall seconds, the share of its steps it ran); else an
     overhead plus a rate per unit measured on every finished trial — a least-squares line once their
     costs differ by half, else the median rate over a default overhead — or, before any finished, the
     running ones' pace (``moving``: cell id, seconds so far, share of its steps done). Empty before
-    anything was measured."""
+    anything was measured.
+
+    ``seconds``: the units are each cell's seconds as ``ablate plan --estimate`` timed it on this
+    machine (``timings``), so the cells' ratios are known and only the machine's pace now is not:
+    each cell at its units times the latest finished trials' wall per unit (``PACE_RECENT``). A
+    cell's own trials of an hour ago priced it at the pace of then: lru_ablations' tanh cell, timed
+    beside a test suite at 2–3× its quiet wall, was priced so an hour after the suite ended, its
+    ETA 1h29m with 51 minutes left."""
     own: dict[str, list[float]] = {}
     points = []
     for cell, wall, share in timed:
@@ -83,6 +93,9 @@ def cell_costs(units: dict[str, float], timed: Sequence[tuple[str, float, float]
             points.append((units[cell] * share, wall))
             if share >= 1.0:
                 own.setdefault(cell, []).append(wall)
+    if seconds and points:
+        pace = float(np.median([w / u for u, w in points[-PACE_RECENT:]]))
+        return {cell: pace * u for cell, u in units.items()}
     if points:
         u, w = np.array([p[0] for p in points[-200:]]), np.array([p[1] for p in points[-200:]])
         overhead = min(TRIAL_OVERHEAD_S, 0.5 * float(w.min()))  # at most half the shortest trial

@@ -11,7 +11,9 @@ a group trains until its last trial stops, those that stopped early frozen in it
 priced by a cost model where the cells' configs are known (``trial_cost``: a trial's work from its
 cell's shape — layers, width, state, sequence length, batch — and its counts of steps and
 validation passes): at what its own cell's finished trials took, else at the cost model's units
-times the seconds per unit the finished trials measured (``cell_costs``), else, before any
+times the seconds per unit the finished trials measured (``cell_costs``); where ``ablate plan
+--estimate`` timed every cell here (``timings``), at those seconds times the latest finished
+trials' pace, whatever the cell (a load that came or went shows within a few trials); else, before any
 finished, at the running ones' pace; without a config, at seconds per training step (the median of
 the latest finished trials', each cell at its own rate once one of its trials finished or runs). So
 the first, cheap cells do not price the dear ones.
@@ -241,7 +243,8 @@ def trial_costs(configs: dict[str, dict[str, Any]], timed: Sequence[tuple[str, f
     try:
         trainable = {cell: config for cell, config in configs.items() if config.get("train")}
         # Seconds as ``ablate plan --estimate`` timed each shape here, else the shapes' cost model.
-        units = timings.kept_trial_seconds(trainable) or {cell: trial_cost(config) for cell, config in trainable.items()}
+        kept = timings.kept_trial_seconds(trainable)
+        units = kept or {cell: trial_cost(config) for cell, config in trainable.items()}
     except Exception:  # a config this version cannot read: no cost model, the rates alone
         return {}
 
@@ -251,4 +254,4 @@ def trial_costs(configs: dict[str, dict[str, Any]], timed: Sequence[tuple[str, f
 
     moving = [(r.cell_id, (r.elapsed(now) or 0.0) / cost, r.step / r.steps)
               for r, cost in zip(running, shares, strict=True) if r.steps and 4 * r.step >= r.steps]
-    return cell_costs(units, [(cell, wall, share(cell, n)) for cell, wall, n in timed], moving)
+    return cell_costs(units, [(cell, wall, share(cell, n)) for cell, wall, n in timed], moving, seconds=bool(kept))
