@@ -66,8 +66,14 @@ class Results:
         # page) gets the same readable one from either.
         names = renamed(self.trials, self.factors)
         if names:
-            self.trials, self.metrics, self.curves = (readable(names, f)
-                                                      for f in (self.trials, self.metrics, self.curves))
+            self.trials = readable(names, self.trials)
+        # Every frame takes the trials' label of each cell: an export may have written its trials
+        # relabelled and its streamed metrics and curves not (lru_ablations' read "none" beside
+        # "normalisation=none").
+        labels = {str(i): str(label) for i, label in self.trials.select("cell_id", "cell_label").unique().iter_rows()} \
+            if {"cell_id", "cell_label"} <= set(self.trials.columns) else {}
+        if labels:
+            self.metrics, self.curves = (readable(labels, f) for f in (self.metrics, self.curves))
 
     @property
     def chance(self) -> float | None:
