@@ -65,3 +65,18 @@ def test_export_read_with_readable_labels() -> None:
     # the reference parameter takes the label the reader sees
     assert res.reference_cell("normalisation=none")[0] == res.trials.filter(
         pl.col("cell_label") == "normalisation=none")["cell_id"][0]
+
+
+def test_frames_read_after_the_trials_take_their_labels() -> None:
+    """``results.load`` reads the metrics and curves after the trials: lru_ablations' export (written
+    from a load) had "normalisation=none" in its trials and "none" in its metrics and curves."""
+    from ablate.results.frames import label_frames
+
+    data = REPORTS / "lru_ablations" / "data"
+    res = read_export(data)
+    res.metrics = pl.read_parquet(data / "metrics.parquet").with_columns(
+        pl.when(pl.col("cell_label") == "normalisation=none").then(pl.lit("none"))
+        .otherwise(pl.col("cell_label")).alias("cell_label"))  # as a load assigns them, raw
+    assert "none" in set(res.metrics["cell_label"].to_list())
+    label_frames(res)
+    assert set(res.metrics["cell_label"].to_list()) == set(res.trials["cell_label"].to_list())

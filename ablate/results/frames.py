@@ -38,6 +38,15 @@ TEXT_AND_COUNTS = {
 CONVERGENCE = ("converged", "val_gain_last", "val_gain_se", "stopped_early", "best_step")
 
 
+def label_frames(res: Results) -> None:
+    """Give ``res``' metrics and curves its trials' label of each cell: ``results.load`` reads them
+    after the trials (lru_ablations' export had written "normalisation=none" in its trials and
+    "none" in its metrics and curves), and an export so written reads right."""
+    if {"cell_id", "cell_label"} <= set(res.trials.columns):
+        labels = {str(i): str(label) for i, label in res.trials.select("cell_id", "cell_label").unique().iter_rows()}
+        res.metrics, res.curves = (readable(labels, f) for f in (res.metrics, res.curves))
+
+
 @dataclass
 class Results:
     study: str
@@ -67,13 +76,7 @@ class Results:
         names = renamed(self.trials, self.factors)
         if names:
             self.trials = readable(names, self.trials)
-        # Every frame takes the trials' label of each cell: an export may have written its trials
-        # relabelled and its streamed metrics and curves not (lru_ablations' read "none" beside
-        # "normalisation=none").
-        labels = {str(i): str(label) for i, label in self.trials.select("cell_id", "cell_label").unique().iter_rows()} \
-            if {"cell_id", "cell_label"} <= set(self.trials.columns) else {}
-        if labels:
-            self.metrics, self.curves = (readable(labels, f) for f in (self.metrics, self.curves))
+        label_frames(self)
 
     @property
     def chance(self) -> float | None:

@@ -14,7 +14,15 @@ import polars as pl
 
 from ablate import design
 from ablate.metrics import column as metric_column
-from ablate.results.frames import CONVERGENCE, SUMMARY, SUMMARY_SENTINEL, TEXT_AND_COUNTS, Results, Studies
+from ablate.results.frames import (
+    CONVERGENCE,
+    SUMMARY,
+    SUMMARY_SENTINEL,
+    TEXT_AND_COUNTS,
+    Results,
+    Studies,
+    label_frames,
+)
 from ablate.runner import sequential_looks, tracking
 from ablate.runner.dashboard import factor_distributions
 from ablate.runner.items import trials_by_item
@@ -168,6 +176,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
             res.metrics = _artifacts(stores, run_ids, tracking.METRICS_ARTIFACT, frame, res.factors, cache, unread)
         if curves:
             res.curves = _artifacts(stores, run_ids, tracking.CURVES_ARTIFACT, frame, res.factors, cache, unread)
+        label_frames(res)
         if unread:
             first = next(iter(unread.values()))
             res.missing.append(f"{len(unread)} of {len(run_ids)} MLflow run(s) could not be read from "
