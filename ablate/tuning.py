@@ -191,11 +191,15 @@ class Score(NamedTuple):
         """", the mean over 3 tuning seeds" (of ``seeds`` tuning seeds in all), ", the mean over 4
         trials on 2 tuning seeds" where some seed ran the setting twice (its space exhausted there);
         "" for one trial."""
-        if self.finished < 2:
-            return ""
-        on = len({i % max(1, seeds) for i in self.indices})
-        return f", the mean over {on} tuning seeds" if on == self.finished else \
-            f", the mean over {self.finished} trials on {on} tuning seed{'s' if on > 1 else ''}"
+        return mean_words(self.finished, len({i % max(1, seeds) for i in self.indices}))
+
+
+def mean_words(trials: int, seeds: int) -> str:
+    """``Score.over``'s words for a mean over ``trials`` trials on ``seeds`` tuning seeds."""
+    if trials < 2:
+        return ""
+    return f", the mean over {seeds} tuning seeds" if seeds == trials else \
+        f", the mean over {trials} trials on {seeds} tuning seed{'s' if seeds > 1 else ''}"
 
 
 def scores(results: list[tuple[int, dict[str, Any], float | None]]) -> list[Score]:

@@ -223,7 +223,6 @@ class Pick:
     trials: int  # the tuning trials its mean is over
     seeds: int  # the tuning seeds they ran on
     edge: str
-    over: str = ""  # ``tuning.Score.over``'s words
     at: str = ""  # its edges in a few words: "train.lr the largest of its space"
 
     def line(self, cell: str) -> str:
@@ -231,7 +230,7 @@ class Pick:
         at an edge of its space " · train.lr the largest of its space" (``EDGE_NOTE`` says what that means,
         once: a 32-cell study's picks had read 64 lines)."""
         at = f" · {self.at}" if self.at else ""
-        return f"tuned {cell}: {tuning.setting_words([self.params])} ({self.metric} {self.mean:.3f}{self.over}){at}"
+        return f"tuned {cell}: {tuning.setting_words([self.params])} ({self.metric} {self.mean:.3f}{tuning.mean_words(self.trials, self.seeds)}){at}"
 
 
 #: Said once under the picks when some lies at an edge of its space.
@@ -266,7 +265,7 @@ def picks(study: optuna.Study, items: Sequence[Item], known: frozenset[str] = fr
             k = len(protocol.get("seeds") or [0])
             out[cell["label"]] = Pick(dict(score.params), str(protocol["objective"]["metric"]), score.mean,
                                       score.finished, len({i % k for i in score.indices}),
-                                      tuning.edge_note(dict(score.params), protocol.get("space") or {}), score.over(k),
+                                      tuning.edge_note(dict(score.params), protocol.get("space") or {}),
                                       "; ".join(f"{path} the {edge} of its space" for path, _, edge in
                                                 tuning.edges(dict(score.params), protocol.get("space") or {})))
     return out
