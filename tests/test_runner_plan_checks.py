@@ -154,6 +154,21 @@ def test_a_sequential_price_in_time_adds_each_cells_trials_at_its_own_cost(home)
     assert "≈ 1 min 30 s now, at most ≈ 3 min 00 s with 2 workers" in line
 
 
+def test_a_tuned_sequential_price_counts_seeds_not_tuning_trials(home):
+    """A tuned cell's items are its tuning trials and its seeds: the look and the last look count
+    seeds only (the probe: lru_ablations, 9 tuning trials and 3 seeds a cell, read 'look at 12 seeds
+    per cell' and 'at most 0 beyond this look' with looks to 9)."""
+    raw = copy.deepcopy(RAW)
+    raw["seeds"] = {"min": 3, "max": 9, "step": 3, "measures": ["test_accuracy"]}
+    spec = design.validate(raw)
+    plan = planning.build(spec)
+    cells = len(plan.cells)
+    (line,) = plan_checks.sequential_price_lines(plan)
+    now = cells * (spec.tune.trials + 3)  # every tuning trial and the first look's seeds
+    assert line.startswith(f"sequential cost: now {now} trials pending (look at 3 seeds per cell: 0 done); "
+                           f"at most {now + cells * 6} ({cells * 6} beyond this look)"), line
+
+
 def test_plan_names_the_setting_that_keeps_a_longer_wsd_cell_from_continuing(tmp_path, home):
     raw = copy.deepcopy(RAW)
     del raw["tune"]

@@ -132,8 +132,10 @@ def sequential_price_lines(plan: Plan, seconds_of: Callable[[dict[str, Any]], fl
     if seq is None:
         return []
     pending = plan.pending()
-    planned = {c.cell.id: len(c.items) for c in plan.cells}
-    finished = {c.cell.id: sum(c.states.get(i.key) in FINISHED for i in c.items) for c in plan.cells}
+    # Seeds are replicate items: a tuned cell's tuning trials count toward neither look nor max.
+    seeds = {c.cell.id: [i for i in c.items if i.phase == "replicate"] for c in plan.cells}
+    planned = {cid: len(items) for cid, items in seeds.items()}
+    finished = {c.cell.id: sum(c.states.get(i.key) in FINISHED for i in seeds[c.cell.id]) for c in plan.cells}
     more = {c.cell.id: max(0, seq.max - planned[c.cell.id]) for c in plan.cells}
     now_trials, most_trials = len(pending), len(pending) + sum(more.values())
     reused = plan.tally()["reused"]  # the look's seeds other studies hold: neither pending nor done here
