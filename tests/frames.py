@@ -92,3 +92,20 @@ def steady_and_wild(seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
     steady = 1 + 0.01 * rng.standard_normal((4, 3, 6))
     wild = np.exp(rng.standard_normal((4, 3, 6)))
     return curve_frame({"steady": steady, "wild": wild}), steady
+
+
+def answer_res(trials: pd.DataFrame, min_effect: float = 0.01, chance: float | None = None) -> object:
+    """The least of a results object ``verdicts.study_verdicts`` reads: a spec's stats and budget, the factors."""
+    from types import SimpleNamespace
+
+    spec = SimpleNamespace(stats=SimpleNamespace(min_effect=min_effect, power=0.8, min_ratio=1.25), sequential=None,
+                           train=SimpleNamespace(steps=100))
+    return SimpleNamespace(spec=spec, factors=[A, B], chance=chance)
+
+
+def answer_verdicts(trials: pd.DataFrame, **kw: object) -> object:
+    """``study_verdicts`` of a constructed frame, its first cell the reference."""
+    from ablate.report import verdicts
+
+    ref = trials["cell_id"].iloc[0], trials["cell_label"].iloc[0]
+    return verdicts.study_verdicts(answer_res(trials, **kw), trials, METRIC, ref)

@@ -83,8 +83,8 @@ def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_te
     exact sign-flip test on those 3 seeds cannot go below 2/2³ = 0.25, so the fixed design would
     not call it: the page shows both, marks the difference, and says why."""
     from ablate import stats
+    from ablate.report import answer_words, verdicts
     from ablate.report import format as fmt
-    from ablate.report import verdicts
     from ablate.stats import family as fam
 
     spec, st, big, null, ref, vals = run_looks(with_values=True)
@@ -122,7 +122,7 @@ def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_te
 
     shown: list[str] = []
     monkeypatch.setattr(display, "display", lambda obj: shown.append(obj.data))
-    verdicts.show_answer(v)
+    answer_words.show_answer(v)
     page = "\n".join(shown)
     assert "Why the two can differ" in page and seqrep.FIXED_COLUMN in page and row[seqrep.FIXED_COLUMN] in page
 
@@ -213,7 +213,7 @@ def test_the_looks_table_prints_the_boundaries_the_looks_recorded():
 def test_a_sequential_studys_power_line_is_at_its_own_alpha_over_m():
     """Review item 9: the sequential family is its comparisons (here 2, at α/2 Bonferroni); its power
     lines were at α/1 (the fixed family, emptied on purpose, counted none) or at the fixed design's m."""
-    from ablate.report import verdicts
+    from ablate.report import answer_words, verdicts
 
     spec, st, big, null, ref, vals = run_looks(with_values=True)
     trials = _trials(spec, st.planned, vals)
@@ -224,9 +224,9 @@ def test_a_sequential_studys_power_line_is_at_its_own_alpha_over_m():
         assert v.power_m == seqrep.family_size(spec) == 2
         assert np.allclose(v.comparisons["power_alpha"], 0.05 / 2)
     # The page's words: its rows are the declared comparisons, and no Holm p or permutation test is claimed.
-    assert "no factor rows" in verdicts.answer_lead(v, "accuracy") and "One row per question" not in \
-        verdicts.answer_lead(v, "norm_stability")
+    assert "no factor rows" in answer_words.answer_lead(v, "accuracy") and "One row per question" not in \
+        answer_words.answer_lead(v, "norm_stability")
     for report in ("accuracy", "norm_stability"):
-        lead = verdicts.summary_lead(v, report)
+        lead = answer_words.summary_lead(v, report)
         assert "sequential design's decisions" in lead and "every p (Holm) is adjusted" not in lead
-    assert "exact permutation tests (paired" not in verdicts.summary_lead(v, "norm_stability")
+    assert "exact permutation tests (paired" not in answer_words.summary_lead(v, "norm_stability")

@@ -25,9 +25,9 @@ import pandas as pd
 
 from ablate import results, stats
 from ablate.report import accuracy as acc
+from ablate.report import answer_words, provenance_tables, verdicts
 from ablate.report import format as fmt
 from ablate.report import norm_tables as ns
-from ablate.report import provenance_tables, verdicts
 from ablate.report import sequential_section as seqrep
 from ablate.report.display import chunks, export_table, export_to, say, show, show_figure, show_text
 from ablate.report.plotting import Channels
@@ -64,7 +64,7 @@ verdict = verdicts.study_verdicts(res, trials, metric, (ref_id, ref_label), alph
                                   design_m=verdicts.design_family(res), margin=margin)
 comparisons = verdict.comparisons
 # What the page's rows are: a sequential study's has its declared comparisons and no factor rows.
-verdicts.show_answer(verdict, confidence, "accuracy")  # the answer in words, then the table
+answer_words.show_answer(verdict, confidence, "accuracy")  # the answer in words, then the table
 say(*acc.measure_lines(metric, chance, margin, ref_label, ref_why))  # after the answer, not before it
 # Page one's norm columns: which ‖x‖² is per head, and what ξ does with more heads (the norm report says it
 # before its verdicts; here it follows, so that the answer's table stays on page one).
@@ -75,7 +75,7 @@ if norm_in is not None:
 # ## Summary
 
 # %%
-say(verdicts.summary_lead(verdict, "accuracy"))
+say(answer_words.summary_lead(verdict, "accuracy"))
 summary = stats.cell_summary(trials, metric, chance, margin, confidence)
 conv = stats.cell_convergence(trials, stats.step_budget(trials, res.spec.train.steps), min_gain=effect)
 tuned = res.tuning().to_pandas()
@@ -83,7 +83,7 @@ say(*[f"- {s}" for s in acc.summary_sentences(summary, metric, chance, margin, h
       + (seqrep.sentences(res.sequential, res.spec, labels, ref_label) if sequential else
          acc.comparison_sentences(comparisons, metric, alpha, confidence, higher_is_better, conv,
                                   res.spec.stats.power))
-      + verdicts.term_sentences(verdict, [metric])  # the factor tests, as page one says them
+      + answer_words.term_sentences(verdict, [metric])  # the factor tests, as page one says them
       # named as page one and the figures name them: the full labels took five lines at 18 cells
       + acc.convergence_sentences(conv.assign(cell_label=conv["cell_id"].map(verdict.labels).fillna(conv["cell_label"]))
                                   if verdict.labels and len(conv) else conv)

@@ -17,11 +17,11 @@ max_interactions = 6  # two-factor interaction figures shown at most
 import itertools
 
 from ablate import results, stats
+from ablate.report import answer_words, provenance_tables, verdicts
 from ablate.report import format as fmt
 from ablate.report import never_learned as nl
 from ablate.report import norm_figures as nf
 from ablate.report import norm_tables as ns
-from ablate.report import provenance_tables, verdicts
 from ablate.report import sequential_section as seqrep
 from ablate.report.display import export_to, say, show, show_figure
 from ablate.report.plotting import Channels
@@ -78,7 +78,7 @@ tables = dict.fromkeys(shown, "") | {k: f"Table {i}" for i, k in enumerate([k fo
 # %%
 # Head counts that differ change what a heads verdict on the whole state's norm means: said first.
 say(ns.heads_line(res.spec))  # "" (nothing said) where head counts agree
-verdicts.show_answer(verdict, confidence, "norm_stability")  # the answer in words, then the table
+answer_words.show_answer(verdict, confidence, "norm_stability")  # the answer in words, then the table
 # What the measures are: after the answer, not before it (the answer table names the label key already).
 say(*ns.measure_lines(res, trials, key if sequential or verdict.key != key else ""))
 
@@ -86,7 +86,7 @@ say(*ns.measure_lines(res, trials, key if sequential or verdict.key != key else 
 # ## Summary
 
 # %%
-say(verdicts.summary_lead(verdict, "norm_stability"))  # how the comparisons were tested: fixed or sequential
+say(answer_words.summary_lead(verdict, "norm_stability"))  # how the comparisons were tested: fixed or sequential
 if len(df) and sequential:
     labels = dict(zip(trials.cell_id, trials.cell_label, strict=False))
     say(ns.summary_text(stab, comp.iloc[0:0], ref, None, effects, check, alpha, confidence),
