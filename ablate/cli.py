@@ -21,7 +21,7 @@ import typer
 from ablate import cli_options as opt
 from ablate.runner.forking import early
 from ablate.stores import StorageError, resolve
-from ablate.terminal import PipeConsole, Refused, Stopped, asking, internal_error, store_refused, table
+from ablate.terminal import PipeConsole, Refused, Stopped, asking, count, internal_error, store_refused, table
 
 if TYPE_CHECKING:  # ablate.spec (pydantic, numpy: 0.2 s) loads in _load: `ablate run` starts its zygote first
     from ablate.spec import Spec
@@ -216,7 +216,7 @@ def plugins_command() -> None:
         return
     table(out, "plug-ins", ["kind", "name", "target", "from", "code hash", "status"], rows)
     if failing := [f"{kind} {name!r}" for kind, name, *_, status in rows if not loads(status)]:
-        raise Refused(escape(f"{len(failing)} plug-in(s) fail to load: {', '.join(failing)}; their status says why: "
+        raise Refused(escape(f"{count(len(failing), 'plug-in')} {'fails' if len(failing) == 1 else 'fail'} to load: {', '.join(failing)}; their status says why: "
                              "fix them, or uninstall their distribution"), 1)
 
 

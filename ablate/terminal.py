@@ -66,6 +66,11 @@ class Refused(Exception):
 MAX_ECHOED = 200  # characters of one word of a message (an echoed name, path or value)
 
 
+def count(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` as a sentence says them: "1 item", "3 items" (``many``: an irregular plural)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def clip_words(line: str, most: int = MAX_ECHOED, keep: int = 100) -> str:
     """``line`` with each word (a run of non-blank characters outside markup's brackets, so that a
     cut never breaks a tag) longer than ``most`` shortened to its first ``keep`` and last 20
@@ -116,7 +121,7 @@ class Stopped(Exception):
         self.code = 128 + signum
 
     def print(self, console: Console) -> None:
-        items = (f"re-queued {len(self.requeued)} running item(s): {', '.join(self.requeued)}" if self.requeued
+        items = (f"re-queued {count(len(self.requeued), 'running item')}: {', '.join(self.requeued)}" if self.requeued
                  else "no running item to re-queue")
         console.print(f"{self}: {items}; run the same command to resume", highlight=False, markup=False,
                       soft_wrap=True)

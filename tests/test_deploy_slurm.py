@@ -302,7 +302,7 @@ def test_scancel_term_mid_trial_requeues_the_item(cluster, tmp_path, postgres_db
     other = 1 - int(victim["task"])
     assert (tasks[int(victim["task"])]["JobState"], tasks[int(victim["task"])]["ExitCode"]) == ("FAILED", "143:0")
     assert (tasks[other]["JobState"], tasks[other]["ExitCode"]) == ("COMPLETED", "0:0"), logs(tmp_path)
-    assert ends[int(victim["task"])].startswith("worker interrupted (SIGTERM): re-queued 1 running item(s)"), ends
+    assert ends[int(victim["task"])].startswith("worker interrupted (SIGTERM): re-queued 1 running item:"), ends
     assert ends[other] == "worker finished: {'complete': 2}", "the other task ran its item and the re-queued one"
     counts = assert_each_item_once(name, storage, tracking, items=2)
     assert interrupted_items(name, storage) == [victim["item"]], "the signalled trial, failed and re-queued"

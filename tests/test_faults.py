@@ -132,7 +132,7 @@ def test_an_errored_item_is_rerun_by_retry_failed_after_a_fix_keeping_its_failed
     (tb,) = results.load("faults", home=tmp_path / ".ablate", curves=False).trials["traceback"].to_list()
     assert tb.startswith("Traceback (most recent call last)") and "injected fault at step 1" in tb
     plan = " ".join(procs.ablate(tmp_path, "plan", "spec.yaml").stdout.split())
-    assert "failed with an error: 1 item(s)" in plan and "--retry-failed" in plan and "seed 0: error:" in plan, plan
+    assert "failed with an error: 1 item;" in plan and "--retry-failed" in plan and "seed 0: error:" in plan, plan
     assert "injected fault at step 1" in plan
     # Under a changed spec (a fix that made new cells) the failure belongs to no cell: an orphan,
     # not an item --retry-failed would re-run (plan listed it, and run said it retried it).
@@ -140,7 +140,7 @@ def test_an_errored_item_is_rerun_by_retry_failed_after_a_fix_keeping_its_failed
     assert "failed with an error" not in changed and "orphaned: 1 finished trials" in changed, changed
     res = procs.ablate(tmp_path, "run", "spec.yaml", "--retry-failed")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "retrying 1 failed item(s)" in res.stdout and "1 to run" in res.stdout, res.stdout
+    assert "retrying 1 failed item," in res.stdout and "1 to run" in res.stdout, res.stdout
     found = procs.trials(tmp_path)
     assert [(t["state"], t.get("failure_kind"), bool(t.get("retried"))) for t in found] == [
         ("FAIL", "error", True), ("COMPLETE", None, False)]

@@ -232,7 +232,7 @@ def test_ablate_plugins_exits_1_when_one_fails_to_load(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert done.returncode == 1, done.stdout + done.stderr
     assert "cannot import 'my_plugin_syntax': SyntaxError" in done.stdout
-    assert "error 1 plug-in(s) fail to load: parameterisation 'broken_param'; their status says why" in done.stderr
+    assert "error 1 plug-in fails to load: parameterisation 'broken_param'; their status says why" in done.stderr
 
 
 def test_a_task_plugin_that_yields_bad_data_is_refused(plugin_dir: Path) -> None:

@@ -164,7 +164,7 @@ def test_a_comparison_that_ran_out_of_seeds_reads_undecided_not_futile():
     printed = "\n".join(launch.look_decisions(spec, st))
     assert "1 undecided at the last look" in printed and f"undecided at the last look: {labels[null]}" in printed
     advanced = sequential_looks.Advanced(4, [row], 0, 0, True)
-    assert launch.look_line(advanced.event()) == ("look 4: 0 comparison(s) decided, 1 undecided at the last look; "
+    assert launch.look_line(advanced.event()) == ("look 4: 0 comparisons decided, 1 undecided at the last look; "
                                                   "the sequential design is finished")
     # A stop at the futility boundary (before the last look, under its finite boundary) stays futile.
     d = sq.SequentialDesign.of(3, 16, 2, min_effect=1.0)

@@ -96,9 +96,9 @@ def test_a_study_reusing_cells_shows_every_cell_in_its_mlflow_experiment(tmp_pat
 
 def test_look_line_says_what_a_look_decided():
     assert look_line({"look": 2, "decided": 1, "open": 3, "queued": 6}) == (
-        "look 2: 1 comparison(s) decided, 3 open; 6 seed item(s) queued for the next look")
+        "look 2: 1 comparison decided, 3 open; 6 seed items queued for the next look")
     assert look_line({"look": 3, "decided": 4, "finished": True}) == (
-        "look 3: 4 comparison(s) decided; the sequential design is finished")
+        "look 3: 4 comparisons decided; the sequential design is finished")
 
 
 def test_a_stopped_run_leaves_no_mlflow_run_of_a_recorded_trial_running(tmp_path, monkeypatch):
@@ -139,7 +139,7 @@ def test_a_stopped_run_leaves_no_mlflow_run_of_a_recorded_trial_running(tmp_path
 def test_an_interrupted_run_ends_its_view_saying_it_stopped_not_with_an_eta(tmp_path, monkeypatch):
     """Its worker re-queued its item and stopped: the view's last line says the run stopped, with no
     ETA (it read "ETA 0m49s (re-queued)"), and leaves what was re-queued and what to do to the
-    line the stop prints after it (terminal.Stopped: "re-queued 1 running item(s): …; run the same
+    line the stop prints after it (terminal.Stopped: "re-queued 1 running item: …; run the same
     command to resume")."""
     import signal
 
@@ -186,9 +186,9 @@ def test_look_decisions_lists_every_look_since_with_what_it_decided():
     second = [{**row, "cell_id": b.id, "decision": "equivalent", "seeds": 6, "look": 2, "p": None}]
     state = State(look=1, planned={}, decided={}, history=[first, second], finished=True)
     lines = look_decisions(spec, state)
-    assert lines == ["look 1 (3 seeds): 1 of 2 open comparison(s) decided",
+    assert lines == ["look 1 (3 seeds): 1 of 2 open comparisons decided",
                      f"  better: {a.label} on test_accuracy: 0.1 [0.02, 0.2], p 0.004",
-                     "look 2 (6 seeds): 1 of 1 open comparison(s) decided; the sequential design is finished",
+                     "look 2 (6 seeds): 1 of 1 open comparison decided; the sequential design is finished",
                      f"  equivalent: {b.label} on test_accuracy: 0.1 [0.02, 0.2]"]
     assert look_decisions(spec, state, since=1) == lines[2:]
     assert look_decisions(spec, None) == [] and look_decisions(design.validate(SPEC), state) == []
@@ -225,10 +225,10 @@ def test_an_outcome_prints_itself_and_gives_the_exit_status():
     broken = Outcome(2, 1, 0, 1, ["worker 1 died [x]"], "s")
     broken.print(out, err)
     assert e.getvalue() == "error worker 1 died [x]\n"
-    assert broken.verdict(err) == 1 and "1 item(s) failed with an error; see `ablate status s`" in e.getvalue()
+    assert broken.verdict(err) == 1 and "1 item failed with an error; see `ablate status s`" in e.getvalue()
     out, o, err, e = consoles()
     assert Outcome(0, 0, 2, 0, [], "s").verdict(err) == 1
-    assert e.getvalue().startswith("2 item(s) unfinished: run the same command to resume")
+    assert e.getvalue().startswith("2 items unfinished: run the same command to resume")
 
 
 def test_run_worker_pulls_the_queued_items_and_says_so(tmp_path, monkeypatch):
@@ -281,7 +281,7 @@ def test_no_more_local_workers_start_than_items_wait(tmp_path, monkeypatch):
     out, o, err, _ = consoles()
     run_study(design.validate(SPEC), stores(tmp_path), out, err, workers=8)
     assert started == [["cpu", "cpu"]]
-    assert "2 item(s) to run: 2 worker(s), not 8" in o.getvalue()
+    assert "2 items to run: 2 workers, not 8" in o.getvalue()
 
 
 def test_a_run_whose_every_item_ran_out_of_memory_at_every_retry_exits_1_saying_so(tmp_path, monkeypatch):
@@ -301,7 +301,7 @@ def test_a_run_whose_every_item_ran_out_of_memory_at_every_retry_exits_1_saying_
     # An out-of-memory failure is not a result of the cell (as a divergence is): the run did nothing.
     assert (after.done, after.failed, after.errors, after.exhausted) == (0, 1, 0, 1)
     assert after.verdict(err) == 1
-    assert "1 item(s) failed at every retry (out of memory at the most micro-batches" in e.getvalue()
+    assert "1 item failed at every retry (out of memory at the most micro-batches" in e.getvalue()
     # ... and a diverged cell alone is still a result: exit 0.
     assert Outcome(0, 1, 0, 0, [], "s").verdict(err) == 0
 

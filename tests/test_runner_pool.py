@@ -80,7 +80,7 @@ def test_a_signal_stops_every_worker_and_requeues_their_items(tmp_path, sig, gro
     assert proc.returncode == procs.SIGNAL_EXIT[sig], (out, err)
     assert not [w for w in workers if _alive(w)]
     assert "Traceback" not in out + err
-    assert "re-queued 2 running item(s)" in procs.signal_line(err)
+    assert "re-queued 2 running items" in procs.signal_line(err)
     assert sorted(procs.assert_consistent(tmp_path).values()) == ["waiting", "waiting"]
     # The live view's last frame shows no phantom running item.
     assert "0 running" in out.rsplit("faults:", 1)[-1], out
@@ -96,7 +96,7 @@ def test_all_workers_failing_is_a_failed_run_with_each_workers_error(tmp_path):
     assert "Traceback" not in res.stdout + res.stderr
     lines = [line for line in res.stderr.splitlines() if "injected fault at claim" in line]
     assert len(lines) == 2 and all(line.startswith("error worker ") for line in lines), res.stderr
-    assert "item(s) unfinished" in res.stderr
+    assert "unfinished: run the same command to resume" in res.stderr
     assert procs.ablate(tmp_path, "run", "spec.yaml", "--workers", "2").returncode == 0
     assert sorted(procs.assert_consistent(tmp_path).values()) == ["done", "done"]
 

@@ -295,7 +295,7 @@ def test_the_folded_line_counts_only_workers_without_a_row_and_says_whose():
                 + [running("far:0", 20, 1, 0), running("?", 90, 0, 0), running("?", 91, 0, 0)], 0)
     f = progress.frame(many, [progress.Slot("w1", "starting", 0.0)], None, 0.0, 1)
     assert len(f.rows) == 1 + progress.OTHER_ROWS and f.others == 3
-    assert ("and 3 more worker(s) of other processes running items of this study (another ablate run or ablate "
+    assert ("and 3 more workers of other processes running items of this study (another ablate run or ablate "
             "worker, on this host or another)") in shown(f)
 
 

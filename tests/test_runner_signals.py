@@ -101,7 +101,7 @@ def test_a_signal_at_any_point_leaves_nothing_running_and_says_what_was_requeued
     assert states[first] == after, procs.trials(tmp_path)
     assert sorted(states.values()) == sorted([after, "waiting"])  # the other item was never claimed
     if after == "waiting":
-        assert "re-queued 1 running item(s): baseline · seed 0" in line
+        assert "re-queued 1 running item: baseline · seed 0" in line
         interrupted = procs.trials(tmp_path)[0]
         assert interrupted["failure_kind"] == "interrupted"
         assert [r["ablate.failure_kind"] for r in procs.runs(tmp_path)] in ([], ["interrupted"])
@@ -122,7 +122,7 @@ def test_a_second_signal_during_clean_up_does_not_cut_it_and_the_study_resumes(t
     # 143 (SIGTERM's) as a rule; 130 when the main thread was inside one C call while both signals
     # arrived, since Python then runs the pending handlers in signal-number order (SIGINT first).
     assert proc.returncode in (143, 130) and "Traceback" not in err, err
-    assert "re-queued 1 running item(s)" in procs.signal_line(err)
+    assert "re-queued 1 running item:" in procs.signal_line(err)
     assert sorted(procs.assert_consistent(tmp_path).values()) == ["waiting", "waiting"]
     # `status`: the cell table agrees with the summary (the interrupted item is pending, not failed).
     status = procs.ablate(tmp_path, "status", "faults")

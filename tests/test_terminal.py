@@ -66,7 +66,7 @@ def test_a_stopped_command_says_what_was_requeued_and_exits_128_plus_the_signal(
     stopped = Stopped(signal.SIGTERM, ["a · seed 0", "b · seed 1"], "worker interrupted")
     stopped.print(console)
     assert stopped.code == 128 + signal.SIGTERM
-    assert buffer.getvalue() == ("worker interrupted (SIGTERM): re-queued 2 running item(s): a · seed 0, b · seed 1; "
+    assert buffer.getvalue() == ("worker interrupted (SIGTERM): re-queued 2 running items: a · seed 0, b · seed 1; "
                                  "run the same command to resume\n")
     console, buffer = piped()
     Stopped(signal.SIGINT, []).print(console)
@@ -195,3 +195,8 @@ def test_where_a_plugin_raised_is_its_own_line_not_a_librarys(tmp_path, monkeypa
     except ValueError as exc:  # raised in the standard library's frames, called from this line
         assert terminal.raised_at(exc).startswith("tests/test_terminal.py:")
     assert terminal.raised_at(ValueError("never raised")) == ""
+
+
+def test_a_count_says_its_noun_in_the_number_it_has() -> None:
+    assert [terminal.count(n, "item") for n in (0, 1, 2)] == ["0 items", "1 item", "2 items"]
+    assert terminal.count(3, "analysis", "analyses") == "3 analyses" and terminal.count(1, "analysis", "analyses") == "1 analysis"

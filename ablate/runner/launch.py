@@ -35,7 +35,7 @@ from ablate.runner.signals import Interrupted
 from ablate.runner.worker import WorkerStopped, work
 from ablate.spec import Spec
 from ablate.stores import StorageError, Stores, redact, storage_problem
-from ablate.terminal import Said, Stopped
+from ablate.terminal import Said, Stopped, count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,16 +75,16 @@ class Outcome:
         diverged cell is a result; an error is a bug to look at), ran out of memory at every retry
         or are unfinished; else 0."""
         if self.failed and self.errors:
-            err.print(f"{self.errors} item(s) failed with an error; see `ablate status {self.study}` and the report; "
+            err.print(f"{count(self.errors, 'item')} failed with an error; see `ablate status {self.study}` and the report; "
                       "after a fix, the same command with --retry-failed re-runs them", highlight=False)
             return 1
         if self.failed and self.exhausted:
-            err.print(f"{self.exhausted} item(s) failed at every retry (out of memory at the most micro-batches, or "
+            err.print(f"{count(self.exhausted, 'item')} failed at every retry (out of memory at the most micro-batches, or "
                       f"the stores failing); see `ablate status {self.study}`; with a smaller batch, model or probe "
                       "(or more memory), the same command with --retry-failed re-runs them", highlight=False)
             return 1
         if self.unfinished:
-            err.print(f"{self.unfinished} item(s) unfinished: run the same command to resume, or "
+            err.print(f"{count(self.unfinished, 'item')} unfinished: run the same command to resume, or "
                       f"see `ablate status {self.study}`", highlight=False)
             return 1
         return 0
@@ -94,10 +94,10 @@ def look_line(info: dict) -> str:
     """A sequential study's look, as a worker reports it."""
     undecided = f", {info['undecided']} undecided at the last look" if info.get("undecided") else ""
     if info.get("finished"):
-        return (f"look {info['look']}: {info['decided']} comparison(s) decided{undecided}; the sequential design is "
+        return (f"look {info['look']}: {count(info['decided'], 'comparison')} decided{undecided}; the sequential design is "
                 "finished")
-    return (f"look {info['look']}: {info['decided']} comparison(s) decided, {info['open']} open; "
-            f"{info['queued']} seed item(s) queued for the next look")
+    return (f"look {info['look']}: {count(info['decided'], 'comparison')} decided, {info['open']} open; "
+            f"{count(info['queued'], 'seed item')} queued for the next look")
 
 
 def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int = 0) -> list[str]:
@@ -118,7 +118,7 @@ def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int 
         # Reaching the last look undecided ends a comparison without deciding it (outcome): said apart.
         undecided = sum(sequential_looks.outcome(r) == "undecided" for r in ended)
         seeds = rows[0]["seeds"] if rows else "?"
-        out.append(f"look {k} ({seeds} seeds): {len(ended) - undecided} of {len(rows)} open comparison(s) decided"
+        out.append(f"look {k} ({seeds} seeds): {len(ended) - undecided} of {count(len(rows), 'open comparison')} decided"
                    + (f", {undecided} undecided at the last look" if undecided else "")
                    + ("; the sequential design is finished" if state.finished and k == len(state.history) else ""))
         for r in ended:
@@ -236,7 +236,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     if prepared.retried:
         shown = "; ".join(prepared.retried[:5]) + (f"; … {len(prepared.retried) - 5} more" if len(prepared.retried) > 5
                                                    else "")
-        out.print(f"retrying {len(prepared.retried)} failed item(s), their failed attempts kept: {shown}",
+        out.print(f"retrying {count(len(prepared.retried), 'failed item')}, their failed attempts kept: {shown}",
                   highlight=False, soft_wrap=True)
     linked = "".join(f", {n} reused from {source}" for source, n in prepared.linked.items())
     if prepared.stale:
@@ -278,7 +278,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         workers = 0
     device_list = pool.devices(device, workers) if workers else []
     if spec.sequential is None and 0 < before.waiting < len(device_list):  # the rest would start only to exit
-        out.print(f"{before.waiting} item(s) to run: {before.waiting} worker(s), not {len(device_list)}", highlight=False)
+        out.print(f"{count(before.waiting, 'item')} to run: {count(before.waiting, 'worker')}, not {len(device_list)}", highlight=False)
         device_list = device_list[:before.waiting]
     # The live view's totals: a sequential study's grow as its looks add seeds.
     view_items = (lambda study: sequential_looks.items(spec, study)) if spec.sequential is not None else todo

@@ -21,6 +21,7 @@ from ablate.runner.study import load as load_study
 from ablate.runner.study import storage as open_storage
 from ablate.spec import Spec
 from ablate.stores import checkpoint_dir, resolve
+from ablate.terminal import count
 
 FINISHED = ("done", "failed")
 # What a plan's rows and its summary line count (``CellPlan.tally``), in their order.
@@ -278,7 +279,7 @@ def retry_lines(plan: Plan) -> list[str]:
     if not plan.retryable:
         return []
     label = {i.key: f"{i.cell.id} {i.cell.label} · seed {i.seed}" for i in plan.items}
-    lines = [f"failed with an error: {len(plan.retryable)} item(s); after a fix, the same `ablate run` with "
+    lines = [f"failed with an error: {count(len(plan.retryable), 'item')}; after a fix, the same `ablate run` with "
              f"--retry-failed re-runs them (their failed attempts kept):"]
     return lines + [f"  {label.get(key, key)}: {why[:200]}" for key, why in plan.retryable.items()]
 

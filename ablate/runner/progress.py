@@ -36,6 +36,7 @@ from ablate.runner import eta, phases, queue
 from ablate.runner.countdown import FINISHING, NOTHING_LEFT, duration, eta_text, eta_words, next_eta
 from ablate.runner.eta import Running, Snapshot
 from ablate.runner.items import DROPPED, counts
+from ablate.terminal import count
 
 # Seconds between two looks at the store, and between status lines in a pipe when nothing happens.
 POLL_S = 1.0
@@ -339,7 +340,7 @@ def frame_table(name: str, f: Frame) -> Group:
     if tab.row_count:
         parts.append(tab)
     if f.others:
-        parts.append(Text(f"and {f.others} more worker(s) of other processes running items of this study "
+        parts.append(Text(f"and {count(f.others, 'more worker')} of other processes running items of this study "
                           "(another ablate run or ablate worker, on this host or another)", style="dim"))
     return Group(*parts)
 

@@ -33,6 +33,7 @@ from ablate.report.format import (
     verdict,
 )
 from ablate.stats.family import reach_of
+from ablate.terminal import count
 from ablate.tuning import at_edge
 
 #: Tuned values further apart than this factor across cells earn a sentence (``tuning_sentences``).
@@ -209,10 +210,6 @@ def _direction(diff: float, higher_is_better: bool | None) -> str:
     return "beats" if better else "trails"
 
 
-def _plural(k: int, word: str, many: str | None = None) -> str:
-    return f"{k} {word if k == 1 else (many or word + 's')}"
-
-
 def _caveat(cid: Any, conv: pd.DataFrame | None, metric: str = "val accuracy") -> str:
     """What a sentence must add when it draws on a cell that was still improving."""
     if conv is None or conv.empty:
@@ -245,15 +242,15 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
     out = []
     ns = ", ".join(map(str, sorted({int(n) for n in untested["n"]})))
     if not len(tested):
-        out.append(f"None of the {_plural(len(comp), 'comparison')} with the reference ({ref}) can be tested: "
+        out.append(f"None of the {count(len(comp), 'comparison')} with the reference ({ref}) can be tested: "
                    f"{'the cell has' if len(comp) == 1 else 'every cell has'} too few seeds (n = {ns}; the tests need "
                    f"{stats.MIN_N_TEST}). The raw differences are in the table: read them as description, not "
                    "evidence." + _caveat(comp["reference_id"].iloc[0], conv))
     else:
-        head = (f"{len(sig)} of {_plural(len(tested), 'tested comparison')} with the reference ({ref}) "
+        head = (f"{len(sig)} of {count(len(tested), 'tested comparison')} with the reference ({ref}) "
                 f"{'is' if len(sig) == 1 else 'are'} {verdict(True, at)} (exact permutation test, Holm's correction)")
         if len(untested):
-            head += (f"; {_plural(len(untested), 'cell')} {'has' if len(untested) == 1 else 'have'} too few seeds to "
+            head += (f"; {count(len(untested), 'cell')} {'has' if len(untested) == 1 else 'have'} too few seeds to "
                      f"test (n = {ns}): {'its' if len(untested) == 1 else 'their'} raw differences are in the table")
         out.append(head + "." + _caveat(comp["reference_id"].iloc[0], conv))
     for i in sig.sort_values("p_adj").index:
@@ -296,7 +293,7 @@ def comparison_sentences(comp: pd.DataFrame, metric: str, alpha: float = 0.05, c
         now = sorted({int(v) for v in comp["n"]})
         m = holm_first(comp, alpha)[1]  # the family's m, as the α/m beside it (the design's, untested)
         out.append(f"To detect a difference of {num(effect)} (stats.min_effect) with {power:.0%} power at "
-                   f"α/m = {pw['at α/m'].iloc[0]} (m = {_plural(m, 'test')} in the study's family), a comparison needs "
+                   f"α/m = {pw['at α/m'].iloc[0]} (m = {count(m, 'test')} in the study's family), a comparison needs "
                    f"{span} seeds (it has {', '.join(map(str, now))}).")
     return out
 
@@ -320,17 +317,17 @@ def summary_sentences(summary: pd.DataFrame, metric: str, chance: float | None, 
     never = summary[pd.to_numeric(summary["n_never_learned"], errors="coerce").fillna(0) > 0]
     if chance is not None and len(never):
         total = int(never["n_never_learned"].sum())
-        out.append(f"{_plural(total, 'run')} in {_plural(len(never), 'cell')} never learned ({name} ≤ chance "
+        out.append(f"{count(total, 'run')} in {count(len(never), 'cell')} never learned ({name} ≤ chance "
                    f"{num(chance)} + {margin:g}); they count in the means.")
     div = summary[summary["n_diverged"] > 0]
     if len(div):
         total = int(div["n_diverged"].sum())
-        out.append(f"{_plural(total, 'run')} in {_plural(len(div), 'cell')} diverged; diverged runs have no "
+        out.append(f"{count(total, 'run')} in {count(len(div), 'cell')} diverged; diverged runs have no "
                    f"{name} and are left out of the means.")
     pending = summary[summary["status"] == "pending"]
     partial = summary[summary["status"] == "partial"]
     if len(pending) or len(partial):
-        out.append(f"The study is partial: {_plural(len(pending), 'cell')} without results yet, "
+        out.append(f"The study is partial: {count(len(pending), 'cell')} without results yet, "
                    f"{len(partial)} with some seeds still to run. Numbers will change as runs finish.")
     return out
 
@@ -341,8 +338,8 @@ def t_test_note(comp: pd.DataFrame, family_m: int) -> str:
     k = int(comp["t_p"].notna().sum()) if "t_p" in comp.columns else 0
     if not k:
         return ""
-    return (f"The t-test p is Holm-adjusted over {'this' if k == 1 else 'these'} {_plural(k, 'comparison')} only, "
-            f"not over the study's family of {_plural(family_m, 'test')} that p (Holm) is adjusted over: a check on "
+    return (f"The t-test p is Holm-adjusted over {'this' if k == 1 else 'these'} {count(k, 'comparison')} only, "
+            f"not over the study's family of {count(family_m, 'test')} that p (Holm) is adjusted over: a check on "
             "the exact test beside it, not a verdict.")
 
 
@@ -365,7 +362,7 @@ def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> l
     still = conv[cell_flag]
     if len(still):
         parts = [f"{r['cell_label']} ({metric} {table.loc[i, gain_col]})" for i, r in still.iterrows()]
-        out.append(f"Budget too small for {_plural(len(still), 'cell')} {STILL_IMPROVING}, still improving over the "
+        out.append(f"Budget too small for {count(len(still), 'cell')} {STILL_IMPROVING}, still improving over the "
                    f"last 20% of their steps: {'; '.join(parts)}. Every conclusion drawn on "
                    f"{'it' if len(still) == 1 else 'them'} says so.")
     # The table's per-run count ("1 of 4 still improving") in cells whose runs together were not rising:
@@ -379,7 +376,7 @@ def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> l
         # A few named, the rest counted: the convergence table names them all (18 cells made a page of it).
         named = "; ".join(parts[:SOME_NAMED]) + (f"; and {len(parts) - SOME_NAMED} more cells (the convergence "
                                                   "table)" if len(parts) > SOME_NAMED else "")
-        out.append(f"{_plural(k, 'run')} in {_plural(len(some), 'cell')} without {STILL_IMPROVING} "
+        out.append(f"{count(k, 'run')} in {count(len(some), 'cell')} without {STILL_IMPROVING} "
                    f"{'was' if k == 1 else 'were'} still improving when {'its' if k == 1 else 'their'} budget ran out, "
                    f"though {'its cell' if len(some) == 1 else 'their cells'} taken as a whole "
                    f"{'was' if len(some) == 1 else 'were'} not: {named}.")
@@ -401,6 +398,6 @@ def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> l
     if len(differ):
         out.append("Steps actually used differ from the budget: "
                    + "; ".join(f"{r['cell_label']} {table.loc[i, 'steps used']}" for i, r in differ.iterrows())
-                   + (f" ({_plural(int(differ['n_stopped_early'].sum()), 'run')} stopped early)."
+                   + (f" ({count(int(differ['n_stopped_early'].sum()), 'run')} stopped early)."
                       if differ["n_stopped_early"].sum() else "."))
     return out
