@@ -137,6 +137,24 @@ def _state(st) -> dict:
             "finished": st.finished}
 
 
+def test_status_says_where_each_open_comparison_stood_at_its_last_look():
+    """lru_ablations after its first look listed its 4 open cells and nothing of where they stood:
+    the wide ring's |t| was 45 against a boundary of 46.5, tanh's 2.8."""
+    spec, _, big, null, ref, vals = run_looks(with_values=True)
+    st = sequential_looks.State(planned={c.id: 3 for c in sequential_looks.design.cells(spec)})
+    sequential_looks.step(spec, st, vals)
+    labels = {c.id: c.label for c in sequential_looks.design.cells(spec)}
+    said = sequential_looks.lines(spec, st)
+    rows = {r["cell_id"]: r for r in st.history[0]}
+    still = [c for c in (big, null) if f"{c}:test_accuracy" not in st.decided]
+    assert still  # 3 seeds decide nothing here
+    for cell in still:
+        r = rows[cell]
+        line = next(x for x in said if x.startswith(f"  open after look 1 (3 seeds): {labels[cell]} on test_accuracy: "))
+        assert line.endswith(f"(repeated CI), |t| {abs(r['t']):.3g} against the boundary {r['bound']:.3g}"), line
+    assert not any("open after" in x for x in sequential_looks.lines(spec, run_looks()[1]))  # finished: none open
+
+
 def test_a_comparison_that_ran_out_of_seeds_reads_undecided_not_futile():
     """Review item 10: the null cell reaches the last look (9 seeds) with none of significant,
     equivalent or futile. The runner records it as futile; every place that shows it says

@@ -355,6 +355,13 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
         out.append(f"  {outcome_words(r)}: {labels.get(r['cell_id'], r['cell_id'])} "
                    f"on {r['measure']}: {_fmt(r['estimate'], r['measure'])} [{_fmt(r['rci_low'], r['measure'])}, "
                    f"{_fmt(r['rci_high'], r['measure'])}] (repeated CI){p}")
+    # Where each open comparison stood at the last look: how far its |t| is from the boundary it must pass.
+    for r in (r for r in (st.history[-1] if st.history else []) if r["key"] not in st.decided):
+        t, bound = r.get("t"), r.get("bound")
+        if isinstance(t, float) and isinstance(bound, float) and math.isfinite(t) and math.isfinite(bound):
+            out.append(f"  open after look {len(st.history)} ({r['seeds']} seeds): {labels.get(r['cell_id'], r['cell_id'])} "
+                       f"on {r['measure']}: {_fmt(r['estimate'], r['measure'])} [{_fmt(r['rci_low'], r['measure'])}, "
+                       f"{_fmt(r['rci_high'], r['measure'])}] (repeated CI), |t| {abs(t):.3g} against the boundary {bound:.3g}")
     open_cells = sorted({c for c, m in cmp if _key(c, m) not in st.decided})
     if open_cells and not st.finished:
         out.append(f"open: {len(cmp) - len(st.decided)} comparisons, cells "
