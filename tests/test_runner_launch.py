@@ -95,7 +95,11 @@ def test_a_study_reusing_cells_shows_every_cell_in_its_mlflow_experiment(tmp_pat
 
 
 def test_look_line_says_what_a_look_decided():
-    assert look_line({"look": 2, "decided": 1, "open": 3, "queued": 6}) == (
+    # The live view's ETA is to the queued look's end (lru_ablations' read 37 minutes with a look of
+    # about 40 more to come, were anything left open): the line says so.
+    assert look_line({"look": 2, "decided": 1, "open": 3, "queued": 6, "looks": 4}) == (
+        "look 2: 1 comparison decided, 3 open; 6 seed items queued for look 3 of 4 (the ETA is to its end)")
+    assert look_line({"look": 2, "decided": 1, "open": 3, "queued": 6}) == (  # an event without the design's looks
         "look 2: 1 comparison decided, 3 open; 6 seed items queued for the next look")
     assert look_line({"look": 3, "decided": 4, "finished": True}) == (
         "look 3: 4 comparisons decided; the sequential design is finished")
@@ -191,6 +195,10 @@ def test_look_decisions_lists_every_look_since_with_what_it_decided():
                      "look 2 (6 seeds): 1 of 1 open comparison decided; the sequential design is finished",
                      f"  equivalent: {b.label} on test_accuracy: 0.1 [0.02, 0.2]"]
     assert look_decisions(spec, state, since=1) == lines[2:]
+    # Before the last look, the latest line says its seeds are for the next look and the ETA to its end.
+    running = State(look=1, planned={}, decided={}, history=[first], finished=False)
+    assert look_decisions(spec, running)[0] == ("look 1 (3 seeds): 1 of 2 open comparisons decided; seeds added for "
+                                                "look 2 of 2 (the ETA is to its end)")
     assert look_decisions(spec, None) == [] and look_decisions(design.validate(SPEC), state) == []
 
 
@@ -199,17 +207,19 @@ def test_a_pooled_sequential_run_prints_every_look(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_HOME", str(tmp_path / "home"))
     spec = design.validate({**SPEC, "name": "looks", "seeds": {"min": 3, "max": 6, "step": 3,
                                                                 "measures": ["test_accuracy"]}})
-    out, _, err, e = consoles()
+    out, o, err, e = consoles()
     outcome = run_study(spec, stores(tmp_path), out, err, workers=2)
     assert outcome is not None and not outcome.unfinished
-    text = e.getvalue()
+    text = o.getvalue()  # the live view says each look as it comes, whichever worker made it
     assert "look 1 (3 seeds): " in text
     from ablate.runner import sequential_looks
     from ablate.runner import study as st
 
     state = sequential_looks.load_state(st.open_study("looks", stores(tmp_path), read_only=True))
     for k in range(1, len(state.history) + 1):
-        assert f"look {k} (" in text
+        assert text.count(f"look {k} (") == 1, text  # once: live, not again at the end
+    if len(state.history) > 1:
+        assert "seeds added for look 2 of 2 (the ETA is to its end)" in text, text
 
 
 def test_an_outcome_prints_itself_and_gives_the_exit_status():

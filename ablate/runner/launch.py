@@ -96,8 +96,11 @@ def look_line(info: dict) -> str:
     if info.get("finished"):
         return (f"look {info['look']}: {count(info['decided'], 'comparison')} decided{undecided}; the sequential design is "
                 "finished")
+    # The live view's ETA is to the end of the queued look: the looks after it depend on what it decides.
+    nxt = (f"look {info['look'] + 1} of {info['looks']} (the ETA is to its end)" if info.get("looks")
+           else "the next look")
     return (f"look {info['look']}: {count(info['decided'], 'comparison')} decided, {info['open']} open; "
-            f"{count(info['queued'], 'seed item')} queued for the next look")
+            f"{count(info['queued'], 'seed item')} queued for {nxt}")
 
 
 def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int = 0) -> list[str]:
@@ -120,7 +123,9 @@ def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int 
         seeds = rows[0]["seeds"] if rows else "?"
         out.append(f"look {k} ({seeds} seeds): {len(ended) - undecided} of {count(len(rows), 'open comparison')} decided"
                    + (f", {undecided} undecided at the last look" if undecided else "")
-                   + ("; the sequential design is finished" if state.finished and k == len(state.history) else ""))
+                   + ("; the sequential design is finished" if state.finished and k == len(state.history)
+                      else f"; seeds added for look {k + 1} of {len(spec.sequential.looks)} (the ETA is to its end)"
+                      if k == len(state.history) else ""))
         for r in ended:
             p = f", p {num(r.get('p'))}" if isinstance(r.get("p"), float) else ""
             said = sequential_looks.outcome(r)
@@ -130,15 +135,31 @@ def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int 
     return out
 
 
+def new_looks(spec: Spec, study: optuna.Study) -> Callable[[optuna.Study], list[str]]:
+    """What the live view says of a sequential study's looks: each call gives the looks analysed
+    since the previous (``look_decisions``), by whichever process made them; the first, those since
+    ``study``'s state now."""
+    seen = [len(first.history) if (first := sequential_looks.load_state(study)) is not None else 0]
+
+    def lines(now: optuna.Study) -> list[str]:
+        state = sequential_looks.load_state(now)
+        if state is None or len(state.history) <= seen[0]:
+            return []
+        said, seen[0] = look_decisions(spec, state, seen[0]), len(state.history)
+        return said
+
+    return lines
+
+
 def worker_events(err: Console, verbose: bool) -> Callable[[str, dict], None]:
     """What an in-process worker prints itself: what the store does not show as a finished trial
     (an out-of-memory retry, a superseded attempt), and with -v every event; the live view shows
     the rest; not a fused group's ``note``, which ``run_study`` printed when it queued the items."""
 
     def emit(event: str, info: dict) -> None:
-        if event == "look":
-            err.print(look_line(info), highlight=False, markup=False, soft_wrap=True)
-        elif event != "note" and (verbose or event in ("oom", "superseded", "reused", "warning", "pruned")):
+        if event == "look":  # the live view says each look, whichever process made it (``new_looks``)
+            return
+        if event != "note" and (verbose or event in ("oom", "superseded", "reused", "warning", "pruned")):
             err.print(f"{event} {info.get('cell')} · seed {info.get('seed')} {info.get('message', '')}".rstrip(),
                       highlight=False, markup=False, soft_wrap=True)
 
@@ -263,15 +284,15 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     if workers == 0:  # queue only: workers on other machines run the items
         return None
     idle = not (before.waiting + before.running)
-    looked = len(seq.history) if (seq := sequential_looks.load_state(study)) is not None else 0
+    said = new_looks(spec, study) if spec.sequential is not None else None
     if idle and spec.sequential is not None:  # a look a kill left unanalysed: analyse it here
         try:
             advanced = sequential_looks.advance(study, spec, stores)
         except Exception as exc:
             raise st.StorageError(storage_problem(stores.storage, exc)) from None
         if advanced is not None:
-            err.print(look_line(advanced.event()),
-                      highlight=False, markup=False, soft_wrap=True)
+            for line in said(study) if said else ():
+                out.print(line, highlight=False, markup=False, soft_wrap=True)
             idle = not advanced.queued
     if idle:  # nothing to run: no worker is started (seconds of imports for nothing) ...
         st.settle_runs(study, stores.tracking)  # ... but a run a kill left RUNNING after its record is ended
@@ -288,13 +309,14 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
             from ablate.runner.progress import View
             from ablate.runner.worker import worker_id
 
-            with View(st.open_study(spec.name, stores), out, [(worker_id(), lambda: None)], view_items).following():
+            with View(st.open_study(spec.name, stores), out, [(worker_id(), lambda: None)], view_items,
+                      said=said).following():
                 work(spec.name, stores, device=device_list[0], emit=worker_events(err, verbose),
                      checkpoint_every=checkpoint_every, fuse=fuse)
         elif device_list:
             warned = checkpoint_warnings(study)
             outcome = pool.run(spec.name, stores, device_list, checkpoint_every, out, verbose, view_items, fuse,
-                               forker)
+                               forker, said)
             for line in sorted(checkpoint_warnings(study) - warned):  # the workers wrote theirs to their logs
                 err.print(line, highlight=False, markup=False, soft_wrap=True)
             if outcome.signum is not None:
@@ -314,7 +336,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         todo = sequential_looks.items(spec, view)  # a sequential study's looks may have added seeds
         states = its.states_by_item(view)
         after = its.Progress.of(view, todo, states)
-        looks = look_decisions(spec, sequential_looks.load_state(view), looked) if spec.sequential is not None else []
+        looks = list(said(view)) if said else []  # the looks the view had not said yet
         failures = queue.entries(view, keys=("failure_kind", its.RETRIED, "item"))
         errors = [e for e in failures if e.user_attrs.get("failure_kind") == "error" and not e.user_attrs.get(its.RETRIED)]
         diverged = {e.user_attrs.get("item") for e in failures if e.user_attrs.get("failure_kind") == "diverged"}
@@ -325,7 +347,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     except Exception as exc:
         raise st.StorageError(storage_problem(stores.storage, exc)) from None
     for line in looks:
-        err.print(line, highlight=False, markup=False, soft_wrap=True)
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
     cells: dict[str, bool] = {}  # cell label → every item of it diverged
     for item in todo:
         cells[item.cell.label] = cells.get(item.cell.label, True) and item.key in diverged
@@ -351,7 +373,9 @@ def run_worker(study: str, stores: Stores, err: Console, *, device: str = "cpu",
     noted: set[str] = set()
 
     def emit(event: str, info: dict) -> None:
-        if event == "note":
+        if event == "look":
+            err.print(look_line(info), highlight=False, markup=False, soft_wrap=True)
+        elif event == "note":
             if info["message"] not in noted:
                 noted.add(info["message"])
                 err.print(info["message"], highlight=False, markup=False, soft_wrap=True)

@@ -126,7 +126,7 @@ class Outcome:
 
 def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: int, console: Console,
         verbose: bool = False, items: progress.ViewItems = None, fuse: int = 1,
-        forker: forking.Zygote | None = None) -> Outcome:
+        forker: forking.Zygote | None = None, said: progress.Said | None = None) -> Outcome:
     """Start the workers (``forker``: through that zygote, see ``start``), show the live view until
     they all exit, forwarding SIGINT/SIGTERM."""
     received: list[int] = []
@@ -147,7 +147,7 @@ def run(study: str, stores: Stores, device_list: list[str], checkpoint_every: in
         if received:  # a signal while they were starting
             for p in procs:
                 p.send_signal(received[0])
-        watch(study, stores, procs, console, received, items)
+        watch(study, stores, procs, console, received, items, said)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -226,13 +226,14 @@ def _until_exit(procs: list[subprocess.Popen], seconds: float) -> None:
 
 
 def watch(study_name: str, stores: Stores, procs: list[subprocess.Popen], console: Console,
-          signalled: list[int] | None = None, items: progress.ViewItems = None) -> list[int]:
+          signalled: list[int] | None = None, items: progress.ViewItems = None,
+          said: progress.Said | None = None) -> list[int]:
     """Show the live view (progress.View) until every worker exits (read-only: the parent writes
     nothing to the storage). Each worker shows from its start, as ``starting`` until it claims an
     item. Once ``signalled`` holds a signal, workers get STOP_WAIT_S to stop, then SIGKILL."""
     signalled = signalled if signalled is not None else []
     study = open_study(study_name, stores, read_only=True)
-    view = progress.View(study, console, [(worker_id(p.pid), p.poll) for p in procs], items)
+    view = progress.View(study, console, [(worker_id(p.pid), p.poll) for p in procs], items, said=said)
     stop_by: float | None = None
     with view:
         while any(p.poll() is None for p in procs):

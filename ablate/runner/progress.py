@@ -444,6 +444,7 @@ def log_lines(name: str, finished: Sequence[Finished], started: Sequence[Running
 
 #: What a live view counts: the spec's items, or a function of the study giving them at each poll.
 ViewItems = Sequence[Item] | Callable[[optuna.Study], Sequence[Item]] | None
+Said = Callable[[optuna.Study], Sequence[str]]
 
 
 class View:
@@ -457,12 +458,14 @@ class View:
     ``workers``: the local worker processes as (worker id, a callable giving its exit code or
     None while it runs), shown from their start; ``items``: the spec's, what the totals count — or a
     function of the study giving them at each poll (a sequential study: its looks add seeds);
-    ``clock``: monotonic seconds (a test's fake clock)."""
+    ``said``: a function of the study giving lines to print as they come (a sequential study's looks,
+    which any worker process may make); ``clock``: monotonic seconds (a test's fake clock)."""
 
     def __init__(self, study: optuna.Study, console: Console,
                  workers: Sequence[tuple[str, Callable[[], int | None]]] = (),
-                 items: ViewItems = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.study, self.console, self.items, self.clock = study, console, items, clock
+                 items: ViewItems = None, clock: Callable[[], float] = time.monotonic,
+                 said: Said | None = None) -> None:
+        self.study, self.console, self.items, self.clock, self.said = study, console, items, clock, said
         self.name = study.study_name
         self.procs = list(workers)
         self.slots = [Slot(worker, "starting", clock()) for worker, _ in self.procs]
@@ -524,7 +527,7 @@ class View:
             else:  # a status line when quiet for a minute, if it says something new
                 lines = log_lines(self.name, finished, started, f, prev, now - self.last_line > QUIET_LINE_S,
                                   self.last_summary, picked)
-            for line in lines:
+            for line in [*lines, *(self.said(self.study) if self.said else ())]:
                 self._say(line)
             if self.live is not None:
                 self.live.update(frame_table(self.name, f), refresh=True)

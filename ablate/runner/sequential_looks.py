@@ -286,13 +286,14 @@ class Advanced:
     open: int
     queued: int
     finished: bool
+    looks: int = 0  # the design's looks: the next one's number is said with it
 
     def event(self) -> dict[str, Any]:
         """What a worker reports of it (``launch.look_line``): the comparisons decided, apart from
         those that reached the last look undecided (``outcome``), the open ones and the queued items."""
         undecided = sum(outcome(r) == "undecided" for r in self.decided)
         return {"look": self.look, "decided": len(self.decided) - undecided, "undecided": undecided,
-                "open": self.open, "queued": self.queued, "finished": self.finished}
+                "open": self.open, "queued": self.queued, "finished": self.finished, "looks": self.looks}
 
 
 def advance(study: optuna.Study, spec: Spec, stores: Stores) -> Advanced | None:
@@ -317,7 +318,8 @@ def advance(study: optuna.Study, spec: Spec, stores: Stores) -> Advanced | None:
             study.set_user_attr(STATE, st.dump())  # before queueing: a kill after it leaves items to queue
             faults.inject("look")
     done = prepare(spec, design.items(spec, st.planned), stores)
-    return Advanced(len(st.history), decided, len(comparisons(spec)) - len(st.decided), done.queued, st.finished)
+    return Advanced(len(st.history), decided, len(comparisons(spec)) - len(st.decided), done.queued, st.finished,
+                    len(looks))
 
 
 def _fmt(x: Any, measure: str) -> str:
