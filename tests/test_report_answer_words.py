@@ -67,6 +67,11 @@ def test_a_sequential_page_counts_its_declared_comparisons_by_their_valid_decisi
         "Of the 3 comparisons the sequential design declared, 1 is significant — a on test_accuracy at look 3 "
         "(9 seeds), stage-wise p 0.0013 — and 1 futile, 1 undecided at the last look."]
     v.sequential_beside = beside.iloc[1:]
+    # Every one significant (lru_ablations): the list ends the sentence, with no dash left before its full stop.
+    every = SimpleNamespace(sequential=True, sequential_beside=beside.assign(
+        **{"sequential decision (valid)": "significant at look 3 (9 seeds), stage-wise p 0.004"}))
+    said = answer_words.answer_sentences(every)[0]
+    assert said.endswith(", stage-wise p 0.004.") and "—" not in said and ": " in said, said
     assert answer_words.answer_sentences(v)[0].startswith("Of the 2 comparisons the sequential design declared, none is "
                                                       "significant and 1 futile")
 

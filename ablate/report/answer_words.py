@@ -80,6 +80,8 @@ def _sequential_sentences(v: Verdicts, named: int) -> list[str]:
     shown = "; ".join(found[:named] + ([f"{len(found) - named} more (the table)"] if len(found) > named else []))
     verb = "none is" if not found else f"{len(found)} {'is' if len(found) == 1 else 'are'}"
     head = f"Of the {len(said)} comparisons the sequential design declared, {verb} significant"
+    if found and not rest:  # every one significant: no closing dash before the full stop
+        return [f"{head}: {shown}."]
     return [head + (f" — {shown} —" if found else "") + (f" and {rest}." if rest else ".")]
 
 
