@@ -17,6 +17,7 @@ import random
 from typing import Any, NamedTuple
 
 from ablate.spec import set_path
+from ablate.terminal import count
 
 
 def apply(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +200,7 @@ def mean_words(trials: int, seeds: int) -> str:
     if trials < 2:
         return ""
     return f", the mean over {seeds} tuning seeds" if seeds == trials else \
-        f", the mean over {trials} trials on {seeds} tuning seed{'s' if seeds > 1 else ''}"
+        f", the mean over {trials} trials on {count(seeds, 'tuning seed')}"
 
 
 def scores(results: list[tuple[int, dict[str, Any], float | None]]) -> list[Score]:

@@ -95,10 +95,9 @@ def test_a_study_reusing_cells_shows_every_cell_in_its_mlflow_experiment(tmp_pat
 
 
 def test_look_line_says_what_a_look_decided():
-    # The live view's ETA is to the queued look's end (lru_ablations' read 37 minutes with a look of
-    # about 40 more to come, were anything left open): the line says so.
+    # ``ablate worker`` prints this line: it names the look its seeds are for, and no ETA (it shows none).
     assert look_line({"look": 2, "decided": 1, "open": 3, "queued": 6, "looks": 4}) == (
-        "look 2: 1 comparison decided, 3 open; 6 seed items queued for look 3 of 4 (the ETA is to its end)")
+        "look 2: 1 comparison decided, 3 open; 6 seed items queued for look 3 of 4")
     assert look_line({"look": 2, "decided": 1, "open": 3, "queued": 6}) == (  # an event without the design's looks
         "look 2: 1 comparison decided, 3 open; 6 seed items queued for the next look")
     assert look_line({"look": 3, "decided": 4, "finished": True}) == (

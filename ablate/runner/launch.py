@@ -96,9 +96,7 @@ def look_line(info: dict) -> str:
     if info.get("finished"):
         return (f"look {info['look']}: {count(info['decided'], 'comparison')} decided{undecided}; the sequential design is "
                 "finished")
-    # The live view's ETA is to the end of the queued look: the looks after it depend on what it decides.
-    nxt = (f"look {info['look'] + 1} of {info['looks']} (the ETA is to its end)" if info.get("looks")
-           else "the next look")
+    nxt = f"look {info['look'] + 1} of {info['looks']}" if info.get("looks") else "the next look"
     return (f"look {info['look']}: {count(info['decided'], 'comparison')} decided, {info['open']} open; "
             f"{count(info['queued'], 'seed item')} queued for {nxt}")
 
@@ -139,13 +137,14 @@ def new_looks(spec: Spec, study: optuna.Study) -> Callable[[optuna.Study], list[
     """What the live view says of a sequential study's looks: each call gives the looks analysed
     since the previous (``look_decisions``), by whichever process made them; the first, those since
     ``study``'s state now."""
-    seen = [len(first.history) if (first := sequential_looks.load_state(study)) is not None else 0]
+    seen = len(first.history) if (first := sequential_looks.load_state(study)) is not None else 0
 
     def lines(now: optuna.Study) -> list[str]:
+        nonlocal seen
         state = sequential_looks.load_state(now)
-        if state is None or len(state.history) <= seen[0]:
+        if state is None or len(state.history) <= seen:
             return []
-        said, seen[0] = look_decisions(spec, state, seen[0]), len(state.history)
+        said, seen = look_decisions(spec, state, seen), len(state.history)
         return said
 
     return lines
@@ -291,7 +290,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         except Exception as exc:
             raise st.StorageError(storage_problem(stores.storage, exc)) from None
         if advanced is not None:
-            for line in said(study) if said else ():
+            for line in said(study):
                 out.print(line, highlight=False, markup=False, soft_wrap=True)
             idle = not advanced.queued
     if idle:  # nothing to run: no worker is started (seconds of imports for nothing) ...
