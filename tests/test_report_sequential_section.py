@@ -148,6 +148,9 @@ def test_status_says_where_each_open_comparison_stood_at_its_last_look():
     rows = {r["cell_id"]: r for r in st.history[0]}
     still = [c for c in (big, null) if f"{c}:test_accuracy" not in st.decided]
     assert still  # 3 seeds decide nothing here
+    n_looks = len(spec.sequential.looks)
+    # between looks no worker need be running (a stopped run): the look is under way, not "running"
+    assert any(x.startswith(f"state: look 2 of {n_looks} ({spec.sequential.looks[1]} seeds) under way;") for x in said), said
     for cell in still:
         r = rows[cell]
         line = next(x for x in said if x.startswith(f"  open after look 1 (3 seeds): {labels[cell]} on test_accuracy: "))

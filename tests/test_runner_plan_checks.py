@@ -273,7 +273,8 @@ def test_a_sequential_plan_whose_first_look_is_reused_says_so_not_running(tmp_pa
     assert line.startswith("sequential cost: now 0 trials pending (look at 3 seeds per cell: 0 done, 6 reused from "
                            "other studies); at most 6 (6 beyond this look)"), line
     said = planning.sequential_lines(seq, stores.storage)
-    assert "state: look 1 of 2 (3 seeds) not started; 0 of 1 comparisons decided" in said, said
+    assert ("state: look 1 of 2 (3 seeds) not analysed yet (`ablate run` analyses a look once its seeds are done); "
+            "0 of 1 comparisons decided") in said, said
 
 
 @pytest.mark.parametrize("sampler, trials, seeds, replays", [

@@ -355,7 +355,9 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
     out = [head, "test: at each look the paired t test of each cell against the reference on their shared seeds "
            "(Welch's when they share fewer than two), against boundaries computed for that t statistic"]
     where = ("finished" if st.finished else f"look {st.look + 1} of {len(seq.looks)} ({seq.looks[st.look]} seeds) "
-             + ("running" if started else "not started"))
+             # Not "running" when no worker is: after a stop it waits for the next `ablate run`; and a
+             # first look whose seeds were all reused still waits for that run to analyse it.
+             + ("under way" if started else "not analysed yet (`ablate run` analyses a look once its seeds are done)"))
     undecided = sum(outcome(r) == "undecided" for r in st.decided.values())  # ended at the last look, not decided
     out.append(f"state: {where}; {len(st.decided) - undecided} of {len(cmp)} comparisons decided"
                + (f", {undecided} undecided at the last look" if undecided else ""))
