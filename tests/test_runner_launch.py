@@ -4,6 +4,7 @@ under the live view, says what it did and returns the study's state; a second ca
 from __future__ import annotations
 
 import io
+import math
 import re
 
 from rich.console import Console
@@ -190,10 +191,16 @@ def test_look_decisions_lists_every_look_since_with_what_it_decided():
     state = State(look=1, planned={}, decided={}, history=[first, second], finished=True)
     lines = look_decisions(spec, state)
     assert lines == ["look 1 (3 seeds): 1 of 2 open comparisons decided",
-                     f"  better: {a.label} on test_accuracy: 0.1 [0.02, 0.2], p 0.004",
+                     f"  better: {a.label} on test_accuracy: +0.100 [+0.020, +0.200] (repeated CI), p 0.004",
                      "look 2 (6 seeds): 1 of 1 open comparison decided; the sequential design is finished",
-                     f"  equivalent: {b.label} on test_accuracy: 0.1 [0.02, 0.2]"]
+                     f"  equivalent: {b.label} on test_accuracy: +0.100 [+0.020, +0.200] (repeated CI)"]
     assert look_decisions(spec, state, since=1) == lines[2:]
+    # A norm measure is analysed on the log scale: its line says the ratio, as status and the reports do
+    # (it printed the log, "-0.223 [-0.4, -0.05]", for a ratio of 0.8).
+    norm = {**first[0], "measure": "norm.final", "estimate": math.log(0.8), "rci_low": math.log(0.67),
+            "rci_high": math.log(0.95)}
+    said = look_decisions(spec, State(look=1, planned={}, decided={}, history=[[norm]], finished=True))
+    assert said[1] == f"  better: {a.label} on norm.final: 0.8× [0.67×, 0.95×] (repeated CI), p 0.004", said
     # Before the last look, the latest line says its seeds are for the next look and the ETA to its end.
     running = State(look=1, planned={}, decided={}, history=[first], finished=False)
     assert look_decisions(spec, running)[0] == ("look 1 (3 seeds): 1 of 2 open comparisons decided; seeds added for "

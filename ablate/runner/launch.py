@@ -109,10 +109,6 @@ def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int 
     if state is None or spec.sequential is None:
         return []
     labels = {c.id: c.label for c in cells(spec)}
-
-    def num(v: object) -> str:
-        return f"{v:.3g}" if isinstance(v, float) else "?"
-
     out = []
     for k, rows in enumerate(state.history[since:], start=since + 1):
         ended = [r for r in rows if r.get("decision") != "open"]
@@ -125,11 +121,10 @@ def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int 
                       else f"; seeds added for look {k + 1} of {len(spec.sequential.looks)} (the ETA is to its end)"
                       if k == len(state.history) else ""))
         for r in ended:
-            p = f", p {num(r.get('p'))}" if isinstance(r.get("p"), float) else ""
+            p = f", p {r['p']:.3g}" if isinstance(r.get("p"), float) else ""
             said = sequential_looks.outcome(r)
             said = "undecided at the last look" if said == "undecided" else said
-            out.append(f"  {said}: {labels.get(r['cell_id'], r['cell_id'])} on {r['measure']}: "
-                       f"{num(r.get('estimate'))} [{num(r.get('rci_low'))}, {num(r.get('rci_high'))}]{p}")
+            out.append(f"  {said}: {sequential_looks.estimate_words(r, labels)}{p}")
     return out
 
 

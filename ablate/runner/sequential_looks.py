@@ -330,8 +330,9 @@ def _fmt(x: Any, measure: str) -> str:
     return f"{x:+.3f}"
 
 
-def _estimate(r: dict[str, Any], labels: dict[str, str]) -> str:
-    """A look's row as status says it: 'cell on measure: estimate [low, high] (repeated CI)'."""
+def estimate_words(r: Mapping[str, Any], labels: Mapping[str, str]) -> str:
+    """A look's row as status and the run's look lines say it: 'cell on measure: estimate [low,
+    high] (repeated CI)', a norm measure's as a ratio (it is analysed on the log scale)."""
     m = r["measure"]
     return (f"{labels.get(r['cell_id'], r['cell_id'])} on {m}: {_fmt(r['estimate'], m)} "
             f"[{_fmt(r['rci_low'], m)}, {_fmt(r['rci_high'], m)}] (repeated CI)")
@@ -363,12 +364,12 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
                + (f", {undecided} undecided at the last look" if undecided else ""))
     for r in sorted(st.decided.values(), key=lambda r: (r.get("look") or 0, r["key"])):
         p = f", p {r['p']:.3g}" if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else ""
-        out.append(f"  {outcome_words(r)}: {_estimate(r, labels)}{p}")
+        out.append(f"  {outcome_words(r)}: {estimate_words(r, labels)}{p}")
     # Where each open comparison stood at the last look: how far its |t| is from the boundary it must pass.
     for r in (r for r in (st.history[-1] if st.history else []) if r["key"] not in st.decided):
         t, bound = r.get("t"), r.get("bound")
         if isinstance(t, float) and isinstance(bound, float) and math.isfinite(t) and math.isfinite(bound):
-            out.append(f"  open after look {len(st.history)} ({r['seeds']} seeds): {_estimate(r, labels)}, "
+            out.append(f"  open after look {len(st.history)} ({r['seeds']} seeds): {estimate_words(r, labels)}, "
                        f"|t| {abs(t):.3g} against the boundary {bound:.3g}")
     open_cells = sorted({c for c, m in cmp if _key(c, m) not in st.decided})
     if open_cells and not st.finished:
