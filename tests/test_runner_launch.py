@@ -228,6 +228,52 @@ def test_a_pooled_sequential_run_prints_every_look(tmp_path, monkeypatch):
         assert "seeds added for look 2 of 2 (the ETA is to its end)" in text, text
 
 
+def test_a_sequential_run_whose_next_look_is_all_reused_analyses_it_in_the_same_run(tmp_path):
+    """A sequential study whose look-2 seeds another study had already run (converted from a fixed
+    study, or its twin): one `ablate run` analysed look 1, reused look 2's seeds, trained nothing,
+    and ended with look 2 never analysed and the design unfinished; a second run was needed."""
+    from cell_store import finish_all
+    from cell_store import spec as cell_spec
+
+    from ablate.runner import sequential_looks
+    from ablate.runner import study as st
+
+    where = stores(tmp_path)
+    source = cell_spec("source", seeds=6)
+    finish_all(st.prepare(source, design.items(source), where).study)
+    seq = cell_spec("seq", seeds={"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]})
+    out, o, err, e = consoles()
+    outcome = run_study(seq, where, out, err, workers=2)
+    assert outcome is not None and not outcome.unfinished
+    text = o.getvalue()
+    state = sequential_looks.load_state(st.open_study("seq", where, read_only=True))
+    assert state.finished and len(state.history) == 2, text
+    assert "look 1 (3 seeds): " in text and "look 2 (6 seeds): " in text, text
+    assert "start " not in text, text  # every seed reused: nothing trained, no worker started
+
+
+def test_a_worker_that_ends_a_look_analyses_the_next_when_its_seeds_are_all_reused(tmp_path):
+    """The worker's side of the test above: look 1's seeds train here, look 2's (3–5) were run by
+    another study. The worker that analysed look 1 queued nothing and stopped, leaving look 2 unanalysed."""
+    from cell_store import finish_all
+    from cell_store import spec as cell_spec
+
+    from ablate.runner import sequential_looks
+    from ablate.runner import study as st
+
+    where = stores(tmp_path)
+    source = cell_spec("source", seeds=[3, 4, 5])
+    finish_all(st.prepare(source, design.items(source), where).study)
+    seq = cell_spec("seq", seeds={"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]})
+    out, o, err, e = consoles()
+    outcome = run_study(seq, where, out, err, workers=1)
+    assert outcome is not None and not outcome.unfinished
+    state = sequential_looks.load_state(st.open_study("seq", where, read_only=True))
+    text = o.getvalue()
+    assert state.finished and [rows[0]["seeds"] for rows in state.history] == [3, 6], text
+    assert "look 2 (6 seeds): " in text, text
+
+
 def test_an_outcome_prints_itself_and_gives_the_exit_status():
     from ablate.runner.launch import Outcome
 

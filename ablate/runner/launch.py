@@ -281,13 +281,13 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     said = new_looks(spec, study) if spec.sequential is not None else None
     if idle and spec.sequential is not None:  # a look a kill left unanalysed: analyse it here
         try:
-            advanced = sequential_looks.advance(study, spec, stores)
+            advanced = sequential_looks.advance_through(study, spec, stores)
         except Exception as exc:
             raise st.StorageError(storage_problem(stores.storage, exc)) from None
-        if advanced is not None:
+        if advanced:
             for line in said(study):
                 out.print(line, highlight=False, markup=False, soft_wrap=True)
-            idle = not advanced.queued
+            idle = not advanced[-1].queued
     if idle:  # nothing to run: no worker is started (seconds of imports for nothing) ...
         st.settle_runs(study, stores.tracking)  # ... but a run a kill left RUNNING after its record is ended
         workers = 0

@@ -38,7 +38,7 @@ from ablate.stores import Stores
 if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
 
-__all__ = ["STATE", "Advanced", "State", "advance", "comparisons", "designs", "items", "load_state", "outcome",
+__all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "comparisons", "designs", "items", "load_state", "outcome",
            "outcome_words", "reference_cell", "step", "stored_items"]
 
 STATE = "ablate.sequential"
@@ -320,6 +320,22 @@ def advance(study: optuna.Study, spec: Spec, stores: Stores) -> Advanced | None:
     done = prepare(spec, design.items(spec, st.planned), stores)
     return Advanced(len(st.history), decided, len(comparisons(spec)) - len(st.decided), done.queued, st.finished,
                     len(looks))
+
+
+def advance_through(study: optuna.Study, spec: Spec, stores: Stores) -> list[Advanced]:
+    """``advance``, again while a look it analysed left nothing to train: the next look's seeds
+    may all be reused from another study (a converted or a twin study), and that look is then
+    analysed now rather than left for the next ``ablate run`` (a run ended with its design
+    unfinished, every item done). Stops at a look that queued seeds, at the last, or at None."""
+    done: list[Advanced] = []
+    for _ in range(len(spec.sequential.looks) + 2 if spec.sequential is not None else 0):  # each call a look, or a requeue
+        advanced = advance(study, spec, stores)
+        if advanced is None:
+            break
+        done.append(advanced)
+        if advanced.queued or advanced.finished:
+            break
+    return done
 
 
 def _fmt(x: Any, measure: str) -> str:

@@ -569,11 +569,11 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
                         continue
             if spec is not None:  # a sequential study: a finished look queues the next one's seeds
                 with signals.critical():
-                    advanced = sequential_looks.advance(study, spec, stores)
-                if advanced is not None:
-                    emit("look", advanced.event())
-                    if advanced.queued:
-                        continue
+                    advanced = sequential_looks.advance_through(study, spec, stores)
+                for look in advanced:
+                    emit("look", look.event())
+                if advanced and advanced[-1].queued:
+                    continue
             if wait_for_running and queue.count(study, (TrialState.RUNNING, TrialState.WAITING)):
                 # Others' items may yet fail and be re-queued, and a peer's look may have queued seeds
                 # since this claim. Looked at often at first: the last item of a run usually ends
