@@ -59,13 +59,15 @@ def test_a_sequential_page_counts_its_declared_comparisons_by_their_valid_decisi
     import pandas as pd
 
     beside = pd.DataFrame({"cell": ["a", "b", "c"], "measure": ["test_accuracy", "test_accuracy", "norm.final"],
+                           "estimate [98.3% repeated CI]": ["−0.094 [−0.141, −0.046]", "+0.002 [−0.010, +0.014]",
+                                                           "1.1× [0.8×, 1.5×]"],
                            "sequential decision (valid)": ["significant at look 3 (9 seeds), stage-wise p 0.0013",
                                                            "undecided at the last look (12 seeds)",
                                                            "futile at look 2 (6 seeds)"]})
     v = SimpleNamespace(sequential=True, sequential_beside=beside)
     assert answer_words.answer_sentences(v) == [
-        "Of the 3 comparisons the sequential design declared, 1 is significant — a on test_accuracy at look 3 "
-        "(9 seeds), stage-wise p 0.0013 — and 1 futile, 1 undecided at the last look."]
+        "Of the 3 comparisons the sequential design declared, 1 is significant — a on test_accuracy "
+        "(−0.094 [−0.141, −0.046]) at look 3 (9 seeds), stage-wise p 0.0013 — and 1 futile, 1 undecided at the last look."]
     v.sequential_beside = beside.iloc[1:]
     # Every one significant (lru_ablations): the list ends the sentence, with no dash left before its full stop.
     every = SimpleNamespace(sequential=True, sequential_beside=beside.assign(

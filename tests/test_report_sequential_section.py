@@ -102,6 +102,13 @@ def test_the_answer_page_shows_the_sequential_decision_beside_the_fixed_exact_te
     row = beside[beside["cell"] == v.labels[big]].iloc[0]
     assert row["sequential decision (valid)"] == (f"significant at look {decided['look']} ({decided['seeds']} seeds), "
                                                   f"stage-wise p {fmt.pval(decided['p'])}")
+    # Which way and how far, first: the decision's estimate with its repeated interval, as the appendix prints it.
+    est = seqrep.estimate_column(spec)
+    assert list(beside.columns[:3]) == ["cell", "measure", est] and est.endswith("% repeated CI]")
+    assert row[est] == (f"{fmt.signed(decided['estimate'])} [{fmt.signed(decided['rci_low'])}, "
+                        f"{fmt.signed(decided['rci_high'])}]")
+    appendix = seqrep.decisions_table(state, spec, v.labels).set_index("cell")
+    assert appendix.loc[v.labels[big], est] == row[est]
     # The fixed column is the exact test on the seeds the look used (every cell's first 3), Holm-adjusted
     # over that fixed design's whole family (both comparisons and the ANOVA term).
     at = trials[trials["seed"].isin(spec.seed_list[:decided["seeds"]])]

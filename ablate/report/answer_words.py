@@ -67,13 +67,14 @@ def answer_sentences(v: Verdicts, named: int = 3) -> list[str]:
 
 def _sequential_sentences(v: Verdicts, named: int) -> list[str]:
     """A sequential study's answer: its declared comparisons counted by their valid decisions, the
-    significant ones named with the words the table prints."""
+    significant ones named with their estimate and the words the table prints."""
     table = v.sequential_beside
     if table is None or table.empty:
         return []
     said = list(table["sequential decision (valid)"])
-    found = [f"{c} on {m} {w.removeprefix('significant ')}" for c, m, w in
-             zip(table["cell"], table["measure"], said, strict=True) if w.startswith("significant")]
+    est = next(c for c in table.columns if str(c).startswith("estimate ["))
+    found = [f"{c} on {m} ({e}) {w.removeprefix('significant ')}" for c, m, e, w in
+             zip(table["cell"], table["measure"], table[est], said, strict=True) if w.startswith("significant")]
     counts = [(sum(w.startswith(k) for w in said), k) for k in ("futile", "undecided", "open")]
     words = {"open": "still open", "undecided": "undecided at the last look"}
     rest = ", ".join(f"{k} {words.get(w, w)}" for k, w in counts if k)

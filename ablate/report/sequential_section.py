@@ -20,7 +20,7 @@ from ablate.runner import sequential_looks as runner_sequential
 from ablate.spec import Spec
 from ablate.stats.group_sequential import FUTILITY_BETA, spent
 
-__all__ = ["boundaries_note", "decision_words", "decisions", "decisions_table", "fixed_beside", "fixed_why",
+__all__ = ["boundaries_note", "decision_words", "decisions", "decisions_table", "estimate_column", "fixed_beside", "fixed_why",
            "looks_table", "procedure", "sentences"]
 
 SHAPE_NAMES = {"obrien_fleming": "O'Brien–Fleming", "pocock": "Pocock", "power3": "power (α·t³)"}
@@ -186,21 +186,30 @@ def _path(state: Mapping[str, Any], key: str) -> str:
 _DECISION_CELL = {"open": "open (still running)", "undecided": "undecided at the last look"}
 
 
+def estimate_column(spec: Spec) -> str:
+    """The heading of a comparison's estimate with its repeated interval, at the per-comparison
+    level α/m the design spends: ``estimate [98.8% repeated CI]``."""
+    seq = spec.sequential
+    return f"estimate [{100 * (1 - seq.alpha / max(1, len(runner_sequential.comparisons(spec)))):.3g}% repeated CI]"
+
+
+def _estimate(r: Mapping[str, Any]) -> str:
+    """A look's estimate and repeated interval: ``−0.094 [−0.141, −0.046]``, a norm's as ratios."""
+    m = r["measure"]
+    return f"{_value(r.get('estimate'), m)} [{_value(r.get('rci_low'), m)}, {_value(r.get('rci_high'), m)}]"
+
+
 def decisions_table(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping[str, str]) -> pd.DataFrame:
     """Per comparison: the cell, the measure, the decision, the look and seeds it was made at,
     the estimate with its repeated interval, the stage-wise p and the t statistic's path."""
-    seq = spec.sequential
-    level = f"{100 * (1 - seq.alpha / max(1, len(runner_sequential.comparisons(spec)))):.3g}%"
     rows = []
     for r in decisions(state, spec):
-        measure = r["measure"]
-        ci = f"[{_value(r.get('rci_low'), measure)}, {_value(r.get('rci_high'), measure)}]"
         rows.append({
             "cell": labels.get(r["cell_id"], r["cell_id"]),
-            "measure": measure,
+            "measure": r["measure"],
             "decision": _DECISION_CELL.get(said := runner_sequential.outcome(r), said),
             "at look (seeds)": f"{r['look']} ({r['seeds']})",
-            f"estimate [{level} repeated CI]": f"{_value(r.get('estimate'), measure)} {ci}",
+            estimate_column(spec): _estimate(r),
             "stage-wise p": pval(r["p"]) if r.get("p") is not None else DASH,
             "t (boundary) at each look": _path(state, r["key"]),
         })
@@ -269,8 +278,9 @@ def fixed_beside(state: Mapping[str, Any] | None, spec: Spec, fixed: Mapping[int
     measure (as the sequential design names it: ``test_accuracy``, ``norm.final``) → the
     comparison frame of a fixed design on the first that many seeds (``cell_id``, ``n``, ``p``,
     ``p_min``, ``p_adj`` Holm over that design's family). ``differ``: the two disagree on
-    significance (an open comparison is not compared)."""
-    rows = []
+    significance (an open comparison is not compared). The estimate with its repeated interval
+    comes first: a decision says nothing of which way, or how far, a cell differs."""
+    rows, est = [], estimate_column(spec)
     for r in decisions(state, spec):
         frame = fixed.get(int(r["seeds"]), {}).get(r["measure"])
         hit = frame[frame["cell_id"] == r["cell_id"]] if frame is not None and len(frame) else None
@@ -279,10 +289,10 @@ def fixed_beside(state: Mapping[str, Any] | None, spec: Spec, fixed: Mapping[int
         p = f", stage-wise p {pval(r['p'])}" if decision == "significant" and r.get("p") is not None else ""
         seq_words = runner_sequential.outcome_words(r) + p
         differ = (decision != "open" and fixed_sig is not None and (decision == "significant") != fixed_sig)
-        rows.append({"cell": labels.get(r["cell_id"], r["cell_id"]), "measure": r["measure"],
+        rows.append({"cell": labels.get(r["cell_id"], r["cell_id"]), "measure": r["measure"], est: _estimate(r),
                      "sequential decision (valid)": seq_words, FIXED_COLUMN: words,
                      "differ": "yes" if differ else ""})
-    return pd.DataFrame(rows, columns=["cell", "measure", "sequential decision (valid)", FIXED_COLUMN, "differ"])
+    return pd.DataFrame(rows, columns=["cell", "measure", est, "sequential decision (valid)", FIXED_COLUMN, "differ"])
 
 
 def fixed_why(spec: Spec, fixed_m: int, floors: Sequence[float] = (), alpha: float = 0.05) -> str:
