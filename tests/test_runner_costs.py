@@ -29,3 +29,22 @@ def test_a_trial_stopped_early_measures_the_pace_by_the_steps_it_ran():
     half = cell_costs(units, [("a", 50.0, 0.5)] * 3, seconds=True)  # half its steps in half its time: pace 1
     assert half == pytest.approx({"a": 100.0, "b": 300.0})
     assert cell_costs(units, [], seconds=True) == {}  # nothing measured, nothing running: no price
+
+
+def test_a_recurrence_that_loops_is_priced_above_a_scan_of_its_shape():
+    """recall (linear_rnn, mingru, gru at one shape): the GRU cell's trials took twice the others'
+    while its ETA priced them as a scan's until one had finished."""
+    from ablate.runner.costs import SEQUENTIAL, TORCH_LOOP, trial_cost
+
+    base = {"model": {"family": "linear_rnn", "d_model": 32, "state_dim": 32, "layers": 2},
+            "task": {"name": "listops", "max_length": 64}, "train": {"steps": 100, "batch_size": 32}}
+
+    def cost(**model: object) -> float:
+        return trial_cost({**base, "model": {**base["model"], **model}})
+
+    scan = cost()
+    assert cost(family="mingru") == pytest.approx(scan)  # a log-space scan, as the linear one
+    assert cost(family="gru") == pytest.approx(TORCH_LOOP["gru"] * scan)
+    assert cost(family="lstm") == pytest.approx(TORCH_LOOP["lstm"] * scan)
+    assert cost(nonlinearity="tanh") == pytest.approx(SEQUENTIAL * scan)
+    assert cost(parameterisation="dense") == pytest.approx(SEQUENTIAL * scan)

@@ -26,10 +26,15 @@ RECENT = 20
 PACE_RECENT = 6
 # The cost model's units: a layer's work per position grows with width × (width + state) over this
 # (a small model's step is mostly per-layer overhead, not arithmetic); a validation pass's example
-# costs a third of a training one (forward only); a sequential recurrence (tanh, relu) twice a scan's.
+# costs a third of a training one (forward only); a sequential recurrence (tanh, relu, a dense state
+# matrix) twice a scan's, and torch's GRU and LSTM loops 2.5 times (a step of each against RotRNN's,
+# benchmarks/bench_models.py at d 64, 2 layers, 1 thread: tanh 1.6× at L 64 and 2.2× at L 512, dense
+# 1.5× and 1.8×, GRU 2.6× and 5.0×, LSTM 2.7× and 2.1×; their ETA was priced as a scan's, a third of
+# the truth, until a trial of theirs had finished).
 WIDTH_REF = 8192.0
 FORWARD_SHARE = 1 / 3
 SEQUENTIAL = 2.0
+TORCH_LOOP = {"gru": 2.5, "lstm": 2.5}
 
 
 def _length(task: dict[str, Any]) -> int:
@@ -60,7 +65,9 @@ def trial_cost(config: dict[str, Any], probes: Any = None) -> float:
         width = int(model.get("d_model", 64))
         state = int(model.get("state_dim", width))
         per_example = (int(model.get("layers", 1)) + 1) * _length(task) * (1.0 + width * (width + state) / WIDTH_REF)
-        if model.get("nonlinearity", "none") not in ("none", None):
+        if model.get("family") in TORCH_LOOP:
+            per_example *= TORCH_LOOP[model["family"]]
+        elif model.get("nonlinearity", "none") not in ("none", None) or model.get("parameterisation") == "dense":
             per_example *= SEQUENTIAL
         when = Schedule.of(train, probes)
         passes = when.count("validates") + when.count("checks") + 2
