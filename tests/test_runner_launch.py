@@ -274,6 +274,52 @@ def test_a_worker_that_ends_a_look_analyses_the_next_when_its_seeds_are_all_reus
     assert "look 2 (6 seeds): " in text, text
 
 
+def test_a_sequential_design_changed_after_its_looks_is_refused_not_silently_mixed(tmp_path):
+    """recall5 ended at max 6 with comparisons undecided; raising `seeds.max` to 9 and running again
+    did nothing and said nothing, while status read 'looks at 3, 6, 9' beside 'finished' (the new spec
+    stored over the one its looks were analysed under). Now run refuses before storing anything, and
+    plan warns."""
+    import pytest
+    from cell_store import finish_all
+    from cell_store import spec as cell_spec
+    from support import VARIANT
+
+    from ablate.runner import plan as planning
+    from ablate.runner import sequential_looks
+    from ablate.runner import study as st
+    from ablate.terminal import Refused
+
+    where = stores(tmp_path)
+    source = cell_spec("source", seeds=6)
+    finish_all(st.prepare(source, design.items(source), where).study)
+    seeds = {"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]}
+    seq = cell_spec("seq", seeds=seeds)
+    out, o, err, e = consoles()
+    run_study(seq, where, out, err, workers=1)
+    state = sequential_looks.load_state(st.open_study("seq", where, read_only=True))
+    assert state.finished and state.design == sequential_looks.declared(seq)
+    stored = st.open_study("seq", where, read_only=True).user_attrs["spec"]
+
+    more = cell_spec("seq", seeds={**seeds, "max": 9})
+    with pytest.raises(Refused) as refused:
+        run_study(more, where, *consoles()[::2], workers=1)
+    assert refused.value.code == 2 and "seeds.max 6 → 9" in refused.value.lines[0], refused.value.lines
+    assert st.open_study("seq", where, read_only=True).user_attrs["spec"] == stored  # nothing stored over it
+    warned = [x for x in planning.sequential_lines(more, where.storage) if x.startswith("warning: ")]
+    assert warned and "seeds.max 6 → 9" in warned[0]
+    assert not any(x.startswith("warning: ") for x in planning.sequential_lines(seq, where.storage))
+    # A margin, and a cell added (its comparisons change every comparison's α), are changes too.
+    assert sequential_looks.design_changes(cell_spec("seq", seeds=seeds, stats={"min_effect": 0.05}), state) == [
+        "stats.min_effect 0.01 → 0.05"]
+    third = {**VARIANT, "real": {"model.parameterisation": "real_diagonal", "model.normalisation": "xi"}}
+    assert sequential_looks.design_changes(cell_spec("seq", seeds=seeds, factors={"variant": third}), state) == [
+        "1 comparison added"]
+    assert sequential_looks.design_changes(seq, state) == []
+    # The same spec goes on as before (nothing left: no error, nothing run).
+    again = run_study(seq, where, *consoles()[::2], workers=1)
+    assert again is not None and not again.unfinished
+
+
 def test_an_outcome_prints_itself_and_gives_the_exit_status():
     from ablate.runner.launch import Outcome
 

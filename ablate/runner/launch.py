@@ -35,7 +35,7 @@ from ablate.runner.signals import Interrupted
 from ablate.runner.worker import WorkerStopped, work
 from ablate.spec import Spec
 from ablate.stores import StorageError, Stores, redact, storage_problem
-from ablate.terminal import Said, Stopped, count
+from ablate.terminal import Refused, Said, Stopped, count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +230,10 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     only: ``None``), run them on ``workers`` local workers on ``device`` (each training up to
     ``fuse`` items of a cell as one model; ``forker``: a zygote started for them already,
     ``forking.early``); the study's state after."""
-    todo = sequential_looks.stored_items(spec, stores.storage)  # a sequential study: the seeds its looks planned
+    stored = sequential_looks.stored_state(spec, stores.storage)
+    if changed := sequential_looks.changed_design_lines(spec, stored):  # before the spec is stored with the study
+        raise Refused(changed)
+    todo = sequential_looks.stored_items(spec, stores.storage, stored)  # a sequential study: the seeds its looks planned
 
     try:
         prepared = st.prepare(spec, todo, stores, reuse=reuse, reuse_stale=reuse_stale, retry_failed=retry_failed)

@@ -38,8 +38,10 @@ from ablate.stores import Stores
 if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
 
-__all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "comparisons", "designs", "items", "load_state", "outcome",
-           "outcome_words", "reference_cell", "step", "stored_items"]
+__all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparisons", "declared",
+           "design_changes", "designs", "items", "load_state", "outcome",
+           "outcome_words", "reference_cell", "step", "stored_items",
+           "stored_state"]
 
 STATE = "ablate.sequential"
 TERMINAL = ("done", "failed")
@@ -56,10 +58,14 @@ class State:
     decided: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[list[dict[str, Any]]] = field(default_factory=list)
     finished: bool = False
+    #: the design its looks were analysed under (``declared``), recorded with the first; None in a
+    #: state written before it was recorded
+    design: dict[str, Any] | None = None
 
     def dump(self) -> str:
         return json.dumps({"look": self.look, "planned": self.planned, "decided": self.decided,
-                           "history": self.history, "finished": self.finished}, allow_nan=True)
+                           "history": self.history, "finished": self.finished, "design": self.design},
+                          allow_nan=True)
 
     @classmethod
     def of(cls, text: str | None) -> State | None:
@@ -67,7 +73,7 @@ class State:
             return None
         data = json.loads(text)
         return cls(int(data["look"]), dict(data["planned"]), dict(data["decided"]), list(data["history"]),
-                   bool(data["finished"]))
+                   bool(data["finished"]), data.get("design"))
 
 
 def outcome(row: Mapping[str, Any]) -> str:
@@ -112,24 +118,32 @@ def items(spec: Spec, study: optuna.Study | None = None) -> list[Item]:
     return design.items(spec, st.planned if st else None)
 
 
-def stored_items(spec: Spec, storage_url: str | None) -> list[Item]:
-    """``items`` of the study of ``spec`` as its storage holds it now (read only; nothing is
-    created): ``design.items(spec)`` (the first look's) for a study that is not sequential, not
-    stored yet, or in a store that cannot be read — a new PostgreSQL database has no tables until
-    a study is created in it; the caller's own use of the store reports a broken one."""
+def stored_state(spec: Spec, storage_url: str | None) -> State | None:
+    """The sequential state of the study of ``spec`` as its storage holds it now (read only;
+    nothing is created); None for a study that is not sequential, not stored yet, or in a store
+    that cannot be read — a new PostgreSQL database has no tables until a study is created in it;
+    the caller's own use of the store reports a broken one."""
     if spec.sequential is None:
-        return design.items(spec)
+        return None
     from ablate.runner.standing import existing_store_url
     from ablate.runner.study import StorageError, load, storage
 
     url = existing_store_url(storage_url)
     if url is None:
-        return design.items(spec)
+        return None
     try:
-        opt = load(storage(url, read_only=True), spec.name)
+        return load_state(load(storage(url, read_only=True), spec.name))
     except (KeyError, StorageError):
+        return None
+
+
+def stored_items(spec: Spec, storage_url: str | None, st: State | None = None) -> list[Item]:
+    """``items`` of the study of ``spec`` as its storage holds it now (``stored_state``, or ``st``
+    when the caller read it): ``design.items(spec)`` (the first look's) before any look."""
+    if spec.sequential is None:
         return design.items(spec)
-    return items(spec, opt)
+    st = st or stored_state(spec, storage_url)
+    return design.items(spec, st.planned if st else None)
 
 
 def reference_cell(spec: Spec) -> str:
@@ -148,6 +162,47 @@ def comparisons(spec: Spec) -> list[tuple[str, str]]:
 
 def _key(cell: str, measure: str) -> str:
     return f"{cell}:{measure}"
+
+
+def declared(spec: Spec) -> dict[str, Any]:
+    """What every look's boundaries and decisions depend on, recorded with the first look: the
+    seeds design, the equivalence and futility margins, and the comparisons (their number sets
+    each one's α)."""
+    return {"seeds": spec.sequential.model_dump(mode="json"), "stats.min_effect": spec.stats.min_effect,
+            "stats.min_ratio": spec.stats.min_ratio, "comparisons": [_key(c, m) for c, m in comparisons(spec)]}
+
+
+def design_changes(spec: Spec, st: State | None) -> list[str]:
+    """How ``spec``'s sequential design differs from the one ``st``'s looks were analysed under
+    (``seeds.max 6 → 9``, ``2 comparisons added``); empty when it is the same, or when the state
+    recorded none (a study analysed before designs were recorded)."""
+    if st is None or st.design is None or spec.sequential is None:
+        return []
+    was, now = st.design, declared(spec)
+    out = [f"seeds.{k} {json.dumps(was['seeds'].get(k))} → {json.dumps(now['seeds'].get(k))}"
+           for k in sorted(set(was.get("seeds", {})) | set(now["seeds"]))
+           if was.get("seeds", {}).get(k) != now["seeds"].get(k)]
+    out += [f"{k} {was.get(k)} → {now[k]}" for k in ("stats.min_effect", "stats.min_ratio") if was.get(k) != now[k]]
+    before, after = set(was.get("comparisons", [])), set(now["comparisons"])
+    out += [f"{len(keys)} comparison{'s' if len(keys) != 1 else ''} {how}"
+            for keys, how in ((after - before, "added"), (before - after, "removed")) if keys]
+    return out
+
+
+def changed_design_lines(spec: Spec, st: State | None) -> list[str]:
+    """Why ``ablate run`` refuses a sequential study whose design changed after a look (and what
+    ``plan`` warns of); empty when it did not change."""
+    changes = design_changes(spec, st)
+    if not changes:
+        return []
+    return [f"{spec.name}: its sequential design changed after {len(st.history)} look"
+            f"{'s' if len(st.history) != 1 else ''} had been analysed: {'; '.join(changes)}",
+            "the looks so far spent their α under the design they were analysed with; a design changed after "
+            "looking (more seeds once a comparison ended undecided, another margin) no longer keeps its error "
+            "rate, so this study goes on only with the design it declared",
+            "to go on: put `seeds` (and `stats`, the cells) back as they were; to add seeds after an undecided "
+            "end, run the new design as a new study (another `name`; it reuses these runs), and say with its "
+            "results that its design was chosen after seeing these looks"]
 
 
 def designs(spec: Spec) -> dict[str, SequentialDesign]:
@@ -313,6 +368,9 @@ def advance(study: optuna.Study, spec: Spec, stores: Stores) -> Advanced | None:
         if not [i for i in planned if i.key not in states]:  # else: queue what a kill left unqueued
             if st.finished or any(states[i.key] not in TERMINAL for i in planned):
                 return None
+            if changed := changed_design_lines(spec, st):  # `ablate run` refuses first: never a mixed design
+                raise RuntimeError(" ".join(changed))
+            st.design = st.design or declared(spec)
             values = {m: _values(study, spec, stores, planned, m) for m in spec.sequential.measures}
             decided = step(spec, st, values)
             study.set_user_attr(STATE, st.dump())  # before queueing: a kill after it leaves items to queue
@@ -371,6 +429,7 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
             f"(Bonferroni), equivalence within {spec.stats.min_effect:g} (norms: ×{spec.stats.min_ratio:g})")
     out = [head, "test: at each look the paired t test of each cell against the reference on their shared seeds "
            "(Welch's when they share fewer than two), against boundaries computed for that t statistic"]
+    out += [f"warning: {line}" for line in changed_design_lines(spec, st if started else None)]
     where = ("finished" if st.finished else f"look {st.look + 1} of {len(seq.looks)} ({seq.looks[st.look]} seeds) "
              # Not "running" when no worker is: after a stop it waits for the next `ablate run`; and a
              # first look whose seeds were all reused still waits for that run to analyse it.
