@@ -356,3 +356,26 @@ def test_the_cache_follows_xdg_without_its_own_folder(tmp_path: Path, monkeypatc
     assert cache.checks_dir() == tmp_path / "xdg" / "ablate" / "checks"
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "mine"))
     assert cache.checks_dir() == tmp_path / "mine" / "checks"
+
+
+def test_the_minimal_parameterisation_of_docs_plugins_keeps_the_contract(tmp_path: Path, monkeypatch) -> None:
+    """docs/plugins.md §2 gives a whole parameterisation (SigmoidPolar) for a reader to copy: it
+    keeps every promise under ξ, γ and a nonlinearity, as the page says, or the page is wrong."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    lines = page.split("A minimal parameterisation", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    import torch"))
+    block = []
+    for line in lines[start:]:
+        if line and not line.startswith("    "):
+            break
+        block.append(line)
+    (tmp_path / "docs_sigmoid_polar.py").write_text(textwrap.dedent("\n".join(block)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        for model in ({"normalisation": "xi"}, {"normalisation": "gamma"}, {"normalisation": "xi", "nonlinearity": "tanh"}):
+            config = {"model": {"d_model": 8, "state_dim": 8, "heads": 2, "layers": 1,
+                                "parameterisation": "docs_sigmoid_polar:SigmoidPolar", **model},
+                      "task": {"name": "listops"}}
+            assert contract.problems([config]) == [], model
+    finally:
+        sys.modules.pop("docs_sigmoid_polar", None)
