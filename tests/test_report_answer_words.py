@@ -38,8 +38,16 @@ def test_page_one_says_the_answer_in_words_with_the_tables_numbers() -> None:
                            "comparisons are significant") and last.endswith(f"; {k_und} undecided.")
     # Each significant comparison cell prints its p (Holm); the key says what an undecided one's seeds are for.
     assert all("SIGNIFICANT (p " in c for c in comparisons if "SIGNIFICANT" in c)
+    key = answer_words.answer_intro(v)
     assert "N is the seeds per cell at which the power line (`stats.power`) would detect that smallest effect " \
-           "(±0.001 or 1.25×)" in answer_words.answer_intro(v)
+           "(±0.001), not" in key
+    # Accuracy alone (reports: [accuracy]): the key explains no ratio, geometric mean or norm flag it cannot show.
+    assert not any(w in key for w in ("a ratio", "geometric", "min_ratio", "norms", "CV over layers")), key
+    import pandas as pd
+
+    with_norms = answer_words.answer_intro(dataclasses.replace(v, norm_comparisons=pd.DataFrame({"cell_id": ["x"]})))
+    assert "(a ratio for a norm measure)" in with_norms and "(±0.001 or 1.25×)" in with_norms
+    assert "(`stats.min_ratio`)" in with_norms and "late-growing norms" in with_norms
 
 
 def test_the_words_say_when_nothing_is_tested_or_everything_is_equivalent() -> None:
@@ -158,6 +166,10 @@ def test_an_alpha_set_when_rendering_is_labelled_beside_the_verdicts_it_sets() -
     lead = answer_words.answer_lead(plain)
     assert plain.rendered == {} and "(α = 0.05; key below)" in lead and "set when rendering" not in lead.lower()
     assert "the norm report's page one, rendered with the same parameters, is the same." in lead
+    # A spec with `reports: [accuracy]` has no norm report to point to (polar: page one named one).
+    alone = answer_words.answer_lead(dataclasses.replace(plain, reports=("accuracy",)))
+    assert "norm report" not in alone and alone.endswith("a column per measure the study's reports test."), alone
+    assert "norm report" not in answer_words.answer_lead(dataclasses.replace(plain, reports=("accuracy",), sequential=True))
     shopped = verdicts.study_verdicts(answer_res(trials), trials, METRIC, ref, alpha=0.2)
     lead = answer_words.answer_lead(shopped)
     assert "(**α = 0.2, set when rendering** (`-p alpha`), not the reports' default 0.05 at which `ablate plan` " \

@@ -175,18 +175,24 @@ def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
     detect = f"±{fmt.num(v.min_effect)}"
     # The reference's own flags: no row is its own, and every comparison's difference is from it.
     own = "; ".join(v.flags.get(str(v.reference[0]), []))
-    return (f"**Key.** A comparison's cell: the difference from the reference **{v.reference[1]}** (a ratio for a "
-            f"norm measure) with its {level} interval" + (f"; the reference's own flags: {own}" if own else "")
-            + ". A factor's: its marginal mean per level (norm measures: "
-            "geometric; over layers (mean √CV)², as the norm report's stability table); an interaction's: partial η². "
-            f"**SIGNIFICANT**: p (Holm) < {v.alpha:g}. **equivalent**: the interval within {detect} "
-            f"(`stats.min_effect`) or [1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`). **undecided (~N "
-            "seeds)**: neither; N is the seeds per cell at which the power line (`stats.power`) would detect that "
-            f"smallest effect ({detect} or {v.min_ratio:g}×), not what this comparison's own effect needs. "
-            "**not tested**: too few seeds or no spread. **—**: no such test (the spread over seeds has no factor test, its runs' deviations not "
-            "being independent; CV over layers needs two layers). After a dash in a question: its cell's flags "
-            "(runs diverged, failed, never learned, with non-finite or late-growing norms; still improving when its "
-            "budget ran out), or a factor's levels whose runs mostly never learned"
+    # A page without norm measures (reports: [accuracy]) has no ratio, geometric mean or norm flag to explain.
+    norms = bool(len(v.norm_comparisons) or len(v.norm_anova))
+    return (f"**Key.** A comparison's cell: the difference from the reference **{v.reference[1]}**"
+            + (" (a ratio for a norm measure)" if norms else "") + f" with its {level} interval"
+            + (f"; the reference's own flags: {own}" if own else "")
+            + ". A factor's: its marginal mean per level"
+            + (" (norm measures: geometric; over layers (mean √CV)², as the norm report's stability table)" if norms
+               else "") + "; an interaction's: partial η². "
+            f"**SIGNIFICANT**: p (Holm) < {v.alpha:g}. **equivalent**: the interval within {detect} (`stats.min_effect`)"
+            + (f" or [1/{v.min_ratio:g}, {v.min_ratio:g}] (`stats.min_ratio`)" if norms else "")
+            + ". **undecided (~N seeds)**: neither; N is the seeds per cell at which the power line (`stats.power`) "
+            f"would detect that smallest effect ({detect}" + (f" or {v.min_ratio:g}×" if norms else "")
+            + "), not what this comparison's own effect needs. **not tested**: too few seeds or no spread. "
+            + ("**—**: no such test (the spread over seeds has no factor test, its runs' deviations not being "
+               "independent; CV over layers needs two layers). " if norms else "")
+            + "After a dash in a question: its cell's flags (runs diverged, failed, never learned"
+            + (", with non-finite or late-growing norms" if norms else "")
+            + "; still improving when its budget ran out), or a factor's levels whose runs mostly never learned"
             + (f" (never learned: {nl.rule(v.metric, v.chance, v.margin)})" if v.chance is not None else "")
             + f". {level} intervals are computed at {fmt.level(robust_level(confidence))} to cover {level} on "
             "skewed and ceiling-bound runs (docs/calibration.md).")
@@ -195,18 +201,22 @@ def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:
 def answer_lead(v: Verdicts, report: str = "accuracy") -> str:
     """The answer page's first paragraph in ``report`` (``accuracy`` or ``norm_stability``): what its
     rows are. A sequential study's page has a row per declared comparison and no factor rows."""
+    other = "norm_stability" if report == "accuracy" else "accuracy"
+    # The other report is named only where the spec renders it (reports: [accuracy] has no norm report).
+    beside = v.reports is None or other in v.reports
+    name = "norm" if other == "norm_stability" else "accuracy"
     if v.sequential:
-        other = "norm report's" if report == "accuracy" else "accuracy report's"
         return ("One row per comparison the sequential design declared — each cell against the reference on each "
                 "measure of its `seeds.measures` — with the decision its looks made. There are no factor rows: the "
-                "seeds depended on the results, so no factor test is valid. This page and the "
-                f"{other}, rendered with the same parameters, say the same thing.")
-    other = "norm" if report == "accuracy" else "accuracy"
+                "seeds depended on the results, so no factor test is valid."
+                + (f" This page and the {name} report's, rendered with the same parameters, say the same thing."
+                   if beside else ""))
     alpha = overrides.alpha_words(v.alpha, v.rendered)  # an α set when rendering says so
     return (f"The table gives every verdict at the family's Holm-adjusted p ({alpha}; key below): a row "
             "per question (each factor, each two-way interaction, each variant against the reference), a column per "
-            f"measure the study's reports test; the {other} report's page one, rendered with the same parameters, "
-            f"is the same.{overrides.other_words(v.rendered)}")
+            "measure the study's reports test"
+            + (f"; the {name} report's page one, rendered with the same parameters, is the same" if beside else "")
+            + f".{overrides.other_words(v.rendered)}")
 
 
 def summary_lead(v: Verdicts, report: str = "accuracy") -> str:

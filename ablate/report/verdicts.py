@@ -68,6 +68,8 @@ class Verdicts:
     #: the report parameters set when rendering away from their defaults: name → (value, default)
     rendered: dict[str, tuple[float, float]] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)  # cells with no finished run (``never_learned.lost_cells``)
+    #: the reports the spec renders (None: not known): page one names the other only when it is one
+    reports: tuple[str, ...] | None = None
 
     def policy(self) -> str:
         """The report's one sentence on the family (``stats.family.policy_sentence``)."""
@@ -238,7 +240,15 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
     return Verdicts(adjusted, alpha, metric, reference, effect, spec.stats.min_ratio, sequential, comp, anova, why,
                     effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect, never),
                     seq_m, dict(short), key, beside, seq_why, m, never, chance, margin,
-                    overrides.changed(alpha, confidence, margin, effect, spec.stats.min_effect), nl.lost_cells(trials))
+                    overrides.changed(alpha, confidence, margin, effect, spec.stats.min_effect), nl.lost_cells(trials),
+                    _report_names(spec))
+
+
+def _report_names(spec: Any) -> tuple[str, ...] | None:
+    try:
+        return tuple(spec.report_names)
+    except AttributeError:  # a stand-in spec without its reports
+        return None
 
 
 def _fixed_design(spec: Any, trials: pd.DataFrame, metric: str, ref_id: str, factors: list[str], alpha: float,
