@@ -166,6 +166,10 @@ def test_an_alpha_set_when_rendering_is_labelled_beside_the_verdicts_it_sets() -
     lead = answer_words.answer_lead(plain)
     assert plain.rendered == {} and "(α = 0.05; key below)" in lead and "set when rendering" not in lead.lower()
     assert "the norm report's page one, rendered with the same parameters, is the same." in lead
+    # A fixed design whose seeds were first added look by look says so first (sequential_looks.fixed_after_looks).
+    looked = answer_words.answer_sentences(dataclasses.replace(plain, after_looks="the seeds of s were first added …"))
+    assert looked[0].startswith("**Seeds chosen after looking.** The seeds of s were first added") and \
+        looked[1:] == answer_words.answer_sentences(plain)
     # A spec with `reports: [accuracy]` has no norm report to point to (polar: page one named one).
     alone = answer_words.answer_lead(dataclasses.replace(plain, reports=("accuracy",)))
     assert "norm report" not in alone and alone.endswith("a column per measure the study's reports test."), alone

@@ -4,6 +4,7 @@ under the live view, says what it did and returns the study's state; a second ca
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
 
@@ -463,3 +464,35 @@ def test_a_run_whose_tuning_trials_may_fuse_says_what_that_does_to_its_pruner(tm
     out, o, err, _ = consoles()  # its tuning done: nothing to say
     run_study(spec, stores(tmp_path), out, err, workers=1, fuse=0)
     assert "tune.pruner" not in o.getvalue()
+
+
+def test_a_sequential_study_made_fixed_says_its_tests_come_after_its_looks(tmp_path):
+    """After an undecided end, `seeds: 6` in place of the sequential design ran as a fixed design
+    without a word: its p-values then assume a seed count set before any result was seen. Run, plan
+    and page one now say so."""
+    from types import SimpleNamespace
+
+    from cell_store import finish_all
+    from cell_store import spec as cell_spec
+
+    from ablate.report import verdicts
+    from ablate.runner import plan as planning
+    from ablate.runner import sequential_looks
+    from ablate.runner import study as st
+
+    where = stores(tmp_path)
+    source = cell_spec("source", seeds=6)
+    finish_all(st.prepare(source, design.items(source), where).study)
+    seq = cell_spec("seq", seeds={"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]})
+    run_study(seq, where, *consoles()[::2], workers=1)
+    fixed = cell_spec("seq", seeds=6)
+    out, o, err, e = consoles()
+    run_study(fixed, where, out, err, workers=1)
+    said = "the seeds of seq were first added look by look under a sequential design (2 looks analysed)"
+    assert f"warning {said}" in " ".join(e.getvalue().split()), e.getvalue()
+    assert any(said in x and x.startswith("warning: ") for x in planning.sequential_lines(fixed, where.storage))
+    assert not planning.sequential_lines(cell_spec("source", seeds=6), where.storage)  # never sequential: no word
+    state = sequential_looks.load_state(st.open_study("seq", where, read_only=True))
+    res = SimpleNamespace(spec=fixed, sequential=json.loads(state.dump()))
+    assert verdicts._after_looks(res).startswith(said)
+    assert verdicts._after_looks(SimpleNamespace(spec=seq, sequential=json.loads(state.dump()))) == ""

@@ -62,7 +62,8 @@ def answer_sentences(v: Verdicts, named: int = 3) -> list[str]:
         return _sequential_sentences(v, named)
     heads = {v.metric: fmt.metric_name(v.metric), **NORM_WORDS}
     lost = nl.lost_sentence([names(v)[0].get(c, c) for c in v.lost])
-    return [lost] * bool(lost) + term_sentences(v) + _comparison_sentences(v, heads, named)
+    looked = [f"**Seeds chosen after looking.** {v.after_looks[0].upper()}{v.after_looks[1:]}."] if v.after_looks else []
+    return looked + [lost] * bool(lost) + term_sentences(v) + _comparison_sentences(v, heads, named)
 
 
 def _sequential_sentences(v: Verdicts, named: int) -> list[str]:

@@ -70,6 +70,8 @@ class Verdicts:
     lost: list[str] = field(default_factory=list)  # cells with no finished run (``never_learned.lost_cells``)
     #: the reports the spec renders (None: not known): page one names the other only when it is one
     reports: tuple[str, ...] | None = None
+    #: a fixed design whose seeds were first added look by look (``sequential_looks.fixed_after_looks``)
+    after_looks: str = ""
 
     def policy(self) -> str:
         """The report's one sentence on the family (``stats.family.policy_sentence``)."""
@@ -241,7 +243,14 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
                     effects, ncomp, nanova, nwhy, neffects, _flags(trials, metric, seeds, spec.train.steps, effect, never),
                     seq_m, dict(short), key, beside, seq_why, m, never, chance, margin,
                     overrides.changed(alpha, confidence, margin, effect, spec.stats.min_effect), nl.lost_cells(trials),
-                    _report_names(spec))
+                    _report_names(spec), _after_looks(res))
+
+
+def _after_looks(res: Any) -> str:
+    from ablate.runner.sequential_looks import fixed_after_looks
+
+    state = getattr(res, "sequential", None)
+    return fixed_after_looks(res.spec, state) if isinstance(state, dict) else ""
 
 
 def _report_names(spec: Any) -> tuple[str, ...] | None:

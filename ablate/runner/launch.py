@@ -251,6 +251,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
         raise st.StorageError(storage_problem(stores.storage, exc)) from None
     with contextlib.suppress(Exception):  # the note repeats the description attribute: not worth a failed run
         dashboard.save_note(study, spec)
+    if line := sequential_looks.fixed_after_looks(spec, sequential_looks.load_state(study)):
+        err.print(f"warning {line}", highlight=False, markup=False, soft_wrap=True)
     if prepared.retried:
         shown = "; ".join(prepared.retried[:5]) + (f"; … {len(prepared.retried) - 5} more" if len(prepared.retried) > 5
                                                    else "")

@@ -217,8 +217,6 @@ def continuation_lines(plan: Plan) -> list[str]:
 def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
     """A sequential study's design and where it stands (``ablate.runner.sequential_looks.lines``), read
     from its storage when it has one; nothing for a fixed number of seeds."""
-    if spec.sequential is None:
-        return []
     st = None
     url = existing_store_url(storage)
     if url is not None:
@@ -226,6 +224,8 @@ def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
             st = sequential_looks.load_state(load_study(open_storage(url, read_only=True), spec.name))
         except KeyError:
             st = None
+    if spec.sequential is None:  # a study once sequential: its fixed design comes after its looks
+        return [f"warning: {line}"] if (line := sequential_looks.fixed_after_looks(spec, st)) else []
     return sequential_looks.lines(spec, st)
 
 

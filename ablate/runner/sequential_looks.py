@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
 
 __all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparisons", "declared",
-           "design_changes", "designs", "items", "load_state", "outcome",
+           "design_changes", "designs", "fixed_after_looks", "items", "load_state", "outcome",
            "outcome_words", "reference_cell", "step", "stored_items",
            "stored_state"]
 
@@ -187,6 +187,19 @@ def design_changes(spec: Spec, st: State | None) -> list[str]:
     out += [f"{len(keys)} comparison{'s' if len(keys) != 1 else ''} {how}"
             for keys, how in ((after - before, "added"), (before - after, "removed")) if keys]
     return out
+
+
+def fixed_after_looks(spec: Spec, st: State | Mapping[str, Any] | None) -> str:
+    """What to say of a study whose seeds were added look by look and whose spec now fixes their
+    number (``seeds: 16`` after an undecided end): its fixed-design tests assume a seed count set
+    before any result was seen. Empty otherwise."""
+    history = st.history if isinstance(st, State) else (st or {}).get("history", [])
+    if spec.sequential is not None or not history:
+        return ""
+    return (f"the seeds of {spec.name} were first added look by look under a sequential design ({len(history)} look"
+            f"{'s' if len(history) != 1 else ''} analysed); with a fixed number of seeds now, its reports test a "
+            "fixed design, whose p-values assume the seed count was set before any result was seen: read them as "
+            "descriptive, or run the design as a new study (another `name`; it reuses these runs)")
 
 
 def changed_design_lines(spec: Spec, st: State | None) -> list[str]:
