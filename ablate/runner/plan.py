@@ -216,7 +216,8 @@ def continuation_lines(plan: Plan) -> list[str]:
 
 def sequential_lines(spec: Spec, storage: str | None = None) -> list[str]:
     """A sequential study's design and where it stands (``ablate.runner.sequential_looks.lines``), read
-    from its storage when it has one; nothing for a fixed number of seeds."""
+    from its storage when it has one; for a fixed number of seeds, nothing, or a warning when they
+    were first added look by look (``sequential_looks.fixed_after_looks``)."""
     st = None
     url = existing_store_url(storage)
     if url is not None:

@@ -38,10 +38,9 @@ from ablate.stores import Stores
 if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
 
-__all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparisons", "declared",
-           "design_changes", "designs", "fixed_after_looks", "items", "load_state", "outcome",
-           "outcome_words", "reference_cell", "step", "stored_items",
-           "stored_state"]
+__all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparisons",
+           "declared", "design_changes", "designs", "fixed_after_looks", "items", "load_state", "outcome",
+           "outcome_words", "reference_cell", "step", "stored_items", "stored_state"]
 
 STATE = "ablate.sequential"
 TERMINAL = ("done", "failed")
