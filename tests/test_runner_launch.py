@@ -299,6 +299,8 @@ def test_a_sequential_design_changed_after_its_looks_is_refused_not_silently_mix
     run_study(seq, where, out, err, workers=1)
     state = sequential_looks.load_state(st.open_study("seq", where, read_only=True))
     assert state.finished and state.design == sequential_looks.declared(seq)
+    # Comparisons by their cells' labels, not ids: a new code version renames cells, not the design.
+    assert state.design["comparisons"] == ["LRU:test_accuracy"]
     stored = st.open_study("seq", where, read_only=True).user_attrs["spec"]
 
     more = cell_spec("seq", seeds={**seeds, "max": 9})

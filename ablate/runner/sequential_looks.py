@@ -166,9 +166,12 @@ def _key(cell: str, measure: str) -> str:
 def declared(spec: Spec) -> dict[str, Any]:
     """What every look's boundaries and decisions depend on, recorded with the first look: the
     seeds design, the equivalence and futility margins, and the comparisons (their number sets
-    each one's α)."""
+    each one's α), by their cells' labels: a new code version gives the cells new ids, not the
+    design new comparisons."""
+    labels = {c.id: c.label for c in design.cells(spec)}
     return {"seeds": spec.sequential.model_dump(mode="json"), "stats.min_effect": spec.stats.min_effect,
-            "stats.min_ratio": spec.stats.min_ratio, "comparisons": [_key(c, m) for c, m in comparisons(spec)]}
+            "stats.min_ratio": spec.stats.min_ratio,
+            "comparisons": [_key(labels[c], m) for c, m in comparisons(spec)]}
 
 
 def design_changes(spec: Spec, st: State | None) -> list[str]:
