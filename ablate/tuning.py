@@ -49,10 +49,10 @@ def at_edge(value: float, choices: list[Any] | None = None, low: float | None = 
 
 def edge_note(params: dict[str, Any], space: dict[str, dict[str, Any]]) -> str:
     """What a cell's replicates are told when its tuning's best setting lies at the edge of the
-    protocol's ``space`` (``design.tune_protocol``): "its tuning's best train.lr, 0.02, is the largest
-    of its search space: the best may lie beyond it" — the report says so too, once every replicate
+    protocol's ``space`` (``design.tune_protocol``): "its tuning's best train.lr, 0.02, is at the
+    largest end of its search space: the best may lie beyond it" — the report says so too, once every replicate
     trained; said at their start, a wider space can be tried before they do. "" when none is."""
-    parts = [f"its tuning's best {path}, {value:.3g}, is the {edge} of its search space"
+    parts = [f"its tuning's best {path}, {value:.3g}, is at the {edge} end of its search space"
              for path, value, edge in edges(params, space)]
     return "; ".join(parts) + ": the best may lie beyond it (a wider tune.space would tell)" if parts else ""
 

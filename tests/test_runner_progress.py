@@ -766,6 +766,6 @@ def test_a_cell_s_tuned_setting_is_said_once_when_its_tuning_ends_with_a_note_fo
         queue.finish(opt, trial, TrialState.COMPLETE, {"val_accuracy": 0.5, "status": "complete"}, 0.5)
         view.poll()
     assert said == [f"tuned {inside.label}: lr=0.003 (val_accuracy 0.600)",
-                    f"tuned {edge.label}: lr=0.01 (val_accuracy 0.010) · train.lr the largest of its space",
+                    f"tuned {edge.label}: lr=0.01 (val_accuracy 0.010) · train.lr at the largest end of its space",
                     phases.EDGE_NOTE]
     assert [line for line in log.getvalue().splitlines() if line.startswith(("tuned ", "note: "))] == said  # once

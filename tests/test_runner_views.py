@@ -180,7 +180,7 @@ def test_status_gives_each_cell_s_tuned_setting_once_its_tuning_is_over_and_says
     shown = printed(views.status("s")).splitlines()
     labels = [c.label for c in design.cells(s)]
     assert [line for line in shown if line.startswith(("tuned ", "note: "))] == [
-        *(f"tuned {label}: lr=0.003 (val_accuracy 0.000) · train.lr the largest of its space" for label in labels),
+        *(f"tuned {label}: lr=0.003 (val_accuracy 0.000) · train.lr at the largest end of its space" for label in labels),
         phases.EDGE_NOTE]  # one note for every edge pick: a 32-cell study's picks had read 64 lines
     data = json.loads(printed(views.status("s", as_json=True)))["tuned"]
     assert set(data) == set(labels) and all(

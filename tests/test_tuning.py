@@ -106,7 +106,7 @@ def test_a_setting_at_the_edge_of_its_space_is_named_inside_it_is_not():
     space = {"train.lr": grid, "model.init.scheme": {"type": "categorical", "choices": ["ring", "rotrnn"]}}
     assert tuning.edge_note({"train.lr": 1e-2, "model.init.scheme": "ring"}, space) == ""
     assert tuning.edge_note({"train.lr": 2e-2}, space) == (
-        "its tuning's best train.lr, 0.02, is the largest of its search space: the best may lie beyond it "
+        "its tuning's best train.lr, 0.02, is at the largest end of its search space: the best may lie beyond it "
         "(a wider tune.space would tell)")
 
 

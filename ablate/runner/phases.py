@@ -223,19 +223,19 @@ class Pick:
     trials: int  # the tuning trials its mean is over
     seeds: int  # the tuning seeds they ran on
     edge: str
-    at: str = ""  # its edges in a few words: "train.lr the largest of its space"
+    at: str = ""  # its edges in a few words: "train.lr at the largest end of its space"
 
     def line(self, cell: str) -> str:
         """"tuned CELL: lr=0.012 (val_accuracy 0.837, the mean over 3 tuning seeds)", and where it lies
-        at an edge of its space " · train.lr the largest of its space" (``EDGE_NOTE`` says what that means,
+        at an edge of its space " · train.lr at the largest end of its space" (``EDGE_NOTE`` says what that means,
         once: a 32-cell study's picks had read 64 lines)."""
         at = f" · {self.at}" if self.at else ""
         return f"tuned {cell}: {tuning.setting_words([self.params])} ({self.metric} {self.mean:.3f}{tuning.mean_words(self.trials, self.seeds)}){at}"
 
 
 #: Said once under the picks when some lies at an edge of its space.
-EDGE_NOTE = ("note: a pick at the edge of its search space (the largest or smallest value) may have its best beyond "
-             "it: a wider tune.space would tell")
+EDGE_NOTE = ("note: a pick at the edge of its search space (its largest or smallest choice, or the outer 5% of a "
+             "range) may have its best beyond it: a wider tune.space would tell")
 
 
 def picks(study: optuna.Study, items: Sequence[Item], known: frozenset[str] = frozenset()) -> dict[str, Pick]:
@@ -266,7 +266,7 @@ def picks(study: optuna.Study, items: Sequence[Item], known: frozenset[str] = fr
             out[cell["label"]] = Pick(dict(score.params), str(protocol["objective"]["metric"]), score.mean,
                                       score.finished, len({i % k for i in score.indices}),
                                       tuning.edge_note(dict(score.params), protocol.get("space") or {}),
-                                      "; ".join(f"{path} the {edge} of its space" for path, _, edge in
+                                      "; ".join(f"{path} at the {edge} end of its space" for path, _, edge in
                                                 tuning.edges(dict(score.params), protocol.get("space") or {})))
     return out
 
