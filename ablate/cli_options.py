@@ -15,6 +15,7 @@ from typer.core import TyperArgument, TyperOption
 
 from ablate.stores import BadStoreUrl, checked_urls
 from ablate.terminal import PipeConsole, Refused, store_refused
+from ablate.terminal import count as plural
 
 # Local workers beyond this many per core only take turns on the cores, each holding its own
 # imports and model in memory; more workers belong on more machines (`ablate worker`).
@@ -66,7 +67,7 @@ def checked_device(value: str, auto: bool = False) -> str:
                                  f"valid here: cpu{', auto' if auto else ''}")
     index = int(value.partition(":")[2] or 0)
     if index >= count:
-        raise typer.BadParameter(f"{value}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+        raise typer.BadParameter(f"{value}: this machine has {plural(count, 'CUDA device')}, cuda:0 to cuda:{count - 1}")
     return value
 
 
@@ -118,7 +119,7 @@ def checked_workers(value: int) -> int:
     """``value`` local workers, unless more than ``max_workers``."""
     if value > (most := max_workers()):
         raise typer.BadParameter(
-            f"{value} local workers on {os.cpu_count() or 1} core(s): at most {most} ({WORKERS_PER_CORE} per core; "
+            f"{value} local workers on {plural(os.cpu_count() or 1, 'core')}: at most {most} ({WORKERS_PER_CORE} per core; "
             "more only take turns on the cores). Start `ablate worker` processes on more machines instead")
     return value
 

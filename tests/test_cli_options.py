@@ -66,7 +66,7 @@ def test_auto_and_cpu_are_devices_wherever_run_is() -> None:
 
 def test_more_local_workers_than_four_per_core_are_refused(home, monkeypatch) -> None:
     monkeypatch.setattr(cli_options.os, "cpu_count", lambda: 2)
-    refused(cli("run", SPEC, "--workers", "100000"), "100000 local workers on 2 core(s): at most 8")
+    refused(cli("run", SPEC, "--workers", "100000"), "100000 local workers on 2 cores: at most 8")
     refused(cli("plan", SPEC, "--estimate", "--workers", "9"), "at most 8")
     refused(cli("run", SPEC, "--checkpoint-every", "-5"), "--checkpoint-every")
     assert not home.exists()

@@ -354,20 +354,20 @@ def test_results_say_what_is_missing_when_the_tracking_store_is_lost(norm_study,
     with sqlite3.connect(root / ".ablate" / "mlflow.db") as db:
         db.execute("DELETE FROM runs WHERE run_uuid = ?", (gone,))
     partial = results.load(studies.NORM["name"])
-    assert len(partial.missing) == 1 and partial.missing[0].startswith("1 of 4 MLflow run(s) could not be read")
+    assert len(partial.missing) == 1 and partial.missing[0].startswith("1 of 4 MLflow runs could not be read")
     assert partial.curves["seed"].len() < full.curves["seed"].len()
     # The report says so on its first page, from what the renderer's one load found.
     from ablate.report import render
 
     render.render(studies.NORM["name"], ["norm_stability"], tmp_path / "pages", formats=("html",))
     page = (tmp_path / "pages" / "norm_stability.html").read_text()
-    assert 'class="ablate-missing"' in page and "1 of 4 MLflow run(s) could not be read" in page
+    assert 'class="ablate-missing"' in page and "1 of 4 MLflow runs could not be read" in page
     (root / ".ablate" / "mlflow.db").unlink()
     lost = results.load(studies.NORM["name"])
     assert lost.trials["status"].to_list() == full.trials["status"].to_list()
     assert lost.metrics.is_empty() and lost.curves.is_empty()
     assert lost.missing == [f"the MLflow tracking store {root / '.ablate' / 'mlflow.db'} is missing: the metrics and "
-                            "curves of 4 finished trial(s) are not available; the trials' outcomes (from the Optuna "
+                            "curves of 4 finished trials are not available; the trials' outcomes (from the Optuna "
                             "storage) are"]
     assert not (root / ".ablate" / "mlflow.db").exists()  # reading created no new, empty store
 

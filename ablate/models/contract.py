@@ -260,7 +260,7 @@ def check_task(task: dict[str, Any]) -> list[str]:
                          f"(from {int(scored.min())} to {int(scored.max())})")
         want = 1 if info.output_kind == "classification" else 2
         if y.dim() != want:
-            raise Broken(f"split {split!r}: {info.output_kind} targets must have {want} dimension(s), not {y.dim()}")
+            raise Broken(f"split {split!r}: {info.output_kind} targets must have {want} dimension{'s' if want != 1 else ''}, not {y.dim()}")
     return ["train, val and test splits fit what it declares"]
 
 

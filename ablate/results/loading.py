@@ -30,6 +30,7 @@ from ablate.runner.locate import locate
 from ablate.runner.standing import representative
 from ablate.runner.study import open_study, run_budget
 from ablate.stores import Stores, redact, sqlite_path
+from ablate.terminal import count
 
 
 @overload
@@ -168,7 +169,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
     )
     lost = _lost_tracking(stores)
     if lost and (metrics or curves) and run_ids:
-        res.missing.append(f"{lost}: the metrics and curves of {len(run_ids)} finished trial(s) are not available; "
+        res.missing.append(f"{lost}: the metrics and curves of {count(len(run_ids), 'finished trial')} are not available; "
                            "the trials' outcomes (from the Optuna storage) are")
     elif metrics or curves:
         unread: dict[str, str] = {}
@@ -179,7 +180,7 @@ def _load_one(study: str, storage: str | None, tracking_uri: str | None, curves:
         label_frames(res)
         if unread:
             first = next(iter(unread.values()))
-            res.missing.append(f"{len(unread)} of {len(run_ids)} MLflow run(s) could not be read from "
+            res.missing.append(f"{len(unread)} of {count(len(run_ids), 'MLflow run')} could not be read from "
                                f"{redact(stores.tracking)} ({first}): their metrics and curves are missing")
     return res
 

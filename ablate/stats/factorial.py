@@ -38,7 +38,8 @@ def _check_factors(trials: pd.DataFrame, factors: str | Sequence[str]) -> list[s
     missing = [f for f in factors if f not in trials.columns]
     if missing:
         raise KeyError(
-            f"factor column(s) {missing} not in the trials frame; factors: {infer_factors(trials)}"
+            f"factor column{'s' if len(missing) != 1 else ''} {missing} not in the trials frame; factors: "
+            f"{infer_factors(trials)}"
         )
     return factors
 
@@ -346,7 +347,8 @@ def anova_applicable(
         return False, "no completed runs yet"
     single = [f for f in factors if done[f].nunique() < 2]
     if single:
-        return False, f"factor(s) {', '.join(single)} have fewer than two levels with completed runs"
+        return False, (f"factor{'s' if len(single) != 1 else ''} {', '.join(single)} "
+                       f"{'have' if len(single) != 1 else 'has'} fewer than two levels with completed runs")
     have, total = factor_combinations(trials, factors, phase)
     if have < total:
         return False, (f"the design is not a full factorial: it has {have} of the {total} combinations "
