@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from ablate import spec as spec_mod
 from ablate.report import sequential_section as seqrep
@@ -258,3 +259,26 @@ def test_a_sequential_studys_power_line_is_at_its_own_alpha_over_m():
         lead = answer_words.summary_lead(v, report)
         assert "sequential design's decisions" in lead and "every p (Holm) is adjusted" not in lead
     assert "exact permutation tests (paired" not in answer_words.summary_lead(v, "norm_stability")
+
+
+def test_status_json_gives_each_declared_comparison_its_outcome_and_estimate():
+    """`ablate status --json` had counts and cells but nothing of a sequential study's looks: a script
+    waiting on a decision had to parse the text lines."""
+    spec, st, big, null, ref = run_looks()
+    said = sequential_looks.state_json(spec, st)
+    assert said["finished"] and said["analysed"] == len(st.history) and said["looks"] == list(spec.sequential.looks)
+    rows = {r["cell_id"]: r for r in said["comparisons"]}
+    assert set(rows) == {big, null}
+    decided = st.decided[f"{big}:test_accuracy"]
+    assert rows[big]["outcome"] == "significant" and rows[big]["scale"] == "difference"
+    assert rows[big]["estimate"] == decided["estimate"] and rows[big]["p"] == decided["p"]
+    assert rows[null]["outcome"] == sequential_looks.outcome(st.decided[f"{null}:test_accuracy"])
+    # A norm measure is given as the ratio the reports print (analysed on the log scale).
+    norm = {**decided, "key": f"{big}:norm.final", "measure": "norm.final"}
+    ratio = sequential_looks.state_json(
+        spec.model_copy(update={"seeds": spec.seeds.model_copy(update={"measures": ["norm.final"]})}),
+        sequential_looks.State(look=0, planned={}, decided={norm["key"]: norm}, history=[[norm]]))
+    (r,) = ratio["comparisons"][:1]
+    assert r["scale"] == "ratio" and r["estimate"] == pytest.approx(math.exp(decided["estimate"]))
+    before = sequential_looks.state_json(spec, None)  # no look yet: every comparison open at look 1
+    assert before["look"] == 1 and before["analysed"] == 0 and {r["outcome"] for r in before["comparisons"]} == {"open"}

@@ -251,6 +251,14 @@ def test_a_sequential_run_whose_next_look_is_all_reused_analyses_it_in_the_same_
     assert state.finished and len(state.history) == 2, text
     assert "look 1 (3 seeds): " in text and "look 2 (6 seeds): " in text, text
     assert "start " not in text, text  # every seed reused: nothing trained, no worker started
+    # `ablate status --json` gives scripts the same state: finished, both looks, the comparison's outcome.
+    from ablate.runner import views
+
+    buf = io.StringIO()
+    views.status("seq", where.storage, where.tracking, as_json=True).print(Console(file=buf))
+    said = json.loads(buf.getvalue())["sequential"]
+    assert said["finished"] and said["analysed"] == 2 and said["looks"] == [3, 6]
+    assert [(r["cell"], r["measure"]) for r in said["comparisons"]] == [("LRU", "test_accuracy")]
 
 
 def test_a_worker_that_ends_a_look_analyses_the_next_when_its_seeds_are_all_reused(tmp_path):

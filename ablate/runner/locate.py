@@ -101,8 +101,9 @@ def status(study: str, storage: str | None = None, tracking_uri: str | None = No
     found = study_status(study, opt, sequential_looks.items(spec, opt), extends=extends_runs(spec_data))
     if spec.sequential is None:
         return found
-    return dataclasses.replace(found, sequential=sequential_looks.lines(spec, sequential_looks.load_state(opt),
-                                                                  found.seconds_per_item()))
+    state = sequential_looks.load_state(opt)
+    return dataclasses.replace(found, sequential=sequential_looks.lines(spec, state, found.seconds_per_item()),
+                               sequential_json=sequential_looks.state_json(spec, state))
 
 
 def settle_finished(opt: optuna.Study, stores: Stores) -> None:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparisons",
            "declared", "design_changes", "designs", "fixed_after_looks", "items", "load_state", "outcome",
-           "outcome_words", "reference_cell", "step", "stored_items", "stored_state"]
+           "outcome_words", "reference_cell", "state_json", "step", "stored_items", "stored_state"]
 
 STATE = "ablate.sequential"
 TERMINAL = ("done", "failed")
@@ -409,6 +409,34 @@ def advance_through(study: optuna.Study, spec: Spec, stores: Stores) -> list[Adv
         if advanced.queued or advanced.finished:
             break
     return done
+
+
+def state_json(spec: Spec, st: State | None) -> dict[str, Any]:
+    """A sequential study's state for scripts (``ablate status --json``'s ``sequential``): its looks,
+    the look it is at (1-based; the last once finished), how many were analysed, and per declared
+    comparison its outcome (``outcome``: significant, equivalent, futile, undecided, open) with the
+    last analysed look's estimate and repeated interval — a difference, or for a norm measure a
+    ratio (``scale``), as the reports print them — its seeds and stage-wise p."""
+    looks = list(spec.sequential.looks)
+    labels = {c.id: c.label for c in design.cells(spec)}
+    latest = {r["key"]: r for rows in (st.history if st else []) for r in rows}
+    rows = []
+    for cell, measure in comparisons(spec):
+        r = (st.decided.get(_key(cell, measure)) if st else None) or latest.get(_key(cell, measure)) or {}
+        ratio = measure.startswith("norm.")
+
+        def shown(x: Any, ratio: bool = ratio) -> float | None:
+            if not isinstance(x, int | float) or not math.isfinite(x):
+                return None
+            return math.exp(x) if ratio else float(x)
+
+        rows.append({"cell": labels.get(cell, cell), "cell_id": cell, "measure": measure,
+                     "outcome": outcome(r) if r else "open", "look": r.get("look"), "seeds": r.get("seeds"),
+                     "scale": "ratio" if ratio else "difference", "estimate": shown(r.get("estimate")),
+                     "rci_low": shown(r.get("rci_low")), "rci_high": shown(r.get("rci_high")),
+                     "p": r.get("p") if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else None})
+    return {"looks": looks, "look": (len(looks) if st.finished else st.look + 1) if st else 1,
+            "analysed": len(st.history) if st else 0, "finished": bool(st and st.finished), "comparisons": rows}
 
 
 def _fmt(x: Any, measure: str) -> str:

@@ -195,6 +195,7 @@ class StudyStatus:
     found: list[Status]
     extends: bool = False  # the spec may extend runs (``train.until_converged``)
     sequential: list[str] = field(default_factory=list)  # a sequential study's lines (``results.status``)
+    sequential_json: dict[str, Any] | None = None  # and its state for scripts (``sequential_looks.state_json``)
     failures: list[tuple[str, str]] = field(default_factory=list)  # (cell · seed, why) of each failed item
     items: tuple[Item, ...] = ()  # the spec's items counted: trials of no current item (orphans) are not its
 
@@ -213,8 +214,9 @@ class StudyStatus:
 
     def to_json(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         """``ablate status --json``: the progress snapshot's plain data (``progress.status_json``)
-        with these ``counts`` in place of its own, and the ``cells``."""
-        return {**snapshot, "counts": self.counts(), "cells": self.cells}
+        with these ``counts`` in place of its own, the ``cells``, and a sequential study's state."""
+        return {**snapshot, "counts": self.counts(), "cells": self.cells,
+                **({"sequential": self.sequential_json} if self.sequential_json is not None else {})}
 
     def summary(self, eta: str) -> str:
         """The line under the table: done, running, waiting, failed (diverged), and ``eta``."""
