@@ -331,3 +331,21 @@ def test_every_committed_study_validates():
     assert len(specs) > 10
     for path in specs:
         design.load(path)
+
+
+def test_a_sequential_design_on_the_cv_over_layers_needs_two_layers_in_every_cell():
+    """`seeds.measures: [norm.depth]` on one-layer cells validated, and the looks would have added seeds
+    to the last for comparisons that can never be decided (a one-layer run has no CV over layers)."""
+    from support import spec_dict
+
+    raw = spec_dict(BASE, factors={"model.layers": [2, 1]},
+                    seeds={"min": 3, "max": 6, "step": 3, "measures": ["norm.depth"]})
+    with pytest.raises(spec.SpecError) as refused:
+        design.validate(raw)
+    said = str(refused.value)
+    assert "seeds.measures" in said and "1 cell has one (layers=1)" in said and "drop norm.depth" in said, said
+    raw["factors"] = {"model.layers": [2, 4]}
+    assert design.validate(raw).sequential.measures == ["norm.depth"]
+    raw["seeds"]["measures"] = ["norm.training"]  # another norm measure: any layer count
+    raw["factors"] = {"model.layers": [2, 1]}
+    design.validate(raw)

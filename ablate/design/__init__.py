@@ -77,13 +77,29 @@ def check(spec: Spec) -> None:
     grid, problems = cells_and_problems(spec)
     if problems:
         raise SpecError(problems)
-    problems = until_converged_problems(grid) + report_problems(spec, grid)
+    problems = until_converged_problems(grid) + report_problems(spec, grid) + sequential_problems(spec, grid)
     if problems:
         raise SpecError(problems)
     per_cell = len(spec.seed_list) + (spec.tune.trials if spec.tune else 0)
     if len(grid) * per_cell > MAX_ITEMS:
         raise SpecError([("seeds", f"{len(grid):,} cells × {per_cell:,} trials each = {len(grid) * per_cell:,} "
                                    f"trials; a study has at most {MAX_ITEMS:,}")])
+
+
+def sequential_problems(spec: Spec, grid: list[Cell]) -> Problems:
+    """A sequential design's measure that some compared cell cannot have: the CV over layers
+    (``norm.depth``) of a one-layer cell. Its comparison would stay open at every look, and each look
+    would add it seeds up to ``max`` for a decision that cannot come."""
+    if spec.sequential is None or "norm.depth" not in spec.sequential.measures:
+        return []
+    single = [c.label for c in grid if int(c.config["model"].get("layers", 1)) < 2]
+    if not single:
+        return []
+    shown = "; ".join(single[:4]) + (f"; and {len(single) - 4} more" if len(single) > 4 else "")
+    return [("seeds.measures", f"norm.depth (‖x‖² CV over layers) needs two layers, and {len(single)} cell"
+                               f"{'s have' if len(single) != 1 else ' has'} one ({shown}): a comparison on it could "
+                               "never be decided, and each look would add its cells seeds up to max; drop norm.depth, "
+                               "or give every cell two layers or more")]
 
 
 def until_converged_problems(grid: list[Cell]) -> Problems:
