@@ -145,17 +145,8 @@ def decisions(state: Mapping[str, Any] | None, spec: Spec) -> list[dict[str, Any
     """Every declared comparison's row: its deciding look's, or its latest look's while open."""
     if not state:
         return []
-    latest: dict[str, dict[str, Any]] = {}
-    for rows in state.get("history", []):
-        for r in rows:
-            latest[r["key"]] = r
-    out = []
-    for cell, measure in runner_sequential.comparisons(spec):
-        key = f"{cell}:{measure}"
-        r = state.get("decided", {}).get(key) or latest.get(key)
-        if r is not None:
-            out.append(r)
-    return out
+    return [dict(r) for r in runner_sequential.comparison_rows(spec, state.get("decided", {}),
+                                                                state.get("history", [])).values()]
 
 
 def decision_words(state: Mapping[str, Any] | None, spec: Spec, measure: str) -> dict[str, str]:

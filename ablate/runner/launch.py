@@ -233,7 +233,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     stored = sequential_looks.stored_state(spec, stores.storage)
     if changed := sequential_looks.changed_design_lines(spec, stored):  # before the spec is stored with the study
         raise Refused(changed)
-    todo = sequential_looks.stored_items(spec, stores.storage, stored)  # a sequential study: the seeds its looks planned
+    todo = sequential_looks.planned_items(spec, stored)  # a sequential study: the seeds its looks planned
 
     try:
         prepared = st.prepare(spec, todo, stores, reuse=reuse, reuse_stale=reuse_stale, retry_failed=retry_failed)

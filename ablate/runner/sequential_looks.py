@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +38,10 @@ from ablate.stores import Stores
 if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
 
-__all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparisons",
-           "declared", "design_changes", "designs", "fixed_after_looks", "items", "load_state", "outcome",
-           "outcome_words", "reference_cell", "state_json", "step", "stored_items", "stored_state"]
+__all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparison_rows",
+           "comparisons", "declared", "design_changes", "designs", "fixed_after_looks", "items", "load_state", "outcome",
+           "outcome_words", "planned_items", "reference_cell", "state_json", "step", "stored_items",
+           "stored_state"]
 
 STATE = "ablate.sequential"
 TERMINAL = ("done", "failed")
@@ -111,10 +112,7 @@ def load_state(study: optuna.Study | None) -> State | None:
 def items(spec: Spec, study: optuna.Study | None = None) -> list[Item]:
     """The study's items: for a sequential spec, each cell on the seeds its looks have planned so
     far (``min`` before the first look); otherwise ``design.items(spec)``."""
-    if spec.sequential is None:
-        return design.items(spec)
-    st = load_state(study)
-    return design.items(spec, st.planned if st else None)
+    return planned_items(spec, load_state(study) if spec.sequential is not None else None)
 
 
 def stored_state(spec: Spec, storage_url: str | None) -> State | None:
@@ -136,12 +134,17 @@ def stored_state(spec: Spec, storage_url: str | None) -> State | None:
         return None
 
 
-def stored_items(spec: Spec, storage_url: str | None, st: State | None = None) -> list[Item]:
-    """``items`` of the study of ``spec`` as its storage holds it now (``stored_state``, or ``st``
-    when the caller read it): ``design.items(spec)`` (the first look's) before any look."""
+def stored_items(spec: Spec, storage_url: str | None) -> list[Item]:
+    """``items`` of the study of ``spec`` as its storage holds it now (``stored_state``):
+    ``design.items(spec)`` (the first look's) before any look."""
+    return planned_items(spec, stored_state(spec, storage_url))
+
+
+def planned_items(spec: Spec, st: State | None) -> list[Item]:
+    """The items ``st`` has planned (each cell on its looks' seeds so far), ``min`` seeds a cell
+    before any look; a study that is not sequential, all of its items."""
     if spec.sequential is None:
         return design.items(spec)
-    st = st or stored_state(spec, storage_url)
     return design.items(spec, st.planned if st else None)
 
 
@@ -161,6 +164,19 @@ def comparisons(spec: Spec) -> list[tuple[str, str]]:
 
 def _key(cell: str, measure: str) -> str:
     return f"{cell}:{measure}"
+
+
+def comparison_rows(spec: Spec, decided: Mapping[str, Any], history: Sequence[Sequence[Mapping[str, Any]]]
+                    ) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """(cell id, measure) → each declared comparison's row: its deciding look's, or its latest look's
+    while open; in design order, without those no look has analysed yet."""
+    latest = {r["key"]: r for rows in history for r in rows}
+    out = {}
+    for cell, measure in comparisons(spec):
+        r = decided.get(_key(cell, measure)) or latest.get(_key(cell, measure))
+        if r is not None:
+            out[(cell, measure)] = r
+    return out
 
 
 def declared(spec: Spec) -> dict[str, Any]:
@@ -419,32 +435,32 @@ def state_json(spec: Spec, st: State | None) -> dict[str, Any]:
     ratio (``scale``), as the reports print them — its seeds and stage-wise p."""
     looks = list(spec.sequential.looks)
     labels = {c.id: c.label for c in design.cells(spec)}
-    latest = {r["key"]: r for rows in (st.history if st else []) for r in rows}
+    found = comparison_rows(spec, st.decided, st.history) if st else {}
     rows = []
     for cell, measure in comparisons(spec):
-        r = (st.decided.get(_key(cell, measure)) if st else None) or latest.get(_key(cell, measure)) or {}
-        ratio = measure.startswith("norm.")
-
-        def shown(x: Any, ratio: bool = ratio) -> float | None:
-            if not isinstance(x, int | float) or not math.isfinite(x):
-                return None
-            return math.exp(x) if ratio else float(x)
-
+        r = found.get((cell, measure), {})
         rows.append({"cell": labels.get(cell, cell), "cell_id": cell, "measure": measure,
                      "outcome": outcome(r) if r else "open", "look": r.get("look"), "seeds": r.get("seeds"),
-                     "scale": "ratio" if ratio else "difference", "estimate": shown(r.get("estimate")),
-                     "rci_low": shown(r.get("rci_low")), "rci_high": shown(r.get("rci_high")),
+                     "scale": "ratio" if measure.startswith("norm.") else "difference",
+                     **{k: _on_scale(r.get(k), measure) for k in ("estimate", "rci_low", "rci_high")},
                      "p": r.get("p") if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else None})
     return {"looks": looks, "look": (len(looks) if st.finished else st.look + 1) if st else 1,
             "analysed": len(st.history) if st else 0, "finished": bool(st and st.finished), "comparisons": rows}
 
 
+def _on_scale(x: Any, measure: str) -> float | None:
+    """A look's value as it is read: a norm measure's (analysed on the log scale) as its ratio; None
+    when there is none."""
+    if not isinstance(x, int | float) or not math.isfinite(x):
+        return None
+    return math.exp(x) if measure.startswith("norm.") else float(x)
+
+
 def _fmt(x: Any, measure: str) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+    shown = _on_scale(x, measure)
+    if shown is None:
         return "—"
-    if measure.startswith("norm."):  # analysed on the log scale: say it as a ratio
-        return f"{math.exp(x):.3g}×"
-    return f"{x:+.3f}"
+    return f"{shown:.3g}×" if measure.startswith("norm.") else f"{shown:+.3f}"
 
 
 def estimate_words(r: Mapping[str, Any], labels: Mapping[str, str]) -> str:
