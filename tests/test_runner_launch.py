@@ -191,7 +191,7 @@ def test_look_decisions_lists_every_look_since_with_what_it_decided():
     second = [{**row, "cell_id": b.id, "decision": "equivalent", "seeds": 6, "look": 2, "p": None}]
     state = State(look=1, planned={}, decided={}, history=[first, second], finished=True)
     lines = look_decisions(spec, state)
-    assert lines == ["look 1 (3 seeds): 1 of 2 open comparisons decided",
+    assert lines == ["look 1 (3 seeds): 1 of 2 open comparisons decided; seeds added for look 2 of 2",
                      f"  better: {a.label} on test_accuracy: +0.100 [+0.020, +0.200] (repeated CI), p 0.004",
                      "look 2 (6 seeds): 1 of 1 open comparison decided; the sequential design is finished",
                      f"  equivalent: {b.label} on test_accuracy: +0.100 [+0.020, +0.200] (repeated CI)"]
@@ -225,8 +225,8 @@ def test_a_pooled_sequential_run_prints_every_look(tmp_path, monkeypatch):
     state = sequential_looks.load_state(st.open_study("looks", stores(tmp_path), read_only=True))
     for k in range(1, len(state.history) + 1):
         assert text.count(f"look {k} (") == 1, text  # once: live, not again at the end
-    if len(state.history) > 1:
-        assert "seeds added for look 2 of 2 (the ETA is to its end)" in text, text
+    if len(state.history) > 1:  # with the ETA's words when the view saw look 1 before look 2 was analysed
+        assert "seeds added for look 2 of 2" in text, text
 
 
 def test_a_sequential_run_whose_next_look_is_all_reused_analyses_it_in_the_same_run(tmp_path):
@@ -281,6 +281,58 @@ def test_a_worker_that_ends_a_look_analyses_the_next_when_its_seeds_are_all_reus
     text = o.getvalue()
     assert state.finished and [rows[0]["seeds"] for rows in state.history] == [3, 6], text
     assert "look 2 (6 seeds): " in text, text
+
+
+def test_a_queue_only_run_analyses_a_look_whose_seeds_are_all_done(tmp_path):
+    """`ablate run --workers 0` (workers elsewhere: SLURM) returned before looking at the design: a look
+    whose seeds were all done, by workers stopped with --max-items, stayed unanalysed and its next seeds
+    unqueued, while `ablate plan` said "`ablate run` analyses a look once its seeds are done"."""
+    from cell_store import finish_all
+    from cell_store import spec as cell_spec
+    from optuna.trial import TrialState
+
+    from ablate.runner import queue, sequential_looks
+    from ablate.runner import study as st
+
+    where = stores(tmp_path)
+    seq = cell_spec("seq", seeds={"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]})
+    out, o, err, e = consoles()
+    assert run_study(seq, where, out, err, workers=0) is None  # look 1's seeds queued
+    assert finish_all(st.open_study("seq", where))  # ... and run elsewhere
+    assert sequential_looks.load_state(st.open_study("seq", where, read_only=True)) is None
+    out, o, err, e = consoles()
+    assert run_study(seq, where, out, err, workers=0) is None
+    study = st.open_study("seq", where, read_only=True)
+    state = sequential_looks.load_state(study)
+    assert state is not None and [rows[0]["seeds"] for rows in state.history] == [3], o.getvalue()
+    assert "look 1 (3 seeds): " in o.getvalue()
+    assert state.finished or queue.count(study, (TrialState.WAITING,)) == 6  # 3 more seeds of each cell
+
+
+def test_a_worker_stopped_by_max_items_analyses_the_look_its_last_item_ended(tmp_path, monkeypatch):
+    """A worker with --max-items whose last item was the last of a look returned without analysing it:
+    the look waited for another worker or an `ablate run`."""
+    from cell_store import finish_all
+    from cell_store import spec as cell_spec
+    from optuna.trial import TrialState
+
+    from ablate.runner import phases, queue, sequential_looks, worker
+    from ablate.runner import study as st
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ABLATE_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    where = stores(tmp_path)
+    seq = cell_spec("seq", seeds={"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]})
+    out, o, err, e = consoles()
+    assert run_study(seq, where, out, err, workers=0) is None
+    study = st.open_study("seq", where)
+    kept = phases.claim(study)  # held back while the others finish, then failed and retried by the worker
+    assert len(finish_all(study)) == 5
+    queue.finish(study, kept, TrialState.FAIL, {"status": "failed", "failure_kind": "infrastructure"})
+    queue.requeue(study, kept.number, None)
+    assert worker.work("seq", where, max_items=1, fuse=1) == {"complete": 1}
+    state = sequential_looks.load_state(st.open_study("seq", where, read_only=True))
+    assert state is not None and len(state.history) == 1
 
 
 def test_a_sequential_design_changed_after_its_looks_is_refused_not_silently_mixed(tmp_path):

@@ -117,9 +117,11 @@ def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int 
         seeds = rows[0]["seeds"] if rows else "?"
         out.append(f"look {k} ({seeds} seeds): {len(ended) - undecided} of {count(len(rows), 'open comparison')} decided"
                    + (f", {undecided} undecided at the last look" if undecided else "")
+                   # A look seen only once the next was analysed too (a loaded view, a fast look) still says it
+                   # added seeds; the ETA is said of the latest only.
                    + ("; the sequential design is finished" if state.finished and k == len(state.history)
-                      else f"; seeds added for look {k + 1} of {len(spec.sequential.looks)} (the ETA is to its end)"
-                      if k == len(state.history) else ""))
+                      else f"; seeds added for look {k + 1} of {len(spec.sequential.looks)}"
+                      + (" (the ETA is to its end)" if k == len(state.history) else "")))
         for r in ended:
             p = f", p {r['p']:.3g}" if isinstance(r.get("p"), float) else ""
             said = sequential_looks.outcome(r)
@@ -280,11 +282,11 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     if tuning_left and (line := pruning_note(spec, fuse)):  # queue only too: `ablate worker` fuses by default
         out.print(line, highlight=False, soft_wrap=True)
     show_reused(study, stores, err)
-    if workers == 0:  # queue only: workers on other machines run the items
-        return None
     idle = not (before.waiting + before.running)
     said = new_looks(spec, study) if spec.sequential is not None else None
-    if idle and spec.sequential is not None:  # a look a kill left unanalysed: analyse it here
+    # A look whose seeds are all done but that no worker analysed (one killed, or stopped by
+    # --max-items): analyse it here, queue only too, so that remote workers find its next seeds.
+    if idle and spec.sequential is not None:
         try:
             advanced = sequential_looks.advance_through(study, spec, stores)
         except Exception as exc:
@@ -293,6 +295,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
             for line in said(study):
                 out.print(line, highlight=False, markup=False, soft_wrap=True)
             idle = not advanced[-1].queued
+    if workers == 0:  # queue only: workers on other machines run the items
+        return None
     if idle:  # nothing to run: no worker is started (seconds of imports for nothing) ...
         st.settle_runs(study, stores.tracking)  # ... but a run a kill left RUNNING after its record is ended
         workers = 0

@@ -616,4 +616,8 @@ def _serve(study: optuna.Study, stores: Stores, device: str, emit: Event, wait_f
             if outcome == "superseded":
                 requeue_deadline = time.monotonic() + REQUEUE_WAIT_S
         if max_items is not None and sum(outcomes.values()) >= max_items:
+            if spec is not None:  # its last item may have ended a look: analysed now, not by the next worker
+                with signals.critical():
+                    for look in sequential_looks.advance_through(study, spec, stores):
+                        emit("look", look.event())
             return outcomes
