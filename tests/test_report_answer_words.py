@@ -84,6 +84,12 @@ def test_a_sequential_page_counts_its_declared_comparisons_by_their_valid_decisi
     assert said.endswith(", stage-wise p 0.004.") and "—" not in said and ": " in said, said
     assert answer_words.answer_sentences(v)[0].startswith("Of the 2 comparisons the sequential design declared, none is "
                                                       "significant and 1 futile")
+    # A design of two cells declares one comparison: said of it, not "of the 1 comparisons …, none is significant
+    # and 1 futile".
+    one = SimpleNamespace(sequential=True, sequential_beside=beside.iloc[2:])
+    assert answer_words.answer_sentences(one) == [
+        "The one comparison the sequential design declared, c on norm.final (1.1× [0.8×, 1.5×]), is futile at look 2 "
+        "(6 seeds)."]
 
 
 def test_two_cells_are_one_comparison_not_also_a_factor_test() -> None:

@@ -67,6 +67,9 @@ def test_the_tables_print_the_recorded_decisions():
 def test_the_procedure_says_which_test_the_looks_use():
     said = seqrep.procedure(spec_mod.parse(RAW))[0]
     assert "Each look tests it with the paired t test" in said and "Welch" in said
+    assert "Each of the 2 comparisons (test_accuracy) is a group-sequential test at α/2 = 0.025" in said, said
+    two = seqrep.procedure(spec_mod.parse({**RAW, "factors": {"model.heads": [4, 1]}}))[0]
+    assert "Its one comparison (test_accuracy) is a group-sequential test at α = 0.05 whose α is spent" in two, two
 
 
 def _trials(spec, planned, vals) -> pd.DataFrame:

@@ -274,7 +274,10 @@ def test_a_sequential_plan_whose_first_look_is_reused_says_so_not_running(tmp_pa
                            "other studies); at most 6 (6 beyond this look)"), line
     said = planning.sequential_lines(seq, stores.storage)
     assert ("state: look 1 of 2 (3 seeds) not analysed yet (`ablate run` analyses a look once its seeds are done); "
-            "0 of 1 comparisons decided") in said, said
+            "0 of 1 comparison decided") in said, said
+    # One comparison is said as one ("1 comparisons with", "open: 1 comparisons, cells LRU" before).
+    assert "; 1 comparison with RotRNN on test_accuracy;" in said[0], said
+    assert "open: 1 comparison, cell LRU (and the reference RotRNN)" in said, said
 
 
 @pytest.mark.parametrize("sampler, trials, seeds, replays", [

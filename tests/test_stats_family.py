@@ -71,6 +71,8 @@ def test_policy_sentence_counts_what_the_family_holds() -> None:
     assert "m = 6" in text and "α/m = 0.008," in text
     seq = fam.policy_sentence(adjusted.iloc[0:0], 0.05, sequential_m=3)
     assert "3 comparisons" in seq and "α/m = 0.05/3" in seq and "Bonferroni" in seq
+    one = fam.policy_sentence(adjusted.iloc[0:0], 0.05, sequential_m=1)  # it read "The … design's 1 comparisons"
+    assert "one comparison is the confirmatory family: it is tested at α = 0.05" in one and "α/m" not in one
     assert "Nothing is tested" in fam.policy_sentence(adjusted.iloc[0:0], 0.05)
 
 

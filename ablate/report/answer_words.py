@@ -24,6 +24,7 @@ from ablate.report.verdicts import (
     terms,
 )
 from ablate.stats.estimators import robust_level
+from ablate.terminal import count
 
 __all__ = ["answer_intro", "answer_lead", "answer_sentences", "show_answer", "summary_lead", "term_sentences"]
 
@@ -81,6 +82,10 @@ def _sequential_sentences(v: Verdicts, named: int) -> list[str]:
     rest = ", ".join(f"{k} {words.get(w, w)}" for k, w in counts if k)
     shown = "; ".join(found[:named] + ([f"{len(found) - named} more (the table)"] if len(found) > named else []))
     verb = "none is" if not found else f"{len(found)} {'is' if len(found) == 1 else 'are'}"
+    if len(said) == 1:  # "of the 1 comparisons …, none is significant and 1 futile": said of the one instead
+        row = table.iloc[0]
+        return [f"The one comparison the sequential design declared, {row['cell']} on {row['measure']} "
+                f"({row[est]}), is {said[0]}."]
     head = f"Of the {len(said)} comparisons the sequential design declared, {verb} significant"
     if found and not rest:  # every one significant: no closing dash before the full stop
         return [f"{head}: {shown}."]
@@ -154,8 +159,9 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
                 found.append(f"{labels.get(r['cell_id'], r['cell_id'])} on {heads[m]} ({text}, p (Holm) "
                              f"{fmt.p_is(r['p_adj'])}{untrained})")
     if not words:
-        return [f"None of the {untested} comparisons with the reference **{ref}** is tested: too few seeds or no "
-                "spread (the table)."] if untested else []
+        head = f"None of the {untested} comparisons" if untested > 1 else "The one comparison"
+        verb = "is tested" if untested > 1 else "is not tested"
+        return [f"{head} with the reference **{ref}** {verb}: too few seeds or no spread (the table)."] if untested else []
     equivalent = sum(w == "equivalent" for w in words)
     undecided = sum(w.startswith("undecided") for w in words)
     rest = ", ".join(f"{k} {w}" for k, w in ((equivalent, "equivalent"), (undecided, "undecided")) if k)
@@ -166,7 +172,8 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
     cut = named if len(found) > named + 1 else len(found)  # "and 1 more" names no fewer words than the one
     shown = _and(found[:cut] + ([f"{len(found) - cut} more (the table)"] if len(found) > cut else []))
     tail = nl.comparisons_tail(v.metric, v.chance, v.margin) if any(marked[:cut]) else ""
-    return [f"Against the reference **{ref}**, {len(found)} of {len(words)} comparisons are significant: {shown}"
+    return [f"Against the reference **{ref}**, {len(found)} of {count(len(words), 'comparison')} "
+            f"{'is' if len(found) == 1 else 'are'} significant: {shown}"
             + (f"; {rest}" if rest else "") + f"{tail}."]
 
 

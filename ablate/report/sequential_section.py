@@ -52,9 +52,11 @@ def procedure(spec: Spec) -> list[str]:
     return [
         f"**Sequential seeds.** This study did not fix its seeds in advance: every cell ran {seq.min} seeds, then "
         f"the comparisons with the reference were analysed and {seq.step} seeds added to the cells of those still "
-        f"open, look after look, up to {seq.max} (looks at {', '.join(map(str, seq.looks))} seeds). Each of the "
-        f"{m} comparisons ({', '.join(seq.measures)}) is a group-sequential test at α/{m} = "
-        f"{pval(seq.alpha / max(1, m), bound=True)} (the family's α {seq.alpha:g}, Bonferroni) whose α is spent across the "
+        f"open, look after look, up to {seq.max} (looks at {', '.join(map(str, seq.looks))} seeds). "
+        + (f"Each of the {m} comparisons ({', '.join(seq.measures)}) is a group-sequential test at α/{m} = "
+           f"{pval(seq.alpha / max(1, m), bound=True)} (the family's α {seq.alpha:g}, Bonferroni)" if m != 1 else
+           f"Its one comparison ({', '.join(seq.measures)}) is a group-sequential test at α = {seq.alpha:g}")
+        + f" whose α is spent across the "
         f"looks by the Lan–DeMets {_shape(seq.spending)} function. Each look tests it with the paired t test on "
         f"the seeds the cell shares with the reference (Welch's t test when they share fewer than two), against "
         f"boundaries computed for that t statistic (not a normal approximation): it is decided *significant* when "

@@ -413,7 +413,7 @@ def _decided_first(rows: list[dict[str, str]], columns: list[str], max_rows: int
     kept, rest = [r for r in rows if decided(r)], [r for r in rows if not decided(r)]
     if not rest:
         return kept
-    summary = {"question": f"the other {len(rest)} comparisons", "flags": ""}
+    summary = {"question": f"the other {len(rest)} comparisons" if len(rest) > 1 else "the other comparison", "flags": ""}
     for c in columns:
         words = ["undecided" if "undecided" in r[c] else "not tested" if "not tested" in r[c] else fmt.DASH
                  for r in rest]

@@ -34,6 +34,7 @@ from ablate.runner.items import item_state, trials_by_item
 from ablate.runner.study import prepare
 from ablate.spec import Spec
 from ablate.stores import Stores
+from ablate.terminal import count
 
 if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
@@ -483,7 +484,7 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
     ref = reference_cell(spec)
     started = st is not None  # no stored state: no look has begun (its seeds may all be reused, none run)
     st = st or State(planned={c: seq.looks[0] for c in labels})
-    head = (f"sequential seeds: looks at {', '.join(map(str, seq.looks))} seeds per cell; {len(cmp)} comparisons with "
+    head = (f"sequential seeds: looks at {', '.join(map(str, seq.looks))} seeds per cell; {count(len(cmp), 'comparison')} with "
             f"{labels[ref]} on {', '.join(seq.measures)}; {seq.spending} α-spending, family α {seq.alpha:g} "
             f"(Bonferroni), equivalence within {spec.stats.min_effect:g} (norms: ×{spec.stats.min_ratio:g})")
     out = [head, "test: at each look the paired t test of each cell against the reference on their shared seeds "
@@ -494,7 +495,7 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
              # first look whose seeds were all reused still waits for that run to analyse it.
              + ("under way" if started else "not analysed yet (`ablate run` analyses a look once its seeds are done)"))
     undecided = sum(outcome(r) == "undecided" for r in st.decided.values())  # ended at the last look, not decided
-    out.append(f"state: {where}; {len(st.decided) - undecided} of {len(cmp)} comparisons decided"
+    out.append(f"state: {where}; {len(st.decided) - undecided} of {count(len(cmp), 'comparison')} decided"
                + (f", {undecided} undecided at the last look" if undecided else ""))
     for r in sorted(st.decided.values(), key=lambda r: (r.get("look") or 0, r["key"])):
         p = f", p {r['p']:.3g}" if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else ""
@@ -507,7 +508,8 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
                        f"|t| {abs(t):.3g} against the boundary {bound:.3g}")
     open_cells = sorted({c for c, m in cmp if _key(c, m) not in st.decided})
     if open_cells and not st.finished:
-        out.append(f"open: {len(cmp) - len(st.decided)} comparisons, cells "
+        out.append(f"open: {count(len(cmp) - len(st.decided), 'comparison')}, "
+                   + ("cell " if len(open_cells) == 1 else "cells ")
                    + "; ".join(labels[c] for c in open_cells) + f" (and the reference {labels[ref]})")
         most = sum(seq.max - st.planned.get(c, seq.looks[0]) for c in {*open_cells, ref})
         cost = f", about {most * seconds_per_item / 60:.0f} min of one worker's time" if seconds_per_item else ""

@@ -126,10 +126,15 @@ def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: i
                     comparison: bool = False) -> str:
     """The one sentence every report prints about the family: its size, what is in it, how it is
     corrected. ``sequential_m``: the number of comparisons of a sequential design (its family)."""
-    if sequential_m is not None:
-        return (f"**Multiplicity.** The sequential design's {sequential_m} comparisons are the confirmatory "
+    if sequential_m == 1:
+        head = (f"**Multiplicity.** The sequential design's one comparison is the confirmatory family: it is tested "
+                f"at α = {alpha:g} (nothing to correct for)")
+    elif sequential_m is not None:
+        head = (f"**Multiplicity.** The sequential design's {sequential_m} comparisons are the confirmatory "
                 f"family: each is tested at α/m = {alpha:g}/{sequential_m} (Bonferroni — its comparisons stop at "
-                "different looks, so Holm's later steps do not apply); fixed-design p-values and factor tests "
+                "different looks, so Holm's later steps do not apply)")
+    if sequential_m is not None:
+        return (f"{head}; fixed-design p-values and factor tests "
                 "are not valid after a data-dependent number of seeds: none is a verdict, and the fixed-design p "
                 "printed beside each decision is labelled descriptive.")
     m = len(adjusted)
