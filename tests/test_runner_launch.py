@@ -383,6 +383,45 @@ def test_a_sequential_design_changed_after_its_looks_is_refused_not_silently_mix
     assert again is not None and not again.unfinished
 
 
+def test_a_sequential_study_whose_code_changed_after_a_look_is_refused(tmp_path, monkeypatch):
+    """A plug-in edited (or ablate upgraded) between looks gives the cells new ids: the next run
+    trained the new code's cells from look 1's seed count while the state was at look 2, and would
+    have analysed them against look 2's boundaries beside the old code's look 1. Now it refuses, names
+    the cells, and says how to go on."""
+    import pytest
+    from cell_store import finish_all
+    from cell_store import spec as cell_spec
+
+    from ablate.design import identity
+    from ablate.runner import sequential_looks
+    from ablate.runner import study as st
+    from ablate.terminal import Refused
+
+    where = stores(tmp_path)
+    seeds = {"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]}
+    seq = cell_spec("seq", seeds=seeds)
+    assert run_study(seq, where, *consoles()[::2], workers=0) is None
+    finish_all(st.open_study("seq", where))
+    assert run_study(seq, where, *consoles()[::2], workers=0) is None  # look 1 analysed
+    state = sequential_looks.load_state(st.open_study("seq", where, read_only=True))
+    assert len(state.history) == 1
+    monkeypatch.setattr(identity, "CODE_VERSION", "2")
+    recoded = cell_spec("seq", seeds=seeds)
+    assert {c.id for c in design.cells(recoded)}.isdisjoint(state.planned)
+    (change,) = sequential_looks.design_changes(recoded, state)
+    assert change.startswith("new code for 2 cells (RotRNN; LRU): "), change
+    with pytest.raises(Refused) as refused:
+        run_study(recoded, where, *consoles()[::2], workers=0)
+    lines = refused.value.lines
+    assert refused.value.code == 2 and lines[0].startswith("seq: the code of its cells changed after 1 look had been "
+                                                           "analysed: new code for 2 cells"), lines
+    assert "restore the code the looks ran" in lines[-1] and "as a new study" in lines[-1]
+    # The looks' cells keep their labels under their old ids: plan's lines name them, not an id.
+    assert state.design["labels"] == {c: label for c, label in zip(state.planned, ["RotRNN", "LRU"], strict=True)}
+    monkeypatch.setattr(identity, "CODE_VERSION", "1")  # the code restored: it goes on
+    assert sequential_looks.design_changes(cell_spec("seq", seeds=seeds), state) == []
+
+
 def test_an_outcome_prints_itself_and_gives_the_exit_status():
     from ablate.runner.launch import Outcome
 

@@ -268,7 +268,8 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     stale = {k: v for k, v in (prepared.reuse.stale if prepared.reuse else {}).items() if not reuse_stale}
     if stale:
         old = sorted({s.code_version for s in stale.values()})
-        out.print(f"stale: {len(stale)} trials have results from code version {', '.join(old)} in study "
+        out.print(f"stale: {count(len(stale), 'trial')} {'has' if len(stale) == 1 else 'have'} results from code version "
+                  f"{', '.join(old)} in study "
                   f"{', '.join(sorted({s.study for s in stale.values()}))}: not reused (--reuse-stale reuses them)",
                   highlight=False, soft_wrap=True)
     held = prepared.reuse.held if prepared.reuse else {}

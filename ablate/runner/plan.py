@@ -292,7 +292,7 @@ def stale_lines(plan: Plan, reuse_stale: bool = False) -> list[str]:
     n = sum(len(c.stale) for c in plan.stale)
     changes = dict.fromkeys(version_change(s.code_version, c.cell.code_version)
                             for c in plan.stale for s in c.stale.values())
-    return [f"stale: {n} trials of {len(plan.stale)} cells were run by other code ({' | '.join(changes)}): not "
+    return [f"stale: {count(n, 'trial')} of {count(len(plan.stale), 'cell')} were run by other code ({' | '.join(changes)}): not "
             f"reused, they will run again; --reuse-stale reuses them"]
 
 
@@ -304,11 +304,13 @@ def orphan_lines(orphans: Any, spec_name: str) -> list[str]:
     if orphans.finished:
         labels = sorted(set(orphans.cells.values()))
         shown = "; ".join(labels[:3]) + (f"; … {len(labels) - 3} more" if len(labels) > 3 else "")
-        lines.append(f"orphaned: {orphans.trials} finished trials of study {spec_name!r} ({len(orphans.finished)} "
-                     f"items, {len(labels)} cells: {shown}) belong to no cell of this spec")
+        lines.append(f"orphaned: {count(orphans.trials, 'finished trial')} of study {spec_name!r} "
+                     f"({count(len(orphans.finished), 'item')}, {count(len(labels), 'cell')}: {shown}) "
+                     f"{'belongs' if orphans.trials == 1 else 'belong'} to no cell of this spec")
     if orphans.unfinished:
-        lines.append(f"orphaned: {len(orphans.unfinished)} queued items of study {spec_name!r} belong to no cell of "
-                     "this spec; workers of this study still run them")
+        lines.append(f"orphaned: {count(len(orphans.unfinished), 'queued item')} of study {spec_name!r} "
+                     f"{'belongs' if len(orphans.unfinished) == 1 else 'belong'} to no cell of this spec; workers of "
+                     "this study still run them")
     lines += [f"  keep them as a study of their own:  ablate keep {spec_name} {orphans.keep_as or spec_name + '-old'}",
               f"  drop them:                          ablate rm {spec_name} --orphans",
               "  (until dropped they stay in the store, and any study that asks for their cells reuses them)"]

@@ -184,11 +184,12 @@ def declared(spec: Spec) -> dict[str, Any]:
     """What every look's boundaries and decisions depend on, recorded with the first look: the
     seeds design, the equivalence and futility margins, and the comparisons (their number sets
     each one's α), by their cells' labels: a new code version gives the cells new ids, not the
-    design new comparisons."""
+    design new comparisons. ``labels`` (id → label) is not part of the design: it names the looks'
+    cells once their ids have changed."""
     labels = {c.id: c.label for c in design.cells(spec)}
     return {"seeds": spec.sequential.model_dump(mode="json"), "stats.min_effect": spec.stats.min_effect,
             "stats.min_ratio": spec.stats.min_ratio,
-            "comparisons": [_key(labels[c], m) for c, m in comparisons(spec)]}
+            "comparisons": [_key(labels[c], m) for c, m in comparisons(spec)], "labels": labels}
 
 
 def design_changes(spec: Spec, st: State | None) -> list[str]:
@@ -205,7 +206,20 @@ def design_changes(spec: Spec, st: State | None) -> list[str]:
     before, after = set(was.get("comparisons", [])), set(now["comparisons"])
     out += [f"{len(keys)} comparison{'s' if len(keys) != 1 else ''} {how}"
             for keys, how in ((after - before, "added"), (before - after, "removed")) if keys]
+    if recoded := _recoded_cells(spec, st):
+        out.append(f"new code for {count(len(recoded), 'cell')} ({'; '.join(recoded)}): "
+                   f"{'its' if len(recoded) == 1 else 'their'} model, a plug-in's source or ablate's version changed, "
+                   f"so {'its' if len(recoded) == 1 else 'their'} next seeds would not be the runs the looks compared")
     return out
+
+
+def _recoded_cells(spec: Spec, st: State) -> list[str]:
+    """The labels of cells whose code changed after ``st``'s looks: with the same comparisons (by
+    label), a cell whose id the looks did not plan has a new id, and only code makes one."""
+    was = st.design or {}
+    if not st.history or set(was.get("comparisons", [])) != set(declared(spec)["comparisons"]):
+        return []  # no look yet, or the cells changed (said as comparisons added or removed)
+    return [c.label for c in design.cells(spec) if c.id not in st.planned]
 
 
 def fixed_after_looks(spec: Spec, st: State | Mapping[str, Any] | None) -> str:
@@ -222,19 +236,26 @@ def fixed_after_looks(spec: Spec, st: State | Mapping[str, Any] | None) -> str:
 
 
 def changed_design_lines(spec: Spec, st: State | None) -> list[str]:
-    """Why ``ablate run`` refuses a sequential study whose design changed after a look (and what
-    ``plan`` warns of); empty when it did not change."""
+    """Why ``ablate run`` refuses a sequential study whose design or cells' code changed after a
+    look (and what ``plan`` warns of); empty when neither did."""
     changes = design_changes(spec, st)
     if not changes:
         return []
-    return [f"{spec.name}: its sequential design changed after {len(st.history)} look"
-            f"{'s' if len(st.history) != 1 else ''} had been analysed: {'; '.join(changes)}",
+    recoded = _recoded_cells(spec, st)
+    looks = f"after {count(len(st.history), 'look')} had been analysed: {'; '.join(changes)}"
+    new_code = ("to go on: restore the code the looks ran (the plug-in's source, ablate's version); or run the design "
+                "on the new code as a new study (another `name`), whose looks start again")
+    if len(changes) == 1 and recoded:
+        return [f"{spec.name}: the code of its cells changed {looks}",
+                "a comparison's looks test the runs of one code; the new code's seeds mixed into them would not be "
+                "one experiment", new_code]
+    return [f"{spec.name}: its sequential design changed {looks}",
             "the looks so far spent their α under the design they were analysed with; a design changed after "
             "looking (more seeds once a comparison ended undecided, another margin) no longer keeps its error "
             "rate, so this study goes on only with the design it declared",
             "to go on: put `seeds` (and `stats`, the cells) back as they were; to add seeds after an undecided "
             "end, run the new design as a new study (another `name`; it reuses these runs), and say with its "
-            "results that its design was chosen after seeing these looks"]
+            "results that its design was chosen after seeing these looks", *([new_code] if recoded else [])]
 
 
 def designs(spec: Spec) -> dict[str, SequentialDesign]:
@@ -484,6 +505,7 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
     ref = reference_cell(spec)
     started = st is not None  # no stored state: no look has begun (its seeds may all be reused, none run)
     st = st or State(planned={c: seq.looks[0] for c in labels})
+    labels = {**(st.design or {}).get("labels", {}), **labels}  # the looks' cells, under their old ids too
     head = (f"sequential seeds: looks at {', '.join(map(str, seq.looks))} seeds per cell; {count(len(cmp), 'comparison')} with "
             f"{labels[ref]} on {', '.join(seq.measures)}; {seq.spending} α-spending, family α {seq.alpha:g} "
             f"(Bonferroni), equivalence within {spec.stats.min_effect:g} (norms: ×{spec.stats.min_ratio:g})")
