@@ -137,3 +137,17 @@ def test_looks_read_the_norm_measures_without_the_runs_the_report_leaves_out():
         got = per_run_values(ps, measure)
         assert 2 not in got["a"], (measure, got)
         assert set(got["ref"]) == set(range(5)) and set(got["a"]) == {0, 1, 3, 4}, (measure, got)
+
+
+def test_the_state_lines_price_the_seeds_left_in_minutes_and_seconds():
+    """`ablate status` priced 6 seed items at 2 s each as "about 0 min of one worker's time"."""
+    from cell_store import spec as cell_spec
+
+    from ablate import design
+    from ablate.runner import sequential_looks
+
+    spec = cell_spec("seq", seeds={"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]})
+    st = sequential_looks.State(planned={c.id: 3 for c in design.cells(spec)})
+    said = sequential_looks.lines(spec, st, seconds_per_item=2.0)
+    assert "pending seeds: at most 6 more seed items to the last look, about 0m12s of one worker's time" in said, said
+    assert "open: 1 comparison, cell LRU (and the reference RotRNN)" in said, said

@@ -30,6 +30,7 @@ import optuna
 from ablate import design, faults
 from ablate.design import Item
 from ablate.runner import queue
+from ablate.runner.countdown import duration
 from ablate.runner.items import item_state, trials_by_item
 from ablate.runner.study import prepare
 from ablate.spec import Spec
@@ -534,6 +535,6 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
                    + ("cell " if len(open_cells) == 1 else "cells ")
                    + "; ".join(labels[c] for c in open_cells) + f" (and the reference {labels[ref]})")
         most = sum(seq.max - st.planned.get(c, seq.looks[0]) for c in {*open_cells, ref})
-        cost = f", about {most * seconds_per_item / 60:.0f} min of one worker's time" if seconds_per_item else ""
+        cost = f", about {duration(most * seconds_per_item)} of one worker's time" if seconds_per_item else ""
         out.append(f"pending seeds: at most {most} more seed items to the last look{cost}")
     return out
