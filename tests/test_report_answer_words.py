@@ -72,13 +72,14 @@ def test_a_sequential_page_counts_its_declared_comparisons_by_their_valid_decisi
                            "sequential decision (valid)": ["significant at look 3 (9 seeds), stage-wise p 0.0013",
                                                            "undecided at the last look (12 seeds)",
                                                            "futile at look 2 (6 seeds)"]})
-    v = SimpleNamespace(sequential=True, sequential_beside=beside)
+    bare = {"labels": {"ida": "a"}, "reference": ("ida", "a"), "chance": None, "never": None}  # no chance level: no untrained-runs sentence
+    v = SimpleNamespace(sequential=True, sequential_beside=beside, **bare)
     assert answer_words.answer_sentences(v) == [
         "Of the 3 comparisons the sequential design declared, 1 is significant — a on test_accuracy "
         "(−0.094 [−0.141, −0.046]) at look 3 (9 seeds), stage-wise p 0.0013 — and 1 futile, 1 undecided at the last look."]
     v.sequential_beside = beside.iloc[1:]
     # Every one significant (lru_ablations): the list ends the sentence, with no dash left before its full stop.
-    every = SimpleNamespace(sequential=True, sequential_beside=beside.assign(
+    every = SimpleNamespace(**bare, sequential=True, sequential_beside=beside.assign(
         **{"sequential decision (valid)": "significant at look 3 (9 seeds), stage-wise p 0.004"}))
     said = answer_words.answer_sentences(every)[0]
     assert said.endswith(", stage-wise p 0.004.") and "—" not in said and ": " in said, said
@@ -86,7 +87,16 @@ def test_a_sequential_page_counts_its_declared_comparisons_by_their_valid_decisi
                                                       "significant and 1 futile")
     # A design of two cells declares one comparison: said of it, not "of the 1 comparisons …, none is significant
     # and 1 futile".
-    one = SimpleNamespace(sequential=True, sequential_beside=beside.iloc[2:])
+    one = SimpleNamespace(sequential=True, sequential_beside=beside.iloc[2:], **bare)
+    # A decision on runs that mostly never learned is said after the verdicts, as on a fixed page: c's runs
+    # did not train, so its futility says nothing of the variant trained.
+    never = pd.DataFrame({"cell_id": ["idc", "idr"], "n_never_learned": [5, 1], "n_finished": [6, 6]})
+    untrained = SimpleNamespace(sequential=True, sequential_beside=beside, labels={"ida": "a", "idc": "c", "idr": "R"},
+                                reference=("idr", "R"), chance=0.1, never=never, metric=METRIC, margin=0.02)
+    said = answer_words.answer_sentences(untrained)
+    assert said[-1].startswith("**Untrained runs.** This decision compares runs that mostly never learned "
+                               f"({fmt.metric_name(METRIC)} ≤ chance 0.100 + 0.02): c on norm.final, futile; its 5 of 6 "
+                               "runs never learned."), said
     assert answer_words.answer_sentences(one) == [
         "The one comparison the sequential design declared, c on norm.final (1.1× [0.8×, 1.5×]), is futile at look 2 "
         "(6 seeds)."]
@@ -147,9 +157,16 @@ def test_runs_that_never_learned_are_flagged_and_said_in_the_sentence_that_calls
     diag = trials.loc[trials[A] == "diagonal", ["cell_id", "cell_label"]].iloc[0]
     v = verdicts.study_verdicts(res, trials, METRIC, (diag["cell_id"], diag["cell_label"]), margin=0.02)
     assert "interval; the reference's own flags: 10 of 10 never learned. A factor's" in answer_words.answer_intro(v)
-    last = answer_words.answer_sentences(v)[-1]
+    said = answer_words.answer_sentences(v)
+    last = next(w for w in said if w.startswith("Against the reference"))
     assert last.count("; the reference's 10 of 10 runs never learned)") == len(v.comparisons.query("significant"))
     assert "; its 10 of 10 and the reference's 10 of 10" not in last  # rotation cells trained; only diagonal ones
+    # An equivalent comparison with the untrained reference is said after: "equivalent" there says both
+    # failed alike (it was counted among the equivalent ones with no word of it).
+    untrained = said[-1]
+    assert untrained.startswith("**Untrained runs.** ") and "runs that mostly never learned (test accuracy ≤ chance " \
+        "0.500 + 0.02): " in untrained, said
+    assert untrained.count(", equivalent; its 10 of 10 and the reference's 10 of 10 runs never learned") == 1, untrained
     # Without a known chance the rule does not apply: no flag, no caveat.
     blind = verdicts.study_verdicts(answer_res(trials), trials, METRIC, ref)
     assert not any("never learned" in f for fs in blind.flags.values() for f in fs)

@@ -70,6 +70,8 @@ def test_the_procedure_says_which_test_the_looks_use():
     assert "Each of the 2 comparisons (test_accuracy) is a group-sequential test at α/2 = 0.025" in said, said
     two = seqrep.procedure(spec_mod.parse({**RAW, "factors": {"model.heads": [4, 1]}}))[0]
     assert "Its one comparison (test_accuracy) is a group-sequential test at α = 0.05 whose α is spent" in two, two
+    why = seqrep.fixed_why(spec_mod.parse({**RAW, "factors": {"model.heads": [4, 1]}}), 1)  # "α/1", "1 tests" before
+    assert "boundary at α = 0.05 spent over the looks" in why and "would test it alone" in why and "α/1" not in why, why
 
 
 def _trials(spec, planned, vals) -> pd.DataFrame:

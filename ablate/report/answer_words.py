@@ -82,14 +82,33 @@ def _sequential_sentences(v: Verdicts, named: int) -> list[str]:
     rest = ", ".join(f"{k} {words.get(w, w)}" for k, w in counts if k)
     shown = "; ".join(found[:named] + ([f"{len(found) - named} more (the table)"] if len(found) > named else []))
     verb = "none is" if not found else f"{len(found)} {'is' if len(found) == 1 else 'are'}"
+    ids = {label: cid for cid, label in names(v)[0].items()}
+    untrained = _untrained_sentence(v, [(ids.get(c, c), c, m, w.split(" at ")[0]) for c, m, w in
+                                        zip(table["cell"], table["measure"], said, strict=True) if w[:4] != "open"])
     if len(said) == 1:  # "of the 1 comparisons …, none is significant and 1 futile": said of the one instead
         row = table.iloc[0]
         return [f"The one comparison the sequential design declared, {row['cell']} on {row['measure']} "
-                f"({row[est]}), is {said[0]}."]
+                f"({row[est]}), is {said[0]}.", *untrained]
     head = f"Of the {len(said)} comparisons the sequential design declared, {verb} significant"
     if found and not rest:  # every one significant: no closing dash before the full stop
-        return [f"{head}: {shown}."]
-    return [head + (f" — {shown} —" if found else "") + (f" and {rest}." if rest else ".")]
+        return [f"{head}: {shown}.", *untrained]
+    return [head + (f" — {shown} —" if found else "") + (f" and {rest}." if rest else "."), *untrained]
+
+
+def _untrained_sentence(v: Verdicts, rows: list[tuple[str, str, str, str]]) -> list[str]:
+    """The decisions (``rows``: cell id, label, measure, decision) whose cell or reference mostly never
+    learned, said after the verdicts: an *equivalent* there says both failed to train alike, not that
+    the variants would match trained (``[]`` when none is, or the task has no chance level)."""
+    if v.chance is None or v.never is None:
+        return []
+    hits = [f"{label} on {m}, {word}{cav}" for cid, label, m, word in rows
+            if (cav := nl.cells_caveat(v.never, cid, v.reference[0]))]
+    if not hits:
+        return []
+    these = "this decision compares" if len(hits) == 1 else f"these {len(hits)} decisions compare"
+    return [f"**Untrained runs.** {these[0].upper()}{these[1:]} runs that mostly never learned "
+            f"({nl.rule(v.metric, v.chance, v.margin)}): {'; '.join(hits)}. Where they did not train, a decision "
+            "says how untrained runs differ, not how the variants would once trained."]
 
 
 def term_sentences(v: Verdicts, measures: list[str] | None = None) -> list[str]:
@@ -144,7 +163,7 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
     """What the comparisons with the reference found: the significant ones named (``named`` at
     most, the rest counted), and how many were equivalent and undecided."""
     labels, ref = names(v)
-    found, words, untested, marked = [], [], 0, []
+    found, words, untested, marked, equivalent_rows = [], [], 0, [], []
     for frame, ratio in ((v.comparisons, False), (v.norm_comparisons, True)):
         for _, r in frame.iterrows() if len(frame) else ():
             text, word = comparison_parts(r, ratio, v)
@@ -152,6 +171,9 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
             if not word or word == "not tested":
                 continue
             words.append(word)
+            if word == "equivalent":  # a significant one carries its caveat inline; these are said after
+                m = r["measure"] if ratio else v.metric
+                equivalent_rows.append((r["cell_id"], labels.get(r["cell_id"], r["cell_id"]), heads[m], word))
             if word.startswith("SIGNIFICANT"):
                 m = r["measure"] if ratio else v.metric
                 untrained = nl.cells_caveat(v.never, r["cell_id"], v.reference[0])
@@ -168,13 +190,13 @@ def _comparison_sentences(v: Verdicts, heads: dict[str, str], named: int) -> lis
     if not found:
         rest = rest if equivalent and undecided else f"all {rest}"
         return [f"No variant differs significantly from the reference **{ref}** on any measure: of its "
-                f"{len(words)} tested comparisons, {rest}."]
+                f"{len(words)} tested comparisons, {rest}.", *_untrained_sentence(v, equivalent_rows)]
     cut = named if len(found) > named + 1 else len(found)  # "and 1 more" names no fewer words than the one
     shown = _and(found[:cut] + ([f"{len(found) - cut} more (the table)"] if len(found) > cut else []))
     tail = nl.comparisons_tail(v.metric, v.chance, v.margin) if any(marked[:cut]) else ""
     return [f"Against the reference **{ref}**, {len(found)} of {count(len(words), 'comparison')} "
             f"{'is' if len(found) == 1 else 'are'} significant: {shown}"
-            + (f"; {rest}" if rest else "") + f"{tail}."]
+            + (f"; {rest}" if rest else "") + f"{tail}.", *_untrained_sentence(v, equivalent_rows)]
 
 
 def answer_intro(v: Verdicts, confidence: float = 0.95) -> str:

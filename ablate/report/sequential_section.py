@@ -296,10 +296,13 @@ def fixed_why(spec: Spec, fixed_m: int, floors: Sequence[float] = (), alpha: flo
     seen = sorted({float(f) for f in floors if math.isfinite(float(f))})
     low = (f"; here {pval(seen[0], bound=True)}" + (f" to {pval(seen[-1], bound=True)}" if len(seen) > 1 else "")
            if seen else "")
-    return (f"**Why the two can differ.** The sequential look compares the paired t statistic with its "
-            f"boundary at α/{m} = {pval(alpha / m, bound=True)} spent over the looks: when a cell's differences from the "
+    return ("**Why the two can differ.** The sequential look compares the paired t statistic with its "
+            + (f"boundary at α/{m} = {pval(alpha / m, bound=True)}" if m > 1 else f"boundary at α = {alpha:g}")
+            + " spent over the looks: when a cell's differences from the "
             "reference barely vary, t crosses it at a few seeds. The exact permutation test makes no "
             "normality assumption, so its p cannot fall below a floor set by the seeds alone (2/2ⁿ paired"
-            f"{low}), and the fixed design would Holm-adjust it over its whole family of {fixed_m} tests (every "
-            "comparison and ANOVA term on every measure). The fixed column is descriptive only: the number of "
+            f"{low}), and the fixed design would "
+            + (f"Holm-adjust it over its whole family of {fixed_m} tests (every comparison and ANOVA term on every "
+               "measure)" if fixed_m != 1 else "test it alone (its family has this one test)")
+            + ". The fixed column is descriptive only: the number of "
             "seeds depended on the results, so its p-values are not valid; the verdicts are the sequential ones.")
