@@ -151,3 +151,5 @@ def test_the_state_lines_price_the_seeds_left_in_minutes_and_seconds():
     said = sequential_looks.lines(spec, st, seconds_per_item=2.0)
     assert "pending seeds: at most 6 more seed items to the last look, about 0m12s of one worker's time" in said, said
     assert "open: 1 comparison, cell LRU (and the reference RotRNN)" in said, said
+    st.look, st.planned = 1, {c: 6 for c in st.planned}  # at the last look: "at most 0 more seed items" before
+    assert "pending seeds: none beyond this look's, the last" in sequential_looks.lines(spec, st, 2.0)

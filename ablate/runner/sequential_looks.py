@@ -536,5 +536,6 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
                    + "; ".join(labels[c] for c in open_cells) + f" (and the reference {labels[ref]})")
         most = sum(seq.max - st.planned.get(c, seq.looks[0]) for c in {*open_cells, ref})
         cost = f", about {duration(most * seconds_per_item)} of one worker's time" if seconds_per_item else ""
-        out.append(f"pending seeds: at most {most} more seed items to the last look{cost}")
+        out.append(f"pending seeds: at most {most} more seed items to the last look{cost}" if most else
+                   "pending seeds: none beyond this look's, the last")
     return out
