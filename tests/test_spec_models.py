@@ -52,6 +52,14 @@ def test_unknown_keys_are_errors_with_suggestion():
     assert "task.max_lenght: unknown key" in errors(with_("task.max_lenght", 3))
 
 
+def test_a_measure_or_a_report_named_twice_is_an_error_at_its_key():
+    # Both validated: a measure twice counted its comparisons twice in m, under one key.
+    seeds = {"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy", "norm.final", "test_accuracy"]}
+    assert errors(with_("seeds", seeds)).startswith("seeds.measures: test_accuracy named twice; each measure once")
+    msg = errors(with_("reports", ["accuracy", {"name": "accuracy", "sections": ["answer"]}]))
+    assert msg.startswith("reports: accuracy listed twice; each report once"), msg
+
+
 def test_unknown_task_lists_tasks():
     msg = errors(with_("task", {"name": "listopz"}))
     assert msg.startswith("task.name: 'listopz' is not one of: listops")

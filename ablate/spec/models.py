@@ -418,6 +418,14 @@ class SequentialSeeds(Strict):
     equivalence_beta: float = Field(0.02, gt=0.0, lt=0.5, description="what each equivalence test spends (one-sided "
                                                                        "per side, Pocock shape): the power it may cost")
 
+    @field_validator("measures")
+    @classmethod
+    def _once(cls, v: list[str]) -> list[str]:
+        # Twice, a measure's comparisons would count twice in m (each α/m halved) under one key.
+        if twice := sorted({m for m in v if v.count(m) > 1}):
+            raise ValueError(f"{', '.join(twice)} named twice; each measure once")
+        return v
+
     @model_validator(mode="after")
     def _order(self) -> SequentialSeeds:
         if self.max <= self.min:
@@ -560,6 +568,14 @@ class Spec(Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         return _study_name(v)
+
+    @field_validator("reports")
+    @classmethod
+    def _reports_once(cls, v: list[Any]) -> list[Any]:
+        names = [r.name if isinstance(r, ReportOptions) else r for r in v]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"{', '.join(twice)} listed twice; each report once (its options in one entry)")
+        return v
 
     @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int] | SequentialSeeds)
     @classmethod
