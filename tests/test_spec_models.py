@@ -58,6 +58,8 @@ def test_a_measure_or_a_report_named_twice_is_an_error_at_its_key():
     assert errors(with_("seeds", seeds)).startswith("seeds.measures: test_accuracy named twice; each measure once")
     msg = errors(with_("reports", ["accuracy", {"name": "accuracy", "sections": ["answer"]}]))
     assert msg.startswith("reports: accuracy listed twice; each report once"), msg
+    assert errors(with_("train.metrics", ["macro_f1", "macro_f1"])).startswith(
+        "train.metrics: macro_f1 named twice; each metric once")
 
 
 def test_unknown_task_lists_tasks():

@@ -82,6 +82,11 @@ def _level(levels: catalogue.Registry) -> Any:
     return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
 
 
+def _repeated(values: list[Any]) -> list[str]:
+    """The values a list names more than once, as text, sorted (a list's "named twice" error)."""
+    return sorted({str(x) for x in values if values.count(x) > 1})
+
+
 def _metric_name() -> Any:
     """A metric plug-in (``ablate.metrics``): an installed one's name, or ``module:function``."""
 
@@ -259,6 +264,14 @@ class TrainSpec(Strict):
             raise ValueError(f"milestones must increase (got {v})")
         return v
 
+    @field_validator("metrics")
+    @classmethod
+    def _metrics_once(cls, v: list[str]) -> list[str]:
+        # Twice, a metric would be logged under one key, and the list (part of a cell's id) makes new cells.
+        if twice := _repeated(v):
+            raise ValueError(f"{', '.join(twice)} named twice; each metric once")
+        return v
+
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainSpec:
         if self.warmup_steps is not None and self.warmup_steps >= self.steps:
@@ -422,7 +435,7 @@ class SequentialSeeds(Strict):
     @classmethod
     def _once(cls, v: list[str]) -> list[str]:
         # Twice, a measure's comparisons would count twice in m (each α/m halved) under one key.
-        if twice := sorted({m for m in v if v.count(m) > 1}):
+        if twice := _repeated(v):
             raise ValueError(f"{', '.join(twice)} named twice; each measure once")
         return v
 
@@ -573,7 +586,7 @@ class Spec(Strict):
     @classmethod
     def _reports_once(cls, v: list[Any]) -> list[Any]:
         names = [r.name if isinstance(r, ReportOptions) else r for r in v]
-        if twice := sorted({n for n in names if names.count(n) > 1}):
+        if twice := _repeated(names):
             raise ValueError(f"{', '.join(twice)} listed twice; each report once (its options in one entry)")
         return v
 
