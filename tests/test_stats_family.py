@@ -74,6 +74,10 @@ def test_policy_sentence_counts_what_the_family_holds() -> None:
     one = fam.policy_sentence(adjusted.iloc[0:0], 0.05, sequential_m=1)  # it read "The … design's 1 comparisons"
     assert "one comparison is the confirmatory family: it is tested at α = 0.05" in one and "α/m" not in one
     assert "Nothing is tested" in fam.policy_sentence(adjusted.iloc[0:0], 0.05)
+    # Two cells on one measure: one test, said as one ("m = 1 tests … adjusted over all 1 by Holm's" before).
+    alone = fam.policy_sentence(fam.adjust(fam.members([("test_accuracy", _comp([0.02]))])), 0.05)
+    assert "1 comparison with the reference on 1 measure (test_accuracy), m = 1 test: its p is compared with α = 0.05" \
+        in alone and "Holm" not in alone, alone
 
 
 def test_a_null_study_keeps_the_family_rate() -> None:

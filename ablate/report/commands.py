@@ -127,7 +127,7 @@ def export(out: Console, err: Console, args: list[str], storage: str | None, tra
     try:
         for done in results.export_many(names, dest, storage, tracking_uri):
             rows = done.rows
-            out.print(f"wrote {done.path}: {rows['trials']:,} trials, {rows['metrics']:,} metric rows, "
+            out.print(f"wrote {done.path}: {rows['trials']:,} trial{'s' if rows['trials'] != 1 else ''}, {rows['metrics']:,} metric rows, "
                       f"{rows['curves']:,} curve rows ({done.files} files, {done.size / 1e6:.2f} MB)", highlight=False)
             for line in done.missing:
                 err.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)

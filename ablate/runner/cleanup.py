@@ -17,7 +17,7 @@ from ablate.runner import housekeeping as hk
 from ablate.runner import phases, sequential_looks
 from ablate.spec import name_problem
 from ablate.stores import StorageError, Stores
-from ablate.terminal import Refused, Said
+from ablate.terminal import Refused, Said, count
 
 #: Asks a question before anything is removed; raises ``Refused`` when the answer is no.
 Confirm = Callable[[str], None]
@@ -52,8 +52,8 @@ def rm(study: str, stores: Stores, confirm: Confirm, orphans: bool = False, forc
 def _drop_orphans(study: str, found: hk.StudyOrphans, confirm: Confirm) -> Said:
     if not found.found:
         return Said([f"{study}: no orphaned trials"])
-    confirm(f"drop {found.found.trials} finished trials ({len(found.found.finished)} items) and "
-            f"{len(found.found.unfinished)} queued items of {study!r} that belong to no cell of its spec?")
+    confirm(f"drop {count(found.found.trials, 'finished trial')} ({count(len(found.found.finished), 'item')}) and "
+            f"{count(len(found.found.unfinished), 'queued item')} of {study!r} that belong to no cell of its spec?")
     try:
         dropped = hk.drop(found)
     except Exception as exc:
@@ -78,10 +78,10 @@ def keep(study: str, new: str, stores: Stores) -> Said:
         raise Refused(escape(str(exc)), 1) from None
     if done.dropped is None:
         return Said([f"{study}: no finished orphaned trials to keep"])
-    return Said([f"kept {len(done.kept)} orphaned items of {study} as study {new} ({done.covered} of them in the spec "
-                 f"they were queued under, spec hash {done.spec_hash}; nothing was run); {study} dropped "
-                 f"{done.dropped.trials} trials" + (f"; {done.left} orphaned items are not in that spec and stay"
-                                                     if done.left else "")])
+    return Said([f"kept {count(len(done.kept), 'orphaned item')} of {study} as study {new} ({done.covered} of them in "
+                 f"the spec they were queued under, spec hash {done.spec_hash}; nothing was run); {study} dropped "
+                 f"{count(done.dropped.trials, 'trial')}"
+                 + (f"; {count(done.left, 'orphaned item')} not in that spec stay" if done.left else "")])
 
 
 def gc(storage: str | None, confirm: Confirm, every: bool = False) -> Said:

@@ -257,7 +257,7 @@ def remove(plan: Removal, stores: Stores, checkpoints: Path | None = None) -> st
 
         tracking.delete_runs(plan.tracking, plan.runs)
         users = plan.users
-        note = (f"study {plan.study} removed {utc_stamp()}; kept {len(plan.kept)} runs referenced by " + ", ".join(users)
+        note = (f"study {plan.study} removed {utc_stamp()}; kept {len(plan.kept)} run{'s' if len(plan.kept) != 1 else ''} referenced by " + ", ".join(users)
                 if plan.kept else f"study {plan.study} removed {utc_stamp()}")
         renamed = tracking.retire_experiment(plan.tracking, plan.study, delete=not plan.kept, note=note)
     try:

@@ -263,7 +263,7 @@ def run_study(spec: Spec, stores: Stores, out: Console, err: Console, *, workers
     linked = "".join(f", {n} reused from {source}" for source, n in prepared.linked.items())
     if prepared.stale:
         linked += f" ({prepared.stale} of them stale, by --reuse-stale)"
-    out.print(f"{spec.name}: {len(todo)} trials, {before.done} done, {before.failed} failed, "
+    out.print(f"{spec.name}: {count(len(todo), 'trial')}, {before.done} done, {before.failed} failed, "
               f"{before.waiting + before.running} to run ({queued} newly queued{linked})", highlight=False)
     stale = {k: v for k, v in (prepared.reuse.stale if prepared.reuse else {}).items() if not reuse_stale}
     if stale:

@@ -146,6 +146,9 @@ def policy_sentence(adjusted: pd.DataFrame, alpha: float = 0.05, sequential_m: i
     whose, scope = (("One family for this comparison", "this comparison") if comparison else
                     ("One confirmatory family for the whole study, the same in every report", "the study"))
     first = p_text(alpha / m, alpha, bound=True)
+    if m == 1:  # "m = 1 tests … adjusted over all 1 by Holm's step-down method": nothing to adjust
+        return (f"**Multiplicity.** {whose}: {family_words(n_comp, m - n_comp, len(measures))} ({measures[0]}), "
+                f"m = 1 test: its p is compared with α = {alpha:g} as it is, there being nothing to correct for.")
     return (f"**Multiplicity.** {whose}: {family_words(n_comp, m - n_comp, len(measures))} ({', '.join(measures)}), "
             f"m = {m} tests. Every p (Holm){' here' if comparison else ''} is adjusted over all {m} by Holm's "
             f"step-down method, so the chance of any false \"significant\" in {scope} stays at α = {alpha:g}; "
