@@ -52,6 +52,13 @@ def test_unknown_keys_are_errors_with_suggestion():
     assert "task.max_lenght: unknown key" in errors(with_("task.max_lenght", 3))
 
 
+def test_a_sequential_design_of_too_many_looks_is_an_error_saying_the_step_to_change():
+    # Each look's boundaries cost more the more looks there are: 998 looks would have spent hours on them.
+    assert errors(with_("seeds", {"min": 3, "max": 1000, "step": 1})).startswith(
+        "seeds: 998 looks (3 to 1000 seeds by 1); at most 64: a larger step")
+    assert spec.parse(with_("seeds", {"min": 3, "max": 66, "step": 1})).sequential.looks[-1] == 66  # 64 looks
+
+
 def test_a_measure_or_a_report_named_twice_is_an_error_at_its_key():
     # Both validated: a measure twice counted its comparisons twice in m, under one key.
     seeds = {"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy", "norm.final", "test_accuracy"]}

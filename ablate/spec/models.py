@@ -407,6 +407,11 @@ SEQUENTIAL_MEASURES = ("test_accuracy", "val_accuracy", "test_loss", "val_loss",
 SPENDING_SHAPES = ("power3", "obrien_fleming", "pocock")
 
 
+#: The most looks a sequential design may have: at 100 looks each look's analysis took 5 s here, and
+#: the design analyses every look (min 3, max 1000, step 1 would have spent hours on boundaries).
+MAX_LOOKS = 64
+
+
 class SequentialSeeds(Strict):
     """Seeds added look by look until each comparison with the reference is decided: `min` seeds per
     cell first, then `step` more to the cells of comparisons still open, up to `max`. Decided means
@@ -417,7 +422,8 @@ class SequentialSeeds(Strict):
     min: int = Field(3, ge=3, le=MAX_SEEDS, description="seeds per cell at the first look (3 at least: nothing is "
                                                          "tested on fewer)")
     max: int = Field(16, ge=3, le=MAX_SEEDS, description="the most seeds a cell can get (the last look)")
-    step: int = Field(2, ge=1, le=MAX_SEEDS, description="seeds added per look to the cells of open comparisons")
+    step: int = Field(2, ge=1, le=MAX_SEEDS, description="seeds added per look to the cells of open comparisons "
+                                                         f"(at most {MAX_LOOKS} looks from min to max)")
     until: Literal["decided"] = Field("decided", description="when to stop adding seeds")
     measures: list[_choice(SEQUENTIAL_MEASURES)] = Field(
         default_factory=lambda: ["test_accuracy"],
@@ -445,6 +451,9 @@ class SequentialSeeds(Strict):
             raise ValueError(f"max ({self.max}) must be above min ({self.min})")
         if not self.measures:
             raise ValueError("`measures` names at least one")
+        if len(self.looks) > MAX_LOOKS:  # each look's boundaries take longer the more looks there are
+            raise ValueError(f"{len(self.looks)} looks ({self.min} to {self.max} seeds by {self.step}); at most "
+                             f"{MAX_LOOKS}: a larger step")
         return self
 
     @property
