@@ -229,3 +229,19 @@ def test_one_family_over_every_test_the_comparison_makes_said_in_its_words():
     i = int(shared.mean_diff.abs().idxmax())
     assert (f"the largest is {table.at[i, 'variant']}: {table.at[i, 'Δ vs reference [95% CI]']}, p (Holm) "
             f"{table.at[i, 'p (Holm)']}") in lines[0]
+
+
+def test_a_norm_measure_whose_one_comparison_is_untested_says_so_in_the_singular():
+    # Two variants on two seeds: "none of the 1 comparisons can be tested" before.
+    import numpy as np
+    from frames import curve_frame
+
+    from ablate.report import comparison_tables
+    from ablate.stats import norms as sn
+
+    df = curve_frame({"a": np.exp(np.random.default_rng(3).standard_normal((2, 2, 5))),
+                      "b": 1 + 0.01 * np.random.default_rng(4).standard_normal((2, 2, 5))})
+    norms = sn.layer_norms(df)
+    comp = sn.compare(sn.per_seed(norms), norms, "c0", sn.variants(df))
+    said = comparison_tables.norm_sentences(comp, "a")
+    assert said and all(": the one comparison cannot be tested (fewer than 3 seeds)" in s for s in said), said

@@ -469,8 +469,9 @@ def norm_sentences(comp: pd.DataFrame, reference: str, alpha: float = 0.05, conf
         rest = [i for i in tested if i not in sig]
         few = len(rows) - len(tested)
         if not tested:
-            out.append(f"{words}: none of the {len(rows)} comparisons can be tested (fewer than {stats.MIN_N_TEST} "
-                       "seeds); the ratios in the table are description, not evidence.")
+            what = f"none of the {len(rows)} comparisons can" if len(rows) > 1 else "the one comparison cannot"
+            out.append(f"{words}: {what} be tested (fewer than {stats.MIN_N_TEST} seeds); the ratios in the table "
+                       "are description, not evidence.")
             continue
         text = (f"{words}: {len(sig)} of {len(tested)} tested comparisons {'is' if len(sig) == 1 else 'are'} "
                 f"{fmt.verdict(True, at)}")

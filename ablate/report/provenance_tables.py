@@ -34,7 +34,8 @@ def provenance_table(prov: dict[str, Any], extra: list[tuple[str, str]] | None =
         ("MLflow tracking", prov["stores"].get("tracking", DASH)),
         ("items", f"{prov['items']} in {prov['cells']} cells: "
                   + ", ".join(f"{v} {k}" for k, v in prov["counts"].items())),
-        ("reused", ", ".join(f"{n} items trained by study {k}" for k, n in prov.get("reused_from", {}).items())
+        ("reused", ", ".join(f"{n} item{'s' if n != 1 else ''} trained by study {k}"
+                             for k, n in prov.get("reused_from", {}).items())
          or DASH),
         *lineage_rows(prov),
         ("git commit", tally(prov["git_commits"])),
