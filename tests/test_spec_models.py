@@ -64,7 +64,7 @@ def test_a_measure_or_a_report_named_twice_is_an_error_at_its_key():
     seeds = {"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy", "norm.final", "test_accuracy"]}
     assert errors(with_("seeds", seeds)).startswith("seeds.measures: test_accuracy named twice; each measure once")
     msg = errors(with_("reports", ["accuracy", {"name": "accuracy", "sections": ["answer"]}]))
-    assert msg.startswith("reports: accuracy listed twice; each report once"), msg
+    assert msg.startswith("reports: accuracy named twice; each report once"), msg
     assert errors(with_("train.metrics", ["macro_f1", "macro_f1"])).startswith(
         "train.metrics: macro_f1 named twice; each metric once")
 

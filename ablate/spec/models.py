@@ -14,6 +14,7 @@ it whole with ``ablate.design.validate`` / ``load``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -82,9 +83,17 @@ def _level(levels: catalogue.Registry) -> Any:
     return Annotated[str, AfterValidator(check), WithJsonSchema({"type": "string"})]
 
 
-def _repeated(values: list[Any]) -> list[str]:
-    """The values a list names more than once, as text, sorted (a list's "named twice" error)."""
-    return sorted({str(x) for x in values if values.count(x) > 1})
+def _once(what: str, name: Callable[[Any], Any] = lambda x: x) -> AfterValidator:
+    """A list's check that it names each value once (by ``name``): a measure twice counted its
+    comparisons twice in m, a metric twice was logged under one key in a list that made new cells."""
+
+    def check(values: list[Any]) -> list[Any]:
+        names = [name(x) for x in values]
+        if twice := sorted({str(x) for x in names if names.count(x) > 1}):
+            raise ValueError(f"{', '.join(twice)} named twice; each {what} once")
+        return values
+
+    return AfterValidator(check)
 
 
 def _metric_name() -> Any:
@@ -246,7 +255,7 @@ class TrainSpec(Strict):
         "SQLite MLflow store: every 25 keeps logging under 1% of a small model's trial)",
     )
     divergence_norm: float = Field(1e6, gt=0.0, description="a state norm past this marks the run diverged")
-    metrics: list[_metric_name()] = Field(
+    metrics: Annotated[list[_metric_name()], _once("metric")] = Field(
         default_factory=list, max_length=metrics.MAX_METRICS,
         description="metric plug-ins computed on the test set after training (docs/plugins.md): each is a "
         "test_<name> column of the trials frame and a metric the accuracy report can take")
@@ -262,14 +271,6 @@ class TrainSpec(Strict):
             raise ValueError(f"milestones are fractions of the steps, each between 0 and 1 (got {v})")
         if sorted(v) != v or len(set(v)) != len(v):
             raise ValueError(f"milestones must increase (got {v})")
-        return v
-
-    @field_validator("metrics")
-    @classmethod
-    def _metrics_once(cls, v: list[str]) -> list[str]:
-        # Twice, a metric would be logged under one key, and the list (part of a cell's id) makes new cells.
-        if twice := _repeated(v):
-            raise ValueError(f"{', '.join(twice)} named twice; each metric once")
         return v
 
     @model_validator(mode="after")
@@ -425,7 +426,7 @@ class SequentialSeeds(Strict):
     step: int = Field(2, ge=1, le=MAX_SEEDS, description="seeds added per look to the cells of open comparisons "
                                                          f"(at most {MAX_LOOKS} looks from min to max)")
     until: Literal["decided"] = Field("decided", description="when to stop adding seeds")
-    measures: list[_choice(SEQUENTIAL_MEASURES)] = Field(
+    measures: Annotated[list[_choice(SEQUENTIAL_MEASURES)], _once("measure")] = Field(
         default_factory=lambda: ["test_accuracy"],
         description="the measures each comparison is decided on: metrics, or norm measures (norm.training, "
                     "norm.depth, norm.seeds, norm.final); the family of comparisons shares α")
@@ -436,14 +437,6 @@ class SequentialSeeds(Strict):
         "between the two), obrien_fleming (little early), pocock (even)")
     equivalence_beta: float = Field(0.02, gt=0.0, lt=0.5, description="what each equivalence test spends (one-sided "
                                                                        "per side, Pocock shape): the power it may cost")
-
-    @field_validator("measures")
-    @classmethod
-    def _once(cls, v: list[str]) -> list[str]:
-        # Twice, a measure's comparisons would count twice in m (each α/m halved) under one key.
-        if twice := _repeated(v):
-            raise ValueError(f"{', '.join(twice)} named twice; each measure once")
-        return v
 
     @model_validator(mode="after")
     def _order(self) -> SequentialSeeds:
@@ -554,7 +547,7 @@ class Spec(Strict):
     tune: TuneSpec | None = Field(None, description="per-cell tuning before replication")
     references: list[Reference] = Field(
         default_factory=list, description="published values to compare with in the accuracy report")
-    reports: list[_report_entry()] = Field(
+    reports: Annotated[list[_report_entry()], _once("report", lambda r: getattr(r, "name", r))] = Field(
         default_factory=lambda: list(REPORTS),
         description="the reports to render: built-in reports, and report sections of plug-ins (by name, or "
                     "package.module:attribute), each a page of its own (docs/plugins.md); a built-in report "
@@ -590,14 +583,6 @@ class Spec(Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         return _study_name(v)
-
-    @field_validator("reports")
-    @classmethod
-    def _reports_once(cls, v: list[Any]) -> list[Any]:
-        names = [r.name if isinstance(r, ReportOptions) else r for r in v]
-        if twice := _repeated(names):
-            raise ValueError(f"{', '.join(twice)} listed twice; each report once (its options in one entry)")
-        return v
 
     @field_validator("seeds", mode="plain", json_schema_input_type=int | list[int] | SequentialSeeds)
     @classmethod
