@@ -71,6 +71,15 @@ def count(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
+def duration(seconds: float | None) -> str:
+    """A time left as the ETA and the status say it: ``1m05s``, ``2h03m``; ``?`` when unknown."""
+    if seconds is None:
+        return "?"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
 def clip_words(line: str, most: int = MAX_ECHOED, keep: int = 100) -> str:
     """``line`` with each word (a run of non-blank characters outside markup's brackets, so that a
     cut never breaks a tag) longer than ``most`` shortened to its first ``keep`` and last 20

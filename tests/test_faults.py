@@ -137,7 +137,7 @@ def test_an_errored_item_is_rerun_by_retry_failed_after_a_fix_keeping_its_failed
     # Under a changed spec (a fix that made new cells) the failure belongs to no cell: an orphan,
     # not an item --retry-failed would re-run (plan listed it, and run said it retried it).
     changed = " ".join(procs.ablate(tmp_path, "plan", "spec.yaml", "--set", "train.lr=0.002").stdout.split())
-    assert "failed with an error" not in changed and "orphaned: 1 finished trials" in changed, changed
+    assert "failed with an error" not in changed and "orphaned: 1 finished trial of" in changed, changed
     res = procs.ablate(tmp_path, "run", "spec.yaml", "--retry-failed")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "retrying 1 failed item," in res.stdout and "1 to run" in res.stdout, res.stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ablate.runner.eta import Snapshot
+from ablate.terminal import duration
 
 #: The ETA's words for a study with nothing running or waiting (not "ETA 0m00s", as if something
 #: were about to end).
@@ -20,14 +21,6 @@ SLOWER = "revised: the running items are slower than measured"
 # A finish revises the countdown up when it prices what is left this far above it (both): a noisy
 # finish is no reason to, but lru_ablations' countdown showed 55m with 3h48m priced.
 REVISE_RATIO, REVISE_S, LONGER = 1.5, 60.0, "revised: the finished trials took longer than priced"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def eta_words(seconds: float | None, running: int) -> str:

@@ -33,10 +33,10 @@ from rich.text import Text
 from ablate import tuning
 from ablate.design import Item
 from ablate.runner import eta, phases, queue
-from ablate.runner.countdown import FINISHING, NOTHING_LEFT, duration, eta_text, eta_words, next_eta
+from ablate.runner.countdown import FINISHING, NOTHING_LEFT, eta_text, eta_words, next_eta
 from ablate.runner.eta import Running, Snapshot
 from ablate.runner.items import DROPPED, counts
-from ablate.terminal import count
+from ablate.terminal import count, duration
 
 # Seconds between two looks at the store, and between status lines in a pipe when nothing happens.
 POLL_S = 1.0

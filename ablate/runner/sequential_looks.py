@@ -30,12 +30,11 @@ import optuna
 from ablate import design, faults
 from ablate.design import Item
 from ablate.runner import queue
-from ablate.runner.countdown import duration
 from ablate.runner.items import item_state, trials_by_item
 from ablate.runner.study import prepare
 from ablate.spec import Spec
 from ablate.stores import Stores
-from ablate.terminal import count
+from ablate.terminal import count, duration
 
 if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
