@@ -11,6 +11,7 @@ import pandas as pd
 import yaml
 
 from ablate.report.format import DASH
+from ablate.terminal import count
 
 __all__ = ["dirty_lines", "lineage_rows", "provenance_table", "spec_text", "tally", "versions_table"]
 
@@ -34,8 +35,7 @@ def provenance_table(prov: dict[str, Any], extra: list[tuple[str, str]] | None =
         ("MLflow tracking", prov["stores"].get("tracking", DASH)),
         ("items", f"{prov['items']} in {prov['cells']} cells: "
                   + ", ".join(f"{v} {k}" for k, v in prov["counts"].items())),
-        ("reused", ", ".join(f"{n} item{'s' if n != 1 else ''} trained by study {k}"
-                             for k, n in prov.get("reused_from", {}).items())
+        ("reused", ", ".join(f"{count(n, 'item')} trained by study {k}" for k, n in prov.get("reused_from", {}).items())
          or DASH),
         *lineage_rows(prov),
         ("git commit", tally(prov["git_commits"])),

@@ -29,6 +29,7 @@ from ablate.runner.queue import StorageError
 from ablate.runner.study import open_study, prepare, recorded_tracking, storage
 from ablate.spec import Spec, SpecError
 from ablate.stores import Stores, checkpoint_dir, redact
+from ablate.terminal import count
 
 # A study's current items for its spec: ``runner.sequential_looks.items`` (a sequential study's are the
 # seeds its looks planned). sequential sits above housekeeping, so the caller hands it in. ``overview``
@@ -257,7 +258,7 @@ def remove(plan: Removal, stores: Stores, checkpoints: Path | None = None) -> st
 
         tracking.delete_runs(plan.tracking, plan.runs)
         users = plan.users
-        note = (f"study {plan.study} removed {utc_stamp()}; kept {len(plan.kept)} run{'s' if len(plan.kept) != 1 else ''} referenced by " + ", ".join(users)
+        note = (f"study {plan.study} removed {utc_stamp()}; kept {count(len(plan.kept), 'run')} referenced by " + ", ".join(users)
                 if plan.kept else f"study {plan.study} removed {utc_stamp()}")
         renamed = tracking.retire_experiment(plan.tracking, plan.study, delete=not plan.kept, note=note)
     try:

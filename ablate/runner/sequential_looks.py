@@ -204,7 +204,7 @@ def design_changes(spec: Spec, st: State | None) -> list[str]:
            if was.get("seeds", {}).get(k) != now["seeds"].get(k)]
     out += [f"{k} {was.get(k)} → {now[k]}" for k in ("stats.min_effect", "stats.min_ratio") if was.get(k) != now[k]]
     before, after = set(was.get("comparisons", [])), set(now["comparisons"])
-    out += [f"{len(keys)} comparison{'s' if len(keys) != 1 else ''} {how}"
+    out += [f"{count(len(keys), 'comparison')} {how}"
             for keys, how in ((after - before, "added"), (before - after, "removed")) if keys]
     if recoded := _recoded_cells(spec, st):
         out.append(f"new code for {count(len(recoded), 'cell')} ({'; '.join(recoded)}): "
@@ -229,8 +229,8 @@ def fixed_after_looks(spec: Spec, st: State | Mapping[str, Any] | None) -> str:
     history = st.history if isinstance(st, State) else (st or {}).get("history", [])
     if spec.sequential is not None or not history:
         return ""
-    return (f"the seeds of {spec.name} were first added look by look under a sequential design ({len(history)} look"
-            f"{'s' if len(history) != 1 else ''} analysed); with a fixed number of seeds now, its reports test a "
+    return (f"the seeds of {spec.name} were first added look by look under a sequential design "
+            f"({count(len(history), 'look')} analysed); with a fixed number of seeds now, its reports test a "
             "fixed design, whose p-values assume the seed count was set before any result was seen: read them as "
             "descriptive, or run the design as a new study (another `name`; it reuses these runs)")
 

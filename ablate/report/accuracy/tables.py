@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ablate import stats
+from ablate import stats, terminal
 from ablate.report.format import (
     DASH,
     NBSP,
@@ -350,7 +350,7 @@ def power_floor_note(comp: pd.DataFrame) -> str:
     out = comp[(floor > at) & comp["testable"].astype(bool)]
     if out.empty:
         return ""
-    which = "every comparison" if len(out) == int(comp["testable"].sum()) else f"{len(out)} comparison{'s' if len(out) != 1 else ''}"
+    which = "every comparison" if len(out) == int(comp["testable"].sum()) else terminal.count(len(out), "comparison")
     return (f"The power is the t-test's: for {which} ({seeds_text(out)}) the exact test, which gives the verdict, "
             f"cannot give a p below {pval(float(floor[out.index].min()), bound=True)}, above α/m, so its own power "
             "there is 0 — the seeds column says how many would do.")
