@@ -153,3 +153,46 @@ def test_the_state_lines_price_the_seeds_left_in_minutes_and_seconds():
     assert "open: 1 comparison, cell LRU (and the reference RotRNN)" in said, said
     st.look, st.planned = 1, {c: 6 for c in st.planned}  # at the last look: "at most 0 more seed items" before
     assert "pending seeds: none beyond this look's, the last" in sequential_looks.lines(spec, st, 2.0)
+
+
+def test_a_look_on_runs_that_never_learned_says_so_in_the_terminal():
+    """Two cells at chance read "equivalent: … +0.001 [-0.004, +0.006]" at the look, in `ablate run`'s
+    look lines and in `ablate status`, with no word that neither trained (page one said it; the
+    terminal did not)."""
+    from cell_store import spec as cell_spec
+
+    from ablate import design
+    from ablate.runner import sequential_looks
+    from ablate.runner.launch import look_decisions
+
+    spec = cell_spec("seq", seeds={"min": 6, "max": 12, "step": 6, "measures": ["test_accuracy"]})
+    ids = [c.id for c in design.cells(spec)]
+    ref = sequential_looks.reference_cell(spec)
+    other = next(c for c in ids if c != ref)
+    at_chance = [0.101, 0.099, 0.1, 0.102, 0.1, 0.131]  # 5 of 6 at or below 0.1 + 0.02
+    values = {"test_accuracy": {ref: dict(enumerate(at_chance)), other: dict(enumerate(v + d for v, d in zip(
+        at_chance, [0.001, -0.001, 0.002, 0.0, 0.001, -0.002], strict=True)))}}
+    st = sequential_looks.State(planned={c: 6 for c in ids})
+    decided = sequential_looks.step(spec, st, values, chance=0.1)
+    assert [r["decision"] for r in decided] == ["equivalent"], decided
+    assert decided[0]["never_learned"] == {"chance": 0.1, "margin": 0.02, "cell": [5, 6], "reference": [5, 6]}
+    said = "; its 5 of 6 and the reference's 5 of 6 runs never learned (test_accuracy ≤ chance 0.1 + 0.02)"
+    printed = look_decisions(spec, st)
+    assert printed[1].startswith("  equivalent: ") and printed[1].endswith(said), printed
+    assert any(line.endswith(said) for line in sequential_looks.lines(spec, st)), sequential_looks.lines(spec, st)
+
+    # Trained runs, or no chance known (a task that logs none): the line is as before.
+    for chance, shift in ((0.1, 0.5), (None, 0.0)):
+        st = sequential_looks.State(planned={c: 6 for c in ids})
+        trained = {m: {c: {s: v + shift for s, v in by.items()} for c, by in cells.items()} for m, cells in values.items()}
+        (row,) = sequential_looks.step(spec, st, trained, chance=chance)
+        assert sequential_looks.untrained_words(row) == "", row
+        assert "never learned" not in "\n".join(look_decisions(spec, st))
+
+
+def test_the_never_learned_margin_is_the_accuracy_reports():
+    """The terminal's rule and the report's are one number: the report's declared `margin`."""
+    from ablate import stats
+    from ablate.report.never_learned import default_margin
+
+    assert default_margin() == stats.NEVER_LEARNED_MARGIN

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparison_rows",
            "comparisons", "declared", "design_changes", "designs", "fixed_after_looks", "items", "load_state", "outcome",
            "outcome_words", "planned_items", "reference_cell", "state_json", "step", "stored_items",
-           "stored_state"]
+           "stored_state", "untrained_words"]
 
 STATE = "ablate.sequential"
 TERMINAL = ("done", "failed")
@@ -276,16 +276,27 @@ def designs(spec: Spec) -> dict[str, SequentialDesign]:
     return out
 
 
-def _values(study: optuna.Study, spec: Spec, stores: Stores, its: list[Item], measure: str
-            ) -> dict[str, dict[int, float]]:
-    """Cell → seed → the measure of its finished replicate (diverged and failed items: none)."""
+def _finished(study: optuna.Study, its: list[Item]) -> dict[str, tuple[Item, Any]]:
+    """Item key → (item, its latest complete trial), of the replicates of ``its`` that finished."""
     by_item = trials_by_item(study)
     done: dict[str, tuple[Item, Any]] = {}
     for item in its:
-        trials = by_item.get(item.key, [])
-        complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+        complete = [t for t in by_item.get(item.key, []) if t.state == optuna.trial.TrialState.COMPLETE]
         if item.phase == "replicate" and complete:
             done[item.key] = (item, max(complete, key=lambda t: t.number))
+    return done
+
+
+def _chance(done: Mapping[str, tuple[Item, Any]]) -> float | None:
+    """The task's chance accuracy, as its runs logged it (None: none did)."""
+    for _, trial in done.values():
+        if isinstance(value := trial.user_attrs.get("chance"), int | float) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def _values(done: Mapping[str, tuple[Item, Any]], stores: Stores, measure: str) -> dict[str, dict[int, float]]:
+    """Cell → seed → the measure of its finished replicate (diverged and failed items: none)."""
     out: dict[str, dict[int, float]] = {}
     if not measure.startswith("norm."):
         for item, trial in done.values():
@@ -334,8 +345,11 @@ def per_run_values(per_seed: Any, measure: str) -> dict[str, dict[int, float]]:
     return out
 
 
-def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[dict[str, Any]]:
-    """The analysis of the current look: every comparison still open, on the first n_k seeds."""
+def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]],
+               chance: float | None = None) -> list[dict[str, Any]]:
+    """The analysis of the current look: every comparison still open, on the first n_k seeds; an
+    accuracy's row counts, with ``chance`` known, the runs of each side that never learned."""
+    from ablate.stats.estimators import NEVER_LEARNED_MARGIN
     from ablate.stats.group_sequential import decide
 
     ref = reference_cell(spec)
@@ -358,18 +372,26 @@ def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[
         if res["look"] == 0:  # too few values for this look (runs diverged or failed): still open
             res["look"] = st.look + 1
         res.pop("z_bounds", None)
-        rows.append({"key": key, "cell_id": cell, "measure": measure, "seeds": n, "paired": len(shared) >= 2,
-                     **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in res.items()}})
+        row = {"key": key, "cell_id": cell, "measure": measure, "seeds": n, "paired": len(shared) >= 2,
+               **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in res.items()}}
+        if chance is not None and measure.endswith("accuracy"):  # the accuracy report's rule, on this look's runs
+            below = chance + NEVER_LEARNED_MARGIN
+            row["never_learned"] = {"chance": chance, "margin": NEVER_LEARNED_MARGIN,
+                                    "cell": [sum(v <= below for v in mine.values()), len(mine)],
+                                    "reference": [sum(v <= below for v in theirs.values()), len(theirs)]}
+        rows.append(row)
     return rows
 
 
-def step(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[dict[str, Any]]:
+def step(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]],
+         chance: float | None = None) -> list[dict[str, Any]]:
     """Analyse the current look of ``st`` on ``values`` (measure → cell → seed → value) and move
     ``st`` on: record its decisions, and either finish or plan the next look's seeds for the cells
     of the comparisons still open and the reference. Returns the rows it decided. Pure (no
-    storage): ``advance`` runs it under the lock, the calibration benchmark on simulated values."""
+    storage): ``advance`` runs it under the lock, the calibration benchmark on simulated values.
+    ``chance``: the task's chance accuracy, by which an accuracy's rows count runs that never learned."""
     looks = spec.sequential.looks
-    rows = _look_rows(spec, st, values)
+    rows = _look_rows(spec, st, values, chance)
     st.history.append(rows)
     decided = [r for r in rows if r["decision"] != "open"]
     for r in decided:
@@ -424,8 +446,9 @@ def advance(study: optuna.Study, spec: Spec, stores: Stores) -> Advanced | None:
             if changed := changed_design_lines(spec, st):  # `ablate run` refuses first: never a mixed design
                 raise RuntimeError(" ".join(changed))
             st.design = st.design or declared(spec)
-            values = {m: _values(study, spec, stores, planned, m) for m in spec.sequential.measures}
-            decided = step(spec, st, values)
+            done = _finished(study, planned)
+            values = {m: _values(done, stores, m) for m in spec.sequential.measures}
+            decided = step(spec, st, values, _chance(done))
             study.set_user_attr(STATE, st.dump())  # before queueing: a kill after it leaves items to queue
             faults.inject("look")
     done = prepare(spec, design.items(spec, st.planned), stores)
@@ -493,6 +516,21 @@ def estimate_words(r: Mapping[str, Any], labels: Mapping[str, str]) -> str:
             f"[{_fmt(r['rci_low'], m)}, {_fmt(r['rci_high'], m)}] (repeated CI)")
 
 
+def untrained_words(r: Mapping[str, Any]) -> str:
+    """``; its 4 of 6 and the reference's 5 of 6 runs never learned (test_accuracy ≤ chance 0.1 + 0.02)``
+    when a look's row compares a cell or reference whose runs mostly never learned, else ``""``: its
+    decision then says how untrained runs differ (the reports' page one says the same)."""
+    never = r.get("never_learned")
+    if not isinstance(never, Mapping):
+        return ""
+    said = [f"{whose} {k} of {n}" for side, whose in (("cell", "its"), ("reference", "the reference's"))
+            for k, n in [never.get(side) or (0, 0)] if n and 2 * k > n]
+    if not said:
+        return ""
+    return (f"; {' and '.join(said)} runs never learned ({r['measure']} ≤ chance {never['chance']:.3g} + "
+            f"{never['margin']:g})")
+
+
 def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -> list[str]:
     """What ``ablate plan`` and ``ablate status`` say of a sequential study: the design, the look
     it is at, what each look decided (which way, with its valid interval and p), what is open,
@@ -521,7 +559,7 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
                + (f", {undecided} undecided at the last look" if undecided else ""))
     for r in sorted(st.decided.values(), key=lambda r: (r.get("look") or 0, r["key"])):
         p = f", p {r['p']:.3g}" if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else ""
-        out.append(f"  {outcome_words(r)}: {estimate_words(r, labels)}{p}")
+        out.append(f"  {outcome_words(r)}: {estimate_words(r, labels)}{p}{untrained_words(r)}")
     # Where each open comparison stood at the last look: how far its |t| is from the boundary it must pass.
     for r in (r for r in (st.history[-1] if st.history else []) if r["key"] not in st.decided):
         t, bound = r.get("t"), r.get("bound")

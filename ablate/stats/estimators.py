@@ -14,6 +14,7 @@ from scipy import stats as sps
 from ablate.stats.selection import UNFINISHED, cell_rows, completed_runs, infer_factors, phase_rows
 
 __all__ = [
+    "NEVER_LEARNED_MARGIN",
     "Estimate",
     "MARKS",
     "MIN_N_BOOTSTRAP",
@@ -319,11 +320,17 @@ SUMMARY_COLUMNS = [
 ]
 
 
+#: A completed run whose accuracy is ``≤ chance + NEVER_LEARNED_MARGIN`` never learned: the accuracy
+#: report's ``margin`` parameter declares the same number (a test holds them equal), and a sequential
+#: look's terminal line says it with no report at hand.
+NEVER_LEARNED_MARGIN = 0.02
+
+
 def cell_summary(
     trials: pd.DataFrame,
     metric: str,
     chance: float | None,
-    margin: float = 0.02,
+    margin: float = NEVER_LEARNED_MARGIN,
     confidence: float = 0.95,
     phase: str | None = "replicate",
 ) -> pd.DataFrame:

@@ -80,7 +80,7 @@ def accuracy_by_cell(
     metric: str = "test_accuracy",
     chance: float | None = None,
     *,
-    margin: float = 0.02,
+    margin: float = stats.NEVER_LEARNED_MARGIN,
     confidence: float = 0.95,
     phase: str | None = "replicate",
     label_width: int = 34,
