@@ -339,6 +339,10 @@ def test_convergence_table_flags_budget_too_small_and_steps_used():
     assert "ok 180–300 of 300" in text and "1 run stopped early" in text
     old = acc.convergence_sentences(stats.cell_convergence(make_trials({"a": 0.7}, seeds=2), 300))
     assert old and "not recorded" in old[0]
+    # A 3-step smoke run records its steps but cannot measure a trend: it does not predate the record.
+    short = make_trials({"a": 0.7}, seeds=2).assign(steps=[3, 3], converged=[None, None])
+    said = acc.convergence_sentences(stats.cell_convergence(short, 3))
+    assert said and "cannot be measured at 3 steps per run" in said[0] and "predate" not in said[0], said
 
 
 def test_an_until_converged_sentence_says_whether_the_extensions_continued_a_checkpoint():

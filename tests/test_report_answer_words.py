@@ -85,6 +85,13 @@ def test_a_sequential_page_counts_its_declared_comparisons_by_their_valid_decisi
     assert said.endswith(", stage-wise p 0.004.") and "—" not in said and ": " in said, said
     assert answer_words.answer_sentences(v)[0].startswith("Of the 2 comparisons the sequential design declared, none is "
                                                       "significant and 1 futile")
+    # An equivalent decision is counted too (it was left out: "none is significant and 1 undecided" of three).
+    eq = SimpleNamespace(**bare, sequential=True, sequential_beside=beside.assign(**{"sequential decision (valid)": [
+        "equivalent at look 1 (6 seeds); its 96% equivalence interval [−0.003, +0.009] lies within ±0.01",
+        "undecided at the last look (12 seeds)", "equivalent at look 2 (12 seeds)"]}))
+    assert answer_words.answer_sentences(eq) == [
+        "Of the 3 comparisons the sequential design declared, none is significant and 2 equivalent, 1 undecided at "
+        "the last look."]
     # A design of two cells declares one comparison: said of it, not "of the 1 comparisons …, none is significant
     # and 1 futile".
     one = SimpleNamespace(sequential=True, sequential_beside=beside.iloc[2:], **bare)

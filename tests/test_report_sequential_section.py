@@ -287,3 +287,29 @@ def test_status_json_gives_each_declared_comparison_its_outcome_and_estimate():
     assert r["scale"] == "ratio" and r["estimate"] == pytest.approx(math.exp(decided["estimate"]))
     before = sequential_looks.state_json(spec, None)  # no look yet: every comparison open at look 1
     assert before["look"] == 1 and before["analysed"] == 0 and {r["outcome"] for r in before["comparisons"]} == {"open"}
+
+
+def test_an_equivalent_decision_prints_its_equivalence_interval_in_the_reports_numbers():
+    """The page-one table printed "equivalent at look 2" beside a repeated CI that reached past ±0.01: the
+    decision now carries the interval it was read from, in the report's own number format."""
+    spec = spec_mod.parse(RAW)
+    cells = [c.id for c in sequential_looks.design.cells(spec)]
+    ref = sequential_looks.reference_cell(spec)
+    rng = np.random.default_rng(4)
+    base = 0.6 + rng.normal(0, 0.01, 9)
+    vals = {"test_accuracy": {c: dict(zip(spec.seed_list, (base + rng.normal(0, 0.003, 9)).tolist(), strict=True))
+                              for c in cells}}
+    st = sequential_looks.State(planned={c: 3 for c in cells})
+    while not st.finished:
+        sequential_looks.step(spec, st, vals)
+    labels = {c.id: c.label for c in sequential_looks.design.cells(spec)}
+    equivalent = [r for r in st.decided.values() if sequential_looks.outcome(r) == "equivalent"]
+    assert equivalent, st.decided
+    beside = seqrep.fixed_beside(_state(st), spec, {}, labels).set_index("cell")
+    said = " ".join(seqrep.sentences(_state(st), spec, labels, labels[ref]))
+    for r in equivalent:
+        low = r["estimate"] - r["equivalence_bound"] * r["se"]
+        words = beside.loc[labels[r["cell_id"]], "sequential decision (valid)"]
+        assert words.startswith("equivalent at look") and "; its 96% equivalence interval [" in words, words
+        assert words.endswith("lies within ±0.01") and f"{low:+.3f}".replace("-", "−") in words, words
+        assert f"{low:+.3f}".replace("-", "−") in said

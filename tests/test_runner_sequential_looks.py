@@ -196,3 +196,40 @@ def test_the_never_learned_margin_is_the_accuracy_reports():
     from ablate.report.never_learned import default_margin
 
     assert default_margin() == stats.NEVER_LEARNED_MARGIN
+
+
+def test_an_equivalent_look_says_the_interval_equivalence_was_tested_with():
+    """The repeated CI is at the efficacy boundary, equivalence at its own: at look 1 of (6, 12) a
+    comparison was "equivalent" beside a repeated CI reaching past ±0.01, and at the last look one
+    was "undecided" beside a repeated CI inside ±0.01 — the line must say what decided it."""
+    from cell_store import spec as cell_spec
+
+    from ablate import design
+    from ablate.runner import sequential_looks
+    from ablate.runner.launch import look_decisions
+
+    spec = cell_spec("seq", seeds={"min": 6, "max": 12, "step": 6, "measures": ["test_accuracy"]})
+    ids = [c.id for c in design.cells(spec)]
+    ref = sequential_looks.reference_cell(spec)
+    other = next(c for c in ids if c != ref)
+    base = [0.81, 0.79, 0.8, 0.82, 0.78, 0.8, 0.81, 0.79, 0.8, 0.82, 0.78, 0.8]
+
+    def look(diffs):
+        values = {"test_accuracy": {ref: dict(enumerate(base)), other: {s: base[s] + d for s, d in enumerate(diffs)}}}
+        st = sequential_looks.State(planned={c: len(diffs) for c in ids}, look=0 if len(diffs) == 6 else 1)
+        sequential_looks.step(spec, st, values)
+        return st, st.history[-1][0]
+
+    st, row = look([0.003 + d for d in (0.005, -0.005, 0.004, -0.004, 0.003, -0.003)])
+    assert sequential_looks.outcome(row) == "equivalent" and row["rci_high"] > 0.01, row  # the CI alone: not within
+    words = sequential_looks.equivalence_words(row, spec)
+    low, high = (float(x) for x in re.search(r"interval \[(\S+), (\S+)\] lies within ±0.01$", words).groups())
+    assert -0.01 < low < high < 0.01 and words.startswith("; its 96% equivalence interval"), words
+    assert look_decisions(spec, st)[1].endswith(words)
+
+    st, row = look([-0.0035 + d for d in (0.012, -0.012, 0.008, -0.008, 0.004, -0.004) * 2])
+    assert sequential_looks.outcome(row) == "undecided" and -0.01 < row["rci_low"] < row["rci_high"] < 0.01, row
+    assert "reaches past ±0.01" in sequential_looks.equivalence_words(row, spec)
+    assert any("reaches past ±0.01" in line for line in sequential_looks.lines(spec, st))
+    st, row = look([0.02 + d for d in (0.006, -0.006, 0.004, -0.004, 0.002, -0.002) * 2])  # CI outside: nothing to add
+    assert sequential_looks.equivalence_words(row, spec) == ""

@@ -77,7 +77,7 @@ def _sequential_sentences(v: Verdicts, named: int) -> list[str]:
     est = next(c for c in table.columns if str(c).startswith("estimate ["))
     found = [f"{c} on {m} ({e}) {w.removeprefix('significant ')}" for c, m, e, w in
              zip(table["cell"], table["measure"], table[est], said, strict=True) if w.startswith("significant")]
-    counts = [(sum(w.startswith(k) for w in said), k) for k in ("futile", "undecided", "open")]
+    counts = [(sum(w.startswith(k) for w in said), k) for k in ("equivalent", "futile", "undecided", "open")]
     words = {"open": "still open", "undecided": "undecided at the last look"}
     rest = ", ".join(f"{k} {words.get(w, w)}" for k, w in counts if k)
     shown = "; ".join(found[:named] + ([f"{len(found) - named} more (the table)"] if len(found) > named else []))

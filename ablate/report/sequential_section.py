@@ -62,7 +62,10 @@ def procedure(spec: Spec) -> list[str]:
         f"boundaries computed for that t statistic (not a normal approximation): it is decided *significant* when "
         f"its t statistic crosses the look's boundary, *equivalent* when both one-sided tests against ±{num(spec.stats.min_effect)} "
         f"(norms: ×{spec.stats.min_ratio:g}) reject at the equivalence boundary (which spends β = "
-        f"{seq.equivalence_beta:g}), and *futile* when, before the last look, an effect of that size has become "
+        f"{seq.equivalence_beta:g}) — that is, when its {100 * (1 - 2 * seq.equivalence_beta):.3g}% equivalence "
+        "interval, the estimate ± that boundary × its standard error, lies within the margin (the repeated CI, taken "
+        "at the efficacy boundary, may reach past it; each equivalent comparison's equivalence interval is printed "
+        "with it) — and *futile* when, before the last look, an effect of that size has become "
         f"unlikely — its interval widened to the non-binding futility boundary (which spends β = {FUTILITY_BETA:g} "
         f"of the power against it; the efficacy boundaries ignore it, so α stays what they spend) excludes it. A "
         f"comparison that reaches {seq.max} seeds with none of these is *undecided at the last look*: its seeds ran "
@@ -233,7 +236,8 @@ def sentences(state: Mapping[str, Any] | None, spec: Spec, labels: Mapping[str, 
             p = f", stage-wise p {pval(r['p'])}" if kind == "significant" and r.get("p") is not None else ""
             parts.append(f"{labels.get(r['cell_id'], r['cell_id'])} on {r['measure']} "
                          f"({_value(r.get('estimate'), r['measure'])} [{_value(r.get('rci_low'), r['measure'])}, "
-                         f"{_value(r.get('rci_high'), r['measure'])}], {r['seeds']} seeds{p})")
+                         f"{_value(r.get('rci_high'), r['measure'])}], {r['seeds']} seeds{p}"
+                         f"{runner_sequential.equivalence_words(r, spec, _value)})")
         out.append(f"{lead}: {'; '.join(parts)} {words.format(ref=reference)}.")
     still = [r for r in rows if r["decision"] == "open"]
     if still:
@@ -280,7 +284,7 @@ def fixed_beside(state: Mapping[str, Any] | None, spec: Spec, fixed: Mapping[int
         words, fixed_sig = _fixed_words(hit.iloc[0].to_dict() if hit is not None and len(hit) else None, alpha)
         decision = r["decision"]
         p = f", stage-wise p {pval(r['p'])}" if decision == "significant" and r.get("p") is not None else ""
-        seq_words = runner_sequential.outcome_words(r) + p
+        seq_words = runner_sequential.outcome_words(r) + p + runner_sequential.equivalence_words(r, spec, _value)
         differ = (decision != "open" and fixed_sig is not None and (decision == "significant") != fixed_sig)
         rows.append({"cell": labels.get(r["cell_id"], r["cell_id"]), "measure": r["measure"], est: _estimate(r),
                      "sequential decision (valid)": seq_words, FIXED_COLUMN: words,

@@ -126,7 +126,8 @@ def look_decisions(spec: Spec, state: sequential_looks.State | None, since: int 
             p = f", p {r['p']:.3g}" if isinstance(r.get("p"), float) else ""
             said = sequential_looks.outcome(r)
             said = "undecided at the last look" if said == "undecided" else said
-            out.append(f"  {said}: {sequential_looks.estimate_words(r, labels)}{p}{sequential_looks.untrained_words(r)}")
+            out.append(f"  {said}: {sequential_looks.estimate_words(r, labels)}{p}"
+                       f"{sequential_looks.equivalence_words(r, spec)}{sequential_looks.untrained_words(r)}")
     return out
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
 
 __all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparison_rows",
-           "comparisons", "declared", "design_changes", "designs", "fixed_after_looks", "items", "load_state", "outcome",
+           "comparisons", "declared", "design_changes", "designs", "equivalence_words", "fixed_after_looks", "items", "load_state", "outcome",
            "outcome_words", "planned_items", "reference_cell", "state_json", "step", "stored_items",
            "stored_state", "untrained_words"]
 
@@ -516,6 +516,33 @@ def estimate_words(r: Mapping[str, Any], labels: Mapping[str, str]) -> str:
             f"[{_fmt(r['rci_low'], m)}, {_fmt(r['rci_high'], m)}] (repeated CI)")
 
 
+def equivalence_words(r: Mapping[str, Any], spec: Spec, value: Callable[[Any, str], str] | None = None) -> str:
+    """What the equivalence test saw, where the repeated CI alone would mislead: the repeated CI is
+    taken at the efficacy boundary (α/m), equivalence is tested at its own (β, Pocock), so an
+    *equivalent* comparison's repeated CI may reach past the margin, and one undecided at the last
+    look may have its repeated CI inside it. ``; its 96% equivalence interval [−0.007, +0.009] lies
+    within ±0.01`` for an equivalent row, ``… reaches past ±0.01`` for an undecided one whose repeated
+    CI lies within the margin, else ``""``. The interval is estimate ± the equivalence boundary × se:
+    inside the margin exactly when both one-sided tests reject. ``value`` formats a number of the
+    measure (default the terminal's; a report passes its own)."""
+    value = value or _fmt
+    said = outcome(r)
+    est, se, bound = (r.get(k) for k in ("estimate", "se", "equivalence_bound"))
+    if said not in ("equivalent", "undecided") or not all(
+            isinstance(x, int | float) and math.isfinite(x) for x in (est, se, bound)):
+        return ""
+    m = r["measure"]
+    delta = math.log(spec.stats.min_ratio) if m.startswith("norm.") else spec.stats.min_effect
+    inside = [isinstance(x, int | float) and abs(x) < delta for x in (r.get("rci_low"), r.get("rci_high"))]
+    if said == "undecided" and not all(inside):
+        return ""
+    margin = f"×{spec.stats.min_ratio:g} either way" if m.startswith("norm.") else f"±{spec.stats.min_effect:g}"
+    level = f"{100 * (1 - 2 * spec.sequential.equivalence_beta):.3g}%"
+    where = "lies within" if said == "equivalent" else "reaches past"
+    return (f"; its {level} equivalence interval [{value(est - bound * se, m)}, {value(est + bound * se, m)}] "
+            f"{where} {margin}")
+
+
 def untrained_words(r: Mapping[str, Any]) -> str:
     """``; its 4 of 6 and the reference's 5 of 6 runs never learned (test_accuracy ≤ chance 0.1 + 0.02)``
     when a look's row compares a cell or reference whose runs mostly never learned, else ``""``: its
@@ -559,7 +586,8 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
                + (f", {undecided} undecided at the last look" if undecided else ""))
     for r in sorted(st.decided.values(), key=lambda r: (r.get("look") or 0, r["key"])):
         p = f", p {r['p']:.3g}" if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else ""
-        out.append(f"  {outcome_words(r)}: {estimate_words(r, labels)}{p}{untrained_words(r)}")
+        out.append(f"  {outcome_words(r)}: {estimate_words(r, labels)}{p}{equivalence_words(r, spec)}"
+                   f"{untrained_words(r)}")
     # Where each open comparison stood at the last look: how far its |t| is from the boundary it must pass.
     for r in (r for r in (st.history[-1] if st.history else []) if r["key"] not in st.decided):
         t, bound = r.get("t"), r.get("bound")

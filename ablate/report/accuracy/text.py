@@ -356,8 +356,12 @@ def convergence_sentences(conv: pd.DataFrame, metric: str = "val accuracy") -> l
     gain_col = f"{metric} gain, last 20% of steps"
     out = []
     if not conv["n_known"].any():
-        out.append("Whether the runs converged is not recorded for this study (its trials predate the record); "
-                   "its conclusions cannot say whether more steps would change them.")
+        ran = pd.to_numeric(conv["steps_max"], errors="coerce").dropna()
+        # Runs that recorded their steps did record convergence: too short a run leaves too few
+        # validation passes in its last fifth to measure a trend (``stats.convergence.last_fifth``).
+        why = (f"cannot be measured at {count(int(ran.max()), 'step')} per run (the last 20% of a run needs at "
+               "least 3 validation passes)" if len(ran) else "is not recorded for this study (its trials predate the record)")
+        out.append(f"Whether the runs converged {why}; its conclusions cannot say whether more steps would change them.")
     cell_flag = conv["still_improving"].astype(bool)
     still = conv[cell_flag]
     if len(still):
