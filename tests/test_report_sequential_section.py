@@ -285,6 +285,9 @@ def test_status_json_gives_each_declared_comparison_its_outcome_and_estimate():
         sequential_looks.State(look=0, planned={}, decided={norm["key"]: norm}, history=[[norm]]))
     (r,) = ratio["comparisons"][:1]
     assert r["scale"] == "ratio" and r["estimate"] == pytest.approx(math.exp(decided["estimate"]))
+    # The interval its equivalence test read, on the same scale (a script can check a decision against it).
+    low = decided["estimate"] - decided["equivalence_bound"] * decided["se"]
+    assert rows[big]["equivalence_low"] == pytest.approx(low) and r["equivalence_low"] == pytest.approx(math.exp(low))
     before = sequential_looks.state_json(spec, None)  # no look yet: every comparison open at look 1
     assert before["look"] == 1 and before["analysed"] == 0 and {r["outcome"] for r in before["comparisons"]} == {"open"}
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
 
 __all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparison_rows",
-           "comparisons", "declared", "design_changes", "designs", "equivalence_words", "fixed_after_looks", "items", "load_state", "outcome",
+           "comparisons", "declared", "design_changes", "designs", "equivalence_interval", "equivalence_words", "fixed_after_looks", "items", "load_state", "outcome",
            "outcome_words", "planned_items", "reference_cell", "state_json", "step", "stored_items",
            "stored_state", "untrained_words"]
 
@@ -477,7 +477,9 @@ def state_json(spec: Spec, st: State | None) -> dict[str, Any]:
     the look it is at (1-based; the last once finished), how many were analysed, and per declared
     comparison its outcome (``outcome``: significant, equivalent, futile, undecided, open) with the
     last analysed look's estimate and repeated interval — a difference, or for a norm measure a
-    ratio (``scale``), as the reports print them — its seeds and stage-wise p."""
+    ratio (``scale``), as the reports print them — the equivalence interval its equivalence test
+    read (``equivalence_low``/``_high``, same scale), its seeds, stage-wise p and, for an accuracy,
+    how many runs of each side never learned (``never_learned``; null without a chance level)."""
     looks = list(spec.sequential.looks)
     labels = {c.id: c.label for c in design.cells(spec)}
     found = comparison_rows(spec, st.decided, st.history) if st else {}
@@ -488,7 +490,10 @@ def state_json(spec: Spec, st: State | None) -> dict[str, Any]:
                      "outcome": outcome(r) if r else "open", "look": r.get("look"), "seeds": r.get("seeds"),
                      "scale": "ratio" if measure.startswith("norm.") else "difference",
                      **{k: _on_scale(r.get(k), measure) for k in ("estimate", "rci_low", "rci_high")},
-                     "p": r.get("p") if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else None})
+                     **{k: _on_scale(x, measure) for k, x in zip(("equivalence_low", "equivalence_high"),
+                                                                  equivalence_interval(r) or (None, None), strict=True)},
+                     "p": r.get("p") if isinstance(r.get("p"), float) and math.isfinite(r["p"]) else None,
+                     "never_learned": r.get("never_learned")})
     return {"looks": looks, "look": (len(looks) if st.finished else st.look + 1) if st else 1,
             "analysed": len(st.history) if st else 0, "finished": bool(st and st.finished), "comparisons": rows}
 
@@ -516,6 +521,15 @@ def estimate_words(r: Mapping[str, Any], labels: Mapping[str, str]) -> str:
             f"[{_fmt(r['rci_low'], m)}, {_fmt(r['rci_high'], m)}] (repeated CI)")
 
 
+def equivalence_interval(r: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A look's row's equivalence interval, estimate ± its equivalence boundary × se (on the scale
+    it was analysed on: a norm measure's log); None where the look had no spread or no boundary."""
+    est, se, bound = (r.get(k) for k in ("estimate", "se", "equivalence_bound"))
+    if not all(isinstance(x, int | float) and math.isfinite(x) for x in (est, se, bound)):
+        return None
+    return est - bound * se, est + bound * se
+
+
 def equivalence_words(r: Mapping[str, Any], spec: Spec, value: Callable[[Any, str], str] | None = None) -> str:
     """What the equivalence test saw, where the repeated CI alone would mislead: the repeated CI is
     taken at the efficacy boundary (α/m), equivalence is tested at its own (β, Pocock), so an
@@ -526,10 +540,8 @@ def equivalence_words(r: Mapping[str, Any], spec: Spec, value: Callable[[Any, st
     inside the margin exactly when both one-sided tests reject. ``value`` formats a number of the
     measure (default the terminal's; a report passes its own)."""
     value = value or _fmt
-    said = outcome(r)
-    est, se, bound = (r.get(k) for k in ("estimate", "se", "equivalence_bound"))
-    if said not in ("equivalent", "undecided") or not all(
-            isinstance(x, int | float) and math.isfinite(x) for x in (est, se, bound)):
+    said, interval = outcome(r), equivalence_interval(r)
+    if said not in ("equivalent", "undecided") or interval is None:
         return ""
     m = r["measure"]
     delta = math.log(spec.stats.min_ratio) if m.startswith("norm.") else spec.stats.min_effect
@@ -539,7 +551,7 @@ def equivalence_words(r: Mapping[str, Any], spec: Spec, value: Callable[[Any, st
     margin = f"×{spec.stats.min_ratio:g} either way" if m.startswith("norm.") else f"±{spec.stats.min_effect:g}"
     level = f"{100 * (1 - 2 * spec.sequential.equivalence_beta):.3g}%"
     where = "lies within" if said == "equivalent" else "reaches past"
-    return (f"; its {level} equivalence interval [{value(est - bound * se, m)}, {value(est + bound * se, m)}] "
+    return (f"; its {level} equivalence interval [{value(interval[0], m)}, {value(interval[1], m)}] "
             f"{where} {margin}")
 
 
