@@ -50,6 +50,7 @@ TESTED_ELSEWHERE = {  # script → the test file that runs its tiny mode
     "bench_fused.py": "test_bench_fused.py",
     "bench_sequential.py": "test_bench_sequential.py",
     "bench_sequential_frontier.py": "test_bench_sequential_frontier.py",
+    "bench_sequential_robust.py": "test_bench_sequential_robust.py",
     "bench_norm_calibration.py": "test_bench_norm_calibration.py",
     "bench_level_calibration.py": "test_bench_level_calibration.py",
     "bench_stats_calibration.py": "test_bench_stats_calibration.py",
