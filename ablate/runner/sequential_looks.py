@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from ablate.stats.group_sequential import SequentialDesign
 
 __all__ = ["STATE", "Advanced", "State", "advance", "advance_through", "changed_design_lines", "comparison_rows",
-           "comparisons", "declared", "design_changes", "designs", "equivalence_interval", "equivalence_words", "fixed_after_looks", "items", "load_state", "outcome",
-           "outcome_words", "planned_items", "reference_cell", "state_json", "step", "stored_items",
-           "stored_state", "untrained_words"]
+           "comparisons", "declared", "design_changes", "designs", "equivalence_interval", "equivalence_words",
+           "fixed_after_looks", "items", "load_state", "outcome", "outcome_words", "planned_items", "reference_cell",
+           "state_json", "step", "stored_items", "stored_state", "untrained_words"]
 
 STATE = "ablate.sequential"
 TERMINAL = ("done", "failed")
