@@ -206,6 +206,13 @@ def test_a_comparison_that_ran_out_of_seeds_reads_undecided_not_futile():
     stop = sq.decide(d, diffs=list(0.1 + (base - base.mean()) / base.std(ddof=1) * 0.3 * math.sqrt(11)))
     assert stop["decision"] == "futile" and math.isfinite(stop["futility_bound"])
     assert sequential_looks.outcome_words({**stop, "seeds": 11}) == "futile at look 5 (11 seeds)"
+    # It is read from the interval at the futility boundary, which lies within ±min_effect (its repeated CI
+    # need not): the words say which interval decided it.
+    wide = spec_mod.parse({**RAW, "stats": {"min_effect": 1.0}})
+    words = sequential_looks.equivalence_words({**stop, "measure": "test_accuracy"}, wide)
+    low, high = stop["estimate"] - stop["futility_bound"] * stop["se"], stop["estimate"] + stop["futility_bound"] * stop["se"]
+    assert words == f"; its interval at the futility boundary [{low:+.3f}, {high:+.3f}] lies within ±1", words
+    assert -1 < low < high < 1 and stop["rci_high"] > 1, stop  # the repeated CI alone would not say "futile"
     # The last look as decide() returns it (its futility boundary infinite), and a row recorded before
     # the futility boundary existed (no futility_bound): both undecided.
     last = sq.decide(d, diffs=list(np.random.default_rng(0).normal(0.0, 3.0, 16)))

@@ -65,7 +65,7 @@ def procedure(spec: Spec) -> list[str]:
         f"{seq.equivalence_beta:g}) — that is, when its {100 * (1 - 2 * seq.equivalence_beta):.3g}% equivalence "
         "interval, the estimate ± that boundary × its standard error, lies within the margin (the repeated CI, taken "
         "at the efficacy boundary, may reach past it; each equivalent comparison's equivalence interval is printed "
-        "with it) — and *futile* when, before the last look, an effect of that size has become "
+        "with it, and each futile one's interval at the futility boundary) — and *futile* when, before the last look, an effect of that size has become "
         f"unlikely — its interval widened to the non-binding futility boundary (which spends β = {FUTILITY_BETA:g} "
         f"of the power against it; the efficacy boundaries ignore it, so α stays what they spend) excludes it. A "
         f"comparison that reaches {seq.max} seeds with none of these is *undecided at the last look*: its seeds ran "

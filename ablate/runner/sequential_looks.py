@@ -521,27 +521,30 @@ def estimate_words(r: Mapping[str, Any], labels: Mapping[str, str]) -> str:
             f"[{_fmt(r['rci_low'], m)}, {_fmt(r['rci_high'], m)}] (repeated CI)")
 
 
-def equivalence_interval(r: Mapping[str, Any]) -> tuple[float, float] | None:
+def equivalence_interval(r: Mapping[str, Any], bound: str = "equivalence_bound") -> tuple[float, float] | None:
     """A look's row's equivalence interval, estimate ± its equivalence boundary × se (on the scale
-    it was analysed on: a norm measure's log); None where the look had no spread or no boundary."""
-    est, se, bound = (r.get(k) for k in ("estimate", "se", "equivalence_bound"))
-    if not all(isinstance(x, int | float) and math.isfinite(x) for x in (est, se, bound)):
+    it was analysed on: a norm measure's log); with ``bound="futility_bound"`` the interval a futility
+    stop read. None where the look had no spread or no such boundary."""
+    est, se, b = (r.get(k) for k in ("estimate", "se", bound))
+    if not all(isinstance(x, int | float) and math.isfinite(x) for x in (est, se, b)):
         return None
-    return est - bound * se, est + bound * se
+    return est - b * se, est + b * se
 
 
 def equivalence_words(r: Mapping[str, Any], spec: Spec, value: Callable[[Any, str], str] | None = None) -> str:
-    """What the equivalence test saw, where the repeated CI alone would mislead: the repeated CI is
-    taken at the efficacy boundary (α/m), equivalence is tested at its own (β, Pocock), so an
-    *equivalent* comparison's repeated CI may reach past the margin, and one undecided at the last
-    look may have its repeated CI inside it. ``; its 96% equivalence interval [−0.007, +0.009] lies
-    within ±0.01`` for an equivalent row, ``… reaches past ±0.01`` for an undecided one whose repeated
-    CI lies within the margin, else ``""``. The interval is estimate ± the equivalence boundary × se:
-    inside the margin exactly when both one-sided tests reject. ``value`` formats a number of the
-    measure (default the terminal's; a report passes its own)."""
+    """What the equivalence or futility test saw, where the repeated CI alone would mislead: the
+    repeated CI is taken at the efficacy boundary (α/m), equivalence is tested at its own (β, Pocock)
+    and futility at its own, so an *equivalent* or *futile* comparison's repeated CI may reach past the
+    margin, and one undecided at the last look may have its repeated CI inside it. ``; its 96%
+    equivalence interval [−0.007, +0.009] lies within ±0.01`` for an equivalent row, ``; its interval
+    at the futility boundary […] lies within ±0.01`` for a futility stop, ``… reaches past ±0.01`` for
+    an undecided one whose repeated CI lies within the margin, else ``""``. Each interval is estimate ±
+    its boundary × se: inside the margin exactly when its test passed. ``value`` formats a number of
+    the measure (default the terminal's; a report passes its own)."""
     value = value or _fmt
-    said, interval = outcome(r), equivalence_interval(r)
-    if said not in ("equivalent", "undecided") or interval is None:
+    said = outcome(r)
+    interval = equivalence_interval(r, "futility_bound" if said == "futile" else "equivalence_bound")
+    if said not in ("equivalent", "futile", "undecided") or interval is None:
         return ""
     m = r["measure"]
     delta = math.log(spec.stats.min_ratio) if m.startswith("norm.") else spec.stats.min_effect
@@ -549,10 +552,10 @@ def equivalence_words(r: Mapping[str, Any], spec: Spec, value: Callable[[Any, st
     if said == "undecided" and not all(inside):
         return ""
     margin = f"×{spec.stats.min_ratio:g} either way" if m.startswith("norm.") else f"±{spec.stats.min_effect:g}"
-    level = f"{100 * (1 - 2 * spec.sequential.equivalence_beta):.3g}%"
-    where = "lies within" if said == "equivalent" else "reaches past"
-    return (f"; its {level} equivalence interval [{value(interval[0], m)}, {value(interval[1], m)}] "
-            f"{where} {margin}")
+    what = (f"its {100 * (1 - 2 * spec.sequential.equivalence_beta):.3g}% equivalence interval" if said != "futile"
+            else "its interval at the futility boundary")
+    where = "reaches past" if said == "undecided" else "lies within"
+    return f"; {what} [{value(interval[0], m)}, {value(interval[1], m)}] {where} {margin}"
 
 
 def untrained_words(r: Mapping[str, Any]) -> str:
