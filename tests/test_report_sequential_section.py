@@ -72,6 +72,11 @@ def test_the_procedure_says_which_test_the_looks_use():
     assert "Its one comparison (test_accuracy) is a group-sequential test at α = 0.05 whose α is spent" in two, two
     why = seqrep.fixed_why(spec_mod.parse({**RAW, "factors": {"model.heads": [4, 1]}}), 1)  # "α/1", "1 tests" before
     assert "boundary at α = 0.05 spent over the looks" in why and "would test it alone" in why and "α/1" not in why, why
+    # untr (two cells at chance): the fixed exact test significant (p 0.018), the looks undecided — the
+    # paragraph explained only the other way round.
+    assert "The other way round" not in why
+    other = seqrep.fixed_why(spec_mod.parse({**RAW, "factors": {"model.heads": [4, 1]}}), 1, fixed_only=1)
+    assert "The other way round (1 comparison here): each look's boundary lies above a single test's" in other, other
 
 
 def _trials(spec, planned, vals) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from ablate.report.format import DASH, NBSP, num, pval, signed
 from ablate.runner import sequential_looks as runner_sequential
 from ablate.spec import Spec
 from ablate.stats.group_sequential import FUTILITY_BETA, spent
+from ablate.terminal import count
 
 __all__ = ["boundaries_note", "decision_words", "decisions", "decisions_table", "estimate_column", "fixed_beside", "fixed_why",
            "looks_table", "procedure", "sentences"]
@@ -292,10 +293,12 @@ def fixed_beside(state: Mapping[str, Any] | None, spec: Spec, fixed: Mapping[int
     return pd.DataFrame(rows, columns=["cell", "measure", est, "sequential decision (valid)", FIXED_COLUMN, "differ"])
 
 
-def fixed_why(spec: Spec, fixed_m: int, floors: Sequence[float] = (), alpha: float = 0.05) -> str:
+def fixed_why(spec: Spec, fixed_m: int, floors: Sequence[float] = (), alpha: float = 0.05,
+              fixed_only: int = 0) -> str:
     """Why the two columns can differ, with the numbers of this study: the sequential design's
     per-comparison α and t boundary, the exact tests' floors (``floors``: the comparisons'
-    ``p_min``) and the fixed family's size."""
+    ``p_min``) and the fixed family's size; and, when ``fixed_only`` comparisons are significant in
+    the fixed column but not sequentially, why that way round happens."""
     m = max(1, family_size(spec))
     seen = sorted({float(f) for f in floors if math.isfinite(float(f))})
     low = (f"; here {pval(seen[0], bound=True)}" + (f" to {pval(seen[-1], bound=True)}" if len(seen) > 1 else "")
@@ -308,5 +311,10 @@ def fixed_why(spec: Spec, fixed_m: int, floors: Sequence[float] = (), alpha: flo
             f"{low}), and the fixed design would "
             + (f"Holm-adjust it over its whole family of {fixed_m} tests (every comparison and ANOVA term on every "
                "measure)" if fixed_m != 1 else "test it alone (its family has this one test)")
-            + ". The fixed column is descriptive only: the number of "
+            + "."
+            + (f" The other way round ({count(fixed_only, 'comparison')} here): each look's boundary lies above "
+               "a single test's threshold (α is spread over the looks), and the permutation test weighs the "
+               "seeds' differences otherwise than the t statistic, so the fixed test can call significant what the "
+               "looks left undecided." if fixed_only else "")
+            + " The fixed column is descriptive only: the number of "
             "seeds depended on the results, so its p-values are not valid; the verdicts are the sequential ones.")

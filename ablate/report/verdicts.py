@@ -235,7 +235,9 @@ def study_verdicts(res: Any, trials: pd.DataFrame, metric: str, reference: tuple
             sizes.append(size)
         beside = seqrep.fixed_beside(res.sequential, spec, fixed, dict(short), alpha)
         floors = [x for at in fixed.values() for f in at.values() for x in f["p_min"]]
-        seq_why = seqrep.fixed_why(spec, max(sizes, default=0), floors, alpha)
+        fixed_only = int(((beside["differ"] == "yes")
+                          & ~beside["sequential decision (valid)"].str.startswith("significant")).sum()) if len(beside) else 0
+        seq_why = seqrep.fixed_why(spec, max(sizes, default=0), floors, alpha, fixed_only)
     margin = nl.default_margin() if margin is None else margin
     chance = res.chance if metric.endswith("accuracy") else None  # the accuracy report's rule, its chance
     never = nl.counts(trials, metric, chance, margin, factors)
