@@ -24,7 +24,9 @@ Per design and distribution it prints:
 - **EqI cover**: the same for the equivalence interval (estimate ± the equivalence boundary × se),
   against 1 − 2β;
 - **equiv at ±δ**: how often a true effect of δ or −δ (the larger) is declared equivalent (within
-  ±δ), against β;
+  ±δ), against β (no look on fewer than 6 seeds may: ``stats.rules.EQUIVALENCE_MIN_SEEDS``);
+- **futile at ±δ**: how often it is stopped as futile before the last look, against the futility
+  boundary's β (0.03);
 - **fixed exact**: for comparison, the fixed design's exact sign-flip test at the last look's seeds
   under θ = 0 (2,048 random sign patterns, on the first 4,000 comparisons), against α/m; and
   **fixed 95% CI cover**, the smallest over θ of how often its 95% interval of the difference (a t
@@ -188,6 +190,7 @@ def measure(label: str, d: SequentialDesign, dist: str, noise: float, sims: int,
     n_max = d.looks[-1]
     draw = DISTRIBUTIONS[dist]
     rci, eqi, equiv_at_delta, null_fp, fixed_fp, fixed_ci = 1.0, 1.0, math.nan, math.nan, math.nan, 1.0
+    futile_at_delta = 0.0
     # The fixed design's interval at max seeds: its 95% is a t interval at robust_level(0.95) = 99%.
     q = float(sps.t.ppf(0.5 + robust_level(0.95) / 2, n_max - 1))
     for theta in THETAS:
@@ -202,14 +205,17 @@ def measure(label: str, d: SequentialDesign, dist: str, noise: float, sims: int,
             fixed_fp = sign_flip_rejects(diffs[:4000], d.level, 2048, rng)
         if abs(theta) == 1.0:
             equiv_at_delta = max(float(np.mean(r["decision"] == "equivalent")), np.nan_to_num(equiv_at_delta))
+            futile_at_delta = max(futile_at_delta, float(np.mean((r["decision"] == "futile") & (r["n"] < n_max))))
     level = d.level
     top = level + 3.29 * math.sqrt(level * (1 - level) / sims)
     beta_top = BETA + 3.29 * math.sqrt(BETA * (1 - BETA) / sims)
+    futility_top = FUTILITY_BETA + 3.29 * math.sqrt(FUTILITY_BETA * (1 - FUTILITY_BETA) / sims)
     misses = [what for what, bad in (("null FP", null_fp > top), ("RCI", _short(rci, 1 - level, sims)),
-                                     ("EqI", _short(eqi, 1 - 2 * BETA, sims)), ("equiv at ±δ", equiv_at_delta > beta_top))
+                                     ("EqI", _short(eqi, 1 - 2 * BETA, sims)), ("equiv at ±δ", equiv_at_delta > beta_top),
+                                     ("futile at ±δ", futile_at_delta > futility_top))
               if bad]
     line = (f"| {label} | {dist} | {null_fp:.4f} (≤ {level:.4f}) | {rci:.4f} (≥ {1 - level:.4f}) | "
-            f"{eqi:.4f} (≥ {1 - 2 * BETA:.2f}) | {equiv_at_delta:.4f} (≤ {BETA}) | {fixed_fp:.4f} | {fixed_ci:.4f} | "
+            f"{eqi:.4f} (≥ {1 - 2 * BETA:.2f}) | {equiv_at_delta:.4f} (≤ {BETA}) | {futile_at_delta:.4f} (≤ {FUTILITY_BETA:g}) | {fixed_fp:.4f} | {fixed_ci:.4f} | "
             + ("holds" if not misses else "misses " + ", ".join(misses)) + " |")
     return line, not misses
 
@@ -226,8 +232,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"paired sd {args.noise:g} δ; {sims:,} comparisons per design, distribution and θ ∈ "
           f"{{{', '.join(f'{t:g}δ' for t in THETAS)}}}; the coverages are the smallest over θ")
     print("| design | differences | null FP (≤ α/m) | RCI cover (≥ 1 − α/m) | EqI cover (≥ 1 − 2β) | "
-          "equiv at ±δ (≤ β) | fixed exact, null FP (≤ α/m) | fixed 95% CI cover | |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "equiv at ±δ (≤ β) | futile at ±δ | fixed exact, null FP (≤ α/m) | fixed 95% CI cover | |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, looks_at, m in designs:
         d = design(looks_at, m)
         for dist in DISTRIBUTIONS:

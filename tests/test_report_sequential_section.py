@@ -298,8 +298,13 @@ def test_status_json_gives_each_declared_comparison_its_outcome_and_estimate():
     (r,) = ratio["comparisons"][:1]
     assert r["scale"] == "ratio" and r["estimate"] == pytest.approx(math.exp(decided["estimate"]))
     # The interval its equivalence test read, on the same scale (a script can check a decision against it).
-    low = decided["estimate"] - decided["equivalence_bound"] * decided["se"]
-    assert rows[big]["equivalence_low"] == pytest.approx(low) and r["equivalence_low"] == pytest.approx(math.exp(low))
+    if decided["seeds"] < 6:  # no equivalence test before 6 seeds: no interval to give
+        assert rows[big]["equivalence_low"] is None and r["equivalence_low"] is None
+    later = {**decided, "equivalence_bound": 3.0}
+    low = later["estimate"] - 3.0 * later["se"]
+    json_row = sequential_looks.state_json(spec, sequential_looks.State(
+        look=0, planned={}, decided={later["key"]: later}, history=[[later]]))["comparisons"][0]
+    assert json_row["equivalence_low"] == pytest.approx(low)
     before = sequential_looks.state_json(spec, None)  # no look yet: every comparison open at look 1
     assert before["look"] == 1 and before["analysed"] == 0 and {r["outcome"] for r in before["comparisons"]} == {"open"}
 
@@ -307,12 +312,12 @@ def test_status_json_gives_each_declared_comparison_its_outcome_and_estimate():
 def test_an_equivalent_decision_prints_its_equivalence_interval_in_the_reports_numbers():
     """The page-one table printed "equivalent at look 2" beside a repeated CI that reached past ±0.01: the
     decision now carries the interval it was read from, in the report's own number format."""
-    spec = spec_mod.parse(RAW)
+    spec = spec_mod.parse({**RAW, "seeds": {"min": 6, "max": 12, "step": 3}})  # equivalence from 6 seeds on
     cells = [c.id for c in sequential_looks.design.cells(spec)]
     ref = sequential_looks.reference_cell(spec)
     rng = np.random.default_rng(4)
-    base = 0.6 + rng.normal(0, 0.01, 9)
-    vals = {"test_accuracy": {c: dict(zip(spec.seed_list, (base + rng.normal(0, 0.003, 9)).tolist(), strict=True))
+    base = 0.6 + rng.normal(0, 0.01, 12)
+    vals = {"test_accuracy": {c: dict(zip(spec.seed_list, (base + rng.normal(0, 0.003, 12)).tolist(), strict=True))
                               for c in cells}}
     st = sequential_looks.State(planned={c: 3 for c in cells})
     while not st.finished:

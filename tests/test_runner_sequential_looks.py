@@ -233,3 +233,19 @@ def test_an_equivalent_look_says_the_interval_equivalence_was_tested_with():
     assert any("reaches past ±0.01" in line for line in sequential_looks.lines(spec, st))
     st, row = look([0.02 + d for d in (0.006, -0.006, 0.004, -0.004, 0.002, -0.002) * 2])  # CI outside: nothing to add
     assert sequential_looks.equivalence_words(row, spec) == ""
+
+
+def test_plan_says_when_no_comparison_can_end_equivalent():
+    """Equivalence waits for 6 seeds (stats.rules.EQUIVALENCE_MIN_SEEDS): a design whose max is 5 can
+    only end a comparison significant, futile or undecided, and `ablate plan` says so before it runs."""
+    from cell_store import spec as cell_spec
+
+    from ablate import design
+    from ablate.runner import sequential_looks
+
+    short = cell_spec("seq", seeds={"min": 3, "max": 5, "step": 2, "measures": ["test_accuracy"]})
+    st = sequential_looks.State(planned={c.id: 3 for c in design.cells(short)})
+    note = "note: no comparison can end equivalent: equivalence is declared from 6 seeds on, and seeds.max is 5"
+    assert note in sequential_looks.lines(short, st)
+    enough = cell_spec("seq", seeds={"min": 3, "max": 6, "step": 3, "measures": ["test_accuracy"]})
+    assert not any(line.startswith("note: no comparison") for line in sequential_looks.lines(enough, None))

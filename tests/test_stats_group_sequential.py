@@ -89,8 +89,28 @@ def test_the_futility_boundary_spends_its_beta_and_stops_nothing_at_the_last_loo
     assert 1 - sps.norm.cdf(z[0]) == pytest.approx(sq.FUTILITY_BETA * d.fractions[0] ** 2, rel=1e-6)
     assert all(math.isfinite(c) for c in z[:-1])
     assert design(futility_beta=0.0).futility_z() == (math.inf,) * len(d.looks)
-    # Stricter than the equivalence boundary at the first looks (little spent early), looser later.
-    assert z[0] > d.equivalence_z()[0] and z[-2] < d.equivalence_z()[-2]
+    # Stricter than the equivalence boundary at the first looks (little spent early), looser later;
+    # compared where equivalence may stop (from EQUIVALENCE_MIN_SEEDS seeds on).
+    every = design(equivalence_min_seeds=0)
+    assert z[0] > every.equivalence_z()[0] and z[-2] < every.equivalence_z()[-2]
+
+
+def test_no_look_on_fewer_than_six_seeds_declares_equivalence():
+    """On a cell that fails on one seed in seven, 3–5 seeds often hold none of its failures: at β 0.02,
+    ±min_effect was declared equivalent 0.03–0.05 of the time there (bench_sequential_robust)."""
+    from ablate.stats.rules import EQUIVALENCE_MIN_SEEDS
+
+    d = sq.SequentialDesign.of(3, 9, 3, min_effect=1.0)  # looks at 3, 6, 9
+    assert EQUIVALENCE_MIN_SEEDS == 6
+    assert d.equivalence_t()[0] == math.inf and all(math.isfinite(c) for c in d.equivalence_t()[1:])
+    assert d.equivalence_z()[0] == math.inf
+    tight = [0.01, -0.01, 0.0]  # three seeds that agree to 0.01 δ: equivalent before
+    assert sq.decide(sq.SequentialDesign.of(3, 9, 3, min_effect=1.0, equivalence_min_seeds=3),
+                     diffs=tight)["decision"] == "equivalent"
+    # now only the futility stop, which claims less (the power to find δ is spent) and holds its β
+    # on such cells (bench_sequential_robust: at most 0.017 of ±δ stopped futile, for 0.03)
+    assert sq.decide(d, diffs=tight)["decision"] == "futile"
+    assert sq.decide(d, diffs=tight * 2)["decision"] == "equivalent"  # at 6 seeds it may
 
 
 def test_futility_stops_a_small_effect_early_without_claiming_equivalence():

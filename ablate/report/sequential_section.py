@@ -19,6 +19,7 @@ from ablate.report.format import DASH, NBSP, num, pval, signed
 from ablate.runner import sequential_looks as runner_sequential
 from ablate.spec import Spec
 from ablate.stats.group_sequential import FUTILITY_BETA, spent
+from ablate.stats.rules import EQUIVALENCE_MIN_SEEDS
 from ablate.terminal import count
 
 __all__ = ["boundaries_note", "decision_words", "decisions", "decisions_table", "estimate_column", "fixed_beside", "fixed_why",
@@ -63,7 +64,7 @@ def procedure(spec: Spec) -> list[str]:
         f"boundaries computed for that t statistic (not a normal approximation): it is decided *significant* when "
         f"its t statistic crosses the look's boundary, *equivalent* when both one-sided tests against ±{num(spec.stats.min_effect)} "
         f"(norms: ×{spec.stats.min_ratio:g}) reject at the equivalence boundary (which spends β = "
-        f"{seq.equivalence_beta:g}) — that is, when its {100 * (1 - 2 * seq.equivalence_beta):.3g}% equivalence "
+        f"{seq.equivalence_beta:g}; from {EQUIVALENCE_MIN_SEEDS} seeds on, enough to have seen a rare failing seed) — that is, when its {100 * (1 - 2 * seq.equivalence_beta):.3g}% equivalence "
         "interval, the estimate ± that boundary × its standard error, lies within the margin (the repeated CI, taken "
         "at the efficacy boundary, may reach past it; each equivalent comparison's equivalence interval is printed "
         "with it, and each futile one's interval at the futility boundary) — and *futile* when, before the last look, an effect of that size has become "

@@ -33,6 +33,7 @@ from ablate.runner import queue
 from ablate.runner.items import item_state, trials_by_item
 from ablate.runner.study import prepare
 from ablate.spec import Spec
+from ablate.stats.rules import EQUIVALENCE_MIN_SEEDS
 from ablate.stores import Stores
 from ablate.terminal import count, duration
 
@@ -591,6 +592,9 @@ def lines(spec: Spec, st: State | None, seconds_per_item: float | None = None) -
             f"(Bonferroni), equivalence within {spec.stats.min_effect:g} (norms: ×{spec.stats.min_ratio:g})")
     out = [head, "test: at each look the paired t test of each cell against the reference on their shared seeds "
            "(Welch's when they share fewer than two), against boundaries computed for that t statistic"]
+    if seq.max < EQUIVALENCE_MIN_SEEDS:
+        out.append(f"note: no comparison can end equivalent: equivalence is declared from {EQUIVALENCE_MIN_SEEDS} seeds "
+                   f"on, and seeds.max is {seq.max}")
     out += [f"warning: {line}" for line in changed_design_lines(spec, st if started else None)]
     where = ("finished" if st.finished else f"look {st.look + 1} of {len(seq.looks)} ({seq.looks[st.look]} seeds) "
              # Not "running" when no worker is: after a stop it waits for the next `ablate run`; and a

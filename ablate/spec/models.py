@@ -417,7 +417,7 @@ class SequentialSeeds(Strict):
     """Seeds added look by look until each comparison with the reference is decided: `min` seeds per
     cell first, then `step` more to the cells of comparisons still open, up to `max`. Decided means
     significant at the look's group-sequential boundary, equivalent within `stats.min_effect` (or
-    `stats.min_ratio` for a norm measure), or futile — an effect of that size unlikely at the futility
+    `stats.min_ratio` for a norm measure; from 6 seeds on), or futile — an effect of that size unlikely at the futility
     boundary; a comparison none of these decide by `max` ends undecided at the last look (docs/science.md §14)."""
 
     min: int = Field(3, ge=3, le=MAX_SEEDS, description="seeds per cell at the first look (3 at least: nothing is "

@@ -40,6 +40,7 @@ storage, no torch):
     factorial     marginal means, main effects, interactions, the factorial ANOVA
     norms         the norm-stability analysis: per-seed stability values and their comparisons
     words         how a family's size is said (no imports: ``ablate plan`` uses it before a run)
+    rules         numbers a decision rule is made of that ``ablate plan`` says (no imports)
 
 ``from ablate import stats`` gives every public name of those modules (``stats.cv``,
 ``stats.compare_to_reference``, ...), imported on first use, so that a process that needs one

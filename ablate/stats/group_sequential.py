@@ -28,7 +28,9 @@ exactly for Brownian motion by recursive numerical integration, Armitage, McPher
 Jennison & Turnbull 2000 ch. 19). The equivalence tests spend ``beta`` (default 0.02) the same
 way, one-sided per side, with the Pocock shape so that they can stop early: declaring equivalence
 when the effect is min_effect has probability at most ``beta``, so it costs the efficacy test at
-most that much power.
+most that much power. No look on fewer than ``EQUIVALENCE_MIN_SEEDS`` (6) seeds declares
+equivalence (its boundary is infinite there; what it would have spent is left unspent, which only
+lowers the rate): a claim that nothing happens needs seeds enough to have seen a rare failure.
 
 **Futility** (Jennison & Turnbull 2000 §7.2; gsDesign's non-binding β-spending bounds): the
 futility boundary spends ``futility_beta`` (default 0.03) of the power against an effect of
@@ -39,8 +41,8 @@ look's own standard error, so no planning variance is needed). It is the equival
 at a weaker level, and claims less: not that the effect is within ±min_effect, only that the power
 to find one of min_effect is spent. Stopping with an effect of min_effect happens at most with
 probability ``futility_beta``; since most such paths would not have become significant either,
-it costs less power than that (about 0.003 at a paired sd of 0.85 min_effect, where it cuts the
-seeds a null study uses from 76% to 70.5% of the last look's: ``benchmarks/bench_sequential_frontier.py``).
+it costs less power than that (about 0.006 at a paired sd of 0.85 min_effect, where it cuts the
+seeds a null study uses from 77% to 71% of the last look's: ``benchmarks/bench_sequential_frontier.py``).
 The power2 shape spends little at the first looks, where the t boundaries at 2–6 degrees of
 freedom are wide, and more from the middle on, where it saves most seeds under no effect. The
 efficacy boundaries ignore it (non-binding): whether or not a study stops at the futility
@@ -84,6 +86,8 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
+from ablate.stats.rules import EQUIVALENCE_MIN_SEEDS
+
 __all__ = [
     "FUTILITY_BETA",
     "FUTILITY_SHAPE",
@@ -103,7 +107,8 @@ __all__ = [
 SHAPES = ("obrien_fleming", "pocock")
 #: The futility boundary's default spending: β = 0.03 of the power against min_effect along β t²
 #: (chosen on benchmarks/bench_sequential.py, where with the t boundaries every band holds at a
-#: paired sd of 0.6 min_effect and power and null seeds miss theirs narrowly at 0.85: README).
+#: paired sd of 0.6 min_effect and, at 0.85, power holds and null seeds miss theirs narrowly:
+#: docs/calibration.md).
 FUTILITY_BETA = 0.03
 FUTILITY_SHAPE = "power2"
 GRID = 801  # points of the numerical integration per look (error ≪ 1e-5 on the boundaries)
@@ -330,7 +335,8 @@ class SequentialDesign:
     ``alpha`` is the family's; each of the ``comparisons`` spends ``alpha / comparisons``
     (Bonferroni). ``beta`` is what each equivalence test spends (one-sided, per side);
     ``futility_beta`` what the non-binding futility boundary spends of the power against
-    ``min_effect`` (0: no futility stop before the last look)."""
+    ``min_effect`` (0: no futility stop before the last look); no look on fewer than
+    ``equivalence_min_seeds`` seeds declares equivalence."""
 
     looks: tuple[int, ...]
     alpha: float = 0.05
@@ -341,6 +347,7 @@ class SequentialDesign:
     min_effect: float = 0.01
     futility_beta: float = FUTILITY_BETA
     futility_shape: str = FUTILITY_SHAPE
+    equivalence_min_seeds: int = EQUIVALENCE_MIN_SEEDS
     fractions: tuple[float, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -363,8 +370,12 @@ class SequentialDesign:
     def efficacy_z(self) -> tuple[float, ...]:
         return boundaries(self.fractions, self.level, self.shape, 2)
 
+    def _before_min(self, bounds: tuple[float, ...]) -> tuple[float, ...]:
+        """``bounds`` with an infinite boundary at every look on fewer than ``equivalence_min_seeds``."""
+        return tuple(math.inf if n < self.equivalence_min_seeds else b for n, b in zip(self.looks, bounds, strict=True))
+
     def equivalence_z(self) -> tuple[float, ...]:
-        return boundaries(self.fractions, self.beta, self.beta_shape, 1)
+        return self._before_min(boundaries(self.fractions, self.beta, self.beta_shape, 1))
 
     def futility_z(self) -> tuple[float, ...]:
         """The futility boundaries (z scale, one-sided against ±min_effect); infinite at the last
@@ -380,7 +391,7 @@ class SequentialDesign:
         return t_boundaries(self.looks, self.level, self.shape, 2)
 
     def equivalence_t(self) -> tuple[float, ...]:
-        return t_boundaries(self.looks, self.beta, self.beta_shape, 1)
+        return self._before_min(t_boundaries(self.looks, self.beta, self.beta_shape, 1))
 
     def futility_t(self) -> tuple[float, ...]:
         """As ``futility_z``, on the t scale."""
