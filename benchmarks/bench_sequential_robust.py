@@ -215,7 +215,8 @@ def measure(label: str, d: SequentialDesign, dist: str, noise: float, sims: int,
                                      ("futile at ±δ", futile_at_delta > futility_top))
               if bad]
     line = (f"| {label} | {dist} | {null_fp:.4f} (≤ {level:.4f}) | {rci:.4f} (≥ {1 - level:.4f}) | "
-            f"{eqi:.4f} (≥ {1 - 2 * BETA:.2f}) | {equiv_at_delta:.4f} (≤ {BETA}) | {futile_at_delta:.4f} (≤ {FUTILITY_BETA:g}) | {fixed_fp:.4f} | {fixed_ci:.4f} | "
+            f"{eqi:.4f} (≥ {1 - 2 * BETA:.2f}) | {equiv_at_delta:.4f} (≤ {BETA}) | "
+            f"{futile_at_delta:.4f} (≤ {FUTILITY_BETA:g}) | {fixed_fp:.4f} | {fixed_ci:.4f} | "
             + ("holds" if not misses else "misses " + ", ".join(misses)) + " |")
     return line, not misses
 
