@@ -30,7 +30,9 @@ Per design and distribution it prints:
 - **fixed exact**: for comparison, the fixed design's exact sign-flip test at the last look's seeds
   under θ = 0 (2,048 random sign patterns, on the first 4,000 comparisons), against α/m; and
   **fixed 95% CI cover**, the smallest over θ of how often its 95% interval of the difference (a t
-  interval at 99%, ``stats.robust_level``) at those seeds holds θ, against 0.95.
+  interval at 99%, ``stats.robust_level``) at those seeds holds θ, against 0.95; and **fixed equiv at
+  ±δ**, how often that interval lies within ±δ (the fixed design's *equivalent*) when the effect is
+  ±δ, against the 0.005 its 99% interval leaves on either side.
 
 A line ends ``holds`` when every rate of the sequential design is on its side of its target (the
 Monte Carlo error allowed for), else names what misses. Rates only; no time is measured.
@@ -190,7 +192,7 @@ def measure(label: str, d: SequentialDesign, dist: str, noise: float, sims: int,
     n_max = d.looks[-1]
     draw = DISTRIBUTIONS[dist]
     rci, eqi, equiv_at_delta, null_fp, fixed_fp, fixed_ci = 1.0, 1.0, math.nan, math.nan, math.nan, 1.0
-    futile_at_delta = 0.0
+    futile_at_delta, fixed_eq = 0.0, 0.0
     # The fixed design's interval at max seeds: its 95% is a t interval at robust_level(0.95) = 99%.
     q = float(sps.t.ppf(0.5 + robust_level(0.95) / 2, n_max - 1))
     for theta in THETAS:
@@ -198,6 +200,8 @@ def measure(label: str, d: SequentialDesign, dist: str, noise: float, sims: int,
         r = looks(d, diffs)
         half = q * diffs.std(-1, ddof=1) / math.sqrt(n_max)
         fixed_ci = min(fixed_ci, float(np.mean(np.abs(diffs.mean(-1) - theta * d.min_effect) <= half)))
+        if abs(theta) == 1.0:  # its "equivalent": that interval within ±δ
+            fixed_eq = max(fixed_eq, float(np.mean(np.abs(diffs.mean(-1)) + half < d.min_effect)))
         rci = min(rci, _covers(r, "bound", theta * d.min_effect))
         eqi = min(eqi, _covers(r, "equivalence_bound", theta * d.min_effect))
         if theta == 0.0:
@@ -216,7 +220,7 @@ def measure(label: str, d: SequentialDesign, dist: str, noise: float, sims: int,
               if bad]
     line = (f"| {label} | {dist} | {null_fp:.4f} (≤ {level:.4f}) | {rci:.4f} (≥ {1 - level:.4f}) | "
             f"{eqi:.4f} (≥ {1 - 2 * BETA:.2f}) | {equiv_at_delta:.4f} (≤ {BETA}) | "
-            f"{futile_at_delta:.4f} (≤ {FUTILITY_BETA:g}) | {fixed_fp:.4f} | {fixed_ci:.4f} | "
+            f"{futile_at_delta:.4f} (≤ {FUTILITY_BETA:g}) | {fixed_fp:.4f} | {fixed_ci:.4f} | {fixed_eq:.4f} | "
             + ("holds" if not misses else "misses " + ", ".join(misses)) + " |")
     return line, not misses
 
@@ -233,8 +237,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"paired sd {args.noise:g} δ; {sims:,} comparisons per design, distribution and θ ∈ "
           f"{{{', '.join(f'{t:g}δ' for t in THETAS)}}}; the coverages are the smallest over θ")
     print("| design | differences | null FP (≤ α/m) | RCI cover (≥ 1 − α/m) | EqI cover (≥ 1 − 2β) | "
-          "equiv at ±δ (≤ β) | futile at ±δ | fixed exact, null FP (≤ α/m) | fixed 95% CI cover | |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "equiv at ±δ (≤ β) | futile at ±δ | fixed exact, null FP (≤ α/m) | fixed 95% CI cover | "
+          "fixed equiv at ±δ (≤ 0.005) | |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, looks_at, m in designs:
         d = design(looks_at, m)
         for dist in DISTRIBUTIONS:
