@@ -181,6 +181,15 @@ def test_a_look_on_runs_that_never_learned_says_so_in_the_terminal():
     assert printed[1].startswith("  equivalent: ") and printed[1].endswith(said), printed
     assert any(line.endswith(said) for line in sequential_looks.lines(spec, st)), sequential_looks.lines(spec, st)
 
+    # A norm measure's comparison on the same runs says it too, by their test accuracy (page one did;
+    # the terminal said it of accuracy rows only).
+    norm_spec = cell_spec("seq", seeds={"min": 6, "max": 12, "step": 6, "measures": ["norm.final"]})
+    st = sequential_looks.State(planned={c: 6 for c in ids})
+    logs = {"norm.final": {c: {s: 0.1 * s + (0.01 * (s % 3) if c == other else 0.0) for s in range(6)} for c in ids}}
+    sequential_looks.step(norm_spec, st, logs, chance=0.1, accuracy=values["test_accuracy"])
+    assert st.history[0][0]["never_learned"]["cell"] == [5, 6]
+    assert sequential_looks.untrained_words(st.history[0][0]) == said
+
     # Trained runs, or no chance known (a task that logs none): the line is as before.
     for chance, shift in ((0.1, 0.5), (None, 0.0)):
         st = sequential_looks.State(planned={c: 6 for c in ids})

@@ -347,9 +347,12 @@ def per_run_values(per_seed: Any, measure: str) -> dict[str, dict[int, float]]:
 
 
 def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]],
-               chance: float | None = None) -> list[dict[str, Any]]:
-    """The analysis of the current look: every comparison still open, on the first n_k seeds; an
-    accuracy's row counts, with ``chance`` known, the runs of each side that never learned."""
+               chance: float | None = None, accuracy: Mapping[str, Mapping[int, float]] | None = None
+               ) -> list[dict[str, Any]]:
+    """The analysis of the current look: every comparison still open, on the first n_k seeds; with
+    ``chance`` known, each row (a norm measure's too) counts the runs of each side on those seeds
+    that never learned, by their test accuracy (``accuracy``: cell → seed → it; default the looks'
+    own ``test_accuracy`` values)."""
     from ablate.stats.estimators import NEVER_LEARNED_MARGIN
     from ablate.stats.group_sequential import decide
 
@@ -375,24 +378,28 @@ def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[
         res.pop("z_bounds", None)
         row = {"key": key, "cell_id": cell, "measure": measure, "seeds": n, "paired": len(shared) >= 2,
                **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in res.items()}}
-        if chance is not None and measure.endswith("accuracy"):  # the accuracy report's rule, on this look's runs
+        acc = values.get("test_accuracy", {}) if accuracy is None else accuracy
+        if chance is not None and acc:  # the accuracy report's rule, on this look's runs
             below = chance + NEVER_LEARNED_MARGIN
+            side = [[v for s, v in acc.get(c, {}).items() if s in seeds[:n]] for c in (cell, ref)]
             row["never_learned"] = {"chance": chance, "margin": NEVER_LEARNED_MARGIN,
-                                    "cell": [sum(v <= below for v in mine.values()), len(mine)],
-                                    "reference": [sum(v <= below for v in theirs.values()), len(theirs)]}
+                                    "cell": [sum(v <= below for v in side[0]), len(side[0])],
+                                    "reference": [sum(v <= below for v in side[1]), len(side[1])]}
         rows.append(row)
     return rows
 
 
 def step(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[int, float]]],
-         chance: float | None = None) -> list[dict[str, Any]]:
+         chance: float | None = None, accuracy: Mapping[str, Mapping[int, float]] | None = None
+         ) -> list[dict[str, Any]]:
     """Analyse the current look of ``st`` on ``values`` (measure → cell → seed → value) and move
     ``st`` on: record its decisions, and either finish or plan the next look's seeds for the cells
     of the comparisons still open and the reference. Returns the rows it decided. Pure (no
     storage): ``advance`` runs it under the lock, the calibration benchmark on simulated values.
-    ``chance``: the task's chance accuracy, by which an accuracy's rows count runs that never learned."""
+    ``chance``: the task's chance accuracy, by which each row counts the runs that never learned (their
+    ``accuracy``, cell → seed → test accuracy; default ``values["test_accuracy"]``)."""
     looks = spec.sequential.looks
-    rows = _look_rows(spec, st, values, chance)
+    rows = _look_rows(spec, st, values, chance, accuracy)
     st.history.append(rows)
     decided = [r for r in rows if r["decision"] != "open"]
     for r in decided:
@@ -449,7 +456,7 @@ def advance(study: optuna.Study, spec: Spec, stores: Stores) -> Advanced | None:
             st.design = st.design or declared(spec)
             done = _finished(study, planned)
             values = {m: _values(done, stores, m) for m in spec.sequential.measures}
-            decided = step(spec, st, values, _chance(done))
+            decided = step(spec, st, values, _chance(done), _values(done, stores, "test_accuracy"))
             study.set_user_attr(STATE, st.dump())  # before queueing: a kill after it leaves items to queue
             faults.inject("look")
     done = prepare(spec, design.items(spec, st.planned), stores)
@@ -479,8 +486,8 @@ def state_json(spec: Spec, st: State | None) -> dict[str, Any]:
     comparison its outcome (``outcome``: significant, equivalent, futile, undecided, open) with the
     last analysed look's estimate and repeated interval — a difference, or for a norm measure a
     ratio (``scale``), as the reports print them — the equivalence interval its equivalence test
-    read (``equivalence_low``/``_high``, same scale), its seeds, stage-wise p and, for an accuracy,
-    how many runs of each side never learned (``never_learned``; null without a chance level)."""
+    read (``equivalence_low``/``_high``, same scale), its seeds, stage-wise p and how many runs of
+    each side never learned (``never_learned``, by test accuracy; null without a chance level)."""
     looks = list(spec.sequential.looks)
     labels = {c.id: c.label for c in design.cells(spec)}
     found = comparison_rows(spec, st.decided, st.history) if st else {}
@@ -570,7 +577,7 @@ def untrained_words(r: Mapping[str, Any]) -> str:
             for k, n in [never.get(side) or (0, 0)] if n and 2 * k > n]
     if not said:
         return ""
-    return (f"; {' and '.join(said)} runs never learned ({r['measure']} ≤ chance {never['chance']:.3g} + "
+    return (f"; {' and '.join(said)} runs never learned (test_accuracy ≤ chance {never['chance']:.3g} + "
             f"{never['margin']:g})")
 
 
