@@ -3,7 +3,7 @@ the design's choices, measured fast enough to sweep.
 
     python benchmarks/bench_sequential_frontier.py [--sims 10000] [--noise 0.85 1.0] [--tiny]
 
-A vectorised copy of the look rule of ``ablate.stats.group_sequential.decide`` (paired t; significant,
+The look rule of ``ablate.stats.group_sequential.decide``, vectorised (``bench_sequential_robust.looks``) (paired t; significant,
 equivalent, futile, on the design's own boundaries) over simulated studies shaped as in
 ``bench_sequential.py`` (a reference and three cells, looks at 3, 5, …, 15, 16 seeds; seeds counted
 over every cell, the reference at its latest comparison's stop). It agrees with that benchmark,
@@ -18,34 +18,28 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from scipy import stats as sps
 
 from ablate.stats.group_sequential import SequentialDesign
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_sequential_robust import looks  # noqa: E402  (the vectorised look rule, tested against decide)
+
 COMPARISONS = 3
 
 
 def stops(design: SequentialDesign, diffs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per comparison (the last axis of ``diffs`` runs over seeds): the seeds at which it was
-    decided, and its estimate's sign where significant (0 elsewhere)."""
-    looks = design.looks
-    bounds = list(zip(design.efficacy_t(), design.equivalence_t(), design.futility_t(), strict=True))
-    open_ = np.ones(diffs.shape[:-1], bool)
-    sign = np.zeros(diffs.shape[:-1])
-    stop = np.full(diffs.shape[:-1], looks[-1])
-    for n, (b, q, f) in zip(looks, bounds, strict=True):
-        x = diffs[..., :n]
-        est, se = x.mean(-1), x.std(-1, ddof=1) / math.sqrt(n)
-        sig = open_ & (np.abs(est / se) >= b)
-        # equivalent or futile: the same test against ±min_effect, at the looser of the two boundaries
-        rest = open_ & ~sig & (np.abs(est) + np.minimum(q, f) * se < design.min_effect)
-        sign[sig] = np.sign(est[sig])
-        stop[sig | rest] = n
-        open_ &= ~(sig | rest)
-    return stop, sign
+    decided, and its estimate's sign where significant (0 elsewhere): ``bench_sequential_robust.looks``,
+    the one vectorised copy of the look rule."""
+    r = looks(design, diffs)
+    significant = r["decision"] == "significant"
+    return r["n"], np.where(significant, np.sign(np.nan_to_num(r["est"])), 0.0)
 
 
 def simulate(design: SequentialDesign, effect: float, sd: float, sims: int, rng: np.random.Generator
