@@ -33,7 +33,7 @@ from ablate.runner import queue
 from ablate.runner.items import item_state, trials_by_item
 from ablate.runner.study import prepare
 from ablate.spec import Spec
-from ablate.stats.rules import EQUIVALENCE_MIN_SEEDS
+from ablate.stats.rules import EQUIVALENCE_MIN_SEEDS, NEVER_LEARNED_MARGIN
 from ablate.stores import Stores
 from ablate.terminal import count, duration
 
@@ -353,10 +353,10 @@ def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[
     ``chance`` known, each row (a norm measure's too) counts the runs of each side on those seeds
     that never learned, by their test accuracy (``accuracy``: cell → seed → it; default the looks'
     own ``test_accuracy`` values)."""
-    from ablate.stats.estimators import NEVER_LEARNED_MARGIN
     from ablate.stats.group_sequential import decide
 
     ref = reference_cell(spec)
+    acc = values.get("test_accuracy", {}) if accuracy is None else accuracy
     seeds = spec.seed_list
     n = spec.sequential.looks[st.look]
     by_measure = designs(spec)
@@ -378,7 +378,6 @@ def _look_rows(spec: Spec, st: State, values: Mapping[str, Mapping[str, Mapping[
         res.pop("z_bounds", None)
         row = {"key": key, "cell_id": cell, "measure": measure, "seeds": n, "paired": len(shared) >= 2,
                **{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in res.items()}}
-        acc = values.get("test_accuracy", {}) if accuracy is None else accuracy
         if chance is not None and acc:  # the accuracy report's rule, on this look's runs
             below = chance + NEVER_LEARNED_MARGIN
             side = [[v for s, v in acc.get(c, {}).items() if s in seeds[:n]] for c in (cell, ref)]

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from ablate.stats.rules import NEVER_LEARNED_MARGIN
 from ablate.stats.selection import UNFINISHED, cell_rows, completed_runs, infer_factors, phase_rows
 
 __all__ = [
@@ -318,12 +319,6 @@ SUMMARY_COLUMNS = [
     "n_pending",
     "n_trials",
 ]
-
-
-#: A completed run whose accuracy is ``≤ chance + NEVER_LEARNED_MARGIN`` never learned: the accuracy
-#: report's ``margin`` parameter declares the same number (a test holds them equal), and a sequential
-#: look's terminal line says it with no report at hand.
-NEVER_LEARNED_MARGIN = 0.02
 
 
 def cell_summary(
